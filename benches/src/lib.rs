@@ -1,0 +1,1 @@
+//! benches (under construction).

@@ -1,0 +1,1 @@
+//! nccl-core (under construction).

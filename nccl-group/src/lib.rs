@@ -1,0 +1,1 @@
+//! nccl-group (under construction).

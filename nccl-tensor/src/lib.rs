@@ -1,0 +1,1 @@
+//! nccl-tensor (under construction).

@@ -1,0 +1,44 @@
+//! `cargo xtask`: the project's automation, one module per task.
+
+mod bindgen;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Project automation for the NCCL workspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Regenerate nccl-sys's bindings from the pinned nccl.h (or --check them).
+    Bindgen(bindgen::Args),
+}
+
+/// The workspace root (the parent of this crate's folder).
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one folder below the workspace root")
+        .to_path_buf()
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Bindgen(args) => bindgen::run(args),
+    };
+    if let Err(error) = result {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
