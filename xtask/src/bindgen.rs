@@ -46,6 +46,7 @@ pub fn run(args: Args) -> Result<()> {
         .into());
     }
     let (bindings, functions) = generate(&header, &include_dir)?;
+    let (bindings, functions) = (rustfmt(&bindings)?, rustfmt(&functions)?);
     let root = workspace_root();
     let outputs = [(BINDINGS, bindings), (FUNCTIONS, functions)];
     if args.check {
@@ -100,6 +101,32 @@ fn find_include_dir() -> Result<PathBuf> {
         String::from_utf8_lossy(&output.stderr).trim()
     )
     .into())
+}
+
+/// Formats generated text the way `cargo fmt` would, so the committed files
+/// stay byte-identical after a workspace-wide format.
+fn rustfmt(text: &str) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new("rustfmt")
+        .args(["--edition", "2024", "--emit", "stdout"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("could not run rustfmt: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("rustfmt has no stdin")?
+        .write_all(text.as_bytes())?;
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        return Err(format!(
+            "rustfmt failed on generated bindings: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8(output.stdout)?)
 }
 
 fn header_version(header: &Path) -> Result<String> {
