@@ -1,1 +1,54 @@
-//! nccl-core (under construction).
+//! Safe RAII NCCL communicators over cudarc devices and streams.
+//!
+//! * [`Communicator`] owns a `ncclComm_t`: created by rank
+//!   ([`Communicator::new`]), for all local GPUs ([`Communicator::init_all`])
+//!   or with a [`Config`]; split ([`Communicator::split`],
+//!   [`Communicator::split_all`], [`Communicator::split_from`]); finalized;
+//!   aborted from any thread through an [`AbortHandle`]. Drop never blocks
+//!   on other ranks.
+//! * [`Error`] carries NCCL's code, its description and the last-error text;
+//!   a missing library, a function the loaded libnccl lacks, a missing CUDA
+//!   driver and CUDA errors are errors too, never panics. [`Status`] keeps
+//!   `InProgress` (nonblocking communicators) apart from errors.
+//! * [`UniqueId`] travels as bytes or hex text; [`DataType`], [`ReduceOp`]
+//!   and [`PreMulSum`] describe the data; [`Group`] wraps
+//!   `ncclGroupStart`/`ncclGroupEnd`.
+//! * The collectives here are `unsafe fn`s on device pointers; `nccl-tensor`
+//!   adds the safe, typed API.
+//!
+//! ```no_run
+//! use nccl_core::{Communicator, DataType, Device, ReduceOp, UniqueId};
+//! # fn main() -> nccl_core::Result<()> {
+//! let device = Device::new(0)?;
+//! let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+//! let stream = device.new_stream()?;
+//! let mut buffer = stream.alloc_zeros::<f32>(1024).map_err(|e| nccl_core::Error::Cuda { during: "alloc", source: e })?;
+//! let (pointer, _sync) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut buffer, &stream);
+//! // SAFETY: `buffer` holds 1024 f32 on the communicator's device and outlives the call.
+//! let _ = unsafe { comm.all_reduce(pointer as *const _, pointer as *mut _, 1024, DataType::Float32, ReduceOp::Sum, &stream)? };
+//! # Ok(()) }
+//! ```
+
+mod collectives;
+mod communicator;
+mod config;
+mod datatype;
+mod device;
+mod error;
+mod group;
+mod library;
+mod reduce_op;
+mod unique_id;
+
+pub use communicator::{AbortHandle, Communicator};
+pub use config::{Config, DEFAULT_TIMEOUT, RawConfig};
+pub use cudarc;
+pub use cudarc::driver::{CudaEvent, CudaStream};
+pub use datatype::DataType;
+pub use device::{Device, cuda_driver_available};
+pub use error::{Error, Result, ResultCode, Status};
+pub use group::{Group, group_depth};
+pub use library::{check, library, version};
+pub use nccl_sys;
+pub use reduce_op::{PreMulSum, ReduceOp, Reduction, scalar_bytes};
+pub use unique_id::UniqueId;

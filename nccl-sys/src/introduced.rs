@@ -9,7 +9,8 @@ pub fn introduced_in(function: &str) -> Option<&'static str> {
         | "ncclReduce" | "ncclBcast" | "ncclAllReduce" | "ncclReduceScatter" | "ncclAllGather" => {
             "2.0"
         }
-        "ncclGroupStart" | "ncclGroupEnd" | "ncclBroadcast" => "2.0",
+        "ncclGroupStart" | "ncclGroupEnd" => "2.0",
+        "ncclBroadcast" => "2.2",
         "ncclGetVersion" => "2.3",
         "ncclCommAbort" | "ncclCommGetAsyncError" => "2.4",
         "ncclSend" | "ncclRecv" => "2.7",

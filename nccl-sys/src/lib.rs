@@ -47,5 +47,4 @@ pub use loader::{
 };
 
 /// The NCCL release whose `nccl.h` the committed bindings were generated from.
-pub const PINNED_HEADER_VERSION: Version =
-    Version::new(NCCL_MAJOR as u32, NCCL_MINOR as u32, NCCL_PATCH as u32);
+pub const PINNED_HEADER_VERSION: Version = Version::new(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);

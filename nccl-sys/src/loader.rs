@@ -238,19 +238,26 @@ pub fn load_first(candidates: &[PathBuf]) -> Result<&'static NcclLibrary, LoadEr
     let mut attempts = Vec::with_capacity(candidates.len());
     for candidate in candidates {
         // SAFETY: as in `NcclLibrary::open`.
-        match unsafe { libloading::Library::new(candidate) } {
+        let error = match unsafe { libloading::Library::new(candidate) } {
             Ok(library) => {
-                return NcclLibrary::from_library(library, candidate.display().to_string());
+                match NcclLibrary::from_library(library, candidate.display().to_string()) {
+                    Ok(nccl) => return Ok(nccl),
+                    // A library that opens but is not a working NCCL: try the next.
+                    Err(error) => error.to_string(),
+                }
             }
-            Err(error) => attempts.push(Attempt {
-                candidate: candidate.display().to_string(),
-                error: error.to_string(),
-            }),
-        }
+            Err(error) => error.to_string(),
+        };
+        attempts.push(Attempt {
+            candidate: candidate.display().to_string(),
+            error,
+        });
     }
     Err(LoadError::NotFound {
         attempts,
-        nccl_library_env: std::env::var(NCCL_LIBRARY_ENV).ok(),
+        nccl_library_env: std::env::var(NCCL_LIBRARY_ENV)
+            .ok()
+            .filter(|value| !value.is_empty()),
     })
 }
 

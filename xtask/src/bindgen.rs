@@ -29,7 +29,7 @@ pub struct Args {
     /// Compare the generated text with the committed files instead of
     /// writing them; fail if they differ.
     #[arg(long)]
-    check: bool,
+    pub(crate) check: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -1,6 +1,8 @@
 //! `cargo xtask`: the project's automation, one module per task.
 
 mod bindgen;
+mod ci;
+mod gpu_bundle;
 
 use std::path::PathBuf;
 
@@ -22,6 +24,11 @@ struct Cli {
 enum Task {
     /// Regenerate nccl-sys's bindings from the pinned nccl.h (or --check them).
     Bindgen(bindgen::Args),
+    /// Run every check CI runs: fmt, clippy, tests, bindgen --check, docs.
+    Ci(ci::Args),
+    /// Build the GPU test and bench binaries (release, stripped) with a
+    /// run.sh into target/gpu-bundle/ for the GPU machine.
+    GpuBundle(gpu_bundle::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -36,6 +43,8 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Bindgen(args) => bindgen::run(args),
+        Task::Ci(args) => ci::run(args),
+        Task::GpuBundle(args) => gpu_bundle::run(args),
     };
     if let Err(error) = result {
         eprintln!("error: {error}");

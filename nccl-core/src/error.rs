@@ -1,0 +1,198 @@
+//! Errors and statuses of every call into NCCL and CUDA.
+
+use std::fmt;
+use std::time::Duration;
+
+use nccl_sys::ncclResult_t;
+
+/// A `ncclResult_t` as returned by the loaded library, which may be newer
+/// than the header these bindings were generated from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ResultCode(pub u32);
+
+impl ResultCode {
+    /// The C name of the code (`ncclInvalidArgument`), or `None` for a code
+    /// this header does not know.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match ncclResult_t(self.0) {
+            ncclResult_t::ncclSuccess => "ncclSuccess",
+            ncclResult_t::ncclUnhandledCudaError => "ncclUnhandledCudaError",
+            ncclResult_t::ncclSystemError => "ncclSystemError",
+            ncclResult_t::ncclInternalError => "ncclInternalError",
+            ncclResult_t::ncclInvalidArgument => "ncclInvalidArgument",
+            ncclResult_t::ncclInvalidUsage => "ncclInvalidUsage",
+            ncclResult_t::ncclRemoteError => "ncclRemoteError",
+            ncclResult_t::ncclInProgress => "ncclInProgress",
+            _ => return None,
+        })
+    }
+
+    /// What the code usually means and what to look at, for error messages.
+    pub fn hint(self) -> &'static str {
+        match ncclResult_t(self.0) {
+            ncclResult_t::ncclSuccess => "no error",
+            ncclResult_t::ncclInProgress => "a nonblocking operation is still in progress",
+            ncclResult_t::ncclUnhandledCudaError => "a CUDA call inside NCCL failed",
+            ncclResult_t::ncclSystemError => {
+                "a system call failed (network, shared memory or files)"
+            }
+            ncclResult_t::ncclInternalError => "NCCL hit an internal error",
+            ncclResult_t::ncclInvalidArgument => "an argument was rejected by NCCL",
+            ncclResult_t::ncclInvalidUsage => "NCCL was called in a way it does not allow",
+            ncclResult_t::ncclRemoteError => "a remote rank failed or went away",
+            _ => "a result code this binding does not know (newer libnccl?)",
+        }
+    }
+}
+
+impl fmt::Display for ResultCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(name) => write!(f, "{name} ({})", self.0),
+            None => write!(f, "unknown NCCL result {}", self.0),
+        }
+    }
+}
+
+/// A call that NCCL accepted. Nonblocking communicators may answer
+/// [`Status::InProgress`]: the operation continues in the background and
+/// [`Communicator::wait_ready`](crate::Communicator::wait_ready) or
+/// [`Communicator::async_error`](crate::Communicator::async_error) tell
+/// when it is done.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// The call finished (for collectives: was enqueued on the stream).
+    Success,
+    /// A nonblocking communicator is still working on the call.
+    InProgress,
+}
+
+/// Every way a call of this crate can fail.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A NCCL function returned an error code.
+    #[error(
+        "{function} failed: {code}: {description} ({hint}){}",
+        match last_error {
+            Some(text) if !text.is_empty() => format!("; last NCCL error text (process-wide, may belong to another call): {text}"),
+            _ => String::new(),
+        }
+    )]
+    Nccl {
+        /// The NCCL function that failed.
+        function: &'static str,
+        /// The code it returned.
+        code: ResultCode,
+        /// `ncclGetErrorString` for the code.
+        description: String,
+        /// What the code usually means.
+        hint: &'static str,
+        /// `ncclGetLastError` right after the call. NCCL keeps one buffer
+        /// for the whole process, so another thread's failure can show here.
+        last_error: Option<String>,
+    },
+    /// The NCCL library could not be loaded.
+    #[error(transparent)]
+    Library(#[from] nccl_sys::LoadError),
+    /// The loaded libnccl lacks a function this call needs.
+    #[error(transparent)]
+    MissingFunction(#[from] nccl_sys::MissingSymbol),
+    /// The loaded libnccl is too old for a feature.
+    #[error(
+        "{feature} needs NCCL {needed} or newer, but the loaded libnccl is {loaded}; load a newer libnccl (set NCCL_LIBRARY to its full path)"
+    )]
+    Unsupported {
+        /// What was asked for.
+        feature: String,
+        /// The first release that has it.
+        needed: nccl_sys::Version,
+        /// The release that is loaded.
+        loaded: nccl_sys::Version,
+    },
+    /// No CUDA driver library (`libcuda.so.1`) could be loaded.
+    #[error(
+        "no CUDA driver found: libcuda.so.1 could not be loaded; this machine needs an NVIDIA GPU with its driver installed (is the driver's library folder on the loader path?)"
+    )]
+    NoCudaDriver,
+    /// A CUDA driver call failed.
+    #[error("CUDA error during {during}: {source}")]
+    Cuda {
+        /// What was being done.
+        during: &'static str,
+        /// The driver's error.
+        source: cudarc::driver::DriverError,
+    },
+    /// A rank or peer outside `0..world_size`.
+    #[error("{what} {given} is out of range: expected 0..{world_size}")]
+    RankOutOfRange {
+        /// Which argument ("rank", "root", "peer").
+        what: &'static str,
+        /// The value given.
+        given: i64,
+        /// The communicator's world size.
+        world_size: i32,
+    },
+    /// An argument that is not valid for NCCL.
+    #[error("invalid {argument}: expected {expected}, got {given}")]
+    InvalidArgument {
+        /// Which argument.
+        argument: &'static str,
+        /// What is accepted.
+        expected: String,
+        /// What was given.
+        given: String,
+    },
+    /// The communicator was aborted (here or through an [`AbortHandle`](crate::AbortHandle)).
+    #[error("the communicator was aborted; create a new one")]
+    Aborted,
+    /// The communicator was finalized; only dropping it remains.
+    #[error("the communicator was finalized; create a new one")]
+    Finalized,
+    /// A wait ran past its deadline.
+    #[error(
+        "{operation} did not complete within {waited:?}; the communicator was aborted (are all ranks running and reachable?)"
+    )]
+    Timeout {
+        /// What was waited for.
+        operation: &'static str,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+impl Error {
+    /// The error for `function` returning `code`, with the library's
+    /// description and last-error text when a library is at hand.
+    #[cold]
+    pub fn from_code(
+        function: &'static str,
+        code: ResultCode,
+        description: Option<String>,
+        last_error: Option<String>,
+    ) -> Self {
+        Error::Nccl {
+            function,
+            code,
+            description: description.unwrap_or_else(|| "no description".to_string()),
+            hint: code.hint(),
+            last_error,
+        }
+    }
+
+    /// The NCCL result code, when this is a NCCL error.
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        match self {
+            Error::Nccl { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
+        move |source| Error::Cuda { during, source }
+    }
+}
+
+/// Shorthand for this crate's results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

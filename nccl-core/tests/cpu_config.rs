@@ -1,0 +1,278 @@
+//! CPU tests of the `Config` builder and the `ncclConfig_t` it fills in.
+//! No NCCL and no GPU needed.
+
+use std::ffi::{CStr, c_char};
+use std::time::Duration;
+
+use nccl_core::nccl_sys::{NCCL_VERSION_CODE, ncclConfig_t};
+use nccl_core::{Config, DEFAULT_TIMEOUT, Error};
+
+/// `NCCL_CONFIG_UNDEF_INT`.
+const UNDEF: i32 = i32::MIN;
+
+/// Reads a string the raw config points to; `None` for NULL.
+fn c_text(pointer: *const c_char) -> Option<String> {
+    if pointer.is_null() {
+        return None;
+    }
+    // SAFETY: every non-null pointer passed here comes from a `RawConfig`
+    // that is still alive in the caller, which owns the NUL-terminated
+    // `CString` it points to.
+    let text = unsafe { CStr::from_ptr(pointer) };
+    Some(text.to_str().expect("config strings are UTF-8").to_string())
+}
+
+/// Asserts `error` is `InvalidArgument` for `argument` with `expected` and
+/// `given`, and that its message names all three.
+fn assert_invalid(error: Error, argument: &str, expected: &str, given: &str) {
+    assert_eq!(
+        error.to_string(),
+        format!("invalid {argument}: expected {expected}, got {given}")
+    );
+    match error {
+        Error::InvalidArgument {
+            argument: a,
+            expected: e,
+            given: g,
+        } => {
+            assert_eq!((a, e.as_str(), g.as_str()), (argument, expected, given));
+        }
+        other => panic!("expected Error::InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Asserts both `validate` and `to_raw` reject `config` the same way.
+fn assert_rejected(config: &Config, argument: &str, expected: &str, given: &str) {
+    assert_invalid(config.validate().unwrap_err(), argument, expected, given);
+    assert_invalid(config.to_raw().unwrap_err(), argument, expected, given);
+}
+
+#[test]
+fn defaults() {
+    let config = Config::new();
+    assert!(config.is_blocking());
+    assert_eq!(config.blocking_option(), None);
+    assert_eq!(config.wait_timeout(), DEFAULT_TIMEOUT);
+    assert_eq!(DEFAULT_TIMEOUT, Duration::from_secs(600));
+    assert_eq!(Config::default(), config);
+    assert!(config.validate().is_ok());
+}
+
+#[test]
+fn builder_getters() {
+    let config = Config::new()
+        .blocking(false)
+        .timeout(Duration::from_millis(250));
+    assert!(!config.is_blocking());
+    assert_eq!(config.blocking_option(), Some(false));
+    assert_eq!(config.wait_timeout(), Duration::from_millis(250));
+    let config = Config::new().blocking(true);
+    assert!(config.is_blocking());
+    assert_eq!(config.blocking_option(), Some(true));
+    assert_ne!(config, Config::new());
+}
+
+#[test]
+fn default_raw_config_leaves_everything_to_nccl() {
+    let raw_config = Config::new().to_raw().unwrap();
+    let raw = raw_config.as_raw();
+    assert_eq!(raw.size, std::mem::size_of::<ncclConfig_t>());
+    assert_eq!(raw.magic, 0xcafe_beef);
+    assert_eq!(raw.version, NCCL_VERSION_CODE);
+    for (field, value) in [
+        ("blocking", raw.blocking),
+        ("cgaClusterSize", raw.cgaClusterSize),
+        ("minCTAs", raw.minCTAs),
+        ("maxCTAs", raw.maxCTAs),
+        ("splitShare", raw.splitShare),
+        ("trafficClass", raw.trafficClass),
+        ("collnetEnable", raw.collnetEnable),
+        ("CTAPolicy", raw.CTAPolicy),
+        ("shrinkShare", raw.shrinkShare),
+        ("nvlsCTAs", raw.nvlsCTAs),
+        ("nChannelsPerNetPeer", raw.nChannelsPerNetPeer),
+        ("nvlinkCentricSched", raw.nvlinkCentricSched),
+    ] {
+        assert_eq!(value, UNDEF, "{field}");
+    }
+    assert!(raw.netName.is_null());
+    assert!(raw.commName.is_null());
+}
+
+#[test]
+fn raw_config_carries_every_option() {
+    let config = Config::new()
+        .blocking(false)
+        .cga_cluster_size(4)
+        .ctas(2, 32)
+        .net_name("Socket")
+        .split_share(true)
+        .comm_name("trainer.dp");
+    let raw_config = config.to_raw().unwrap();
+    let raw = raw_config.as_raw();
+    assert_eq!(raw.size, std::mem::size_of::<ncclConfig_t>());
+    assert_eq!(raw.magic, 0xcafe_beef);
+    assert_eq!(raw.version, NCCL_VERSION_CODE);
+    assert_eq!(raw.blocking, 0);
+    assert_eq!(raw.cgaClusterSize, 4);
+    assert_eq!(raw.minCTAs, 2);
+    assert_eq!(raw.maxCTAs, 32);
+    assert_eq!(raw.splitShare, 1);
+    assert_eq!(c_text(raw.netName).as_deref(), Some("Socket"));
+    assert_eq!(c_text(raw.commName).as_deref(), Some("trainer.dp"));
+    // Options this builder does not expose stay undefined.
+    assert_eq!(raw.trafficClass, UNDEF);
+    assert_eq!(raw.collnetEnable, UNDEF);
+    assert_eq!(raw.CTAPolicy, UNDEF);
+    assert_eq!(raw.shrinkShare, UNDEF);
+    assert_eq!(raw.nvlsCTAs, UNDEF);
+    assert_eq!(raw.nChannelsPerNetPeer, UNDEF);
+    assert_eq!(raw.nvlinkCentricSched, UNDEF);
+}
+
+#[test]
+fn flags_map_to_zero_and_one() {
+    let raw_config = Config::new()
+        .blocking(true)
+        .split_share(false)
+        .to_raw()
+        .unwrap();
+    assert_eq!(raw_config.as_raw().blocking, 1);
+    assert_eq!(raw_config.as_raw().splitShare, 0);
+    let raw_config = Config::new()
+        .blocking(false)
+        .split_share(true)
+        .to_raw()
+        .unwrap();
+    assert_eq!(raw_config.as_raw().blocking, 0);
+    assert_eq!(raw_config.as_raw().splitShare, 1);
+}
+
+#[test]
+fn names_survive_the_config_being_dropped_and_moved() {
+    let raw_config = {
+        let config = Config::new()
+            .net_name(String::from("IB"))
+            .comm_name("pp.stage.3");
+        config.to_raw().unwrap()
+    };
+    // Moving the RawConfig must not invalidate the pointers it holds.
+    let moved = Box::new(raw_config);
+    assert_eq!(c_text(moved.as_raw().netName).as_deref(), Some("IB"));
+    assert_eq!(
+        c_text(moved.as_raw().commName).as_deref(),
+        Some("pp.stage.3")
+    );
+}
+
+#[test]
+fn non_ascii_and_empty_names() {
+    let raw_config = Config::new()
+        .net_name("")
+        .comm_name("rang-é-ü")
+        .to_raw()
+        .unwrap();
+    let raw = raw_config.as_raw();
+    assert!(!raw.netName.is_null());
+    assert_eq!(c_text(raw.netName).as_deref(), Some(""));
+    assert_eq!(c_text(raw.commName).as_deref(), Some("rang-é-ü"));
+}
+
+#[test]
+fn as_mut_ptr_points_at_the_same_struct() {
+    let mut raw_config = Config::new().ctas(1, 1).to_raw().unwrap();
+    let shared: *const ncclConfig_t = raw_config.as_raw();
+    assert_eq!(raw_config.as_mut_ptr().cast_const(), shared);
+}
+
+#[test]
+fn edge_values_are_accepted() {
+    for size in [0, 8] {
+        let raw_config = Config::new().cga_cluster_size(size).to_raw().unwrap();
+        assert_eq!(raw_config.as_raw().cgaClusterSize, size);
+    }
+    let raw_config = Config::new().ctas(1, 1).to_raw().unwrap();
+    assert_eq!(
+        (raw_config.as_raw().minCTAs, raw_config.as_raw().maxCTAs),
+        (1, 1)
+    );
+    assert!(
+        Config::new()
+            .timeout(Duration::from_nanos(1))
+            .validate()
+            .is_ok()
+    );
+}
+
+#[test]
+fn cga_cluster_size_out_of_range_is_rejected() {
+    assert_rejected(
+        &Config::new().cga_cluster_size(9),
+        "cga_cluster_size",
+        "0 to 8",
+        "9",
+    );
+    assert_rejected(
+        &Config::new().cga_cluster_size(-1),
+        "cga_cluster_size",
+        "0 to 8",
+        "-1",
+    );
+}
+
+#[test]
+fn min_ctas_below_one_is_rejected() {
+    assert_rejected(&Config::new().ctas(0, 4), "min_ctas", "at least 1", "0");
+    assert_rejected(&Config::new().ctas(-3, 4), "min_ctas", "at least 1", "-3");
+}
+
+#[test]
+fn max_ctas_below_min_ctas_is_rejected() {
+    assert_rejected(
+        &Config::new().ctas(8, 4),
+        "max_ctas",
+        "at least min_ctas",
+        "4 < 8",
+    );
+}
+
+#[test]
+fn zero_timeout_is_rejected() {
+    assert_rejected(
+        &Config::new().timeout(Duration::ZERO),
+        "timeout",
+        "a positive duration",
+        "0s",
+    );
+}
+
+#[test]
+fn nul_inside_a_name_is_rejected_by_to_raw() {
+    let config = Config::new().net_name("IB\0x");
+    assert!(
+        config.validate().is_ok(),
+        "validate does not build C strings"
+    );
+    assert_invalid(
+        config.to_raw().unwrap_err(),
+        "net_name",
+        "text without NUL bytes",
+        "\"IB\\0x\"",
+    );
+    let config = Config::new().comm_name("a\0");
+    assert_invalid(
+        config.to_raw().unwrap_err(),
+        "comm_name",
+        "text without NUL bytes",
+        "\"a\\0\"",
+    );
+}
+
+#[test]
+fn the_first_invalid_option_is_reported() {
+    let config = Config::new()
+        .cga_cluster_size(9)
+        .ctas(0, 4)
+        .timeout(Duration::ZERO);
+    assert_rejected(&config, "cga_cluster_size", "0 to 8", "9");
+}

@@ -1,0 +1,383 @@
+//! CPU tests of the error types: `ResultCode` names, hints and display for
+//! every `ncclResult_t` of the pinned header and for unknown codes,
+//! `Error::from_code` and the display of every other `Error` variant that
+//! can be built without a GPU. No NCCL and no GPU needed.
+
+use std::time::Duration;
+
+use nccl_core::nccl_sys::{Attempt, LoadError, MissingSymbol, Version};
+use nccl_core::{Error, ResultCode};
+
+/// The hint for codes this binding does not know.
+const UNKNOWN_HINT: &str = "a result code this binding does not know (newer libnccl?)";
+
+/// The last-error label the message carries when NCCL left text behind.
+const LAST_ERROR_LABEL: &str =
+    "; last NCCL error text (process-wide, may belong to another call): ";
+
+/// `(code, name, hint)` for the error codes 1..=6.
+const ERROR_CODES: [(u32, &str, &str); 6] = [
+    (
+        1,
+        "ncclUnhandledCudaError",
+        "a CUDA call inside NCCL failed",
+    ),
+    (
+        2,
+        "ncclSystemError",
+        "a system call failed (network, shared memory or files)",
+    ),
+    (3, "ncclInternalError", "NCCL hit an internal error"),
+    (4, "ncclInvalidArgument", "an argument was rejected by NCCL"),
+    (
+        5,
+        "ncclInvalidUsage",
+        "NCCL was called in a way it does not allow",
+    ),
+    (6, "ncclRemoteError", "a remote rank failed or went away"),
+];
+
+/// Codes no header version of ours defines (8 is `ncclNumResults`, a count).
+const UNKNOWN_CODES: [u32; 5] = [8, 9, 42, 1000, u32::MAX];
+
+#[test]
+fn result_code_names_match_the_header() {
+    assert_eq!(ResultCode(0).name(), Some("ncclSuccess"));
+    assert_eq!(ResultCode(7).name(), Some("ncclInProgress"));
+    for (code, name, _) in ERROR_CODES {
+        assert_eq!(ResultCode(code).name(), Some(name), "code {code}");
+    }
+    for code in UNKNOWN_CODES {
+        assert_eq!(ResultCode(code).name(), None, "code {code}");
+    }
+}
+
+#[test]
+fn result_code_names_agree_with_nccl_sys_constants() {
+    use nccl_core::nccl_sys::ncclResult_t;
+    let constants = [
+        (ncclResult_t::ncclSuccess, "ncclSuccess"),
+        (
+            ncclResult_t::ncclUnhandledCudaError,
+            "ncclUnhandledCudaError",
+        ),
+        (ncclResult_t::ncclSystemError, "ncclSystemError"),
+        (ncclResult_t::ncclInternalError, "ncclInternalError"),
+        (ncclResult_t::ncclInvalidArgument, "ncclInvalidArgument"),
+        (ncclResult_t::ncclInvalidUsage, "ncclInvalidUsage"),
+        (ncclResult_t::ncclRemoteError, "ncclRemoteError"),
+        (ncclResult_t::ncclInProgress, "ncclInProgress"),
+    ];
+    for (constant, name) in constants {
+        assert_eq!(ResultCode(constant.0).name(), Some(name));
+    }
+    assert_eq!(ResultCode(ncclResult_t::ncclNumResults.0).name(), None);
+}
+
+#[test]
+fn result_code_hints_for_error_codes() {
+    for (code, _, hint) in ERROR_CODES {
+        assert_eq!(ResultCode(code).hint(), hint, "code {code}");
+    }
+}
+
+#[test]
+fn result_code_hints_for_unknown_codes() {
+    for code in UNKNOWN_CODES {
+        assert_eq!(ResultCode(code).hint(), UNKNOWN_HINT, "code {code}");
+    }
+}
+
+/// `ncclSuccess` and `ncclInProgress` have names, so their hint should not
+/// call them unknown. Today `hint()` falls through to the unknown-code text
+/// for both (nccl-core/src/error.rs, `ResultCode::hint`).
+#[test]
+fn result_code_hints_for_known_non_error_codes_do_not_say_unknown() {
+    for code in [0, 7] {
+        assert_ne!(ResultCode(code).hint(), UNKNOWN_HINT, "code {code}");
+    }
+}
+
+#[test]
+fn result_code_display_names_the_code_and_its_number() {
+    assert_eq!(ResultCode(0).to_string(), "ncclSuccess (0)");
+    assert_eq!(ResultCode(7).to_string(), "ncclInProgress (7)");
+    for (code, name, _) in ERROR_CODES {
+        assert_eq!(ResultCode(code).to_string(), format!("{name} ({code})"));
+    }
+    assert_eq!(ResultCode(8).to_string(), "unknown NCCL result 8");
+    assert_eq!(ResultCode(9).to_string(), "unknown NCCL result 9");
+    assert_eq!(ResultCode(42).to_string(), "unknown NCCL result 42");
+    assert_eq!(
+        ResultCode(u32::MAX).to_string(),
+        "unknown NCCL result 4294967295"
+    );
+}
+
+#[test]
+fn from_code_display_for_every_error_code_with_last_error_text() {
+    for (code, name, hint) in ERROR_CODES {
+        let error = Error::from_code(
+            "ncclAllReduce",
+            ResultCode(code),
+            Some(format!("description of {code}")),
+            Some(format!("detail of {code}")),
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "ncclAllReduce failed: {name} ({code}): description of {code} ({hint}){LAST_ERROR_LABEL}detail of {code}"
+            )
+        );
+        assert_eq!(error.nccl_code(), Some(ResultCode(code)));
+    }
+}
+
+#[test]
+fn from_code_display_exact_message() {
+    let error = Error::from_code(
+        "ncclCommInitRankConfig",
+        ResultCode(4),
+        Some("invalid argument (run with NCCL_DEBUG=WARN for details)".to_string()),
+        Some("Invalid config blocking attribute value -2".to_string()),
+    );
+    assert_eq!(
+        error.to_string(),
+        "ncclCommInitRankConfig failed: ncclInvalidArgument (4): invalid argument (run with \
+         NCCL_DEBUG=WARN for details) (an argument was rejected by NCCL); last NCCL error text \
+         (process-wide, may belong to another call): Invalid config blocking attribute value -2"
+    );
+}
+
+#[test]
+fn from_code_without_last_error_text_has_no_last_error_part() {
+    for last_error in [None, Some(String::new())] {
+        let error = Error::from_code(
+            "ncclGroupEnd",
+            ResultCode(6),
+            Some("remote process exited or there was a network error".to_string()),
+            last_error.clone(),
+        );
+        let text = error.to_string();
+        assert_eq!(
+            text,
+            "ncclGroupEnd failed: ncclRemoteError (6): remote process exited or there was a network \
+             error (a remote rank failed or went away)",
+            "last_error = {last_error:?}"
+        );
+        assert!(!text.contains("last NCCL error text"), "{text}");
+    }
+}
+
+#[test]
+fn from_code_without_description_says_so() {
+    let error = Error::from_code("ncclSend", ResultCode(3), None, None);
+    assert_eq!(
+        error.to_string(),
+        "ncclSend failed: ncclInternalError (3): no description (NCCL hit an internal error)"
+    );
+}
+
+#[test]
+fn from_code_for_unknown_codes_names_the_number() {
+    for code in UNKNOWN_CODES {
+        let error = Error::from_code(
+            "ncclBroadcast",
+            ResultCode(code),
+            None,
+            Some("boom".to_string()),
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "ncclBroadcast failed: unknown NCCL result {code}: no description ({UNKNOWN_HINT}){LAST_ERROR_LABEL}boom"
+            )
+        );
+        assert_eq!(error.nccl_code(), Some(ResultCode(code)));
+    }
+}
+
+#[test]
+fn from_code_fills_every_field() {
+    let error = Error::from_code(
+        "ncclRecv",
+        ResultCode(5),
+        Some("usage".to_string()),
+        Some("text".to_string()),
+    );
+    match error {
+        Error::Nccl {
+            function,
+            code,
+            description,
+            hint,
+            last_error,
+        } => {
+            assert_eq!(function, "ncclRecv");
+            assert_eq!(code, ResultCode(5));
+            assert_eq!(description, "usage");
+            assert_eq!(hint, "NCCL was called in a way it does not allow");
+            assert_eq!(last_error.as_deref(), Some("text"));
+        }
+        other => panic!("expected Error::Nccl, got {other:?}"),
+    }
+}
+
+#[test]
+fn nccl_code_is_none_for_other_variants() {
+    let others = [
+        Error::Aborted,
+        Error::Finalized,
+        Error::NoCudaDriver,
+        Error::Timeout {
+            operation: "ncclCommInitRank",
+            waited: Duration::from_secs(1),
+        },
+        Error::RankOutOfRange {
+            what: "rank",
+            given: 3,
+            world_size: 2,
+        },
+        Error::InvalidArgument {
+            argument: "count",
+            expected: "more".to_string(),
+            given: "less".to_string(),
+        },
+    ];
+    for error in others {
+        assert_eq!(error.nccl_code(), None, "{error:?}");
+    }
+}
+
+#[test]
+fn rank_out_of_range_names_the_argument_the_value_and_the_range() {
+    let error = Error::RankOutOfRange {
+        what: "root",
+        given: 5,
+        world_size: 4,
+    };
+    assert_eq!(error.to_string(), "root 5 is out of range: expected 0..4");
+    let error = Error::RankOutOfRange {
+        what: "peer",
+        given: -1,
+        world_size: 8,
+    };
+    assert_eq!(error.to_string(), "peer -1 is out of range: expected 0..8");
+}
+
+#[test]
+fn invalid_argument_names_expected_and_given() {
+    let error = Error::InvalidArgument {
+        argument: "count",
+        expected: "a multiple of the world size 4".to_string(),
+        given: "7".to_string(),
+    };
+    assert_eq!(
+        error.to_string(),
+        "invalid count: expected a multiple of the world size 4, got 7"
+    );
+}
+
+#[test]
+fn unsupported_names_feature_needed_and_loaded_versions() {
+    let error = Error::Unsupported {
+        feature: "ncclAlltoAll".to_string(),
+        needed: Version::new(2, 28, 0),
+        loaded: Version::new(2, 27, 3),
+    };
+    assert_eq!(
+        error.to_string(),
+        "ncclAlltoAll needs NCCL 2.28.0 or newer, but the loaded libnccl is 2.27.3; load a newer \
+         libnccl (set NCCL_LIBRARY to its full path)"
+    );
+}
+
+#[test]
+fn timeout_names_the_operation_and_the_wait() {
+    let error = Error::Timeout {
+        operation: "ncclCommInitRankConfig",
+        waited: Duration::from_millis(1500),
+    };
+    assert_eq!(
+        error.to_string(),
+        "ncclCommInitRankConfig did not complete within 1.5s; the communicator was aborted (are all \
+         ranks running and reachable?)"
+    );
+}
+
+#[test]
+fn aborted_finalized_and_no_cuda_driver_messages() {
+    assert_eq!(
+        Error::Aborted.to_string(),
+        "the communicator was aborted; create a new one"
+    );
+    assert_eq!(
+        Error::Finalized.to_string(),
+        "the communicator was finalized; create a new one"
+    );
+    assert_eq!(
+        Error::NoCudaDriver.to_string(),
+        "no CUDA driver found: libcuda.so.1 could not be loaded; this machine needs an NVIDIA GPU \
+         with its driver installed (is the driver's library folder on the loader path?)"
+    );
+}
+
+#[test]
+fn library_error_is_transparent() {
+    let load_error = LoadError::NotFound {
+        attempts: vec![
+            Attempt {
+                candidate: "libnccl.so.2".to_string(),
+                error: "not found".to_string(),
+            },
+            Attempt {
+                candidate: "libnccl.so".to_string(),
+                error: "also not found".to_string(),
+            },
+        ],
+        nccl_library_env: None,
+    };
+    let error = Error::from(load_error.clone());
+    assert_eq!(error.to_string(), load_error.to_string());
+    assert_eq!(
+        error.to_string(),
+        "could not load the NCCL library: libnccl.so.2 (not found), libnccl.so (also not found); \
+         install NCCL or set NCCL_LIBRARY to the full path of libnccl.so.2"
+    );
+    assert!(matches!(error, Error::Library(ref inner) if *inner == load_error));
+    assert_eq!(error.nccl_code(), None);
+}
+
+#[test]
+fn missing_function_error_is_transparent() {
+    let missing = MissingSymbol {
+        function: "ncclAlltoAll",
+        introduced_in: Some("2.28.0"),
+        loaded: Version::new(2, 27, 3),
+    };
+    let error = Error::from(missing.clone());
+    assert_eq!(error.to_string(), missing.to_string());
+    assert_eq!(
+        error.to_string(),
+        "ncclAlltoAll is not exported by the loaded libnccl 2.27.3: it was introduced in NCCL \
+         2.28.0; load a newer libnccl (set NCCL_LIBRARY to its full path)"
+    );
+    assert_eq!(error.nccl_code(), None);
+}
+
+/// `Error` can cross threads and be boxed as a `std::error::Error`.
+#[test]
+fn error_is_a_thread_safe_std_error() {
+    fn assert_std_error<E: std::error::Error + Send + Sync + 'static>() {}
+    assert_std_error::<Error>();
+    let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(Error::Aborted);
+    assert_eq!(
+        boxed.to_string(),
+        "the communicator was aborted; create a new one"
+    );
+    assert!(
+        boxed
+            .downcast_ref::<Error>()
+            .is_some_and(|e| matches!(e, Error::Aborted))
+    );
+}

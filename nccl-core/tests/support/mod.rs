@@ -1,0 +1,55 @@
+//! Shared by the `gpu_*` test binaries of every crate (included by path).
+//!
+//! `require_gpus(n)` returns the first `n` devices, or prints
+//! `SKIP: needs n GPU(s), found m` and returns `None`. With
+//! `NCCL_TEST_REQUIRE_GPU=1` (set by the GPU bundle's run.sh) a missing GPU
+//! fails the test instead, so a GPU run can never pass by skipping.
+#![allow(dead_code)]
+
+use nccl_core::Device;
+
+/// The first `n` devices, or `None` (after printing why) when the machine
+/// has fewer and GPUs are not required.
+pub fn require_gpus(n: usize) -> Option<Vec<Device>> {
+    let found = if nccl_core::cuda_driver_available() {
+        Device::count().unwrap_or(0)
+    } else {
+        0
+    };
+    if found >= n {
+        return Some(
+            (0..n)
+                .map(|i| Device::new(i).expect("visible device"))
+                .collect(),
+        );
+    }
+    let message = format!("needs {n} GPU(s), found {found}");
+    if std::env::var("NCCL_TEST_REQUIRE_GPU").as_deref() == Ok("1") {
+        panic!("NCCL_TEST_REQUIRE_GPU=1 but this test {message}");
+    }
+    println!("SKIP: {message}");
+    None
+}
+
+/// Deterministic, never-zero test data: `len` values from `seed`, each a
+/// small integer in `1..=7` times a sign, so sums and products of a few
+/// ranks stay exact in every float type.
+pub fn test_values(seed: u64, len: usize) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let magnitude = (state % 7 + 1) as f64;
+            if state & 0x100 == 0 {
+                magnitude
+            } else {
+                -magnitude
+            }
+        })
+        .collect()
+}
+
+/// A value no test writes, to fill outputs with so unwritten elements show.
+pub const POISON: f32 = -12345.0;

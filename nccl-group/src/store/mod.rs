@@ -1,0 +1,551 @@
+//! Rendezvous stores: a small key-value service the ranks of a job use to
+//! exchange the NCCL unique id and to meet at barriers.
+//!
+//! - [`Store`]: the trait every store implements (torch `c10d::Store`
+//!   semantics: `set`, `get` with a timeout, `add`, `compare_set`, `wait`,
+//!   `delete`).
+//! - [`InProcessStore`]: threads of one program.
+//! - [`TcpStore`] / [`TcpStoreServer`]: processes on one or many hosts; one
+//!   rank (or a standalone process) hosts the server.
+//! - [`FileStore`]: a directory on a filesystem every rank sees.
+//! - [`PrefixStore`]: scopes keys with a prefix (one per group).
+//! - [`RendezvousConfig`]: reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ... the
+//!   way torchrun and Slurm set them, and connects to the right store.
+//!
+//! Every blocking call has a timeout; no call panics.
+
+mod error;
+mod file;
+mod memory;
+mod rendezvous;
+mod tcp;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use error::{Result, StoreError};
+pub use file::{FileStore, MAX_FILE_KEY_LEN};
+pub use memory::InProcessStore;
+pub use rendezvous::{RendezvousConfig, StoreSpec};
+pub use tcp::{
+    DEFAULT_MAX_FRAME_SIZE, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+};
+
+/// The default timeout of blocking store operations: 300 s, as in torch.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A key-value store shared by the ranks of a job.
+///
+/// Values are byte strings. Counters written by [`Store::add`] are stored as
+/// decimal text, so `get` on a counter returns e.g. `b"42"`. Implementations
+/// are thread-safe: one store can be shared by many threads (wrap it in an
+/// `Arc`).
+pub trait Store: Send + Sync {
+    /// Stores `value` under `key`, replacing any previous value, and wakes
+    /// every caller waiting for `key`.
+    fn set(&self, key: &str, value: &[u8]) -> Result<()>;
+
+    /// Returns the value of `key`, waiting until some rank sets it, but at
+    /// most `timeout`; then fails with [`StoreError::Timeout`] naming the key.
+    fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>>;
+
+    /// Returns the value of `key` if it is set, without waiting.
+    fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Atomically replaces the value of `key` with `new` if it currently
+    /// equals `expected`, and returns the value stored afterwards (torch
+    /// `compareSet` semantics):
+    ///
+    /// - `expected == None` and `key` absent: stores `new`, returns `new`;
+    /// - `expected == Some(v)` and `key` holds `v`: stores `new`, returns `new`;
+    /// - `key` holds another value: changes nothing, returns that value;
+    /// - `expected == Some(v)` and `key` absent: changes nothing (the key stays
+    ///   absent) and returns `v`, as torch does.
+    ///
+    /// So `compare_set(k, e, n)? == n` tells whether the swap happened, except
+    /// in the last case when `v == n`.
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>>;
+
+    /// Atomically adds `delta` to the counter `key` (absent counts as 0) and
+    /// returns the new value. The value is stored as decimal text; a value
+    /// that is not an integer gives [`StoreError::NotAnInteger`], an overflow
+    /// [`StoreError::Overflow`].
+    fn add(&self, key: &str, delta: i64) -> Result<i64>;
+
+    /// Waits until every key in `keys` is set, at most `timeout`; then fails
+    /// with [`StoreError::Timeout`] naming the keys still missing.
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()>;
+
+    /// Removes `key`; returns whether it was set.
+    fn delete(&self, key: &str) -> Result<bool>;
+
+    /// The timeout this store was configured with, for callers that have no
+    /// better one.
+    fn default_timeout(&self) -> Duration;
+
+    /// [`Store::get`] with [`Store::default_timeout`].
+    fn get_default(&self, key: &str) -> Result<Vec<u8>> {
+        self.get(key, self.default_timeout())
+    }
+
+    /// [`Store::wait`] with [`Store::default_timeout`].
+    fn wait_default(&self, keys: &[&str]) -> Result<()> {
+        self.wait(keys, self.default_timeout())
+    }
+}
+
+macro_rules! forward_store {
+    ($($ty:ty),*) => {$(
+        impl<S: Store + ?Sized> Store for $ty {
+            fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+                (**self).set(key, value)
+            }
+            fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+                (**self).get(key, timeout)
+            }
+            fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+                (**self).try_get(key)
+            }
+            fn compare_set(
+                &self,
+                key: &str,
+                expected: Option<&[u8]>,
+                new: &[u8],
+            ) -> Result<Vec<u8>> {
+                (**self).compare_set(key, expected, new)
+            }
+            fn add(&self, key: &str, delta: i64) -> Result<i64> {
+                (**self).add(key, delta)
+            }
+            fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+                (**self).wait(keys, timeout)
+            }
+            fn delete(&self, key: &str) -> Result<bool> {
+                (**self).delete(key)
+            }
+            fn default_timeout(&self) -> Duration {
+                (**self).default_timeout()
+            }
+        }
+    )*};
+}
+
+forward_store!(&S, Box<S>, Arc<S>);
+
+/// A view of a store whose keys all live under `prefix/`.
+///
+/// Two `PrefixStore`s with different prefixes never see each other's keys. A
+/// prefix must be non-empty and must not contain `/`, so that the mapping
+/// from (prefix, key) to the inner key is one-to-one; nest `PrefixStore`s for
+/// hierarchical names.
+#[derive(Debug, Clone)]
+pub struct PrefixStore<S> {
+    inner: S,
+    prefix: String,
+}
+
+impl<S: Store> PrefixStore<S> {
+    /// Scopes `inner` with `prefix`.
+    ///
+    /// Fails with [`StoreError::InvalidArgument`] when `prefix` is empty or
+    /// contains `/`.
+    pub fn new(inner: S, prefix: impl Into<String>) -> Result<Self> {
+        let prefix = prefix.into();
+        if prefix.is_empty() || prefix.contains('/') {
+            return Err(StoreError::InvalidArgument {
+                what: "store prefix",
+                given: error::show_key(&prefix),
+                expected: "a non-empty name without '/' (nest PrefixStores for hierarchical \
+                           names, e.g. a group name, then a sub-name)"
+                    .into(),
+            });
+        }
+        Ok(PrefixStore { inner, prefix })
+    }
+
+    /// The prefix (without the trailing `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Returns the wrapped store.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    fn scoped(&self, key: &str) -> String {
+        let mut full = String::with_capacity(self.prefix.len() + 1 + key.len());
+        full.push_str(&self.prefix);
+        full.push('/');
+        full.push_str(key);
+        full
+    }
+}
+
+impl<S: Store> Store for PrefixStore<S> {
+    fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.inner.set(&self.scoped(key), value)
+    }
+    fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        self.inner.get(&self.scoped(key), timeout)
+    }
+    fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.inner.try_get(&self.scoped(key))
+    }
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>> {
+        self.inner.compare_set(&self.scoped(key), expected, new)
+    }
+    fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        self.inner.add(&self.scoped(key), delta)
+    }
+    fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        let full: Vec<String> = keys.iter().map(|k| self.scoped(k)).collect();
+        let refs: Vec<&str> = full.iter().map(String::as_str).collect();
+        self.inner.wait(&refs, timeout)
+    }
+    fn delete(&self, key: &str) -> Result<bool> {
+        self.inner.delete(&self.scoped(key))
+    }
+    fn default_timeout(&self) -> Duration {
+        self.inner.default_timeout()
+    }
+}
+
+/// The longest wait any store performs; longer timeouts are clamped to it so
+/// that deadline arithmetic cannot overflow.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// A point in time a blocking operation must not pass.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    start: Instant,
+    end: Instant,
+}
+
+impl Deadline {
+    pub(crate) fn after(timeout: Duration) -> Self {
+        let start = Instant::now();
+        let timeout = timeout.min(MAX_WAIT);
+        // `MAX_WAIT` is far below what `Instant` can represent; fall back to
+        // `start` (an immediate timeout) rather than panicking if it were not.
+        let end = start.checked_add(timeout).unwrap_or(start);
+        Deadline { start, end }
+    }
+
+    /// Time left, or `None` once the deadline has passed.
+    pub(crate) fn remaining(&self) -> Option<Duration> {
+        let left = self.end.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+/// Parses a counter value written by `add` (decimal text).
+pub(crate) fn parse_counter(value: &[u8]) -> Option<i64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// The compare-and-set decision shared by every store: given the current
+/// value, returns `(value to store, if any; value to return)`.
+pub(crate) fn compare_set_decision(
+    current: Option<&[u8]>,
+    expected: Option<&[u8]>,
+    new: &[u8],
+) -> (Option<Vec<u8>>, Vec<u8>) {
+    match (current, expected) {
+        (None, None) => (Some(new.to_vec()), new.to_vec()),
+        (None, Some(expected)) => (None, expected.to_vec()),
+        (Some(current), Some(expected)) if current == expected => {
+            (Some(new.to_vec()), new.to_vec())
+        }
+        (Some(current), _) => (None, current.to_vec()),
+    }
+}
+
+/// Why an `add` could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AddError {
+    /// The stored value (raw) is not decimal text.
+    NotAnInteger(Vec<u8>),
+    /// The stored value would overflow.
+    Overflow(i64),
+}
+
+impl AddError {
+    pub(crate) fn into_store_error(self, key: &str, delta: i64, store: String) -> StoreError {
+        match self {
+            AddError::NotAnInteger(value) => StoreError::NotAnInteger {
+                key: key.to_owned(),
+                value: error::show_value(&value),
+                store,
+            },
+            AddError::Overflow(current) => StoreError::Overflow {
+                key: key.to_owned(),
+                current,
+                delta,
+                store,
+            },
+        }
+    }
+}
+
+/// Adds `delta` to the counter stored in `current` (absent counts as 0);
+/// returns the new value.
+pub(crate) fn add_decision(current: Option<&[u8]>, delta: i64) -> Result<i64, AddError> {
+    let value = match current {
+        None => 0,
+        Some(bytes) => {
+            parse_counter(bytes).ok_or_else(|| AddError::NotAnInteger(bytes.to_vec()))?
+        }
+    };
+    value.checked_add(delta).ok_or(AddError::Overflow(value))
+}
+
+#[cfg(test)]
+pub(crate) mod testsuite {
+    //! Behaviour every store must show; each store's tests run it.
+
+    use super::*;
+    use std::thread;
+
+    /// Runs every check on `store`, which must be empty. Fast (well under a
+    /// second): the timeouts used are 150 ms.
+    pub(crate) fn conformance(store: &dyn Store) {
+        set_get_overwrite(store);
+        try_get_and_delete(store);
+        add_counts(store);
+        compare_set_semantics(store);
+        get_times_out_naming_key(store);
+        wait_semantics(store);
+        get_waits_for_concurrent_set(store);
+        binary_and_empty_values(store);
+        prefix_scoping(store);
+    }
+
+    const SHORT: Duration = Duration::from_millis(150);
+
+    fn set_get_overwrite(store: &dyn Store) {
+        store.set("a", b"1").unwrap();
+        assert_eq!(store.get("a", SHORT).unwrap(), b"1");
+        store.set("a", b"two").unwrap();
+        assert_eq!(store.get("a", SHORT).unwrap(), b"two");
+        assert_eq!(store.get_default("a").unwrap(), b"two");
+    }
+
+    fn try_get_and_delete(store: &dyn Store) {
+        assert_eq!(store.try_get("td").unwrap(), None);
+        store.set("td", b"x").unwrap();
+        assert_eq!(store.try_get("td").unwrap().as_deref(), Some(&b"x"[..]));
+        assert!(store.delete("td").unwrap());
+        assert!(!store.delete("td").unwrap());
+        assert_eq!(store.try_get("td").unwrap(), None);
+    }
+
+    fn add_counts(store: &dyn Store) {
+        assert_eq!(store.add("cnt", 1).unwrap(), 1);
+        assert_eq!(store.add("cnt", 41).unwrap(), 42);
+        assert_eq!(store.add("cnt", -50).unwrap(), -8);
+        assert_eq!(store.get("cnt", SHORT).unwrap(), b"-8");
+        assert_eq!(store.add("cnt", 0).unwrap(), -8);
+
+        store.set("txt", b"hello").unwrap();
+        let err = store.add("txt", 1).unwrap_err();
+        assert!(matches!(err, StoreError::NotAnInteger { .. }), "{err:?}");
+        assert!(err.to_string().contains("\"txt\""), "{err}");
+
+        store.set("big", i64::MAX.to_string().as_bytes()).unwrap();
+        let err = store.add("big", 1).unwrap_err();
+        assert!(matches!(err, StoreError::Overflow { .. }), "{err:?}");
+        // Nothing changed.
+        assert_eq!(
+            store.get("big", SHORT).unwrap(),
+            i64::MAX.to_string().as_bytes()
+        );
+
+        // Many threads adding at once lose nothing.
+        thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..25 {
+                        store.add("racy", 1).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(store.add("racy", 0).unwrap(), 100);
+    }
+
+    fn compare_set_semantics(store: &dyn Store) {
+        // Absent, expect absent: stores.
+        assert_eq!(store.compare_set("cs", None, b"v1").unwrap(), b"v1");
+        assert_eq!(store.get("cs", SHORT).unwrap(), b"v1");
+        // Present, expect absent: no change, returns current.
+        assert_eq!(store.compare_set("cs", None, b"zz").unwrap(), b"v1");
+        // Present, expected matches: swaps.
+        assert_eq!(store.compare_set("cs", Some(b"v1"), b"v2").unwrap(), b"v2");
+        // Present, expected differs: returns current.
+        assert_eq!(store.compare_set("cs", Some(b"v1"), b"v3").unwrap(), b"v2");
+        assert_eq!(store.get("cs", SHORT).unwrap(), b"v2");
+        // Absent, expect a value: no change, returns expected (torch).
+        assert_eq!(
+            store.compare_set("cs-absent", Some(b"e"), b"n").unwrap(),
+            b"e"
+        );
+        assert_eq!(store.try_get("cs-absent").unwrap(), None);
+
+        // Exactly one of many racing electors wins.
+        let winners: usize = thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    s.spawn(move || {
+                        let me = format!("rank{i}");
+                        let got = store.compare_set("leader", None, me.as_bytes()).unwrap();
+                        usize::from(got == me.as_bytes())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(winners, 1);
+    }
+
+    fn get_times_out_naming_key(store: &dyn Store) {
+        let t0 = Instant::now();
+        let err = store.get("missing/key", SHORT).unwrap_err();
+        let took = t0.elapsed();
+        assert!(took >= SHORT, "returned after {took:?}");
+        assert!(took < SHORT + Duration::from_secs(2), "took {took:?}");
+        match &err {
+            StoreError::Timeout { keys, waited, .. } => {
+                assert_eq!(keys, &["missing/key".to_string()]);
+                assert!(*waited >= SHORT);
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(err.to_string().contains("\"missing/key\""), "{err}");
+    }
+
+    fn wait_semantics(store: &dyn Store) {
+        store.wait(&[], SHORT).unwrap();
+        store.set("w1", b"").unwrap();
+        store.set("w2", b"").unwrap();
+        store.wait(&["w1", "w2"], SHORT).unwrap();
+        let err = store.wait(&["w1", "w3", "w4"], SHORT).unwrap_err();
+        match &err {
+            StoreError::Timeout { keys, .. } => {
+                assert_eq!(keys, &["w3".to_string(), "w4".to_string()]);
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        // A wait is released by a set from another thread.
+        thread::scope(|s| {
+            s.spawn(|| {
+                thread::sleep(Duration::from_millis(50));
+                store.set("w5", b"late").unwrap();
+            });
+            store.wait(&["w1", "w5"], Duration::from_secs(5)).unwrap();
+        });
+    }
+
+    fn get_waits_for_concurrent_set(store: &dyn Store) {
+        thread::scope(|s| {
+            let getter = s.spawn(|| store.get("later", Duration::from_secs(5)));
+            thread::sleep(Duration::from_millis(50));
+            store.set("later", b"arrived").unwrap();
+            assert_eq!(getter.join().unwrap().unwrap(), b"arrived");
+        });
+    }
+
+    fn binary_and_empty_values(store: &dyn Store) {
+        let bin: Vec<u8> = (0..=255u8).collect();
+        store.set("bin", &bin).unwrap();
+        assert_eq!(store.get("bin", SHORT).unwrap(), bin);
+        store.set("empty", b"").unwrap();
+        assert_eq!(store.get("empty", SHORT).unwrap(), b"");
+        // Odd key characters are fine.
+        let odd = "../we ird/ключ\n\0";
+        store.set(odd, b"ok").unwrap();
+        assert_eq!(store.get(odd, SHORT).unwrap(), b"ok");
+        assert!(store.delete(odd).unwrap());
+    }
+
+    fn prefix_scoping(store: &dyn Store) {
+        let a = PrefixStore::new(store, "groupA").unwrap();
+        let b = PrefixStore::new(store, "groupB").unwrap();
+        a.set("uid", b"A").unwrap();
+        b.set("uid", b"B").unwrap();
+        assert_eq!(a.get("uid", SHORT).unwrap(), b"A");
+        assert_eq!(b.get("uid", SHORT).unwrap(), b"B");
+        assert_eq!(a.add("n", 1).unwrap(), 1);
+        assert_eq!(b.try_get("n").unwrap(), None);
+        assert_eq!(store.get("groupA/uid", SHORT).unwrap(), b"A");
+        assert!(a.delete("uid").unwrap());
+        assert_eq!(b.get("uid", SHORT).unwrap(), b"B");
+        let err = b.get("only-in-a", SHORT).unwrap_err();
+        assert!(err.to_string().contains("\"groupB/only-in-a\""), "{err}");
+        a.set("w", b"").unwrap();
+        assert!(b.wait(&["w"], SHORT).unwrap_err().is_timeout());
+        a.wait(&["w"], SHORT).unwrap();
+        let nested = PrefixStore::new(&a, "sub").unwrap();
+        nested.set("k", b"n").unwrap();
+        assert_eq!(store.get("groupA/sub/k", SHORT).unwrap(), b"n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_rejects_empty_and_slash() {
+        let store = InProcessStore::new();
+        for bad in ["", "a/b", "/"] {
+            let err = PrefixStore::new(&store, bad).unwrap_err();
+            assert!(matches!(err, StoreError::InvalidArgument { .. }), "{err:?}");
+            assert!(err.to_string().contains("store prefix"), "{err}");
+        }
+        let ok = PrefixStore::new(&store, "g0").unwrap();
+        assert_eq!(ok.prefix(), "g0");
+    }
+
+    #[test]
+    fn two_prefixes_do_not_see_each_other() {
+        let store = Arc::new(InProcessStore::new());
+        let a = PrefixStore::new(Arc::clone(&store), "a").unwrap();
+        let b = PrefixStore::new(Arc::clone(&store), "b").unwrap();
+        a.set("k", b"1").unwrap();
+        assert_eq!(b.try_get("k").unwrap(), None);
+        assert!(
+            b.get("k", Duration::from_millis(50))
+                .unwrap_err()
+                .is_timeout()
+        );
+        b.set("k", b"2").unwrap();
+        assert_eq!(a.try_get("k").unwrap().unwrap(), b"1");
+        assert_eq!(store.try_get("b/k").unwrap().unwrap(), b"2");
+    }
+
+    #[test]
+    fn deadline_clamps_huge_timeouts() {
+        let d = Deadline::after(Duration::MAX);
+        assert!(d.remaining().is_some());
+        let d = Deadline::after(Duration::ZERO);
+        assert!(d.remaining().is_none());
+    }
+
+    #[test]
+    fn counter_parsing() {
+        assert_eq!(parse_counter(b"42"), Some(42));
+        assert_eq!(parse_counter(b"-7"), Some(-7));
+        assert_eq!(parse_counter(b"x"), None);
+        assert_eq!(parse_counter(&[0xff]), None);
+    }
+}
