@@ -1,1 +1,41 @@
-//! nccl-tensor (under construction).
+//! Typed device buffers, dtype mapping and the tensor-based NCCL
+//! communicator of the spec (`communicator-api.txt`).
+//!
+//! * [`NcclType`] maps Rust element types to NCCL data types (sealed).
+//! * [`Tensor`] is an owned device tensor with a shape over cudarc memory;
+//!   cudarc's `CudaSlice`, `CudaView` and `CudaViewMut` work too, so a
+//!   framework passes its own memory without copying.
+//! * [`TensorCell`] holds a tensor whose type is known at run time, shared
+//!   between threads, with shape, strides and device.
+//! * [`Communicator`] runs every operation of the spec on either kind, and
+//!   checks every argument first ([`checks`] holds the checks as pure
+//!   functions).
+//!
+//! ```no_run
+//! # fn main() -> nccl_tensor::Result<()> {
+//! use nccl_core::{Device, ReduceOp, UniqueId};
+//! use nccl_tensor::{Communicator, Tensor};
+//!
+//! let device = Device::new(0)?;
+//! let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+//! let stream = device.new_stream()?;
+//! let mut grads = Tensor::from_host(&stream, &[0.5f32; 1024], &[32, 32])?;
+//! let _ = comm.all_reduce(&mut grads, ReduceOp::Avg, &stream)?;
+//! let host = grads.to_vec(&stream)?;
+//! # Ok(()) }
+//! ```
+
+mod buffer;
+mod cell;
+pub mod checks;
+mod communicator;
+mod dtype;
+mod error;
+mod operand;
+
+pub use buffer::{BufferDesc, Tensor, TypedBuffer, TypedBufferMut};
+pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};
+pub use communicator::{AllToAllMethod, Communicator};
+pub use dtype::NcclType;
+pub use error::{Error, Result};
+pub use operand::{Input, Output, OutputList};

@@ -1,0 +1,335 @@
+//! The argument checks of every operation, as pure functions of buffer
+//! descriptions and communicator facts: no CUDA, no NCCL, so they are
+//! tested on machines without a GPU.
+
+use nccl_core::nccl_sys::Version;
+use nccl_core::{DataType, ReduceOp, Reduction};
+
+use crate::buffer::BufferDesc;
+use crate::error::{Error, Result};
+
+/// What the checks need to know about the communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommInfo {
+    /// This rank.
+    pub rank: i32,
+    /// The number of ranks.
+    pub world_size: i32,
+    /// The communicator's device ordinal.
+    pub device: usize,
+    /// The loaded NCCL.
+    pub nccl_version: Version,
+    /// The device's compute capability.
+    pub compute_capability: (i32, i32),
+    /// Whether a [`nccl_core::Group`] is open on this thread.
+    pub in_group: bool,
+}
+
+/// A buffer NCCL can use: on the communicator's device, contiguous, of a
+/// data type the loaded NCCL knows.
+pub fn buffer(
+    op: &'static str,
+    what: &'static str,
+    desc: &BufferDesc<'_>,
+    info: &CommInfo,
+) -> Result<()> {
+    if desc.device != info.device {
+        return Err(Error::WrongDevice {
+            op,
+            what,
+            expected: info.device,
+            given: desc.device,
+        });
+    }
+    if let Some((shape, strides)) = desc.strided {
+        return Err(Error::NotContiguous {
+            op,
+            what,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+        });
+    }
+    let needed = desc.dtype.min_version();
+    if needed > info.nccl_version {
+        return Err(Error::UnsupportedDataType {
+            op,
+            dtype: desc.dtype,
+            needed,
+            loaded: info.nccl_version,
+        });
+    }
+    Ok(())
+}
+
+/// Input and output of the same data type.
+pub fn same_dtype(op: &'static str, input: &BufferDesc<'_>, output: &BufferDesc<'_>) -> Result<()> {
+    if input.dtype == output.dtype {
+        Ok(())
+    } else {
+        Err(Error::DtypeMismatch {
+            op,
+            input: input.dtype,
+            output: output.dtype,
+        })
+    }
+}
+
+/// A buffer of exactly `expected` elements.
+pub fn length(
+    op: &'static str,
+    what: &'static str,
+    expected: usize,
+    given: usize,
+    rule: &'static str,
+) -> Result<()> {
+    if expected == given {
+        Ok(())
+    } else {
+        Err(Error::WrongLength {
+            op,
+            what,
+            expected,
+            given,
+            rule,
+        })
+    }
+}
+
+/// A root or peer in `0..world_size`.
+pub fn rank(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -> Result<()> {
+    if (0..info.world_size).contains(&given) {
+        Ok(())
+    } else {
+        Err(Error::RankOutOfRange {
+            op,
+            what,
+            given,
+            world_size: info.world_size,
+        })
+    }
+}
+
+/// A peer for a send or receive: in range, and not this rank unless a
+/// group is open (NCCL would wait forever for the other half).
+pub fn peer(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -> Result<()> {
+    rank(op, what, given, info)?;
+    if given == info.rank && !info.in_group {
+        return Err(Error::SelfPeerOutsideGroup { op, peer: given });
+    }
+    Ok(())
+}
+
+/// A reduction the data type, the device and the loaded NCCL support.
+pub fn reduction(
+    op: &'static str,
+    reduction: Reduction<'_>,
+    dtype: DataType,
+    info: &CommInfo,
+) -> Result<()> {
+    let unsupported = |reason: String| Error::UnsupportedReduction {
+        op,
+        reduction: reduction.name(),
+        dtype,
+        reason,
+    };
+    if dtype.is_fp8() && info.compute_capability < (9, 0) {
+        let (major, minor) = info.compute_capability;
+        return Err(unsupported(format!(
+            "reductions on 8-bit floats need a GPU of compute capability 9.0 or newer, this one is {major}.{minor}; \
+             all_gather, broadcast, send and recv work on any GPU"
+        )));
+    }
+    let needed = match reduction {
+        Reduction::Builtin(ReduceOp::Avg) => Some(Version::new(2, 10, 0)),
+        Reduction::PreMulSum(_) => Some(Version::new(2, 11, 0)),
+        Reduction::Builtin(_) => None,
+    };
+    if let Some(needed) = needed
+        && needed > info.nccl_version
+    {
+        return Err(unsupported(format!(
+            "it needs NCCL {needed} or newer, but the loaded libnccl is {}",
+            info.nccl_version
+        )));
+    }
+    if let Some(op_dtype) = reduction.data_type()
+        && op_dtype != dtype
+    {
+        return Err(unsupported(format!(
+            "the pre-multiplied sum was created for {op_dtype}"
+        )));
+    }
+    Ok(())
+}
+
+/// In-place or out-of-place `all_reduce`: same type and length.
+pub fn all_reduce(
+    info: &CommInfo,
+    input: Option<&BufferDesc<'_>>,
+    output: &BufferDesc<'_>,
+    op: Reduction<'_>,
+) -> Result<()> {
+    const OP: &str = "all_reduce";
+    out_of_place_same_length(OP, info, input, output)?;
+    reduction(OP, op, output.dtype, info)
+}
+
+/// `broadcast`: a root in range; out of place, same type and length.
+pub fn broadcast(
+    info: &CommInfo,
+    input: Option<&BufferDesc<'_>>,
+    output: &BufferDesc<'_>,
+    root: i32,
+) -> Result<()> {
+    const OP: &str = "broadcast";
+    rank(OP, "root", root, info)?;
+    out_of_place_same_length(OP, info, input, output)
+}
+
+/// `reduce`: a root in range, a supported reduction; out of place, same
+/// type and length.
+pub fn reduce(
+    info: &CommInfo,
+    input: Option<&BufferDesc<'_>>,
+    output: &BufferDesc<'_>,
+    op: Reduction<'_>,
+    root: i32,
+) -> Result<()> {
+    const OP: &str = "reduce";
+    rank(OP, "root", root, info)?;
+    out_of_place_same_length(OP, info, input, output)?;
+    reduction(OP, op, output.dtype, info)
+}
+
+fn out_of_place_same_length(
+    op: &'static str,
+    info: &CommInfo,
+    input: Option<&BufferDesc<'_>>,
+    output: &BufferDesc<'_>,
+) -> Result<()> {
+    buffer(op, "output", output, info)?;
+    if let Some(input) = input {
+        buffer(op, "input", input, info)?;
+        same_dtype(op, input, output)?;
+        length(
+            op,
+            "output",
+            input.len,
+            output.len,
+            "the same number of elements as the input",
+        )?;
+    }
+    Ok(())
+}
+
+/// `all_gather_into_tensor`: output = world size x input elements.
+pub fn all_gather_into_tensor(
+    info: &CommInfo,
+    input: &BufferDesc<'_>,
+    output: &BufferDesc<'_>,
+) -> Result<()> {
+    const OP: &str = "all_gather_into_tensor";
+    buffer(OP, "input", input, info)?;
+    buffer(OP, "output", output, info)?;
+    same_dtype(OP, input, output)?;
+    length(
+        OP,
+        "output",
+        world_times(input.len, info),
+        output.len,
+        "world size x input elements",
+    )
+}
+
+/// `all_gather` into a list: one output per rank, each like the input.
+pub fn all_gather_list<'a>(
+    info: &CommInfo,
+    input: &BufferDesc<'_>,
+    outputs: impl ExactSizeIterator<Item = BufferDesc<'a>>,
+) -> Result<()> {
+    const OP: &str = "all_gather";
+    buffer(OP, "input", input, info)?;
+    length(
+        OP,
+        "output list",
+        info.world_size as usize,
+        outputs.len(),
+        "one output per rank",
+    )?;
+    for output in outputs {
+        buffer(OP, "an output", &output, info)?;
+        same_dtype(OP, input, &output)?;
+        length(
+            OP,
+            "an output",
+            input.len,
+            output.len,
+            "the same number of elements as the input",
+        )?;
+    }
+    Ok(())
+}
+
+/// `reduce_scatter_tensor`: input = world size x output elements.
+pub fn reduce_scatter_tensor(
+    info: &CommInfo,
+    input: &BufferDesc<'_>,
+    output: &BufferDesc<'_>,
+    op: Reduction<'_>,
+) -> Result<()> {
+    const OP: &str = "reduce_scatter_tensor";
+    buffer(OP, "input", input, info)?;
+    buffer(OP, "output", output, info)?;
+    same_dtype(OP, input, output)?;
+    length(
+        OP,
+        "input",
+        world_times(output.len, info),
+        input.len,
+        "world size x output elements",
+    )?;
+    reduction(OP, op, output.dtype, info)
+}
+
+/// `all_to_all_single`: equal lengths, divisible by the world size.
+pub fn all_to_all_single(
+    info: &CommInfo,
+    input: &BufferDesc<'_>,
+    output: &BufferDesc<'_>,
+) -> Result<()> {
+    const OP: &str = "all_to_all_single";
+    buffer(OP, "input", input, info)?;
+    buffer(OP, "output", output, info)?;
+    same_dtype(OP, input, output)?;
+    if input.len % info.world_size as usize != 0 {
+        return Err(Error::NotDivisible {
+            op: OP,
+            what: "input",
+            given: input.len,
+            world_size: info.world_size,
+        });
+    }
+    length(
+        OP,
+        "output",
+        input.len,
+        output.len,
+        "the same number of elements as the input",
+    )
+}
+
+/// `send` (`what` = "dst") or `recv` (`what` = "src").
+pub fn point_to_point(
+    op: &'static str,
+    what: &'static str,
+    info: &CommInfo,
+    buffer_desc: &BufferDesc<'_>,
+    peer_rank: i32,
+) -> Result<()> {
+    buffer(op, "tensor", buffer_desc, info)?;
+    peer(op, what, peer_rank, info)
+}
+
+fn world_times(len: usize, info: &CommInfo) -> usize {
+    len.saturating_mul(info.world_size as usize)
+}

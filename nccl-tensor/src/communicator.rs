@@ -1,0 +1,646 @@
+//! The tensor-based communicator of the spec: every collective on typed
+//! buffers or tensor cells, with every argument checked before NCCL sees it.
+
+use std::cell::OnceCell;
+use std::ffi::c_void;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use nccl_core::{
+    Config, DataType, Device, Group, PreMulSum, ReduceOp, Reduction, Status, UniqueId,
+};
+
+use crate::buffer::BufferDesc;
+use crate::checks::{self, CommInfo};
+use crate::dtype::NcclType;
+use crate::error::{Error, Result};
+use crate::operand::{Input, Output, OutputList};
+
+/// How [`Communicator::all_to_all_single`] moves data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AllToAllMethod {
+    /// `ncclAlltoAll` where the loaded NCCL has it (2.28+), grouped
+    /// send/recv otherwise.
+    #[default]
+    Auto,
+    /// Always grouped send/recv (the fallback, for testing or comparison).
+    SendRecv,
+}
+
+/// A NCCL communicator with a tensor-based interface: a subset of
+/// `c10d::ProcessGroup` (see `torch.distributed` for each operation's
+/// meaning).
+///
+/// Every operation takes the stream to enqueue on and returns
+/// `Result<Status, Error>`. Buffers are typed ([`Tensor`](crate::Tensor),
+/// cudarc's `CudaSlice`, `CudaView`, `CudaViewMut`: `&buffer` to read,
+/// `&mut buffer` to write) or [`TensorCell`](crate::TensorCell)s
+/// (`&cell`); the same code serves both. Argument errors are distinct
+/// [`Error`] variants naming what was expected and what was given; an
+/// empty tensor is a valid no-op.
+///
+/// Operations take `&self`: the communicator is `Send` but not `Sync`, so
+/// the compiler still stops two threads from issuing on it at once, and a
+/// [`PreMulSum`] can borrow it.
+///
+/// Buffer lifetimes follow cudarc: when stream tracking is on (cudarc's
+/// default with several streams), each buffer records its use on the
+/// operation's stream, and freeing it later waits for that use.
+pub struct Communicator {
+    core: nccl_core::Communicator,
+    compute_capability: (i32, i32),
+    all_to_all: AllToAllMethod,
+    barrier_buffer: OnceCell<CudaSlice<f32>>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("core", &self.core)
+            .field("compute_capability", &self.compute_capability)
+            .field("all_to_all", &self.all_to_all)
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Creates this rank's communicator; every rank calls it with the same
+    /// `unique_id` and `world_size` (see [`nccl_core::Communicator::new`]).
+    ///
+    /// # Errors
+    /// Bad arguments, no driver or library, or NCCL's failure.
+    pub fn new(device: Device, world_size: i32, unique_id: UniqueId, rank: i32) -> Result<Self> {
+        Self::from_core(nccl_core::Communicator::new(
+            device, world_size, unique_id, rank,
+        )?)
+    }
+
+    /// Like [`Communicator::new`] with a [`Config`].
+    ///
+    /// # Errors
+    /// As [`nccl_core::Communicator::with_config`].
+    pub fn with_config(
+        device: Device,
+        world_size: i32,
+        unique_id: UniqueId,
+        rank: i32,
+        config: &Config,
+    ) -> Result<Self> {
+        Self::from_core(nccl_core::Communicator::with_config(
+            device, world_size, unique_id, rank, config,
+        )?)
+    }
+
+    /// One communicator per device, for one process driving several GPUs.
+    ///
+    /// # Errors
+    /// As [`nccl_core::Communicator::init_all`].
+    pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
+        nccl_core::Communicator::init_all(devices)?
+            .into_iter()
+            .map(Self::from_core)
+            .collect()
+    }
+
+    /// Wraps a communicator of the layer below.
+    ///
+    /// # Errors
+    /// The device's compute capability could not be read.
+    pub fn from_core(core: nccl_core::Communicator) -> Result<Self> {
+        let compute_capability = core.device().compute_capability()?;
+        Ok(Self {
+            core,
+            compute_capability,
+            all_to_all: AllToAllMethod::Auto,
+            barrier_buffer: OnceCell::new(),
+        })
+    }
+
+    /// The communicator of the layer below (for its raw API, abort handle,
+    /// finalize and so on).
+    pub fn core(&self) -> &nccl_core::Communicator {
+        &self.core
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> i32 {
+        self.core.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> i32 {
+        self.core.world_size()
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        self.core.device()
+    }
+
+    /// Chooses how [`Communicator::all_to_all_single`] moves data.
+    pub fn set_all_to_all_method(&mut self, method: AllToAllMethod) {
+        self.all_to_all = method;
+    }
+
+    /// The facts the argument checks use.
+    #[inline]
+    pub fn info(&self) -> CommInfo {
+        CommInfo {
+            rank: self.core.rank(),
+            world_size: self.core.world_size(),
+            device: self.core.device().ordinal(),
+            nccl_version: self.core.library().version(),
+            compute_capability: self.compute_capability,
+            in_group: nccl_core::group_depth() > 0,
+        }
+    }
+
+    /// A pre-multiplied sum `sum(scalar * x)` for `T` on this communicator.
+    ///
+    /// # Errors
+    /// As [`nccl_core::Communicator::pre_mul_sum`].
+    pub fn pre_mul_sum<T: NcclType>(&self, scalar: f64) -> Result<PreMulSum<'_>> {
+        Ok(self.core.pre_mul_sum(T::DATA_TYPE, scalar)?)
+    }
+
+    /// Splits off a communicator of the same ranks. Collective.
+    ///
+    /// # Errors
+    /// As [`nccl_core::Communicator::split_all`].
+    pub fn split_all(&self, config: Option<&Config>) -> Result<Self> {
+        self.derive(self.core.split_all(config)?)
+    }
+
+    /// Splits off a communicator of `ranks` only (`None` on ranks not in
+    /// it; an empty list means `NCCL_SPLIT_NOCOLOR`). Collective.
+    ///
+    /// # Errors
+    /// As [`nccl_core::Communicator::split_from`].
+    pub fn split_from(&self, ranks: &[i32], config: Option<&Config>) -> Result<Option<Self>> {
+        self.core
+            .split_from(ranks, config)?
+            .map(|core| self.derive(core))
+            .transpose()
+    }
+
+    fn derive(&self, core: nccl_core::Communicator) -> Result<Self> {
+        Ok(Self {
+            core,
+            compute_capability: self.compute_capability,
+            all_to_all: self.all_to_all,
+            barrier_buffer: OnceCell::new(),
+        })
+    }
+
+    /// Reads `input` and writes `output` in `f`, refusing one cell as both.
+    #[inline]
+    fn read_write<R>(
+        op: &'static str,
+        input: impl Input,
+        output: impl Output,
+        stream: &CudaStream,
+        f: impl FnOnce(*const c_void, *mut c_void) -> R,
+    ) -> Result<R> {
+        if let (Some(a), Some(b)) = (input.cell(), output.cell())
+            && a.same_cell(b)
+        {
+            return Err(Error::AliasedCells { op });
+        }
+        Ok(input.read(stream, |send| output.write(stream, |recv| f(send, recv))))
+    }
+
+    /// Reduces `tensor` across all ranks in place; every rank gets the
+    /// result (`torch.distributed.all_reduce`).
+    ///
+    /// Checks: on this device, contiguous, a data type the loaded NCCL
+    /// knows, a reduction it supports for that type (fp8 reductions need
+    /// compute capability 9.0).
+    ///
+    /// ```no_run
+    /// # fn main() -> nccl_tensor::Result<()> {
+    /// use nccl_core::{Device, ReduceOp, UniqueId};
+    /// use nccl_tensor::{Communicator, Tensor};
+    /// let device = Device::new(0)?;
+    /// let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+    /// let stream = device.new_stream()?;
+    /// let mut tensor = Tensor::from_host(&stream, &[1.0f32, 2.0, 3.0], &[3])?;
+    /// let _ = comm.all_reduce(&mut tensor, ReduceOp::Sum, &stream)?;
+    /// assert_eq!(tensor.to_vec(&stream)?, vec![1.0, 2.0, 3.0]); // one rank
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn all_reduce<'r>(
+        &self,
+        tensor: impl Output,
+        op: impl Into<Reduction<'r>>,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let op = op.into();
+        let desc = tensor.desc();
+        checks::all_reduce(&self.info(), None, &desc, op)?;
+        let (len, dtype) = (desc.len, desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: `p` addresses `len` elements of `dtype` on this device
+        // (checked), valid for the enqueue; cudarc tracking keeps it alive
+        // for the work on `stream`.
+        Ok(tensor.write(stream, |p| unsafe {
+            self.core.all_reduce(p, p, len, dtype, op, stream)
+        })?)
+    }
+
+    /// Out-of-place [`Communicator::all_reduce`]: `output` gets the
+    /// reduction of every rank's `input`.
+    ///
+    /// Checks: as `all_reduce`, plus the same data type and length for
+    /// both, and not one cell twice.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn all_reduce_into<'r>(
+        &self,
+        input: impl Input,
+        output: impl Output,
+        op: impl Into<Reduction<'r>>,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let op = op.into();
+        let (input_desc, output_desc) = (input.desc(), output.desc());
+        checks::all_reduce(&self.info(), Some(&input_desc), &output_desc, op)?;
+        let (len, dtype) = (output_desc.len, output_desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: both buffers hold `len` elements of `dtype` on this device (checked).
+        Self::read_write("all_reduce", input, output, stream, |s, r| unsafe {
+            self.core.all_reduce(s, r, len, dtype, op, stream)
+        })?
+        .map_err(Error::from)
+    }
+
+    /// Copies `tensor` from rank `root` to every rank, in place
+    /// (`torch.distributed.broadcast`).
+    ///
+    /// Checks: `root` in range; the buffer as in `all_reduce`.
+    ///
+    /// ```no_run
+    /// # fn run(comm: &nccl_tensor::Communicator, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_tensor::Result<()> {
+    /// let mut weights = nccl_tensor::Tensor::<f32>::zeros(stream, &[1024])?;
+    /// let _ = comm.broadcast(&mut weights, 0, stream)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn broadcast(&self, tensor: impl Output, root: i32, stream: &CudaStream) -> Result<Status> {
+        let desc = tensor.desc();
+        checks::broadcast(&self.info(), None, &desc, root)?;
+        let (len, dtype) = (desc.len, desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: as in `all_reduce`.
+        Ok(tensor.write(stream, |p| unsafe {
+            self.core.broadcast(p, p, len, dtype, root, stream)
+        })?)
+    }
+
+    /// Out-of-place [`Communicator::broadcast`]: `output` on every rank
+    /// gets `input` of `root` (`input` is read on the root only).
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn broadcast_into(
+        &self,
+        input: impl Input,
+        output: impl Output,
+        root: i32,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let (input_desc, output_desc) = (input.desc(), output.desc());
+        checks::broadcast(&self.info(), Some(&input_desc), &output_desc, root)?;
+        let (len, dtype) = (output_desc.len, output_desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: both buffers hold `len` elements of `dtype` on this device (checked).
+        Self::read_write("broadcast", input, output, stream, |s, r| unsafe {
+            self.core.broadcast(s, r, len, dtype, root, stream)
+        })?
+        .map_err(Error::from)
+    }
+
+    /// Reduces `tensor` across ranks into `tensor` on rank `root`, in place
+    /// (`torch.distributed.reduce`; other ranks' tensors are left as they are).
+    ///
+    /// Checks: `root` in range; the buffer and reduction as in `all_reduce`.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn reduce<'r>(
+        &self,
+        tensor: impl Output,
+        op: impl Into<Reduction<'r>>,
+        root: i32,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let op = op.into();
+        let desc = tensor.desc();
+        checks::reduce(&self.info(), None, &desc, op, root)?;
+        let (len, dtype) = (desc.len, desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: as in `all_reduce`.
+        Ok(tensor.write(stream, |p| unsafe {
+            self.core.reduce(p, p, len, dtype, op, root, stream)
+        })?)
+    }
+
+    /// Out-of-place [`Communicator::reduce`]: `output` on `root` gets the
+    /// reduction of every rank's `input`.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn reduce_into<'r>(
+        &self,
+        input: impl Input,
+        output: impl Output,
+        op: impl Into<Reduction<'r>>,
+        root: i32,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let op = op.into();
+        let (input_desc, output_desc) = (input.desc(), output.desc());
+        checks::reduce(&self.info(), Some(&input_desc), &output_desc, op, root)?;
+        let (len, dtype) = (output_desc.len, output_desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: both buffers hold `len` elements of `dtype` on this device (checked).
+        Self::read_write("reduce", input, output, stream, |s, r| unsafe {
+            self.core.reduce(s, r, len, dtype, op, root, stream)
+        })?
+        .map_err(Error::from)
+    }
+
+    /// Gathers every rank's `input` into `outputs[rank]`
+    /// (`torch.distributed.all_gather`). Issued as one broadcast per rank.
+    ///
+    /// Checks: one output per rank, each of the input's type and length,
+    /// all on this device and contiguous.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn all_gather<I: Input + Copy>(
+        &self,
+        mut outputs: impl OutputList,
+        input: I,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let input_desc = input.desc();
+        let count = outputs.count();
+        let descs = (0..count).filter_map(|i| outputs.desc_at(i));
+        checks::all_gather_list(
+            &self.info(),
+            &input_desc,
+            ExactLen {
+                inner: descs,
+                len: count,
+            },
+        )?;
+        let (len, dtype) = (input_desc.len, input_desc.dtype);
+        let mut status = Status::Success;
+        if len == 0 {
+            return Ok(status);
+        }
+        for root in 0..self.world_size() {
+            let written = input.read(stream, |s| {
+                outputs.write_at(root as usize, stream, |r| {
+                    // SAFETY: input and output `root` hold `len` elements of `dtype` (checked).
+                    unsafe { self.core.broadcast(s, r, len, dtype, root, stream) }
+                })
+            });
+            if let Some(result) = written
+                && result? == Status::InProgress
+            {
+                status = Status::InProgress;
+            }
+        }
+        Ok(status)
+    }
+
+    /// Gathers every rank's `input` into one `output` of world size x input
+    /// elements, in rank order (`torch.distributed.all_gather_into_tensor`).
+    ///
+    /// Checks: output length = world size x input length, same data type.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn all_gather_into_tensor(
+        &self,
+        output: impl Output,
+        input: impl Input,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let (input_desc, output_desc) = (input.desc(), output.desc());
+        checks::all_gather_into_tensor(&self.info(), &input_desc, &output_desc)?;
+        let (len, dtype) = (input_desc.len, input_desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: input holds `len` and output `world * len` elements (checked).
+        Self::read_write(
+            "all_gather_into_tensor",
+            input,
+            output,
+            stream,
+            |s, r| unsafe { self.core.all_gather(s, r, len, dtype, stream) },
+        )?
+        .map_err(Error::from)
+    }
+
+    /// Reduces `input` (world size x output elements) across ranks and
+    /// scatters it: rank `r` gets block `r` in `output`
+    /// (`torch.distributed.reduce_scatter_tensor`).
+    ///
+    /// Checks: input length = world size x output length, same data type,
+    /// a supported reduction.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn reduce_scatter_tensor<'r>(
+        &self,
+        output: impl Output,
+        input: impl Input,
+        op: impl Into<Reduction<'r>>,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let op = op.into();
+        let (input_desc, output_desc) = (input.desc(), output.desc());
+        checks::reduce_scatter_tensor(&self.info(), &input_desc, &output_desc, op)?;
+        let (len, dtype) = (output_desc.len, output_desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: output holds `len` and input `world * len` elements (checked).
+        Self::read_write(
+            "reduce_scatter_tensor",
+            input,
+            output,
+            stream,
+            |s, r| unsafe { self.core.reduce_scatter(s, r, len, dtype, op, stream) },
+        )?
+        .map_err(Error::from)
+    }
+
+    /// Sends `tensor` to rank `dst`, which posts the matching
+    /// [`Communicator::recv`].
+    ///
+    /// Checks: `dst` in range and, outside a [`Group`], not this rank
+    /// (NCCL would hang); the buffer as in `all_reduce`.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn send(&self, tensor: impl Input, dst: i32, stream: &CudaStream) -> Result<Status> {
+        let desc = tensor.desc();
+        checks::point_to_point("send", "dst", &self.info(), &desc, dst)?;
+        let (len, dtype) = (desc.len, desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: `p` addresses `len` elements of `dtype` on this device (checked).
+        Ok(tensor.read(stream, |p| unsafe {
+            self.core.send(p, len, dtype, dst, stream)
+        })?)
+    }
+
+    /// Receives into `tensor` from rank `src`.
+    ///
+    /// Checks: as [`Communicator::send`].
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn recv(&self, tensor: impl Output, src: i32, stream: &CudaStream) -> Result<Status> {
+        let desc = tensor.desc();
+        checks::point_to_point("recv", "src", &self.info(), &desc, src)?;
+        let (len, dtype) = (desc.len, desc.dtype);
+        if len == 0 {
+            return Ok(Status::Success);
+        }
+        // SAFETY: as in `send`.
+        Ok(tensor.write(stream, |p| unsafe {
+            self.core.recv(p, len, dtype, src, stream)
+        })?)
+    }
+
+    /// Splits `input` into world size blocks, sends block `j` to rank `j`
+    /// and concatenates the received blocks in rank order into `output`
+    /// (`torch.distributed.all_to_all_single` with equal splits).
+    /// `ncclAlltoAll` where the loaded NCCL has it (2.28+), grouped
+    /// send/recv otherwise (or when [`AllToAllMethod::SendRecv`] is set).
+    ///
+    /// Checks: equal lengths, divisible by the world size, same data type.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn all_to_all_single(
+        &self,
+        output: impl Output,
+        input: impl Input,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let (input_desc, output_desc) = (input.desc(), output.desc());
+        checks::all_to_all_single(&self.info(), &input_desc, &output_desc)?;
+        let dtype = input_desc.dtype;
+        let block = input_desc.len / self.world_size() as usize;
+        if block == 0 {
+            return Ok(Status::Success);
+        }
+        let native = self.all_to_all == AllToAllMethod::Auto
+            && self.core.library().functions().has("ncclAlltoAll");
+        Self::read_write("all_to_all_single", input, output, stream, |s, r| {
+            if native {
+                // SAFETY: both buffers hold `world * block` elements (checked).
+                return unsafe { self.core.all_to_all(s, r, block, dtype, stream) }
+                    .map_err(Error::from);
+            }
+            self.all_to_all_by_send_recv(s, r, block, dtype, stream)
+        })?
+    }
+
+    fn all_to_all_by_send_recv(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        block: usize,
+        dtype: DataType,
+        stream: &CudaStream,
+    ) -> Result<Status> {
+        let block_bytes = block * dtype.size_bytes();
+        let group = Group::start()?;
+        for peer in 0..self.world_size() {
+            let offset = peer as usize * block_bytes;
+            // SAFETY: block `peer` of each buffer lies within its
+            // `world * block` elements (checked by the caller).
+            unsafe {
+                let _ =
+                    self.core
+                        .send(send.wrapping_byte_add(offset), block, dtype, peer, stream)?;
+                let _ =
+                    self.core
+                        .recv(recv.wrapping_byte_add(offset), block, dtype, peer, stream)?;
+            }
+        }
+        Ok(group.end()?)
+    }
+
+    /// Synchronises all ranks: an all-reduce of one cached element on
+    /// `stream` (allocated by the first call). Work enqueued on `stream`
+    /// after it starts once every rank has reached the barrier;
+    /// synchronise the stream to block the host too.
+    ///
+    /// # Errors
+    /// An allocation failure on the first call, or NCCL's error.
+    pub fn barrier(&self, stream: &std::sync::Arc<CudaStream>) -> Result<Status> {
+        let buffer = match self.barrier_buffer.get() {
+            Some(buffer) => buffer,
+            None => {
+                let buffer = stream
+                    .alloc_zeros::<f32>(1)
+                    .map_err(Error::cuda("allocating the barrier buffer"))?;
+                self.barrier_buffer.get_or_init(|| buffer)
+            }
+        };
+        let (pointer, _record) = buffer.device_ptr(stream);
+        let p = pointer as *mut c_void;
+        // SAFETY: the cached buffer holds one f32 on this device and lives
+        // as long as the communicator; only barriers write it.
+        Ok(unsafe {
+            self.core
+                .all_reduce(p, p, 1, DataType::Float32, ReduceOp::Sum, stream)
+        }?)
+    }
+}
+
+/// An iterator with a known length, for the list checks.
+struct ExactLen<I> {
+    inner: I,
+    len: usize,
+}
+
+impl<'a, I: Iterator<Item = BufferDesc<'a>>> Iterator for ExactLen<I> {
+    type Item = BufferDesc<'a>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.inner.next()?;
+        self.len -= 1;
+        Some(item)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.len, Some(self.len))
+    }
+}
+
+impl<'a, I: Iterator<Item = BufferDesc<'a>>> ExactSizeIterator for ExactLen<I> {}

@@ -1,0 +1,194 @@
+//! Errors of the tensor API: every argument check has its own variant that
+//! names the operation, what was expected and what was given.
+
+use nccl_core::DataType;
+
+/// Everything a tensor operation can fail with.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error of the communicator layer (NCCL, CUDA, the library).
+    #[error(transparent)]
+    Core(#[from] nccl_core::Error),
+    /// Input and output have different data types.
+    #[error(
+        "{op}: the output is {output} but the input is {input}; both must have the same data type"
+    )]
+    DtypeMismatch {
+        /// The operation.
+        op: &'static str,
+        /// The input's data type.
+        input: DataType,
+        /// The output's data type.
+        output: DataType,
+    },
+    /// A buffer of the wrong number of elements.
+    #[error("{op}: {what} has {given} elements, expected {expected} ({rule})")]
+    WrongLength {
+        /// The operation.
+        op: &'static str,
+        /// Which buffer.
+        what: &'static str,
+        /// The number of elements required.
+        expected: usize,
+        /// The number given.
+        given: usize,
+        /// Why that many.
+        rule: &'static str,
+    },
+    /// A buffer whose length must be a multiple of the world size.
+    #[error(
+        "{op}: {what} has {given} elements, which is not a multiple of the world size {world_size}"
+    )]
+    NotDivisible {
+        /// The operation.
+        op: &'static str,
+        /// Which buffer.
+        what: &'static str,
+        /// Its number of elements.
+        given: usize,
+        /// The communicator's world size.
+        world_size: i32,
+    },
+    /// A buffer on another device than the communicator's.
+    #[error("{op}: {what} is on device {given}, but the communicator is on device {expected}")]
+    WrongDevice {
+        /// The operation.
+        op: &'static str,
+        /// Which buffer or stream.
+        what: &'static str,
+        /// The communicator's device.
+        expected: usize,
+        /// The buffer's device.
+        given: usize,
+    },
+    /// A strided, non-contiguous tensor, which NCCL cannot address.
+    #[error(
+        "{op}: {what} is not contiguous (shape {shape:?}, strides {strides:?}); make a contiguous copy first"
+    )]
+    NotContiguous {
+        /// The operation.
+        op: &'static str,
+        /// Which buffer.
+        what: &'static str,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Its strides, in elements.
+        strides: Vec<usize>,
+    },
+    /// A root or peer outside `0..world_size`.
+    #[error("{op}: {what} {given} is out of range: expected 0..{world_size}")]
+    RankOutOfRange {
+        /// The operation.
+        op: &'static str,
+        /// "root", "dst" or "src".
+        what: &'static str,
+        /// The rank given.
+        given: i32,
+        /// The communicator's world size.
+        world_size: i32,
+    },
+    /// A send or receive to this rank itself outside a group, which NCCL
+    /// would never complete.
+    #[error(
+        "{op}: peer {peer} is this rank; a send or receive to itself must be issued inside one nccl_core::Group together with its other half, or it hangs"
+    )]
+    SelfPeerOutsideGroup {
+        /// The operation.
+        op: &'static str,
+        /// The peer (this rank).
+        peer: i32,
+    },
+    /// A data type the loaded NCCL does not know.
+    #[error(
+        "{op}: data type {dtype} needs NCCL {needed} or newer, but the loaded libnccl is {loaded}"
+    )]
+    UnsupportedDataType {
+        /// The operation.
+        op: &'static str,
+        /// The data type.
+        dtype: DataType,
+        /// The first release with it.
+        needed: nccl_core::nccl_sys::Version,
+        /// The loaded release.
+        loaded: nccl_core::nccl_sys::Version,
+    },
+    /// A reduction the data type, the device or the loaded NCCL does not support.
+    #[error("{op}: reduction {reduction} on {dtype} is not supported: {reason}")]
+    UnsupportedReduction {
+        /// The operation.
+        op: &'static str,
+        /// The reduction's name.
+        reduction: &'static str,
+        /// The data type.
+        dtype: DataType,
+        /// Why not, and what would work.
+        reason: String,
+    },
+    /// The same tensor cell was passed as input and output of an
+    /// out-of-place operation.
+    #[error("{op}: the same TensorCell is both input and output; use the in-place form")]
+    AliasedCells {
+        /// The operation.
+        op: &'static str,
+    },
+    /// A tensor whose shape does not match its data.
+    #[error("invalid shape {shape:?}: it holds {expected} elements, but the data has {given}")]
+    ShapeMismatch {
+        /// The shape asked for.
+        shape: Vec<usize>,
+        /// The product of the shape.
+        expected: usize,
+        /// The number of elements available.
+        given: usize,
+    },
+    /// Strides that reach past the tensor's storage.
+    #[error(
+        "invalid strides {strides:?} for shape {shape:?}: they reach element {needed}, but the storage has {storage} elements"
+    )]
+    StridesOutOfBounds {
+        /// The shape.
+        shape: Vec<usize>,
+        /// The strides, in elements.
+        strides: Vec<usize>,
+        /// One past the last element they address.
+        needed: usize,
+        /// The storage's number of elements.
+        storage: usize,
+    },
+    /// A view range that reaches past the tensor.
+    #[error("range {start}..{end} is out of bounds for a tensor of {len} elements")]
+    RangeOutOfBounds {
+        /// First element of the range.
+        start: usize,
+        /// One past the last element.
+        end: usize,
+        /// The tensor's number of elements.
+        len: usize,
+    },
+    /// A typed access to a cell of another data type.
+    #[error("the tensor holds {actual}, not {requested}")]
+    WrongType {
+        /// The cell's data type.
+        actual: DataType,
+        /// The type asked for.
+        requested: DataType,
+    },
+    /// A CUDA call (allocation, copy) failed.
+    #[error("CUDA error during {during}: {source}")]
+    Cuda {
+        /// What was being done.
+        during: &'static str,
+        /// The driver's error.
+        source: cudarc::driver::DriverError,
+    },
+}
+
+impl Error {
+    pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
+        move |source| Error::Cuda { during, source }
+    }
+}
+
+/// Shorthand for this crate's results.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
