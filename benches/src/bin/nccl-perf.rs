@@ -1,0 +1,11 @@
+//! `nccl-perf`: NCCL collective benchmarks in nccl-tests' format, through a
+//! chosen layer of this workspace. See `nccl-perf --help`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = benches::cli::Args::parse();
+    ExitCode::from(benches::runner::main_with(&args))
+}

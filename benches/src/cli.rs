@@ -1,0 +1,418 @@
+//! The command line of `nccl-perf`: flags modelled on nccl-tests, parsed by clap.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use nccl_core::{DataType, ReduceOp};
+
+use crate::collective::Collective;
+use crate::layer::LayerKind;
+
+/// The `nccl-perf` flags.
+///
+/// Sizes accept a `K`, `M` or `G` suffix (powers of 1024, either case), as
+/// nccl-tests does: `-b 8 -e 128M -f 2`.
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "nccl-perf",
+    version,
+    about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this workspace",
+    long_about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this \
+                  workspace. One thread per GPU (rank = GPU index), one communicator per rank, one \
+                  non-blocking stream per rank. Results go to stdout (lines starting with '#' are \
+                  comments); errors go to stderr, as one line.\n\n\
+                  Exit status: 0 on success, 1 if a run failed or #wrong was not 0, 2 for a usage \
+                  error or when the CUDA driver, a GPU or NCCL is missing."
+)]
+pub struct Args {
+    /// Smallest message size in bytes (suffixes K, M, G).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size_arg)]
+    pub min_bytes: u64,
+
+    /// Largest message size in bytes (suffixes K, M, G).
+    #[arg(short = 'e', long = "maxbytes", default_value = "128M", value_parser = parse_size_arg)]
+    pub max_bytes: u64,
+
+    /// Multiply the size by this factor from one row to the next (1: add --stepbytes instead).
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub step_factor: u64,
+
+    /// Increment between sizes when --stepfactor is 1 (suffixes K, M, G).
+    #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = parse_nonzero_size_arg)]
+    pub step_bytes: u64,
+
+    /// Timed iterations per size and mode.
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+
+    /// Untimed warm-up iterations before each timed loop.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup_iters: u32,
+
+    /// Check results (1) or not (0): one untimed run per size and mode compared with a host computation.
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+
+    /// Element type.
+    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = DataTypeArg::Float)]
+    pub datatype: DataTypeArg,
+
+    /// Reduction of all_reduce, reduce and reduce_scatter.
+    #[arg(short = 'o', long = "op", value_enum, default_value_t = ReduceOpArg::Sum)]
+    pub op: ReduceOpArg,
+
+    /// Root rank of broadcast and reduce.
+    #[arg(short = 'r', long = "root", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
+    pub root: i32,
+
+    /// Number of GPUs (ranks) to use, starting at GPU 0 [default: all visible].
+    #[arg(short = 'g', long = "ngpus", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ngpus: Option<u32>,
+
+    /// The collective to measure (same as the positional argument).
+    #[arg(
+        long = "op-name",
+        value_enum,
+        value_name = "COLLECTIVE",
+        conflicts_with = "collective"
+    )]
+    pub op_name: Option<CollectiveArg>,
+
+    /// The collective to measure [default: all].
+    #[arg(value_enum, value_name = "COLLECTIVE")]
+    pub collective: Option<CollectiveArg>,
+
+    /// The layer that issues the calls: raw nccl-sys function pointers or nccl-core.
+    #[arg(long, value_enum, default_value_t = LayerKind::Core)]
+    pub layer: LayerKind,
+
+    /// Also write every row as one JSON object per line to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+impl Args {
+    /// The collectives to run, in the order they are run.
+    pub fn collectives(&self) -> Vec<Collective> {
+        match self
+            .op_name
+            .or(self.collective)
+            .unwrap_or(CollectiveArg::All)
+        {
+            CollectiveArg::All => Collective::ALL.to_vec(),
+            CollectiveArg::One(collective) => vec![collective],
+        }
+    }
+
+    /// Whether results are checked.
+    pub fn check_enabled(&self) -> bool {
+        self.check == 1
+    }
+}
+
+/// A collective named on the command line, or `all`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollectiveArg {
+    /// Every collective, in [`Collective::ALL`] order.
+    All,
+    /// One collective.
+    One(Collective),
+}
+
+impl ValueEnum for CollectiveArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[
+            CollectiveArg::One(Collective::AllReduce),
+            CollectiveArg::One(Collective::Broadcast),
+            CollectiveArg::One(Collective::Reduce),
+            CollectiveArg::One(Collective::AllGather),
+            CollectiveArg::One(Collective::ReduceScatter),
+            CollectiveArg::One(Collective::AllToAll),
+            CollectiveArg::One(Collective::SendRecv),
+            CollectiveArg::All,
+        ]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(match self {
+            CollectiveArg::All => clap::builder::PossibleValue::new("all"),
+            CollectiveArg::One(collective) => {
+                clap::builder::PossibleValue::new(collective.name()).alias(collective.dashed_name())
+            }
+        })
+    }
+}
+
+/// The element types nccl-tests names with `-d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DataTypeArg {
+    /// 32-bit IEEE float.
+    Float,
+    /// 16-bit IEEE float.
+    Half,
+    /// bfloat16.
+    Bfloat16,
+    /// 64-bit IEEE float.
+    Double,
+    /// Signed 32-bit integer.
+    Int32,
+    /// Signed 8-bit integer.
+    Int8,
+    /// Unsigned 8-bit integer.
+    Uint8,
+    /// Unsigned 32-bit integer.
+    Uint32,
+    /// Signed 64-bit integer.
+    Int64,
+    /// Unsigned 64-bit integer.
+    Uint64,
+}
+
+impl DataTypeArg {
+    /// The NCCL data type.
+    pub const fn data_type(self) -> DataType {
+        match self {
+            DataTypeArg::Float => DataType::Float32,
+            DataTypeArg::Half => DataType::Float16,
+            DataTypeArg::Bfloat16 => DataType::Bfloat16,
+            DataTypeArg::Double => DataType::Float64,
+            DataTypeArg::Int32 => DataType::Int32,
+            DataTypeArg::Int8 => DataType::Int8,
+            DataTypeArg::Uint8 => DataType::Uint8,
+            DataTypeArg::Uint32 => DataType::Uint32,
+            DataTypeArg::Int64 => DataType::Int64,
+            DataTypeArg::Uint64 => DataType::Uint64,
+        }
+    }
+}
+
+/// The reductions nccl-tests names with `-o`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReduceOpArg {
+    /// Sum.
+    Sum,
+    /// Product.
+    Prod,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+    /// Average.
+    Avg,
+}
+
+impl ReduceOpArg {
+    /// The NCCL reduction.
+    pub const fn reduce_op(self) -> ReduceOp {
+        match self {
+            ReduceOpArg::Sum => ReduceOp::Sum,
+            ReduceOpArg::Prod => ReduceOp::Prod,
+            ReduceOpArg::Max => ReduceOp::Max,
+            ReduceOpArg::Min => ReduceOp::Min,
+            ReduceOpArg::Avg => ReduceOp::Avg,
+        }
+    }
+}
+
+/// Why a size could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid size {given:?}: {reason} (expected a number of bytes with an optional K, M or G suffix, e.g. 8, 64K, 128M, 1G)"
+)]
+pub struct SizeError {
+    /// The text given.
+    pub given: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+/// Parses a byte count with an optional `K`, `M` or `G` suffix (powers of
+/// 1024, either case; a trailing `B` or `iB` is accepted too: `4KiB`).
+/// A fraction is allowed when the result is whole bytes (`0.5K` = 512), as in
+/// nccl-tests.
+///
+/// # Errors
+/// [`SizeError`] for empty, negative, malformed, fractional-byte or
+/// overflowing sizes.
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+    let error = |reason| SizeError {
+        given: text.to_string(),
+        reason,
+    };
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(error("it is empty"));
+    }
+    let digits_end = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, suffix) = trimmed.split_at(digits_end);
+    if number.is_empty() {
+        return Err(error("it does not start with a number"));
+    }
+    let multiplier: u64 = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        _ => return Err(error("unknown suffix")),
+    };
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole
+            .checked_mul(multiplier)
+            .ok_or_else(|| error("it is too large"));
+    }
+    let value: f64 = number.parse().map_err(|_| error("it is not a number"))?;
+    let bytes = value * multiplier as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(error("it is too large"));
+    }
+    if bytes.fract() != 0.0 {
+        return Err(error("it is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+fn parse_size_arg(text: &str) -> Result<u64, String> {
+    parse_size(text).map_err(|error| error.to_string())
+}
+
+fn parse_nonzero_size_arg(text: &str) -> Result<u64, String> {
+    match parse_size(text) {
+        Ok(0) => Err("the step must be at least 1 byte".to_string()),
+        Ok(bytes) => Ok(bytes),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("64k"), Ok(64 * 1024));
+        assert_eq!(parse_size("128M"), Ok(128 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("8g"), Ok(8 << 30));
+        assert_eq!(parse_size("4KiB"), Ok(4096));
+        assert_eq!(parse_size("2MB"), Ok(2 << 20));
+        assert_eq!(parse_size(" 16 "), Ok(16));
+        assert_eq!(parse_size("0.5K"), Ok(512));
+        assert_eq!(parse_size("1.5M"), Ok(3 << 19));
+    }
+
+    #[test]
+    fn bad_sizes_are_errors() {
+        for bad in [
+            "",
+            "K",
+            "-8",
+            "8T",
+            "1.5",
+            "abc",
+            "1..2M",
+            "99999999999999999999",
+            "17179869184G",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn defaults_match_nccl_tests() {
+        let args = Args::try_parse_from(["nccl-perf"]).unwrap();
+        assert_eq!(args.min_bytes, 8);
+        assert_eq!(args.max_bytes, 128 << 20);
+        assert_eq!(args.step_factor, 2);
+        assert_eq!(args.iters, 20);
+        assert_eq!(args.warmup_iters, 5);
+        assert!(args.check_enabled());
+        assert_eq!(args.datatype.data_type(), DataType::Float32);
+        assert_eq!(args.op.reduce_op(), ReduceOp::Sum);
+        assert_eq!(args.root, 0);
+        assert_eq!(args.ngpus, None);
+        assert_eq!(args.layer, LayerKind::Core);
+        assert_eq!(args.collectives(), Collective::ALL.to_vec());
+    }
+
+    #[test]
+    fn flags_parse() {
+        let args = Args::try_parse_from([
+            "nccl-perf",
+            "-b",
+            "1K",
+            "-e",
+            "1G",
+            "-f",
+            "4",
+            "-n",
+            "200",
+            "-w",
+            "20",
+            "-c",
+            "0",
+            "-d",
+            "bfloat16",
+            "-o",
+            "max",
+            "-r",
+            "1",
+            "-g",
+            "2",
+            "--layer",
+            "raw",
+            "--json",
+            "out.jsonl",
+            "all_gather",
+        ])
+        .unwrap();
+        assert_eq!(
+            (args.min_bytes, args.max_bytes, args.step_factor),
+            (1024, 1 << 30, 4)
+        );
+        assert_eq!((args.iters, args.warmup_iters, args.check), (200, 20, 0));
+        assert_eq!(args.datatype, DataTypeArg::Bfloat16);
+        assert_eq!(args.op, ReduceOpArg::Max);
+        assert_eq!((args.root, args.ngpus), (1, Some(2)));
+        assert_eq!(args.layer, LayerKind::Raw);
+        assert_eq!(
+            args.json.as_deref(),
+            Some(std::path::Path::new("out.jsonl"))
+        );
+        assert_eq!(args.collectives(), vec![Collective::AllGather]);
+
+        let by_flag = Args::try_parse_from(["nccl-perf", "--op-name", "sendrecv"]).unwrap();
+        assert_eq!(by_flag.collectives(), vec![Collective::SendRecv]);
+        let dashed = Args::try_parse_from(["nccl-perf", "reduce-scatter"]).unwrap();
+        assert_eq!(dashed.collectives(), vec![Collective::ReduceScatter]);
+        let all = Args::try_parse_from(["nccl-perf", "all"]).unwrap();
+        assert_eq!(all.collectives().len(), 7);
+    }
+
+    #[test]
+    fn invalid_flags_are_clap_errors() {
+        for bad in [
+            &["nccl-perf", "-c", "2"][..],
+            &["nccl-perf", "-n", "0"],
+            &["nccl-perf", "-f", "0"],
+            &["nccl-perf", "-g", "0"],
+            &["nccl-perf", "-r", "-1"],
+            &["nccl-perf", "-b", "8X"],
+            &["nccl-perf", "-i", "0"],
+            &["nccl-perf", "-d", "float8"],
+            &["nccl-perf", "-o", "xor"],
+            &["nccl-perf", "--layer", "magic"],
+            &["nccl-perf", "gather"],
+            &["nccl-perf", "--op-name", "all_reduce", "broadcast"],
+        ] {
+            assert!(
+                Args::try_parse_from(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! The layers a benchmark can issue its calls through, one implementation
+//! each: [`RawLayer`] (nccl-sys function pointers) and [`CoreLayer`]
+//! (nccl-core's `unsafe` collectives). `tensor` and `group` are to follow:
+//! add a [`LayerKind`] variant, a type implementing [`Layer`] and a line in
+//! [`new_layer`].
+//!
+//! A layer *binds* one call (collective, buffers, count, type) once, before
+//! the timed loop, into a [`Launch`]: the timed loop then only calls the
+//! launcher, so it measures the collective calls and nothing else.
+
+mod core_layer;
+mod raw;
+
+use std::ffi::c_void;
+
+use clap::ValueEnum;
+use cudarc::driver::CudaStream;
+use nccl_core::{Communicator, DataType, ReduceOp};
+
+pub use core_layer::CoreLayer;
+pub use raw::RawLayer;
+
+use crate::collective::{Collective, Mode};
+use crate::error::BenchError;
+use crate::sizes::OpCounts;
+
+/// Which layer issues the calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum)]
+pub enum LayerKind {
+    /// The function pointers of `nccl_sys::library()?.functions()`, called directly.
+    Raw,
+    /// nccl-core's `Communicator` methods (argument checks, then the same pointers).
+    Core,
+}
+
+impl LayerKind {
+    /// The name on the command line and in the output.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LayerKind::Raw => "raw",
+            LayerKind::Core => "core",
+        }
+    }
+}
+
+/// One bound operation: each call enqueues it once on the rank's stream.
+pub type Launch<'a> = Box<dyn FnMut() -> Result<(), BenchError> + 'a>;
+
+/// The arguments of one collective call on one rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The collective.
+    pub collective: Collective,
+    /// Device address of the data to send.
+    pub send: u64,
+    /// Device address of the data to receive.
+    pub recv: u64,
+    /// The NCCL count (per rank for all_gather and reduce_scatter, per peer for all_to_all).
+    pub count: usize,
+    /// The element type.
+    pub dtype: DataType,
+    /// The reduction.
+    pub op: ReduceOp,
+    /// The root of broadcast and reduce.
+    pub root: i32,
+    /// This rank.
+    pub rank: i32,
+    /// The number of ranks.
+    pub world: i32,
+}
+
+impl Call {
+    /// The call of `collective` in `mode` on buffers starting at
+    /// `send_base` and `recv_base`, laid out as nccl-tests does: in-place,
+    /// both pointers point into the receive buffer, at this rank's offsets.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        collective: Collective,
+        mode: Mode,
+        counts: &OpCounts,
+        send_base: u64,
+        recv_base: u64,
+        dtype: DataType,
+        op: ReduceOp,
+        root: i32,
+        rank: usize,
+        world: usize,
+    ) -> Self {
+        let elem = dtype.size_bytes() as u64;
+        let (send_offset, recv_offset) = counts.pointer_offsets(mode, rank);
+        let send_start = if mode == Mode::InPlace {
+            recv_base
+        } else {
+            send_base
+        };
+        Self {
+            collective,
+            send: send_start + send_offset as u64 * elem,
+            recv: recv_base + recv_offset as u64 * elem,
+            count: counts.param,
+            dtype,
+            op,
+            root,
+            rank: rank as i32,
+            world: world as i32,
+        }
+    }
+
+    /// The send pointer.
+    pub fn send_ptr(&self) -> *const c_void {
+        self.send as usize as *const c_void
+    }
+
+    /// The receive pointer.
+    pub fn recv_ptr(&self) -> *mut c_void {
+        self.recv as usize as *mut c_void
+    }
+
+    /// sendrecv's peers: the rank this one sends to and the one it receives from.
+    pub fn ring_peers(&self) -> (i32, i32) {
+        let world = self.world.max(1);
+        ((self.rank + 1) % world, (self.rank - 1 + world) % world)
+    }
+
+    /// Bytes between consecutive per-peer blocks of all_to_all.
+    pub fn block_bytes(&self) -> u64 {
+        (self.count * self.dtype.size_bytes()) as u64
+    }
+}
+
+/// A way of issuing NCCL calls.
+pub trait Layer {
+    /// Which layer this is.
+    fn kind(&self) -> LayerKind;
+
+    /// Binds `call` into a launcher. Functions are looked up here, once.
+    ///
+    /// # Safety
+    /// For as long as the launcher is called: `call.send` and `call.recv`
+    /// are device memory on the communicator's device, valid for the
+    /// elements `call.collective` reads and writes (see nccl-core's
+    /// collectives), and every rank launches matching calls in the same
+    /// order.
+    ///
+    /// # Errors
+    /// The loaded libnccl lacks a function the call needs.
+    unsafe fn bind(&self, call: &Call) -> Result<Launch<'_>, BenchError>;
+}
+
+/// The layer `kind` over this rank's communicator and stream.
+///
+/// # Errors
+/// The communicator was aborted or finalized.
+pub fn new_layer<'a>(
+    kind: LayerKind,
+    comm: &'a Communicator,
+    stream: &'a CudaStream,
+) -> Result<Box<dyn Layer + 'a>, BenchError> {
+    Ok(match kind {
+        LayerKind::Raw => Box::new(RawLayer::new(comm, stream)?),
+        LayerKind::Core => Box::new(CoreLayer::new(comm, stream)),
+    })
+}
+
+/// Whether the loaded libnccl has `ncclAlltoAll` (2.28+); without it
+/// all_to_all is grouped send/recv, as nccl-tests does, in every layer.
+pub fn has_native_all_to_all(library: &nccl_sys::NcclLibrary) -> bool {
+    library.functions().has("ncclAlltoAll")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_pointers_follow_nccl_tests_layout() {
+        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4); // 64 per rank
+        let oop = Call::new(
+            Collective::AllGather,
+            Mode::OutOfPlace,
+            &counts,
+            0x1000,
+            0x9000,
+            DataType::Float32,
+            ReduceOp::Sum,
+            0,
+            2,
+            4,
+        );
+        assert_eq!((oop.send, oop.recv, oop.count), (0x1000, 0x9000, 64));
+        let ip = Call::new(
+            Collective::AllGather,
+            Mode::InPlace,
+            &counts,
+            0x1000,
+            0x9000,
+            DataType::Float32,
+            ReduceOp::Sum,
+            0,
+            2,
+            4,
+        );
+        assert_eq!((ip.send, ip.recv), (0x9000 + 2 * 64 * 4, 0x9000));
+
+        let counts = OpCounts::new(Collective::ReduceScatter, 1 << 10, 2, 4); // 128 per rank
+        let ip = Call::new(
+            Collective::ReduceScatter,
+            Mode::InPlace,
+            &counts,
+            0x1000,
+            0x9000,
+            DataType::Float16,
+            ReduceOp::Sum,
+            0,
+            3,
+            4,
+        );
+        assert_eq!(
+            (ip.send, ip.recv, ip.count),
+            (0x9000, 0x9000 + 3 * 128 * 2, 128)
+        );
+
+        let counts = OpCounts::new(Collective::AllReduce, 64, 8, 2);
+        let ip = Call::new(
+            Collective::AllReduce,
+            Mode::InPlace,
+            &counts,
+            0x1000,
+            0x9000,
+            DataType::Float64,
+            ReduceOp::Sum,
+            0,
+            1,
+            2,
+        );
+        assert_eq!((ip.send, ip.recv, ip.count), (0x9000, 0x9000, 8));
+        assert_eq!(ip.send_ptr() as usize, 0x9000);
+        assert_eq!(ip.recv_ptr() as usize, 0x9000);
+    }
+
+    #[test]
+    fn ring_peers_and_blocks() {
+        let counts = OpCounts::new(Collective::SendRecv, 64, 4, 4);
+        let call = |rank| {
+            Call::new(
+                Collective::SendRecv,
+                Mode::OutOfPlace,
+                &counts,
+                0,
+                0,
+                DataType::Float32,
+                ReduceOp::Sum,
+                0,
+                rank,
+                4,
+            )
+        };
+        assert_eq!(call(0).ring_peers(), (1, 3));
+        assert_eq!(call(3).ring_peers(), (0, 2));
+        let single = Call {
+            world: 1,
+            rank: 0,
+            ..call(0)
+        };
+        assert_eq!(single.ring_peers(), (0, 0));
+        assert_eq!(call(1).block_bytes(), 64);
+    }
+
+    #[test]
+    fn layer_names() {
+        assert_eq!(LayerKind::Raw.name(), "raw");
+        assert_eq!(LayerKind::Core.name(), "core");
+        for kind in LayerKind::value_variants() {
+            assert_eq!(kind.to_possible_value().unwrap().get_name(), kind.name());
+        }
+    }
+}
