@@ -185,8 +185,16 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// Whether `strides` address `shape` as one dense row-major block
-/// (dimensions of extent 1 may have any stride).
+/// (dimensions of extent 1 may have any stride; an empty shape addresses
+/// nothing and counts as contiguous). Shape and strides of different
+/// lengths are not.
 pub fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
+    if shape.len() != strides.len() {
+        return false;
+    }
+    if shape.contains(&0) {
+        return true; // no element is addressed
+    }
     let expected = contiguous_strides(shape);
     shape
         .iter()

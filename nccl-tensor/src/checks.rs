@@ -207,7 +207,8 @@ fn out_of_place_same_length(
     input: Option<&BufferDesc<'_>>,
     output: &BufferDesc<'_>,
 ) -> Result<()> {
-    buffer(op, "output", output, info)?;
+    let what = if input.is_some() { "output" } else { "tensor" };
+    buffer(op, what, output, info)?;
     if let Some(input) = input {
         buffer(op, "input", input, info)?;
         same_dtype(op, input, output)?;
@@ -301,7 +302,7 @@ pub fn all_to_all_single(
     buffer(OP, "input", input, info)?;
     buffer(OP, "output", output, info)?;
     same_dtype(OP, input, output)?;
-    if input.len % info.world_size as usize != 0 {
+    if input.len % info.world_size.max(1) as usize != 0 {
         return Err(Error::NotDivisible {
             op: OP,
             what: "input",

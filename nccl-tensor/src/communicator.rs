@@ -390,7 +390,8 @@ impl Communicator {
     /// (`torch.distributed.all_gather`). Issued as one broadcast per rank.
     ///
     /// Checks: one output per rank, each of the input's type and length,
-    /// all on this device and contiguous.
+    /// all on this device and contiguous, no cell twice (among the outputs
+    /// or as input and output).
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
@@ -411,6 +412,18 @@ impl Communicator {
                 len: count,
             },
         )?;
+        // A cell twice would deadlock on its lock (input and output) or
+        // have ranks overwrite each other (two outputs).
+        for index in 0..count {
+            if let Some(cell) = outputs.cell_at(index) {
+                let earlier = (0..index)
+                    .filter_map(|i| outputs.cell_at(i))
+                    .any(|other| other.same_cell(cell));
+                if earlier || input.cell().is_some_and(|input| input.same_cell(cell)) {
+                    return Err(Error::AliasedCells { op: "all_gather" });
+                }
+            }
+        }
         let (len, dtype) = (input_desc.len, input_desc.dtype);
         let mut status = Status::Success;
         if len == 0 {

@@ -125,9 +125,11 @@ pub enum Error {
         /// Why not, and what would work.
         reason: String,
     },
-    /// The same tensor cell was passed as input and output of an
-    /// out-of-place operation.
-    #[error("{op}: the same TensorCell is both input and output; use the in-place form")]
+    /// The same tensor cell was passed twice to one operation (as input
+    /// and output, or as two outputs).
+    #[error(
+        "{op}: the same TensorCell is passed twice (as input and output, or as two outputs); pass distinct tensors or use the in-place form"
+    )]
     AliasedCells {
         /// The operation.
         op: &'static str,

@@ -106,6 +106,8 @@ pub trait OutputList: sealed::Sealed {
     fn count(&self) -> usize;
     /// The description of output `index`.
     fn desc_at(&self, index: usize) -> Option<BufferDesc<'_>>;
+    /// Output `index` when it is a cell (to detect a cell passed twice).
+    fn cell_at(&self, index: usize) -> Option<&TensorCell>;
     /// Calls `f` with the address of output `index`, valid for writes on
     /// `stream` while `f` runs; `None` past the end.
     fn write_at<R>(
@@ -124,6 +126,9 @@ impl<B: TypedBufferMut> OutputList for &mut [B] {
     }
     fn desc_at(&self, index: usize) -> Option<BufferDesc<'_>> {
         self.get(index).map(TypedBuffer::desc)
+    }
+    fn cell_at(&self, _index: usize) -> Option<&TensorCell> {
+        None
     }
     fn write_at<R>(
         &mut self,
@@ -144,6 +149,9 @@ impl OutputList for &[TensorCell] {
     }
     fn desc_at(&self, index: usize) -> Option<BufferDesc<'_>> {
         self.get(index).map(TensorCell::desc)
+    }
+    fn cell_at(&self, index: usize) -> Option<&TensorCell> {
+        self.get(index)
     }
     fn write_at<R>(
         &mut self,
