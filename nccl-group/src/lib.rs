@@ -1,33 +1,50 @@
 //! nccl-group: the multi-device cached process group.
 //!
-//! This crate is the application-facing layer over `nccl-core` and
-//! `nccl-tensor`. Its first part is the **rendezvous layer** ([`store`]): the
-//! key-value stores through which the ranks of a job meet (rank 0 publishes
-//! the NCCL unique id, the others read it; counters and barriers), and the
-//! launch configuration read from the environment as torchrun and Slurm set
-//! it.
+//! The application-facing layer over `nccl-core` and `nccl-tensor`:
+//!
+//! * [`ProcessGroup`]: collectives across processes, each driving one or
+//!   several local GPUs, over communicators cached per device list (and
+//!   per process pair for send/recv), with two-way event synchronisation
+//!   between the caller's streams and the NCCL streams, and [`Work`]
+//!   handles that own the tensors until the GPU is done with them.
+//! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
+//!   file), and the launch configuration from torchrun / Slurm variables.
 //!
 //! ```no_run
-//! use nccl_group::{RendezvousConfig, Store};
+//! use nccl_group::ProcessGroup;
+//! use nccl_tensor::Tensor;
 //!
-//! let config = RendezvousConfig::from_env()?; // RANK, WORLD_SIZE, MASTER_ADDR, ...
-//! let store = config.connect()?; // rank 0 hosts the TCP server
-//! if config.rank == 0 {
-//!     store.set("uid", b"...")?;
-//! }
-//! let uid = store.get_default("uid")?;
-//! # let _ = uid;
-//! # Ok::<(), nccl_group::StoreError>(())
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let group = ProcessGroup::from_env("trainer")?; // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//! let device = nccl_core::Device::new(0)?;
+//! let stream = device.new_stream()?;
+//! let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
+//! let work = group.all_reduce(grads, nccl_core::ReduceOp::Sum, &stream)?;
+//! let grads = work.wait()?; // `stream` waits for the all-reduce; the CPU does not
+//! # Ok(()) }
 //! ```
 //!
-//! Every blocking call takes a timeout and every failure is a
-//! [`StoreError`] that names what was expected, what was seen and what to
-//! do; nothing here panics or hangs.
+//! Every blocking call takes a timeout and every failure is an error that
+//! names what was expected, what was seen and what to do.
 #![forbid(unsafe_code)]
 
+mod cache;
+mod comms;
+mod error;
+mod group;
+mod key;
+mod pool;
 pub mod store;
+mod work;
 
+pub use cache::OnceMap;
+pub use comms::{CommCache, CommFactory, Membership};
+pub use error::{GroupError, OpError, Result};
+pub use group::{GroupOptions, LocalComms, Member, NcclFactory, OpResult, ProcessGroup};
+pub use key::{CommKey, DeviceList, MAX_LOCAL_DEVICES};
+pub use pool::DevicePool;
 pub use store::{
     FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError, StoreSpec,
     TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
 };
+pub use work::{Work, WorkBuffers};

@@ -21,8 +21,8 @@ use nccl_group::{
 const ROLE_VAR: &str = "NCCL_GROUP_TEST_ROLE";
 const WORLD: usize = 4;
 const ADDS_PER_RANK: usize = 25;
-const CHILD_DEADLINE: Duration = Duration::from_secs(8);
-const OP_TIMEOUT: Duration = Duration::from_secs(5);
+const CHILD_DEADLINE: Duration = Duration::from_secs(40);
+const OP_TIMEOUT: Duration = Duration::from_secs(20);
 const SECRET: &str = "multi-process-secret";
 
 /// Returns the child's environment accessor when this process runs `role`.
@@ -242,7 +242,7 @@ fn tcp_ranks_exchange_values_with_rank0_hosting() {
             ("MASTER_ADDR", "127.0.0.1".into()),
             ("MASTER_PORT", free_port().to_string()),
             ("NCCL_RS_STORE", "tcp".into()),
-            ("NCCL_RS_STORE_TIMEOUT_SECS", "5".into()),
+            ("NCCL_RS_STORE_TIMEOUT_SECS", "20".into()),
             ("NCCL_RS_STORE_SECRET", SECRET.into()),
         ],
     );
@@ -288,7 +288,7 @@ fn file_ranks_exchange_values() {
         "child_file_exchange",
         &[
             ("NCCL_RS_STORE", format!("file:{}", dir.path().display())),
-            ("NCCL_RS_STORE_TIMEOUT_SECS", "5".into()),
+            ("NCCL_RS_STORE_TIMEOUT_SECS", "20".into()),
         ],
     );
 }

@@ -1,0 +1,164 @@
+//! A map whose values are created exactly once per key, even when many
+//! threads ask for the same key at once; later lookups are one read-locked
+//! map lookup.
+
+use std::borrow::Borrow;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+
+/// The state of a key whose value is being created.
+enum Slot {
+    /// One thread is creating the value; the others wait on the condvar.
+    Creating,
+    /// The creator failed; the next caller tries again.
+    Failed,
+}
+
+/// Values created once per key.
+///
+/// ```
+/// use nccl_group::OnceMap;
+/// let map: OnceMap<Vec<usize>, String> = OnceMap::new();
+/// let value = map.get_or_create(&[0, 1][..], |key| Ok::<_, ()>(format!("{key:?}"))).unwrap();
+/// assert_eq!(*value, "[0, 1]");
+/// ```
+pub struct OnceMap<K, V> {
+    ready: RwLock<HashMap<K, Arc<V>>>,
+    pending: Mutex<HashMap<K, Slot>>,
+    changed: Condvar,
+}
+
+impl<K, V> Default for OnceMap<K, V> {
+    fn default() -> Self {
+        Self {
+            ready: RwLock::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The value for `key`, if it was created.
+    #[inline]
+    pub fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.ready
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    /// The value for `key`, created by `create` if there is none yet.
+    /// Exactly one caller runs `create` for a key at a time; the others
+    /// wait for it. If it fails, its caller gets the error and the next
+    /// caller (or a waiting one) tries again.
+    ///
+    /// # Errors
+    /// What `create` returned.
+    pub fn get_or_create<Q, E>(
+        &self,
+        key: &Q,
+        create: impl FnOnce(&Q) -> Result<V, E>,
+    ) -> Result<Arc<V>, E>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Some(value) = self.get(key) {
+            return Ok(value);
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            // Checked under `pending`: a creator publishes to `ready`
+            // before it clears its slot, so this cannot miss a value.
+            if let Some(value) = self.get(key) {
+                return Ok(value);
+            }
+            match pending.get(key) {
+                Some(Slot::Creating) => {
+                    pending = self
+                        .changed
+                        .wait(pending)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                Some(Slot::Failed) | None => break,
+            }
+        }
+        pending.insert(key.to_owned(), Slot::Creating);
+        drop(pending);
+
+        // Clears the slot even if `create` panics, so waiters never hang.
+        struct Finish<'a, K: Hash + Eq, V> {
+            map: &'a OnceMap<K, V>,
+            key: Option<K>,
+        }
+        impl<K: Hash + Eq, V> Drop for Finish<'_, K, V> {
+            fn drop(&mut self) {
+                if let Some(key) = self.key.take() {
+                    let mut pending = self
+                        .map
+                        .pending
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    pending.insert(key, Slot::Failed);
+                    self.map.changed.notify_all();
+                }
+            }
+        }
+        let mut finish = Finish {
+            map: self,
+            key: Some(key.to_owned()),
+        };
+
+        let value = Arc::new(create(key)?);
+        let owned = finish.key.take().unwrap_or_else(|| key.to_owned());
+        self.ready
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(owned, Arc::clone(&value));
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        pending.remove(key);
+        self.changed.notify_all();
+        Ok(value)
+    }
+
+    /// Removes every value (they are dropped when the last user lets go).
+    pub fn clear(&self) -> Vec<Arc<V>> {
+        let mut ready = self.ready.write().unwrap_or_else(PoisonError::into_inner);
+        ready.drain().map(|(_, value)| value).collect()
+    }
+
+    /// Every value created so far.
+    pub fn values(&self) -> Vec<Arc<V>> {
+        self.ready
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The number of values created.
+    pub fn len(&self) -> usize {
+        self.ready
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Whether no value was created yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

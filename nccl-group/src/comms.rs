@@ -1,0 +1,178 @@
+//! The communicator cache: one set of communicators per [`CommKey`],
+//! created exactly once per key with a unique id met through the store.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nccl_core::UniqueId;
+
+use crate::cache::OnceMap;
+use crate::error::{GroupError, Result};
+use crate::key::CommKey;
+use crate::store::Store;
+
+/// Creates the communicators of one key. The process group uses NCCL; the
+/// seam lets tests use a fake without a GPU.
+pub trait CommFactory: Send + Sync {
+    /// What one key's communicators are, for this process.
+    type Comms: Send + Sync;
+
+    /// A fresh unique id (called on the creating rank only).
+    ///
+    /// # Errors
+    /// NCCL's failure.
+    fn unique_id(&self) -> Result<UniqueId>;
+
+    /// This process's communicators for `key`: ranks `first_rank ..
+    /// first_rank + key.devices().len()` of `world_size`, one per local
+    /// device, created together.
+    ///
+    /// # Errors
+    /// NCCL's or CUDA's failure.
+    fn create(
+        &self,
+        key: &CommKey,
+        id: UniqueId,
+        world_size: i32,
+        first_rank: i32,
+    ) -> Result<Self::Comms>;
+}
+
+/// Where this process stands in its group, and where the ranks meet.
+pub struct Membership {
+    /// The group's name (scopes every store key).
+    pub name: String,
+    /// This group instance's number among groups of the same name, so a
+    /// group re-created after an abort uses fresh keys.
+    pub generation: u64,
+    /// This process's rank.
+    pub rank: usize,
+    /// The number of processes.
+    pub world_size: usize,
+    /// The rendezvous store.
+    pub store: Arc<dyn Store>,
+    /// The store's address, for error messages.
+    pub store_address: String,
+    /// How long to wait for another rank's unique id.
+    pub timeout: Duration,
+}
+
+impl Membership {
+    /// Joins the group `name`: counts this process in the store to learn
+    /// the generation (every process of an instance gets the same one).
+    ///
+    /// # Errors
+    /// A store failure, or `rank >= world_size`.
+    pub fn join(
+        name: &str,
+        rank: usize,
+        world_size: usize,
+        store: Arc<dyn Store>,
+        store_address: String,
+        timeout: Duration,
+    ) -> Result<Self> {
+        if world_size == 0 || rank >= world_size {
+            return Err(GroupError::InvalidArgument {
+                argument: "rank",
+                expected: format!("0..{world_size} (the world size)"),
+                given: rank.to_string(),
+            });
+        }
+        let joined = store.add(&format!("{name}/instances"), 1)?;
+        let generation = (joined.max(1) as u64 - 1) / world_size as u64;
+        Ok(Self {
+            name: name.to_string(),
+            generation,
+            rank,
+            world_size,
+            store,
+            store_address,
+            timeout,
+        })
+    }
+}
+
+/// Communicators per key, created once, with the unique id published by
+/// the creating rank (rank 0, or the lower rank of a pair) and fetched by
+/// the others.
+pub struct CommCache<F: CommFactory> {
+    membership: Membership,
+    factory: F,
+    comms: OnceMap<CommKey, F::Comms>,
+}
+
+impl<F: CommFactory> CommCache<F> {
+    /// An empty cache.
+    pub fn new(membership: Membership, factory: F) -> Self {
+        Self {
+            membership,
+            factory,
+            comms: OnceMap::new(),
+        }
+    }
+
+    /// Where this process stands.
+    pub fn membership(&self) -> &Membership {
+        &self.membership
+    }
+
+    /// The factory.
+    pub fn factory(&self) -> &F {
+        &self.factory
+    }
+
+    /// The communicators for `key`: a map lookup once created; otherwise
+    /// created here (exactly once, however many threads ask).
+    ///
+    /// # Errors
+    /// The rendezvous timed out, or creating failed.
+    #[inline]
+    pub fn get(&self, key: &CommKey) -> Result<Arc<F::Comms>> {
+        self.comms.get_or_create(key, |key| self.create(key))
+    }
+
+    /// Every set of communicators created so far.
+    pub fn all(&self) -> Vec<Arc<F::Comms>> {
+        self.comms.values()
+    }
+
+    /// Forgets every communicator (they are dropped once no call uses them).
+    pub fn clear(&self) -> Vec<Arc<F::Comms>> {
+        self.comms.clear()
+    }
+
+    fn create(&self, key: &CommKey) -> Result<F::Comms> {
+        let m = &self.membership;
+        let (processes, index, creator) = key.members(m.rank, m.world_size);
+        let store_key = key.store_key(&m.name, m.generation);
+        let id = if index == 0 {
+            let id = self.factory.unique_id()?;
+            m.store.set(&store_key, id.as_bytes())?;
+            id
+        } else {
+            let started = Instant::now();
+            let bytes = m.store.get(&store_key, m.timeout).map_err(|error| {
+                if error.is_timeout() {
+                    GroupError::Rendezvous {
+                        key: store_key.clone(),
+                        creator,
+                        store: m.store_address.clone(),
+                        waited: started.elapsed(),
+                    }
+                } else {
+                    GroupError::Store(error)
+                }
+            })?;
+            UniqueId::try_from_slice(&bytes)?
+        };
+        let devices = key.devices().len();
+        let world_size =
+            i32::try_from(processes * devices).map_err(|_| GroupError::InvalidArgument {
+                argument: "world size",
+                expected: "at most i32::MAX ranks".to_string(),
+                given: (processes * devices).to_string(),
+            })?;
+        self.factory
+            .create(key, id, world_size, (index * devices) as i32)
+    }
+}

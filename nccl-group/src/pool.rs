@@ -1,0 +1,103 @@
+//! Per-device resources created once: the NCCL streams and a pool of
+//! events (created without timing) reused across operations.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cudarc::driver::{CudaEvent, CudaStream};
+use nccl_core::Device;
+
+use crate::error::{GroupError, Result};
+
+/// Streams and events of one device.
+pub struct DevicePool {
+    device: Device,
+    streams: Vec<Arc<CudaStream>>,
+    next: AtomicUsize,
+    events: Mutex<Vec<CudaEvent>>,
+}
+
+impl std::fmt::Debug for DevicePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevicePool")
+            .field("device", &self.device.ordinal())
+            .field("streams", &self.streams.len())
+            .finish()
+    }
+}
+
+/// How many events a pool keeps ready before any operation asks.
+const PREALLOCATED_EVENTS: usize = 8;
+
+impl DevicePool {
+    /// Creates `streams` non-blocking streams on `device` (high priority if
+    /// asked) and a few events.
+    ///
+    /// # Errors
+    /// A CUDA failure.
+    pub fn new(device: Device, streams: usize, high_priority: bool) -> Result<Self> {
+        let context = device.context();
+        device.bind_to_thread()?;
+        let priority = if high_priority {
+            // The greatest priority is the numerically lowest value.
+            let (_least, greatest) = cudarc::driver::result::stream::get_priority_range()
+                .map_err(GroupError::cuda("reading the stream priority range"))?;
+            greatest
+        } else {
+            0
+        };
+        let streams = (0..streams.max(1))
+            .map(|_| context.new_stream_with_priority(priority))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(GroupError::cuda("creating the NCCL streams"))?;
+        let events = (0..PREALLOCATED_EVENTS)
+            .map(|_| context.new_event(None))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(GroupError::cuda("creating events"))?;
+        Ok(Self {
+            device,
+            streams,
+            next: AtomicUsize::new(0),
+            events: Mutex::new(events),
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The next stream of the pool (round robin).
+    pub fn stream(&self) -> Arc<CudaStream> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.streams.len();
+        Arc::clone(&self.streams[index])
+    }
+
+    /// An event from the pool (a new one when all are in use).
+    ///
+    /// # Errors
+    /// A CUDA failure creating a new event.
+    pub fn event(&self) -> Result<CudaEvent> {
+        let pooled = self
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match pooled {
+            Some(event) => Ok(event),
+            None => self
+                .device
+                .context()
+                .new_event(None)
+                .map_err(GroupError::cuda("creating an event")),
+        }
+    }
+
+    /// Returns an event whose recorded work no stream will wait on anew.
+    pub fn give_back(&self, event: CudaEvent) {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(event);
+    }
+}
