@@ -314,6 +314,11 @@ impl TensorCell {
         }
     }
 
+    /// A stable number for locking cells in a consistent order.
+    pub(crate) fn lock_order(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     /// Whether `self` and `other` share storage.
     pub fn same_cell(&self, other: &TensorCell) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -352,7 +357,8 @@ impl TensorCell {
             .ok_or(self.wrong_type::<T>())
     }
 
-    /// Copies the elements to the host (synchronising `stream`).
+    /// Copies the storage to the host (synchronising `stream`): for a
+    /// strided cell, the whole storage it views.
     ///
     /// # Errors
     /// [`Error::WrongType`] or a CUDA failure.

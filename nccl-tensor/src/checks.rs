@@ -139,6 +139,16 @@ pub fn reduction(
              all_gather, broadcast, send and recv work on any GPU"
         )));
     }
+    let scaling = matches!(
+        reduction,
+        Reduction::Builtin(ReduceOp::Avg) | Reduction::PreMulSum(_)
+    );
+    if dtype.is_fp8() && scaling {
+        // NCCL 2.28 answers ncclInvalidArgument to these (seen on an H200).
+        return Err(unsupported(
+            "NCCL has no averaging or pre-multiplied sums on 8-bit floats; sum, prod, max and min work".to_string(),
+        ));
+    }
     let needed = match reduction {
         Reduction::Builtin(ReduceOp::Avg) => Some(Version::new(2, 10, 0)),
         Reduction::PreMulSum(_) => Some(Version::new(2, 11, 0)),

@@ -205,7 +205,17 @@ impl Communicator {
         {
             return Err(Error::AliasedCells { op });
         }
-        Ok(input.read(stream, |send| output.write(stream, |recv| f(send, recv))))
+        // Two cells are locked in address order, so two threads passing the
+        // same pair in opposite roles cannot deadlock.
+        let output_first = match (input.cell(), output.cell()) {
+            (Some(a), Some(b)) => a.lock_order() > b.lock_order(),
+            _ => false,
+        };
+        Ok(if output_first {
+            output.write(stream, |recv| input.read(stream, |send| f(send, recv)))
+        } else {
+            input.read(stream, |send| output.write(stream, |recv| f(send, recv)))
+        })
     }
 
     /// Reduces `tensor` across all ranks in place; every rank gets the
@@ -618,6 +628,15 @@ impl Communicator {
     /// # Errors
     /// An allocation failure on the first call, or NCCL's error.
     pub fn barrier(&self, stream: &std::sync::Arc<CudaStream>) -> Result<Status> {
+        let (expected, given) = (self.core.device().ordinal(), stream.context().ordinal());
+        if expected != given {
+            return Err(Error::WrongDevice {
+                op: "barrier",
+                what: "stream",
+                expected,
+                given,
+            });
+        }
         let buffer = match self.barrier_buffer.get() {
             Some(buffer) => buffer,
             None => {
