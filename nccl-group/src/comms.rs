@@ -1,14 +1,15 @@
 //! The communicator cache: one set of communicators per [`CommKey`],
 //! created exactly once per key with a unique id met through the store.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nccl_core::UniqueId;
 
 use crate::cache::OnceMap;
 use crate::error::{GroupError, Result};
-use crate::key::CommKey;
+use crate::key::{CommClass, CommKey};
 use crate::store::Store;
 
 /// Creates the communicators of one key. The process group uses NCCL; the
@@ -92,13 +93,42 @@ impl Membership {
     }
 }
 
+/// Numbers the keys of each class in order of first use. A key keeps its
+/// number when its creation fails and is tried again, so the retry meets
+/// the other processes under the same store key.
+#[derive(Default)]
+struct Sequences {
+    next: HashMap<CommClass, u64>,
+    assigned: HashMap<CommKey, u64>,
+}
+
+impl Sequences {
+    fn of(&mut self, key: &CommKey) -> u64 {
+        if let Some(&sequence) = self.assigned.get(key) {
+            return sequence;
+        }
+        let next = self.next.entry(key.class()).or_insert(0);
+        let sequence = *next;
+        *next += 1;
+        self.assigned.insert(*key, sequence);
+        sequence
+    }
+}
+
 /// Communicators per key, created once, with the unique id published by
 /// the creating rank (rank 0, or the lower rank of a pair) and fetched by
-/// the others.
+/// the others. Processes meet under a key's class and sequence number, not
+/// its local devices (which may differ per process), so they must create
+/// keys of one class in the same order: issue the group's operations in
+/// the same order everywhere, as NCCL requires anyway.
 pub struct CommCache<F: CommFactory> {
     membership: Membership,
     factory: F,
     comms: OnceMap<CommKey, F::Comms>,
+    /// The sequence number of every key asked for, per class.
+    sequences: Mutex<Sequences>,
+    /// Every created key by its store key: an order all processes share.
+    created: Mutex<BTreeMap<String, CommKey>>,
 }
 
 impl<F: CommFactory> CommCache<F> {
@@ -108,6 +138,8 @@ impl<F: CommFactory> CommCache<F> {
             membership,
             factory,
             comms: OnceMap::new(),
+            sequences: Mutex::new(Sequences::default()),
+            created: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -131,20 +163,37 @@ impl<F: CommFactory> CommCache<F> {
         self.comms.get_or_create(key, |key| self.create(key))
     }
 
-    /// Every set of communicators created so far.
+    /// Every set of communicators created so far, ordered by store key
+    /// (the same order on every process).
     pub fn all(&self) -> Vec<Arc<F::Comms>> {
-        self.comms.values()
+        let created = self.created.lock().unwrap_or_else(PoisonError::into_inner);
+        created
+            .values()
+            .filter_map(|key| self.comms.get(key))
+            .collect()
     }
 
-    /// Forgets every communicator (they are dropped once no call uses them).
+    /// Forgets every communicator, returning them ordered as [`CommCache::all`]
+    /// (they are dropped once no call uses them).
     pub fn clear(&self) -> Vec<Arc<F::Comms>> {
-        self.comms.clear()
+        let ordered = self.all();
+        self.created
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.comms.clear();
+        ordered
     }
 
     fn create(&self, key: &CommKey) -> Result<F::Comms> {
         let m = &self.membership;
         let (processes, index, creator) = key.members(m.rank, m.world_size);
-        let store_key = key.store_key(&m.name, m.generation);
+        let sequence = self
+            .sequences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .of(key);
+        let store_key = key.store_key(&m.name, m.generation, sequence);
         let id = if index == 0 {
             let id = self.factory.unique_id()?;
             m.store.set(&store_key, id.as_bytes())?;
@@ -172,7 +221,13 @@ impl<F: CommFactory> CommCache<F> {
                 expected: "at most i32::MAX ranks".to_string(),
                 given: (processes * devices).to_string(),
             })?;
-        self.factory
-            .create(key, id, world_size, (index * devices) as i32)
+        let comms = self
+            .factory
+            .create(key, id, world_size, (index * devices) as i32)?;
+        self.created
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(store_key, *key);
+        Ok(comms)
     }
 }

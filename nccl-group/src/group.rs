@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{AbortHandle, Device, Group, ReduceOp, Status, UniqueId};
-use nccl_tensor::{Communicator, NcclType, Tensor};
+use nccl_tensor::checks::{self, CommInfo};
+use nccl_tensor::{Communicator, NcclType, Tensor, TypedBuffer};
 
 use crate::cache::OnceMap;
 use crate::comms::{CommCache, CommFactory, Membership};
@@ -28,6 +29,34 @@ pub struct Member {
 /// The communicators of one key on this process, one per local device.
 pub struct LocalComms {
     members: Vec<Member>,
+}
+
+impl LocalComms {
+    /// Aborts every communicator (a no-op for those already aborted).
+    fn abort(&self) {
+        for member in &self.members {
+            // An abort error leaves the communicator unusable anyway.
+            let _ = member.abort.abort();
+        }
+    }
+
+    /// Finalizes every communicator, together (in one NCCL group when
+    /// there are several, so no device waits for another).
+    fn finalize(&self) -> Result<()> {
+        let guards: Vec<_> = self
+            .members
+            .iter()
+            .map(|m| m.comm.lock().unwrap_or_else(PoisonError::into_inner))
+            .collect();
+        let group = (guards.len() > 1).then(Group::start).transpose()?;
+        let finalized: Result<()> = guards
+            .iter()
+            .try_for_each(|comm| comm.core().finalize().map_err(GroupError::from));
+        if let Some(group) = group {
+            let _ = group.end()?;
+        }
+        finalized
+    }
 }
 
 /// Creates real NCCL communicators, with one [`DevicePool`] per device.
@@ -278,6 +307,23 @@ impl ProcessGroup {
         }
     }
 
+    /// The communicators for `key`. A group aborted while they were being
+    /// created aborts them too (`abort` only sees those created before it).
+    fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
+        let comms = self.inner.cache.get(key)?;
+        if let Err(error) = self.check_live() {
+            comms.abort();
+            return Err(error);
+        }
+        Ok(comms)
+    }
+
+    /// An error of a call that raced with `abort` or `destroy` is reported
+    /// as that, not as the communicator error it caused.
+    fn classify(&self, error: GroupError) -> GroupError {
+        self.check_live().err().unwrap_or(error)
+    }
+
     /// Enqueues one operation on one local device: the NCCL stream waits
     /// for the caller's stream, `issue` enqueues, an end event is recorded.
     fn run_one<B: WorkBuffers>(
@@ -291,7 +337,7 @@ impl ProcessGroup {
         let attempt = (|| {
             self.check_live()?;
             check_stream(caller, device)?;
-            let comms = self.inner.cache.get(&key(DeviceList::one(device)?))?;
+            let comms = self.comms_for(&key(DeviceList::one(device)?))?;
             let member = &comms.members[0];
             sync_start(member, caller)?;
             {
@@ -302,7 +348,10 @@ impl ProcessGroup {
         })();
         match attempt {
             Ok(end) => Ok(Work::new(buffers, Ends::One(end))),
-            Err(error) => Err(Box::new(OpError { error, buffers })),
+            Err(error) => Err(Box::new(OpError {
+                error: self.classify(error),
+                buffers,
+            })),
         }
     }
 
@@ -312,6 +361,7 @@ impl ProcessGroup {
         devices: impl ExactSizeIterator<Item = usize>,
         mut buffers: Vec<B>,
         callers: &[Arc<CudaStream>],
+        check: impl Fn(&CommInfo, &B) -> nccl_tensor::Result<()>,
         issue: impl Fn(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<Vec<B>> {
         let attempt = (|| {
@@ -327,16 +377,22 @@ impl ProcessGroup {
             for (caller, device) in callers.iter().zip(devices.iter()) {
                 check_stream(caller, device)?;
             }
-            let comms = self.inner.cache.get(&CommKey::Collective(devices))?;
-            for (member, caller) in comms.members.iter().zip(callers) {
-                sync_start(member, caller)?;
-            }
+            let comms = self.comms_for(&CommKey::Collective(devices))?;
             {
                 let guards: Vec<_> = comms
                     .members
                     .iter()
                     .map(|m| m.comm.lock().unwrap_or_else(PoisonError::into_inner))
                     .collect();
+                // Every device's arguments are checked before any is
+                // enqueued: a part left in the group would launch alone
+                // and wait forever for its peers.
+                for (comm, part) in guards.iter().zip(&buffers) {
+                    check(&comm.info(), part)?;
+                }
+                for (member, caller) in comms.members.iter().zip(callers) {
+                    sync_start(member, caller)?;
+                }
                 let group = Group::start()?;
                 for ((comm, member), part) in
                     guards.iter().zip(&comms.members).zip(buffers.iter_mut())
@@ -354,7 +410,10 @@ impl ProcessGroup {
         })();
         match attempt {
             Ok(ends) => Ok(Work::new(buffers, Ends::Many(ends))),
-            Err(error) => Err(Box::new(OpError { error, buffers })),
+            Err(error) => Err(Box::new(OpError {
+                error: self.classify(error),
+                buffers,
+            })),
         }
     }
 
@@ -389,9 +448,13 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
         let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
-        self.run_many(devices.into_iter(), tensors, streams, |c, s, t| {
-            c.all_reduce(t, op, s)
-        })
+        self.run_many(
+            devices.into_iter(),
+            tensors,
+            streams,
+            |info, t| checks::all_reduce(info, None, &t.desc(), op.into()),
+            |c, s, t| c.all_reduce(t, op, s),
+        )
     }
 
     /// Copies `tensor` from global rank `root` to every rank, in place.
@@ -421,9 +484,13 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
         let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
-        self.run_many(devices.into_iter(), tensors, streams, |c, s, t| {
-            c.broadcast(t, root, s)
-        })
+        self.run_many(
+            devices.into_iter(),
+            tensors,
+            streams,
+            |info, t| checks::broadcast(info, None, &t.desc(), root),
+            |c, s, t| c.broadcast(t, root, s),
+        )
     }
 
     /// Reduces `tensor` across every process into global rank `root`, in place.
@@ -455,9 +522,13 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
         let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
-        self.run_many(devices.into_iter(), tensors, streams, |c, s, t| {
-            c.reduce(t, op, root, s)
-        })
+        self.run_many(
+            devices.into_iter(),
+            tensors,
+            streams,
+            |info, t| checks::reduce(info, None, &t.desc(), op.into(), root),
+            |c, s, t| c.reduce(t, op, root, s),
+        )
     }
 
     /// Gathers every rank's `input` into `output` (world x input elements),
@@ -492,9 +563,13 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
         let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
-        self.run_many(devices.into_iter(), pairs, streams, |c, s, (o, i)| {
-            c.all_gather_into_tensor(o, &*i, s)
-        })
+        self.run_many(
+            devices.into_iter(),
+            pairs,
+            streams,
+            |info, (o, i)| checks::all_gather_into_tensor(info, &i.desc(), &o.desc()),
+            |c, s, (o, i)| c.all_gather_into_tensor(o, &*i, s),
+        )
     }
 
     /// Reduces `input` (world x output elements) and scatters it: each rank
@@ -530,9 +605,13 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
         let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
-        self.run_many(devices.into_iter(), pairs, streams, |c, s, (o, i)| {
-            c.reduce_scatter_tensor(o, &*i, op, s)
-        })
+        self.run_many(
+            devices.into_iter(),
+            pairs,
+            streams,
+            |info, (o, i)| checks::reduce_scatter_tensor(info, &i.desc(), &o.desc(), op.into()),
+            |c, s, (o, i)| c.reduce_scatter_tensor(o, &*i, op, s),
+        )
     }
 
     /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
@@ -566,9 +645,13 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
         let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
-        self.run_many(devices.into_iter(), pairs, streams, |c, s, (o, i)| {
-            c.all_to_all_single(o, &*i, s)
-        })
+        self.run_many(
+            devices.into_iter(),
+            pairs,
+            streams,
+            |info, (o, i)| checks::all_to_all_single(info, &i.desc(), &o.desc()),
+            |c, s, (o, i)| c.all_to_all_single(o, &*i, s),
+        )
     }
 
     /// The pair key and the peer's rank in the pair communicator.
@@ -667,10 +750,7 @@ impl ProcessGroup {
             return;
         }
         for comms in self.inner.cache.all() {
-            for member in &comms.members {
-                // An abort error leaves the communicator unusable anyway.
-                let _ = member.abort.abort();
-            }
+            comms.abort();
         }
     }
 
@@ -682,15 +762,21 @@ impl ProcessGroup {
     /// An aborted group, or a communicator failing to finalize (it is then
     /// aborted).
     pub fn destroy(&self) -> Result<()> {
-        self.check_live()?;
-        self.inner.state.store(DESTROYED, Ordering::Release);
+        if self
+            .inner
+            .state
+            .compare_exchange(LIVE, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.check_live();
+        }
+        // In store-key order, the same on every process, so blocking
+        // finalizes meet their peers.
         let mut first_error = None;
         for comms in self.inner.cache.clear() {
-            for member in &comms.members {
-                let comm = member.comm.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Err(error) = comm.core().finalize() {
-                    first_error.get_or_insert(GroupError::from(error));
-                }
+            if let Err(error) = comms.finalize() {
+                comms.abort();
+                first_error.get_or_insert(error);
             }
         }
         first_error.map_or(Ok(()), Err)

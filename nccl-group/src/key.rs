@@ -45,8 +45,12 @@ impl DeviceList {
             ordinals: [0; MAX_LOCAL_DEVICES],
         };
         for (index, ordinal) in ordinals.enumerate() {
-            let ordinal = u16::try_from(ordinal)
-                .map_err(|_| invalid("a device ordinal".into(), ordinal.to_string()))?;
+            let ordinal = u16::try_from(ordinal).map_err(|_| {
+                invalid(
+                    format!("device ordinals up to {}", u16::MAX),
+                    ordinal.to_string(),
+                )
+            })?;
             if list.ordinals[..index].contains(&ordinal) {
                 return Err(invalid(
                     "one tensor per device (NCCL allows one rank per GPU)".into(),
@@ -92,6 +96,25 @@ impl fmt::Display for DeviceList {
     }
 }
 
+/// The part of a [`CommKey`] every process of the communicator agrees on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CommClass {
+    /// All processes, with this many local devices each.
+    Collective {
+        /// Local devices per process.
+        devices: usize,
+    },
+    /// Two processes, with this many local devices each.
+    PointToPoint {
+        /// The lower process rank.
+        low: usize,
+        /// The higher process rank.
+        high: usize,
+        /// Local devices per process.
+        devices: usize,
+    },
+}
+
 /// Which communicator a call needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CommKey {
@@ -116,13 +139,35 @@ impl CommKey {
         }
     }
 
-    /// The store key under which the unique id is published, scoped by
-    /// group name and generation.
-    pub fn store_key(&self, group: &str, generation: u64) -> String {
-        match self {
-            CommKey::Collective(devices) => format!("{group}/{generation}/comm/{devices}"),
-            CommKey::PointToPoint { low, high, devices } => {
-                format!("{group}/{generation}/p2p/{low}-{high}/{devices}")
+    /// What processes agree on about this key: its kind, the number of
+    /// local devices and (for pairs) the ranks, but not which local
+    /// devices, since each process may use different ones (one GPU per
+    /// process, GPU = local rank).
+    pub fn class(&self) -> CommClass {
+        match *self {
+            CommKey::Collective(devices) => CommClass::Collective {
+                devices: devices.len(),
+            },
+            CommKey::PointToPoint { low, high, devices } => CommClass::PointToPoint {
+                low,
+                high,
+                devices: devices.len(),
+            },
+        }
+    }
+
+    /// The store key under which the unique id is published: scoped by
+    /// group name and generation, and naming the key's class and its
+    /// `sequence` number among the keys of that class, in order of first
+    /// use (the same on every process, as every process issues the group's
+    /// operations in the same order).
+    pub fn store_key(&self, group: &str, generation: u64, sequence: u64) -> String {
+        match self.class() {
+            CommClass::Collective { devices } => {
+                format!("{group}/{generation}/comm/x{devices}/{sequence}")
+            }
+            CommClass::PointToPoint { low, high, devices } => {
+                format!("{group}/{generation}/p2p/{low}-{high}/x{devices}/{sequence}")
             }
         }
     }

@@ -16,7 +16,8 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let group = ProcessGroup::from_env("trainer")?; // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-//! let device = nccl_core::Device::new(0)?;
+//! let local_rank = nccl_group::RendezvousConfig::from_env()?.local_rank; // one GPU per process
+//! let device = nccl_core::Device::new(local_rank)?;
 //! let stream = device.new_stream()?;
 //! let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
 //! let work = group.all_reduce(grads, nccl_core::ReduceOp::Sum, &stream)?;
@@ -41,7 +42,7 @@ pub use cache::OnceMap;
 pub use comms::{CommCache, CommFactory, Membership};
 pub use error::{GroupError, OpError, Result};
 pub use group::{GroupOptions, LocalComms, Member, NcclFactory, OpResult, ProcessGroup};
-pub use key::{CommKey, DeviceList, MAX_LOCAL_DEVICES};
+pub use key::{CommClass, CommKey, DeviceList, MAX_LOCAL_DEVICES};
 pub use pool::DevicePool;
 pub use store::{
     FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError, StoreSpec,
