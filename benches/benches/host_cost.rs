@@ -1,37 +1,181 @@
-//! Host cost of one call: an in-place all_reduce of 2 f32 (8 bytes) at
-//! world size 1 on GPU 0, issued through the raw layer and the core layer
-//! in one criterion group, so the two are compared in the same run. At
-//! world size 1 an in-place all_reduce enqueues no GPU work: the time is the
-//! host cost of the call alone. The stream is synchronised outside the
-//! measured time after every batch.
+//! What one call costs, per layer (raw nccl-sys pointers, nccl-core,
+//! nccl-tensor's safe API), measured side by side in one run:
 //!
-//! Without a GPU it prints `SKIP: needs 1 GPU(s), found 0` and succeeds,
-//! unless `NCCL_TEST_REQUIRE_GPU=1` is set, when it fails instead.
+//! * `check_cost/<op>`: the tensor layer's argument checks alone
+//!   (`nccl_tensor::checks::*` on `BufferDesc`s, world size 8). Pure host
+//!   code: it runs on machines without a GPU too.
+//! * `host_cost/<op>_in_place_8B`: one call of each op (all_reduce,
+//!   broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv =
+//!   send + recv in a group) at world size 1, in place, 8 bytes (2 f32),
+//!   one function per layer. In place at world size 1, NCCL enqueues no GPU
+//!   work: the time is the host cost of the call. The tensor layer has no
+//!   in-place all_gather, reduce_scatter or all_to_all (its safe API refuses
+//!   an input inside the output), so those three also get
+//!   `host_cost/<op>_out_of_place_8B` with every layer. The launches are
+//!   timed in chunks of at most 256 with a stream synchronisation between
+//!   chunks outside the measured time, so the launch queue never fills and
+//!   the time stays the host's even when a call enqueues a copy.
+//! * Heap allocations in steady state: after a warm-up, 1000 calls of each
+//!   op and layer under a counting global allocator; the count per 1000
+//!   calls is printed and must be 0 (the run fails otherwise). Rust's heap
+//!   only, and only the calling thread's: NCCL's and the driver's own
+//!   `malloc`s are not seen, nor is any other thread.
+//! * `copy_bandwidth/all_reduce_out_of_place_256MiB`: 256 MiB out of place
+//!   (a device copy at world size 1) per layer, with
+//!   `Throughput::Bytes`, including the final synchronisation.
+//!
+//! Without a GPU the GPU part prints `SKIP: needs 1 GPU(s), found 0` and
+//! succeeds, unless `NCCL_TEST_REQUIRE_GPU=1` is set, when it fails instead;
+//! the `check_cost` part and its allocation check run either way. Each
+//! bench measures for about a second: the whole run takes about a minute
+//! and a half on an H200.
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use benches::BenchError;
+use benches::buffers::DeviceBuffers;
 use benches::collective::{Collective, Mode};
-use benches::layer::{Call, CoreLayer, Layer, RawLayer};
-use benches::sizes::OpCounts;
-use criterion::Criterion;
-use cudarc::driver::DevicePtr;
-use nccl_core::{Communicator, DataType, Device, ReduceOp, UniqueId};
+use benches::layer::{Call, CoreLayer, Launch, Layer, RawLayer, TensorLayer};
+use criterion::{Criterion, Throughput};
+use cudarc::driver::CudaStream;
+use nccl_core::{DataType, Device, ReduceOp, Reduction, UniqueId};
+use nccl_sys::Version;
+use nccl_tensor::BufferDesc;
+use nccl_tensor::checks::{self, CommInfo};
 
 const GPUS_NEEDED: usize = 1;
+/// Launches timed between two synchronisations in the host-cost benches.
+const CHUNK: u64 = 256;
+/// Calls counted by the allocation check.
+const COUNTED_CALLS: u32 = 1000;
+/// Bytes of the copy-bandwidth bench.
+const COPY_BYTES: usize = 256 << 20;
+
+/// Counts the allocations (and reallocations) of the Rust heap made by a
+/// thread while it has counting switched on ([`counted`]), so no other
+/// thread can disturb a window.
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Whether this thread's allocations are counted. Const-initialised and
+    /// without a destructor, so reading it never allocates.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn note_allocation() {
+    if COUNTING.try_with(Cell::get).unwrap_or(false) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs `f` with this thread's allocations counted: its result and the count.
+fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    COUNTING.with(|counting| counting.set(true));
+    let result = f();
+    COUNTING.with(|counting| counting.set(false));
+    (result, ALLOCATIONS.load(Ordering::Relaxed) - before)
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees are this allocator's; the counting
+// touches only an atomic and a const thread-local `Cell<bool>`, neither of
+// which allocates.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note_allocation();
+        // SAFETY: the caller's contract for `alloc_zeroed` is passed on unchanged.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note_allocation();
+        // SAFETY: `ptr` came from this allocator, which got it from `System`;
+        // the caller's contract for `realloc` is passed on unchanged.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from this allocator, which got it from `System`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Steady-state heap allocations that should not be there.
+#[derive(Default)]
+struct AllocationReport {
+    lines: Vec<String>,
+    violations: Vec<String>,
+}
+
+impl AllocationReport {
+    fn record(&mut self, what: String, count: u64) {
+        let line = format!("allocations: {what}: {count} per {COUNTED_CALLS} calls");
+        println!("{line}");
+        if count != 0 {
+            self.violations.push(line.clone());
+        }
+        self.lines.push(line);
+    }
+}
 
 fn main() {
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(30)
+        .nresamples(20_000)
+        .configure_from_args();
+    let mut report = AllocationReport::default();
+    // The counter must see an allocation, or every 0 below means nothing.
+    let (boxed, seen) = counted(|| black_box(Box::new(1u64)));
+    drop(boxed);
+    if seen == 0 {
+        eprintln!("host_cost: the counting allocator saw no allocation of a Box");
+        std::process::exit(1);
+    }
+    check_cost(&mut criterion, &mut report);
+
     let found = visible_gpus();
-    if found < GPUS_NEEDED {
+    let gpu_outcome = if found < GPUS_NEEDED {
         println!("SKIP: needs {GPUS_NEEDED} GPU(s), found {found}");
         if std::env::var("NCCL_TEST_REQUIRE_GPU").is_ok_and(|value| value == "1") {
             eprintln!("host_cost: NCCL_TEST_REQUIRE_GPU=1 is set, so a missing GPU is a failure");
             std::process::exit(1);
         }
-        return;
-    }
-    if let Err(error) = run() {
+        Ok(())
+    } else {
+        gpu_benches(&mut criterion, &mut report)
+    };
+    criterion.final_summary();
+    if let Err(error) = gpu_outcome {
         eprintln!("host_cost: error: {}", error.one_line());
+        std::process::exit(1);
+    }
+    println!(
+        "allocation check: {} case(s), {} with steady-state heap allocations",
+        report.lines.len(),
+        report.violations.len()
+    );
+    if !report.violations.is_empty() {
+        for line in &report.violations {
+            eprintln!("host_cost: FAILED: {line} (steady-state ops must not allocate)");
+        }
         std::process::exit(1);
     }
 }
@@ -44,77 +188,277 @@ fn visible_gpus() -> usize {
     Device::count().unwrap_or(0)
 }
 
-fn run() -> Result<(), BenchError> {
+/// One check of the tensor layer: its name and a call of it.
+type CheckCase<'a> = (&'static str, Box<dyn Fn() -> nccl_tensor::Result<()> + 'a>);
+
+/// The tensor layer's argument checks, without a GPU.
+fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
+    let info = CommInfo {
+        rank: 3,
+        world_size: 8,
+        device: 0,
+        nccl_version: Version::new(2, 28, 3),
+        compute_capability: (9, 0),
+        in_group: false,
+    };
+    let one = BufferDesc::contiguous(DataType::Float32, 1024, 0);
+    let all = BufferDesc::contiguous(DataType::Float32, 8 * 1024, 0);
+    let sum = Reduction::Builtin(ReduceOp::Sum);
+    let (info, one, all) = (&info, &one, &all);
+    let cases: Vec<CheckCase<'_>> = vec![
+        (
+            "all_reduce",
+            Box::new(move || checks::all_reduce(black_box(info), None, black_box(one), sum)),
+        ),
+        (
+            "all_reduce_into",
+            Box::new(move || {
+                checks::all_reduce(black_box(info), Some(black_box(one)), black_box(one), sum)
+            }),
+        ),
+        (
+            "broadcast",
+            Box::new(move || checks::broadcast(black_box(info), None, black_box(one), 0)),
+        ),
+        (
+            "reduce",
+            Box::new(move || checks::reduce(black_box(info), None, black_box(one), sum, 0)),
+        ),
+        (
+            "all_gather_into_tensor",
+            Box::new(move || {
+                checks::all_gather_into_tensor(black_box(info), black_box(one), black_box(all))
+            }),
+        ),
+        (
+            "reduce_scatter_tensor",
+            Box::new(move || {
+                checks::reduce_scatter_tensor(black_box(info), black_box(all), black_box(one), sum)
+            }),
+        ),
+        (
+            "all_to_all_single",
+            Box::new(move || {
+                checks::all_to_all_single(black_box(info), black_box(all), black_box(all))
+            }),
+        ),
+        (
+            "send",
+            Box::new(move || checks::point_to_point("send", "dst", black_box(info), one, 4)),
+        ),
+        (
+            "recv",
+            Box::new(move || checks::point_to_point("recv", "src", black_box(info), one, 2)),
+        ),
+    ];
+    for (name, check) in &cases {
+        if let Err(error) = check() {
+            eprintln!("host_cost: check_cost/{name}: a valid call was refused: {error}");
+            std::process::exit(1);
+        }
+        let ((), count) = counted(|| {
+            for _ in 0..COUNTED_CALLS {
+                let _ = black_box(check());
+            }
+        });
+        report.record(format!("check_cost/{name}"), count);
+    }
+    let mut group = criterion.benchmark_group("check_cost");
+    for (name, check) in &cases {
+        group.bench_function(*name, |bencher| bencher.iter(check));
+    }
+    group.finish();
+}
+
+/// Binds `call` through `layer` on `buffers`.
+fn bind<'s>(
+    layer: &'s dyn Layer,
+    call: &Call,
+    buffers: &'s mut DeviceBuffers,
+) -> Result<Launch<'s>, BenchError> {
+    // SAFETY: every call of this bench is built from `buffers`' own
+    // addresses for `call.count` elements per rank at world size 1, which
+    // `buffers` holds; the launcher borrows `buffers`, so they outlive it.
+    unsafe { layer.bind(call, buffers) }
+}
+
+/// A call of `collective` at world size 1 with `count` f32 on `buffers`
+/// (in place: both pointers at the receive buffer).
+fn call_on(
+    collective: Collective,
+    mode: Mode,
+    count: usize,
+    buffers: &DeviceBuffers,
+    stream: &CudaStream,
+) -> Call {
+    let (send, recv) = buffers.addresses(stream);
+    Call {
+        collective,
+        mode,
+        send: if mode == Mode::InPlace { recv } else { send },
+        recv,
+        count,
+        dtype: DataType::Float32,
+        op: ReduceOp::Sum,
+        root: 0,
+        rank: 0,
+        world: 1,
+    }
+}
+
+/// `iters` launches timed in chunks, synchronising between chunks outside
+/// the measured time; the first error is kept in `failure`.
+fn host_time(
+    launch: &mut Launch<'_>,
+    iters: u64,
+    stream: &CudaStream,
+    failure: &mut Option<BenchError>,
+) -> Duration {
+    if failure.is_some() {
+        return Duration::from_nanos(iters);
+    }
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        let start = Instant::now();
+        for _ in 0..chunk {
+            if let Err(error) = launch() {
+                failure.get_or_insert(error);
+                return total + start.elapsed();
+            }
+        }
+        total += start.elapsed();
+        if let Err(error) = stream.synchronize() {
+            failure.get_or_insert(BenchError::Cuda {
+                during: "synchronizing the stream",
+                source: error,
+            });
+            return total;
+        }
+        left -= chunk;
+    }
+    total
+}
+
+/// Heap allocations over [`COUNTED_CALLS`] launches after a warm-up,
+/// synchronising outside the counted windows.
+fn count_allocations(launch: &mut Launch<'_>, stream: &CudaStream) -> Result<u64, BenchError> {
+    let sync = || {
+        stream
+            .synchronize()
+            .map_err(BenchError::cuda("synchronizing the stream"))
+    };
+    for _ in 0..100 {
+        launch()?;
+    }
+    sync()?;
+    let mut count = 0;
+    for _ in 0..COUNTED_CALLS / 250 {
+        let (launched, allocated) = counted(|| (0..250).try_for_each(|_| launch()));
+        launched?;
+        count += allocated;
+        sync()?;
+    }
+    Ok(count)
+}
+
+fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Result<(), BenchError> {
     let device = Device::new(0)?;
     device.bind_to_thread()?;
     let stream = device.new_stream()?;
-    let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
-    let buffer = stream
-        .alloc_zeros::<f32>(2)
-        .map_err(BenchError::cuda("allocating 2 f32"))?;
-    let address = {
-        let (address, _record) = buffer.device_ptr(&stream);
-        address
-    };
-    let counts = OpCounts::new(Collective::AllReduce, 8, DataType::Float32.size_bytes(), 1);
-    let call = Call::new(
-        Collective::AllReduce,
-        Mode::InPlace,
-        &counts,
-        address,
-        address,
-        DataType::Float32,
-        ReduceOp::Sum,
-        0,
-        0,
-        1,
-    );
-    let raw = RawLayer::new(&comm, &stream)?;
-    let core = CoreLayer::new(&comm, &stream);
-    let layers: [&dyn Layer; 2] = [&raw, &core];
-
-    let mut criterion = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2))
-        .configure_from_args();
+    let comm = nccl_tensor::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+    let raw = RawLayer::new(comm.core(), &stream)?;
+    let core = CoreLayer::new(comm.core(), &stream);
+    let tensor = TensorLayer::new(&comm, &stream);
+    let layers: [&dyn Layer; 3] = [&raw, &core, &tensor];
     let mut failure: Option<BenchError> = None;
-    {
-        let mut group = criterion.benchmark_group("host_cost/all_reduce_in_place_8B_world1");
-        for layer in layers {
-            // SAFETY: `buffer` holds the 2 f32 the call reads and writes, on
-            // the communicator's device, and outlives the launcher; at world
-            // size 1 there is no other rank to match.
-            let mut launch = unsafe { layer.bind(&call) }?;
-            group.bench_function(layer.kind().name(), |bencher| {
-                bencher.iter_custom(|iters| {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        if let Err(error) = launch() {
-                            failure.get_or_insert(error);
-                            break;
-                        }
-                    }
-                    let elapsed = start.elapsed();
-                    if let Err(error) = stream.synchronize() {
-                        failure.get_or_insert(BenchError::Cuda {
-                            during: "synchronizing the stream",
-                            source: error,
-                        });
-                    }
-                    elapsed
-                })
-            });
+
+    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
+    for collective in Collective::ALL {
+        let modes: &[Mode] = if TensorLayer::has(collective, Mode::InPlace) {
+            &[Mode::InPlace]
+        } else {
+            &[Mode::InPlace, Mode::OutOfPlace]
+        };
+        for &mode in modes {
+            let call = call_on(collective, mode, 2, &small, &stream);
+            let group_name = format!("host_cost/{}_{}_8B", collective.name(), mode.key());
+            for layer in layers {
+                let what = format!("{group_name}/{}", layer.kind().name());
+                if !layer.supports(collective, mode) {
+                    println!("note: {what}: not expressible through the safe API (aliasing)");
+                    continue;
+                }
+                let mut launch = bind(layer, &call, &mut small)?;
+                let count = count_allocations(&mut launch, &stream)?;
+                report.record(what, count);
+            }
+            let mut group = criterion.benchmark_group(group_name);
+            for layer in layers {
+                if !layer.supports(collective, mode) {
+                    continue;
+                }
+                let mut launch = bind(layer, &call, &mut small)?;
+                group.bench_function(layer.kind().name(), |bencher| {
+                    bencher
+                        .iter_custom(|iters| host_time(&mut launch, iters, &stream, &mut failure))
+                });
+            }
+            group.finish();
+            if let Some(error) = failure.take() {
+                return Err(error);
+            }
         }
-        group.finish();
     }
-    criterion.final_summary();
+
+    let elems = COPY_BYTES / DataType::Float32.size_bytes();
+    let mut big = DeviceBuffers::alloc(DataType::Float32, elems, &stream)?;
+    let call = call_on(
+        Collective::AllReduce,
+        Mode::OutOfPlace,
+        elems,
+        &big,
+        &stream,
+    );
+    let mut group = criterion.benchmark_group("copy_bandwidth/all_reduce_out_of_place_256MiB");
+    group
+        .throughput(Throughput::Bytes(COPY_BYTES as u64))
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for layer in layers {
+        let mut launch = bind(layer, &call, &mut big)?;
+        group.bench_function(layer.kind().name(), |bencher| {
+            bencher.iter_custom(|iters| {
+                if failure.is_some() {
+                    return Duration::from_nanos(iters);
+                }
+                let start = Instant::now();
+                for _ in 0..iters {
+                    if let Err(error) = launch() {
+                        failure.get_or_insert(error);
+                        break;
+                    }
+                }
+                if let Err(error) = stream.synchronize() {
+                    failure.get_or_insert(BenchError::Cuda {
+                        during: "synchronizing the stream",
+                        source: error,
+                    });
+                }
+                start.elapsed()
+            })
+        });
+    }
+    group.finish();
     if let Some(error) = failure {
         return Err(error);
     }
-    drop(buffer);
+    drop((small, big));
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream"))?;
-    comm.finalize()?;
+    comm.core().finalize()?;
     Ok(())
 }

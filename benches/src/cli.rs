@@ -18,11 +18,26 @@ use crate::layer::LayerKind;
     version,
     about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this workspace",
     long_about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this \
-                  workspace. One thread per GPU (rank = GPU index), one communicator per rank, one \
-                  non-blocking stream per rank. Results go to stdout (lines starting with '#' are \
-                  comments); errors go to stderr, as one line.\n\n\
+                  workspace (raw nccl-sys calls, nccl-core, or nccl-tensor's safe API). One thread per \
+                  GPU (rank = GPU index), one communicator per rank, one non-blocking stream per rank. \
+                  The table goes to stdout and stays machine-readable (lines starting with '#' are \
+                  comments; every row has the same columns); a progress bar goes to stderr when it is \
+                  a terminal; errors go to stderr, as one line.\n\n\
+                  Timing: per size and mode, warm-up, then --batches timed batches of -n back-to-back \
+                  calls, each followed by one stream synchronisation; the time is the median over the \
+                  batches (averaged over the ranks). With -G N the -n calls are captured once in a CUDA \
+                  graph and each batch replays it N times (time = batch / (N * n)).\n\n\
+                  --compare A,B runs layer A and layer B on the same buffers at each size, interleaved \
+                  (A warm-up, B warm-up, then timed batches A, B, A, B, ...), prints B's table with a \
+                  'ratio' column (time B / time A) at the end of each half, and writes both layers' \
+                  rows to --json.\n\n\
                   Exit status: 0 on success, 1 if a run failed or #wrong was not 0, 2 for a usage \
-                  error or when the CUDA driver, a GPU or NCCL is missing."
+                  error or when the CUDA driver, a GPU or NCCL is missing.",
+    after_help = "Examples:\n  \
+                  nccl-perf -b 8 -e 128M -f 2 all_reduce\n  \
+                  nccl-perf --layer tensor -b 8 -e 1G -f 4 -n 200 -w 20\n  \
+                  nccl-perf --compare raw,tensor --json rows.jsonl --plot bw.svg all_reduce\n  \
+                  nccl-perf --compare raw,core -G 100 -b 8 -e 1M sendrecv"
 )]
 pub struct Args {
     /// Smallest message size in bytes (suffixes K, M, G).
@@ -41,11 +56,11 @@ pub struct Args {
     #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = parse_nonzero_size_arg)]
     pub step_bytes: u64,
 
-    /// Timed iterations per size and mode.
+    /// Calls per timed batch (and in each CUDA graph with -G), per size, mode and layer.
     #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: u32,
 
-    /// Untimed warm-up iterations before each timed loop.
+    /// Untimed warm-up calls per size, mode and layer, before the timed batches.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup_iters: u32,
 
@@ -82,13 +97,37 @@ pub struct Args {
     #[arg(value_enum, value_name = "COLLECTIVE")]
     pub collective: Option<CollectiveArg>,
 
-    /// The layer that issues the calls: raw nccl-sys function pointers or nccl-core.
+    /// The layer that issues the calls: raw nccl-sys function pointers, nccl-core, or
+    /// nccl-tensor's safe typed API (which has no in-place all_gather, reduce_scatter or
+    /// all_to_all: those halves print N/A).
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,
 
-    /// Also write every row as one JSON object per line to FILE.
+    /// Run two layers, A (the baseline) and B, interleaved in this process on the same
+    /// buffers; print B's table with a ratio column (time B / time A) after each half's
+    /// #wrong. Both layers' rows go to --json.
+    #[arg(long, value_name = "A,B", value_parser = parse_compare_arg, conflicts_with = "layer")]
+    pub compare: Option<Compare>,
+
+    /// Capture the -n calls of each size, mode and layer in a CUDA graph and replay it N
+    /// times per timed batch (0: no graph, call the layer directly).
+    #[arg(short = 'G', long = "cudagraph", value_name = "N", default_value_t = 0)]
+    pub graph: u32,
+
+    /// Timed batches per size, mode and layer; the time is their median [default: 1, or 5
+    /// with --compare].
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batches: Option<u32>,
+
+    /// Also write every row as one JSON object per line to FILE (with --compare: both
+    /// layers' rows, B's with a "ratio" object).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+
+    /// Also draw algbw and busbw against size (log-log) for each collective, one line
+    /// per layer and mode, to FILE as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 impl Args {
@@ -108,6 +147,81 @@ impl Args {
     pub fn check_enabled(&self) -> bool {
         self.check == 1
     }
+
+    /// The layers to run, in order: the one of `--layer`, or A then B of `--compare`.
+    pub fn layers(&self) -> Vec<LayerKind> {
+        match self.compare {
+            Some(compare) => vec![compare.baseline, compare.subject],
+            None => vec![self.layer],
+        }
+    }
+
+    /// Timed batches per size, mode and layer.
+    pub fn batches(&self) -> u32 {
+        self.batches
+            .unwrap_or(if self.compare.is_some() { 5 } else { 1 })
+    }
+}
+
+/// `--compare A,B`: the baseline layer A and the layer B measured against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Compare {
+    /// A: the denominator of the ratio; its rows go to JSON only.
+    pub baseline: LayerKind,
+    /// B: the layer whose table is printed, with the ratio column.
+    pub subject: LayerKind,
+}
+
+/// Why `--compare` could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompareError {
+    /// Not two names separated by one comma.
+    #[error("expected two layers separated by a comma (e.g. raw,tensor), got {0:?}")]
+    NotTwo(String),
+    /// A name that is not a layer.
+    #[error("unknown layer {given:?} (expected one of: {expected})")]
+    UnknownLayer {
+        /// The name given.
+        given: String,
+        /// The layer names.
+        expected: String,
+    },
+    /// The same layer on both sides.
+    #[error("--compare needs two different layers, got {0} twice")]
+    SameLayer(&'static str),
+}
+
+/// Parses `A,B` (layer names, any case, spaces around them ignored).
+///
+/// # Errors
+/// [`CompareError`] for anything but two different known layers.
+pub fn parse_compare(text: &str) -> Result<Compare, CompareError> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [a, b] = parts[..] else {
+        return Err(CompareError::NotTwo(text.to_string()));
+    };
+    if a.is_empty() || b.is_empty() {
+        return Err(CompareError::NotTwo(text.to_string()));
+    }
+    let layer = |name: &str| {
+        LayerKind::from_str(name, true).map_err(|_| CompareError::UnknownLayer {
+            given: name.to_string(),
+            expected: LayerKind::value_variants()
+                .iter()
+                .map(|kind| kind.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    };
+    let (baseline, subject) = (layer(a)?, layer(b)?);
+    if baseline == subject {
+        return Err(CompareError::SameLayer(baseline.name()));
+    }
+    Ok(Compare { baseline, subject })
+}
+
+fn parse_compare_arg(text: &str) -> Result<Compare, String> {
+    parse_compare(text).map_err(|error| error.to_string())
 }
 
 /// A collective named on the command line, or `all`.
@@ -337,6 +451,81 @@ mod tests {
         assert_eq!(args.ngpus, None);
         assert_eq!(args.layer, LayerKind::Core);
         assert_eq!(args.collectives(), Collective::ALL.to_vec());
+        assert_eq!(args.compare, None);
+        assert_eq!(args.layers(), vec![LayerKind::Core]);
+        assert_eq!((args.graph, args.batches()), (0, 1));
+        assert_eq!((args.json.as_ref(), args.plot.as_ref()), (None, None));
+    }
+
+    #[test]
+    fn compare_parses() {
+        let c = parse_compare("raw,tensor").unwrap();
+        assert_eq!((c.baseline, c.subject), (LayerKind::Raw, LayerKind::Tensor));
+        let c = parse_compare(" Core , RAW ").unwrap();
+        assert_eq!((c.baseline, c.subject), (LayerKind::Core, LayerKind::Raw));
+
+        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,core"]).unwrap();
+        assert_eq!(args.layers(), vec![LayerKind::Raw, LayerKind::Core]);
+        assert_eq!(args.batches(), 5, "--compare defaults to 5 batches");
+        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,tensor", "--batches", "9"])
+            .unwrap();
+        assert_eq!(args.batches(), 9);
+    }
+
+    #[test]
+    fn compare_errors() {
+        assert_eq!(
+            parse_compare("raw,raw"),
+            Err(CompareError::SameLayer("raw"))
+        );
+        assert_eq!(
+            parse_compare("tensor,TENSOR"),
+            Err(CompareError::SameLayer("tensor"))
+        );
+        let unknown = parse_compare("raw,group").unwrap_err();
+        assert_eq!(
+            unknown.to_string(),
+            "unknown layer \"group\" (expected one of: raw, core, tensor)"
+        );
+        for bad in ["raw", "raw,", ",core", "raw,core,tensor", "", "raw;core"] {
+            assert!(
+                matches!(parse_compare(bad), Err(CompareError::NotTwo(_))),
+                "{bad:?}"
+            );
+        }
+        for bad in [
+            &["nccl-perf", "--compare", "raw,raw"][..],
+            &["nccl-perf", "--compare", "raw,magic"],
+            &["nccl-perf", "--compare", "raw"],
+            &["nccl-perf", "--compare", "raw,core", "--layer", "tensor"],
+            &["nccl-perf", "--compare", "raw,core", "--batches", "0"],
+        ] {
+            let error = Args::try_parse_from(bad).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad:?}");
+        }
+        let error = Args::try_parse_from(["nccl-perf", "--compare", "core,core"]).unwrap_err();
+        assert!(
+            error.to_string().contains("two different layers"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn graph_flag_parses() {
+        let args = Args::try_parse_from(["nccl-perf", "-G", "100"]).unwrap();
+        assert_eq!(args.graph, 100);
+        let args = Args::try_parse_from(["nccl-perf", "--cudagraph", "3"]).unwrap();
+        assert_eq!(args.graph, 3);
+        let args = Args::try_parse_from(["nccl-perf", "-G", "0"]).unwrap();
+        assert_eq!(args.graph, 0);
+        for bad in [
+            &["nccl-perf", "-G", "-1"][..],
+            &["nccl-perf", "-G", "x"],
+            &["nccl-perf", "-G"],
+            &["nccl-perf", "-G", "4294967296"],
+        ] {
+            assert!(Args::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -367,6 +556,8 @@ mod tests {
             "raw",
             "--json",
             "out.jsonl",
+            "--plot",
+            "bw.svg",
             "all_gather",
         ])
         .unwrap();
@@ -384,6 +575,9 @@ mod tests {
             Some(std::path::Path::new("out.jsonl"))
         );
         assert_eq!(args.collectives(), vec![Collective::AllGather]);
+        assert_eq!(args.plot.as_deref(), Some(std::path::Path::new("bw.svg")));
+        let tensor = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
+        assert_eq!(tensor.layers(), vec![LayerKind::Tensor]);
 
         let by_flag = Args::try_parse_from(["nccl-perf", "--op-name", "sendrecv"]).unwrap();
         assert_eq!(by_flag.collectives(), vec![Collective::SendRecv]);

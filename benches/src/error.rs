@@ -14,6 +14,31 @@ pub enum BenchError {
     /// A call through nccl-core (or a raw NCCL result mapped to its error) failed.
     #[error(transparent)]
     Nccl(#[from] nccl_core::Error),
+    /// A call through nccl-tensor failed (an argument check or NCCL's error).
+    #[error(transparent)]
+    Tensor(#[from] nccl_tensor::Error),
+    /// Capturing a layer's calls in a CUDA graph (`-G`) failed.
+    #[error(
+        "capturing {iters} {collective} call(s) of the {layer} layer in a CUDA graph (-G) failed: {source}"
+    )]
+    Capture {
+        /// The layer whose calls were captured.
+        layer: &'static str,
+        /// The collective.
+        collective: &'static str,
+        /// Calls in the graph.
+        iters: u32,
+        /// What went wrong.
+        source: Box<BenchError>,
+    },
+    /// Drawing the `--plot` file failed.
+    #[error("cannot draw the plot {path}: {message}")]
+    Plot {
+        /// The SVG file.
+        path: String,
+        /// The plotting library's error.
+        message: String,
+    },
     /// The loaded libnccl lacks a function the raw layer calls.
     #[error(transparent)]
     MissingFunction(#[from] nccl_sys::MissingSymbol),
@@ -55,7 +80,9 @@ impl BenchError {
     pub fn exit_code(&self) -> u8 {
         match self {
             BenchError::Environment(_) | BenchError::Usage(_) => 2,
-            BenchError::Rank { source, .. } => source.exit_code(),
+            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
+                source.exit_code()
+            }
             _ => 1,
         }
     }
@@ -91,6 +118,19 @@ mod tests {
         };
         assert_eq!(nested.exit_code(), 1);
         assert!(nested.to_string().starts_with("rank 3 (GPU 3): "));
+        let capture = BenchError::Capture {
+            layer: "tensor",
+            collective: "all_reduce",
+            iters: 20,
+            source: Box::new(BenchError::Nccl(nccl_core::Error::Aborted)),
+        };
+        assert_eq!(capture.exit_code(), 1);
+        assert!(
+            capture.to_string().starts_with(
+                "capturing 20 all_reduce call(s) of the tensor layer in a CUDA graph (-G) failed: "
+            ),
+            "{capture}"
+        );
         assert_eq!(
             BenchError::Environment("a\nb\n\n c".into()).one_line(),
             "a; b; c"

@@ -1,25 +1,32 @@
 //! The layers a benchmark can issue its calls through, one implementation
-//! each: [`RawLayer`] (nccl-sys function pointers) and [`CoreLayer`]
-//! (nccl-core's `unsafe` collectives). `tensor` and `group` are to follow:
-//! add a [`LayerKind`] variant, a type implementing [`Layer`] and a line in
-//! [`new_layer`].
+//! each: [`RawLayer`] (nccl-sys function pointers), [`CoreLayer`]
+//! (nccl-core's `unsafe` collectives) and [`TensorLayer`] (nccl-tensor's
+//! safe, typed `Communicator`). `group` is to follow: add a [`LayerKind`]
+//! variant, a type implementing [`Layer`] and a line in [`new_layer`].
 //!
-//! A layer *binds* one call (collective, buffers, count, type) once, before
-//! the timed loop, into a [`Launch`]: the timed loop then only calls the
-//! launcher, so it measures the collective calls and nothing else.
+//! A layer *binds* one call (collective, mode, buffers, count, type) before
+//! the timed loop into a [`Launch`]: the timed loop then only calls the
+//! launcher, so it measures the collective calls and nothing else. A
+//! launcher borrows the rank's [`DeviceBuffers`] for as long as it lives
+//! (the tensor layer holds typed views of them), so the runner binds again
+//! after touching the buffers itself; binding is never timed.
 
 mod core_layer;
 mod raw;
+mod tensor_layer;
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use clap::ValueEnum;
 use cudarc::driver::CudaStream;
-use nccl_core::{Communicator, DataType, ReduceOp};
+use nccl_core::{DataType, ReduceOp};
 
 pub use core_layer::CoreLayer;
 pub use raw::RawLayer;
+pub use tensor_layer::TensorLayer;
 
+use crate::buffers::DeviceBuffers;
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
 use crate::sizes::OpCounts;
@@ -31,6 +38,9 @@ pub enum LayerKind {
     Raw,
     /// nccl-core's `Communicator` methods (argument checks, then the same pointers).
     Core,
+    /// nccl-tensor's safe `Communicator` on typed `CudaSlice<T>` views
+    /// (full argument checks and cudarc's stream tracking on every call).
+    Tensor,
 }
 
 impl LayerKind {
@@ -39,6 +49,7 @@ impl LayerKind {
         match self {
             LayerKind::Raw => "raw",
             LayerKind::Core => "core",
+            LayerKind::Tensor => "tensor",
         }
     }
 }
@@ -51,6 +62,8 @@ pub type Launch<'a> = Box<dyn FnMut() -> Result<(), BenchError> + 'a>;
 pub struct Call {
     /// The collective.
     pub collective: Collective,
+    /// Out-of-place or in-place.
+    pub mode: Mode,
     /// Device address of the data to send.
     pub send: u64,
     /// Device address of the data to receive.
@@ -95,6 +108,7 @@ impl Call {
         };
         Self {
             collective,
+            mode,
             send: send_start + send_offset as u64 * elem,
             recv: recv_base + recv_offset as u64 * elem,
             count: counts.param,
@@ -133,18 +147,34 @@ pub trait Layer {
     /// Which layer this is.
     fn kind(&self) -> LayerKind;
 
-    /// Binds `call` into a launcher. Functions are looked up here, once.
+    /// Whether this layer can issue `collective` in `mode`. The tensor
+    /// layer's safe API refuses an input that aliases the output, so it has
+    /// no in-place all_gather, reduce_scatter or all_to_all (their rows
+    /// print `N/A`). The other layers issue everything.
+    fn supports(&self, collective: Collective, mode: Mode) -> bool {
+        let _ = (collective, mode);
+        true
+    }
+
+    /// Binds `call` into a launcher. Functions are looked up and views
+    /// made here, once.
     ///
     /// # Safety
     /// For as long as the launcher is called: `call.send` and `call.recv`
-    /// are device memory on the communicator's device, valid for the
-    /// elements `call.collective` reads and writes (see nccl-core's
-    /// collectives), and every rank launches matching calls in the same
-    /// order.
+    /// point into `buffers` (whose addresses they were computed from),
+    /// valid for the elements `call.collective` reads and writes (see
+    /// nccl-core's collectives), on the communicator's device; and every
+    /// rank launches matching calls in the same order.
     ///
     /// # Errors
-    /// The loaded libnccl lacks a function the call needs.
-    unsafe fn bind(&self, call: &Call) -> Result<Launch<'_>, BenchError>;
+    /// The loaded libnccl lacks a function the call needs, the layer does
+    /// not support the call (see [`Layer::supports`]), or the buffers are
+    /// too small for it.
+    unsafe fn bind<'s>(
+        &'s self,
+        call: &Call,
+        buffers: &'s mut DeviceBuffers,
+    ) -> Result<Launch<'s>, BenchError>;
 }
 
 /// The layer `kind` over this rank's communicator and stream.
@@ -153,12 +183,13 @@ pub trait Layer {
 /// The communicator was aborted or finalized.
 pub fn new_layer<'a>(
     kind: LayerKind,
-    comm: &'a Communicator,
-    stream: &'a CudaStream,
+    comm: &'a nccl_tensor::Communicator,
+    stream: &'a Arc<CudaStream>,
 ) -> Result<Box<dyn Layer + 'a>, BenchError> {
     Ok(match kind {
-        LayerKind::Raw => Box::new(RawLayer::new(comm, stream)?),
-        LayerKind::Core => Box::new(CoreLayer::new(comm, stream)),
+        LayerKind::Raw => Box::new(RawLayer::new(comm.core(), stream)?),
+        LayerKind::Core => Box::new(CoreLayer::new(comm.core(), stream)),
+        LayerKind::Tensor => Box::new(TensorLayer::new(comm, stream)),
     })
 }
 
@@ -270,6 +301,7 @@ mod tests {
     fn layer_names() {
         assert_eq!(LayerKind::Raw.name(), "raw");
         assert_eq!(LayerKind::Core.name(), "core");
+        assert_eq!(LayerKind::Tensor.name(), "tensor");
         for kind in LayerKind::value_variants() {
             assert_eq!(kind.to_possible_value().unwrap().get_name(), kind.name());
         }

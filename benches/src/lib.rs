@@ -4,27 +4,46 @@
 //! flags, same size, count and bandwidth definitions, same table) through a
 //! chosen layer of this workspace, so layers can be compared side by side in
 //! one run on the same GPU and libnccl: `--layer raw` calls the nccl-sys
-//! function pointers directly, `--layer core` goes through nccl-core.
+//! function pointers directly, `--layer core` goes through nccl-core,
+//! `--layer tensor` through nccl-tensor's safe typed API.
+//!
+//! `--compare A,B` runs two layers interleaved on the same buffers and adds
+//! a `ratio` column (time B / time A) at the end of each half of B's table;
+//! `-G N` captures each timed loop in a CUDA graph and replays it N times;
+//! `--json FILE` writes every row of every layer; `--plot FILE.svg` draws
+//! algbw and busbw against size on log axes; a progress bar goes to stderr
+//! when it is a terminal, while the table on stdout stays machine-readable.
+//!
+//! The `host_cost` criterion bench (`cargo bench -p benches`) measures the
+//! host cost of every op per layer, the tensor layer's argument checks
+//! (no GPU needed), heap allocations in steady state, and large-message
+//! copy bandwidth.
 //!
 //! Modules, one concern each:
-//! * [`cli`]: the flags (clap) and size parsing (`128M`).
+//! * [`cli`]: the flags (clap), `--compare` and size parsing (`128M`).
 //! * [`sizes`]: the size sweep, per-collective counts, bandwidths.
 //! * [`collective`]: the collectives and what nccl-tests prints for each.
+//! * [`buffers`]: a rank's typed send and receive buffers.
 //! * [`layer`]: the [`layer::Layer`] trait and one implementation per layer.
 //! * [`check`]: inputs, poison and host reference results for `#wrong`.
-//! * [`report`]: the nccl-tests table and JSON rows.
-//! * [`env`]: the CUDA driver, GPU and NCCL checks done before anything else.
-//! * [`runner`]: rank threads, timing and gathering rows.
+//! * [`timing`]: timed batches, CUDA graph capture and replay, medians.
+//! * [`report`]: the nccl-tests table (and its ratio column) and JSON rows.
+//! * [`plot`]: the `--plot` SVG.
+//! * [`env`](mod@env): the CUDA driver, GPU and NCCL checks done before anything else.
+//! * [`runner`]: rank threads, interleaving layers and gathering rows.
 //! * [`error`]: errors and exit statuses.
 
+pub mod buffers;
 pub mod check;
 pub mod cli;
 pub mod collective;
 pub mod env;
 pub mod error;
 pub mod layer;
+pub mod plot;
 pub mod report;
 pub mod runner;
 pub mod sizes;
+pub mod timing;
 
 pub use error::BenchError;

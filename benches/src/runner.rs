@@ -2,31 +2,40 @@
 //! communicator and one non-blocking stream per rank, and the main thread
 //! gathering every rank's measurements into table rows.
 //!
-//! Per collective, each rank allocates its send and receive buffers once
-//! (for the largest size) and takes their device addresses once. Then, per
-//! size and mode (out-of-place, then in-place), it binds the call through
-//! its layer, checks the result once (untimed, with `-c 1`), runs the
-//! warm-up iterations, waits for every rank at a barrier, and times `iters`
-//! back-to-back launches followed by one stream synchronisation. The time
-//! of a row is the mean over the ranks, as nccl-tests reports by default.
+//! Per collective, each rank allocates its typed send and receive buffers
+//! once (for the largest size). Then, per size and mode (out-of-place, then
+//! in-place), for each layer of the run (one, or A and B of `--compare`):
+//! it checks the result once (untimed, with `-c 1`); then runs each
+//! layer's warm-up; with `-G N` captures each layer's `iters` calls in a
+//! CUDA graph; then times `batches` batches per layer, alternating the
+//! layers (A, B, A, B, ...), each batch after a barrier of every rank:
+//! `iters` back-to-back launches (or `N` graph replays) followed by one
+//! stream synchronisation. A layer's time is the median of its batches on
+//! each rank; a row's time is the mean over the ranks, as nccl-tests
+//! reports by default.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::CudaStream;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nccl_core::{AbortHandle, Communicator, DataType, Device, ReduceOp, UniqueId};
 
-use crate::check::{CheckSetup, count_wrong};
+use crate::buffers::DeviceBuffers;
+use crate::check::{CheckData, CheckSetup, count_wrong};
 use crate::cli::Args;
 use crate::collective::{Collective, Mode};
 use crate::env::{Environment, world_size};
 use crate::error::BenchError;
-use crate::layer::{Call, Launch, Layer, LayerKind, has_native_all_to_all, new_layer};
-use crate::report::{Measurement, Reporter, Row, average_busbw, table_footer, table_header};
+use crate::layer::{Call, Launch, Layer, LayerKind, TensorLayer, has_native_all_to_all, new_layer};
+use crate::report::{
+    Measurement, Ratio, Reporter, Row, average_busbw, c_general, table_footer, table_header,
+};
 use crate::sizes::{OpCounts, bandwidths, sweep};
+use crate::timing::{Captured, capture, median, time_launches, time_replays};
 
 /// What every rank runs, in the same order.
 #[derive(Clone, Debug)]
@@ -41,14 +50,18 @@ pub struct Plan {
     pub op: ReduceOp,
     /// The root of broadcast and reduce.
     pub root: i32,
-    /// Timed iterations.
+    /// Calls per timed batch (and in each CUDA graph).
     pub iters: u32,
     /// Warm-up iterations.
     pub warmup: u32,
     /// Whether results are checked.
     pub check: bool,
-    /// The layer issuing the calls.
-    pub layer: LayerKind,
+    /// The layers issuing the calls: one, or A (baseline) and B of `--compare`.
+    pub layers: Vec<LayerKind>,
+    /// Timed batches per size, mode and layer.
+    pub batches: u32,
+    /// Graph replays per batch (`-G`); 0 calls the layers directly.
+    pub graph: u32,
     /// The number of ranks (GPUs).
     pub world: usize,
     /// How sizes grow, as nccl-tests prints it (`2(factor)`, `1048576(bytes)`).
@@ -82,7 +95,9 @@ impl Plan {
             iters: args.iters,
             warmup: args.warmup_iters,
             check: args.check_enabled(),
-            layer: args.layer,
+            layers: args.layers(),
+            batches: args.batches(),
+            graph: args.graph,
             world,
             step: if args.step_factor > 1 {
                 format!("{}(factor)", args.step_factor)
@@ -98,6 +113,32 @@ impl Plan {
             .iter()
             .map(|&size| OpCounts::new(collective, size, self.dtype.size_bytes(), self.world))
             .collect()
+    }
+
+    /// `(A, B)` of `--compare`.
+    pub fn compare(&self) -> Option<(LayerKind, LayerKind)> {
+        match self.layers[..] {
+            [a, b] => Some((a, b)),
+            _ => None,
+        }
+    }
+
+    /// The layer whose table is printed (B of `--compare`).
+    pub fn table_layer(&self) -> LayerKind {
+        self.layers.last().copied().unwrap_or(LayerKind::Core)
+    }
+
+    /// `tensor` or `tensor vs raw`: the layers as titles name them.
+    pub fn layers_title(&self) -> String {
+        match self.compare() {
+            Some((a, b)) => format!("{} vs {}", b.name(), a.name()),
+            None => self.table_layer().name().to_string(),
+        }
+    }
+
+    /// Table rows the run prints (one per collective and size), for the progress bar.
+    pub fn row_count(&self) -> u64 {
+        (self.collectives.len() * self.sizes.len()) as u64
     }
 }
 
@@ -207,10 +248,11 @@ enum Message {
         device: DeviceInfo,
         abort: AbortHandle,
     },
-    /// One mode of one row, measured on one rank.
+    /// One mode of one row of one layer, measured on one rank; no time when
+    /// the layer cannot issue that mode.
     Measured {
         key: RowKey,
-        time_us: f64,
+        time_us: Option<f64>,
         wrong: Option<u64>,
     },
     /// The rank is done.
@@ -219,14 +261,45 @@ enum Message {
     Failed { rank: usize, error: BenchError },
 }
 
-/// Identifies one mode of one row: (collective index, size index, mode).
-type RowKey = (usize, usize, Mode);
+/// Identifies one mode of one row of one layer: (collective index, size
+/// index, mode, index of the layer in [`Plan::layers`]).
+type RowKey = (usize, usize, Mode, usize);
+
+/// One rank's result for one mode of one layer: the median time per call
+/// in microseconds (`None` where the layer cannot issue the call) and the
+/// wrong elements (`None` when not checked).
+type Sample = (Option<f64>, Option<u64>);
 
 /// What a finished run found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Summary {
-    /// Wrong elements over every row, mode and rank.
+    /// Wrong elements over every row, mode, layer and rank.
     pub wrong: u64,
+    /// Every row of every layer, in the order they were reported.
+    pub rows: Vec<Row>,
+}
+
+fn create_file(path: &Path) -> Result<std::fs::File, BenchError> {
+    std::fs::File::create(path).map_err(|source| BenchError::Io {
+        what: path.display().to_string(),
+        source,
+    })
+}
+
+/// A progress bar of `rows` table rows on stderr, or a hidden one when
+/// stderr is not a terminal (so logs and pipes get no control characters).
+pub fn progress_bar(rows: u64) -> ProgressBar {
+    if !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(rows), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} rows (eta {eta}) {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_message("starting the ranks");
+    bar
 }
 
 /// Runs the benchmark of `args` on `env`, writing the table to `out`.
@@ -237,16 +310,15 @@ pub fn run(args: &Args, env: &Environment, out: impl Write) -> Result<Summary, B
     let world = world_size(args.ngpus, env.gpu_count)?;
     let plan = Arc::new(Plan::new(args, world)?);
     let json: Option<Box<dyn Write>> = match &args.json {
-        Some(path) => {
-            let file = std::fs::File::create(path).map_err(|source| BenchError::Io {
-                what: path.display().to_string(),
-                source,
-            })?;
-            Some(Box::new(io::BufWriter::new(file)))
-        }
+        Some(path) => Some(Box::new(io::BufWriter::new(create_file(path)?))),
         None => None,
     };
-    let mut reporter = Reporter::new(out, json);
+    if let Some(path) = &args.plot {
+        // Fail now, not after the run, when the plot cannot be written.
+        create_file(path)?;
+    }
+    let progress = progress_bar(plan.row_count());
+    let mut reporter = Reporter::new(out, json).with_progress(progress.clone());
     let id = UniqueId::new()?;
     let barrier = Arc::new(RankBarrier::new(world));
     let (sender, receiver) = mpsc::channel();
@@ -269,8 +341,10 @@ pub fn run(args: &Args, env: &Environment, out: impl Write) -> Result<Summary, B
         aborts: Vec::new(),
         world,
         barrier,
+        progress: progress.clone(),
     };
     let summary = gatherer.report(&plan, env, &mut reporter);
+    progress.finish_and_clear();
     if summary.is_err() {
         // Ranks may be blocked inside NCCL: abort them all and leave the
         // threads behind (the process exits next).
@@ -279,6 +353,20 @@ pub fn run(args: &Args, env: &Environment, out: impl Write) -> Result<Summary, B
     }
     for thread in threads {
         let _ = thread.join();
+    }
+    if let (Some(path), Ok(summary)) = (&args.plot, &summary) {
+        let title = format!(
+            "nccl-perf {}: {} world {} {}",
+            plan.layers_title(),
+            plan.dtype.short_name(),
+            plan.world,
+            if plan.graph > 0 {
+                format!("(CUDA graph x{})", plan.graph)
+            } else {
+                String::new()
+            }
+        );
+        crate::plot::write_svg(path, &summary.rows, title.trim_end())?;
     }
     summary
 }
@@ -310,44 +398,48 @@ fn run_rank(
     let device = Device::new(rank)?;
     device.bind_to_thread()?;
     let stream = device.new_stream()?;
-    let comm = Communicator::new(device.clone(), plan.world as i32, id, rank as i32)?;
+    let core = Communicator::new(device.clone(), plan.world as i32, id, rank as i32)?;
+    let abort = core.abort_handle();
+    // The tensor layer needs nccl-tensor's communicator; the raw and core
+    // layers use the nccl-core communicator inside it.
+    let comm = nccl_tensor::Communicator::from_core(core)?;
     let _ = sender.send(Message::Ready {
         rank,
         device: DeviceInfo::of(&device),
-        abort: comm.abort_handle(),
+        abort,
     });
     {
-        let layer = new_layer(plan.layer, &comm, &stream)?;
+        let layers = plan
+            .layers
+            .iter()
+            .map(|&kind| new_layer(kind, &comm, &stream))
+            .collect::<Result<Vec<_>, _>>()?;
         for (index, &collective) in plan.collectives.iter().enumerate() {
             run_collective(
-                rank,
-                index,
-                collective,
-                plan,
-                layer.as_ref(),
-                &stream,
-                barrier,
-                sender,
+                rank, index, collective, plan, &layers, &stream, barrier, sender,
             )?;
         }
     }
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream at the end"))?;
-    comm.finalize()?;
+    comm.core().finalize()?;
     Ok(())
 }
 
-/// Allocates `bytes` (at least one) of device memory and returns it with its address.
-fn allocate(stream: &Arc<CudaStream>, bytes: usize) -> Result<(CudaSlice<u8>, u64), BenchError> {
-    let buffer = stream
-        .alloc_zeros::<u8>(bytes.max(1))
-        .map_err(BenchError::cuda("allocating a buffer"))?;
-    let address = {
-        let (address, _record) = buffer.device_ptr(stream);
-        address
-    };
-    Ok((buffer, address))
+/// Binds `call` through `layer` on `buffers`.
+fn bind<'s>(
+    layer: &'s dyn Layer,
+    call: &Call,
+    buffers: &'s mut DeviceBuffers,
+) -> Result<Launch<'s>, BenchError> {
+    // SAFETY: every `call` here comes from `Call::new` over `buffers`'
+    // own addresses with `OpCounts` of a size no larger than the one the
+    // buffers were allocated for (`buffer_elems()` elements each, which
+    // covers every element either mode touches); the launcher borrows
+    // `buffers`, so they outlive it, on the rank's device. Every rank binds
+    // and launches the same sequence of calls.
+    unsafe { layer.bind(call, buffers) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -356,54 +448,43 @@ fn run_collective(
     index: usize,
     collective: Collective,
     plan: &Plan,
-    layer: &dyn Layer,
+    layers: &[Box<dyn Layer + '_>],
     stream: &Arc<CudaStream>,
     barrier: &RankBarrier,
     sender: &Sender<Message>,
 ) -> Result<(), BenchError> {
     let all_counts = plan.counts(collective);
-    let elem = plan.dtype.size_bytes();
-    let bytes = all_counts
+    let elems = all_counts
         .iter()
         .map(OpCounts::buffer_elems)
         .max()
-        .unwrap_or(0)
-        * elem;
-    let (mut send, send_base) = allocate(stream, bytes)?;
-    let (mut recv, recv_base) = allocate(stream, bytes)?;
+        .unwrap_or(0);
+    let mut buffers = DeviceBuffers::alloc(plan.dtype, elems, stream)?;
+    let (send_base, recv_base) = buffers.addresses(stream);
     for (size_index, counts) in all_counts.iter().enumerate() {
         for mode in Mode::BOTH {
             let call = Call::new(
                 collective, mode, counts, send_base, recv_base, plan.dtype, plan.op, plan.root,
                 rank, plan.world,
             );
-            // SAFETY: both buffers hold `bytes >= counts.buffer_elems() * elem`
-            // bytes on this rank's device (the communicator's), which covers
-            // every element the call touches in either mode (see `OpCounts`);
-            // they outlive `launch`, which is dropped at the end of this
-            // iteration. Every rank binds and launches the same sequence.
-            let mut launch = unsafe { layer.bind(&call) }?;
-            let wrong = if plan.check {
-                let setup = CheckSetup {
-                    collective,
-                    mode,
-                    counts: *counts,
-                    dtype: plan.dtype,
-                    op: plan.op,
-                    root: plan.root as usize,
-                    rank,
-                    world: plan.world,
-                };
-                check_once(&mut launch, &setup, &mut send, &mut recv, stream, barrier)?
-            } else {
-                None
+            let setup = CheckSetup {
+                collective,
+                mode,
+                counts: *counts,
+                dtype: plan.dtype,
+                op: plan.op,
+                root: plan.root as usize,
+                rank,
+                world: plan.world,
             };
-            let time_us = time_launches(&mut launch, plan.warmup, plan.iters, stream, barrier)?;
-            let _ = sender.send(Message::Measured {
-                key: (index, size_index, mode),
-                time_us,
-                wrong,
-            });
+            let results = measure_mode(&call, &setup, plan, layers, &mut buffers, stream, barrier)?;
+            for (slot, (time_us, wrong)) in results.into_iter().enumerate() {
+                let _ = sender.send(Message::Measured {
+                    key: (index, size_index, mode, slot),
+                    time_us,
+                    wrong,
+                });
+            }
         }
     }
     stream
@@ -412,83 +493,145 @@ fn run_collective(
     Ok(())
 }
 
-/// Warm-up, a barrier, then `iters` launches and one synchronisation:
-/// the time per launch in microseconds.
-fn time_launches(
-    launch: &mut Launch<'_>,
-    warmup: u32,
-    iters: u32,
-    stream: &CudaStream,
+/// Checks, warms up, (captures) and times one call through every layer of
+/// the plan: per layer, the median time per call (`None` where the layer
+/// cannot issue the call) and this rank's wrong elements.
+fn measure_mode(
+    call: &Call,
+    setup: &CheckSetup,
+    plan: &Plan,
+    layers: &[Box<dyn Layer + '_>],
+    buffers: &mut DeviceBuffers,
+    stream: &Arc<CudaStream>,
     barrier: &RankBarrier,
-) -> Result<f64, BenchError> {
-    for _ in 0..warmup {
-        launch()?;
+) -> Result<Vec<Sample>, BenchError> {
+    let supported: Vec<bool> = layers
+        .iter()
+        .map(|layer| layer.supports(call.collective, call.mode))
+        .collect();
+    let active = || {
+        layers
+            .iter()
+            .zip(&supported)
+            .enumerate()
+            .filter(|(_, (_, supported))| **supported)
+            .map(|(slot, (layer, _))| (slot, layer.as_ref()))
+    };
+    let mut wrong = vec![None; layers.len()];
+    if plan.check
+        && let Some(data) = setup.data()
+    {
+        for (slot, layer) in active() {
+            wrong[slot] = Some(check_once(
+                layer, call, setup, &data, buffers, stream, barrier,
+            )?);
+        }
+    }
+    for (_, layer) in active() {
+        let mut launch = bind(layer, call, buffers)?;
+        for _ in 0..plan.warmup {
+            launch()?;
+        }
     }
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing after the warm-up"))?;
-    barrier.wait()?;
-    let start = Instant::now();
-    for _ in 0..iters {
-        launch()?;
+    let mut graphs: Vec<Option<Captured>> = (0..layers.len()).map(|_| None).collect();
+    if plan.graph > 0 {
+        for (slot, layer) in active() {
+            let mut launch = bind(layer, call, buffers)?;
+            let captured =
+                capture(&mut launch, plan.iters, stream).map_err(|source| BenchError::Capture {
+                    layer: layer.kind().name(),
+                    collective: call.collective.name(),
+                    iters: plan.iters,
+                    source: Box::new(source),
+                })?;
+            // One untimed replay uploads the graph and warms it up.
+            captured.replay()?;
+            graphs[slot] = Some(captured);
+        }
+        stream
+            .synchronize()
+            .map_err(BenchError::cuda("synchronizing after the graph warm-up"))?;
     }
-    stream
-        .synchronize()
-        .map_err(BenchError::cuda("synchronizing after the timed loop"))?;
-    Ok(start.elapsed().as_secs_f64() * 1.0e6 / f64::from(iters.max(1)))
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(plan.batches as usize); layers.len()];
+    for _ in 0..plan.batches {
+        for (slot, layer) in active() {
+            let time = match &graphs[slot] {
+                Some(graph) => {
+                    barrier.wait()?;
+                    time_replays(graph, plan.graph, plan.iters, stream)?
+                }
+                None => {
+                    let mut launch = bind(layer, call, buffers)?;
+                    barrier.wait()?;
+                    time_launches(&mut launch, plan.iters, stream)?
+                }
+            };
+            samples[slot].push(time);
+        }
+    }
+    Ok(samples
+        .iter()
+        .zip(wrong)
+        .map(|(times, wrong)| (median(times), wrong))
+        .collect())
 }
 
-/// Fills the inputs, poisons the outputs, runs the call once and counts
-/// this rank's wrong elements; `None` when this mode is not checked.
+/// Fills the inputs, poisons the outputs, runs the call once through
+/// `layer` and counts this rank's wrong elements.
 fn check_once(
-    launch: &mut Launch<'_>,
+    layer: &dyn Layer,
+    call: &Call,
     setup: &CheckSetup,
-    send: &mut CudaSlice<u8>,
-    recv: &mut CudaSlice<u8>,
+    data: &CheckData,
+    buffers: &mut DeviceBuffers,
     stream: &Arc<CudaStream>,
     barrier: &RankBarrier,
-) -> Result<Option<u64>, BenchError> {
-    let Some(data) = setup.data() else {
-        return Ok(None);
-    };
-    let upload = |what: &[u8], to: &mut CudaSlice<u8>| -> Result<(), BenchError> {
-        if !what.is_empty() {
-            stream
-                .memcpy_htod(what, &mut to.slice_mut(0..what.len()))
-                .map_err(BenchError::cuda("copying the check inputs to the GPU"))?;
-        }
-        Ok(())
-    };
-    upload(&data.send, send)?;
-    upload(&data.recv, recv)?;
+) -> Result<u64, BenchError> {
+    buffers.upload(&data.send, &data.recv, stream)?;
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing after the check inputs"))?;
     barrier.wait()?;
-    launch()?;
+    {
+        let mut launch = bind(layer, call, buffers)?;
+        launch()?;
+    }
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing after the checked run"))?;
-    let Some(expected) = data.expected else {
-        return Ok(Some(0));
+    let Some(expected) = &data.expected else {
+        return Ok(0);
     };
     if expected.is_empty() {
-        return Ok(Some(0));
+        return Ok(0);
     }
-    let start = data.result_offset * setup.dtype.size_bytes();
-    let got = stream
-        .clone_dtoh(&recv.slice(start..start + expected.len()))
-        .map_err(BenchError::cuda("copying the check results from the GPU"))?;
-    Ok(Some(count_wrong(setup.dtype, &got, &expected)))
+    let elem = setup.dtype.size_bytes();
+    let got = buffers.download_recv(data.result_offset, expected.len() / elem, stream)?;
+    Ok(count_wrong(setup.dtype, &got, expected))
 }
 
 /// The main thread's side: gathers measurements into rows, in plan order.
 struct Gatherer {
     receiver: Receiver<Message>,
-    pending: HashMap<RowKey, Vec<(f64, Option<u64>)>>,
+    pending: HashMap<RowKey, Vec<Sample>>,
     aborts: Vec<AbortHandle>,
     world: usize,
     barrier: Arc<RankBarrier>,
+    progress: ProgressBar,
+}
+
+/// The rank-averaged time (`None` unless every rank has one) and summed
+/// wrong count of one mode.
+fn combine(values: &[Sample]) -> Sample {
+    let times: Option<Vec<f64>> = values.iter().map(|(t, _)| *t).collect();
+    let time = times
+        .filter(|times| !times.is_empty())
+        .map(|times| times.iter().sum::<f64>() / times.len() as f64);
+    let wrong = values.iter().map(|(_, w)| *w).sum::<Option<u64>>();
+    (time, wrong)
 }
 
 impl Gatherer {
@@ -521,7 +664,7 @@ impl Gatherer {
     }
 
     /// The rank-averaged time and summed wrong count of `key`.
-    fn gather(&mut self, key: RowKey) -> Result<(f64, Option<u64>), BenchError> {
+    fn gather(&mut self, key: RowKey) -> Result<Sample, BenchError> {
         loop {
             if self
                 .pending
@@ -529,9 +672,7 @@ impl Gatherer {
                 .is_some_and(|values| values.len() >= self.world)
             {
                 let values = self.pending.remove(&key).unwrap_or_default();
-                let time = values.iter().map(|(t, _)| t).sum::<f64>() / values.len().max(1) as f64;
-                let wrong = values.iter().map(|(_, w)| *w).sum::<Option<u64>>();
-                return Ok((time, wrong));
+                return Ok(combine(&values));
             }
             self.receive()?;
         }
@@ -565,55 +706,104 @@ impl Gatherer {
             reporter.line(&line).map_err(io_error)?;
         }
         let mut summary = Summary::default();
+        let elem = plan.dtype.size_bytes();
         for (index, &collective) in plan.collectives.iter().enumerate() {
             for line in collective_header(collective, plan, env, &devices) {
                 reporter.line(&line).map_err(io_error)?;
             }
-            let mut rows = Vec::with_capacity(plan.sizes.len());
+            let mut table_rows = Vec::with_capacity(plan.sizes.len());
+            let mut baseline_rows = Vec::new();
             let mut wrong_total = 0;
             for (size_index, counts) in plan.counts(collective).iter().enumerate() {
-                let mut measure = |mode| -> Result<Measurement, BenchError> {
-                    let (time_us, wrong) = self.gather((index, size_index, mode))?;
-                    let (algbw, busbw) = bandwidths(
-                        collective,
-                        counts,
-                        plan.dtype.size_bytes(),
-                        plan.world,
-                        time_us,
-                    );
-                    Ok(Measurement {
-                        time_us,
-                        algbw,
-                        busbw,
-                        wrong,
-                    })
-                };
-                let out_of_place = measure(Mode::OutOfPlace)?;
-                let in_place = measure(Mode::InPlace)?;
-                let row = Row {
-                    collective: collective.name(),
-                    layer: plan.layer.name(),
-                    world_size: plan.world,
-                    size: counts.printed_bytes(plan.dtype.size_bytes()),
-                    count: counts.param,
-                    dtype: plan.dtype.short_name(),
-                    redop: collective.redop_column(plan.op),
-                    root: collective.root_column(plan.root),
-                    out_of_place,
-                    in_place,
-                };
-                reporter.row(&row).map_err(io_error)?;
-                wrong_total += out_of_place.wrong.unwrap_or(0) + in_place.wrong.unwrap_or(0);
-                rows.push(row);
+                let mut rows = Vec::with_capacity(plan.layers.len());
+                for (slot, layer) in plan.layers.iter().enumerate() {
+                    let mut measure = |mode| -> Result<Option<Measurement>, BenchError> {
+                        let (time_us, wrong) = self.gather((index, size_index, mode, slot))?;
+                        Ok(time_us.map(|time_us| {
+                            let (algbw, busbw) =
+                                bandwidths(collective, counts, elem, plan.world, time_us);
+                            Measurement {
+                                time_us,
+                                algbw,
+                                busbw,
+                                wrong,
+                            }
+                        }))
+                    };
+                    let out_of_place = measure(Mode::OutOfPlace)?;
+                    let in_place = measure(Mode::InPlace)?;
+                    wrong_total += [out_of_place, in_place]
+                        .iter()
+                        .flatten()
+                        .filter_map(|m| m.wrong)
+                        .sum::<u64>();
+                    rows.push(Row {
+                        collective: collective.name(),
+                        layer: layer.name(),
+                        world_size: plan.world,
+                        size: counts.printed_bytes(elem),
+                        count: counts.param,
+                        dtype: plan.dtype.short_name(),
+                        redop: collective.redop_column(plan.op),
+                        root: collective.root_column(plan.root),
+                        out_of_place,
+                        in_place,
+                        ratio: None,
+                        graph: plan.graph,
+                    });
+                }
+                let mut shown = rows.pop().ok_or(BenchError::Lost)?;
+                if let Some(baseline) = rows.pop() {
+                    shown.ratio = Some(Ratio::between(&baseline, &shown));
+                    reporter.json_row(&baseline).map_err(io_error)?;
+                    summary.rows.push(baseline.clone());
+                    baseline_rows.push(baseline);
+                }
+                reporter.row(&shown).map_err(io_error)?;
+                self.progress.inc(1);
+                self.progress
+                    .set_message(format!("{} {} B", collective.name(), shown.size));
+                summary.rows.push(shown.clone());
+                table_rows.push(shown);
             }
-            for line in table_footer(wrong_total, average_busbw(&rows)) {
+            for line in table_footer(wrong_total, average_busbw(&table_rows)) {
                 reporter.line(&line).map_err(io_error)?;
+            }
+            if let Some((a, b)) = plan.compare() {
+                for line in compare_footer(a, b, &baseline_rows, &table_rows) {
+                    reporter.line(&line).map_err(io_error)?;
+                }
             }
             summary.wrong += wrong_total;
         }
         reporter.line("#").map_err(io_error)?;
         Ok(summary)
     }
+}
+
+/// The comment lines after a `--compare` table: the baseline's average bus
+/// bandwidth and the median ratio of each mode over the sizes.
+fn compare_footer(a: LayerKind, b: LayerKind, baseline: &[Row], shown: &[Row]) -> [String; 2] {
+    let median_ratio = |mode| {
+        let ratios: Vec<f64> = shown
+            .iter()
+            .filter_map(|row| row.ratio.and_then(|r| r.of(mode)))
+            .collect();
+        median(&ratios).map_or_else(|| "N/A".to_string(), |r| format!("{r:.3}"))
+    };
+    [
+        format!(
+            "# {:<20} : {} ",
+            format!("Avg bus bandwidth ({})", a.name()),
+            c_general(average_busbw(baseline))
+        ),
+        format!(
+            "# {:<20} : out-of-place {} in-place {}",
+            format!("Median ratio {}/{}", b.name(), a.name()),
+            median_ratio(Mode::OutOfPlace),
+            median_ratio(Mode::InPlace)
+        ),
+    ]
 }
 
 fn hostname() -> String {
@@ -634,21 +824,22 @@ fn preamble(plan: &Plan, env: &Environment, devices: &[DeviceInfo]) -> Vec<Strin
         format!(
             "# nccl-perf {} (layer {}) nccl-library {} ({})",
             env!("CARGO_PKG_VERSION"),
-            plan.layer.name(),
+            plan.layers_title(),
             env.library.version(),
             env.library.path()
         ),
         format!(
-            "# nThread {} nGpus 1 minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: 0",
+            "# nThread {} nGpus 1 minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
             plan.world,
             plan.step,
             plan.warmup,
             plan.iters,
-            u8::from(plan.check)
+            u8::from(plan.check),
+            plan.graph
         ),
-        "#".to_string(),
-        "# Using devices".to_string(),
     ];
+    lines.extend(plan_notes(plan));
+    lines.extend(["#".to_string(), "# Using devices".to_string()]);
     let (host, pid) = (hostname(), std::process::id());
     for device in devices {
         lines.push(format!(
@@ -661,6 +852,55 @@ fn preamble(plan: &Plan, env: &Environment, devices: &[DeviceInfo]) -> Vec<Strin
             "# note: libnccl {} has no ncclAlltoAll (NCCL 2.28+); all_to_all runs as grouped send/recv",
             env.library.version()
         ));
+    }
+    lines
+}
+
+/// Comment lines that say how the plan times and what its columns mean.
+pub fn plan_notes(plan: &Plan) -> Vec<String> {
+    let batches = format!(
+        "median of {} batch(es) per size, mode and layer",
+        plan.batches
+    );
+    let mut lines = vec![if plan.graph > 0 {
+        format!(
+            "# timing: {batches}; each batch replays a CUDA graph of {} captured call(s) {} times (time = batch / {})",
+            plan.iters,
+            plan.graph,
+            u64::from(plan.iters) * u64::from(plan.graph)
+        )
+    } else {
+        format!(
+            "# timing: {batches}; each batch is {} back-to-back call(s), then one stream synchronisation",
+            plan.iters
+        )
+    }];
+    if let Some((a, b)) = plan.compare() {
+        lines.push(format!(
+            "# compare: layers {a} and {b} interleaved on the same buffers (warm-up {a}, {b}, then batches {a}, {b}, {a}, ...); \
+             the table is {b}'s; its 'ratio' column, last in each half, is time({b}) / time({a}) at the same size and mode \
+             (< 1: {b} is faster); --json has both layers' rows",
+            a = a.name(),
+            b = b.name()
+        ));
+    }
+    let tensor_without_in_place: Vec<&str> = plan
+        .collectives
+        .iter()
+        .filter(|&&c| !TensorLayer::has(c, Mode::InPlace))
+        .map(|c| c.name())
+        .collect();
+    if plan.layers.contains(&LayerKind::Tensor) && !tensor_without_in_place.is_empty() {
+        lines.push(format!(
+            "# note: the tensor layer's safe API has no in-place {} (an input inside the output is refused): N/A",
+            tensor_without_in_place.join(", ")
+        ));
+    }
+    if plan.graph > 0 {
+        lines.push(
+            "# note: cudarc's stream tracking is paused while capturing (each rank uses one stream)"
+                .to_string(),
+        );
     }
     lines
 }
@@ -683,19 +923,23 @@ fn collective_header(
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let baseline = plan
+        .compare()
+        .map(|(a, _)| format!(" baseline {}", a.name()))
+        .unwrap_or_default();
     let mut lines = vec![
         "#".to_string(),
         format!(
-            "# Collective {} layer {} nccl {} world {} gpus {}",
+            "# Collective {} layer {}{baseline} nccl {} world {} gpus {}",
             collective.name(),
-            plan.layer.name(),
+            plan.table_layer().name(),
             env.library.version(),
             plan.world,
             gpus
         ),
         "#".to_string(),
     ];
-    lines.extend(table_header());
+    lines.extend(table_header(plan.compare().is_some()));
     lines
 }
 
@@ -760,5 +1004,100 @@ mod tests {
         // A root past the last rank does not matter to collectives without one.
         let args = Args::try_parse_from(["nccl-perf", "-r", "5", "all_gather"]).unwrap();
         assert!(Plan::new(&args, 1).is_ok());
+    }
+
+    #[test]
+    fn compare_and_graph_plans() {
+        let args = Args::try_parse_from([
+            "nccl-perf",
+            "--compare",
+            "raw,tensor",
+            "-G",
+            "100",
+            "-n",
+            "20",
+            "-b",
+            "8",
+            "-e",
+            "1K",
+            "all_gather",
+        ])
+        .unwrap();
+        let plan = Plan::new(&args, 1).unwrap();
+        assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Tensor]);
+        assert_eq!(plan.compare(), Some((LayerKind::Raw, LayerKind::Tensor)));
+        assert_eq!(plan.table_layer(), LayerKind::Tensor);
+        assert_eq!(plan.layers_title(), "tensor vs raw");
+        assert_eq!((plan.graph, plan.batches, plan.row_count()), (100, 5, 8));
+        let notes = plan_notes(&plan).join("\n");
+        assert!(notes.contains("median of 5 batch(es)"), "{notes}");
+        assert!(
+            notes.contains("CUDA graph of 20 captured call(s) 100 times (time = batch / 2000)"),
+            "{notes}"
+        );
+        assert!(notes.contains("time(tensor) / time(raw)"), "{notes}");
+        assert!(notes.contains("no in-place all_gather"), "{notes}");
+        assert!(notes.lines().all(|line| line.starts_with("# ")));
+
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "raw", "all_reduce"]).unwrap();
+        let plan = Plan::new(&args, 2).unwrap();
+        assert_eq!(plan.compare(), None);
+        assert_eq!(plan.layers_title(), "raw");
+        let notes = plan_notes(&plan);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("20 back-to-back call(s)"));
+    }
+
+    #[test]
+    fn no_progress_bar_without_a_terminal() {
+        // Under the test harness stderr is a pipe or a file, never drawn on.
+        if !io::stderr().is_terminal() {
+            assert!(progress_bar(10).is_hidden());
+        }
+    }
+
+    #[test]
+    fn ranks_combine_into_one_time() {
+        assert_eq!(
+            combine(&[(Some(1.0), Some(0)), (Some(3.0), Some(2))]),
+            (Some(2.0), Some(2))
+        );
+        assert_eq!(combine(&[(None, None), (None, None)]), (None, None));
+        assert_eq!(combine(&[(Some(1.0), None)]), (Some(1.0), None));
+    }
+
+    #[test]
+    fn compare_footer_lines() {
+        let m = |time_us| Measurement {
+            time_us,
+            algbw: 1.0,
+            busbw: 2.0,
+            wrong: Some(0),
+        };
+        let row = |layer, oop, ip: Option<f64>| Row {
+            collective: "all_reduce",
+            layer,
+            world_size: 2,
+            size: 8,
+            count: 2,
+            dtype: "float",
+            redop: "sum",
+            root: -1,
+            out_of_place: Some(m(oop)),
+            in_place: ip.map(m),
+            ratio: None,
+            graph: 0,
+        };
+        let raw = vec![row("raw", 2.0, Some(1.0)), row("raw", 4.0, Some(1.0))];
+        let mut tensor = vec![row("tensor", 3.0, None), row("tensor", 4.0, None)];
+        for (b, a) in tensor.iter_mut().zip(&raw) {
+            b.ratio = Some(Ratio::between(a, b));
+        }
+        let [avg, ratio] = compare_footer(LayerKind::Raw, LayerKind::Tensor, &raw, &tensor);
+        assert_eq!(avg, "# Avg bus bandwidth (raw) : 2 ");
+        assert_eq!(
+            ratio,
+            "# Median ratio tensor/raw : out-of-place 1.250 in-place N/A"
+        );
     }
 }

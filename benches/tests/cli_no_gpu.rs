@@ -59,6 +59,15 @@ fn every_layer_and_collective_checks_the_driver_first() {
     }
     for args in [
         &["--layer", "raw", "all_reduce"][..],
+        &["--layer", "tensor", "all_gather"],
+        &[
+            "--compare",
+            "raw,tensor",
+            "-G",
+            "100",
+            "--plot",
+            "/tmp/never.svg",
+        ],
         &[
             "--layer", "core", "-g", "8", "-b", "1M", "-e", "1G", "sendrecv",
         ],
@@ -93,10 +102,36 @@ fn help_and_bad_flags_need_no_gpu() {
         "--op-name",
         "--layer",
         "--json",
+        "--compare",
+        "--cudagraph",
+        "--batches",
+        "--plot",
+        "ratio",
+        "tensor",
     ] {
         assert!(text.contains(flag), "--help lacks {flag}");
     }
     let bad = nccl_perf(&["-d", "float8"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("float8"));
+}
+
+#[test]
+fn bad_compare_flags_are_usage_errors_without_a_gpu() {
+    for (args, says) in [
+        (&["--compare", "raw,raw"][..], "two different layers"),
+        (&["--compare", "raw,magic"], "unknown layer \"magic\""),
+        (&["--compare", "raw"], "separated by a comma"),
+        (
+            &["--compare", "raw,core", "--layer", "tensor"],
+            "cannot be used with",
+        ),
+        (&["-G", "-3"], "-3"),
+    ] {
+        let output = nccl_perf(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
 }

@@ -5,6 +5,7 @@ use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, Group, Status};
 
 use super::{Call, Launch, Layer, LayerKind, has_native_all_to_all};
+use crate::buffers::DeviceBuffers;
 use crate::collective::Collective;
 use crate::error::BenchError;
 
@@ -41,7 +42,11 @@ impl Layer for CoreLayer<'_> {
         LayerKind::Core
     }
 
-    unsafe fn bind(&self, call: &Call) -> Result<Launch<'_>, BenchError> {
+    unsafe fn bind<'s>(
+        &'s self,
+        call: &Call,
+        _buffers: &'s mut DeviceBuffers,
+    ) -> Result<Launch<'s>, BenchError> {
         let (comm, stream) = (self.comm, self.stream);
         let (send, recv, count) = (call.send_ptr(), call.recv_ptr(), call.count);
         let (dtype, op, root) = (call.dtype, call.op, call.root);

@@ -10,6 +10,7 @@ use nccl_core::{Communicator, ResultCode};
 use nccl_sys::{NcclLibrary, cudaStream_t, ncclComm_t, ncclResult_t};
 
 use super::{Call, Launch, Layer, LayerKind, has_native_all_to_all};
+use crate::buffers::DeviceBuffers;
 use crate::collective::Collective;
 use crate::error::BenchError;
 
@@ -84,7 +85,11 @@ impl Layer for RawLayer<'_> {
         LayerKind::Raw
     }
 
-    unsafe fn bind(&self, call: &Call) -> Result<Launch<'_>, BenchError> {
+    unsafe fn bind<'s>(
+        &'s self,
+        call: &Call,
+        _buffers: &'s mut DeviceBuffers,
+    ) -> Result<Launch<'s>, BenchError> {
         let (lib, comm, stream) = (self.lib, self.comm, self.stream);
         let functions = lib.functions();
         let (send, recv, count) = (call.send_ptr(), call.recv_ptr(), call.count);

@@ -1,0 +1,274 @@
+//! A rank's send and receive buffers, typed by the run's element type.
+//!
+//! The buffers are cudarc `CudaSlice<T>`s of the Rust type matching `-d`
+//! (`f32` for `float`, `half::bf16` for `bfloat16`, ...), allocated once
+//! per collective for the largest size. Every layer works on the same
+//! buffers: the raw and core layers through their device addresses, the
+//! tensor layer through typed views of them. [`with_pair!`](crate::with_pair) runs code
+//! generic over the element type on whichever pair a run uses, so the
+//! dtype enum is mapped to a Rust type in one place.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, ValidAsZeroBits};
+use nccl_core::DataType;
+use nccl_tensor::NcclType;
+
+use crate::check::Element;
+use crate::error::BenchError;
+
+/// An element type the benchmark can allocate, fill, check and hand to
+/// every layer: the types of `-d`.
+pub trait BenchElement: NcclType + Element + ValidAsZeroBits {}
+
+impl<T: NcclType + Element + ValidAsZeroBits> BenchElement for T {}
+
+/// The send and receive buffer of one rank, of one element type.
+#[derive(Debug)]
+pub struct Pair<T> {
+    /// The send buffer (unused in place).
+    pub send: CudaSlice<T>,
+    /// The receive buffer (in place, the send data lives here too).
+    pub recv: CudaSlice<T>,
+}
+
+/// [`Pair`] for each element type of `-d`.
+#[derive(Debug)]
+pub enum TypedPair {
+    /// `int8`.
+    I8(Pair<i8>),
+    /// `uint8`.
+    U8(Pair<u8>),
+    /// `int32`.
+    I32(Pair<i32>),
+    /// `uint32`.
+    U32(Pair<u32>),
+    /// `int64`.
+    I64(Pair<i64>),
+    /// `uint64`.
+    U64(Pair<u64>),
+    /// `half`.
+    F16(Pair<half::f16>),
+    /// `bfloat16`.
+    Bf16(Pair<half::bf16>),
+    /// `float`.
+    F32(Pair<f32>),
+    /// `double`.
+    F64(Pair<f64>),
+}
+
+/// Runs `$body` with `$pair` bound to the typed [`Pair`] inside a
+/// [`TypedPair`] (by value, `&` or `&mut`, as `$typed` is), whatever its
+/// element type; `$body` is compiled once per type, so it may call generic
+/// functions bounded by [`BenchElement`].
+#[macro_export]
+macro_rules! with_pair {
+    ($typed:expr, $pair:ident => $body:expr) => {
+        match $typed {
+            $crate::buffers::TypedPair::I8($pair) => $body,
+            $crate::buffers::TypedPair::U8($pair) => $body,
+            $crate::buffers::TypedPair::I32($pair) => $body,
+            $crate::buffers::TypedPair::U32($pair) => $body,
+            $crate::buffers::TypedPair::I64($pair) => $body,
+            $crate::buffers::TypedPair::U64($pair) => $body,
+            $crate::buffers::TypedPair::F16($pair) => $body,
+            $crate::buffers::TypedPair::Bf16($pair) => $body,
+            $crate::buffers::TypedPair::F32($pair) => $body,
+            $crate::buffers::TypedPair::F64($pair) => $body,
+        }
+    };
+}
+
+/// A rank's two buffers, with their element type and length.
+#[derive(Debug)]
+pub struct DeviceBuffers {
+    dtype: DataType,
+    len: usize,
+    pair: TypedPair,
+}
+
+fn alloc_pair<T: BenchElement>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<Pair<T>, BenchError> {
+    let alloc = || {
+        stream
+            .alloc_zeros::<T>(len)
+            .map_err(BenchError::cuda("allocating a buffer"))
+    };
+    Ok(Pair {
+        send: alloc()?,
+        recv: alloc()?,
+    })
+}
+
+/// Decodes little-endian element bytes (as [`crate::check`] encodes them).
+fn decode<T: Element>(bytes: &[u8]) -> Vec<T> {
+    bytes.chunks_exact(T::SIZE).map(T::read).collect()
+}
+
+/// Encodes elements as little-endian bytes.
+fn encode<T: Element>(values: &[T]) -> Vec<u8> {
+    let mut bytes = vec![0u8; values.len() * T::SIZE];
+    for (chunk, value) in bytes.chunks_exact_mut(T::SIZE).zip(values) {
+        value.write(chunk);
+    }
+    bytes
+}
+
+fn upload_typed<T: BenchElement>(
+    pair: &mut Pair<T>,
+    send: &[u8],
+    recv: &[u8],
+    stream: &Arc<CudaStream>,
+) -> Result<(), BenchError> {
+    for (bytes, buffer) in [(send, &mut pair.send), (recv, &mut pair.recv)] {
+        let values = decode::<T>(bytes);
+        if values.is_empty() {
+            continue;
+        }
+        let available = buffer.len();
+        let mut view = buffer
+            .try_slice_mut(0..values.len())
+            .ok_or_else(|| too_small("check input", values.len(), available))?;
+        stream
+            .memcpy_htod(&values, &mut view)
+            .map_err(BenchError::cuda("copying the check inputs to the GPU"))?;
+    }
+    Ok(())
+}
+
+fn download_typed<T: BenchElement>(
+    pair: &Pair<T>,
+    start: usize,
+    len: usize,
+    stream: &Arc<CudaStream>,
+) -> Result<Vec<u8>, BenchError> {
+    let view = pair
+        .recv
+        .try_slice(start..start + len)
+        .ok_or_else(|| too_small("check result", start + len, pair.recv.len()))?;
+    let values = stream
+        .clone_dtoh(&view)
+        .map_err(BenchError::cuda("copying the check results from the GPU"))?;
+    Ok(encode(&values))
+}
+
+fn addresses_typed<T>(pair: &Pair<T>, stream: &CudaStream) -> (u64, u64) {
+    let (send, _record) = pair.send.device_ptr(stream);
+    let (recv, _record) = pair.recv.device_ptr(stream);
+    (send, recv)
+}
+
+fn too_small(what: &str, needed: usize, len: usize) -> BenchError {
+    BenchError::Usage(format!(
+        "internal error: the {what} needs {needed} elements but the buffer holds {len}"
+    ))
+}
+
+impl DeviceBuffers {
+    /// Two zeroed buffers of `len` (at least one) elements of `dtype` on
+    /// `stream`'s device.
+    ///
+    /// # Errors
+    /// An element type nccl-perf does not run (the fp8 formats), or an
+    /// allocation failure.
+    pub fn alloc(
+        dtype: DataType,
+        len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self, BenchError> {
+        let len = len.max(1);
+        let pair = match dtype {
+            DataType::Int8 => TypedPair::I8(alloc_pair(stream, len)?),
+            DataType::Uint8 => TypedPair::U8(alloc_pair(stream, len)?),
+            DataType::Int32 => TypedPair::I32(alloc_pair(stream, len)?),
+            DataType::Uint32 => TypedPair::U32(alloc_pair(stream, len)?),
+            DataType::Int64 => TypedPair::I64(alloc_pair(stream, len)?),
+            DataType::Uint64 => TypedPair::U64(alloc_pair(stream, len)?),
+            DataType::Float16 => TypedPair::F16(alloc_pair(stream, len)?),
+            DataType::Bfloat16 => TypedPair::Bf16(alloc_pair(stream, len)?),
+            DataType::Float32 => TypedPair::F32(alloc_pair(stream, len)?),
+            DataType::Float64 => TypedPair::F64(alloc_pair(stream, len)?),
+            other => {
+                return Err(BenchError::Usage(format!(
+                    "nccl-perf has no buffers for the element type {other}"
+                )));
+            }
+        };
+        Ok(Self { dtype, len, pair })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// Elements in each buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffers hold no element (never: at least one is allocated).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The typed buffers.
+    pub fn typed(&self) -> &TypedPair {
+        &self.pair
+    }
+
+    /// The typed buffers, for writing.
+    pub fn typed_mut(&mut self) -> &mut TypedPair {
+        &mut self.pair
+    }
+
+    /// The device addresses of the send and receive buffers.
+    pub fn addresses(&self, stream: &CudaStream) -> (u64, u64) {
+        with_pair!(&self.pair, pair => addresses_typed(pair, stream))
+    }
+
+    /// Writes `send` and `recv` (encoded elements, possibly empty) to the
+    /// start of the two buffers.
+    ///
+    /// # Errors
+    /// More data than the buffers hold, or a CUDA error.
+    pub fn upload(
+        &mut self,
+        send: &[u8],
+        recv: &[u8],
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), BenchError> {
+        with_pair!(&mut self.pair, pair => upload_typed(pair, send, recv, stream))
+    }
+
+    /// Reads `len` elements of the receive buffer from element `start`, encoded.
+    ///
+    /// # Errors
+    /// A range past the buffer, or a CUDA error.
+    pub fn download_recv(
+        &self,
+        start: usize,
+        len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Vec<u8>, BenchError> {
+        with_pair!(&self.pair, pair => download_typed(pair, start, len, stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_bytes_round_trip() {
+        let values = [1.5f32, -2.0, 3.25];
+        let bytes = encode(&values);
+        assert_eq!(bytes.len(), 12);
+        assert_eq!(decode::<f32>(&bytes), values);
+        let halves = [half::bf16::from_f32(1.0), half::bf16::from_f32(-4.0)];
+        assert_eq!(decode::<half::bf16>(&encode(&halves)), halves);
+        assert!(decode::<u64>(&[]).is_empty());
+    }
+}
