@@ -358,6 +358,7 @@ impl ProcessGroup {
     /// Enqueues one operation per local device inside one NCCL group.
     fn run_many<B: WorkBuffers>(
         &self,
+        key: impl FnOnce(DeviceList) -> CommKey,
         devices: impl ExactSizeIterator<Item = usize>,
         mut buffers: Vec<B>,
         callers: &[Arc<CudaStream>],
@@ -377,7 +378,7 @@ impl ProcessGroup {
             for (caller, device) in callers.iter().zip(devices.iter()) {
                 check_stream(caller, device)?;
             }
-            let comms = self.comms_for(&CommKey::Collective(devices))?;
+            let comms = self.comms_for(&key(devices))?;
             {
                 let guards: Vec<_> = comms
                     .members
@@ -449,6 +450,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<Tensor<T>>> {
         let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
+            CommKey::Collective,
             devices.into_iter(),
             tensors,
             streams,
@@ -485,6 +487,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<Tensor<T>>> {
         let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
+            CommKey::Collective,
             devices.into_iter(),
             tensors,
             streams,
@@ -523,6 +526,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<Tensor<T>>> {
         let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
+            CommKey::Collective,
             devices.into_iter(),
             tensors,
             streams,
@@ -564,6 +568,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
         let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
         self.run_many(
+            CommKey::Collective,
             devices.into_iter(),
             pairs,
             streams,
@@ -606,6 +611,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
         let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
         self.run_many(
+            CommKey::Collective,
             devices.into_iter(),
             pairs,
             streams,
@@ -646,6 +652,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
         let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
         self.run_many(
+            CommKey::Collective,
             devices.into_iter(),
             pairs,
             streams,
@@ -724,6 +731,72 @@ impl ProcessGroup {
         self.run_one(key, device, tensor, stream, |c, s, t| c.recv(t, peer, s))
     }
 
+    /// [`ProcessGroup::send`] from one tensor per local GPU: local device
+    /// `i` sends to process `dst`'s device `i` (both processes pass the same
+    /// number of tensors), over the pair's own communicator, in one group.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::send`], plus those of
+    /// [`ProcessGroup::all_reduce_multi`].
+    pub fn send_multi<T: NcclType>(
+        &self,
+        tensors: Vec<Tensor<T>>,
+        dst: usize,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Vec<Tensor<T>>> {
+        let (key, peer) = match self.pair(dst, "dst") {
+            Ok(pair) => pair,
+            Err(error) => {
+                return Err(Box::new(OpError {
+                    error,
+                    buffers: tensors,
+                }));
+            }
+        };
+        let offset = peer_offset(peer, tensors.len());
+        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
+        self.run_many(
+            key,
+            devices.into_iter(),
+            tensors,
+            streams,
+            |info, t| checks::point_to_point("send", "dst", info, &t.desc(), info.rank + offset),
+            |c, s, t| c.send(&*t, c.rank() + offset, s),
+        )
+    }
+
+    /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
+    /// `i` receives from process `src`'s device `i`.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::send_multi`].
+    pub fn recv_multi<T: NcclType>(
+        &self,
+        tensors: Vec<Tensor<T>>,
+        src: usize,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Vec<Tensor<T>>> {
+        let (key, peer) = match self.pair(src, "src") {
+            Ok(pair) => pair,
+            Err(error) => {
+                return Err(Box::new(OpError {
+                    error,
+                    buffers: tensors,
+                }));
+            }
+        };
+        let offset = peer_offset(peer, tensors.len());
+        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
+        self.run_many(
+            key,
+            devices.into_iter(),
+            tensors,
+            streams,
+            |info, t| checks::point_to_point("recv", "src", info, &t.desc(), info.rank + offset),
+            |c, s, t| c.recv(t, c.rank() + offset, s),
+        )
+    }
+
     /// Synchronises every process: work queued on `stream` after the
     /// returned work's `wait()` starts once all have reached the barrier.
     ///
@@ -781,6 +854,14 @@ impl ProcessGroup {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// In a pair communicator of `devices` ranks per process, the distance from
+/// a local rank to the same device of the peer (`peer` is the peer's index
+/// in the pair: 1 when it is the higher rank).
+fn peer_offset(peer: i32, devices: usize) -> i32 {
+    let devices = devices as i32;
+    if peer == 1 { devices } else { -devices }
 }
 
 /// The caller's stream must be on the tensor's device.

@@ -420,6 +420,29 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
         &data,
     );
 
+    // The list forms refuse their own rank the same way and hand every
+    // tensor back.
+    let streams = [stream.clone()];
+    for (name, result) in [
+        (
+            "send_multi",
+            group.send_multi(vec![upload(&stream, &data)], 0, &streams),
+        ),
+        (
+            "recv_multi",
+            group.recv_multi(vec![upload(&stream, &data)], 0, &streams),
+        ),
+    ] {
+        let e = refused(result, name);
+        assert!(
+            matches!(e.error, GroupError::InvalidArgument { .. }),
+            "{name}: {:?}",
+            e.error
+        );
+        assert_eq!(e.buffers.len(), 1, "{name}");
+        check(name, &download(&stream, &e.buffers[0]), &data);
+    }
+
     // The group is unaffected.
     let t = done(
         group.all_reduce(upload(&stream, &data), ReduceOp::Sum, &stream),
