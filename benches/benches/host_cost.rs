@@ -20,6 +20,9 @@
 //!   calls is printed and must be 0 (the run fails otherwise). Rust's heap
 //!   only, and only the calling thread's: NCCL's and the driver's own
 //!   `malloc`s are not seen, nor is any other thread.
+//! * `host_cost_untracked/all_reduce_in_place_8B`: raw and tensor again on
+//!   a context whose cudarc stream tracking is off, to separate the tensor
+//!   layer's own cost from the event wait and record cudarc adds per buffer.
 //! * `copy_bandwidth/all_reduce_out_of_place_256MiB`: 256 MiB out of place
 //!   (a device copy at world size 1) per layer, with
 //!   `Throughput::Bytes`, including the final synchronisation.
@@ -456,6 +459,43 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
         return Err(error);
     }
     drop((small, big));
+    stream
+        .synchronize()
+        .map_err(BenchError::cuda("synchronizing the stream"))?;
+    comm.core().finalize()?;
+    untracked_cost(criterion)
+}
+
+/// The in-place all-reduce again, raw against tensor, on a context with
+/// cudarc's stream tracking switched off: what the tensor layer costs
+/// without the event wait and record that tracking adds to every buffer
+/// access.
+fn untracked_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
+    let context =
+        cudarc::driver::CudaContext::new(0).map_err(BenchError::cuda("creating a context"))?;
+    // SAFETY: every buffer of this context is used on one stream only
+    // (`stream` below), so no cross-stream ordering is left to cudarc.
+    unsafe { context.disable_event_tracking() };
+    let device = Device::from_context(context);
+    let stream = device.new_stream()?;
+    let comm = nccl_tensor::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+    let raw = RawLayer::new(comm.core(), &stream)?;
+    let tensor = TensorLayer::new(&comm, &stream);
+    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
+    let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, &stream);
+    let mut failure: Option<BenchError> = None;
+    let mut group = criterion.benchmark_group("host_cost_untracked/all_reduce_in_place_8B");
+    for layer in [&raw as &dyn Layer, &tensor] {
+        let mut launch = bind(layer, &call, &mut small)?;
+        group.bench_function(layer.kind().name(), |bencher| {
+            bencher.iter_custom(|iters| host_time(&mut launch, iters, &stream, &mut failure))
+        });
+    }
+    group.finish();
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    drop(small);
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream"))?;
