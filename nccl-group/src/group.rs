@@ -356,10 +356,9 @@ impl ProcessGroup {
     }
 
     /// Enqueues one operation per local device inside one NCCL group.
-    fn run_many<B: WorkBuffers>(
+    fn run_many<B: WorkBuffers + Located>(
         &self,
         key: impl FnOnce(DeviceList) -> CommKey,
-        devices: impl ExactSizeIterator<Item = usize>,
         mut buffers: Vec<B>,
         callers: &[Arc<CudaStream>],
         check: impl Fn(&CommInfo, &B) -> nccl_tensor::Result<()>,
@@ -367,7 +366,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<B>> {
         let attempt = (|| {
             self.check_live()?;
-            let devices = DeviceList::new(devices)?;
+            let devices = DeviceList::new(buffers.iter().map(Located::device))?;
             if callers.len() != devices.len() {
                 return Err(GroupError::InvalidArgument {
                     argument: "streams",
@@ -448,10 +447,8 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
-        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
             CommKey::Collective,
-            devices.into_iter(),
             tensors,
             streams,
             |info, t| checks::all_reduce(info, None, &t.desc(), op.into()),
@@ -485,10 +482,8 @@ impl ProcessGroup {
         root: i32,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
-        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
             CommKey::Collective,
-            devices.into_iter(),
             tensors,
             streams,
             |info, t| checks::broadcast(info, None, &t.desc(), root),
@@ -524,10 +519,8 @@ impl ProcessGroup {
         root: i32,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
-        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
             CommKey::Collective,
-            devices.into_iter(),
             tensors,
             streams,
             |info, t| checks::reduce(info, None, &t.desc(), op.into(), root),
@@ -566,10 +559,8 @@ impl ProcessGroup {
         pairs: Vec<(Tensor<T>, Tensor<T>)>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
-        let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
         self.run_many(
             CommKey::Collective,
-            devices.into_iter(),
             pairs,
             streams,
             |info, (o, i)| checks::all_gather_into_tensor(info, &i.desc(), &o.desc()),
@@ -609,10 +600,8 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
-        let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
         self.run_many(
             CommKey::Collective,
-            devices.into_iter(),
             pairs,
             streams,
             |info, (o, i)| checks::reduce_scatter_tensor(info, &i.desc(), &o.desc(), op.into()),
@@ -650,10 +639,8 @@ impl ProcessGroup {
         pairs: Vec<(Tensor<T>, Tensor<T>)>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
-        let devices: Vec<usize> = pairs.iter().map(|(o, _)| o.device()).collect();
         self.run_many(
             CommKey::Collective,
-            devices.into_iter(),
             pairs,
             streams,
             |info, (o, i)| checks::all_to_all_single(info, &i.desc(), &o.desc()),
@@ -754,10 +741,8 @@ impl ProcessGroup {
             }
         };
         let offset = peer_offset(peer, tensors.len());
-        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
             key,
-            devices.into_iter(),
             tensors,
             streams,
             |info, t| checks::point_to_point("send", "dst", info, &t.desc(), info.rank + offset),
@@ -786,10 +771,8 @@ impl ProcessGroup {
             }
         };
         let offset = peer_offset(peer, tensors.len());
-        let devices: Vec<usize> = tensors.iter().map(Tensor::device).collect();
         self.run_many(
             key,
-            devices.into_iter(),
             tensors,
             streams,
             |info, t| checks::point_to_point("recv", "src", info, &t.desc(), info.rank + offset),
@@ -853,6 +836,25 @@ impl ProcessGroup {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// The device an operation's buffers (one part of a list form) are on.
+trait Located {
+    fn device(&self) -> usize;
+}
+
+impl<T: NcclType> Located for Tensor<T> {
+    fn device(&self) -> usize {
+        Tensor::device(self)
+    }
+}
+
+/// An `(output, input)` pair is on its output's device (the checks refuse
+/// an input elsewhere).
+impl<T: NcclType> Located for (Tensor<T>, Tensor<T>) {
+    fn device(&self) -> usize {
+        self.0.device()
     }
 }
 

@@ -389,7 +389,7 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #
 # Counting: passed and failed come from each binary's libtest `test result:`
 # line. A passing test whose output has a line starting with `SKIP:` counts as
-# skipped, not passed; so do tests skipped by name and #[ignore]d tests. A
+# skipped, not passed; so do tests skipped by name and ignored tests. A
 # binary that ends without a `test result:` line (a crash, a timeout) counts
 # as one failure (its tests are not counted); one that exits non-zero after
 # a result line with no failures (a crash at exit) counts as one more.
