@@ -3,17 +3,9 @@
 //! map lookup.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
-
-/// The state of a key whose value is being created.
-enum Slot {
-    /// One thread is creating the value; the others wait on the condvar.
-    Creating,
-    /// The creator failed; the next caller tries again.
-    Failed,
-}
 
 /// Values created once per key.
 ///
@@ -25,7 +17,8 @@ enum Slot {
 /// ```
 pub struct OnceMap<K, V> {
     ready: RwLock<HashMap<K, Arc<V>>>,
-    pending: Mutex<HashMap<K, Slot>>,
+    /// Keys whose value one thread is creating; the others wait on `changed`.
+    creating: Mutex<HashSet<K>>,
     changed: Condvar,
 }
 
@@ -33,7 +26,7 @@ impl<K, V> Default for OnceMap<K, V> {
     fn default() -> Self {
         Self {
             ready: RwLock::new(HashMap::new()),
-            pending: Mutex::new(HashMap::new()),
+            creating: Mutex::new(HashSet::new()),
             changed: Condvar::new(),
         }
     }
@@ -78,27 +71,26 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
         if let Some(value) = self.get(key) {
             return Ok(value);
         }
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            // Checked under `pending`: a creator publishes to `ready`
-            // before it clears its slot, so this cannot miss a value.
+            // Checked under the `creating` lock: a creator publishes to
+            // `ready` before it leaves `creating`, so this cannot miss a value.
             if let Some(value) = self.get(key) {
                 return Ok(value);
             }
-            match pending.get(key) {
-                Some(Slot::Creating) => {
-                    pending = self
-                        .changed
-                        .wait(pending)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-                Some(Slot::Failed) | None => break,
+            if !pending.contains(key) {
+                break;
             }
+            pending = self
+                .changed
+                .wait(pending)
+                .unwrap_or_else(PoisonError::into_inner);
         }
-        pending.insert(key.to_owned(), Slot::Creating);
+        pending.insert(key.to_owned());
         drop(pending);
 
-        // Clears the slot even if `create` panics, so waiters never hang.
+        // Leaves `creating` even if `create` fails or panics, so waiters
+        // never hang and one of them tries again.
         struct Finish<'a, K: Hash + Eq, V> {
             map: &'a OnceMap<K, V>,
             key: Option<K>,
@@ -108,10 +100,11 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
                 if let Some(key) = self.key.take() {
                     let mut pending = self
                         .map
-                        .pending
+                        .creating
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner);
-                    pending.insert(key, Slot::Failed);
+                    // The creator failed: the next caller (or a waiter) tries again.
+                    pending.remove(&key);
                     self.map.changed.notify_all();
                 }
             }
@@ -127,13 +120,14 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(owned, Arc::clone(&value));
-        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut pending = self.creating.lock().unwrap_or_else(PoisonError::into_inner);
         pending.remove(key);
         self.changed.notify_all();
         Ok(value)
     }
 
     /// Removes every value (they are dropped when the last user lets go).
+    /// A value still being created when this runs is added afterwards.
     pub fn clear(&self) -> Vec<Arc<V>> {
         let mut ready = self.ready.write().unwrap_or_else(PoisonError::into_inner);
         ready.drain().map(|(_, value)| value).collect()

@@ -135,7 +135,9 @@ pub struct GroupOptions {
     pub streams_per_device: usize,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
-    /// How long to wait for another rank's unique id.
+    /// How long to wait in the store for another rank's unique id. Once
+    /// every rank has it, NCCL's own communicator init waits for all of
+    /// them; [`ProcessGroup::abort`] from another thread stops that wait.
     pub timeout: Duration,
 }
 
