@@ -137,7 +137,9 @@ pub struct GroupOptions {
     pub high_priority: bool,
     /// How long to wait in the store for another rank's unique id. Once
     /// every rank has it, NCCL's own communicator init waits for all of
-    /// them; [`ProcessGroup::abort`] from another thread stops that wait.
+    /// them (bounded by NCCL's bootstrap timeouts, not by this); a group
+    /// aborted meanwhile aborts the new communicators as soon as their
+    /// init returns.
     pub timeout: Duration,
 }
 
