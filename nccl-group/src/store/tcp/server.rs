@@ -208,8 +208,12 @@ impl TcpStoreServer {
         {
             let mut conns = self.shared.conns();
             conns.shutdown = true;
+            // Only the read half: a connection thread that is answering a
+            // request it already applied still sends the answer (a client
+            // must not see a closed connection for a `set` that took
+            // effect), then reads end-of-stream and exits.
             for stream in conns.live.values() {
-                let _ = stream.shutdown(Shutdown::Both);
+                let _ = stream.shutdown(Shutdown::Read);
             }
         }
         // Wake the accept loop, which then sees the flag.
