@@ -4,8 +4,12 @@
 use std::ffi::{CStr, c_char};
 use std::time::Duration;
 
+mod support;
+
+use support::assert_invalid;
+
 use nccl_core::nccl_sys::{NCCL_VERSION_CODE, ncclConfig_t};
-use nccl_core::{Config, DEFAULT_TIMEOUT, Error};
+use nccl_core::{Config, DEFAULT_TIMEOUT};
 
 /// `NCCL_CONFIG_UNDEF_INT`.
 const UNDEF: i32 = i32::MIN;
@@ -20,25 +24,6 @@ fn c_text(pointer: *const c_char) -> Option<String> {
     // `CString` it points to.
     let text = unsafe { CStr::from_ptr(pointer) };
     Some(text.to_str().expect("config strings are UTF-8").to_string())
-}
-
-/// Asserts `error` is `InvalidArgument` for `argument` with `expected` and
-/// `given`, and that its message names all three.
-fn assert_invalid(error: Error, argument: &str, expected: &str, given: &str) {
-    assert_eq!(
-        error.to_string(),
-        format!("invalid {argument}: expected {expected}, got {given}")
-    );
-    match error {
-        Error::InvalidArgument {
-            argument: a,
-            expected: e,
-            given: g,
-        } => {
-            assert_eq!((a, e.as_str(), g.as_str()), (argument, expected, given));
-        }
-        other => panic!("expected Error::InvalidArgument, got {other:?}"),
-    }
 }
 
 /// Asserts both `validate` and `to_raw` reject `config` the same way.

@@ -1,7 +1,11 @@
 //! CPU tests of `UniqueId` as bytes and as text (and, with the `serde`
 //! feature, as JSON). No NCCL and no GPU needed: ids are built from bytes.
 
-use nccl_core::{Error, UniqueId};
+mod support;
+
+use support::assert_invalid;
+
+use nccl_core::UniqueId;
 
 /// An id whose byte `i` is `i * 2 + 1` (every byte differs, some are > 0x7f).
 fn sample_bytes() -> [u8; 128] {
@@ -20,25 +24,6 @@ fn sample_hex() -> String {
             ]
         })
         .collect()
-}
-
-/// Asserts `error` is `InvalidArgument` for `argument` with `expected` and
-/// `given`, and that its message says so.
-fn assert_invalid(error: Error, argument: &str, expected: &str, given: &str) {
-    assert_eq!(
-        error.to_string(),
-        format!("invalid {argument}: expected {expected}, got {given}")
-    );
-    match error {
-        Error::InvalidArgument {
-            argument: a,
-            expected: e,
-            given: g,
-        } => {
-            assert_eq!((a, e.as_str(), g.as_str()), (argument, expected, given));
-        }
-        other => panic!("expected Error::InvalidArgument, got {other:?}"),
-    }
 }
 
 #[test]

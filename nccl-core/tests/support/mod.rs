@@ -1,4 +1,5 @@
-//! Shared by the `gpu_*` test binaries of every crate (included by path).
+//! Shared by the test binaries of every crate (included by path): GPU
+//! helpers for the `gpu_*` tests, and assertions for the CPU tests.
 //!
 //! `require_gpus(n)` returns the first `n` devices, or prints
 //! `SKIP: needs n GPU(s), found m` and returns `None`. With
@@ -6,7 +7,7 @@
 //! fails the test instead, so a GPU run can never pass by skipping.
 #![allow(dead_code)]
 
-use nccl_core::Device;
+use nccl_core::{Device, Error};
 
 /// The first `n` devices, or `None` (after printing why) when the machine
 /// has fewer and GPUs are not required.
@@ -53,3 +54,22 @@ pub fn test_values(seed: u64, len: usize) -> Vec<f64> {
 
 /// A value no test writes, to fill outputs with so unwritten elements show.
 pub const POISON: f32 = -12345.0;
+
+/// Asserts `error` is `InvalidArgument` for `argument` with `expected` and
+/// `given`, and that its message names all three.
+pub fn assert_invalid(error: Error, argument: &str, expected: &str, given: &str) {
+    assert_eq!(
+        error.to_string(),
+        format!("invalid {argument}: expected {expected}, got {given}")
+    );
+    match error {
+        Error::InvalidArgument {
+            argument: a,
+            expected: e,
+            given: g,
+        } => {
+            assert_eq!((a, e.as_str(), g.as_str()), (argument, expected, given));
+        }
+        other => panic!("expected Error::InvalidArgument, got {other:?}"),
+    }
+}
