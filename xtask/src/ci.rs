@@ -7,6 +7,10 @@
 //! 4. `cargo xtask bindgen --check` (in process; needs libclang and the
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
 //! 5. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
+//!
+//! Fuzzing is not a step: it needs cargo-fuzz and a nightly toolchain (or
+//! `RUSTC_BOOTSTRAP`). Run `cargo xtask fuzz [--seconds N]` by hand; CI runs
+//! the fuzz target's entry point over 200k seeded inputs in `cargo test`.
 
 use std::ffi::OsString;
 use std::process::Command;

@@ -2,6 +2,7 @@
 
 mod bindgen;
 mod ci;
+mod fuzz;
 mod gpu_bundle;
 
 use std::path::PathBuf;
@@ -26,6 +27,9 @@ enum Task {
     Bindgen(bindgen::Args),
     /// Run every check CI runs: fmt, clippy, tests, bindgen --check, docs.
     Ci(ci::Args),
+    /// Fuzz the TCP store's frame decoding with cargo-fuzz for a bounded
+    /// time (needs `cargo install cargo-fuzz`; not part of ci).
+    Fuzz(fuzz::Args),
     /// Build the GPU test and bench binaries (release, stripped) with a
     /// run.sh into target/gpu-bundle/ for the GPU machine.
     GpuBundle(gpu_bundle::Args),
@@ -44,6 +48,7 @@ fn main() {
     let result = match cli.task {
         Task::Bindgen(args) => bindgen::run(args),
         Task::Ci(args) => ci::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
         Task::GpuBundle(args) => gpu_bundle::run(args),
     };
     if let Err(error) = result {

@@ -140,6 +140,20 @@ pub enum StoreError {
         detail: String,
     },
 
+    /// The TCP server refused a new connection: it already has as many open
+    /// as its `max_connections` allows.
+    #[error(
+        "the TCP store server at {addr} refused a new connection: {detail}; each TcpStore opens \
+         one connection per thread calling it at once, so fewer calling threads or clients also \
+         help"
+    )]
+    TooManyConnections {
+        /// The server's address.
+        addr: String,
+        /// The server's message, with its limit.
+        detail: String,
+    },
+
     /// A frame was larger than the maximum frame size.
     #[error(
         "{context}: a frame of {len} bytes exceeds the maximum frame size of {max} bytes; store \

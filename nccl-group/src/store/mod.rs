@@ -27,6 +27,9 @@ pub use error::{Result, StoreError};
 pub use file::{FileStore, MAX_FILE_KEY_LEN};
 pub use memory::InProcessStore;
 pub use rendezvous::{RendezvousConfig, StoreSpec};
+/// The TCP store's wire decoding, exposed for fuzzing only.
+#[doc(hidden)]
+pub use tcp::fuzzing;
 pub use tcp::{
     DEFAULT_MAX_FRAME_SIZE, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
 };

@@ -159,8 +159,11 @@ impl TcpStore {
     /// at most `options.connect_timeout`.
     ///
     /// Fails with [`StoreError::Connect`] when the server cannot be reached
-    /// in time, and at once with [`StoreError::Auth`] when it refuses the
-    /// secret.
+    /// in time, at once with [`StoreError::Auth`] when it refuses the
+    /// secret, and at once with [`StoreError::TooManyConnections`] when it
+    /// already has its maximum number of connections open. A later call
+    /// that needs a new connection (several threads calling at once) can
+    /// fail with the latter too.
     pub fn connect(host: &str, port: u16, options: TcpStoreOptions) -> Result<Self> {
         let host = host
             .strip_prefix('[')
@@ -440,6 +443,10 @@ impl TcpStore {
         };
         match code {
             code::AUTH => StoreError::Auth {
+                addr: self.addr.clone(),
+                detail: message,
+            },
+            code::TOO_MANY_CONNECTIONS => StoreError::TooManyConnections {
                 addr: self.addr.clone(),
                 detail: message,
             },

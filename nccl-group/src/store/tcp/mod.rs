@@ -4,6 +4,7 @@
 //! See the `wire` module docs for the protocol.
 
 mod client;
+pub mod fuzzing;
 mod server;
 mod wire;
 

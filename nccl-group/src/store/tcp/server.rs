@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::{
     IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs,
 };
@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::wire::{self, FrameError, Request, Response, code};
+use super::wire::{self, FrameError, FrameTimeouts, Request, Response, code};
 use super::{DEFAULT_MAX_FRAME_SIZE, redacted};
 use crate::store::memory::{Table, WaitError};
 use crate::store::{AddError, Result, StoreError};
@@ -24,6 +24,18 @@ use crate::store::{AddError, Result, StoreError};
 /// let opts = TcpStoreServerOptions::default().with_secret(b"s3cret".to_vec());
 /// assert!(format!("{opts:?}").contains("<redacted>"));
 /// ```
+///
+/// # What bounds the server's resources
+///
+/// Each open connection costs one thread and, while a request arrives, a
+/// buffer of at most [`max_frame_size`](Self::max_frame_size) bytes (it grows
+/// with the bytes that actually arrive, never with the length a header
+/// claims). [`max_connections`](Self::max_connections) bounds the number of
+/// connections, and [`io_timeout`](Self::io_timeout) bounds how long any one
+/// frame may take, so a slow or silent client cannot hold a connection's
+/// buffer, or a connection that never spoke, for longer than that. The
+/// stored keys and values themselves are whatever the clients store: set a
+/// [`secret`](Self::secret) to keep strangers from storing anything.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct TcpStoreServerOptions {
@@ -32,11 +44,29 @@ pub struct TcpStoreServerOptions {
     /// The largest frame (request) accepted, in bytes; larger ones are
     /// answered with an error and their connection closed. Default 64 MiB.
     pub max_frame_size: usize,
-    /// Once a frame has started arriving, the rest of it must keep arriving:
-    /// a read that makes no progress for this long disconnects the client
-    /// (stalled clients do not hold a thread forever). Also the write timeout
-    /// for answers. Default 30 s.
+    /// The time limit for one frame, in either direction:
+    ///
+    /// - a new connection must start its first frame within this time (a
+    ///   client that connects and says nothing is disconnected);
+    /// - once a frame has started arriving, all of it must have arrived
+    ///   within this time: a deadline for the whole frame, so a client that
+    ///   stalls, or dribbles a byte now and then, is disconnected;
+    /// - the client must take the server's answer within this time.
+    ///
+    /// Between frames a connection may stay idle for as long as it likes
+    /// (clients keep their connections for reuse); `max_connections` bounds
+    /// those. Raise this when clients send frames near `max_frame_size` over
+    /// slow links. Default 30 s.
     pub io_timeout: Duration,
+    /// The most client connections open at once. A connection over the
+    /// limit is answered with an error frame naming the limit (the client
+    /// sees [`StoreError::TooManyConnections`], at once, without retrying)
+    /// and closed; the connections already open keep being served. A
+    /// [`TcpStore`](super::TcpStore) uses one connection per thread calling
+    /// it at the same time and keeps up to 4 idle ones. Default 16384:
+    /// room for a connection per rank of very large jobs (each costs a
+    /// server thread), yet a bound.
+    pub max_connections: usize,
 }
 
 impl Default for TcpStoreServerOptions {
@@ -45,6 +75,7 @@ impl Default for TcpStoreServerOptions {
             secret: None,
             max_frame_size: DEFAULT_MAX_FRAME_SIZE,
             io_timeout: Duration::from_secs(30),
+            max_connections: 16384,
         }
     }
 }
@@ -67,6 +98,12 @@ impl TcpStoreServerOptions {
         self.io_timeout = timeout;
         self
     }
+
+    /// Sets [`TcpStoreServerOptions::max_connections`] (at least 1).
+    pub fn with_max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections;
+        self
+    }
 }
 
 impl fmt::Debug for TcpStoreServerOptions {
@@ -75,6 +112,7 @@ impl fmt::Debug for TcpStoreServerOptions {
             .field("secret", &redacted(self.secret.as_deref()))
             .field("max_frame_size", &self.max_frame_size)
             .field("io_timeout", &self.io_timeout)
+            .field("max_connections", &self.max_connections)
             .finish()
     }
 }
@@ -135,7 +173,9 @@ impl TcpStoreServer {
     /// Binds to `addr` (port 0 picks a free port; see
     /// [`TcpStoreServer::local_addr`]) and starts serving.
     ///
-    /// Fails with [`StoreError::Bind`] when the address cannot be bound.
+    /// Fails with [`StoreError::Bind`] when the address cannot be bound, and
+    /// with [`StoreError::InvalidArgument`] for a `max_frame_size` under 64
+    /// bytes or a `max_connections` of 0.
     pub fn bind(
         addr: impl ToSocketAddrs + fmt::Debug,
         options: TcpStoreServerOptions,
@@ -146,6 +186,13 @@ impl TcpStoreServer {
                 what: "max_frame_size",
                 given: options.max_frame_size.to_string(),
                 expected: "at least 64 bytes (default 64 MiB)".into(),
+            });
+        }
+        if options.max_connections == 0 {
+            return Err(StoreError::InvalidArgument {
+                what: "max_connections",
+                given: "0".into(),
+                expected: "at least 1 (default 16384)".into(),
             });
         }
         let listener = TcpListener::bind(addr).map_err(|source| StoreError::Bind {
@@ -193,7 +240,9 @@ impl TcpStoreServer {
         loopback_if_unspecified(self.local_addr)
     }
 
-    /// How many client connections are open now.
+    /// How many client connections are open now (never more than
+    /// [`TcpStoreServerOptions::max_connections`]; refused connections are
+    /// not counted).
     pub fn num_connections(&self) -> usize {
         self.shared.conns().live.len()
     }
@@ -274,6 +323,12 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 continue;
             }
         };
+        let max = shared.options.max_connections;
+        if conns.live.len() >= max {
+            drop(conns);
+            refuse(stream, max);
+            continue;
+        }
         let Ok(clone) = stream.try_clone() else {
             continue;
         };
@@ -299,17 +354,54 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+/// Answers a connection over `max_connections` with an error frame and
+/// closes it, without ever blocking the accept loop.
+fn refuse(stream: TcpStream, max: usize) {
+    let message = format!(
+        "the server already has {max} client connections open, its max_connections limit; \
+         close clients that are no longer needed, or raise max_connections on the server"
+    );
+    let frame = Response::Error {
+        code: code::TOO_MANY_CONNECTIONS,
+        message,
+    }
+    .encode();
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    // A fresh socket's send buffer is empty, so the small frame fits
+    // without blocking; the FIN follows it.
+    let _ = (&stream).write_all(frame.as_bytes());
+    let _ = stream.shutdown(Shutdown::Write);
+    // Discard what the client already sent (its HELLO): closing a socket
+    // with unread data resets the connection instead of closing it. Bytes
+    // that come later cannot hurt: the frame and the FIN are already ahead
+    // of the reset.
+    let mut buf = [0u8; 4096];
+    for _ in 0..16 {
+        match (&stream).read(&mut buf) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+}
+
 /// Serves one client until it disconnects, misbehaves, or the server stops.
 fn serve_connection(shared: &Shared, mut stream: TcpStream) {
     let opts = &shared.options;
     let io_timeout = opts.io_timeout.max(Duration::from_millis(1));
     let _ = stream.set_nodelay(true);
-    if stream.set_write_timeout(Some(io_timeout)).is_err() {
-        return;
-    }
     let mut authenticated = opts.secret.is_none();
+    // A new connection must start talking within the timeout; after its
+    // first frame it may sit idle between frames.
+    let mut timeouts = FrameTimeouts {
+        first_byte: Some(io_timeout),
+        whole_frame: io_timeout,
+    };
     loop {
-        let payload = match wire::read_frame(&mut stream, opts.max_frame_size, Some(io_timeout)) {
+        let read = wire::read_frame(&mut stream, opts.max_frame_size, Some(timeouts));
+        timeouts.first_byte = None;
+        let payload = match read {
             Ok(payload) => payload,
             Err(FrameError::Closed | FrameError::Io(_)) => return,
             Err(FrameError::TooLarge(len)) => {
@@ -317,7 +409,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) {
                     "frame of {len} bytes exceeds this server's maximum frame size of {} bytes",
                     opts.max_frame_size
                 );
-                return send_error(&mut stream, code::TOO_LARGE, message);
+                return send_error(&mut stream, io_timeout, code::TOO_LARGE, message);
             }
         };
         let request = match Request::decode(&payload) {
@@ -325,6 +417,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) {
             Err(detail) => {
                 return send_error(
                     &mut stream,
+                    io_timeout,
                     code::PROTOCOL,
                     format!("malformed request: {detail}"),
                 );
@@ -334,6 +427,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) {
             let Request::Hello { secret, .. } = &request else {
                 return send_error(
                     &mut stream,
+                    io_timeout,
                     code::AUTH,
                     "this server requires a shared secret; the first frame must be HELLO with it"
                         .into(),
@@ -344,6 +438,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) {
                 None => {
                     return send_error(
                         &mut stream,
+                        io_timeout,
                         code::AUTH,
                         "the client presented no secret, but this server requires one".into(),
                     );
@@ -351,6 +446,7 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) {
                 Some(given) if !wire::secrets_match(expected, given) => {
                     return send_error(
                         &mut stream,
+                        io_timeout,
                         code::AUTH,
                         "the client's secret does not match the server's".into(),
                     );
@@ -360,9 +456,9 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream) {
         }
         let response = match handle(shared, request, &|| client_alive(&stream)) {
             Ok(response) => response,
-            Err((code, message)) => return send_error(&mut stream, code, message),
+            Err((code, message)) => return send_error(&mut stream, io_timeout, code, message),
         };
-        if wire::write_frame(&mut stream, &response.encode()).is_err() {
+        if wire::write_frame_within(&mut stream, &response.encode(), io_timeout).is_err() {
             return;
         }
     }
@@ -395,10 +491,11 @@ fn client_alive(stream: &TcpStream) -> bool {
 /// would reset the connection and could destroy the error frame before the
 /// client reads it, so half-close first and discard what still arrives, for
 /// a bounded time and amount.
-fn send_error(stream: &mut TcpStream, code: u8, message: String) {
+fn send_error(stream: &mut TcpStream, io_timeout: Duration, code: u8, message: String) {
     const DRAIN_FOR: Duration = Duration::from_millis(500);
     const DRAIN_MAX: usize = 4 << 20;
-    if wire::write_frame(stream, &Response::Error { code, message }.encode()).is_err() {
+    let frame = Response::Error { code, message }.encode();
+    if wire::write_frame_within(stream, &frame, io_timeout).is_err() {
         return;
     }
     let _ = stream.shutdown(Shutdown::Write);

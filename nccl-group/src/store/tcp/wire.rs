@@ -12,10 +12,12 @@
 //! secret, with an `ERROR` frame (code `AUTH`) and closes the connection.
 //! Any malformed frame gets an `ERROR` frame (where the connection still
 //! allows it) and the connection is closed; the server itself keeps serving.
+//! A connection over the server's `max_connections` gets an `ERROR` frame
+//! (code `TOO_MANY_CONNECTIONS`) and is closed before any frame is read.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Identifies the protocol in `HELLO`.
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
@@ -56,6 +58,8 @@ pub(crate) mod code {
     pub const TOO_LARGE: u8 = 3;
     /// The server is shutting down.
     pub const SHUTDOWN: u8 = 4;
+    /// The server already has its maximum number of connections open.
+    pub const TOO_MANY_CONNECTIONS: u8 = 5;
 }
 
 /// A client's request.
@@ -440,72 +444,160 @@ pub(crate) enum FrameError {
     Io(io::Error),
 }
 
-/// Reads one frame's payload.
-///
-/// With `body_timeout`, the wait for the frame's first byte is unbounded (an
-/// idle connection), but once it has come the rest must arrive within
-/// `body_timeout`, after which the read timeout is cleared again; this is the
-/// server's mode. Without it, the stream's read timeout applies throughout.
-pub(crate) fn read_frame(
-    stream: &mut TcpStream,
-    max: usize,
-    body_timeout: Option<Duration>,
-) -> Result<Vec<u8>, FrameError> {
-    let mut header = [0u8; 4];
-    loop {
-        match stream.read(&mut header[..1]) {
-            Ok(0) => return Err(FrameError::Closed),
-            Ok(_) => break,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(FrameError::Io(e)),
-        }
-    }
-    if let Some(t) = body_timeout {
-        stream
-            .set_read_timeout(Some(t.max(Duration::from_millis(1))))
-            .map_err(FrameError::Io)?;
-    }
-    let result = read_rest(stream, &mut header, max);
-    if body_timeout.is_some() {
-        stream.set_read_timeout(None).map_err(FrameError::Io)?;
-    }
-    result
+/// A byte stream the frame reader can put time limits on: a socket, or an
+/// in-memory source when fuzzing.
+pub(crate) trait FrameSource: Read {
+    /// Sets how long one read may block (`None`: forever).
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
 }
 
-fn read_rest(
-    stream: &mut TcpStream,
-    header: &mut [u8; 4],
+impl FrameSource for TcpStream {
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+/// The server's time limits for reading one frame.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FrameTimeouts {
+    /// How long to wait for the frame's first byte; `None` waits as long as
+    /// the connection stays idle.
+    pub(crate) first_byte: Option<Duration>,
+    /// The whole frame, header included, must have arrived this long after
+    /// its first byte: a deadline for the frame, not a per-read timeout, so
+    /// a client that dribbles bytes cannot keep a frame open forever.
+    pub(crate) whole_frame: Duration,
+}
+
+/// The largest piece of a frame body read (and allocated) at a time: memory
+/// follows the bytes that actually arrived, not the length a header claims.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads one frame's payload.
+///
+/// With `timeouts` (the server's mode), the source's read timeout is set
+/// before every read from the limits there. Without it, the source's own read
+/// timeout applies to each read (the client's mode).
+pub(crate) fn read_frame<S: FrameSource + ?Sized>(
+    stream: &mut S,
     max: usize,
+    timeouts: Option<FrameTimeouts>,
 ) -> Result<Vec<u8>, FrameError> {
-    stream
-        .read_exact(&mut header[1..])
-        .map_err(FrameError::Io)?;
-    let len = u32::from_be_bytes(*header);
+    if let Some(t) = timeouts {
+        stream
+            .set_read_timeout(t.first_byte.map(at_least_1ms))
+            .map_err(FrameError::Io)?;
+    }
+    let mut header = [0u8; 4];
+    if read_some(stream, &mut header[..1], None).map_err(FrameError::Io)? == 0 {
+        return Err(FrameError::Closed);
+    }
+    let deadline = timeouts.map(|t| Instant::now() + at_least_1ms(t.whole_frame));
+    read_exact_within(stream, &mut header, 1, deadline, ("header", 4))?;
+    let len = u32::from_be_bytes(header);
     if u64::from(len) > max as u64 {
         return Err(FrameError::TooLarge(u64::from(len)));
     }
-    // Grow as data arrives rather than trusting the header for allocation.
-    let mut body = Vec::with_capacity((len as usize).min(64 * 1024));
-    Read::by_ref(stream)
-        .take(u64::from(len))
-        .read_to_end(&mut body)
-        .map_err(FrameError::Io)?;
-    if body.len() != len as usize {
-        return Err(FrameError::Io(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            format!(
-                "connection closed after {} of {len} frame bytes",
-                body.len()
-            ),
-        )));
+    let len = len as usize;
+    let mut body = Vec::with_capacity(len.min(READ_CHUNK));
+    while body.len() < len {
+        let filled = body.len();
+        body.resize(filled + (len - filled).min(READ_CHUNK), 0);
+        read_exact_within(stream, &mut body, filled, deadline, ("body", len))?;
     }
     Ok(body)
+}
+
+fn at_least_1ms(d: Duration) -> Duration {
+    // A zero timeout means "forever" to the socket API.
+    d.max(Duration::from_millis(1))
+}
+
+/// Fills `buf[from..]`. When the peer closes or the deadline passes first,
+/// the error says how far the frame got; `part` names the part being read
+/// and its full length, for that message.
+fn read_exact_within<S: FrameSource + ?Sized>(
+    stream: &mut S,
+    buf: &mut [u8],
+    from: usize,
+    deadline: Option<Instant>,
+    part: (&str, usize),
+) -> Result<(), FrameError> {
+    let mut filled = from;
+    while filled < buf.len() {
+        match read_some(stream, &mut buf[filled..], deadline) {
+            Ok(0) => {
+                let (name, total) = part;
+                return Err(FrameError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("connection closed after {filled} of {total} frame {name} bytes"),
+                )));
+            }
+            Ok(n) => filled += n,
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    Ok(())
+}
+
+/// One read, retried on interruption; with a deadline, the read may block
+/// only until then.
+fn read_some<S: FrameSource + ?Sized>(
+    stream: &mut S,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+) -> io::Result<usize> {
+    loop {
+        if let Some(deadline) = deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the frame did not arrive completely in time",
+                ));
+            }
+            stream.set_read_timeout(Some(at_least_1ms(left)))?;
+        }
+        match stream.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
 }
 
 /// Writes a whole frame.
 pub(crate) fn write_frame(stream: &mut TcpStream, frame: &Frame) -> io::Result<()> {
     stream.write_all(frame.as_bytes())?;
     stream.flush()
+}
+
+/// Writes a whole frame within `limit`: a deadline for the frame, so a
+/// client that reads its answer a byte at a time cannot hold the writer
+/// forever.
+pub(crate) fn write_frame_within(
+    stream: &mut TcpStream,
+    frame: &Frame,
+    limit: Duration,
+) -> io::Result<()> {
+    let deadline = Instant::now() + at_least_1ms(limit);
+    let mut rest = frame.as_bytes();
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer did not take the frame in time",
+            ));
+        }
+        stream.set_write_timeout(Some(at_least_1ms(left)))?;
+        match stream.write(rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Compares two secrets in time that depends only on `expected`'s length.

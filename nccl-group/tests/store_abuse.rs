@@ -1,0 +1,775 @@
+//! The TCP store server under abuse (CPU only, 127.0.0.1): many concurrent
+//! clients, garbage and truncated frames, oversized length prefixes,
+//! slow-loris clients, clients that vanish mid-request, and more connections
+//! than the server allows. In every case the server keeps serving good
+//! clients and its connection count returns to its baseline.
+//!
+//! Random inputs come from a seeded xorshift generator, so every run sends
+//! the same bytes.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nccl_group::store::fuzzing;
+use nccl_group::{
+    Store, StoreError, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+};
+
+/// How long any "eventually" condition may take on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Request opcodes and response codes of the wire protocol, written out
+/// here so the tests also pin the format down.
+const SET: u8 = 0x02;
+const GET: u8 = 0x03;
+const WAIT: u8 = 0x07;
+const RESP_OK: u8 = 0x81;
+const RESP_ERROR: u8 = 0x9f;
+const CODE_PROTOCOL: u8 = 2;
+const CODE_TOO_LARGE: u8 = 3;
+const CODE_TOO_MANY_CONNECTIONS: u8 = 5;
+
+/// A tiny deterministic generator (xorshift64*): no `rand` dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        // A zero state would stay zero.
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// A number in `0..n` (`n > 0`).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn byte(&mut self) -> u8 {
+        self.next().to_le_bytes()[0]
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.byte()).collect()
+    }
+}
+
+fn bind(options: TcpStoreServerOptions) -> TcpStoreServer {
+    TcpStoreServer::bind("127.0.0.1:0", options).expect("binding a server on 127.0.0.1")
+}
+
+fn client_options() -> TcpStoreOptions {
+    TcpStoreOptions::default()
+        .with_timeout(PATIENCE)
+        .with_connect_timeout(PATIENCE)
+        .with_io_margin(PATIENCE)
+}
+
+fn connect(server: &TcpStoreServer) -> TcpStore {
+    TcpStore::connect_to(server.local_addr(), client_options()).expect("a good client connects")
+}
+
+/// Polls `condition` until it holds; fails the test after [`PATIENCE`].
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{what}: still not true after {PATIENCE:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn assert_connections_return_to(server: &TcpStoreServer, baseline: usize) {
+    eventually(
+        &format!("the server's connections return to {baseline}"),
+        || server.num_connections() == baseline,
+    );
+}
+
+/// Waits until the server has accepted every connection made so far, then
+/// until its connection count is `baseline`. A connection the accept loop
+/// has not taken yet is not counted at all, so polling the count alone could
+/// pass too early; the accept queue is first in, first out, so once a new
+/// client has been served, every earlier connection has been accepted.
+fn assert_settles_to(server: &TcpStoreServer, baseline: usize) {
+    assert_serves(server);
+    assert_connections_return_to(server, baseline);
+}
+
+/// A fresh client can still use the server: set, get and add.
+fn assert_serves(server: &TcpStoreServer) {
+    let store = connect(server);
+    store.set("probe/value", b"ok").unwrap();
+    assert_eq!(store.get("probe/value", PATIENCE).unwrap(), b"ok");
+    let before = store.add("probe/count", 0).unwrap();
+    assert_eq!(store.add("probe/count", 1).unwrap(), before + 1);
+}
+
+/// A frame: the big-endian payload length, then the payload.
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut out = u32::try_from(payload.len()).unwrap().to_be_bytes().to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A length-prefixed field.
+fn field(bytes: &[u8]) -> Vec<u8> {
+    let mut out = u32::try_from(bytes.len()).unwrap().to_be_bytes().to_vec();
+    out.extend_from_slice(bytes);
+    out
+}
+
+fn set_frame(key: &str, value: &[u8]) -> Vec<u8> {
+    frame(&[&[SET][..], &field(key.as_bytes()), &field(value)].concat())
+}
+
+fn get_frame(key: &str, timeout: Duration) -> Vec<u8> {
+    let ms = u64::try_from(timeout.as_millis()).unwrap().to_be_bytes();
+    frame(&[&[GET][..], &field(key.as_bytes()), &ms].concat())
+}
+
+fn wait_frame(keys: &[&str], timeout: Duration) -> Vec<u8> {
+    let ms = u64::try_from(timeout.as_millis()).unwrap().to_be_bytes();
+    let mut payload = vec![WAIT];
+    payload.extend_from_slice(&ms);
+    payload.extend_from_slice(&u32::try_from(keys.len()).unwrap().to_be_bytes());
+    for key in keys {
+        payload.extend_from_slice(&field(key.as_bytes()));
+    }
+    frame(&payload)
+}
+
+fn raw_connect(addr: SocketAddr) -> TcpStream {
+    TcpStream::connect(addr).expect("a raw connection to the server")
+}
+
+/// Reads what the server sends until it closes the connection, and splits
+/// it into response frames. Fails the test when the server keeps the
+/// connection open past [`PATIENCE`], or sends anything but whole frames of
+/// response opcodes.
+fn answers_until_closed(stream: &mut TcpStream) -> Vec<Vec<u8>> {
+    let start = Instant::now();
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = PATIENCE.saturating_sub(start.elapsed());
+        assert!(
+            !left.is_zero(),
+            "the server did not close the connection within {PATIENCE:?}"
+        );
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("the server did not close the connection within {PATIENCE:?}")
+            }
+            // A reset also ends the connection (we may have sent bytes the
+            // server never read).
+            Err(_) => break,
+        }
+    }
+    let mut frames = Vec::new();
+    let mut rest = bytes.as_slice();
+    while !rest.is_empty() {
+        assert!(
+            rest.len() >= 5,
+            "a partial frame from the server: {rest:02x?}"
+        );
+        let len = u32::from_be_bytes(rest[..4].try_into().unwrap()) as usize;
+        assert!(
+            rest.len() >= 4 + len,
+            "a frame cut short by the server: {rest:02x?}"
+        );
+        let payload = rest[4..4 + len].to_vec();
+        assert!(
+            (0x80..=0x9f).contains(&payload[0]),
+            "the server sent opcode 0x{:02x}, not a response",
+            payload[0]
+        );
+        frames.push(payload);
+        rest = &rest[4 + len..];
+    }
+    frames
+}
+
+/// The code and message of an error frame's payload.
+fn error_frame(payload: &[u8]) -> (u8, String) {
+    assert_eq!(
+        payload[0], RESP_ERROR,
+        "expected an error frame, got {payload:02x?}"
+    );
+    let len = u32::from_be_bytes(payload[2..6].try_into().unwrap()) as usize;
+    assert_eq!(payload.len(), 6 + len, "error frame length: {payload:02x?}");
+    (
+        payload[1],
+        String::from_utf8(payload[6..].to_vec()).unwrap(),
+    )
+}
+
+/// Expects exactly one error frame with `code` before the server closes,
+/// and returns its message.
+fn expect_refusal(stream: &mut TcpStream, code: u8) -> String {
+    let answers = answers_until_closed(stream);
+    assert_eq!(
+        answers.len(),
+        1,
+        "expected one error frame, got {answers:02x?}"
+    );
+    let (got, message) = error_frame(&answers[0]);
+    assert_eq!(got, code, "error code; message: {message}");
+    message
+}
+
+#[test]
+fn sixty_four_concurrent_clients_are_all_served_correctly() {
+    const CLIENTS: usize = 64;
+    const ADDS: usize = 10;
+    let server = bind(TcpStoreServerOptions::default());
+    let stores: Vec<TcpStore> = (0..CLIENTS).map(|_| connect(&server)).collect();
+    // One connection per client: each is used by one thread at a time.
+    assert_eq!(server.num_connections(), CLIENTS);
+    let start = Barrier::new(CLIENTS);
+    let results: Vec<(Vec<i64>, bool)> = thread::scope(|s| {
+        let handles: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(i, store)| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    store
+                        .set(&format!("client/{i}"), format!("value-{i}").as_bytes())
+                        .unwrap();
+                    let counts: Vec<i64> = (0..ADDS)
+                        .map(|_| store.add("counter", 1).unwrap())
+                        .collect();
+                    // A blocking get of a key another client sets.
+                    let next = (i + 1) % CLIENTS;
+                    let value = store.get(&format!("client/{next}"), PATIENCE).unwrap();
+                    assert_eq!(value, format!("value-{next}").as_bytes());
+                    let keys: Vec<String> = (0..CLIENTS).map(|j| format!("client/{j}")).collect();
+                    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    store.wait(&keys, PATIENCE).unwrap();
+                    let me = i.to_string();
+                    let leader = store.compare_set("leader", None, me.as_bytes()).unwrap();
+                    (counts, leader == me.as_bytes())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Every add saw a distinct value: 1..=CLIENTS*ADDS, each exactly once.
+    let mut counts: Vec<i64> = results
+        .iter()
+        .flat_map(|(c, _)| c.iter().copied())
+        .collect();
+    counts.sort_unstable();
+    let expected: Vec<i64> = (1..=(CLIENTS * ADDS) as i64).collect();
+    assert_eq!(counts, expected);
+    assert_eq!(
+        results.iter().filter(|(_, won)| *won).count(),
+        1,
+        "one compare_set winner"
+    );
+    let total = stores[0].get("counter", PATIENCE).unwrap();
+    assert_eq!(total, (CLIENTS * ADDS).to_string().as_bytes());
+    assert_eq!(
+        server.num_connections(),
+        CLIENTS,
+        "no connection was added or lost"
+    );
+    drop(stores);
+    assert_connections_return_to(&server, 0);
+}
+
+#[test]
+fn garbage_and_truncated_frames_do_not_disturb_good_clients() {
+    const ABUSERS: u64 = 4;
+    const SOCKETS_EACH: usize = 40;
+    let server = bind(
+        TcpStoreServerOptions::default()
+            .with_max_frame_size(64 << 10)
+            .with_io_timeout(Duration::from_millis(500)),
+    );
+    let addr = server.local_addr();
+    let samples = fuzzing::sample_frames();
+    let abusing = AtomicBool::new(true);
+    let good_ops = AtomicU64::new(0);
+    let good = connect(&server);
+    thread::scope(|s| {
+        for worker in 0..2 {
+            let (good, abusing, good_ops) = (&good, &abusing, &good_ops);
+            s.spawn(move || {
+                let mut round = 0u64;
+                while abusing.load(Ordering::Relaxed) || round < 5 {
+                    let key = format!("good/{worker}");
+                    good.set(&key, round.to_string().as_bytes()).unwrap();
+                    assert_eq!(
+                        good.get(&key, PATIENCE).unwrap(),
+                        round.to_string().as_bytes()
+                    );
+                    good.add("good/count", 1).unwrap();
+                    good_ops.fetch_add(1, Ordering::Relaxed);
+                    round += 1;
+                }
+            });
+        }
+        let abusers: Vec<_> = (0..ABUSERS)
+            .map(|seed| {
+                let samples = &samples;
+                s.spawn(move || {
+                    let mut rng = Rng::new(seed + 1);
+                    let mut unknown_opcode_refusals = 0;
+                    for _ in 0..SOCKETS_EACH {
+                        let mut raw = raw_connect(addr);
+                        let sample = &samples[rng.below(samples.len())];
+                        match rng.below(5) {
+                            // Random bytes, then gone.
+                            0 => {
+                                let n = rng.below(300);
+                                let _ = raw.write_all(&rng.bytes(n));
+                            }
+                            // Random bytes, then wait for the server's verdict.
+                            1 => {
+                                let n = rng.below(300);
+                                let _ = raw.write_all(&rng.bytes(n));
+                                let _ = raw.shutdown(Shutdown::Write);
+                                answers_until_closed(&mut raw);
+                            }
+                            // A valid frame cut short, then gone.
+                            2 => {
+                                let cut = rng.below(sample.len());
+                                let _ = raw.write_all(&sample[..cut]);
+                            }
+                            // A valid frame with a few bytes changed.
+                            3 => {
+                                let mut bytes = sample.clone();
+                                for _ in 0..=rng.below(3) {
+                                    let at = rng.below(bytes.len());
+                                    bytes[at] = rng.byte();
+                                }
+                                let _ = raw.write_all(&bytes);
+                                let _ = raw.shutdown(Shutdown::Write);
+                                answers_until_closed(&mut raw);
+                            }
+                            // A whole frame with an opcode no request has.
+                            _ => {
+                                let opcode = 0x09 + rng.below(0xf7) as u8;
+                                let mut payload = vec![opcode];
+                                let n = rng.below(40);
+                                payload.extend(rng.bytes(n));
+                                raw.write_all(&frame(&payload)).unwrap();
+                                let message = expect_refusal(&mut raw, CODE_PROTOCOL);
+                                assert!(
+                                    message.contains(&format!(
+                                        "unknown request opcode 0x{opcode:02x}"
+                                    )),
+                                    "{message}"
+                                );
+                                unknown_opcode_refusals += 1;
+                            }
+                        }
+                    }
+                    unknown_opcode_refusals
+                })
+            })
+            .collect();
+        let refusals: usize = abusers.into_iter().map(|h| h.join().unwrap()).sum();
+        assert!(
+            refusals > 0,
+            "the seeds exercise the unknown-opcode refusal"
+        );
+        abusing.store(false, Ordering::Relaxed);
+    });
+    let ops = good_ops.load(Ordering::Relaxed);
+    assert!(
+        ops >= 10,
+        "good clients were served throughout ({ops} rounds)"
+    );
+    assert_eq!(
+        good.get("good/count", PATIENCE).unwrap(),
+        ops.to_string().as_bytes()
+    );
+    assert_serves(&server);
+    drop(good);
+    assert_connections_return_to(&server, 0);
+}
+
+#[test]
+fn oversized_length_prefixes_are_refused_and_the_maximum_itself_is_accepted() {
+    const MAX: usize = 4096;
+    let server = bind(TcpStoreServerOptions::default().with_max_frame_size(MAX));
+    let addr = server.local_addr();
+
+    // Many at once: each announces far more than the maximum.
+    let claims = [u32::MAX, 0x8000_0000, 1 << 20, MAX as u32 + 1];
+    let mut raws: Vec<(u32, TcpStream)> = (0..100)
+        .map(|i| {
+            let claim = claims[i % claims.len()];
+            let mut raw = raw_connect(addr);
+            raw.write_all(&claim.to_be_bytes()).unwrap();
+            // Some send a little of the body too.
+            if i % 2 == 1 {
+                raw.write_all(&[0x02; 100]).unwrap();
+            }
+            (claim, raw)
+        })
+        .collect();
+    for (claim, raw) in &mut raws {
+        let message = expect_refusal(raw, CODE_TOO_LARGE);
+        assert!(
+            message.contains(&claim.to_string()) && message.contains(&MAX.to_string()),
+            "the refusal names the claimed length and the maximum: {message}"
+        );
+    }
+    drop(raws);
+
+    // A frame of exactly the maximum is accepted: SET's payload is the
+    // opcode, the key's length and bytes, and the value's length and bytes.
+    let value = vec![7u8; MAX - 1 - 4 - 4 - 4];
+    let edge = set_frame("edge", &value);
+    assert_eq!(edge.len(), 4 + MAX);
+    let mut raw = raw_connect(addr);
+    raw.write_all(&edge).unwrap();
+    raw.shutdown(Shutdown::Write).unwrap();
+    let answers = answers_until_closed(&mut raw);
+    assert_eq!(
+        answers,
+        vec![vec![RESP_OK]],
+        "a frame of exactly max_frame_size is served"
+    );
+    let store = connect(&server);
+    assert_eq!(store.get("edge", PATIENCE).unwrap(), value);
+
+    assert_serves(&server);
+    drop(store);
+    assert_connections_return_to(&server, 0);
+}
+
+#[test]
+fn slow_loris_clients_are_disconnected_after_io_timeout() {
+    let io_timeout = Duration::from_millis(300);
+    let server = bind(TcpStoreServerOptions::default().with_io_timeout(io_timeout));
+    let addr = server.local_addr();
+    let good = connect(&server);
+    good.set("good", b"before").unwrap();
+
+    let silent: Vec<TcpStream> = (0..8).map(|_| raw_connect(addr)).collect();
+    let partial_header: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut raw = raw_connect(addr);
+            raw.write_all(&[0, 0]).unwrap();
+            raw
+        })
+        .collect();
+    let partial_body: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut raw = raw_connect(addr);
+            raw.write_all(&[0, 0, 0, 100]).unwrap();
+            raw.write_all(&[SET; 10]).unwrap();
+            raw
+        })
+        .collect();
+
+    let good_idle_since = thread::scope(|s| {
+        // Dribblers: a byte every third of io_timeout, so every single read
+        // makes progress; only a deadline for the whole frame stops them.
+        let dribblers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut raw = raw_connect(addr);
+                    raw.write_all(&1000u32.to_be_bytes()).unwrap();
+                    let start = Instant::now();
+                    for sent in 0..1000 {
+                        thread::sleep(io_timeout / 3);
+                        if raw.write_all(&[0]).is_err() {
+                            return (start.elapsed(), sent);
+                        }
+                        assert!(
+                            start.elapsed() < PATIENCE,
+                            "a dribbler was never disconnected"
+                        );
+                    }
+                    panic!("a dribbler sent its whole 1000-byte frame");
+                })
+            })
+            .collect();
+        // Good clients are served meanwhile: the one already connected and
+        // a new one.
+        good.set("good", b"during").unwrap();
+        let good_idle_since = Instant::now();
+        assert_serves(&server);
+        for dribbler in dribblers {
+            let (after, sent) = dribbler.join().unwrap();
+            assert!(
+                sent < 1000 && after < PATIENCE,
+                "cut after {after:?} and {sent} bytes"
+            );
+        }
+        good_idle_since
+    });
+
+    for mut raw in silent.into_iter().chain(partial_header).chain(partial_body) {
+        let answers = answers_until_closed(&mut raw);
+        assert!(
+            answers.is_empty(),
+            "a stalled client gets no answer: {answers:02x?}"
+        );
+    }
+
+    // A connection idle between frames is not a slow loris: the good
+    // client's pooled connection stays open well past io_timeout. (The
+    // client does not reconnect: a closed pooled connection would fail the
+    // next call.)
+    let idle_for = io_timeout * 3;
+    thread::sleep(idle_for.saturating_sub(good_idle_since.elapsed()));
+    assert_eq!(good.get("good", PATIENCE).unwrap(), b"during");
+    assert_connections_return_to(&server, 1);
+    drop(good);
+    assert_connections_return_to(&server, 0);
+}
+
+#[test]
+fn clients_that_vanish_mid_request_free_their_connections() {
+    let server = bind(TcpStoreServerOptions::default());
+    let addr = server.local_addr();
+    let good = connect(&server);
+    good.set("good", b"1").unwrap();
+    assert_eq!(server.num_connections(), 1);
+
+    // Half a frame, then gone; and a whole SET followed by half a frame.
+    for i in 0..16 {
+        let whole = set_frame(&format!("vanish/set/{i}"), b"applied");
+        let mut raw = raw_connect(addr);
+        raw.write_all(&whole[..whole.len() / 2]).unwrap();
+        let mut raw = raw_connect(addr);
+        raw.write_all(&whole).unwrap();
+        let next = set_frame("vanish/never", b"x");
+        raw.write_all(&next[..7]).unwrap();
+    }
+    assert_settles_to(&server, 1);
+    for i in 0..16 {
+        let value = good.try_get(&format!("vanish/set/{i}")).unwrap();
+        assert_eq!(
+            value.as_deref(),
+            Some(&b"applied"[..]),
+            "the whole SET before the cut took effect"
+        );
+    }
+    assert_eq!(
+        good.try_get("vanish/never").unwrap(),
+        None,
+        "a cut frame has no effect"
+    );
+
+    // Blocking GETs and WAITs for keys nobody sets, then gone.
+    let mut blocked: Vec<TcpStream> = Vec::new();
+    for i in 0..16 {
+        let mut raw = raw_connect(addr);
+        raw.write_all(&get_frame(
+            &format!("vanish/get/{i}"),
+            Duration::from_secs(600),
+        ))
+        .unwrap();
+        blocked.push(raw);
+        let mut raw = raw_connect(addr);
+        raw.write_all(&wait_frame(
+            &["vanish/wait/a", &format!("vanish/wait/{i}")],
+            Duration::from_secs(600),
+        ))
+        .unwrap();
+        blocked.push(raw);
+    }
+    assert_connections_return_to(&server, 1 + blocked.len());
+    // The good client is served while they block.
+    assert_eq!(good.add("good/count", 1).unwrap(), 1);
+    drop(blocked);
+    assert_connections_return_to(&server, 1);
+
+    // Nothing of the vanished waiters lingers: the keys work normally.
+    good.set("vanish/get/0", b"late").unwrap();
+    assert_eq!(good.get("vanish/get/0", PATIENCE).unwrap(), b"late");
+    good.set("vanish/wait/a", b"").unwrap();
+    good.set("vanish/wait/0", b"").unwrap();
+    good.wait(&["vanish/wait/a", "vanish/wait/0"], PATIENCE)
+        .unwrap();
+    assert_serves(&server);
+    drop(good);
+    assert_connections_return_to(&server, 0);
+}
+
+#[test]
+fn connections_over_max_connections_are_refused_with_a_clear_error() {
+    const MAX: usize = 8;
+    let server = bind(TcpStoreServerOptions::default().with_max_connections(MAX));
+    let addr = server.local_addr();
+    let mut stores: Vec<TcpStore> = (0..MAX).map(|_| connect(&server)).collect();
+    assert_eq!(server.num_connections(), MAX);
+
+    // A client over the limit fails at once (no retrying until its connect
+    // timeout) with an error that names the limit.
+    let start = Instant::now();
+    let err = TcpStore::connect_to(
+        addr,
+        client_options().with_connect_timeout(Duration::from_secs(60)),
+    )
+    .unwrap_err();
+    assert!(
+        start.elapsed() < PATIENCE,
+        "refused after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, StoreError::TooManyConnections { .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains(&addr.to_string())
+            && message.contains(&format!("{MAX} client connections"))
+            && message.contains("max_connections"),
+        "{message}"
+    );
+
+    // Raw connections over the limit, silent or speaking first, are each
+    // refused with the error frame; the count never goes over the limit.
+    for i in 0..20 {
+        let mut raw = raw_connect(addr);
+        if i % 2 == 0 {
+            let _ = raw.write_all(&set_frame("over/limit", b"x"));
+        }
+        let message = expect_refusal(&mut raw, CODE_TOO_MANY_CONNECTIONS);
+        assert!(message.contains("max_connections"), "{message}");
+        assert!(server.num_connections() <= MAX);
+    }
+    assert_eq!(
+        stores[0].try_get("over/limit").unwrap(),
+        None,
+        "a refused client's request never runs"
+    );
+
+    // The clients already connected keep being served.
+    for store in &stores {
+        store.add("connected", 1).unwrap();
+    }
+    assert_eq!(
+        stores[0].get("connected", PATIENCE).unwrap(),
+        MAX.to_string().as_bytes()
+    );
+
+    // A freed slot can be taken again.
+    stores.pop();
+    assert_connections_return_to(&server, MAX - 1);
+    let again = connect(&server);
+    assert_eq!(again.add("connected", 1).unwrap(), MAX as i64 + 1);
+    assert_eq!(server.num_connections(), MAX);
+    drop(again);
+    drop(stores);
+    assert_connections_return_to(&server, 0);
+}
+
+#[test]
+fn bind_rejects_zero_max_connections() {
+    let err = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_max_connections(0),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::InvalidArgument {
+                what: "max_connections",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("at least 1"), "{err}");
+}
+
+#[test]
+fn frame_decoding_survives_200k_random_truncated_and_mutated_inputs() {
+    const INPUTS: usize = 200_000;
+    let samples = fuzzing::sample_frames();
+    // Every sample is one frame that decodes (the leading byte is the
+    // reader's piece size), and all of them in a row are read one by one.
+    for sample in &samples {
+        let input = [&[3u8][..], sample].concat();
+        let report = fuzzing::decode_frame(&input).unwrap();
+        assert_eq!(report.frames, 1, "{sample:02x?}");
+        assert!(report.requests + report.responses >= 1, "{sample:02x?}");
+    }
+    let all = [vec![0u8], samples.concat()].concat();
+    assert_eq!(fuzzing::decode_frame(&all).unwrap().frames, samples.len());
+
+    let mut rng = Rng::new(2026);
+    let mut total = fuzzing::Report::default();
+    for _ in 0..INPUTS {
+        let mut input = vec![rng.byte()];
+        let sample = &samples[rng.below(samples.len())];
+        match rng.below(4) {
+            0 => {
+                let n = rng.below(64);
+                input.extend(rng.bytes(n));
+            }
+            1 => input.extend_from_slice(&sample[..rng.below(sample.len() + 1)]),
+            2 => {
+                input.extend_from_slice(sample);
+                mutate(&mut rng, &mut input);
+            }
+            _ => {
+                for _ in 0..2 + rng.below(2) {
+                    input.extend_from_slice(&samples[rng.below(samples.len())]);
+                }
+                mutate(&mut rng, &mut input);
+            }
+        }
+        let report =
+            fuzzing::decode_frame(&input).unwrap_or_else(|e| panic!("{e}; input {input:02x?}"));
+        total.frames += report.frames;
+        total.requests += report.requests;
+        total.responses += report.responses;
+    }
+    // The inputs reach past the frame reader into both decoders.
+    assert!(total.frames > INPUTS / 4, "{total:?}");
+    assert!(
+        total.requests > INPUTS / 20 && total.responses > INPUTS / 20,
+        "{total:?}"
+    );
+}
+
+/// Changes one to four things in `input` (never its first, control byte).
+fn mutate(rng: &mut Rng, input: &mut Vec<u8>) {
+    for _ in 0..=rng.below(4) {
+        let at = 1 + rng.below(input.len());
+        match rng.below(5) {
+            0 if at < input.len() => input[at] ^= 1 << rng.below(8),
+            1 if at < input.len() => input[at] = rng.byte(),
+            2 => input.insert(at, rng.byte()),
+            3 if at < input.len() => {
+                input.remove(at);
+            }
+            _ => {
+                // A length field's extremes.
+                let extreme = [0u32, 1, 0x7fff_ffff, u32::MAX, 1025][rng.below(5)].to_be_bytes();
+                let end = (at + 4).min(input.len());
+                input.splice(at..end, extreme);
+            }
+        }
+    }
+}
