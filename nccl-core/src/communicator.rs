@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::datatype::DataType;
 use crate::device::Device;
 use crate::error::{Error, Result, ResultCode, Status};
+use crate::group::Group;
 use crate::library::{check, check_accepted, library, require_version};
 use crate::reduce_op::PreMulSum;
 use crate::unique_id::UniqueId;
@@ -130,6 +131,40 @@ impl AbortHandle {
     }
 }
 
+/// At least one device, none twice (NCCL allows one rank per GPU).
+fn check_distinct(devices: &[Device]) -> Result<()> {
+    if devices.is_empty() {
+        return Err(Error::InvalidArgument {
+            argument: "devices",
+            expected: "at least one device".to_string(),
+            given: "an empty list".to_string(),
+        });
+    }
+    let ordinal = |i: usize| devices[i].ordinal();
+    match (0..devices.len()).find(|&i| (0..i).any(|j| ordinal(j) == ordinal(i))) {
+        Some(duplicate) => Err(Error::InvalidArgument {
+            argument: "devices",
+            expected: "distinct devices (NCCL allows one rank per GPU)".to_string(),
+            given: format!("device {} twice", ordinal(duplicate)),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Waits for the nonblocking ones among `communicators`, under one
+/// deadline: the longest of their timeouts, counted from now.
+fn wait_all_ready(
+    communicators: &[impl std::borrow::Borrow<Communicator>],
+    operation: &'static str,
+) -> Result<()> {
+    let started = Instant::now();
+    communicators
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|c: &&Communicator| !c.blocking)
+        .try_for_each(|c| c.wait_ready_since(operation, started))
+}
+
 fn check_world(world_size: i32, rank: i32) -> Result<()> {
     if world_size < 1 {
         return Err(Error::InvalidArgument {
@@ -192,6 +227,20 @@ impl Communicator {
         rank: i32,
         config: &Config,
     ) -> Result<Self> {
+        let communicator = Self::start_init(device, world_size, unique_id, rank, config)?;
+        communicator.wait_ready("ncclCommInitRankConfig")?;
+        Ok(communicator)
+    }
+
+    /// `ncclCommInitRankConfig` without waiting for a nonblocking init
+    /// to finish (inside a group it only finishes at the group's end).
+    fn start_init(
+        device: Device,
+        world_size: i32,
+        unique_id: UniqueId,
+        rank: i32,
+        config: &Config,
+    ) -> Result<Self> {
         check_world(world_size, rank)?;
         let mut raw_config = config.to_raw()?;
         let lib = library()?;
@@ -232,8 +281,62 @@ impl Communicator {
             config.wait_timeout(),
         );
         created.map(|_| ())?;
-        communicator.wait_ready("ncclCommInitRankConfig")?;
         Ok(communicator)
+    }
+
+    /// Creates the communicators of several consecutive ranks of one
+    /// communicator that this process drives, one per device
+    /// (`ncclCommInitRankConfig` for each, inside one NCCL group, so no
+    /// device waits for the others): `devices[i]` becomes rank
+    /// `first_rank + i` of `world_size`. Every process of the communicator
+    /// calls this (or [`Communicator::with_config`]) with the same
+    /// `unique_id`. A nonblocking `config` bounds the whole creation by
+    /// [`Config::timeout`]: past it every communicator is aborted and
+    /// [`Error::Timeout`] returned, so a rank that never joins cannot
+    /// hang the caller.
+    ///
+    /// Checks: at least one device, no device twice, and the ranks
+    /// `first_rank .. first_rank + devices.len()` inside `0..world_size`.
+    ///
+    /// # Errors
+    /// Bad arguments, an invalid config, a timeout, or NCCL's failure.
+    pub fn init_local_ranks(
+        devices: &[Device],
+        world_size: i32,
+        unique_id: UniqueId,
+        first_rank: i32,
+        config: &Config,
+    ) -> Result<Vec<Self>> {
+        check_distinct(devices)?;
+        let last_rank = i32::try_from(devices.len() - 1)
+            .ok()
+            .and_then(|extra| first_rank.checked_add(extra))
+            .unwrap_or(i32::MAX);
+        check_world(world_size, first_rank)?;
+        check_world(world_size, last_rank)?;
+        if let [device] = devices {
+            return Ok(vec![Self::with_config(
+                device.clone(),
+                world_size,
+                unique_id,
+                first_rank,
+                config,
+            )?]);
+        }
+        let group = Group::start()?;
+        let started: Result<Vec<Self>> = devices
+            .iter()
+            .zip(first_rank..)
+            .map(|(device, rank)| {
+                Self::start_init(device.clone(), world_size, unique_id, rank, config)
+            })
+            .collect();
+        // The group must end whatever happened inside it.
+        let ended = group.end();
+        let communicators = started?;
+        let _ = ended?;
+        wait_all_ready(&communicators, "ncclCommInitRankConfig")?;
+        Ok(communicators)
     }
 
     /// Creates one communicator per device for a single process that drives
@@ -244,25 +347,8 @@ impl Communicator {
     /// # Errors
     /// Bad arguments, or NCCL's failure.
     pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
-        if devices.is_empty() {
-            return Err(Error::InvalidArgument {
-                argument: "devices",
-                expected: "at least one device".to_string(),
-                given: "an empty list".to_string(),
-            });
-        }
+        check_distinct(devices)?;
         let ordinals: Vec<c_int> = devices.iter().map(|d| d.ordinal() as c_int).collect();
-        if let Some(duplicate) = ordinals
-            .iter()
-            .enumerate()
-            .find(|(i, o)| ordinals[..*i].contains(o))
-        {
-            return Err(Error::InvalidArgument {
-                argument: "devices",
-                expected: "distinct devices (NCCL allows one rank per GPU)".to_string(),
-                given: format!("device {} twice", duplicate.1),
-            });
-        }
         let lib = library()?;
         let init_all = lib.functions().ncclCommInitAll()?;
         devices[0].bind_to_thread()?;
@@ -392,18 +478,22 @@ impl Communicator {
     /// # Errors
     /// The asynchronous error, or [`Error::Timeout`].
     pub fn wait_ready(&self, operation: &'static str) -> Result<()> {
-        let start = Instant::now();
+        self.wait_ready_since(operation, Instant::now())
+    }
+
+    /// [`Communicator::wait_ready`] with the timeout counted from `started`.
+    fn wait_ready_since(&self, operation: &'static str, started: Instant) -> Result<()> {
         loop {
             match self.async_error() {
                 Ok(Status::Success) => return Ok(()),
-                Ok(Status::InProgress) if start.elapsed() < self.timeout => {
+                Ok(Status::InProgress) if started.elapsed() < self.timeout => {
                     std::thread::sleep(POLL_INTERVAL)
                 }
                 Ok(Status::InProgress) => {
                     let _ = self.shared.abort();
                     return Err(Error::Timeout {
                         operation,
-                        waited: start.elapsed(),
+                        waited: started.elapsed(),
                     });
                 }
                 Err(error) => {
@@ -558,15 +648,48 @@ impl Communicator {
     /// # Errors
     /// NCCL's failure, or a timeout (the communicator is then aborted).
     pub fn finalize(&self) -> Result<()> {
+        self.start_finalize()?;
+        if !self.blocking {
+            self.wait_ready("ncclCommFinalize")?;
+        }
+        self.mark_finalized();
+        Ok(())
+    }
+
+    /// Finalizes several communicators that this thread drives together,
+    /// e.g. one per local GPU of the same communicator: blocking ones
+    /// inside one NCCL group (one at a time, the first would wait for the
+    /// others forever), nonblocking ones issued first and then polled
+    /// under one deadline (the longest of their timeouts).
+    ///
+    /// # Errors
+    /// NCCL's failure, or a timeout (the communicator that timed out is
+    /// aborted; the caller decides about the others).
+    pub fn finalize_together(communicators: &[&Communicator]) -> Result<()> {
+        if let [communicator] = communicators {
+            return communicator.finalize();
+        }
+        let group = Group::start()?;
+        let started = communicators.iter().try_for_each(|c| c.start_finalize());
+        let ended = group.end();
+        started?;
+        let _ = ended?;
+        wait_all_ready(communicators, "ncclCommFinalize")?;
+        communicators.iter().for_each(|c| c.mark_finalized());
+        Ok(())
+    }
+
+    /// `ncclCommFinalize`, without waiting for a nonblocking one.
+    fn start_finalize(&self) -> Result<()> {
         let lib = self.shared.lib;
         require_version(lib, 2, 14, || "ncclCommFinalize".to_string())?;
         let finalize = lib.functions().ncclCommFinalize()?;
         let raw = self.raw_for_call()?;
         // SAFETY: `raw` is live.
-        check_accepted(lib, "ncclCommFinalize", unsafe { finalize(raw) })?;
-        if !self.blocking {
-            self.wait_ready("ncclCommFinalize")?;
-        }
+        check_accepted(lib, "ncclCommFinalize", unsafe { finalize(raw) })
+    }
+
+    fn mark_finalized(&self) {
         // Only a live communicator becomes finalized; an abort that raced
         // us wins and stays visible.
         let _ = self.shared.state.compare_exchange(
@@ -575,7 +698,6 @@ impl Communicator {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        Ok(())
     }
 
     /// Aborts this communicator now (`ncclCommAbort`).

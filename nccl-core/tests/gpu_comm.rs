@@ -600,3 +600,82 @@ fn multi_gpu_split_from_keeps_the_listed_ranks() {
     assert_eq!(results[1], Some((1, 2)));
     assert!(results[2..].iter().all(Option::is_none));
 }
+
+#[test]
+fn gpu_init_local_ranks_checks_and_one_device() {
+    let Some(device) = one_gpu() else { return };
+    let config = Config::new()
+        .blocking(false)
+        .timeout(Duration::from_secs(30));
+    let id = UniqueId::new().unwrap();
+    let twice = [device.clone(), device.clone()];
+    let error = Communicator::init_local_ranks(&twice, 2, id, 0, &config).unwrap_err();
+    assert!(error.to_string().contains("device 0 twice"), "{error}");
+    let error = Communicator::init_local_ranks(&[], 1, id, 0, &config).unwrap_err();
+    assert!(error.to_string().contains("an empty list"), "{error}");
+    // Ranks 1..=1 do not fit a world of 1.
+    let error = Communicator::init_local_ranks(std::slice::from_ref(&device), 1, id, 1, &config)
+        .unwrap_err();
+    assert!(matches!(error, Error::RankOutOfRange { .. }), "{error}");
+
+    let comms =
+        Communicator::init_local_ranks(std::slice::from_ref(&device), 1, id, 0, &config).unwrap();
+    assert_eq!((comms[0].rank(), comms[0].world_size()), (0, 1));
+    assert!(!comms[0].is_blocking());
+    let cores: Vec<&Communicator> = comms.iter().collect();
+    Communicator::finalize_together(&cores).unwrap();
+    assert!(matches!(comms[0].as_raw(), Err(Error::Finalized)));
+}
+
+#[test]
+fn multi_gpu_init_local_ranks_drives_every_device_from_one_thread() {
+    let count = nccl_core::Device::count().unwrap_or(0).max(2);
+    let Some(devices) = require_gpus(count) else {
+        return;
+    };
+    let world = devices.len();
+    for blocking in [true, false] {
+        let config = Config::new()
+            .blocking(blocking)
+            .timeout(Duration::from_secs(60));
+        let comms = Communicator::init_local_ranks(
+            &devices,
+            world as i32,
+            UniqueId::new().unwrap(),
+            0,
+            &config,
+        )
+        .unwrap();
+        let streams: Vec<_> = devices.iter().map(|d| d.new_stream().unwrap()).collect();
+        let mut buffers: Vec<_> = streams
+            .iter()
+            .enumerate()
+            .map(|(rank, stream)| upload(stream, &input(rank as u64, 1000)))
+            .collect();
+        let group = Group::start().unwrap();
+        for ((comm, stream), buffer) in comms.iter().zip(&streams).zip(&mut buffers) {
+            let p = ptr_mut(buffer, stream);
+            // SAFETY: `buffer` holds 1000 f32 on this rank's device.
+            let _ =
+                unsafe { comm.all_reduce(p, p, 1000, DataType::Float32, ReduceOp::Sum, stream) }
+                    .unwrap();
+        }
+        if group.end().unwrap() == Status::InProgress {
+            comms
+                .iter()
+                .for_each(|c| c.wait_ready("all_reduce").unwrap());
+        }
+        let expected: Vec<f32> = (0..1000)
+            .map(|i| (0..world).map(|r| input(r as u64, 1000)[i]).sum())
+            .collect();
+        for (stream, buffer) in streams.iter().zip(&buffers) {
+            assert_same(
+                &download(stream, buffer),
+                &expected,
+                "one-thread all-reduce",
+            );
+        }
+        let cores: Vec<&Communicator> = comms.iter().collect();
+        Communicator::finalize_together(&cores).unwrap();
+    }
+}

@@ -73,3 +73,11 @@ pub fn assert_invalid(error: Error, argument: &str, expected: &str, given: &str)
         other => panic!("expected Error::InvalidArgument, got {other:?}"),
     }
 }
+
+/// A number from the environment of a spawned child test process (panics,
+/// failing the child, when it is missing or not a number).
+pub fn child_var(name: &str) -> usize {
+    let raw = std::env::var(name).unwrap_or_else(|_| panic!("the child needs {name}"));
+    raw.parse()
+        .unwrap_or_else(|_| panic!("{name}={raw:?} is not a number"))
+}
