@@ -221,13 +221,41 @@ impl<F: CommFactory> CommCache<F> {
                 expected: "at most i32::MAX ranks".to_string(),
                 given: (processes * devices).to_string(),
             })?;
+        // Each process announces itself before NCCL's init, which waits for
+        // all of them: a timed-out init can then name the absent ones.
+        let joined = |index: usize| format!("{store_key}/joined/{index}");
+        m.store.set(&joined(index), b"")?;
+        let started = Instant::now();
         let comms = self
             .factory
-            .create(key, id, world_size, (index * devices) as i32)?;
+            .create(key, id, world_size, (index * devices) as i32)
+            .map_err(|error| {
+                if !is_timeout(&error) {
+                    return error;
+                }
+                let missing = (0..processes)
+                    .filter(|&i| !matches!(m.store.try_get(&joined(i)), Ok(Some(_))))
+                    .map(|i| key.process_rank(i))
+                    .collect();
+                GroupError::InitTimeout {
+                    key: store_key.clone(),
+                    waited: started.elapsed(),
+                    missing,
+                    source: Box::new(error),
+                }
+            })?;
         self.created
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(store_key, *key);
         Ok(comms)
     }
+}
+
+/// Whether creating failed because NCCL's init ran past its deadline.
+fn is_timeout(error: &GroupError) -> bool {
+    matches!(
+        error,
+        GroupError::Tensor(nccl_tensor::Error::Core(nccl_core::Error::Timeout { .. }))
+    )
 }

@@ -1,7 +1,9 @@
 //! Errors of the process group.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::failure::Failure;
 use crate::store::StoreError;
 
 /// Everything a process-group call can fail with.
@@ -36,6 +38,40 @@ pub enum GroupError {
     Aborted {
         /// The group's name.
         name: String,
+    },
+    /// The watchdog failed the group: an operation timed out, or NCCL or
+    /// CUDA reported an error. The [`Failure`] says which operation, why,
+    /// which ranks lag and where the flight recorder was written.
+    #[error("{0}")]
+    Failed(Arc<Failure>),
+    /// Aborting the group's communicators had not finished in time; it was
+    /// left running on its own thread.
+    #[error(
+        "aborting process group {name:?} had not finished after {waited:?}; it was left running on its own \
+         thread (the group is unusable; NCCL may be stuck in the driver)"
+    )]
+    AbortStalled {
+        /// The group's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// Creating a communicator did not finish in time (NCCL's init waits
+    /// for every rank to join).
+    #[error(
+        "creating the communicator of store key {key:?} did not finish within {waited:?}; ranks {missing:?} never \
+         joined it (they have not reached this operation, exited, or disagree on the group name or device list); \
+         NCCL said: {source}"
+    )]
+    InitTimeout {
+        /// The store key of the communicator.
+        key: String,
+        /// How long this rank waited.
+        waited: Duration,
+        /// The ranks that had not announced themselves in the store.
+        missing: Vec<usize>,
+        /// NCCL's (nccl-core's) error.
+        source: Box<GroupError>,
     },
     /// The group was destroyed.
     #[error("process group {name:?} was destroyed")]

@@ -1,131 +1,31 @@
 //! [`ProcessGroup`]: collectives across processes, each driving one or
-//! several local GPUs, over cached communicators with two-way event sync.
+//! several local GPUs, over cached communicators with two-way event sync,
+//! watched by the process's watchdog and recorded by a flight recorder.
 
+mod factory;
+mod health;
+
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use nccl_core::{AbortHandle, Device, Group, ReduceOp, Status, UniqueId};
+use nccl_core::{DataType, Group, ReduceOp, Status};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{Communicator, NcclType, Tensor, TypedBuffer};
 
+pub use factory::{LocalComms, Member, NcclFactory};
+
 use crate::cache::OnceMap;
-use crate::comms::{CommCache, CommFactory, Membership};
+use crate::comms::{CommCache, Membership};
 use crate::error::{GroupError, OpError, Result};
+use crate::failure::{AbortOutcome, Failure, FailurePolicy};
 use crate::key::{CommKey, DeviceList};
-use crate::pool::DevicePool;
+use crate::recorder::{FlightDump, FlightRecorder, OpDescription, OpState};
 use crate::store::{RendezvousConfig, Store, StoreSpec};
-use crate::work::{End, Ends, Work, WorkBuffers};
-
-/// One local device's communicator of a key, with its NCCL stream.
-pub struct Member {
-    comm: Mutex<Communicator>,
-    abort: AbortHandle,
-    pool: Arc<DevicePool>,
-    stream: Arc<CudaStream>,
-}
-
-/// The communicators of one key on this process, one per local device.
-pub struct LocalComms {
-    members: Vec<Member>,
-}
-
-impl LocalComms {
-    /// Aborts every communicator (a no-op for those already aborted).
-    fn abort(&self) {
-        for member in &self.members {
-            // An abort error leaves the communicator unusable anyway.
-            let _ = member.abort.abort();
-        }
-    }
-
-    /// Finalizes every communicator, together (in one NCCL group when
-    /// there are several, so no device waits for another).
-    fn finalize(&self) -> Result<()> {
-        let guards: Vec<_> = self
-            .members
-            .iter()
-            .map(|m| m.comm.lock().unwrap_or_else(PoisonError::into_inner))
-            .collect();
-        let group = (guards.len() > 1).then(Group::start).transpose()?;
-        let finalized: Result<()> = guards
-            .iter()
-            .try_for_each(|comm| comm.core().finalize().map_err(GroupError::from));
-        if let Some(group) = group {
-            let _ = group.end()?;
-        }
-        finalized
-    }
-}
-
-/// Creates real NCCL communicators, with one [`DevicePool`] per device.
-pub struct NcclFactory {
-    pools: OnceMap<usize, DevicePool>,
-    options: GroupOptions,
-}
-
-impl CommFactory for NcclFactory {
-    type Comms = LocalComms;
-
-    fn unique_id(&self) -> Result<UniqueId> {
-        Ok(UniqueId::new()?)
-    }
-
-    fn create(
-        &self,
-        key: &CommKey,
-        id: UniqueId,
-        world_size: i32,
-        first_rank: i32,
-    ) -> Result<LocalComms> {
-        let pools = key
-            .devices()
-            .iter()
-            .map(|ordinal| {
-                self.pools.get_or_create(&ordinal, |&ordinal| {
-                    DevicePool::new(
-                        Device::new(ordinal)?,
-                        self.options.streams_per_device,
-                        self.options.high_priority,
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // Several local devices join one communicator together: their
-        // inits must be in one group, or the first waits for the others.
-        let group = (pools.len() > 1).then(Group::start).transpose()?;
-        let comms = pools
-            .iter()
-            .enumerate()
-            .map(|(index, pool)| {
-                nccl_core::Communicator::new(
-                    pool.device().clone(),
-                    world_size,
-                    id,
-                    first_rank + index as i32,
-                )
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        if let Some(group) = group {
-            let _ = group.end()?;
-        }
-        let members = comms
-            .into_iter()
-            .zip(pools)
-            .map(|(core, pool)| {
-                let abort = core.abort_handle();
-                Ok(Member {
-                    comm: Mutex::new(Communicator::from_core(core)?),
-                    abort,
-                    stream: pool.stream(),
-                    pool,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(LocalComms { members })
-    }
-}
+use crate::watchdog::{PendingOp, Tracker};
+use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
 
 /// Options of a [`ProcessGroup`].
 #[derive(Clone, Debug)]
@@ -135,12 +35,26 @@ pub struct GroupOptions {
     pub streams_per_device: usize,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
-    /// How long to wait in the store for another rank's unique id. Once
-    /// every rank has it, NCCL's own communicator init waits for all of
-    /// them (bounded by NCCL's bootstrap timeouts, not by this); a group
-    /// aborted meanwhile aborts the new communicators as soon as their
-    /// init returns.
+    /// How long creating a communicator may take: waiting in the store for
+    /// another rank's unique id, then NCCL's (nonblocking) init, which
+    /// waits for every rank to join. Past it the communicators are aborted
+    /// and the error names the ranks that never joined. Default 10 min.
     pub timeout: Duration,
+    /// How long each operation may run on the GPU before the watchdog
+    /// fails the group (override per call with
+    /// [`ProcessGroup::with_op_timeout`]). Default 10 min.
+    pub op_timeout: Duration,
+    /// How long an abort may take before it is left running on its own
+    /// thread and reported as stalled. Default 10 s.
+    pub abort_timeout: Duration,
+    /// What the watchdog does after it fails the group.
+    pub on_failure: FailurePolicy,
+    /// How many operations the flight recorder keeps. Default 2048.
+    pub recorder_capacity: usize,
+    /// Where the flight recorder's JSON dump is written when the group
+    /// fails or is aborted (`None`: not written). Default: the folder in
+    /// `NCCL_GROUP_DUMP_DIR`, else the system's temporary folder.
+    pub dump_dir: Option<PathBuf>,
 }
 
 impl Default for GroupOptions {
@@ -149,9 +63,22 @@ impl Default for GroupOptions {
             streams_per_device: 1,
             high_priority: false,
             timeout: crate::store::DEFAULT_TIMEOUT,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            abort_timeout: Duration::from_secs(10),
+            on_failure: FailurePolicy::ReturnErrors,
+            recorder_capacity: 2048,
+            dump_dir: Some(
+                std::env::var_os(DUMP_DIR_VARIABLE).map_or_else(std::env::temp_dir, PathBuf::from),
+            ),
         }
     }
 }
+
+/// The default [`GroupOptions::op_timeout`] (as PyTorch's NCCL process group).
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The environment variable that sets the default [`GroupOptions::dump_dir`].
+pub const DUMP_DIR_VARIABLE: &str = "NCCL_GROUP_DUMP_DIR";
 
 impl GroupOptions {
     /// With `streams` NCCL streams per device.
@@ -166,9 +93,39 @@ impl GroupOptions {
         self
     }
 
-    /// With this rendezvous timeout.
+    /// With this communicator-creation timeout ([`GroupOptions::timeout`]).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// With this default per-operation timeout.
+    pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// With this bound on aborts.
+    pub fn with_abort_timeout(mut self, timeout: Duration) -> Self {
+        self.abort_timeout = timeout;
+        self
+    }
+
+    /// With this failure policy.
+    pub fn with_failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// Keeping the last `capacity` operations in the flight recorder.
+    pub fn with_recorder_capacity(mut self, capacity: usize) -> Self {
+        self.recorder_capacity = capacity;
+        self
+    }
+
+    /// Writing flight-recorder dumps to `dir` (`None`: not at all).
+    pub fn with_dump_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.dump_dir = dir;
         self
     }
 }
@@ -176,10 +133,14 @@ impl GroupOptions {
 const LIVE: u8 = 0;
 const ABORTED: u8 = 1;
 const DESTROYED: u8 = 2;
+const FAILED: u8 = 3;
 
 struct Inner {
     cache: CommCache<NcclFactory>,
     state: AtomicU8,
+    failure: OnceLock<Arc<Failure>>,
+    tracker: Tracker,
+    recorder: FlightRecorder,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -189,11 +150,21 @@ struct Inner {
 ///   pair of processes for send/recv); each key is created exactly once
 ///   even when many threads ask at once. Rank 0 (or the lower rank of a
 ///   pair) creates the unique id and publishes it in the store under a
-///   key scoped by group name and generation.
+///   key scoped by group name and generation. Creation is bounded by
+///   [`GroupOptions::timeout`].
 /// * Every operation records an event on the caller's stream that the
 ///   NCCL stream waits for, enqueues inside one group call, records an end
 ///   event, and returns a [`Work`] that owns the tensors until the GPU is
 ///   done with them.
+/// * Every operation has a deadline ([`GroupOptions::op_timeout`], or
+///   [`ProcessGroup::with_op_timeout`] per call). The process's watchdog
+///   thread polls the end events and the communicators' asynchronous
+///   errors; on a timeout or an error it aborts the communicators and
+///   fails the group: every later call and every waiter gets
+///   [`GroupError::Failed`], which names the operation, its sequence
+///   number, the rank, the sizes, how long it ran and which ranks lag.
+/// * A flight recorder keeps the last operations ([`ProcessGroup::flight_record`]),
+///   written as JSON on failure and abort ([`GroupOptions::dump_dir`]).
 /// * Thread-safe: any thread may issue operations (the communicator is
 ///   locked while they are enqueued). All processes must still issue the
 ///   group's collectives in the same order, as with any NCCL program.
@@ -207,6 +178,7 @@ struct Inner {
 #[derive(Clone)]
 pub struct ProcessGroup {
     inner: Arc<Inner>,
+    op_timeout: Duration,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -217,6 +189,7 @@ impl std::fmt::Debug for ProcessGroup {
             .field("rank", &m.rank)
             .field("world_size", &m.world_size)
             .field("generation", &m.generation)
+            .field("op_timeout", &self.op_timeout)
             .finish()
     }
 }
@@ -225,13 +198,37 @@ impl std::fmt::Debug for ProcessGroup {
 /// (boxed: failures are rare, and the success path stays small).
 pub type OpResult<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
 
+/// What the flight recorder notes about an operation before it is issued.
+#[derive(Clone, Copy)]
+struct OpInfo {
+    op: &'static str,
+    dtype: Option<DataType>,
+    count: usize,
+    peer: Option<usize>,
+}
+
+impl OpInfo {
+    fn of<T: NcclType>(op: &'static str, count: usize, peer: Option<usize>) -> Self {
+        Self {
+            op,
+            dtype: Some(T::DATA_TYPE),
+            count,
+            peer,
+        }
+    }
+
+    fn root(root: i32) -> Option<usize> {
+        usize::try_from(root).ok()
+    }
+}
+
 impl ProcessGroup {
     /// Joins the group `name` as process `rank` of `world_size`, meeting
     /// the others in `store`. `store_address` only appears in error
     /// messages (for the TCP store: rank 0's address).
     ///
     /// # Errors
-    /// A store failure or an invalid rank.
+    /// A store failure, an invalid rank, or no watchdog thread.
     pub fn new(
         name: &str,
         rank: usize,
@@ -248,32 +245,52 @@ impl ProcessGroup {
             store_address.into(),
             options.timeout,
         )?;
+        let op_timeout = options.op_timeout;
+        let recorder = FlightRecorder::new(options.recorder_capacity);
         let factory = NcclFactory {
             pools: OnceMap::new(),
             options,
         };
-        Ok(Self {
-            inner: Arc::new(Inner {
-                cache: CommCache::new(membership, factory),
-                state: AtomicU8::new(LIVE),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            cache: CommCache::new(membership, factory),
+            state: AtomicU8::new(LIVE),
+            failure: OnceLock::new(),
+            tracker: Tracker::default(),
+            recorder,
+        });
+        let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
+            Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));
+        crate::watchdog::watch(watched).map_err(|error| GroupError::InvalidArgument {
+            argument: "process",
+            expected: "a process that can start the watchdog thread".to_string(),
+            given: error.to_string(),
+        })?;
+        Ok(Self { inner, op_timeout })
     }
 
     /// Joins the group `name` the way torchrun and Slurm launch processes:
     /// `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` and the store
-    /// options of [`RendezvousConfig`] (rank 0 hosts the TCP store).
+    /// options of [`RendezvousConfig`] (rank 0 hosts the TCP store), with
+    /// the default options and the store's timeout for communicator creation.
     ///
     /// # Errors
     /// A missing or malformed variable (named in the error), or a store failure.
     pub fn from_env(name: &str) -> Result<Self> {
+        let timeout = RendezvousConfig::from_env()?.timeout;
+        Self::from_env_with(name, GroupOptions::default().with_timeout(timeout))
+    }
+
+    /// [`ProcessGroup::from_env`] with these options.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::from_env`].
+    pub fn from_env_with(name: &str, options: GroupOptions) -> Result<Self> {
         let config = RendezvousConfig::from_env()?;
         let address = match &config.store {
             StoreSpec::Tcp { addr, port } => format!("tcp://{addr}:{port}"),
             StoreSpec::File { dir } => format!("file://{}", dir.display()),
         };
         let store: Arc<dyn Store> = Arc::from(config.connect()?);
-        let options = GroupOptions::default().with_timeout(config.timeout);
         Self::new(
             name,
             config.rank,
@@ -282,6 +299,22 @@ impl ProcessGroup {
             address,
             options,
         )
+    }
+
+    /// The same group, whose operations issued through the returned handle
+    /// get `timeout` instead of [`GroupOptions::op_timeout`]:
+    /// `group.with_op_timeout(Duration::from_secs(5)).all_reduce(...)`.
+    /// Cheap (one reference count).
+    pub fn with_op_timeout(&self, timeout: Duration) -> ProcessGroup {
+        ProcessGroup {
+            inner: Arc::clone(&self.inner),
+            op_timeout: timeout,
+        }
+    }
+
+    /// The timeout this handle gives each operation.
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
     }
 
     /// This process's rank.
@@ -299,16 +332,24 @@ impl ProcessGroup {
         &self.inner.cache.membership().name
     }
 
+    /// Why the group failed, once the watchdog failed it.
+    pub fn failure(&self) -> Option<Arc<Failure>> {
+        self.inner.failure.get().cloned()
+    }
+
+    /// The flight recorder's records now, with this process's progress.
+    pub fn flight_record(&self) -> FlightDump {
+        self.inner
+            .dump("on request".to_string(), Vec::new(), Vec::new())
+    }
+
+    /// How many operations the watchdog is still waiting for.
+    pub fn pending_operations(&self) -> usize {
+        self.inner.tracker.len()
+    }
+
     fn check_live(&self) -> Result<()> {
-        match self.inner.state.load(Ordering::Acquire) {
-            LIVE => Ok(()),
-            ABORTED => Err(GroupError::Aborted {
-                name: self.name().to_string(),
-            }),
-            _ => Err(GroupError::Destroyed {
-                name: self.name().to_string(),
-            }),
-        }
+        self.inner.check_live()
     }
 
     /// The communicators for `key`. A group aborted while they were being
@@ -322,52 +363,103 @@ impl ProcessGroup {
         Ok(comms)
     }
 
-    /// An error of a call that raced with `abort` or `destroy` is reported
-    /// as that, not as the communicator error it caused.
+    /// An error of a call that raced with `abort`, `destroy` or a failure
+    /// is reported as that, not as the communicator error it caused.
     fn classify(&self, error: GroupError) -> GroupError {
         self.check_live().err().unwrap_or(error)
+    }
+
+    /// Notes the operation in the flight recorder (its sequence numbers).
+    fn record(&self, info: OpInfo, key: &CommKey) -> (u64, Instant) {
+        let now = Instant::now();
+        let description = OpDescription {
+            op: info.op,
+            dtype: info.dtype,
+            count: info.count,
+            peer: info.peer,
+            devices: *key.devices(),
+            collective: matches!(key, CommKey::Collective(_)),
+        };
+        (self.inner.recorder.record(&description, now).seq, now)
+    }
+
+    /// Hands an enqueued operation to the watchdog and wraps it in a `Work`.
+    fn track<B: WorkBuffers>(
+        &self,
+        buffers: B,
+        ends: Ends,
+        seq: u64,
+        enqueued: Instant,
+    ) -> Work<B> {
+        let op = Arc::new(Tracked::new(ends));
+        let inner = &self.inner;
+        inner.tracker.push(
+            PendingOp {
+                seq,
+                enqueued,
+                timeout: self.op_timeout,
+                completion: Arc::clone(&op) as Arc<dyn crate::watchdog::Completion>,
+            },
+            |done| {
+                inner
+                    .recorder
+                    .finish(done, OpState::Completed, Instant::now())
+            },
+        );
+        // A failure that drained the tracker just before the push missed
+        // this operation: mark it here.
+        if let Some(failure) = inner.failure.get() {
+            crate::watchdog::Completion::fail(&*op, failure);
+        }
+        Work::new(buffers, op)
     }
 
     /// Enqueues one operation on one local device: the NCCL stream waits
     /// for the caller's stream, `issue` enqueues, an end event is recorded.
     fn run_one<B: WorkBuffers>(
         &self,
+        info: OpInfo,
         key: impl FnOnce(DeviceList) -> CommKey,
         device: usize,
         mut buffers: B,
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<B> {
+        let mut recorded = None;
         let attempt = (|| {
             self.check_live()?;
             check_stream(caller, device)?;
-            let comms = self.comms_for(&key(DeviceList::one(device)?))?;
+            let key = key(DeviceList::one(device)?);
+            let comms = self.comms_for(&key)?;
             let member = &comms.members[0];
+            let (seq, enqueued) = self.record(info, &key);
+            recorded = Some(seq);
             sync_start(member, caller)?;
             {
-                let comm = member.comm.lock().unwrap_or_else(PoisonError::into_inner);
-                let _ = issue(&comm, &member.stream, &mut buffers)?;
+                let comm = member.lock();
+                if issue(&comm, &member.stream, &mut buffers)? == Status::InProgress {
+                    comm.core().wait_ready(info.op)?;
+                }
             }
-            end_event(member, caller)
+            Ok((end_event(member, caller)?, seq, enqueued))
         })();
         match attempt {
-            Ok(end) => Ok(Work::new(buffers, Ends::One(end))),
-            Err(error) => Err(Box::new(OpError {
-                error: self.classify(error),
-                buffers,
-            })),
+            Ok((end, seq, enqueued)) => Ok(self.track(buffers, Ends::One(end), seq, enqueued)),
+            Err(error) => Err(self.failed_op(error, recorded, buffers)),
         }
     }
 
     /// Enqueues one operation per local device inside one NCCL group.
     fn run_many<B: WorkBuffers + Located>(
         &self,
+        info: OpInfo,
         key: impl FnOnce(DeviceList) -> CommKey,
         mut buffers: Vec<B>,
         callers: &[Arc<CudaStream>],
         check: impl Fn(&CommInfo, &B) -> nccl_tensor::Result<()>,
         issue: impl Fn(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<Vec<B>> {
+        let mut recorded = None;
         let attempt = (|| {
             self.check_live()?;
             let devices = DeviceList::new(buffers.iter().map(Located::device))?;
@@ -381,19 +473,18 @@ impl ProcessGroup {
             for (caller, device) in callers.iter().zip(devices.iter()) {
                 check_stream(caller, device)?;
             }
-            let comms = self.comms_for(&key(devices))?;
-            {
-                let guards: Vec<_> = comms
-                    .members
-                    .iter()
-                    .map(|m| m.comm.lock().unwrap_or_else(PoisonError::into_inner))
-                    .collect();
+            let key = key(devices);
+            let comms = self.comms_for(&key)?;
+            let (seq, enqueued) = {
+                let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
                 // Every device's arguments are checked before any is
                 // enqueued: a part left in the group would launch alone
                 // and wait forever for its peers.
                 for (comm, part) in guards.iter().zip(&buffers) {
                     check(&comm.info(), part)?;
                 }
+                let (seq, enqueued) = self.record(info, &key);
+                recorded = Some(seq);
                 for (member, caller) in comms.members.iter().zip(callers) {
                     sync_start(member, caller)?;
                 }
@@ -403,22 +494,73 @@ impl ProcessGroup {
                 {
                     let _ = issue(comm, &member.stream, part)?;
                 }
-                let _ = group.end()?;
-            }
-            comms
+                if group.end()? == Status::InProgress {
+                    for comm in &guards {
+                        comm.core().wait_ready(info.op)?;
+                    }
+                }
+                (seq, enqueued)
+            };
+            let ends = comms
                 .members
                 .iter()
                 .zip(callers)
                 .map(|(member, caller)| end_event(member, caller))
-                .collect()
+                .collect::<Result<Vec<_>>>()?;
+            Ok((ends, seq, enqueued))
         })();
         match attempt {
-            Ok(ends) => Ok(Work::new(buffers, Ends::Many(ends))),
-            Err(error) => Err(Box::new(OpError {
-                error: self.classify(error),
-                buffers,
-            })),
+            Ok((ends, seq, enqueued)) => Ok(self.track(buffers, Ends::Many(ends), seq, enqueued)),
+            Err(error) => Err(self.failed_op(error, recorded, buffers)),
         }
+    }
+
+    /// The error of an operation that failed before it was enqueued, with
+    /// its buffers; its flight-recorder entry (if made) is marked failed.
+    fn failed_op<B>(
+        &self,
+        error: GroupError,
+        recorded: Option<u64>,
+        buffers: B,
+    ) -> Box<OpError<B>> {
+        if let Some(seq) = recorded {
+            self.inner
+                .recorder
+                .finish(seq, OpState::Failed, Instant::now());
+        }
+        Box::new(OpError {
+            error: self.classify(error),
+            buffers,
+        })
+    }
+
+    /// Runs NCCL calls of your own on the group's communicator for
+    /// `device` (its collective communicator, the one all_reduce uses),
+    /// with everything the group's own operations get: the two-way event
+    /// sync with `stream`, the deadline and watchdog, the flight recorder
+    /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
+    /// gets the communicator and the NCCL stream to enqueue on; every
+    /// rank must issue matching calls, as with any collective.
+    ///
+    /// # Errors
+    /// As the group's operations: an aborted or failed group, a stream on
+    /// another device, a failed rendezvous, or `issue`'s error, with the
+    /// buffers handed back.
+    pub fn custom<B: WorkBuffers>(
+        &self,
+        name: &'static str,
+        device: usize,
+        buffers: B,
+        stream: &Arc<CudaStream>,
+        issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
+    ) -> OpResult<B> {
+        let info = OpInfo {
+            op: name,
+            dtype: None,
+            count: 0,
+            peer: None,
+        };
+        self.run_one(info, CommKey::Collective, device, buffers, stream, issue)
     }
 
     /// Reduces `tensor` across every process, in place
@@ -433,10 +575,16 @@ impl ProcessGroup {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
+        let info = OpInfo::of::<T>("all_reduce", tensor.len(), None);
         let device = tensor.device();
-        self.run_one(CommKey::Collective, device, tensor, stream, |c, s, t| {
-            c.all_reduce(t, op, s)
-        })
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            tensor,
+            stream,
+            |c, s, t| c.all_reduce(t, op, s),
+        )
     }
 
     /// [`ProcessGroup::all_reduce`] over one tensor per local GPU (the
@@ -451,7 +599,9 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
+        let info = OpInfo::of::<T>("all_reduce", first_len(&tensors), None);
         self.run_many(
+            info,
             CommKey::Collective,
             tensors,
             streams,
@@ -470,10 +620,16 @@ impl ProcessGroup {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
+        let info = OpInfo::of::<T>("broadcast", tensor.len(), OpInfo::root(root));
         let device = tensor.device();
-        self.run_one(CommKey::Collective, device, tensor, stream, |c, s, t| {
-            c.broadcast(t, root, s)
-        })
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            tensor,
+            stream,
+            |c, s, t| c.broadcast(t, root, s),
+        )
     }
 
     /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
@@ -486,7 +642,9 @@ impl ProcessGroup {
         root: i32,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
+        let info = OpInfo::of::<T>("broadcast", first_len(&tensors), OpInfo::root(root));
         self.run_many(
+            info,
             CommKey::Collective,
             tensors,
             streams,
@@ -506,10 +664,16 @@ impl ProcessGroup {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
+        let info = OpInfo::of::<T>("reduce", tensor.len(), OpInfo::root(root));
         let device = tensor.device();
-        self.run_one(CommKey::Collective, device, tensor, stream, |c, s, t| {
-            c.reduce(t, op, root, s)
-        })
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            tensor,
+            stream,
+            |c, s, t| c.reduce(t, op, root, s),
+        )
     }
 
     /// [`ProcessGroup::reduce`] over one tensor per local GPU.
@@ -523,7 +687,9 @@ impl ProcessGroup {
         root: i32,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<Tensor<T>>> {
+        let info = OpInfo::of::<T>("reduce", first_len(&tensors), OpInfo::root(root));
         self.run_many(
+            info,
             CommKey::Collective,
             tensors,
             streams,
@@ -544,8 +710,10 @@ impl ProcessGroup {
         input: Tensor<T>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        let info = OpInfo::of::<T>("all_gather", input.len(), None);
         let device = output.device();
         self.run_one(
+            info,
             CommKey::Collective,
             device,
             (output, input),
@@ -563,7 +731,13 @@ impl ProcessGroup {
         pairs: Vec<(Tensor<T>, Tensor<T>)>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
+        let info = OpInfo::of::<T>(
+            "all_gather",
+            pairs.first().map_or(0, |(_, i)| i.len()),
+            None,
+        );
         self.run_many(
+            info,
             CommKey::Collective,
             pairs,
             streams,
@@ -584,8 +758,10 @@ impl ProcessGroup {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        let info = OpInfo::of::<T>("reduce_scatter", input.len(), None);
         let device = output.device();
         self.run_one(
+            info,
             CommKey::Collective,
             device,
             (output, input),
@@ -604,7 +780,13 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
+        let info = OpInfo::of::<T>(
+            "reduce_scatter",
+            pairs.first().map_or(0, |(_, i)| i.len()),
+            None,
+        );
         self.run_many(
+            info,
             CommKey::Collective,
             pairs,
             streams,
@@ -624,8 +806,10 @@ impl ProcessGroup {
         input: Tensor<T>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        let info = OpInfo::of::<T>("all_to_all", input.len(), None);
         let device = output.device();
         self.run_one(
+            info,
             CommKey::Collective,
             device,
             (output, input),
@@ -643,7 +827,13 @@ impl ProcessGroup {
         pairs: Vec<(Tensor<T>, Tensor<T>)>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
+        let info = OpInfo::of::<T>(
+            "all_to_all",
+            pairs.first().map_or(0, |(_, i)| i.len()),
+            None,
+        );
         self.run_many(
+            info,
             CommKey::Collective,
             pairs,
             streams,
@@ -695,8 +885,11 @@ impl ProcessGroup {
                 }));
             }
         };
+        let info = OpInfo::of::<T>("send", tensor.len(), Some(dst));
         let device = tensor.device();
-        self.run_one(key, device, tensor, stream, |c, s, t| c.send(&*t, peer, s))
+        self.run_one(info, key, device, tensor, stream, |c, s, t| {
+            c.send(&*t, peer, s)
+        })
     }
 
     /// Receives into `tensor` from process `src`.
@@ -718,8 +911,11 @@ impl ProcessGroup {
                 }));
             }
         };
+        let info = OpInfo::of::<T>("recv", tensor.len(), Some(src));
         let device = tensor.device();
-        self.run_one(key, device, tensor, stream, |c, s, t| c.recv(t, peer, s))
+        self.run_one(info, key, device, tensor, stream, |c, s, t| {
+            c.recv(t, peer, s)
+        })
     }
 
     /// [`ProcessGroup::send`] from one tensor per local GPU: local device
@@ -745,7 +941,9 @@ impl ProcessGroup {
             }
         };
         let offset = peer_offset(peer, tensors.len());
+        let info = OpInfo::of::<T>("send", first_len(&tensors), Some(dst));
         self.run_many(
+            info,
             key,
             tensors,
             streams,
@@ -775,7 +973,9 @@ impl ProcessGroup {
             }
         };
         let offset = peer_offset(peer, tensors.len());
+        let info = OpInfo::of::<T>("recv", first_len(&tensors), Some(src));
         self.run_many(
+            info,
             key,
             tensors,
             streams,
@@ -790,27 +990,44 @@ impl ProcessGroup {
     /// # Errors
     /// As [`ProcessGroup::all_reduce`].
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Work<()>> {
+        let info = OpInfo {
+            op: "barrier",
+            dtype: None,
+            count: 0,
+            peer: None,
+        };
         let device = stream.context().ordinal();
-        self.run_one(CommKey::Collective, device, (), stream, |c, s, _| {
+        self.run_one(info, CommKey::Collective, device, (), stream, |c, s, _| {
             c.barrier(s)
         })
         .map_err(|e| e.error)
     }
 
     /// Aborts every communicator of the group, from any thread; calls
-    /// blocked in NCCL return. Afterwards every call fails with
-    /// [`GroupError::Aborted`]; a new group may reuse the name.
-    pub fn abort(&self) {
+    /// blocked in NCCL return, and every pending [`Work`] fails. Afterwards
+    /// every call fails with [`GroupError::Aborted`]; a new group may reuse
+    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`]).
+    /// A no-op on a group already aborted, failed or destroyed.
+    ///
+    /// # Errors
+    /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
+    /// [`GroupOptions::abort_timeout`]; it was left running on its own
+    /// thread and the group is unusable all the same.
+    pub fn abort(&self) -> Result<()> {
         if self
             .inner
             .state
             .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return;
+            return Ok(());
         }
-        for comms in self.inner.cache.all() {
-            comms.abort();
+        match self.inner.abort() {
+            AbortOutcome::Aborted(_) => Ok(()),
+            AbortOutcome::Stalled(waited) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited,
+            }),
         }
     }
 
@@ -865,6 +1082,12 @@ impl<T: NcclType> Located for (Tensor<T>, Tensor<T>) {
 /// In a pair communicator of `devices` ranks per process, the distance from
 /// a local rank to the same device of the peer (`peer` is the peer's index
 /// in the pair: 1 when it is the higher rank).
+/// Elements of the first tensor of a list form (0 for an empty list,
+/// which the device-list check refuses).
+fn first_len<T: NcclType>(tensors: &[Tensor<T>]) -> usize {
+    tensors.first().map_or(0, Tensor::len)
+}
+
 fn peer_offset(peer: i32, devices: usize) -> i32 {
     let devices = devices as i32;
     if peer == 1 { devices } else { -devices }

@@ -172,6 +172,22 @@ impl CommKey {
         }
     }
 
+    /// The rank of the process at `index` among this key's processes (see
+    /// [`CommKey::members`]): the index itself for a collective key, the
+    /// lower then the higher rank for a pair.
+    pub fn process_rank(&self, index: usize) -> usize {
+        match self {
+            CommKey::Collective(_) => index,
+            CommKey::PointToPoint { low, high, .. } => {
+                if index == 0 {
+                    *low
+                } else {
+                    *high
+                }
+            }
+        }
+    }
+
     /// `(processes, this process's index among them, the creator's rank)`.
     pub fn members(&self, rank: usize, world_size: usize) -> (usize, usize, usize) {
         match self {

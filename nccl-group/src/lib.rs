@@ -32,18 +32,26 @@
 mod cache;
 mod comms;
 mod error;
+mod failure;
 mod group;
 mod key;
 mod pool;
+pub mod recorder;
 pub mod store;
+mod watchdog;
 mod work;
 
 pub use cache::OnceMap;
 pub use comms::{CommCache, CommFactory, Membership};
 pub use error::{GroupError, OpError, Result};
-pub use group::{GroupOptions, LocalComms, Member, NcclFactory, OpResult, ProcessGroup};
+pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
+pub use group::{
+    DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, LocalComms, Member, NcclFactory, OpResult,
+    ProcessGroup,
+};
 pub use key::{CommClass, CommKey, DeviceList, MAX_LOCAL_DEVICES};
 pub use pool::DevicePool;
+pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError, StoreSpec,
     TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,

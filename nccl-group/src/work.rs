@@ -1,14 +1,16 @@
 //! [`Work`]: the handle of an enqueued operation, which owns the
 //! operation's buffers until the GPU is done with them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaStream, DriverError};
 use nccl_tensor::{NcclType, Tensor};
 
 use crate::error::{GroupError, Result};
+use crate::failure::Failure;
 use crate::pool::DevicePool;
+use crate::watchdog::{Completion, Progress};
 
 /// Buffers an operation holds until its work is done.
 pub trait WorkBuffers: Send {
@@ -67,10 +69,54 @@ impl Ends {
             Ends::Many(ends) => ends,
         }
     }
+}
 
-    fn give_back(self) {
+/// What a [`Work`] and the watchdog share about one operation: its end
+/// events (given back to their pools once both are done with them) and,
+/// if its group failed before it finished, why.
+pub(crate) struct Tracked {
+    ends: Ends,
+    failure: OnceLock<Arc<Failure>>,
+}
+
+impl Tracked {
+    pub(crate) fn new(ends: Ends) -> Self {
+        Self {
+            ends,
+            failure: OnceLock::new(),
+        }
+    }
+
+    /// The error of an operation its group failed under, if it did.
+    fn failed(&self) -> Option<GroupError> {
+        self.failure
+            .get()
+            .map(|failure| GroupError::Failed(Arc::clone(failure)))
+    }
+}
+
+impl Completion for Tracked {
+    fn poll(&self) -> Progress {
+        for end in self.ends.as_slice() {
+            match end.event.try_is_complete() {
+                Ok(true) => {}
+                Ok(false) => return Progress::Running,
+                Err(error) => return Progress::Broken(error),
+            }
+        }
+        Progress::Done
+    }
+
+    fn fail(&self, failure: &Arc<Failure>) {
+        let _ = self.failure.set(Arc::clone(failure));
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let ends = std::mem::replace(&mut self.ends, Ends::Many(Vec::new()));
         let give = |end: End| end.pool.give_back(end.event);
-        match self {
+        match ends {
             Ends::One(end) => give(end),
             Ends::Many(ends) => ends.into_iter().for_each(give),
         }
@@ -109,7 +155,7 @@ impl Ends {
 #[must_use = "a Work holds the operation's buffers: call wait() to get them back"]
 pub struct Work<B: WorkBuffers> {
     buffers: Option<B>,
-    ends: Option<Ends>,
+    op: Arc<Tracked>,
 }
 
 impl<B: WorkBuffers> std::fmt::Debug for Work<B> {
@@ -126,50 +172,60 @@ const SPIN: Duration = Duration::from_micros(50);
 const POLL: Duration = Duration::from_micros(20);
 
 impl<B: WorkBuffers> Work<B> {
-    pub(crate) fn new(buffers: B, ends: Ends) -> Self {
+    pub(crate) fn new(buffers: B, op: Arc<Tracked>) -> Self {
         Self {
             buffers: Some(buffers),
-            ends: Some(ends),
+            op,
         }
     }
 
     fn ends(&self) -> &[End] {
-        self.ends.as_ref().map_or(&[], Ends::as_slice)
+        self.op.ends.as_slice()
     }
 
-    /// Whether the operation has finished on every device.
+    /// Whether the operation has finished on every device, or failed
+    /// with its group ([`Work::synchronize`] then says why).
     pub fn is_completed(&self) -> bool {
-        self.ends().iter().all(|end| end.event.is_complete())
+        self.op.failure.get().is_some() || self.op.poll() == Progress::Done
     }
 
     /// Blocks the CPU until the operation has finished, at most `timeout`.
     ///
     /// # Errors
-    /// [`GroupError::Timeout`] (the work keeps running; the `Work` and its
-    /// buffers stay valid), or a CUDA error the operation raised.
+    /// [`GroupError::Failed`] as soon as the group fails (the watchdog saw
+    /// this or another operation time out, or an asynchronous error);
+    /// [`GroupError::Timeout`] past `timeout` (the work keeps running; the
+    /// `Work` and its buffers stay valid); or a CUDA error the operation
+    /// raised.
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
         let start = Instant::now();
-        for end in self.ends() {
-            while !end
-                .event
-                .try_is_complete()
-                .map_err(GroupError::cuda("waiting for the operation"))?
-            {
-                let waited = start.elapsed();
-                if waited >= timeout {
-                    return Err(GroupError::Timeout {
-                        operation: "Work::synchronize",
-                        waited,
+        loop {
+            if let Some(error) = self.op.failed() {
+                return Err(error);
+            }
+            match self.op.poll() {
+                Progress::Done => return self.op.failed().map_or(Ok(()), Err),
+                Progress::Broken(source) => {
+                    return Err(GroupError::Cuda {
+                        during: "waiting for the operation",
+                        source,
                     });
                 }
-                if waited < SPIN {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::sleep(POLL);
-                }
+                Progress::Running => {}
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(GroupError::Timeout {
+                    operation: "Work::synchronize",
+                    waited,
+                });
+            }
+            if waited < SPIN {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(POLL);
             }
         }
-        Ok(())
     }
 
     /// Makes the caller's stream wait for the operation (the CPU does not
@@ -177,22 +233,26 @@ impl<B: WorkBuffers> Work<B> {
     /// sees the results.
     ///
     /// # Errors
-    /// A CUDA failure; the buffers are then released as on drop.
+    /// [`GroupError::Failed`] if the group already failed under this
+    /// operation (its results are not valid), or a CUDA failure; the
+    /// buffers are then released as on drop.
     pub fn wait(mut self) -> Result<B> {
+        if let Some(error) = self.op.failed() {
+            return Err(error);
+        }
         for end in self.ends() {
             end.caller
                 .wait(&end.event)
                 .map_err(GroupError::cuda("making the caller's stream wait"))?;
         }
-        if let Some(ends) = self.ends.take() {
-            ends.give_back();
-        }
         // `buffers` is only taken here or in drop.
-        self.buffers.take().ok_or(GroupError::InvalidArgument {
-            argument: "work",
-            expected: "a work that still holds its buffers".to_string(),
-            given: "one already waited on".to_string(),
-        })
+        self.buffers
+            .take()
+            .ok_or_else(|| GroupError::InvalidArgument {
+                argument: "work",
+                expected: "a work that still holds its buffers".to_string(),
+                given: "one already waited on".to_string(),
+            })
     }
 }
 
@@ -205,9 +265,6 @@ impl<B: WorkBuffers> Drop for Work<B> {
                 let _ = buffers.order_after(&end.event);
             }
             drop(buffers);
-        }
-        if let Some(ends) = self.ends.take() {
-            ends.give_back();
         }
     }
 }

@@ -264,6 +264,7 @@ struct FakeFactory {
     creates: Mutex<Vec<Created>>,
     delay: Duration,
     fail_next_create: AtomicBool,
+    time_out_create: AtomicBool,
 }
 
 impl FakeFactory {
@@ -274,6 +275,7 @@ impl FakeFactory {
             creates: Mutex::new(Vec::new()),
             delay: Duration::ZERO,
             fail_next_create: AtomicBool::new(false),
+            time_out_create: AtomicBool::new(false),
         }
     }
 
@@ -314,6 +316,14 @@ impl CommFactory for FakeFactory {
         };
         self.creates.lock().unwrap().push(created.clone());
         thread::sleep(self.delay);
+        if self.time_out_create.load(Ordering::SeqCst) {
+            // What a nonblocking NCCL init reports past its deadline.
+            return Err(nccl_core::Error::Timeout {
+                operation: "ncclCommInitRankConfig",
+                waited: SHORT,
+            }
+            .into());
+        }
         if self.fail_next_create.swap(false, Ordering::SeqCst) {
             return Err(GroupError::InvalidArgument {
                 argument: "fake",
@@ -771,6 +781,66 @@ fn factory_errors_reach_the_caller_and_the_next_call_retries() {
     );
     assert_eq!(cache.clear().len(), 1);
     assert!(cache.all().is_empty());
+}
+
+/// A rank that never reaches a communicator's creation makes NCCL's init
+/// time out on the others; the error names who never joined.
+#[test]
+fn init_timeout_names_the_ranks_that_never_joined() {
+    let store = new_store();
+    let ids = Arc::new(AtomicU64::new(0));
+    // Ranks 0 and 2 of 4 reach the collective; 1 and 3 never do.
+    let caches: Vec<_> = [0, 2]
+        .map(|rank| {
+            // NCCL's init waits for its deadline; so does the fake.
+            let factory = FakeFactory::new(&ids).with_delay(Duration::from_millis(300));
+            process(&store, "absent", rank, 4, LONG, factory)
+        })
+        .into_iter()
+        .collect();
+    let key = CommKey::Collective(devices(&[0]));
+    let errors = within("two ranks time out", DEADLINE, move || {
+        thread::scope(|scope| {
+            let handles: Vec<_> = caches
+                .iter()
+                .map(|cache| {
+                    cache
+                        .factory()
+                        .time_out_create
+                        .store(true, Ordering::SeqCst);
+                    scope.spawn(move || cache.get(&key).map(drop))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap().unwrap_err().to_string())
+                .collect::<Vec<_>>()
+        })
+    });
+    for error in errors {
+        assert!(error.contains("ranks [1, 3] never joined"), "{error}");
+        assert!(error.contains("\"absent/0/comm/x1/0\""), "{error}");
+        assert!(error.contains("ncclCommInitRankConfig"), "{error}");
+    }
+
+    // A pair: rank 1 creates the id for (1, 3); rank 3 never comes.
+    let cache = process(&store, "pair", 1, 4, LONG, FakeFactory::new(&ids));
+    cache
+        .factory()
+        .time_out_create
+        .store(true, Ordering::SeqCst);
+    let pair = CommKey::PointToPoint {
+        low: 1,
+        high: 3,
+        devices: devices(&[0]),
+    };
+    match cache.get(&pair).unwrap_err() {
+        GroupError::InitTimeout { missing, key, .. } => {
+            assert_eq!(missing, vec![3]);
+            assert_eq!(key, "pair/0/p2p/1-3/x1/0");
+        }
+        other => panic!("expected an init timeout, got {other}"),
+    }
 }
 
 /// torchrun-style launches put process `r` on GPU `LOCAL_RANK = r`, so the

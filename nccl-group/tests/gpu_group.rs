@@ -867,7 +867,7 @@ fn gpu_destroy_then_recreate_with_the_same_name_and_store() {
     every_call_refused(&group, &stream, false);
     let again = group.destroy().expect_err("a second destroy fails");
     assert_state_error(&again, "recreated", false);
-    group.abort(); // a no-op now
+    group.abort().unwrap(); // a no-op now
     every_call_refused(&group, &stream, false);
 
     let fresh = join();
@@ -906,11 +906,12 @@ fn gpu_abort_from_another_thread_then_recreate() {
         "abort from another thread",
         Duration::from_secs(60),
         move || other.abort(),
-    );
+    )
+    .expect("abort");
     every_call_refused(&group, &stream, true);
     let error = group.destroy().expect_err("destroy after abort fails");
     assert_state_error(&error, "aborted", true);
-    group.abort(); // twice is fine
+    group.abort().unwrap(); // twice is fine
     every_call_refused(&group, &stream, true);
 
     let fresh = join();
@@ -920,7 +921,7 @@ fn gpu_abort_from_another_thread_then_recreate() {
 
     // Aborting a group that never created a communicator.
     let unused = join();
-    unused.abort();
+    unused.abort().unwrap();
     every_call_refused(&unused, &stream, true);
 }
 
@@ -1311,7 +1312,7 @@ fn multi_gpu_list_form_argument_error_enqueues_nothing() {
     let (error, handed_back) = match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(outcome) => outcome.unwrap_or_else(|e| panic!("all_gather_multi: {e}")),
         Err(_) => {
-            group.abort();
+            group.abort().unwrap();
             panic!(
                 "all_gather_multi with a bad argument on device {} blocked for 60 s: \
                  it enqueued the other devices' halves before checking every argument",
@@ -1328,7 +1329,7 @@ fn multi_gpu_list_form_argument_error_enqueues_nothing() {
         .expect("all_reduce_multi");
     if let Err(error) = work.synchronize(Duration::from_secs(20)) {
         // Cancel the stranded collective so later tests can use the GPUs.
-        group.abort();
+        group.abort().unwrap();
         panic!(
             "after a refused all_gather_multi, the next collective did not complete ({error}): \
              the refused call left part of itself enqueued (run_many issues inside the NCCL \
@@ -1574,12 +1575,6 @@ fn multi_gpu_processes_destroy() {
     run_children(process_count(), Placement::VisibleDevices, true);
 }
 
-fn child_var(name: &str) -> usize {
-    let raw = std::env::var(name).unwrap_or_else(|_| panic!("the child needs {name}"));
-    raw.parse()
-        .unwrap_or_else(|_| panic!("{name}={raw:?} is not a number"))
-}
-
 /// One process of the multi-process scenarios; only runs when spawned by
 /// them (it reports SKIP otherwise).
 #[test]
@@ -1591,9 +1586,9 @@ fn multi_gpu_process_child() {
         println!("SKIP: {CHILD} runs only as a child process of multi_gpu_processes_*");
         return;
     }
-    let rank = child_var("RANK");
-    let world = child_var("WORLD_SIZE");
-    let gpu = child_var(DEVICE_VAR);
+    let rank = support::child_var("RANK");
+    let world = support::child_var("WORLD_SIZE");
+    let gpu = support::child_var(DEVICE_VAR);
     let group = ProcessGroup::from_env("test")
         .unwrap_or_else(|e| panic!("rank {rank}: ProcessGroup::from_env: {e}"));
     assert_eq!((group.rank(), group.world_size()), (rank, world));

@@ -145,7 +145,7 @@ fn gpu_abort_races_with_issuing_threads() {
                 });
             }
             thread::sleep(Duration::from_millis(1 + round * 3));
-            group.abort();
+            group.abort().unwrap();
         });
 
         // After the race every call is refused by the group.

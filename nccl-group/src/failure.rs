@@ -1,0 +1,321 @@
+//! Why a group failed, as the watchdog (or an abort) reports it.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::recorder::{OpRecord, PeerProgress};
+
+/// What to do when the watchdog fails a group.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Abort the group's communicators and return
+    /// [`GroupError::Failed`](crate::GroupError::Failed) from every later
+    /// call and every waiter;
+    /// the process keeps running and may create a new group.
+    #[default]
+    ReturnErrors,
+    /// As `ReturnErrors`, then print the failure to stderr and abort the
+    /// process (after the flight recorder is written), for launchers that
+    /// restart failed workers.
+    AbortProcess,
+}
+
+/// Why a group failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailureCause {
+    /// An operation ran past its timeout.
+    Timeout {
+        /// The operation's timeout.
+        timeout: Duration,
+        /// How long it had run when the watchdog saw it.
+        ran: Duration,
+    },
+    /// NCCL reported an asynchronous error on one of the group's
+    /// communicators (a peer failed, a network error, an abort).
+    AsyncError {
+        /// NCCL's error.
+        error: String,
+    },
+    /// CUDA failed to report an operation's end (the device is in error).
+    Cuda {
+        /// CUDA's error.
+        error: String,
+    },
+    /// The group was aborted ([`ProcessGroup::abort`](crate::ProcessGroup::abort))
+    /// while operations were pending.
+    Aborted,
+    /// The group was dropped while operations were pending.
+    Dropped,
+}
+
+impl fmt::Display for FailureCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailureCause::Timeout { timeout, ran } => {
+                write!(
+                    f,
+                    "did not complete within its timeout of {timeout:?} (it had run {ran:?})"
+                )
+            }
+            FailureCause::AsyncError { error } => {
+                write!(f, "failed: NCCL reported an asynchronous error: {error}")
+            }
+            FailureCause::Cuda { error } => write!(f, "failed: CUDA error: {error}"),
+            FailureCause::Aborted => write!(f, "was pending when the group was aborted"),
+            FailureCause::Dropped => write!(f, "was pending when the group was dropped"),
+        }
+    }
+}
+
+/// How the abort of the group's communicators went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AbortOutcome {
+    /// Every communicator was aborted, in this long.
+    Aborted(Duration),
+    /// The abort had not returned after this long; it was left running on
+    /// its own thread so the caller is not stuck with it.
+    Stalled(Duration),
+}
+
+/// What was learnt after the failure: the abort, the other ranks'
+/// progress and the flight recorder's dump.
+#[derive(Clone, Debug)]
+pub struct FailureDetails {
+    /// How the abort went.
+    pub abort: AbortOutcome,
+    /// Every rank's progress that was exchanged through the store.
+    pub peers: Vec<PeerProgress>,
+    /// Ranks that had not issued the collective this rank was stuck on, or
+    /// that did not answer: the likely culprits.
+    pub lagging: Vec<usize>,
+    /// Where the flight recorder's dump was written, or why it was not
+    /// (`None`: dumps are off).
+    pub dump: Option<Result<PathBuf, String>>,
+}
+
+/// A group's failure: which operation, why, and what was done about it.
+/// [`GroupError::Failed`](crate::GroupError::Failed) carries it; its
+/// `Display` is the full report.
+#[derive(Debug)]
+pub struct Failure {
+    /// The group's name.
+    pub group: String,
+    /// The group instance's generation.
+    pub generation: u64,
+    /// This process's rank.
+    pub rank: usize,
+    /// The number of processes.
+    pub world_size: usize,
+    /// Why it failed.
+    pub cause: FailureCause,
+    /// The operation it failed on, as the flight recorder has it (`None`
+    /// when no operation was involved, e.g. an asynchronous error between
+    /// operations, or when the record was overwritten).
+    pub op: Option<OpRecord>,
+    details: OnceLock<FailureDetails>,
+}
+
+impl Failure {
+    pub(crate) fn new(
+        group: String,
+        generation: u64,
+        rank: usize,
+        world_size: usize,
+        cause: FailureCause,
+        op: Option<OpRecord>,
+    ) -> Self {
+        Self {
+            group,
+            generation,
+            rank,
+            world_size,
+            cause,
+            op,
+            details: OnceLock::new(),
+        }
+    }
+
+    /// The abort's outcome, the peers' progress and the dump, once the
+    /// watchdog has them (they follow the failure by at most the abort
+    /// timeout plus the exchange's few seconds).
+    pub fn details(&self) -> Option<&FailureDetails> {
+        self.details.get()
+    }
+
+    pub(crate) fn set_details(&self, details: FailureDetails) {
+        let _ = self.details.set(details);
+    }
+}
+
+/// `all_reduce #57 (collective #41, 1024 x float on devices [0])`.
+fn describe(op: &OpRecord, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{} #{} (", op.op, op.seq)?;
+    if let Some(n) = op.collective_seq {
+        write!(f, "collective #{n}, ")?;
+    }
+    match op.dtype {
+        Some(dtype) => write!(f, "{} x {dtype}", op.count)?,
+        None => write!(f, "{} elements", op.count)?,
+    }
+    if let Some(peer) = op.peer {
+        let role = if op.collective_seq.is_some() {
+            "root"
+        } else {
+            "peer"
+        };
+        write!(f, ", {role} {peer}")?;
+    }
+    write!(f, " on devices {:?})", op.devices)
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "process group {:?} (rank {} of {}) failed: ",
+            self.group, self.rank, self.world_size
+        )?;
+        match &self.op {
+            Some(op) => describe(op, f)?,
+            None => write!(f, "a communicator")?,
+        }
+        write!(f, " {}", self.cause)?;
+        let Some(details) = self.details() else {
+            return write!(
+                f,
+                "; its communicators are being aborted. Create a new group to continue."
+            );
+        };
+        match details.abort {
+            AbortOutcome::Aborted(took) => {
+                write!(f, "; its communicators were aborted in {took:?}")?
+            }
+            AbortOutcome::Stalled(waited) => write!(
+                f,
+                "; aborting its communicators had not finished after {waited:?} and was left running"
+            )?,
+        }
+        if !details.lagging.is_empty() {
+            let stuck = self.op.and_then(|op| op.collective_seq);
+            match stuck {
+                Some(n) => write!(
+                    f,
+                    "; ranks {:?} had not issued collective #{n} or did not answer (the likely culprits)",
+                    details.lagging
+                )?,
+                None => write!(f, "; ranks {:?} did not answer", details.lagging)?,
+            }
+        }
+        match &details.dump {
+            Some(Ok(path)) => write!(f, "; flight recorder: {}", path.display())?,
+            Some(Err(error)) => write!(f, "; the flight recorder could not be written: {error}")?,
+            None => {}
+        }
+        write!(f, ". Create a new group to continue.")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::DeviceList;
+    use crate::recorder::OpState;
+    use nccl_core::DataType;
+
+    fn record() -> OpRecord {
+        OpRecord {
+            seq: 57,
+            collective_seq: Some(41),
+            op: "all_reduce",
+            dtype: Some(DataType::Float32),
+            count: 1024,
+            peer: None,
+            devices: DeviceList::one(0).unwrap(),
+            enqueued_us: 10,
+            finished_us: None,
+            state: OpState::Failed,
+        }
+    }
+
+    #[test]
+    fn the_report_names_op_cause_culprits_and_dump() {
+        let failure = Failure::new(
+            "trainer".into(),
+            0,
+            2,
+            4,
+            FailureCause::Timeout {
+                timeout: Duration::from_secs(5),
+                ran: Duration::from_millis(5020),
+            },
+            Some(record()),
+        );
+        let early = failure.to_string();
+        assert!(
+            early.contains("process group \"trainer\" (rank 2 of 4) failed: all_reduce #57 (collective #41, 1024 x float on devices [0]) did not complete within its timeout of 5s (it had run 5.02s)"),
+            "{early}"
+        );
+        assert!(early.contains("being aborted"), "{early}");
+        failure.set_details(FailureDetails {
+            abort: AbortOutcome::Aborted(Duration::from_millis(3)),
+            peers: Vec::new(),
+            lagging: vec![1],
+            dump: Some(Ok(PathBuf::from("/tmp/trainer-g0-rank2.json"))),
+        });
+        let full = failure.to_string();
+        assert!(full.contains("aborted in 3ms"), "{full}");
+        assert!(
+            full.contains("ranks [1] had not issued collective #41 or did not answer"),
+            "{full}"
+        );
+        assert!(
+            full.contains("flight recorder: /tmp/trainer-g0-rank2.json"),
+            "{full}"
+        );
+        assert!(full.ends_with("Create a new group to continue."), "{full}");
+    }
+
+    #[test]
+    fn causes_read_as_sentences() {
+        let mut send = record();
+        send.op = "send";
+        send.collective_seq = None;
+        send.peer = Some(3);
+        let failure = Failure::new(
+            "g".into(),
+            1,
+            0,
+            4,
+            FailureCause::AsyncError {
+                error: "remote process exited".into(),
+            },
+            Some(send),
+        );
+        failure.set_details(FailureDetails {
+            abort: AbortOutcome::Stalled(Duration::from_secs(10)),
+            peers: Vec::new(),
+            lagging: vec![3],
+            dump: Some(Err("permission denied".into())),
+        });
+        let text = failure.to_string();
+        assert!(text.contains("send #57 (1024 x float, peer 3 on devices [0]) failed: NCCL reported an asynchronous error: remote process exited"), "{text}");
+        assert!(
+            text.contains("had not finished after 10s and was left running"),
+            "{text}"
+        );
+        assert!(text.contains("ranks [3] did not answer"), "{text}");
+        assert!(
+            text.contains("could not be written: permission denied"),
+            "{text}"
+        );
+        let none = Failure::new("g".into(), 0, 0, 1, FailureCause::Dropped, None);
+        assert!(
+            none.to_string()
+                .contains("a communicator was pending when the group was dropped")
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! The group's side of the watchdog: what a tick checks, and how a group
+//! fails: poison, bounded abort, progress exchange, flight-recorder dump.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{ABORTED, FAILED, Inner, LIVE, LocalComms};
+use crate::error::{GroupError, Result};
+use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
+use crate::recorder::{FlightDump, OpState, PeerProgress, lagging_ranks};
+use crate::watchdog::{Bounded, Verdict, Watched, run_bounded};
+
+/// How long a failing rank waits, in all, for the other ranks' progress.
+const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
+
+/// Whether a termination asks the other ranks how far they got.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exchange {
+    /// Through the store, bounded by [`EXCHANGE_WAIT`].
+    WithPeers,
+    /// Not (an abort or a drop must not wait on other processes).
+    No,
+}
+
+impl Inner {
+    fn options(&self) -> &super::GroupOptions {
+        &self.cache.factory().options
+    }
+
+    /// `Ok` while the group is live, else why not.
+    pub(super) fn check_live(&self) -> Result<()> {
+        let name = || self.cache.membership().name.clone();
+        match self.state.load(Ordering::Acquire) {
+            LIVE => Ok(()),
+            ABORTED => Err(GroupError::Aborted { name: name() }),
+            FAILED => Err(GroupError::Failed(self.stored_failure())),
+            _ => Err(GroupError::Destroyed { name: name() }),
+        }
+    }
+
+    /// The failure of a `FAILED` group: it is stored right after the
+    /// state changes, so this waits for nanoseconds at most.
+    fn stored_failure(&self) -> Arc<Failure> {
+        loop {
+            if let Some(failure) = self.failure.get() {
+                return Arc::clone(failure);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Fails a live group (the watchdog's verdict); a no-op otherwise.
+    fn fail(&self, cause: FailureCause, seq: Option<u64>) {
+        let failure = self.new_failure(cause, seq);
+        if self
+            .state
+            .compare_exchange(LIVE, FAILED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        let _ = self.failure.set(Arc::clone(&failure));
+        self.terminate(&failure, Exchange::WithPeers);
+        if self.options().on_failure == FailurePolicy::AbortProcess {
+            eprintln!("nccl-group: {failure}; aborting the process (FailurePolicy::AbortProcess)");
+            std::process::abort();
+        }
+    }
+
+    pub(super) fn new_failure(&self, cause: FailureCause, seq: Option<u64>) -> Arc<Failure> {
+        let m = self.cache.membership();
+        let op = seq.and_then(|seq| self.recorder.get(seq));
+        Arc::new(Failure::new(
+            m.name.clone(),
+            m.generation,
+            m.rank,
+            m.world_size,
+            cause,
+            op,
+        ))
+    }
+
+    /// What follows a failure or an abort, once the state has changed:
+    /// every pending operation fails with `failure` (so its waiters
+    /// return at once), the communicators are aborted (bounded), the
+    /// other ranks' progress is exchanged if asked, and the flight
+    /// recorder is dumped. Returns how the abort went.
+    pub(super) fn terminate(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
+        let now = Instant::now();
+        for pending in self.tracker.drain() {
+            pending.completion.fail(failure);
+        }
+        self.recorder.fail_pending(now);
+        let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
+        let (peers, lagging) = match exchange {
+            Exchange::WithPeers if self.cache.membership().world_size > 1 => {
+                let stuck = failure.op.and_then(|op| op.collective_seq);
+                let peers = self.exchange_progress();
+                let m = self.cache.membership();
+                let lagging = lagging_ranks(stuck, &peers, m.world_size, m.rank);
+                (peers, lagging)
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
+        let dump = self.options().dump_dir.as_deref().map(|dir| {
+            let dump = self.dump(failure.to_string(), peers.clone(), lagging.clone());
+            self.write_dump(dir, &dump)
+        });
+        failure.set_details(FailureDetails {
+            abort: abort.clone(),
+            peers,
+            lagging,
+            dump,
+        });
+        abort
+    }
+
+    /// Publishes this rank's progress and reads every other rank's, within
+    /// [`EXCHANGE_WAIT`] in all; ranks that do not answer are left out.
+    fn exchange_progress(&self) -> Vec<PeerProgress> {
+        let m = self.cache.membership();
+        let key = |rank: usize| format!("{}/{}/progress/{rank}", m.name, m.generation);
+        let (last_enqueued, last_completed) = self.recorder.progress();
+        let mine = PeerProgress {
+            rank: m.rank,
+            last_enqueued,
+            last_completed,
+        };
+        if let Ok(bytes) = serde_json::to_vec(&mine) {
+            // A store that fails here leaves the others without our answer;
+            // they name us as silent, which is the truth as they see it.
+            let _ = m.store.set(&key(m.rank), &bytes);
+        }
+        let deadline = Instant::now() + EXCHANGE_WAIT;
+        let mut peers = vec![mine];
+        for rank in (0..m.world_size).filter(|&r| r != m.rank) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let answer = if left.is_zero() {
+                m.store.try_get(&key(rank)).ok().flatten()
+            } else {
+                m.store.get(&key(rank), left).ok()
+            };
+            if let Some(progress) =
+                answer.and_then(|bytes| serde_json::from_slice::<PeerProgress>(&bytes).ok())
+            {
+                peers.push(progress);
+            }
+        }
+        peers
+    }
+
+    /// The flight recorder's records with this process's context.
+    pub(super) fn dump(
+        &self,
+        reason: String,
+        peers: Vec<PeerProgress>,
+        lagging: Vec<usize>,
+    ) -> FlightDump {
+        let m = self.cache.membership();
+        let (ops, total_recorded) = self.recorder.snapshot();
+        let (last_enqueued, last_completed) = self.recorder.progress();
+        FlightDump {
+            group: m.name.clone(),
+            generation: m.generation,
+            rank: m.rank,
+            world_size: m.world_size,
+            reason,
+            epoch_unix_us: self.recorder.epoch_unix_us(),
+            dumped_us: self.recorder.micros(Instant::now()),
+            last_enqueued,
+            last_completed,
+            peers,
+            lagging,
+            total_recorded,
+            ops,
+        }
+    }
+
+    /// Writes `dump` to `dir/<group>-g<generation>-rank<rank>.json`.
+    fn write_dump(&self, dir: &Path, dump: &FlightDump) -> std::result::Result<PathBuf, String> {
+        let m = self.cache.membership();
+        let path = dir.join(dump_file_name(&m.name, m.generation, m.rank));
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&path, dump.to_json()))
+            .map(|()| path.clone())
+            .map_err(|error| format!("{}: {error}", path.display()))
+    }
+
+    /// Aborts the group from [`ProcessGroup::abort`](super::ProcessGroup::abort):
+    /// the state is already `ABORTED`.
+    pub(super) fn abort(&self) -> AbortOutcome {
+        let failure = self.new_failure(FailureCause::Aborted, None);
+        let _ = self.failure.set(Arc::clone(&failure));
+        self.terminate(&failure, Exchange::No)
+    }
+}
+
+/// `trainer-g0-rank3.json`, with anything but letters, digits, `-` and
+/// `_` in the name replaced, so a name cannot point elsewhere.
+fn dump_file_name(name: &str, generation: u64, rank: usize) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{safe}-g{generation}-rank{rank}.json")
+}
+
+/// Aborts every communicator on a helper thread, waiting at most `bound`.
+fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
+    let started = Instant::now();
+    match run_bounded("nccl-group-abort", bound, move || {
+        for comms in &comms {
+            comms.abort();
+        }
+    }) {
+        Bounded::Returned(()) => AbortOutcome::Aborted(started.elapsed()),
+        Bounded::Stalled => AbortOutcome::Stalled(started.elapsed()),
+    }
+}
+
+impl Watched for Inner {
+    fn tick(&self, now: Instant) {
+        if self.state.load(Ordering::Acquire) != LIVE {
+            return;
+        }
+        let verdict = self.tracker.scan(now, |seq| {
+            self.recorder.finish(seq, OpState::Completed, now);
+        });
+        match verdict {
+            Some(Verdict::TimedOut { seq, ran, timeout }) => {
+                self.fail(FailureCause::Timeout { timeout, ran }, Some(seq));
+            }
+            Some(Verdict::Broken { seq, error }) => {
+                self.fail(
+                    FailureCause::Cuda {
+                        error: error.to_string(),
+                    },
+                    Some(seq),
+                );
+            }
+            None => {
+                let error = self.cache.all().iter().find_map(|c| c.async_error());
+                if let Some(error) = error {
+                    let oldest = self.tracker.oldest();
+                    self.fail(
+                        FailureCause::AsyncError {
+                            error: error.to_string(),
+                        },
+                        oldest,
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// Fails what is still pending (its waiters get an error, not a hang)
+    /// and aborts the communicators off this thread, bounded: dropping a
+    /// group never blocks on other processes or on a stalled abort.
+    fn drop(&mut self) {
+        if self.state.load(Ordering::Acquire) == LIVE {
+            if !self.tracker.is_empty() {
+                let failure = self.new_failure(FailureCause::Dropped, self.tracker.oldest());
+                for pending in self.tracker.drain() {
+                    pending.completion.fail(&failure);
+                }
+            }
+            let _ = abort_bounded(self.cache.clear(), self.options().abort_timeout);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dump_names_cannot_escape_their_folder() {
+        assert_eq!(dump_file_name("trainer", 0, 3), "trainer-g0-rank3.json");
+        assert_eq!(
+            dump_file_name("../../etc/passwd", 2, 0),
+            "______etc_passwd-g2-rank0.json"
+        );
+        assert_eq!(dump_file_name("a b/c", 1, 12), "a_b_c-g1-rank12.json");
+    }
+}

@@ -1,0 +1,455 @@
+//! The flight recorder: the last operations of a group, always on, so a
+//! hang or a failure can be explained after the fact.
+//!
+//! Each operation takes one uncontended lock to claim its sequence numbers
+//! and write a fixed-size, `Copy` record into a ring allocated once; the
+//! watchdog marks records completed as it sees their end events. A dump
+//! ([`FlightDump`]) is a JSON document: the group, this process's rank,
+//! why it was taken, how far this process got (and, after a timeout, how
+//! far every other rank got, exchanged through the store), and the records
+//! oldest first.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use nccl_core::DataType;
+use serde::{Serialize, Serializer};
+
+use crate::key::DeviceList;
+
+/// What became of a recorded operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpState {
+    /// Enqueued; the watchdog has not yet seen it finish.
+    Pending,
+    /// Its end event completed on every device.
+    Completed,
+    /// The group failed (timeout, asynchronous error, abort) before it finished.
+    Failed,
+}
+
+/// What an operation did, as recorded before it was enqueued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpDescription {
+    /// The operation (`"all_reduce"`, `"send"`, ...).
+    pub op: &'static str,
+    /// Its element type (`None` for barrier and custom operations without one).
+    pub dtype: Option<DataType>,
+    /// Elements of the (first) input on each device.
+    pub count: usize,
+    /// The root of broadcast and reduce, the peer rank of send and recv.
+    pub peer: Option<usize>,
+    /// The local devices it ran on, in call order.
+    pub devices: DeviceList,
+    /// Whether every rank issues it (a collective) or only a pair (send, recv).
+    pub collective: bool,
+}
+
+/// One recorded operation.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct OpRecord {
+    /// The operation's number among every operation of this process on
+    /// the group (collectives and point-to-point), from 0.
+    pub seq: u64,
+    /// Its number among the group's collectives, from 0: the same number
+    /// on every rank for the same collective (`None` for send and recv,
+    /// which only two ranks issue).
+    pub collective_seq: Option<u64>,
+    /// The operation (`"all_reduce"`, `"send"`, ...).
+    pub op: &'static str,
+    /// The element type, as NCCL names it.
+    #[serde(serialize_with = "serialize_dtype")]
+    pub dtype: Option<DataType>,
+    /// Elements of the (first) input on each device.
+    pub count: usize,
+    /// The root of broadcast and reduce, the peer rank of send and recv.
+    pub peer: Option<usize>,
+    /// The local devices, in call order.
+    #[serde(serialize_with = "serialize_devices")]
+    pub devices: DeviceList,
+    /// When it was enqueued: microseconds since the recorder's epoch
+    /// ([`FlightDump::epoch_unix_us`]).
+    pub enqueued_us: u64,
+    /// When the watchdog saw it finish (or fail), on the same clock.
+    pub finished_us: Option<u64>,
+    /// What became of it.
+    pub state: OpState,
+}
+
+fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::Ok, S::Error> {
+    match dtype {
+        Some(dtype) => s.collect_str(dtype),
+        None => s.serialize_none(),
+    }
+}
+
+fn serialize_devices<S: Serializer>(devices: &DeviceList, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(devices.iter())
+}
+
+/// How far one rank got, as it reported through the store after a timeout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PeerProgress {
+    /// The rank.
+    pub rank: usize,
+    /// The last collective it enqueued (`None`: none yet).
+    pub last_enqueued: Option<u64>,
+    /// The last collective it saw complete (`None`: none yet).
+    pub last_completed: Option<u64>,
+}
+
+/// A snapshot of the flight recorder, with the context to read it.
+#[derive(Clone, Debug, Serialize)]
+pub struct FlightDump {
+    /// The group's name.
+    pub group: String,
+    /// The group instance's generation (see [`crate::Membership`]).
+    pub generation: u64,
+    /// This process's rank.
+    pub rank: usize,
+    /// The number of processes.
+    pub world_size: usize,
+    /// Why the dump was taken (`"on request"`, the failure's message, ...).
+    pub reason: String,
+    /// When the recorder started, in microseconds since the Unix epoch;
+    /// every record's times count from here.
+    pub epoch_unix_us: u64,
+    /// When the dump was taken, on the records' clock.
+    pub dumped_us: u64,
+    /// The last collective this process enqueued.
+    pub last_enqueued: Option<u64>,
+    /// The last collective this process saw complete.
+    pub last_completed: Option<u64>,
+    /// Every rank's progress as exchanged after a timeout (empty otherwise;
+    /// a rank missing from it did not answer).
+    pub peers: Vec<PeerProgress>,
+    /// The ranks that had not enqueued the collective this process was
+    /// stuck on, or did not answer: the likely culprits.
+    pub lagging: Vec<usize>,
+    /// How many operations were recorded in all (older ones were overwritten).
+    pub total_recorded: u64,
+    /// The last operations, oldest first.
+    pub ops: Vec<OpRecord>,
+}
+
+impl FlightDump {
+    /// The dump as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        // Every field serialises infallibly (numbers, strings, lists).
+        serde_json::to_string_pretty(self).unwrap_or_else(|error| {
+            format!("{{\"error\": \"the flight recorder dump did not serialise: {error}\"}}")
+        })
+    }
+}
+
+struct Ring {
+    records: Vec<OpRecord>,
+    next_seq: u64,
+    next_collective: u64,
+    last_completed: Option<u64>,
+}
+
+/// The ring of the last `capacity` operations of one group.
+pub struct FlightRecorder {
+    ring: Mutex<Ring>,
+    capacity: usize,
+    epoch: Instant,
+    epoch_unix_us: u64,
+}
+
+impl std::fmt::Debug for FlightRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlightRecorder")
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl FlightRecorder {
+    /// A recorder keeping the last `capacity` operations (at least one).
+    pub fn new(capacity: usize) -> Self {
+        let capacity = capacity.max(1);
+        let epoch_unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        Self {
+            ring: Mutex::new(Ring {
+                records: Vec::with_capacity(capacity),
+                next_seq: 0,
+                next_collective: 0,
+                last_completed: None,
+            }),
+            capacity,
+            epoch: Instant::now(),
+            epoch_unix_us,
+        }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Microseconds from the epoch to `at`.
+    pub fn micros(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_micros() as u64
+    }
+
+    /// Records an operation about to be enqueued; returns its record
+    /// (with its sequence numbers). Allocates nothing once the ring is full.
+    pub fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+        let mut ring = self.ring();
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        let collective_seq = description.collective.then(|| {
+            let n = ring.next_collective;
+            ring.next_collective += 1;
+            n
+        });
+        let record = OpRecord {
+            seq,
+            collective_seq,
+            op: description.op,
+            dtype: description.dtype,
+            count: description.count,
+            peer: description.peer,
+            devices: description.devices,
+            enqueued_us: self.micros(at),
+            finished_us: None,
+            state: OpState::Pending,
+        };
+        let slot = (seq % self.capacity as u64) as usize;
+        if slot < ring.records.len() {
+            ring.records[slot] = record;
+        } else {
+            ring.records.push(record);
+        }
+        record
+    }
+
+    /// Marks operation `seq` finished at `at` (if it is still in the ring).
+    pub fn finish(&self, seq: u64, state: OpState, at: Instant) {
+        let finished = self.micros(at);
+        let mut ring = self.ring();
+        let slot = (seq % self.capacity as u64) as usize;
+        let Some(record) = ring.records.get_mut(slot).filter(|r| r.seq == seq) else {
+            return;
+        };
+        record.state = state;
+        record.finished_us = Some(finished);
+        let collective = record.collective_seq;
+        if state == OpState::Completed
+            && let Some(n) = collective
+        {
+            ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
+        }
+    }
+
+    /// Operation `seq`'s record, if it is still in the ring.
+    pub fn get(&self, seq: u64) -> Option<OpRecord> {
+        let slot = (seq % self.capacity as u64) as usize;
+        self.ring()
+            .records
+            .get(slot)
+            .filter(|r| r.seq == seq)
+            .copied()
+    }
+
+    /// Marks every operation still pending as failed at `at`.
+    pub fn fail_pending(&self, at: Instant) {
+        let finished = self.micros(at);
+        for record in self
+            .ring()
+            .records
+            .iter_mut()
+            .filter(|r| r.state == OpState::Pending)
+        {
+            record.state = OpState::Failed;
+            record.finished_us = Some(finished);
+        }
+    }
+
+    /// `(last collective enqueued, last collective completed)`.
+    pub fn progress(&self) -> (Option<u64>, Option<u64>) {
+        let ring = self.ring();
+        (ring.next_collective.checked_sub(1), ring.last_completed)
+    }
+
+    /// The records, oldest first, and how many were recorded in all.
+    pub fn snapshot(&self) -> (Vec<OpRecord>, u64) {
+        let ring = self.ring();
+        let mut records = ring.records.clone();
+        records.sort_unstable_by_key(|r| r.seq);
+        (records, ring.next_seq)
+    }
+
+    /// When the recorder started, in microseconds since the Unix epoch.
+    pub fn epoch_unix_us(&self) -> u64 {
+        self.epoch_unix_us
+    }
+}
+
+/// The ranks that had not enqueued collective `stuck` (by their reported
+/// progress), or did not report at all, among `0..world_size` except `me`.
+pub fn lagging_ranks(
+    stuck: Option<u64>,
+    peers: &[PeerProgress],
+    world_size: usize,
+    me: usize,
+) -> Vec<usize> {
+    (0..world_size)
+        .filter(|&rank| rank != me)
+        .filter(|&rank| match peers.iter().find(|p| p.rank == rank) {
+            None => true,
+            Some(peer) => match (stuck, peer.last_enqueued) {
+                (Some(stuck), Some(enqueued)) => enqueued < stuck,
+                (Some(_), None) => true,
+                (None, _) => false,
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn description(op: &'static str, collective: bool) -> OpDescription {
+        OpDescription {
+            op,
+            dtype: Some(DataType::Float32),
+            count: 4,
+            peer: None,
+            devices: DeviceList::one(0).unwrap(),
+            collective,
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_count_collectives_apart_from_point_to_point() {
+        let recorder = FlightRecorder::new(8);
+        let now = Instant::now();
+        let a = recorder.record(&description("all_reduce", true), now);
+        let s = recorder.record(&description("send", false), now);
+        let b = recorder.record(&description("broadcast", true), now);
+        assert_eq!((a.seq, a.collective_seq), (0, Some(0)));
+        assert_eq!((s.seq, s.collective_seq), (1, None));
+        assert_eq!((b.seq, b.collective_seq), (2, Some(1)));
+        assert_eq!(recorder.progress(), (Some(1), None));
+        recorder.finish(0, OpState::Completed, now);
+        assert_eq!(recorder.progress(), (Some(1), Some(0)));
+        // A finished point-to-point op does not move the collective progress.
+        recorder.finish(1, OpState::Completed, now);
+        assert_eq!(recorder.progress(), (Some(1), Some(0)));
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_records_oldest_first() {
+        let recorder = FlightRecorder::new(3);
+        let now = Instant::now();
+        for _ in 0..5 {
+            recorder.record(&description("all_reduce", true), now);
+        }
+        let (records, total) = recorder.snapshot();
+        assert_eq!(total, 5);
+        assert_eq!(
+            records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            vec![2, 3, 4]
+        );
+        // Finishing an overwritten op is a no-op; a live one is updated.
+        recorder.finish(0, OpState::Completed, now);
+        recorder.finish(3, OpState::Completed, now);
+        let (records, _) = recorder.snapshot();
+        assert_eq!(records[1].state, OpState::Completed);
+        assert!(records[1].finished_us.is_some());
+        assert!(
+            records
+                .iter()
+                .filter(|r| r.seq != 3)
+                .all(|r| r.state == OpState::Pending)
+        );
+        recorder.fail_pending(now);
+        let (records, _) = recorder.snapshot();
+        assert_eq!(
+            records.iter().map(|r| r.state).collect::<Vec<_>>(),
+            vec![OpState::Failed, OpState::Completed, OpState::Failed]
+        );
+    }
+
+    #[test]
+    fn a_record_allocates_nothing_once_the_ring_is_full() {
+        let recorder = FlightRecorder::new(2);
+        let now = Instant::now();
+        for _ in 0..4 {
+            recorder.record(&description("all_reduce", true), now);
+        }
+        let capacity = recorder.ring().records.capacity();
+        for _ in 0..100 {
+            recorder.record(&description("all_reduce", true), now);
+        }
+        assert_eq!(recorder.ring().records.capacity(), capacity);
+        assert_eq!(recorder.ring().records.len(), 2);
+    }
+
+    #[test]
+    fn dumps_are_json_with_every_field() {
+        let recorder = FlightRecorder::new(4);
+        let now = Instant::now();
+        let mut d = description("recv", false);
+        d.peer = Some(3);
+        d.devices = DeviceList::new([2, 5].into_iter()).unwrap();
+        recorder.record(&d, now);
+        let (ops, total) = recorder.snapshot();
+        let dump = FlightDump {
+            group: "trainer".into(),
+            generation: 1,
+            rank: 2,
+            world_size: 4,
+            reason: "on request".into(),
+            epoch_unix_us: recorder.epoch_unix_us(),
+            dumped_us: recorder.micros(Instant::now()),
+            last_enqueued: None,
+            last_completed: None,
+            peers: vec![PeerProgress {
+                rank: 0,
+                last_enqueued: Some(7),
+                last_completed: Some(6),
+            }],
+            lagging: vec![1, 3],
+            total_recorded: total,
+            ops,
+        };
+        let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
+        assert_eq!(json["group"], "trainer");
+        assert_eq!(json["rank"], 2);
+        assert_eq!(json["lagging"], serde_json::json!([1, 3]));
+        assert_eq!(json["peers"][0]["last_enqueued"], 7);
+        let op = &json["ops"][0];
+        assert_eq!(op["op"], "recv");
+        assert_eq!(op["dtype"], "float");
+        assert_eq!(op["peer"], 3);
+        assert_eq!(op["devices"], serde_json::json!([2, 5]));
+        assert_eq!(op["state"], "pending");
+        assert_eq!(op["collective_seq"], serde_json::Value::Null);
+        assert_eq!(op["finished_us"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn lagging_ranks_are_those_behind_or_silent() {
+        let progress = |rank, enqueued| PeerProgress {
+            rank,
+            last_enqueued: enqueued,
+            last_completed: None,
+        };
+        let peers = [
+            progress(0, Some(9)),
+            progress(1, Some(8)),
+            progress(3, None),
+        ];
+        // Rank 2 (me) is stuck on collective 9: rank 1 never issued it,
+        // rank 3 issued nothing, rank 4 did not answer.
+        assert_eq!(lagging_ranks(Some(9), &peers, 5, 2), vec![1, 3, 4]);
+        // Stuck on nothing collective (e.g. a recv): only the silent ones.
+        assert_eq!(lagging_ranks(None, &peers, 5, 2), vec![4]);
+    }
+}

@@ -1,0 +1,490 @@
+//! The watchdog: one thread per process that watches every live group's
+//! outstanding operations and communicators, so no failure goes unnoticed
+//! and no operation hangs past its deadline.
+//!
+//! Each group keeps a [`Tracker`] of its pending operations (an end
+//! [`Completion`] and a deadline each). Every [`INTERVAL`] the thread
+//! calls [`Watched::tick`] on each registered group, which scans its
+//! tracker ([`Tracker::scan`]: the state machine, tested here with fake
+//! completions) and its communicators' asynchronous errors, and on a
+//! verdict fails the group (see `ProcessGroup`). Groups register a weak
+//! reference: the watchdog never keeps a group alive.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::DriverError;
+
+use crate::failure::Failure;
+
+/// How often the watchdog looks at every group.
+pub const INTERVAL: Duration = Duration::from_millis(20);
+
+/// Where an operation stands on the GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Still running (or queued).
+    Running,
+    /// Finished on every device.
+    Done,
+    /// Polling it failed (a CUDA error: the context is broken).
+    Broken(DriverError),
+}
+
+/// Something that can tell whether an operation has finished.
+pub trait Completion: Send + Sync {
+    /// Polls without blocking.
+    fn poll(&self) -> Progress;
+
+    /// Marks the operation failed with its group.
+    fn fail(&self, failure: &Arc<Failure>);
+}
+
+/// One outstanding operation.
+pub struct PendingOp {
+    /// Its flight-recorder sequence number.
+    pub seq: u64,
+    /// When it was enqueued.
+    pub enqueued: Instant,
+    /// How long it may take.
+    pub timeout: Duration,
+    /// Its end.
+    pub completion: Arc<dyn Completion>,
+}
+
+/// What a scan concluded about the first operation that went wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Operation `seq` ran past its timeout.
+    TimedOut {
+        /// Its sequence number.
+        seq: u64,
+        /// How long it had run when the watchdog looked.
+        ran: Duration,
+        /// Its timeout.
+        timeout: Duration,
+    },
+    /// Polling operation `seq` failed.
+    Broken {
+        /// Its sequence number.
+        seq: u64,
+        /// The error.
+        error: DriverError,
+    },
+}
+
+/// More pending operations than this make the enqueuing thread reap the
+/// finished ones at the front itself, so a fast loop cannot pile up
+/// events between two watchdog scans.
+const REAP_ABOVE: usize = 256;
+
+/// A group's outstanding operations, oldest first.
+#[derive(Default)]
+pub struct Tracker {
+    pending: Mutex<VecDeque<PendingOp>>,
+}
+
+impl Tracker {
+    fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<PendingOp>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds an operation; with a long backlog, first removes the finished
+    /// operations at the front, calling `finished(seq)` for each.
+    pub fn push(&self, op: PendingOp, finished: impl FnMut(u64)) {
+        let mut pending = self.pending();
+        if pending.len() > REAP_ABOVE {
+            reap_front(&mut pending, finished);
+        }
+        pending.push_back(op);
+    }
+
+    /// How many operations are outstanding.
+    pub fn len(&self) -> usize {
+        self.pending().len()
+    }
+
+    /// The oldest outstanding operation's sequence number.
+    pub fn oldest(&self) -> Option<u64> {
+        self.pending().front().map(|op| op.seq)
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.pending().is_empty()
+    }
+
+    /// Polls every pending operation at `now`: finished ones are removed
+    /// (`finished(seq)` is called for each); the oldest one past its
+    /// deadline, or whose polling failed, is the verdict (it and the rest
+    /// stay pending until [`Tracker::drain`]).
+    pub fn scan(&self, now: Instant, mut finished: impl FnMut(u64)) -> Option<Verdict> {
+        let mut pending = self.pending();
+        let mut verdict = None;
+        pending.retain(|op| match op.completion.poll() {
+            Progress::Done => {
+                finished(op.seq);
+                false
+            }
+            Progress::Running => {
+                let ran = now.saturating_duration_since(op.enqueued);
+                if verdict.is_none() && ran >= op.timeout {
+                    verdict = Some(Verdict::TimedOut {
+                        seq: op.seq,
+                        ran,
+                        timeout: op.timeout,
+                    });
+                }
+                true
+            }
+            Progress::Broken(error) => {
+                if verdict.is_none() {
+                    verdict = Some(Verdict::Broken { seq: op.seq, error });
+                }
+                true
+            }
+        });
+        verdict
+    }
+
+    /// Removes and returns every pending operation (when the group fails).
+    pub fn drain(&self) -> Vec<PendingOp> {
+        self.pending().drain(..).collect()
+    }
+}
+
+fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64)) {
+    while let Some(front) = pending.front() {
+        if front.completion.poll() != Progress::Done {
+            break;
+        }
+        finished(front.seq);
+        pending.pop_front();
+    }
+}
+
+/// A group the watchdog looks after.
+pub trait Watched: Send + Sync {
+    /// Checks the group once.
+    fn tick(&self, now: Instant);
+}
+
+struct Registry {
+    groups: Mutex<Vec<Weak<dyn Watched>>>,
+    added: Condvar,
+}
+
+static REGISTRY: OnceLock<Registry> = OnceLock::new();
+/// Whether the watchdog thread started (tried once per process).
+static THREAD: OnceLock<bool> = OnceLock::new();
+
+/// Puts `group` under the process's watchdog (starting its thread on first
+/// use). The watchdog drops the registration once the group is gone.
+///
+/// # Errors
+/// The operating system refused to start the watchdog thread (now or at
+/// the first try in this process).
+pub fn watch(group: Weak<dyn Watched>) -> std::io::Result<()> {
+    let registry = REGISTRY.get_or_init(|| Registry {
+        groups: Mutex::new(Vec::new()),
+        added: Condvar::new(),
+    });
+    let started = *THREAD.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("nccl-group-watchdog".into())
+            .spawn(move || run(registry))
+            .is_ok()
+    });
+    if !started {
+        return Err(std::io::Error::other(
+            "the process could not start the nccl-group watchdog thread",
+        ));
+    }
+    registry
+        .groups
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(group);
+    registry.added.notify_one();
+    Ok(())
+}
+
+/// The watchdog thread: ticks every live group each interval; sleeps on
+/// the condition variable while there is none.
+fn run(registry: &'static Registry) {
+    loop {
+        let live: Vec<Arc<dyn Watched>> = {
+            let mut groups = registry
+                .groups
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            groups.retain(|group| group.strong_count() > 0);
+            while groups.is_empty() {
+                groups = registry
+                    .added
+                    .wait(groups)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            groups.iter().filter_map(Weak::upgrade).collect()
+        };
+        let now = Instant::now();
+        for group in &live {
+            group.tick(now);
+        }
+        // The groups are released before sleeping, so a group dropped by
+        // its owner is not kept alive by the watchdog.
+        drop(live);
+        std::thread::sleep(INTERVAL);
+    }
+}
+
+/// The outcome of a bounded call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Bounded<T> {
+    /// It returned this within the bound.
+    Returned(T),
+    /// It was still running when the bound passed; it was left running on
+    /// its own thread.
+    Stalled,
+}
+
+/// Runs `work` on a new thread and waits for it at most `bound`: an abort
+/// that stalls inside NCCL must not take its caller with it.
+pub fn run_bounded<T: Send + 'static>(
+    name: &str,
+    bound: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Bounded<T> {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let _ = sender.send(work());
+        });
+    if spawned.is_err() {
+        return Bounded::Stalled;
+    }
+    match receiver.recv_timeout(bound) {
+        Ok(value) => Bounded::Returned(value),
+        Err(_) => Bounded::Stalled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+    /// A completion the test finishes or breaks by hand.
+    #[derive(Default)]
+    struct Fake {
+        state: AtomicU8,
+        polls: AtomicUsize,
+    }
+
+    impl Fake {
+        fn finish(&self) {
+            self.state.store(1, Ordering::SeqCst);
+        }
+        fn fail(&self) {
+            self.state.store(2, Ordering::SeqCst);
+        }
+    }
+
+    impl Completion for Fake {
+        fn poll(&self) -> Progress {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            match self.state.load(Ordering::SeqCst) {
+                0 => Progress::Running,
+                1 => Progress::Done,
+                _ => Progress::Broken(launch_failed()),
+            }
+        }
+
+        // The tracker never marks operations failed; the group does.
+        fn fail(&self, _failure: &Arc<Failure>) {}
+    }
+
+    fn launch_failed() -> DriverError {
+        DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_LAUNCH_FAILED)
+    }
+
+    fn op(seq: u64, enqueued: Instant, timeout_ms: u64, fake: &Arc<Fake>) -> PendingOp {
+        PendingOp {
+            seq,
+            enqueued,
+            timeout: Duration::from_millis(timeout_ms),
+            completion: Arc::clone(fake) as Arc<dyn Completion>,
+        }
+    }
+
+    fn fakes(n: usize) -> Vec<Arc<Fake>> {
+        (0..n).map(|_| Arc::new(Fake::default())).collect()
+    }
+
+    #[test]
+    fn finished_operations_leave_in_any_order() {
+        let tracker = Tracker::default();
+        let t0 = Instant::now();
+        let f = fakes(3);
+        for (seq, fake) in f.iter().enumerate() {
+            tracker.push(op(seq as u64, t0, 1000, fake), |_| {});
+        }
+        f[1].finish();
+        let mut seen = Vec::new();
+        assert_eq!(tracker.scan(t0, |s| seen.push(s)), None);
+        assert_eq!(seen, vec![1]);
+        assert_eq!(tracker.len(), 2);
+        f[0].finish();
+        f[2].finish();
+        assert_eq!(tracker.scan(t0, |s| seen.push(s)), None);
+        assert_eq!(seen, vec![1, 0, 2]);
+        assert!(tracker.is_empty());
+    }
+
+    #[test]
+    fn the_oldest_operation_past_its_deadline_is_the_verdict() {
+        let tracker = Tracker::default();
+        let t0 = Instant::now();
+        let f = fakes(3);
+        tracker.push(op(0, t0, 100, &f[0]), |_| {});
+        tracker.push(op(1, t0, 50, &f[1]), |_| {});
+        tracker.push(op(2, t0, 10, &f[2]), |_| {});
+        // Nothing is late at 5 ms.
+        assert_eq!(tracker.scan(t0 + Duration::from_millis(5), |_| {}), None);
+        // At 60 ms ops 1 and 2 are late; op 1 was enqueued first.
+        let verdict = tracker.scan(t0 + Duration::from_millis(60), |_| {});
+        assert_eq!(
+            verdict,
+            Some(Verdict::TimedOut {
+                seq: 1,
+                ran: Duration::from_millis(60),
+                timeout: Duration::from_millis(50),
+            })
+        );
+        // The late ops stay pending until the group drains them.
+        assert_eq!(tracker.len(), 3);
+        assert_eq!(
+            tracker.drain().iter().map(|p| p.seq).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert!(tracker.is_empty());
+    }
+
+    #[test]
+    fn an_operation_that_finishes_late_is_not_a_timeout() {
+        let tracker = Tracker::default();
+        let t0 = Instant::now();
+        let f = fakes(1);
+        tracker.push(op(0, t0, 10, &f[0]), |_| {});
+        f[0].finish();
+        // Done wins over a deadline that passed before the scan.
+        let mut seen = Vec::new();
+        assert_eq!(
+            tracker.scan(t0 + Duration::from_secs(5), |s| seen.push(s)),
+            None
+        );
+        assert_eq!(seen, vec![0]);
+    }
+
+    #[test]
+    fn a_broken_poll_is_a_verdict_even_before_the_deadline() {
+        let tracker = Tracker::default();
+        let t0 = Instant::now();
+        let f = fakes(2);
+        tracker.push(op(0, t0, 1000, &f[0]), |_| {});
+        tracker.push(op(1, t0, 1000, &f[1]), |_| {});
+        f[1].fail();
+        assert_eq!(
+            tracker.scan(t0, |_| {}),
+            Some(Verdict::Broken {
+                seq: 1,
+                error: launch_failed()
+            })
+        );
+    }
+
+    #[test]
+    fn a_long_backlog_is_reaped_by_the_enqueuing_thread() {
+        let tracker = Tracker::default();
+        let t0 = Instant::now();
+        let f = fakes(REAP_ABOVE + 10);
+        let mut reaped = Vec::new();
+        for (seq, fake) in f.iter().enumerate() {
+            fake.finish();
+            tracker.push(op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
+        }
+        // Every push past the threshold reaped the finished front.
+        assert!(tracker.len() <= REAP_ABOVE + 1, "{}", tracker.len());
+        assert_eq!(reaped, (0..reaped.len() as u64).collect::<Vec<_>>());
+        // Below the threshold nobody polls at push time.
+        let small = Tracker::default();
+        let g = fakes(2);
+        small.push(op(0, t0, 1000, &g[0]), |_| {});
+        small.push(op(1, t0, 1000, &g[1]), |_| {});
+        assert_eq!(g[0].polls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn reaping_stops_at_the_first_running_operation() {
+        let mut pending = VecDeque::new();
+        let t0 = Instant::now();
+        let f = fakes(3);
+        for (seq, fake) in f.iter().enumerate() {
+            pending.push_back(op(seq as u64, t0, 1000, fake));
+        }
+        f[0].finish();
+        f[2].finish();
+        let mut reaped = Vec::new();
+        reap_front(&mut pending, |s| reaped.push(s));
+        assert_eq!(reaped, vec![0]);
+        assert_eq!(pending.len(), 2);
+    }
+
+    struct Counting {
+        ticks: AtomicUsize,
+    }
+
+    impl Watched for Counting {
+        fn tick(&self, _now: Instant) {
+            self.ticks.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_watchdog_ticks_live_groups_and_forgets_dropped_ones() {
+        let group = Arc::new(Counting {
+            ticks: AtomicUsize::new(0),
+        });
+        let weak: Weak<dyn Watched> = Arc::downgrade(&(Arc::clone(&group) as Arc<dyn Watched>));
+        watch(weak).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while group.ticks.load(Ordering::SeqCst) < 3 {
+            assert!(Instant::now() < deadline, "the watchdog never ticked");
+            std::thread::sleep(INTERVAL);
+        }
+        // The watchdog holds only a weak reference, and only while ticking.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(&group) > 1 {
+            assert!(Instant::now() < deadline, "the watchdog kept the group");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn bounded_calls_return_or_are_left_behind() {
+        assert_eq!(
+            run_bounded("quick", Duration::from_secs(10), || 7),
+            Bounded::Returned(7)
+        );
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let started = Instant::now();
+        let outcome = run_bounded("stuck", Duration::from_millis(50), move || {
+            let _ = wait.recv();
+        });
+        assert_eq!(outcome, Bounded::Stalled);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(release);
+    }
+}
