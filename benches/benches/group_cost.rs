@@ -1,33 +1,24 @@
-//! What the process group costs per operation, side by side with raw NCCL
-//! in one run:
+//! What the process group's communicator cache costs per operation:
 //!
 //! * `group_cache/hit`: the communicator-cache lookup an operation does on
 //!   a cached key (a fake factory, so it runs without a GPU too).
-//! * `group_host_cost/all_reduce_in_place_8B`: one in-place all-reduce of
-//!   2 f32 at world size 1 (no GPU work: the time is the host's), `raw`
-//!   (`ncclAllReduce` through nccl-sys on a communicator of its own) against
-//!   `group` (`ProcessGroup::all_reduce` + `Work::wait`: both event syncs, the
-//!   cache lookup and the communicator lock included). Launches are timed
-//!   in chunks with a stream synchronisation between chunks outside the
-//!   measured time.
+//! * `flight_recorder/record_and_finish`: what the always-on flight
+//!   recorder adds to every operation: one record when it is enqueued and
+//!   one completion mark (which the watchdog makes off the caller's thread).
 //!
-//! Without a GPU the GPU part prints `SKIP: needs 1 GPU(s), found 0` and
-//! succeeds, unless `NCCL_TEST_REQUIRE_GPU=1` is set.
+//! The group's whole per-operation host cost (`ProcessGroup` op +
+//! `Work::wait`, against raw NCCL and the other layers in the same run) is
+//! the `group` entry of the `host_cost` bench.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use nccl_core::{Communicator, DataType, Device, ReduceOp, UniqueId};
-use nccl_group::{
-    CommCache, CommFactory, CommKey, DeviceList, GroupOptions, InProcessStore, Membership,
-    ProcessGroup, Store,
-};
-use nccl_tensor::Tensor;
-
-/// Launches timed between two synchronisations.
-const CHUNK: u64 = 256;
+use nccl_core::{DataType, UniqueId};
+use nccl_group::OpState;
+use nccl_group::recorder::{FlightRecorder, OpDescription};
+use nccl_group::{CommCache, CommFactory, CommKey, DeviceList, InProcessStore, Membership, Store};
 
 /// A factory that makes plain numbers: the cache's own cost, without NCCL.
 struct Numbers;
@@ -63,93 +54,24 @@ fn cache_hit(criterion: &mut Criterion) {
     });
 }
 
-fn gpu_count() -> usize {
-    if nccl_core::cuda_driver_available() {
-        Device::count().unwrap_or(0)
-    } else {
-        0
-    }
-}
-
-/// Times `iterations` calls of `call`, synchronising `stream` every
-/// [`CHUNK`] calls outside the measured time.
-fn chunked(
-    iterations: u64,
-    stream: &cudarc::driver::CudaStream,
-    mut call: impl FnMut(),
-) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = iterations;
-    while left > 0 {
-        let n = left.min(CHUNK);
-        let start = Instant::now();
-        for _ in 0..n {
-            call();
-        }
-        total += start.elapsed();
-        stream.synchronize().expect("synchronise the stream");
-        left -= n;
-    }
-    total
-}
-
-fn host_cost(criterion: &mut Criterion) {
-    let device = Device::new(0).expect("GPU 0");
-    let stream = device.new_stream().expect("a stream");
-
-    let raw_comm =
-        Communicator::new(device.clone(), 1, UniqueId::new().expect("unique id"), 0).expect("init");
-    let lib = raw_comm.library();
-    let all_reduce = lib.functions().ncclAllReduce().expect("ncclAllReduce");
-    let raw_handle = raw_comm.as_raw().expect("live communicator");
-    let raw_buffer = stream.alloc_zeros::<f32>(2).expect("alloc");
-    let (pointer, _record) = cudarc::driver::DevicePtr::device_ptr(&raw_buffer, &stream);
-    let pointer = pointer as *mut std::ffi::c_void;
-    let raw_stream = stream.cu_stream() as nccl_core::nccl_sys::cudaStream_t;
-
-    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let group = ProcessGroup::new("bench", 0, 1, store, "in-process", GroupOptions::default())
-        .expect("group");
-    let mut tensor = Some(Tensor::<f32>::zeros(&stream, &[2]).expect("tensor"));
-    // Creates the cached communicator outside the measurement.
-    let work = group
-        .all_reduce(tensor.take().expect("tensor"), ReduceOp::Sum, &stream)
-        .expect("first all_reduce");
-    tensor = Some(work.wait().expect("wait"));
-
-    let mut bench = criterion.benchmark_group("group_host_cost/all_reduce_in_place_8B");
-    bench.bench_function("raw", |b| {
-        b.iter_custom(|iterations| {
-            chunked(iterations, &stream, || {
-                // SAFETY: `raw_buffer` holds 2 f32 on GPU 0 and outlives the
-                // bench; the communicator and stream are live.
-                let result = unsafe {
-                    all_reduce(
-                        pointer,
-                        pointer,
-                        2,
-                        DataType::Float32.to_raw(),
-                        ReduceOp::Sum.to_raw(),
-                        raw_handle,
-                        raw_stream,
-                    )
-                };
-                black_box(result);
-            })
+fn flight_recorder(criterion: &mut Criterion) {
+    let recorder = FlightRecorder::new(2048);
+    let description = OpDescription {
+        op: "all_reduce",
+        dtype: Some(DataType::Float32),
+        count: 2,
+        peer: None,
+        devices: DeviceList::one(0).expect("one device"),
+        collective: true,
+    };
+    criterion.bench_function("flight_recorder/record_and_finish", |b| {
+        b.iter(|| {
+            let now = Instant::now();
+            let record = recorder.record(black_box(&description), now);
+            recorder.finish(record.seq, OpState::Completed, now);
+            black_box(record.seq)
         })
     });
-    bench.bench_function("group", |b| {
-        b.iter_custom(|iterations| {
-            chunked(iterations, &stream, || {
-                let input = tensor.take().expect("the tensor is handed back each time");
-                let work = group
-                    .all_reduce(input, ReduceOp::Sum, &stream)
-                    .expect("all_reduce");
-                tensor = Some(work.wait().expect("wait"));
-            })
-        })
-    });
-    bench.finish();
 }
 
 fn main() {
@@ -158,16 +80,6 @@ fn main() {
         .measurement_time(Duration::from_secs(1))
         .configure_from_args();
     cache_hit(&mut criterion);
-    let found = gpu_count();
-    if found >= 1 {
-        host_cost(&mut criterion);
-    } else if std::env::var("NCCL_TEST_REQUIRE_GPU").as_deref() == Ok("1") {
-        eprintln!(
-            "group_cost: NCCL_TEST_REQUIRE_GPU=1 but this bench needs 1 GPU(s), found {found}"
-        );
-        std::process::exit(1);
-    } else {
-        println!("SKIP: needs 1 GPU(s), found {found}");
-    }
+    flight_recorder(&mut criterion);
     criterion.final_summary();
 }

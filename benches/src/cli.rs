@@ -18,8 +18,10 @@ use crate::layer::LayerKind;
     version,
     about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this workspace",
     long_about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this \
-                  workspace (raw nccl-sys calls, nccl-core, or nccl-tensor's safe API). One thread per \
-                  GPU (rank = GPU index), one communicator per rank, one non-blocking stream per rank. \
+                  workspace (raw nccl-sys calls, nccl-core, nccl-tensor's safe API, or nccl-group's \
+                  ProcessGroup). One thread per GPU (rank = GPU index), one communicator per rank, one \
+                  non-blocking stream per rank (and one process of a ProcessGroup per rank for --layer \
+                  group). \
                   The table goes to stdout and stays machine-readable (lines starting with '#' are \
                   comments; every row has the same columns); a progress bar goes to stderr when it is \
                   a terminal; errors go to stderr, as one line.\n\n\
@@ -37,6 +39,7 @@ use crate::layer::LayerKind;
                   nccl-perf -b 8 -e 128M -f 2 all_reduce\n  \
                   nccl-perf --layer tensor -b 8 -e 1G -f 4 -n 200 -w 20\n  \
                   nccl-perf --compare raw,tensor --json rows.jsonl --plot bw.svg all_reduce\n  \
+                  nccl-perf --compare raw,group -b 8 -e 128M -f 2\n  \
                   nccl-perf --compare raw,core -G 100 -b 8 -e 1M sendrecv"
 )]
 pub struct Args {
@@ -97,9 +100,11 @@ pub struct Args {
     #[arg(value_enum, value_name = "COLLECTIVE")]
     pub collective: Option<CollectiveArg>,
 
-    /// The layer that issues the calls: raw nccl-sys function pointers, nccl-core, or
+    /// The layer that issues the calls: raw nccl-sys function pointers, nccl-core,
     /// nccl-tensor's safe typed API (which has no in-place all_gather, reduce_scatter or
-    /// all_to_all: those halves print N/A).
+    /// all_to_all: those halves print N/A), or nccl-group's ProcessGroup (an op + Work::wait
+    /// per call; whole-tensor ops only: in-place all_reduce, broadcast and reduce,
+    /// out-of-place all_gather, reduce_scatter and all_to_all, no sendrecv; the rest N/A).
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,
 
@@ -463,6 +468,8 @@ mod tests {
         assert_eq!((c.baseline, c.subject), (LayerKind::Raw, LayerKind::Tensor));
         let c = parse_compare(" Core , RAW ").unwrap();
         assert_eq!((c.baseline, c.subject), (LayerKind::Core, LayerKind::Raw));
+        let c = parse_compare("raw,group").unwrap();
+        assert_eq!((c.baseline, c.subject), (LayerKind::Raw, LayerKind::Group));
 
         let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,core"]).unwrap();
         assert_eq!(args.layers(), vec![LayerKind::Raw, LayerKind::Core]);
@@ -482,10 +489,10 @@ mod tests {
             parse_compare("tensor,TENSOR"),
             Err(CompareError::SameLayer("tensor"))
         );
-        let unknown = parse_compare("raw,group").unwrap_err();
+        let unknown = parse_compare("raw,groups").unwrap_err();
         assert_eq!(
             unknown.to_string(),
-            "unknown layer \"group\" (expected one of: raw, core, tensor)"
+            "unknown layer \"groups\" (expected one of: raw, core, tensor, group)"
         );
         for bad in ["raw", "raw,", ",core", "raw,core,tensor", "", "raw;core"] {
             assert!(
@@ -578,6 +585,8 @@ mod tests {
         assert_eq!(args.plot.as_deref(), Some(std::path::Path::new("bw.svg")));
         let tensor = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
         assert_eq!(tensor.layers(), vec![LayerKind::Tensor]);
+        let group = Args::try_parse_from(["nccl-perf", "--layer", "group"]).unwrap();
+        assert_eq!(group.layers(), vec![LayerKind::Group]);
 
         let by_flag = Args::try_parse_from(["nccl-perf", "--op-name", "sendrecv"]).unwrap();
         assert_eq!(by_flag.collectives(), vec![Collective::SendRecv]);

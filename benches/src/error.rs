@@ -17,6 +17,10 @@ pub enum BenchError {
     /// A call through nccl-tensor failed (an argument check or NCCL's error).
     #[error(transparent)]
     Tensor(#[from] nccl_tensor::Error),
+    /// A call of the group layer's `ProcessGroup` failed (its rendezvous,
+    /// an argument check, NCCL, or an event sync), or destroying it did.
+    #[error("group layer: {0}")]
+    Group(#[from] nccl_group::GroupError),
     /// Capturing a layer's calls in a CUDA graph (`-G`) failed.
     #[error(
         "capturing {iters} {collective} call(s) of the {layer} layer in a CUDA graph (-G) failed: {source}"

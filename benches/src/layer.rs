@@ -1,17 +1,21 @@
 //! The layers a benchmark can issue its calls through, one implementation
 //! each: [`RawLayer`] (nccl-sys function pointers), [`CoreLayer`]
-//! (nccl-core's `unsafe` collectives) and [`TensorLayer`] (nccl-tensor's
-//! safe, typed `Communicator`). `group` is to follow: add a [`LayerKind`]
-//! variant, a type implementing [`Layer`] and a line in [`new_layer`].
+//! (nccl-core's `unsafe` collectives), [`TensorLayer`] (nccl-tensor's
+//! safe, typed `Communicator`) and [`GroupLayer`] (nccl-group's
+//! `ProcessGroup`, one process per rank thread). Another layer is a
+//! [`LayerKind`] variant, a type implementing [`Layer`] and a line in
+//! [`new_layer`].
 //!
 //! A layer *binds* one call (collective, mode, buffers, count, type) before
 //! the timed loop into a [`Launch`]: the timed loop then only calls the
 //! launcher, so it measures the collective calls and nothing else. A
 //! launcher borrows the rank's [`DeviceBuffers`] for as long as it lives
-//! (the tensor layer holds typed views of them), so the runner binds again
-//! after touching the buffers itself; binding is never timed.
+//! (the tensor layer holds typed views of them; the group layer copies its
+//! tensors from them when bound and back when dropped), so the runner binds
+//! again after touching the buffers itself; binding is never timed.
 
 mod core_layer;
+mod group_layer;
 mod raw;
 mod tensor_layer;
 
@@ -21,8 +25,10 @@ use std::sync::Arc;
 use clap::ValueEnum;
 use cudarc::driver::CudaStream;
 use nccl_core::{DataType, ReduceOp};
+use nccl_group::ProcessGroup;
 
 pub use core_layer::CoreLayer;
+pub use group_layer::GroupLayer;
 pub use raw::RawLayer;
 pub use tensor_layer::TensorLayer;
 
@@ -41,6 +47,11 @@ pub enum LayerKind {
     /// nccl-tensor's safe `Communicator` on typed `CudaSlice<T>` views
     /// (full argument checks and cudarc's stream tracking on every call).
     Tensor,
+    /// nccl-group's `ProcessGroup` (one process per rank thread, over an
+    /// in-process store): an operation + `Work::wait` per call, on tensors
+    /// of its own; whole-tensor forms only (in-place all_reduce, broadcast,
+    /// reduce; out-of-place all_gather, reduce_scatter, all_to_all).
+    Group,
 }
 
 impl LayerKind {
@@ -50,6 +61,7 @@ impl LayerKind {
             LayerKind::Raw => "raw",
             LayerKind::Core => "core",
             LayerKind::Tensor => "tensor",
+            LayerKind::Group => "group",
         }
     }
 }
@@ -147,17 +159,20 @@ pub trait Layer {
     /// Which layer this is.
     fn kind(&self) -> LayerKind;
 
-    /// Whether this layer can issue `collective` in `mode`. The tensor
-    /// layer's safe API refuses an input that aliases the output, so it has
-    /// no in-place all_gather, reduce_scatter or all_to_all (their rows
-    /// print `N/A`). The other layers issue everything.
+    /// Whether this layer can issue `collective` in `mode`; rows it cannot
+    /// print `N/A`. The tensor layer's safe API refuses an input that
+    /// aliases the output, so it has no in-place all_gather, reduce_scatter
+    /// or all_to_all. The group layer has whole-tensor operations only (see
+    /// [`GroupLayer::missing`]). The raw and core layers issue everything.
     fn supports(&self, collective: Collective, mode: Mode) -> bool {
         let _ = (collective, mode);
         true
     }
 
     /// Binds `call` into a launcher. Functions are looked up and views
-    /// made here, once.
+    /// made here, once. What a launcher enqueues may be captured in a CUDA
+    /// graph and replayed after the launcher is dropped, until the layer's
+    /// next bind (the group layer keeps its tensors that long).
     ///
     /// # Safety
     /// For as long as the launcher is called: `call.send` and `call.recv`
@@ -177,19 +192,31 @@ pub trait Layer {
     ) -> Result<Launch<'s>, BenchError>;
 }
 
-/// The layer `kind` over this rank's communicator and stream.
+/// The layer `kind` over this rank's communicator, process group (which
+/// only the group layer uses) and stream.
 ///
 /// # Errors
-/// The communicator was aborted or finalized.
+/// The communicator was aborted or finalized, or the group layer was asked
+/// for without a process group.
 pub fn new_layer<'a>(
     kind: LayerKind,
     comm: &'a nccl_tensor::Communicator,
+    group: Option<&'a ProcessGroup>,
     stream: &'a Arc<CudaStream>,
 ) -> Result<Box<dyn Layer + 'a>, BenchError> {
     Ok(match kind {
         LayerKind::Raw => Box::new(RawLayer::new(comm.core(), stream)?),
         LayerKind::Core => Box::new(CoreLayer::new(comm.core(), stream)),
         LayerKind::Tensor => Box::new(TensorLayer::new(comm, stream)),
+        LayerKind::Group => {
+            let group = group.ok_or_else(|| {
+                BenchError::Usage(
+                    "internal error: the group layer needs this rank's process group, but none was created"
+                        .to_string(),
+                )
+            })?;
+            Box::new(GroupLayer::new(group, stream))
+        }
     })
 }
 
@@ -302,6 +329,8 @@ mod tests {
         assert_eq!(LayerKind::Raw.name(), "raw");
         assert_eq!(LayerKind::Core.name(), "core");
         assert_eq!(LayerKind::Tensor.name(), "tensor");
+        assert_eq!(LayerKind::Group.name(), "group");
+        assert_eq!(LayerKind::value_variants().len(), 4);
         for kind in LayerKind::value_variants() {
             assert_eq!(kind.to_possible_value().unwrap().get_name(), kind.name());
         }

@@ -5,7 +5,9 @@
 //! chosen layer of this workspace, so layers can be compared side by side in
 //! one run on the same GPU and libnccl: `--layer raw` calls the nccl-sys
 //! function pointers directly, `--layer core` goes through nccl-core,
-//! `--layer tensor` through nccl-tensor's safe typed API.
+//! `--layer tensor` through nccl-tensor's safe typed API, `--layer group`
+//! through nccl-group's `ProcessGroup` (whole-tensor operations only: its
+//! other halves print `N/A`).
 //!
 //! `--compare A,B` runs two layers interleaved on the same buffers and adds
 //! a `ratio` column (time B / time A) at the end of each half of B's table;
@@ -15,9 +17,10 @@
 //! when it is a terminal, while the table on stdout stays machine-readable.
 //!
 //! The `host_cost` criterion bench (`cargo bench -p benches`) measures the
-//! host cost of every op per layer, the tensor layer's argument checks
-//! (no GPU needed), heap allocations in steady state, and large-message
-//! copy bandwidth.
+//! host cost of every op per layer (the group layer's for the ops it has),
+//! the tensor layer's argument checks (no GPU needed), heap allocations in
+//! steady state, and large-message copy bandwidth; `group_cost` measures
+//! the process group's communicator-cache lookup.
 //!
 //! Modules, one concern each:
 //! * [`cli`]: the flags (clap), `--compare` and size parsing (`128M`).

@@ -1,6 +1,8 @@
 //! Running a benchmark: one thread per GPU (rank = GPU index), one
-//! communicator and one non-blocking stream per rank, and the main thread
-//! gathering every rank's measurements into table rows.
+//! communicator and one non-blocking stream per rank (and, for the group
+//! layer, one process of a `ProcessGroup` per rank, meeting the others in
+//! one in-process store), and the main thread gathering every rank's
+//! measurements into table rows.
 //!
 //! Per collective, each rank allocates its typed send and receive buffers
 //! once (for the largest size). Then, per size and mode (out-of-place, then
@@ -23,6 +25,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use cudarc::driver::CudaStream;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nccl_core::{AbortHandle, Communicator, DataType, Device, ReduceOp, UniqueId};
+use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
 
 use crate::buffers::DeviceBuffers;
 use crate::check::{CheckData, CheckSetup, count_wrong};
@@ -30,7 +33,9 @@ use crate::cli::Args;
 use crate::collective::{Collective, Mode};
 use crate::env::{Environment, world_size};
 use crate::error::BenchError;
-use crate::layer::{Call, Launch, Layer, LayerKind, TensorLayer, has_native_all_to_all, new_layer};
+use crate::layer::{
+    Call, GroupLayer, Launch, Layer, LayerKind, TensorLayer, has_native_all_to_all, new_layer,
+};
 use crate::report::{
     Measurement, Ratio, Reporter, Row, average_busbw, c_general, table_footer, table_header,
 };
@@ -240,13 +245,17 @@ impl DeviceInfo {
     }
 }
 
+/// The name of the group layer's process group (one per run).
+const GROUP_NAME: &str = "nccl-perf";
+
 /// What a rank thread tells the main thread.
 enum Message {
-    /// The rank has its communicator.
+    /// The rank has its communicator (and process group, for the group layer).
     Ready {
         rank: usize,
         device: DeviceInfo,
         abort: AbortHandle,
+        group: Option<ProcessGroup>,
     },
     /// One mode of one row of one layer, measured on one rank; no time when
     /// the layer cannot issue that mode.
@@ -320,14 +329,17 @@ pub fn run(args: &Args, env: &Environment, out: impl Write) -> Result<Summary, B
     let progress = progress_bar(plan.row_count());
     let mut reporter = Reporter::new(out, json).with_progress(progress.clone());
     let id = UniqueId::new()?;
+    // Where the group layer's processes (the rank threads) meet.
+    let store = Arc::new(InProcessStore::new());
     let barrier = Arc::new(RankBarrier::new(world));
     let (sender, receiver) = mpsc::channel();
     let mut threads = Vec::with_capacity(world);
     for rank in 0..world {
         let (plan, barrier, sender) = (Arc::clone(&plan), Arc::clone(&barrier), sender.clone());
+        let store = Arc::clone(&store);
         let thread = std::thread::Builder::new()
             .name(format!("nccl-perf rank {rank}"))
-            .spawn(move || rank_thread(rank, &plan, id, &barrier, &sender))
+            .spawn(move || rank_thread(rank, &plan, id, &store, &barrier, &sender))
             .map_err(|source| BenchError::Io {
                 what: "a rank thread".to_string(),
                 source,
@@ -339,6 +351,7 @@ pub fn run(args: &Args, env: &Environment, out: impl Write) -> Result<Summary, B
         receiver,
         pending: HashMap::new(),
         aborts: Vec::new(),
+        groups: Vec::new(),
         world,
         barrier,
         progress: progress.clone(),
@@ -375,10 +388,11 @@ fn rank_thread(
     rank: usize,
     plan: &Plan,
     id: UniqueId,
+    store: &Arc<InProcessStore>,
     barrier: &RankBarrier,
     sender: &Sender<Message>,
 ) {
-    let message = match run_rank(rank, plan, id, barrier, sender) {
+    let message = match run_rank(rank, plan, id, store, barrier, sender) {
         Ok(()) => Message::Finished,
         Err(error) => {
             barrier.break_all();
@@ -388,10 +402,13 @@ fn rank_thread(
     let _ = sender.send(message);
 }
 
+/// One rank: `id` is the bench communicator's unique id, `store` where
+/// the group layer's processes (the rank threads) meet.
 fn run_rank(
     rank: usize,
     plan: &Plan,
     id: UniqueId,
+    store: &Arc<InProcessStore>,
     barrier: &RankBarrier,
     sender: &Sender<Message>,
 ) -> Result<(), BenchError> {
@@ -403,16 +420,35 @@ fn run_rank(
     // The tensor layer needs nccl-tensor's communicator; the raw and core
     // layers use the nccl-core communicator inside it.
     let comm = nccl_tensor::Communicator::from_core(core)?;
+    let group = if plan.layers.contains(&LayerKind::Group) {
+        Some(ProcessGroup::new(
+            GROUP_NAME,
+            rank,
+            plan.world,
+            store.clone(),
+            "in-process",
+            GroupOptions::default(),
+        )?)
+    } else {
+        None
+    };
     let _ = sender.send(Message::Ready {
         rank,
         device: DeviceInfo::of(&device),
         abort,
+        group: group.clone(),
     });
+    if let Some(group) = &group {
+        // The group's first operation creates its communicator, with every
+        // rank; a barrier now keeps that out of the timed batches and CUDA
+        // graph captures, whatever -w and -c are.
+        group.barrier(&stream)?.wait()?;
+    }
     {
         let layers = plan
             .layers
             .iter()
-            .map(|&kind| new_layer(kind, &comm, &stream))
+            .map(|&kind| new_layer(kind, &comm, group.as_ref(), &stream))
             .collect::<Result<Vec<_>, _>>()?;
         for (index, &collective) in plan.collectives.iter().enumerate() {
             run_collective(
@@ -423,6 +459,10 @@ fn run_rank(
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream at the end"))?;
+    // Collective, like the finalize below: every rank gets here.
+    if let Some(group) = &group {
+        group.destroy()?;
+    }
     comm.core().finalize()?;
     Ok(())
 }
@@ -618,6 +658,7 @@ struct Gatherer {
     receiver: Receiver<Message>,
     pending: HashMap<RowKey, Vec<Sample>>,
     aborts: Vec<AbortHandle>,
+    groups: Vec<ProcessGroup>,
     world: usize,
     barrier: Arc<RankBarrier>,
     progress: ProgressBar,
@@ -642,8 +683,10 @@ impl Gatherer {
                 rank,
                 device,
                 abort,
+                group,
             }) => {
                 self.aborts.push(abort);
+                self.groups.extend(group);
                 Ok(Some((rank, device)))
             }
             Ok(Message::Measured {
@@ -682,6 +725,10 @@ impl Gatherer {
         self.barrier.break_all();
         for abort in &self.aborts {
             let _ = abort.abort();
+        }
+        for group in &self.groups {
+            // The process exits next, so an abort that stalls changes nothing.
+            let _ = group.abort();
         }
     }
 
@@ -896,11 +943,46 @@ pub fn plan_notes(plan: &Plan) -> Vec<String> {
             tensor_without_in_place.join(", ")
         ));
     }
+    if plan.layers.contains(&LayerKind::Group) {
+        lines.extend(group_notes(&plan.collectives));
+    }
     if plan.graph > 0 {
         lines.push(
             "# note: cudarc's stream tracking is paused while capturing (each rank uses one stream)"
                 .to_string(),
         );
+    }
+    lines
+}
+
+/// What the group layer's calls are, and which halves of `collectives` it
+/// has no form for (printed `N/A`), with why.
+fn group_notes(collectives: &[Collective]) -> Vec<String> {
+    let mut lines = vec![
+        "# note: the group layer's call is a ProcessGroup op + Work::wait on tensors of its own, \
+         copied from and back to the buffers outside the timed batches"
+            .to_string(),
+    ];
+    for (mode, label) in [
+        (Mode::OutOfPlace, "out-of-place"),
+        (Mode::InPlace, "in-place"),
+    ] {
+        let (mut names, mut reasons) = (Vec::new(), Vec::new());
+        for &collective in collectives {
+            if let Some(why) = GroupLayer::missing(collective, mode) {
+                names.push(collective.name());
+                if !reasons.contains(&why) {
+                    reasons.push(why);
+                }
+            }
+        }
+        if !names.is_empty() {
+            lines.push(format!(
+                "# note: the group layer has no {label} {} ({}): N/A",
+                names.join(", "),
+                reasons.join("; ")
+            ));
+        }
     }
     lines
 }
@@ -1046,6 +1128,45 @@ mod tests {
         let notes = plan_notes(&plan);
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("20 back-to-back call(s)"));
+    }
+
+    #[test]
+    fn group_plans_note_the_halves_the_group_lacks() {
+        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,group"]).unwrap();
+        let plan = Plan::new(&args, 2).unwrap();
+        assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Group]);
+        assert_eq!(plan.layers_title(), "group vs raw");
+        let notes = plan_notes(&plan).join("\n");
+        assert!(notes.contains("ProcessGroup op + Work::wait"), "{notes}");
+        assert!(
+            notes.contains(
+                "no out-of-place all_reduce, broadcast, reduce, sendrecv (its all_reduce"
+            ),
+            "{notes}"
+        );
+        assert!(
+            notes
+                .contains("no in-place all_gather, reduce_scatter, all_to_all, sendrecv (it takes"),
+            "{notes}"
+        );
+        // Each reason once per line, sendrecv's included.
+        assert_eq!(notes.matches("pair communicator").count(), 2, "{notes}");
+        assert!(!notes.contains("tensor layer"), "{notes}");
+        assert!(notes.lines().all(|line| line.starts_with("# ")));
+
+        // Only the plan's collectives are named.
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "group", "all_gather"]).unwrap();
+        let notes = plan_notes(&Plan::new(&args, 4).unwrap());
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(
+            notes[2].starts_with("# note: the group layer has no in-place all_gather (it takes")
+        );
+        assert!(notes[2].ends_with("): N/A"), "{notes:?}");
+
+        // No group, no group notes.
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
+        let notes = plan_notes(&Plan::new(&args, 1).unwrap()).join("\n");
+        assert!(!notes.contains("group layer"), "{notes}");
     }
 
     #[test]

@@ -60,6 +60,8 @@ fn every_layer_and_collective_checks_the_driver_first() {
     for args in [
         &["--layer", "raw", "all_reduce"][..],
         &["--layer", "tensor", "all_gather"],
+        &["--layer", "group", "sendrecv"],
+        &["--compare", "raw,group", "-b", "8", "-e", "128M", "-f", "2"],
         &[
             "--compare",
             "raw,tensor",
@@ -108,6 +110,7 @@ fn help_and_bad_flags_need_no_gpu() {
         "--plot",
         "ratio",
         "tensor",
+        "group",
     ] {
         assert!(text.contains(flag), "--help lacks {flag}");
     }

@@ -1,0 +1,544 @@
+//! The group layer: nccl-group's `ProcessGroup`, through its public API
+//! only (no `unsafe` here). Each rank thread of nccl-perf is one process of
+//! the group, driving its rank's GPU, with a communicator of the group's
+//! own (the runner creates it with a barrier before anything is timed).
+//!
+//! Every launch calls the operation and [`Work::wait`](nccl_group::Work::wait),
+//! so the time includes what a user of the group pays per call: the event
+//! that makes the group's NCCL stream wait for the rank's stream, the
+//! communicator-cache lookup and lock, the collective (through
+//! nccl-tensor's safe API), the end event, and the rank's stream waiting
+//! for it (the CPU does not wait).
+//!
+//! The operations, per collective (out-of-place / in-place):
+//!
+//! | collective | out-of-place | in-place |
+//! |---|---|---|
+//! | all_reduce | N/A | `all_reduce(t)` |
+//! | broadcast | N/A | `broadcast(t)` |
+//! | reduce | N/A | `reduce(t)` |
+//! | all_gather | `all_gather(out, in)` | N/A |
+//! | reduce_scatter | `reduce_scatter(out, in)` | N/A |
+//! | all_to_all | `all_to_all(out, in)` | N/A |
+//! | sendrecv | N/A | N/A |
+//!
+//! Why the N/A rows ([`GroupLayer::missing`]): the group's all_reduce,
+//! broadcast and reduce work in place on one tensor; all_gather,
+//! reduce_scatter and all_to_all take the output and the input as two
+//! tensors, so nccl-tests' in-place layout (the input inside the output)
+//! cannot be expressed; and the group's send and recv are separate
+//! operations on a pair communicator (not one NCCL group), so in a ring of
+//! send-then-recv every rank would wait for a neighbour that is still
+//! sending itself, and at world size 1 there is no peer at all.
+//!
+//! The operations take owned tensors of exactly the call's element counts,
+//! so binding allocates them on the rank's stream and copies the call's
+//! input region of the rank's buffers into them (device to device); each
+//! launch moves them into the operation and takes them back from
+//! `Work::wait`. Dropping the launcher copies the output tensor back to the
+//! receive buffer at the call's offset, so the runner's check (which drops
+//! the launcher before reading the receive buffer) checks the group's
+//! result. Binding and dropping both synchronise the stream: the runner
+//! times on the host, from the first launch to a stream synchronisation,
+//! so a copy still queued then would be timed.
+//!
+//! The layer keeps a dropped launcher's tensors until its next bind: with
+//! `-G` the runner drops the launcher after capturing it and replays the
+//! graph later, and the graph uses the tensors' memory (the other layers'
+//! graphs use the rank's buffers, which outlive them anyway).
+
+use std::any::Any;
+use std::cell::Cell;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
+use nccl_group::{OpError, OpResult, ProcessGroup, WorkBuffers};
+use nccl_tensor::Tensor;
+
+use super::{Call, Launch, Layer, LayerKind};
+use crate::buffers::{BenchElement, DeviceBuffers, Pair};
+use crate::collective::{Collective, Mode};
+use crate::error::BenchError;
+
+/// Issues calls through nccl-group's `ProcessGroup` operations.
+pub struct GroupLayer<'a> {
+    group: &'a ProcessGroup,
+    stream: &'a Arc<CudaStream>,
+    /// The tensors of the last dropped launcher, freed by the next bind:
+    /// a CUDA graph captured through that launcher still uses them.
+    kept: Cell<Option<Box<dyn Any>>>,
+}
+
+/// The element index of device address `address` in a buffer of
+/// `elem`-byte elements starting at `base`; `None` for an address below the
+/// buffer or between two elements.
+fn element_offset(address: u64, base: u64, elem: usize) -> Option<usize> {
+    let bytes = usize::try_from(address.checked_sub(base)?).ok()?;
+    let elem = elem.max(1);
+    (bytes % elem == 0).then_some(bytes / elem)
+}
+
+/// The elements of the input and of the output tensor of `collective` for
+/// the NCCL count `count` on `world` ranks (the count is per rank for
+/// all_gather and reduce_scatter, per peer for all_to_all).
+const fn tensor_lengths(collective: Collective, count: usize, world: usize) -> (usize, usize) {
+    let whole = count * if world > 1 { world } else { 1 };
+    match collective {
+        Collective::AllGather => (count, whole),
+        Collective::ReduceScatter => (whole, count),
+        Collective::AllToAll => (whole, whole),
+        Collective::AllReduce
+        | Collective::Broadcast
+        | Collective::Reduce
+        | Collective::SendRecv => (count, count),
+    }
+}
+
+#[cold]
+fn internal(message: String) -> BenchError {
+    BenchError::Usage(format!("internal error: the group layer {message}"))
+}
+
+/// A region of `len` elements from element `start` that a buffer of
+/// `buffer_len` elements does not hold.
+fn region_error(what: &str, start: usize, len: usize, buffer_len: usize) -> BenchError {
+    internal(format!(
+        "needs elements {start}..{} of the {what} buffer, but it holds {buffer_len}",
+        start + len
+    ))
+}
+
+/// The element index of `address` in `buffer` (at `base`), or why not.
+fn offset_in<T>(
+    what: &str,
+    address: u64,
+    base: u64,
+    buffer: &CudaSlice<T>,
+) -> Result<usize, BenchError> {
+    let elem = std::mem::size_of::<T>();
+    element_offset(address, base, elem).ok_or_else(|| {
+        internal(format!(
+            "got the {what} address {address:#x}, which is not an element of the buffer at {base:#x} \
+             ({elem}-byte elements, {} of them)",
+            buffer.len()
+        ))
+    })
+}
+
+/// A tensor of `len` zeroed elements on `stream`.
+fn device_tensor<T: BenchElement>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<Tensor<T>, BenchError> {
+    // An empty call still goes through the group (NCCL accepts count 0);
+    // cudarc's `null` is its empty slice, with no zero-byte memset.
+    let data = if len == 0 {
+        stream.null()
+    } else {
+        stream.alloc_zeros(len)
+    }
+    .map_err(BenchError::cuda("allocating a tensor of the group layer"))?;
+    Ok(Tensor::from_slice(data, &[len])?)
+}
+
+/// The tensors a bound call moves through the group: its output is what
+/// goes back to the receive buffer. Owned (`'static`), so the layer can
+/// keep them after the launcher is gone.
+trait Operands<T: BenchElement>: WorkBuffers + 'static {
+    fn output(&self) -> &Tensor<T>;
+}
+
+/// An in-place operation's one tensor.
+impl<T: BenchElement> Operands<T> for Tensor<T> {
+    fn output(&self) -> &Tensor<T> {
+        self
+    }
+}
+
+/// An out-of-place operation's `(output, input)`, as the group takes them.
+type OutputInput<T> = (Tensor<T>, Tensor<T>);
+
+impl<T: BenchElement> Operands<T> for OutputInput<T> {
+    fn output(&self) -> &Tensor<T> {
+        &self.0
+    }
+}
+
+/// A bound call: its tensors between launches, and the receive-buffer
+/// region its output is copied back to when the launcher is dropped.
+struct Bound<'s, T: BenchElement, B: Operands<T>> {
+    /// `None` only after a failed `Work::wait`, which releases them.
+    operands: Option<B>,
+    results: CudaViewMut<'s, T>,
+    stream: &'s Arc<CudaStream>,
+    /// Where the tensors go when the launcher is dropped ([`GroupLayer::kept`]).
+    kept: &'s Cell<Option<Box<dyn Any>>>,
+}
+
+impl<'s, T: BenchElement, B: Operands<T>> Bound<'s, T, B> {
+    /// `operands` bound to the result region `results`, once the copies
+    /// into them are done.
+    fn new(
+        operands: B,
+        results: CudaViewMut<'s, T>,
+        layer: &'s GroupLayer<'_>,
+    ) -> Result<Self, BenchError> {
+        let stream = layer.stream;
+        let produced = operands.output().len();
+        if produced != results.len() {
+            return Err(internal(format!(
+                "made an output tensor of {produced} elements for a result region of {}",
+                results.len()
+            )));
+        }
+        stream.synchronize().map_err(BenchError::cuda(
+            "synchronizing after filling the group layer's tensors",
+        ))?;
+        Ok(Self {
+            operands: Some(operands),
+            results,
+            stream,
+            kept: &layer.kept,
+        })
+    }
+
+    /// Runs `op` on the tensors and waits for its work on the stream (not
+    /// on the CPU), keeping the tensors for the next launch.
+    #[inline]
+    fn launch(&mut self, op: impl FnOnce(B) -> OpResult<B>) -> Result<(), BenchError> {
+        let operands = self.operands.take().ok_or_else(|| {
+            internal("has no tensors left: an earlier Work::wait failed and released them".into())
+        })?;
+        match op(operands) {
+            Ok(work) => {
+                self.operands = Some(work.wait()?);
+                Ok(())
+            }
+            Err(failed) => {
+                let OpError { error, buffers } = *failed;
+                self.operands = Some(buffers);
+                Err(error.into())
+            }
+        }
+    }
+}
+
+impl<T: BenchElement, B: Operands<T>> Drop for Bound<'_, T, B> {
+    /// Copies the output back to the receive buffer, hands the tensors to
+    /// the layer to keep, then synchronises so that the copy does not land
+    /// in a timed batch. A failure cannot be returned from here: an
+    /// asynchronous one is sticky and the runner's next synchronisation
+    /// reports it; a copy refused outright leaves the receive buffer as it
+    /// was, which the check then counts as wrong elements.
+    fn drop(&mut self) {
+        let Some(operands) = self.operands.take() else {
+            return;
+        };
+        // `new` checked that the lengths match, as the copy requires.
+        if !self.results.is_empty() {
+            let _ = self
+                .stream
+                .memcpy_dtod(operands.output().as_slice(), &mut self.results);
+        }
+        self.kept.set(Some(Box::new(operands)));
+        let _ = self.stream.synchronize();
+    }
+}
+
+impl<'a> GroupLayer<'a> {
+    /// The layer over this rank's process group and stream.
+    pub fn new(group: &'a ProcessGroup, stream: &'a Arc<CudaStream>) -> Self {
+        Self {
+            group,
+            stream,
+            kept: Cell::new(None),
+        }
+    }
+
+    /// Why the group has no `collective` in `mode` (see the module docs);
+    /// `None` when it has.
+    pub const fn missing(collective: Collective, mode: Mode) -> Option<&'static str> {
+        match (collective, mode) {
+            (Collective::SendRecv, _) => Some(
+                "its send and recv are separate operations on a pair communicator, so in a ring \
+                 every rank would wait for a neighbour that is still sending (and world size 1 \
+                 has no peer)",
+            ),
+            (
+                Collective::AllReduce | Collective::Broadcast | Collective::Reduce,
+                Mode::OutOfPlace,
+            ) => Some("its all_reduce, broadcast and reduce work in place on one tensor"),
+            (
+                Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll,
+                Mode::InPlace,
+            ) => Some(
+                "it takes the output and the input as two tensors, so the input cannot lie inside the output",
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether the group has `collective` in `mode` (see the module docs).
+    pub const fn has(collective: Collective, mode: Mode) -> bool {
+        Self::missing(collective, mode).is_none()
+    }
+
+    /// The call's input tensor, filled from the call's input region (the
+    /// send buffer out of place, the receive buffer in place), and the
+    /// receive-buffer region its output goes back to.
+    fn stage<'s, T: BenchElement>(
+        &self,
+        call: &Call,
+        (send_base, recv_base): (u64, u64),
+        pair: &'s mut Pair<T>,
+    ) -> Result<(Tensor<T>, CudaViewMut<'s, T>), BenchError> {
+        // No graph of the last launcher is replayed after this bind; its
+        // tensors are freed on the stream, before the synchronisation that
+        // ends the bind.
+        drop(self.kept.take());
+        let world = usize::try_from(call.world).unwrap_or(1);
+        let (input_len, output_len) = tensor_lengths(call.collective, call.count, world);
+        let (source, source_base, source_name) = match call.mode {
+            Mode::OutOfPlace => (&pair.send, send_base, "send"),
+            Mode::InPlace => (&pair.recv, recv_base, "receive"),
+        };
+        let start = offset_in(source_name, call.send, source_base, source)?;
+        let input_region = source
+            .try_slice(start..start + input_len)
+            .ok_or_else(|| region_error(source_name, start, input_len, source.len()))?;
+        let mut input = device_tensor(self.stream, input_len)?;
+        if input_len > 0 {
+            self.stream
+                .memcpy_dtod(&input_region, input.as_slice_mut())
+                .map_err(BenchError::cuda(
+                    "copying the call's input into the group layer's tensor",
+                ))?;
+        }
+        let start = offset_in("receive", call.recv, recv_base, &pair.recv)?;
+        let available = pair.recv.len();
+        let results = pair
+            .recv
+            .try_slice_mut(start..start + output_len)
+            .ok_or_else(|| region_error("receive", start, output_len, available))?;
+        Ok((input, results))
+    }
+
+    /// An in-place call: one tensor, filled from the receive buffer.
+    fn in_place<'s, T: BenchElement>(
+        &'s self,
+        call: &Call,
+        bases: (u64, u64),
+        pair: &'s mut Pair<T>,
+    ) -> Result<Bound<'s, T, Tensor<T>>, BenchError> {
+        let (tensor, results) = self.stage(call, bases, pair)?;
+        Bound::new(tensor, results, self)
+    }
+
+    /// An out-of-place call: `(output, input)`, the input filled from the
+    /// send buffer.
+    fn out_of_place<'s, T: BenchElement>(
+        &'s self,
+        call: &Call,
+        bases: (u64, u64),
+        pair: &'s mut Pair<T>,
+    ) -> Result<Bound<'s, T, OutputInput<T>>, BenchError> {
+        let (input, results) = self.stage(call, bases, pair)?;
+        let output = device_tensor(self.stream, results.len())?;
+        Bound::new((output, input), results, self)
+    }
+
+    /// Binds `call` on typed buffers whose device addresses are `bases`
+    /// (send, receive): the tensors are made and filled here, once; each
+    /// launch calls the group's operation on them and waits on the stream.
+    /// The last launcher's tensors, kept by the layer, are freed here, so a
+    /// CUDA graph captured through that launcher must not be replayed after
+    /// this call.
+    ///
+    /// # Errors
+    /// A call the group cannot express ([`GroupLayer::missing`]), buffers
+    /// too small for it, or a CUDA failure making the tensors.
+    pub fn bind_typed<'s, T: BenchElement>(
+        &'s self,
+        call: &Call,
+        bases: (u64, u64),
+        pair: &'s mut Pair<T>,
+    ) -> Result<Launch<'s>, BenchError> {
+        let (group, stream) = (self.group, self.stream);
+        let (op, root) = (call.op, call.root);
+        Ok(match (call.collective, call.mode) {
+            (Collective::AllReduce, Mode::InPlace) => {
+                let mut bound = self.in_place(call, bases, pair)?;
+                Box::new(move || bound.launch(|tensor| group.all_reduce(tensor, op, stream)))
+            }
+            (Collective::Broadcast, Mode::InPlace) => {
+                let mut bound = self.in_place(call, bases, pair)?;
+                Box::new(move || bound.launch(|tensor| group.broadcast(tensor, root, stream)))
+            }
+            (Collective::Reduce, Mode::InPlace) => {
+                let mut bound = self.in_place(call, bases, pair)?;
+                Box::new(move || bound.launch(|tensor| group.reduce(tensor, op, root, stream)))
+            }
+            (Collective::AllGather, Mode::OutOfPlace) => {
+                let mut bound = self.out_of_place(call, bases, pair)?;
+                Box::new(move || {
+                    bound.launch(|(output, input)| group.all_gather(output, input, stream))
+                })
+            }
+            (Collective::ReduceScatter, Mode::OutOfPlace) => {
+                let mut bound = self.out_of_place(call, bases, pair)?;
+                Box::new(move || {
+                    bound.launch(|(output, input)| group.reduce_scatter(output, input, op, stream))
+                })
+            }
+            (Collective::AllToAll, Mode::OutOfPlace) => {
+                let mut bound = self.out_of_place(call, bases, pair)?;
+                Box::new(move || {
+                    bound.launch(|(output, input)| group.all_to_all(output, input, stream))
+                })
+            }
+            (collective, mode) => {
+                let mode = match mode {
+                    Mode::OutOfPlace => "out-of-place",
+                    Mode::InPlace => "in-place",
+                };
+                let why =
+                    Self::missing(collective, call.mode).unwrap_or("it has no such operation");
+                return Err(BenchError::Usage(format!(
+                    "the group layer has no {mode} {collective}: {why}"
+                )));
+            }
+        })
+    }
+}
+
+impl Layer for GroupLayer<'_> {
+    fn kind(&self) -> LayerKind {
+        LayerKind::Group
+    }
+
+    fn supports(&self, collective: Collective, mode: Mode) -> bool {
+        Self::has(collective, mode)
+    }
+
+    /// Binds through [`GroupLayer::bind_typed`]; `call`'s addresses only
+    /// locate the regions to copy from and to, through the typed buffers
+    /// (nothing here needs the caller's promise, which only the raw and
+    /// core layers rely on).
+    unsafe fn bind<'s>(
+        &'s self,
+        call: &Call,
+        buffers: &'s mut DeviceBuffers,
+    ) -> Result<Launch<'s>, BenchError> {
+        let bases = buffers.addresses(self.stream);
+        crate::with_pair!(buffers.typed_mut(), pair => self.bind_typed(call, bases, pair))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_group_has_whole_tensor_forms_only() {
+        for collective in [
+            Collective::AllReduce,
+            Collective::Broadcast,
+            Collective::Reduce,
+        ] {
+            assert!(GroupLayer::has(collective, Mode::InPlace), "{collective}");
+            assert!(
+                !GroupLayer::has(collective, Mode::OutOfPlace),
+                "{collective}"
+            );
+        }
+        for collective in [
+            Collective::AllGather,
+            Collective::ReduceScatter,
+            Collective::AllToAll,
+        ] {
+            assert!(
+                GroupLayer::has(collective, Mode::OutOfPlace),
+                "{collective}"
+            );
+            assert!(!GroupLayer::has(collective, Mode::InPlace), "{collective}");
+        }
+        for mode in Mode::BOTH {
+            assert!(!GroupLayer::has(Collective::SendRecv, mode));
+        }
+        for collective in Collective::ALL {
+            // Exactly one mode, except sendrecv (none).
+            let modes = Mode::BOTH
+                .iter()
+                .filter(|&&mode| GroupLayer::has(collective, mode))
+                .count();
+            let expected = usize::from(collective != Collective::SendRecv);
+            assert_eq!(modes, expected, "{collective}");
+            for mode in Mode::BOTH {
+                let why = GroupLayer::missing(collective, mode);
+                assert_eq!(why.is_none(), GroupLayer::has(collective, mode));
+                assert!(why.is_none_or(|why| !why.is_empty()));
+            }
+        }
+    }
+
+    #[test]
+    fn tensor_lengths_follow_nccl_counts() {
+        assert_eq!(tensor_lengths(Collective::AllReduce, 64, 4), (64, 64));
+        assert_eq!(tensor_lengths(Collective::Broadcast, 64, 4), (64, 64));
+        assert_eq!(tensor_lengths(Collective::Reduce, 64, 4), (64, 64));
+        assert_eq!(tensor_lengths(Collective::AllGather, 64, 4), (64, 256));
+        assert_eq!(tensor_lengths(Collective::ReduceScatter, 64, 4), (256, 64));
+        assert_eq!(tensor_lengths(Collective::AllToAll, 64, 4), (256, 256));
+        assert_eq!(tensor_lengths(Collective::AllGather, 64, 1), (64, 64));
+        assert_eq!(tensor_lengths(Collective::AllToAll, 0, 8), (0, 0));
+        // A world of 0 (never built) counts as one rank.
+        assert_eq!(tensor_lengths(Collective::AllGather, 5, 0), (5, 5));
+    }
+
+    #[test]
+    fn element_offsets_from_addresses() {
+        assert_eq!(element_offset(0x9000, 0x9000, 4), Some(0));
+        assert_eq!(element_offset(0x9000 + 2 * 64 * 4, 0x9000, 4), Some(128));
+        assert_eq!(element_offset(0x9000 + 6, 0x9000, 2), Some(3));
+        // Below the buffer, or between two elements.
+        assert_eq!(element_offset(0x8ffc, 0x9000, 4), None);
+        assert_eq!(element_offset(0x9002, 0x9000, 4), None);
+        // One-byte elements: every address is one.
+        assert_eq!(element_offset(0x9003, 0x9000, 1), Some(3));
+    }
+
+    #[test]
+    fn offsets_of_the_runners_calls() {
+        use crate::sizes::OpCounts;
+        use nccl_core::{DataType, ReduceOp};
+        // In place, the input of all_gather is this rank's block of the
+        // receive buffer; all_reduce's is its start. Out of place, both
+        // start their buffers.
+        let (send_base, recv_base) = (0x1000, 0x9000);
+        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4);
+        let call = |collective, mode, counts: &OpCounts| {
+            Call::new(
+                collective,
+                mode,
+                counts,
+                send_base,
+                recv_base,
+                DataType::Float32,
+                ReduceOp::Sum,
+                0,
+                2,
+                4,
+            )
+        };
+        let ip = call(Collective::AllGather, Mode::InPlace, &counts);
+        assert_eq!(element_offset(ip.send, recv_base, 4), Some(2 * 64));
+        assert_eq!(element_offset(ip.recv, recv_base, 4), Some(0));
+        let oop = call(Collective::AllGather, Mode::OutOfPlace, &counts);
+        assert_eq!(element_offset(oop.send, send_base, 4), Some(0));
+        assert_eq!(element_offset(oop.recv, recv_base, 4), Some(0));
+        let counts = OpCounts::new(Collective::AllReduce, 1 << 10, 4, 4);
+        let ip = call(Collective::AllReduce, Mode::InPlace, &counts);
+        assert_eq!(element_offset(ip.send, recv_base, 4), Some(0));
+        assert_eq!(element_offset(ip.recv, recv_base, 4), Some(0));
+    }
+}
