@@ -1437,6 +1437,10 @@ enum Placement {
     GpuPerRank,
     /// Each child sees only its own GPU (`CUDA_VISIBLE_DEVICES`) as device 0.
     VisibleDevices,
+    /// GPU `RANK`, and each child claims to be on a host of its own
+    /// (`NCCL_HOSTID`), so NCCL connects the ranks through its network
+    /// transport (sockets on loopback) as it would across nodes.
+    SimulatedNodes,
 }
 
 /// Spawns `world` copies of this binary running [`CHILD`], one per GPU,
@@ -1470,6 +1474,11 @@ fn run_children(world: usize, placement: Placement, destroy: bool) {
         match placement {
             Placement::GpuPerRank => {
                 command.env(DEVICE_VAR, rank.to_string());
+            }
+            Placement::SimulatedNodes => {
+                command
+                    .env(DEVICE_VAR, rank.to_string())
+                    .envs(support::simulated_node_env(rank));
             }
             Placement::VisibleDevices => {
                 let gpu = visible
@@ -1564,6 +1573,16 @@ fn multi_gpu_processes_visible_devices() {
         return;
     };
     run_children(process_count(), Placement::VisibleDevices, false);
+}
+
+/// Several nodes, simulated: one process per GPU, each with its own
+/// `NCCL_HOSTID`, so the collectives cross NCCL's network transport.
+#[test]
+fn multi_gpu_processes_simulated_nodes() {
+    let Some(_) = support::require_gpus(2) else {
+        return;
+    };
+    run_children(process_count(), Placement::SimulatedNodes, true);
 }
 
 /// The same scenario, ending with a collective `destroy` in every process.

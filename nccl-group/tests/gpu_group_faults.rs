@@ -12,7 +12,7 @@
 //! * `multi_gpu_*` (2+ GPUs): one process per GPU over the TCP store, the
 //!   last rank dies in the middle of a collective loop; every other rank
 //!   gets `Err` within the deadline (no hang), and its failure names the
-//!   dead rank.
+//!   dead rank; again with each process on a simulated node of its own.
 
 #[path = "../../nccl-core/tests/support/mod.rs"]
 mod support;
@@ -572,14 +572,30 @@ const DIE_AT: usize = 20;
 /// The children's operation timeout.
 const CHILD_OP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Kills the last of `world` processes in the middle of an all_reduce loop;
-/// every survivor must fail within the deadline and name it.
+/// Kills the last of the processes (one per GPU) in the middle of an
+/// all_reduce loop; every survivor must fail within the deadline and name it.
 #[test]
 fn multi_gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline() {
     let Some(_) = support::require_gpus(2) else {
         return;
     };
     let _serial = serial();
+    kill_one_rank(false);
+}
+
+/// The same with every process on a simulated node of its own
+/// (`NCCL_HOSTID`), so the dead rank is seen through NCCL's network
+/// transport, as across nodes.
+#[test]
+fn multi_gpu_rank_killed_on_simulated_nodes() {
+    let Some(_) = support::require_gpus(2) else {
+        return;
+    };
+    let _serial = serial();
+    kill_one_rank(true);
+}
+
+fn kill_one_rank(simulated_nodes: bool) {
     let world = Device::count().expect("device count").min(8);
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -589,7 +605,11 @@ fn multi_gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline() {
     let exe = std::env::current_exe().expect("the test binary");
     let mut children: Vec<_> = (0..world)
         .map(|rank| {
-            let mut child = Command::new(&exe)
+            let mut command = Command::new(&exe);
+            if simulated_nodes {
+                command.envs(support::simulated_node_env(rank));
+            }
+            let mut child = command
                 .args(["--exact", CHILD, "--nocapture", "--test-threads=1"])
                 .env(ROLE_VAR, "child")
                 .env("RANK", rank.to_string())

@@ -292,12 +292,15 @@ fn write_bundle(bundle: &Path, mut artifacts: Vec<Artifact>) -> Result<()> {
     let run_sh = bundle.join("run.sh");
     std::fs::write(&run_sh, render_run_sh(&tests, &benches, &tools))?;
     set_executable(&run_sh)?;
+    let perf_sh = bundle.join("perf.sh");
+    std::fs::write(&perf_sh, PERF_SH)?;
+    set_executable(&perf_sh)?;
 
     let mut total = 0;
     for entry in std::fs::read_dir(&bin)? {
         total += entry?.metadata()?.len();
     }
-    total += std::fs::metadata(&run_sh)?.len();
+    total += std::fs::metadata(&run_sh)?.len() + std::fs::metadata(&perf_sh)?.len();
     let mib = total as f64 / (1024.0 * 1024.0);
     println!(
         "==> {}: {} test, {} bench and {} tool binaries, {mib:.1} MiB",
@@ -365,6 +368,39 @@ fn render_run_sh(tests: &[String], benches: &[String], tools: &[String]) -> Stri
         .replace("@BENCHES@", &bash_words(benches))
         .replace("@TOOLS@", &bash_words(tools))
 }
+
+/// perf.sh: the measurement recipe of the README for a machine of any size
+/// (the GPUs' topology, nccl-perf against raw NCCL for the group and the
+/// tensor layer from 8 B to 4 GiB with JSON and plots, the soak), so a
+/// multi-GPU run is one command.
+const PERF_SH: &str = r#"#!/usr/bin/env bash
+# The measurement run, on the GPU machine:
+#   perf.sh [OUT_DIR]      (default: $OUT/perf, or ./perf)
+# Writes topology.txt, raw-group.{txt,jsonl,svg}, raw-tensor.{txt,jsonl,svg}
+# and soak.txt; ends with one line naming what failed, if anything.
+set -uo pipefail
+here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+out="${1:-${OUT:-.}/perf}"
+mkdir -p -- "$out"
+export NCCL_NVLS_ENABLE=0
+{ nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
+failed=()
+for layers in raw,group raw,tensor; do
+    name="${layers/,/-}"
+    echo "==> nccl-perf --compare $layers -b 8 -e 4G -f 2 -c 1"
+    "$here/bin/benches-nccl-perf" --compare "$layers" -b 8 -e 4G -f 2 -c 1         --json "$out/$name.jsonl" --plot "$out/$name.svg" >"$out/$name.txt" 2>&1         || failed+=("nccl-perf $layers")
+    grep -E '^# (Collective|Median ratio|Out of bounds)' "$out/$name.txt"
+done
+echo "==> group-soak"
+"$here/bin/benches-group-soak" >"$out/soak.txt" 2>&1 || failed+=("group-soak")
+tail -1 "$out/soak.txt"
+if [[ ${#failed[@]} -eq 0 ]]; then
+    echo "perf.sh: all ran; results in $out"
+else
+    echo "perf.sh: failed: ${failed[*]}; results in $out"
+    exit 1
+fi
+"#;
 
 /// run.sh: runs on the GPU machine (bash, no Rust toolchain there).
 const RUN_SH: &str = r#"#!/usr/bin/env bash
@@ -482,6 +518,11 @@ main() {
     echo "==> $(date -u +%FT%TZ) $(hostname): $ngpu GPU(s); NCCL_TEST_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0; ${#TESTS[@]} test binaries, ${#BENCHES[@]} bench binaries"
     if command -v nvidia-smi >/dev/null 2>&1; then
         nvidia-smi -L 2>&1 | sed 's/^/    /'
+        # How the GPUs are linked (NVLink, PCIe): the context of every
+        # multi-GPU figure.
+        if [[ "$ngpu" -gt 1 ]]; then
+            nvidia-smi topo -m 2>&1 | sed 's/^/    /'
+        fi
     fi
 
     local name exe rc result p f i n test

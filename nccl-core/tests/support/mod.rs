@@ -81,3 +81,15 @@ pub fn child_var(name: &str) -> usize {
     raw.parse()
         .unwrap_or_else(|_| panic!("{name}={raw:?} is not a number"))
 }
+
+/// The environment that makes spawned process `rank` look like a node of
+/// its own to NCCL, to simulate several nodes on one host: a distinct host
+/// id, and the socket transport on loopback (no InfiniBand plugin, no
+/// interface that leaves the machine).
+pub fn simulated_node_env(rank: usize) -> [(&'static str, String); 3] {
+    [
+        ("NCCL_HOSTID", format!("simulated-node-{rank}")),
+        ("NCCL_NET", "Socket".to_string()),
+        ("NCCL_SOCKET_IFNAME", "lo".to_string()),
+    ]
+}
