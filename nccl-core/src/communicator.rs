@@ -324,16 +324,18 @@ impl Communicator {
             )?]);
         }
         let group = Group::start()?;
-        let started: Result<Vec<Self>> = devices
+        // Every init is tried and the group ended before any communicator
+        // is dropped: dropping one aborts it, which must not happen while
+        // the group that holds its init is still open.
+        let started: Vec<Result<Self>> = devices
             .iter()
             .zip(first_rank..)
             .map(|(device, rank)| {
                 Self::start_init(device.clone(), world_size, unique_id, rank, config)
             })
             .collect();
-        // The group must end whatever happened inside it.
         let ended = group.end();
-        let communicators = started?;
+        let communicators = started.into_iter().collect::<Result<Vec<_>>>()?;
         let _ = ended?;
         wait_all_ready(&communicators, "ncclCommInitRankConfig")?;
         Ok(communicators)
@@ -481,12 +483,31 @@ impl Communicator {
         self.wait_ready_since(operation, Instant::now())
     }
 
+    /// [`Communicator::wait_ready`] bounded by `timeout` (or the config's
+    /// timeout, if shorter) instead, e.g. an operation's own deadline.
+    ///
+    /// # Errors
+    /// The asynchronous error, or [`Error::Timeout`] (the communicator is
+    /// then aborted).
+    pub fn wait_ready_within(&self, operation: &'static str, timeout: Duration) -> Result<()> {
+        self.wait_ready_bounded(operation, Instant::now(), timeout.min(self.timeout))
+    }
+
     /// [`Communicator::wait_ready`] with the timeout counted from `started`.
     fn wait_ready_since(&self, operation: &'static str, started: Instant) -> Result<()> {
+        self.wait_ready_bounded(operation, started, self.timeout)
+    }
+
+    fn wait_ready_bounded(
+        &self,
+        operation: &'static str,
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<()> {
         loop {
             match self.async_error() {
                 Ok(Status::Success) => return Ok(()),
-                Ok(Status::InProgress) if started.elapsed() < self.timeout => {
+                Ok(Status::InProgress) if started.elapsed() < timeout => {
                     std::thread::sleep(POLL_INTERVAL)
                 }
                 Ok(Status::InProgress) => {

@@ -50,6 +50,20 @@ pub enum FailureCause {
     Aborted,
     /// The group was dropped while operations were pending.
     Dropped,
+    /// NCCL accepted the operation, then something failed before its end
+    /// could be tracked (waiting for a nonblocking communicator, recording
+    /// its end event): it was left in flight, so the group cannot go on.
+    Enqueue {
+        /// The error.
+        error: String,
+    },
+    /// A communicator could not be created in time
+    /// ([`GroupError::InitTimeout`](crate::GroupError::InitTimeout)): the
+    /// ranks no longer agree on what to create next.
+    Creation {
+        /// The error.
+        error: String,
+    },
 }
 
 impl fmt::Display for FailureCause {
@@ -67,6 +81,10 @@ impl fmt::Display for FailureCause {
             FailureCause::Cuda { error } => write!(f, "failed: CUDA error: {error}"),
             FailureCause::Aborted => write!(f, "was pending when the group was aborted"),
             FailureCause::Dropped => write!(f, "was pending when the group was dropped"),
+            FailureCause::Enqueue { error } => {
+                write!(f, "failed after NCCL accepted it: {error}")
+            }
+            FailureCause::Creation { error } => write!(f, "could not be created: {error}"),
         }
     }
 }

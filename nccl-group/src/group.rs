@@ -20,7 +20,7 @@ pub use factory::{LocalComms, Member, NcclFactory};
 use crate::cache::OnceMap;
 use crate::comms::{CommCache, Membership};
 use crate::error::{GroupError, OpError, Result};
-use crate::failure::{AbortOutcome, Failure, FailurePolicy};
+use crate::failure::{AbortOutcome, Failure, FailureCause, FailurePolicy};
 use crate::key::{CommKey, DeviceList};
 use crate::recorder::{FlightDump, FlightRecorder, OpDescription, OpState};
 use crate::store::{RendezvousConfig, Store, StoreSpec};
@@ -35,10 +35,12 @@ pub struct GroupOptions {
     pub streams_per_device: usize,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
-    /// How long creating a communicator may take: waiting in the store for
-    /// another rank's unique id, then NCCL's (nonblocking) init, which
-    /// waits for every rank to join. Past it the communicators are aborted
-    /// and the error names the ranks that never joined. Default 10 min.
+    /// How long each of the two steps of creating a communicator may take:
+    /// waiting in the store for another rank's unique id, then NCCL's
+    /// (nonblocking) init, which waits for every rank to join. Past it the
+    /// communicators are aborted, the error names the ranks that never
+    /// joined, and the group fails (the ranks no longer agree on what to
+    /// create next). Default 10 min.
     pub timeout: Duration,
     /// How long each operation may run on the GPU before the watchdog
     /// fails the group (override per call with
@@ -332,7 +334,9 @@ impl ProcessGroup {
         &self.inner.cache.membership().name
     }
 
-    /// Why the group failed, once the watchdog failed it.
+    /// Why the group failed or was aborted: a timeout or error the watchdog
+    /// saw, an operation left in flight by an error, a communicator that
+    /// could not be created in time, or [`ProcessGroup::abort`].
     pub fn failure(&self) -> Option<Arc<Failure>> {
         self.inner.failure.get().cloned()
     }
@@ -355,7 +359,20 @@ impl ProcessGroup {
     /// The communicators for `key`. A group aborted while they were being
     /// created aborts them too (`abort` only sees those created before it).
     fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
-        let comms = self.inner.cache.get(key)?;
+        let comms = match self.inner.cache.get(key) {
+            Ok(comms) => comms,
+            Err(error @ GroupError::InitTimeout { .. }) => {
+                // A retry would meet stale ids and announcements in the
+                // store: the group ends here (this caller gets the init
+                // error itself, later calls the failure).
+                let cause = FailureCause::Creation {
+                    error: error.to_string(),
+                };
+                self.inner.fail(cause, None);
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
         if let Err(error) = self.check_live() {
             comms.abort();
             return Err(error);
@@ -366,12 +383,16 @@ impl ProcessGroup {
     /// An error of a call that raced with `abort`, `destroy` or a failure
     /// is reported as that, not as the communicator error it caused.
     fn classify(&self, error: GroupError) -> GroupError {
+        if matches!(error, GroupError::InitTimeout { .. }) {
+            return error;
+        }
         self.check_live().err().unwrap_or(error)
     }
 
-    /// Notes the operation in the flight recorder (its sequence numbers).
-    fn record(&self, info: OpInfo, key: &CommKey) -> (u64, Instant) {
-        let now = Instant::now();
+    /// Notes an operation NCCL accepted, issued at `now`, in the flight
+    /// recorder (its sequence numbers). Operations refused by a check are
+    /// not recorded, so every rank numbers the same collectives alike.
+    fn record(&self, info: OpInfo, key: &CommKey, now: Instant) -> u64 {
         let description = OpDescription {
             op: info.op,
             dtype: info.dtype,
@@ -380,7 +401,7 @@ impl ProcessGroup {
             devices: *key.devices(),
             collective: matches!(key, CommKey::Collective(_)),
         };
-        (self.inner.recorder.record(&description, now).seq, now)
+        self.inner.recorder.record(&description, now).seq
     }
 
     /// Hands an enqueued operation to the watchdog and wraps it in a `Work`.
@@ -425,27 +446,38 @@ impl ProcessGroup {
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<B> {
-        let mut recorded = None;
+        // Set once NCCL accepted the operation: its sequence number and the
+        // NCCL stream it is on.
+        let mut issued: Option<(u64, Arc<CudaStream>)> = None;
         let attempt = (|| {
             self.check_live()?;
             check_stream(caller, device)?;
             let key = key(DeviceList::one(device)?);
             let comms = self.comms_for(&key)?;
             let member = &comms.members[0];
-            let (seq, enqueued) = self.record(info, &key);
-            recorded = Some(seq);
             sync_start(member, caller)?;
-            {
+            let enqueued = Instant::now();
+            let seq = {
                 let comm = member.lock();
-                if issue(&comm, &member.stream, &mut buffers)? == Status::InProgress {
-                    comm.core().wait_ready(info.op)?;
+                let status = issue(&comm, &member.stream, &mut buffers)?;
+                let seq = self.record(info, &key, enqueued);
+                issued = Some((seq, Arc::clone(&member.stream)));
+                if status == Status::InProgress {
+                    comm.core().wait_ready_within(info.op, self.op_timeout)?;
                 }
-            }
+                seq
+            };
             Ok((end_event(member, caller)?, seq, enqueued))
         })();
         match attempt {
             Ok((end, seq, enqueued)) => Ok(self.track(buffers, Ends::One(end), seq, enqueued)),
-            Err(error) => Err(self.failed_op(error, recorded, buffers)),
+            Err(error) => match issued {
+                None => Err(self.failed_op(error, buffers)),
+                Some((seq, stream)) => {
+                    order_after_stream(&buffers, &stream);
+                    Err(self.failed_in_flight(error, seq, buffers))
+                }
+            },
         }
     }
 
@@ -459,7 +491,9 @@ impl ProcessGroup {
         check: impl Fn(&CommInfo, &B) -> nccl_tensor::Result<()>,
         issue: impl Fn(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<Vec<B>> {
-        let mut recorded = None;
+        // Set once the NCCL group is open: from then on an error leaves a
+        // (partial) operation to NCCL.
+        let mut issued: Option<(u64, Arc<LocalComms>)> = None;
         let attempt = (|| {
             self.check_live()?;
             let devices = DeviceList::new(buffers.iter().map(Located::device))?;
@@ -483,11 +517,12 @@ impl ProcessGroup {
                 for (comm, part) in guards.iter().zip(&buffers) {
                     check(&comm.info(), part)?;
                 }
-                let (seq, enqueued) = self.record(info, &key);
-                recorded = Some(seq);
                 for (member, caller) in comms.members.iter().zip(callers) {
                     sync_start(member, caller)?;
                 }
+                let enqueued = Instant::now();
+                let seq = self.record(info, &key, enqueued);
+                issued = Some((seq, Arc::clone(&comms)));
                 let group = Group::start()?;
                 for ((comm, member), part) in
                     guards.iter().zip(&comms.members).zip(buffers.iter_mut())
@@ -496,7 +531,7 @@ impl ProcessGroup {
                 }
                 if group.end()? == Status::InProgress {
                     for comm in &guards {
-                        comm.core().wait_ready(info.op)?;
+                        comm.core().wait_ready_within(info.op, self.op_timeout)?;
                     }
                 }
                 (seq, enqueued)
@@ -511,27 +546,40 @@ impl ProcessGroup {
         })();
         match attempt {
             Ok((ends, seq, enqueued)) => Ok(self.track(buffers, Ends::Many(ends), seq, enqueued)),
-            Err(error) => Err(self.failed_op(error, recorded, buffers)),
+            Err(error) => match issued {
+                None => Err(self.failed_op(error, buffers)),
+                Some((seq, comms)) => {
+                    for (member, part) in comms.members.iter().zip(&buffers) {
+                        order_after_stream(part, &member.stream);
+                    }
+                    Err(self.failed_in_flight(error, seq, buffers))
+                }
+            },
         }
     }
 
     /// The error of an operation that failed before it was enqueued, with
-    /// its buffers; its flight-recorder entry (if made) is marked failed.
-    fn failed_op<B>(
-        &self,
-        error: GroupError,
-        recorded: Option<u64>,
-        buffers: B,
-    ) -> Box<OpError<B>> {
-        if let Some(seq) = recorded {
-            self.inner
-                .recorder
-                .finish(seq, OpState::Failed, Instant::now());
-        }
+    /// its buffers.
+    fn failed_op<B>(&self, error: GroupError, buffers: B) -> Box<OpError<B>> {
         Box::new(OpError {
             error: self.classify(error),
             buffers,
         })
+    }
+
+    /// The error of an operation NCCL accepted before something failed:
+    /// it is in flight with no end to track, so the group fails (its
+    /// communicators are aborted, which ends the operation); the buffers
+    /// come back with their release ordered after it.
+    fn failed_in_flight<B>(&self, error: GroupError, seq: u64, buffers: B) -> Box<OpError<B>> {
+        self.inner
+            .recorder
+            .finish(seq, OpState::Failed, Instant::now());
+        let cause = FailureCause::Enqueue {
+            error: error.to_string(),
+        };
+        self.inner.fail(cause, Some(seq));
+        self.failed_op(error, buffers)
     }
 
     /// Runs NCCL calls of your own on the group's communicator for
@@ -540,7 +588,10 @@ impl ProcessGroup {
     /// sync with `stream`, the deadline and watchdog, the flight recorder
     /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
     /// gets the communicator and the NCCL stream to enqueue on; every
-    /// rank must issue matching calls, as with any collective.
+    /// rank must issue matching calls, as with any collective. The group's
+    /// communicators are nonblocking (NCCL may answer `ncclInProgress`), so
+    /// `issue` runs inside one NCCL group, whose end is waited for: it may
+    /// make several calls.
     ///
     /// # Errors
     /// As the group's operations: an aborted or failed group, a stream on
@@ -560,7 +611,22 @@ impl ProcessGroup {
             count: 0,
             peer: None,
         };
-        self.run_one(info, CommKey::Collective, device, buffers, stream, issue)
+        // The group's communicators are nonblocking: inside one NCCL group
+        // only its end may report "in progress", which is then waited for.
+        let grouped = |comm: &Communicator, nccl_stream: &Arc<CudaStream>, buffers: &mut B| {
+            let group = Group::start()?;
+            let issued = issue(comm, nccl_stream, buffers);
+            let ended = group.end();
+            let (issued, ended) = (issued?, ended?);
+            Ok(
+                if issued == Status::InProgress || ended == Status::InProgress {
+                    Status::InProgress
+                } else {
+                    Status::Success
+                },
+            )
+        };
+        self.run_one(info, CommKey::Collective, device, buffers, stream, grouped)
     }
 
     /// Reduces `tensor` across every process, in place
@@ -1091,6 +1157,17 @@ fn first_len<T: NcclType>(tensors: &[Tensor<T>]) -> usize {
 fn peer_offset(peer: i32, devices: usize) -> i32 {
     let devices = devices as i32;
     if peer == 1 { devices } else { -devices }
+}
+
+/// Makes every stream that may free `buffers` wait for what `stream` has
+/// queued so far (best effort: if CUDA cannot even record an event, the
+/// stream is broken and nothing queued after it runs either).
+fn order_after_stream<B: WorkBuffers>(buffers: &B, stream: &CudaStream) {
+    if let Ok(event) = stream.context().new_event(None)
+        && event.record(stream).is_ok()
+    {
+        let _ = buffers.order_after(&event);
+    }
 }
 
 /// The caller's stream must be on the tensor's device.

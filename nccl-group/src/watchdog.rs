@@ -230,7 +230,9 @@ fn run(registry: &'static Registry) {
         };
         let now = Instant::now();
         for group in &live {
-            group.tick(now);
+            // A panic in one group's tick (a user's store, say) must not
+            // end the watching of every group.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.tick(now)));
         }
         // The groups are released before sleeping, so a group dropped by
         // its owner is not kept alive by the watchdog.

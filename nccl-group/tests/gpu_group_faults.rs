@@ -321,7 +321,13 @@ fn gpu_abort_from_another_thread_releases_a_waiting_thread() {
         Err(GroupError::Aborted { .. })
     ));
     // The abort dumped the flight recorder.
-    let dump = read_dump(&dumps.path().join("abort-waiter-g0-rank0.json"));
+    let failure = group.failure().expect("the abort's failure");
+    let path = details_of(&failure)
+        .dump
+        .expect("dumps are on")
+        .expect("the dump was written");
+    assert!(path.starts_with(dumps.path()), "{}", path.display());
+    let dump = read_dump(&path);
     assert_eq!(dump["ops"][0]["state"], "failed");
     stream.synchronize().expect("drain");
 }
@@ -455,10 +461,11 @@ fn gpu_an_abort_is_bounded() {
     stream.synchronize().expect("drain");
 }
 
-/// NCCL 2.28 refuses a recv from this rank with no matching send (it
-/// reports `ncclInvalidUsage` on the nonblocking communicator and the
-/// communicator is aborted); the operation returns that error with its
-/// tensor, and the watchdog then fails the group, whose communicator is gone.
+/// NCCL 2.28 refuses a recv from this rank with no matching send: the
+/// nonblocking communicator reports `ncclInvalidUsage` after accepting the
+/// group, and nccl-core aborts it. The operation was left to NCCL, so the
+/// group fails (the tensor comes back, its release ordered after the NCCL
+/// stream), and a new group works.
 #[test]
 fn gpu_recv_without_send_is_refused_and_fails_the_group() {
     let Some(devices) = support::require_gpus(1) else {
@@ -495,7 +502,7 @@ fn gpu_recv_without_send_is_refused_and_fails_the_group() {
     }
     let failure = group.failure().expect("failure");
     assert!(
-        matches!(failure.cause, FailureCause::AsyncError { .. }),
+        matches!(failure.cause, FailureCause::Enqueue { .. }),
         "{failure}"
     );
     all_reduce_works(

@@ -51,8 +51,9 @@ impl Inner {
         }
     }
 
-    /// Fails a live group (the watchdog's verdict); a no-op otherwise.
-    fn fail(&self, cause: FailureCause, seq: Option<u64>) {
+    /// Fails a live group (the watchdog's verdict, or an operation left in
+    /// flight by an error); a no-op otherwise.
+    pub(super) fn fail(&self, cause: FailureCause, seq: Option<u64>) {
         let failure = self.new_failure(cause, seq);
         if self
             .state
@@ -136,16 +137,21 @@ impl Inner {
         let deadline = Instant::now() + EXCHANGE_WAIT;
         let mut peers = vec![mine];
         for rank in (0..m.world_size).filter(|&r| r != m.rank) {
+            // Past the deadline, or once the store fails (each further
+            // request could take the store's own timeouts), stop asking:
+            // the ranks not asked count as silent.
             let left = deadline.saturating_duration_since(Instant::now());
-            let answer = if left.is_zero() {
-                m.store.try_get(&key(rank)).ok().flatten()
-            } else {
-                m.store.get(&key(rank), left).ok()
-            };
-            if let Some(progress) =
-                answer.and_then(|bytes| serde_json::from_slice::<PeerProgress>(&bytes).ok())
-            {
-                peers.push(progress);
+            if left.is_zero() {
+                break;
+            }
+            match m.store.get(&key(rank), left) {
+                Ok(bytes) => {
+                    if let Ok(progress) = serde_json::from_slice::<PeerProgress>(&bytes) {
+                        peers.push(progress);
+                    }
+                }
+                Err(error) if error.is_timeout() => {}
+                Err(_) => break,
             }
         }
         peers
@@ -191,14 +197,15 @@ impl Inner {
     /// Aborts the group from [`ProcessGroup::abort`](super::ProcessGroup::abort):
     /// the state is already `ABORTED`.
     pub(super) fn abort(&self) -> AbortOutcome {
-        let failure = self.new_failure(FailureCause::Aborted, None);
+        let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest());
         let _ = self.failure.set(Arc::clone(&failure));
         self.terminate(&failure, Exchange::No)
     }
 }
 
-/// `trainer-g0-rank3.json`, with anything but letters, digits, `-` and
-/// `_` in the name replaced, so a name cannot point elsewhere.
+/// `trainer-g0-rank3-pid4242.json`, with anything but letters, digits,
+/// `-` and `_` in the name replaced, so a name cannot point elsewhere; the
+/// process id keeps two jobs that use the same name apart.
 fn dump_file_name(name: &str, generation: u64, rank: usize) -> String {
     let safe: String = name
         .chars()
@@ -210,7 +217,10 @@ fn dump_file_name(name: &str, generation: u64, rank: usize) -> String {
             }
         })
         .collect();
-    format!("{safe}-g{generation}-rank{rank}.json")
+    format!(
+        "{safe}-g{generation}-rank{rank}-pid{}.json",
+        std::process::id()
+    )
 }
 
 /// Aborts every communicator on a helper thread, waiting at most `bound`.
@@ -268,13 +278,22 @@ impl Drop for Inner {
     /// group never blocks on other processes or on a stalled abort.
     fn drop(&mut self) {
         if self.state.load(Ordering::Acquire) == LIVE {
-            if !self.tracker.is_empty() {
+            let failure = (!self.tracker.is_empty()).then(|| {
                 let failure = self.new_failure(FailureCause::Dropped, self.tracker.oldest());
                 for pending in self.tracker.drain() {
                     pending.completion.fail(&failure);
                 }
+                failure
+            });
+            let abort = abort_bounded(self.cache.clear(), self.options().abort_timeout);
+            if let Some(failure) = failure {
+                failure.set_details(FailureDetails {
+                    abort,
+                    peers: Vec::new(),
+                    lagging: Vec::new(),
+                    dump: None,
+                });
             }
-            let _ = abort_bounded(self.cache.clear(), self.options().abort_timeout);
         }
     }
 }
@@ -285,11 +304,18 @@ mod tests {
 
     #[test]
     fn dump_names_cannot_escape_their_folder() {
-        assert_eq!(dump_file_name("trainer", 0, 3), "trainer-g0-rank3.json");
+        let pid = std::process::id();
+        assert_eq!(
+            dump_file_name("trainer", 0, 3),
+            format!("trainer-g0-rank3-pid{pid}.json")
+        );
         assert_eq!(
             dump_file_name("../../etc/passwd", 2, 0),
-            "______etc_passwd-g2-rank0.json"
+            format!("______etc_passwd-g2-rank0-pid{pid}.json")
         );
-        assert_eq!(dump_file_name("a b/c", 1, 12), "a_b_c-g1-rank12.json");
+        assert_eq!(
+            dump_file_name("a b/c", 1, 12),
+            format!("a_b_c-g1-rank12-pid{pid}.json")
+        );
     }
 }
