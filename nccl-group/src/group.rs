@@ -797,11 +797,7 @@ impl ProcessGroup {
         pairs: Vec<(Tensor<T>, Tensor<T>)>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
-        let info = OpInfo::of::<T>(
-            "all_gather",
-            pairs.first().map_or(0, |(_, i)| i.len()),
-            None,
-        );
+        let info = OpInfo::of::<T>("all_gather", first_len(&pairs), None);
         self.run_many(
             info,
             CommKey::Collective,
@@ -846,11 +842,7 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
-        let info = OpInfo::of::<T>(
-            "reduce_scatter",
-            pairs.first().map_or(0, |(_, i)| i.len()),
-            None,
-        );
+        let info = OpInfo::of::<T>("reduce_scatter", first_len(&pairs), None);
         self.run_many(
             info,
             CommKey::Collective,
@@ -893,11 +885,7 @@ impl ProcessGroup {
         pairs: Vec<(Tensor<T>, Tensor<T>)>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Vec<(Tensor<T>, Tensor<T>)>> {
-        let info = OpInfo::of::<T>(
-            "all_to_all",
-            pairs.first().map_or(0, |(_, i)| i.len()),
-            None,
-        );
+        let info = OpInfo::of::<T>("all_to_all", first_len(&pairs), None);
         self.run_many(
             info,
             CommKey::Collective,
@@ -1129,11 +1117,16 @@ impl ProcessGroup {
 /// The device an operation's buffers (one part of a list form) are on.
 trait Located {
     fn device(&self) -> usize;
+    /// Elements of the (first) input, for the flight recorder.
+    fn input_len(&self) -> usize;
 }
 
 impl<T: NcclType> Located for Tensor<T> {
     fn device(&self) -> usize {
         Tensor::device(self)
+    }
+    fn input_len(&self) -> usize {
+        self.len()
     }
 }
 
@@ -1143,17 +1136,20 @@ impl<T: NcclType> Located for (Tensor<T>, Tensor<T>) {
     fn device(&self) -> usize {
         self.0.device()
     }
+    fn input_len(&self) -> usize {
+        self.1.len()
+    }
+}
+
+/// Elements of the first input of a list form (0 for an empty list, which
+/// the device-list check refuses).
+fn first_len<B: Located>(parts: &[B]) -> usize {
+    parts.first().map_or(0, Located::input_len)
 }
 
 /// In a pair communicator of `devices` ranks per process, the distance from
 /// a local rank to the same device of the peer (`peer` is the peer's index
 /// in the pair: 1 when it is the higher rank).
-/// Elements of the first tensor of a list form (0 for an empty list,
-/// which the device-list check refuses).
-fn first_len<T: NcclType>(tensors: &[Tensor<T>]) -> usize {
-    tensors.first().map_or(0, Tensor::len)
-}
-
 fn peer_offset(peer: i32, devices: usize) -> i32 {
     let devices = devices as i32;
     if peer == 1 { devices } else { -devices }
