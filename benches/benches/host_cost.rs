@@ -19,20 +19,28 @@
 //!   in-place all_reduce, broadcast and reduce and the out-of-place
 //!   all_gather, reduce_scatter and all_to_all (no sendrecv), so it is in
 //!   six of those groups, and its first call, in the warm-up of the
-//!   allocation check, creates its communicator. The launches are
+//!   allocation check, creates its communicator. `group-caller` is the
+//!   same with `StreamMode::Caller`: the operation runs on the caller's
+//!   stream, with no event handoff to and from the NCCL stream. The launches are
 //!   timed in chunks of at most 256 with a stream synchronisation between
 //!   chunks outside the measured time, so the launch queue never fills and
 //!   the time stays the host's even when a call enqueues a copy.
 //! * Heap allocations in steady state: after a warm-up, 1000 calls of each
 //!   op and layer under a counting global allocator; the count per 1000
 //!   calls is printed and must be 0 (the run fails otherwise), except the
-//!   group's one per call (the operation's record, shared by its `Work`
+//!   groups' one per call (the operation's record, shared by its `Work`
 //!   and the watchdog). Rust's heap
 //!   only, and only the calling thread's: NCCL's and the driver's own
 //!   `malloc`s are not seen, nor is any other thread.
-//! * `host_cost_untracked/all_reduce_in_place_8B`: raw and tensor again on
-//!   a context whose cudarc stream tracking is off, to separate the tensor
-//!   layer's own cost from the event wait and record cudarc adds per buffer.
+//! * `host_cost_untracked/all_reduce_in_place_8B`: raw, tensor and both
+//!   group layers again on a context whose cudarc stream tracking is off,
+//!   to separate the layers' own cost from the event wait and record
+//!   cudarc adds per buffer.
+//! * `host_cost_nonblocking/{all_reduce,sendrecv}_in_place_8B`: nccl-core
+//!   on a blocking and on a nonblocking communicator, each call followed
+//!   by `wait_ready`, to show what a nonblocking communicator (the group
+//!   layer's kind) costs per call where NCCL does not take its world-size-1
+//!   shortcut.
 //! * `copy_bandwidth/all_reduce_out_of_place_256MiB`: 256 MiB out of place
 //!   (a device copy at world size 1) per layer but the group (whose
 //!   all_reduce is in place only), with `Throughput::Bytes`, including the
@@ -59,8 +67,8 @@ use benches::layer::{
 };
 use criterion::{Criterion, Throughput};
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, Device, ReduceOp, Reduction, UniqueId};
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
+use nccl_core::{Config, DataType, Device, ReduceOp, Reduction, UniqueId};
+use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
 use nccl_sys::Version;
 use nccl_tensor::BufferDesc;
 use nccl_tensor::checks::{self, CommInfo};
@@ -203,9 +211,10 @@ fn main() {
 /// except the group's one per operation, the record its `Work` shares with
 /// the watchdog (freed when both are done with it).
 fn allowed_allocations(layer: LayerKind) -> u64 {
-    match layer {
-        LayerKind::Group => COUNTED_CALLS as u64,
-        _ => 0,
+    if layer.stream_mode().is_some() {
+        COUNTED_CALLS as u64
+    } else {
+        0
     }
 }
 
@@ -372,10 +381,10 @@ fn host_time(
 
 /// Why `layer` has no `collective` in `mode`, for the notes.
 fn why_not(layer: LayerKind, collective: Collective, mode: Mode) -> &'static str {
-    match layer {
-        LayerKind::Group => GroupLayer::missing(collective, mode)
-            .unwrap_or("the process group has no such operation"),
-        _ => "not expressible through the safe API (aliasing)",
+    if layer.stream_mode().is_some() {
+        GroupLayer::missing(collective, mode).unwrap_or("the process group has no such operation")
+    } else {
+        "not expressible through the safe API (aliasing)"
     }
 }
 
@@ -387,10 +396,13 @@ fn count_allocations(launch: &mut Launch<'_>, stream: &CudaStream) -> Result<u64
             .synchronize()
             .map_err(BenchError::cuda("synchronizing the stream"))
     };
-    for _ in 0..100 {
-        launch()?;
+    // As many calls as are counted, in the same chunks: past the group's
+    // reaping threshold (256 pending operations), so every path a steady
+    // loop takes (and any lazy set-up on it) has run before counting.
+    for _ in 0..COUNTED_CALLS / 250 {
+        (0..250).try_for_each(|_| launch())?;
+        sync()?;
     }
-    sync()?;
     let mut count = 0;
     for _ in 0..COUNTED_CALLS / 250 {
         let (launched, allocated) = counted(|| (0..250).try_for_each(|_| launch()));
@@ -406,19 +418,13 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     device.bind_to_thread()?;
     let stream = device.new_stream()?;
     let comm = nccl_tensor::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
-    let process_group = ProcessGroup::new(
-        "host_cost",
-        0,
-        1,
-        Arc::new(InProcessStore::new()),
-        "in-process",
-        GroupOptions::default(),
-    )?;
+    let [separate, caller] = process_groups("host_cost")?;
     let raw = RawLayer::new(comm.core(), &stream)?;
     let core = CoreLayer::new(comm.core(), &stream);
     let tensor = TensorLayer::new(&comm, &stream);
-    let group_layer = GroupLayer::new(&process_group, &stream);
-    let layers: [&dyn Layer; 4] = [&raw, &core, &tensor, &group_layer];
+    let group_layer = GroupLayer::new(&separate, &stream);
+    let group_caller_layer = GroupLayer::new(&caller, &stream);
+    let layers: [&dyn Layer; 5] = [&raw, &core, &tensor, &group_layer, &group_caller_layer];
     let mut failure: Option<BenchError> = None;
 
     let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
@@ -509,44 +515,136 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream"))?;
-    process_group.destroy()?;
+    separate.destroy()?;
+    caller.destroy()?;
     comm.core().finalize()?;
-    untracked_cost(criterion)
+    untracked_cost(criterion)?;
+    nonblocking_cost(criterion)
 }
 
-/// The in-place all-reduce again, raw against tensor, on a context with
-/// cudarc's stream tracking switched off: what the tensor layer costs
-/// without the event wait and record that tracking adds to every buffer
-/// access.
+/// nccl-core's all_reduce and sendrecv (a send and a receive to itself in
+/// one group) at world size 1, in place, on a blocking and on a
+/// nonblocking communicator, each call followed by `wait_ready`: what a
+/// nonblocking communicator adds per call. At world size 1 NCCL takes a
+/// shortcut for the collectives, but not for point-to-point, whose group
+/// end is what NCCL hands to a thread of its own on a nonblocking
+/// communicator (the group layer's communicators are nonblocking).
+fn nonblocking_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
+    let device = Device::new(0)?;
+    device.bind_to_thread()?;
+    let stream = device.new_stream()?;
+    let blocking = nccl_core::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+    let nonblocking = nccl_core::Communicator::with_config(
+        device.clone(),
+        1,
+        UniqueId::new()?,
+        0,
+        &Config::default().blocking(false),
+    )?;
+    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
+    let mut failure: Option<BenchError> = None;
+    let mut group = criterion.benchmark_group("host_cost_nonblocking");
+    for collective in [Collective::AllReduce, Collective::SendRecv] {
+        let call = call_on(collective, Mode::InPlace, 2, &small, &stream);
+        for (name, comm) in [("blocking", &blocking), ("nonblocking", &nonblocking)] {
+            let layer = CoreLayer::new(comm, &stream);
+            let mut launch = bind(&layer, &call, &mut small)?;
+            let mut until_ready: Launch<'_> = Box::new(move || {
+                launch()?;
+                comm.wait_ready("the benchmarked call")?;
+                Ok(())
+            });
+            group.bench_function(
+                format!("{}_{}_8B/{name}", collective.name(), Mode::InPlace.key()),
+                |bencher| {
+                    bencher.iter_custom(|iters| {
+                        host_time(&mut until_ready, iters, &stream, &mut failure)
+                    })
+                },
+            );
+        }
+    }
+    end_section(group, failure, small, &stream)?;
+    blocking.finalize()?;
+    nonblocking.finalize()?;
+    Ok(())
+}
+
+/// World-size-1 process groups named after `name`, on the group's own
+/// NCCL stream and on the caller's.
+fn process_groups(name: &str) -> Result<[ProcessGroup; 2], BenchError> {
+    let group = |mode: StreamMode, suffix: &str| {
+        ProcessGroup::new(
+            &format!("{name}-{suffix}"),
+            0,
+            1,
+            Arc::new(InProcessStore::new()),
+            "in-process",
+            GroupOptions::default().with_stream_mode(mode),
+        )
+    };
+    Ok([
+        group(StreamMode::Separate, "separate")?,
+        group(StreamMode::Caller, "caller")?,
+    ])
+}
+
+/// The in-place all-reduce again, every layer but core, on a context with
+/// cudarc's stream tracking switched off: what the tensor and group layers
+/// cost without the event wait and record that tracking adds to every
+/// buffer access.
 fn untracked_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
     let context =
         cudarc::driver::CudaContext::new(0).map_err(BenchError::cuda("creating a context"))?;
     // SAFETY: every buffer of this context is used on one stream only
-    // (`stream` below), so no cross-stream ordering is left to cudarc.
+    // (`stream` below), except by the group with its own NCCL stream,
+    // which orders that stream after `stream` and `stream` after it with
+    // events of its own; no cross-stream ordering is left to cudarc.
     unsafe { context.disable_event_tracking() };
     let device = Device::from_context(context);
     let stream = device.new_stream()?;
     let comm = nccl_tensor::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+    let [separate, caller] = process_groups("host_cost_untracked")?;
     let raw = RawLayer::new(comm.core(), &stream)?;
     let tensor = TensorLayer::new(&comm, &stream);
+    let group_layer = GroupLayer::new(&separate, &stream);
+    let group_caller_layer = GroupLayer::new(&caller, &stream);
     let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
     let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, &stream);
     let mut failure: Option<BenchError> = None;
     let mut group = criterion.benchmark_group("host_cost_untracked/all_reduce_in_place_8B");
-    for layer in [&raw as &dyn Layer, &tensor] {
+    for layer in [
+        &raw as &dyn Layer,
+        &tensor,
+        &group_layer,
+        &group_caller_layer,
+    ] {
         let mut launch = bind(layer, &call, &mut small)?;
         group.bench_function(layer.kind().name(), |bencher| {
             bencher.iter_custom(|iters| host_time(&mut launch, iters, &stream, &mut failure))
         });
     }
+    end_section(group, failure, small, &stream)?;
+    separate.destroy()?;
+    caller.destroy()?;
+    comm.core().finalize()?;
+    Ok(())
+}
+
+/// Ends a section's benchmark group: its first failure, else `buffers`
+/// freed and the stream drained.
+fn end_section(
+    group: criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    failure: Option<BenchError>,
+    buffers: DeviceBuffers,
+    stream: &CudaStream,
+) -> Result<(), BenchError> {
     group.finish();
     if let Some(error) = failure {
         return Err(error);
     }
-    drop(small);
+    drop(buffers);
     stream
         .synchronize()
-        .map_err(BenchError::cuda("synchronizing the stream"))?;
-    comm.core().finalize()?;
-    Ok(())
+        .map_err(BenchError::cuda("synchronizing the stream"))
 }

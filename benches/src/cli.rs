@@ -108,6 +108,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,
 
+    /// The kind of NCCL communicator the group layers' process groups create: nonblocking
+    /// (every wait bounded; NCCL ends each group with other ranks on a thread of its own)
+    /// or blocking (NCCL's normal enqueue cost).
+    #[arg(long, value_enum, default_value_t = GroupComms::Nonblocking)]
+    pub group_comms: GroupComms,
+
     /// Run two layers, A (the baseline) and B, interleaved in this process on the same
     /// buffers; print B's table with a ratio column (time B / time A) after each half's
     /// #wrong. Both layers' rows go to --json.
@@ -133,6 +139,25 @@ pub struct Args {
     /// per layer and mode, to FILE as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+}
+
+/// `--group-comms`: nccl-group's `CommMode`, on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupComms {
+    /// `CommMode::Nonblocking`.
+    Nonblocking,
+    /// `CommMode::Blocking`.
+    Blocking,
+}
+
+impl GroupComms {
+    /// The process groups' communicator kind.
+    pub const fn comm_mode(self) -> nccl_group::CommMode {
+        match self {
+            GroupComms::Nonblocking => nccl_group::CommMode::Nonblocking,
+            GroupComms::Blocking => nccl_group::CommMode::Blocking,
+        }
+    }
 }
 
 impl Args {
@@ -492,7 +517,7 @@ mod tests {
         let unknown = parse_compare("raw,groups").unwrap_err();
         assert_eq!(
             unknown.to_string(),
-            "unknown layer \"groups\" (expected one of: raw, core, tensor, group)"
+            "unknown layer \"groups\" (expected one of: raw, core, tensor, group, group-caller)"
         );
         for bad in ["raw", "raw,", ",core", "raw,core,tensor", "", "raw;core"] {
             assert!(

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use clap::ValueEnum;
 use cudarc::driver::CudaStream;
 use nccl_core::{DataType, ReduceOp};
-use nccl_group::ProcessGroup;
+use nccl_group::{ProcessGroup, StreamMode};
 
 pub use core_layer::CoreLayer;
 pub use group_layer::GroupLayer;
@@ -52,6 +52,9 @@ pub enum LayerKind {
     /// of its own; whole-tensor forms only (in-place all_reduce, broadcast,
     /// reduce; out-of-place all_gather, reduce_scatter, all_to_all).
     Group,
+    /// The group layer with `StreamMode::Caller`: operations on the
+    /// caller's stream, no event handoff.
+    GroupCaller,
 }
 
 impl LayerKind {
@@ -62,6 +65,16 @@ impl LayerKind {
             LayerKind::Core => "core",
             LayerKind::Tensor => "tensor",
             LayerKind::Group => "group",
+            LayerKind::GroupCaller => "group-caller",
+        }
+    }
+
+    /// The group's stream mode, for the two group layers.
+    pub const fn stream_mode(self) -> Option<StreamMode> {
+        match self {
+            LayerKind::Group => Some(StreamMode::Separate),
+            LayerKind::GroupCaller => Some(StreamMode::Caller),
+            LayerKind::Raw | LayerKind::Core | LayerKind::Tensor => None,
         }
     }
 }
@@ -192,29 +205,32 @@ pub trait Layer {
     ) -> Result<Launch<'s>, BenchError>;
 }
 
-/// The layer `kind` over this rank's communicator, process group (which
-/// only the group layer uses) and stream.
+/// The layer `kind` over this rank's communicator, process groups (the
+/// group layers use the one of their stream mode) and stream.
 ///
 /// # Errors
-/// The communicator was aborted or finalized, or the group layer was asked
-/// for without a process group.
+/// The communicator was aborted or finalized, or a group layer was asked
+/// for without a process group of its stream mode.
 pub fn new_layer<'a>(
     kind: LayerKind,
     comm: &'a nccl_tensor::Communicator,
-    group: Option<&'a ProcessGroup>,
+    groups: &'a [ProcessGroup],
     stream: &'a Arc<CudaStream>,
 ) -> Result<Box<dyn Layer + 'a>, BenchError> {
     Ok(match kind {
         LayerKind::Raw => Box::new(RawLayer::new(comm.core(), stream)?),
         LayerKind::Core => Box::new(CoreLayer::new(comm.core(), stream)),
         LayerKind::Tensor => Box::new(TensorLayer::new(comm, stream)),
-        LayerKind::Group => {
-            let group = group.ok_or_else(|| {
-                BenchError::Usage(
-                    "internal error: the group layer needs this rank's process group, but none was created"
-                        .to_string(),
-                )
-            })?;
+        LayerKind::Group | LayerKind::GroupCaller => {
+            let group = groups
+                .iter()
+                .find(|group| Some(group.options().stream_mode) == kind.stream_mode())
+                .ok_or_else(|| {
+                    BenchError::Usage(format!(
+                        "internal error: the {} layer needs a process group with its stream mode, but none was created",
+                        kind.name()
+                    ))
+                })?;
             Box::new(GroupLayer::new(group, stream))
         }
     })
@@ -330,7 +346,8 @@ mod tests {
         assert_eq!(LayerKind::Core.name(), "core");
         assert_eq!(LayerKind::Tensor.name(), "tensor");
         assert_eq!(LayerKind::Group.name(), "group");
-        assert_eq!(LayerKind::value_variants().len(), 4);
+        assert_eq!(LayerKind::GroupCaller.name(), "group-caller");
+        assert_eq!(LayerKind::value_variants().len(), 5);
         for kind in LayerKind::value_variants() {
             assert_eq!(kind.to_possible_value().unwrap().get_name(), kind.name());
         }

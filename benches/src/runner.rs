@@ -25,7 +25,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use cudarc::driver::CudaStream;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use nccl_core::{AbortHandle, Communicator, DataType, Device, ReduceOp, UniqueId};
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
+use nccl_group::{CommMode, GroupOptions, InProcessStore, ProcessGroup};
 
 use crate::buffers::DeviceBuffers;
 use crate::check::{CheckData, CheckSetup, count_wrong};
@@ -69,6 +69,8 @@ pub struct Plan {
     pub graph: u32,
     /// The number of ranks (GPUs).
     pub world: usize,
+    /// The group layers' communicator kind (`--group-comms`).
+    pub group_comms: CommMode,
     /// How sizes grow, as nccl-tests prints it (`2(factor)`, `1048576(bytes)`).
     pub step: String,
 }
@@ -104,6 +106,7 @@ impl Plan {
             batches: args.batches(),
             graph: args.graph,
             world,
+            group_comms: args.group_comms.comm_mode(),
             step: if args.step_factor > 1 {
                 format!("{}(factor)", args.step_factor)
             } else {
@@ -245,17 +248,19 @@ impl DeviceInfo {
     }
 }
 
-/// The name of the group layer's process group (one per run).
+/// The name of the group layers' process groups (one per layer and run),
+/// before the layer's name.
 const GROUP_NAME: &str = "nccl-perf";
 
 /// What a rank thread tells the main thread.
 enum Message {
-    /// The rank has its communicator (and process group, for the group layer).
+    /// The rank has its communicator (and process groups, for the group
+    /// layers).
     Ready {
         rank: usize,
         device: DeviceInfo,
         abort: AbortHandle,
-        group: Option<ProcessGroup>,
+        groups: Vec<ProcessGroup>,
     },
     /// One mode of one row of one layer, measured on one rank; no time when
     /// the layer cannot issue that mode.
@@ -420,25 +425,30 @@ fn run_rank(
     // The tensor layer needs nccl-tensor's communicator; the raw and core
     // layers use the nccl-core communicator inside it.
     let comm = nccl_tensor::Communicator::from_core(core)?;
-    let group = if plan.layers.contains(&LayerKind::Group) {
-        Some(ProcessGroup::new(
-            GROUP_NAME,
-            rank,
-            plan.world,
-            store.clone(),
-            "in-process",
-            GroupOptions::default(),
-        )?)
-    } else {
-        None
-    };
+    let groups = plan
+        .layers
+        .iter()
+        .filter_map(|&kind| Some((kind, kind.stream_mode()?)))
+        .map(|(kind, mode)| {
+            ProcessGroup::new(
+                &format!("{GROUP_NAME}-{}", kind.name()),
+                rank,
+                plan.world,
+                store.clone(),
+                "in-process",
+                GroupOptions::default()
+                    .with_stream_mode(mode)
+                    .with_comm_mode(plan.group_comms),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let _ = sender.send(Message::Ready {
         rank,
         device: DeviceInfo::of(&device),
         abort,
-        group: group.clone(),
+        groups: groups.clone(),
     });
-    if let Some(group) = &group {
+    for group in &groups {
         // The group's first operation creates its communicator, with every
         // rank; a barrier now keeps that out of the timed batches and CUDA
         // graph captures, whatever -w and -c are.
@@ -448,7 +458,7 @@ fn run_rank(
         let layers = plan
             .layers
             .iter()
-            .map(|&kind| new_layer(kind, &comm, group.as_ref(), &stream))
+            .map(|&kind| new_layer(kind, &comm, &groups, &stream))
             .collect::<Result<Vec<_>, _>>()?;
         for (index, &collective) in plan.collectives.iter().enumerate() {
             run_collective(
@@ -460,7 +470,7 @@ fn run_rank(
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream at the end"))?;
     // Collective, like the finalize below: every rank gets here.
-    if let Some(group) = &group {
+    for group in &groups {
         group.destroy()?;
     }
     comm.core().finalize()?;
@@ -683,10 +693,10 @@ impl Gatherer {
                 rank,
                 device,
                 abort,
-                group,
+                groups,
             }) => {
                 self.aborts.push(abort);
-                self.groups.extend(group);
+                self.groups.extend(groups);
                 Ok(Some((rank, device)))
             }
             Ok(Message::Measured {
@@ -943,8 +953,8 @@ pub fn plan_notes(plan: &Plan) -> Vec<String> {
             tensor_without_in_place.join(", ")
         ));
     }
-    if plan.layers.contains(&LayerKind::Group) {
-        lines.extend(group_notes(&plan.collectives));
+    if plan.layers.iter().any(|kind| kind.stream_mode().is_some()) {
+        lines.extend(group_notes(&plan.collectives, plan.group_comms));
     }
     if plan.graph > 0 {
         lines.push(
@@ -957,12 +967,17 @@ pub fn plan_notes(plan: &Plan) -> Vec<String> {
 
 /// What the group layer's calls are, and which halves of `collectives` it
 /// has no form for (printed `N/A`), with why.
-fn group_notes(collectives: &[Collective]) -> Vec<String> {
-    let mut lines = vec![
+fn group_notes(collectives: &[Collective], comms: CommMode) -> Vec<String> {
+    let comms = match comms {
+        CommMode::Blocking => "blocking",
+        _ => "nonblocking",
+    };
+    let mut lines = vec![format!(
         "# note: the group layer's call is a ProcessGroup op + Work::wait on tensors of its own, \
-         copied from and back to the buffers outside the timed batches"
-            .to_string(),
-    ];
+         copied from and back to the buffers outside the timed batches; group-caller runs it on \
+         the caller's stream (StreamMode::Caller), group on the group's NCCL stream; \
+         {comms} communicators (--group-comms)"
+    )];
     for (mode, label) in [
         (Mode::OutOfPlace, "out-of-place"),
         (Mode::InPlace, "in-place"),

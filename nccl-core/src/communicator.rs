@@ -24,7 +24,15 @@ const FINALIZED: u8 = 1;
 const ABORTED: u8 = 2;
 const DESTROYED: u8 = 3;
 
-/// How often nonblocking waits poll `ncclCommGetAsyncError`.
+/// How long nonblocking waits poll `ncclCommGetAsyncError` back to back
+/// (yielding the CPU in between) before they start sleeping: NCCL's launch
+/// thread of a nonblocking group usually finishes within it, and a sleep
+/// costs far more than its nominal length.
+const POLL_SPIN: Duration = Duration::from_micros(200);
+/// The first sleep between polls after that, doubling up to
+/// [`POLL_INTERVAL`].
+const POLL_FIRST_SLEEP: Duration = Duration::from_micros(10);
+/// The longest sleep between polls of a nonblocking wait.
 const POLL_INTERVAL: Duration = Duration::from_micros(200);
 
 /// What the communicator and its abort handles share.
@@ -504,11 +512,18 @@ impl Communicator {
         started: Instant,
         timeout: Duration,
     ) -> Result<()> {
+        let waiting = Instant::now();
+        let mut pause = POLL_FIRST_SLEEP;
         loop {
             match self.async_error() {
                 Ok(Status::Success) => return Ok(()),
                 Ok(Status::InProgress) if started.elapsed() < timeout => {
-                    std::thread::sleep(POLL_INTERVAL)
+                    if waiting.elapsed() < POLL_SPIN {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(POLL_INTERVAL);
+                    }
                 }
                 Ok(Status::InProgress) => {
                     let _ = self.shared.abort();

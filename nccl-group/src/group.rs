@@ -31,16 +31,23 @@ use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GroupOptions {
-    /// NCCL streams per device (round robin across communicators).
+    /// NCCL streams per device (round robin across communicators); unused
+    /// with [`StreamMode::Caller`].
     pub streams_per_device: usize,
+    /// Which stream operations run on. Default [`StreamMode::Separate`].
+    pub stream_mode: StreamMode,
+    /// Nonblocking or blocking NCCL communicators. Default
+    /// [`CommMode::Nonblocking`].
+    pub comm_mode: CommMode,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
     /// How long each of the two steps of creating a communicator may take:
     /// waiting in the store for another rank's unique id, then NCCL's
-    /// (nonblocking) init, which waits for every rank to join. Past it the
-    /// communicators are aborted, the error names the ranks that never
-    /// joined, and the group fails (the ranks no longer agree on what to
-    /// create next). Default 10 min.
+    /// init, which waits for every rank to join. Past it the communicators
+    /// are aborted (with [`CommMode::Blocking`], the init is left to finish
+    /// or hang on a thread of its own), the error names the ranks that
+    /// never joined, and the group fails (the ranks no longer agree on what
+    /// to create next). Default 10 min.
     pub timeout: Duration,
     /// How long each operation may run on the GPU before the watchdog
     /// fails the group (override per call with
@@ -63,6 +70,8 @@ impl Default for GroupOptions {
     fn default() -> Self {
         Self {
             streams_per_device: 1,
+            stream_mode: StreamMode::Separate,
+            comm_mode: CommMode::Nonblocking,
             high_priority: false,
             timeout: crate::store::DEFAULT_TIMEOUT,
             op_timeout: DEFAULT_OP_TIMEOUT,
@@ -76,6 +85,49 @@ impl Default for GroupOptions {
     }
 }
 
+/// Which stream a group's operations run on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamMode {
+    /// On the group's own NCCL streams (the spec's design): the NCCL stream
+    /// waits for an event recorded on the caller's stream, and
+    /// [`Work::wait`] makes the caller's stream wait for the operation's
+    /// end. The caller's stream is free for other work meanwhile (compute
+    /// overlaps communication).
+    #[default]
+    Separate,
+    /// On the caller's stream: no event handoff between streams (two
+    /// driver calls fewer per operation, and no cross-stream latency on
+    /// the GPU), [`Work::wait`] has nothing to do, but everything queued
+    /// after the operation on that stream waits for it. For callers that
+    /// wait at once anyway (as PyTorch's `async_op=False`).
+    Caller,
+}
+
+/// Which kind of NCCL communicator a group creates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommMode {
+    /// Nonblocking communicators: NCCL never blocks the calling thread, so
+    /// every wait (creation, an operation's enqueue) is polled and bounded
+    /// by a deadline, and an abort interrupts any of them. But NCCL 2.28
+    /// ends every group that involves other ranks on a new thread of its
+    /// own and answers `ncclInProgress`, which the group then waits out:
+    /// tens to hundreds of microseconds per operation at world size 2 and
+    /// above (see the README's measurements). At world size 1 NCCL takes a
+    /// shortcut and the cost is not seen.
+    #[default]
+    Nonblocking,
+    /// Blocking communicators: operations are enqueued on the calling
+    /// thread at NCCL's normal cost. Creation is still bounded by
+    /// [`GroupOptions::timeout`]: the init runs on a helper thread, which a
+    /// timeout leaves behind (it ends when NCCL gives up or the missing
+    /// ranks come). An enqueue that blocks (a peer that never connects) is
+    /// not bounded by the operation's deadline; the watchdog's abort of a
+    /// timed-out operation releases it, as PyTorch's does.
+    Blocking,
+}
+
 /// The default [`GroupOptions::op_timeout`] (as PyTorch's NCCL process group).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -86,6 +138,18 @@ impl GroupOptions {
     /// With `streams` NCCL streams per device.
     pub fn with_streams_per_device(mut self, streams: usize) -> Self {
         self.streams_per_device = streams;
+        self
+    }
+
+    /// With operations on this stream ([`StreamMode`]).
+    pub fn with_stream_mode(mut self, mode: StreamMode) -> Self {
+        self.stream_mode = mode;
+        self
+    }
+
+    /// With this kind of NCCL communicator ([`CommMode`]).
+    pub fn with_comm_mode(mut self, mode: CommMode) -> Self {
+        self.comm_mode = mode;
         self
     }
 
@@ -157,7 +221,8 @@ struct Inner {
 /// * Every operation records an event on the caller's stream that the
 ///   NCCL stream waits for, enqueues inside one group call, records an end
 ///   event, and returns a [`Work`] that owns the tensors until the GPU is
-///   done with them.
+///   done with them. ([`StreamMode::Caller`] runs operations on the
+///   caller's stream instead, with no handoff.)
 /// * Every operation has a deadline ([`GroupOptions::op_timeout`], or
 ///   [`ProcessGroup::with_op_timeout`] per call). The process's watchdog
 ///   thread polls the end events and the communicators' asynchronous
@@ -329,6 +394,11 @@ impl ProcessGroup {
         self.inner.cache.membership().world_size
     }
 
+    /// The options the group was created with.
+    pub fn options(&self) -> &GroupOptions {
+        &self.inner.cache.factory().options
+    }
+
     /// The group's name.
     pub fn name(&self) -> &str {
         &self.inner.cache.membership().name
@@ -354,6 +424,22 @@ impl ProcessGroup {
 
     fn check_live(&self) -> Result<()> {
         self.inner.check_live()
+    }
+
+    /// The stream an operation runs on ([`GroupOptions::stream_mode`]);
+    /// a separate NCCL stream is first made to wait for the caller's.
+    fn op_stream<'a>(
+        &self,
+        member: &'a Member,
+        caller: &'a Arc<CudaStream>,
+    ) -> Result<&'a Arc<CudaStream>> {
+        match self.options().stream_mode {
+            StreamMode::Separate => {
+                sync_start(member, caller)?;
+                Ok(&member.stream)
+            }
+            StreamMode::Caller => Ok(caller),
+        }
     }
 
     /// The communicators for `key`. A group aborted while they were being
@@ -436,7 +522,8 @@ impl ProcessGroup {
     }
 
     /// Enqueues one operation on one local device: the NCCL stream waits
-    /// for the caller's stream, `issue` enqueues, an end event is recorded.
+    /// for the caller's stream (unless the operation runs on the caller's
+    /// stream), `issue` enqueues, an end event is recorded.
     fn run_one<B: WorkBuffers>(
         &self,
         info: OpInfo,
@@ -447,7 +534,7 @@ impl ProcessGroup {
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<B> {
         // Set once NCCL accepted the operation: its sequence number and the
-        // NCCL stream it is on.
+        // stream it is on.
         let mut issued: Option<(u64, Arc<CudaStream>)> = None;
         let attempt = (|| {
             self.check_live()?;
@@ -455,19 +542,19 @@ impl ProcessGroup {
             let key = key(DeviceList::one(device)?);
             let comms = self.comms_for(&key)?;
             let member = &comms.members[0];
-            sync_start(member, caller)?;
+            let stream = self.op_stream(member, caller)?;
             let enqueued = Instant::now();
             let seq = {
                 let comm = member.lock();
-                let status = issue(&comm, &member.stream, &mut buffers)?;
+                let status = issue(&comm, stream, &mut buffers)?;
                 let seq = self.record(info, &key, enqueued);
-                issued = Some((seq, Arc::clone(&member.stream)));
+                issued = Some((seq, Arc::clone(stream)));
                 if status == Status::InProgress {
                     comm.core().wait_ready_within(info.op, self.op_timeout)?;
                 }
                 seq
             };
-            Ok((end_event(member, caller)?, seq, enqueued))
+            Ok((end_event(member, stream, caller)?, seq, enqueued))
         })();
         match attempt {
             Ok((end, seq, enqueued)) => Ok(self.track(buffers, Ends::One(end), seq, enqueued)),
@@ -491,9 +578,9 @@ impl ProcessGroup {
         check: impl Fn(&CommInfo, &B) -> nccl_tensor::Result<()>,
         issue: impl Fn(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<Vec<B>> {
-        // Set once the NCCL group is open: from then on an error leaves a
-        // (partial) operation to NCCL.
-        let mut issued: Option<(u64, Arc<LocalComms>)> = None;
+        // Set once the NCCL group is open (with the stream of each device's
+        // part): from then on an error leaves a (partial) operation to NCCL.
+        let mut issued: Option<(u64, Vec<Arc<CudaStream>>)> = None;
         let attempt = (|| {
             self.check_live()?;
             let devices = DeviceList::new(buffers.iter().map(Located::device))?;
@@ -509,7 +596,7 @@ impl ProcessGroup {
             }
             let key = key(devices);
             let comms = self.comms_for(&key)?;
-            let (seq, enqueued) = {
+            let (seq, enqueued, streams) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
                 // Every device's arguments are checked before any is
                 // enqueued: a part left in the group would launch alone
@@ -517,30 +604,32 @@ impl ProcessGroup {
                 for (comm, part) in guards.iter().zip(&buffers) {
                     check(&comm.info(), part)?;
                 }
-                for (member, caller) in comms.members.iter().zip(callers) {
-                    sync_start(member, caller)?;
-                }
+                let streams = comms
+                    .members
+                    .iter()
+                    .zip(callers)
+                    .map(|(member, caller)| self.op_stream(member, caller))
+                    .collect::<Result<Vec<_>>>()?;
                 let enqueued = Instant::now();
                 let seq = self.record(info, &key, enqueued);
-                issued = Some((seq, Arc::clone(&comms)));
+                issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
                 let group = Group::start()?;
-                for ((comm, member), part) in
-                    guards.iter().zip(&comms.members).zip(buffers.iter_mut())
-                {
-                    let _ = issue(comm, &member.stream, part)?;
+                for ((comm, stream), part) in guards.iter().zip(&streams).zip(buffers.iter_mut()) {
+                    let _ = issue(comm, stream, part)?;
                 }
                 if group.end()? == Status::InProgress {
                     for comm in &guards {
                         comm.core().wait_ready_within(info.op, self.op_timeout)?;
                     }
                 }
-                (seq, enqueued)
+                (seq, enqueued, streams)
             };
             let ends = comms
                 .members
                 .iter()
+                .zip(streams)
                 .zip(callers)
-                .map(|(member, caller)| end_event(member, caller))
+                .map(|((member, stream), caller)| end_event(member, stream, caller))
                 .collect::<Result<Vec<_>>>()?;
             Ok((ends, seq, enqueued))
         })();
@@ -548,9 +637,9 @@ impl ProcessGroup {
             Ok((ends, seq, enqueued)) => Ok(self.track(buffers, Ends::Many(ends), seq, enqueued)),
             Err(error) => match issued {
                 None => Err(self.failed_op(error, buffers)),
-                Some((seq, comms)) => {
-                    for (member, part) in comms.members.iter().zip(&buffers) {
-                        order_after_stream(part, &member.stream);
+                Some((seq, streams)) => {
+                    for (stream, part) in streams.iter().zip(&buffers) {
+                        order_after_stream(part, stream);
                     }
                     Err(self.failed_in_flight(error, seq, buffers))
                 }
@@ -587,7 +676,8 @@ impl ProcessGroup {
     /// with everything the group's own operations get: the two-way event
     /// sync with `stream`, the deadline and watchdog, the flight recorder
     /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
-    /// gets the communicator and the NCCL stream to enqueue on; every
+    /// gets the communicator and the stream to enqueue on (the NCCL
+    /// stream, or `stream` itself with [`StreamMode::Caller`]); every
     /// rank must issue matching calls, as with any collective. The group's
     /// communicators are nonblocking (NCCL may answer `ncclInProgress`), so
     /// `issue` runs inside one NCCL group, whose end is waited for: it may
@@ -1194,14 +1284,16 @@ fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
     synced
 }
 
-/// Records the end of the operation on the NCCL stream.
-fn end_event(member: &Member, caller: &Arc<CudaStream>) -> Result<End> {
+/// Records the end of the operation on `stream`, the stream it ran on;
+/// the caller's stream waits for it in [`Work::wait`] unless it is that
+/// stream.
+fn end_event(member: &Member, stream: &Arc<CudaStream>, caller: &Arc<CudaStream>) -> Result<End> {
     let event = member.pool.event()?;
-    match event.record(&member.stream) {
+    match event.record(stream) {
         Ok(()) => Ok(End {
             pool: Arc::clone(&member.pool),
             event,
-            caller: Arc::clone(caller),
+            caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
         }),
         Err(error) => {
             member.pool.give_back(event);

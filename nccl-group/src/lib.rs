@@ -46,8 +46,8 @@ pub use comms::{CommCache, CommFactory, Membership};
 pub use error::{GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
-    DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, LocalComms, Member, NcclFactory, OpResult,
-    ProcessGroup,
+    CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, LocalComms, Member, NcclFactory,
+    OpResult, ProcessGroup, StreamMode,
 };
 pub use key::{CommClass, CommKey, DeviceList, MAX_LOCAL_DEVICES};
 pub use pool::DevicePool;

@@ -28,6 +28,11 @@ impl std::fmt::Debug for DevicePool {
 
 /// How many events a pool keeps ready before any operation asks.
 const PREALLOCATED_EVENTS: usize = 8;
+/// Room in the pool's free list from the start: more than a steady loop
+/// has in flight (the watchdog's backlog stays near its reaping threshold
+/// of 256), so giving events back never grows the list, and a steady-state
+/// operation never allocates.
+const EVENT_SLOTS: usize = 1024;
 
 impl DevicePool {
     /// Creates `streams` non-blocking streams on `device` (high priority if
@@ -50,10 +55,14 @@ impl DevicePool {
             .map(|_| context.new_stream_with_priority(priority))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(GroupError::cuda("creating the NCCL streams"))?;
-        let events = (0..PREALLOCATED_EVENTS)
-            .map(|_| context.new_event(None))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(GroupError::cuda("creating events"))?;
+        let mut events = Vec::with_capacity(EVENT_SLOTS);
+        for _ in 0..PREALLOCATED_EVENTS {
+            events.push(
+                context
+                    .new_event(None)
+                    .map_err(GroupError::cuda("creating events"))?,
+            );
+        }
         Ok(Self {
             device,
             streams,

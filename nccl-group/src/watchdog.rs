@@ -80,9 +80,18 @@ pub enum Verdict {
 const REAP_ABOVE: usize = 256;
 
 /// A group's outstanding operations, oldest first.
-#[derive(Default)]
 pub struct Tracker {
     pending: Mutex<VecDeque<PendingOp>>,
+}
+
+impl Default for Tracker {
+    /// Room for twice the reaping threshold up front, so a steady loop
+    /// never grows the queue (no allocation per operation).
+    fn default() -> Self {
+        Self {
+            pending: Mutex::new(VecDeque::with_capacity(2 * REAP_ABOVE)),
+        }
+    }
 }
 
 impl Tracker {
@@ -166,8 +175,9 @@ fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64)) 
 
 /// A group the watchdog looks after.
 pub trait Watched: Send + Sync {
-    /// Checks the group once.
-    fn tick(&self, now: Instant);
+    /// Checks the group once (with the group's own reference, so a failure
+    /// it finds can finish on a thread of its own).
+    fn tick(self: Arc<Self>, now: Instant);
 }
 
 struct Registry {
@@ -232,7 +242,9 @@ fn run(registry: &'static Registry) {
         for group in &live {
             // A panic in one group's tick (a user's store, say) must not
             // end the watching of every group.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| group.tick(now)));
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Arc::clone(group).tick(now)
+            }));
         }
         // The groups are released before sleeping, so a group dropped by
         // its owner is not kept alive by the watchdog.
@@ -449,7 +461,7 @@ mod tests {
     }
 
     impl Watched for Counting {
-        fn tick(&self, _now: Instant) {
+        fn tick(self: Arc<Self>, _now: Instant) {
             self.ticks.fetch_add(1, Ordering::SeqCst);
         }
     }

@@ -53,7 +53,9 @@ impl<B: WorkBuffers> WorkBuffers for Vec<B> {
 pub(crate) struct End {
     pub(crate) pool: Arc<DevicePool>,
     pub(crate) event: CudaEvent,
-    pub(crate) caller: Arc<CudaStream>,
+    /// The caller's stream, where it is not the stream the operation ran
+    /// on: [`Work::wait`] makes it wait for the end.
+    pub(crate) caller: Option<Arc<CudaStream>>,
 }
 
 /// One end event per device; a single device needs no allocation.
@@ -241,9 +243,11 @@ impl<B: WorkBuffers> Work<B> {
             return Err(error);
         }
         for end in self.ends() {
-            end.caller
-                .wait(&end.event)
-                .map_err(GroupError::cuda("making the caller's stream wait"))?;
+            if let Some(caller) = &end.caller {
+                caller
+                    .wait(&end.event)
+                    .map_err(GroupError::cuda("making the caller's stream wait"))?;
+            }
         }
         // `buffers` is only taken here or in drop.
         self.buffers

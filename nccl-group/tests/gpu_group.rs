@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use cudarc::driver::ValidAsZeroBits;
 use nccl_core::{CudaStream, Device, ReduceOp};
 use nccl_group::{
-    GroupError, GroupOptions, InProcessStore, MAX_LOCAL_DEVICES, OpError, OpResult, ProcessGroup,
-    WorkBuffers,
+    CommMode, GroupError, GroupOptions, InProcessStore, MAX_LOCAL_DEVICES, OpError, OpResult,
+    ProcessGroup, StreamMode, WorkBuffers,
 };
 use nccl_tensor::{NcclType, Tensor};
 
@@ -110,13 +110,18 @@ fn check<T: Elem>(what: &str, got: &[T], expected: &[T]) {
 
 /// A world-size-1 group on an in-process store.
 fn new_group(name: &str) -> ProcessGroup {
+    new_group_in(name, GroupOptions::default())
+}
+
+/// A world-size-1 group on an in-process store, with `options`.
+fn new_group_in(name: &str, options: GroupOptions) -> ProcessGroup {
     ProcessGroup::new(
         name,
         0,
         1,
         Arc::new(InProcessStore::new()),
         "in-process",
-        GroupOptions::default(),
+        options,
     )
     .unwrap_or_else(|e| panic!("creating group {name:?}: {e}"))
 }
@@ -167,8 +172,8 @@ fn within<T: Send + 'static>(
 // ------------------------------------------------ every op, world size 1
 
 /// Every operation in its single form on `len`-element tensors of `T`.
-fn every_op_single<T: Elem>(device: &Device, name: &str) {
-    let group = new_group(name);
+fn every_op_single<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
+    let group = new_group_in(name, options);
     let stream = device.new_stream().expect("stream");
     for (case, &len) in SIZES.iter().enumerate() {
         let data = host::<T>(case as u64 + 1, len);
@@ -234,8 +239,8 @@ fn every_op_single<T: Elem>(device: &Device, name: &str) {
 }
 
 /// Every operation in its list form, with one tensor and one stream.
-fn every_op_multi<T: Elem>(device: &Device, name: &str) {
-    let group = new_group(name);
+fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
+    let group = new_group_in(name, options);
     let stream = device.new_stream().expect("stream");
     let streams = std::slice::from_ref(&stream);
     for (case, &len) in SIZES.iter().enumerate() {
@@ -290,7 +295,7 @@ fn gpu_every_op_single_f32() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_single::<f32>(&devices[0], "single-f32");
+    every_op_single::<f32>(&devices[0], "single-f32", GroupOptions::default());
 }
 
 #[test]
@@ -298,7 +303,7 @@ fn gpu_every_op_single_f16() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_single::<half::f16>(&devices[0], "single-f16");
+    every_op_single::<half::f16>(&devices[0], "single-f16", GroupOptions::default());
 }
 
 #[test]
@@ -306,7 +311,7 @@ fn gpu_every_op_single_i32() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_single::<i32>(&devices[0], "single-i32");
+    every_op_single::<i32>(&devices[0], "single-i32", GroupOptions::default());
 }
 
 #[test]
@@ -314,7 +319,7 @@ fn gpu_every_op_multi_f32() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_multi::<f32>(&devices[0], "multi-f32");
+    every_op_multi::<f32>(&devices[0], "multi-f32", GroupOptions::default());
 }
 
 #[test]
@@ -322,7 +327,7 @@ fn gpu_every_op_multi_f16() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_multi::<half::f16>(&devices[0], "multi-f16");
+    every_op_multi::<half::f16>(&devices[0], "multi-f16", GroupOptions::default());
 }
 
 #[test]
@@ -464,23 +469,66 @@ fn pattern(iteration: usize, len: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Options running operations on the caller's stream.
+fn caller() -> GroupOptions {
+    GroupOptions::default().with_stream_mode(StreamMode::Caller)
+}
+
+#[test]
+fn gpu_every_op_with_blocking_communicators() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    let blocking = || GroupOptions::default().with_comm_mode(CommMode::Blocking);
+    every_op_single::<f32>(&devices[0], "blocking-single-f32", blocking());
+    every_op_multi::<f32>(&devices[0], "blocking-multi-f32", blocking());
+    every_op_single::<half::f16>(
+        &devices[0],
+        "blocking-caller-single-f16",
+        blocking().with_stream_mode(StreamMode::Caller),
+    );
+}
+
+#[test]
+fn gpu_every_op_on_the_callers_stream() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    every_op_single::<f32>(&devices[0], "caller-single-f32", caller());
+    every_op_single::<half::f16>(&devices[0], "caller-single-f16", caller());
+    every_op_multi::<f32>(&devices[0], "caller-multi-f32", caller());
+}
+
 #[test]
 fn gpu_caller_stream_ordering_without_device_sync() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
+    ordering_without_device_sync(&devices[0], StreamMode::Separate);
+}
+
+#[test]
+fn gpu_ordering_without_device_sync_on_the_callers_stream() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    ordering_without_device_sync(&devices[0], StreamMode::Caller);
+}
+
+fn ordering_without_device_sync(device: &Device, mode: StreamMode) {
     // Everything below is queued on the caller's stream with no device or
     // stream synchronisation between steps: fresh data is copied into the
     // input (host to device, then device to device, both asynchronous),
-    // the output is zeroed, the operation runs on the NCCL stream, `wait`
-    // makes the caller's stream wait, and the result is read back on the
+    // the output is zeroed, the operation runs on the NCCL stream (or on
+    // the caller's, with `StreamMode::Caller`), `wait` makes the caller's
+    // stream wait, and the result is read back on the
     // caller's stream. Large buffers make the copies slow enough that
     // missing ordering shows as stale or zero values. (cudarc's own event
     // tracking also orders buffer uses across streams; this test checks the
     // combined result.)
     const LEN: usize = 1 << 22;
-    let group = new_group("ordering");
-    let stream = devices[0].new_stream().expect("stream");
+    let group = new_group_in("ordering", GroupOptions::default().with_stream_mode(mode));
+    let stream = device.new_stream().expect("stream");
     let zeros = || Tensor::<f32>::zeros(&stream, &[LEN]).expect("alloc");
     let (mut staging, mut input, mut output) = (zeros(), zeros(), zeros());
     for iteration in 0..50 {

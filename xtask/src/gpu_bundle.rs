@@ -376,8 +376,9 @@ fn render_run_sh(tests: &[String], benches: &[String], tools: &[String]) -> Stri
 const PERF_SH: &str = r#"#!/usr/bin/env bash
 # The measurement run, on the GPU machine:
 #   perf.sh [OUT_DIR]      (default: $OUT/perf, or ./perf)
-# Writes topology.txt, raw-group.{txt,jsonl,svg}, raw-tensor.{txt,jsonl,svg}
-# and soak.txt; ends with one line naming what failed, if anything.
+# Writes topology.txt; raw-group, raw-group-caller, raw-group-blocking (the
+# group on blocking communicators) and raw-tensor as .txt, .jsonl and .svg;
+# and soak.txt. Ends with one line naming what failed, if anything.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-${OUT:-.}/perf}"
@@ -385,10 +386,14 @@ mkdir -p -- "$out"
 export NCCL_NVLS_ENABLE=0
 { nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
 failed=()
-for layers in raw,group raw,tensor; do
-    name="${layers/,/-}"
-    echo "==> nccl-perf --compare $layers -b 8 -e 4G -f 2 -c 1"
-    "$here/bin/benches-nccl-perf" --compare "$layers" -b 8 -e 4G -f 2 -c 1         --json "$out/$name.jsonl" --plot "$out/$name.svg" >"$out/$name.txt" 2>&1         || failed+=("nccl-perf $layers")
+for run in raw,group: raw,group-caller: raw,group:blocking raw,tensor:; do
+    layers="${run%%:*}"
+    comms="${run#*:}"
+    name="${layers/,/-}${comms:+-$comms}"
+    echo "==> nccl-perf --compare $layers ${comms:+--group-comms $comms }-b 8 -e 4G -f 2 -c 1"
+    "$here/bin/benches-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
+        -b 8 -e 4G -f 2 -c 1 --json "$out/$name.jsonl" --plot "$out/$name.svg" \
+        >"$out/$name.txt" 2>&1 || failed+=("nccl-perf $name")
     grep -E '^# (Collective|Median ratio|Out of bounds)' "$out/$name.txt"
 done
 echo "==> group-soak"
@@ -411,8 +416,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #
 # * Every gpu_* test binary in bin/ runs with NCCL_TEST_REQUIRE_GPU=1 (a test
 #   that cannot find the GPUs it needs fails instead of skipping) and
-#   --test-threads=1. NCCL_NVLS_ENABLE=0 stays exported: multicast must stay
-#   off on that machine.
+#   --test-threads=1 --nocapture (output as it happens, so a log cut off by
+#   a timeout still shows what the hung test printed). NCCL_NVLS_ENABLE=0
+#   stays exported: multicast must stay off on that machine.
 # * GPUs are counted with `nvidia-smi -L` (0 without nvidia-smi; at most as
 #   many as CUDA_VISIBLE_DEVICES names when it is set). With fewer than 2,
 #   tests whose names contain `multi_gpu` are skipped by name, each listed.
@@ -466,16 +472,12 @@ count_gpus() {
 }
 
 # Names of the tests that passed although they printed a line starting with
-# `SKIP:`, from a libtest log run with --show-output and --test-threads=1
-# (captured output appears in `---- NAME stdout ----` blocks; output that
-# escaped capture follows `test NAME ... ` on the same or later lines).
+# `SKIP:`, from a libtest log run with --nocapture and --test-threads=1 (a
+# test's output follows `test NAME ... ` on the same or later lines).
 reported_skips() {
     awk '
         /^test result: / { done = 1 }
         done { next }
-        /^---- .* stdout ----$/ {
-            current = substr($0, 6, length($0) - 17); failures_list = 0; next
-        }
         /^test .* \.\.\. / {
             current = substr($0, 6); rest = current
             sub(/ \.\.\. .*$/, "", current); sub(/^.* \.\.\. /, "", rest)
@@ -555,7 +557,7 @@ main() {
             continue
         fi
 
-        run_limited "$exe" --test-threads=1 --show-output ${skip_args[@]+"${skip_args[@]}"} \
+        run_limited "$exe" --test-threads=1 --nocapture ${skip_args[@]+"${skip_args[@]}"} \
             ${args[@]+"${args[@]}"} 2>&1 | tee "$tmp/out"
         rc=${PIPESTATUS[0]}
 

@@ -52,7 +52,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
-use nccl_group::{OpError, OpResult, ProcessGroup, WorkBuffers};
+use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
 use nccl_tensor::Tensor;
 
 use super::{Call, Launch, Layer, LayerKind};
@@ -413,7 +413,10 @@ impl<'a> GroupLayer<'a> {
 
 impl Layer for GroupLayer<'_> {
     fn kind(&self) -> LayerKind {
-        LayerKind::Group
+        match self.group.options().stream_mode {
+            StreamMode::Caller => LayerKind::GroupCaller,
+            _ => LayerKind::Group,
+        }
     }
 
     fn supports(&self, collective: Collective, mode: Mode) -> bool {

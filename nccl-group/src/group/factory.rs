@@ -2,17 +2,19 @@
 //! deadline, and [`LocalComms`] holds one [`Member`] per local device.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{AbortHandle, Config, Device, UniqueId};
 use nccl_tensor::Communicator;
 
-use super::GroupOptions;
+use super::{CommMode, GroupOptions};
 use crate::cache::OnceMap;
 use crate::comms::CommFactory;
 use crate::error::Result;
 use crate::key::CommKey;
 use crate::pool::DevicePool;
+use crate::watchdog::{Bounded, run_bounded};
 
 /// One local device's communicator of a key, with its NCCL stream.
 pub struct Member {
@@ -75,9 +77,10 @@ impl CommFactory for NcclFactory {
         Ok(UniqueId::new()?)
     }
 
-    /// Nonblocking communicators, so that creation is bounded by the
-    /// group's timeout (a rank that never joins cannot hang this one) and
-    /// the watchdog can read their asynchronous errors.
+    /// Communicators of the group's [`CommMode`], created within the
+    /// group's timeout either way (a rank that never joins cannot hang
+    /// this one): a nonblocking init is polled, a blocking one runs on a
+    /// helper thread that is waited for at most that long.
     fn create(
         &self,
         key: &CommKey,
@@ -99,10 +102,34 @@ impl CommFactory for NcclFactory {
             })
             .collect::<Result<Vec<_>>>()?;
         let devices: Vec<Device> = pools.iter().map(|pool| pool.device().clone()).collect();
-        let config = Config::new().blocking(false).timeout(self.options.timeout);
-        let comms = nccl_core::Communicator::init_local_ranks(
-            &devices, world_size, id, first_rank, &config,
-        )?;
+        let timeout = self.options.timeout;
+        let comms = match self.options.comm_mode {
+            CommMode::Blocking => {
+                let started = Instant::now();
+                let init = move || {
+                    let config = Config::new().blocking(true);
+                    nccl_core::Communicator::init_local_ranks(
+                        &devices, world_size, id, first_rank, &config,
+                    )
+                };
+                match run_bounded("nccl-group-init", timeout, init) {
+                    Bounded::Returned(comms) => comms?,
+                    Bounded::Stalled => {
+                        return Err(nccl_core::Error::Timeout {
+                            operation: "ncclCommInitRankConfig",
+                            waited: started.elapsed(),
+                        }
+                        .into());
+                    }
+                }
+            }
+            CommMode::Nonblocking => {
+                let config = Config::new().blocking(false).timeout(timeout);
+                nccl_core::Communicator::init_local_ranks(
+                    &devices, world_size, id, first_rank, &config,
+                )?
+            }
+        };
         let members = comms
             .into_iter()
             .zip(pools)

@@ -17,10 +17,11 @@ const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
 
 /// Whether a termination asks the other ranks how far they got.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Exchange {
+enum Exchange {
     /// Through the store, bounded by [`EXCHANGE_WAIT`].
     WithPeers,
-    /// Not (an abort or a drop must not wait on other processes).
+    /// Not: an abort or a drop must not wait on other processes, and a
+    /// creation timeout has no operation to ask about.
     No,
 }
 
@@ -51,9 +52,20 @@ impl Inner {
         }
     }
 
-    /// Fails a live group (the watchdog's verdict, or an operation left in
-    /// flight by an error); a no-op otherwise.
-    pub(super) fn fail(&self, cause: FailureCause, seq: Option<u64>) {
+    /// Fails a live group (the watchdog's verdict, an operation left in
+    /// flight by an error, a communicator not created in time); a no-op
+    /// otherwise. Every pending operation fails at once, here; the slow
+    /// rest (the bounded abort, the progress exchange, the dump) runs on a
+    /// thread of its own, so neither the caller nor the watchdog (which
+    /// looks after every group of the process) waits for it. The failure's
+    /// [`details`](Failure::details) appear when it is done.
+    pub(super) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>) {
+        // No operation is stuck when creation timed out, and the ranks that
+        // never joined are named already: nothing to ask the others.
+        let exchange = match cause {
+            FailureCause::Creation { .. } => Exchange::No,
+            _ => Exchange::WithPeers,
+        };
         let failure = self.new_failure(cause, seq);
         if self
             .state
@@ -63,7 +75,23 @@ impl Inner {
             return;
         }
         let _ = self.failure.set(Arc::clone(&failure));
-        self.terminate(&failure, Exchange::WithPeers);
+        self.fail_pending(&failure);
+        let spawned = {
+            let inner = Arc::clone(self);
+            let failure = Arc::clone(&failure);
+            std::thread::Builder::new()
+                .name("nccl-group-failure".to_string())
+                .spawn(move || inner.finish_failure(&failure, exchange))
+        };
+        // Without a thread to spare, the caller does the rest itself.
+        if spawned.is_err() {
+            self.finish_failure(&failure, exchange);
+        }
+    }
+
+    /// The slow part of [`Inner::fail`], then the opt-in process abort.
+    fn finish_failure(&self, failure: &Arc<Failure>, exchange: Exchange) {
+        self.finish_termination(failure, exchange);
         if self.options().on_failure == FailurePolicy::AbortProcess {
             eprintln!("nccl-group: {failure}; aborting the process (FailurePolicy::AbortProcess)");
             std::process::abort();
@@ -83,17 +111,20 @@ impl Inner {
         ))
     }
 
-    /// What follows a failure or an abort, once the state has changed:
-    /// every pending operation fails with `failure` (so its waiters
-    /// return at once), the communicators are aborted (bounded), the
-    /// other ranks' progress is exchanged if asked, and the flight
-    /// recorder is dumped. Returns how the abort went.
-    pub(super) fn terminate(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
-        let now = Instant::now();
+    /// The first step after a failure or an abort: every pending operation
+    /// fails with `failure`, so its waiters return at once.
+    fn fail_pending(&self, failure: &Arc<Failure>) {
         for pending in self.tracker.drain() {
             pending.completion.fail(failure);
         }
-        self.recorder.fail_pending(now);
+        self.recorder.fail_pending(Instant::now());
+    }
+
+    /// The rest, once pending operations have failed: the communicators are
+    /// aborted (bounded), the other ranks' progress is exchanged if asked,
+    /// the flight recorder is dumped and the failure's details are set.
+    /// Returns how the abort went.
+    fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
         let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
         let (peers, lagging) = match exchange {
             Exchange::WithPeers if self.cache.membership().world_size > 1 => {
@@ -199,7 +230,8 @@ impl Inner {
     pub(super) fn abort(&self) -> AbortOutcome {
         let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest());
         let _ = self.failure.set(Arc::clone(&failure));
-        self.terminate(&failure, Exchange::No)
+        self.fail_pending(&failure);
+        self.finish_termination(&failure, Exchange::No)
     }
 }
 
@@ -237,7 +269,7 @@ fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
 }
 
 impl Watched for Inner {
-    fn tick(&self, now: Instant) {
+    fn tick(self: Arc<Self>, now: Instant) {
         if self.state.load(Ordering::Acquire) != LIVE {
             return;
         }
