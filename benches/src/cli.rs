@@ -20,8 +20,8 @@ use crate::layer::LayerKind;
     long_about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this \
                   workspace (raw nccl-sys calls, nccl-core, nccl-tensor's safe API, or nccl-group's \
                   ProcessGroup). One thread per GPU (rank = GPU index), one communicator per rank, one \
-                  non-blocking stream per rank (and one process of a ProcessGroup per rank for --layer \
-                  group). \
+                  non-blocking stream per rank (and one process of a ProcessGroup per rank and group \
+                  layer). \
                   The table goes to stdout and stays machine-readable (lines starting with '#' are \
                   comments; every row has the same columns); a progress bar goes to stderr when it is \
                   a terminal; errors go to stderr, as one line.\n\n\
@@ -104,7 +104,8 @@ pub struct Args {
     /// nccl-tensor's safe typed API (which has no in-place all_gather, reduce_scatter or
     /// all_to_all: those halves print N/A), or nccl-group's ProcessGroup (an op + Work::wait
     /// per call; whole-tensor ops only: in-place all_reduce, broadcast and reduce,
-    /// out-of-place all_gather, reduce_scatter and all_to_all, no sendrecv; the rest N/A).
+    /// out-of-place all_gather, reduce_scatter and all_to_all, no sendrecv; the rest N/A),
+    /// on its own NCCL stream (group) or on the caller's (group-caller).
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,
 

@@ -2,6 +2,7 @@
 //! created exactly once per key with a unique id met through the store.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -129,6 +130,8 @@ pub struct CommCache<F: CommFactory> {
     sequences: Mutex<Sequences>,
     /// Every created key by its store key: an order all processes share.
     created: Mutex<BTreeMap<String, CommKey>>,
+    /// Set by [`CommCache::close`].
+    closed: AtomicBool,
 }
 
 impl<F: CommFactory> CommCache<F> {
@@ -140,7 +143,17 @@ impl<F: CommFactory> CommCache<F> {
             comms: OnceMap::new(),
             sequences: Mutex::new(Sequences::default()),
             created: Mutex::new(BTreeMap::new()),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Stops creating communicators: a `get` of a key not created yet
+    /// fails with [`GroupError::Closed`] from now on, including calls
+    /// already waiting for another thread's creation of that key (a group
+    /// that failed, was aborted or destroyed must not start a new
+    /// rendezvous, nor a new NCCL init).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     /// Where this process stands.
@@ -187,6 +200,11 @@ impl<F: CommFactory> CommCache<F> {
 
     fn create(&self, key: &CommKey) -> Result<F::Comms> {
         let m = &self.membership;
+        if self.closed.load(Ordering::Acquire) {
+            return Err(GroupError::Closed {
+                name: m.name.clone(),
+            });
+        }
         let (processes, index, creator) = key.members(m.rank, m.world_size);
         let sequence = self
             .sequences

@@ -73,6 +73,16 @@ pub enum GroupError {
         /// NCCL's (nccl-core's) error.
         source: Box<GroupError>,
     },
+    /// The group stopped creating communicators (it failed, was aborted or
+    /// destroyed) while this call was about to create one.
+    #[error(
+        "process group {name:?} no longer creates communicators (it failed, was aborted or destroyed); \
+         create a new group"
+    )]
+    Closed {
+        /// The group's name.
+        name: String,
+    },
     /// The group was destroyed.
     #[error("process group {name:?} was destroyed")]
     Destroyed {

@@ -2,8 +2,8 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use crate::recorder::{OpRecord, PeerProgress};
 
@@ -17,9 +17,10 @@ pub enum FailurePolicy {
     /// the process keeps running and may create a new group.
     #[default]
     ReturnErrors,
-    /// As `ReturnErrors`, then print the failure to stderr and abort the
-    /// process (after the flight recorder is written), for launchers that
-    /// restart failed workers.
+    /// Abort the group's communicators, write the flight recorder, print
+    /// the failure to stderr and abort the process, for launchers that
+    /// restart failed workers. Nothing returns an error first, so nothing
+    /// can exit before the dump is written.
     AbortProcess,
 }
 
@@ -57,6 +58,18 @@ pub enum FailureCause {
         /// The error.
         error: String,
     },
+    /// Enqueueing an operation on the communicator of `device` (the NCCL
+    /// call, or a custom operation's own code) had not returned after its
+    /// timeout: the calling thread is stuck in it (a peer that never
+    /// connects, say). The operation has no sequence number yet.
+    EnqueueBlocked {
+        /// The local device.
+        device: usize,
+        /// The operation's timeout.
+        timeout: Duration,
+        /// How long the call had been blocked when the watchdog saw it.
+        blocked: Duration,
+    },
     /// A communicator could not be created in time
     /// ([`GroupError::InitTimeout`](crate::GroupError::InitTimeout)): the
     /// ranks no longer agree on what to create next.
@@ -85,6 +98,15 @@ impl fmt::Display for FailureCause {
                 write!(f, "failed after NCCL accepted it: {error}")
             }
             FailureCause::Creation { error } => write!(f, "could not be created: {error}"),
+            FailureCause::EnqueueBlocked {
+                device,
+                timeout,
+                blocked,
+            } => write!(
+                f,
+                "on device {device} was stuck enqueueing an operation for {blocked:?}, past its timeout of \
+                 {timeout:?} (a peer that never connects?)"
+            ),
         }
     }
 }
@@ -135,6 +157,8 @@ pub struct Failure {
     /// operations, or when the record was overwritten).
     pub op: Option<OpRecord>,
     details: OnceLock<FailureDetails>,
+    /// Signalled when the details are set.
+    details_set: (Mutex<()>, Condvar),
 }
 
 impl Failure {
@@ -154,6 +178,7 @@ impl Failure {
             cause,
             op,
             details: OnceLock::new(),
+            details_set: (Mutex::new(()), Condvar::new()),
         }
     }
 
@@ -164,8 +189,33 @@ impl Failure {
         self.details.get()
     }
 
+    /// [`Failure::details`], waiting for them at most `timeout` (e.g.
+    /// before a process exits, so that the flight recorder's dump is
+    /// written).
+    pub fn wait_details(&self, timeout: Duration) -> Option<&FailureDetails> {
+        let deadline = Instant::now() + timeout;
+        let (lock, set) = &self.details_set;
+        let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(details) = self.details.get() {
+                return Some(details);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            guard = set
+                .wait_timeout(guard, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     pub(crate) fn set_details(&self, details: FailureDetails) {
+        let (lock, set) = &self.details_set;
+        let _guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
         let _ = self.details.set(details);
+        set.notify_all();
     }
 }
 
@@ -239,6 +289,8 @@ impl fmt::Display for Failure {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::key::DeviceList;
     use crate::recorder::OpState;
@@ -295,6 +347,48 @@ mod tests {
             "{full}"
         );
         assert!(full.ends_with("Create a new group to continue."), "{full}");
+    }
+
+    #[test]
+    fn details_can_be_waited_for() {
+        let failure = Arc::new(Failure::new(
+            "g".into(),
+            0,
+            0,
+            1,
+            FailureCause::EnqueueBlocked {
+                device: 3,
+                timeout: Duration::from_secs(2),
+                blocked: Duration::from_millis(2040),
+            },
+            None,
+        ));
+        let text = failure.to_string();
+        assert!(
+            text.contains("failed: a communicator on device 3 was stuck enqueueing an operation for 2.04s, past its timeout of 2s"),
+            "{text}"
+        );
+        assert!(failure.wait_details(Duration::from_millis(20)).is_none());
+        let setter = {
+            let failure = Arc::clone(&failure);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                failure.set_details(FailureDetails {
+                    abort: AbortOutcome::Aborted(Duration::from_millis(1)),
+                    peers: Vec::new(),
+                    lagging: Vec::new(),
+                    dump: None,
+                });
+            })
+        };
+        let details = failure
+            .wait_details(Duration::from_secs(30))
+            .expect("set by the other thread");
+        assert_eq!(
+            details.abort,
+            AbortOutcome::Aborted(Duration::from_millis(1))
+        );
+        setter.join().unwrap();
     }
 
     #[test]

@@ -5,6 +5,8 @@
 mod factory;
 mod health;
 
+use health::Finish;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -24,6 +26,7 @@ use crate::failure::{AbortOutcome, Failure, FailureCause, FailurePolicy};
 use crate::key::{CommKey, DeviceList};
 use crate::recorder::{FlightDump, FlightRecorder, OpDescription, OpState};
 use crate::store::{RendezvousConfig, Store, StoreSpec};
+use crate::watchdog::{Bounded, run_bounded};
 use crate::watchdog::{PendingOp, Tracker};
 use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
 
@@ -122,9 +125,13 @@ pub enum CommMode {
     /// thread at NCCL's normal cost. Creation is still bounded by
     /// [`GroupOptions::timeout`]: the init runs on a helper thread, which a
     /// timeout leaves behind (it ends when NCCL gives up or the missing
-    /// ranks come). An enqueue that blocks (a peer that never connects) is
-    /// not bounded by the operation's deadline; the watchdog's abort of a
-    /// timed-out operation releases it, as PyTorch's does.
+    /// ranks come; each such timeout leaves one). An enqueue that blocks (a
+    /// peer that never connects) is seen by the watchdog once it passes
+    /// the operation's timeout: it fails the group, and the abort releases
+    /// the NCCL call (as PyTorch's watchdog does). An NCCL error returned
+    /// by an operation's calls fails the group as well, since part of the
+    /// operation may have launched. `destroy` runs each finalize on a
+    /// helper thread bounded by the timeout.
     Blocking,
 }
 
@@ -426,6 +433,19 @@ impl ProcessGroup {
         self.inner.check_live()
     }
 
+    /// Whether `error`, returned by an operation's NCCL calls, may have
+    /// left part of the operation launched: an error NCCL itself returned
+    /// on a blocking communicator (a multi-call group may fail after some
+    /// of its calls launched). A nonblocking communicator reports those
+    /// after accepting the calls, and argument checks fail before any.
+    fn may_have_launched(&self, error: &nccl_tensor::Error) -> bool {
+        self.options().comm_mode == CommMode::Blocking
+            && matches!(
+                error,
+                nccl_tensor::Error::Core(nccl_core::Error::Nccl { .. })
+            )
+    }
+
     /// The stream an operation runs on ([`GroupOptions::stream_mode`]);
     /// a separate NCCL stream is first made to wait for the caller's.
     fn op_stream<'a>(
@@ -454,7 +474,7 @@ impl ProcessGroup {
                 let cause = FailureCause::Creation {
                     error: error.to_string(),
                 };
-                self.inner.fail(cause, None);
+                self.inner.fail(cause, None, Finish::Here);
                 return Err(error);
             }
             Err(error) => return Err(error),
@@ -546,7 +566,17 @@ impl ProcessGroup {
             let enqueued = Instant::now();
             let seq = {
                 let comm = member.lock();
-                let status = issue(&comm, stream, &mut buffers)?;
+                let _enqueueing = member.enqueueing(enqueued, self.op_timeout);
+                let status = match issue(&comm, stream, &mut buffers) {
+                    Ok(status) => status,
+                    Err(error) => {
+                        if self.may_have_launched(&error) {
+                            let seq = self.record(info, &key, enqueued);
+                            issued = Some((seq, Arc::clone(stream)));
+                        }
+                        return Err(error.into());
+                    }
+                };
                 let seq = self.record(info, &key, enqueued);
                 issued = Some((seq, Arc::clone(stream)));
                 if status == Status::InProgress {
@@ -598,6 +628,12 @@ impl ProcessGroup {
             let comms = self.comms_for(&key)?;
             let (seq, enqueued, streams) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
+                let started = Instant::now();
+                let _enqueueing: Vec<_> = comms
+                    .members
+                    .iter()
+                    .map(|member| member.enqueueing(started, self.op_timeout))
+                    .collect();
                 // Every device's arguments are checked before any is
                 // enqueued: a part left in the group would launch alone
                 // and wait forever for its peers.
@@ -667,7 +703,7 @@ impl ProcessGroup {
         let cause = FailureCause::Enqueue {
             error: error.to_string(),
         };
-        self.inner.fail(cause, Some(seq));
+        self.inner.fail(cause, Some(seq), Finish::Here);
         self.failed_op(error, buffers)
     }
 
@@ -1151,7 +1187,9 @@ impl ProcessGroup {
     /// blocked in NCCL return, and every pending [`Work`] fails. Afterwards
     /// every call fails with [`GroupError::Aborted`]; a new group may reuse
     /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`]).
-    /// A no-op on a group already aborted, failed or destroyed.
+    /// On a group that already failed, waits (bounded) until the failure's
+    /// own abort of the communicators has finished; a no-op on a group
+    /// already aborted or destroyed.
     ///
     /// # Errors
     /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
@@ -1164,7 +1202,7 @@ impl ProcessGroup {
             .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return Ok(());
+            return self.await_failure_abort();
         }
         match self.inner.abort() {
             AbortOutcome::Aborted(_) => Ok(()),
@@ -1175,13 +1213,40 @@ impl ProcessGroup {
         }
     }
 
+    /// `abort` on a group that is no longer live: a failed group's
+    /// failure is aborting its communicators (on the watchdog's helper
+    /// thread); wait for that, as long as it may take at most.
+    fn await_failure_abort(&self) -> Result<()> {
+        if self.inner.state.load(Ordering::Acquire) != FAILED {
+            return Ok(());
+        }
+        let Some(failure) = self.inner.failure.get() else {
+            return Ok(());
+        };
+        let bound = self.options().abort_timeout + health::EXCHANGE_WAIT + Duration::from_secs(1);
+        let started = Instant::now();
+        match failure.wait_details(bound).map(|details| &details.abort) {
+            Some(AbortOutcome::Aborted(_)) => Ok(()),
+            Some(AbortOutcome::Stalled(waited)) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: *waited,
+            }),
+            None => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: started.elapsed(),
+            }),
+        }
+    }
+
     /// Finalizes and destroys every communicator, together with the other
     /// processes (collective: all must call it). Afterwards every call
-    /// fails with [`GroupError::Destroyed`].
+    /// fails with [`GroupError::Destroyed`]. Each finalize is bounded by
+    /// [`GroupOptions::timeout`] (a blocking communicator's runs on a
+    /// helper thread for that); past it the communicator is aborted.
     ///
     /// # Errors
-    /// An aborted group, or a communicator failing to finalize (it is then
-    /// aborted).
+    /// An aborted group, or a communicator failing to finalize in time (it
+    /// is then aborted).
     pub fn destroy(&self) -> Result<()> {
         if self
             .inner
@@ -1191,11 +1256,29 @@ impl ProcessGroup {
         {
             return self.check_live();
         }
+        self.inner.cache.close();
+        let options = self.options();
         // In store-key order, the same on every process, so blocking
         // finalizes meet their peers.
         let mut first_error = None;
         for comms in self.inner.cache.clear() {
-            if let Err(error) = comms.finalize() {
+            let finalized = match options.comm_mode {
+                CommMode::Blocking => {
+                    let started = Instant::now();
+                    let finalizing = Arc::clone(&comms);
+                    match run_bounded("nccl-group-finalize", options.timeout, move || {
+                        finalizing.finalize()
+                    }) {
+                        Bounded::Returned(result) => result,
+                        Bounded::Stalled => Err(GroupError::Timeout {
+                            operation: "finalizing the group's communicators",
+                            waited: started.elapsed(),
+                        }),
+                    }
+                }
+                CommMode::Nonblocking => comms.finalize(),
+            };
+            if let Err(error) = finalized {
                 comms.abort();
                 first_error.get_or_insert(error);
             }

@@ -127,33 +127,45 @@ impl Tracker {
     /// Polls every pending operation at `now`: finished ones are removed
     /// (`finished(seq)` is called for each); the oldest one past its
     /// deadline, or whose polling failed, is the verdict (it and the rest
-    /// stay pending until [`Tracker::drain`]).
+    /// stay pending until [`Tracker::drain`]). The polls (a driver call
+    /// each) run on a snapshot, outside the lock, so a thread issuing an
+    /// operation never waits for a scan's driver calls.
     pub fn scan(&self, now: Instant, mut finished: impl FnMut(u64)) -> Option<Verdict> {
-        let mut pending = self.pending();
+        let snapshot: Vec<(u64, Instant, Duration, Arc<dyn Completion>)> = self
+            .pending()
+            .iter()
+            .map(|op| (op.seq, op.enqueued, op.timeout, Arc::clone(&op.completion)))
+            .collect();
         let mut verdict = None;
-        pending.retain(|op| match op.completion.poll() {
-            Progress::Done => {
-                finished(op.seq);
-                false
-            }
-            Progress::Running => {
-                let ran = now.saturating_duration_since(op.enqueued);
-                if verdict.is_none() && ran >= op.timeout {
-                    verdict = Some(Verdict::TimedOut {
-                        seq: op.seq,
-                        ran,
-                        timeout: op.timeout,
-                    });
+        let mut done = Vec::new();
+        for (seq, enqueued, timeout, completion) in snapshot {
+            match completion.poll() {
+                Progress::Done => done.push(seq),
+                Progress::Running => {
+                    let ran = now.saturating_duration_since(enqueued);
+                    if verdict.is_none() && ran >= timeout {
+                        verdict = Some(Verdict::TimedOut { seq, ran, timeout });
+                    }
                 }
-                true
-            }
-            Progress::Broken(error) => {
-                if verdict.is_none() {
-                    verdict = Some(Verdict::Broken { seq: op.seq, error });
+                Progress::Broken(error) => {
+                    if verdict.is_none() {
+                        verdict = Some(Verdict::Broken { seq, error });
+                    }
                 }
-                true
             }
-        });
+        }
+        if !done.is_empty() {
+            done.sort_unstable();
+            // Those the issuing thread reaped meanwhile (or a failure
+            // drained) are gone already, and not reported twice.
+            self.pending().retain(|op| {
+                let finished_now = done.binary_search(&op.seq).is_ok();
+                if finished_now {
+                    finished(op.seq);
+                }
+                !finished_now
+            });
+        }
         verdict
     }
 
@@ -417,6 +429,53 @@ mod tests {
                 error: launch_failed()
             })
         );
+    }
+
+    /// A completion whose poll blocks until released.
+    struct Slow {
+        polling: std::sync::Barrier,
+        release: std::sync::Barrier,
+    }
+
+    impl Completion for Slow {
+        fn poll(&self) -> Progress {
+            self.polling.wait();
+            self.release.wait();
+            Progress::Running
+        }
+
+        fn fail(&self, _failure: &Arc<Failure>) {}
+    }
+
+    #[test]
+    fn an_operation_is_issued_while_a_scan_polls() {
+        let tracker = Arc::new(Tracker::default());
+        let slow = Arc::new(Slow {
+            polling: std::sync::Barrier::new(2),
+            release: std::sync::Barrier::new(2),
+        });
+        let t0 = Instant::now();
+        tracker.push(
+            PendingOp {
+                seq: 0,
+                enqueued: t0,
+                timeout: Duration::from_secs(60),
+                completion: Arc::clone(&slow) as Arc<dyn Completion>,
+            },
+            |_| {},
+        );
+        let scanner = {
+            let tracker = Arc::clone(&tracker);
+            std::thread::spawn(move || tracker.scan(t0, |_| {}))
+        };
+        // The scan is inside the poll now; a push must not wait for it.
+        slow.polling.wait();
+        let f = fakes(1);
+        tracker.push(op(1, t0, 1000, &f[0]), |_| {});
+        assert_eq!(tracker.len(), 2);
+        slow.release.wait();
+        assert_eq!(scanner.join().unwrap(), None);
+        assert_eq!(tracker.len(), 2);
     }
 
     #[test]

@@ -856,3 +856,28 @@ fn processes_on_different_local_devices_meet() {
     let seen: Vec<Seen> = seen.into_iter().map(Option::unwrap).collect();
     assert_eq!(seen[0].comms.id, seen[1].comms.id);
 }
+
+#[test]
+fn a_closed_cache_creates_nothing_but_keeps_what_it_has() {
+    let store = new_store();
+    let ids = Arc::new(AtomicU64::new(0));
+    let cache = process(&store, "closing", 0, 1, SHORT, FakeFactory::new(&ids));
+    let made = CommKey::Collective(devices(&[0]));
+    let created = cache.get(&made).unwrap();
+    cache.close();
+    // What exists is still served (an operation racing the failure gets
+    // its state error from the group, not from here).
+    assert!(Arc::ptr_eq(&cache.get(&made).unwrap(), &created));
+    let error = cache.get(&CommKey::Collective(devices(&[1]))).unwrap_err();
+    assert!(
+        matches!(&error, GroupError::Closed { name } if name == "closing"),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("no longer creates communicators"),
+        "{error}"
+    );
+    assert_eq!(cache.factory().creates().len(), 1);
+}

@@ -243,8 +243,14 @@ fn gpu_an_operation_that_never_completes_times_out_and_the_process_stays_healthy
     }
     println!("the failure: {text}");
 
-    // The details: the abort, and the dump with the op marked failed.
-    let details = details_of(failure);
+    // abort() on the failed group waits for the failure's own abort of
+    // the communicators; the details are there when it returns.
+    group
+        .abort()
+        .expect("the failure's abort finished within its bound");
+    let details = failure
+        .details()
+        .expect("details set before abort() returned");
     assert!(
         matches!(details.abort, nccl_group::AbortOutcome::Aborted(_)),
         "{details:?}"
@@ -277,6 +283,74 @@ fn gpu_an_operation_that_never_completes_times_out_and_the_process_stays_healthy
     fresh.destroy().expect("destroy");
     drop(work);
     stream.synchronize().expect("drain");
+}
+
+/// An enqueue that never returns (a custom operation stuck in its own
+/// code, as NCCL's call is when a peer never connects) fails the group
+/// from the watchdog within the operation's timeout plus a second, while
+/// the issuing thread is still stuck; released, that thread's operation
+/// fails too (enqueued after its group failed).
+#[test]
+fn gpu_an_enqueue_that_blocks_fails_the_group_within_its_timeout() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    let _serial = serial();
+    let stream = devices[0].new_stream().expect("stream");
+    let dumps = tempfile::tempdir().expect("a temporary folder");
+    let group = group("stuck-enqueue", options(dumps.path()));
+    all_reduce_works(&group, &stream);
+    let (release, released) = mpsc::channel::<()>();
+    let started = Instant::now();
+    let issuer = {
+        let group = group.clone();
+        let stream = Arc::clone(&stream);
+        thread::spawn(move || {
+            let tensor = Tensor::<f32>::zeros(&stream, &[16]).expect("tensor");
+            group
+                .custom("stuck", 0, tensor, &stream, move |_, _, _| {
+                    // Stuck until the test lets go (bounded, so a broken
+                    // watchdog fails the test instead of hanging it).
+                    let _ = released.recv_timeout(Duration::from_secs(60));
+                    Ok(Status::Success)
+                })
+                .map_err(|e| e.error.to_string())
+                .and_then(|work| work.wait().map(drop).map_err(|e| e.to_string()))
+        })
+    };
+    let failure = loop {
+        if let Some(failure) = group.failure() {
+            break failure;
+        }
+        assert!(
+            started.elapsed() < OP_TIMEOUT + SLACK,
+            "no failure {:?} after the enqueue started",
+            started.elapsed()
+        );
+        thread::sleep(Duration::from_millis(5));
+    };
+    let took = started.elapsed();
+    assert!(
+        took >= OP_TIMEOUT,
+        "failed after {took:?}, before the timeout"
+    );
+    match &failure.cause {
+        FailureCause::EnqueueBlocked {
+            device, timeout, ..
+        } => assert_eq!((*device, *timeout), (0, OP_TIMEOUT)),
+        other => panic!("expected EnqueueBlocked, got {other:?}"),
+    }
+    println!("the failure: {failure}");
+    let _ = release.send(());
+    let result = issuer.join().expect("the issuing thread");
+    let error = result.expect_err("the stuck operation's group failed under it");
+    assert!(error.contains("stuck enqueueing"), "{error}");
+    assert!(failure.wait_details(Duration::from_secs(20)).is_some());
+    stream.synchronize().expect("drain");
+    all_reduce_works(
+        &self::group("after-stuck-enqueue", options(dumps.path())),
+        &stream,
+    );
 }
 
 #[test]
@@ -573,6 +647,102 @@ fn gpu_flight_recorder_on_request() {
     let json: serde_json::Value = serde_json::from_str(&dump.to_json()).expect("JSON");
     assert_eq!(json["ops"][2]["dtype"], "half");
     group.destroy().expect("destroy");
+}
+
+// ------------------------------------------ FailurePolicy::AbortProcess
+
+const ABORT_CHILD: &str = "gpu_abort_process_child";
+
+/// With `FailurePolicy::AbortProcess` a timed-out operation ends the
+/// process with SIGABRT, after the failure is printed and the flight
+/// recorder written, and before any waiter sees an error.
+#[test]
+fn gpu_abort_process_policy_writes_the_dump_then_aborts() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let _serial = serial();
+    let dumps = tempfile::tempdir().expect("a temporary folder");
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", ABORT_CHILD, "--nocapture", "--test-threads=1"])
+        .env(ROLE_VAR, "abort-process")
+        .env("NCCL_GROUP_DUMP_DIR", dumps.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("stdout")));
+    let err = drain(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the child did not abort within 60 s");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    println!("----- child stdout -----\n{out}\n----- child stderr -----\n{err}");
+    assert_eq!(status.signal(), Some(6), "the child ended with {status}");
+    assert!(
+        err.contains("aborting the process (FailurePolicy::AbortProcess)"),
+        "{err}"
+    );
+    assert!(err.contains("did not complete within its timeout"), "{err}");
+    assert!(!out.contains("child: the wait returned"), "{out}");
+    let dumped: Vec<_> = std::fs::read_dir(dumps.path())
+        .expect("the dump folder")
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        dumped
+            .iter()
+            .any(|name| name.starts_with("abort-process-g0-rank0-pid")),
+        "{dumped:?}"
+    );
+}
+
+/// The child of the test above (SKIP unless spawned by it).
+#[test]
+fn gpu_abort_process_child() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    if std::env::var(ROLE_VAR).as_deref() != Ok("abort-process") {
+        println!("SKIP: {ABORT_CHILD} runs only as a child of gpu_abort_process_policy_*");
+        return;
+    }
+    let stream = devices[0].new_stream().expect("stream");
+    let group = ProcessGroup::new(
+        "abort-process",
+        0,
+        1,
+        Arc::new(InProcessStore::new()),
+        "in-process",
+        GroupOptions::default()
+            .with_op_timeout(Duration::from_secs(1))
+            .with_abort_timeout(Duration::from_secs(1))
+            .with_failure_policy(nccl_group::FailurePolicy::AbortProcess),
+    )
+    .expect("group");
+    let gate = Arc::new(Gate::new(&devices[0]));
+    let work = enqueued(never_completes(&group, &stream, &gate), "blocked op");
+    let result = work.synchronize(Duration::from_secs(30));
+    println!("child: the wait returned {result:?}");
 }
 
 // ------------------------------------------- a rank dies (several GPUs)

@@ -1,8 +1,9 @@
 //! The real communicators of a key: [`NcclFactory`] creates them, with a
 //! deadline, and [`LocalComms`] holds one [`Member`] per local device.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 use nccl_core::{AbortHandle, Config, Device, UniqueId};
@@ -22,12 +23,64 @@ pub struct Member {
     pub(super) abort: AbortHandle,
     pub(super) pool: Arc<DevicePool>,
     pub(super) stream: Arc<CudaStream>,
+    /// The enqueue in progress on this communicator, for the watchdog.
+    enqueue: EnqueueWatch,
+}
+
+/// The operation being enqueued on a member (by the thread holding its
+/// lock): when it started, in nanoseconds after [`epoch`] plus one (0:
+/// none), and its timeout in nanoseconds.
+#[derive(Default)]
+struct EnqueueWatch {
+    started: AtomicU64,
+    timeout: AtomicU64,
+}
+
+/// The instant enqueue times count from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Marks a member's enqueue as in progress until dropped.
+pub(super) struct Enqueueing<'a>(&'a EnqueueWatch);
+
+impl Drop for Enqueueing<'_> {
+    fn drop(&mut self) {
+        self.0.started.store(0, Ordering::Release);
+    }
+}
+
+/// An enqueue the watchdog found stuck past its timeout.
+pub(super) struct BlockedEnqueue {
+    pub(super) device: usize,
+    pub(super) timeout: Duration,
+    pub(super) blocked: Duration,
 }
 
 impl Member {
     /// The communicator, locked (NCCL calls on one communicator must not overlap).
     pub(super) fn lock(&self) -> MutexGuard<'_, Communicator> {
         self.comm.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Notes that the lock holder started enqueueing at `started`, with
+    /// `timeout`, until the guard drops: an enqueue that blocks past it
+    /// (NCCL waiting for a peer that never connects, a custom operation
+    /// stuck in its own code) fails the group from the watchdog, whose
+    /// abort releases a blocked NCCL call.
+    pub(super) fn enqueueing(&self, started: Instant, timeout: Duration) -> Enqueueing<'_> {
+        let watch = &self.enqueue;
+        watch.timeout.store(nanos(timeout), Ordering::Relaxed);
+        let since = nanos(started.saturating_duration_since(epoch()));
+        watch
+            .started
+            .store(since.saturating_add(1), Ordering::Release);
+        Enqueueing(watch)
     }
 }
 
@@ -43,6 +96,25 @@ impl LocalComms {
             // An abort error leaves the communicator unusable anyway.
             let _ = member.abort.abort();
         }
+    }
+
+    /// An enqueue on one of these communicators that has run past its
+    /// timeout at `now`, if any.
+    pub(super) fn blocked_enqueue(&self, now: Instant) -> Option<BlockedEnqueue> {
+        self.members.iter().find_map(|member| {
+            let started = member.enqueue.started.load(Ordering::Acquire);
+            if started == 0 {
+                return None;
+            }
+            let timeout = Duration::from_nanos(member.enqueue.timeout.load(Ordering::Relaxed));
+            let since = epoch() + Duration::from_nanos(started - 1);
+            let blocked = now.saturating_duration_since(since);
+            (blocked >= timeout).then(|| BlockedEnqueue {
+                device: member.pool.device().ordinal(),
+                timeout,
+                blocked,
+            })
+        })
     }
 
     /// The first asynchronous error of any communicator whose lock is free
@@ -140,6 +212,7 @@ impl CommFactory for NcclFactory {
                     abort,
                     stream: pool.stream(),
                     pool,
+                    enqueue: EnqueueWatch::default(),
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -13,7 +13,18 @@ use crate::recorder::{FlightDump, OpState, PeerProgress, lagging_ranks};
 use crate::watchdog::{Bounded, Verdict, Watched, run_bounded};
 
 /// How long a failing rank waits, in all, for the other ranks' progress.
-const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
+pub(super) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
+
+/// Where the slower part of a failure runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Finish {
+    /// On a thread of its own: the watchdog looks after every group of the
+    /// process and must not wait for one.
+    OwnThread,
+    /// On the calling thread, which returns the failure only once the
+    /// abort and the dump are done (a caller may exit on that error).
+    Here,
+}
 
 /// Whether a termination asks the other ranks how far they got.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -54,12 +65,14 @@ impl Inner {
 
     /// Fails a live group (the watchdog's verdict, an operation left in
     /// flight by an error, a communicator not created in time); a no-op
-    /// otherwise. Every pending operation fails at once, here; the slow
-    /// rest (the bounded abort, the progress exchange, the dump) runs on a
-    /// thread of its own, so neither the caller nor the watchdog (which
-    /// looks after every group of the process) waits for it. The failure's
-    /// [`details`](Failure::details) appear when it is done.
-    pub(super) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>) {
+    /// otherwise. Every pending operation fails at once; then the
+    /// communicators are aborted (bounded), the ranks' progress exchanged
+    /// and the flight recorder dumped, after which the failure's
+    /// [`details`](Failure::details) are set. `finish` says where that
+    /// slower part runs. With [`FailurePolicy::AbortProcess`] all of it
+    /// runs here, before pending operations fail (nobody can act on an
+    /// error before the dump is written), and the process aborts.
+    pub(super) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>, finish: Finish) {
         // No operation is stuck when creation timed out, and the ranks that
         // never joined are named already: nothing to ask the others.
         let exchange = match cause {
@@ -74,28 +87,30 @@ impl Inner {
         {
             return;
         }
+        self.cache.close();
         let _ = self.failure.set(Arc::clone(&failure));
-        self.fail_pending(&failure);
-        let spawned = {
-            let inner = Arc::clone(self);
-            let failure = Arc::clone(&failure);
-            std::thread::Builder::new()
-                .name("nccl-group-failure".to_string())
-                .spawn(move || inner.finish_failure(&failure, exchange))
-        };
-        // Without a thread to spare, the caller does the rest itself.
-        if spawned.is_err() {
-            self.finish_failure(&failure, exchange);
-        }
-    }
-
-    /// The slow part of [`Inner::fail`], then the opt-in process abort.
-    fn finish_failure(&self, failure: &Arc<Failure>, exchange: Exchange) {
-        self.finish_termination(failure, exchange);
         if self.options().on_failure == FailurePolicy::AbortProcess {
-            eprintln!("nccl-group: {failure}; aborting the process (FailurePolicy::AbortProcess)");
+            self.finish_termination(&failure, exchange);
+            eprintln!("nccl-group: aborting the process (FailurePolicy::AbortProcess): {failure}");
             std::process::abort();
         }
+        self.fail_pending(&failure);
+        if finish == Finish::OwnThread {
+            let spawned = {
+                let inner = Arc::clone(self);
+                let failure = Arc::clone(&failure);
+                std::thread::Builder::new()
+                    .name("nccl-group-failure".to_string())
+                    .spawn(move || {
+                        inner.finish_termination(&failure, exchange);
+                    })
+            };
+            if spawned.is_ok() {
+                return;
+            }
+        }
+        // Here, or without a thread to spare.
+        self.finish_termination(&failure, exchange);
     }
 
     pub(super) fn new_failure(&self, cause: FailureCause, seq: Option<u64>) -> Arc<Failure> {
@@ -228,6 +243,7 @@ impl Inner {
     /// Aborts the group from [`ProcessGroup::abort`](super::ProcessGroup::abort):
     /// the state is already `ABORTED`.
     pub(super) fn abort(&self) -> AbortOutcome {
+        self.cache.close();
         let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest());
         let _ = self.failure.set(Arc::clone(&failure));
         self.fail_pending(&failure);
@@ -276,31 +292,36 @@ impl Watched for Inner {
         let verdict = self.tracker.scan(now, |seq| {
             self.recorder.finish(seq, OpState::Completed, now);
         });
-        match verdict {
+        let (cause, seq) = match verdict {
             Some(Verdict::TimedOut { seq, ran, timeout }) => {
-                self.fail(FailureCause::Timeout { timeout, ran }, Some(seq));
+                (FailureCause::Timeout { timeout, ran }, Some(seq))
             }
-            Some(Verdict::Broken { seq, error }) => {
-                self.fail(
-                    FailureCause::Cuda {
-                        error: error.to_string(),
-                    },
-                    Some(seq),
-                );
-            }
+            Some(Verdict::Broken { seq, error }) => (
+                FailureCause::Cuda {
+                    error: error.to_string(),
+                },
+                Some(seq),
+            ),
             None => {
-                let error = self.cache.all().iter().find_map(|c| c.async_error());
-                if let Some(error) = error {
-                    let oldest = self.tracker.oldest();
-                    self.fail(
-                        FailureCause::AsyncError {
-                            error: error.to_string(),
-                        },
-                        oldest,
-                    );
+                let comms = self.cache.all();
+                if let Some(blocked) = comms.iter().find_map(|c| c.blocked_enqueue(now)) {
+                    let cause = FailureCause::EnqueueBlocked {
+                        device: blocked.device,
+                        timeout: blocked.timeout,
+                        blocked: blocked.blocked,
+                    };
+                    (cause, None)
+                } else if let Some(error) = comms.iter().find_map(|c| c.async_error()) {
+                    let cause = FailureCause::AsyncError {
+                        error: error.to_string(),
+                    };
+                    (cause, self.tracker.oldest())
+                } else {
+                    return;
                 }
             }
-        }
+        };
+        self.fail(cause, seq, Finish::OwnThread);
     }
 }
 
@@ -310,6 +331,7 @@ impl Drop for Inner {
     /// group never blocks on other processes or on a stalled abort.
     fn drop(&mut self) {
         if self.state.load(Ordering::Acquire) == LIVE {
+            self.cache.close();
             let failure = (!self.tracker.is_empty()).then(|| {
                 let failure = self.new_failure(FailureCause::Dropped, self.tracker.oldest());
                 for pending in self.tracker.drain() {
