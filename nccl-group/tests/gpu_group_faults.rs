@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use nccl_core::{CudaStream, Device, Group, ReduceOp, Status};
 use nccl_group::{
-    FailureCause, FlightDump, GroupError, GroupOptions, InProcessStore, OpResult, OpState,
-    ProcessGroup, Work,
+    CommMode, FailureCause, FlightDump, GroupError, GroupOptions, InProcessStore, OpResult,
+    OpState, ProcessGroup, Work,
 };
 use nccl_tensor::Tensor;
 
@@ -762,7 +762,19 @@ fn multi_gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline() {
         return;
     };
     let _serial = serial();
-    kill_one_rank(false);
+    kill_one_rank(false, CommMode::Nonblocking);
+}
+
+/// The same on blocking communicators: a survivor blocked inside NCCL's
+/// call (not only waiting for an operation's end) is released by the
+/// watchdog's enqueue deadline and abort.
+#[test]
+fn multi_gpu_rank_killed_with_blocking_communicators() {
+    let Some(_) = support::require_gpus(2) else {
+        return;
+    };
+    let _serial = serial();
+    kill_one_rank(false, CommMode::Blocking);
 }
 
 /// The same with every process on a simulated node of its own
@@ -774,10 +786,13 @@ fn multi_gpu_rank_killed_on_simulated_nodes() {
         return;
     };
     let _serial = serial();
-    kill_one_rank(true);
+    kill_one_rank(true, CommMode::Nonblocking);
 }
 
-fn kill_one_rank(simulated_nodes: bool) {
+/// The children's communicator kind (`blocking` or unset).
+const COMMS_VAR: &str = "NCCL_GROUP_FAULT_TEST_COMMS";
+
+fn kill_one_rank(simulated_nodes: bool, comm_mode: CommMode) {
     let world = Device::count().expect("device count").min(8);
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -790,6 +805,9 @@ fn kill_one_rank(simulated_nodes: bool) {
             let mut command = Command::new(&exe);
             if simulated_nodes {
                 command.envs(support::simulated_node_env(rank));
+            }
+            if comm_mode == CommMode::Blocking {
+                command.env(COMMS_VAR, "blocking");
             }
             let mut child = command
                 .args(["--exact", CHILD, "--nocapture", "--test-threads=1"])
@@ -860,11 +878,16 @@ fn multi_gpu_rank_killed_child() {
     }
     let (rank, world) = (support::child_var("RANK"), support::child_var("WORLD_SIZE"));
     let victim = world - 1;
+    let comm_mode = match std::env::var(COMMS_VAR).as_deref() {
+        Ok("blocking") => CommMode::Blocking,
+        _ => CommMode::Nonblocking,
+    };
     let group = ProcessGroup::from_env_with(
         "killed",
         GroupOptions::default()
             .with_timeout(Duration::from_secs(60))
-            .with_op_timeout(CHILD_OP_TIMEOUT),
+            .with_op_timeout(CHILD_OP_TIMEOUT)
+            .with_comm_mode(comm_mode),
     )
     .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
     let device = Device::new(support::child_var("LOCAL_RANK")).expect("device");

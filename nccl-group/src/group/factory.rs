@@ -30,10 +30,21 @@ pub struct Member {
 /// The operation being enqueued on a member (by the thread holding its
 /// lock): when it started, in nanoseconds after [`epoch`] plus one (0:
 /// none), and its timeout in nanoseconds.
-#[derive(Default)]
 struct EnqueueWatch {
     started: AtomicU64,
     timeout: AtomicU64,
+}
+
+impl Default for EnqueueWatch {
+    fn default() -> Self {
+        // Fixes the epoch before any enqueue on this member can start, so
+        // no start is clamped to it.
+        let _ = epoch();
+        Self {
+            started: AtomicU64::new(0),
+            timeout: AtomicU64::new(0),
+        }
+    }
 }
 
 /// The instant enqueue times count from.
@@ -44,6 +55,31 @@ fn epoch() -> Instant {
 
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl EnqueueWatch {
+    /// Notes an enqueue started at `started` with `timeout`, until the
+    /// guard drops.
+    fn start(&self, started: Instant, timeout: Duration) -> Enqueueing<'_> {
+        self.timeout.store(nanos(timeout), Ordering::Relaxed);
+        let since = nanos(started.saturating_duration_since(epoch()));
+        self.started
+            .store(since.saturating_add(1), Ordering::Release);
+        Enqueueing(self)
+    }
+
+    /// How long the enqueue in progress has been blocked at `now`, and its
+    /// timeout, if it has run past that timeout.
+    fn overdue(&self, now: Instant) -> Option<(Duration, Duration)> {
+        let started = self.started.load(Ordering::Acquire);
+        if started == 0 {
+            return None;
+        }
+        let timeout = Duration::from_nanos(self.timeout.load(Ordering::Relaxed));
+        let since = epoch() + Duration::from_nanos(started - 1);
+        let blocked = now.saturating_duration_since(since);
+        (blocked >= timeout).then_some((blocked, timeout))
+    }
 }
 
 /// Marks a member's enqueue as in progress until dropped.
@@ -74,13 +110,7 @@ impl Member {
     /// stuck in its own code) fails the group from the watchdog, whose
     /// abort releases a blocked NCCL call.
     pub(super) fn enqueueing(&self, started: Instant, timeout: Duration) -> Enqueueing<'_> {
-        let watch = &self.enqueue;
-        watch.timeout.store(nanos(timeout), Ordering::Relaxed);
-        let since = nanos(started.saturating_duration_since(epoch()));
-        watch
-            .started
-            .store(since.saturating_add(1), Ordering::Release);
-        Enqueueing(watch)
+        self.enqueue.start(started, timeout)
     }
 }
 
@@ -102,14 +132,8 @@ impl LocalComms {
     /// timeout at `now`, if any.
     pub(super) fn blocked_enqueue(&self, now: Instant) -> Option<BlockedEnqueue> {
         self.members.iter().find_map(|member| {
-            let started = member.enqueue.started.load(Ordering::Acquire);
-            if started == 0 {
-                return None;
-            }
-            let timeout = Duration::from_nanos(member.enqueue.timeout.load(Ordering::Relaxed));
-            let since = epoch() + Duration::from_nanos(started - 1);
-            let blocked = now.saturating_duration_since(since);
-            (blocked >= timeout).then(|| BlockedEnqueue {
+            let (blocked, timeout) = member.enqueue.overdue(now)?;
+            Some(BlockedEnqueue {
                 device: member.pool.device().ordinal(),
                 timeout,
                 blocked,
@@ -217,5 +241,35 @@ impl CommFactory for NcclFactory {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(LocalComms { members })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_enqueue_is_overdue_only_past_its_timeout_and_until_it_ends() {
+        let watch = EnqueueWatch::default();
+        let t0 = Instant::now();
+        assert_eq!(watch.overdue(t0 + Duration::from_secs(60)), None);
+        let enqueueing = watch.start(t0, Duration::from_secs(2));
+        assert_eq!(watch.overdue(t0 + Duration::from_millis(1999)), None);
+        let (blocked, timeout) = watch
+            .overdue(t0 + Duration::from_millis(2500))
+            .expect("overdue");
+        assert_eq!(timeout, Duration::from_secs(2));
+        // Nanosecond bookkeeping: within a microsecond of the truth.
+        assert!(
+            blocked.abs_diff(Duration::from_millis(2500)) < Duration::from_micros(1),
+            "{blocked:?}"
+        );
+        drop(enqueueing);
+        assert_eq!(watch.overdue(t0 + Duration::from_secs(60)), None);
+        // A later enqueue starts its own clock.
+        let t1 = t0 + Duration::from_secs(10);
+        let _again = watch.start(t1, Duration::from_secs(1));
+        assert_eq!(watch.overdue(t1 + Duration::from_millis(500)), None);
+        assert!(watch.overdue(t1 + Duration::from_secs(1)).is_some());
     }
 }
