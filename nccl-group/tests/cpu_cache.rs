@@ -10,16 +10,20 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+#[path = "../../nccl-core/tests/support/mod.rs"]
+mod support;
 
 use nccl_core::UniqueId;
 use nccl_group::{
     CommCache, CommFactory, CommKey, DeviceList, GroupError, InProcessStore, Membership, OnceMap,
     Result, Store,
 };
+use support::within;
 
 /// Generous bound for scenarios that finish in milliseconds when correct.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -27,32 +31,6 @@ const DEADLINE: Duration = Duration::from_secs(20);
 const SHORT: Duration = Duration::from_millis(200);
 /// The rendezvous timeout of scenarios where every rank shows up.
 const LONG: Duration = Duration::from_secs(10);
-
-/// Runs `f` on its own thread and returns its result, failing the test if
-/// it takes longer than `limit` (the stuck thread is left behind).
-fn within<T: Send + 'static>(
-    what: &str,
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => {
-            handle.join().expect("the scenario thread ended");
-            value
-        }
-        Err(RecvTimeoutError::Timeout) => {
-            panic!("{what} did not finish within {limit:?}: deadlock or lost wake-up")
-        }
-        Err(RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the scenario sent nothing but did not panic"),
-        },
-    }
-}
 
 // ---------------------------------------------------------------- OnceMap
 

@@ -20,7 +20,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use nccl_group::{
     ProcessGroup, StreamMode, WorkBuffers,
 };
 use nccl_tensor::{NcclType, Tensor};
+use support::within;
 
 /// Sizes of the value checks: one element, and just past nccl-core's
 /// 4096-element split.
@@ -143,29 +144,6 @@ fn refused<B: WorkBuffers>(result: OpResult<B>, what: &str) -> OpError<B> {
     match result {
         Ok(_work) => panic!("{what}: expected an error, the operation was enqueued"),
         Err(e) => *e,
-    }
-}
-
-/// Runs `f` on its own thread, failing if it takes longer than `limit`.
-fn within<T: Send + 'static>(
-    what: &str,
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => {
-            handle.join().expect("the thread ended");
-            value
-        }
-        Err(RecvTimeoutError::Timeout) => panic!("{what} did not finish within {limit:?}"),
-        Err(RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!(),
-        },
     }
 }
 

@@ -7,6 +7,10 @@
 //! fails the test instead, so a GPU run can never pass by skipping.
 #![allow(dead_code)]
 
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::Duration;
+
 use nccl_core::{Device, Error};
 
 /// The first `n` devices, or `None` (after printing why) when the machine
@@ -92,4 +96,30 @@ pub fn simulated_node_env(rank: usize) -> [(&'static str, String); 3] {
         ("NCCL_NET", "Socket".to_string()),
         ("NCCL_SOCKET_IFNAME", "lo".to_string()),
     ]
+}
+
+/// Runs `f` on its own thread and returns its result, failing the test if
+/// it takes longer than `limit` (the stuck thread is left behind).
+pub fn within<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => {
+            handle.join().expect("the scenario thread ended");
+            value
+        }
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("{what} did not finish within {limit:?}: deadlock or lost wake-up")
+        }
+        Err(RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the scenario sent nothing but did not panic"),
+        },
+    }
 }
