@@ -32,6 +32,11 @@
 //!   and the watchdog). Rust's heap
 //!   only, and only the calling thread's: NCCL's and the driver's own
 //!   `malloc`s are not seen, nor is any other thread.
+//! * `host_cost_buffers/all_reduce_in_place_8B`: nccl-tensor's in-place
+//!   all_reduce on a `Tensor` (`tensor`, whose stream tracking is deferred
+//!   while it stays on one stream) and on a cudarc `CudaSlice`
+//!   (`cudarc-slice`, where cudarc waits for the buffer's events and
+//!   records its write event on every call), next to raw.
 //! * `host_cost_untracked/all_reduce_in_place_8B`: raw, tensor and both
 //!   group layers again on a context whose cudarc stream tracking is off,
 //!   to separate the layers' own cost from the event wait and record
@@ -517,9 +522,44 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
         .map_err(BenchError::cuda("synchronizing the stream"))?;
     separate.destroy()?;
     caller.destroy()?;
+    buffer_cost(criterion, &comm, &stream)?;
     comm.core().finalize()?;
     untracked_cost(criterion)?;
     nonblocking_cost(criterion)
+}
+
+/// nccl-tensor's in-place all_reduce of 8 bytes on each kind of buffer it
+/// takes, with raw for reference: what a cudarc slice's per-call tracking
+/// costs next to a tensor's deferred one.
+fn buffer_cost(
+    criterion: &mut Criterion,
+    comm: &nccl_tensor::Communicator,
+    stream: &Arc<CudaStream>,
+) -> Result<(), BenchError> {
+    let raw = RawLayer::new(comm.core(), stream)?;
+    let tensor = TensorLayer::new(comm, stream);
+    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, stream)?;
+    let mut slice = stream
+        .alloc_zeros::<f32>(2)
+        .map_err(BenchError::cuda("allocating a cudarc slice"))?;
+    let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, stream);
+    let mut failure: Option<BenchError> = None;
+    let mut group = criterion.benchmark_group("host_cost_buffers/all_reduce_in_place_8B");
+    for layer in [&raw as &dyn Layer, &tensor] {
+        let mut launch = bind(layer, &call, &mut small)?;
+        group.bench_function(layer.kind().name(), |bencher| {
+            bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
+        });
+    }
+    let mut on_slice: Launch<'_> = Box::new(|| {
+        let _ = comm.all_reduce(&mut slice, ReduceOp::Sum, stream)?;
+        Ok(())
+    });
+    group.bench_function("cudarc-slice", |bencher| {
+        bencher.iter_custom(|iters| host_time(&mut on_slice, iters, stream, &mut failure))
+    });
+    drop(on_slice);
+    end_section(group, failure, small, stream)
 }
 
 /// nccl-core's all_reduce and sendrecv (a send and a receive to itself in

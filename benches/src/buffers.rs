@@ -1,18 +1,19 @@
 //! A rank's send and receive buffers, typed by the run's element type.
 //!
-//! The buffers are cudarc `CudaSlice<T>`s of the Rust type matching `-d`
+//! The buffers are nccl-tensor `Tensor<T>`s of the Rust type matching `-d`
 //! (`f32` for `float`, `half::bf16` for `bfloat16`, ...), allocated once
 //! per collective for the largest size. Every layer works on the same
 //! buffers: the raw and core layers through their device addresses, the
-//! tensor layer through typed views of them. [`with_pair!`](crate::with_pair) runs code
+//! tensor layer through parts of them ([`Tensor::part`]), the group layer
+//! through copies. [`with_pair!`](crate::with_pair) runs code
 //! generic over the element type on whichever pair a run uses, so the
 //! dtype enum is mapped to a Rust type in one place.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, ValidAsZeroBits};
+use cudarc::driver::{CudaStream, DevicePtr, ValidAsZeroBits};
 use nccl_core::DataType;
-use nccl_tensor::NcclType;
+use nccl_tensor::{NcclType, Tensor};
 
 use crate::check::Element;
 use crate::error::BenchError;
@@ -25,11 +26,11 @@ impl<T: NcclType + Element + ValidAsZeroBits> BenchElement for T {}
 
 /// The send and receive buffer of one rank, of one element type.
 #[derive(Debug)]
-pub struct Pair<T> {
+pub struct Pair<T: NcclType> {
     /// The send buffer (unused in place).
-    pub send: CudaSlice<T>,
+    pub send: Tensor<T>,
     /// The receive buffer (in place, the send data lives here too).
-    pub recv: CudaSlice<T>,
+    pub recv: Tensor<T>,
 }
 
 /// [`Pair`] for each element type of `-d`.
@@ -91,11 +92,7 @@ fn alloc_pair<T: BenchElement>(
     stream: &Arc<CudaStream>,
     len: usize,
 ) -> Result<Pair<T>, BenchError> {
-    let alloc = || {
-        stream
-            .alloc_zeros::<T>(len)
-            .map_err(BenchError::cuda("allocating a buffer"))
-    };
+    let alloc = || Tensor::zeros(stream, &[len]).map_err(BenchError::from);
     Ok(Pair {
         send: alloc()?,
         recv: alloc()?,
@@ -129,6 +126,7 @@ fn upload_typed<T: BenchElement>(
         }
         let available = buffer.len();
         let mut view = buffer
+            .as_slice_mut()
             .try_slice_mut(0..values.len())
             .ok_or_else(|| too_small("check input", values.len(), available))?;
         stream
@@ -146,6 +144,7 @@ fn download_typed<T: BenchElement>(
 ) -> Result<Vec<u8>, BenchError> {
     let view = pair
         .recv
+        .as_slice()
         .try_slice(start..start + len)
         .ok_or_else(|| too_small("check result", start + len, pair.recv.len()))?;
     let values = stream
@@ -154,9 +153,9 @@ fn download_typed<T: BenchElement>(
     Ok(encode(&values))
 }
 
-fn addresses_typed<T>(pair: &Pair<T>, stream: &CudaStream) -> (u64, u64) {
-    let (send, _record) = pair.send.device_ptr(stream);
-    let (recv, _record) = pair.recv.device_ptr(stream);
+fn addresses_typed<T: NcclType>(pair: &Pair<T>, stream: &CudaStream) -> (u64, u64) {
+    let (send, _record) = pair.send.as_slice().device_ptr(stream);
+    let (recv, _record) = pair.recv.as_slice().device_ptr(stream);
     (send, recv)
 }
 

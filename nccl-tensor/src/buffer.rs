@@ -9,7 +9,7 @@ use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
     ValidAsZeroBits,
 };
-use nccl_core::DataType;
+use nccl_core::{DataType, TrackedSlice};
 
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
@@ -61,15 +61,16 @@ pub trait TypedBuffer: sealed::Sealed {
 
     /// Calls `f` with the device address, valid for reads by work enqueued
     /// on `stream` while `f` runs. cudarc's stream tracking (if enabled)
-    /// orders the access after earlier writes and records it.
-    fn read_ptr<R>(&self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R;
+    /// orders the access after earlier writes and records it (a
+    /// [`Tensor`] defers the record while it stays on one stream).
+    fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R;
 }
 
 /// A typed device buffer an operation can write.
 pub trait TypedBufferMut: TypedBuffer {
     /// Calls `f` with the device address, valid for reads and writes by
     /// work enqueued on `stream` while `f` runs.
-    fn write_ptr<R>(&mut self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R;
+    fn write_ptr<R>(&mut self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R;
 }
 
 fn slice_desc<T: NcclType>(len: usize, stream: &Arc<CudaStream>) -> BufferDesc<'static> {
@@ -86,7 +87,7 @@ macro_rules! typed_buffer {
                 slice_desc::<T>(DeviceSlice::len(self), DeviceSlice::stream(self))
             }
             #[inline]
-            fn read_ptr<R>(&self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R {
+            fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
                 let (pointer, _record) = DevicePtr::device_ptr(self, stream);
                 f(pointer as *const c_void)
             }
@@ -100,7 +101,7 @@ macro_rules! typed_buffer_mut {
     ($($ty:ty),*) => {$(
         impl<T: NcclType> TypedBufferMut for $ty {
             #[inline]
-            fn write_ptr<R>(&mut self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R {
+            fn write_ptr<R>(&mut self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
                 let (pointer, _record) = DevicePtrMut::device_ptr_mut(self, stream);
                 f(pointer as *mut c_void)
             }
@@ -113,6 +114,14 @@ typed_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
 /// An owned, contiguous device tensor with a shape, over a cudarc
 /// `CudaSlice`.
 ///
+/// Operations on a tensor skip cudarc's per-access event wait and record
+/// while the tensor stays on one stream, and make them (into cudarc's own
+/// events) before anything else can see the memory: an operation on
+/// another stream, [`as_slice`](Self::as_slice) and the other borrows,
+/// [`into_parts`](Self::into_parts) and drop. Code that uses the memory
+/// through cudarc is ordered exactly as with cudarc alone; an operation
+/// costs what NCCL's call costs (see nccl-core's `TrackedSlice`).
+///
 /// ```no_run
 /// # fn main() -> nccl_tensor::Result<()> {
 /// let device = nccl_core::Device::new(0)?;
@@ -123,7 +132,7 @@ typed_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
 /// # Ok(()) }
 /// ```
 pub struct Tensor<T: NcclType> {
-    data: CudaSlice<T>,
+    data: TrackedSlice<T>,
     shape: Vec<usize>,
 }
 
@@ -179,7 +188,7 @@ impl<T: NcclType> Tensor<T> {
     pub fn from_slice(data: CudaSlice<T>, shape: &[usize]) -> Result<Self> {
         check_shape(shape, data.len())?;
         Ok(Self {
-            data,
+            data: TrackedSlice::new(data),
             shape: shape.to_vec(),
         })
     }
@@ -194,7 +203,7 @@ impl<T: NcclType> Tensor<T> {
             .clone_htod(values)
             .map_err(Error::cuda("copying a tensor to the device"))?;
         Ok(Self {
-            data,
+            data: TrackedSlice::new(data),
             shape: shape.to_vec(),
         })
     }
@@ -212,7 +221,7 @@ impl<T: NcclType> Tensor<T> {
             .alloc_zeros(len)
             .map_err(Error::cuda("allocating a tensor"))?;
         Ok(Self {
-            data,
+            data: TrackedSlice::new(data),
             shape: shape.to_vec(),
         })
     }
@@ -223,7 +232,7 @@ impl<T: NcclType> Tensor<T> {
     /// A CUDA failure.
     pub fn to_vec(&self, stream: &Arc<CudaStream>) -> Result<Vec<T>> {
         stream
-            .clone_dtoh(&self.data)
+            .clone_dtoh(self.data.slice())
             .map_err(Error::cuda("copying a tensor to the host"))
     }
 
@@ -242,7 +251,7 @@ impl<T: NcclType> Tensor<T> {
             });
         }
         stream
-            .memcpy_htod(values, &mut self.data)
+            .memcpy_htod(values, self.data.slice_mut())
             .map_err(Error::cuda("copying to a tensor"))
     }
 
@@ -266,38 +275,94 @@ impl<T: NcclType> Tensor<T> {
         self.data.context().ordinal()
     }
 
-    /// The underlying cudarc allocation.
+    /// The underlying cudarc allocation, for cudarc's API on any stream
+    /// (a write deferred by an operation is recorded first).
     pub fn as_slice(&self) -> &CudaSlice<T> {
-        &self.data
+        self.data.slice()
     }
 
-    /// The underlying cudarc allocation, mutably.
+    /// The underlying cudarc allocation, mutably (every access deferred by
+    /// an operation is recorded first).
     pub fn as_slice_mut(&mut self) -> &mut CudaSlice<T> {
-        &mut self.data
+        self.data.slice_mut()
     }
 
-    /// A borrowed view of a contiguous range of elements (flat index).
+    /// A borrowed cudarc view of a contiguous range of elements (flat
+    /// index), as [`as_slice`](Self::as_slice). To pass part of a tensor
+    /// to an operation, [`part`](Self::part) keeps the deferral.
     ///
     /// # Errors
     /// [`Error::RangeOutOfBounds`] when the range reaches past the tensor.
     pub fn view(&self, range: impl RangeBounds<usize>) -> Result<CudaView<'_, T>> {
         let (start, end) = checked_range(&range, self.len())?;
-        Ok(self.data.slice(start..end))
+        Ok(self.data.slice().slice(start..end))
     }
 
-    /// A mutable borrowed view of a contiguous range of elements.
+    /// A mutable borrowed cudarc view of a contiguous range of elements,
+    /// as [`as_slice_mut`](Self::as_slice_mut); see also
+    /// [`part_mut`](Self::part_mut).
     ///
     /// # Errors
     /// [`Error::RangeOutOfBounds`] when the range reaches past the tensor.
     pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<CudaViewMut<'_, T>> {
         let (start, end) = checked_range(&range, self.len())?;
-        Ok(self.data.slice_mut(start..end))
+        Ok(self.data.slice_mut().slice_mut(start..end))
     }
 
-    /// The cudarc allocation and the shape.
-    pub fn into_parts(self) -> (CudaSlice<T>, Vec<usize>) {
-        (self.data, self.shape)
+    /// A contiguous range of elements (flat index) that operations read,
+    /// with the tensor's deferred stream tracking (a bucket of a flat
+    /// gradient buffer, say).
+    ///
+    /// # Errors
+    /// [`Error::RangeOutOfBounds`] when the range reaches past the tensor.
+    pub fn part(&self, range: impl RangeBounds<usize>) -> Result<TensorPart<'_, T>> {
+        let (start, end) = checked_range(&range, self.len())?;
+        Ok(TensorPart {
+            tensor: self,
+            start,
+            len: end - start,
+        })
     }
+
+    /// A contiguous range of elements that operations write (and read),
+    /// with the tensor's deferred stream tracking.
+    ///
+    /// # Errors
+    /// [`Error::RangeOutOfBounds`] when the range reaches past the tensor.
+    pub fn part_mut(&mut self, range: impl RangeBounds<usize>) -> Result<TensorPartMut<'_, T>> {
+        let (start, end) = checked_range(&range, self.len())?;
+        Ok(TensorPartMut {
+            tensor: self,
+            start,
+            len: end - start,
+        })
+    }
+
+    /// The cudarc allocation (every deferred access recorded) and the shape.
+    pub fn into_parts(self) -> (CudaSlice<T>, Vec<usize>) {
+        (self.data.into_inner(), self.shape)
+    }
+
+    fn desc_of(&self, len: usize) -> BufferDesc<'static> {
+        BufferDesc::contiguous(T::DATA_TYPE, len, self.device())
+    }
+
+    /// [`TypedBuffer::read_ptr`] from element `start` on.
+    #[inline]
+    fn read_at<R>(
+        &self,
+        start: usize,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void) -> R,
+    ) -> R {
+        self.data
+            .read(stream, |base| f(offset::<T>(base, start) as *const c_void))
+    }
+}
+
+/// The address `start` elements past `base`.
+fn offset<T>(base: u64, start: usize) -> u64 {
+    base + (start * std::mem::size_of::<T>()) as u64
 }
 
 impl<T: NcclType> sealed::Sealed for Tensor<T> {}
@@ -307,18 +372,92 @@ impl<T: NcclType> TypedBuffer for Tensor<T> {
 
     #[inline]
     fn desc(&self) -> BufferDesc<'_> {
-        self.data.desc()
+        self.desc_of(self.len())
     }
 
     #[inline]
-    fn read_ptr<R>(&self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R {
-        self.data.read_ptr(stream, f)
+    fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
+        self.read_at(0, stream, f)
     }
 }
 
 impl<T: NcclType> TypedBufferMut for Tensor<T> {
     #[inline]
-    fn write_ptr<R>(&mut self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R {
-        self.data.write_ptr(stream, f)
+    fn write_ptr<R>(&mut self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
+        self.data.write(stream, |address| f(address as *mut c_void))
+    }
+}
+
+/// Part of a [`Tensor`] that operations read ([`Tensor::part`]).
+#[derive(Clone, Copy)]
+pub struct TensorPart<'a, T: NcclType> {
+    tensor: &'a Tensor<T>,
+    start: usize,
+    len: usize,
+}
+
+/// Part of a [`Tensor`] that operations write ([`Tensor::part_mut`]).
+pub struct TensorPartMut<'a, T: NcclType> {
+    tensor: &'a mut Tensor<T>,
+    start: usize,
+    len: usize,
+}
+
+impl<T: NcclType> std::fmt::Debug for TensorPart<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorPart")
+            .field("tensor", self.tensor)
+            .field("range", &(self.start..self.start + self.len))
+            .finish()
+    }
+}
+
+impl<T: NcclType> std::fmt::Debug for TensorPartMut<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorPartMut")
+            .field("tensor", &*self.tensor)
+            .field("range", &(self.start..self.start + self.len))
+            .finish()
+    }
+}
+
+impl<T: NcclType> sealed::Sealed for TensorPart<'_, T> {}
+impl<T: NcclType> sealed::Sealed for TensorPartMut<'_, T> {}
+
+impl<T: NcclType> TypedBuffer for TensorPart<'_, T> {
+    type Elem = T;
+
+    #[inline]
+    fn desc(&self) -> BufferDesc<'_> {
+        self.tensor.desc_of(self.len)
+    }
+
+    #[inline]
+    fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
+        self.tensor.read_at(self.start, stream, f)
+    }
+}
+
+impl<T: NcclType> TypedBuffer for TensorPartMut<'_, T> {
+    type Elem = T;
+
+    #[inline]
+    fn desc(&self) -> BufferDesc<'_> {
+        self.tensor.desc_of(self.len)
+    }
+
+    #[inline]
+    fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
+        self.tensor.read_at(self.start, stream, f)
+    }
+}
+
+impl<T: NcclType> TypedBufferMut for TensorPartMut<'_, T> {
+    #[inline]
+    fn write_ptr<R>(&mut self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
+        let start = self.start;
+        self.tensor
+            .data
+            .write(stream, |base| f(offset::<T>(base, start) as *mut c_void))
     }
 }

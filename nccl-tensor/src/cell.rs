@@ -391,7 +391,11 @@ impl TensorCell {
     }
 
     /// Calls `f` with the device address for reads on `stream`.
-    pub(crate) fn read_ptr<R>(&self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R {
+    pub(crate) fn read_ptr<R>(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void) -> R,
+    ) -> R {
         let storage = self
             .inner
             .storage
@@ -401,7 +405,11 @@ impl TensorCell {
     }
 
     /// Calls `f` with the device address for writes on `stream`.
-    pub(crate) fn write_ptr<R>(&self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R {
+    pub(crate) fn write_ptr<R>(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*mut c_void) -> R,
+    ) -> R {
         let mut storage = self
             .inner
             .storage

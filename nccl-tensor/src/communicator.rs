@@ -3,6 +3,7 @@
 
 use std::cell::OnceCell;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use nccl_core::{
@@ -197,7 +198,7 @@ impl Communicator {
         op: &'static str,
         input: impl Input,
         output: impl Output,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         f: impl FnOnce(*const c_void, *mut c_void) -> R,
     ) -> Result<R> {
         if let (Some(a), Some(b)) = (input.cell(), output.cell())
@@ -244,7 +245,7 @@ impl Communicator {
         &self,
         tensor: impl Output,
         op: impl Into<Reduction<'r>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let op = op.into();
         let desc = tensor.desc();
@@ -274,7 +275,7 @@ impl Communicator {
         input: impl Input,
         output: impl Output,
         op: impl Into<Reduction<'r>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let op = op.into();
         let (input_desc, output_desc) = (input.desc(), output.desc());
@@ -304,7 +305,12 @@ impl Communicator {
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
-    pub fn broadcast(&self, tensor: impl Output, root: i32, stream: &CudaStream) -> Result<Status> {
+    pub fn broadcast(
+        &self,
+        tensor: impl Output,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
         let desc = tensor.desc();
         checks::broadcast(&self.info(), None, &desc, root)?;
         let (len, dtype) = (desc.len, desc.dtype);
@@ -327,7 +333,7 @@ impl Communicator {
         input: impl Input,
         output: impl Output,
         root: i32,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let (input_desc, output_desc) = (input.desc(), output.desc());
         checks::broadcast(&self.info(), Some(&input_desc), &output_desc, root)?;
@@ -354,7 +360,7 @@ impl Communicator {
         tensor: impl Output,
         op: impl Into<Reduction<'r>>,
         root: i32,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let op = op.into();
         let desc = tensor.desc();
@@ -380,7 +386,7 @@ impl Communicator {
         output: impl Output,
         op: impl Into<Reduction<'r>>,
         root: i32,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let op = op.into();
         let (input_desc, output_desc) = (input.desc(), output.desc());
@@ -409,7 +415,7 @@ impl Communicator {
         &self,
         mut outputs: impl OutputList,
         input: I,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let input_desc = input.desc();
         let count = outputs.count();
@@ -466,7 +472,7 @@ impl Communicator {
         &self,
         output: impl Output,
         input: impl Input,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let (input_desc, output_desc) = (input.desc(), output.desc());
         checks::all_gather_into_tensor(&self.info(), &input_desc, &output_desc)?;
@@ -499,7 +505,7 @@ impl Communicator {
         output: impl Output,
         input: impl Input,
         op: impl Into<Reduction<'r>>,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let op = op.into();
         let (input_desc, output_desc) = (input.desc(), output.desc());
@@ -527,7 +533,7 @@ impl Communicator {
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
-    pub fn send(&self, tensor: impl Input, dst: i32, stream: &CudaStream) -> Result<Status> {
+    pub fn send(&self, tensor: impl Input, dst: i32, stream: &Arc<CudaStream>) -> Result<Status> {
         let desc = tensor.desc();
         checks::point_to_point("send", "dst", &self.info(), &desc, dst)?;
         let (len, dtype) = (desc.len, desc.dtype);
@@ -546,7 +552,7 @@ impl Communicator {
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
-    pub fn recv(&self, tensor: impl Output, src: i32, stream: &CudaStream) -> Result<Status> {
+    pub fn recv(&self, tensor: impl Output, src: i32, stream: &Arc<CudaStream>) -> Result<Status> {
         let desc = tensor.desc();
         checks::point_to_point("recv", "src", &self.info(), &desc, src)?;
         let (len, dtype) = (desc.len, desc.dtype);
@@ -573,7 +579,7 @@ impl Communicator {
         &self,
         output: impl Output,
         input: impl Input,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let (input_desc, output_desc) = (input.desc(), output.desc());
         checks::all_to_all_single(&self.info(), &input_desc, &output_desc)?;
@@ -600,7 +606,7 @@ impl Communicator {
         recv: *mut c_void,
         block: usize,
         dtype: DataType,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
     ) -> Result<Status> {
         let block_bytes = block * dtype.size_bytes();
         let group = Group::start()?;
@@ -627,7 +633,7 @@ impl Communicator {
     ///
     /// # Errors
     /// An allocation failure on the first call, or NCCL's error.
-    pub fn barrier(&self, stream: &std::sync::Arc<CudaStream>) -> Result<Status> {
+    pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Status> {
         let (expected, given) = (self.core.device().ordinal(), stream.context().ordinal());
         if expected != given {
             return Err(Error::WrongDevice {

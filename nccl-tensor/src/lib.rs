@@ -33,7 +33,7 @@ mod dtype;
 mod error;
 mod operand;
 
-pub use buffer::{BufferDesc, Tensor, TypedBuffer, TypedBufferMut};
+pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;

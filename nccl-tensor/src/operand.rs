@@ -4,6 +4,8 @@
 
 use std::ffi::c_void;
 
+use std::sync::Arc;
+
 use cudarc::driver::CudaStream;
 
 use crate::buffer::{BufferDesc, TypedBuffer, TypedBufferMut};
@@ -20,7 +22,7 @@ pub trait Input: sealed::Sealed {
     /// The cell, when this is one (to detect a cell passed twice).
     fn cell(&self) -> Option<&TensorCell>;
     /// Calls `f` with the address, valid for reads on `stream` while `f` runs.
-    fn read<R>(self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R;
+    fn read<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R;
 }
 
 /// A buffer an operation writes: `&mut B` for a [`TypedBufferMut`] or `&TensorCell`.
@@ -30,7 +32,7 @@ pub trait Output: sealed::Sealed {
     /// The cell, when this is one.
     fn cell(&self) -> Option<&TensorCell>;
     /// Calls `f` with the address, valid for writes on `stream` while `f` runs.
-    fn write<R>(self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R;
+    fn write<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R;
 }
 
 impl<B: TypedBuffer> sealed::Sealed for &B {}
@@ -45,7 +47,7 @@ impl<B: TypedBuffer> Input for &B {
         None
     }
     #[inline]
-    fn read<R>(self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R {
+    fn read<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
         self.read_ptr(stream, f)
     }
 }
@@ -62,7 +64,7 @@ impl<B: TypedBufferMut> Output for &mut B {
         None
     }
     #[inline]
-    fn write<R>(self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R {
+    fn write<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
         self.write_ptr(stream, f)
     }
 }
@@ -79,7 +81,7 @@ impl Input for &TensorCell {
         Some(self)
     }
     #[inline]
-    fn read<R>(self, stream: &CudaStream, f: impl FnOnce(*const c_void) -> R) -> R {
+    fn read<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
         self.read_ptr(stream, f)
     }
 }
@@ -94,7 +96,7 @@ impl Output for &TensorCell {
         Some(self)
     }
     #[inline]
-    fn write<R>(self, stream: &CudaStream, f: impl FnOnce(*mut c_void) -> R) -> R {
+    fn write<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
         self.write_ptr(stream, f)
     }
 }
@@ -113,7 +115,7 @@ pub trait OutputList: sealed::Sealed {
     fn write_at<R>(
         &mut self,
         index: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         f: impl FnOnce(*mut c_void) -> R,
     ) -> Option<R>;
 }
@@ -133,7 +135,7 @@ impl<B: TypedBufferMut> OutputList for &mut [B] {
     fn write_at<R>(
         &mut self,
         index: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         f: impl FnOnce(*mut c_void) -> R,
     ) -> Option<R> {
         self.get_mut(index)
@@ -156,7 +158,7 @@ impl OutputList for &[TensorCell] {
     fn write_at<R>(
         &mut self,
         index: usize,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         f: impl FnOnce(*mut c_void) -> R,
     ) -> Option<R> {
         self.get(index).map(|cell| cell.write_ptr(stream, f))

@@ -299,8 +299,8 @@ impl<'a> GroupLayer<'a> {
         let world = usize::try_from(call.world).unwrap_or(1);
         let (input_len, output_len) = tensor_lengths(call.collective, call.count, world);
         let (source, source_base, source_name) = match call.mode {
-            Mode::OutOfPlace => (&pair.send, send_base, "send"),
-            Mode::InPlace => (&pair.recv, recv_base, "receive"),
+            Mode::OutOfPlace => (pair.send.as_slice(), send_base, "send"),
+            Mode::InPlace => (pair.recv.as_slice(), recv_base, "receive"),
         };
         let start = offset_in(source_name, call.send, source_base, source)?;
         let input_region = source
@@ -314,10 +314,10 @@ impl<'a> GroupLayer<'a> {
                     "copying the call's input into the group layer's tensor",
                 ))?;
         }
-        let start = offset_in("receive", call.recv, recv_base, &pair.recv)?;
-        let available = pair.recv.len();
-        let results = pair
-            .recv
+        let receive = pair.recv.as_slice_mut();
+        let start = offset_in("receive", call.recv, recv_base, receive)?;
+        let available = receive.len();
+        let results = receive
             .try_slice_mut(start..start + output_len)
             .ok_or_else(|| region_error("receive", start, output_len, available))?;
         Ok((input, results))

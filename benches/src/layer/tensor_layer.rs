@@ -1,10 +1,12 @@
-//! The tensor layer: nccl-tensor's safe `Communicator` on typed
-//! `CudaSlice<T>` views, through its public API only (no `unsafe` here).
+//! The tensor layer: nccl-tensor's safe `Communicator` on parts of typed
+//! `Tensor<T>`s ([`Tensor::part`]), through its public API only (no
+//! `unsafe` here).
 //!
 //! Every launch calls the safe operation, so the time includes everything a
 //! user of nccl-tensor pays per call: building the buffer descriptions,
-//! every argument check, cudarc's stream tracking (an event wait and record
-//! per buffer while more than one stream exists) and nccl-core below.
+//! every argument check, the tensors' stream tracking (cudarc's event wait
+//! and record, deferred while a tensor stays on one stream) and nccl-core
+//! below.
 //!
 //! The operations, per collective (out-of-place / in-place):
 //!
@@ -24,9 +26,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::CudaStream;
 use nccl_core::{Group, Status};
-use nccl_tensor::Communicator;
+use nccl_tensor::{Communicator, Tensor, TensorPart, TensorPartMut};
 
 use super::{Call, Launch, Layer, LayerKind};
 use crate::buffers::{BenchElement, DeviceBuffers};
@@ -48,17 +50,20 @@ fn accepted(result: nccl_tensor::Result<Status>) -> Result<(), BenchError> {
     }
 }
 
-fn input<T>(buffer: &CudaSlice<T>, len: usize) -> Result<CudaView<'_, T>, BenchError> {
+fn input<T: BenchElement>(buffer: &Tensor<T>, len: usize) -> Result<TensorPart<'_, T>, BenchError> {
     buffer
-        .try_slice(0..len)
-        .ok_or_else(|| too_small(len, buffer.len()))
+        .part(0..len)
+        .map_err(|_| too_small(len, buffer.len()))
 }
 
-fn output<T>(buffer: &mut CudaSlice<T>, len: usize) -> Result<CudaViewMut<'_, T>, BenchError> {
+fn output<T: BenchElement>(
+    buffer: &mut Tensor<T>,
+    len: usize,
+) -> Result<TensorPartMut<'_, T>, BenchError> {
     let available = buffer.len();
     buffer
-        .try_slice_mut(0..len)
-        .ok_or_else(|| too_small(len, available))
+        .part_mut(0..len)
+        .map_err(|_| too_small(len, available))
 }
 
 #[cold]
@@ -94,13 +99,13 @@ impl<'a> TensorLayer<'a> {
     pub fn bind_typed<'s, T: BenchElement>(
         &'s self,
         call: &Call,
-        send: &'s mut CudaSlice<T>,
-        recv: &'s mut CudaSlice<T>,
+        send: &'s mut Tensor<T>,
+        recv: &'s mut Tensor<T>,
     ) -> Result<Launch<'s>, BenchError> {
-        let (comm, stream) = (self.comm, &**self.stream);
+        let (comm, stream) = (self.comm, self.stream);
         let (count, op, root) = (call.count, call.op, call.root);
         let whole = count * call.world.max(1) as usize;
-        let send: &'s CudaSlice<T> = send;
+        let send: &'s Tensor<T> = send;
         Ok(match (call.collective, call.mode) {
             (Collective::AllReduce, Mode::OutOfPlace) => {
                 let (input, mut output) = (input(send, count)?, output(recv, count)?);

@@ -230,7 +230,7 @@ fn send_recv_self<I, O>(
     comm: &Communicator,
     input: I,
     output: O,
-    stream: &CudaStream,
+    stream: &Arc<CudaStream>,
 ) -> Result<Status>
 where
     I: nccl_tensor::Input,

@@ -1,0 +1,377 @@
+//! [`TrackedSlice`]: a cudarc slice whose stream-tracking records are
+//! deferred while it stays on one stream.
+//!
+//! cudarc orders the accesses to a `CudaSlice` across streams with two
+//! events per slice: every access waits for the last write (a write also
+//! for the last read) and records its own event. That costs three driver
+//! calls per access of a buffer, several times an in-place collective's
+//! whole host cost. Back-to-back accesses on one stream need none of it:
+//! the stream orders them. A `TrackedSlice` waits the cudarc way when an
+//! access comes from a new stream, then skips cudarc's records while the
+//! accesses stay on that stream, and records them into cudarc's events
+//! before anything else can look at them: before a shared borrow of the
+//! slice (the deferred write), before an access from another stream, and
+//! before an exclusive borrow, [`TrackedSlice::into_inner`] or drop (every
+//! deferred access). So code that uses the slice through cudarc, on any
+//! stream, sees the same ordering it would without the deferral.
+
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop, sys,
+};
+
+/// The driver handle of the slice's cudarc write event (never null, so an
+/// `Option` of it is one pointer wide).
+#[derive(Clone, Copy, Debug)]
+struct EventHandle(NonNull<sys::CUevent_st>);
+
+// SAFETY: a CUDA event handle is an opaque driver handle; the driver API
+// may be called with it from any thread.
+unsafe impl Send for EventHandle {}
+// SAFETY: as for `Send`: the handle is only passed to the driver.
+unsafe impl Sync for EventHandle {}
+
+/// Accesses whose cudarc records are deferred, all on one stream.
+#[derive(Debug)]
+struct Pending {
+    stream: Arc<CudaStream>,
+    /// A deferred access wrote: cudarc's write event is behind.
+    wrote: bool,
+    /// A reader on another stream recorded cudarc's read event since the
+    /// deferral began: a writer on this stream must wait for it.
+    foreign_read: bool,
+}
+
+/// What a read does, from the deferred state (pure, so it is unit-tested).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadPlan {
+    /// The stream already holds the deferred accesses: nothing to wait for.
+    Direct,
+    /// Nothing is deferred: wait the cudarc way, defer the read's record.
+    WaitAndDefer,
+    /// Another stream holds deferred accesses: record its write (if any)
+    /// so this stream can wait for it, then read the cudarc way.
+    PublishThenTracked,
+}
+
+/// `deferred`: `None` when nothing is deferred, else whether the deferred
+/// accesses are on the reading stream.
+fn plan_read(deferred: Option<bool>) -> ReadPlan {
+    match deferred {
+        None => ReadPlan::WaitAndDefer,
+        Some(true) => ReadPlan::Direct,
+        Some(false) => ReadPlan::PublishThenTracked,
+    }
+}
+
+/// What a write does, from the deferred state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WritePlan {
+    /// The stream holds the deferred accesses and nothing else read since.
+    Direct,
+    /// Wait the cudarc way (for foreign reads, or for the first access)
+    /// and defer the write's record.
+    WaitAndDefer,
+    /// Record another stream's deferred accesses, then wait and defer.
+    FlushThenWaitAndDefer,
+}
+
+/// `deferred`: `None` when nothing is deferred, else whether the deferred
+/// accesses are on the writing stream and whether a foreign read happened
+/// since; `knows_event`: whether cudarc's write event is known.
+fn plan_write(deferred: Option<(bool, bool)>, knows_event: bool) -> WritePlan {
+    match deferred {
+        None => WritePlan::WaitAndDefer,
+        Some((true, false)) if knows_event => WritePlan::Direct,
+        Some((true, _)) => WritePlan::WaitAndDefer,
+        Some((false, _)) => WritePlan::FlushThenWaitAndDefer,
+    }
+}
+
+impl Pending {
+    fn on(&self, stream: &Arc<CudaStream>) -> bool {
+        Arc::ptr_eq(&self.stream, stream)
+    }
+}
+
+/// A cudarc `CudaSlice` whose stream-tracking records are deferred while
+/// its accesses stay on one stream (see the module docs).
+///
+/// [`read`](Self::read) and [`write`](Self::write) hand out the device
+/// address for work enqueued on a stream; [`slice`](Self::slice) and
+/// [`slice_mut`](Self::slice_mut) hand out the cudarc slice, with every
+/// deferred record made first. When cudarc is not tracking (one stream in
+/// the context, tracking disabled, or a slice allocated without events)
+/// nothing is deferred and nothing waits, as with cudarc itself.
+#[derive(Debug)]
+pub struct TrackedSlice<T> {
+    slice: CudaSlice<T>,
+    address: sys::CUdeviceptr,
+    /// cudarc's write event of `slice`, learnt from the first write; valid
+    /// for as long as `slice` lives (cudarc never replaces it).
+    write_event: Option<EventHandle>,
+    pending: Mutex<Option<Pending>>,
+}
+
+fn tracking(stream: &CudaStream) -> bool {
+    stream.context().is_managing_stream_synchronization()
+}
+
+/// The event a cudarc access will record when `record` drops, if any.
+fn recorded_event(record: &SyncOnDrop<'_>) -> Option<EventHandle> {
+    match record {
+        SyncOnDrop::Record(Some((event, _))) => NonNull::new(event.cu_event()).map(EventHandle),
+        _ => None,
+    }
+}
+
+impl<T> TrackedSlice<T> {
+    /// Wraps `slice`; nothing is deferred yet.
+    pub fn new(slice: CudaSlice<T>) -> Self {
+        // cudarc hands the address out only with an access: one on the
+        // slice's own stream, whose record is not needed (no work uses it).
+        let (address, record) = slice.device_ptr(slice.stream());
+        std::mem::forget(record);
+        Self {
+            slice,
+            address,
+            write_event: None,
+            pending: Mutex::new(None),
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// Whether the slice has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.slice.len() == 0
+    }
+
+    /// The context (device) the memory belongs to.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.slice.context()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Pending>> {
+        // The state is consistent between statements, so a panic
+        // elsewhere while it was held leaves nothing half-done.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Calls `f` with the device address, valid for reads by work that `f`
+    /// enqueues on `stream`: `stream` first waits for the last write made
+    /// on another stream.
+    pub fn read<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(sys::CUdeviceptr) -> R) -> R {
+        if !tracking(stream) {
+            return f(self.address);
+        }
+        let mut pending = self.lock();
+        match plan_read(pending.as_ref().map(|deferred| deferred.on(stream))) {
+            ReadPlan::Direct => {
+                drop(pending);
+                f(self.address)
+            }
+            ReadPlan::WaitAndDefer => {
+                let (address, record) = self.slice.device_ptr(stream);
+                if recorded_event(&record).is_some() {
+                    // The record is made later, by a flush.
+                    std::mem::forget(record);
+                    *pending = Some(Pending {
+                        stream: Arc::clone(stream),
+                        wrote: false,
+                        foreign_read: false,
+                    });
+                }
+                drop(pending);
+                f(address)
+            }
+            ReadPlan::PublishThenTracked => {
+                if let Some(deferred) = pending.as_mut() {
+                    self.publish_write(deferred);
+                    deferred.foreign_read = true;
+                }
+                drop(pending);
+                // Waits for the write just published; records the read
+                // into cudarc's read event once `f` has enqueued.
+                let (address, _record) = self.slice.device_ptr(stream);
+                f(address)
+            }
+        }
+    }
+
+    /// Calls `f` with the device address, valid for reads and writes by
+    /// work that `f` enqueues on `stream`: `stream` first waits for every
+    /// earlier access made on another stream.
+    pub fn write<R>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(sys::CUdeviceptr) -> R,
+    ) -> R {
+        if !tracking(stream) {
+            return f(self.address);
+        }
+        let Self {
+            slice,
+            address,
+            write_event,
+            pending,
+        } = self;
+        let pending = pending.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let deferred = pending
+            .as_ref()
+            .map(|deferred| (deferred.on(stream), deferred.foreign_read));
+        match plan_write(deferred, write_event.is_some()) {
+            WritePlan::Direct => {
+                if let Some(deferred) = pending.as_mut() {
+                    deferred.wrote = true;
+                }
+                return f(*address);
+            }
+            WritePlan::FlushThenWaitAndDefer => {
+                if let Some(previous) = pending.take() {
+                    drop(slice.device_ptr_mut(&previous.stream));
+                }
+            }
+            WritePlan::WaitAndDefer => {}
+        }
+        let (address, record) = slice.device_ptr_mut(stream);
+        match recorded_event(&record) {
+            Some(event) => {
+                std::mem::forget(record);
+                *write_event = Some(event);
+                *pending = Some(Pending {
+                    stream: Arc::clone(stream),
+                    wrote: true,
+                    foreign_read: false,
+                });
+                f(address)
+            }
+            None => {
+                *pending = None;
+                let result = f(address);
+                drop(record);
+                result
+            }
+        }
+    }
+
+    /// Records a deferred write into cudarc's write event, so readers on
+    /// other streams wait for it. The deferred stream stays: reads on it
+    /// may be in flight on other threads.
+    fn publish_write(&self, deferred: &mut Pending) {
+        if !deferred.wrote {
+            return;
+        }
+        if let Some(EventHandle(event)) = self.write_event {
+            let event = event.as_ptr();
+            let context = deferred.stream.context();
+            context.record_err(context.bind_to_thread());
+            // SAFETY: `event` is cudarc's write event of `self.slice`, which
+            // lives as long as `self`; recording an event on a stream of
+            // its context is the driver call cudarc itself makes here.
+            let recorded = unsafe {
+                cudarc::driver::result::event::record(event, deferred.stream.cu_stream())
+            };
+            context.record_err(recorded);
+        }
+        deferred.wrote = false;
+    }
+
+    /// Records every deferred access into cudarc's events and ends the
+    /// deferral.
+    fn flush(&mut self) {
+        let pending = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(previous) = pending.take() {
+            // The write event, recorded after waiting for the read event,
+            // orders everything deferred and every foreign read before the
+            // next writer; readers wait for it too.
+            drop(self.slice.device_ptr_mut(&previous.stream));
+        }
+    }
+
+    /// The cudarc slice, for use on any stream: a deferred write is
+    /// recorded first, so cudarc's accesses wait for it.
+    pub fn slice(&self) -> &CudaSlice<T> {
+        let mut pending = self.lock();
+        if let Some(deferred) = pending.as_mut() {
+            self.publish_write(deferred);
+        }
+        &self.slice
+    }
+
+    /// The cudarc slice, mutably: every deferred access is recorded first.
+    pub fn slice_mut(&mut self) -> &mut CudaSlice<T> {
+        self.flush();
+        &mut self.slice
+    }
+
+    /// The cudarc slice, with every deferred access recorded.
+    pub fn into_inner(mut self) -> CudaSlice<T> {
+        self.flush();
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so the slice is
+        // moved out exactly once; the other fields own nothing after the
+        // flush (an empty state and a plain handle).
+        unsafe { std::ptr::read(&this.slice) }
+    }
+}
+
+impl<T> From<CudaSlice<T>> for TrackedSlice<T> {
+    fn from(slice: CudaSlice<T>) -> Self {
+        Self::new(slice)
+    }
+}
+
+impl<T> Drop for TrackedSlice<T> {
+    fn drop(&mut self) {
+        // cudarc frees the memory after its events: they must cover the
+        // deferred accesses.
+        self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_wait_once_per_stream() {
+        assert_eq!(plan_read(None), ReadPlan::WaitAndDefer);
+        assert_eq!(plan_read(Some(true)), ReadPlan::Direct);
+        assert_eq!(plan_read(Some(false)), ReadPlan::PublishThenTracked);
+    }
+
+    #[test]
+    fn writes_skip_waits_only_on_a_clean_deferral_of_their_stream() {
+        assert_eq!(plan_write(None, false), WritePlan::WaitAndDefer);
+        assert_eq!(plan_write(None, true), WritePlan::WaitAndDefer);
+        assert_eq!(plan_write(Some((true, false)), true), WritePlan::Direct);
+        // A reader on another stream recorded the read event since.
+        assert_eq!(
+            plan_write(Some((true, true)), true),
+            WritePlan::WaitAndDefer
+        );
+        // Deferred by reads only: the write event is not known yet.
+        assert_eq!(
+            plan_write(Some((true, false)), false),
+            WritePlan::WaitAndDefer
+        );
+        for foreign_read in [false, true] {
+            for knows_event in [false, true] {
+                assert_eq!(
+                    plan_write(Some((false, foreign_read)), knows_event),
+                    WritePlan::FlushThenWaitAndDefer
+                );
+            }
+        }
+    }
+}

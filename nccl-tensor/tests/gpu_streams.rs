@@ -1,0 +1,254 @@
+//! A tensor's deferred stream tracking on one GPU: operations on one stream
+//! skip cudarc's event records, and every other access still sees them in
+//! order. Each test first queues a few milliseconds of copies on the
+//! operation's stream, so an access on another stream that failed to wait
+//! would run before the operation and see the old values.
+
+#[path = "../../nccl-core/tests/support/mod.rs"]
+mod support;
+mod tensor_support;
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nccl_core::ReduceOp;
+use nccl_tensor::{Communicator, Tensor};
+use tensor_support::{first, one_rank};
+
+/// 64 Mi f32 (256 MiB): one copy of it takes about 0.2 ms on an H200.
+const BUSY_LEN: usize = 64 << 20;
+/// Copies queued ahead of the operation under test.
+const BUSY_COPIES: usize = 30;
+/// Elements of the tensors under test.
+const LEN: usize = 1 << 20;
+
+struct Setup {
+    comm: Communicator,
+    /// The stream the operations run on.
+    ops: Arc<CudaStream>,
+    /// Another stream of the same device.
+    other: Arc<CudaStream>,
+    busy_in: Tensor<f32>,
+    busy_out: Tensor<f32>,
+}
+
+fn setup() -> Option<Setup> {
+    let device = first(support::require_gpus(1)?);
+    let comm = one_rank(&device);
+    let ops = device.new_stream().expect("stream");
+    let other = device.new_stream().expect("second stream");
+    let busy_in = Tensor::zeros(&ops, &[BUSY_LEN]).expect("busy input");
+    let busy_out = Tensor::zeros(&ops, &[BUSY_LEN]).expect("busy output");
+    ops.synchronize().expect("synchronize");
+    Some(Setup {
+        comm,
+        ops,
+        other,
+        busy_in,
+        busy_out,
+    })
+}
+
+impl Setup {
+    /// Queues milliseconds of copies on the operation stream.
+    fn stall(&mut self) {
+        for _ in 0..BUSY_COPIES {
+            let _ = self
+                .comm
+                .all_reduce_into(&self.busy_in, &mut self.busy_out, ReduceOp::Sum, &self.ops)
+                .expect("busy copy");
+        }
+    }
+
+    fn filled(&self, value: f32) -> Tensor<f32> {
+        let tensor = Tensor::from_host(&self.ops, &vec![value; LEN], &[LEN]).expect("upload");
+        self.ops.synchronize().expect("synchronize");
+        tensor
+    }
+
+    fn copy(&self, from: &Tensor<f32>, to: &mut Tensor<f32>, stream: &Arc<CudaStream>) {
+        let _ = self
+            .comm
+            .all_reduce_into(from, to, ReduceOp::Sum, stream)
+            .expect("copy");
+    }
+}
+
+#[track_caller]
+fn assert_all(values: &[f32], expected: f32, what: &str) {
+    let wrong = values.iter().filter(|&&v| v != expected).count();
+    assert_eq!(
+        wrong,
+        0,
+        "{what}: {wrong} of {} elements are not {expected} (first: {:?})",
+        values.len(),
+        values.iter().find(|&&v| v != expected)
+    );
+}
+
+#[test]
+fn gpu_deferred_write_is_seen_through_cudarc_on_another_stream() {
+    let Some(mut s) = setup() else {
+        return;
+    };
+    let ones = s.filled(1.0);
+
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&ones, &mut out, &s.ops);
+    assert_all(
+        &out.to_vec(&s.other).expect("to_vec"),
+        1.0,
+        "to_vec on another stream",
+    );
+
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&ones, &mut out, &s.ops);
+    let view = out.view(..).expect("view");
+    let read = s.other.clone_dtoh(&view).expect("copy a view");
+    assert_all(&read, 1.0, "a view read on another stream");
+
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&ones, &mut out, &s.ops);
+    let (slice, _) = out.into_parts();
+    let read = s.other.clone_dtoh(&slice).expect("copy the slice");
+    assert_all(&read, 1.0, "the slice of into_parts read on another stream");
+}
+
+#[test]
+fn gpu_deferred_write_orders_an_operation_on_another_stream() {
+    let Some(mut s) = setup() else {
+        return;
+    };
+    let ones = s.filled(1.0);
+    let mut middle = s.filled(0.0);
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&ones, &mut middle, &s.ops);
+    // Reads `middle` on the other stream while its write is deferred.
+    s.copy(&middle, &mut out, &s.other);
+    assert_all(
+        &out.to_vec(&s.other).expect("to_vec"),
+        1.0,
+        "read after write",
+    );
+}
+
+#[test]
+fn gpu_deferred_read_orders_a_later_write_on_another_stream() {
+    let Some(mut s) = setup() else {
+        return;
+    };
+    let mut source = s.filled(1.0);
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&source, &mut out, &s.ops);
+    // Overwrites `source` on the other stream while its read is deferred.
+    source
+        .copy_from_host(&s.other, &vec![2.0; LEN])
+        .expect("overwrite");
+    assert_all(
+        &out.to_vec(&s.ops).expect("to_vec"),
+        1.0,
+        "write after read",
+    );
+    assert_all(
+        &source.to_vec(&s.other).expect("to_vec"),
+        2.0,
+        "the overwrite",
+    );
+
+    // The same through an operation on the other stream.
+    let mut source = s.filled(1.0);
+    let twos = s.filled(2.0);
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&source, &mut out, &s.ops);
+    s.copy(&twos, &mut source, &s.other);
+    assert_all(
+        &out.to_vec(&s.ops).expect("to_vec"),
+        1.0,
+        "operation write after read",
+    );
+}
+
+#[test]
+fn gpu_deferred_write_orders_a_write_on_another_stream() {
+    let Some(mut s) = setup() else {
+        return;
+    };
+    let ones = s.filled(1.0);
+    let twos = s.filled(2.0);
+    let mut out = s.filled(0.0);
+    s.stall();
+    s.copy(&ones, &mut out, &s.ops);
+    s.copy(&twos, &mut out, &s.other);
+    s.ops.synchronize().expect("synchronize");
+    assert_all(
+        &out.to_vec(&s.other).expect("to_vec"),
+        2.0,
+        "write after write",
+    );
+}
+
+#[test]
+fn gpu_foreign_read_orders_a_later_write_on_the_deferred_stream() {
+    let Some(mut s) = setup() else {
+        return;
+    };
+    let ones = s.filled(1.0);
+    let twos = s.filled(2.0);
+    let mut tensor = s.filled(0.0);
+    let mut seen = s.filled(0.0);
+    // `tensor` is deferred on `ops` (written); the other stream stalls,
+    // then reads it; the next write on `ops` must wait for that read.
+    s.copy(&ones, &mut tensor, &s.ops);
+    for _ in 0..BUSY_COPIES {
+        let _ = s
+            .comm
+            .all_reduce_into(&s.busy_in, &mut s.busy_out, ReduceOp::Sum, &s.other)
+            .expect("busy copy");
+    }
+    s.copy(&tensor, &mut seen, &s.other);
+    s.copy(&twos, &mut tensor, &s.ops);
+    assert_all(
+        &seen.to_vec(&s.other).expect("to_vec"),
+        1.0,
+        "the foreign read",
+    );
+    assert_all(
+        &tensor.to_vec(&s.ops).expect("to_vec"),
+        2.0,
+        "the later write",
+    );
+}
+
+#[test]
+fn gpu_parts_read_and_write_their_range() {
+    let Some(s) = setup() else {
+        return;
+    };
+    let values: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
+    let source = Tensor::from_host(&s.ops, &values, &[LEN]).expect("upload");
+    let mut out = s.filled(-1.0);
+    let half = LEN / 2;
+    let _ = s
+        .comm
+        .all_reduce_into(
+            &source.part(half..).expect("part"),
+            &mut out.part_mut(..half).expect("part_mut"),
+            ReduceOp::Sum,
+            &s.ops,
+        )
+        .expect("all_reduce on parts");
+    let read = out.to_vec(&s.other).expect("to_vec");
+    assert_eq!(&read[..half], &values[half..], "the written part");
+    assert_all(&read[half..], -1.0, "the rest");
+    let error = out.part(half..LEN + 1).expect_err("past the end");
+    assert!(
+        error.to_string().contains(&format!("{}", LEN + 1)),
+        "{error}"
+    );
+}
