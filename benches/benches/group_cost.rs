@@ -6,6 +6,14 @@
 //!   the thread issuing an operation (a record, with its timestamp);
 //!   `flight_recorder/finish`: the completion mark the watchdog makes
 //!   later, off the caller's thread.
+//! * `group_parts/*`: the primitives a group operation is built of, each
+//!   alone: `instant_now` (a timestamp: an operation takes two, its
+//!   enqueue time and its completion's), `arc_alloc` (the record an
+//!   operation shares with the watchdog), and on a GPU the driver calls
+//!   through cudarc: `event_record` and `stream_wait_event` (two of each
+//!   per operation on the group's own stream, one record on the caller's),
+//!   `event_query` (the watchdog's poll, made once per operation when
+//!   reaped). Without a GPU the driver calls are skipped (`SKIP:`).
 //!
 //! The group's whole per-operation host cost (`ProcessGroup` op +
 //! `Work::wait`, against raw NCCL and the other layers in the same run) is
@@ -76,6 +84,45 @@ fn flight_recorder(criterion: &mut Criterion) {
     });
 }
 
+/// The record an operation shares with the watchdog, in size.
+struct SharedRecord {
+    _ends: [u64; 6],
+}
+
+fn group_parts(criterion: &mut Criterion) {
+    criterion.bench_function("group_parts/instant_now", |b| b.iter(Instant::now));
+    criterion.bench_function("group_parts/arc_alloc", |b| {
+        b.iter(|| black_box(Arc::new(SharedRecord { _ends: [0; 6] })))
+    });
+    let gpus = if nccl_core::cuda_driver_available() {
+        nccl_core::Device::count().unwrap_or(0)
+    } else {
+        0
+    };
+    if gpus == 0 {
+        println!("SKIP: group_parts driver calls need 1 GPU(s), found 0");
+        return;
+    }
+    let device = nccl_core::Device::new(0).expect("device 0");
+    let stream = device.new_stream().expect("stream");
+    let other = device.new_stream().expect("second stream");
+    let event = device
+        .context()
+        .new_event(None)
+        .expect("event without timing");
+    criterion.bench_function("group_parts/event_record", |b| {
+        b.iter(|| event.record(&stream).expect("record"))
+    });
+    criterion.bench_function("group_parts/stream_wait_event", |b| {
+        b.iter(|| other.wait(&event).expect("wait"))
+    });
+    criterion.bench_function("group_parts/event_query", |b| {
+        b.iter(|| black_box(event.try_is_complete().expect("query")))
+    });
+    stream.synchronize().expect("synchronize");
+    other.synchronize().expect("synchronize");
+}
+
 fn main() {
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
@@ -83,5 +130,6 @@ fn main() {
         .configure_from_args();
     cache_hit(&mut criterion);
     flight_recorder(&mut criterion);
+    group_parts(&mut criterion);
     criterion.final_summary();
 }

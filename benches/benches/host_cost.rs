@@ -37,6 +37,10 @@
 //!   while it stays on one stream) and on a cudarc `CudaSlice`
 //!   (`cudarc-slice`, where cudarc waits for the buffer's events and
 //!   records its write event on every call), next to raw.
+//! * `host_cost_group_loop/all_reduce_in_place_8B`: the group's in-place
+//!   all_reduce + `Work::wait` in a plain loop on a tensor of its own, as
+//!   a user writes it (`separate` and `caller` stream modes), next to the
+//!   `GroupLayer` launcher the other rows and nccl-perf use.
 //! * `host_cost_untracked/all_reduce_in_place_8B`: raw, tensor and both
 //!   group layers again on a context whose cudarc stream tracking is off,
 //!   to separate the layers' own cost from the event wait and record
@@ -523,9 +527,46 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     separate.destroy()?;
     caller.destroy()?;
     buffer_cost(criterion, &comm, &stream)?;
+    group_loop_cost(criterion, &stream)?;
     comm.core().finalize()?;
     untracked_cost(criterion)?;
     nonblocking_cost(criterion)
+}
+
+/// The group's in-place all_reduce + `Work::wait` in a user's plain loop,
+/// on each stream mode, next to the benches' `GroupLayer` launcher.
+fn group_loop_cost(criterion: &mut Criterion, stream: &Arc<CudaStream>) -> Result<(), BenchError> {
+    let [separate, caller] = process_groups("host_cost_group_loop")?;
+    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, stream)?;
+    let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, stream);
+    let mut failure: Option<BenchError> = None;
+    let mut group = criterion.benchmark_group("host_cost_group_loop/all_reduce_in_place_8B");
+    for (name, process_group) in [("separate", &separate), ("caller", &caller)] {
+        let mut slot = Some(nccl_tensor::Tensor::<f32>::zeros(stream, &[2])?);
+        let mut plain: Launch<'_> = Box::new(|| {
+            let tensor = slot.take().ok_or_else(|| {
+                BenchError::Usage("internal error: a failed wait released the tensor".into())
+            })?;
+            let work = process_group
+                .all_reduce(tensor, ReduceOp::Sum, stream)
+                .map_err(|failed| failed.error)?;
+            slot = Some(work.wait()?);
+            Ok(())
+        });
+        group.bench_function(format!("{name}/plain-loop"), |bencher| {
+            bencher.iter_custom(|iters| host_time(&mut plain, iters, stream, &mut failure))
+        });
+        drop(plain);
+        let layer = GroupLayer::new(process_group, stream);
+        let mut launch = bind(&layer, &call, &mut small)?;
+        group.bench_function(format!("{name}/group-layer"), |bencher| {
+            bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
+        });
+    }
+    end_section(group, failure, small, stream)?;
+    separate.destroy()?;
+    caller.destroy()?;
+    Ok(())
 }
 
 /// nccl-tensor's in-place all_reduce of 8 bytes on each kind of buffer it

@@ -2,9 +2,16 @@
 //! communicator of the spec (`communicator-api.txt`).
 //!
 //! * [`NcclType`] maps Rust element types to NCCL data types (sealed).
-//! * [`Tensor`] is an owned device tensor with a shape over cudarc memory;
+//! * [`Tensor`] is an owned device tensor with a shape over cudarc memory
+//!   ([`Tensor::part`] and [`Tensor::part_mut`] pass a range of it);
 //!   cudarc's `CudaSlice`, `CudaView` and `CudaViewMut` work too, so a
 //!   framework passes its own memory without copying.
+//! * Stream ordering is cudarc's: an operation on a buffer waits for the
+//!   buffer's last accesses on other streams, and later accesses wait for
+//!   it. On cudarc's own types that is an event wait and record per buffer
+//!   and call (about 0.8 us on an H200); a [`Tensor`] defers them while it
+//!   stays on one stream, so repeated operations cost what NCCL's call
+//!   costs (nccl-core's `TrackedSlice` has the rules).
 //! * [`TensorCell`] holds a tensor whose type is known at run time, shared
 //!   between threads, with shape, strides and device.
 //! * [`Communicator`] runs every operation of the spec on either kind, and
