@@ -126,9 +126,8 @@ fn upload_typed<T: BenchElement>(
         }
         let available = buffer.len();
         let mut view = buffer
-            .as_slice_mut()
-            .try_slice_mut(0..values.len())
-            .ok_or_else(|| too_small("check input", values.len(), available))?;
+            .view_mut(0..values.len())
+            .map_err(|_| too_small("check input", values.len(), available))?;
         stream
             .memcpy_htod(&values, &mut view)
             .map_err(BenchError::cuda("copying the check inputs to the GPU"))?;

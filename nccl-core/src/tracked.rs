@@ -20,7 +20,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop, sys,
+    CudaContext, CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop, sys,
 };
 
 /// The driver handle of the slice's cudarc write event (never null, so an
@@ -40,8 +40,10 @@ struct Pending {
     stream: Arc<CudaStream>,
     /// A deferred access wrote: cudarc's write event is behind.
     wrote: bool,
-    /// A reader on another stream recorded cudarc's read event since the
-    /// deferral began: a writer on this stream must wait for it.
+    /// cudarc's read event may hold a read this stream has not waited
+    /// for (a reader on another stream, or one through [`TrackedSlice::slice`],
+    /// or the deferral began with a read, which waits for writes only): a
+    /// writer on this stream must wait for it.
     foreign_read: bool,
 }
 
@@ -101,9 +103,11 @@ impl Pending {
 /// its accesses stay on one stream (see the module docs).
 ///
 /// [`read`](Self::read) and [`write`](Self::write) hand out the device
-/// address for work enqueued on a stream; [`slice`](Self::slice) and
-/// [`slice_mut`](Self::slice_mut) hand out the cudarc slice, with every
-/// deferred record made first. When cudarc is not tracking (one stream in
+/// address for work enqueued on a stream; [`slice`](Self::slice) hands out
+/// the cudarc slice and [`slice_mut`](Self::slice_mut) a mutable view of
+/// it (never `&mut CudaSlice`, through which the allocation could be
+/// replaced under the address and events kept here), with every deferred
+/// record made first. When cudarc is not tracking (one stream in
 /// the context, tracking disabled, or a slice allocated without events)
 /// nothing is deferred and nothing waits, as with cudarc itself.
 #[derive(Debug)]
@@ -111,7 +115,8 @@ pub struct TrackedSlice<T> {
     slice: CudaSlice<T>,
     address: sys::CUdeviceptr,
     /// cudarc's write event of `slice`, learnt from the first write; valid
-    /// for as long as `slice` lives (cudarc never replaces it).
+    /// for as long as `slice` lives (cudarc never replaces a slice's
+    /// events, and no `&mut` to the slice is handed out).
     write_event: Option<EventHandle>,
     pending: Mutex<Option<Pending>>,
 }
@@ -185,7 +190,8 @@ impl<T> TrackedSlice<T> {
                     *pending = Some(Pending {
                         stream: Arc::clone(stream),
                         wrote: false,
-                        foreign_read: false,
+                        // A read waits for writes only.
+                        foreign_read: true,
                     });
                 }
                 drop(pending);
@@ -269,15 +275,22 @@ impl<T> TrackedSlice<T> {
             return;
         }
         if let Some(EventHandle(event)) = self.write_event {
-            let event = event.as_ptr();
             let context = deferred.stream.context();
-            context.record_err(context.bind_to_thread());
-            // SAFETY: `event` is cudarc's write event of `self.slice`, which
-            // lives as long as `self`; recording an event on a stream of
-            // its context is the driver call cudarc itself makes here.
-            let recorded = unsafe {
-                cudarc::driver::result::event::record(event, deferred.stream.cu_stream())
-            };
+            // As cudarc's own record: a context that cannot be bound keeps
+            // its error and records nothing.
+            let recorded = context.bind_to_thread().and_then(|()| {
+                // SAFETY: `event` is cudarc's write event of `self.slice`,
+                // alive as long as `self` and never replaced (see
+                // `write_event`); the stream is on the slice's device (the
+                // callers' operations check it), so both belong to that
+                // device's primary context, which is now current.
+                unsafe {
+                    cudarc::driver::result::event::record(
+                        event.as_ptr(),
+                        deferred.stream.cu_stream(),
+                    )
+                }
+            });
             context.record_err(recorded);
         }
         deferred.wrote = false;
@@ -304,14 +317,24 @@ impl<T> TrackedSlice<T> {
         let mut pending = self.lock();
         if let Some(deferred) = pending.as_mut() {
             self.publish_write(deferred);
+            // cudarc may now read it on any stream, into the read event.
+            deferred.foreign_read = true;
         }
         &self.slice
     }
 
-    /// The cudarc slice, mutably: every deferred access is recorded first.
-    pub fn slice_mut(&mut self) -> &mut CudaSlice<T> {
+    /// A mutable cudarc view of the whole slice: every deferred access is
+    /// recorded first.
+    pub fn slice_mut(&mut self) -> CudaViewMut<'_, T> {
         self.flush();
-        &mut self.slice
+        self.slice.as_view_mut()
+    }
+
+    /// A mutable cudarc view of `range`, as [`slice_mut`](Self::slice_mut);
+    /// `None` for a range past the end.
+    pub fn range_mut(&mut self, range: std::ops::Range<usize>) -> Option<CudaViewMut<'_, T>> {
+        self.flush();
+        self.slice.try_slice_mut(range)
     }
 
     /// The cudarc slice, with every deferred access recorded.

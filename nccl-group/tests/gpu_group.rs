@@ -515,10 +515,10 @@ fn ordering_without_device_sync(device: &Device, mode: StreamMode) {
             .copy_from_host(&stream, &data)
             .expect("host to device");
         stream
-            .memcpy_dtod(staging.as_slice(), input.as_slice_mut())
+            .memcpy_dtod(staging.as_slice(), &mut input.as_slice_mut())
             .expect("device to device");
         stream
-            .memset_zeros(output.as_slice_mut())
+            .memset_zeros(&mut output.as_slice_mut())
             .expect("zero the output");
         let (op, (out, inp)) = match iteration % 3 {
             0 => (
@@ -638,7 +638,7 @@ fn gpu_work_dropped_without_wait_releases_buffers_safely() {
         // Keep the caller's stream busy so the operation is still queued
         // when its work is dropped.
         caller
-            .memcpy_dtod(busy_src.as_slice(), busy_dst.as_slice_mut())
+            .memcpy_dtod(busy_src.as_slice(), &mut busy_dst.as_slice_mut())
             .expect("busy copy");
         let work = group
             .all_gather(output, input, &caller)
@@ -713,7 +713,7 @@ fn gpu_many_threads_issue_on_one_group() {
                             &format!("{what}: all_reduce"),
                         );
                         // Out of place, so NCCL does move data at world size 1.
-                        stream.memset_zeros(output.as_slice_mut()).unwrap();
+                        stream.memset_zeros(&mut output.as_slice_mut()).unwrap();
                         (output, input) = done(
                             group.all_gather(output, input, &stream),
                             &format!("{what}: all_gather"),

@@ -146,9 +146,19 @@ impl<T: NcclType> std::fmt::Debug for Tensor<T> {
     }
 }
 
-/// The number of elements of `shape`, or an error if `len` differs.
+/// The number of elements of `shape`, or an error if it overflows `usize`.
+pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |count, &extent| count.checked_mul(extent))
+        .ok_or_else(|| Error::ShapeOverflow {
+            shape: shape.to_vec(),
+        })
+}
+
+/// Checks that `shape` has `len` elements.
 pub(crate) fn check_shape(shape: &[usize], len: usize) -> Result<()> {
-    let expected = shape.iter().product::<usize>();
+    let expected = element_count(shape)?;
     if expected == len {
         Ok(())
     } else {
@@ -211,12 +221,13 @@ impl<T: NcclType> Tensor<T> {
     /// A zero-filled tensor on `stream`'s device.
     ///
     /// # Errors
-    /// A CUDA failure (out of memory).
+    /// [`Error::ShapeOverflow`] for a shape of more than `usize::MAX`
+    /// elements, or a CUDA failure (out of memory).
     pub fn zeros(stream: &Arc<CudaStream>, shape: &[usize]) -> Result<Self>
     where
         T: ValidAsZeroBits,
     {
-        let len = shape.iter().product();
+        let len = element_count(shape)?;
         let data = stream
             .alloc_zeros(len)
             .map_err(Error::cuda("allocating a tensor"))?;
@@ -251,7 +262,7 @@ impl<T: NcclType> Tensor<T> {
             });
         }
         stream
-            .memcpy_htod(values, self.data.slice_mut())
+            .memcpy_htod(values, &mut self.data.slice_mut())
             .map_err(Error::cuda("copying to a tensor"))
     }
 
@@ -281,9 +292,11 @@ impl<T: NcclType> Tensor<T> {
         self.data.slice()
     }
 
-    /// The underlying cudarc allocation, mutably (every access deferred by
-    /// an operation is recorded first).
-    pub fn as_slice_mut(&mut self) -> &mut CudaSlice<T> {
+    /// A mutable cudarc view of the whole allocation (every access
+    /// deferred by an operation is recorded first). A view, not `&mut
+    /// CudaSlice`: the allocation itself cannot be replaced under the
+    /// tensor.
+    pub fn as_slice_mut(&mut self) -> CudaViewMut<'_, T> {
         self.data.slice_mut()
     }
 
@@ -305,8 +318,11 @@ impl<T: NcclType> Tensor<T> {
     /// # Errors
     /// [`Error::RangeOutOfBounds`] when the range reaches past the tensor.
     pub fn view_mut(&mut self, range: impl RangeBounds<usize>) -> Result<CudaViewMut<'_, T>> {
-        let (start, end) = checked_range(&range, self.len())?;
-        Ok(self.data.slice_mut().slice_mut(start..end))
+        let len = self.len();
+        let (start, end) = checked_range(&range, len)?;
+        self.data
+            .range_mut(start..end)
+            .ok_or(Error::RangeOutOfBounds { start, end, len })
     }
 
     /// A contiguous range of elements (flat index) that operations read,
@@ -424,33 +440,25 @@ impl<T: NcclType> std::fmt::Debug for TensorPartMut<'_, T> {
 impl<T: NcclType> sealed::Sealed for TensorPart<'_, T> {}
 impl<T: NcclType> sealed::Sealed for TensorPartMut<'_, T> {}
 
-impl<T: NcclType> TypedBuffer for TensorPart<'_, T> {
-    type Elem = T;
+macro_rules! part_buffer {
+    ($($part:ident),*) => {$(
+        impl<T: NcclType> TypedBuffer for $part<'_, T> {
+            type Elem = T;
 
-    #[inline]
-    fn desc(&self) -> BufferDesc<'_> {
-        self.tensor.desc_of(self.len)
-    }
+            #[inline]
+            fn desc(&self) -> BufferDesc<'_> {
+                self.tensor.desc_of(self.len)
+            }
 
-    #[inline]
-    fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
-        self.tensor.read_at(self.start, stream, f)
-    }
+            #[inline]
+            fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
+                self.tensor.read_at(self.start, stream, f)
+            }
+        }
+    )*};
 }
 
-impl<T: NcclType> TypedBuffer for TensorPartMut<'_, T> {
-    type Elem = T;
-
-    #[inline]
-    fn desc(&self) -> BufferDesc<'_> {
-        self.tensor.desc_of(self.len)
-    }
-
-    #[inline]
-    fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
-        self.tensor.read_at(self.start, stream, f)
-    }
-}
+part_buffer!(TensorPart, TensorPartMut);
 
 impl<T: NcclType> TypedBufferMut for TensorPartMut<'_, T> {
     #[inline]
@@ -459,5 +467,26 @@ impl<T: NcclType> TypedBufferMut for TensorPartMut<'_, T> {
         self.tensor
             .data
             .write(stream, |base| f(offset::<T>(base, start) as *mut c_void))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_count_their_elements_without_overflow() {
+        assert_eq!(element_count(&[]).expect("scalar"), 1);
+        assert_eq!(element_count(&[2, 3, 4]).expect("small"), 24);
+        let error = element_count(&[usize::MAX, 2]).expect_err("overflow");
+        assert!(matches!(error, Error::ShapeOverflow { .. }), "{error}");
+        assert!(error.to_string().contains("overflows usize"), "{error}");
+        let error = check_shape(&[2, 3], 5).expect_err("mismatch");
+        assert!(
+            error
+                .to_string()
+                .contains("holds 6 elements, but the data has 5"),
+            "{error}"
+        );
     }
 }

@@ -144,6 +144,12 @@ pub enum Error {
         /// The number of elements available.
         given: usize,
     },
+    /// A shape whose number of elements does not fit in `usize`.
+    #[error("invalid shape {shape:?}: its number of elements overflows usize")]
+    ShapeOverflow {
+        /// The shape asked for.
+        shape: Vec<usize>,
+    },
     /// Strides that reach past the tensor's storage.
     #[error(
         "invalid strides {strides:?} for shape {shape:?}: they reach element {needed}, but the storage has {storage} elements"

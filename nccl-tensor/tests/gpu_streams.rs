@@ -52,10 +52,16 @@ fn setup() -> Option<Setup> {
 impl Setup {
     /// Queues milliseconds of copies on the operation stream.
     fn stall(&mut self) {
+        let ops = Arc::clone(&self.ops);
+        self.stall_on(&ops);
+    }
+
+    /// Queues milliseconds of copies on `stream`.
+    fn stall_on(&mut self, stream: &Arc<CudaStream>) {
         for _ in 0..BUSY_COPIES {
             let _ = self
                 .comm
-                .all_reduce_into(&self.busy_in, &mut self.busy_out, ReduceOp::Sum, &self.ops)
+                .all_reduce_into(&self.busy_in, &mut self.busy_out, ReduceOp::Sum, stream)
                 .expect("busy copy");
         }
     }
@@ -205,18 +211,67 @@ fn gpu_foreign_read_orders_a_later_write_on_the_deferred_stream() {
     // `tensor` is deferred on `ops` (written); the other stream stalls,
     // then reads it; the next write on `ops` must wait for that read.
     s.copy(&ones, &mut tensor, &s.ops);
-    for _ in 0..BUSY_COPIES {
-        let _ = s
-            .comm
-            .all_reduce_into(&s.busy_in, &mut s.busy_out, ReduceOp::Sum, &s.other)
-            .expect("busy copy");
-    }
+    let other = Arc::clone(&s.other);
+    s.stall_on(&other);
     s.copy(&tensor, &mut seen, &s.other);
     s.copy(&twos, &mut tensor, &s.ops);
     assert_all(
         &seen.to_vec(&s.other).expect("to_vec"),
         1.0,
         "the foreign read",
+    );
+    assert_all(
+        &tensor.to_vec(&s.ops).expect("to_vec"),
+        2.0,
+        "the later write",
+    );
+}
+
+#[test]
+fn gpu_cudarc_read_of_a_borrowed_slice_orders_a_later_write() {
+    let Some(mut s) = setup() else {
+        return;
+    };
+    let ones = s.filled(1.0);
+    let twos = s.filled(2.0);
+    let mut seen = s.filled(0.0);
+    let mut scratch = s.filled(0.0);
+    let other = Arc::clone(&s.other);
+
+    // A write is deferred; cudarc reads the borrowed slice on the other
+    // stream, late; the next write on the deferred stream must wait.
+    let mut tensor = s.filled(0.0);
+    s.copy(&ones, &mut tensor, &s.ops);
+    s.stall_on(&other);
+    other
+        .memcpy_dtod(tensor.as_slice(), &mut seen.as_slice_mut())
+        .expect("cudarc read");
+    s.copy(&twos, &mut tensor, &s.ops);
+    assert_all(
+        &seen.to_vec(&s.other).expect("to_vec"),
+        1.0,
+        "read through cudarc, then a deferred write",
+    );
+    assert_all(
+        &tensor.to_vec(&s.ops).expect("to_vec"),
+        2.0,
+        "the later write",
+    );
+
+    // cudarc reads first, late; a read on the operation stream then starts
+    // the deferral (it waits for writes only); the write after it must
+    // still wait for cudarc's read.
+    let mut tensor = s.filled(1.0);
+    s.stall_on(&other);
+    other
+        .memcpy_dtod(tensor.as_slice(), &mut seen.as_slice_mut())
+        .expect("cudarc read");
+    s.copy(&tensor, &mut scratch, &s.ops);
+    s.copy(&twos, &mut tensor, &s.ops);
+    assert_all(
+        &seen.to_vec(&s.other).expect("to_vec"),
+        1.0,
+        "read through cudarc, then a deferral begun by a read",
     );
     assert_all(
         &tensor.to_vec(&s.ops).expect("to_vec"),

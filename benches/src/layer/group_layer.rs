@@ -51,7 +51,7 @@ use std::any::Any;
 use std::cell::Cell;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, CudaViewMut};
+use cudarc::driver::{CudaStream, CudaViewMut};
 use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
 use nccl_tensor::Tensor;
 
@@ -113,14 +113,13 @@ fn offset_in<T>(
     what: &str,
     address: u64,
     base: u64,
-    buffer: &CudaSlice<T>,
+    buffer_len: usize,
 ) -> Result<usize, BenchError> {
     let elem = std::mem::size_of::<T>();
     element_offset(address, base, elem).ok_or_else(|| {
         internal(format!(
             "got the {what} address {address:#x}, which is not an element of the buffer at {base:#x} \
-             ({elem}-byte elements, {} of them)",
-            buffer.len()
+             ({elem}-byte elements, {buffer_len} of them)"
         ))
     })
 }
@@ -302,24 +301,24 @@ impl<'a> GroupLayer<'a> {
             Mode::OutOfPlace => (pair.send.as_slice(), send_base, "send"),
             Mode::InPlace => (pair.recv.as_slice(), recv_base, "receive"),
         };
-        let start = offset_in(source_name, call.send, source_base, source)?;
+        let start = offset_in::<T>(source_name, call.send, source_base, source.len())?;
         let input_region = source
             .try_slice(start..start + input_len)
             .ok_or_else(|| region_error(source_name, start, input_len, source.len()))?;
         let mut input = device_tensor(self.stream, input_len)?;
         if input_len > 0 {
             self.stream
-                .memcpy_dtod(&input_region, input.as_slice_mut())
+                .memcpy_dtod(&input_region, &mut input.as_slice_mut())
                 .map_err(BenchError::cuda(
                     "copying the call's input into the group layer's tensor",
                 ))?;
         }
-        let receive = pair.recv.as_slice_mut();
-        let start = offset_in("receive", call.recv, recv_base, receive)?;
-        let available = receive.len();
-        let results = receive
-            .try_slice_mut(start..start + output_len)
-            .ok_or_else(|| region_error("receive", start, output_len, available))?;
+        let available = pair.recv.len();
+        let start = offset_in::<T>("receive", call.recv, recv_base, available)?;
+        let results = pair
+            .recv
+            .view_mut(start..start + output_len)
+            .map_err(|_| region_error("receive", start, output_len, available))?;
         Ok((input, results))
     }
 

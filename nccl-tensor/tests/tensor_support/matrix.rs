@@ -175,7 +175,7 @@ pub fn data_movement<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, inp
         input,
         input,
         &what::<T>(len, "broadcast root 0 (CudaSlice)"),
-        |t| comm.broadcast(t.as_slice_mut(), 0, stream),
+        |t| comm.broadcast(&mut t.as_slice_mut(), 0, stream),
         |c| comm.broadcast(c, 0, stream),
     );
     out_of_place(
@@ -377,7 +377,15 @@ pub fn reductions<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, input:
                 len,
                 &format!("reduce_into {name} root 0 (CudaView -> CudaSlice)"),
             ),
-            |i, o| comm.reduce_into(&i.view(..).expect("view"), o.as_slice_mut(), op, 0, stream),
+            |i, o| {
+                comm.reduce_into(
+                    &i.view(..).expect("view"),
+                    &mut o.as_slice_mut(),
+                    op,
+                    0,
+                    stream,
+                )
+            },
             |i, o| comm.reduce_into(i, o, op, 0, stream),
         );
         out_of_place(
