@@ -276,14 +276,21 @@ impl<T> TrackedSlice<T> {
         }
         if let Some(EventHandle(event)) = self.write_event {
             let context = deferred.stream.context();
-            // As cudarc's own record: a context that cannot be bound keeps
-            // its error and records nothing.
-            let recorded = context.bind_to_thread().and_then(|()| {
+            // As cudarc's own record: a stream of another context, or a
+            // context that cannot be bound, is an error and records nothing.
+            let same_context = **context == **self.slice.context();
+            let recorded = if same_context {
+                context.bind_to_thread()
+            } else {
+                Err(cudarc::driver::DriverError(
+                    sys::cudaError_enum::CUDA_ERROR_INVALID_CONTEXT,
+                ))
+            };
+            let recorded = recorded.and_then(|()| {
                 // SAFETY: `event` is cudarc's write event of `self.slice`,
                 // alive as long as `self` and never replaced (see
-                // `write_event`); the stream is on the slice's device (the
-                // callers' operations check it), so both belong to that
-                // device's primary context, which is now current.
+                // `write_event`); the stream belongs to the event's context
+                // (checked above), which is now current.
                 unsafe {
                     cudarc::driver::result::event::record(
                         event.as_ptr(),
