@@ -8,13 +8,14 @@ mod support;
 mod tensor_support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use nccl_core::{DataType, Device, ReduceOp};
 use nccl_tensor::{Communicator, Error, Tensor, TensorCell};
 use tensor_support::matrix::ok;
 use tensor_support::{
     assert_same, download, download_cell, first, one_rank, poison_values, poisoned, poisoned_cell,
-    upload, upload_cell, values, within,
+    upload, upload_cell, values,
 };
 
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
@@ -469,7 +470,7 @@ fn gpu_cell_as_input_and_output_of_an_out_of_place_op_is_refused() {
     let device = first(devices);
     // A cell read and written at once would deadlock on its lock if the
     // check were missing: run under a watchdog.
-    within(60, "aliased cells", move || {
+    support::within("aliased cells", Duration::from_secs(60), move || {
         let comm = one_rank(&device);
         let stream = device.new_stream().expect("stream");
         let data = f32s(15, 64);
@@ -520,9 +521,9 @@ fn gpu_cell_all_gather_with_the_input_among_the_outputs_is_refused() {
     // all_gather's list form holds the input cell's read lock while it
     // writes each output: with the input cell also in the list, a missing
     // alias check would deadlock, so this runs under a watchdog.
-    within(
-        30,
+    support::within(
         "all_gather with the input in the output list",
+        Duration::from_secs(30),
         move || {
             let comm = one_rank(&device);
             let stream = device.new_stream().expect("stream");

@@ -10,13 +10,14 @@ mod support;
 mod tensor_support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use nccl_core::{CudaStream, DataType, ReduceOp, Status};
 use nccl_tensor::{Communicator, Error, Result};
 use tensor_support::matrix::{self, ok};
 use tensor_support::{
     assert_same, download, download_cell, first, one_rank, poison_values, poisoned, poisoned_cell,
-    upload, upload_cell, values, within,
+    upload, upload_cell, values,
 };
 
 /// After an error, the communicator must still run an operation correctly.
@@ -62,54 +63,58 @@ fn gpu_send_or_recv_to_itself_outside_a_group_is_refused() {
     let device = first(devices);
     // NCCL would wait forever for the other half: a watchdog catches a
     // missing check instead of hanging the run.
-    within(60, "self send/recv outside a group", move || {
-        let comm = one_rank(&device);
-        let stream = device.new_stream().expect("stream");
-        let data = values::<f32>(1, 100);
-        let source = upload(&stream, &data);
-        let mut target = poisoned::<f32>(&stream, 100);
-        let (source_cell, target_cell) = (
-            upload_cell(&stream, &data),
-            poisoned_cell::<f32>(&stream, 100),
-        );
-        assert_eq!(nccl_core::group_depth(), 0);
-        for (result, op) in [
-            (comm.send(&source, 0, &stream), "send"),
-            (comm.recv(&mut target, 0, &stream), "recv"),
-            (comm.send(&source_cell, 0, &stream), "send"),
-            (comm.recv(&target_cell, 0, &stream), "recv"),
-        ] {
-            match result {
-                Err(Error::SelfPeerOutsideGroup { op: o, peer: 0 }) => assert_eq!(o, op),
-                other => panic!("{op} to itself: expected SelfPeerOutsideGroup, got {other:?}"),
+    support::within(
+        "self send/recv outside a group",
+        Duration::from_secs(60),
+        move || {
+            let comm = one_rank(&device);
+            let stream = device.new_stream().expect("stream");
+            let data = values::<f32>(1, 100);
+            let source = upload(&stream, &data);
+            let mut target = poisoned::<f32>(&stream, 100);
+            let (source_cell, target_cell) = (
+                upload_cell(&stream, &data),
+                poisoned_cell::<f32>(&stream, 100),
+            );
+            assert_eq!(nccl_core::group_depth(), 0);
+            for (result, op) in [
+                (comm.send(&source, 0, &stream), "send"),
+                (comm.recv(&mut target, 0, &stream), "recv"),
+                (comm.send(&source_cell, 0, &stream), "send"),
+                (comm.recv(&target_cell, 0, &stream), "recv"),
+            ] {
+                match result {
+                    Err(Error::SelfPeerOutsideGroup { op: o, peer: 0 }) => assert_eq!(o, op),
+                    other => panic!("{op} to itself: expected SelfPeerOutsideGroup, got {other:?}"),
+                }
             }
-        }
-        // The message says what to do.
-        let text = comm.send(&source, 0, &stream).unwrap_err().to_string();
-        assert!(text.contains("Group"), "{text}");
+            // The message says what to do.
+            let text = comm.send(&source, 0, &stream).unwrap_err().to_string();
+            assert!(text.contains("Group"), "{text}");
 
-        // Inside a group the same calls work...
-        let group = nccl_core::Group::start().expect("group");
-        let _ = comm.send(&source, 0, &stream).expect("send in a group");
-        let _ = comm.recv(&mut target, 0, &stream).expect("recv in a group");
-        ok(group.end().map_err(Error::from), "group end");
-        assert_same(
-            &download(&stream, &target),
-            &data,
-            "self send/recv in a group",
-        );
-        // ... and after it ends they are refused again.
-        assert!(matches!(
-            comm.send(&source, 0, &stream),
-            Err(Error::SelfPeerOutsideGroup { .. })
-        ));
-        assert_same(
-            &download_cell::<f32>(&stream, &target_cell),
-            &poison_values::<f32>(100),
-            "the refused receive's cell",
-        );
-        still_works(&comm, &stream);
-    });
+            // Inside a group the same calls work...
+            let group = nccl_core::Group::start().expect("group");
+            let _ = comm.send(&source, 0, &stream).expect("send in a group");
+            let _ = comm.recv(&mut target, 0, &stream).expect("recv in a group");
+            ok(group.end().map_err(Error::from), "group end");
+            assert_same(
+                &download(&stream, &target),
+                &data,
+                "self send/recv in a group",
+            );
+            // ... and after it ends they are refused again.
+            assert!(matches!(
+                comm.send(&source, 0, &stream),
+                Err(Error::SelfPeerOutsideGroup { .. })
+            ));
+            assert_same(
+                &download_cell::<f32>(&stream, &target_cell),
+                &poison_values::<f32>(100),
+                "the refused receive's cell",
+            );
+            still_works(&comm, &stream);
+        },
+    );
 }
 
 #[test]

@@ -9,8 +9,6 @@ pub mod matrix;
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::Duration;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{Device, UniqueId};
@@ -250,34 +248,6 @@ pub fn first(devices: Vec<Device>) -> Device {
 pub fn one_rank(device: &Device) -> Communicator {
     Communicator::new(device.clone(), 1, UniqueId::new().expect("unique id"), 0)
         .expect("world-size-1 communicator")
-}
-
-/// Runs `f` on another thread and waits at most `seconds` for it, so a call
-/// that deadlocks fails the test instead of hanging the binary. A panic in
-/// `f` is passed on.
-#[track_caller]
-pub fn within<R: Send + 'static>(
-    seconds: u64,
-    what: &str,
-    f: impl FnOnce() -> R + Send + 'static,
-) -> R {
-    let (done, answer) = mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let _ = done.send(f());
-    });
-    match answer.recv_timeout(Duration::from_secs(seconds)) {
-        Ok(result) => {
-            let _ = worker.join();
-            result
-        }
-        Err(RecvTimeoutError::Timeout) => {
-            panic!("{what}: no answer within {seconds} s (deadlock?); the thread is left behind")
-        }
-        Err(RecvTimeoutError::Disconnected) => match worker.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => panic!("{what}: the worker ended without an answer"),
-        },
-    }
 }
 
 /// One rank per device, each on its own thread with rank = position in
