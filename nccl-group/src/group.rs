@@ -511,35 +511,41 @@ impl ProcessGroup {
         self.inner.recorder.record(&description, now).seq
     }
 
-    /// Hands an enqueued operation to the watchdog and wraps it in a `Work`.
-    fn track<B: WorkBuffers>(
+    /// Records the end of an enqueued operation (`record_ends`) and hands
+    /// it to the watchdog. The ends are recorded inside the tracker's lock,
+    /// so the tracker holds the operations in the order their ends were
+    /// recorded on each stream, which lets it reap a backlog on one stream
+    /// with a binary search (see `watchdog::reap`).
+    fn track(
         &self,
-        buffers: B,
-        ends: Ends,
         seq: u64,
         enqueued: Instant,
-    ) -> Work<B> {
-        let op = Arc::new(Tracked::new(ends));
+        record_ends: impl FnOnce() -> Result<Ends>,
+    ) -> Result<Arc<Tracked>> {
         let inner = &self.inner;
-        inner.tracker.push(
-            PendingOp {
-                seq,
-                enqueued,
-                timeout: self.op_timeout,
-                completion: Arc::clone(&op) as Arc<dyn crate::watchdog::Completion>,
+        let op = inner.tracker.push_with::<_, GroupError>(
+            || {
+                let op = Arc::new(Tracked::new(record_ends()?));
+                let pending = PendingOp {
+                    seq,
+                    enqueued,
+                    timeout: self.op_timeout,
+                    completion: Arc::clone(&op) as Arc<dyn crate::watchdog::Completion>,
+                };
+                Ok((pending, op))
             },
             |done| {
                 inner
                     .recorder
                     .finish(done, OpState::Completed, Instant::now())
             },
-        );
+        )?;
         // A failure that drained the tracker just before the push missed
         // this operation: mark it here.
         if let Some(failure) = inner.failure.get() {
             crate::watchdog::Completion::fail(&*op, failure);
         }
-        Work::new(buffers, op)
+        Ok(op)
     }
 
     /// Enqueues one operation on one local device: the NCCL stream waits
@@ -585,10 +591,12 @@ impl ProcessGroup {
                 }
                 seq
             };
-            Ok((end_event(member, stream, caller)?, seq, enqueued))
+            self.track(seq, enqueued, || {
+                end_event(member, stream, caller).map(Ends::One)
+            })
         })();
         match attempt {
-            Ok((end, seq, enqueued)) => Ok(self.track(buffers, Ends::One(end), seq, enqueued)),
+            Ok(op) => Ok(Work::new(buffers, op)),
             Err(error) => match issued {
                 None => Err(self.failed_op(error, buffers)),
                 Some((seq, stream)) => {
@@ -661,17 +669,19 @@ impl ProcessGroup {
                 }
                 (seq, enqueued, streams)
             };
-            let ends = comms
-                .members
-                .iter()
-                .zip(streams)
-                .zip(callers)
-                .map(|((member, stream), caller)| end_event(member, stream, caller))
-                .collect::<Result<Vec<_>>>()?;
-            Ok((ends, seq, enqueued))
+            self.track(seq, enqueued, || {
+                comms
+                    .members
+                    .iter()
+                    .zip(streams)
+                    .zip(callers)
+                    .map(|((member, stream), caller)| end_event(member, stream, caller))
+                    .collect::<Result<Vec<_>>>()
+                    .map(Ends::Many)
+            })
         })();
         match attempt {
-            Ok((ends, seq, enqueued)) => Ok(self.track(buffers, Ends::Many(ends), seq, enqueued)),
+            Ok(op) => Ok(Work::new(buffers, op)),
             Err(error) => match issued {
                 None => Err(self.failed_op(error, buffers)),
                 Some((seq, streams)) => {
@@ -1377,6 +1387,7 @@ fn end_event(member: &Member, stream: &Arc<CudaStream>, caller: &Arc<CudaStream>
         Ok(()) => Ok(End {
             pool: Arc::clone(&member.pool),
             event,
+            stream: Arc::clone(stream),
             caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
         }),
         Err(error) => {

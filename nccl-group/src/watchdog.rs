@@ -37,6 +37,16 @@ pub trait Completion: Send + Sync {
     /// Polls without blocking.
     fn poll(&self) -> Progress;
 
+    /// The one stream the operation's end is recorded on, as an identity
+    /// that no other live stream has while the operation is pending (the
+    /// completion keeps its stream alive); `None` for an operation that
+    /// ends on several streams. Work on one stream finishes in order, so
+    /// an operation that is done implies that every earlier one of the
+    /// same lane is done too.
+    fn lane(&self) -> Option<usize> {
+        None
+    }
+
     /// Marks the operation failed with its group.
     fn fail(&self, failure: &Arc<Failure>);
 }
@@ -79,9 +89,45 @@ pub enum Verdict {
 /// events between two watchdog scans.
 const REAP_ABOVE: usize = 256;
 
+/// Which streams the pending operations end on ([`Completion::lane`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lanes {
+    /// No operation is pending.
+    None,
+    /// Every pending operation ends on this one stream.
+    One(usize),
+    /// Some end on other streams, or on several (until the queue empties).
+    Mixed,
+}
+
+impl Lanes {
+    fn with(self, lane: Option<usize>) -> Self {
+        match (self, lane) {
+            (Lanes::None, Some(lane)) => Lanes::One(lane),
+            (Lanes::One(one), Some(lane)) if one == lane => self,
+            _ => Lanes::Mixed,
+        }
+    }
+}
+
+/// The outstanding operations, oldest first, and their lanes.
+struct Queue {
+    ops: VecDeque<PendingOp>,
+    lanes: Lanes,
+}
+
+impl Queue {
+    /// Notes that operations left: an empty queue has no lanes.
+    fn settle(&mut self) {
+        if self.ops.is_empty() {
+            self.lanes = Lanes::None;
+        }
+    }
+}
+
 /// A group's outstanding operations, oldest first.
 pub struct Tracker {
-    pending: Mutex<VecDeque<PendingOp>>,
+    pending: Mutex<Queue>,
 }
 
 impl Default for Tracker {
@@ -89,39 +135,53 @@ impl Default for Tracker {
     /// never grows the queue (no allocation per operation).
     fn default() -> Self {
         Self {
-            pending: Mutex::new(VecDeque::with_capacity(2 * REAP_ABOVE)),
+            pending: Mutex::new(Queue {
+                ops: VecDeque::with_capacity(2 * REAP_ABOVE),
+                lanes: Lanes::None,
+            }),
         }
     }
 }
 
 impl Tracker {
-    fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<PendingOp>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds an operation; with a long backlog, first removes the finished
-    /// operations at the front, calling `finished(seq)` for each.
-    pub fn push(&self, op: PendingOp, finished: impl FnMut(u64)) {
+    /// Adds the operation `make` returns (with a value of its own for the
+    /// caller), made while the tracker is locked: operations whose ends
+    /// `make` records are queued in the order of those records. With a
+    /// long backlog, first removes the finished operations at the front
+    /// ([`reap`]), calling `finished(seq)` for each. An error of `make`
+    /// adds nothing.
+    pub fn push_with<T, E>(
+        &self,
+        make: impl FnOnce() -> Result<(PendingOp, T), E>,
+        finished: impl FnMut(u64),
+    ) -> Result<T, E> {
         let mut pending = self.pending();
-        if pending.len() > REAP_ABOVE {
-            reap_front(&mut pending, finished);
+        if pending.ops.len() > REAP_ABOVE {
+            reap(&mut pending, finished);
         }
-        pending.push_back(op);
+        let (op, value) = make()?;
+        pending.lanes = pending.lanes.with(op.completion.lane());
+        pending.ops.push_back(op);
+        Ok(value)
     }
 
     /// How many operations are outstanding.
     pub fn len(&self) -> usize {
-        self.pending().len()
+        self.pending().ops.len()
     }
 
     /// The oldest outstanding operation's sequence number.
     pub fn oldest(&self) -> Option<u64> {
-        self.pending().front().map(|op| op.seq)
+        self.pending().ops.front().map(|op| op.seq)
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.pending().is_empty()
+        self.pending().ops.is_empty()
     }
 
     /// Polls every pending operation at `now`: finished ones are removed
@@ -133,6 +193,7 @@ impl Tracker {
     pub fn scan(&self, now: Instant, mut finished: impl FnMut(u64)) -> Option<Verdict> {
         let snapshot: Vec<(u64, Instant, Duration, Arc<dyn Completion>)> = self
             .pending()
+            .ops
             .iter()
             .map(|op| (op.seq, op.enqueued, op.timeout, Arc::clone(&op.completion)))
             .collect();
@@ -158,21 +219,61 @@ impl Tracker {
             done.sort_unstable();
             // Those the issuing thread reaped meanwhile (or a failure
             // drained) are gone already, and not reported twice.
-            self.pending().retain(|op| {
+            let mut pending = self.pending();
+            pending.ops.retain(|op| {
                 let finished_now = done.binary_search(&op.seq).is_ok();
                 if finished_now {
                     finished(op.seq);
                 }
                 !finished_now
             });
+            pending.settle();
         }
         verdict
     }
 
     /// Removes and returns every pending operation (when the group fails).
     pub fn drain(&self) -> Vec<PendingOp> {
-        self.pending().drain(..).collect()
+        let mut pending = self.pending();
+        let drained = pending.ops.drain(..).collect();
+        pending.settle();
+        drained
     }
+}
+
+/// Removes the finished operations at the front of `queue`, calling
+/// `finished(seq)` for each, oldest first. When every pending operation
+/// ends on one stream they finish in order, so after the front, a binary
+/// search finds the last finished one: a handful of driver calls for the
+/// whole backlog instead of one per operation, which a fast loop would
+/// otherwise pay on every operation. Otherwise they are polled one by one
+/// from the front.
+fn reap(queue: &mut Queue, mut finished: impl FnMut(u64)) {
+    let Some(front) = queue.ops.front() else {
+        return;
+    };
+    if front.completion.poll() != Progress::Done {
+        return;
+    }
+    if matches!(queue.lanes, Lanes::One(_)) {
+        // ops[..=done] are done; ops[running..] are not (or past the end).
+        let (mut done, mut running) = (0, queue.ops.len());
+        while running - done > 1 {
+            let middle = done + (running - done) / 2;
+            if queue.ops[middle].completion.poll() == Progress::Done {
+                done = middle;
+            } else {
+                running = middle;
+            }
+        }
+        queue.ops.drain(..=done).for_each(|op| finished(op.seq));
+    } else {
+        if let Some(front) = queue.ops.pop_front() {
+            finished(front.seq);
+        }
+        reap_front(&mut queue.ops, finished);
+    }
+    queue.settle();
 }
 
 fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64)) {
@@ -307,6 +408,7 @@ mod tests {
     struct Fake {
         state: AtomicU8,
         polls: AtomicUsize,
+        lane: Option<usize>,
     }
 
     impl Fake {
@@ -328,12 +430,23 @@ mod tests {
             }
         }
 
+        fn lane(&self) -> Option<usize> {
+            self.lane
+        }
+
         // The tracker never marks operations failed; the group does.
         fn fail(&self, _failure: &Arc<Failure>) {}
     }
 
     fn launch_failed() -> DriverError {
         DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_LAUNCH_FAILED)
+    }
+
+    /// Adds `op` (made before the lock is taken, as tests need no order).
+    fn push(tracker: &Tracker, op: PendingOp, finished: impl FnMut(u64)) {
+        let pushed: Result<(), std::convert::Infallible> =
+            tracker.push_with(|| Ok((op, ())), finished);
+        assert!(pushed.is_ok());
     }
 
     fn op(seq: u64, enqueued: Instant, timeout_ms: u64, fake: &Arc<Fake>) -> PendingOp {
@@ -355,7 +468,7 @@ mod tests {
         let t0 = Instant::now();
         let f = fakes(3);
         for (seq, fake) in f.iter().enumerate() {
-            tracker.push(op(seq as u64, t0, 1000, fake), |_| {});
+            push(&tracker, op(seq as u64, t0, 1000, fake), |_| {});
         }
         f[1].finish();
         let mut seen = Vec::new();
@@ -374,9 +487,9 @@ mod tests {
         let tracker = Tracker::default();
         let t0 = Instant::now();
         let f = fakes(3);
-        tracker.push(op(0, t0, 100, &f[0]), |_| {});
-        tracker.push(op(1, t0, 50, &f[1]), |_| {});
-        tracker.push(op(2, t0, 10, &f[2]), |_| {});
+        push(&tracker, op(0, t0, 100, &f[0]), |_| {});
+        push(&tracker, op(1, t0, 50, &f[1]), |_| {});
+        push(&tracker, op(2, t0, 10, &f[2]), |_| {});
         // Nothing is late at 5 ms.
         assert_eq!(tracker.scan(t0 + Duration::from_millis(5), |_| {}), None);
         // At 60 ms ops 1 and 2 are late; op 1 was enqueued first.
@@ -403,7 +516,7 @@ mod tests {
         let tracker = Tracker::default();
         let t0 = Instant::now();
         let f = fakes(1);
-        tracker.push(op(0, t0, 10, &f[0]), |_| {});
+        push(&tracker, op(0, t0, 10, &f[0]), |_| {});
         f[0].finish();
         // Done wins over a deadline that passed before the scan.
         let mut seen = Vec::new();
@@ -419,8 +532,8 @@ mod tests {
         let tracker = Tracker::default();
         let t0 = Instant::now();
         let f = fakes(2);
-        tracker.push(op(0, t0, 1000, &f[0]), |_| {});
-        tracker.push(op(1, t0, 1000, &f[1]), |_| {});
+        push(&tracker, op(0, t0, 1000, &f[0]), |_| {});
+        push(&tracker, op(1, t0, 1000, &f[1]), |_| {});
         f[1].fail();
         assert_eq!(
             tracker.scan(t0, |_| {}),
@@ -455,7 +568,8 @@ mod tests {
             release: std::sync::Barrier::new(2),
         });
         let t0 = Instant::now();
-        tracker.push(
+        push(
+            &tracker,
             PendingOp {
                 seq: 0,
                 enqueued: t0,
@@ -471,7 +585,7 @@ mod tests {
         // The scan is inside the poll now; a push must not wait for it.
         slow.polling.wait();
         let f = fakes(1);
-        tracker.push(op(1, t0, 1000, &f[0]), |_| {});
+        push(&tracker, op(1, t0, 1000, &f[0]), |_| {});
         assert_eq!(tracker.len(), 2);
         slow.release.wait();
         assert_eq!(scanner.join().unwrap(), None);
@@ -486,7 +600,7 @@ mod tests {
         let mut reaped = Vec::new();
         for (seq, fake) in f.iter().enumerate() {
             fake.finish();
-            tracker.push(op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
+            push(&tracker, op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
         }
         // Every push past the threshold reaped the finished front.
         assert!(tracker.len() <= REAP_ABOVE + 1, "{}", tracker.len());
@@ -494,9 +608,92 @@ mod tests {
         // Below the threshold nobody polls at push time.
         let small = Tracker::default();
         let g = fakes(2);
-        small.push(op(0, t0, 1000, &g[0]), |_| {});
-        small.push(op(1, t0, 1000, &g[1]), |_| {});
+        push(&small, op(0, t0, 1000, &g[0]), |_| {});
+        push(&small, op(1, t0, 1000, &g[1]), |_| {});
         assert_eq!(g[0].polls.load(Ordering::SeqCst), 0);
+    }
+
+    /// `n` fakes on `lane`, the first `finished` of them finished.
+    fn on_lane(n: usize, finished: usize, lane: impl Fn(usize) -> Option<usize>) -> Vec<Arc<Fake>> {
+        (0..n)
+            .map(|i| {
+                let fake = Fake {
+                    lane: lane(i),
+                    ..Fake::default()
+                };
+                if i < finished {
+                    fake.finish();
+                }
+                Arc::new(fake)
+            })
+            .collect()
+    }
+
+    fn polls(fakes: &[Arc<Fake>]) -> usize {
+        fakes.iter().map(|f| f.polls.load(Ordering::SeqCst)).sum()
+    }
+
+    /// Pushes `fakes` as operations 0.. (the last push reaps), returning
+    /// what was reaped.
+    fn push_all(tracker: &Tracker, fakes: &[Arc<Fake>]) -> Vec<u64> {
+        let t0 = Instant::now();
+        let mut reaped = Vec::new();
+        for (seq, fake) in fakes.iter().enumerate() {
+            push(tracker, op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
+        }
+        reaped
+    }
+
+    #[test]
+    fn a_backlog_on_one_stream_is_reaped_with_a_binary_search() {
+        let tracker = Tracker::default();
+        let f = on_lane(REAP_ABOVE + 2, 200, |_| Some(7));
+        let reaped = push_all(&tracker, &f);
+        assert_eq!(reaped, (0..200).collect::<Vec<_>>());
+        assert_eq!(tracker.len(), REAP_ABOVE + 2 - 200);
+        // The front, then about log2(257) polls, not one per operation.
+        let made = polls(&f);
+        assert!((2..=10).contains(&made), "{made} polls");
+        // Everything finished: the whole backlog goes, oldest first.
+        let tracker = Tracker::default();
+        let f = on_lane(REAP_ABOVE + 2, REAP_ABOVE + 2, |_| Some(7));
+        let reaped = push_all(&tracker, &f);
+        assert_eq!(reaped, (0..=REAP_ABOVE as u64).collect::<Vec<_>>());
+        assert_eq!(tracker.len(), 1);
+        let made = polls(&f);
+        assert!(made <= 10, "{made} polls");
+    }
+
+    #[test]
+    fn a_backlog_on_several_streams_is_polled_one_by_one() {
+        for lane in [|i: usize| Some(i % 2), |_| None] {
+            let tracker = Tracker::default();
+            let f = on_lane(REAP_ABOVE + 2, 200, lane);
+            let reaped = push_all(&tracker, &f);
+            assert_eq!(reaped, (0..200).collect::<Vec<_>>());
+            // Each finished one, and the first running one.
+            assert_eq!(polls(&f), 201);
+        }
+    }
+
+    #[test]
+    fn lanes_start_again_once_the_queue_empties() {
+        let tracker = Tracker::default();
+        let mixed = on_lane(3, 3, Some);
+        push_all(&tracker, &mixed);
+        assert_eq!(tracker.pending().lanes, Lanes::Mixed);
+        assert_eq!(tracker.drain().len(), 3);
+        assert_eq!(tracker.pending().lanes, Lanes::None);
+        let one = on_lane(2, 0, |_| Some(4));
+        push_all(&tracker, &one);
+        assert_eq!(tracker.pending().lanes, Lanes::One(4));
+        one.iter().for_each(|f| f.finish());
+        assert_eq!(tracker.scan(Instant::now(), |_| {}), None);
+        assert_eq!(tracker.pending().lanes, Lanes::None);
+        assert_eq!(Lanes::One(4).with(Some(4)), Lanes::One(4));
+        assert_eq!(Lanes::One(4).with(None), Lanes::Mixed);
+        assert_eq!(Lanes::None.with(None), Lanes::Mixed);
+        assert_eq!(Lanes::Mixed.with(Some(4)), Lanes::Mixed);
     }
 
     #[test]

@@ -53,6 +53,10 @@ impl<B: WorkBuffers> WorkBuffers for Vec<B> {
 pub(crate) struct End {
     pub(crate) pool: Arc<DevicePool>,
     pub(crate) event: CudaEvent,
+    /// The stream the event is recorded on: kept alive with the end, so
+    /// that its address is a lane no other stream has meanwhile
+    /// ([`Completion::lane`]).
+    pub(crate) stream: Arc<CudaStream>,
     /// The caller's stream, where it is not the stream the operation ran
     /// on: [`Work::wait`] makes it wait for the end.
     pub(crate) caller: Option<Arc<CudaStream>>,
@@ -107,6 +111,13 @@ impl Completion for Tracked {
             }
         }
         Progress::Done
+    }
+
+    fn lane(&self) -> Option<usize> {
+        match &self.ends {
+            Ends::One(end) => Some(Arc::as_ptr(&end.stream) as usize),
+            Ends::Many(_) => None,
+        }
     }
 
     fn fail(&self, failure: &Arc<Failure>) {
