@@ -523,6 +523,7 @@ impl ProcessGroup {
         record_ends: impl FnOnce() -> Result<Ends>,
     ) -> Result<Arc<Tracked>> {
         let inner = &self.inner;
+        let mut reaped_at = None;
         let op = inner.tracker.push_with::<_, GroupError>(
             || {
                 let op = Arc::new(Tracked::new(record_ends()?));
@@ -534,10 +535,10 @@ impl ProcessGroup {
                 };
                 Ok((pending, op))
             },
+            // One timestamp for every operation one reap finds finished.
             |done| {
-                inner
-                    .recorder
-                    .finish(done, OpState::Completed, Instant::now())
+                let at = *reaped_at.get_or_insert_with(Instant::now);
+                inner.recorder.finish(done, OpState::Completed, at)
             },
         )?;
         // A failure that drained the tracker just before the push missed
