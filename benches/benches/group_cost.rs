@@ -12,8 +12,19 @@
 //!   operation shares with the watchdog), and on a GPU the driver calls
 //!   through cudarc: `event_record` and `stream_wait_event` (two of each
 //!   per operation on the group's own stream, one record on the caller's),
-//!   `event_query` (the watchdog's poll, made once per operation when
-//!   reaped). Without a GPU the driver calls are skipped (`SKIP:`).
+//!   `event_query` (the watchdog's poll: when the pending operations end
+//!   on one stream, about ten per 256 operations reaped; one per operation
+//!   otherwise). Without a GPU the driver calls are skipped (`SKIP:`).
+//! * `group_handoff/all_gather_out_of_place_64MiB/*`: what the separate
+//!   stream's event handoff costs on the GPU, per operation, outside the
+//!   group: nccl-tensor's 64 MiB out-of-place all_gather at world size 1
+//!   (a device copy) back to back on one stream (`one-stream`), on a
+//!   second stream that waits for the first through an event
+//!   (`events-one-way`), and with the first stream also waiting for the
+//!   second after each (`events-both-ways`, what `StreamMode::Separate`
+//!   and `Work::wait` enqueue), on a normal and on a high-priority second
+//!   stream. Each sample ends with a synchronisation, so the time is the
+//!   GPU's.
 //!
 //! The group's whole per-operation host cost (`ProcessGroup` op +
 //! `Work::wait`, against raw NCCL and the other layers in the same run) is
@@ -121,6 +132,73 @@ fn group_parts(criterion: &mut Criterion) {
     });
     stream.synchronize().expect("synchronize");
     other.synchronize().expect("synchronize");
+    group_handoff(criterion, &device);
+}
+
+/// How an operation reaches its stream in `group_handoff`.
+#[derive(Clone, Copy)]
+enum Handoff {
+    /// On the caller's stream.
+    None,
+    /// On the second stream, after an event from the caller's.
+    OneWay,
+    /// As `OneWay`, and the caller's stream then waits for the second.
+    BothWays,
+}
+
+fn group_handoff(criterion: &mut Criterion, device: &nccl_core::Device) {
+    const BYTES: usize = 64 << 20;
+    let comm = nccl_tensor::Communicator::new(device.clone(), 1, UniqueId::new().expect("id"), 0)
+        .expect("communicator of one rank");
+    let caller = device.new_stream().expect("stream");
+    let second = device.new_stream().expect("second stream");
+    let (_least, greatest) =
+        cudarc::driver::result::stream::get_priority_range().expect("stream priorities");
+    let high = device
+        .context()
+        .new_stream_with_priority(greatest)
+        .expect("high-priority stream");
+    let start = device.context().new_event(None).expect("event");
+    let end = device.context().new_event(None).expect("event");
+    let elements = BYTES / std::mem::size_of::<f32>();
+    let input = nccl_tensor::Tensor::<f32>::zeros(&caller, &[elements]).expect("input");
+    let mut output = nccl_tensor::Tensor::<f32>::zeros(&caller, &[elements]).expect("output");
+    caller.synchronize().expect("synchronize");
+    let mut group = criterion.benchmark_group("group_handoff/all_gather_out_of_place_64MiB");
+    group.sample_size(10);
+    let variants = [
+        ("one-stream", Handoff::None, &caller),
+        ("events-one-way", Handoff::OneWay, &second),
+        ("events-both-ways", Handoff::BothWays, &second),
+        ("events-both-ways-high-priority", Handoff::BothWays, &high),
+    ];
+    for (name, handoff, stream) in variants {
+        let mut issue = || {
+            if !matches!(handoff, Handoff::None) {
+                start.record(&caller).expect("record");
+                stream.wait(&start).expect("wait");
+            }
+            let _ = comm
+                .all_gather_into_tensor(&mut output, &input, stream)
+                .expect("all_gather");
+            if matches!(handoff, Handoff::BothWays) {
+                end.record(stream).expect("record");
+                caller.wait(&end).expect("wait");
+            }
+        };
+        group.bench_function(name, |bencher| {
+            bencher.iter_custom(|iters| {
+                let began = Instant::now();
+                for _ in 0..iters {
+                    issue();
+                }
+                caller.synchronize().expect("synchronize");
+                stream.synchronize().expect("synchronize");
+                began.elapsed()
+            })
+        });
+    }
+    group.finish();
 }
 
 fn main() {
