@@ -224,7 +224,7 @@ pub fn new_layer<'a>(
         LayerKind::Group | LayerKind::GroupCaller => {
             let group = groups
                 .iter()
-                .find(|group| Some(group.options().stream_mode) == kind.stream_mode())
+                .find(|group| Some(group.stream_mode()) == kind.stream_mode())
                 .ok_or_else(|| {
                     BenchError::Usage(format!(
                         "internal error: the {} layer needs a process group with its stream mode, but none was created",

@@ -34,10 +34,11 @@ use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GroupOptions {
-    /// NCCL streams per device (round robin across communicators); unused
-    /// with [`StreamMode::Caller`].
+    /// NCCL streams per device (round robin across communicators); used by
+    /// the operations issued with [`StreamMode::Separate`].
     pub streams_per_device: usize,
-    /// Which stream operations run on. Default [`StreamMode::Separate`].
+    /// Which stream operations run on. Default [`StreamMode::Separate`];
+    /// override per call with [`ProcessGroup::with_stream_mode`].
     pub stream_mode: StreamMode,
     /// Nonblocking or blocking NCCL communicators. Default
     /// [`CommMode::Nonblocking`].
@@ -230,7 +231,8 @@ struct Inner {
 ///   NCCL stream waits for, enqueues inside one group call, records an end
 ///   event, and returns a [`Work`] that owns the tensors until the GPU is
 ///   done with them. ([`StreamMode::Caller`] runs operations on the
-///   caller's stream instead, with no handoff.)
+///   caller's stream instead, with no handoff, for the whole group or per
+///   call with [`ProcessGroup::with_stream_mode`].)
 /// * Every operation has a deadline ([`GroupOptions::op_timeout`], or
 ///   [`ProcessGroup::with_op_timeout`] per call). The process's watchdog
 ///   thread polls the end events and the communicators' asynchronous
@@ -254,6 +256,7 @@ struct Inner {
 pub struct ProcessGroup {
     inner: Arc<Inner>,
     op_timeout: Duration,
+    stream_mode: StreamMode,
 }
 
 impl std::fmt::Debug for ProcessGroup {
@@ -265,6 +268,7 @@ impl std::fmt::Debug for ProcessGroup {
             .field("world_size", &m.world_size)
             .field("generation", &m.generation)
             .field("op_timeout", &self.op_timeout)
+            .field("stream_mode", &self.stream_mode)
             .finish()
     }
 }
@@ -320,7 +324,7 @@ impl ProcessGroup {
             store_address.into(),
             options.timeout,
         )?;
-        let op_timeout = options.op_timeout;
+        let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
         let recorder = FlightRecorder::new(options.recorder_capacity);
         let factory = NcclFactory {
             pools: OnceMap::new(),
@@ -340,7 +344,11 @@ impl ProcessGroup {
             expected: "a process that can start the watchdog thread".to_string(),
             given: error.to_string(),
         })?;
-        Ok(Self { inner, op_timeout })
+        Ok(Self {
+            inner,
+            op_timeout,
+            stream_mode,
+        })
     }
 
     /// Joins the group `name` the way torchrun and Slurm launch processes:
@@ -382,14 +390,36 @@ impl ProcessGroup {
     /// Cheap (one reference count).
     pub fn with_op_timeout(&self, timeout: Duration) -> ProcessGroup {
         ProcessGroup {
-            inner: Arc::clone(&self.inner),
             op_timeout: timeout,
+            ..self.clone()
         }
     }
 
     /// The timeout this handle gives each operation.
     pub fn op_timeout(&self) -> Duration {
         self.op_timeout
+    }
+
+    /// The same group, whose operations issued through the returned handle
+    /// run on the stream `mode` picks instead of
+    /// [`GroupOptions::stream_mode`]'s, on the same communicators. PyTorch's
+    /// `async_op` choice per call: `StreamMode::Caller` for an operation
+    /// whose result the caller's stream needs next anyway (no handoff, and
+    /// no cross-stream latency on the GPU), `StreamMode::Separate` for one
+    /// that should overlap the compute queued after it. Mixing the two on
+    /// one caller's stream keeps the order: each [`Work::wait`] makes that
+    /// stream wait, and each operation on the NCCL stream waits for it.
+    /// Cheap (one reference count).
+    pub fn with_stream_mode(&self, mode: StreamMode) -> ProcessGroup {
+        ProcessGroup {
+            stream_mode: mode,
+            ..self.clone()
+        }
+    }
+
+    /// The stream mode of this handle's operations.
+    pub fn stream_mode(&self) -> StreamMode {
+        self.stream_mode
     }
 
     /// This process's rank.
@@ -447,14 +477,14 @@ impl ProcessGroup {
             )
     }
 
-    /// The stream an operation runs on ([`GroupOptions::stream_mode`]);
+    /// The stream an operation runs on (this handle's [`StreamMode`]);
     /// a separate NCCL stream is first made to wait for the caller's.
     fn op_stream<'a>(
         &self,
         member: &'a Member,
         caller: &'a Arc<CudaStream>,
     ) -> Result<&'a Arc<CudaStream>> {
-        match self.options().stream_mode {
+        match self.stream_mode {
             StreamMode::Separate => {
                 sync_start(member, caller)?;
                 Ok(&member.stream)
@@ -1395,5 +1425,39 @@ fn end_event(member: &Member, stream: &Arc<CudaStream>, caller: &Arc<CudaStream>
             member.pool.give_back(event);
             Err(GroupError::cuda("recording the end event")(error))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::InProcessStore;
+
+    #[test]
+    fn handles_carry_their_own_stream_mode_and_timeout_over_one_group() {
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+        let options = GroupOptions::default()
+            .with_stream_mode(StreamMode::Caller)
+            .with_dump_dir(None);
+        let group = ProcessGroup::new("handles", 0, 1, store, "in-process", options)
+            .expect("a group of one process needs no GPU to join");
+        assert_eq!(group.stream_mode(), StreamMode::Caller);
+
+        let separate = group
+            .with_stream_mode(StreamMode::Separate)
+            .with_op_timeout(Duration::from_secs(3));
+        assert_eq!(separate.stream_mode(), StreamMode::Separate);
+        assert_eq!(separate.op_timeout(), Duration::from_secs(3));
+        assert!(format!("{separate:?}").contains("stream_mode: Separate"));
+        // The handle is the same group: its communicators, watchdog and
+        // options; the original handle keeps its own choices.
+        assert!(Arc::ptr_eq(&group.inner, &separate.inner));
+        assert_eq!(separate.options().stream_mode, StreamMode::Caller);
+        assert_eq!(group.stream_mode(), StreamMode::Caller);
+        assert_eq!(group.op_timeout(), DEFAULT_OP_TIMEOUT);
+        assert_eq!(
+            group.with_op_timeout(Duration::from_secs(1)).stream_mode(),
+            StreamMode::Caller
+        );
     }
 }

@@ -482,7 +482,7 @@ fn gpu_caller_stream_ordering_without_device_sync() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    ordering_without_device_sync(&devices[0], StreamMode::Separate);
+    ordering_without_device_sync(&devices[0], &[StreamMode::Separate]);
 }
 
 #[test]
@@ -490,10 +490,23 @@ fn gpu_ordering_without_device_sync_on_the_callers_stream() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    ordering_without_device_sync(&devices[0], StreamMode::Caller);
+    ordering_without_device_sync(&devices[0], &[StreamMode::Caller]);
 }
 
-fn ordering_without_device_sync(device: &Device, mode: StreamMode) {
+#[test]
+fn gpu_ordering_without_device_sync_with_stream_modes_mixed_per_call() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    // One group, its operations issued alternately through a handle on
+    // its NCCL stream and one on the caller's: every pair of consecutive
+    // modes and every operation meets in the 50 iterations.
+    ordering_without_device_sync(&devices[0], &[StreamMode::Separate, StreamMode::Caller]);
+}
+
+/// Runs the iterations below through `modes`' handles of one group in
+/// turn ([`ProcessGroup::with_stream_mode`]).
+fn ordering_without_device_sync(device: &Device, modes: &[StreamMode]) {
     // Everything below is queued on the caller's stream with no device or
     // stream synchronisation between steps: fresh data is copied into the
     // input (host to device, then device to device, both asynchronous),
@@ -505,11 +518,16 @@ fn ordering_without_device_sync(device: &Device, mode: StreamMode) {
     // tracking also orders buffer uses across streams; this test checks the
     // combined result.)
     const LEN: usize = 1 << 22;
-    let group = new_group_in("ordering", GroupOptions::default().with_stream_mode(mode));
+    let group = new_group_in("ordering", GroupOptions::default());
+    let handles: Vec<ProcessGroup> = modes
+        .iter()
+        .map(|&mode| group.with_stream_mode(mode))
+        .collect();
     let stream = device.new_stream().expect("stream");
     let zeros = || Tensor::<f32>::zeros(&stream, &[LEN]).expect("alloc");
     let (mut staging, mut input, mut output) = (zeros(), zeros(), zeros());
     for iteration in 0..50 {
+        let group = &handles[iteration % handles.len()];
         let data = pattern(iteration, LEN);
         staging
             .copy_from_host(&stream, &data)

@@ -412,7 +412,7 @@ impl<'a> GroupLayer<'a> {
 
 impl Layer for GroupLayer<'_> {
     fn kind(&self) -> LayerKind {
-        match self.group.options().stream_mode {
+        match self.group.stream_mode() {
             StreamMode::Caller => LayerKind::GroupCaller,
             _ => LayerKind::Group,
         }
