@@ -1,0 +1,404 @@
+//! The running ranks of one launch: waiting for them, ending them, and
+//! what became of each.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::output::{Forwarder, Sink};
+use crate::{LaunchError, Placement};
+
+/// How often the ranks' processes are polled.
+const POLL: Duration = Duration::from_millis(5);
+
+/// How long the output of ranks that ended is still waited for (a process
+/// a rank left behind may hold its pipes open).
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// What a launch was given, as [`crate::Launch`] resolved it.
+pub(crate) struct Plan {
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) world_size: usize,
+    pub(crate) placement: Placement,
+    pub(crate) master_port: u16,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) extra_env: Vec<(OsString, OsString)>,
+    pub(crate) keep_output: bool,
+    pub(crate) dir: tempfile::TempDir,
+}
+
+/// How [`Job::wait`] treats a rank that fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitPolicy {
+    /// torchrun's: the first rank to fail ends every other rank.
+    FailFast,
+    /// Every rank runs until it exits or the deadline passes (for tests
+    /// in which some ranks are meant to fail).
+    All,
+}
+
+/// How a rank's process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ending {
+    /// It exited on its own (or by a signal from outside the launch).
+    Exited(ExitStatus),
+    /// The launcher ended it because the rank it holds failed first.
+    EndedAfterFailureOf(usize),
+    /// The launcher ended it at the launch's deadline.
+    EndedAtDeadline,
+    /// [`Job::kill`] ended it.
+    Killed,
+}
+
+/// What became of one rank.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RankOutcome {
+    /// The rank.
+    pub rank: usize,
+    /// Its process id.
+    pub pid: u32,
+    /// How it ended.
+    pub ending: Ending,
+    /// Its exit status (`None` if it could not be collected).
+    pub status: Option<ExitStatus>,
+    /// Its standard output, when the launch kept output.
+    pub stdout: String,
+    /// Its standard error, when the launch kept output.
+    pub stderr: String,
+}
+
+impl RankOutcome {
+    /// Whether it exited on its own with status 0.
+    pub fn succeeded(&self) -> bool {
+        matches!(self.ending, Ending::Exited(status) if status.success())
+    }
+}
+
+/// What became of a launch.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Outcome {
+    /// Each started rank, in the order they were started.
+    pub ranks: Vec<RankOutcome>,
+    /// The first rank that exited unsuccessfully on its own.
+    pub first_failure: Option<usize>,
+    /// Whether the deadline passed with ranks still running.
+    pub timed_out: bool,
+    /// From the start of the first rank to the end of the last.
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    /// Whether every rank exited on its own with status 0.
+    pub fn success(&self) -> bool {
+        self.ranks.iter().all(RankOutcome::succeeded)
+    }
+
+    /// The rank's outcome, if it was started.
+    pub fn rank(&self, rank: usize) -> Option<&RankOutcome> {
+        self.ranks.iter().find(|r| r.rank == rank)
+    }
+
+    /// The launch's exit status as a shell reads it: the first failure's
+    /// (128 + the signal for a rank a signal ended), else 124 if the
+    /// deadline passed (as `timeout(1)`), else 0.
+    pub fn exit_code(&self) -> i32 {
+        if let Some(status) = self
+            .first_failure
+            .and_then(|rank| self.rank(rank))
+            .and_then(|r| r.status)
+        {
+            return shell_code(status);
+        }
+        if self.timed_out {
+            124
+        } else if self.success() {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// `status` as a shell's `$?`.
+fn shell_code(status: ExitStatus) -> i32 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return 128 + signal;
+        }
+    }
+    match status.code() {
+        Some(0) | None => 1,
+        Some(code) => code,
+    }
+}
+
+/// A rank's process while the launch runs.
+struct Running {
+    rank: usize,
+    child: Child,
+    stdout: Forwarder,
+    stderr: Forwarder,
+    ending: Option<Ending>,
+    status: Option<ExitStatus>,
+}
+
+impl Running {
+    /// Collects its status if it has exited.
+    fn poll(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.status = Some(status);
+            }
+        }
+        self.status
+    }
+
+    /// Ends it by its own PID (SIGKILL), unless it has already exited, and
+    /// collects its status. Whether it was still running.
+    fn end(&mut self, ending: Ending) -> bool {
+        if self.ending.is_some() {
+            return false;
+        }
+        if let Some(status) = self.poll() {
+            self.ending = Some(Ending::Exited(status));
+            return false;
+        }
+        let _ = self.child.kill();
+        self.status = self.child.wait().ok();
+        self.ending = Some(ending);
+        true
+    }
+}
+
+/// The ranks of one launch, running. Dropping a job ends the ranks still
+/// running.
+pub struct Job {
+    plan: Plan,
+    ranks: Vec<Running>,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("program", &self.plan.program)
+            .field("world_size", &self.plan.world_size)
+            .field("placement", &self.plan.placement)
+            .field(
+                "pids",
+                &self
+                    .ranks
+                    .iter()
+                    .map(|r| (r.rank, r.child.id()))
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Job {
+    pub(crate) fn start(
+        plan: Plan,
+        ranks: &[usize],
+        rank_env: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> Result<Self, LaunchError> {
+        let width = (plan.world_size - 1).to_string().len();
+        let mut job = Job {
+            ranks: Vec::with_capacity(ranks.len()),
+            started: Instant::now(),
+            plan,
+        };
+        for &rank in ranks {
+            let mut command = Command::new(&job.plan.program);
+            command
+                .args(&job.plan.args)
+                .envs(rank_env(rank))
+                .envs(job.plan.extra_env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            // On failure the ranks already started are ended by `job`'s Drop.
+            let mut child = command.spawn().map_err(|source| LaunchError::Spawn {
+                rank,
+                program: job.plan.program.clone(),
+                source,
+            })?;
+            let prefix = format!("[rank {rank:>width$}] ");
+            let keep = job.plan.keep_output;
+            let pipe_missing = || LaunchError::Io {
+                what: format!("read rank {rank}'s output"),
+                source: std::io::Error::other("the child has no pipe"),
+            };
+            let stdout = child.stdout.take().ok_or_else(pipe_missing)?;
+            let stderr = child.stderr.take().ok_or_else(pipe_missing)?;
+            job.ranks.push(Running {
+                rank,
+                stdout: Forwarder::start(stdout, prefix.clone(), Sink::Stdout, keep),
+                stderr: Forwarder::start(stderr, prefix, Sink::Stderr, keep),
+                child,
+                ending: None,
+                status: None,
+            });
+        }
+        Ok(job)
+    }
+
+    /// The number of ranks in the world (started or not).
+    pub fn world_size(&self) -> usize {
+        self.plan.world_size
+    }
+
+    /// Where the ranks run ([`Placement::Gpus`] or [`Placement::SimulatedHosts`]).
+    pub fn placement(&self) -> Placement {
+        self.plan.placement
+    }
+
+    /// The `MASTER_PORT` the ranks were given.
+    pub fn master_port(&self) -> u16 {
+        self.plan.master_port
+    }
+
+    /// The folder the ranks share (`NCCL_LAUNCH_DIR`).
+    pub fn dir(&self) -> &Path {
+        self.plan.dir.path()
+    }
+
+    /// The process id of `rank`, if it was started.
+    pub fn pid(&self, rank: usize) -> Option<u32> {
+        self.find(rank).map(|r| r.child.id())
+    }
+
+    /// `rank`'s exit status once it has exited (`None` while it runs or if
+    /// it was not started).
+    pub fn status(&mut self, rank: usize) -> Option<ExitStatus> {
+        self.ranks
+            .iter_mut()
+            .find(|r| r.rank == rank)
+            .and_then(Running::poll)
+    }
+
+    /// Ends `rank` with SIGKILL, by its PID (nothing if it has exited or
+    /// was not started).
+    pub fn kill(&mut self, rank: usize) {
+        if let Some(running) = self.ranks.iter_mut().find(|r| r.rank == rank) {
+            let _ = running.end(Ending::Killed);
+        }
+    }
+
+    fn find(&self, rank: usize) -> Option<&Running> {
+        self.ranks.iter().find(|r| r.rank == rank)
+    }
+
+    /// Waits for every rank under `policy` and the launch's deadline, and
+    /// reports what became of each. What the launcher does to a rank is
+    /// said on its standard error, prefixed `nccl-launch:`.
+    pub fn wait(mut self, policy: WaitPolicy) -> Outcome {
+        let deadline = self.plan.timeout.map(|t| self.started + t);
+        let mut first_failure = None;
+        let mut timed_out = false;
+        loop {
+            let mut running = 0;
+            for index in 0..self.ranks.len() {
+                let r = &mut self.ranks[index];
+                if r.ending.is_some() {
+                    continue;
+                }
+                let Some(status) = r.poll() else {
+                    running += 1;
+                    continue;
+                };
+                r.ending = Some(Ending::Exited(status));
+                if !status.success() && first_failure.is_none() {
+                    first_failure = Some(r.rank);
+                    if policy == WaitPolicy::FailFast {
+                        self.end_after_failure(index, status);
+                    }
+                }
+            }
+            if running == 0 {
+                break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                timed_out = true;
+                self.end_at_deadline();
+                break;
+            }
+            thread::sleep(POLL);
+        }
+        let elapsed = self.started.elapsed();
+        let output_deadline = Instant::now() + OUTPUT_GRACE;
+        let ranks = std::mem::take(&mut self.ranks)
+            .into_iter()
+            .map(|r| RankOutcome {
+                rank: r.rank,
+                pid: r.child.id(),
+                ending: r.ending.unwrap_or(Ending::EndedAtDeadline),
+                status: r.status,
+                stdout: r.stdout.finish(output_deadline),
+                stderr: r.stderr.finish(output_deadline),
+            })
+            .collect();
+        Outcome {
+            ranks,
+            first_failure,
+            timed_out,
+            elapsed,
+        }
+    }
+
+    /// Ends every rank still running after the rank at `index` failed.
+    fn end_after_failure(&mut self, index: usize, status: ExitStatus) {
+        let failed = self.ranks[index].rank;
+        let ended: Vec<String> = self
+            .ranks
+            .iter_mut()
+            .filter_map(|r| {
+                r.end(Ending::EndedAfterFailureOf(failed))
+                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
+            })
+            .collect();
+        if ended.is_empty() {
+            eprintln!("nccl-launch: rank {failed} failed ({status})");
+        } else {
+            eprintln!(
+                "nccl-launch: rank {failed} failed ({status}); ending {} with SIGKILL",
+                ended.join(", ")
+            );
+        }
+    }
+
+    /// Ends every rank still running at the deadline.
+    fn end_at_deadline(&mut self) {
+        let timeout = self.plan.timeout.unwrap_or_default();
+        let ended: Vec<String> = self
+            .ranks
+            .iter_mut()
+            .filter_map(|r| {
+                r.end(Ending::EndedAtDeadline)
+                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
+            })
+            .collect();
+        eprintln!(
+            "nccl-launch: {} still running after the {:.0?} timeout; ended with SIGKILL",
+            ended.join(", "),
+            timeout
+        );
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for running in &mut self.ranks {
+            let _ = running.end(Ending::Killed);
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! nccl-launch: start N ranks of any program on one host, the way torchrun
+//! does, and watch them.
+//!
+//! Each rank is a process of its own with torchrun's variables set
+//! (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`). Where the host has a GPU per rank, rank
+//! `r` is local rank `r` and uses GPU `r`. Where it has fewer, every rank
+//! runs on GPU 0 as a **simulated host** of its own: a distinct
+//! `NCCL_HOSTID` (`simhost<rank>`), NCCL's socket transport on loopback
+//! (`NCCL_SOCKET_IFNAME=lo`, `NCCL_IB_DISABLE=1`) and NVLink multicast off
+//! (`NCCL_NVLS_ENABLE=0`). NCCL then takes the ranks for separate hosts,
+//! so a communicator of N ranks forms on one GPU. That tests what a
+//! distributed program does at world size N (results, splits, rendezvous,
+//! faults, host cost per call); its GPU time and bandwidth at N > 1 mean
+//! nothing (sockets, one GPU time-sliced).
+//!
+//! The `nccl-launch` command prefixes each rank's output with its rank,
+//! ends the other ranks (each by its own PID) at the first failure, exits
+//! with that failure's status, and bounds the whole launch by a deadline.
+//! [`Launch`] is the same as a library, for tests that orchestrate ranks
+//! themselves (kill one, start all but one).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use nccl_launch::{Launch, Placement, WaitPolicy};
+//!
+//! # fn main() -> Result<(), nccl_launch::LaunchError> {
+//! let launch = Launch::new(4)?
+//!     .placement(Placement::Auto)
+//!     .timeout(Some(Duration::from_secs(120)));
+//! let job = launch.spawn("./my_trainer", ["--steps", "10"])?;
+//! let outcome = job.wait(WaitPolicy::FailFast);
+//! std::process::exit(outcome.exit_code());
+//! # }
+//! ```
+
+mod error;
+mod job;
+mod output;
+
+pub use error::LaunchError;
+pub use job::{Ending, Job, Outcome, RankOutcome, WaitPolicy};
+
+use std::ffi::{OsStr, OsString};
+use std::net::TcpListener;
+use std::time::Duration;
+
+/// Set to `1` in every rank's environment when the ranks are simulated
+/// hosts on one GPU, `0` when each rank has a GPU of its own.
+pub const SIMULATED_HOSTS_VAR: &str = "NCCL_LAUNCH_SIMULATED_HOSTS";
+
+/// Set in every rank's environment: a folder the ranks of one launch share
+/// (for a file store, or test scratch), removed when the launch ends.
+pub const DIR_VAR: &str = "NCCL_LAUNCH_DIR";
+
+/// The most ranks one launch starts.
+pub const MAX_RANKS: usize = 1024;
+
+/// The default bound on a whole launch (see [`Launch::timeout`]).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Where the ranks run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Placement {
+    /// [`Placement::Gpus`] when the host has a GPU per rank (the CUDA
+    /// driver's count, which honours `CUDA_VISIBLE_DEVICES`), else
+    /// [`Placement::SimulatedHosts`].
+    #[default]
+    Auto,
+    /// Rank `r` is local rank `r` of one host and uses GPU `r`.
+    Gpus,
+    /// Every rank is local rank 0 of a simulated host of its own, on GPU 0.
+    SimulatedHosts,
+}
+
+impl Placement {
+    /// The placement's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Auto => "auto",
+            Placement::Gpus => "gpus",
+            Placement::SimulatedHosts => "simulated",
+        }
+    }
+}
+
+/// How to start the ranks of one launch. Build with [`Launch::new`], then
+/// [`Launch::spawn`].
+#[derive(Clone, Debug)]
+pub struct Launch {
+    world_size: usize,
+    placement: Placement,
+    master_addr: String,
+    master_port: Option<u16>,
+    timeout: Option<Duration>,
+    env: Vec<(OsString, OsString)>,
+    keep_output: bool,
+}
+
+impl Launch {
+    /// A launch of `world_size` ranks: placement [`Placement::Auto`],
+    /// `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`, the
+    /// [`DEFAULT_TIMEOUT`], output forwarded and not kept.
+    ///
+    /// # Errors
+    /// [`LaunchError::InvalidArgument`] unless `1 <= world_size <= MAX_RANKS`.
+    pub fn new(world_size: usize) -> Result<Self, LaunchError> {
+        if !(1..=MAX_RANKS).contains(&world_size) {
+            return Err(LaunchError::InvalidArgument {
+                argument: "number of ranks",
+                expected: format!("1 to {MAX_RANKS}"),
+                given: world_size.to_string(),
+            });
+        }
+        Ok(Self {
+            world_size,
+            placement: Placement::Auto,
+            master_addr: "127.0.0.1".to_string(),
+            master_port: None,
+            timeout: Some(DEFAULT_TIMEOUT),
+            env: Vec::new(),
+            keep_output: false,
+        })
+    }
+
+    /// With this placement.
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// With this `MASTER_ADDR` (default `127.0.0.1`).
+    pub fn master_addr(mut self, addr: impl Into<String>) -> Self {
+        self.master_addr = addr.into();
+        self
+    }
+
+    /// With this `MASTER_PORT` (default: one the system reports free).
+    pub fn master_port(mut self, port: u16) -> Self {
+        self.master_port = Some(port);
+        self
+    }
+
+    /// With this bound on the whole launch (`None`: unbounded). Past it the
+    /// ranks still running are ended and the launch reports a timeout.
+    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// With `key=value` in every rank's environment (after the launch's own
+    /// variables, so it may override them).
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Keeping a copy of each rank's output in its [`RankOutcome`] (it is
+    /// forwarded, prefixed, either way).
+    pub fn keep_output(mut self, keep: bool) -> Self {
+        self.keep_output = keep;
+        self
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// The placement this launch resolves to: [`Placement::Auto`] becomes
+    /// [`Placement::Gpus`] or [`Placement::SimulatedHosts`] by the GPU count.
+    pub fn resolved_placement(&self) -> Placement {
+        match self.placement {
+            Placement::Auto if visible_gpus() >= self.world_size => Placement::Gpus,
+            Placement::Auto => Placement::SimulatedHosts,
+            other => other,
+        }
+    }
+
+    /// Starts every rank of `program` with `args`.
+    ///
+    /// # Errors
+    /// As [`Launch::spawn_ranks`].
+    pub fn spawn<I, S>(&self, program: impl AsRef<OsStr>, args: I) -> Result<Job, LaunchError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.spawn_ranks(program, args, 0..self.world_size)
+    }
+
+    /// Starts only `ranks` of the world (each once, in the order given):
+    /// the others never come, as when a node fails to start.
+    ///
+    /// # Errors
+    /// [`LaunchError::InvalidArgument`] for a rank out of range or given
+    /// twice, or [`Placement::Gpus`] asked for with fewer GPUs than ranks;
+    /// [`LaunchError::Io`] when no port or scratch folder can be had;
+    /// [`LaunchError::Spawn`] when a rank cannot be started (the ranks
+    /// already started are ended).
+    pub fn spawn_ranks<I, S>(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: I,
+        ranks: impl IntoIterator<Item = usize>,
+    ) -> Result<Job, LaunchError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let ranks: Vec<usize> = ranks.into_iter().collect();
+        for (index, &rank) in ranks.iter().enumerate() {
+            if rank >= self.world_size || ranks[..index].contains(&rank) {
+                return Err(LaunchError::InvalidArgument {
+                    argument: "ranks to start",
+                    expected: format!("distinct ranks below the world size {}", self.world_size),
+                    given: format!("{ranks:?}"),
+                });
+            }
+        }
+        let placement = self.resolved_placement();
+        if placement == Placement::Gpus {
+            let gpus = visible_gpus();
+            if gpus < self.world_size {
+                return Err(LaunchError::InvalidArgument {
+                    argument: "placement",
+                    expected: format!("a GPU per rank for `gpus` ({} ranks)", self.world_size),
+                    given: format!("{gpus} visible GPU(s); use `simulated` or `auto`"),
+                });
+            }
+        }
+        let port = match self.master_port {
+            Some(port) => port,
+            None => free_port().map_err(|source| LaunchError::Io {
+                what: "find a free port for MASTER_PORT".to_string(),
+                source,
+            })?,
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("nccl-launch-")
+            .tempdir()
+            .map_err(|source| LaunchError::Io {
+                what: "create the launch's shared folder".to_string(),
+                source,
+            })?;
+        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let dir_path = dir.path().display().to_string();
+        let rank_env = |rank: usize| {
+            let mut env = rank_variables(
+                rank,
+                self.world_size,
+                placement == Placement::SimulatedHosts,
+                &self.master_addr,
+                port,
+            );
+            env.push((DIR_VAR.to_string(), dir_path.clone()));
+            env
+        };
+        job::Job::start(
+            job::Plan {
+                program: program.as_ref().to_owned(),
+                args,
+                world_size: self.world_size,
+                placement,
+                master_port: port,
+                timeout: self.timeout,
+                extra_env: self.env.clone(),
+                keep_output: self.keep_output,
+                dir,
+            },
+            &ranks,
+            rank_env,
+        )
+    }
+}
+
+/// The variables of rank `rank` of `world_size`: torchrun's, and for a
+/// simulated host the NCCL settings that make it one. The recipe's NCCL
+/// settings other than the host id give way to values already in the
+/// launcher's environment.
+pub fn rank_variables(
+    rank: usize,
+    world_size: usize,
+    simulated_hosts: bool,
+    master_addr: &str,
+    master_port: u16,
+) -> Vec<(String, String)> {
+    let (local_rank, local_world, group_rank) = if simulated_hosts {
+        (0, 1, rank)
+    } else {
+        (rank, world_size, 0)
+    };
+    let mut env: Vec<(String, String)> = [
+        ("RANK", rank.to_string()),
+        ("WORLD_SIZE", world_size.to_string()),
+        ("LOCAL_RANK", local_rank.to_string()),
+        ("LOCAL_WORLD_SIZE", local_world.to_string()),
+        ("GROUP_RANK", group_rank.to_string()),
+        ("MASTER_ADDR", master_addr.to_string()),
+        ("MASTER_PORT", master_port.to_string()),
+        (SIMULATED_HOSTS_VAR, u8::from(simulated_hosts).to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    if simulated_hosts {
+        env.push(("NCCL_HOSTID".to_string(), format!("simhost{rank}")));
+        for (key, value) in [
+            ("NCCL_SOCKET_IFNAME", "lo"),
+            ("NCCL_IB_DISABLE", "1"),
+            ("NCCL_NVLS_ENABLE", "0"),
+        ] {
+            if std::env::var_os(key).is_none() {
+                env.push((key.to_string(), value.to_string()));
+            }
+        }
+    }
+    env
+}
+
+/// The GPUs the CUDA driver shows this process (0 without a driver).
+pub fn visible_gpus() -> usize {
+    if !nccl_core::cuda_driver_available() {
+        return 0;
+    }
+    nccl_core::Device::count().unwrap_or(0)
+}
+
+/// A port the system reports free on loopback now (another process may
+/// still take it before rank 0 binds it).
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}

@@ -1,0 +1,280 @@
+//! The launcher on the CPU: shell programs as ranks. The variables each
+//! rank gets, the prefixed output, the first failure ending the others,
+//! exit statuses, the deadline, and the library's partial launches.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use nccl_launch::{Ending, Launch, Placement, WaitPolicy};
+
+fn launcher(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nccl-launch"))
+        .args(args)
+        .output()
+        .expect("run nccl-launch")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The lines of `out` from `rank`, without the prefix.
+fn lines_of(out: &str, rank: usize) -> Vec<String> {
+    let prefix = format!("[rank {rank}] ");
+    out.lines()
+        .filter_map(|line| line.strip_prefix(&prefix).map(str::to_owned))
+        .collect()
+}
+
+const PRINT_ENV: &str = "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK \
+     $MASTER_ADDR $MASTER_PORT $NCCL_LAUNCH_SIMULATED_HOSTS ${NCCL_HOSTID:-none} \
+     ${NCCL_SOCKET_IFNAME:-none} ${NCCL_IB_DISABLE:-none} ${NCCL_NVLS_ENABLE:-none}\"; \
+     test -d \"$NCCL_LAUNCH_DIR\" && echo shared-dir-ok";
+
+#[test]
+fn simulated_hosts_get_torchruns_variables_and_a_host_each() {
+    let out = launcher(&[
+        "-n",
+        "3",
+        "--hosts",
+        "simulated",
+        "--master-port",
+        "29555",
+        "sh",
+        "-c",
+        PRINT_ENV,
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for rank in 0..3 {
+        assert_eq!(
+            lines_of(&stdout, rank),
+            [
+                format!("{rank} 3 0 1 {rank} 127.0.0.1 29555 1 simhost{rank} lo 1 0"),
+                "shared-dir-ok".to_string()
+            ],
+            "{stdout}"
+        );
+    }
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("simulated hosts"), "{stderr}");
+    assert!(stderr.contains("all 3 rank(s) exited 0"), "{stderr}");
+}
+
+#[test]
+fn the_recipes_nccl_settings_give_way_to_the_callers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nccl-launch"))
+        .args(["-n", "2", "--hosts", "simulated", "sh", "-c", PRINT_ENV])
+        .env("NCCL_SOCKET_IFNAME", "eth9")
+        .env("NCCL_HOSTID", "not-per-rank")
+        .output()
+        .expect("run nccl-launch");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let first = &lines_of(&stdout, 1)[0];
+    assert!(first.ends_with(" simhost1 eth9 1 0"), "{first}");
+}
+
+#[test]
+fn one_gpu_per_rank_makes_every_rank_local_to_one_host() {
+    let env = nccl_launch::rank_variables(2, 4, false, "10.0.0.1", 1234);
+    let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    assert_eq!(get("RANK"), Some("2"));
+    assert_eq!(get("LOCAL_RANK"), Some("2"));
+    assert_eq!(get("LOCAL_WORLD_SIZE"), Some("4"));
+    assert_eq!(get("GROUP_RANK"), Some("0"));
+    assert_eq!(get("MASTER_ADDR"), Some("10.0.0.1"));
+    assert_eq!(get(nccl_launch::SIMULATED_HOSTS_VAR), Some("0"));
+    assert_eq!(get("NCCL_HOSTID"), None);
+}
+
+#[test]
+fn without_a_gpu_per_rank_auto_simulates_and_gpus_is_refused() {
+    let gpus = nccl_launch::visible_gpus();
+    let launch = Launch::new(gpus + 1).expect("launch");
+    assert_eq!(launch.resolved_placement(), Placement::SimulatedHosts);
+    let refused = launch
+        .placement(Placement::Gpus)
+        .spawn("true", [""; 0])
+        .expect_err("gpus without a GPU per rank");
+    let message = refused.to_string();
+    assert!(
+        message.starts_with("invalid placement: expected a GPU per rank"),
+        "{message}"
+    );
+}
+
+#[test]
+fn output_is_prefixed_line_by_line_on_both_streams() {
+    let out = launcher(&[
+        "-n",
+        "2",
+        "--hosts",
+        "simulated",
+        "sh",
+        "-c",
+        "echo out-$RANK; echo err-$RANK >&2; printf 'no newline'",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    for rank in 0..2 {
+        assert_eq!(
+            lines_of(&stdout, rank),
+            [format!("out-{rank}"), "no newline".to_string()]
+        );
+        assert_eq!(lines_of(&stderr, rank), [format!("err-{rank}")]);
+    }
+}
+
+#[test]
+fn ranks_of_ten_or_more_are_aligned() {
+    let out = launcher(&["-n", "11", "--hosts", "simulated", "sh", "-c", "echo hi"]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("[rank  3] hi"), "{stdout}");
+    assert!(stdout.contains("[rank 10] hi"), "{stdout}");
+}
+
+#[test]
+fn the_first_failure_ends_the_others_and_gives_its_status() {
+    let started = Instant::now();
+    let out = launcher(&[
+        "-n",
+        "4",
+        "--hosts",
+        "simulated",
+        "sh",
+        "-c",
+        "if [ \"$RANK\" = 2 ]; then sleep 0.2; exit 3; fi; exec sleep 60",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(20), "{out:?}");
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("rank 2 failed (exit status: 3); ending rank 0 (pid "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("rank 3 (pid "), "{stderr}");
+}
+
+#[test]
+fn a_rank_ended_by_a_signal_gives_128_plus_the_signal() {
+    let out = launcher(&[
+        "-n",
+        "2",
+        "--hosts",
+        "simulated",
+        "sh",
+        "-c",
+        "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; exec sleep 60",
+    ]);
+    assert_eq!(out.status.code(), Some(137), "{out:?}");
+}
+
+#[test]
+fn ranks_that_hang_are_ended_at_the_deadline() {
+    let started = Instant::now();
+    let out = launcher(&[
+        "-n",
+        "2",
+        "--hosts",
+        "simulated",
+        "--timeout",
+        "1",
+        "sleep",
+        "60",
+    ]);
+    assert!(started.elapsed() < Duration::from_secs(20), "{out:?}");
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("rank 0 (pid ") && stderr.contains("still running after the 1s timeout"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_settings_are_usage_errors() {
+    let out = launcher(&["-n", "0", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("invalid number of ranks: expected 1 to 1024, got 0"),
+        "{out:?}"
+    );
+    let out = launcher(&["-n", "2", "--hosts", "simulated", "/no/such/program"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("could not start rank 0 (\"/no/such/program\")"),
+        "{out:?}"
+    );
+    let out = launcher(&["-n", "2"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn the_library_starts_some_ranks_kills_one_and_waits_for_all() {
+    let launch = Launch::new(3)
+        .expect("launch")
+        .placement(Placement::SimulatedHosts)
+        .keep_output(true)
+        .timeout(Some(Duration::from_secs(30)));
+    let mut job = launch
+        .spawn_ranks(
+            "sh",
+            [
+                "-c",
+                "echo started $RANK; if [ \"$RANK\" = 2 ]; then exec sleep 60; fi; exit $RANK",
+            ],
+            [2, 0],
+        )
+        .expect("spawn");
+    assert!(job.pid(1).is_none() && job.pid(2).is_some());
+    assert_eq!(job.world_size(), 3);
+    job.kill(2);
+    let outcome = job.wait(WaitPolicy::All);
+    assert_eq!(outcome.ranks.len(), 2);
+    let two = outcome.rank(2).expect("rank 2");
+    assert_eq!(two.ending, Ending::Killed);
+    let zero = outcome.rank(0).expect("rank 0");
+    assert!(zero.succeeded(), "{zero:?}");
+    assert_eq!(zero.stdout, "started 0\n");
+    assert_eq!(outcome.first_failure, None);
+    assert!(!outcome.success());
+}
+
+#[test]
+fn waiting_for_all_lets_the_others_finish_after_a_failure() {
+    let job = Launch::new(2)
+        .expect("launch")
+        .placement(Placement::SimulatedHosts)
+        .keep_output(true)
+        .spawn(
+            "sh",
+            [
+                "-c",
+                "if [ \"$RANK\" = 0 ]; then exit 5; fi; sleep 0.3; echo finished",
+            ],
+        )
+        .expect("spawn");
+    let outcome = job.wait(WaitPolicy::All);
+    assert_eq!(outcome.first_failure, Some(0));
+    assert_eq!(outcome.exit_code(), 5);
+    let one = outcome.rank(1).expect("rank 1");
+    assert!(one.succeeded() && one.stdout == "finished\n", "{one:?}");
+}
+
+#[test]
+fn ranks_out_of_range_or_twice_are_refused() {
+    let launch = Launch::new(2).expect("launch");
+    for ranks in [vec![2], vec![0, 0]] {
+        let error = launch
+            .spawn_ranks("true", [""; 0], ranks)
+            .expect_err("bad ranks");
+        assert!(
+            error.to_string().starts_with(
+                "invalid ranks to start: expected distinct ranks below the world size 2"
+            ),
+            "{error}"
+        );
+    }
+}
