@@ -2,10 +2,12 @@
 //!
 //! The GPU machine has no Rust toolchain, so this builds, in release mode,
 //! every integration test target named `gpu_*` in the workspace, every bench
-//! target and every binary of the `benches` package; strips them into
+//! target, every binary of the `benches` and `nccl-launch` packages and the
+//! `torchrun_*` examples; strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
-//! `target/gpu-bundle/run.sh`, which runs them there and ends with one line
-//! `N passed, N failed, N skipped`.
+//! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
+//! and the `torchrun_*` examples also as every rank of an `nccl-launch` of
+//! 2 and 4 ranks) and ends with one line `N passed, N failed, N skipped`.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -19,8 +21,13 @@ use crate::{Result, workspace_root};
 /// The bundle is carried to the GPU machine with a 64 MiB limit.
 const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
 
-/// The package whose binaries (e.g. `nccl-perf`) go into the bundle.
-const BENCHES_PACKAGE: &str = "benches";
+/// The packages whose binaries (`nccl-perf`, `nccl-launch`, ...) go into
+/// the bundle.
+const TOOL_PACKAGES: [&str; 2] = ["benches", "nccl-launch"];
+
+/// Examples with this prefix read torchrun's variables: run.sh launches
+/// them as every rank of a world of several.
+const LAUNCHED_EXAMPLE_PREFIX: &str = "torchrun_";
 
 #[derive(clap::Args)]
 pub struct Args {}
@@ -32,8 +39,11 @@ enum Role {
     Test,
     /// A criterion bench: run by `run.sh --bench`.
     Bench,
-    /// A binary of the benches package: bundled for use by hand.
+    /// A binary of a tool package: bundled for use by hand (and
+    /// `nccl-launch`, which run.sh uses).
     Tool,
+    /// A `torchrun_*` example: run.sh launches it at world sizes 2 and 4.
+    Example,
 }
 
 /// One executable cargo built.
@@ -58,7 +68,10 @@ struct Workspace {
     packages: BTreeMap<PathBuf, String>,
     has_gpu_tests: bool,
     has_benches: bool,
-    has_bench_bins: bool,
+    /// Tool packages that have binaries.
+    tool_packages: Vec<&'static str>,
+    /// Packages that have `torchrun_*` examples.
+    example_packages: Vec<String>,
 }
 
 pub fn run(_args: Args) -> Result<()> {
@@ -101,19 +114,29 @@ pub fn run(_args: Args) -> Result<()> {
     } else {
         println!("==> no bench targets in the workspace yet");
     }
-    if workspace.has_bench_bins {
-        println!("==> cargo build -p {BENCHES_PACKAGE} --release --bins");
+    for package in &workspace.tool_packages {
+        println!("==> cargo build -p {package} --release --bins");
         artifacts.extend(
             build(
                 &root,
                 &workspace,
-                &["build", "-p", BENCHES_PACKAGE, "--release", "--bins"],
+                &["build", "-p", package, "--release", "--bins"],
             )?
             .into_iter()
-            .filter(|a| a.role == Role::Tool && a.package == BENCHES_PACKAGE),
+            .filter(|a| a.role == Role::Tool && a.package == *package),
         );
-    } else {
-        println!("==> no binaries in the {BENCHES_PACKAGE} package yet");
+    }
+    for package in &workspace.example_packages {
+        println!("==> cargo build -p {package} --release --examples");
+        artifacts.extend(
+            build(
+                &root,
+                &workspace,
+                &["build", "-p", package, "--release", "--examples"],
+            )?
+            .into_iter()
+            .filter(|a| a.role == Role::Example && a.target.starts_with(LAUNCHED_EXAMPLE_PREFIX)),
+        );
     }
 
     let bundle = workspace.target_dir.join("gpu-bundle");
@@ -141,7 +164,8 @@ fn workspace(root: &Path) -> Result<Workspace> {
         packages: BTreeMap::new(),
         has_gpu_tests: false,
         has_benches: false,
-        has_bench_bins: false,
+        tool_packages: Vec::new(),
+        example_packages: Vec::new(),
     };
     for package in metadata["packages"].as_array().into_iter().flatten() {
         let (Some(name), Some(manifest)) =
@@ -155,7 +179,19 @@ fn workspace(root: &Path) -> Result<Workspace> {
             let is = |kind: &str| has_kind(target, kind);
             workspace.has_gpu_tests |= is("test") && target_name.starts_with("gpu_");
             workspace.has_benches |= is("bench");
-            workspace.has_bench_bins |= is("bin") && name == BENCHES_PACKAGE;
+            if is("bin") {
+                if let Some(tool) = TOOL_PACKAGES.iter().find(|&&tool| tool == name) {
+                    if !workspace.tool_packages.contains(tool) {
+                        workspace.tool_packages.push(tool);
+                    }
+                }
+            }
+            if is("example")
+                && target_name.starts_with(LAUNCHED_EXAMPLE_PREFIX)
+                && !workspace.example_packages.iter().any(|p| p == name)
+            {
+                workspace.example_packages.push(name.to_string());
+            }
         }
     }
     Ok(workspace)
@@ -227,6 +263,8 @@ fn artifact(workspace: &Workspace, message: &Value) -> Option<Artifact> {
         Role::Bench
     } else if has_kind(target, "bin") && message["profile"]["test"] == Value::Bool(false) {
         Role::Tool
+    } else if has_kind(target, "example") && message["profile"]["test"] == Value::Bool(false) {
+        Role::Example
     } else {
         return None;
     };
@@ -288,26 +326,36 @@ fn write_bundle(bundle: &Path, mut artifacts: Vec<Artifact>) -> Result<()> {
             .map(Artifact::bundle_name)
             .collect()
     };
-    let (tests, benches, tools) = (names(Role::Test), names(Role::Bench), names(Role::Tool));
+    let (tests, benches, tools, examples) = (
+        names(Role::Test),
+        names(Role::Bench),
+        names(Role::Tool),
+        names(Role::Example),
+    );
     let run_sh = bundle.join("run.sh");
-    std::fs::write(&run_sh, render_run_sh(&tests, &benches, &tools))?;
+    std::fs::write(&run_sh, render_run_sh(&tests, &benches, &tools, &examples))?;
     set_executable(&run_sh)?;
-    let perf_sh = bundle.join("perf.sh");
-    std::fs::write(&perf_sh, PERF_SH)?;
-    set_executable(&perf_sh)?;
-
-    let mut total = 0;
+    let mut total = std::fs::metadata(&run_sh)?.len();
+    for (name, contents) in SCRIPTS {
+        let path = bundle.join(name);
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder)?;
+        }
+        std::fs::write(&path, contents)?;
+        set_executable(&path)?;
+        total += contents.len() as u64;
+    }
     for entry in std::fs::read_dir(&bin)? {
         total += entry?.metadata()?.len();
     }
-    total += std::fs::metadata(&run_sh)?.len() + std::fs::metadata(&perf_sh)?.len();
     let mib = total as f64 / (1024.0 * 1024.0);
     println!(
-        "==> {}: {} test, {} bench and {} tool binaries, {mib:.1} MiB",
+        "==> {}: {} test, {} bench, {} tool and {} example binaries, {mib:.1} MiB",
         bundle.display(),
         tests.len(),
         benches.len(),
-        tools.len()
+        tools.len(),
+        examples.len()
     );
     for artifact in &artifacts {
         let size = std::fs::metadata(bin.join(artifact.bundle_name()))?.len();
@@ -362,273 +410,35 @@ fn bash_words(names: &[String]) -> String {
         .join(" ")
 }
 
-fn render_run_sh(tests: &[String], benches: &[String], tools: &[String]) -> String {
+fn render_run_sh(
+    tests: &[String],
+    benches: &[String],
+    tools: &[String],
+    examples: &[String],
+) -> String {
     RUN_SH
         .replace("@TESTS@", &bash_words(tests))
         .replace("@BENCHES@", &bash_words(benches))
         .replace("@TOOLS@", &bash_words(tools))
+        .replace("@EXAMPLES@", &bash_words(examples))
 }
 
-/// perf.sh: the measurement recipe of the README for a machine of any size
-/// (the GPUs' topology, nccl-perf against raw NCCL for the group and the
-/// tensor layer from 8 B to 4 GiB with JSON and plots, the soak), so a
-/// multi-GPU run is one command.
-const PERF_SH: &str = r#"#!/usr/bin/env bash
-# The measurement run, on the GPU machine:
-#   perf.sh [OUT_DIR]      (default: $OUT/perf, or ./perf)
-# Writes topology.txt; raw-group, raw-group-caller, raw-group-blocking (the
-# group on blocking communicators) and raw-tensor as .txt, .jsonl and .svg;
-# and soak.txt. Ends with one line naming what failed, if anything.
-set -uo pipefail
-here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
-out="${1:-${OUT:-.}/perf}"
-mkdir -p -- "$out"
-export NCCL_NVLS_ENABLE=0
-{ nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
-failed=()
-for run in raw,group: raw,group-caller: raw,group:blocking raw,tensor:; do
-    layers="${run%%:*}"
-    comms="${run#*:}"
-    name="${layers/,/-}${comms:+-$comms}"
-    echo "==> nccl-perf --compare $layers ${comms:+--group-comms $comms }-b 8 -e 4G -f 2 -c 1"
-    "$here/bin/benches-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
-        -b 8 -e 4G -f 2 -c 1 --json "$out/$name.jsonl" --plot "$out/$name.svg" \
-        >"$out/$name.txt" 2>&1 || failed+=("nccl-perf $name")
-    grep -E '^# (Collective|Median ratio|Out of bounds)' "$out/$name.txt"
-done
-echo "==> group-soak"
-"$here/bin/benches-group-soak" >"$out/soak.txt" 2>&1 || failed+=("group-soak")
-tail -1 "$out/soak.txt"
-if [[ ${#failed[@]} -eq 0 ]]; then
-    echo "perf.sh: all ran; results in $out"
-else
-    echo "perf.sh: failed: ${failed[*]}; results in $out"
-    exit 1
-fi
-"#;
+/// The scripts the bundle carries as they are, by path in the bundle:
+/// * perf.sh: the measurement recipe of the README for a machine of any
+///   size (the GPUs' topology, nccl-perf against raw NCCL for the group and
+///   the tensor layer from 8 B to 4 GiB with JSON and plots, the soak), so
+///   a multi-GPU run is one command;
+/// * world.sh: the world-size-N figures (world-cost next to
+///   torch.distributed at world sizes 1, 2 and 4, group-soak at 2);
+/// * scripts/torch_world_cost.py: torch.distributed's side of world.sh.
+const SCRIPTS: [(&str, &str); 3] = [
+    ("perf.sh", include_str!("gpu_bundle/perf.sh")),
+    ("world.sh", include_str!("gpu_bundle/world.sh")),
+    (
+        "scripts/torch_world_cost.py",
+        include_str!("../../benches/scripts/torch_world_cost.py"),
+    ),
+];
 
 /// run.sh: runs on the GPU machine (bash, no Rust toolchain there).
-const RUN_SH: &str = r#"#!/usr/bin/env bash
-# Generated by `cargo xtask gpu-bundle`: runs the bundled GPU tests on the GPU
-# machine. Copy target/gpu-bundle/ there and run, from any folder:
-#
-#   run.sh [--bench] [filter...]
-#
-# * Every gpu_* test binary in bin/ runs with NCCL_TEST_REQUIRE_GPU=1 (a test
-#   that cannot find the GPUs it needs fails instead of skipping) and
-#   --test-threads=1 --nocapture (output as it happens, so a log cut off by
-#   a timeout still shows what the hung test printed). NCCL_NVLS_ENABLE=0
-#   stays exported: multicast must stay off on that machine.
-# * GPUs are counted with `nvidia-smi -L` (0 without nvidia-smi; at most as
-#   many as CUDA_VISIBLE_DEVICES names when it is set). With fewer than 2,
-#   tests whose names contain `multi_gpu` are skipped by name, each listed.
-# * Filters (and any other arguments) go to every binary: libtest name
-#   filters, or criterion filters with --bench. With --bench the criterion
-#   benches run too, after the tests.
-# * GPU_TEST_TIMEOUT (seconds, default 540; 0 for none) bounds each test
-#   binary; one that runs over counts as failed.
-# * With $OUT set, the whole log is also written to $OUT/gpu-tests.log.
-#
-# Counting: passed and failed come from each binary's libtest `test result:`
-# line. A passing test whose output has a line starting with `SKIP:` counts as
-# skipped, not passed; so do tests skipped by name and ignored tests. A
-# binary that ends without a `test result:` line (a crash, a timeout) counts
-# as one failure (its tests are not counted); one that exits non-zero after
-# a result line with no failures (a crash at exit) counts as one more.
-# Each bench binary counts as one test, passed if it exits 0.
-# The last line is `N passed, N failed, N skipped`; the exit status is
-# non-zero if anything failed or if no test ran at all.
-set -uo pipefail
-
-HERE="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
-BIN="$HERE/bin"
-# bin/<package>-<target>, by role.
-TESTS=(@TESTS@)
-BENCHES=(@BENCHES@)
-TOOLS=(@TOOLS@) # bundled for use by hand; run.sh does not run them
-
-export NCCL_TEST_REQUIRE_GPU=1
-export NCCL_NVLS_ENABLE=0
-tmp="" # scratch folder of main(), removed on exit
-
-usage() {
-    sed -n '2,/^set -uo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"
-}
-
-count_gpus() {
-    local n=0
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-    fi
-    n=${n:-0}
-    if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
-        local -a visible=()
-        IFS=',' read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"
-        if ((${#visible[@]} < n)); then
-            n=${#visible[@]}
-        fi
-    fi
-    echo "$n"
-}
-
-# Names of the tests that passed although they printed a line starting with
-# `SKIP:`, from a libtest log run with --nocapture and --test-threads=1 (a
-# test's output follows `test NAME ... ` on the same or later lines).
-reported_skips() {
-    awk '
-        /^test result: / { done = 1 }
-        done { next }
-        /^test .* \.\.\. / {
-            current = substr($0, 6); rest = current
-            sub(/ \.\.\. .*$/, "", current); sub(/^.* \.\.\. /, "", rest)
-            if (rest ~ /^SKIP:/) skip[current] = 1
-            next
-        }
-        /^failures:$/ { failures_list = 1; next }
-        /^successes:$/ { failures_list = 0; next }
-        failures_list && /^    [^ ]/ { failed[substr($0, 5)] = 1 }
-        /^SKIP:/ && current != "" { skip[current] = 1 }
-        END { for (name in skip) if (!(name in failed)) print name }
-    ' "$1" | LC_ALL=C sort
-}
-
-run_limited() {
-    local limit="${GPU_TEST_TIMEOUT:-540}"
-    if [[ "$limit" != 0 ]] && command -v timeout >/dev/null 2>&1; then
-        timeout --kill-after=10 "$limit" "$@"
-    else
-        "$@"
-    fi
-}
-
-main() {
-    local run_benches=0 arg
-    local -a args=()
-    for arg in "$@"; do
-        if [[ "$arg" == --bench ]]; then
-            run_benches=1
-        else
-            args+=("$arg")
-        fi
-    done
-
-    tmp=$(mktemp -d)
-    trap 'rm -rf -- "$tmp"' EXIT
-
-    local passed=0 failed=0 skipped=0 ngpu
-    ngpu=$(count_gpus)
-    echo "==> $(date -u +%FT%TZ) $(hostname): $ngpu GPU(s); NCCL_TEST_REQUIRE_GPU=1 NCCL_NVLS_ENABLE=0; ${#TESTS[@]} test binaries, ${#BENCHES[@]} bench binaries"
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        nvidia-smi -L 2>&1 | sed 's/^/    /'
-        # How the GPUs are linked (NVLink, PCIe): the context of every
-        # multi-GPU figure.
-        if [[ "$ngpu" -gt 1 ]]; then
-            nvidia-smi topo -m 2>&1 | sed 's/^/    /'
-        fi
-    fi
-
-    local name exe rc result p f i n test
-    local -a tests skip_args names
-    for name in ${TESTS[@]+"${TESTS[@]}"}; do
-        exe="$BIN/$name"
-        echo
-        echo "==> $name"
-        if ! "$exe" --list --format terse ${args[@]+"${args[@]}"} >"$tmp/list" 2>&1; then
-            cat "$tmp/list"
-            echo "FAIL: $name: could not list its tests"
-            failed=$((failed + 1))
-            continue
-        fi
-        mapfile -t tests < <(sed -n 's/: test$//p' "$tmp/list")
-        n=${#tests[@]}
-        skip_args=()
-        if ((ngpu < 2)); then
-            for test in ${tests[@]+"${tests[@]}"}; do
-                if [[ "$test" == *multi_gpu* ]]; then
-                    echo "SKIP (needs 2+ GPUs, found $ngpu): $test"
-                    skipped=$((skipped + 1))
-                    n=$((n - 1))
-                fi
-            done
-            skip_args=(--skip multi_gpu)
-        fi
-        if ((n == 0)); then
-            echo "    nothing to run in $name"
-            continue
-        fi
-
-        run_limited "$exe" --test-threads=1 --nocapture ${skip_args[@]+"${skip_args[@]}"} \
-            ${args[@]+"${args[@]}"} 2>&1 | tee "$tmp/out"
-        rc=${PIPESTATUS[0]}
-
-        result=$(grep -E '^test result: ' "$tmp/out" | tail -n 1)
-        if [[ -z "$result" ]]; then
-            echo
-            if ((rc == 124 || rc == 137)); then
-                echo "FAIL: $name: timed out (GPU_TEST_TIMEOUT=${GPU_TEST_TIMEOUT:-540}s) before its test result line"
-            else
-                echo "FAIL: $name: exited with status $rc without a test result line"
-            fi
-            failed=$((failed + 1))
-            continue
-        fi
-        p=$(sed -E 's/.* ([0-9]+) passed;.*/\1/' <<<"$result")
-        f=$(sed -E 's/.* ([0-9]+) failed;.*/\1/' <<<"$result")
-        i=$(sed -E 's/.* ([0-9]+) ignored;.*/\1/' <<<"$result")
-        mapfile -t names < <(reported_skips "$tmp/out")
-        for test in ${names[@]+"${names[@]}"}; do
-            echo "SKIP (reported by the test): $test"
-        done
-        if ((${#names[@]} > p)); then
-            names=("${names[@]:0:p}")
-        fi
-        passed=$((passed + p - ${#names[@]}))
-        failed=$((failed + f))
-        skipped=$((skipped + i + ${#names[@]}))
-        if ((rc != 0 && f == 0)); then
-            echo "FAIL: $name: exited with status $rc although no test failed"
-            failed=$((failed + 1))
-        fi
-    done
-
-    if ((run_benches)); then
-        if ((${#BENCHES[@]} == 0)); then
-            echo
-            echo "==> --bench: no bench binaries in this bundle"
-        fi
-        for name in ${BENCHES[@]+"${BENCHES[@]}"}; do
-            echo
-            echo "==> $name --bench"
-            "$BIN/$name" --bench ${args[@]+"${args[@]}"} 2>&1
-            rc=$?
-            if ((rc == 0)); then
-                passed=$((passed + 1))
-            else
-                echo "FAIL: $name: bench exited with status $rc"
-                failed=$((failed + 1))
-            fi
-        done
-    fi
-
-    echo
-    if ((passed + failed == 0)); then
-        echo "FAIL: no test ran"
-    fi
-    echo "$passed passed, $failed failed, $skipped skipped"
-    ((failed == 0 && passed + failed > 0))
-}
-
-case "${1:-}" in
--h | --help)
-    usage
-    exit 0
-    ;;
-esac
-
-if [[ -n "${OUT:-}" ]]; then
-    mkdir -p "$OUT"
-    main "$@" 2>&1 | tee "$OUT/gpu-tests.log"
-    exit "${PIPESTATUS[0]}"
-fi
-main "$@"
-"#;
+const RUN_SH: &str = include_str!("gpu_bundle/run.sh");

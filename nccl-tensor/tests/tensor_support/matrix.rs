@@ -424,7 +424,8 @@ pub fn large<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
 }
 
 /// Every operation on empty buffers (zero-length views of one-element
-/// tensors, and zero-element cells over one-element storage): each returns
+/// tensors, and zero-element cells over one-element storage), at any world
+/// size (the all_gather lists have one empty output per rank): each returns
 /// `Status::Success` and touches nothing.
 pub fn empty<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
     let kept = [T::from_f64(3.0)];
@@ -491,7 +492,13 @@ pub fn empty<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
             send_recv_self(comm, &input, &mut output, stream),
             &label("send + recv in a group"),
         );
-        let mut list = [output];
+        let mut others: Vec<Tensor<T>> = (1..comm.world_size())
+            .map(|_| upload(stream, &poison))
+            .collect();
+        let mut list = vec![output];
+        for other in &mut others {
+            list.push(other.view_mut(0..0).expect("empty view"));
+        }
         ok(
             comm.all_gather(&mut list[..], &input, stream),
             &label("all_gather"),
@@ -552,8 +559,12 @@ pub fn empty<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
         send_recv_self(comm, &input, &output, stream),
         &label("cell send + recv in a group"),
     );
+    let mut list = vec![output.clone()];
+    for _ in 1..comm.world_size() {
+        list.push(TensorCell::strided(upload(stream, &poison), &[0], &[1]).expect("empty cell"));
+    }
     ok(
-        comm.all_gather(std::slice::from_ref(&output), &input, stream),
+        comm.all_gather(&list[..], &input, stream),
         &label("cell all_gather"),
     );
     // `to_vec` copies the whole storage (one element) of these views.

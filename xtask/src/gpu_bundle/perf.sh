@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The measurement run, on the GPU machine:
+#   perf.sh [OUT_DIR]      (default: $OUT/perf, or ./perf)
+# Writes topology.txt; raw-group, raw-group-caller, raw-group-blocking (the
+# group on blocking communicators) and raw-tensor as .txt, .jsonl and .svg;
+# and soak.txt. Ends with one line naming what failed, if anything.
+set -uo pipefail
+here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+out="${1:-${OUT:-.}/perf}"
+mkdir -p -- "$out"
+export NCCL_NVLS_ENABLE=0
+{ nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
+failed=()
+for run in raw,group: raw,group-caller: raw,group:blocking raw,tensor:; do
+    layers="${run%%:*}"
+    comms="${run#*:}"
+    name="${layers/,/-}${comms:+-$comms}"
+    echo "==> nccl-perf --compare $layers ${comms:+--group-comms $comms }-b 8 -e 4G -f 2 -c 1"
+    "$here/bin/benches-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
+        -b 8 -e 4G -f 2 -c 1 --json "$out/$name.jsonl" --plot "$out/$name.svg" \
+        >"$out/$name.txt" 2>&1 || failed+=("nccl-perf $name")
+    grep -E '^# (Collective|Median ratio|Out of bounds)' "$out/$name.txt"
+done
+echo "==> group-soak"
+"$here/bin/benches-group-soak" >"$out/soak.txt" 2>&1 || failed+=("group-soak")
+tail -1 "$out/soak.txt"
+if [[ ${#failed[@]} -eq 0 ]]; then
+    echo "perf.sh: all ran; results in $out"
+else
+    echo "perf.sh: failed: ${failed[*]}; results in $out"
+    exit 1
+fi
