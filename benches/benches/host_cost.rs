@@ -61,14 +61,12 @@
 //! bench measures for about a second: the whole run takes about a minute
 //! and a half on an H200.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use benches::BenchError;
+use benches::alloc_count::{CountingAllocator, counted};
 use benches::buffers::DeviceBuffers;
 use benches::collective::{Collective, Mode};
 use benches::layer::{
@@ -89,64 +87,6 @@ const CHUNK: u64 = 256;
 const COUNTED_CALLS: u32 = 1000;
 /// Bytes of the copy-bandwidth bench.
 const COPY_BYTES: usize = 256 << 20;
-
-/// Counts the allocations (and reallocations) of the Rust heap made by a
-/// thread while it has counting switched on ([`counted`]), so no other
-/// thread can disturb a window.
-struct CountingAllocator;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Whether this thread's allocations are counted. Const-initialised and
-    /// without a destructor, so reading it never allocates.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note_allocation() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Runs `f` with this thread's allocations counted: its result and the count.
-fn counted<R>(f: impl FnOnce() -> R) -> (R, u64) {
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    COUNTING.with(|counting| counting.set(true));
-    let result = f();
-    COUNTING.with(|counting| counting.set(false));
-    (result, ALLOCATIONS.load(Ordering::Relaxed) - before)
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees are this allocator's; the counting
-// touches only an atomic and a const thread-local `Cell<bool>`, neither of
-// which allocates.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: the caller's contract for `alloc_zeroed` is passed on unchanged.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: `ptr` came from this allocator, which got it from `System`;
-        // the caller's contract for `realloc` is passed on unchanged.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator, which got it from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;

@@ -1,4 +1,5 @@
-//! Errors of `nccl-perf` and the exit status each one gives.
+//! Errors of `nccl-perf` (and the other bench binaries) and the exit
+//! status each one gives.
 
 /// Every way a benchmark run can fail.
 #[non_exhaustive]
@@ -21,6 +22,11 @@ pub enum BenchError {
     /// an argument check, NCCL, or an event sync), or destroying it did.
     #[error("group layer: {0}")]
     Group(#[from] nccl_group::GroupError),
+    /// The store the ranks of a launch meet at failed, or the launch's
+    /// variables (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ...) are malformed
+    /// (exit status 2 then: the message names the variable).
+    #[error("rendezvous store: {0}")]
+    Store(#[from] nccl_group::StoreError),
     /// Capturing a layer's calls in a CUDA graph (`-G`) failed.
     #[error(
         "capturing {iters} {collective} call(s) of the {layer} layer in a CUDA graph (-G) failed: {source}"
@@ -73,6 +79,10 @@ pub enum BenchError {
     /// Every rank thread ended without reporting the rest of the run.
     #[error("the rank threads ended without reporting (a rank thread panicked?)")]
     Lost,
+    /// A layer's steady-state calls allocated on the Rust heap beyond its
+    /// allowance (the message names the layers and the counts).
+    #[error("steady-state heap allocations: {0}")]
+    Allocations(String),
     /// Another rank failed and this one was told to stop.
     #[error("stopped because another rank failed")]
     Stopped,
@@ -83,7 +93,9 @@ impl BenchError {
     /// or library and for unusable flags, 1 for a failed run.
     pub fn exit_code(&self) -> u8 {
         match self {
-            BenchError::Environment(_) | BenchError::Usage(_) => 2,
+            BenchError::Environment(_)
+            | BenchError::Usage(_)
+            | BenchError::Store(nccl_group::StoreError::Config { .. }) => 2,
             BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
                 source.exit_code()
             }
@@ -116,6 +128,11 @@ mod tests {
         assert_eq!(BenchError::Environment("no GPU".into()).exit_code(), 2);
         assert_eq!(BenchError::Usage("bad root".into()).exit_code(), 2);
         assert_eq!(BenchError::Stopped.exit_code(), 1);
+        let config = nccl_group::RendezvousConfig::from_vars(|name| {
+            (name == "WORLD_SIZE").then(|| "two".to_string())
+        })
+        .unwrap_err();
+        assert_eq!(BenchError::from(config).exit_code(), 2);
         let nested = BenchError::Rank {
             rank: 3,
             source: Box::new(BenchError::Nccl(nccl_core::Error::Aborted)),

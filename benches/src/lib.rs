@@ -22,6 +22,14 @@
 //! steady state, and large-message copy bandwidth; `group_cost` measures
 //! the process group's communicator-cache lookup.
 //!
+//! `world-cost` and `group-soak` run as every rank of a launch
+//! (`nccl-launch -n N target/release/world-cost`, or alone at world size
+//! 1): `world-cost` times the host cost of an 8-byte all_reduce through
+//! every layer (raw, core, tensor on blocking and nonblocking
+//! communicators, the group in its four modes) side by side, and
+//! `benches/scripts/torch_world_cost.py` does the same for torch.distributed;
+//! `group-soak` watches memory over many group all-reduces.
+//!
 //! Modules, one concern each:
 //! * [`cli`]: the flags (clap), `--compare` and size parsing (`128M`).
 //! * [`sizes`]: the size sweep, per-collective counts, bandwidths.
@@ -34,8 +42,12 @@
 //! * [`plot`]: the `--plot` SVG.
 //! * [`env`](mod@env): the CUDA driver, GPU and NCCL checks done before anything else.
 //! * [`runner`]: rank threads, interleaving layers and gathering rows.
+//! * [`world`]: the ranks of a launch (`nccl-launch -n N`) for the
+//!   binaries that run as every rank: store, unique ids, barriers.
+//! * [`alloc_count`]: the counting global allocator of the allocation checks.
 //! * [`error`]: errors and exit statuses.
 
+pub mod alloc_count;
 pub mod buffers;
 pub mod check;
 pub mod cli;
@@ -48,5 +60,6 @@ pub mod report;
 pub mod runner;
 pub mod sizes;
 pub mod timing;
+pub mod world;
 
 pub use error::BenchError;

@@ -6,6 +6,16 @@
 //! `ncclAllReduce` calls grows (NCCL 2.28.3 itself keeps about 176 bytes
 //! per call; `--baseline false` judges the growth in all).
 //!
+//! Alone it is world size 1. Run as every rank of a launch
+//! (`nccl-launch -n 2 target/release/group-soak`) it joins the launch's
+//! store (rank 0 hosts it on `MASTER_PORT`): its group is a group of every
+//! rank, and its raw and tensor communicators meet over unique ids rank 0
+//! shares there. Every rank prints its own rows and verdict; every rank
+//! exits 1 when any rank's memory grew beyond the allowance. The device
+//! figure is the GPU's used memory, so on simulated hosts (every rank on
+//! GPU 0) it holds every rank's growth, as the baseline's does; the ops/s
+//! there (sockets, one GPU) stand for no real world of that size.
+//!
 //! ```text
 //! group-soak [--ops 1000000] [--samples 10] [--sync-every 1000] [--warmup-samples 2] [--allow-mib 8]
 //!            [--mode group|tensor-blocking|tensor-nonblocking|raw] [--baseline true|false]
@@ -15,15 +25,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use benches::world::World;
 use clap::Parser;
 use cudarc::driver::CudaStream;
 use nccl_core::{Device, ReduceOp};
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
+use nccl_group::{GroupOptions, ProcessGroup};
 use nccl_tensor::Tensor;
 
 /// Many small group collectives, with memory sampled.
 #[derive(Parser, Debug)]
-#[command(name = "group-soak", about)]
+#[command(name = "group-soak")]
 struct Args {
     /// All-reduces in all.
     #[arg(long, default_value_t = 1_000_000)]
@@ -82,8 +93,11 @@ enum Issuer {
 }
 
 impl Issuer {
+    /// The issuer of `mode` for this rank of `world` (every rank creates
+    /// the same issuers in the same order).
     fn new(
         mode: Mode,
+        world: &World,
         device: &Device,
         stream: &Arc<CudaStream>,
         elements: usize,
@@ -91,24 +105,27 @@ impl Issuer {
         let tensor = Tensor::<f32>::zeros(stream, &[elements]).map_err(|e| e.to_string())?;
         let blocking = match mode {
             Mode::Group => {
-                let group = ProcessGroup::new(
-                    "soak",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default(),
-                )
-                .map_err(|e| e.to_string())?;
+                let group = world
+                    .group("soak", GroupOptions::default())
+                    .map_err(|e| e.to_string())?;
                 return Ok(Issuer::Group(group, Some(tensor)));
             }
             Mode::TensorBlocking | Mode::Raw => true,
             Mode::TensorNonblocking => false,
         };
         let config = nccl_core::Config::new().blocking(blocking);
-        let id = nccl_core::UniqueId::new().map_err(|e| e.to_string())?;
-        let core = nccl_core::Communicator::with_config(device.clone(), 1, id, 0, &config)
+        // One id per mode: the baseline and the judged mode never share one.
+        let id = world
+            .unique_id(&format!("{mode:?}"))
             .map_err(|e| e.to_string())?;
+        let core = nccl_core::Communicator::with_config(
+            device.clone(),
+            world.size as i32,
+            id,
+            world.rank as i32,
+            &config,
+        )
+        .map_err(|e| e.to_string())?;
         if mode == Mode::Raw {
             // A buffer of the driver's own, so cudarc records no events on it.
             let bytes = elements * std::mem::size_of::<f32>();
@@ -239,16 +256,21 @@ type Growth = (u64, u64);
 fn soak(
     mode: Mode,
     args: &Args,
+    world: &World,
     device: &Device,
     stream: &Arc<CudaStream>,
 ) -> Result<Growth, String> {
-    let mut issuer = Issuer::new(mode, device, stream, args.elements)?;
+    let mut issuer = Issuer::new(mode, world, device, stream, args.elements)?;
     let per_sample = (args.ops / args.samples.max(1)).max(1);
     let started = Instant::now();
     let mut samples = Vec::new();
     println!(
-        "# group-soak ({mode:?}): {} in-place all_reduces of {} x float, world size 1, CPU sync every {}",
-        args.ops, args.elements, args.sync_every
+        "# {}group-soak ({mode:?}): {} in-place all_reduces of {} x float, world size {}, CPU sync every {}",
+        rank_prefix(world),
+        args.ops,
+        args.elements,
+        world.size,
+        args.sync_every
     );
     println!("#        ops   seconds    ops/s   rss_MiB  device_MiB  pending");
     for op in 1..=args.ops {
@@ -290,7 +312,8 @@ fn soak(
     };
     let grown = (growth(|s| s.rss), growth(|s| s.device_used));
     println!(
-        "# {mode:?} after warm-up ({} samples): host RSS grew {:.2} MiB, device memory {:.2} MiB",
+        "# {}{mode:?} after warm-up ({} samples): host RSS grew {:.2} MiB, device memory {:.2} MiB",
+        rank_prefix(world),
         args.warmup_samples,
         mib(grown.0),
         mib(grown.1)
@@ -298,19 +321,30 @@ fn soak(
     Ok(grown)
 }
 
+/// `"rank r: "` in a world of several ranks, else nothing.
+fn rank_prefix(world: &World) -> String {
+    if world.size > 1 {
+        format!("rank {}: ", world.rank)
+    } else {
+        String::new()
+    }
+}
+
+/// This rank's soak and verdict, then every rank's: whether no rank grew.
 fn run(args: &Args) -> Result<bool, String> {
     if !nccl_core::cuda_driver_available() {
         return Err("no CUDA driver (libcuda.so.1) on this machine: group-soak needs a GPU".into());
     }
-    let device = Device::new(0).map_err(|e| e.to_string())?;
+    let world = World::from_env("group-soak").map_err(|e| e.to_string())?;
+    let device = Device::new(world.local_rank).map_err(|e| e.to_string())?;
     let stream = device.new_stream().map_err(|e| e.to_string())?;
     // NCCL's own calls may grow the process (they do in 2.28.3): the same
     // loop through nccl-core's raw call first tells what is NCCL's.
     let baseline = match (args.baseline, args.mode) {
-        (true, mode) if mode != Mode::Raw => Some(soak(Mode::Raw, args, &device, &stream)?),
+        (true, mode) if mode != Mode::Raw => Some(soak(Mode::Raw, args, &world, &device, &stream)?),
         _ => None,
     };
-    let (rss, device_used) = soak(args.mode, args, &device, &stream)?;
+    let (rss, device_used) = soak(args.mode, args, &world, &device, &stream)?;
     let (base_rss, base_device) = baseline.unwrap_or((0, 0));
     let (extra_rss, extra_device) = (
         rss.saturating_sub(base_rss),
@@ -324,14 +358,29 @@ fn run(args: &Args) -> Result<bool, String> {
         "in all"
     };
     println!(
-        "# {:?} grew {:.2} MiB of host RSS and {:.2} MiB of device memory {against} (allowed {} MiB each): {}",
+        "# {}{:?} grew {:.2} MiB of host RSS and {:.2} MiB of device memory {against} (allowed {} MiB each): {}",
+        rank_prefix(&world),
         args.mode,
         mib(extra_rss),
         mib(extra_device),
         args.allow_mib,
         if ok { "no growth" } else { "GROWTH" }
     );
-    Ok(ok)
+    let verdicts = world
+        .all_gather("verdict", &[f64::from(u8::from(ok))])
+        .map_err(|e| e.to_string())?;
+    let grown: Vec<usize> = (0..world.size)
+        .filter(|&rank| verdicts[rank] != [1.0])
+        .collect();
+    if world.size > 1 && world.rank == 0 {
+        if grown.is_empty() {
+            println!("# all {} ranks: no growth", world.size);
+        } else {
+            println!("# of {} ranks, GROWTH on ranks {grown:?}", world.size);
+        }
+    }
+    world.finish().map_err(|e| e.to_string())?;
+    Ok(grown.is_empty())
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,553 @@
+//! `world-cost`: what one in-place all_reduce of 2 f32 (8 bytes) costs the
+//! host through every layer of the workspace, side by side in one process
+//! and one run, at the world size of the launch:
+//!
+//! | layer | one call |
+//! |---|---|
+//! | `raw` | nccl-sys's `ncclAllReduce` pointer on the raw handle of a blocking communicator (benches' `RawLayer`) |
+//! | `core` | nccl-core's `Communicator::all_reduce` on that communicator (`CoreLayer`) |
+//! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
+//! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does |
+//! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
+//!
+//! Run it as every rank: `nccl-launch -n 2 target/release/world-cost`.
+//! Alone (no `RANK`/`WORLD_SIZE`) it is world size 1 over an in-process
+//! store, where NCCL enqueues no GPU work for an in-place collective. On
+//! simulated hosts (every rank on GPU 0 as a host of its own, NCCL over
+//! loopback sockets) only the host cost per call means anything: GPU time
+//! and bandwidth do not.
+//!
+//! Method: every rank issues the same calls in the same order (fixed
+//! counts: adaptive timing would deadlock across ranks). `--warmup` calls
+//! per layer (the groups' first calls create their communicators), then
+//! `--rounds` rounds in which every layer in turn, after a barrier of all
+//! ranks, makes `--iters` back-to-back calls, so drift hits every layer
+//! alike. Only that host loop is timed; the stream is synchronised after
+//! it (`sync_us`: that wait per call, a sign of how far the GPU ran
+//! behind). Rank 0 prints, per layer, the median and min over rounds of
+//! its µs per call and the ratios of the medians to `raw` and `tensor`,
+//! and the Rust heap allocations per call of the timed loops (the most of
+//! any round: 0 allowed, 1 for the groups, the record an operation's
+//! `Work` shares with the watchdog; a layer over its allowance fails the
+//! run);
+//! each rank's medians when ranks differ by more than 10%; and one JSON
+//! line per layer (also written to `--json FILE`), with the fields of
+//! `benches/scripts/torch_world_cost.py`'s.
+//!
+//! ```text
+//! world-cost [--iters 500] [--rounds 7] [--warmup 100] [--elements 2] [--layers raw,tensor,...] [--json FILE]
+//! ```
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use benches::BenchError;
+use benches::alloc_count::{CountingAllocator, counted};
+use benches::buffers::DeviceBuffers;
+use benches::collective::{Collective, Mode};
+use benches::layer::{Call, CoreLayer, Launch, Layer, RawLayer};
+use benches::timing::{median, per_call_us};
+use benches::world::World;
+use clap::Parser;
+use cudarc::driver::CudaStream;
+use nccl_core::{Config, DataType, Device, ReduceOp, Status};
+use nccl_group::{CommMode, GroupOptions, ProcessGroup, StreamMode};
+use nccl_tensor::{Communicator, Tensor};
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// What issues a layer's call.
+#[derive(Clone, Copy, Debug)]
+enum Issue {
+    Raw,
+    Core,
+    Tensor { blocking: bool },
+    Group(CommMode, StreamMode),
+}
+
+impl Issue {
+    /// The kind of nccl-tensor communicator the layer calls through
+    /// (`Some(blocking)`); the groups make their own.
+    /// Heap allocations a call may make in steady state: the group's one
+    /// shared operation record, nothing elsewhere.
+    fn allowed_allocations(self) -> u64 {
+        match self {
+            Issue::Group(..) => 1,
+            _ => 0,
+        }
+    }
+
+    fn communicator(self) -> Option<bool> {
+        match self {
+            Issue::Raw | Issue::Core => Some(true),
+            Issue::Tensor { blocking } => Some(blocking),
+            Issue::Group(..) => None,
+        }
+    }
+}
+
+/// A layer: its name (on the command line and in the output) and what
+/// issues its call.
+#[derive(Clone, Copy, Debug)]
+struct LayerSpec {
+    name: &'static str,
+    issue: Issue,
+}
+
+/// Every layer, in the default order (see the table in the crate docs).
+const LAYERS: [LayerSpec; 8] = {
+    use CommMode::{Blocking, Nonblocking};
+    use StreamMode::{Caller, Separate};
+    const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
+        LayerSpec { name, issue }
+    }
+    [
+        layer("raw", Issue::Raw),
+        layer("core", Issue::Core),
+        layer("tensor", Issue::Tensor { blocking: true }),
+        layer("tensor-nonblocking", Issue::Tensor { blocking: false }),
+        layer(
+            "group-nonblocking-separate",
+            Issue::Group(Nonblocking, Separate),
+        ),
+        layer(
+            "group-nonblocking-caller",
+            Issue::Group(Nonblocking, Caller),
+        ),
+        layer("group-blocking-separate", Issue::Group(Blocking, Separate)),
+        layer("group-blocking-caller", Issue::Group(Blocking, Caller)),
+    ]
+};
+
+/// Ranks whose medians differ by more than this factor get a line each.
+const RANK_SPREAD: f64 = 1.10;
+
+fn parse_layer(name: &str) -> Result<LayerSpec, String> {
+    LAYERS
+        .iter()
+        .find(|layer| layer.name == name)
+        .copied()
+        .ok_or_else(|| {
+            let names: Vec<&str> = LAYERS.iter().map(|layer| layer.name).collect();
+            format!("expected one of {}; got {name:?}", names.join(", "))
+        })
+}
+
+/// Host cost per call of an 8-byte in-place all_reduce, per layer, at the
+/// launch's world size.
+#[derive(Parser, Debug)]
+#[command(name = "world-cost")]
+struct Args {
+    /// Timed calls per layer and round.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Rounds: each layer is timed once per round, the layers interleaved.
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// Warm-up calls per layer before the rounds.
+    #[arg(long, default_value_t = 100)]
+    warmup: u32,
+    /// f32 elements all-reduced (2 = 8 bytes).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    elements: u32,
+    /// The layers to run, comma-separated, in this order (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = parse_layer)]
+    layers: Vec<LayerSpec>,
+    /// Also write the JSON lines to this file (on rank 0).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+impl Args {
+    /// The layers to run, each once.
+    fn layers(&self) -> Result<Vec<LayerSpec>, BenchError> {
+        if self.layers.is_empty() {
+            return Ok(LAYERS.to_vec());
+        }
+        for (index, layer) in self.layers.iter().enumerate() {
+            if self.layers[..index].iter().any(|l| l.name == layer.name) {
+                return Err(BenchError::Usage(format!(
+                    "--layers: expected each layer once; got {} twice",
+                    layer.name
+                )));
+            }
+        }
+        Ok(self.layers.clone())
+    }
+}
+
+/// A layer ready to be bound: what its call goes through and its buffer.
+enum State<'a> {
+    /// `raw` and `core`: benches' layer and the buffers its call points into.
+    Layered(Box<dyn Layer + 'a>, DeviceBuffers),
+    /// The tensor layers: the communicator and the tensor.
+    Tensor(&'a Communicator, Tensor<f32>),
+    /// A group layer: the group and its tensor, away while an operation has it.
+    Group(ProcessGroup, Option<Tensor<f32>>),
+}
+
+impl State<'_> {
+    /// One in-place all_reduce per call of the returned launcher.
+    fn launch<'s>(
+        &'s mut self,
+        world: &World,
+        stream: &'s Arc<CudaStream>,
+    ) -> Result<Launch<'s>, BenchError> {
+        Ok(match self {
+            State::Layered(layer, buffers) => {
+                let (_, recv) = buffers.addresses(stream);
+                let call = Call {
+                    collective: Collective::AllReduce,
+                    mode: Mode::InPlace,
+                    send: recv,
+                    recv,
+                    count: buffers.len(),
+                    dtype: DataType::Float32,
+                    op: ReduceOp::Sum,
+                    root: 0,
+                    rank: world.rank as i32,
+                    world: world.size as i32,
+                };
+                // SAFETY: both pointers are the receive buffer of
+                // `buffers`, whose `len` f32 the call reduces in place on
+                // the communicator's device; the launcher borrows
+                // `buffers`, so they outlive it; every rank makes the same
+                // calls in the same order (the fixed plan of `run`).
+                unsafe { layer.bind(&call, buffers)? }
+            }
+            State::Tensor(comm, tensor) => {
+                let comm = *comm;
+                Box::new(move || {
+                    if comm.all_reduce(&mut *tensor, ReduceOp::Sum, stream)? == Status::InProgress {
+                        comm.core().wait_ready("all_reduce")?;
+                    }
+                    Ok(())
+                })
+            }
+            State::Group(group, slot) => {
+                let group: &ProcessGroup = group;
+                Box::new(move || {
+                    let tensor = slot.take().ok_or_else(|| {
+                        BenchError::Usage(
+                            "internal error: a failed operation kept the tensor".into(),
+                        )
+                    })?;
+                    let work = group
+                        .all_reduce(tensor, ReduceOp::Sum, stream)
+                        .map_err(|failed| failed.error)?;
+                    *slot = Some(work.wait()?);
+                    Ok(())
+                })
+            }
+        })
+    }
+}
+
+/// One timed loop: µs per call of the host loop and of the wait after it,
+/// and the heap allocations of the loop.
+type Round = (f64, f64, u64);
+
+/// `calls` calls of `launch`, then a synchronisation.
+fn timed(launch: &mut Launch<'_>, calls: u32, stream: &CudaStream) -> Result<Round, BenchError> {
+    let start = Instant::now();
+    let (launched, allocations) = counted(|| (0..calls).try_for_each(|_| launch()));
+    launched?;
+    let host = start.elapsed();
+    stream
+        .synchronize()
+        .map_err(BenchError::cuda("synchronizing after a timed loop"))?;
+    let waited = start.elapsed() - host;
+    let per_call = |time: std::time::Duration| per_call_us(time.as_secs_f64(), calls.into());
+    Ok((per_call(host), per_call(waited), allocations))
+}
+
+/// One layer's figures on one rank, µs per call.
+struct Figures {
+    median: f64,
+    min: f64,
+    sync: f64,
+    /// Heap allocations per call, the most of any round.
+    allocations: f64,
+}
+
+impl Figures {
+    /// From each round's figures, of `calls` calls each.
+    fn of(rounds: &[Round], calls: u32) -> Self {
+        let host: Vec<f64> = rounds.iter().map(|round| round.0).collect();
+        let sync: Vec<f64> = rounds.iter().map(|round| round.1).collect();
+        Self {
+            median: median(&host).unwrap_or(f64::NAN),
+            min: host.iter().copied().fold(f64::INFINITY, f64::min),
+            sync: median(&sync).unwrap_or(f64::NAN),
+            allocations: rounds.iter().map(|round| round.2).max().unwrap_or(0) as f64
+                / f64::from(calls),
+        }
+    }
+}
+
+/// The nccl-tensor communicator of the kind `blocking`, over a unique id
+/// rank 0 shares.
+fn communicator(
+    world: &World,
+    device: &Device,
+    blocking: bool,
+) -> Result<Communicator, BenchError> {
+    let name = if blocking { "blocking" } else { "nonblocking" };
+    let id = world.unique_id(name)?;
+    let config = Config::new().blocking(blocking);
+    Ok(Communicator::with_config(
+        device.clone(),
+        world.size as i32,
+        id,
+        world.rank as i32,
+        &config,
+    )?)
+}
+
+fn run(args: &Args) -> Result<(), BenchError> {
+    let layers = args.layers()?;
+    if !nccl_core::cuda_driver_available() {
+        return Err(BenchError::Environment(
+            "no CUDA driver (libcuda.so.1) on this machine: world-cost needs an NVIDIA GPU".into(),
+        ));
+    }
+    let world = World::from_env("world-cost")?;
+    let device = Device::new(world.local_rank)?;
+    device.bind_to_thread()?;
+    let stream = device.new_stream()?;
+    let elements = args.elements as usize;
+    // Created collectively, in the same order on every rank: each kind
+    // of communicator (`true`: blocking) that a chosen layer calls through.
+    let mut comms: Vec<(bool, Communicator)> = Vec::new();
+    for blocking in [true, false] {
+        if layers
+            .iter()
+            .any(|layer| layer.issue.communicator() == Some(blocking))
+        {
+            comms.push((blocking, communicator(&world, &device, blocking)?));
+        }
+    }
+    let mut states = layers
+        .iter()
+        .map(|layer| -> Result<State<'_>, BenchError> {
+            let tensor = || Tensor::zeros(&stream, &[elements]);
+            if let Issue::Group(comm_mode, stream_mode) = layer.issue {
+                let options = GroupOptions::default()
+                    .with_comm_mode(comm_mode)
+                    .with_stream_mode(stream_mode);
+                let group = world.group(&format!("world-cost-{}", layer.name), options)?;
+                return Ok(State::Group(group, Some(tensor()?)));
+            }
+            let comm = comms
+                .iter()
+                .find(|(blocking, _)| Some(*blocking) == layer.issue.communicator())
+                .map(|(_, comm)| comm)
+                .ok_or_else(|| {
+                    BenchError::Usage(format!(
+                        "internal error: no communicator for {}",
+                        layer.name
+                    ))
+                })?;
+            let buffers = || DeviceBuffers::alloc(DataType::Float32, elements, &stream);
+            Ok(match layer.issue {
+                Issue::Raw => {
+                    State::Layered(Box::new(RawLayer::new(comm.core(), &stream)?), buffers()?)
+                }
+                Issue::Core => {
+                    State::Layered(Box::new(CoreLayer::new(comm.core(), &stream)), buffers()?)
+                }
+                _ => State::Tensor(comm, tensor()?),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut rounds = vec![Vec::new(); layers.len()];
+    {
+        let mut launches = states
+            .iter_mut()
+            .map(|state| state.launch(&world, &stream))
+            .collect::<Result<Vec<_>, _>>()?;
+        for launch in &mut launches {
+            timed(launch, args.warmup, &stream)?;
+        }
+        for _ in 0..args.rounds {
+            for (launch, times) in launches.iter_mut().zip(&mut rounds) {
+                world.barrier()?;
+                times.push(timed(launch, args.iters, &stream)?);
+            }
+        }
+    }
+    let figures: Vec<Figures> = rounds
+        .iter()
+        .map(|times| Figures::of(times, args.iters))
+        .collect();
+    let medians: Vec<f64> = figures.iter().map(|f| f.median).collect();
+    let per_rank = world.all_gather("medians", &medians)?;
+    if world.rank == 0 {
+        let gpu = device
+            .context()
+            .name()
+            .unwrap_or_else(|_| "unknown GPU".into());
+        let nccl = nccl_core::version()?.to_string();
+        report(args, &world, &layers, &figures, &per_rank, &nccl, &gpu)?;
+    }
+    let over: Vec<String> = layers
+        .iter()
+        .zip(&figures)
+        .filter(|(layer, f)| f.allocations > layer.issue.allowed_allocations() as f64)
+        .map(|(layer, f)| {
+            format!(
+                "{} {:.3} (allowed {})",
+                layer.name,
+                f.allocations,
+                layer.issue.allowed_allocations()
+            )
+        })
+        .collect();
+    // Collective teardown, in the same order on every rank.
+    for state in &states {
+        if let State::Group(group, _) = state {
+            group.destroy()?;
+        }
+    }
+    states.clear();
+    for (_, comm) in &comms {
+        comm.core().finalize()?;
+    }
+    let rank = world.rank;
+    world.finish()?;
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(BenchError::Allocations(format!(
+            "rank {rank}, per call over the allowance: {}",
+            over.join(", ")
+        )))
+    }
+}
+
+/// Rank 0's table, per-rank lines and JSON lines (to stdout, and to
+/// `--json FILE`).
+fn report(
+    args: &Args,
+    world: &World,
+    layers: &[LayerSpec],
+    figures: &[Figures],
+    per_rank: &[Vec<f64>],
+    nccl: &str,
+    gpu: &str,
+) -> Result<(), BenchError> {
+    let median_of = |name: &str| {
+        let index = layers.iter().position(|layer| layer.name == name)?;
+        Some(figures[index].median)
+    };
+    let (raw, tensor) = (median_of("raw"), median_of("tensor"));
+    let ratio = |base: Option<f64>, value: f64| base.map(|base| value / base);
+    let shown = |ratio: Option<f64>| ratio.map_or_else(|| "-".to_string(), |r| format!("{r:.2}"));
+    let hosts = if world.simulated_hosts {
+        "simulated hosts on one GPU: only host cost per call means anything"
+    } else {
+        "a GPU per rank"
+    };
+    let mut out = format!(
+        "# world-cost: in-place all_reduce of {} x f32 ({} B), world size {} ({hosts}), NCCL {nccl}, {gpu}\n\
+         # {} warm-up calls per layer, then {} rounds of {} timed calls per layer, interleaved; µs per call\n\
+         # of the host loop (median and min over rounds) and of the synchronisation after it (median)\n\
+         # {:<26} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11}\n",
+        args.elements,
+        args.elements * 4,
+        world.size,
+        args.warmup,
+        args.rounds,
+        args.iters,
+        "layer",
+        "median_us",
+        "min_us",
+        "sync_us",
+        "x raw",
+        "x tensor",
+        "allocs/call"
+    );
+    let mut json = Vec::with_capacity(layers.len());
+    for (index, (layer, f)) in layers.iter().zip(figures).enumerate() {
+        let (vs_raw, vs_tensor) = (ratio(raw, f.median), ratio(tensor, f.median));
+        out += &format!(
+            "  {:<26} {:>10.2} {:>10.2} {:>10.2} {:>8} {:>9} {:>11.3}\n",
+            layer.name,
+            f.median,
+            f.min,
+            f.sync,
+            shown(vs_raw),
+            shown(vs_tensor),
+            f.allocations
+        );
+        let rank_medians: Vec<f64> = per_rank.iter().map(|medians| medians[index]).collect();
+        json.push(
+            serde_json::json!({
+                "bench": "world-cost",
+                "world_size": world.size,
+                "simulated_hosts": world.simulated_hosts,
+                "layer": layer.name,
+                "median_us": f.median,
+                "min_us": f.min,
+                "sync_us": f.sync,
+                "rank_medians_us": rank_medians,
+                "vs_raw": vs_raw,
+                "vs_tensor": vs_tensor,
+                "allocations_per_call": f.allocations,
+                "elements": args.elements,
+                "iters": args.iters,
+                "rounds": args.rounds,
+                "warmup": args.warmup,
+                "nccl_version": nccl,
+                "gpu": gpu,
+            })
+            .to_string(),
+        );
+    }
+    let spread = (0..layers.len()).any(|index| {
+        let values = per_rank.iter().map(|medians| medians[index]);
+        let (low, high) = values.fold((f64::INFINITY, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
+        high > low * RANK_SPREAD
+    });
+    if spread {
+        out += &format!(
+            "# the ranks' medians differ by more than {:.0}% (µs per call):\n",
+            (RANK_SPREAD - 1.0) * 100.0
+        );
+        for (rank, medians) in per_rank.iter().enumerate() {
+            let cells: Vec<String> = layers
+                .iter()
+                .zip(medians)
+                .map(|(layer, median)| format!("{} {median:.2}", layer.name))
+                .collect();
+            out += &format!("rank {rank}: {}\n", cells.join(", "));
+        }
+    }
+    let lines = json.join("\n") + "\n";
+    out += &lines;
+    let io = |what: String| move |source: std::io::Error| BenchError::Io { what, source };
+    std::io::stdout()
+        .lock()
+        .write_all(out.as_bytes())
+        .map_err(io("standard output".into()))?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, lines).map_err(io(format!("the JSON file {}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "world-cost: error: {}", error.one_line());
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
