@@ -37,11 +37,15 @@ pub struct GroupOptions {
     /// NCCL streams per device (round robin across communicators); used by
     /// the operations issued with [`StreamMode::Separate`].
     pub streams_per_device: usize,
-    /// Which stream operations run on. Default [`StreamMode::Separate`];
-    /// override per call with [`ProcessGroup::with_stream_mode`].
+    /// Which stream operations run on. Default [`StreamMode::Caller`];
+    /// override per call with [`ProcessGroup::with_stream_mode`] (e.g.
+    /// [`StreamMode::Separate`] for an operation that should overlap
+    /// compute queued after it).
     pub stream_mode: StreamMode,
     /// Nonblocking or blocking NCCL communicators. Default
-    /// [`CommMode::Nonblocking`].
+    /// [`CommMode::Blocking`] (as PyTorch's), the one whose per-operation
+    /// cost stays near nccl-tensor's at world sizes above 1 (the README's
+    /// world-size table has the figures).
     pub comm_mode: CommMode,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
@@ -74,8 +78,8 @@ impl Default for GroupOptions {
     fn default() -> Self {
         Self {
             streams_per_device: 1,
-            stream_mode: StreamMode::Separate,
-            comm_mode: CommMode::Nonblocking,
+            stream_mode: StreamMode::Caller,
+            comm_mode: CommMode::Blocking,
             high_priority: false,
             timeout: crate::store::DEFAULT_TIMEOUT,
             op_timeout: DEFAULT_OP_TIMEOUT,
@@ -97,14 +101,16 @@ pub enum StreamMode {
     /// waits for an event recorded on the caller's stream, and
     /// [`Work::wait`] makes the caller's stream wait for the operation's
     /// end. The caller's stream is free for other work meanwhile (compute
-    /// overlaps communication).
-    #[default]
+    /// overlaps communication), at the price of the handoff: two event
+    /// records and two stream waits per operation.
     Separate,
     /// On the caller's stream: no event handoff between streams (three
     /// driver calls fewer per operation, and no cross-stream latency on
     /// the GPU), [`Work::wait`] has nothing to do, but everything queued
     /// after the operation on that stream waits for it. For callers that
-    /// wait at once anyway (as PyTorch's `async_op=False`).
+    /// wait at once anyway (as PyTorch's `async_op=False`). The default:
+    /// the group's call then costs about what nccl-tensor's does.
+    #[default]
     Caller,
 }
 
@@ -120,8 +126,8 @@ pub enum CommMode {
     /// some 30 to 45 us per operation on an H200 (a send and a receive to
     /// self, against 1.2 to 2.4 us on a blocking communicator; see the
     /// README). At world size 1 NCCL shortcuts the collectives, so their
-    /// cost there does not show it.
-    #[default]
+    /// cost there does not show it. For whoever needs an abort to
+    /// interrupt any call, even one stuck inside NCCL before its deadline.
     Nonblocking,
     /// Blocking communicators: operations are enqueued on the calling
     /// thread at NCCL's normal cost. Creation is still bounded by
@@ -133,7 +139,8 @@ pub enum CommMode {
     /// the NCCL call (as PyTorch's watchdog does). An NCCL error returned
     /// by an operation's calls fails the group as well, since part of the
     /// operation may have launched. `destroy` runs each finalize on a
-    /// helper thread bounded by the timeout.
+    /// helper thread bounded by the timeout. The default.
+    #[default]
     Blocking,
 }
 

@@ -447,34 +447,32 @@ fn pattern(iteration: usize, len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Options running operations on the caller's stream.
-fn caller() -> GroupOptions {
-    GroupOptions::default().with_stream_mode(StreamMode::Caller)
-}
-
+/// The defaults are blocking communicators and the caller's stream; the
+/// other choices of each switch get the same matrix.
 #[test]
-fn gpu_every_op_with_blocking_communicators() {
+fn gpu_every_op_with_nonblocking_communicators() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    let blocking = || GroupOptions::default().with_comm_mode(CommMode::Blocking);
-    every_op_single::<f32>(&devices[0], "blocking-single-f32", blocking());
-    every_op_multi::<f32>(&devices[0], "blocking-multi-f32", blocking());
+    let nonblocking = || GroupOptions::default().with_comm_mode(CommMode::Nonblocking);
+    every_op_single::<f32>(&devices[0], "nonblocking-single-f32", nonblocking());
+    every_op_multi::<f32>(&devices[0], "nonblocking-multi-f32", nonblocking());
     every_op_single::<half::f16>(
         &devices[0],
-        "blocking-caller-single-f16",
-        blocking().with_stream_mode(StreamMode::Caller),
+        "nonblocking-separate-single-f16",
+        nonblocking().with_stream_mode(StreamMode::Separate),
     );
 }
 
 #[test]
-fn gpu_every_op_on_the_callers_stream() {
+fn gpu_every_op_on_the_groups_nccl_stream() {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_single::<f32>(&devices[0], "caller-single-f32", caller());
-    every_op_single::<half::f16>(&devices[0], "caller-single-f16", caller());
-    every_op_multi::<f32>(&devices[0], "caller-multi-f32", caller());
+    let separate = || GroupOptions::default().with_stream_mode(StreamMode::Separate);
+    every_op_single::<f32>(&devices[0], "separate-single-f32", separate());
+    every_op_single::<half::f16>(&devices[0], "separate-single-f16", separate());
+    every_op_multi::<f32>(&devices[0], "separate-multi-f32", separate());
 }
 
 #[test]
