@@ -109,10 +109,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,
 
-    /// The kind of NCCL communicator the group layers' process groups create: nonblocking
-    /// (every wait bounded; NCCL ends each group with other ranks on a thread of its own)
-    /// or blocking (NCCL's normal enqueue cost).
-    #[arg(long, value_enum, default_value_t = GroupComms::Nonblocking)]
+    /// The kind of NCCL communicator the group layers' process groups create: blocking
+    /// (NCCL's normal enqueue cost; the group's default) or nonblocking (every wait
+    /// bounded; NCCL ends each group with other ranks on a thread of its own).
+    #[arg(long, value_enum, default_value_t = GroupComms::Blocking)]
     pub group_comms: GroupComms,
 
     /// Run two layers, A (the baseline) and B, interleaved in this process on the same

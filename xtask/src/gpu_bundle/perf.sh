@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The measurement run, on the GPU machine:
 #   perf.sh [OUT_DIR]      (default: $OUT/perf, or ./perf)
-# Writes topology.txt; raw-group, raw-group-caller, raw-group-blocking (the
-# group on blocking communicators) and raw-tensor as .txt, .jsonl and .svg;
+# Writes topology.txt; raw-group, raw-group-caller, raw-group-nonblocking (the
+# group on nonblocking communicators) and raw-tensor as .txt, .jsonl and .svg;
 # and soak.txt. Ends with one line naming what failed, if anything.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,7 +11,7 @@ mkdir -p -- "$out"
 export NCCL_NVLS_ENABLE=0
 { nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
 failed=()
-for run in raw,group: raw,group-caller: raw,group:blocking raw,tensor:; do
+for run in raw,group: raw,group-caller: raw,group:nonblocking raw,tensor:; do
     layers="${run%%:*}"
     comms="${run#*:}"
     name="${layers/,/-}${comms:+-$comms}"
