@@ -38,7 +38,8 @@ use criterion::Criterion;
 use nccl_core::{DataType, UniqueId};
 use nccl_group::OpState;
 use nccl_group::recorder::{FlightRecorder, OpDescription};
-use nccl_group::{CommCache, CommFactory, CommKey, DeviceList, InProcessStore, Membership, Store};
+use nccl_group::testing::{CommCache, CommFactory, CommKey, DeviceList, Membership};
+use nccl_group::{InProcessStore, Store};
 
 /// A factory that makes plain numbers: the cache's own cost, without NCCL.
 struct Numbers;

@@ -17,7 +17,7 @@ use nccl_core::{DataType, Group, ReduceOp, Status};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{Communicator, NcclType, Tensor, TypedBuffer};
 
-pub use factory::{LocalComms, Member, NcclFactory};
+pub(crate) use factory::{LocalComms, Member, NcclFactory};
 
 use crate::cache::OnceMap;
 use crate::comms::{CommCache, Membership};

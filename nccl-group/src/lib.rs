@@ -41,19 +41,27 @@ pub mod store;
 mod watchdog;
 mod work;
 
-pub use cache::OnceMap;
-pub use comms::{CommCache, CommFactory, Membership};
 pub use error::{GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
-    CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, LocalComms, Member, NcclFactory,
-    OpResult, ProcessGroup, StreamMode,
+    CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, OpResult, ProcessGroup,
+    StreamMode,
 };
-pub use key::{CommClass, CommKey, DeviceList, MAX_LOCAL_DEVICES};
-pub use pool::DevicePool;
+pub use key::MAX_LOCAL_DEVICES;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError, StoreSpec,
     TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
 };
 pub use work::{Work, WorkBuffers};
+
+/// The group's inner parts, exported for its own tests and benches only:
+/// the communicator cache and its factory seam, the membership handshake,
+/// the cache keys and the event pool. Not a stable API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::cache::OnceMap;
+    pub use crate::comms::{CommCache, CommFactory, Membership};
+    pub use crate::key::{CommClass, CommKey, DeviceList};
+    pub use crate::pool::DevicePool;
+}

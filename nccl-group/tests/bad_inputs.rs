@@ -16,9 +16,8 @@ use std::time::Duration;
 
 use nccl_core::nccl_sys::{self, Version};
 use nccl_core::{Config, DataType, ReduceOp, Reduction, UniqueId, scalar_bytes};
-use nccl_group::{
-    DeviceList, InProcessStore, Membership, PrefixStore, RendezvousConfig, StoreSpec,
-};
+use nccl_group::testing::{DeviceList, Membership};
+use nccl_group::{InProcessStore, PrefixStore, RendezvousConfig, StoreSpec};
 use nccl_tensor::BufferDesc;
 use nccl_tensor::checks::{self, CommInfo};
 

@@ -19,10 +19,8 @@ use std::time::{Duration, Instant};
 mod support;
 
 use nccl_core::UniqueId;
-use nccl_group::{
-    CommCache, CommFactory, CommKey, DeviceList, GroupError, InProcessStore, Membership, OnceMap,
-    Result, Store,
-};
+use nccl_group::testing::{CommCache, CommFactory, CommKey, DeviceList, Membership, OnceMap};
+use nccl_group::{GroupError, InProcessStore, Result, Store};
 use support::within;
 
 /// Generous bound for scenarios that finish in milliseconds when correct.

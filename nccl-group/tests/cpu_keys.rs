@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use nccl_group::{CommKey, DeviceList, GroupError, MAX_LOCAL_DEVICES};
+use nccl_group::testing::{CommKey, DeviceList};
+use nccl_group::{GroupError, MAX_LOCAL_DEVICES};
 
 fn list(ordinals: &[usize]) -> DeviceList {
     DeviceList::new(ordinals.iter().copied())
