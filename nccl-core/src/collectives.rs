@@ -1,16 +1,19 @@
 //! The raw collectives: `unsafe fn`s on device pointers and element counts.
 //! The safe, typed API is built on these by `nccl-tensor`.
 //!
-//! Every function checks what it can without touching memory (the
-//! communicator is live, root and peer are in range, the stream is on the
-//! communicator's device, the loaded NCCL knows the data type, a
-//! pre-multiplied sum belongs to this communicator and type) and leaves the
-//! rest to its `# Safety` contract.
+//! Each NCCL operation is described once, as an [`Op`]; a [`Call`] adds the
+//! buffers, count and data type. [`Communicator::issue`] checks what it can
+//! without touching memory (root and peer in range, the stream on the
+//! communicator's device, a data type the loaded NCCL knows, a
+//! pre-multiplied sum of this communicator and type) and leaves the rest to
+//! its `# Safety` contract; [`Communicator::issue_unchecked`] is for a
+//! caller that made those checks itself (nccl-tensor's plan step). The
+//! per-operation methods (`all_reduce`, ...) are `issue` with one `Op`.
 
 use std::ffi::c_void;
 
 use cudarc::driver::CudaStream;
-use nccl_sys::{cudaStream_t, ncclComm_t, ncclResult_t};
+use nccl_sys::{cudaStream_t, ncclResult_t};
 
 use crate::communicator::Communicator;
 use crate::datatype::DataType;
@@ -21,11 +24,143 @@ use crate::reduce_op::{ReduceOp, Reduction};
 /// See [`Communicator::reduction_pieces`].
 const ONE_RANK_CHUNK: usize = 4096;
 
+/// One NCCL operation and its scalar arguments: what a [`Call`] does.
+///
+/// `root` and `peer` are ranks of the communicator the call is issued on.
+/// Exhaustive on purpose: the layers above match on it, so a new operation
+/// is a compile error at every place that must describe it.
+#[derive(Clone, Copy, Debug)]
+pub enum Op<'r> {
+    /// `ncclAllReduce`: every rank gets the reduction of every rank's data.
+    AllReduce(Reduction<'r>),
+    /// `ncclBroadcast`: every rank gets `root`'s data.
+    Broadcast {
+        /// The rank whose data is sent.
+        root: i32,
+    },
+    /// `ncclReduce`: `root` gets the reduction of every rank's data.
+    Reduce {
+        /// The reduction.
+        op: Reduction<'r>,
+        /// The rank that gets the result.
+        root: i32,
+    },
+    /// `ncclAllGather`: every rank gets every rank's data, in rank order.
+    AllGather,
+    /// `ncclReduceScatter`: rank `r` gets block `r` of the reduction.
+    ReduceScatter(Reduction<'r>),
+    /// `ncclAlltoAll` (NCCL 2.28+): block `j` of rank `i`'s data goes to
+    /// block `i` of rank `j`.
+    AllToAll,
+    /// `ncclSend` to `peer`, which posts the matching [`Op::Recv`].
+    Send {
+        /// The receiving rank.
+        peer: i32,
+    },
+    /// `ncclRecv` from `peer`.
+    Recv {
+        /// The sending rank.
+        peer: i32,
+    },
+}
+
+impl<'r> Op<'r> {
+    /// The name torch.distributed and nccl-tests use (`all_reduce`).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Op::AllReduce(_) => "all_reduce",
+            Op::Broadcast { .. } => "broadcast",
+            Op::Reduce { .. } => "reduce",
+            Op::AllGather => "all_gather",
+            Op::ReduceScatter(_) => "reduce_scatter",
+            Op::AllToAll => "all_to_all",
+            Op::Send { .. } => "send",
+            Op::Recv { .. } => "recv",
+        }
+    }
+
+    /// The NCCL function the operation calls (`ncclAllReduce`).
+    pub const fn function(&self) -> &'static str {
+        match self {
+            Op::AllReduce(_) => "ncclAllReduce",
+            Op::Broadcast { .. } => "ncclBroadcast",
+            Op::Reduce { .. } => "ncclReduce",
+            Op::AllGather => "ncclAllGather",
+            Op::ReduceScatter(_) => "ncclReduceScatter",
+            Op::AllToAll => "ncclAlltoAll",
+            Op::Send { .. } => "ncclSend",
+            Op::Recv { .. } => "ncclRecv",
+        }
+    }
+
+    /// The reduction, for the operations that reduce.
+    pub const fn reduction(&self) -> Option<Reduction<'r>> {
+        match *self {
+            Op::AllReduce(op) | Op::Reduce { op, .. } | Op::ReduceScatter(op) => Some(op),
+            _ => None,
+        }
+    }
+
+    /// The root or peer, for the operations that have one, with what to
+    /// call it in an error (`root`, `dst` for a send's peer, `src` for a
+    /// receive's).
+    pub const fn rank_argument(&self) -> Option<(&'static str, i32)> {
+        match *self {
+            Op::Broadcast { root } | Op::Reduce { root, .. } => Some(("root", root)),
+            Op::Send { peer } => Some(("dst", peer)),
+            Op::Recv { peer } => Some(("src", peer)),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a send or a receive.
+    pub const fn is_point_to_point(&self) -> bool {
+        matches!(self, Op::Send { .. } | Op::Recv { .. })
+    }
+}
+
+/// One NCCL call on this rank: the operation, its buffers, the count and
+/// the data type (the communicator and stream come with the issue).
+///
+/// `count` is NCCL's count for the function: elements per rank's block for
+/// all_gather (`send_count`), reduce_scatter (`recv_count`) and all_to_all,
+/// the whole buffer otherwise. `send == recv` is in place for the
+/// reductions and broadcast; all_gather is in place when `send` is this
+/// rank's block of `recv`, reduce_scatter when `recv` is this rank's block
+/// of `send`. A send uses `send` only and a receive `recv` only (the other
+/// may be null).
+#[derive(Clone, Copy, Debug)]
+pub struct Call<'r> {
+    /// What to do.
+    pub op: Op<'r>,
+    /// The data this rank contributes (device address).
+    pub send: *const c_void,
+    /// Where this rank's result goes (device address).
+    pub recv: *mut c_void,
+    /// Elements, as NCCL counts them for `op`.
+    pub count: usize,
+    /// The element type.
+    pub dtype: DataType,
+}
+
 impl Communicator {
-    /// Common checks of every collective; returns the handles for the call.
-    #[inline]
-    fn prepare(&self, dtype: DataType, stream: &CudaStream) -> Result<(ncclComm_t, cudaStream_t)> {
-        let raw = self.raw_for_call()?;
+    /// What [`Communicator::issue`] checks before the call: root and peer
+    /// in range, the stream on this communicator's device, a data type the
+    /// loaded NCCL knows, a pre-multiplied sum of this communicator and
+    /// type.
+    ///
+    /// # Errors
+    /// The first check that fails.
+    pub fn check_call(&self, call: &Call<'_>, stream: &CudaStream) -> Result<()> {
+        if let Some((what, rank)) = call.op.rank_argument()
+            && !(0..self.world_size()).contains(&rank)
+        {
+            return Err(Error::RankOutOfRange {
+                what,
+                given: rank.into(),
+                world_size: self.world_size(),
+            });
+        }
         let stream_device = stream.context().ordinal();
         if stream_device != self.device().ordinal() {
             return Err(Error::InvalidArgument {
@@ -37,14 +172,147 @@ impl Communicator {
                 given: format!("a stream on device {stream_device}"),
             });
         }
-        if dtype.min_version() > self.library().version() {
+        let loaded = self.library().version();
+        if call.dtype.min_version() > loaded {
             return Err(Error::Unsupported {
-                feature: format!("data type {}", dtype.name()),
-                needed: dtype.min_version(),
-                loaded: self.library().version(),
+                feature: format!("data type {}", call.dtype.name()),
+                needed: call.dtype.min_version(),
+                loaded,
             });
         }
-        Ok((raw, stream.cu_stream() as cudaStream_t))
+        match call.op.reduction() {
+            Some(reduction) => reduction.check_usable(self, call.dtype),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks `call` ([`Communicator::check_call`]) and enqueues it on
+    /// `stream`.
+    ///
+    /// # Safety
+    /// `send` and `recv` are device pointers on this communicator's device,
+    /// valid until the operation completes on `stream` for the elements of
+    /// `dtype` the operation reads (`send`) and writes (`recv`), as
+    /// [`Call`] counts them; they are equal (in place) or do not overlap.
+    /// Every rank makes the matching call. A send or receive to this rank
+    /// itself hangs unless issued inside one [`Group`](crate::Group)
+    /// together with its other half.
+    ///
+    /// # Errors
+    /// A failed check, an aborted or finalized communicator, a function
+    /// the loaded libnccl lacks, or NCCL's error.
+    pub unsafe fn issue(&self, call: Call<'_>, stream: &CudaStream) -> Result<Status> {
+        self.check_call(&call, stream)?;
+        // SAFETY: checked above; the buffers are the caller's contract.
+        unsafe { self.issue_unchecked(call, stream) }
+    }
+
+    /// Enqueues `call` on `stream` without [`Communicator::check_call`]'s
+    /// checks, for a caller that made them (nccl-tensor plans every
+    /// operation before issuing it). Whether the communicator is live is
+    /// still checked.
+    ///
+    /// # Safety
+    /// As [`Communicator::issue`], and `call` and `stream` pass
+    /// [`Communicator::check_call`].
+    ///
+    /// # Errors
+    /// An aborted or finalized communicator, a function the loaded libnccl
+    /// lacks, or NCCL's error.
+    #[inline]
+    pub unsafe fn issue_unchecked(&self, call: Call<'_>, stream: &CudaStream) -> Result<Status> {
+        let comm = self.raw_for_call()?;
+        let stream = stream.cu_stream() as cudaStream_t;
+        let functions = self.library().functions();
+        let Call {
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+        } = call;
+        let raw_dtype = dtype.to_raw();
+        let function = op.function();
+        // The SAFETY notes below lean on: the handles are live (checked
+        // above), the stream is on the communicator's device and the
+        // arguments are in range (the caller's contract with `check_call`),
+        // and the buffers, and every piece of them, are the caller's contract.
+        let result = match op {
+            Op::AllReduce(reduction) => {
+                let (f, raw_op) = (functions.ncclAllReduce()?, reduction.to_raw());
+                let buffers = (send, recv);
+                return self.issue_reduction(
+                    function,
+                    reduction,
+                    dtype,
+                    count,
+                    buffers,
+                    |s, r, n| {
+                        // SAFETY: as noted above.
+                        unsafe { f(s, r, n, raw_dtype, raw_op, comm, stream) }
+                    },
+                );
+            }
+            Op::Reduce {
+                op: reduction,
+                root,
+            } => {
+                let (f, raw_op) = (functions.ncclReduce()?, reduction.to_raw());
+                let buffers = (send, recv);
+                return self.issue_reduction(
+                    function,
+                    reduction,
+                    dtype,
+                    count,
+                    buffers,
+                    |s, r, n| {
+                        // SAFETY: as noted above.
+                        unsafe { f(s, r, n, raw_dtype, raw_op, root, comm, stream) }
+                    },
+                );
+            }
+            Op::ReduceScatter(reduction) => {
+                let (f, raw_op) = (functions.ncclReduceScatter()?, reduction.to_raw());
+                let buffers = (send, recv);
+                return self.issue_reduction(
+                    function,
+                    reduction,
+                    dtype,
+                    count,
+                    buffers,
+                    |s, r, n| {
+                        // SAFETY: as noted above.
+                        unsafe { f(s, r, n, raw_dtype, raw_op, comm, stream) }
+                    },
+                );
+            }
+            Op::Broadcast { root } => {
+                let f = functions.ncclBroadcast()?;
+                // SAFETY: as noted above.
+                unsafe { f(send, recv, count, raw_dtype, root, comm, stream) }
+            }
+            Op::AllGather => {
+                let f = functions.ncclAllGather()?;
+                // SAFETY: as noted above.
+                unsafe { f(send, recv, count, raw_dtype, comm, stream) }
+            }
+            Op::AllToAll => {
+                let f = functions.ncclAlltoAll()?;
+                // SAFETY: as noted above.
+                unsafe { f(send, recv, count, raw_dtype, comm, stream) }
+            }
+            Op::Send { peer } => {
+                let f = functions.ncclSend()?;
+                // SAFETY: as noted above.
+                unsafe { f(send, count, raw_dtype, peer, comm, stream) }
+            }
+            Op::Recv { peer } => {
+                let f = functions.ncclRecv()?;
+                // SAFETY: as noted above.
+                unsafe { f(recv, count, raw_dtype, peer, comm, stream) }
+            }
+        };
+        check(self.library(), function, result)
     }
 
     /// The element counts to issue a reduction in: `(head, tail)`, with
@@ -71,55 +339,34 @@ impl Communicator {
     }
 
     /// Issues a reduction of `count` elements through `call(send, recv, n)`,
-    /// split as [`Communicator::reduction_pieces`] says.
+    /// split as [`Communicator::reduction_pieces`] says. With one rank a
+    /// reduce_scatter's block is the whole buffer, so the same split holds.
     #[inline]
     fn issue_reduction(
         &self,
         function: &'static str,
-        op: Reduction<'_>,
+        reduction: Reduction<'_>,
         dtype: DataType,
         count: usize,
         (send, recv): (*const c_void, *mut c_void),
         mut call: impl FnMut(*const c_void, *mut c_void, usize) -> ncclResult_t,
     ) -> Result<Status> {
-        let (head, tail) = self.reduction_pieces(op, count);
+        let (head, tail) = self.reduction_pieces(reduction, count);
         let status = check(self.library(), function, call(send, recv, head))?;
         if tail == 0 {
             return Ok(status);
         }
         let offset = head * dtype.size_bytes();
-        let tail_buffers = (
-            send.wrapping_byte_add(offset),
-            recv.wrapping_byte_add(offset),
-        );
-        check(
-            self.library(),
-            function,
-            call(tail_buffers.0, tail_buffers.1, tail),
-        )
-    }
-
-    #[inline]
-    fn check_rank(&self, what: &'static str, rank: i32) -> Result<()> {
-        if (0..self.world_size()).contains(&rank) {
-            Ok(())
-        } else {
-            Err(Error::RankOutOfRange {
-                what,
-                given: rank.into(),
-                world_size: self.world_size(),
-            })
-        }
+        let tail_send = send.wrapping_byte_add(offset);
+        let tail_recv = recv.wrapping_byte_add(offset);
+        check(self.library(), function, call(tail_send, tail_recv, tail))
     }
 
     /// `ncclAllReduce`: reduces `count` elements across ranks; every rank
-    /// gets the result in `recv`. `send == recv` is in-place.
+    /// gets the result in `recv`. `send == recv` is in place.
     ///
     /// # Safety
-    /// `send` and `recv` are device pointers on this communicator's device,
-    /// valid for `count` elements of `dtype` until the operation completes
-    /// on `stream` (`send` for reads, `recv` for writes); they either are
-    /// equal or do not overlap. Every rank makes the matching call.
+    /// As [`Communicator::issue`].
     pub unsafe fn all_reduce<'a>(
         &self,
         send: *const c_void,
@@ -129,30 +376,27 @@ impl Communicator {
         op: impl Into<Reduction<'a>>,
         stream: &CudaStream,
     ) -> Result<Status> {
-        let op = op.into();
-        op.check_usable(self, dtype)?;
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclAllReduce()?;
-        let buffers = (send, recv);
-        self.issue_reduction(
-            "ncclAllReduce",
-            op,
-            dtype,
-            count,
-            buffers,
-            |send, recv, n| {
-                // SAFETY: the handles are live (checked above); the buffers and
-                // every piece of them are the caller's contract.
-                unsafe { f(send, recv, n, dtype.to_raw(), op.to_raw(), comm, stream) }
-            },
-        )
+        let op = Op::AllReduce(op.into());
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclBroadcast`: copies `count` elements from `send` on rank `root`
     /// into `recv` on every rank. `send` is read on the root only.
     ///
     /// # Safety
-    /// As [`Communicator::all_reduce`], for `count` elements.
+    /// As [`Communicator::issue`].
     pub unsafe fn broadcast(
         &self,
         send: *const c_void,
@@ -162,19 +406,27 @@ impl Communicator {
         root: i32,
         stream: &CudaStream,
     ) -> Result<Status> {
-        self.check_rank("root", root)?;
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclBroadcast()?;
-        // SAFETY: as in `all_reduce`.
-        let result = unsafe { f(send, recv, count, dtype.to_raw(), root, comm, stream) };
-        check(self.library(), "ncclBroadcast", result)
+        let op = Op::Broadcast { root };
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclReduce`: reduces `count` elements across ranks into `recv` on
     /// rank `root` (`recv` is not touched elsewhere).
     ///
     /// # Safety
-    /// As [`Communicator::all_reduce`] (`recv` needs to be valid on the root only).
+    /// As [`Communicator::issue`] (`recv` needs to be valid on the root only).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn reduce<'a>(
         &self,
@@ -186,37 +438,30 @@ impl Communicator {
         root: i32,
         stream: &CudaStream,
     ) -> Result<Status> {
-        let op = op.into();
-        op.check_usable(self, dtype)?;
-        self.check_rank("root", root)?;
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclReduce()?;
-        let buffers = (send, recv);
-        self.issue_reduction("ncclReduce", op, dtype, count, buffers, |send, recv, n| {
-            // SAFETY: the handles are live (checked above); the buffers and
-            // every piece of them are the caller's contract.
-            unsafe {
-                f(
+        let op = Op::Reduce {
+            op: op.into(),
+            root,
+        };
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
                     send,
                     recv,
-                    n,
-                    dtype.to_raw(),
-                    op.to_raw(),
-                    root,
-                    comm,
-                    stream,
-                )
-            }
-        })
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclAllGather`: every rank contributes `send_count` elements; `recv`
-    /// receives `world_size * send_count` elements in rank order. In place
-    /// when `send == recv + rank * send_count` elements.
+    /// receives `world_size * send_count` elements in rank order.
     ///
     /// # Safety
-    /// `send` valid for `send_count` elements, `recv` for
-    /// `world_size * send_count`, as in [`Communicator::all_reduce`].
+    /// As [`Communicator::issue`].
     pub unsafe fn all_gather(
         &self,
         send: *const c_void,
@@ -225,20 +470,27 @@ impl Communicator {
         dtype: DataType,
         stream: &CudaStream,
     ) -> Result<Status> {
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclAllGather()?;
-        // SAFETY: as in `all_reduce`.
-        let result = unsafe { f(send, recv, send_count, dtype.to_raw(), comm, stream) };
-        check(self.library(), "ncclAllGather", result)
+        let (op, count) = (Op::AllGather, send_count);
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclReduceScatter`: reduces `world_size * recv_count` elements
     /// across ranks; rank `r` receives block `r` (`recv_count` elements).
-    /// In place when `recv == send + rank * recv_count` elements.
     ///
     /// # Safety
-    /// `send` valid for `world_size * recv_count` elements, `recv` for
-    /// `recv_count`, as in [`Communicator::all_reduce`].
+    /// As [`Communicator::issue`].
     pub unsafe fn reduce_scatter<'a>(
         &self,
         send: *const c_void,
@@ -248,31 +500,27 @@ impl Communicator {
         op: impl Into<Reduction<'a>>,
         stream: &CudaStream,
     ) -> Result<Status> {
-        let op = op.into();
-        op.check_usable(self, dtype)?;
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclReduceScatter()?;
-        let buffers = (send, recv);
-        self.issue_reduction(
-            "ncclReduceScatter",
-            op,
-            dtype,
-            recv_count,
-            buffers,
-            |send, recv, n| {
-                // SAFETY: the handles are live (checked above); the buffers and
-                // every piece of them are the caller's contract.
-                unsafe { f(send, recv, n, dtype.to_raw(), op.to_raw(), comm, stream) }
-            },
-        )
+        let (op, count) = (Op::ReduceScatter(op.into()), recv_count);
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclAlltoAll` (NCCL 2.28+): block `j` of `send` (`count` elements)
     /// goes to rank `j`, and block `i` of `recv` comes from rank `i`.
     ///
     /// # Safety
-    /// `send` and `recv` valid for `world_size * count` elements and not
-    /// overlapping, as in [`Communicator::all_reduce`].
+    /// As [`Communicator::issue`]; the buffers do not overlap.
     pub unsafe fn all_to_all(
         &self,
         send: *const c_void,
@@ -281,20 +529,27 @@ impl Communicator {
         dtype: DataType,
         stream: &CudaStream,
     ) -> Result<Status> {
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclAlltoAll()?;
-        // SAFETY: as in `all_reduce`.
-        let result = unsafe { f(send, recv, count, dtype.to_raw(), comm, stream) };
-        check(self.library(), "ncclAlltoAll", result)
+        let op = Op::AllToAll;
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclSend`: sends `count` elements to rank `peer`, which must post
     /// the matching [`Communicator::recv`].
     ///
     /// # Safety
-    /// `send` valid for `count` elements as in [`Communicator::all_reduce`].
-    /// A send to this rank itself hangs unless issued inside one
-    /// [`Group`](crate::Group) together with the matching receive.
+    /// As [`Communicator::issue`].
     pub unsafe fn send(
         &self,
         send: *const c_void,
@@ -303,19 +558,26 @@ impl Communicator {
         peer: i32,
         stream: &CudaStream,
     ) -> Result<Status> {
-        self.check_rank("peer", peer)?;
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclSend()?;
-        // SAFETY: as in `all_reduce`.
-        let result = unsafe { f(send, count, dtype.to_raw(), peer, comm, stream) };
-        check(self.library(), "ncclSend", result)
+        let (op, recv) = (Op::Send { peer }, std::ptr::null_mut());
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 
     /// `ncclRecv`: receives `count` elements from rank `peer`.
     ///
     /// # Safety
-    /// `recv` valid for `count` elements as in [`Communicator::all_reduce`];
-    /// the same self-peer rule as [`Communicator::send`].
+    /// As [`Communicator::issue`].
     pub unsafe fn recv(
         &self,
         recv: *mut c_void,
@@ -324,11 +586,19 @@ impl Communicator {
         peer: i32,
         stream: &CudaStream,
     ) -> Result<Status> {
-        self.check_rank("peer", peer)?;
-        let (comm, stream) = self.prepare(dtype, stream)?;
-        let f = self.library().functions().ncclRecv()?;
-        // SAFETY: as in `all_reduce`.
-        let result = unsafe { f(recv, count, dtype.to_raw(), peer, comm, stream) };
-        check(self.library(), "ncclRecv", result)
+        let (op, send) = (Op::Recv { peer }, std::ptr::null());
+        // SAFETY: the caller's contract is `issue`'s.
+        unsafe {
+            self.issue(
+                Call {
+                    op,
+                    send,
+                    recv,
+                    count,
+                    dtype,
+                },
+                stream,
+            )
+        }
     }
 }

@@ -46,7 +46,17 @@ struct Shared {
 // call made through `Shared` from other threads is ncclCommAbort, which NCCL
 // documents as the way to stop a communicator blocked in another thread.
 // `state` serialises who tears the handle down: exactly one CAS out of
-// LIVE/FINALIZED wins, so the handle is freed once and never used after.
+// LIVE/FINALIZED wins, so the handle is freed once, and no call that loads
+// the state after that CAS uses it. What the state cannot exclude: a call
+// on the owning thread that loaded LIVE in `raw_for_call` just before
+// another thread's abort reaches NCCL with the handle while, or after, the
+// abort tears it down. A call already inside NCCL is the case NCCL's abort
+// is made for (the call returns an error); one still between the load and
+// its NCCL entry point (a few instructions) races with the free, which
+// NCCL's contract does not cover. Callers that abort from another thread
+// while this one may issue (nccl-group's watchdog) accept that window, as
+// PyTorch's watchdog does; aborting from the owning thread, or after it
+// stopped issuing, has no such window.
 unsafe impl Send for Shared {}
 // SAFETY: as above; all mutation goes through the atomic `state`.
 unsafe impl Sync for Shared {}

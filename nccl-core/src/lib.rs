@@ -41,6 +41,7 @@ mod reduce_op;
 mod tracked;
 mod unique_id;
 
+pub use collectives::{Call, Op};
 pub use communicator::{AbortHandle, Communicator};
 pub use config::{Config, DEFAULT_TIMEOUT, RawConfig};
 pub use cudarc;

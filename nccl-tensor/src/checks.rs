@@ -1,6 +1,8 @@
-//! The argument checks of every operation, as pure functions of buffer
-//! descriptions and communicator facts: no CUDA, no NCCL, so they are
-//! tested on machines without a GPU.
+//! The argument rules every operation is checked with, as pure functions
+//! of buffer descriptions and communicator facts: no CUDA, no NCCL, so
+//! they are tested on machines without a GPU. Which rules an operation
+//! applies is written once, in [`Plan::new`](crate::Plan::new); the list
+//! form of `all_gather` has its own ([`all_gather_list`]).
 
 use nccl_core::nccl_sys::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
@@ -23,6 +25,20 @@ pub struct CommInfo {
     pub compute_capability: (i32, i32),
     /// Whether a [`nccl_core::Group`] is open on this thread.
     pub in_group: bool,
+}
+
+/// A stream on the communicator's device.
+pub fn stream(op: &'static str, stream_device: usize, info: &CommInfo) -> Result<()> {
+    if stream_device == info.device {
+        Ok(())
+    } else {
+        Err(Error::WrongDevice {
+            op,
+            what: "stream",
+            expected: info.device,
+            given: stream_device,
+        })
+    }
 }
 
 /// A buffer NCCL can use: on the communicator's device, contiguous, of a
@@ -172,86 +188,6 @@ pub fn reduction(
     Ok(())
 }
 
-/// In-place or out-of-place `all_reduce`: same type and length.
-pub fn all_reduce(
-    info: &CommInfo,
-    input: Option<&BufferDesc<'_>>,
-    output: &BufferDesc<'_>,
-    op: Reduction<'_>,
-) -> Result<()> {
-    const OP: &str = "all_reduce";
-    out_of_place_same_length(OP, info, input, output)?;
-    reduction(OP, op, output.dtype, info)
-}
-
-/// `broadcast`: a root in range; out of place, same type and length.
-pub fn broadcast(
-    info: &CommInfo,
-    input: Option<&BufferDesc<'_>>,
-    output: &BufferDesc<'_>,
-    root: i32,
-) -> Result<()> {
-    const OP: &str = "broadcast";
-    rank(OP, "root", root, info)?;
-    out_of_place_same_length(OP, info, input, output)
-}
-
-/// `reduce`: a root in range, a supported reduction; out of place, same
-/// type and length.
-pub fn reduce(
-    info: &CommInfo,
-    input: Option<&BufferDesc<'_>>,
-    output: &BufferDesc<'_>,
-    op: Reduction<'_>,
-    root: i32,
-) -> Result<()> {
-    const OP: &str = "reduce";
-    rank(OP, "root", root, info)?;
-    out_of_place_same_length(OP, info, input, output)?;
-    reduction(OP, op, output.dtype, info)
-}
-
-fn out_of_place_same_length(
-    op: &'static str,
-    info: &CommInfo,
-    input: Option<&BufferDesc<'_>>,
-    output: &BufferDesc<'_>,
-) -> Result<()> {
-    let what = if input.is_some() { "output" } else { "tensor" };
-    buffer(op, what, output, info)?;
-    if let Some(input) = input {
-        buffer(op, "input", input, info)?;
-        same_dtype(op, input, output)?;
-        length(
-            op,
-            "output",
-            input.len,
-            output.len,
-            "the same number of elements as the input",
-        )?;
-    }
-    Ok(())
-}
-
-/// `all_gather_into_tensor`: output = world size x input elements.
-pub fn all_gather_into_tensor(
-    info: &CommInfo,
-    input: &BufferDesc<'_>,
-    output: &BufferDesc<'_>,
-) -> Result<()> {
-    const OP: &str = "all_gather_into_tensor";
-    buffer(OP, "input", input, info)?;
-    buffer(OP, "output", output, info)?;
-    same_dtype(OP, input, output)?;
-    length(
-        OP,
-        "output",
-        world_times(input.len, info),
-        output.len,
-        "world size x input elements",
-    )
-}
-
 /// `all_gather` into a list: one output per rank, each like the input.
 pub fn all_gather_list<'a>(
     info: &CommInfo,
@@ -279,68 +215,4 @@ pub fn all_gather_list<'a>(
         )?;
     }
     Ok(())
-}
-
-/// `reduce_scatter_tensor`: input = world size x output elements.
-pub fn reduce_scatter_tensor(
-    info: &CommInfo,
-    input: &BufferDesc<'_>,
-    output: &BufferDesc<'_>,
-    op: Reduction<'_>,
-) -> Result<()> {
-    const OP: &str = "reduce_scatter_tensor";
-    buffer(OP, "input", input, info)?;
-    buffer(OP, "output", output, info)?;
-    same_dtype(OP, input, output)?;
-    length(
-        OP,
-        "input",
-        world_times(output.len, info),
-        input.len,
-        "world size x output elements",
-    )?;
-    reduction(OP, op, output.dtype, info)
-}
-
-/// `all_to_all_single`: equal lengths, divisible by the world size.
-pub fn all_to_all_single(
-    info: &CommInfo,
-    input: &BufferDesc<'_>,
-    output: &BufferDesc<'_>,
-) -> Result<()> {
-    const OP: &str = "all_to_all_single";
-    buffer(OP, "input", input, info)?;
-    buffer(OP, "output", output, info)?;
-    same_dtype(OP, input, output)?;
-    if input.len % info.world_size.max(1) as usize != 0 {
-        return Err(Error::NotDivisible {
-            op: OP,
-            what: "input",
-            given: input.len,
-            world_size: info.world_size,
-        });
-    }
-    length(
-        OP,
-        "output",
-        input.len,
-        output.len,
-        "the same number of elements as the input",
-    )
-}
-
-/// `send` (`what` = "dst") or `recv` (`what` = "src").
-pub fn point_to_point(
-    op: &'static str,
-    what: &'static str,
-    info: &CommInfo,
-    buffer_desc: &BufferDesc<'_>,
-    peer_rank: i32,
-) -> Result<()> {
-    buffer(op, "tensor", buffer_desc, info)?;
-    peer(op, what, peer_rank, info)
-}
-
-fn world_times(len: usize, info: &CommInfo) -> usize {
-    len.saturating_mul(info.world_size as usize)
 }

@@ -7,14 +7,15 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use nccl_core::{
-    Config, DataType, Device, Group, PreMulSum, ReduceOp, Reduction, Status, UniqueId,
+    Call, Config, DataType, Device, Group, Op, PreMulSum, ReduceOp, Reduction, Status, UniqueId,
 };
 
 use crate::buffer::BufferDesc;
 use crate::checks::{self, CommInfo};
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
-use crate::operand::{Input, Output, OutputList};
+use crate::operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
+use crate::plan::{self, Plan};
 
 /// How [`Communicator::all_to_all_single`] moves data.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -192,39 +193,78 @@ impl Communicator {
         })
     }
 
-    /// Reads `input` and writes `output` in `f`, refusing one cell as both.
+    /// Plans `op` on `operands` with `stream`: every check of the
+    /// operation ([`Plan::new`]: layout, stream, root or peer, buffers,
+    /// lengths, reduction), one cell not passed as both input and output,
+    /// and a pre-multiplied sum made on this communicator. Nothing is
+    /// enqueued until [`Planned::enqueue`]; the operation methods below are
+    /// `plan` followed by `enqueue`.
+    ///
+    /// # Errors
+    /// The first failed check.
     #[inline]
-    fn read_write<R>(
-        op: &'static str,
-        input: impl Input,
-        output: impl Output,
-        stream: &Arc<CudaStream>,
-        f: impl FnOnce(*const c_void, *mut c_void) -> R,
-    ) -> Result<R> {
-        if let (Some(a), Some(b)) = (input.cell(), output.cell())
-            && a.same_cell(b)
-        {
-            return Err(Error::AliasedCells { op });
+    pub fn plan<'a, 'r, O: Operands>(
+        &'a self,
+        op: Op<'r>,
+        operands: O,
+        stream: &'a Arc<CudaStream>,
+    ) -> Result<Planned<'a, 'r, O>> {
+        operands.check_cells(op.name())?;
+        let layout = operands.layout(plan::rules(&op).layouts);
+        let plan = Plan::new(op, &self.info(), &layout, stream.context().ordinal())?;
+        if let Some(reduction @ Reduction::PreMulSum(_)) = op.reduction() {
+            reduction.check_usable(&self.core, plan.dtype)?;
         }
-        // Two cells are locked in address order, so two threads passing the
-        // same pair in opposite roles cannot deadlock.
-        let output_first = match (input.cell(), output.cell()) {
-            (Some(a), Some(b)) => a.lock_order() > b.lock_order(),
-            _ => false,
-        };
-        Ok(if output_first {
-            output.write(stream, |recv| input.read(stream, |send| f(send, recv)))
-        } else {
-            input.read(stream, |send| output.write(stream, |recv| f(send, recv)))
+        Ok(Planned {
+            comm: self,
+            plan,
+            operands,
+            stream,
         })
+    }
+
+    /// Enqueues `plan` on the buffers at `send` and `recv`.
+    ///
+    /// # Safety
+    /// `send` and `recv` address the buffers `plan` was made for, valid on
+    /// `stream` (on this communicator's device) while the call enqueues
+    /// and, through the buffers' stream tracking, until the work is done.
+    unsafe fn enqueue_plan(
+        &self,
+        plan: &Plan<'_>,
+        send: *const c_void,
+        recv: *mut c_void,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
+        let (count, dtype) = (plan.count, plan.dtype);
+        if matches!(plan.op, Op::AllToAll) && !self.native_all_to_all() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.all_to_all_by_send_recv(send, recv, count, dtype, stream) };
+        }
+        let op = plan.op;
+        let call = Call {
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+        };
+        // SAFETY: `plan` made every check `issue_unchecked` leaves to its
+        // caller; the buffers are the caller's contract.
+        Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
+    }
+
+    fn native_all_to_all(&self) -> bool {
+        self.all_to_all == AllToAllMethod::Auto
+            && self.core.library().functions().has("ncclAlltoAll")
     }
 
     /// Reduces `tensor` across all ranks in place; every rank gets the
     /// result (`torch.distributed.all_reduce`).
     ///
-    /// Checks: on this device, contiguous, a data type the loaded NCCL
-    /// knows, a reduction it supports for that type (fp8 reductions need
-    /// compute capability 9.0).
+    /// Checks ([`Plan::new`]): the stream and the buffer on this device,
+    /// contiguous, a data type the loaded NCCL knows, a reduction it
+    /// supports for that type (fp8 reductions need compute capability 9.0).
     ///
     /// ```no_run
     /// # fn main() -> nccl_tensor::Result<()> {
@@ -247,19 +287,8 @@ impl Communicator {
         op: impl Into<Reduction<'r>>,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let op = op.into();
-        let desc = tensor.desc();
-        checks::all_reduce(&self.info(), None, &desc, op)?;
-        let (len, dtype) = (desc.len, desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: `p` addresses `len` elements of `dtype` on this device
-        // (checked), valid for the enqueue; cudarc tracking keeps it alive
-        // for the work on `stream`.
-        Ok(tensor.write(stream, |p| unsafe {
-            self.core.all_reduce(p, p, len, dtype, op, stream)
-        })?)
+        self.plan(Op::AllReduce(op.into()), Single(tensor), stream)?
+            .enqueue()
     }
 
     /// Out-of-place [`Communicator::all_reduce`]: `output` gets the
@@ -277,18 +306,8 @@ impl Communicator {
         op: impl Into<Reduction<'r>>,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let op = op.into();
-        let (input_desc, output_desc) = (input.desc(), output.desc());
-        checks::all_reduce(&self.info(), Some(&input_desc), &output_desc, op)?;
-        let (len, dtype) = (output_desc.len, output_desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: both buffers hold `len` elements of `dtype` on this device (checked).
-        Self::read_write("all_reduce", input, output, stream, |s, r| unsafe {
-            self.core.all_reduce(s, r, len, dtype, op, stream)
-        })?
-        .map_err(Error::from)
+        self.plan(Op::AllReduce(op.into()), Pair { input, output }, stream)?
+            .enqueue()
     }
 
     /// Copies `tensor` from rank `root` to every rank, in place
@@ -311,20 +330,14 @@ impl Communicator {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let desc = tensor.desc();
-        checks::broadcast(&self.info(), None, &desc, root)?;
-        let (len, dtype) = (desc.len, desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: as in `all_reduce`.
-        Ok(tensor.write(stream, |p| unsafe {
-            self.core.broadcast(p, p, len, dtype, root, stream)
-        })?)
+        self.plan(Op::Broadcast { root }, Single(tensor), stream)?
+            .enqueue()
     }
 
     /// Out-of-place [`Communicator::broadcast`]: `output` on every rank
     /// gets `input` of `root` (`input` is read on the root only).
+    ///
+    /// Checks: as `broadcast`, plus the same data type and length for both.
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
@@ -335,17 +348,8 @@ impl Communicator {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let (input_desc, output_desc) = (input.desc(), output.desc());
-        checks::broadcast(&self.info(), Some(&input_desc), &output_desc, root)?;
-        let (len, dtype) = (output_desc.len, output_desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: both buffers hold `len` elements of `dtype` on this device (checked).
-        Self::read_write("broadcast", input, output, stream, |s, r| unsafe {
-            self.core.broadcast(s, r, len, dtype, root, stream)
-        })?
-        .map_err(Error::from)
+        self.plan(Op::Broadcast { root }, Pair { input, output }, stream)?
+            .enqueue()
     }
 
     /// Reduces `tensor` across ranks into `tensor` on rank `root`, in place
@@ -362,21 +366,17 @@ impl Communicator {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let op = op.into();
-        let desc = tensor.desc();
-        checks::reduce(&self.info(), None, &desc, op, root)?;
-        let (len, dtype) = (desc.len, desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: as in `all_reduce`.
-        Ok(tensor.write(stream, |p| unsafe {
-            self.core.reduce(p, p, len, dtype, op, root, stream)
-        })?)
+        let op = Op::Reduce {
+            op: op.into(),
+            root,
+        };
+        self.plan(op, Single(tensor), stream)?.enqueue()
     }
 
     /// Out-of-place [`Communicator::reduce`]: `output` on `root` gets the
     /// reduction of every rank's `input`.
+    ///
+    /// Checks: as `reduce`, plus the same data type and length for both.
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
@@ -388,26 +388,19 @@ impl Communicator {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let op = op.into();
-        let (input_desc, output_desc) = (input.desc(), output.desc());
-        checks::reduce(&self.info(), Some(&input_desc), &output_desc, op, root)?;
-        let (len, dtype) = (output_desc.len, output_desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: both buffers hold `len` elements of `dtype` on this device (checked).
-        Self::read_write("reduce", input, output, stream, |s, r| unsafe {
-            self.core.reduce(s, r, len, dtype, op, root, stream)
-        })?
-        .map_err(Error::from)
+        let op = Op::Reduce {
+            op: op.into(),
+            root,
+        };
+        self.plan(op, Pair { input, output }, stream)?.enqueue()
     }
 
     /// Gathers every rank's `input` into `outputs[rank]`
     /// (`torch.distributed.all_gather`). Issued as one broadcast per rank.
     ///
-    /// Checks: one output per rank, each of the input's type and length,
-    /// all on this device and contiguous, no cell twice (among the outputs
-    /// or as input and output).
+    /// Checks: the stream on this device, one output per rank, each of the
+    /// input's type and length, all on this device and contiguous, no cell
+    /// twice (among the outputs or as input and output).
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
@@ -417,11 +410,14 @@ impl Communicator {
         input: I,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
+        const OP: &str = "all_gather";
+        let info = self.info();
+        checks::stream(OP, stream.context().ordinal(), &info)?;
         let input_desc = input.desc();
         let count = outputs.count();
         let descs = (0..count).filter_map(|i| outputs.desc_at(i));
         checks::all_gather_list(
-            &self.info(),
+            &info,
             &input_desc,
             ExactLen {
                 inner: descs,
@@ -436,20 +432,30 @@ impl Communicator {
                     .filter_map(|i| outputs.cell_at(i))
                     .any(|other| other.same_cell(cell));
                 if earlier || input.cell().is_some_and(|input| input.same_cell(cell)) {
-                    return Err(Error::AliasedCells { op: "all_gather" });
+                    return Err(Error::AliasedCells { op: OP });
                 }
             }
         }
-        let (len, dtype) = (input_desc.len, input_desc.dtype);
+        let (count, dtype) = (input_desc.len, input_desc.dtype);
         let mut status = Status::Success;
-        if len == 0 {
+        if count == 0 {
             return Ok(status);
         }
         for root in 0..self.world_size() {
-            let written = input.read(stream, |s| {
-                outputs.write_at(root as usize, stream, |r| {
-                    // SAFETY: input and output `root` hold `len` elements of `dtype` (checked).
-                    unsafe { self.core.broadcast(s, r, len, dtype, root, stream) }
+            let op = Op::Broadcast { root };
+            let written = input.read(stream, |send| {
+                outputs.write_at(root as usize, stream, |recv| {
+                    let call = Call {
+                        op,
+                        send,
+                        recv,
+                        count,
+                        dtype,
+                    };
+                    // SAFETY: the input and output `root` hold `count`
+                    // elements of `dtype` on this device, and the stream
+                    // and root passed the checks (above).
+                    unsafe { self.core.issue_unchecked(call, stream) }
                 })
             });
             if let Some(result) = written
@@ -464,7 +470,8 @@ impl Communicator {
     /// Gathers every rank's `input` into one `output` of world size x input
     /// elements, in rank order (`torch.distributed.all_gather_into_tensor`).
     ///
-    /// Checks: output length = world size x input length, same data type.
+    /// Checks: output length = world size x input length, same data type,
+    /// the buffers as in `all_reduce`.
     ///
     /// # Errors
     /// A failed check, or NCCL's error.
@@ -474,21 +481,8 @@ impl Communicator {
         input: impl Input,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let (input_desc, output_desc) = (input.desc(), output.desc());
-        checks::all_gather_into_tensor(&self.info(), &input_desc, &output_desc)?;
-        let (len, dtype) = (input_desc.len, input_desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: input holds `len` and output `world * len` elements (checked).
-        Self::read_write(
-            "all_gather_into_tensor",
-            input,
-            output,
-            stream,
-            |s, r| unsafe { self.core.all_gather(s, r, len, dtype, stream) },
-        )?
-        .map_err(Error::from)
+        self.plan(Op::AllGather, Pair { input, output }, stream)?
+            .enqueue()
     }
 
     /// Reduces `input` (world size x output elements) across ranks and
@@ -507,22 +501,8 @@ impl Communicator {
         op: impl Into<Reduction<'r>>,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let op = op.into();
-        let (input_desc, output_desc) = (input.desc(), output.desc());
-        checks::reduce_scatter_tensor(&self.info(), &input_desc, &output_desc, op)?;
-        let (len, dtype) = (output_desc.len, output_desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: output holds `len` and input `world * len` elements (checked).
-        Self::read_write(
-            "reduce_scatter_tensor",
-            input,
-            output,
-            stream,
-            |s, r| unsafe { self.core.reduce_scatter(s, r, len, dtype, op, stream) },
-        )?
-        .map_err(Error::from)
+        let op = Op::ReduceScatter(op.into());
+        self.plan(op, Pair { input, output }, stream)?.enqueue()
     }
 
     /// Sends `tensor` to rank `dst`, which posts the matching
@@ -534,16 +514,8 @@ impl Communicator {
     /// # Errors
     /// A failed check, or NCCL's error.
     pub fn send(&self, tensor: impl Input, dst: i32, stream: &Arc<CudaStream>) -> Result<Status> {
-        let desc = tensor.desc();
-        checks::point_to_point("send", "dst", &self.info(), &desc, dst)?;
-        let (len, dtype) = (desc.len, desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: `p` addresses `len` elements of `dtype` on this device (checked).
-        Ok(tensor.read(stream, |p| unsafe {
-            self.core.send(p, len, dtype, dst, stream)
-        })?)
+        self.plan(Op::Send { peer: dst }, ReadOnly(tensor), stream)?
+            .enqueue()
     }
 
     /// Receives into `tensor` from rank `src`.
@@ -553,16 +525,8 @@ impl Communicator {
     /// # Errors
     /// A failed check, or NCCL's error.
     pub fn recv(&self, tensor: impl Output, src: i32, stream: &Arc<CudaStream>) -> Result<Status> {
-        let desc = tensor.desc();
-        checks::point_to_point("recv", "src", &self.info(), &desc, src)?;
-        let (len, dtype) = (desc.len, desc.dtype);
-        if len == 0 {
-            return Ok(Status::Success);
-        }
-        // SAFETY: as in `send`.
-        Ok(tensor.write(stream, |p| unsafe {
-            self.core.recv(p, len, dtype, src, stream)
-        })?)
+        self.plan(Op::Recv { peer: src }, Single(tensor), stream)?
+            .enqueue()
     }
 
     /// Splits `input` into world size blocks, sends block `j` to rank `j`
@@ -581,26 +545,16 @@ impl Communicator {
         input: impl Input,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let (input_desc, output_desc) = (input.desc(), output.desc());
-        checks::all_to_all_single(&self.info(), &input_desc, &output_desc)?;
-        let dtype = input_desc.dtype;
-        let block = input_desc.len / self.world_size() as usize;
-        if block == 0 {
-            return Ok(Status::Success);
-        }
-        let native = self.all_to_all == AllToAllMethod::Auto
-            && self.core.library().functions().has("ncclAlltoAll");
-        Self::read_write("all_to_all_single", input, output, stream, |s, r| {
-            if native {
-                // SAFETY: both buffers hold `world * block` elements (checked).
-                return unsafe { self.core.all_to_all(s, r, block, dtype, stream) }
-                    .map_err(Error::from);
-            }
-            self.all_to_all_by_send_recv(s, r, block, dtype, stream)
-        })?
+        self.plan(Op::AllToAll, Pair { input, output }, stream)?
+            .enqueue()
     }
 
-    fn all_to_all_by_send_recv(
+    /// All-to-all as one grouped send and receive per peer.
+    ///
+    /// # Safety
+    /// `send` and `recv` hold `world * block` elements of `dtype`, valid on
+    /// `stream`, which is on this device.
+    unsafe fn all_to_all_by_send_recv(
         &self,
         send: *const c_void,
         recv: *mut c_void,
@@ -612,15 +566,26 @@ impl Communicator {
         let group = Group::start()?;
         for peer in 0..self.world_size() {
             let offset = peer as usize * block_bytes;
+            let send = Call {
+                op: Op::Send { peer },
+                send: send.wrapping_byte_add(offset),
+                recv: std::ptr::null_mut(),
+                count: block,
+                dtype,
+            };
+            let recv = Call {
+                op: Op::Recv { peer },
+                send: std::ptr::null(),
+                recv: recv.wrapping_byte_add(offset),
+                count: block,
+                dtype,
+            };
             // SAFETY: block `peer` of each buffer lies within its
-            // `world * block` elements (checked by the caller).
+            // `world * block` elements; the peer is in range and the stream
+            // on this device (the caller's contract).
             unsafe {
-                let _ =
-                    self.core
-                        .send(send.wrapping_byte_add(offset), block, dtype, peer, stream)?;
-                let _ =
-                    self.core
-                        .recv(recv.wrapping_byte_add(offset), block, dtype, peer, stream)?;
+                let _ = self.core.issue_unchecked(send, stream)?;
+                let _ = self.core.issue_unchecked(recv, stream)?;
             }
         }
         Ok(group.end()?)
@@ -632,17 +597,10 @@ impl Communicator {
     /// synchronise the stream to block the host too.
     ///
     /// # Errors
-    /// An allocation failure on the first call, or NCCL's error.
+    /// A stream on another device, an allocation failure on the first
+    /// call, or NCCL's error.
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Status> {
-        let (expected, given) = (self.core.device().ordinal(), stream.context().ordinal());
-        if expected != given {
-            return Err(Error::WrongDevice {
-                op: "barrier",
-                what: "stream",
-                expected,
-                given,
-            });
-        }
+        checks::stream("barrier", stream.context().ordinal(), &self.info())?;
         let buffer = match self.barrier_buffer.get() {
             Some(buffer) => buffer,
             None => {
@@ -653,13 +611,82 @@ impl Communicator {
             }
         };
         let (pointer, _record) = buffer.device_ptr(stream);
-        let p = pointer as *mut c_void;
+        let call = Call {
+            op: Op::AllReduce(ReduceOp::Sum.into()),
+            send: pointer as *const c_void,
+            recv: pointer as *mut c_void,
+            count: 1,
+            dtype: DataType::Float32,
+        };
         // SAFETY: the cached buffer holds one f32 on this device and lives
-        // as long as the communicator; only barriers write it.
-        Ok(unsafe {
-            self.core
-                .all_reduce(p, p, 1, DataType::Float32, ReduceOp::Sum, stream)
-        }?)
+        // as long as the communicator; only barriers write it; the stream
+        // is on this device (checked).
+        Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
+    }
+}
+
+/// An operation whose arguments passed every check, bound to its buffers
+/// and stream: [`Planned::enqueue`] issues it. Made by
+/// [`Communicator::plan`].
+#[derive(Debug)]
+#[must_use = "a planned operation does nothing until it is enqueued"]
+pub struct Planned<'a, 'r, O> {
+    comm: &'a Communicator,
+    plan: Plan<'r>,
+    operands: O,
+    stream: &'a Arc<CudaStream>,
+}
+
+impl<'r, O: Operands> Planned<'_, 'r, O> {
+    /// What will be enqueued.
+    pub fn plan(&self) -> &Plan<'r> {
+        &self.plan
+    }
+
+    /// Enqueues the operation on the stream it was planned with. An
+    /// operation with nothing to move (empty buffers) enqueues nothing.
+    ///
+    /// # Errors
+    /// An aborted or finalized communicator, or NCCL's error.
+    #[inline]
+    pub fn enqueue(self) -> Result<Status> {
+        let stream = self.stream;
+        self.issue(stream)
+    }
+
+    /// Enqueues the operation on `stream` instead, a stream on the same
+    /// device (a process group's own NCCL stream, say).
+    ///
+    /// # Errors
+    /// A stream on another device, or as [`Planned::enqueue`].
+    #[inline]
+    pub fn enqueue_on(self, stream: &Arc<CudaStream>) -> Result<Status> {
+        checks::stream(
+            self.plan.op.name(),
+            stream.context().ordinal(),
+            &self.comm.info(),
+        )?;
+        self.issue(stream)
+    }
+
+    #[inline]
+    fn issue(self, stream: &Arc<CudaStream>) -> Result<Status> {
+        let Planned {
+            comm,
+            plan,
+            operands,
+            ..
+        } = self;
+        if plan.count == 0 {
+            return Ok(Status::Success);
+        }
+        operands.access(stream, |send, recv| {
+            // SAFETY: `plan` was made for these operands, whose addresses
+            // these are, valid on `stream` while `access` runs; the stream
+            // is on the communicator's device (checked by the plan or by
+            // `enqueue_on`).
+            unsafe { comm.enqueue_plan(&plan, send, recv, stream) }
+        })
     }
 }
 

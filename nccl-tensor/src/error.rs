@@ -134,6 +134,17 @@ pub enum Error {
         /// The operation.
         op: &'static str,
     },
+    /// Buffers laid out in a way the operation does not take (one buffer
+    /// to an operation that needs an input and an output, ...).
+    #[error("{op} takes {expected}, but was given {given}")]
+    WrongLayout {
+        /// The operation.
+        op: &'static str,
+        /// The layouts it takes.
+        expected: &'static str,
+        /// The layout given.
+        given: &'static str,
+    },
     /// A tensor whose shape does not match its data.
     #[error("invalid shape {shape:?}: it holds {expected} elements, but the data has {given}")]
     ShapeMismatch {

@@ -1,6 +1,7 @@
 //! What operations accept: typed buffers (`&buffer` to read, `&mut buffer`
 //! to write) and tensor cells (`&cell` for both). Both kinds go through the
 //! same operation code; a cell locks itself and hands its typed tensor on.
+//! An operation's buffers come as one of the [`Operands`] forms.
 
 use std::ffi::c_void;
 
@@ -10,6 +11,8 @@ use cudarc::driver::CudaStream;
 
 use crate::buffer::{BufferDesc, TypedBuffer, TypedBufferMut};
 use crate::cell::TensorCell;
+use crate::error::{Error, Result};
+use crate::plan::{Layout, Layouts};
 
 mod sealed {
     pub trait Sealed {}
@@ -162,5 +165,130 @@ impl OutputList for &[TensorCell] {
         f: impl FnOnce(*mut c_void) -> R,
     ) -> Option<R> {
         self.get(index).map(|cell| cell.write_ptr(stream, f))
+    }
+}
+
+/// The buffers of one operation, in one of the three forms operations
+/// take: [`Single`], [`ReadOnly`] or [`Pair`].
+pub trait Operands: sealed::Sealed {
+    /// The layout for an operation that takes `takes`: a single buffer is
+    /// in place for an operation that takes either layout, and the input
+    /// or output alone for one that takes only that.
+    fn layout(&self, takes: Layouts) -> Layout<'_>;
+    /// Refuses one cell as both input and output: its lock would deadlock.
+    ///
+    /// # Errors
+    /// [`Error::AliasedCells`].
+    fn check_cells(&self, op: &'static str) -> Result<()>;
+    /// Calls `f` with the send and receive addresses, valid on `stream`
+    /// while `f` runs (a single buffer's for both).
+    fn access<R>(
+        self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void, *mut c_void) -> R,
+    ) -> R;
+}
+
+/// One buffer, read and written: in place for the operations that reduce
+/// or broadcast, the data sent for a send (recorded as a write, which
+/// orders at least as much as a read), the destination of a receive.
+#[derive(Debug)]
+pub struct Single<O>(pub O);
+
+/// One buffer that is only read: the data of a send.
+#[derive(Debug)]
+pub struct ReadOnly<I>(pub I);
+
+/// Separate input and output (out of place).
+#[derive(Debug)]
+pub struct Pair<I, O> {
+    /// What this rank contributes.
+    pub input: I,
+    /// Where this rank's result goes.
+    pub output: O,
+}
+
+impl<O: Output> sealed::Sealed for Single<O> {}
+
+impl<O: Output> Operands for Single<O> {
+    #[inline]
+    fn layout(&self, takes: Layouts) -> Layout<'_> {
+        let desc = self.0.desc();
+        match takes {
+            Layouts::Input => Layout::Input(desc),
+            Layouts::Output => Layout::Output(desc),
+            Layouts::Either | Layouts::OutOfPlace => Layout::InPlace(desc),
+        }
+    }
+    #[inline]
+    fn check_cells(&self, _op: &'static str) -> Result<()> {
+        Ok(())
+    }
+    #[inline]
+    fn access<R>(
+        self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void, *mut c_void) -> R,
+    ) -> R {
+        self.0.write(stream, |p| f(p, p))
+    }
+}
+
+impl<I: Input> sealed::Sealed for ReadOnly<I> {}
+
+impl<I: Input> Operands for ReadOnly<I> {
+    #[inline]
+    fn layout(&self, _takes: Layouts) -> Layout<'_> {
+        Layout::Input(self.0.desc())
+    }
+    #[inline]
+    fn check_cells(&self, _op: &'static str) -> Result<()> {
+        Ok(())
+    }
+    #[inline]
+    fn access<R>(
+        self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void, *mut c_void) -> R,
+    ) -> R {
+        self.0.read(stream, |p| f(p, std::ptr::null_mut()))
+    }
+}
+
+impl<I: Input, O: Output> sealed::Sealed for Pair<I, O> {}
+
+impl<I: Input, O: Output> Operands for Pair<I, O> {
+    #[inline]
+    fn layout(&self, _takes: Layouts) -> Layout<'_> {
+        Layout::OutOfPlace {
+            input: self.input.desc(),
+            output: self.output.desc(),
+        }
+    }
+    #[inline]
+    fn check_cells(&self, op: &'static str) -> Result<()> {
+        match (self.input.cell(), self.output.cell()) {
+            (Some(a), Some(b)) if a.same_cell(b) => Err(Error::AliasedCells { op }),
+            _ => Ok(()),
+        }
+    }
+    #[inline]
+    fn access<R>(
+        self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void, *mut c_void) -> R,
+    ) -> R {
+        let Pair { input, output } = self;
+        // Two cells are locked in address order, so two threads passing the
+        // same pair in opposite roles cannot deadlock.
+        let output_first = match (input.cell(), output.cell()) {
+            (Some(a), Some(b)) => a.lock_order() > b.lock_order(),
+            _ => false,
+        };
+        if output_first {
+            output.write(stream, |recv| input.read(stream, |send| f(send, recv)))
+        } else {
+            input.read(stream, |send| output.write(stream, |recv| f(send, recv)))
+        }
     }
 }
