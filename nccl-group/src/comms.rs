@@ -205,7 +205,11 @@ impl<F: CommFactory> CommCache<F> {
                 name: m.name.clone(),
             });
         }
-        let (processes, index, creator) = key.members(m.rank, m.world_size);
+        let crate::key::Members {
+            processes,
+            index,
+            creator,
+        } = key.members(m.rank, m.world_size);
         let sequence = self
             .sequences
             .lock()

@@ -188,11 +188,31 @@ impl CommKey {
         }
     }
 
-    /// `(processes, this process's index among them, the creator's rank)`.
-    pub fn members(&self, rank: usize, world_size: usize) -> (usize, usize, usize) {
+    /// The processes of this key's communicators, seen from process `rank`
+    /// of `world_size`.
+    pub fn members(&self, rank: usize, world_size: usize) -> Members {
         match self {
-            CommKey::Collective(_) => (world_size, rank, 0),
-            CommKey::PointToPoint { low, .. } => (2, usize::from(rank != *low), *low),
+            CommKey::Collective(_) => Members {
+                processes: world_size,
+                index: rank,
+                creator: 0,
+            },
+            CommKey::PointToPoint { low, .. } => Members {
+                processes: 2,
+                index: usize::from(rank != *low),
+                creator: *low,
+            },
         }
     }
+}
+
+/// The processes of a key's communicators ([`CommKey::members`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Members {
+    /// How many processes take part.
+    pub processes: usize,
+    /// This process's index among them.
+    pub index: usize,
+    /// The rank of the process that creates the unique id.
+    pub creator: usize,
 }

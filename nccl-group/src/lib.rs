@@ -62,6 +62,6 @@ pub use work::{Work, WorkBuffers};
 pub mod testing {
     pub use crate::cache::OnceMap;
     pub use crate::comms::{CommCache, CommFactory, Membership};
-    pub use crate::key::{CommClass, CommKey, DeviceList};
+    pub use crate::key::{CommClass, CommKey, DeviceList, Members};
     pub use crate::pool::DevicePool;
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use nccl_group::testing::{CommKey, DeviceList};
+use nccl_group::testing::{CommKey, DeviceList, Members};
 use nccl_group::{GroupError, MAX_LOCAL_DEVICES};
 
 fn list(ordinals: &[usize]) -> DeviceList {
@@ -123,7 +123,7 @@ fn collective_key_members() {
     for world in 1..6 {
         for rank in 0..world {
             // (processes, index among them, creator rank)
-            assert_eq!(key.members(rank, world), (world, rank, 0));
+            assert_eq!(key.members(rank, world), members(world, rank, 0));
         }
     }
 }
@@ -137,8 +137,12 @@ fn pair_key_members() {
         devices,
     };
     assert_eq!(key.devices(), &devices);
-    assert_eq!(key.members(1, 4), (2, 0, 1), "the lower rank creates");
-    assert_eq!(key.members(3, 4), (2, 1, 1), "the higher rank joins");
+    assert_eq!(
+        key.members(1, 4),
+        members(2, 0, 1),
+        "the lower rank creates"
+    );
+    assert_eq!(key.members(3, 4), members(2, 1, 1), "the higher rank joins");
 }
 
 #[test]
@@ -179,4 +183,13 @@ fn store_keys_ignore_which_local_devices() {
         CommKey::Collective(list(&[1, 0])).store_key("g", 0, 0),
         CommKey::Collective(list(&[2, 3])).store_key("g", 0, 0)
     );
+}
+
+/// The members of a key, field by field.
+fn members(processes: usize, index: usize, creator: usize) -> Members {
+    Members {
+        processes,
+        index,
+        creator,
+    }
 }

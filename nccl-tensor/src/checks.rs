@@ -27,15 +27,15 @@ pub struct CommInfo {
     pub in_group: bool,
 }
 
-/// A stream on the communicator's device.
-pub fn stream(op: &'static str, stream_device: usize, info: &CommInfo) -> Result<()> {
-    if stream_device == info.device {
+/// A stream on the device the operation runs on (`expected`).
+pub fn stream(op: &'static str, stream_device: usize, expected: usize) -> Result<()> {
+    if stream_device == expected {
         Ok(())
     } else {
         Err(Error::WrongDevice {
             op,
             what: "stream",
-            expected: info.device,
+            expected,
             given: stream_device,
         })
     }

@@ -7,15 +7,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use nccl_core::{
-    Call, Config, DataType, Device, Group, Op, PreMulSum, ReduceOp, Reduction, Status, UniqueId,
+    Call, Config, DataType, Device, Op, PreMulSum, ReduceOp, Reduction, Status, UniqueId,
 };
 
 use crate::buffer::BufferDesc;
 use crate::checks::{self, CommInfo};
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
-use crate::operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
-use crate::plan::{self, Plan};
+use crate::operand::{Input, Output, OutputList, Pair, ReadOnly, Single};
 
 /// How [`Communicator::all_to_all_single`] moves data.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,9 +47,9 @@ pub enum AllToAllMethod {
 /// default with several streams), each buffer records its use on the
 /// operation's stream, and freeing it later waits for that use.
 pub struct Communicator {
-    core: nccl_core::Communicator,
+    pub(crate) core: nccl_core::Communicator,
     compute_capability: (i32, i32),
-    all_to_all: AllToAllMethod,
+    pub(crate) all_to_all: AllToAllMethod,
     barrier_buffer: OnceCell<CudaSlice<f32>>,
 }
 
@@ -191,72 +190,6 @@ impl Communicator {
             all_to_all: self.all_to_all,
             barrier_buffer: OnceCell::new(),
         })
-    }
-
-    /// Plans `op` on `operands` with `stream`: every check of the
-    /// operation ([`Plan::new`]: layout, stream, root or peer, buffers,
-    /// lengths, reduction), one cell not passed as both input and output,
-    /// and a pre-multiplied sum made on this communicator. Nothing is
-    /// enqueued until [`Planned::enqueue`]; the operation methods below are
-    /// `plan` followed by `enqueue`.
-    ///
-    /// # Errors
-    /// The first failed check.
-    #[inline]
-    pub fn plan<'a, 'r, O: Operands>(
-        &'a self,
-        op: Op<'r>,
-        operands: O,
-        stream: &'a Arc<CudaStream>,
-    ) -> Result<Planned<'a, 'r, O>> {
-        operands.check_cells(op.name())?;
-        let layout = operands.layout(plan::rules(&op).layouts);
-        let plan = Plan::new(op, &self.info(), &layout, stream.context().ordinal())?;
-        if let Some(reduction @ Reduction::PreMulSum(_)) = op.reduction() {
-            reduction.check_usable(&self.core, plan.dtype)?;
-        }
-        Ok(Planned {
-            comm: self,
-            plan,
-            operands,
-            stream,
-        })
-    }
-
-    /// Enqueues `plan` on the buffers at `send` and `recv`.
-    ///
-    /// # Safety
-    /// `send` and `recv` address the buffers `plan` was made for, valid on
-    /// `stream` (on this communicator's device) while the call enqueues
-    /// and, through the buffers' stream tracking, until the work is done.
-    unsafe fn enqueue_plan(
-        &self,
-        plan: &Plan<'_>,
-        send: *const c_void,
-        recv: *mut c_void,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        let (count, dtype) = (plan.count, plan.dtype);
-        if matches!(plan.op, Op::AllToAll) && !self.native_all_to_all() {
-            // SAFETY: the caller's contract.
-            return unsafe { self.all_to_all_by_send_recv(send, recv, count, dtype, stream) };
-        }
-        let op = plan.op;
-        let call = Call {
-            op,
-            send,
-            recv,
-            count,
-            dtype,
-        };
-        // SAFETY: `plan` made every check `issue_unchecked` leaves to its
-        // caller; the buffers are the caller's contract.
-        Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
-    }
-
-    fn native_all_to_all(&self) -> bool {
-        self.all_to_all == AllToAllMethod::Auto
-            && self.core.library().functions().has("ncclAlltoAll")
     }
 
     /// Reduces `tensor` across all ranks in place; every rank gets the
@@ -412,7 +345,7 @@ impl Communicator {
     ) -> Result<Status> {
         const OP: &str = "all_gather";
         let info = self.info();
-        checks::stream(OP, stream.context().ordinal(), &info)?;
+        checks::stream(OP, stream.context().ordinal(), info.device)?;
         let input_desc = input.desc();
         let count = outputs.count();
         let descs = (0..count).filter_map(|i| outputs.desc_at(i));
@@ -549,48 +482,6 @@ impl Communicator {
             .enqueue()
     }
 
-    /// All-to-all as one grouped send and receive per peer.
-    ///
-    /// # Safety
-    /// `send` and `recv` hold `world * block` elements of `dtype`, valid on
-    /// `stream`, which is on this device.
-    unsafe fn all_to_all_by_send_recv(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        block: usize,
-        dtype: DataType,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        let block_bytes = block * dtype.size_bytes();
-        let group = Group::start()?;
-        for peer in 0..self.world_size() {
-            let offset = peer as usize * block_bytes;
-            let send = Call {
-                op: Op::Send { peer },
-                send: send.wrapping_byte_add(offset),
-                recv: std::ptr::null_mut(),
-                count: block,
-                dtype,
-            };
-            let recv = Call {
-                op: Op::Recv { peer },
-                send: std::ptr::null(),
-                recv: recv.wrapping_byte_add(offset),
-                count: block,
-                dtype,
-            };
-            // SAFETY: block `peer` of each buffer lies within its
-            // `world * block` elements; the peer is in range and the stream
-            // on this device (the caller's contract).
-            unsafe {
-                let _ = self.core.issue_unchecked(send, stream)?;
-                let _ = self.core.issue_unchecked(recv, stream)?;
-            }
-        }
-        Ok(group.end()?)
-    }
-
     /// Synchronises all ranks: an all-reduce of one cached element on
     /// `stream` (allocated by the first call). Work enqueued on `stream`
     /// after it starts once every rank has reached the barrier;
@@ -600,7 +491,11 @@ impl Communicator {
     /// A stream on another device, an allocation failure on the first
     /// call, or NCCL's error.
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Status> {
-        checks::stream("barrier", stream.context().ordinal(), &self.info())?;
+        checks::stream(
+            "barrier",
+            stream.context().ordinal(),
+            self.device().ordinal(),
+        )?;
         let buffer = match self.barrier_buffer.get() {
             Some(buffer) => buffer,
             None => {
@@ -622,71 +517,6 @@ impl Communicator {
         // as long as the communicator; only barriers write it; the stream
         // is on this device (checked).
         Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
-    }
-}
-
-/// An operation whose arguments passed every check, bound to its buffers
-/// and stream: [`Planned::enqueue`] issues it. Made by
-/// [`Communicator::plan`].
-#[derive(Debug)]
-#[must_use = "a planned operation does nothing until it is enqueued"]
-pub struct Planned<'a, 'r, O> {
-    comm: &'a Communicator,
-    plan: Plan<'r>,
-    operands: O,
-    stream: &'a Arc<CudaStream>,
-}
-
-impl<'r, O: Operands> Planned<'_, 'r, O> {
-    /// What will be enqueued.
-    pub fn plan(&self) -> &Plan<'r> {
-        &self.plan
-    }
-
-    /// Enqueues the operation on the stream it was planned with. An
-    /// operation with nothing to move (empty buffers) enqueues nothing.
-    ///
-    /// # Errors
-    /// An aborted or finalized communicator, or NCCL's error.
-    #[inline]
-    pub fn enqueue(self) -> Result<Status> {
-        let stream = self.stream;
-        self.issue(stream)
-    }
-
-    /// Enqueues the operation on `stream` instead, a stream on the same
-    /// device (a process group's own NCCL stream, say).
-    ///
-    /// # Errors
-    /// A stream on another device, or as [`Planned::enqueue`].
-    #[inline]
-    pub fn enqueue_on(self, stream: &Arc<CudaStream>) -> Result<Status> {
-        checks::stream(
-            self.plan.op.name(),
-            stream.context().ordinal(),
-            &self.comm.info(),
-        )?;
-        self.issue(stream)
-    }
-
-    #[inline]
-    fn issue(self, stream: &Arc<CudaStream>) -> Result<Status> {
-        let Planned {
-            comm,
-            plan,
-            operands,
-            ..
-        } = self;
-        if plan.count == 0 {
-            return Ok(Status::Success);
-        }
-        operands.access(stream, |send, recv| {
-            // SAFETY: `plan` was made for these operands, whose addresses
-            // these are, valid on `stream` while `access` runs; the stream
-            // is on the communicator's device (checked by the plan or by
-            // `enqueue_on`).
-            unsafe { comm.enqueue_plan(&plan, send, recv, stream) }
-        })
     }
 }
 

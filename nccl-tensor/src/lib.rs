@@ -40,12 +40,14 @@ mod dtype;
 mod error;
 mod operand;
 mod plan;
+mod planned;
 
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};
-pub use communicator::{AllToAllMethod, Communicator, Planned};
+pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
 pub use nccl_core::Op;
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Layout, Layouts, Plan, Rules, Sizes, rules};
+pub use planned::Planned;

@@ -155,7 +155,7 @@ impl<'r> Plan<'r> {
                 given: layout.name(),
             });
         }
-        checks::stream(name, stream_device, info)?;
+        checks::stream(name, stream_device, info.device)?;
         match op.rank_argument() {
             Some((what, peer)) if op.is_point_to_point() => checks::peer(name, what, peer, info)?,
             Some((what, root)) => checks::rank(name, what, root, info)?,

@@ -1,0 +1,551 @@
+//! The issue engine behind every operation: the route to a communicator,
+//! the event handoff between the caller's stream and the NCCL stream, the
+//! flight recorder, the watchdog's tracking, and what an error leaves
+//! behind. [`ProcessGroup::run_op`] and [`ProcessGroup::run_op_multi`]
+//! issue an operation described by nccl-tensor ([`Op`], planned and
+//! enqueued by its communicator); [`ProcessGroup::run_one`] issues any
+//! enqueue (the barrier, [`ProcessGroup::custom`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::CudaStream;
+use nccl_core::{DataType, Group, Op, Status};
+use nccl_tensor::{Communicator, NcclType, Operands, Pair, Single, Tensor, checks};
+
+use super::health::Finish;
+use super::{CommMode, LocalComms, Member, OpResult, ProcessGroup, StreamMode};
+use crate::error::{GroupError, OpError, Result};
+use crate::failure::FailureCause;
+use crate::key::{CommKey, DeviceList};
+use crate::recorder::{OpDescription, OpState};
+use crate::watchdog::PendingOp;
+use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
+
+/// What the flight recorder notes about an operation before it is issued.
+#[derive(Clone, Copy)]
+pub(super) struct OpInfo {
+    pub(super) op: &'static str,
+    pub(super) dtype: Option<DataType>,
+    pub(super) count: usize,
+    pub(super) peer: Option<usize>,
+}
+
+impl OpInfo {
+    /// An operation with no typed buffers (the barrier, a custom one).
+    pub(super) fn untyped(op: &'static str) -> Self {
+        Self {
+            op,
+            dtype: None,
+            count: 0,
+            peer: None,
+        }
+    }
+}
+
+/// One device's buffers of an operation, as the group owns them: a tensor
+/// (in place, or the one buffer of a send or receive) or an
+/// `(output, input)` pair.
+pub(super) trait OpBuffers: WorkBuffers {
+    /// The element type.
+    const DATA_TYPE: DataType;
+    /// The borrowed form nccl-tensor plans.
+    type Operands<'a>: Operands
+    where
+        Self: 'a;
+    /// The buffers as nccl-tensor's operands.
+    fn operands(&mut self) -> Self::Operands<'_>;
+    /// The device they are on (a pair's output's: the plan refuses an
+    /// input elsewhere).
+    fn device(&self) -> usize;
+    /// Elements of the input, for the flight recorder.
+    fn input_len(&self) -> usize;
+}
+
+impl<T: NcclType> OpBuffers for Tensor<T> {
+    const DATA_TYPE: DataType = T::DATA_TYPE;
+    type Operands<'a> = Single<&'a mut Tensor<T>>;
+    fn operands(&mut self) -> Self::Operands<'_> {
+        Single(self)
+    }
+    fn device(&self) -> usize {
+        Tensor::device(self)
+    }
+    fn input_len(&self) -> usize {
+        self.len()
+    }
+}
+
+impl<T: NcclType> OpBuffers for (Tensor<T>, Tensor<T>) {
+    const DATA_TYPE: DataType = T::DATA_TYPE;
+    type Operands<'a> = Pair<&'a Tensor<T>, &'a mut Tensor<T>>;
+    fn operands(&mut self) -> Self::Operands<'_> {
+        let (output, input) = self;
+        Pair {
+            input: &*input,
+            output,
+        }
+    }
+    fn device(&self) -> usize {
+        self.0.device()
+    }
+    fn input_len(&self) -> usize {
+        self.1.len()
+    }
+}
+
+/// Which communicators an operation runs on: the group's collective ones,
+/// or those of the pair of this process and a peer (sends and receives).
+#[derive(Clone, Copy)]
+enum Route {
+    Collective,
+    Pair {
+        low: usize,
+        high: usize,
+        peer_is_high: bool,
+    },
+}
+
+impl Route {
+    fn key(self, devices: DeviceList) -> CommKey {
+        match self {
+            Route::Collective => CommKey::Collective(devices),
+            Route::Pair { low, high, .. } => CommKey::PointToPoint { low, high, devices },
+        }
+    }
+
+    /// `op` as issued by the local rank `comm_rank` of a communicator with
+    /// `devices` ranks per process: a send or receive goes to the same
+    /// device of the peer process, `devices` ranks up or down in the pair
+    /// communicator; a collective's root is already a global rank.
+    fn op_on(self, op: Op<'static>, comm_rank: i32, devices: usize) -> Op<'static> {
+        let Route::Pair { peer_is_high, .. } = self else {
+            return op;
+        };
+        let distance = devices as i32;
+        let peer = comm_rank + if peer_is_high { distance } else { -distance };
+        match op {
+            Op::Send { .. } => Op::Send { peer },
+            Op::Recv { .. } => Op::Recv { peer },
+            other => other,
+        }
+    }
+}
+
+impl ProcessGroup {
+    /// The route of `op`. A send or receive names another process's rank.
+    fn route(&self, op: &Op<'_>) -> Result<Route> {
+        let Some((what, peer)) = op.rank_argument().filter(|_| op.is_point_to_point()) else {
+            return Ok(Route::Collective);
+        };
+        let rank = self.rank();
+        match usize::try_from(peer) {
+            Ok(peer) if peer < self.world_size() && peer != rank => Ok(Route::Pair {
+                low: rank.min(peer),
+                high: rank.max(peer),
+                peer_is_high: peer > rank,
+            }),
+            _ => Err(self.peer_out_of_range(what, peer)),
+        }
+    }
+
+    /// The error for a send's or receive's peer that is not another
+    /// process of the group.
+    pub(super) fn peer_out_of_range(&self, what: &'static str, given: impl ToString) -> GroupError {
+        GroupError::InvalidArgument {
+            argument: what,
+            expected: format!(
+                "another process's rank in 0..{} (this is rank {})",
+                self.world_size(),
+                self.rank()
+            ),
+            given: given.to_string(),
+        }
+    }
+
+    /// What the recorder notes: the root, or the peer process.
+    fn op_info(op: &Op<'_>, dtype: DataType, count: usize) -> OpInfo {
+        OpInfo {
+            op: op.name(),
+            dtype: Some(dtype),
+            count,
+            peer: op
+                .rank_argument()
+                .and_then(|(_, rank)| usize::try_from(rank).ok()),
+        }
+    }
+
+    /// Issues `op` on one local device's `buffers`.
+    pub(super) fn run_op<B: OpBuffers>(
+        &self,
+        op: Op<'static>,
+        buffers: B,
+        caller: &Arc<CudaStream>,
+    ) -> OpResult<B> {
+        let route = match self.route(&op) {
+            Ok(route) => route,
+            Err(error) => return Err(Box::new(OpError { error, buffers })),
+        };
+        let info = Self::op_info(&op, B::DATA_TYPE, buffers.input_len());
+        let device = buffers.device();
+        let key = |devices| route.key(devices);
+        self.run_one(
+            info,
+            key,
+            device,
+            buffers,
+            caller,
+            |comm, stream, buffers| {
+                let op = route.op_on(op, comm.rank(), 1);
+                comm.plan(op, buffers.operands(), caller)?
+                    .enqueue_on(stream)
+            },
+        )
+    }
+
+    /// Whether `error`, returned by an operation's NCCL calls, may have
+    /// left part of the operation launched: an error NCCL itself returned
+    /// on a blocking communicator (a multi-call group may fail after some
+    /// of its calls launched). A nonblocking communicator reports those
+    /// after accepting the calls, and argument checks fail before any.
+    fn may_have_launched(&self, error: &nccl_tensor::Error) -> bool {
+        self.options().comm_mode == CommMode::Blocking
+            && matches!(
+                error,
+                nccl_tensor::Error::Core(nccl_core::Error::Nccl { .. })
+            )
+    }
+
+    /// The stream an operation runs on (this handle's [`StreamMode`]);
+    /// a separate NCCL stream is first made to wait for the caller's.
+    fn op_stream<'a>(
+        &self,
+        member: &'a Member,
+        caller: &'a Arc<CudaStream>,
+    ) -> Result<&'a Arc<CudaStream>> {
+        match self.stream_mode {
+            StreamMode::Separate => {
+                sync_start(member, caller)?;
+                Ok(&member.stream)
+            }
+            StreamMode::Caller => Ok(caller),
+        }
+    }
+
+    /// The communicators for `key`. A group aborted while they were being
+    /// created aborts them too (`abort` only sees those created before it).
+    fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
+        let comms = match self.inner.cache.get(key) {
+            Ok(comms) => comms,
+            Err(error @ GroupError::InitTimeout { .. }) => {
+                // A retry would meet stale ids and announcements in the
+                // store: the group ends here (this caller gets the init
+                // error itself, later calls the failure).
+                let cause = FailureCause::Creation {
+                    error: error.to_string(),
+                };
+                self.inner.fail(cause, None, Finish::Here);
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
+        if let Err(error) = self.check_live() {
+            comms.abort();
+            return Err(error);
+        }
+        Ok(comms)
+    }
+
+    /// An error of a call that raced with `abort`, `destroy` or a failure
+    /// is reported as that, not as the communicator error it caused.
+    fn classify(&self, error: GroupError) -> GroupError {
+        if matches!(error, GroupError::InitTimeout { .. }) {
+            return error;
+        }
+        self.check_live().err().unwrap_or(error)
+    }
+
+    /// Notes an operation NCCL accepted, issued at `now`, in the flight
+    /// recorder (its sequence numbers). Operations refused by a check are
+    /// not recorded, so every rank numbers the same collectives alike.
+    fn record(&self, info: OpInfo, key: &CommKey, now: Instant) -> u64 {
+        let description = OpDescription {
+            op: info.op,
+            dtype: info.dtype,
+            count: info.count,
+            peer: info.peer,
+            devices: *key.devices(),
+            collective: matches!(key, CommKey::Collective(_)),
+        };
+        self.inner.recorder.record(&description, now).seq
+    }
+
+    /// Records the end of an enqueued operation (`record_ends`) and hands
+    /// it to the watchdog. The ends are recorded inside the tracker's lock,
+    /// so the tracker holds the operations in the order their ends were
+    /// recorded on each stream, which lets it reap a backlog on one stream
+    /// with a binary search (see `watchdog::reap`).
+    fn track(
+        &self,
+        seq: u64,
+        enqueued: Instant,
+        record_ends: impl FnOnce() -> Result<Ends>,
+    ) -> Result<Arc<Tracked>> {
+        let inner = &self.inner;
+        let mut reaped_at = None;
+        let op = inner.tracker.push_with::<_, GroupError>(
+            || {
+                let op = Arc::new(Tracked::new(record_ends()?));
+                let pending = PendingOp {
+                    seq,
+                    enqueued,
+                    timeout: self.op_timeout,
+                    completion: Arc::clone(&op) as Arc<dyn crate::watchdog::Completion>,
+                };
+                Ok((pending, op))
+            },
+            // One timestamp for every operation one reap finds finished.
+            |done| {
+                let at = *reaped_at.get_or_insert_with(Instant::now);
+                inner.recorder.finish(done, OpState::Completed, at)
+            },
+        )?;
+        // A failure that drained the tracker just before the push missed
+        // this operation: mark it here.
+        if let Some(failure) = inner.failure.get() {
+            crate::watchdog::Completion::fail(&*op, failure);
+        }
+        Ok(op)
+    }
+
+    /// Enqueues one operation on one local device: the NCCL stream waits
+    /// for the caller's stream (unless the operation runs on the caller's
+    /// stream), `issue` enqueues, an end event is recorded.
+    pub(super) fn run_one<B: WorkBuffers>(
+        &self,
+        info: OpInfo,
+        key: impl FnOnce(DeviceList) -> CommKey,
+        device: usize,
+        mut buffers: B,
+        caller: &Arc<CudaStream>,
+        issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
+    ) -> OpResult<B> {
+        // Set once NCCL accepted the operation: its sequence number and the
+        // stream it is on.
+        let mut issued: Option<(u64, Arc<CudaStream>)> = None;
+        let attempt = (|| {
+            self.check_live()?;
+            check_stream(info.op, caller, device)?;
+            let key = key(DeviceList::one(device)?);
+            let comms = self.comms_for(&key)?;
+            let member = &comms.members[0];
+            let stream = self.op_stream(member, caller)?;
+            let enqueued = Instant::now();
+            let seq = {
+                let comm = member.lock();
+                let _enqueueing = member.enqueueing(enqueued, self.op_timeout);
+                let status = match issue(&comm, stream, &mut buffers) {
+                    Ok(status) => status,
+                    Err(error) => {
+                        if self.may_have_launched(&error) {
+                            let seq = self.record(info, &key, enqueued);
+                            issued = Some((seq, Arc::clone(stream)));
+                        }
+                        return Err(error.into());
+                    }
+                };
+                let seq = self.record(info, &key, enqueued);
+                issued = Some((seq, Arc::clone(stream)));
+                if status == Status::InProgress {
+                    comm.core().wait_ready_within(info.op, self.op_timeout)?;
+                }
+                seq
+            };
+            self.track(seq, enqueued, || {
+                end_event(member, stream, caller).map(Ends::One)
+            })
+        })();
+        match attempt {
+            Ok(op) => Ok(Work::new(buffers, op)),
+            Err(error) => match issued {
+                None => Err(self.failed_op(error, buffers)),
+                Some((seq, stream)) => {
+                    order_after_stream(&buffers, &stream);
+                    Err(self.failed_in_flight(error, seq, buffers))
+                }
+            },
+        }
+    }
+
+    /// Issues `op` on one part per local device, inside one NCCL group.
+    /// Every device's part is planned (checked) before any is enqueued: a
+    /// part left in the group would launch alone and wait forever for its
+    /// peers.
+    pub(super) fn run_op_multi<B: OpBuffers>(
+        &self,
+        op: Op<'static>,
+        mut buffers: Vec<B>,
+        callers: &[Arc<CudaStream>],
+    ) -> OpResult<Vec<B>> {
+        let route = match self.route(&op) {
+            Ok(route) => route,
+            Err(error) => return Err(Box::new(OpError { error, buffers })),
+        };
+        let first_len = buffers.first().map_or(0, OpBuffers::input_len);
+        let info = Self::op_info(&op, B::DATA_TYPE, first_len);
+        // Set once the NCCL group is open (with the stream of each device's
+        // part): from then on an error leaves a (partial) operation to NCCL.
+        let mut issued: Option<(u64, Vec<Arc<CudaStream>>)> = None;
+        let attempt = (|| {
+            self.check_live()?;
+            let devices = DeviceList::new(buffers.iter().map(OpBuffers::device))?;
+            if callers.len() != devices.len() {
+                return Err(GroupError::InvalidArgument {
+                    argument: "streams",
+                    expected: format!("one caller stream per tensor ({})", devices.len()),
+                    given: format!("{} streams", callers.len()),
+                });
+            }
+            for (caller, device) in callers.iter().zip(devices.iter()) {
+                check_stream(info.op, caller, device)?;
+            }
+            let count = devices.len();
+            let key = route.key(devices);
+            let comms = self.comms_for(&key)?;
+            let (seq, enqueued, streams) = {
+                let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
+                let started = Instant::now();
+                let _enqueueing: Vec<_> = comms
+                    .members
+                    .iter()
+                    .map(|member| member.enqueueing(started, self.op_timeout))
+                    .collect();
+                let planned = guards
+                    .iter()
+                    .zip(buffers.iter_mut())
+                    .zip(callers)
+                    .map(|((comm, part), caller)| {
+                        let op = route.op_on(op, comm.rank(), count);
+                        comm.plan(op, part.operands(), caller)
+                    })
+                    .collect::<nccl_tensor::Result<Vec<_>>>()?;
+                let streams = comms
+                    .members
+                    .iter()
+                    .zip(callers)
+                    .map(|(member, caller)| self.op_stream(member, caller))
+                    .collect::<Result<Vec<_>>>()?;
+                let enqueued = Instant::now();
+                let seq = self.record(info, &key, enqueued);
+                issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
+                let group = Group::start()?;
+                for (part, stream) in planned.into_iter().zip(&streams) {
+                    let _ = part.enqueue_on(stream)?;
+                }
+                if group.end()? == Status::InProgress {
+                    for comm in &guards {
+                        comm.core().wait_ready_within(info.op, self.op_timeout)?;
+                    }
+                }
+                (seq, enqueued, streams)
+            };
+            self.track(seq, enqueued, || {
+                comms
+                    .members
+                    .iter()
+                    .zip(streams)
+                    .zip(callers)
+                    .map(|((member, stream), caller)| end_event(member, stream, caller))
+                    .collect::<Result<Vec<_>>>()
+                    .map(Ends::Many)
+            })
+        })();
+        match attempt {
+            Ok(op) => Ok(Work::new(buffers, op)),
+            Err(error) => match issued {
+                None => Err(self.failed_op(error, buffers)),
+                Some((seq, streams)) => {
+                    for (stream, part) in streams.iter().zip(&buffers) {
+                        order_after_stream(part, stream);
+                    }
+                    Err(self.failed_in_flight(error, seq, buffers))
+                }
+            },
+        }
+    }
+
+    /// The error of an operation that failed before it was enqueued, with
+    /// its buffers.
+    fn failed_op<B>(&self, error: GroupError, buffers: B) -> Box<OpError<B>> {
+        Box::new(OpError {
+            error: self.classify(error),
+            buffers,
+        })
+    }
+
+    /// The error of an operation NCCL accepted before something failed:
+    /// it is in flight with no end to track, so the group fails (its
+    /// communicators are aborted, which ends the operation); the buffers
+    /// come back with their release ordered after it.
+    fn failed_in_flight<B>(&self, error: GroupError, seq: u64, buffers: B) -> Box<OpError<B>> {
+        self.inner
+            .recorder
+            .finish(seq, OpState::Failed, Instant::now());
+        let cause = FailureCause::Enqueue {
+            error: error.to_string(),
+        };
+        self.inner.fail(cause, Some(seq), Finish::Here);
+        self.failed_op(error, buffers)
+    }
+}
+
+/// Makes every stream that may free `buffers` wait for what `stream` has
+/// queued so far (best effort: if CUDA cannot even record an event, the
+/// stream is broken and nothing queued after it runs either).
+fn order_after_stream<B: WorkBuffers>(buffers: &B, stream: &CudaStream) {
+    if let Ok(event) = stream.context().new_event(None)
+        && event.record(stream).is_ok()
+    {
+        let _ = buffers.order_after(&event);
+    }
+}
+
+/// The caller's stream must be on the buffers' device (nccl-tensor's
+/// check and error: the stream is used for the event handoff before the
+/// operation is planned).
+fn check_stream(op: &'static str, caller: &CudaStream, device: usize) -> Result<()> {
+    Ok(checks::stream(op, caller.context().ordinal(), device)?)
+}
+
+/// The NCCL stream waits for what the caller's stream has queued so far.
+fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
+    let start = member.pool.event()?;
+    let synced = start
+        .record(caller)
+        .and_then(|()| member.stream.wait(&start))
+        .map_err(GroupError::cuda(
+            "making the NCCL stream wait for the caller's stream",
+        ));
+    // The wait has captured the event; it can be recorded again.
+    member.pool.give_back(start);
+    synced
+}
+
+/// Records the end of the operation on `stream`, the stream it ran on;
+/// the caller's stream waits for it in [`Work::wait`] unless it is that
+/// stream.
+fn end_event(member: &Member, stream: &Arc<CudaStream>, caller: &Arc<CudaStream>) -> Result<End> {
+    let event = member.pool.event()?;
+    match event.record(stream) {
+        Ok(()) => Ok(End {
+            pool: Arc::clone(&member.pool),
+            event,
+            stream: Arc::clone(stream),
+            caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
+        }),
+        Err(error) => {
+            member.pool.give_back(event);
+            Err(GroupError::cuda("recording the end event")(error))
+        }
+    }
+}

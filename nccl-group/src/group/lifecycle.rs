@@ -1,0 +1,116 @@
+//! The end of a group: [`ProcessGroup::abort`] from any thread and the
+//! collective [`ProcessGroup::destroy`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{ABORTED, CommMode, DESTROYED, FAILED, LIVE, ProcessGroup, health};
+use crate::error::{GroupError, Result};
+use crate::failure::AbortOutcome;
+use crate::watchdog::{Bounded, run_bounded};
+
+impl ProcessGroup {
+    /// Aborts every communicator of the group, from any thread; calls
+    /// blocked in NCCL return, and every pending [`Work`] fails. Afterwards
+    /// every call fails with [`GroupError::Aborted`]; a new group may reuse
+    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`]).
+    /// On a group that already failed, waits (bounded) until the failure's
+    /// own abort of the communicators has finished; a no-op on a group
+    /// already aborted or destroyed.
+    ///
+    /// # Errors
+    /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
+    /// [`GroupOptions::abort_timeout`]; it was left running on its own
+    /// thread and the group is unusable all the same.
+    pub fn abort(&self) -> Result<()> {
+        if self
+            .inner
+            .state
+            .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.await_failure_abort();
+        }
+        match self.inner.abort() {
+            AbortOutcome::Aborted(_) => Ok(()),
+            AbortOutcome::Stalled(waited) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited,
+            }),
+        }
+    }
+
+    /// `abort` on a group that is no longer live: a failed group's
+    /// failure is aborting its communicators (on the watchdog's helper
+    /// thread); wait for that, as long as it may take at most.
+    fn await_failure_abort(&self) -> Result<()> {
+        if self.inner.state.load(Ordering::Acquire) != FAILED {
+            return Ok(());
+        }
+        let Some(failure) = self.inner.failure.get() else {
+            return Ok(());
+        };
+        let bound = self.options().abort_timeout + health::EXCHANGE_WAIT + Duration::from_secs(1);
+        let started = Instant::now();
+        match failure.wait_details(bound).map(|details| &details.abort) {
+            Some(AbortOutcome::Aborted(_)) => Ok(()),
+            Some(AbortOutcome::Stalled(waited)) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: *waited,
+            }),
+            None => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: started.elapsed(),
+            }),
+        }
+    }
+
+    /// Finalizes and destroys every communicator, together with the other
+    /// processes (collective: all must call it). Afterwards every call
+    /// fails with [`GroupError::Destroyed`]. Each finalize is bounded by
+    /// [`GroupOptions::timeout`] (a blocking communicator's runs on a
+    /// helper thread for that); past it the communicator is aborted.
+    ///
+    /// # Errors
+    /// An aborted group, or a communicator failing to finalize in time (it
+    /// is then aborted).
+    pub fn destroy(&self) -> Result<()> {
+        if self
+            .inner
+            .state
+            .compare_exchange(LIVE, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.check_live();
+        }
+        self.inner.cache.close();
+        let options = self.options();
+        // In store-key order, the same on every process, so blocking
+        // finalizes meet their peers.
+        let mut first_error = None;
+        for comms in self.inner.cache.clear() {
+            let finalized = match options.comm_mode {
+                CommMode::Blocking => {
+                    let started = Instant::now();
+                    let finalizing = Arc::clone(&comms);
+                    match run_bounded("nccl-group-finalize", options.timeout, move || {
+                        finalizing.finalize()
+                    }) {
+                        Bounded::Returned(result) => result,
+                        Bounded::Stalled => Err(GroupError::Timeout {
+                            operation: "finalizing the group's communicators",
+                            waited: started.elapsed(),
+                        }),
+                    }
+                }
+                CommMode::Nonblocking => comms.finalize(),
+            };
+            if let Err(error) = finalized {
+                comms.abort();
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}

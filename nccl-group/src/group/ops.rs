@@ -1,0 +1,340 @@
+//! The group's operations. Each is one nccl-tensor [`Op`], issued by
+//! [`ProcessGroup::run_op`] on one local device or by
+//! [`ProcessGroup::run_op_multi`] on one part per local device (the spec's
+//! list forms; global rank = process rank x devices + index, and
+//! `streams[i]` is the caller's stream on part `i`'s device). The argument
+//! rules are nccl-tensor's ([`nccl_tensor::rules`], checked once per
+//! device by its plan step); the group adds the device list, the stream
+//! count and, for sends and receives, a peer that is another process.
+//!
+//! Every operation fails with the buffers handed back ([`OpResult`]): on
+//! an aborted, destroyed or failed group, a failed rendezvous or argument
+//! check, or NCCL's error; a list form also on a device twice or a stream
+//! count that is not one per part.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nccl_core::{Group, Op, ReduceOp, Status};
+use nccl_tensor::{Communicator, NcclType, Tensor};
+
+use super::issue::OpInfo;
+use super::{OpResult, ProcessGroup};
+use crate::error::{OpError, Result};
+use crate::key::CommKey;
+use crate::work::{Work, WorkBuffers};
+
+/// One tensor per local GPU, for the list forms.
+type Parts<T> = Vec<Tensor<T>>;
+/// One `(output, input)` pair per local GPU, for the list forms.
+type PairParts<T> = Vec<(Tensor<T>, Tensor<T>)>;
+
+impl ProcessGroup {
+    /// Runs NCCL calls of your own on the group's communicator for
+    /// `device` (its collective communicator, the one all_reduce uses),
+    /// with everything the group's own operations get: the two-way event
+    /// sync with `stream`, the deadline and watchdog, the flight recorder
+    /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
+    /// gets the communicator and the stream to enqueue on (the NCCL
+    /// stream, or `stream` itself with
+    /// [`StreamMode::Caller`](super::StreamMode::Caller)); every rank must
+    /// issue matching calls, as with any collective. `issue` runs inside
+    /// one NCCL group, so it may make several calls; on a nonblocking
+    /// communicator ([`CommMode::Nonblocking`](super::CommMode::Nonblocking))
+    /// NCCL may answer `ncclInProgress`, and the group's end is waited for.
+    ///
+    /// # Errors
+    /// As the group's operations: an aborted or failed group, a stream on
+    /// another device, a failed rendezvous, or `issue`'s error, with the
+    /// buffers handed back.
+    pub fn custom<B: WorkBuffers>(
+        &self,
+        name: &'static str,
+        device: usize,
+        buffers: B,
+        stream: &Arc<CudaStream>,
+        issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
+    ) -> OpResult<B> {
+        let grouped = |comm: &Communicator, nccl_stream: &Arc<CudaStream>, buffers: &mut B| {
+            let group = Group::start()?;
+            let issued = issue(comm, nccl_stream, buffers);
+            let ended = group.end();
+            let (issued, ended) = (issued?, ended?);
+            Ok(
+                if issued == Status::InProgress || ended == Status::InProgress {
+                    Status::InProgress
+                } else {
+                    Status::Success
+                },
+            )
+        };
+        let info = OpInfo::untyped(name);
+        self.run_one(info, CommKey::Collective, device, buffers, stream, grouped)
+    }
+
+    /// Reduces `tensor` across every process, in place
+    /// (`torch.distributed.all_reduce`).
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn all_reduce<T: NcclType>(
+        &self,
+        tensor: Tensor<T>,
+        op: ReduceOp,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Tensor<T>> {
+        self.run_op(Op::AllReduce(op.into()), tensor, stream)
+    }
+
+    /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn all_reduce_multi<T: NcclType>(
+        &self,
+        tensors: Parts<T>,
+        op: ReduceOp,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Parts<T>> {
+        self.run_op_multi(Op::AllReduce(op.into()), tensors, streams)
+    }
+
+    /// Copies `tensor` from global rank `root` to every rank, in place.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn broadcast<T: NcclType>(
+        &self,
+        tensor: Tensor<T>,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Tensor<T>> {
+        self.run_op(Op::Broadcast { root }, tensor, stream)
+    }
+
+    /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn broadcast_multi<T: NcclType>(
+        &self,
+        tensors: Parts<T>,
+        root: i32,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Parts<T>> {
+        self.run_op_multi(Op::Broadcast { root }, tensors, streams)
+    }
+
+    /// Reduces `tensor` across every process into global rank `root`, in place.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn reduce<T: NcclType>(
+        &self,
+        tensor: Tensor<T>,
+        op: ReduceOp,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Tensor<T>> {
+        let op = Op::Reduce {
+            op: op.into(),
+            root,
+        };
+        self.run_op(op, tensor, stream)
+    }
+
+    /// [`ProcessGroup::reduce`] over one tensor per local GPU.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn reduce_multi<T: NcclType>(
+        &self,
+        tensors: Parts<T>,
+        op: ReduceOp,
+        root: i32,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Parts<T>> {
+        let op = Op::Reduce {
+            op: op.into(),
+            root,
+        };
+        self.run_op_multi(op, tensors, streams)
+    }
+
+    /// Gathers every rank's `input` into `output` (world x input elements),
+    /// in rank order (`all_gather_into_tensor`). The work holds
+    /// `(output, input)`.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn all_gather<T: NcclType>(
+        &self,
+        output: Tensor<T>,
+        input: Tensor<T>,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        self.run_op(Op::AllGather, (output, input), stream)
+    }
+
+    /// [`ProcessGroup::all_gather`] with one `(output, input)` per local GPU.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn all_gather_multi<T: NcclType>(
+        &self,
+        pairs: PairParts<T>,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<PairParts<T>> {
+        self.run_op_multi(Op::AllGather, pairs, streams)
+    }
+
+    /// Reduces `input` (world x output elements) and scatters it: each rank
+    /// gets its block in `output` (`reduce_scatter_tensor`). The work holds
+    /// `(output, input)`.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn reduce_scatter<T: NcclType>(
+        &self,
+        output: Tensor<T>,
+        input: Tensor<T>,
+        op: ReduceOp,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        self.run_op(Op::ReduceScatter(op.into()), (output, input), stream)
+    }
+
+    /// [`ProcessGroup::reduce_scatter`] with one `(output, input)` per local GPU.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn reduce_scatter_multi<T: NcclType>(
+        &self,
+        pairs: PairParts<T>,
+        op: ReduceOp,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<PairParts<T>> {
+        self.run_op_multi(Op::ReduceScatter(op.into()), pairs, streams)
+    }
+
+    /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
+    /// rank order (`all_to_all_single`). The work holds `(output, input)`.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn all_to_all<T: NcclType>(
+        &self,
+        output: Tensor<T>,
+        input: Tensor<T>,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        self.run_op(Op::AllToAll, (output, input), stream)
+    }
+
+    /// [`ProcessGroup::all_to_all`] with one `(output, input)` per local GPU.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn all_to_all_multi<T: NcclType>(
+        &self,
+        pairs: PairParts<T>,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<PairParts<T>> {
+        self.run_op_multi(Op::AllToAll, pairs, streams)
+    }
+
+    /// Sends `tensor` to process `dst` over the pair's own communicator.
+    ///
+    /// # Errors
+    /// `dst` is this process or out of range; see the [module](self) docs.
+    pub fn send<T: NcclType>(
+        &self,
+        tensor: Tensor<T>,
+        dst: usize,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Tensor<T>> {
+        self.with_peer(dst, "dst", tensor, |peer, t| {
+            self.run_op(Op::Send { peer }, t, stream)
+        })
+    }
+
+    /// Receives into `tensor` from process `src`.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::send`].
+    pub fn recv<T: NcclType>(
+        &self,
+        tensor: Tensor<T>,
+        src: usize,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Tensor<T>> {
+        self.with_peer(src, "src", tensor, |peer, t| {
+            self.run_op(Op::Recv { peer }, t, stream)
+        })
+    }
+
+    /// [`ProcessGroup::send`] from one tensor per local GPU: local device
+    /// `i` sends to process `dst`'s device `i` (both processes pass the same
+    /// number of tensors), over the pair's own communicator, in one group.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::send`].
+    pub fn send_multi<T: NcclType>(
+        &self,
+        tensors: Parts<T>,
+        dst: usize,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Parts<T>> {
+        self.with_peer(dst, "dst", tensors, |peer, t| {
+            self.run_op_multi(Op::Send { peer }, t, streams)
+        })
+    }
+
+    /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
+    /// `i` receives from process `src`'s device `i`.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::send`].
+    pub fn recv_multi<T: NcclType>(
+        &self,
+        tensors: Parts<T>,
+        src: usize,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Parts<T>> {
+        self.with_peer(src, "src", tensors, |peer, t| {
+            self.run_op_multi(Op::Recv { peer }, t, streams)
+        })
+    }
+
+    /// Synchronises every process: work queued on `stream` after the
+    /// returned work's `wait()` starts once all have reached the barrier.
+    ///
+    /// # Errors
+    /// See the [module](self) docs.
+    pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Work<()>> {
+        let device = stream.context().ordinal();
+        let info = OpInfo::untyped("barrier");
+        self.run_one(info, CommKey::Collective, device, (), stream, |c, s, _| {
+            c.barrier(s)
+        })
+        .map_err(|e| e.error)
+    }
+
+    /// Runs `run` with process rank `rank` as nccl-core's `i32`; a rank
+    /// past `i32::MAX` is refused here, as out of range, with the buffers.
+    fn with_peer<B: WorkBuffers>(
+        &self,
+        rank: usize,
+        what: &'static str,
+        buffers: B,
+        run: impl FnOnce(i32, B) -> OpResult<B>,
+    ) -> OpResult<B> {
+        match i32::try_from(rank) {
+            Ok(peer) => run(peer, buffers),
+            Err(_) => Err(Box::new(OpError {
+                error: self.peer_out_of_range(what, rank),
+                buffers,
+            })),
+        }
+    }
+}

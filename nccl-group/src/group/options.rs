@@ -1,0 +1,189 @@
+//! The options of a [`ProcessGroup`](super::ProcessGroup): streams,
+//! communicator kind, timeouts, failure policy and flight recorder.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::failure::FailurePolicy;
+
+/// Options of a [`ProcessGroup`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GroupOptions {
+    /// NCCL streams per device (round robin across communicators); used by
+    /// the operations issued with [`StreamMode::Separate`].
+    pub streams_per_device: usize,
+    /// Which stream operations run on. Default [`StreamMode::Caller`];
+    /// override per call with [`ProcessGroup::with_stream_mode`] (e.g.
+    /// [`StreamMode::Separate`] for an operation that should overlap
+    /// compute queued after it).
+    pub stream_mode: StreamMode,
+    /// Nonblocking or blocking NCCL communicators. Default
+    /// [`CommMode::Blocking`] (as PyTorch's), the one whose per-operation
+    /// cost stays near nccl-tensor's at world sizes above 1 (the README's
+    /// world-size table has the figures).
+    pub comm_mode: CommMode,
+    /// Create the NCCL streams with the device's highest priority.
+    pub high_priority: bool,
+    /// How long each of the two steps of creating a communicator may take:
+    /// waiting in the store for another rank's unique id, then NCCL's
+    /// init, which waits for every rank to join. Past it the communicators
+    /// are aborted (with [`CommMode::Blocking`], the init is left to finish
+    /// or hang on a thread of its own), the error names the ranks that
+    /// never joined, and the group fails (the ranks no longer agree on what
+    /// to create next). Default 10 min.
+    pub timeout: Duration,
+    /// How long each operation may run on the GPU before the watchdog
+    /// fails the group (override per call with
+    /// [`ProcessGroup::with_op_timeout`]). Default 10 min.
+    pub op_timeout: Duration,
+    /// How long an abort may take before it is left running on its own
+    /// thread and reported as stalled. Default 10 s.
+    pub abort_timeout: Duration,
+    /// What the watchdog does after it fails the group.
+    pub on_failure: FailurePolicy,
+    /// How many operations the flight recorder keeps. Default 2048.
+    pub recorder_capacity: usize,
+    /// Where the flight recorder's JSON dump is written when the group
+    /// fails or is aborted (`None`: not written). Default: the folder in
+    /// `NCCL_GROUP_DUMP_DIR`, else the system's temporary folder.
+    pub dump_dir: Option<PathBuf>,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        Self {
+            streams_per_device: 1,
+            stream_mode: StreamMode::Caller,
+            comm_mode: CommMode::Blocking,
+            high_priority: false,
+            timeout: crate::store::DEFAULT_TIMEOUT,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            abort_timeout: Duration::from_secs(10),
+            on_failure: FailurePolicy::ReturnErrors,
+            recorder_capacity: 2048,
+            dump_dir: Some(
+                std::env::var_os(DUMP_DIR_VARIABLE).map_or_else(std::env::temp_dir, PathBuf::from),
+            ),
+        }
+    }
+}
+
+/// Which stream a group's operations run on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamMode {
+    /// On the group's own NCCL streams (the spec's design): the NCCL stream
+    /// waits for an event recorded on the caller's stream, and
+    /// [`Work::wait`] makes the caller's stream wait for the operation's
+    /// end. The caller's stream is free for other work meanwhile (compute
+    /// overlaps communication), at the price of the handoff: two event
+    /// records and two stream waits per operation.
+    Separate,
+    /// On the caller's stream: no event handoff between streams (three
+    /// driver calls fewer per operation, and no cross-stream latency on
+    /// the GPU), [`Work::wait`] has nothing to do, but everything queued
+    /// after the operation on that stream waits for it. For callers that
+    /// wait at once anyway (as PyTorch's `async_op=False`). The default:
+    /// the group's call then costs about what nccl-tensor's does.
+    #[default]
+    Caller,
+}
+
+/// Which kind of NCCL communicator a group creates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommMode {
+    /// Nonblocking communicators: NCCL never blocks the calling thread, so
+    /// every wait (creation, an operation's enqueue) is polled and bounded
+    /// by a deadline, and an abort interrupts any of them. But NCCL 2.28
+    /// ends every group that involves other ranks on a new thread of its
+    /// own and answers `ncclInProgress`, which the group then waits out:
+    /// each operation at world size 2 and above costs many times what it
+    /// costs on a blocking communicator (the README's world-size table has
+    /// the figures). At world size 1 NCCL shortcuts the collectives, so
+    /// their cost there does not show it. For whoever needs an abort to
+    /// interrupt any call, even one stuck inside NCCL before its deadline.
+    Nonblocking,
+    /// Blocking communicators: operations are enqueued on the calling
+    /// thread at NCCL's normal cost. Creation is still bounded by
+    /// [`GroupOptions::timeout`]: the init runs on a helper thread, which a
+    /// timeout leaves behind (it ends when NCCL gives up or the missing
+    /// ranks come; each such timeout leaves one). An enqueue that blocks (a
+    /// peer that never connects) is seen by the watchdog once it passes
+    /// the operation's timeout: it fails the group, and the abort releases
+    /// the NCCL call (as PyTorch's watchdog does). An NCCL error returned
+    /// by an operation's calls fails the group as well, since part of the
+    /// operation may have launched. `destroy` runs each finalize on a
+    /// helper thread bounded by the timeout. The default.
+    #[default]
+    Blocking,
+}
+
+/// The default [`GroupOptions::op_timeout`] (as PyTorch's NCCL process group).
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The environment variable that sets the default [`GroupOptions::dump_dir`].
+pub const DUMP_DIR_VARIABLE: &str = "NCCL_GROUP_DUMP_DIR";
+
+impl GroupOptions {
+    /// With `streams` NCCL streams per device.
+    pub fn with_streams_per_device(mut self, streams: usize) -> Self {
+        self.streams_per_device = streams;
+        self
+    }
+
+    /// With operations on this stream ([`StreamMode`]).
+    pub fn with_stream_mode(mut self, mode: StreamMode) -> Self {
+        self.stream_mode = mode;
+        self
+    }
+
+    /// With this kind of NCCL communicator ([`CommMode`]).
+    pub fn with_comm_mode(mut self, mode: CommMode) -> Self {
+        self.comm_mode = mode;
+        self
+    }
+
+    /// With high-priority NCCL streams.
+    pub fn with_high_priority(mut self, high: bool) -> Self {
+        self.high_priority = high;
+        self
+    }
+
+    /// With this communicator-creation timeout ([`GroupOptions::timeout`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// With this default per-operation timeout.
+    pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// With this bound on aborts.
+    pub fn with_abort_timeout(mut self, timeout: Duration) -> Self {
+        self.abort_timeout = timeout;
+        self
+    }
+
+    /// With this failure policy.
+    pub fn with_failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// Keeping the last `capacity` operations in the flight recorder.
+    pub fn with_recorder_capacity(mut self, capacity: usize) -> Self {
+        self.recorder_capacity = capacity;
+        self
+    }
+
+    /// Writing flight-recorder dumps to `dir` (`None`: not at all).
+    pub fn with_dump_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.dump_dir = dir;
+        self
+    }
+}

@@ -1,0 +1,188 @@
+//! The plan-then-enqueue path every operation takes:
+//! [`Communicator::plan`] makes every check and binds the buffers and the
+//! stream; [`Planned::enqueue`] issues the planned NCCL call (or, for an
+//! all-to-all without `ncclAlltoAll`, grouped sends and receives).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nccl_core::{Call, DataType, Group, Op, Reduction, Status};
+
+use crate::checks;
+use crate::communicator::{AllToAllMethod, Communicator};
+use crate::error::Result;
+use crate::operand::Operands;
+use crate::plan::{self, Plan};
+
+impl Communicator {
+    /// Plans `op` on `operands` with `stream`: every check of the
+    /// operation ([`Plan::new`]: layout, stream, root or peer, buffers,
+    /// lengths, reduction), one cell not passed as both input and output,
+    /// and a pre-multiplied sum made on this communicator. Nothing is
+    /// enqueued until [`Planned::enqueue`]; the operation methods below are
+    /// `plan` followed by `enqueue`.
+    ///
+    /// # Errors
+    /// The first failed check.
+    #[inline]
+    pub fn plan<'a, 'r, O: Operands>(
+        &'a self,
+        op: Op<'r>,
+        operands: O,
+        stream: &'a Arc<CudaStream>,
+    ) -> Result<Planned<'a, 'r, O>> {
+        operands.check_cells(op.name())?;
+        let layout = operands.layout(plan::rules(&op).layouts);
+        let plan = Plan::new(op, &self.info(), &layout, stream.context().ordinal())?;
+        if let Some(reduction @ Reduction::PreMulSum(_)) = op.reduction() {
+            reduction.check_usable(&self.core, plan.dtype)?;
+        }
+        Ok(Planned {
+            comm: self,
+            plan,
+            operands,
+            stream,
+        })
+    }
+
+    /// Enqueues `plan` on the buffers at `send` and `recv`.
+    ///
+    /// # Safety
+    /// `send` and `recv` address the buffers `plan` was made for, valid on
+    /// `stream` (on this communicator's device) while the call enqueues
+    /// and, through the buffers' stream tracking, until the work is done.
+    unsafe fn enqueue_plan(
+        &self,
+        plan: &Plan<'_>,
+        send: *const c_void,
+        recv: *mut c_void,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
+        let (count, dtype) = (plan.count, plan.dtype);
+        if matches!(plan.op, Op::AllToAll) && !self.native_all_to_all() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.all_to_all_by_send_recv(send, recv, count, dtype, stream) };
+        }
+        let op = plan.op;
+        let call = Call {
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+        };
+        // SAFETY: `plan` made every check `issue_unchecked` leaves to its
+        // caller; the buffers are the caller's contract.
+        Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
+    }
+
+    fn native_all_to_all(&self) -> bool {
+        self.all_to_all == AllToAllMethod::Auto
+            && self.core.library().functions().has("ncclAlltoAll")
+    }
+
+    /// All-to-all as one grouped send and receive per peer.
+    ///
+    /// # Safety
+    /// `send` and `recv` hold `world * block` elements of `dtype`, valid on
+    /// `stream`, which is on this device.
+    unsafe fn all_to_all_by_send_recv(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        block: usize,
+        dtype: DataType,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
+        let block_bytes = block * dtype.size_bytes();
+        let group = Group::start()?;
+        for peer in 0..self.world_size() {
+            let offset = peer as usize * block_bytes;
+            let send = Call {
+                op: Op::Send { peer },
+                send: send.wrapping_byte_add(offset),
+                recv: std::ptr::null_mut(),
+                count: block,
+                dtype,
+            };
+            let recv = Call {
+                op: Op::Recv { peer },
+                send: std::ptr::null(),
+                recv: recv.wrapping_byte_add(offset),
+                count: block,
+                dtype,
+            };
+            // SAFETY: block `peer` of each buffer lies within its
+            // `world * block` elements; the peer is in range and the stream
+            // on this device (the caller's contract).
+            unsafe {
+                let _ = self.core.issue_unchecked(send, stream)?;
+                let _ = self.core.issue_unchecked(recv, stream)?;
+            }
+        }
+        Ok(group.end()?)
+    }
+}
+
+/// An operation whose arguments passed every check, bound to its buffers
+/// and stream: [`Planned::enqueue`] issues it. Made by
+/// [`Communicator::plan`].
+#[derive(Debug)]
+#[must_use = "a planned operation does nothing until it is enqueued"]
+pub struct Planned<'a, 'r, O> {
+    comm: &'a Communicator,
+    plan: Plan<'r>,
+    operands: O,
+    stream: &'a Arc<CudaStream>,
+}
+
+impl<'r, O: Operands> Planned<'_, 'r, O> {
+    /// What will be enqueued.
+    pub fn plan(&self) -> &Plan<'r> {
+        &self.plan
+    }
+
+    /// Enqueues the operation on the stream it was planned with. An
+    /// operation with nothing to move (empty buffers) enqueues nothing.
+    ///
+    /// # Errors
+    /// An aborted or finalized communicator, or NCCL's error.
+    #[inline]
+    pub fn enqueue(self) -> Result<Status> {
+        let stream = self.stream;
+        self.issue(stream)
+    }
+
+    /// Enqueues the operation on `stream` instead, a stream on the same
+    /// device (a process group's own NCCL stream, say).
+    ///
+    /// # Errors
+    /// A stream on another device, or as [`Planned::enqueue`].
+    #[inline]
+    pub fn enqueue_on(self, stream: &Arc<CudaStream>) -> Result<Status> {
+        let device = self.comm.device().ordinal();
+        checks::stream(self.plan.op.name(), stream.context().ordinal(), device)?;
+        self.issue(stream)
+    }
+
+    #[inline]
+    fn issue(self, stream: &Arc<CudaStream>) -> Result<Status> {
+        let Planned {
+            comm,
+            plan,
+            operands,
+            ..
+        } = self;
+        if plan.count == 0 {
+            return Ok(Status::Success);
+        }
+        operands.access(stream, |send, recv| {
+            // SAFETY: `plan` was made for these operands, whose addresses
+            // these are, valid on `stream` while `access` runs; the stream
+            // is on the communicator's device (checked by the plan or by
+            // `enqueue_on`).
+            unsafe { comm.enqueue_plan(&plan, send, recv, stream) }
+        })
+    }
+}
