@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub(crate) use factory::{LocalComms, Member, NcclFactory};
+pub use issue::GroupBuffers;
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 
 use crate::cache::OnceMap;

@@ -44,8 +44,8 @@ mod work;
 pub use error::{GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
-    CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, OpResult, ProcessGroup,
-    StreamMode,
+    CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupBuffers, GroupOptions, OpResult,
+    ProcessGroup, StreamMode,
 };
 pub use key::MAX_LOCAL_DEVICES;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};

@@ -1,7 +1,7 @@
 //! The issue engine behind every operation: the route to a communicator,
 //! the event handoff between the caller's stream and the NCCL stream, the
 //! flight recorder, the watchdog's tracking, and what an error leaves
-//! behind. [`ProcessGroup::run_op`] and [`ProcessGroup::run_op_multi`]
+//! behind. [`ProcessGroup::issue`] and [`ProcessGroup::issue_multi`]
 //! issue an operation described by nccl-tensor ([`Op`], planned and
 //! enqueued by its communicator); [`ProcessGroup::run_one`] issues any
 //! enqueue (the barrier, [`ProcessGroup::custom`]).
@@ -43,10 +43,17 @@ impl OpInfo {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+}
+
+impl<T: NcclType> sealed::Sealed for Tensor<T> {}
+impl<T: NcclType> sealed::Sealed for (Tensor<T>, Tensor<T>) {}
+
 /// One device's buffers of an operation, as the group owns them: a tensor
 /// (in place, or the one buffer of a send or receive) or an
-/// `(output, input)` pair.
-pub(super) trait OpBuffers: WorkBuffers {
+/// `(output, input)` pair. Sealed.
+pub trait GroupBuffers: WorkBuffers + sealed::Sealed {
     /// The element type.
     const DATA_TYPE: DataType;
     /// The borrowed form nccl-tensor plans.
@@ -62,7 +69,7 @@ pub(super) trait OpBuffers: WorkBuffers {
     fn input_len(&self) -> usize;
 }
 
-impl<T: NcclType> OpBuffers for Tensor<T> {
+impl<T: NcclType> GroupBuffers for Tensor<T> {
     const DATA_TYPE: DataType = T::DATA_TYPE;
     type Operands<'a> = Single<&'a mut Tensor<T>>;
     fn operands(&mut self) -> Self::Operands<'_> {
@@ -76,7 +83,7 @@ impl<T: NcclType> OpBuffers for Tensor<T> {
     }
 }
 
-impl<T: NcclType> OpBuffers for (Tensor<T>, Tensor<T>) {
+impl<T: NcclType> GroupBuffers for (Tensor<T>, Tensor<T>) {
     const DATA_TYPE: DataType = T::DATA_TYPE;
     type Operands<'a> = Pair<&'a Tensor<T>, &'a mut Tensor<T>>;
     fn operands(&mut self) -> Self::Operands<'_> {
@@ -175,8 +182,16 @@ impl ProcessGroup {
         }
     }
 
-    /// Issues `op` on one local device's `buffers`.
-    pub(super) fn run_op<B: OpBuffers>(
+    /// Issues `op` on one local device's `buffers` (a tensor, or an
+    /// `(output, input)` pair), on the caller's `stream`. Every operation
+    /// method is this with one [`Op`]; a root is a global rank, and a send's
+    /// or receive's peer another process's rank. The argument rules are
+    /// nccl-tensor's ([`nccl_tensor::rules`]), so an `(output, input)` pair
+    /// works for every operation that takes one, `all_reduce` included.
+    ///
+    /// # Errors
+    /// As the operation methods (see [`ProcessGroup::all_reduce`]).
+    pub fn issue<B: GroupBuffers>(
         &self,
         op: Op<'static>,
         buffers: B,
@@ -377,11 +392,17 @@ impl ProcessGroup {
         }
     }
 
-    /// Issues `op` on one part per local device, inside one NCCL group.
-    /// Every device's part is planned (checked) before any is enqueued: a
-    /// part left in the group would launch alone and wait forever for its
-    /// peers.
-    pub(super) fn run_op_multi<B: OpBuffers>(
+    /// [`ProcessGroup::issue`] on one part per local device, inside one
+    /// NCCL group (the list forms; global rank = process rank x devices +
+    /// index, and `callers[i]` is the caller's stream on part `i`'s
+    /// device). Every device's part is planned (checked) before any is
+    /// enqueued: a part left in the group would launch alone and wait
+    /// forever for its peers.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`], plus a device twice or a stream count
+    /// that is not one per part.
+    pub fn issue_multi<B: GroupBuffers>(
         &self,
         op: Op<'static>,
         mut buffers: Vec<B>,
@@ -391,14 +412,14 @@ impl ProcessGroup {
             Ok(route) => route,
             Err(error) => return Err(Box::new(OpError { error, buffers })),
         };
-        let first_len = buffers.first().map_or(0, OpBuffers::input_len);
+        let first_len = buffers.first().map_or(0, GroupBuffers::input_len);
         let info = Self::op_info(&op, B::DATA_TYPE, first_len);
         // Set once the NCCL group is open (with the stream of each device's
         // part): from then on an error leaves a (partial) operation to NCCL.
         let mut issued: Option<(u64, Vec<Arc<CudaStream>>)> = None;
         let attempt = (|| {
             self.check_live()?;
-            let devices = DeviceList::new(buffers.iter().map(OpBuffers::device))?;
+            let devices = DeviceList::new(buffers.iter().map(GroupBuffers::device))?;
             if callers.len() != devices.len() {
                 return Err(GroupError::InvalidArgument {
                     argument: "streams",

@@ -1,6 +1,6 @@
 //! The group's operations. Each is one nccl-tensor [`Op`], issued by
-//! [`ProcessGroup::run_op`] on one local device or by
-//! [`ProcessGroup::run_op_multi`] on one part per local device (the spec's
+//! [`ProcessGroup::issue`] on one local device or by
+//! [`ProcessGroup::issue_multi`] on one part per local device (the spec's
 //! list forms; global rank = process rank x devices + index, and
 //! `streams[i]` is the caller's stream on part `i`'s device). The argument
 //! rules are nccl-tensor's ([`nccl_tensor::rules`], checked once per
@@ -83,7 +83,7 @@ impl ProcessGroup {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
-        self.run_op(Op::AllReduce(op.into()), tensor, stream)
+        self.issue(Op::AllReduce(op.into()), tensor, stream)
     }
 
     /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
@@ -96,7 +96,7 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Parts<T>> {
-        self.run_op_multi(Op::AllReduce(op.into()), tensors, streams)
+        self.issue_multi(Op::AllReduce(op.into()), tensors, streams)
     }
 
     /// Copies `tensor` from global rank `root` to every rank, in place.
@@ -109,7 +109,7 @@ impl ProcessGroup {
         root: i32,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
-        self.run_op(Op::Broadcast { root }, tensor, stream)
+        self.issue(Op::Broadcast { root }, tensor, stream)
     }
 
     /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
@@ -122,7 +122,7 @@ impl ProcessGroup {
         root: i32,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Parts<T>> {
-        self.run_op_multi(Op::Broadcast { root }, tensors, streams)
+        self.issue_multi(Op::Broadcast { root }, tensors, streams)
     }
 
     /// Reduces `tensor` across every process into global rank `root`, in place.
@@ -140,7 +140,7 @@ impl ProcessGroup {
             op: op.into(),
             root,
         };
-        self.run_op(op, tensor, stream)
+        self.issue(op, tensor, stream)
     }
 
     /// [`ProcessGroup::reduce`] over one tensor per local GPU.
@@ -158,7 +158,7 @@ impl ProcessGroup {
             op: op.into(),
             root,
         };
-        self.run_op_multi(op, tensors, streams)
+        self.issue_multi(op, tensors, streams)
     }
 
     /// Gathers every rank's `input` into `output` (world x input elements),
@@ -173,7 +173,7 @@ impl ProcessGroup {
         input: Tensor<T>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.run_op(Op::AllGather, (output, input), stream)
+        self.issue(Op::AllGather, (output, input), stream)
     }
 
     /// [`ProcessGroup::all_gather`] with one `(output, input)` per local GPU.
@@ -185,7 +185,7 @@ impl ProcessGroup {
         pairs: PairParts<T>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<PairParts<T>> {
-        self.run_op_multi(Op::AllGather, pairs, streams)
+        self.issue_multi(Op::AllGather, pairs, streams)
     }
 
     /// Reduces `input` (world x output elements) and scatters it: each rank
@@ -201,7 +201,7 @@ impl ProcessGroup {
         op: ReduceOp,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.run_op(Op::ReduceScatter(op.into()), (output, input), stream)
+        self.issue(Op::ReduceScatter(op.into()), (output, input), stream)
     }
 
     /// [`ProcessGroup::reduce_scatter`] with one `(output, input)` per local GPU.
@@ -214,7 +214,7 @@ impl ProcessGroup {
         op: ReduceOp,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<PairParts<T>> {
-        self.run_op_multi(Op::ReduceScatter(op.into()), pairs, streams)
+        self.issue_multi(Op::ReduceScatter(op.into()), pairs, streams)
     }
 
     /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
@@ -228,7 +228,7 @@ impl ProcessGroup {
         input: Tensor<T>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.run_op(Op::AllToAll, (output, input), stream)
+        self.issue(Op::AllToAll, (output, input), stream)
     }
 
     /// [`ProcessGroup::all_to_all`] with one `(output, input)` per local GPU.
@@ -240,7 +240,7 @@ impl ProcessGroup {
         pairs: PairParts<T>,
         streams: &[Arc<CudaStream>],
     ) -> OpResult<PairParts<T>> {
-        self.run_op_multi(Op::AllToAll, pairs, streams)
+        self.issue_multi(Op::AllToAll, pairs, streams)
     }
 
     /// Sends `tensor` to process `dst` over the pair's own communicator.
@@ -254,7 +254,7 @@ impl ProcessGroup {
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
         self.with_peer(dst, "dst", tensor, |peer, t| {
-            self.run_op(Op::Send { peer }, t, stream)
+            self.issue(Op::Send { peer }, t, stream)
         })
     }
 
@@ -269,7 +269,7 @@ impl ProcessGroup {
         stream: &Arc<CudaStream>,
     ) -> OpResult<Tensor<T>> {
         self.with_peer(src, "src", tensor, |peer, t| {
-            self.run_op(Op::Recv { peer }, t, stream)
+            self.issue(Op::Recv { peer }, t, stream)
         })
     }
 
@@ -286,7 +286,7 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Parts<T>> {
         self.with_peer(dst, "dst", tensors, |peer, t| {
-            self.run_op_multi(Op::Send { peer }, t, streams)
+            self.issue_multi(Op::Send { peer }, t, streams)
         })
     }
 
@@ -302,7 +302,7 @@ impl ProcessGroup {
         streams: &[Arc<CudaStream>],
     ) -> OpResult<Parts<T>> {
         self.with_peer(src, "src", tensors, |peer, t| {
-            self.run_op_multi(Op::Recv { peer }, t, streams)
+            self.issue_multi(Op::Recv { peer }, t, streams)
         })
     }
 
