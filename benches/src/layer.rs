@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, ReduceOp};
+use nccl_core::{DataType, Op, ReduceOp, Reduction};
 use nccl_group::{ProcessGroup, StreamMode};
 
 pub use core_layer::CoreLayer;
@@ -167,19 +167,108 @@ impl Call {
     }
 }
 
+impl Call {
+    /// The operations one call of the collective issues (in one NCCL group
+    /// when there are several): the one table every layer issues from.
+    /// nccl-tests' sendrecv is a send to the next rank and a receive from
+    /// the previous one.
+    pub fn ops(&self) -> Vec<Op<'static>> {
+        let (op, root) = (Reduction::from(self.op), self.root);
+        match self.collective {
+            Collective::AllReduce => vec![Op::AllReduce(op)],
+            Collective::Broadcast => vec![Op::Broadcast { root }],
+            Collective::Reduce => vec![Op::Reduce { op, root }],
+            Collective::AllGather => vec![Op::AllGather],
+            Collective::ReduceScatter => vec![Op::ReduceScatter(op)],
+            Collective::AllToAll => vec![Op::AllToAll],
+            Collective::SendRecv => {
+                let (next, previous) = self.ring_peers();
+                vec![Op::Send { peer: next }, Op::Recv { peer: previous }]
+            }
+        }
+    }
+
+    /// [`Call::ops`] as nccl-core calls on this call's buffers. Without
+    /// `ncclAlltoAll` (`native_all_to_all` false) an all_to_all is a send
+    /// and a receive per peer, block by block, as nccl-tests issues it.
+    pub fn core_calls(&self, native_all_to_all: bool) -> Vec<nccl_core::Call<'static>> {
+        let at = |op, offset: usize| nccl_core::Call {
+            op,
+            send: self.send_ptr().wrapping_byte_add(offset),
+            recv: self.recv_ptr().wrapping_byte_add(offset),
+            count: self.count,
+            dtype: self.dtype,
+        };
+        self.ops()
+            .into_iter()
+            .flat_map(|op| match op {
+                Op::AllToAll if !native_all_to_all => (0..self.world)
+                    .flat_map(|peer| {
+                        let offset = peer as usize * self.block_bytes() as usize;
+                        [at(Op::Send { peer }, offset), at(Op::Recv { peer }, offset)]
+                    })
+                    .collect(),
+                op => vec![at(op, 0)],
+            })
+            .collect()
+    }
+}
+
+/// Why `layer` has no `collective` in `mode`; `None` when it has. The one
+/// place the layers' `N/A` rows are explained:
+/// * nccl-tensor's safe API (the tensor and group layers) takes an
+///   operation whose output is larger or smaller than its input
+///   (all_gather, reduce_scatter, all_to_all: [`nccl_tensor::Layouts::OutOfPlace`])
+///   as two buffers, so nccl-tests' in-place layout, the input inside the
+///   output, cannot be expressed: the borrow checker and the cell check
+///   refuse it by design;
+/// * the group's send and recv are separate operations on a pair
+///   communicator (not one NCCL group), so in a ring every rank would wait
+///   for a neighbour that is still sending (and world size 1 has no peer).
+pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Option<&'static str> {
+    let safe_api = matches!(
+        layer,
+        LayerKind::Tensor | LayerKind::Group | LayerKind::GroupCaller
+    );
+    let call = Call {
+        collective,
+        mode,
+        send: 0,
+        recv: 0,
+        count: 0,
+        dtype: DataType::Float32,
+        op: ReduceOp::Sum,
+        root: 0,
+        rank: 0,
+        world: 1,
+    };
+    let out_of_place_only = call
+        .ops()
+        .iter()
+        .any(|op| nccl_tensor::rules(op).layouts == nccl_tensor::Layouts::OutOfPlace);
+    if safe_api && mode == Mode::InPlace && out_of_place_only {
+        return Some(
+            "nccl-tensor's safe API takes its input and output as two buffers, so the input cannot lie inside the output",
+        );
+    }
+    if layer.stream_mode().is_some() && collective == Collective::SendRecv {
+        return Some(
+            "the group's send and recv are separate operations on a pair communicator, so in a ring every rank \
+             would wait for a neighbour that is still sending (and world size 1 has no peer)",
+        );
+    }
+    None
+}
+
 /// A way of issuing NCCL calls.
 pub trait Layer {
     /// Which layer this is.
     fn kind(&self) -> LayerKind;
 
     /// Whether this layer can issue `collective` in `mode`; rows it cannot
-    /// print `N/A`. The tensor layer's safe API refuses an input that
-    /// aliases the output, so it has no in-place all_gather, reduce_scatter
-    /// or all_to_all. The group layer has whole-tensor operations only (see
-    /// [`GroupLayer::missing`]). The raw and core layers issue everything.
+    /// print `N/A` ([`unsupported`] says why).
     fn supports(&self, collective: Collective, mode: Mode) -> bool {
-        let _ = (collective, mode);
-        true
+        unsupported(self.kind(), collective, mode).is_none()
     }
 
     /// Binds `call` into a launcher. Functions are looked up and views

@@ -52,10 +52,12 @@ use std::cell::Cell;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, CudaViewMut};
+use nccl_core::Op;
 use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
-use nccl_tensor::Tensor;
+use nccl_tensor::{Tensor, rules};
 
-use super::{Call, Launch, Layer, LayerKind};
+use super::tensor_layer::lengths;
+use super::{Call, Launch, Layer, LayerKind, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers, Pair};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -76,22 +78,6 @@ fn element_offset(address: u64, base: u64, elem: usize) -> Option<usize> {
     let bytes = usize::try_from(address.checked_sub(base)?).ok()?;
     let elem = elem.max(1);
     (bytes % elem == 0).then_some(bytes / elem)
-}
-
-/// The elements of the input and of the output tensor of `collective` for
-/// the NCCL count `count` on `world` ranks (the count is per rank for
-/// all_gather and reduce_scatter, per peer for all_to_all).
-const fn tensor_lengths(collective: Collective, count: usize, world: usize) -> (usize, usize) {
-    let whole = count * if world > 1 { world } else { 1 };
-    match collective {
-        Collective::AllGather => (count, whole),
-        Collective::ReduceScatter => (whole, count),
-        Collective::AllToAll => (whole, whole),
-        Collective::AllReduce
-        | Collective::Broadcast
-        | Collective::Reduce
-        | Collective::SendRecv => (count, count),
-    }
 }
 
 #[cold]
@@ -254,31 +240,14 @@ impl<'a> GroupLayer<'a> {
         }
     }
 
-    /// Why the group has no `collective` in `mode` (see the module docs);
+    /// Why the group has no `collective` in `mode` ([`unsupported`]);
     /// `None` when it has.
-    pub const fn missing(collective: Collective, mode: Mode) -> Option<&'static str> {
-        match (collective, mode) {
-            (Collective::SendRecv, _) => Some(
-                "its send and recv are separate operations on a pair communicator, so in a ring \
-                 every rank would wait for a neighbour that is still sending (and world size 1 \
-                 has no peer)",
-            ),
-            (
-                Collective::AllReduce | Collective::Broadcast | Collective::Reduce,
-                Mode::OutOfPlace,
-            ) => Some("its all_reduce, broadcast and reduce work in place on one tensor"),
-            (
-                Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll,
-                Mode::InPlace,
-            ) => Some(
-                "it takes the output and the input as two tensors, so the input cannot lie inside the output",
-            ),
-            _ => None,
-        }
+    pub fn missing(collective: Collective, mode: Mode) -> Option<&'static str> {
+        unsupported(LayerKind::Group, collective, mode)
     }
 
-    /// Whether the group has `collective` in `mode` (see the module docs).
-    pub const fn has(collective: Collective, mode: Mode) -> bool {
+    /// Whether the group has `collective` in `mode`.
+    pub fn has(collective: Collective, mode: Mode) -> bool {
         Self::missing(collective, mode).is_none()
     }
 
@@ -288,6 +257,7 @@ impl<'a> GroupLayer<'a> {
     fn stage<'s, T: BenchElement>(
         &self,
         call: &Call,
+        op: &Op<'_>,
         (send_base, recv_base): (u64, u64),
         pair: &'s mut Pair<T>,
     ) -> Result<(Tensor<T>, CudaViewMut<'s, T>), BenchError> {
@@ -296,7 +266,7 @@ impl<'a> GroupLayer<'a> {
         // ends the bind.
         drop(self.kept.take());
         let world = usize::try_from(call.world).unwrap_or(1);
-        let (input_len, output_len) = tensor_lengths(call.collective, call.count, world);
+        let (input_len, output_len) = lengths(rules(op).sizes, call.count, world);
         let (source, source_base, source_name) = match call.mode {
             Mode::OutOfPlace => (pair.send.as_slice(), send_base, "send"),
             Mode::InPlace => (pair.recv.as_slice(), recv_base, "receive"),
@@ -326,10 +296,11 @@ impl<'a> GroupLayer<'a> {
     fn in_place<'s, T: BenchElement>(
         &'s self,
         call: &Call,
+        op: &Op<'_>,
         bases: (u64, u64),
         pair: &'s mut Pair<T>,
     ) -> Result<Bound<'s, T, Tensor<T>>, BenchError> {
-        let (tensor, results) = self.stage(call, bases, pair)?;
+        let (tensor, results) = self.stage(call, op, bases, pair)?;
         Bound::new(tensor, results, self)
     }
 
@@ -338,10 +309,11 @@ impl<'a> GroupLayer<'a> {
     fn out_of_place<'s, T: BenchElement>(
         &'s self,
         call: &Call,
+        op: &Op<'_>,
         bases: (u64, u64),
         pair: &'s mut Pair<T>,
     ) -> Result<Bound<'s, T, OutputInput<T>>, BenchError> {
-        let (input, results) = self.stage(call, bases, pair)?;
+        let (input, results) = self.stage(call, op, bases, pair)?;
         let output = device_tensor(self.stream, results.len())?;
         Bound::new((output, input), results, self)
     }
@@ -363,48 +335,29 @@ impl<'a> GroupLayer<'a> {
         pair: &'s mut Pair<T>,
     ) -> Result<Launch<'s>, BenchError> {
         let (group, stream) = (self.group, self.stream);
-        let (op, root) = (call.op, call.root);
-        Ok(match (call.collective, call.mode) {
-            (Collective::AllReduce, Mode::InPlace) => {
-                let mut bound = self.in_place(call, bases, pair)?;
-                Box::new(move || bound.launch(|tensor| group.all_reduce(tensor, op, stream)))
-            }
-            (Collective::Broadcast, Mode::InPlace) => {
-                let mut bound = self.in_place(call, bases, pair)?;
-                Box::new(move || bound.launch(|tensor| group.broadcast(tensor, root, stream)))
-            }
-            (Collective::Reduce, Mode::InPlace) => {
-                let mut bound = self.in_place(call, bases, pair)?;
-                Box::new(move || bound.launch(|tensor| group.reduce(tensor, op, root, stream)))
-            }
-            (Collective::AllGather, Mode::OutOfPlace) => {
-                let mut bound = self.out_of_place(call, bases, pair)?;
-                Box::new(move || {
-                    bound.launch(|(output, input)| group.all_gather(output, input, stream))
-                })
-            }
-            (Collective::ReduceScatter, Mode::OutOfPlace) => {
-                let mut bound = self.out_of_place(call, bases, pair)?;
-                Box::new(move || {
-                    bound.launch(|(output, input)| group.reduce_scatter(output, input, op, stream))
-                })
-            }
-            (Collective::AllToAll, Mode::OutOfPlace) => {
-                let mut bound = self.out_of_place(call, bases, pair)?;
-                Box::new(move || {
-                    bound.launch(|(output, input)| group.all_to_all(output, input, stream))
-                })
-            }
-            (collective, mode) => {
-                let mode = match mode {
-                    Mode::OutOfPlace => "out-of-place",
-                    Mode::InPlace => "in-place",
-                };
-                let why =
-                    Self::missing(collective, call.mode).unwrap_or("it has no such operation");
+        let ops = call.ops();
+        let op = match (
+            unsupported(self.kind(), call.collective, call.mode),
+            ops.as_slice(),
+        ) {
+            (None, &[op]) => op,
+            (why, _) => {
+                let why = why.unwrap_or("it issues one operation per call");
                 return Err(BenchError::Usage(format!(
-                    "the group layer has no {mode} {collective}: {why}"
+                    "the group layer has no {} {}: {why}",
+                    call.mode.key(),
+                    call.collective
                 )));
+            }
+        };
+        Ok(match call.mode {
+            Mode::InPlace => {
+                let mut bound = self.in_place(call, &op, bases, pair)?;
+                Box::new(move || bound.launch(|tensor| group.issue(op, tensor, stream)))
+            }
+            Mode::OutOfPlace => {
+                let mut bound = self.out_of_place(call, &op, bases, pair)?;
+                Box::new(move || bound.launch(|pair| group.issue(op, pair, stream)))
             }
         })
     }
@@ -416,10 +369,6 @@ impl Layer for GroupLayer<'_> {
             StreamMode::Caller => LayerKind::GroupCaller,
             _ => LayerKind::Group,
         }
-    }
-
-    fn supports(&self, collective: Collective, mode: Mode) -> bool {
-        Self::has(collective, mode)
     }
 
     /// Binds through [`GroupLayer::bind_typed`]; `call`'s addresses only

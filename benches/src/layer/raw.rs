@@ -6,12 +6,11 @@ use std::ffi::CStr;
 use std::marker::PhantomData;
 
 use cudarc::driver::CudaStream;
-use nccl_core::{Communicator, ResultCode};
+use nccl_core::{Communicator, Op, ResultCode};
 use nccl_sys::{NcclLibrary, cudaStream_t, ncclComm_t, ncclResult_t};
 
 use super::{Call, Launch, Layer, LayerKind, has_native_all_to_all};
 use crate::buffers::DeviceBuffers;
-use crate::collective::Collective;
 use crate::error::BenchError;
 
 /// Issues calls through `nccl_sys::library()?.functions()`, bypassing
@@ -80,6 +79,76 @@ fn error(lib: &'static NcclLibrary, function: &'static str, result: ncclResult_t
     nccl_core::Error::from_code(function, ResultCode(result.0), description, last_error).into()
 }
 
+/// One resolved NCCL call: the function's name and a closure calling its
+/// pointer with the call's arguments.
+type RawCall = (&'static str, Box<dyn Fn() -> ncclResult_t>);
+
+impl RawLayer<'_> {
+    /// Resolves `call` to its NCCL function pointer, taken once here.
+    ///
+    /// # Safety
+    /// As [`Layer::bind`], for the returned closure.
+    unsafe fn resolve(&self, call: nccl_core::Call<'static>) -> Result<RawCall, BenchError> {
+        let (comm, stream, functions) = (self.comm, self.stream, self.lib.functions());
+        let nccl_core::Call {
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+        } = call;
+        let dtype = dtype.to_raw();
+        // The closures' SAFETY: `bind`'s contract covers the buffers, for the
+        // elements the call reads and writes; `comm` and `stream` are live
+        // for the layer's lifetime.
+        let issue: Box<dyn Fn() -> ncclResult_t> = match op {
+            Op::AllReduce(reduction) => {
+                let (f, op) = (functions.ncclAllReduce()?, reduction.to_raw());
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(send, recv, count, dtype, op, comm, stream) })
+            }
+            Op::Broadcast { root } => {
+                let f = functions.ncclBroadcast()?;
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(send, recv, count, dtype, root, comm, stream) })
+            }
+            Op::Reduce { op, root } => {
+                let (f, op) = (functions.ncclReduce()?, op.to_raw());
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(send, recv, count, dtype, op, root, comm, stream) })
+            }
+            Op::AllGather => {
+                let f = functions.ncclAllGather()?;
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(send, recv, count, dtype, comm, stream) })
+            }
+            Op::ReduceScatter(reduction) => {
+                let (f, op) = (functions.ncclReduceScatter()?, reduction.to_raw());
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(send, recv, count, dtype, op, comm, stream) })
+            }
+            Op::AllToAll => {
+                let f = functions.ncclAlltoAll()?;
+                // SAFETY: see above. In place (send == recv, as nccl-tests
+                // runs it) stays within the buffer; its result is
+                // unspecified and not checked.
+                Box::new(move || unsafe { f(send, recv, count, dtype, comm, stream) })
+            }
+            Op::Send { peer } => {
+                let f = functions.ncclSend()?;
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(send, count, dtype, peer, comm, stream) })
+            }
+            Op::Recv { peer } => {
+                let f = functions.ncclRecv()?;
+                // SAFETY: see above.
+                Box::new(move || unsafe { f(recv, count, dtype, peer, comm, stream) })
+            }
+        };
+        Ok((op.function(), issue))
+    }
+}
+
 impl Layer for RawLayer<'_> {
     fn kind(&self) -> LayerKind {
         LayerKind::Raw
@@ -90,135 +159,32 @@ impl Layer for RawLayer<'_> {
         call: &Call,
         _buffers: &'s mut DeviceBuffers,
     ) -> Result<Launch<'s>, BenchError> {
-        let (lib, comm, stream) = (self.lib, self.comm, self.stream);
+        let lib = self.lib;
+        let mut calls = call
+            .core_calls(self.native_all_to_all)
+            .into_iter()
+            // SAFETY: `bind`'s contract is `resolve`'s.
+            .map(|part| unsafe { self.resolve(part) })
+            .collect::<Result<Vec<_>, _>>()?;
+        if calls.len() == 1
+            && let Some((function, issue)) = calls.pop()
+        {
+            return Ok(Box::new(move || check(lib, function, issue())));
+        }
         let functions = lib.functions();
-        let (send, recv, count) = (call.send_ptr(), call.recv_ptr(), call.count);
-        let (dtype, op, root) = (call.dtype.to_raw(), call.op.to_raw(), call.root);
-        Ok(match call.collective {
-            Collective::AllReduce => {
-                let f = functions.ncclAllReduce()?;
-                Box::new(move || {
-                    // SAFETY: `bind`'s contract covers the buffers; `comm` and
-                    // `stream` are live for the layer's lifetime.
-                    check(lib, "ncclAllReduce", unsafe {
-                        f(send, recv, count, dtype, op, comm, stream)
-                    })
-                })
-            }
-            Collective::Broadcast => {
-                let f = functions.ncclBroadcast()?;
-                Box::new(move || {
-                    // SAFETY: as for all_reduce.
-                    check(lib, "ncclBroadcast", unsafe {
-                        f(send, recv, count, dtype, root, comm, stream)
-                    })
-                })
-            }
-            Collective::Reduce => {
-                let f = functions.ncclReduce()?;
-                Box::new(move || {
-                    // SAFETY: as for all_reduce.
-                    check(lib, "ncclReduce", unsafe {
-                        f(send, recv, count, dtype, op, root, comm, stream)
-                    })
-                })
-            }
-            Collective::AllGather => {
-                let f = functions.ncclAllGather()?;
-                Box::new(move || {
-                    // SAFETY: as for all_reduce.
-                    check(lib, "ncclAllGather", unsafe {
-                        f(send, recv, count, dtype, comm, stream)
-                    })
-                })
-            }
-            Collective::ReduceScatter => {
-                let f = functions.ncclReduceScatter()?;
-                Box::new(move || {
-                    // SAFETY: as for all_reduce.
-                    check(lib, "ncclReduceScatter", unsafe {
-                        f(send, recv, count, dtype, op, comm, stream)
-                    })
-                })
-            }
-            Collective::AllToAll if self.native_all_to_all => {
-                let f = functions.ncclAlltoAll()?;
-                Box::new(move || {
-                    // SAFETY: as for all_reduce. In-place (send == recv, as
-                    // nccl-tests runs it) stays within the buffer; its result
-                    // is unspecified and not checked.
-                    check(lib, "ncclAlltoAll", unsafe {
-                        f(send, recv, count, dtype, comm, stream)
-                    })
-                })
-            }
-            Collective::AllToAll => {
-                let (start, end) = (functions.ncclGroupStart()?, functions.ncclGroupEnd()?);
-                let (send_fn, recv_fn) = (functions.ncclSend()?, functions.ncclRecv()?);
-                let (world, block) = (call.world, call.block_bytes() as usize);
-                Box::new(move || {
-                    // SAFETY: as for all_reduce; block `peer` of each buffer
-                    // lies within the `world * count` elements of the call.
-                    unsafe {
-                        check(lib, "ncclGroupStart", start())?;
-                        let mut result = Ok(());
-                        for peer in 0..world {
-                            let offset = peer as usize * block;
-                            result = result
-                                .and(check(
-                                    lib,
-                                    "ncclSend",
-                                    send_fn(
-                                        send.wrapping_byte_add(offset),
-                                        count,
-                                        dtype,
-                                        peer,
-                                        comm,
-                                        stream,
-                                    ),
-                                ))
-                                .and(check(
-                                    lib,
-                                    "ncclRecv",
-                                    recv_fn(
-                                        recv.wrapping_byte_add(offset),
-                                        count,
-                                        dtype,
-                                        peer,
-                                        comm,
-                                        stream,
-                                    ),
-                                ));
-                        }
-                        let ended = check(lib, "ncclGroupEnd", end());
-                        result.and(ended)
-                    }
-                })
-            }
-            Collective::SendRecv => {
-                let (start, end) = (functions.ncclGroupStart()?, functions.ncclGroupEnd()?);
-                let (send_fn, recv_fn) = (functions.ncclSend()?, functions.ncclRecv()?);
-                let (next, previous) = call.ring_peers();
-                Box::new(move || {
-                    // SAFETY: as for all_reduce; the send and the receive are
-                    // issued in one group, so a rank may be its own peer.
-                    unsafe {
-                        check(lib, "ncclGroupStart", start())?;
-                        let sent = check(
-                            lib,
-                            "ncclSend",
-                            send_fn(send, count, dtype, next, comm, stream),
-                        );
-                        let received = check(
-                            lib,
-                            "ncclRecv",
-                            recv_fn(recv, count, dtype, previous, comm, stream),
-                        );
-                        let ended = check(lib, "ncclGroupEnd", end());
-                        sent.and(received).and(ended)
-                    }
-                })
-            }
-        })
+        let (start, end) = (functions.ncclGroupStart()?, functions.ncclGroupEnd()?);
+        Ok(Box::new(move || {
+            // SAFETY: ncclGroupStart and ncclGroupEnd take no arguments;
+            // each part lies within the call's buffers (a block of
+            // all_to_all, one half of sendrecv), and a send to this rank is
+            // paired with its receive in the group.
+            check(lib, "ncclGroupStart", unsafe { start() })?;
+            let issued = calls
+                .iter()
+                .try_for_each(|(function, issue)| check(lib, function, issue()));
+            // SAFETY: as above.
+            let ended = check(lib, "ncclGroupEnd", unsafe { end() });
+            issued.and(ended)
+        }))
     }
 }

@@ -8,29 +8,22 @@
 //! and record, deferred while a tensor stays on one stream) and nccl-core
 //! below.
 //!
-//! The operations, per collective (out-of-place / in-place):
-//!
-//! | collective | out-of-place | in-place |
-//! |---|---|---|
-//! | all_reduce | `all_reduce_into(&in, &mut out)` | `all_reduce(&mut buf)` |
-//! | broadcast | `broadcast_into(&in, &mut out)` | `broadcast(&mut buf)` |
-//! | reduce | `reduce_into(&in, &mut out)` | `reduce(&mut buf)` |
-//! | all_gather | `all_gather_into_tensor(&mut out, &in)` | N/A |
-//! | reduce_scatter | `reduce_scatter_tensor(&mut out, &in)` | N/A |
-//! | all_to_all | `all_to_all_single(&mut out, &in)` | N/A |
-//! | sendrecv | `send(&in)` + `recv(&mut out)` in a `Group` | `send(&buf)` + `recv(&mut buf)` in a `Group` |
-//!
-//! The safe API has no in-place all_gather, reduce_scatter or all_to_all:
-//! nccl-tests' in-place forms pass an input that lies inside the output,
-//! which the borrow checker (and the cell check) refuses by design.
+//! Each launch plans and enqueues the call's operations ([`Call::ops`])
+//! through [`Communicator::plan`]: in place on one part of the receive
+//! buffer, out of place from a part of the send buffer into one of the
+//! receive buffer, the parts sized by the operation's rules
+//! ([`nccl_tensor::rules`]). A send reads the input part and a receive
+//! writes the output part (in place, both use the one part).
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use nccl_core::{Group, Status};
-use nccl_tensor::{Communicator, Tensor, TensorPart, TensorPartMut};
+use nccl_core::{Group, Op};
+use nccl_tensor::{
+    Communicator, Pair, ReadOnly, Single, Sizes, Tensor, TensorPart, TensorPartMut, rules,
+};
 
-use super::{Call, Launch, Layer, LayerKind};
+use super::{Call, Launch, Layer, LayerKind, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -39,15 +32,6 @@ use crate::error::BenchError;
 pub struct TensorLayer<'a> {
     comm: &'a Communicator,
     stream: &'a Arc<CudaStream>,
-}
-
-/// A call the communicator accepted is `Ok`.
-#[inline(always)]
-fn accepted(result: nccl_tensor::Result<Status>) -> Result<(), BenchError> {
-    match result {
-        Ok(_) => Ok(()),
-        Err(error) => Err(error.into()),
-    }
 }
 
 fn input<T: BenchElement>(buffer: &Tensor<T>, len: usize) -> Result<TensorPart<'_, T>, BenchError> {
@@ -79,19 +63,15 @@ impl<'a> TensorLayer<'a> {
         Self { comm, stream }
     }
 
-    /// Whether the safe API has `collective` in `mode` (see the module docs).
-    pub const fn has(collective: Collective, mode: Mode) -> bool {
-        !matches!(
-            (collective, mode),
-            (
-                Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll,
-                Mode::InPlace
-            )
-        )
+    /// Whether the safe API has `collective` in `mode` (see [`unsupported`]).
+    pub fn has(collective: Collective, mode: Mode) -> bool {
+        unsupported(LayerKind::Tensor, collective, mode).is_none()
     }
 
-    /// Binds `call` on typed buffers: views of the elements the call uses
-    /// are made here, once; each launch calls the safe operation on them.
+    /// Binds `call` on typed buffers: parts of the elements each of the
+    /// call's operations uses are made here, once; each launch plans and
+    /// enqueues the operations on them (in one NCCL group when there are
+    /// several).
     ///
     /// # Errors
     /// A call the safe API cannot express ([`TensorLayer::has`]), or
@@ -102,92 +82,80 @@ impl<'a> TensorLayer<'a> {
         send: &'s mut Tensor<T>,
         recv: &'s mut Tensor<T>,
     ) -> Result<Launch<'s>, BenchError> {
+        if let Some(why) = unsupported(LayerKind::Tensor, call.collective, call.mode) {
+            return Err(BenchError::Usage(format!(
+                "the tensor layer has no {} {}: {why}",
+                call.mode.key(),
+                call.collective
+            )));
+        }
         let (comm, stream) = (self.comm, self.stream);
-        let (count, op, root) = (call.count, call.op, call.root);
-        let whole = count * call.world.max(1) as usize;
+        let world = call.world.max(1) as usize;
+        let ops = call.ops();
+        // Every operation of one call moves the same count; the first one's
+        // rules size the parts (sendrecv's are equal-sized).
+        let sizes = ops.first().map_or(Sizes::Same, |op| rules(op).sizes);
+        let (input_len, output_len) = lengths(sizes, call.count, world);
         let send: &'s Tensor<T> = send;
-        Ok(match (call.collective, call.mode) {
-            (Collective::AllReduce, Mode::OutOfPlace) => {
-                let (input, mut output) = (input(send, count)?, output(recv, count)?);
-                Box::new(move || accepted(comm.all_reduce_into(&input, &mut output, op, stream)))
+        let mut parts = match call.mode {
+            Mode::OutOfPlace => Parts::Two(input(send, input_len)?, output(recv, output_len)?),
+            Mode::InPlace => Parts::One(output(recv, output_len)?),
+        };
+        Ok(Box::new(move || {
+            let group = (ops.len() > 1).then(Group::start).transpose()?;
+            for &op in &ops {
+                let planned = match (&mut parts, op) {
+                    (Parts::Two(input, _), Op::Send { .. }) => {
+                        comm.plan(op, ReadOnly(&*input), stream)?.enqueue()
+                    }
+                    (Parts::Two(_, output), Op::Recv { .. }) => {
+                        comm.plan(op, Single(&mut *output), stream)?.enqueue()
+                    }
+                    (Parts::Two(input, output), _) => {
+                        let pair = Pair {
+                            input: &*input,
+                            output: &mut *output,
+                        };
+                        comm.plan(op, pair, stream)?.enqueue()
+                    }
+                    (Parts::One(buffer), _) => {
+                        comm.plan(op, Single(&mut *buffer), stream)?.enqueue()
+                    }
+                };
+                let _ = planned?;
             }
-            (Collective::AllReduce, Mode::InPlace) => {
-                let mut buffer = output(recv, count)?;
-                Box::new(move || accepted(comm.all_reduce(&mut buffer, op, stream)))
+            if let Some(group) = group {
+                let _ = group.end()?;
             }
-            (Collective::Broadcast, Mode::OutOfPlace) => {
-                let (input, mut output) = (input(send, count)?, output(recv, count)?);
-                Box::new(move || accepted(comm.broadcast_into(&input, &mut output, root, stream)))
-            }
-            (Collective::Broadcast, Mode::InPlace) => {
-                let mut buffer = output(recv, count)?;
-                Box::new(move || accepted(comm.broadcast(&mut buffer, root, stream)))
-            }
-            (Collective::Reduce, Mode::OutOfPlace) => {
-                let (input, mut output) = (input(send, count)?, output(recv, count)?);
-                Box::new(move || accepted(comm.reduce_into(&input, &mut output, op, root, stream)))
-            }
-            (Collective::Reduce, Mode::InPlace) => {
-                let mut buffer = output(recv, count)?;
-                Box::new(move || accepted(comm.reduce(&mut buffer, op, root, stream)))
-            }
-            (Collective::AllGather, Mode::OutOfPlace) => {
-                let (input, mut output) = (input(send, count)?, output(recv, whole)?);
-                Box::new(move || accepted(comm.all_gather_into_tensor(&mut output, &input, stream)))
-            }
-            (Collective::ReduceScatter, Mode::OutOfPlace) => {
-                let (input, mut output) = (input(send, whole)?, output(recv, count)?);
-                Box::new(move || {
-                    accepted(comm.reduce_scatter_tensor(&mut output, &input, op, stream))
-                })
-            }
-            (Collective::AllToAll, Mode::OutOfPlace) => {
-                let (input, mut output) = (input(send, whole)?, output(recv, whole)?);
-                Box::new(move || accepted(comm.all_to_all_single(&mut output, &input, stream)))
-            }
-            (Collective::SendRecv, Mode::OutOfPlace) => {
-                let (next, previous) = call.ring_peers();
-                let (input, mut output) = (input(send, count)?, output(recv, count)?);
-                Box::new(move || {
-                    let group = Group::start()?;
-                    accepted(comm.send(&input, next, stream))?;
-                    accepted(comm.recv(&mut output, previous, stream))?;
-                    let _ = group.end()?;
-                    Ok(())
-                })
-            }
-            (Collective::SendRecv, Mode::InPlace) => {
-                let (next, previous) = call.ring_peers();
-                let mut buffer = output(recv, count)?;
-                Box::new(move || {
-                    let group = Group::start()?;
-                    accepted(comm.send(&buffer, next, stream))?;
-                    accepted(comm.recv(&mut buffer, previous, stream))?;
-                    let _ = group.end()?;
-                    Ok(())
-                })
-            }
-            (
-                collective @ (Collective::AllGather
-                | Collective::ReduceScatter
-                | Collective::AllToAll),
-                Mode::InPlace,
-            ) => {
-                return Err(BenchError::Usage(format!(
-                    "the tensor layer has no in-place {collective}: its safe API refuses an input inside the output"
-                )));
-            }
-        })
+            Ok(())
+        }))
+    }
+}
+
+/// The parts of the rank's buffers a bound call uses.
+enum Parts<'s, T: BenchElement> {
+    /// In place: one part of the receive buffer.
+    One(TensorPartMut<'s, T>),
+    /// Out of place: the input part of the send buffer, the output part of
+    /// the receive buffer.
+    Two(TensorPart<'s, T>, TensorPartMut<'s, T>),
+}
+
+/// The elements of an operation's input and output for NCCL's `count` on
+/// `world` ranks, by its rules.
+pub fn lengths(sizes: Sizes, count: usize, world: usize) -> (usize, usize) {
+    let whole = count * world.max(1);
+    match sizes {
+        Sizes::Same => (count, count),
+        Sizes::Gathered => (count, whole),
+        Sizes::Scattered => (whole, count),
+        Sizes::Exchanged => (whole, whole),
     }
 }
 
 impl Layer for TensorLayer<'_> {
     fn kind(&self) -> LayerKind {
         LayerKind::Tensor
-    }
-
-    fn supports(&self, collective: Collective, mode: Mode) -> bool {
-        Self::has(collective, mode)
     }
 
     /// Binds through [`TensorLayer::bind_typed`] on the typed buffers;
