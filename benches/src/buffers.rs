@@ -62,7 +62,6 @@ pub enum TypedPair {
 /// [`TypedPair`] (by value, `&` or `&mut`, as `$typed` is), whatever its
 /// element type; `$body` is compiled once per type, so it may call generic
 /// functions bounded by [`BenchElement`].
-#[macro_export]
 macro_rules! with_pair {
     ($typed:expr, $pair:ident => $body:expr) => {
         match $typed {
@@ -79,6 +78,7 @@ macro_rules! with_pair {
         }
     };
 }
+pub(crate) use with_pair;
 
 /// A rank's two buffers, with their element type and length.
 #[derive(Debug)]

@@ -219,6 +219,7 @@ macro_rules! with_element {
 }
 
 /// Whether results of `dtype` can be checked.
+#[cfg(test)]
 pub fn checkable(dtype: DataType) -> bool {
     with_element!(dtype, T => { let _ = T::SIZE; true }, _ => false)
 }

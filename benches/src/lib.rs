@@ -30,36 +30,57 @@
 //! `benches/scripts/torch_world_cost.py` does the same for torch.distributed;
 //! `group-soak` watches memory over many group all-reduces.
 //!
-//! Modules, one concern each:
-//! * [`cli`]: the flags (clap), `--compare` and size parsing (`128M`).
-//! * [`sizes`]: the size sweep, per-collective counts, bandwidths.
-//! * [`collective`]: the collectives and what nccl-tests prints for each.
-//! * [`buffers`]: a rank's typed send and receive buffers.
-//! * [`layer`]: the [`layer::Layer`] trait and one implementation per layer.
-//! * [`check`]: inputs, poison and host reference results for `#wrong`.
-//! * [`timing`]: timed batches, CUDA graph capture and replay, medians.
-//! * [`report`]: the nccl-tests table (and its ratio column) and JSON rows.
-//! * [`plot`]: the `--plot` SVG.
-//! * [`env`](mod@env): the CUDA driver, GPU and NCCL checks done before anything else.
-//! * [`runner`]: rank threads, interleaving layers and gathering rows.
-//! * [`world`]: the ranks of a launch (`nccl-launch -n N`) for the
+//! Modules, one concern each, all private to the crate:
+//! * `cli`: the flags (clap), `--compare` and size parsing (`128M`).
+//! * `sizes`: the size sweep, per-collective counts, bandwidths.
+//! * `collective`: the collectives and what nccl-tests prints for each.
+//! * `buffers`: a rank's typed send and receive buffers.
+//! * `layer`: the [`Layer`] trait and one implementation per layer.
+//! * `check`: inputs, poison and host reference results for `#wrong`.
+//! * `timing`: timed batches, CUDA graph capture and replay, medians.
+//! * `report`: the nccl-tests table (and its ratio column), the comment
+//!   lines that describe the run, and JSON rows.
+//! * `plot`: the `--plot` SVG.
+//! * `env`: the CUDA driver, GPU and NCCL checks done before anything else.
+//! * `runner`: the plan, the rank threads and their barrier, gathering
+//!   their measurements into rows.
+//! * `world`: the ranks of a launch (`nccl-launch -n N`) for the
 //!   binaries that run as every rank: store, unique ids, barriers.
-//! * [`alloc_count`]: the counting global allocator of the allocation checks.
-//! * [`error`]: errors and exit statuses.
+//! * `alloc_count`: the counting global allocator of the allocation checks.
+//! * `error`: errors and exit statuses.
+//!
+//! What the binaries and the criterion benches use is re-exported here:
+//! [`Args`] and [`main_with`] are `nccl-perf`; [`World`] is a rank's place
+//! in its launch; a layer ([`RawLayer`], [`CoreLayer`], [`TensorLayer`],
+//! [`GroupLayer`], named by [`LayerKind`]) binds a [`Call`] of a
+//! [`Collective`] in a [`Mode`] on [`DeviceBuffers`] into a [`Launch`];
+//! [`CountingAllocator`] and [`counted`] count heap allocations; [`median`]
+//! and [`per_call_us`] reduce timings; [`BenchError`] is every error.
 
-pub mod alloc_count;
-pub mod buffers;
-pub mod check;
-pub mod cli;
-pub mod collective;
-pub mod env;
-pub mod error;
-pub mod layer;
-pub mod plot;
-pub mod report;
-pub mod runner;
-pub mod sizes;
-pub mod timing;
-pub mod world;
+mod alloc_count;
+mod buffers;
+mod check;
+mod cli;
+mod collective;
+mod env;
+mod error;
+mod layer;
+mod plot;
+mod report;
+mod runner;
+mod sizes;
+mod timing;
+mod world;
 
+pub use alloc_count::{CountingAllocator, counted};
+pub use buffers::DeviceBuffers;
+pub use cli::Args;
+pub use collective::{Collective, Mode};
 pub use error::BenchError;
+pub use layer::{Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, TensorLayer};
+pub use runner::main_with;
+pub use timing::{median, per_call_us};
+pub use world::World;
+
+// The layers call the macro as `crate::with_pair!`.
+use buffers::with_pair;

@@ -144,20 +144,32 @@ pub fn algorithm_bytes(
     }
 }
 
-/// Algorithm and bus bandwidth in GB/s (10^9 bytes per second) for a time
-/// per operation in microseconds. Zero for a zero or invalid time.
+/// The two bandwidths of a measurement, in GB/s (10^9 bytes per second).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Bandwidths {
+    /// Algorithm bandwidth: [`algorithm_bytes`] over the time.
+    pub algbw: f64,
+    /// Bus bandwidth: algbw times the collective's bus factor.
+    pub busbw: f64,
+}
+
+/// The bandwidths of `collective` at `counts` for a time per operation in
+/// microseconds. Zero for a zero or invalid time.
 pub fn bandwidths(
     collective: Collective,
     counts: &OpCounts,
     elem_size: usize,
     world: usize,
     time_us: f64,
-) -> (f64, f64) {
+) -> Bandwidths {
     if time_us.is_nan() || time_us <= 0.0 {
-        return (0.0, 0.0);
+        return Bandwidths::default();
     }
-    let alg = algorithm_bytes(collective, counts.param, elem_size, world) / 1.0e3 / time_us;
-    (alg, alg * collective.bus_factor(world))
+    let algbw = algorithm_bytes(collective, counts.param, elem_size, world) / 1.0e3 / time_us;
+    Bandwidths {
+        algbw,
+        busbw: algbw * collective.bus_factor(world),
+    }
 }
 
 #[cfg(test)]
@@ -256,20 +268,23 @@ mod tests {
     fn bandwidth_as_nccl_tests() {
         // all_reduce 8 B out-of-place at 6.30 us: algbw 0.00127 GB/s, busbw 0 on one rank.
         let counts = OpCounts::new(Collective::AllReduce, 536870912, 4, 1);
-        let (alg, bus) = bandwidths(Collective::AllReduce, &counts, 4, 1, 255.47);
-        assert!((alg - 2101.5).abs() < 0.1, "{alg}");
-        assert_eq!(bus, 0.0);
+        let one = bandwidths(Collective::AllReduce, &counts, 4, 1, 255.47);
+        assert!((one.algbw - 2101.5).abs() < 0.1, "{one:?}");
+        assert_eq!(one.busbw, 0.0);
         // Two ranks: busbw = algbw.
-        let (alg, bus) = bandwidths(Collective::AllReduce, &counts, 4, 2, 255.47);
-        assert!((alg - bus).abs() < 1e-9);
+        let two = bandwidths(Collective::AllReduce, &counts, 4, 2, 255.47);
+        assert!((two.algbw - two.busbw).abs() < 1e-9);
         // all_gather counts the whole gathered buffer.
         let gather = OpCounts::new(Collective::AllGather, 1 << 20, 4, 8);
-        let (alg, bus) = bandwidths(Collective::AllGather, &gather, 4, 8, 1.0);
-        assert!((alg - (1 << 20) as f64 / 1.0e3).abs() < 1e-6);
-        assert!((bus - alg * 0.875).abs() < 1e-6);
+        let eight = bandwidths(Collective::AllGather, &gather, 4, 8, 1.0);
+        assert!((eight.algbw - (1 << 20) as f64 / 1.0e3).abs() < 1e-6);
+        assert!((eight.busbw - eight.algbw * 0.875).abs() < 1e-6);
         assert_eq!(
             bandwidths(Collective::AllGather, &gather, 4, 8, 0.0),
-            (0.0, 0.0)
+            Bandwidths {
+                algbw: 0.0,
+                busbw: 0.0
+            }
         );
     }
 }

@@ -58,36 +58,46 @@ impl World {
             .any(|name| std::env::var_os(name).is_some());
         let simulated_hosts =
             std::env::var_os(nccl_launch::SIMULATED_HOSTS_VAR).is_some_and(|value| value == "1");
-        let (rank, size, local_rank, store, address): (_, _, _, Arc<dyn Store>, _) = if launched {
+        let world = if launched {
             let config = RendezvousConfig::from_env()?;
             let address = match &config.store {
                 StoreSpec::Tcp { addr, port } => format!("tcp://{addr}:{port}"),
                 StoreSpec::File { dir } => format!("file://{}", dir.display()),
                 other => format!("{other:?}"),
             };
-            let store = Arc::from(config.connect()?);
-            (
-                config.rank,
-                config.world_size,
-                config.local_rank,
-                store,
-                address,
-            )
+            Self {
+                rank: config.rank,
+                size: config.world_size,
+                local_rank: config.local_rank,
+                ..Self::alone(program, Arc::from(config.connect()?), address)
+            }
         } else {
-            let store = Arc::new(InProcessStore::new());
-            (0, 1, 0, store, "in-process".to_string())
+            Self::alone(
+                program,
+                Arc::new(InProcessStore::new()),
+                "in-process".into(),
+            )
         };
         Ok(Self {
-            rank,
-            size,
-            local_rank,
             simulated_hosts,
+            ..world
+        })
+    }
+
+    /// Rank 0 of a world of 1 over `store` (at `address`): the whole world
+    /// without a launch, and all but a launched rank's place in one.
+    fn alone(program: &'static str, store: Arc<dyn Store>, address: String) -> Self {
+        Self {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            simulated_hosts: false,
             timeout: store.default_timeout(),
             program,
             store,
             address,
             barriers: AtomicU64::new(0),
-        })
+        }
     }
 
     fn key(&self, what: &str) -> String {

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::world::World;
+use benches::World;
 use clap::Parser;
 use cudarc::driver::CudaStream;
 use nccl_core::{Device, ReduceOp};
@@ -248,8 +248,14 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// Memory growth after the warm-up: `(host RSS, device used)` in bytes.
-type Growth = (u64, u64);
+/// Memory growth after the warm-up, in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Growth {
+    /// Of the process's resident set.
+    host_rss: u64,
+    /// Of the device's used memory.
+    device_used: u64,
+}
 
 /// Runs `args.ops` all-reduces through `mode`, printing a row per sample;
 /// returns the growth after the warm-up samples.
@@ -310,13 +316,16 @@ fn soak(
             .unwrap_or(first)
             .saturating_sub(first)
     };
-    let grown = (growth(|s| s.rss), growth(|s| s.device_used));
+    let grown = Growth {
+        host_rss: growth(|s| s.rss),
+        device_used: growth(|s| s.device_used),
+    };
     println!(
         "# {}{mode:?} after warm-up ({} samples): host RSS grew {:.2} MiB, device memory {:.2} MiB",
         rank_prefix(world),
         args.warmup_samples,
-        mib(grown.0),
-        mib(grown.1)
+        mib(grown.host_rss),
+        mib(grown.device_used)
     );
     Ok(grown)
 }
@@ -344,11 +353,11 @@ fn run(args: &Args) -> Result<bool, String> {
         (true, mode) if mode != Mode::Raw => Some(soak(Mode::Raw, args, &world, &device, &stream)?),
         _ => None,
     };
-    let (rss, device_used) = soak(args.mode, args, &world, &device, &stream)?;
-    let (base_rss, base_device) = baseline.unwrap_or((0, 0));
+    let grown = soak(args.mode, args, &world, &device, &stream)?;
+    let base = baseline.unwrap_or_default();
     let (extra_rss, extra_device) = (
-        rss.saturating_sub(base_rss),
-        device_used.saturating_sub(base_device),
+        grown.host_rss.saturating_sub(base.host_rss),
+        grown.device_used.saturating_sub(base.device_used),
     );
     let allowed = args.allow_mib * 1024 * 1024;
     let ok = extra_rss <= allowed && extra_device <= allowed;

@@ -6,6 +6,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = benches::cli::Args::parse();
-    ExitCode::from(benches::runner::main_with(&args))
+    let args = benches::Args::parse();
+    ExitCode::from(benches::main_with(&args))
 }

@@ -44,13 +44,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use benches::BenchError;
-use benches::alloc_count::{CountingAllocator, counted};
-use benches::buffers::DeviceBuffers;
-use benches::collective::{Collective, Mode};
-use benches::layer::{Call, CoreLayer, Launch, Layer, RawLayer};
-use benches::timing::{median, per_call_us};
-use benches::world::World;
+use benches::{
+    BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers, Launch, Layer, Mode,
+    RawLayer, World, counted, median, per_call_us,
+};
 use clap::Parser;
 use cudarc::driver::CudaStream;
 use nccl_core::{Config, DataType, Device, ReduceOp, Status};
@@ -70,8 +67,6 @@ enum Issue {
 }
 
 impl Issue {
-    /// The kind of nccl-tensor communicator the layer calls through
-    /// (`Some(blocking)`); the groups make their own.
     /// Heap allocations a call may make in steady state: the group's one
     /// shared operation record, nothing elsewhere.
     fn allowed_allocations(self) -> u64 {
@@ -81,6 +76,8 @@ impl Issue {
         }
     }
 
+    /// The kind of nccl-tensor communicator the layer calls through
+    /// (`Some(blocking)`); the groups make their own.
     fn communicator(self) -> Option<bool> {
         match self {
             Issue::Raw | Issue::Core => Some(true),
@@ -247,9 +244,16 @@ impl State<'_> {
     }
 }
 
-/// One timed loop: µs per call of the host loop and of the wait after it,
-/// and the heap allocations of the loop.
-type Round = (f64, f64, u64);
+/// One timed loop of one layer.
+#[derive(Clone, Copy, Debug)]
+struct Round {
+    /// µs per call of the host loop.
+    host_us: f64,
+    /// µs per call of the synchronisation after it.
+    sync_us: f64,
+    /// Heap allocations of the host loop.
+    allocations: u64,
+}
 
 /// `calls` calls of `launch`, then a synchronisation.
 fn timed(launch: &mut Launch<'_>, calls: u32, stream: &CudaStream) -> Result<Round, BenchError> {
@@ -262,7 +266,11 @@ fn timed(launch: &mut Launch<'_>, calls: u32, stream: &CudaStream) -> Result<Rou
         .map_err(BenchError::cuda("synchronizing after a timed loop"))?;
     let waited = start.elapsed() - host;
     let per_call = |time: std::time::Duration| per_call_us(time.as_secs_f64(), calls.into());
-    Ok((per_call(host), per_call(waited), allocations))
+    Ok(Round {
+        host_us: per_call(host),
+        sync_us: per_call(waited),
+        allocations,
+    })
 }
 
 /// One layer's figures on one rank, µs per call.
@@ -277,13 +285,17 @@ struct Figures {
 impl Figures {
     /// From each round's figures, of `calls` calls each.
     fn of(rounds: &[Round], calls: u32) -> Self {
-        let host: Vec<f64> = rounds.iter().map(|round| round.0).collect();
-        let sync: Vec<f64> = rounds.iter().map(|round| round.1).collect();
+        let host: Vec<f64> = rounds.iter().map(|round| round.host_us).collect();
+        let sync: Vec<f64> = rounds.iter().map(|round| round.sync_us).collect();
         Self {
             median: median(&host).unwrap_or(f64::NAN),
             min: host.iter().copied().fold(f64::INFINITY, f64::min),
             sync: median(&sync).unwrap_or(f64::NAN),
-            allocations: rounds.iter().map(|round| round.2).max().unwrap_or(0) as f64
+            allocations: rounds
+                .iter()
+                .map(|round| round.allocations)
+                .max()
+                .unwrap_or(0) as f64
                 / f64::from(calls),
         }
     }

@@ -61,24 +61,24 @@
 //! bench measures for about a second: the whole run takes about a minute
 //! and a half on an H200.
 
+mod variants;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::BenchError;
-use benches::alloc_count::{CountingAllocator, counted};
-use benches::buffers::DeviceBuffers;
-use benches::collective::{Collective, Mode};
-use benches::layer::{
-    Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, TensorLayer,
+use benches::{
+    BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers, GroupLayer, Launch,
+    Layer, LayerKind, Mode, RawLayer, TensorLayer, counted,
 };
 use criterion::{Criterion, Throughput};
 use cudarc::driver::CudaStream;
-use nccl_core::{Config, DataType, Device, ReduceOp, Reduction, UniqueId};
+use nccl_core::{DataType, Device, ReduceOp, Reduction, UniqueId};
 use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
 use nccl_sys::Version;
 use nccl_tensor::BufferDesc;
 use nccl_tensor::checks::{self, CommInfo};
+use variants::{buffer_cost, group_loop_cost, nonblocking_cost, untracked_cost};
 
 const GPUS_NEEDED: usize = 1;
 /// Launches timed between two synchronisations in the host-cost benches.
@@ -175,8 +175,22 @@ fn visible_gpus() -> usize {
     Device::count().unwrap_or(0)
 }
 
-/// One check of the tensor layer: its name and a call of it.
-type CheckCase<'a> = (&'static str, Box<dyn Fn() -> nccl_tensor::Result<()> + 'a>);
+/// One check of the tensor layer.
+struct CheckCase<'a> {
+    /// The bench's name in the `check_cost` group.
+    name: &'static str,
+    /// One call of the check, on valid arguments.
+    check: Box<dyn Fn() -> nccl_tensor::Result<()> + 'a>,
+}
+
+impl<'a> CheckCase<'a> {
+    fn new(name: &'static str, check: impl Fn() -> nccl_tensor::Result<()> + 'a) -> Self {
+        Self {
+            name,
+            check: Box::new(check),
+        }
+    }
+}
 
 /// The tensor layer's argument checks, without a GPU.
 fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
@@ -193,52 +207,35 @@ fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
     let sum = Reduction::Builtin(ReduceOp::Sum);
     let (info, one, all) = (&info, &one, &all);
     let cases: Vec<CheckCase<'_>> = vec![
-        (
-            "all_reduce",
-            Box::new(move || checks::all_reduce(black_box(info), None, black_box(one), sum)),
-        ),
-        (
-            "all_reduce_into",
-            Box::new(move || {
-                checks::all_reduce(black_box(info), Some(black_box(one)), black_box(one), sum)
-            }),
-        ),
-        (
-            "broadcast",
-            Box::new(move || checks::broadcast(black_box(info), None, black_box(one), 0)),
-        ),
-        (
-            "reduce",
-            Box::new(move || checks::reduce(black_box(info), None, black_box(one), sum, 0)),
-        ),
-        (
-            "all_gather_into_tensor",
-            Box::new(move || {
-                checks::all_gather_into_tensor(black_box(info), black_box(one), black_box(all))
-            }),
-        ),
-        (
-            "reduce_scatter_tensor",
-            Box::new(move || {
-                checks::reduce_scatter_tensor(black_box(info), black_box(all), black_box(one), sum)
-            }),
-        ),
-        (
-            "all_to_all_single",
-            Box::new(move || {
-                checks::all_to_all_single(black_box(info), black_box(all), black_box(all))
-            }),
-        ),
-        (
-            "send",
-            Box::new(move || checks::point_to_point("send", "dst", black_box(info), one, 4)),
-        ),
-        (
-            "recv",
-            Box::new(move || checks::point_to_point("recv", "src", black_box(info), one, 2)),
-        ),
+        CheckCase::new("all_reduce", move || {
+            checks::all_reduce(black_box(info), None, black_box(one), sum)
+        }),
+        CheckCase::new("all_reduce_into", move || {
+            checks::all_reduce(black_box(info), Some(black_box(one)), black_box(one), sum)
+        }),
+        CheckCase::new("broadcast", move || {
+            checks::broadcast(black_box(info), None, black_box(one), 0)
+        }),
+        CheckCase::new("reduce", move || {
+            checks::reduce(black_box(info), None, black_box(one), sum, 0)
+        }),
+        CheckCase::new("all_gather_into_tensor", move || {
+            checks::all_gather_into_tensor(black_box(info), black_box(one), black_box(all))
+        }),
+        CheckCase::new("reduce_scatter_tensor", move || {
+            checks::reduce_scatter_tensor(black_box(info), black_box(all), black_box(one), sum)
+        }),
+        CheckCase::new("all_to_all_single", move || {
+            checks::all_to_all_single(black_box(info), black_box(all), black_box(all))
+        }),
+        CheckCase::new("send", move || {
+            checks::point_to_point("send", "dst", black_box(info), one, 4)
+        }),
+        CheckCase::new("recv", move || {
+            checks::point_to_point("recv", "src", black_box(info), one, 2)
+        }),
     ];
-    for (name, check) in &cases {
+    for CheckCase { name, check } in &cases {
         if let Err(error) = check() {
             eprintln!("host_cost: check_cost/{name}: a valid call was refused: {error}");
             std::process::exit(1);
@@ -251,7 +248,7 @@ fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
         report.record(format!("check_cost/{name}"), count, 0);
     }
     let mut group = criterion.benchmark_group("check_cost");
-    for (name, check) in &cases {
+    for CheckCase { name, check } in &cases {
         group.bench_function(*name, |bencher| bencher.iter(check));
     }
     group.finish();
@@ -473,124 +470,6 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     nonblocking_cost(criterion)
 }
 
-/// The group's in-place all_reduce + `Work::wait` in a user's plain loop,
-/// on each stream mode, next to the benches' `GroupLayer` launcher.
-fn group_loop_cost(criterion: &mut Criterion, stream: &Arc<CudaStream>) -> Result<(), BenchError> {
-    let [separate, caller] = process_groups("host_cost_group_loop")?;
-    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, stream)?;
-    let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, stream);
-    let mut failure: Option<BenchError> = None;
-    let mut group = criterion.benchmark_group("host_cost_group_loop/all_reduce_in_place_8B");
-    for (name, process_group) in [("separate", &separate), ("caller", &caller)] {
-        let mut slot = Some(nccl_tensor::Tensor::<f32>::zeros(stream, &[2])?);
-        let mut plain: Launch<'_> = Box::new(|| {
-            let tensor = slot.take().ok_or_else(|| {
-                BenchError::Usage("internal error: a failed wait released the tensor".into())
-            })?;
-            let work = process_group
-                .all_reduce(tensor, ReduceOp::Sum, stream)
-                .map_err(|failed| failed.error)?;
-            slot = Some(work.wait()?);
-            Ok(())
-        });
-        group.bench_function(format!("{name}/plain-loop"), |bencher| {
-            bencher.iter_custom(|iters| host_time(&mut plain, iters, stream, &mut failure))
-        });
-        drop(plain);
-        let layer = GroupLayer::new(process_group, stream);
-        let mut launch = bind(&layer, &call, &mut small)?;
-        group.bench_function(format!("{name}/group-layer"), |bencher| {
-            bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
-        });
-    }
-    end_section(group, failure, small, stream)?;
-    separate.destroy()?;
-    caller.destroy()?;
-    Ok(())
-}
-
-/// nccl-tensor's in-place all_reduce of 8 bytes on each kind of buffer it
-/// takes, with raw for reference: what a cudarc slice's per-call tracking
-/// costs next to a tensor's deferred one.
-fn buffer_cost(
-    criterion: &mut Criterion,
-    comm: &nccl_tensor::Communicator,
-    stream: &Arc<CudaStream>,
-) -> Result<(), BenchError> {
-    let raw = RawLayer::new(comm.core(), stream)?;
-    let tensor = TensorLayer::new(comm, stream);
-    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, stream)?;
-    let mut slice = stream
-        .alloc_zeros::<f32>(2)
-        .map_err(BenchError::cuda("allocating a cudarc slice"))?;
-    let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, stream);
-    let mut failure: Option<BenchError> = None;
-    let mut group = criterion.benchmark_group("host_cost_buffers/all_reduce_in_place_8B");
-    for layer in [&raw as &dyn Layer, &tensor] {
-        let mut launch = bind(layer, &call, &mut small)?;
-        group.bench_function(layer.kind().name(), |bencher| {
-            bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
-        });
-    }
-    let mut on_slice: Launch<'_> = Box::new(|| {
-        let _ = comm.all_reduce(&mut slice, ReduceOp::Sum, stream)?;
-        Ok(())
-    });
-    group.bench_function("cudarc-slice", |bencher| {
-        bencher.iter_custom(|iters| host_time(&mut on_slice, iters, stream, &mut failure))
-    });
-    drop(on_slice);
-    end_section(group, failure, small, stream)
-}
-
-/// nccl-core's all_reduce and sendrecv (a send and a receive to itself in
-/// one group) at world size 1, in place, on a blocking and on a
-/// nonblocking communicator, each call followed by `wait_ready`: what a
-/// nonblocking communicator adds per call. At world size 1 NCCL takes a
-/// shortcut for the collectives, but not for point-to-point, whose group
-/// end is what NCCL hands to a thread of its own on a nonblocking
-/// communicator (the group layer's communicators are nonblocking).
-fn nonblocking_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
-    let device = Device::new(0)?;
-    device.bind_to_thread()?;
-    let stream = device.new_stream()?;
-    let blocking = nccl_core::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
-    let nonblocking = nccl_core::Communicator::with_config(
-        device.clone(),
-        1,
-        UniqueId::new()?,
-        0,
-        &Config::default().blocking(false),
-    )?;
-    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
-    let mut failure: Option<BenchError> = None;
-    let mut group = criterion.benchmark_group("host_cost_nonblocking");
-    for collective in [Collective::AllReduce, Collective::SendRecv] {
-        let call = call_on(collective, Mode::InPlace, 2, &small, &stream);
-        for (name, comm) in [("blocking", &blocking), ("nonblocking", &nonblocking)] {
-            let layer = CoreLayer::new(comm, &stream);
-            let mut launch = bind(&layer, &call, &mut small)?;
-            let mut until_ready: Launch<'_> = Box::new(move || {
-                launch()?;
-                comm.wait_ready("the benchmarked call")?;
-                Ok(())
-            });
-            group.bench_function(
-                format!("{}_{}_8B/{name}", collective.name(), Mode::InPlace.key()),
-                |bencher| {
-                    bencher.iter_custom(|iters| {
-                        host_time(&mut until_ready, iters, &stream, &mut failure)
-                    })
-                },
-            );
-        }
-    }
-    end_section(group, failure, small, &stream)?;
-    blocking.finalize()?;
-    nonblocking.finalize()?;
-    Ok(())
-}
-
 /// World-size-1 process groups named after `name`, on the group's own
 /// NCCL stream and on the caller's.
 fn process_groups(name: &str) -> Result<[ProcessGroup; 2], BenchError> {
@@ -608,48 +487,6 @@ fn process_groups(name: &str) -> Result<[ProcessGroup; 2], BenchError> {
         group(StreamMode::Separate, "separate")?,
         group(StreamMode::Caller, "caller")?,
     ])
-}
-
-/// The in-place all-reduce again, every layer but core, on a context with
-/// cudarc's stream tracking switched off: what the tensor and group layers
-/// cost without the event wait and record that tracking adds to every
-/// buffer access.
-fn untracked_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
-    let context =
-        cudarc::driver::CudaContext::new(0).map_err(BenchError::cuda("creating a context"))?;
-    // SAFETY: every buffer of this context is used on one stream only
-    // (`stream` below), except by the group with its own NCCL stream,
-    // which orders that stream after `stream` and `stream` after it with
-    // events of its own; no cross-stream ordering is left to cudarc.
-    unsafe { context.disable_event_tracking() };
-    let device = Device::from_context(context);
-    let stream = device.new_stream()?;
-    let comm = nccl_tensor::Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
-    let [separate, caller] = process_groups("host_cost_untracked")?;
-    let raw = RawLayer::new(comm.core(), &stream)?;
-    let tensor = TensorLayer::new(&comm, &stream);
-    let group_layer = GroupLayer::new(&separate, &stream);
-    let group_caller_layer = GroupLayer::new(&caller, &stream);
-    let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
-    let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, &stream);
-    let mut failure: Option<BenchError> = None;
-    let mut group = criterion.benchmark_group("host_cost_untracked/all_reduce_in_place_8B");
-    for layer in [
-        &raw as &dyn Layer,
-        &tensor,
-        &group_layer,
-        &group_caller_layer,
-    ] {
-        let mut launch = bind(layer, &call, &mut small)?;
-        group.bench_function(layer.kind().name(), |bencher| {
-            bencher.iter_custom(|iters| host_time(&mut launch, iters, &stream, &mut failure))
-        });
-    }
-    end_section(group, failure, small, &stream)?;
-    separate.destroy()?;
-    caller.destroy()?;
-    comm.core().finalize()?;
-    Ok(())
 }
 
 /// Ends a section's benchmark group: its first failure, else `buffers`

@@ -1,0 +1,413 @@
+//! The comment lines that describe a run: the preamble (program, library,
+//! parameters, how it times, the notes on `N/A` halves, the devices) and
+//! the lines that name each collective's table before its column headers.
+
+use nccl_group::CommMode;
+use nccl_sys::Version;
+
+use super::table::table_header;
+use crate::collective::{Collective, Mode};
+use crate::env::Environment;
+use crate::layer::{GroupLayer, LayerKind, TensorLayer, has_native_all_to_all};
+use crate::runner::Plan;
+
+/// A GPU as the table's preamble describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The device ordinal (= rank).
+    pub ordinal: usize,
+    /// The marketing name (`NVIDIA H200`).
+    pub name: String,
+    /// The PCI address (`0000:04:00`).
+    pub pci: String,
+}
+
+/// Where a run happens, as its comment lines describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// The loaded libnccl's version.
+    pub nccl_version: Version,
+    /// Where that libnccl was loaded from.
+    pub nccl_path: String,
+    /// Whether that libnccl has `ncclAlltoAll`.
+    pub native_all_to_all: bool,
+    /// The host's name.
+    pub host: String,
+    /// This process's id.
+    pub pid: u32,
+    /// Every rank's GPU, in rank order.
+    pub devices: Vec<DeviceInfo>,
+}
+
+impl Machine {
+    /// This process on `env`, with the ranks' `devices`.
+    pub fn new(env: &Environment, devices: Vec<DeviceInfo>) -> Self {
+        Self {
+            nccl_version: env.library.version(),
+            nccl_path: env.library.path().to_string(),
+            native_all_to_all: has_native_all_to_all(env.library),
+            host: hostname(),
+            pid: std::process::id(),
+            devices,
+        }
+    }
+}
+
+/// The host's name, as the kernel has it.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// The comment lines before the tables: program, library, parameters, devices.
+pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
+    let (min, max) = (
+        plan.sizes.first().copied().unwrap_or(0),
+        plan.sizes.last().copied().unwrap_or(0),
+    );
+    let mut lines = vec![
+        format!(
+            "# nccl-perf {} (layer {}) nccl-library {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            plan.layers_title(),
+            machine.nccl_version,
+            machine.nccl_path
+        ),
+        format!(
+            "# nThread {} nGpus 1 minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+            plan.world,
+            plan.step,
+            plan.warmup,
+            plan.iters,
+            u8::from(plan.check),
+            plan.graph
+        ),
+    ];
+    lines.extend(plan_notes(plan));
+    lines.extend(["#".to_string(), "# Using devices".to_string()]);
+    let (host, pid) = (&machine.host, machine.pid);
+    for device in &machine.devices {
+        lines.push(format!(
+            "#  Rank {:2} Group  0 Pid {pid:6} on {host:>10} device {:2} [{}] {}",
+            device.ordinal, device.ordinal, device.pci, device.name
+        ));
+    }
+    if plan.collectives.contains(&Collective::AllToAll) && !machine.native_all_to_all {
+        lines.push(format!(
+            "# note: libnccl {} has no ncclAlltoAll (NCCL 2.28+); all_to_all runs as grouped send/recv",
+            machine.nccl_version
+        ));
+    }
+    lines
+}
+
+/// Comment lines that say how the plan times and what its columns mean.
+fn plan_notes(plan: &Plan) -> Vec<String> {
+    let batches = format!(
+        "median of {} batch(es) per size, mode and layer",
+        plan.batches
+    );
+    let mut lines = vec![if plan.graph > 0 {
+        format!(
+            "# timing: {batches}; each batch replays a CUDA graph of {} captured call(s) {} times (time = batch / {})",
+            plan.iters,
+            plan.graph,
+            u64::from(plan.iters) * u64::from(plan.graph)
+        )
+    } else {
+        format!(
+            "# timing: {batches}; each batch is {} back-to-back call(s), then one stream synchronisation",
+            plan.iters
+        )
+    }];
+    if let Some((a, b)) = plan.compare() {
+        lines.push(format!(
+            "# compare: layers {a} and {b} interleaved on the same buffers (warm-up {a}, {b}, then batches {a}, {b}, {a}, ...); \
+             the table is {b}'s; its 'ratio' column, last in each half, is time({b}) / time({a}) at the same size and mode \
+             (< 1: {b} is faster); --json has both layers' rows",
+            a = a.name(),
+            b = b.name()
+        ));
+    }
+    let tensor_without_in_place: Vec<&str> = plan
+        .collectives
+        .iter()
+        .filter(|&&c| !TensorLayer::has(c, Mode::InPlace))
+        .map(|c| c.name())
+        .collect();
+    if plan.layers.contains(&LayerKind::Tensor) && !tensor_without_in_place.is_empty() {
+        lines.push(format!(
+            "# note: the tensor layer's safe API has no in-place {} (an input inside the output is refused): N/A",
+            tensor_without_in_place.join(", ")
+        ));
+    }
+    if plan.layers.iter().any(|kind| kind.stream_mode().is_some()) {
+        lines.extend(group_notes(&plan.collectives, plan.group_comms));
+    }
+    if plan.graph > 0 {
+        lines.push(
+            "# note: cudarc's stream tracking is paused while capturing (each rank uses one stream)"
+                .to_string(),
+        );
+    }
+    lines
+}
+
+/// What the group layer's calls are, and which halves of `collectives` it
+/// has no form for (printed `N/A`), with why.
+fn group_notes(collectives: &[Collective], comms: CommMode) -> Vec<String> {
+    let comms = match comms {
+        CommMode::Blocking => "blocking",
+        _ => "nonblocking",
+    };
+    let mut lines = vec![format!(
+        "# note: the group layer's call is a ProcessGroup op + Work::wait on tensors of its own, \
+         copied from and back to the buffers outside the timed batches; group-caller runs it on \
+         the caller's stream (StreamMode::Caller), group on the group's NCCL stream; \
+         {comms} communicators (--group-comms)"
+    )];
+    for (mode, label) in [
+        (Mode::OutOfPlace, "out-of-place"),
+        (Mode::InPlace, "in-place"),
+    ] {
+        let (mut names, mut reasons) = (Vec::new(), Vec::new());
+        for &collective in collectives {
+            if let Some(why) = GroupLayer::missing(collective, mode) {
+                names.push(collective.name());
+                if !reasons.contains(&why) {
+                    reasons.push(why);
+                }
+            }
+        }
+        if !names.is_empty() {
+            lines.push(format!(
+                "# note: the group layer has no {label} {} ({}): N/A",
+                names.join(", "),
+                reasons.join("; ")
+            ));
+        }
+    }
+    lines
+}
+
+/// The comment lines naming one collective's table, then its column headers.
+pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine) -> Vec<String> {
+    let devices = &machine.devices;
+    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    names.dedup();
+    let gpus = if names.len() == 1 {
+        format!("{} x {}", devices.len(), names[0])
+    } else {
+        devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let baseline = plan
+        .compare()
+        .map(|(a, _)| format!(" baseline {}", a.name()))
+        .unwrap_or_default();
+    let mut lines = vec![
+        "#".to_string(),
+        format!(
+            "# Collective {} layer {}{baseline} nccl {} world {} gpus {}",
+            collective.name(),
+            plan.table_layer().name(),
+            machine.nccl_version,
+            plan.world,
+            gpus
+        ),
+        "#".to_string(),
+    ];
+    lines.extend(table_header(plan.compare().is_some()));
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Args;
+
+    fn plan(args: &[&str], world: usize) -> Plan {
+        let args = Args::try_parse_from([&["nccl-perf"], args].concat()).unwrap();
+        Plan::new(&args, world).unwrap()
+    }
+
+    /// The H200 of the recorded runs in `docs/measurements/`.
+    fn h200(ordinal: usize) -> DeviceInfo {
+        DeviceInfo {
+            ordinal,
+            name: "NVIDIA H200".to_string(),
+            pci: "0000:00:06".to_string(),
+        }
+    }
+
+    fn machine(devices: Vec<DeviceInfo>) -> Machine {
+        Machine {
+            nccl_version: Version::new(2, 28, 3),
+            nccl_path: "libnccl.so.2".to_string(),
+            native_all_to_all: true,
+            host: "vm".to_string(),
+            pid: 25051,
+            devices,
+        }
+    }
+
+    #[test]
+    fn preamble_and_header_match_a_recorded_run_byte_for_byte() {
+        // The first lines of docs/measurements/h200-2026-12-02-tracking/tensor.txt,
+        // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200.
+        let recorded = [
+            "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0",
+            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation",
+            "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
+            "# note: the tensor layer's safe API has no in-place all_gather, reduce_scatter, all_to_all (an input inside the output is refused): N/A",
+            "#",
+            "# Using devices",
+            "#  Rank  0 Group  0 Pid  25051 on         vm device  0 [0000:00:06] NVIDIA H200",
+            "#",
+            "# Collective all_reduce layer tensor baseline raw nccl 2.28.3 world 1 gpus 1 x NVIDIA H200",
+            "#",
+            "#                                                                 out-of-place                               in-place                  ",
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong   ratio     time   algbw   busbw  #wrong   ratio ",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)           (B/A)     (us)  (GB/s)  (GB/s)           (B/A) ",
+        ];
+        let plan = plan(
+            &[
+                "--compare",
+                "raw,tensor",
+                "-b",
+                "8",
+                "-e",
+                "128M",
+                "-f",
+                "4",
+                "-w",
+                "10",
+                "-n",
+                "50",
+            ],
+            1,
+        );
+        let machine = machine(vec![h200(0)]);
+        let mut lines = preamble(&plan, &machine);
+        lines.extend(collective_header(Collective::AllReduce, &plan, &machine));
+        assert_eq!(lines, recorded);
+    }
+
+    #[test]
+    fn devices_and_missing_all_to_all_in_the_preamble() {
+        let plan = plan(&["--layer", "raw", "-b", "8", "-e", "8"], 2);
+        let mut machine = machine(vec![h200(0), h200(1)]);
+        machine.native_all_to_all = false;
+        let lines = preamble(&plan, &machine);
+        assert_eq!(
+            lines[0],
+            "# nccl-perf 0.1.0 (layer raw) nccl-library 2.28.3 (libnccl.so.2)"
+        );
+        assert!(lines[1].starts_with("# nThread 2 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor)"));
+        let devices: Vec<&String> = lines.iter().filter(|l| l.starts_with("#  Rank")).collect();
+        assert_eq!(devices.len(), 2, "{lines:?}");
+        assert!(devices[1].starts_with("#  Rank  1 Group  0 Pid  25051 on         vm device  1"));
+        assert_eq!(
+            lines.last().unwrap(),
+            "# note: libnccl 2.28.3 has no ncclAlltoAll (NCCL 2.28+); all_to_all runs as grouped send/recv"
+        );
+        let header = collective_header(Collective::SendRecv, &plan, &machine);
+        assert_eq!(
+            header[1],
+            "# Collective sendrecv layer raw nccl 2.28.3 world 2 gpus 2 x NVIDIA H200"
+        );
+        assert_eq!(header.len(), 6, "{header:?}");
+        // Without all_to_all in the plan, no note about it.
+        let plan = self::plan(&["--layer", "raw", "all_reduce"], 2);
+        assert!(
+            !preamble(&plan, &machine)
+                .join("\n")
+                .contains("ncclAlltoAll")
+        );
+    }
+
+    #[test]
+    fn compare_and_graph_notes() {
+        let plan = plan(
+            &[
+                "--compare",
+                "raw,tensor",
+                "-G",
+                "100",
+                "-n",
+                "20",
+                "-b",
+                "8",
+                "-e",
+                "1K",
+                "all_gather",
+            ],
+            1,
+        );
+        let notes = plan_notes(&plan).join("\n");
+        assert!(notes.contains("median of 5 batch(es)"), "{notes}");
+        assert!(
+            notes.contains("CUDA graph of 20 captured call(s) 100 times (time = batch / 2000)"),
+            "{notes}"
+        );
+        assert!(notes.contains("time(tensor) / time(raw)"), "{notes}");
+        assert!(notes.contains("no in-place all_gather"), "{notes}");
+        assert!(
+            notes.contains("stream tracking is paused while capturing"),
+            "{notes}"
+        );
+        assert!(notes.lines().all(|line| line.starts_with("# ")));
+
+        let notes = plan_notes(&self::plan(&["--layer", "raw", "all_reduce"], 2));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("20 back-to-back call(s)"));
+    }
+
+    #[test]
+    fn group_plans_note_the_halves_the_group_lacks() {
+        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,group"]).unwrap();
+        let plan = Plan::new(&args, 2).unwrap();
+        assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Group]);
+        assert_eq!(plan.layers_title(), "group vs raw");
+        let notes = plan_notes(&plan).join("\n");
+        assert!(notes.contains("ProcessGroup op + Work::wait"), "{notes}");
+        assert!(
+            notes.contains(
+                "no out-of-place all_reduce, broadcast, reduce, sendrecv (its all_reduce"
+            ),
+            "{notes}"
+        );
+        assert!(
+            notes
+                .contains("no in-place all_gather, reduce_scatter, all_to_all, sendrecv (it takes"),
+            "{notes}"
+        );
+        // Each reason once per line, sendrecv's included.
+        assert_eq!(notes.matches("pair communicator").count(), 2, "{notes}");
+        assert!(!notes.contains("tensor layer"), "{notes}");
+        assert!(notes.lines().all(|line| line.starts_with("# ")));
+
+        // Only the plan's collectives are named.
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "group", "all_gather"]).unwrap();
+        let notes = plan_notes(&Plan::new(&args, 4).unwrap());
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(
+            notes[2].starts_with("# note: the group layer has no in-place all_gather (it takes")
+        );
+        assert!(notes[2].ends_with("): N/A"), "{notes:?}");
+
+        // No group, no group notes.
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
+        let notes = plan_notes(&Plan::new(&args, 1).unwrap()).join("\n");
+        assert!(!notes.contains("group layer"), "{notes}");
+    }
+}

@@ -1,0 +1,394 @@
+//! One rank thread: its GPU, stream, communicator and process groups, the
+//! plan run through every layer, and each measurement sent to the main
+//! thread.
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+
+use cudarc::driver::CudaStream;
+use nccl_core::{AbortHandle, Communicator, Device, UniqueId};
+use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
+
+use super::barrier::RankBarrier;
+use super::plan::Plan;
+use crate::buffers::DeviceBuffers;
+use crate::check::{CheckData, CheckSetup, count_wrong};
+use crate::collective::{Collective, Mode};
+use crate::error::BenchError;
+use crate::layer::{Call, Launch, Layer, new_layer};
+use crate::report::DeviceInfo;
+use crate::sizes::OpCounts;
+use crate::timing::{Captured, capture, median, time_launches, time_replays};
+
+/// The name of the group layers' process groups (one per layer and run),
+/// before the layer's name.
+const GROUP_NAME: &str = "nccl-perf";
+
+/// What a rank thread tells the main thread.
+pub enum Message {
+    /// The rank has its communicator (and process groups, for the group
+    /// layers).
+    Ready {
+        /// The rank.
+        rank: usize,
+        /// Its GPU.
+        device: DeviceInfo,
+        /// Aborts its communicator, should another rank fail.
+        abort: AbortHandle,
+        /// Its process groups, to abort likewise.
+        groups: Vec<ProcessGroup>,
+    },
+    /// One mode of one row of one layer, measured on one rank.
+    Measured {
+        /// Which mode of which row of which layer.
+        key: RowKey,
+        /// What this rank measured.
+        sample: Sample,
+    },
+    /// The rank is done.
+    Finished,
+    /// The rank failed.
+    Failed {
+        /// The rank.
+        rank: usize,
+        /// Why.
+        error: BenchError,
+    },
+}
+
+/// Identifies one mode of one row of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RowKey {
+    /// The collective's index in [`Plan::collectives`].
+    pub collective: usize,
+    /// The size's index in [`Plan::sizes`].
+    pub size: usize,
+    /// Out-of-place or in-place.
+    pub mode: Mode,
+    /// The layer's index in [`Plan::layers`].
+    pub layer: usize,
+}
+
+/// One rank's result for one mode of one layer (or, combined, every
+/// rank's).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// The median time per call in microseconds; `None` where the layer
+    /// cannot issue the call.
+    pub time_us: Option<f64>,
+    /// The wrong elements; `None` when not checked.
+    pub wrong: Option<u64>,
+}
+
+/// A rank thread's body: runs the plan as `rank` and tells the main thread
+/// how it ended; a failure also breaks `barrier`, so that no other rank
+/// waits for this one.
+pub fn rank_thread(
+    rank: usize,
+    plan: &Plan,
+    id: UniqueId,
+    store: &Arc<InProcessStore>,
+    barrier: &RankBarrier,
+    sender: &Sender<Message>,
+) {
+    let message = match run_rank(rank, plan, id, store, barrier, sender) {
+        Ok(()) => Message::Finished,
+        Err(error) => {
+            barrier.break_all();
+            Message::Failed { rank, error }
+        }
+    };
+    let _ = sender.send(message);
+}
+
+/// One rank: `id` is the bench communicator's unique id, `store` where
+/// the group layer's processes (the rank threads) meet.
+fn run_rank(
+    rank: usize,
+    plan: &Plan,
+    id: UniqueId,
+    store: &Arc<InProcessStore>,
+    barrier: &RankBarrier,
+    sender: &Sender<Message>,
+) -> Result<(), BenchError> {
+    let device = Device::new(rank)?;
+    device.bind_to_thread()?;
+    let stream = device.new_stream()?;
+    let core = Communicator::new(device.clone(), plan.world as i32, id, rank as i32)?;
+    let abort = core.abort_handle();
+    // The tensor layer needs nccl-tensor's communicator; the raw and core
+    // layers use the nccl-core communicator inside it.
+    let comm = nccl_tensor::Communicator::from_core(core)?;
+    let groups = plan
+        .layers
+        .iter()
+        .filter_map(|&kind| Some((kind, kind.stream_mode()?)))
+        .map(|(kind, mode)| {
+            ProcessGroup::new(
+                &format!("{GROUP_NAME}-{}", kind.name()),
+                rank,
+                plan.world,
+                store.clone(),
+                "in-process",
+                GroupOptions::default()
+                    .with_stream_mode(mode)
+                    .with_comm_mode(plan.group_comms),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let _ = sender.send(Message::Ready {
+        rank,
+        device: device_info(&device),
+        abort,
+        groups: groups.clone(),
+    });
+    for group in &groups {
+        // The group's first operation creates its communicator, with every
+        // rank; a barrier now keeps that out of the timed batches and CUDA
+        // graph captures, whatever -w and -c are.
+        group.barrier(&stream)?.wait()?;
+    }
+    {
+        let layers = plan
+            .layers
+            .iter()
+            .map(|&kind| new_layer(kind, &comm, &groups, &stream))
+            .collect::<Result<Vec<_>, _>>()?;
+        let measuring = Measuring {
+            rank,
+            plan,
+            stream: &stream,
+            barrier,
+            sender,
+        };
+        for (index, &collective) in plan.collectives.iter().enumerate() {
+            measuring.run_collective(index, collective, &layers)?;
+        }
+    }
+    stream
+        .synchronize()
+        .map_err(BenchError::cuda("synchronizing the stream at the end"))?;
+    // Collective, like the finalize below: every rank gets here.
+    for group in &groups {
+        group.destroy()?;
+    }
+    comm.core().finalize()?;
+    Ok(())
+}
+
+/// `device` as the table's preamble describes it.
+fn device_info(device: &Device) -> DeviceInfo {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let context = device.context();
+    let attribute = |a| context.attribute(a).unwrap_or(0);
+    DeviceInfo {
+        ordinal: device.ordinal(),
+        name: context.name().unwrap_or_else(|_| "unknown GPU".to_string()),
+        pci: format!(
+            "{:04x}:{:02x}:{:02x}",
+            attribute(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+            attribute(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+            attribute(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)
+        ),
+    }
+}
+
+/// Binds `call` through `layer` on `buffers`.
+fn bind<'s>(
+    layer: &'s dyn Layer,
+    call: &Call,
+    buffers: &'s mut DeviceBuffers,
+) -> Result<Launch<'s>, BenchError> {
+    // SAFETY: every `call` here comes from `Call::new` over `buffers`'
+    // own addresses with `OpCounts` of a size no larger than the one the
+    // buffers were allocated for (`buffer_elems()` elements each, which
+    // covers every element either mode touches); the launcher borrows
+    // `buffers`, so they outlive it, on the rank's device. Every rank binds
+    // and launches the same sequence of calls.
+    unsafe { layer.bind(call, buffers) }
+}
+
+/// What a rank's measurements share: who it is, what it runs, on which
+/// stream, where it meets the other ranks and where its results go.
+struct Measuring<'a> {
+    rank: usize,
+    plan: &'a Plan,
+    stream: &'a Arc<CudaStream>,
+    barrier: &'a RankBarrier,
+    sender: &'a Sender<Message>,
+}
+
+impl Measuring<'_> {
+    /// Every size and mode of `collective` (the `index`-th of the plan)
+    /// through every layer, on buffers allocated once for the largest size.
+    fn run_collective(
+        &self,
+        index: usize,
+        collective: Collective,
+        layers: &[Box<dyn Layer + '_>],
+    ) -> Result<(), BenchError> {
+        let (plan, stream) = (self.plan, self.stream);
+        let all_counts = plan.counts(collective);
+        let elems = all_counts
+            .iter()
+            .map(OpCounts::buffer_elems)
+            .max()
+            .unwrap_or(0);
+        let mut buffers = DeviceBuffers::alloc(plan.dtype, elems, stream)?;
+        let (send_base, recv_base) = buffers.addresses(stream);
+        for (size_index, counts) in all_counts.iter().enumerate() {
+            for mode in Mode::BOTH {
+                let call = Call::new(
+                    collective, mode, counts, send_base, recv_base, plan.dtype, plan.op, plan.root,
+                    self.rank, plan.world,
+                );
+                let setup = CheckSetup {
+                    collective,
+                    mode,
+                    counts: *counts,
+                    dtype: plan.dtype,
+                    op: plan.op,
+                    root: plan.root as usize,
+                    rank: self.rank,
+                    world: plan.world,
+                };
+                let samples = self.measure_mode(&call, &setup, layers, &mut buffers)?;
+                for (slot, sample) in samples.into_iter().enumerate() {
+                    let key = RowKey {
+                        collective: index,
+                        size: size_index,
+                        mode,
+                        layer: slot,
+                    };
+                    let _ = self.sender.send(Message::Measured { key, sample });
+                }
+            }
+        }
+        stream
+            .synchronize()
+            .map_err(BenchError::cuda("synchronizing before freeing the buffers"))?;
+        Ok(())
+    }
+
+    /// Checks, warms up, (captures) and times one call through every layer
+    /// of the plan: per layer, the median time per call (`None` where the
+    /// layer cannot issue the call) and this rank's wrong elements.
+    fn measure_mode(
+        &self,
+        call: &Call,
+        setup: &CheckSetup,
+        layers: &[Box<dyn Layer + '_>],
+        buffers: &mut DeviceBuffers,
+    ) -> Result<Vec<Sample>, BenchError> {
+        let (plan, stream, barrier) = (self.plan, self.stream, self.barrier);
+        let supported: Vec<bool> = layers
+            .iter()
+            .map(|layer| layer.supports(call.collective, call.mode))
+            .collect();
+        let active = || {
+            layers
+                .iter()
+                .zip(&supported)
+                .enumerate()
+                .filter(|(_, (_, supported))| **supported)
+                .map(|(slot, (layer, _))| (slot, layer.as_ref()))
+        };
+        let mut wrong = vec![None; layers.len()];
+        if plan.check
+            && let Some(data) = setup.data()
+        {
+            for (slot, layer) in active() {
+                wrong[slot] = Some(self.check_once(layer, call, setup, &data, buffers)?);
+            }
+        }
+        for (_, layer) in active() {
+            let mut launch = bind(layer, call, buffers)?;
+            for _ in 0..plan.warmup {
+                launch()?;
+            }
+        }
+        stream
+            .synchronize()
+            .map_err(BenchError::cuda("synchronizing after the warm-up"))?;
+        let mut graphs: Vec<Option<Captured>> = (0..layers.len()).map(|_| None).collect();
+        if plan.graph > 0 {
+            for (slot, layer) in active() {
+                let mut launch = bind(layer, call, buffers)?;
+                let captured = capture(&mut launch, plan.iters, stream).map_err(|source| {
+                    BenchError::Capture {
+                        layer: layer.kind().name(),
+                        collective: call.collective.name(),
+                        iters: plan.iters,
+                        source: Box::new(source),
+                    }
+                })?;
+                // One untimed replay uploads the graph and warms it up.
+                captured.replay()?;
+                graphs[slot] = Some(captured);
+            }
+            stream
+                .synchronize()
+                .map_err(BenchError::cuda("synchronizing after the graph warm-up"))?;
+        }
+        let mut times: Vec<Vec<f64>> =
+            vec![Vec::with_capacity(plan.batches as usize); layers.len()];
+        for _ in 0..plan.batches {
+            for (slot, layer) in active() {
+                let time = match &graphs[slot] {
+                    Some(graph) => {
+                        barrier.wait()?;
+                        time_replays(graph, plan.graph, plan.iters, stream)?
+                    }
+                    None => {
+                        let mut launch = bind(layer, call, buffers)?;
+                        barrier.wait()?;
+                        time_launches(&mut launch, plan.iters, stream)?
+                    }
+                };
+                times[slot].push(time);
+            }
+        }
+        Ok(times
+            .iter()
+            .zip(wrong)
+            .map(|(times, wrong)| Sample {
+                time_us: median(times),
+                wrong,
+            })
+            .collect())
+    }
+
+    /// Fills the inputs, poisons the outputs, runs the call once through
+    /// `layer` and counts this rank's wrong elements.
+    fn check_once(
+        &self,
+        layer: &dyn Layer,
+        call: &Call,
+        setup: &CheckSetup,
+        data: &CheckData,
+        buffers: &mut DeviceBuffers,
+    ) -> Result<u64, BenchError> {
+        let stream = self.stream;
+        buffers.upload(&data.send, &data.recv, stream)?;
+        stream
+            .synchronize()
+            .map_err(BenchError::cuda("synchronizing after the check inputs"))?;
+        self.barrier.wait()?;
+        {
+            let mut launch = bind(layer, call, buffers)?;
+            launch()?;
+        }
+        stream
+            .synchronize()
+            .map_err(BenchError::cuda("synchronizing after the checked run"))?;
+        let Some(expected) = &data.expected else {
+            return Ok(0);
+        };
+        if expected.is_empty() {
+            return Ok(0);
+        }
+        let elem = setup.dtype.size_bytes();
+        let got = buffers.download_recv(data.result_offset, expected.len() / elem, stream)?;
+        Ok(count_wrong(setup.dtype, &got, expected))
+    }
+}
