@@ -3,8 +3,9 @@
 //! side in one run:
 //!
 //! * `check_cost/<op>`: the tensor layer's argument checks alone
-//!   (`nccl_tensor::checks::*` on `BufferDesc`s, world size 8). Pure host
-//!   code: it runs on machines without a GPU too.
+//!   (`nccl_tensor::Plan::new` of each operation on `BufferDesc`s, world
+//!   size 8; the names are the tensor API's methods). Pure host code: it
+//!   runs on machines without a GPU too.
 //! * `host_cost/<op>_in_place_8B`: one call of each op (all_reduce,
 //!   broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv =
 //!   send + recv in a group) at world size 1, in place, 8 bytes (2 f32),
@@ -77,8 +78,8 @@ use cudarc::driver::CudaStream;
 use nccl_core::{Config, DataType, Device, ReduceOp, Reduction, UniqueId};
 use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
 use nccl_sys::Version;
-use nccl_tensor::BufferDesc;
-use nccl_tensor::checks::{self, CommInfo};
+use nccl_tensor::checks::CommInfo;
+use nccl_tensor::{BufferDesc, Layout, Op, Plan};
 
 const GPUS_NEEDED: usize = 1;
 /// Launches timed between two synchronisations in the host-cost benches.
@@ -175,10 +176,12 @@ fn visible_gpus() -> usize {
     Device::count().unwrap_or(0)
 }
 
-/// One check of the tensor layer: its name and a call of it.
-type CheckCase<'a> = (&'static str, Box<dyn Fn() -> nccl_tensor::Result<()> + 'a>);
+/// One operation the tensor layer plans: its name, the operation and the
+/// buffers it is given.
+type CheckCase<'a> = (&'static str, Op<'static>, Layout<'a>);
 
-/// The tensor layer's argument checks, without a GPU.
+/// The tensor layer's argument checks (`Plan::new` of each operation,
+/// with the stream on the communicator's device), without a GPU.
 fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
     let info = CommInfo {
         rank: 3,
@@ -191,68 +194,73 @@ fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
     let one = BufferDesc::contiguous(DataType::Float32, 1024, 0);
     let all = BufferDesc::contiguous(DataType::Float32, 8 * 1024, 0);
     let sum = Reduction::Builtin(ReduceOp::Sum);
-    let (info, one, all) = (&info, &one, &all);
-    let cases: Vec<CheckCase<'_>> = vec![
-        (
-            "all_reduce",
-            Box::new(move || checks::all_reduce(black_box(info), None, black_box(one), sum)),
-        ),
+    let cases: [CheckCase<'_>; 9] = [
+        ("all_reduce", Op::AllReduce(sum), Layout::InPlace(one)),
         (
             "all_reduce_into",
-            Box::new(move || {
-                checks::all_reduce(black_box(info), Some(black_box(one)), black_box(one), sum)
-            }),
+            Op::AllReduce(sum),
+            Layout::OutOfPlace {
+                input: one,
+                output: one,
+            },
         ),
-        (
-            "broadcast",
-            Box::new(move || checks::broadcast(black_box(info), None, black_box(one), 0)),
-        ),
+        ("broadcast", Op::Broadcast { root: 0 }, Layout::InPlace(one)),
         (
             "reduce",
-            Box::new(move || checks::reduce(black_box(info), None, black_box(one), sum, 0)),
+            Op::Reduce { op: sum, root: 0 },
+            Layout::InPlace(one),
         ),
         (
             "all_gather_into_tensor",
-            Box::new(move || {
-                checks::all_gather_into_tensor(black_box(info), black_box(one), black_box(all))
-            }),
+            Op::AllGather,
+            Layout::OutOfPlace {
+                input: one,
+                output: all,
+            },
         ),
         (
             "reduce_scatter_tensor",
-            Box::new(move || {
-                checks::reduce_scatter_tensor(black_box(info), black_box(all), black_box(one), sum)
-            }),
+            Op::ReduceScatter(sum),
+            Layout::OutOfPlace {
+                input: all,
+                output: one,
+            },
         ),
         (
             "all_to_all_single",
-            Box::new(move || {
-                checks::all_to_all_single(black_box(info), black_box(all), black_box(all))
-            }),
+            Op::AllToAll,
+            Layout::OutOfPlace {
+                input: all,
+                output: all,
+            },
         ),
-        (
-            "send",
-            Box::new(move || checks::point_to_point("send", "dst", black_box(info), one, 4)),
-        ),
-        (
-            "recv",
-            Box::new(move || checks::point_to_point("recv", "src", black_box(info), one, 2)),
-        ),
+        ("send", Op::Send { peer: 4 }, Layout::Input(one)),
+        ("recv", Op::Recv { peer: 2 }, Layout::Output(one)),
     ];
-    for (name, check) in &cases {
-        if let Err(error) = check() {
+    let info = &info;
+    let check = |op: Op<'static>, layout: &Layout<'_>| {
+        Plan::new(
+            black_box(op),
+            black_box(info),
+            black_box(layout),
+            black_box(info.device),
+        )
+    };
+    for (name, op, layout) in &cases {
+        if let Err(error) = check(*op, layout) {
             eprintln!("host_cost: check_cost/{name}: a valid call was refused: {error}");
             std::process::exit(1);
         }
         let ((), count) = counted(|| {
             for _ in 0..COUNTED_CALLS {
-                let _ = black_box(check());
+                let _ = black_box(check(*op, layout));
             }
         });
         report.record(format!("check_cost/{name}"), count, 0);
     }
     let mut group = criterion.benchmark_group("check_cost");
-    for (name, check) in &cases {
-        group.bench_function(*name, |bencher| bencher.iter(check));
+    for (name, op, layout) in &cases {
+        group.bench_function(*name, |bencher| bencher.iter(|| check(*op, layout)));
     }
     group.finish();
 }
