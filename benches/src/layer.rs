@@ -224,7 +224,7 @@ impl Call {
 ///   refuse it by design;
 /// * the group's send and recv are separate operations on a pair
 ///   communicator (not one NCCL group), so in a ring every rank would wait
-///   for a neighbour that is still sending (and world size 1 has no peer).
+///   for a neighbour that is still sending, and world size 1 has no peer.
 pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Option<&'static str> {
     let safe_api = matches!(
         layer,
@@ -254,7 +254,7 @@ pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Opti
     if layer.stream_mode().is_some() && collective == Collective::SendRecv {
         return Some(
             "the group's send and recv are separate operations on a pair communicator, so in a ring every rank \
-             would wait for a neighbour that is still sending (and world size 1 has no peer)",
+             would wait for a neighbour that is still sending, and world size 1 has no peer",
         );
     }
     None

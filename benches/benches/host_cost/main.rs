@@ -3,8 +3,9 @@
 //! side in one run:
 //!
 //! * `check_cost/<op>`: the tensor layer's argument checks alone
-//!   (`nccl_tensor::checks::*` on `BufferDesc`s, world size 8). Pure host
-//!   code: it runs on machines without a GPU too.
+//!   (`nccl_tensor::Plan::new` of each operation on `BufferDesc`s, world
+//!   size 8; the names are the tensor API's methods). Pure host code: it
+//!   runs on machines without a GPU too.
 //! * `host_cost/<op>_in_place_8B`: one call of each op (all_reduce,
 //!   broadcast, reduce, all_gather, reduce_scatter, all_to_all, sendrecv =
 //!   send + recv in a group) at world size 1, in place, 8 bytes (2 f32),
@@ -76,8 +77,8 @@ use cudarc::driver::CudaStream;
 use nccl_core::{DataType, Device, ReduceOp, Reduction, UniqueId};
 use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
 use nccl_sys::Version;
-use nccl_tensor::BufferDesc;
-use nccl_tensor::checks::{self, CommInfo};
+use nccl_tensor::checks::CommInfo;
+use nccl_tensor::{BufferDesc, Layout, Op, Plan};
 use variants::{buffer_cost, group_loop_cost, nonblocking_cost, untracked_cost};
 
 const GPUS_NEEDED: usize = 1;
@@ -175,24 +176,24 @@ fn visible_gpus() -> usize {
     Device::count().unwrap_or(0)
 }
 
-/// One check of the tensor layer.
+/// One operation the tensor layer plans.
 struct CheckCase<'a> {
     /// The bench's name in the `check_cost` group.
     name: &'static str,
-    /// One call of the check, on valid arguments.
-    check: Box<dyn Fn() -> nccl_tensor::Result<()> + 'a>,
+    /// The operation.
+    op: Op<'static>,
+    /// The buffers it is given.
+    layout: Layout<'a>,
 }
 
 impl<'a> CheckCase<'a> {
-    fn new(name: &'static str, check: impl Fn() -> nccl_tensor::Result<()> + 'a) -> Self {
-        Self {
-            name,
-            check: Box::new(check),
-        }
+    fn new(name: &'static str, op: Op<'static>, layout: Layout<'a>) -> Self {
+        Self { name, op, layout }
     }
 }
 
-/// The tensor layer's argument checks, without a GPU.
+/// The tensor layer's argument checks (`Plan::new` of each operation,
+/// with the stream on the communicator's device), without a GPU.
 fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
     let info = CommInfo {
         rank: 3,
@@ -205,51 +206,73 @@ fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
     let one = BufferDesc::contiguous(DataType::Float32, 1024, 0);
     let all = BufferDesc::contiguous(DataType::Float32, 8 * 1024, 0);
     let sum = Reduction::Builtin(ReduceOp::Sum);
-    let (info, one, all) = (&info, &one, &all);
-    let cases: Vec<CheckCase<'_>> = vec![
-        CheckCase::new("all_reduce", move || {
-            checks::all_reduce(black_box(info), None, black_box(one), sum)
-        }),
-        CheckCase::new("all_reduce_into", move || {
-            checks::all_reduce(black_box(info), Some(black_box(one)), black_box(one), sum)
-        }),
-        CheckCase::new("broadcast", move || {
-            checks::broadcast(black_box(info), None, black_box(one), 0)
-        }),
-        CheckCase::new("reduce", move || {
-            checks::reduce(black_box(info), None, black_box(one), sum, 0)
-        }),
-        CheckCase::new("all_gather_into_tensor", move || {
-            checks::all_gather_into_tensor(black_box(info), black_box(one), black_box(all))
-        }),
-        CheckCase::new("reduce_scatter_tensor", move || {
-            checks::reduce_scatter_tensor(black_box(info), black_box(all), black_box(one), sum)
-        }),
-        CheckCase::new("all_to_all_single", move || {
-            checks::all_to_all_single(black_box(info), black_box(all), black_box(all))
-        }),
-        CheckCase::new("send", move || {
-            checks::point_to_point("send", "dst", black_box(info), one, 4)
-        }),
-        CheckCase::new("recv", move || {
-            checks::point_to_point("recv", "src", black_box(info), one, 2)
-        }),
+    let cases: [CheckCase<'_>; 9] = [
+        CheckCase::new("all_reduce", Op::AllReduce(sum), Layout::InPlace(one)),
+        CheckCase::new(
+            "all_reduce_into",
+            Op::AllReduce(sum),
+            Layout::OutOfPlace {
+                input: one,
+                output: one,
+            },
+        ),
+        CheckCase::new("broadcast", Op::Broadcast { root: 0 }, Layout::InPlace(one)),
+        CheckCase::new(
+            "reduce",
+            Op::Reduce { op: sum, root: 0 },
+            Layout::InPlace(one),
+        ),
+        CheckCase::new(
+            "all_gather_into_tensor",
+            Op::AllGather,
+            Layout::OutOfPlace {
+                input: one,
+                output: all,
+            },
+        ),
+        CheckCase::new(
+            "reduce_scatter_tensor",
+            Op::ReduceScatter(sum),
+            Layout::OutOfPlace {
+                input: all,
+                output: one,
+            },
+        ),
+        CheckCase::new(
+            "all_to_all_single",
+            Op::AllToAll,
+            Layout::OutOfPlace {
+                input: all,
+                output: all,
+            },
+        ),
+        CheckCase::new("send", Op::Send { peer: 4 }, Layout::Input(one)),
+        CheckCase::new("recv", Op::Recv { peer: 2 }, Layout::Output(one)),
     ];
-    for CheckCase { name, check } in &cases {
-        if let Err(error) = check() {
+    let info = &info;
+    let check = |op: Op<'static>, layout: &Layout<'_>| {
+        Plan::new(
+            black_box(op),
+            black_box(info),
+            black_box(layout),
+            black_box(info.device),
+        )
+    };
+    for CheckCase { name, op, layout } in &cases {
+        if let Err(error) = check(*op, layout) {
             eprintln!("host_cost: check_cost/{name}: a valid call was refused: {error}");
             std::process::exit(1);
         }
         let ((), count) = counted(|| {
             for _ in 0..COUNTED_CALLS {
-                let _ = black_box(check());
+                let _ = black_box(check(*op, layout));
             }
         });
         report.record(format!("check_cost/{name}"), count, 0);
     }
     let mut group = criterion.benchmark_group("check_cost");
-    for CheckCase { name, check } in &cases {
-        group.bench_function(*name, |bencher| bencher.iter(check));
+    for CheckCase { name, op, layout } in &cases {
+        group.bench_function(*name, |bencher| bencher.iter(|| check(*op, layout)));
     }
     group.finish();
 }

@@ -388,62 +388,26 @@ impl Layer for GroupLayer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layer::TensorLayer;
 
     #[test]
-    fn the_group_has_whole_tensor_forms_only() {
-        for collective in [
-            Collective::AllReduce,
-            Collective::Broadcast,
-            Collective::Reduce,
-        ] {
-            assert!(GroupLayer::has(collective, Mode::InPlace), "{collective}");
-            assert!(
-                !GroupLayer::has(collective, Mode::OutOfPlace),
-                "{collective}"
-            );
-        }
-        for collective in [
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::AllToAll,
-        ] {
-            assert!(
-                GroupLayer::has(collective, Mode::OutOfPlace),
-                "{collective}"
-            );
-            assert!(!GroupLayer::has(collective, Mode::InPlace), "{collective}");
-        }
-        for mode in Mode::BOTH {
-            assert!(!GroupLayer::has(Collective::SendRecv, mode));
-        }
+    fn the_group_has_every_form_of_the_safe_api_but_sendrecv() {
         for collective in Collective::ALL {
-            // Exactly one mode, except sendrecv (none).
-            let modes = Mode::BOTH
-                .iter()
-                .filter(|&&mode| GroupLayer::has(collective, mode))
-                .count();
-            let expected = usize::from(collective != Collective::SendRecv);
-            assert_eq!(modes, expected, "{collective}");
             for mode in Mode::BOTH {
+                let expected =
+                    collective != Collective::SendRecv && TensorLayer::has(collective, mode);
+                assert_eq!(
+                    GroupLayer::has(collective, mode),
+                    expected,
+                    "{collective} {mode:?}"
+                );
                 let why = GroupLayer::missing(collective, mode);
-                assert_eq!(why.is_none(), GroupLayer::has(collective, mode));
+                assert_eq!(why.is_none(), expected);
                 assert!(why.is_none_or(|why| !why.is_empty()));
             }
         }
-    }
-
-    #[test]
-    fn tensor_lengths_follow_nccl_counts() {
-        assert_eq!(tensor_lengths(Collective::AllReduce, 64, 4), (64, 64));
-        assert_eq!(tensor_lengths(Collective::Broadcast, 64, 4), (64, 64));
-        assert_eq!(tensor_lengths(Collective::Reduce, 64, 4), (64, 64));
-        assert_eq!(tensor_lengths(Collective::AllGather, 64, 4), (64, 256));
-        assert_eq!(tensor_lengths(Collective::ReduceScatter, 64, 4), (256, 64));
-        assert_eq!(tensor_lengths(Collective::AllToAll, 64, 4), (256, 256));
-        assert_eq!(tensor_lengths(Collective::AllGather, 64, 1), (64, 64));
-        assert_eq!(tensor_lengths(Collective::AllToAll, 0, 8), (0, 0));
-        // A world of 0 (never built) counts as one rank.
-        assert_eq!(tensor_lengths(Collective::AllGather, 5, 0), (5, 5));
+        assert!(GroupLayer::has(Collective::AllReduce, Mode::OutOfPlace));
+        assert!(!GroupLayer::has(Collective::AllGather, Mode::InPlace));
     }
 
     #[test]

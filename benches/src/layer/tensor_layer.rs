@@ -197,4 +197,16 @@ mod tests {
             assert!(!TensorLayer::has(collective, Mode::InPlace), "{collective}");
         }
     }
+
+    #[test]
+    fn lengths_follow_the_rules_and_nccl_counts() {
+        assert_eq!(lengths(Sizes::Same, 64, 4), (64, 64));
+        assert_eq!(lengths(Sizes::Gathered, 64, 4), (64, 256));
+        assert_eq!(lengths(Sizes::Scattered, 64, 4), (256, 64));
+        assert_eq!(lengths(Sizes::Exchanged, 64, 4), (256, 256));
+        assert_eq!(lengths(Sizes::Gathered, 64, 1), (64, 64));
+        assert_eq!(lengths(Sizes::Exchanged, 0, 8), (0, 0));
+        // A world of 0 (never built) counts as one rank.
+        assert_eq!(lengths(Sizes::Gathered, 5, 0), (5, 5));
+    }
 }

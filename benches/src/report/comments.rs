@@ -8,7 +8,7 @@ use nccl_sys::Version;
 use super::table::table_header;
 use crate::collective::{Collective, Mode};
 use crate::env::Environment;
-use crate::layer::{GroupLayer, LayerKind, TensorLayer, has_native_all_to_all};
+use crate::layer::{LayerKind, has_native_all_to_all, unsupported};
 use crate::runner::Plan;
 
 /// A GPU as the table's preamble describes it.
@@ -132,20 +132,17 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
             b = b.name()
         ));
     }
-    let tensor_without_in_place: Vec<&str> = plan
-        .collectives
-        .iter()
-        .filter(|&&c| !TensorLayer::has(c, Mode::InPlace))
-        .map(|c| c.name())
-        .collect();
-    if plan.layers.contains(&LayerKind::Tensor) && !tensor_without_in_place.is_empty() {
-        lines.push(format!(
-            "# note: the tensor layer's safe API has no in-place {} (an input inside the output is refused): N/A",
-            tensor_without_in_place.join(", ")
-        ));
-    }
     if plan.layers.iter().any(|kind| kind.stream_mode().is_some()) {
-        lines.extend(group_notes(&plan.collectives, plan.group_comms));
+        lines.push(group_note(plan.group_comms));
+    }
+    let mut noted = Vec::new();
+    for &layer in &plan.layers {
+        // The two group layers have the same operations: one note.
+        let name = layer.stream_mode().map_or(layer.name(), |_| "group");
+        if !noted.contains(&name) {
+            noted.push(name);
+            lines.extend(missing_notes(name, layer, &plan.collectives));
+        }
     }
     if plan.graph > 0 {
         lines.push(
@@ -156,26 +153,31 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
     lines
 }
 
-/// What the group layer's calls are, and which halves of `collectives` it
-/// has no form for (printed `N/A`), with why.
-fn group_notes(collectives: &[Collective], comms: CommMode) -> Vec<String> {
+/// What the group layer's calls are.
+fn group_note(comms: CommMode) -> String {
     let comms = match comms {
         CommMode::Blocking => "blocking",
         _ => "nonblocking",
     };
-    let mut lines = vec![format!(
+    format!(
         "# note: the group layer's call is a ProcessGroup op + Work::wait on tensors of its own, \
          copied from and back to the buffers outside the timed batches; group-caller runs it on \
          the caller's stream (StreamMode::Caller), group on the group's NCCL stream; \
          {comms} communicators (--group-comms)"
-    )];
+    )
+}
+
+/// Which halves of `collectives` the layer `layer` (called `name`) has no
+/// form for (printed `N/A`), with why ([`unsupported`]).
+fn missing_notes(name: &str, layer: LayerKind, collectives: &[Collective]) -> Vec<String> {
+    let mut lines = Vec::new();
     for (mode, label) in [
         (Mode::OutOfPlace, "out-of-place"),
         (Mode::InPlace, "in-place"),
     ] {
         let (mut names, mut reasons) = (Vec::new(), Vec::new());
         for &collective in collectives {
-            if let Some(why) = GroupLayer::missing(collective, mode) {
+            if let Some(why) = unsupported(layer, collective, mode) {
                 names.push(collective.name());
                 if !reasons.contains(&why) {
                     reasons.push(why);
@@ -184,7 +186,7 @@ fn group_notes(collectives: &[Collective], comms: CommMode) -> Vec<String> {
         }
         if !names.is_empty() {
             lines.push(format!(
-                "# note: the group layer has no {label} {} ({}): N/A",
+                "# note: the {name} layer has no {label} {} ({}): N/A",
                 names.join(", "),
                 reasons.join("; ")
             ));
@@ -262,13 +264,14 @@ mod tests {
     #[test]
     fn preamble_and_header_match_a_recorded_run_byte_for_byte() {
         // The first lines of docs/measurements/h200-2026-12-02-tracking/tensor.txt,
-        // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200.
+        // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200,
+        // but for the N/A note, whose reason now comes from `layer::unsupported`.
         let recorded = [
             "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
             "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0",
             "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation",
             "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
-            "# note: the tensor layer's safe API has no in-place all_gather, reduce_scatter, all_to_all (an input inside the output is refused): N/A",
+            "# note: the tensor layer has no in-place all_gather, reduce_scatter, all_to_all (nccl-tensor's safe API takes its input and output as two buffers, so the input cannot lie inside the output): N/A",
             "#",
             "# Using devices",
             "#  Rank  0 Group  0 Pid  25051 on         vm device  0 [0000:00:06] NVIDIA H200",
@@ -381,14 +384,13 @@ mod tests {
         let notes = plan_notes(&plan).join("\n");
         assert!(notes.contains("ProcessGroup op + Work::wait"), "{notes}");
         assert!(
-            notes.contains(
-                "no out-of-place all_reduce, broadcast, reduce, sendrecv (its all_reduce"
-            ),
+            notes.contains("no out-of-place sendrecv (the group's send and recv"),
             "{notes}"
         );
         assert!(
-            notes
-                .contains("no in-place all_gather, reduce_scatter, all_to_all, sendrecv (it takes"),
+            notes.contains(
+                "no in-place all_gather, reduce_scatter, all_to_all, sendrecv (nccl-tensor's safe API takes"
+            ),
             "{notes}"
         );
         // Each reason once per line, sendrecv's included.
@@ -400,9 +402,9 @@ mod tests {
         let args = Args::try_parse_from(["nccl-perf", "--layer", "group", "all_gather"]).unwrap();
         let notes = plan_notes(&Plan::new(&args, 4).unwrap());
         assert_eq!(notes.len(), 3, "{notes:?}");
-        assert!(
-            notes[2].starts_with("# note: the group layer has no in-place all_gather (it takes")
-        );
+        assert!(notes[2].starts_with(
+            "# note: the group layer has no in-place all_gather (nccl-tensor's safe API takes"
+        ));
         assert!(notes[2].ends_with("): N/A"), "{notes:?}");
 
         // No group, no group notes.
