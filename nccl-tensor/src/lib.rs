@@ -45,4 +45,5 @@ pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_cont
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
+pub use nccl_core::ErrorKind;
 pub use operand::{Input, Output, OutputList};
