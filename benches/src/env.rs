@@ -27,8 +27,12 @@ pub fn probe() -> Result<Environment, BenchError> {
                 .to_string(),
         ));
     }
-    let gpu_count = nccl_core::Device::count()
-        .map_err(|error| BenchError::Environment(format!("cannot count the CUDA GPUs: {error}")))?;
+    let gpu_count = nccl_core::Device::count().map_err(|error| {
+        BenchError::Environment(format!(
+            "cannot count the CUDA GPUs: {}",
+            nccl_core::ErrorChain(&error)
+        ))
+    })?;
     if gpu_count == 0 {
         return Err(BenchError::Environment(format!(
             "no CUDA GPU is visible (CUDA_VISIBLE_DEVICES={}); nccl-perf needs at least one NVIDIA GPU",

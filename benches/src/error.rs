@@ -1,6 +1,8 @@
 //! Errors of `nccl-perf` (and the other bench binaries) and the exit
 //! status each one gives.
 
+use nccl_core::{ErrorChain, ErrorKind, ResultCode};
+
 /// Every way a benchmark run can fail.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -20,16 +22,19 @@ pub enum BenchError {
     Tensor(#[from] nccl_tensor::Error),
     /// A call of the group layer's `ProcessGroup` failed (its rendezvous,
     /// an argument check, NCCL, or an event sync), or destroying it did.
-    #[error("group layer: {0}")]
+    /// The group's error is the `source()`.
+    #[error("group layer")]
     Group(#[from] nccl_group::GroupError),
     /// The store the ranks of a launch meet at failed, or the launch's
     /// variables (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ...) are malformed
-    /// (exit status 2 then: the message names the variable).
-    #[error("rendezvous store: {0}")]
+    /// (exit status 2 then: the message names the variable). The store's
+    /// error is the `source()`.
+    #[error("rendezvous store")]
     Store(#[from] nccl_group::StoreError),
-    /// Capturing a layer's calls in a CUDA graph (`-G`) failed.
+    /// Capturing a layer's calls in a CUDA graph (`-G`) failed; why is the
+    /// `source()`.
     #[error(
-        "capturing {iters} {collective} call(s) of the {layer} layer in a CUDA graph (-G) failed: {source}"
+        "capturing {iters} {collective} call(s) of the {layer} layer in a CUDA graph (-G) failed"
     )]
     Capture {
         /// The layer whose calls were captured.
@@ -52,24 +57,26 @@ pub enum BenchError {
     /// The loaded libnccl lacks a function the raw layer calls.
     #[error(transparent)]
     MissingFunction(#[from] nccl_sys::MissingSymbol),
-    /// A CUDA driver call of the benchmark itself failed.
-    #[error("CUDA error while {during}: {source}")]
+    /// A CUDA driver call of the benchmark itself failed (the driver's
+    /// error is the `source()`).
+    #[error("CUDA error while {during}")]
     Cuda {
         /// What was being done.
         during: &'static str,
         /// The driver's error.
         source: cudarc::driver::DriverError,
     },
-    /// Writing the JSON file or the table failed.
-    #[error("cannot write {what}: {source}")]
+    /// Writing the JSON file or the table failed (the I/O error is the
+    /// `source()`).
+    #[error("cannot write {what}")]
     Io {
         /// The file or stream.
         what: String,
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A rank failed; the message says which.
-    #[error("rank {rank} (GPU {rank}): {source}")]
+    /// A rank failed; the message says which, the `source()` why.
+    #[error("rank {rank} (GPU {rank})")]
     Rank {
         /// The failing rank.
         rank: usize,
@@ -103,14 +110,71 @@ impl BenchError {
         }
     }
 
+    /// What kind of failure this is; a wrapped error of a library layer,
+    /// a rank's or a capture's, answers its own `kind()`:
+    ///
+    /// | Variant | Kind |
+    /// |---|---|
+    /// | `Nccl`, `Tensor`, `Group`, `Store`, `Rank`, `Capture` | the wrapped error's `kind()` |
+    /// | `MissingFunction` | [`ErrorKind::MissingFunction`] |
+    /// | `Environment` | [`ErrorKind::Unavailable`] |
+    /// | `Usage` | [`ErrorKind::InvalidArgument`] |
+    /// | `Cuda` | [`ErrorKind::Cuda`] |
+    /// | `Io`, `Plot` | [`ErrorKind::Io`] |
+    /// | `Stopped` | [`ErrorKind::Aborted`] |
+    /// | `Lost`, `Allocations` | [`ErrorKind::Other`] |
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BenchError::Nccl(error) => error.kind(),
+            BenchError::Tensor(error) => error.kind(),
+            BenchError::Group(error) => error.kind(),
+            BenchError::Store(error) => error.kind(),
+            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => source.kind(),
+            BenchError::MissingFunction(_) => ErrorKind::MissingFunction,
+            BenchError::Environment(_) => ErrorKind::Unavailable,
+            BenchError::Usage(_) => ErrorKind::InvalidArgument,
+            BenchError::Cuda { .. } => ErrorKind::Cuda,
+            BenchError::Io { .. } | BenchError::Plot { .. } => ErrorKind::Io,
+            BenchError::Stopped => ErrorKind::Aborted,
+            BenchError::Lost | BenchError::Allocations(_) => ErrorKind::Other,
+        }
+    }
+
+    /// The NCCL result code behind this error at any depth, else `None`.
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        match self {
+            BenchError::Nccl(error) => error.nccl_code(),
+            BenchError::Tensor(error) => error.nccl_code(),
+            BenchError::Group(error) => error.nccl_code(),
+            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
+                source.nccl_code()
+            }
+            _ => None,
+        }
+    }
+
+    /// True for every timeout at any depth, as
+    /// [`GroupError::is_timeout`](nccl_group::GroupError::is_timeout) has it.
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            BenchError::Group(error) => error.is_timeout(),
+            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
+                source.is_timeout()
+            }
+            _ => self.kind() == ErrorKind::Timeout,
+        }
+    }
+
     /// A closure that wraps a CUDA error with what was being done.
     pub fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
         move |source| BenchError::Cuda { during, source }
     }
 
-    /// The message on a single line (newlines in library messages become "; ").
+    /// The message and those of its `source()` chain on a single line
+    /// (joined by ": "; newlines in library messages become "; ").
     pub fn one_line(&self) -> String {
-        self.to_string()
+        ErrorChain(self)
+            .to_string()
             .lines()
             .map(str::trim)
             .filter(|line| !line.is_empty())
@@ -138,7 +202,11 @@ mod tests {
             source: Box::new(BenchError::Nccl(nccl_core::Error::Aborted)),
         };
         assert_eq!(nested.exit_code(), 1);
-        assert!(nested.to_string().starts_with("rank 3 (GPU 3): "));
+        assert_eq!(
+            nested.one_line(),
+            "rank 3 (GPU 3): the communicator was aborted; create a new one"
+        );
+        assert_eq!(nested.kind(), ErrorKind::Aborted);
         let capture = BenchError::Capture {
             layer: "tensor",
             collective: "all_reduce",
@@ -147,7 +215,7 @@ mod tests {
         };
         assert_eq!(capture.exit_code(), 1);
         assert!(
-            capture.to_string().starts_with(
+            capture.one_line().starts_with(
                 "capturing 20 all_reduce call(s) of the tensor layer in a CUDA graph (-G) failed: "
             ),
             "{capture}"
@@ -156,5 +224,98 @@ mod tests {
             BenchError::Environment("a\nb\n\n c".into()).one_line(),
             "a; b; c"
         );
+    }
+
+    /// Walks the `source()` chain: no message may contain its source's.
+    fn assert_no_message_repeats(error: &(dyn std::error::Error + 'static)) {
+        let mut current = error;
+        while let Some(source) = current.source() {
+            let (outer, inner) = (current.to_string(), source.to_string());
+            assert!(!outer.contains(&inner), "{outer:?} repeats {inner:?}");
+            current = source;
+        }
+    }
+
+    #[test]
+    fn a_rank_or_capture_answers_as_its_innermost_error() {
+        let timeout = nccl_core::Error::Timeout {
+            operation: "ncclCommInitRankConfig",
+            waited: std::time::Duration::from_secs(2),
+        };
+        let nested = nccl_group::GroupError::Tensor(nccl_tensor::Error::Core(timeout));
+        let capture = BenchError::Capture {
+            layer: "raw",
+            collective: "all_reduce",
+            iters: 20,
+            source: Box::new(BenchError::Group(nested)),
+        };
+        let error = BenchError::Rank {
+            rank: 1,
+            source: Box::new(capture),
+        };
+        assert_eq!(error.kind(), ErrorKind::Timeout);
+        assert!(error.is_timeout());
+        assert_eq!(error.nccl_code(), None);
+        assert_no_message_repeats(&error);
+        assert_eq!(
+            error.one_line(),
+            "rank 1 (GPU 1): capturing 20 all_reduce call(s) of the raw layer in a CUDA graph \
+             (-G) failed: group layer: ncclCommInitRankConfig did not complete within 2s; the \
+             communicator was aborted (are all ranks running and reachable?)"
+        );
+
+        let nccl = nccl_core::Error::from_code("ncclAllReduce", ResultCode(5), None, None);
+        let error = BenchError::Rank {
+            rank: 0,
+            source: Box::new(BenchError::Tensor(nccl_tensor::Error::Core(nccl))),
+        };
+        assert_eq!(error.kind(), ErrorKind::Nccl);
+        assert_eq!(error.nccl_code(), Some(ResultCode(5)));
+        assert!(!error.is_timeout());
+
+        let store = BenchError::Store(nccl_group::StoreError::Timeout {
+            op: "wait",
+            keys: vec!["barrier".into()],
+            store: "file store at /tmp/s".into(),
+            waited: std::time::Duration::from_secs(1),
+        });
+        assert!(store.is_timeout());
+        assert_no_message_repeats(&store);
+    }
+
+    #[test]
+    fn own_variants_have_their_kinds() {
+        let io = BenchError::Io {
+            what: "results.json".into(),
+            source: std::io::Error::other("disk full"),
+        };
+        assert_eq!(io.kind(), ErrorKind::Io);
+        assert_eq!(io.one_line(), "cannot write results.json: disk full");
+        assert_no_message_repeats(&io);
+        let kinds = [
+            (
+                BenchError::Environment("no GPU".into()),
+                ErrorKind::Unavailable,
+            ),
+            (
+                BenchError::Usage("bad root".into()),
+                ErrorKind::InvalidArgument,
+            ),
+            (BenchError::Stopped, ErrorKind::Aborted),
+            (BenchError::Lost, ErrorKind::Other),
+            (BenchError::Allocations("3".into()), ErrorKind::Other),
+            (
+                BenchError::Plot {
+                    path: "a.svg".into(),
+                    message: "no font".into(),
+                },
+                ErrorKind::Io,
+            ),
+        ];
+        for (error, kind) in kinds {
+            assert_eq!(error.kind(), kind, "{error}");
+            assert!(!error.is_timeout(), "{error}");
+            assert_eq!(error.nccl_code(), None, "{error}");
+        }
     }
 }

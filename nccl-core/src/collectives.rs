@@ -163,13 +163,10 @@ impl Communicator {
         }
         let stream_device = stream.context().ordinal();
         if stream_device != self.device().ordinal() {
-            return Err(Error::InvalidArgument {
-                argument: "stream",
-                expected: format!(
-                    "a stream on the communicator's device {}",
-                    self.device().ordinal()
-                ),
-                given: format!("a stream on device {stream_device}"),
+            return Err(Error::WrongDevice {
+                what: "stream",
+                expected: self.device().ordinal(),
+                given: stream_device,
             });
         }
         let loaded = self.library().version();

@@ -68,6 +68,77 @@ pub enum Status {
     InProgress,
 }
 
+/// What kind of failure an error is, the same for every crate of this
+/// workspace: `kind()` on nccl-core's [`Error`], nccl-tensor's `Error`,
+/// nccl-group's `GroupError`, `OpError` and `StoreError` answers what the
+/// innermost error would. Match with a wildcard arm: kinds may be added.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// An argument the call cannot accept: a length, a shape, a data type
+    /// that does not match, a value out of its range, a flag.
+    InvalidArgument,
+    /// A buffer or stream on another device than the communicator's.
+    WrongDevice,
+    /// A rank, root or peer outside `0..world_size`.
+    RankOutOfRange,
+    /// A feature, data type or reduction that the loaded NCCL or the GPU
+    /// does not support; a newer libnccl or another GPU may have it.
+    Unsupported,
+    /// The loaded libnccl does not export a function the call needs (it is
+    /// older than the function); the rest of the API still works.
+    MissingFunction,
+    /// This machine lacks what every call needs: the CUDA driver, a GPU,
+    /// or a loadable NCCL library.
+    Unavailable,
+    /// NCCL returned an error code; `nccl_code()` says which.
+    Nccl,
+    /// A CUDA driver call failed.
+    Cuda,
+    /// A wait ran past its deadline: a NCCL call, a rendezvous, a
+    /// communicator's creation, a store's `get` or `wait`, an abort.
+    Timeout,
+    /// The communicator or group was aborted; create a new one.
+    Aborted,
+    /// The communicator was finalized, or the group was destroyed or no
+    /// longer creates communicators; create a new one.
+    Closed,
+    /// The group's watchdog failed the group (an operation timed out, or
+    /// NCCL or CUDA reported an error); `is_timeout()` says whether it was a
+    /// timeout. Create a new group.
+    GroupFailed,
+    /// The rendezvous store failed other than by a timeout: it could not
+    /// be reached or bound, closed the connection, did not answer, refused
+    /// the client, or its file or socket I/O failed.
+    Store,
+    /// A launch setting (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ...) is
+    /// missing or malformed.
+    Config,
+    /// An operating-system request outside NCCL and the store failed:
+    /// starting a thread, writing a file.
+    Io,
+    /// Anything else; the message says what.
+    Other,
+}
+
+/// Displays an error and every error of its `source()` chain, joined by
+/// `": "`, on one line. Each error's own `Display` describes only its own
+/// layer, so printing the chain is how to show all of it.
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}
+
 /// Every way a call of this crate can fail.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -116,8 +187,9 @@ pub enum Error {
         "no CUDA driver found: libcuda.so.1 could not be loaded; this machine needs an NVIDIA GPU with its driver installed (is the driver's library folder on the loader path?)"
     )]
     NoCudaDriver,
-    /// A CUDA driver call failed.
-    #[error("CUDA error during {during}: {source}")]
+    /// A CUDA driver call failed. The driver's error is the `source()`,
+    /// not part of this message ([`ErrorChain`] prints both).
+    #[error("CUDA error during {during}")]
     Cuda {
         /// What was being done.
         during: &'static str,
@@ -133,6 +205,16 @@ pub enum Error {
         given: i64,
         /// The communicator's world size.
         world_size: i32,
+    },
+    /// A stream (or buffer) on another device than the communicator's.
+    #[error("{what} is on device {given}, but the communicator is on device {expected}")]
+    WrongDevice {
+        /// Which argument ("stream").
+        what: &'static str,
+        /// The communicator's device.
+        expected: usize,
+        /// The device of the argument.
+        given: usize,
     },
     /// An argument that is not valid for NCCL.
     #[error("invalid {argument}: expected {expected}, got {given}")]
@@ -181,12 +263,53 @@ impl Error {
         }
     }
 
-    /// The NCCL result code, when this is a NCCL error.
+    /// What kind of failure this is, for callers that branch on it:
+    ///
+    /// | Variant | Kind |
+    /// |---|---|
+    /// | `Nccl` | [`ErrorKind::Nccl`] ([`Error::nccl_code`] says which code) |
+    /// | `Library`, `NoCudaDriver` | [`ErrorKind::Unavailable`] |
+    /// | `MissingFunction` | [`ErrorKind::MissingFunction`] |
+    /// | `Unsupported` | [`ErrorKind::Unsupported`] |
+    /// | `Cuda` | [`ErrorKind::Cuda`] |
+    /// | `RankOutOfRange` | [`ErrorKind::RankOutOfRange`] |
+    /// | `WrongDevice` | [`ErrorKind::WrongDevice`] |
+    /// | `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
+    /// | `Aborted` | [`ErrorKind::Aborted`] |
+    /// | `Finalized` | [`ErrorKind::Closed`] |
+    /// | `Timeout` | [`ErrorKind::Timeout`] |
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Nccl { .. } => ErrorKind::Nccl,
+            Error::Library(_) | Error::NoCudaDriver => ErrorKind::Unavailable,
+            Error::MissingFunction(_) => ErrorKind::MissingFunction,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::Cuda { .. } => ErrorKind::Cuda,
+            Error::RankOutOfRange { .. } => ErrorKind::RankOutOfRange,
+            Error::WrongDevice { .. } => ErrorKind::WrongDevice,
+            Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            Error::Aborted => ErrorKind::Aborted,
+            Error::Finalized => ErrorKind::Closed,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+        }
+    }
+
+    /// The NCCL result code behind this error: a NCCL call's, or the one
+    /// `ncclGetVersion` failed with while the library was loaded
+    /// ([`LoadError::VersionQuery`](nccl_sys::LoadError::VersionQuery)).
     pub fn nccl_code(&self) -> Option<ResultCode> {
         match self {
             Error::Nccl { code, .. } => Some(*code),
+            Error::Library(nccl_sys::LoadError::VersionQuery { code, .. }) => {
+                u32::try_from(*code).ok().map(ResultCode)
+            }
             _ => None,
         }
+    }
+
+    /// True when a wait ran past its deadline ([`ErrorKind::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == ErrorKind::Timeout
     }
 
     pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {

@@ -48,7 +48,7 @@ pub use cudarc;
 pub use cudarc::driver::{CudaEvent, CudaStream};
 pub use datatype::DataType;
 pub use device::{Device, cuda_driver_available};
-pub use error::{Error, Result, ResultCode, Status};
+pub use error::{Error, ErrorChain, ErrorKind, Result, ResultCode, Status};
 pub use group::{Group, group_depth};
 pub use library::{check, library, version};
 pub use nccl_sys;

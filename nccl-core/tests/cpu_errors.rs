@@ -1,12 +1,14 @@
 //! CPU tests of the error types: `ResultCode` names, hints and display for
 //! every `ncclResult_t` of the pinned header and for unknown codes,
-//! `Error::from_code` and the display of every other `Error` variant that
-//! can be built without a GPU. No NCCL and no GPU needed.
+//! `Error::from_code`, the display of every other `Error` variant that can
+//! be built without a GPU, and what `kind()`, `nccl_code()` and
+//! `is_timeout()` answer for each. No NCCL and no GPU needed.
 
 use std::time::Duration;
 
+use nccl_core::cudarc::driver::{DriverError, sys::CUresult};
 use nccl_core::nccl_sys::{Attempt, LoadError, MissingSymbol, Version};
-use nccl_core::{Error, ResultCode};
+use nccl_core::{Error, ErrorChain, ErrorKind, ResultCode};
 
 /// The hint for codes this binding does not know.
 const UNKNOWN_HINT: &str = "a result code this binding does not know (newer libnccl?)";
@@ -379,5 +381,163 @@ fn error_is_a_thread_safe_std_error() {
         boxed
             .downcast_ref::<Error>()
             .is_some_and(|e| matches!(e, Error::Aborted))
+    );
+}
+
+/// One error of every variant but `Cuda` (whose driver error cannot be
+/// shown without a driver), with the kind it must have.
+fn one_of_each_variant() -> Vec<(Error, ErrorKind)> {
+    vec![
+        (
+            Error::from_code("ncclAllReduce", ResultCode(6), None, None),
+            ErrorKind::Nccl,
+        ),
+        (
+            Error::Library(LoadError::NotNccl {
+                path: "libfoo.so".to_string(),
+            }),
+            ErrorKind::Unavailable,
+        ),
+        (Error::NoCudaDriver, ErrorKind::Unavailable),
+        (
+            Error::MissingFunction(MissingSymbol {
+                function: "ncclGather",
+                introduced_in: Some("2.28.0"),
+                loaded: Version::new(2, 27, 3),
+            }),
+            ErrorKind::MissingFunction,
+        ),
+        (
+            Error::Unsupported {
+                feature: "ncclAlltoAll".to_string(),
+                needed: Version::new(2, 28, 0),
+                loaded: Version::new(2, 27, 3),
+            },
+            ErrorKind::Unsupported,
+        ),
+        (
+            Error::RankOutOfRange {
+                what: "peer",
+                given: 9,
+                world_size: 2,
+            },
+            ErrorKind::RankOutOfRange,
+        ),
+        (
+            Error::WrongDevice {
+                what: "stream",
+                expected: 0,
+                given: 1,
+            },
+            ErrorKind::WrongDevice,
+        ),
+        (
+            Error::InvalidArgument {
+                argument: "count",
+                expected: "more".to_string(),
+                given: "less".to_string(),
+            },
+            ErrorKind::InvalidArgument,
+        ),
+        (Error::Aborted, ErrorKind::Aborted),
+        (Error::Finalized, ErrorKind::Closed),
+        (
+            Error::Timeout {
+                operation: "ncclCommInitRankConfig",
+                waited: Duration::from_secs(1),
+            },
+            ErrorKind::Timeout,
+        ),
+    ]
+}
+
+#[test]
+fn every_variant_has_its_kind_and_only_timeouts_are_timeouts() {
+    for (error, kind) in one_of_each_variant() {
+        assert_eq!(error.kind(), kind, "{error}");
+        assert_eq!(error.is_timeout(), kind == ErrorKind::Timeout, "{error}");
+    }
+    let cuda = Error::Cuda {
+        during: "an event record",
+        source: DriverError(CUresult::CUDA_ERROR_INVALID_VALUE),
+    };
+    assert_eq!(cuda.kind(), ErrorKind::Cuda);
+    assert!(!cuda.is_timeout());
+    assert_eq!(cuda.nccl_code(), None);
+}
+
+#[test]
+fn nccl_code_is_the_nccl_calls_or_the_version_querys() {
+    let codes: Vec<_> = one_of_each_variant()
+        .iter()
+        .map(|(error, _)| error.nccl_code())
+        .collect();
+    assert_eq!(codes[0], Some(ResultCode(6)));
+    assert!(codes[1..].iter().all(Option::is_none), "{codes:?}");
+    let version_query = Error::Library(LoadError::VersionQuery {
+        path: "libnccl.so.2".to_string(),
+        code: 3,
+    });
+    assert_eq!(version_query.nccl_code(), Some(ResultCode(3)));
+    assert_eq!(version_query.kind(), ErrorKind::Unavailable);
+    let negative = Error::Library(LoadError::VersionQuery {
+        path: "libnccl.so.2".to_string(),
+        code: -1,
+    });
+    assert_eq!(negative.nccl_code(), None);
+}
+
+#[test]
+fn wrong_device_names_what_and_both_devices() {
+    let error = Error::WrongDevice {
+        what: "stream",
+        expected: 0,
+        given: 3,
+    };
+    assert_eq!(
+        error.to_string(),
+        "stream is on device 3, but the communicator is on device 0"
+    );
+}
+
+/// The driver's error is the source, so the message does not repeat it
+/// (showing a `DriverError` needs the driver, so only the outer message
+/// is shown here).
+#[test]
+fn cuda_error_leaves_the_driver_error_to_its_source() {
+    let error = Error::Cuda {
+        during: "an event record",
+        source: DriverError(CUresult::CUDA_ERROR_INVALID_VALUE),
+    };
+    assert_eq!(error.to_string(), "CUDA error during an event record");
+    let source = std::error::Error::source(&error).expect("the driver's error");
+    assert_eq!(
+        source.downcast_ref::<DriverError>().map(|e| e.0),
+        Some(CUresult::CUDA_ERROR_INVALID_VALUE)
+    );
+}
+
+#[test]
+fn no_variant_has_a_source_it_repeats() {
+    for (error, _) in one_of_each_variant() {
+        assert!(std::error::Error::source(&error).is_none(), "{error}");
+    }
+}
+
+/// A wrapper whose message leaves its source out, for `ErrorChain`.
+#[derive(Debug, thiserror::Error)]
+#[error("rank 2")]
+struct Wrapper(#[source] Error);
+
+#[test]
+fn error_chain_joins_every_message_of_the_chain() {
+    let error = Wrapper(Error::Aborted);
+    assert_eq!(
+        ErrorChain(&error).to_string(),
+        "rank 2: the communicator was aborted; create a new one"
+    );
+    assert_eq!(
+        ErrorChain(&Error::Finalized).to_string(),
+        Error::Finalized.to_string()
     );
 }

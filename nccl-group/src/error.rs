@@ -1,7 +1,10 @@
 //! Errors of the process group.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
+
+use nccl_core::{ErrorKind, ResultCode};
 
 use crate::failure::Failure;
 use crate::store::StoreError;
@@ -57,11 +60,10 @@ pub enum GroupError {
         waited: Duration,
     },
     /// Creating a communicator did not finish in time (NCCL's init waits
-    /// for every rank to join).
+    /// for every rank to join). NCCL's error is the `source()`.
     #[error(
         "creating the communicator of store key {key:?} did not finish within {waited:?}; ranks {missing:?} never \
-         joined it (they have not reached this operation, exited, or disagree on the group name or device list); \
-         NCCL said: {source}"
+         joined it (they have not reached this operation, exited, or disagree on the group name or device list)"
     )]
     InitTimeout {
         /// The store key of the communicator.
@@ -107,13 +109,27 @@ pub enum GroupError {
         /// How long.
         waited: Duration,
     },
-    /// A CUDA call (event, stream) failed.
-    #[error("CUDA error during {during}: {source}")]
+    /// A CUDA call (event, stream) failed. The driver's error is the
+    /// `source()`, not part of this message
+    /// ([`ErrorChain`](nccl_core::ErrorChain) prints both).
+    #[error("CUDA error during {during}")]
     Cuda {
         /// What was being done.
         during: &'static str,
         /// The driver's error.
         source: cudarc::driver::DriverError,
+    },
+    /// The process could not start the watchdog thread that every group
+    /// needs (it tracks operations' ends and timeouts); the operating
+    /// system's error is the `source()`.
+    #[error(
+        "the process could not start the nccl-group watchdog thread, which every process group needs \
+         (is the process out of threads or memory?)"
+    )]
+    WatchdogStart {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -124,22 +140,165 @@ impl From<nccl_core::Error> for GroupError {
 }
 
 impl GroupError {
+    /// What kind of failure this is; a wrapped store or tensor error (and
+    /// through it a core error) answers its own `kind()`:
+    ///
+    /// | Variant | Kind |
+    /// |---|---|
+    /// | `Store(error)`, `Tensor(error)` | `error.kind()` |
+    /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled` | [`ErrorKind::Timeout`] |
+    /// | `Aborted` | [`ErrorKind::Aborted`] |
+    /// | `Failed` | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
+    /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
+    /// | `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
+    /// | `Cuda` | [`ErrorKind::Cuda`] |
+    /// | `WatchdogStart` | [`ErrorKind::Io`] |
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            GroupError::Store(error) => error.kind(),
+            GroupError::Tensor(error) => error.kind(),
+            GroupError::Rendezvous { .. }
+            | GroupError::InitTimeout { .. }
+            | GroupError::Timeout { .. }
+            | GroupError::AbortStalled { .. } => ErrorKind::Timeout,
+            GroupError::Aborted { .. } => ErrorKind::Aborted,
+            GroupError::Failed(_) => ErrorKind::GroupFailed,
+            GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
+            GroupError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            GroupError::Cuda { .. } => ErrorKind::Cuda,
+            GroupError::WatchdogStart { .. } => ErrorKind::Io,
+        }
+    }
+
+    /// The NCCL result code behind this error at any depth: a wrapped
+    /// tensor (core) error's, or the one under a communicator's timed-out
+    /// creation. `None` for [`GroupError::Failed`]: the failure keeps
+    /// NCCL's error as text.
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        match self {
+            GroupError::Tensor(error) => error.nccl_code(),
+            GroupError::InitTimeout { source, .. } => source.nccl_code(),
+            _ => None,
+        }
+    }
+
+    /// True for every timeout at any depth: [`ErrorKind::Timeout`], and a
+    /// group that failed because an operation, an enqueue or a
+    /// communicator's creation ran past its timeout
+    /// ([`FailureCause::is_timeout`](crate::FailureCause::is_timeout)).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            GroupError::Failed(failure) => failure.cause.is_timeout(),
+            _ => self.kind() == ErrorKind::Timeout,
+        }
+    }
+
     pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
         move |source| GroupError::Cuda { during, source }
     }
 }
 
 /// An operation that failed before its work was enqueued, with the buffers
-/// it was given, so the caller keeps them.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
+/// it was given, so the caller keeps them. Transparent: its message and
+/// `source()` are its error's, and so are its `kind()`, `nccl_code()` and
+/// `is_timeout()`.
+#[derive(Debug)]
 pub struct OpError<B> {
     /// What went wrong.
-    #[source]
     pub error: GroupError,
     /// The buffers passed to the operation, untouched by NCCL.
     pub buffers: B,
 }
 
+impl<B> OpError<B> {
+    /// [`GroupError::kind`] of the error.
+    pub fn kind(&self) -> ErrorKind {
+        self.error.kind()
+    }
+
+    /// [`GroupError::nccl_code`] of the error.
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        self.error.nccl_code()
+    }
+
+    /// [`GroupError::is_timeout`] of the error.
+    pub fn is_timeout(&self) -> bool {
+        self.error.is_timeout()
+    }
+}
+
+impl<B> fmt::Display for OpError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<B: fmt::Debug> std::error::Error for OpError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
 /// Shorthand for this crate's results.
 pub type Result<T, E = GroupError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureCause;
+
+    fn failed(cause: FailureCause) -> GroupError {
+        GroupError::Failed(Arc::new(Failure::new(
+            "trainer".into(),
+            0,
+            0,
+            2,
+            cause,
+            None,
+        )))
+    }
+
+    #[test]
+    fn a_failed_group_is_a_timeout_only_when_something_ran_past_its_timeout() {
+        let timeout = Duration::from_secs(2);
+        let timeouts = [
+            FailureCause::Timeout {
+                timeout,
+                ran: Duration::from_millis(2010),
+            },
+            FailureCause::EnqueueBlocked {
+                device: 0,
+                timeout,
+                blocked: Duration::from_millis(2010),
+            },
+            FailureCause::Creation {
+                error: "creating the communicator did not finish".into(),
+            },
+        ];
+        let others = [
+            FailureCause::AsyncError {
+                error: "remote process exited".into(),
+            },
+            FailureCause::Cuda {
+                error: "an illegal address".into(),
+            },
+            FailureCause::Aborted,
+            FailureCause::Dropped,
+            FailureCause::Enqueue {
+                error: "an event record failed".into(),
+            },
+        ];
+        for (causes, is_timeout) in [(timeouts.to_vec(), true), (others.to_vec(), false)] {
+            for cause in causes {
+                assert_eq!(cause.is_timeout(), is_timeout, "{cause}");
+                let error = failed(cause);
+                assert_eq!(error.kind(), ErrorKind::GroupFailed, "{error}");
+                assert_eq!(error.is_timeout(), is_timeout, "{error}");
+                assert_eq!(error.nccl_code(), None, "{error}");
+                let op_error = OpError { error, buffers: () };
+                assert_eq!(op_error.is_timeout(), is_timeout, "{op_error}");
+                assert!(std::error::Error::source(&op_error).is_none());
+            }
+        }
+    }
+}

@@ -79,6 +79,21 @@ pub enum FailureCause {
     },
 }
 
+impl FailureCause {
+    /// True when something ran past its timeout: an operation
+    /// ([`FailureCause::Timeout`]), an enqueue
+    /// ([`FailureCause::EnqueueBlocked`]) or a communicator's creation
+    /// ([`FailureCause::Creation`], which only a timed-out creation causes).
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            FailureCause::Timeout { .. }
+                | FailureCause::EnqueueBlocked { .. }
+                | FailureCause::Creation { .. }
+        )
+    }
+}
+
 impl fmt::Display for FailureCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -142,11 +142,7 @@ impl ProcessGroup {
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));
-        crate::watchdog::watch(watched).map_err(|error| GroupError::InvalidArgument {
-            argument: "process",
-            expected: "a process that can start the watchdog thread".to_string(),
-            given: error.to_string(),
-        })?;
+        crate::watchdog::watch(watched).map_err(|source| GroupError::WatchdogStart { source })?;
         Ok(Self {
             inner,
             op_timeout,

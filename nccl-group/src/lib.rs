@@ -48,6 +48,7 @@ pub use group::{
     ProcessGroup, StreamMode,
 };
 pub use key::MAX_LOCAL_DEVICES;
+pub use nccl_core::ErrorKind;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError, StoreSpec,

@@ -789,7 +789,7 @@ fn init_timeout_names_the_ranks_that_never_joined() {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap().unwrap_err().to_string())
+                .map(|h| nccl_core::ErrorChain(&h.join().unwrap().unwrap_err()).to_string())
                 .collect::<Vec<_>>()
         })
     });

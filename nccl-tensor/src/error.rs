@@ -1,7 +1,7 @@
 //! Errors of the tensor API: every argument check has its own variant that
 //! names the operation, what was expected and what was given.
 
-use nccl_core::DataType;
+use nccl_core::{DataType, ErrorKind, ResultCode};
 
 /// Everything a tensor operation can fail with.
 #[non_exhaustive]
@@ -193,8 +193,10 @@ pub enum Error {
         /// The type asked for.
         requested: DataType,
     },
-    /// A CUDA call (allocation, copy) failed.
-    #[error("CUDA error during {during}: {source}")]
+    /// A CUDA call (allocation, copy) failed. The driver's error is the
+    /// `source()`, not part of this message
+    /// ([`ErrorChain`](nccl_core::ErrorChain) prints both).
+    #[error("CUDA error during {during}")]
     Cuda {
         /// What was being done.
         during: &'static str,
@@ -204,6 +206,55 @@ pub enum Error {
 }
 
 impl Error {
+    /// What kind of failure this is; a core error answers its own
+    /// [`nccl_core::Error::kind`]:
+    ///
+    /// | Variant | Kind |
+    /// |---|---|
+    /// | `Core(error)` | `error.kind()` |
+    /// | `WrongDevice` | [`ErrorKind::WrongDevice`] |
+    /// | `RankOutOfRange` | [`ErrorKind::RankOutOfRange`] |
+    /// | `UnsupportedDataType`, `UnsupportedReduction` | [`ErrorKind::Unsupported`] |
+    /// | `Cuda` | [`ErrorKind::Cuda`] |
+    /// | every other variant (a length, a data type, a shape, an alias, a range, a layout) | [`ErrorKind::InvalidArgument`] |
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Core(error) => error.kind(),
+            Error::WrongDevice { .. } => ErrorKind::WrongDevice,
+            Error::RankOutOfRange { .. } => ErrorKind::RankOutOfRange,
+            Error::UnsupportedDataType { .. } | Error::UnsupportedReduction { .. } => {
+                ErrorKind::Unsupported
+            }
+            Error::Cuda { .. } => ErrorKind::Cuda,
+            Error::DtypeMismatch { .. }
+            | Error::WrongLength { .. }
+            | Error::NotDivisible { .. }
+            | Error::NotContiguous { .. }
+            | Error::SelfPeerOutsideGroup { .. }
+            | Error::AliasedCells { .. }
+            | Error::ShapeMismatch { .. }
+            | Error::ShapeOverflow { .. }
+            | Error::StridesOutOfBounds { .. }
+            | Error::RangeOutOfBounds { .. }
+            | Error::WrongType { .. }
+            | Error::WrongLayout { .. } => ErrorKind::InvalidArgument,
+        }
+    }
+
+    /// The NCCL result code behind this error, from the core error it
+    /// wraps ([`nccl_core::Error::nccl_code`]).
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        match self {
+            Error::Core(error) => error.nccl_code(),
+            _ => None,
+        }
+    }
+
+    /// True when a wait ran past its deadline ([`ErrorKind::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == ErrorKind::Timeout
+    }
+
     pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
         move |source| Error::Cuda { during, source }
     }

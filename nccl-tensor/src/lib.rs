@@ -47,7 +47,7 @@ pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_cont
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
-pub use nccl_core::Op;
+pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;

@@ -298,7 +298,7 @@ impl Watched for Inner {
             }
             Some(Verdict::Broken { seq, error }) => (
                 FailureCause::Cuda {
-                    error: error.to_string(),
+                    error: nccl_core::ErrorChain(&error).to_string(),
                 },
                 Some(seq),
             ),
@@ -313,7 +313,7 @@ impl Watched for Inner {
                     (cause, None)
                 } else if let Some(error) = comms.iter().find_map(|c| c.async_error()) {
                     let cause = FailureCause::AsyncError {
-                        error: error.to_string(),
+                        error: nccl_core::ErrorChain(&error).to_string(),
                     };
                     (cause, self.tracker.oldest())
                 } else {

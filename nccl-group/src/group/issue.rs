@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, Group, Op, Status};
+use nccl_core::{DataType, ErrorChain, Group, Op, Status};
 use nccl_tensor::{Communicator, NcclType, Operands, Pair, Single, Tensor, checks};
 
 use super::health::Finish;
@@ -257,7 +257,7 @@ impl ProcessGroup {
                 // store: the group ends here (this caller gets the init
                 // error itself, later calls the failure).
                 let cause = FailureCause::Creation {
-                    error: error.to_string(),
+                    error: ErrorChain(&error).to_string(),
                 };
                 self.inner.fail(cause, None, Finish::Here);
                 return Err(error);
@@ -513,7 +513,7 @@ impl ProcessGroup {
             .recorder
             .finish(seq, OpState::Failed, Instant::now());
         let cause = FailureCause::Enqueue {
-            error: error.to_string(),
+            error: ErrorChain(&error).to_string(),
         };
         self.inner.fail(cause, Some(seq), Finish::Here);
         self.failed_op(error, buffers)

@@ -5,6 +5,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nccl_core::ErrorKind;
+
 /// A `Result` whose error defaults to [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -70,9 +72,9 @@ pub enum StoreError {
     /// The TCP client could not reach the server before its connect timeout.
     #[error(
         "could not connect to the TCP store server at {addr}: {attempts} attempt(s) over \
-         {waited:?}, last error: {source}; check that rank 0 is running and listening there \
-         (MASTER_ADDR / MASTER_PORT), that the port is reachable from this host, or raise the \
-         connect timeout if rank 0 starts late"
+         {waited:?}; check that rank 0 is running and listening there (MASTER_ADDR / \
+         MASTER_PORT), that the port is reachable from this host, or raise the connect timeout \
+         if rank 0 starts late"
     )]
     Connect {
         /// The address that was tried (`host:port`).
@@ -88,8 +90,8 @@ pub enum StoreError {
 
     /// The TCP server could not bind its listening socket.
     #[error(
-        "could not bind the TCP store server to {addr}: {source}; another process may already \
-         use that port (choose another MASTER_PORT, or port 0 for an ephemeral one), or the \
+        "could not bind the TCP store server to {addr}; another process may already use that \
+         port (choose another MASTER_PORT, or port 0 for an ephemeral one), or the \
          address does not belong to this host"
     )]
     Bind {
@@ -189,8 +191,9 @@ pub enum StoreError {
         message: String,
     },
 
-    /// An operating-system I/O error, with what was being done.
-    #[error("{context}: {source}")]
+    /// An operating-system I/O error (the `source()`), with what was being
+    /// done.
+    #[error("{context}")]
     Io {
         /// What was being done (and on which file or address).
         context: String,
@@ -247,9 +250,49 @@ impl StoreError {
         }
     }
 
-    /// True for [`StoreError::Timeout`].
+    /// What kind of failure this is:
+    ///
+    /// | Variant | Kind |
+    /// |---|---|
+    /// | `Timeout` | [`ErrorKind::Timeout`] |
+    /// | `NotAnInteger`, `Overflow`, `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
+    /// | `Config` | [`ErrorKind::Config`] |
+    /// | every other variant (connection, server, protocol, I/O, lock) | [`ErrorKind::Store`] |
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::Timeout { .. } => ErrorKind::Timeout,
+            StoreError::NotAnInteger { .. }
+            | StoreError::Overflow { .. }
+            | StoreError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            StoreError::Config { .. } => ErrorKind::Config,
+            StoreError::Connect { .. }
+            | StoreError::Bind { .. }
+            | StoreError::ConnectionClosed { .. }
+            | StoreError::Unresponsive { .. }
+            | StoreError::Auth { .. }
+            | StoreError::TooManyConnections { .. }
+            | StoreError::FrameTooLarge { .. }
+            | StoreError::Protocol { .. }
+            | StoreError::Remote { .. }
+            | StoreError::Io { .. }
+            | StoreError::Lock { .. } => ErrorKind::Store,
+        }
+    }
+
+    /// Always `None`: no NCCL call stands behind a store error. Here so
+    /// that every error of the workspace answers the same questions.
+    pub fn nccl_code(&self) -> Option<nccl_core::ResultCode> {
+        None
+    }
+
+    /// True for [`StoreError::Timeout`]: a `get` or `wait` whose keys did
+    /// not appear in time. A server that does not answer
+    /// ([`StoreError::Unresponsive`]), cannot be reached
+    /// ([`StoreError::Connect`]) or a lock not taken in time
+    /// ([`StoreError::Lock`]) is a failure of the store itself, not a
+    /// timeout: waiting longer for other ranks would not help.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, StoreError::Timeout { .. })
+        self.kind() == ErrorKind::Timeout
     }
 }
 

@@ -275,9 +275,10 @@ impl TcpStore {
                 Err(AttemptError::Fatal(e)) => match e {
                     // The server closed or reset during the handshake: it may
                     // be starting or restarting; retry like a refused connect.
-                    StoreError::ConnectionClosed { .. } | StoreError::Io { .. } => {
-                        io::Error::new(io::ErrorKind::ConnectionReset, e.to_string())
-                    }
+                    StoreError::ConnectionClosed { .. } | StoreError::Io { .. } => io::Error::new(
+                        io::ErrorKind::ConnectionReset,
+                        nccl_core::ErrorChain(&e).to_string(),
+                    ),
                     other => return Err(other),
                 },
                 Err(AttemptError::Io(e)) => e,
