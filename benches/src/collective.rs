@@ -1,6 +1,12 @@
-//! The collectives `nccl-perf` measures and what nccl-tests prints for each.
+//! The collectives `nccl-perf` measures: for each, the library operations
+//! one call issues ([`Collective::ops`]) and what nccl-tests does and
+//! prints for it ([`Collective::facts`]). A new collective is a variant, a
+//! row in each of the two, and its reference result in `check`.
 
 use std::fmt;
+
+use nccl_core::{Op, ReduceOp, Reduction};
+use nccl_tensor::{Sizes, rules};
 
 /// One collective of nccl-tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +49,49 @@ impl Mode {
     }
 }
 
+/// How nccl-tests rounds the count down for a collective whose buffers
+/// hold one block per rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounding {
+    /// No rounding (the collectives of one block).
+    None,
+    /// A multiple of this many elements per rank (nccl-tests' `ALIGN`).
+    Elements(usize),
+    /// Whole chunks of this many bytes per rank.
+    Bytes(usize),
+}
+
+/// nccl-tests' bus bandwidth factor on `n` ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BusFactor {
+    /// 2(n-1)/n.
+    AllReduce,
+    /// (n-1)/n.
+    Spread,
+    /// 1.
+    One,
+}
+
+/// What nccl-perf knows about one collective beyond its operations: one
+/// row of [`Collective::facts`].
+#[derive(Clone, Copy, Debug)]
+pub struct Facts {
+    /// The name on the command line and in the output (`all_reduce`).
+    pub name: &'static str,
+    /// The name with dashes (`all-reduce`), accepted on the command line too.
+    pub dashed_name: &'static str,
+    /// How nccl-tests rounds the count.
+    pub rounding: Rounding,
+    /// The bus bandwidth factor.
+    pub bus: BusFactor,
+    /// Whether nccl-tests checks the in-place result (not where the
+    /// in-place form sends from the buffer it receives into).
+    pub checks_in_place: bool,
+    /// Whether nccl-tests prints the reduction in the `redop` column
+    /// (the reducing collectives, and sendrecv).
+    pub prints_redop: bool,
+}
+
 impl Collective {
     /// Every collective, in the order `nccl-perf all` runs them.
     pub const ALL: [Collective; 7] = [
@@ -55,50 +104,110 @@ impl Collective {
         Collective::SendRecv,
     ];
 
+    /// The one table of what nccl-perf knows about each collective, with
+    /// [`Collective::ops`].
+    pub const fn facts(self) -> Facts {
+        use BusFactor::{AllReduce, One, Spread};
+        let (name, dashed_name, rounding, bus, checks_in_place, prints_redop) = match self {
+            Collective::AllReduce => (
+                "all_reduce",
+                "all-reduce",
+                Rounding::None,
+                AllReduce,
+                true,
+                true,
+            ),
+            Collective::Broadcast => ("broadcast", "broadcast", Rounding::None, One, true, false),
+            Collective::Reduce => ("reduce", "reduce", Rounding::None, One, true, true),
+            Collective::AllGather => (
+                "all_gather",
+                "all-gather",
+                Rounding::Elements(4),
+                Spread,
+                true,
+                false,
+            ),
+            Collective::ReduceScatter => (
+                "reduce_scatter",
+                "reduce-scatter",
+                Rounding::Elements(4),
+                Spread,
+                true,
+                true,
+            ),
+            Collective::AllToAll => (
+                "all_to_all",
+                "all-to-all",
+                Rounding::Bytes(16),
+                Spread,
+                false,
+                false,
+            ),
+            Collective::SendRecv => ("sendrecv", "sendrecv", Rounding::None, One, false, true),
+        };
+        Facts {
+            name,
+            dashed_name,
+            rounding,
+            bus,
+            checks_in_place,
+            prints_redop,
+        }
+    }
+
+    /// The library operations one call issues (in one NCCL group when
+    /// there are several), with the reduction `op`, the `root`, and the
+    /// `ring` neighbours (next, previous) of sendrecv, which is a send to
+    /// the next rank and a receive from the previous one.
+    pub fn ops(self, op: ReduceOp, root: i32, (next, previous): (i32, i32)) -> Vec<Op<'static>> {
+        let op = Reduction::from(op);
+        match self {
+            Collective::AllReduce => vec![Op::AllReduce(op)],
+            Collective::Broadcast => vec![Op::Broadcast { root }],
+            Collective::Reduce => vec![Op::Reduce { op, root }],
+            Collective::AllGather => vec![Op::AllGather],
+            Collective::ReduceScatter => vec![Op::ReduceScatter(op)],
+            Collective::AllToAll => vec![Op::AllToAll],
+            Collective::SendRecv => vec![Op::Send { peer: next }, Op::Recv { peer: previous }],
+        }
+    }
+
+    /// How the buffers' lengths relate, by nccl-tensor's rules for the
+    /// collective's (first) operation.
+    pub fn sizes(self) -> Sizes {
+        self.ops(ReduceOp::Sum, 0, (0, 0))
+            .first()
+            .map_or(Sizes::SAME, |op| rules(op).sizes)
+    }
+
     /// The name on the command line and in the output (`all_reduce`).
     pub const fn name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all_reduce",
-            Collective::Broadcast => "broadcast",
-            Collective::Reduce => "reduce",
-            Collective::AllGather => "all_gather",
-            Collective::ReduceScatter => "reduce_scatter",
-            Collective::AllToAll => "all_to_all",
-            Collective::SendRecv => "sendrecv",
-        }
+        self.facts().name
     }
 
     /// The name with dashes (`all-reduce`), accepted on the command line too.
     pub const fn dashed_name(self) -> &'static str {
-        match self {
-            Collective::AllReduce => "all-reduce",
-            Collective::Broadcast => "broadcast",
-            Collective::Reduce => "reduce",
-            Collective::AllGather => "all-gather",
-            Collective::ReduceScatter => "reduce-scatter",
-            Collective::AllToAll => "all-to-all",
-            Collective::SendRecv => "sendrecv",
-        }
+        self.facts().dashed_name
     }
 
     /// Whether the collective reduces (uses `-o`).
-    pub const fn reduces(self) -> bool {
-        matches!(
-            self,
-            Collective::AllReduce | Collective::Reduce | Collective::ReduceScatter
-        )
+    pub fn reduces(self) -> bool {
+        self.ops(ReduceOp::Sum, 0, (0, 0))
+            .iter()
+            .any(|op| op.reduction().is_some())
     }
 
     /// Whether the collective has a root (uses `-r`).
-    pub const fn has_root(self) -> bool {
-        matches!(self, Collective::Broadcast | Collective::Reduce)
+    pub fn has_root(self) -> bool {
+        self.ops(ReduceOp::Sum, 0, (0, 0))
+            .iter()
+            .any(|op| matches!(op.rank_argument(), Some(("root", _))))
     }
 
-    /// What nccl-tests prints in the `redop` column: the reduction for
-    /// reducing collectives and, as nccl-tests does, for sendrecv; `none`
-    /// for the others.
+    /// What nccl-tests prints in the `redop` column: the reduction where
+    /// [`Facts::prints_redop`], `none` for the others.
     pub fn redop_column(self, op: nccl_core::ReduceOp) -> &'static str {
-        if self.reduces() || self == Collective::SendRecv {
+        if self.facts().prints_redop {
             op.name()
         } else {
             "none"
@@ -110,27 +219,21 @@ impl Collective {
         if self.has_root() { root } else { -1 }
     }
 
-    /// Whether the result of this mode can be checked. nccl-tests does not
-    /// check in-place all_to_all and sendrecv (their in-place form sends
-    /// from the buffer it receives into) and prints `N/A`.
+    /// Whether the result of this mode can be checked ([`Facts::checks_in_place`]);
+    /// nccl-tests prints `N/A` for the others.
     pub const fn checks(self, mode: Mode) -> bool {
-        !matches!(
-            (self, mode),
-            (Collective::AllToAll | Collective::SendRecv, Mode::InPlace)
-        )
+        matches!(mode, Mode::OutOfPlace) || self.facts().checks_in_place
     }
 
     /// nccl-tests' bus bandwidth factor for `world` ranks: all_reduce
-    /// 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast,
+    /// 2(n-1)/n; the collectives of one block per rank (n-1)/n; broadcast,
     /// reduce, sendrecv 1.
     pub fn bus_factor(self, world: usize) -> f64 {
         let n = world.max(1) as f64;
-        match self {
-            Collective::AllReduce => 2.0 * (n - 1.0) / n,
-            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-                (n - 1.0) / n
-            }
-            Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
+        match self.facts().bus {
+            BusFactor::AllReduce => 2.0 * (n - 1.0) / n,
+            BusFactor::Spread => (n - 1.0) / n,
+            BusFactor::One => 1.0,
         }
     }
 }
@@ -144,7 +247,6 @@ impl fmt::Display for Collective {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_core::ReduceOp;
 
     #[test]
     fn bus_factors() {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, Op, ReduceOp, Reduction};
+use nccl_core::{DataType, Op, ReduceOp};
 use nccl_group::{ProcessGroup, StreamMode};
 
 pub use core_layer::CoreLayer;
@@ -168,49 +168,31 @@ impl Call {
 }
 
 impl Call {
-    /// The operations one call of the collective issues (in one NCCL group
-    /// when there are several): the one table every layer issues from.
-    /// nccl-tests' sendrecv is a send to the next rank and a receive from
-    /// the previous one.
+    /// The operations the call issues ([`Collective::ops`]).
     pub fn ops(&self) -> Vec<Op<'static>> {
-        let (op, root) = (Reduction::from(self.op), self.root);
-        match self.collective {
-            Collective::AllReduce => vec![Op::AllReduce(op)],
-            Collective::Broadcast => vec![Op::Broadcast { root }],
-            Collective::Reduce => vec![Op::Reduce { op, root }],
-            Collective::AllGather => vec![Op::AllGather],
-            Collective::ReduceScatter => vec![Op::ReduceScatter(op)],
-            Collective::AllToAll => vec![Op::AllToAll],
-            Collective::SendRecv => {
-                let (next, previous) = self.ring_peers();
-                vec![Op::Send { peer: next }, Op::Recv { peer: previous }]
-            }
-        }
+        self.collective.ops(self.op, self.root, self.ring_peers())
     }
 
     /// [`Call::ops`] as nccl-core calls on this call's buffers. Without
     /// `ncclAlltoAll` (`native_all_to_all` false) an all_to_all is a send
-    /// and a receive per peer, block by block, as nccl-tests issues it.
+    /// and a receive per peer, block by block, as nccl-tests issues it
+    /// (nccl-core's [`nccl_core::Call::point_to_point_parts`]).
     pub fn core_calls(&self, native_all_to_all: bool) -> Vec<nccl_core::Call<'static>> {
-        let at = |op, offset: usize| nccl_core::Call {
-            op,
-            send: self.send_ptr().wrapping_byte_add(offset),
-            recv: self.recv_ptr().wrapping_byte_add(offset),
-            count: self.count,
-            dtype: self.dtype,
-        };
-        self.ops()
-            .into_iter()
-            .flat_map(|op| match op {
-                Op::AllToAll if !native_all_to_all => (0..self.world)
-                    .flat_map(|peer| {
-                        let offset = peer as usize * self.block_bytes() as usize;
-                        [at(Op::Send { peer }, offset), at(Op::Recv { peer }, offset)]
-                    })
-                    .collect(),
-                op => vec![at(op, 0)],
-            })
-            .collect()
+        let mut calls = Vec::new();
+        for op in self.ops() {
+            let call = nccl_core::Call {
+                op,
+                send: self.send_ptr(),
+                recv: self.recv_ptr(),
+                count: self.count,
+                dtype: self.dtype,
+            };
+            match call.point_to_point_parts(self.rank, self.world) {
+                Some(parts) if !native_all_to_all => calls.extend(parts),
+                _ => calls.push(call),
+            }
+        }
+        calls
     }
 }
 

@@ -1,7 +1,9 @@
 //! The size sweep and nccl-tests' definition of size, count and bandwidth
 //! for each collective.
 
-use crate::collective::{Collective, Mode};
+use nccl_tensor::Extent;
+
+use crate::collective::{Collective, Mode, Rounding};
 
 /// The message sizes from `min` to `max` (inclusive): each is `factor`
 /// times the previous one, or, with `factor` 1, `step` bytes more, as
@@ -43,61 +45,40 @@ pub struct OpCounts {
     pub recv_in_place_offset: usize,
 }
 
-/// nccl-tests' `ALIGN` for all_gather and reduce_scatter, in elements.
-const GATHER_ALIGN: usize = 4;
-
 impl OpCounts {
     /// The counts of `collective` for `size_bytes` with `elem_size`-byte
-    /// elements on `world` ranks. Sizes that do not divide are rounded
-    /// down as nccl-tests does: all_gather and reduce_scatter to a multiple
-    /// of 4 elements per rank, all_to_all to a multiple of 16 bytes per peer.
+    /// elements on `world` ranks, from its buffers' extents
+    /// ([`Collective::sizes`]) and nccl-tests' rounding
+    /// ([`Facts::rounding`](crate::collective::Facts::rounding)): a
+    /// collective of one block per rank rounds the block down (all_gather
+    /// and reduce_scatter to a multiple of 4 elements, all_to_all to whole
+    /// 16-byte chunks). In place, the block of one block lies at this
+    /// rank's block of the other buffer.
     pub fn new(collective: Collective, size_bytes: u64, elem_size: usize, world: usize) -> Self {
         let world = world.max(1);
         let elem_size = elem_size.max(1);
         let count = usize::try_from(size_bytes / elem_size as u64).unwrap_or(usize::MAX);
-        match collective {
-            Collective::AllReduce
-            | Collective::Broadcast
-            | Collective::Reduce
-            | Collective::SendRecv => Self {
-                send: count,
-                recv: count,
-                param: count,
-                send_in_place_offset: 0,
-                recv_in_place_offset: 0,
-            },
-            Collective::AllGather => {
-                let base = count / (GATHER_ALIGN * world) * GATHER_ALIGN;
-                Self {
-                    send: base,
-                    recv: base * world,
-                    param: base,
-                    send_in_place_offset: base,
-                    recv_in_place_offset: 0,
-                }
+        let sizes = collective.sizes();
+        let block = match collective.facts().rounding {
+            Rounding::None => count,
+            Rounding::Elements(align) => count / (align * world) * align,
+            Rounding::Bytes(chunk) => {
+                let per_chunk = (chunk / elem_size).max(1);
+                count / world / per_chunk * per_chunk
             }
-            Collective::ReduceScatter => {
-                let base = count / (GATHER_ALIGN * world) * GATHER_ALIGN;
-                Self {
-                    send: base * world,
-                    recv: base,
-                    param: base,
-                    send_in_place_offset: 0,
-                    recv_in_place_offset: base,
-                }
-            }
-            Collective::AllToAll => {
-                // (count / nranks) & -(16 / eltSize): whole 16-byte chunks per peer.
-                let per_chunk = (16 / elem_size).max(1);
-                let per_peer = count / world / per_chunk * per_chunk;
-                Self {
-                    send: per_peer * world,
-                    recv: per_peer * world,
-                    param: per_peer,
-                    send_in_place_offset: 0,
-                    recv_in_place_offset: 0,
-                }
-            }
+        };
+        let (send, recv) = sizes.lengths(block, world);
+        let offset_if = |spread_into: bool| if spread_into { block } else { 0 };
+        Self {
+            send,
+            recv,
+            param: block,
+            send_in_place_offset: offset_if(
+                sizes.input == Extent::Block && sizes.output == Extent::World,
+            ),
+            recv_in_place_offset: offset_if(
+                sizes.output == Extent::Block && sizes.input == Extent::World,
+            ),
         }
     }
 
@@ -127,8 +108,9 @@ impl OpCounts {
 }
 
 /// The bytes nccl-tests' `getBw` divides by the time: `count * size` for
-/// all_reduce, broadcast, reduce and sendrecv; `count * size * world` for
-/// all_gather, reduce_scatter and all_to_all (count being the NCCL count).
+/// the collectives of one block (all_reduce, broadcast, reduce, sendrecv),
+/// `count * size * world` for those with a buffer of one block per rank
+/// (all_gather, reduce_scatter, all_to_all), count being the NCCL count.
 pub fn algorithm_bytes(
     collective: Collective,
     param_count: usize,
@@ -136,11 +118,11 @@ pub fn algorithm_bytes(
     world: usize,
 ) -> f64 {
     let per_rank = (param_count * elem_size) as f64;
-    match collective {
-        Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
-            per_rank * world.max(1) as f64
-        }
-        _ => per_rank,
+    let sizes = collective.sizes();
+    if sizes.input == Extent::World || sizes.output == Extent::World {
+        per_rank * world.max(1) as f64
+    } else {
+        per_rank
     }
 }
 

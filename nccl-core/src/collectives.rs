@@ -13,11 +13,12 @@
 use std::ffi::c_void;
 
 use cudarc::driver::CudaStream;
-use nccl_sys::{cudaStream_t, ncclResult_t};
+use nccl_sys::{Functions, cudaStream_t, ncclComm_t, ncclResult_t};
 
 use crate::communicator::Communicator;
 use crate::datatype::DataType;
 use crate::error::{Error, Result, Status};
+use crate::group::Group;
 use crate::library::check;
 use crate::reduce_op::{ReduceOp, Reduction};
 
@@ -117,6 +118,12 @@ impl<'r> Op<'r> {
     pub const fn is_point_to_point(&self) -> bool {
         matches!(self, Op::Send { .. } | Op::Recv { .. })
     }
+
+    /// Whether the operation can be issued as grouped sends and receives
+    /// ([`Call::point_to_point_parts`]).
+    pub const fn has_point_to_point_form(&self) -> bool {
+        matches!(self, Op::AllToAll)
+    }
 }
 
 /// One NCCL call on this rank: the operation, its buffers, the count and
@@ -141,6 +148,108 @@ pub struct Call<'r> {
     pub count: usize,
     /// The element type.
     pub dtype: DataType,
+}
+
+impl<'r> Call<'r> {
+    /// Calls the NCCL function of the operation with the call's arguments,
+    /// as they are: no check, no workaround, no fallback. For callers that
+    /// hold the raw handles (a baseline measurement); everyone else uses
+    /// [`Communicator::issue`].
+    ///
+    /// # Safety
+    /// `comm` is a live communicator and `stream` a stream on its device;
+    /// the call passes [`Communicator::check_call`] on that communicator;
+    /// the buffers are as [`Communicator::issue`] requires.
+    ///
+    /// # Errors
+    /// The loaded libnccl lacks the function ([`Error::MissingFunction`]);
+    /// NCCL's own result is returned as it is.
+    #[inline]
+    pub unsafe fn issue_raw(
+        &self,
+        functions: &Functions,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> Result<ncclResult_t> {
+        let Call {
+            op,
+            send,
+            recv,
+            count,
+            dtype,
+        } = *self;
+        let dtype = dtype.to_raw();
+        // SAFETY (every call below): the caller's contract.
+        Ok(match op {
+            Op::AllReduce(reduction) => {
+                let f = functions.ncclAllReduce()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, reduction.to_raw(), comm, stream) }
+            }
+            Op::Broadcast { root } => {
+                let f = functions.ncclBroadcast()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, root, comm, stream) }
+            }
+            Op::Reduce { op, root } => {
+                let f = functions.ncclReduce()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, op.to_raw(), root, comm, stream) }
+            }
+            Op::AllGather => {
+                let f = functions.ncclAllGather()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, comm, stream) }
+            }
+            Op::ReduceScatter(reduction) => {
+                let f = functions.ncclReduceScatter()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, reduction.to_raw(), comm, stream) }
+            }
+            Op::AllToAll => {
+                let f = functions.ncclAlltoAll()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, comm, stream) }
+            }
+            Op::Send { peer } => {
+                let f = functions.ncclSend()?;
+                // SAFETY: see above.
+                unsafe { f(send, count, dtype, peer, comm, stream) }
+            }
+            Op::Recv { peer } => {
+                let f = functions.ncclRecv()?;
+                // SAFETY: see above.
+                unsafe { f(recv, count, dtype, peer, comm, stream) }
+            }
+        })
+    }
+
+    /// The call as grouped sends and receives, for the operations that
+    /// move one block of `count` elements per rank pair (all_to_all): the
+    /// form issued on a libnccl without the operation's own function, and
+    /// by whoever wants to compare the two. `None` for the others. `rank`
+    /// and `world` are the issuing rank's and the communicator's size.
+    pub fn point_to_point_parts(
+        &self,
+        rank: i32,
+        world: i32,
+    ) -> Option<impl Iterator<Item = Call<'r>> + use<'r>> {
+        let _ = rank;
+        let call = *self;
+        let block = call.count * call.dtype.size_bytes();
+        let part = move |op, peer: i32| Call {
+            op,
+            send: call.send.wrapping_byte_add(peer as usize * block),
+            recv: call.recv.wrapping_byte_add(peer as usize * block),
+            ..call
+        };
+        match self.op {
+            Op::AllToAll => Some((0..world).flat_map(move |peer| {
+                [part(Op::Send { peer }, peer), part(Op::Recv { peer }, peer)]
+            })),
+            _ => None,
+        }
+    }
 }
 
 impl Communicator {
@@ -207,7 +316,10 @@ impl Communicator {
     /// Enqueues `call` on `stream` without [`Communicator::check_call`]'s
     /// checks, for a caller that made them (nccl-tensor plans every
     /// operation before issuing it). Whether the communicator is live is
-    /// still checked.
+    /// still checked. An operation whose NCCL function the loaded libnccl
+    /// lacks but which has a point-to-point form
+    /// ([`Call::point_to_point_parts`]: all_to_all before NCCL 2.28) is
+    /// issued as that form, in one group.
     ///
     /// # Safety
     /// As [`Communicator::issue`], and `call` and `stream` pass
@@ -221,94 +333,59 @@ impl Communicator {
         let comm = self.raw_for_call()?;
         let stream = stream.cu_stream() as cudaStream_t;
         let functions = self.library().functions();
-        let Call {
-            op,
-            send,
-            recv,
-            count,
-            dtype,
-        } = call;
-        let raw_dtype = dtype.to_raw();
-        let function = op.function();
-        // The SAFETY notes below lean on: the handles are live (checked
-        // above), the stream is on the communicator's device and the
-        // arguments are in range (the caller's contract with `check_call`),
-        // and the buffers, and every piece of them, are the caller's contract.
-        let result = match op {
-            Op::AllReduce(reduction) => {
-                let (f, raw_op) = (functions.ncclAllReduce()?, reduction.to_raw());
-                let buffers = (send, recv);
-                return self.issue_reduction(
-                    function,
-                    reduction,
-                    dtype,
-                    count,
-                    buffers,
-                    |s, r, n| {
-                        // SAFETY: as noted above.
-                        unsafe { f(s, r, n, raw_dtype, raw_op, comm, stream) }
-                    },
-                );
+        if call.op.has_point_to_point_form()
+            && !functions.has(call.op.function())
+            && let Some(parts) = call.point_to_point_parts(self.rank(), self.world_size())
+        {
+            let group = Group::start()?;
+            for part in parts {
+                // SAFETY: each part lies within the call's buffers and
+                // addresses a peer in range; the rest is the caller's
+                // contract.
+                let _ = unsafe { self.issue_pieces(part, functions, comm, stream) }?;
             }
-            Op::Reduce {
-                op: reduction,
-                root,
-            } => {
-                let (f, raw_op) = (functions.ncclReduce()?, reduction.to_raw());
-                let buffers = (send, recv);
-                return self.issue_reduction(
-                    function,
-                    reduction,
-                    dtype,
-                    count,
-                    buffers,
-                    |s, r, n| {
-                        // SAFETY: as noted above.
-                        unsafe { f(s, r, n, raw_dtype, raw_op, root, comm, stream) }
-                    },
-                );
-            }
-            Op::ReduceScatter(reduction) => {
-                let (f, raw_op) = (functions.ncclReduceScatter()?, reduction.to_raw());
-                let buffers = (send, recv);
-                return self.issue_reduction(
-                    function,
-                    reduction,
-                    dtype,
-                    count,
-                    buffers,
-                    |s, r, n| {
-                        // SAFETY: as noted above.
-                        unsafe { f(s, r, n, raw_dtype, raw_op, comm, stream) }
-                    },
-                );
-            }
-            Op::Broadcast { root } => {
-                let f = functions.ncclBroadcast()?;
-                // SAFETY: as noted above.
-                unsafe { f(send, recv, count, raw_dtype, root, comm, stream) }
-            }
-            Op::AllGather => {
-                let f = functions.ncclAllGather()?;
-                // SAFETY: as noted above.
-                unsafe { f(send, recv, count, raw_dtype, comm, stream) }
-            }
-            Op::AllToAll => {
-                let f = functions.ncclAlltoAll()?;
-                // SAFETY: as noted above.
-                unsafe { f(send, recv, count, raw_dtype, comm, stream) }
-            }
-            Op::Send { peer } => {
-                let f = functions.ncclSend()?;
-                // SAFETY: as noted above.
-                unsafe { f(send, count, raw_dtype, peer, comm, stream) }
-            }
-            Op::Recv { peer } => {
-                let f = functions.ncclRecv()?;
-                // SAFETY: as noted above.
-                unsafe { f(recv, count, raw_dtype, peer, comm, stream) }
-            }
+            return group.end();
+        }
+        // SAFETY: the caller's contract; the handles are live (above).
+        unsafe { self.issue_pieces(call, functions, comm, stream) }
+    }
+
+    /// Issues `call`, split as [`Communicator::reduction_pieces`] says.
+    ///
+    /// # Safety
+    /// As [`Call::issue_raw`].
+    #[inline]
+    unsafe fn issue_pieces(
+        &self,
+        call: Call<'_>,
+        functions: &Functions,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> Result<Status> {
+        let function = call.op.function();
+        let (head, tail) = match call.op.reduction() {
+            Some(reduction) => self.reduction_pieces(reduction, call.count),
+            None => (call.count, 0),
         };
+        let head_call = Call {
+            count: head,
+            ..call
+        };
+        // SAFETY: the caller's contract, for the first `head` elements.
+        let result = unsafe { head_call.issue_raw(functions, comm, stream) }?;
+        let status = check(self.library(), function, result)?;
+        if tail == 0 {
+            return Ok(status);
+        }
+        let offset = head * call.dtype.size_bytes();
+        let tail_call = Call {
+            send: call.send.wrapping_byte_add(offset),
+            recv: call.recv.wrapping_byte_add(offset),
+            count: tail,
+            ..call
+        };
+        // SAFETY: the caller's contract, for the `tail` elements after them.
+        let result = unsafe { tail_call.issue_raw(functions, comm, stream) }?;
         check(self.library(), function, result)
     }
 
@@ -321,6 +398,8 @@ impl Communicator {
     /// counts (NCCL 2.28.3 on an H200: counts 4097, 8197, 12289, 1048577 to
     /// 1048584 lost 1 to 8 elements; counts up to 4096 and multiples of
     /// 4096 were always right). Issuing that tail on its own avoids it.
+    /// With one rank a reduce_scatter's block is the whole buffer, so the
+    /// same split holds.
     #[inline]
     fn reduction_pieces(&self, op: Reduction<'_>, count: usize) -> (usize, usize) {
         let scaling = matches!(
@@ -333,30 +412,6 @@ impl Communicator {
         } else {
             (count, 0)
         }
-    }
-
-    /// Issues a reduction of `count` elements through `call(send, recv, n)`,
-    /// split as [`Communicator::reduction_pieces`] says. With one rank a
-    /// reduce_scatter's block is the whole buffer, so the same split holds.
-    #[inline]
-    fn issue_reduction(
-        &self,
-        function: &'static str,
-        reduction: Reduction<'_>,
-        dtype: DataType,
-        count: usize,
-        (send, recv): (*const c_void, *mut c_void),
-        mut call: impl FnMut(*const c_void, *mut c_void, usize) -> ncclResult_t,
-    ) -> Result<Status> {
-        let (head, tail) = self.reduction_pieces(reduction, count);
-        let status = check(self.library(), function, call(send, recv, head))?;
-        if tail == 0 {
-            return Ok(status);
-        }
-        let offset = head * dtype.size_bytes();
-        let tail_send = send.wrapping_byte_add(offset);
-        let tail_recv = recv.wrapping_byte_add(offset);
-        check(self.library(), function, call(tail_send, tail_recv, tail))
     }
 
     /// `ncclAllReduce`: reduces `count` elements across ranks; every rank

@@ -49,5 +49,5 @@ pub use dtype::NcclType;
 pub use error::{Error, Result};
 pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
-pub use plan::{Layout, Layouts, Plan, Rules, Sizes, rules};
+pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;

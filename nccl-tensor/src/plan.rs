@@ -76,19 +76,56 @@ impl Layouts {
     }
 }
 
-/// How an operation's input and output lengths relate, and what NCCL's
-/// count is.
+/// How many elements one of an operation's buffers holds, in blocks of
+/// NCCL's count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sizes {
-    /// Equal lengths; the count is the length.
-    Same,
-    /// Output = world size x input; the count is the input's length.
-    Gathered,
-    /// Input = world size x output; the count is the output's length.
-    Scattered,
+pub enum Extent {
+    /// One block: NCCL's count.
+    Block,
+    /// One block per rank: world size x NCCL's count.
+    World,
+}
+
+/// How an operation's input and output lengths relate, and what NCCL's
+/// count is: a block, taken from the first buffer of one block (the
+/// input when both are), or the input's length over the world size when
+/// both buffers hold one block per rank (which must divide).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    /// The input's extent.
+    pub input: Extent,
+    /// The output's extent.
+    pub output: Extent,
+}
+
+impl Sizes {
+    /// Equal lengths; the count is the length (all_reduce, broadcast,
+    /// reduce, send, recv).
+    pub const SAME: Sizes = Sizes::new(Extent::Block, Extent::Block);
+    /// Output = world size x input; the count is the input's length
+    /// (all_gather).
+    pub const GATHERED: Sizes = Sizes::new(Extent::Block, Extent::World);
+    /// Input = world size x output; the count is the output's length
+    /// (reduce_scatter).
+    pub const SCATTERED: Sizes = Sizes::new(Extent::World, Extent::Block);
     /// Equal lengths, a multiple of the world size; the count is one
-    /// rank's block.
-    Exchanged,
+    /// rank's block (all_to_all).
+    pub const EXCHANGED: Sizes = Sizes::new(Extent::World, Extent::World);
+
+    const fn new(input: Extent, output: Extent) -> Self {
+        Self { input, output }
+    }
+
+    /// The elements of the input and the output for NCCL's `count` on
+    /// `world` ranks (a world of 0 counts as one rank).
+    pub fn lengths(self, count: usize, world: usize) -> (usize, usize) {
+        let whole = count.saturating_mul(world.max(1));
+        let len = |extent| match extent {
+            Extent::Block => count,
+            Extent::World => whole,
+        };
+        (len(self.input), len(self.output))
+    }
 }
 
 /// What one operation takes: the one place its argument rules are written.
@@ -104,13 +141,13 @@ pub struct Rules {
 pub const fn rules(op: &Op<'_>) -> Rules {
     let (layouts, sizes) = match op {
         Op::AllReduce(_) | Op::Broadcast { .. } | Op::Reduce { .. } => {
-            (Layouts::Either, Sizes::Same)
+            (Layouts::Either, Sizes::SAME)
         }
-        Op::AllGather => (Layouts::OutOfPlace, Sizes::Gathered),
-        Op::ReduceScatter(_) => (Layouts::OutOfPlace, Sizes::Scattered),
-        Op::AllToAll => (Layouts::OutOfPlace, Sizes::Exchanged),
-        Op::Send { .. } => (Layouts::Input, Sizes::Same),
-        Op::Recv { .. } => (Layouts::Output, Sizes::Same),
+        Op::AllGather => (Layouts::OutOfPlace, Sizes::GATHERED),
+        Op::ReduceScatter(_) => (Layouts::OutOfPlace, Sizes::SCATTERED),
+        Op::AllToAll => (Layouts::OutOfPlace, Sizes::EXCHANGED),
+        Op::Send { .. } => (Layouts::Input, Sizes::SAME),
+        Op::Recv { .. } => (Layouts::Output, Sizes::SAME),
     };
     Rules { layouts, sizes }
 }
@@ -186,7 +223,8 @@ impl<'r> Plan<'r> {
     }
 }
 
-/// Checks the lengths of an out-of-place operation; returns NCCL's count.
+/// Checks the lengths of an out-of-place operation against its
+/// [`Sizes`]; returns NCCL's count.
 fn sized(
     op: &'static str,
     sizes: Sizes,
@@ -195,36 +233,42 @@ fn sized(
     info: &CommInfo,
 ) -> Result<usize> {
     let world = info.world_size.max(1) as usize;
-    match sizes {
-        Sizes::Same => {
-            checks::length(op, "output", input.len, output.len, SAME)?;
-            Ok(input.len)
+    // The reference is the first buffer of one block, else the input,
+    // which then holds one block per rank.
+    let input_is_reference = sizes.input == Extent::Block || sizes.output == Extent::World;
+    let (reference, reference_extent, what, checked, checked_extent) = if input_is_reference {
+        ("input", sizes.input, "output", output, sizes.output)
+    } else {
+        ("output", sizes.output, "input", input, sizes.input)
+    };
+    let reference_len = if input_is_reference {
+        input.len
+    } else {
+        output.len
+    };
+    let block = match reference_extent {
+        Extent::Block => reference_len,
+        Extent::World if reference_len % world != 0 => {
+            return Err(Error::NotDivisible {
+                op,
+                what: reference,
+                given: reference_len,
+                world_size: info.world_size,
+            });
         }
-        Sizes::Gathered => {
-            let expected = input.len.saturating_mul(world);
-            let rule = "world size x input elements";
-            checks::length(op, "output", expected, output.len, rule)?;
-            Ok(input.len)
+        Extent::World => reference_len / world,
+    };
+    let (expected, rule) = match (reference_extent, checked_extent) {
+        (Extent::Block, Extent::World) if input_is_reference => {
+            (block.saturating_mul(world), "world size x input elements")
         }
-        Sizes::Scattered => {
-            let expected = output.len.saturating_mul(world);
-            let rule = "world size x output elements";
-            checks::length(op, "input", expected, input.len, rule)?;
-            Ok(output.len)
+        (Extent::Block, Extent::World) => {
+            (block.saturating_mul(world), "world size x output elements")
         }
-        Sizes::Exchanged => {
-            if input.len % world != 0 {
-                return Err(Error::NotDivisible {
-                    op,
-                    what: "input",
-                    given: input.len,
-                    world_size: info.world_size,
-                });
-            }
-            checks::length(op, "output", input.len, output.len, SAME)?;
-            Ok(input.len / world)
-        }
-    }
+        _ => (reference_len, SAME),
+    };
+    checks::length(op, what, expected, checked.len, rule)?;
+    Ok(block)
 }
 
 const SAME: &str = "the same number of elements as the input";

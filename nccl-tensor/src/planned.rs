@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use nccl_core::{Call, DataType, Group, Op, Reduction, Status};
+use nccl_core::{Call, Group, Op, Reduction, Status};
 
 use crate::checks;
 use crate::communicator::{AllToAllMethod, Communicator};
@@ -59,69 +59,27 @@ impl Communicator {
         recv: *mut c_void,
         stream: &Arc<CudaStream>,
     ) -> Result<Status> {
-        let (count, dtype) = (plan.count, plan.dtype);
-        if matches!(plan.op, Op::AllToAll) && !self.native_all_to_all() {
-            // SAFETY: the caller's contract.
-            return unsafe { self.all_to_all_by_send_recv(send, recv, count, dtype, stream) };
-        }
-        let op = plan.op;
         let call = Call {
-            op,
+            op: plan.op,
             send,
             recv,
-            count,
-            dtype,
+            count: plan.count,
+            dtype: plan.dtype,
         };
+        if self.all_to_all == AllToAllMethod::SendRecv
+            && let Some(parts) = call.point_to_point_parts(self.rank(), self.world_size())
+        {
+            let group = Group::start()?;
+            for part in parts {
+                // SAFETY: each part lies within the planned buffers and
+                // addresses a peer in range; the rest as below.
+                let _ = unsafe { self.core.issue_unchecked(part, stream) }?;
+            }
+            return Ok(group.end()?);
+        }
         // SAFETY: `plan` made every check `issue_unchecked` leaves to its
         // caller; the buffers are the caller's contract.
         Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
-    }
-
-    fn native_all_to_all(&self) -> bool {
-        self.all_to_all == AllToAllMethod::Auto
-            && self.core.library().functions().has("ncclAlltoAll")
-    }
-
-    /// All-to-all as one grouped send and receive per peer.
-    ///
-    /// # Safety
-    /// `send` and `recv` hold `world * block` elements of `dtype`, valid on
-    /// `stream`, which is on this device.
-    unsafe fn all_to_all_by_send_recv(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        block: usize,
-        dtype: DataType,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        let block_bytes = block * dtype.size_bytes();
-        let group = Group::start()?;
-        for peer in 0..self.world_size() {
-            let offset = peer as usize * block_bytes;
-            let send = Call {
-                op: Op::Send { peer },
-                send: send.wrapping_byte_add(offset),
-                recv: std::ptr::null_mut(),
-                count: block,
-                dtype,
-            };
-            let recv = Call {
-                op: Op::Recv { peer },
-                send: std::ptr::null(),
-                recv: recv.wrapping_byte_add(offset),
-                count: block,
-                dtype,
-            };
-            // SAFETY: block `peer` of each buffer lies within its
-            // `world * block` elements; the peer is in range and the stream
-            // on this device (the caller's contract).
-            unsafe {
-                let _ = self.core.issue_unchecked(send, stream)?;
-                let _ = self.core.issue_unchecked(recv, stream)?;
-            }
-        }
-        Ok(group.end()?)
     }
 }
 

@@ -58,14 +58,14 @@ fn the_helper_describes_rank_0_of_4_on_nccl_2_28_3_and_hopper() {
 #[test]
 fn every_operation_has_its_name_and_rules() {
     let expected = [
-        ("all_reduce", Layouts::Either, Sizes::Same),
-        ("broadcast", Layouts::Either, Sizes::Same),
-        ("reduce", Layouts::Either, Sizes::Same),
-        ("all_gather", Layouts::OutOfPlace, Sizes::Gathered),
-        ("reduce_scatter", Layouts::OutOfPlace, Sizes::Scattered),
-        ("all_to_all", Layouts::OutOfPlace, Sizes::Exchanged),
-        ("send", Layouts::Input, Sizes::Same),
-        ("recv", Layouts::Output, Sizes::Same),
+        ("all_reduce", Layouts::Either, Sizes::SAME),
+        ("broadcast", Layouts::Either, Sizes::SAME),
+        ("reduce", Layouts::Either, Sizes::SAME),
+        ("all_gather", Layouts::OutOfPlace, Sizes::GATHERED),
+        ("reduce_scatter", Layouts::OutOfPlace, Sizes::SCATTERED),
+        ("all_to_all", Layouts::OutOfPlace, Sizes::EXCHANGED),
+        ("send", Layouts::Input, Sizes::SAME),
+        ("recv", Layouts::Output, Sizes::SAME),
     ];
     for (op, (name, layouts, sizes)) in every_op().iter().zip(expected) {
         let rules = rules(op);
@@ -476,4 +476,17 @@ fn the_plan_keeps_the_operation_and_the_data_type() {
             );
         }
     }
+}
+
+#[test]
+fn sizes_give_each_buffers_length_for_a_count() {
+    assert_eq!(Sizes::SAME.lengths(64, 4), (64, 64));
+    assert_eq!(Sizes::GATHERED.lengths(64, 4), (64, 256));
+    assert_eq!(Sizes::SCATTERED.lengths(64, 4), (256, 64));
+    assert_eq!(Sizes::EXCHANGED.lengths(64, 4), (256, 256));
+    assert_eq!(Sizes::GATHERED.lengths(64, 1), (64, 64));
+    assert_eq!(Sizes::EXCHANGED.lengths(0, 8), (0, 0));
+    // A world of 0 counts as one rank; a product past usize saturates.
+    assert_eq!(Sizes::GATHERED.lengths(5, 0), (5, 5));
+    assert_eq!(Sizes::GATHERED.lengths(usize::MAX, 2), (usize::MAX, usize::MAX));
 }

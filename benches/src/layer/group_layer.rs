@@ -56,7 +56,6 @@ use nccl_core::Op;
 use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
 use nccl_tensor::{Tensor, rules};
 
-use super::tensor_layer::lengths;
 use super::{Call, Launch, Layer, LayerKind, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers, Pair};
 use crate::collective::{Collective, Mode};
@@ -266,7 +265,7 @@ impl<'a> GroupLayer<'a> {
         // ends the bind.
         drop(self.kept.take());
         let world = usize::try_from(call.world).unwrap_or(1);
-        let (input_len, output_len) = lengths(rules(op).sizes, call.count, world);
+        let (input_len, output_len) = rules(op).sizes.lengths(call.count, world);
         let (source, source_base, source_name) = match call.mode {
             Mode::OutOfPlace => (pair.send.as_slice(), send_base, "send"),
             Mode::InPlace => (pair.recv.as_slice(), recv_base, "receive"),

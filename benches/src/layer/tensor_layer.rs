@@ -94,8 +94,8 @@ impl<'a> TensorLayer<'a> {
         let ops = call.ops();
         // Every operation of one call moves the same count; the first one's
         // rules size the parts (sendrecv's are equal-sized).
-        let sizes = ops.first().map_or(Sizes::Same, |op| rules(op).sizes);
-        let (input_len, output_len) = lengths(sizes, call.count, world);
+        let sizes = ops.first().map_or(Sizes::SAME, |op| rules(op).sizes);
+        let (input_len, output_len) = sizes.lengths(call.count, world);
         let send: &'s Tensor<T> = send;
         let mut parts = match call.mode {
             Mode::OutOfPlace => Parts::Two(input(send, input_len)?, output(recv, output_len)?),
@@ -141,18 +141,6 @@ enum Parts<'s, T: BenchElement> {
     Two(TensorPart<'s, T>, TensorPartMut<'s, T>),
 }
 
-/// The elements of an operation's input and output for NCCL's `count` on
-/// `world` ranks, by its rules.
-pub fn lengths(sizes: Sizes, count: usize, world: usize) -> (usize, usize) {
-    let whole = count * world.max(1);
-    match sizes {
-        Sizes::Same => (count, count),
-        Sizes::Gathered => (count, whole),
-        Sizes::Scattered => (whole, count),
-        Sizes::Exchanged => (whole, whole),
-    }
-}
-
 impl Layer for TensorLayer<'_> {
     fn kind(&self) -> LayerKind {
         LayerKind::Tensor
@@ -196,17 +184,5 @@ mod tests {
         ] {
             assert!(!TensorLayer::has(collective, Mode::InPlace), "{collective}");
         }
-    }
-
-    #[test]
-    fn lengths_follow_the_rules_and_nccl_counts() {
-        assert_eq!(lengths(Sizes::Same, 64, 4), (64, 64));
-        assert_eq!(lengths(Sizes::Gathered, 64, 4), (64, 256));
-        assert_eq!(lengths(Sizes::Scattered, 64, 4), (256, 64));
-        assert_eq!(lengths(Sizes::Exchanged, 64, 4), (256, 256));
-        assert_eq!(lengths(Sizes::Gathered, 64, 1), (64, 64));
-        assert_eq!(lengths(Sizes::Exchanged, 0, 8), (0, 0));
-        // A world of 0 (never built) counts as one rank.
-        assert_eq!(lengths(Sizes::Gathered, 5, 0), (5, 5));
     }
 }

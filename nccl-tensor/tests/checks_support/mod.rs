@@ -16,7 +16,7 @@ use std::fmt::Debug;
 use nccl_core::nccl_sys::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
 use nccl_tensor::checks::{self, CommInfo};
-use nccl_tensor::{BufferDesc, Error, Layout, Layouts, Op, Plan, Result, Sizes, rules};
+use nccl_tensor::{BufferDesc, Error, Extent, Layout, Layouts, Op, Plan, Result, Sizes, rules};
 
 /// Data types by their short names.
 pub const F32: DataType = DataType::Float32;
@@ -115,12 +115,11 @@ pub fn recv<'a>(info: &CommInfo, buffer: BufferDesc<'a>, peer: i32) -> Result<Pl
 /// Valid (input, output) lengths for `n` elements per rank at world size
 /// [`WORLD`], as `sizes` relates them.
 pub fn lens(sizes: Sizes, n: usize) -> (usize, usize) {
-    match sizes {
-        Sizes::Same => (n, n),
-        Sizes::Gathered => (n, WORLD * n),
-        Sizes::Scattered => (WORLD * n, n),
-        Sizes::Exchanged => (WORLD * n, WORLD * n),
-    }
+    let len = |extent| match extent {
+        Extent::Block => n,
+        Extent::World => WORLD * n,
+    };
+    (len(sizes.input), len(sizes.output))
 }
 
 /// A layout `op` takes, of `dtype` buffers on device 0 with `n` elements
