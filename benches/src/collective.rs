@@ -205,7 +205,7 @@ impl Collective {
     }
 
     /// What nccl-tests prints in the `redop` column: the reduction where
-    /// [`Facts::prints_redop`], `none` for the others.
+    /// `prints_redop` in [`Collective::facts`], `none` for the others.
     pub fn redop_column(self, op: nccl_core::ReduceOp) -> &'static str {
         if self.facts().prints_redop {
             op.name()
@@ -219,7 +219,7 @@ impl Collective {
         if self.has_root() { root } else { -1 }
     }
 
-    /// Whether the result of this mode can be checked ([`Facts::checks_in_place`]);
+    /// Whether the result of this mode can be checked (`checks_in_place` in [`Collective::facts`]);
     /// nccl-tests prints `N/A` for the others.
     pub const fn checks(self, mode: Mode) -> bool {
         matches!(mode, Mode::OutOfPlace) || self.facts().checks_in_place

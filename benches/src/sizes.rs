@@ -49,7 +49,7 @@ impl OpCounts {
     /// The counts of `collective` for `size_bytes` with `elem_size`-byte
     /// elements on `world` ranks, from its buffers' extents
     /// ([`Collective::sizes`]) and nccl-tests' rounding
-    /// ([`Facts::rounding`](crate::collective::Facts::rounding)): a
+    /// (`rounding` in [`Collective::facts`]): a
     /// collective of one block per rank rounds the block down (all_gather
     /// and reduce_scatter to a multiple of 4 elements, all_to_all to whole
     /// 16-byte chunks). In place, the block of one block lies at this

@@ -2,7 +2,7 @@
 //! The safe, typed API is built on these by `nccl-tensor`.
 //!
 //! Each NCCL operation is described once, as an [`Op`]; a [`Call`] adds the
-//! buffers, count and data type. [`Communicator::issue`] checks what it can
+//! buffers, count and data type (both in `op.rs`). [`Communicator::issue`] checks what it can
 //! without touching memory (root and peer in range, the stream on the
 //! communicator's device, a data type the loaded NCCL knows, a
 //! pre-multiplied sum of this communicator and type) and leaves the rest to
@@ -13,244 +13,18 @@
 use std::ffi::c_void;
 
 use cudarc::driver::CudaStream;
-use nccl_sys::{Functions, cudaStream_t, ncclComm_t, ncclResult_t};
+use nccl_sys::{Functions, cudaStream_t, ncclComm_t};
 
 use crate::communicator::Communicator;
 use crate::datatype::DataType;
 use crate::error::{Error, Result, Status};
 use crate::group::Group;
 use crate::library::check;
+use crate::op::{Call, Op};
 use crate::reduce_op::{ReduceOp, Reduction};
 
 /// See [`Communicator::reduction_pieces`].
 const ONE_RANK_CHUNK: usize = 4096;
-
-/// One NCCL operation and its scalar arguments: what a [`Call`] does.
-///
-/// `root` and `peer` are ranks of the communicator the call is issued on.
-/// Exhaustive on purpose: the layers above match on it, so a new operation
-/// is a compile error at every place that must describe it.
-#[derive(Clone, Copy, Debug)]
-pub enum Op<'r> {
-    /// `ncclAllReduce`: every rank gets the reduction of every rank's data.
-    AllReduce(Reduction<'r>),
-    /// `ncclBroadcast`: every rank gets `root`'s data.
-    Broadcast {
-        /// The rank whose data is sent.
-        root: i32,
-    },
-    /// `ncclReduce`: `root` gets the reduction of every rank's data.
-    Reduce {
-        /// The reduction.
-        op: Reduction<'r>,
-        /// The rank that gets the result.
-        root: i32,
-    },
-    /// `ncclAllGather`: every rank gets every rank's data, in rank order.
-    AllGather,
-    /// `ncclReduceScatter`: rank `r` gets block `r` of the reduction.
-    ReduceScatter(Reduction<'r>),
-    /// `ncclAlltoAll` (NCCL 2.28+): block `j` of rank `i`'s data goes to
-    /// block `i` of rank `j`.
-    AllToAll,
-    /// `ncclSend` to `peer`, which posts the matching [`Op::Recv`].
-    Send {
-        /// The receiving rank.
-        peer: i32,
-    },
-    /// `ncclRecv` from `peer`.
-    Recv {
-        /// The sending rank.
-        peer: i32,
-    },
-}
-
-impl<'r> Op<'r> {
-    /// The name torch.distributed and nccl-tests use (`all_reduce`).
-    pub const fn name(&self) -> &'static str {
-        match self {
-            Op::AllReduce(_) => "all_reduce",
-            Op::Broadcast { .. } => "broadcast",
-            Op::Reduce { .. } => "reduce",
-            Op::AllGather => "all_gather",
-            Op::ReduceScatter(_) => "reduce_scatter",
-            Op::AllToAll => "all_to_all",
-            Op::Send { .. } => "send",
-            Op::Recv { .. } => "recv",
-        }
-    }
-
-    /// The NCCL function the operation calls (`ncclAllReduce`).
-    pub const fn function(&self) -> &'static str {
-        match self {
-            Op::AllReduce(_) => "ncclAllReduce",
-            Op::Broadcast { .. } => "ncclBroadcast",
-            Op::Reduce { .. } => "ncclReduce",
-            Op::AllGather => "ncclAllGather",
-            Op::ReduceScatter(_) => "ncclReduceScatter",
-            Op::AllToAll => "ncclAlltoAll",
-            Op::Send { .. } => "ncclSend",
-            Op::Recv { .. } => "ncclRecv",
-        }
-    }
-
-    /// The reduction, for the operations that reduce.
-    pub const fn reduction(&self) -> Option<Reduction<'r>> {
-        match *self {
-            Op::AllReduce(op) | Op::Reduce { op, .. } | Op::ReduceScatter(op) => Some(op),
-            _ => None,
-        }
-    }
-
-    /// The root or peer, for the operations that have one, with what to
-    /// call it in an error (`root`, `dst` for a send's peer, `src` for a
-    /// receive's).
-    pub const fn rank_argument(&self) -> Option<(&'static str, i32)> {
-        match *self {
-            Op::Broadcast { root } | Op::Reduce { root, .. } => Some(("root", root)),
-            Op::Send { peer } => Some(("dst", peer)),
-            Op::Recv { peer } => Some(("src", peer)),
-            _ => None,
-        }
-    }
-
-    /// Whether this is a send or a receive.
-    pub const fn is_point_to_point(&self) -> bool {
-        matches!(self, Op::Send { .. } | Op::Recv { .. })
-    }
-
-    /// Whether the operation can be issued as grouped sends and receives
-    /// ([`Call::point_to_point_parts`]).
-    pub const fn has_point_to_point_form(&self) -> bool {
-        matches!(self, Op::AllToAll)
-    }
-}
-
-/// One NCCL call on this rank: the operation, its buffers, the count and
-/// the data type (the communicator and stream come with the issue).
-///
-/// `count` is NCCL's count for the function: elements per rank's block for
-/// all_gather (`send_count`), reduce_scatter (`recv_count`) and all_to_all,
-/// the whole buffer otherwise. `send == recv` is in place for the
-/// reductions and broadcast; all_gather is in place when `send` is this
-/// rank's block of `recv`, reduce_scatter when `recv` is this rank's block
-/// of `send`. A send uses `send` only and a receive `recv` only (the other
-/// may be null).
-#[derive(Clone, Copy, Debug)]
-pub struct Call<'r> {
-    /// What to do.
-    pub op: Op<'r>,
-    /// The data this rank contributes (device address).
-    pub send: *const c_void,
-    /// Where this rank's result goes (device address).
-    pub recv: *mut c_void,
-    /// Elements, as NCCL counts them for `op`.
-    pub count: usize,
-    /// The element type.
-    pub dtype: DataType,
-}
-
-impl<'r> Call<'r> {
-    /// Calls the NCCL function of the operation with the call's arguments,
-    /// as they are: no check, no workaround, no fallback. For callers that
-    /// hold the raw handles (a baseline measurement); everyone else uses
-    /// [`Communicator::issue`].
-    ///
-    /// # Safety
-    /// `comm` is a live communicator and `stream` a stream on its device;
-    /// the call passes [`Communicator::check_call`] on that communicator;
-    /// the buffers are as [`Communicator::issue`] requires.
-    ///
-    /// # Errors
-    /// The loaded libnccl lacks the function ([`Error::MissingFunction`]);
-    /// NCCL's own result is returned as it is.
-    #[inline]
-    pub unsafe fn issue_raw(
-        &self,
-        functions: &Functions,
-        comm: ncclComm_t,
-        stream: cudaStream_t,
-    ) -> Result<ncclResult_t> {
-        let Call {
-            op,
-            send,
-            recv,
-            count,
-            dtype,
-        } = *self;
-        let dtype = dtype.to_raw();
-        // SAFETY (every call below): the caller's contract.
-        Ok(match op {
-            Op::AllReduce(reduction) => {
-                let f = functions.ncclAllReduce()?;
-                // SAFETY: see above.
-                unsafe { f(send, recv, count, dtype, reduction.to_raw(), comm, stream) }
-            }
-            Op::Broadcast { root } => {
-                let f = functions.ncclBroadcast()?;
-                // SAFETY: see above.
-                unsafe { f(send, recv, count, dtype, root, comm, stream) }
-            }
-            Op::Reduce { op, root } => {
-                let f = functions.ncclReduce()?;
-                // SAFETY: see above.
-                unsafe { f(send, recv, count, dtype, op.to_raw(), root, comm, stream) }
-            }
-            Op::AllGather => {
-                let f = functions.ncclAllGather()?;
-                // SAFETY: see above.
-                unsafe { f(send, recv, count, dtype, comm, stream) }
-            }
-            Op::ReduceScatter(reduction) => {
-                let f = functions.ncclReduceScatter()?;
-                // SAFETY: see above.
-                unsafe { f(send, recv, count, dtype, reduction.to_raw(), comm, stream) }
-            }
-            Op::AllToAll => {
-                let f = functions.ncclAlltoAll()?;
-                // SAFETY: see above.
-                unsafe { f(send, recv, count, dtype, comm, stream) }
-            }
-            Op::Send { peer } => {
-                let f = functions.ncclSend()?;
-                // SAFETY: see above.
-                unsafe { f(send, count, dtype, peer, comm, stream) }
-            }
-            Op::Recv { peer } => {
-                let f = functions.ncclRecv()?;
-                // SAFETY: see above.
-                unsafe { f(recv, count, dtype, peer, comm, stream) }
-            }
-        })
-    }
-
-    /// The call as grouped sends and receives, for the operations that
-    /// move one block of `count` elements per rank pair (all_to_all): the
-    /// form issued on a libnccl without the operation's own function, and
-    /// by whoever wants to compare the two. `None` for the others. `rank`
-    /// and `world` are the issuing rank's and the communicator's size.
-    pub fn point_to_point_parts(
-        &self,
-        rank: i32,
-        world: i32,
-    ) -> Option<impl Iterator<Item = Call<'r>> + use<'r>> {
-        let _ = rank;
-        let call = *self;
-        let block = call.count * call.dtype.size_bytes();
-        let part = move |op, peer: i32| Call {
-            op,
-            send: call.send.wrapping_byte_add(peer as usize * block),
-            recv: call.recv.wrapping_byte_add(peer as usize * block),
-            ..call
-        };
-        match self.op {
-            Op::AllToAll => Some((0..world).flat_map(move |peer| {
-                [part(Op::Send { peer }, peer), part(Op::Recv { peer }, peer)]
-            })),
-            _ => None,
-        }
-    }
-}
 
 impl Communicator {
     /// What [`Communicator::issue`] checks before the call: root and peer

@@ -104,7 +104,7 @@ pub struct PeerProgress {
 pub struct FlightDump {
     /// The group's name.
     pub group: String,
-    /// The group instance's generation (see [`crate::Membership`]).
+    /// The group instance's generation (see `Membership` in the testing module).
     pub generation: u64,
     /// This process's rank.
     pub rank: usize,

@@ -195,7 +195,7 @@ impl Communicator {
     /// Reduces `tensor` across all ranks in place; every rank gets the
     /// result (`torch.distributed.all_reduce`).
     ///
-    /// Checks ([`Plan::new`]): the stream and the buffer on this device,
+    /// Checks ([`Plan::new`](crate::Plan::new)): the stream and the buffer on this device,
     /// contiguous, a data type the loaded NCCL knows, a reduction it
     /// supports for that type (fp8 reductions need compute capability 9.0).
     ///
@@ -441,7 +441,7 @@ impl Communicator {
     /// Sends `tensor` to rank `dst`, which posts the matching
     /// [`Communicator::recv`].
     ///
-    /// Checks: `dst` in range and, outside a [`Group`], not this rank
+    /// Checks: `dst` in range and, outside a [`Group`](nccl_core::Group), not this rank
     /// (NCCL would hang); the buffer as in `all_reduce`.
     ///
     /// # Errors

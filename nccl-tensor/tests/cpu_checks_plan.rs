@@ -488,5 +488,8 @@ fn sizes_give_each_buffers_length_for_a_count() {
     assert_eq!(Sizes::EXCHANGED.lengths(0, 8), (0, 0));
     // A world of 0 counts as one rank; a product past usize saturates.
     assert_eq!(Sizes::GATHERED.lengths(5, 0), (5, 5));
-    assert_eq!(Sizes::GATHERED.lengths(usize::MAX, 2), (usize::MAX, usize::MAX));
+    assert_eq!(
+        Sizes::GATHERED.lengths(usize::MAX, 2),
+        (usize::MAX, usize::MAX)
+    );
 }

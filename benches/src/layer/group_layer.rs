@@ -239,7 +239,7 @@ impl<'a> GroupLayer<'a> {
         }
     }
 
-    /// Why the group has no `collective` in `mode` ([`unsupported`]);
+    /// Why the group has no `collective` in `mode` (`layer::unsupported`);
     /// `None` when it has.
     pub fn missing(collective: Collective, mode: Mode) -> Option<&'static str> {
         unsupported(LayerKind::Group, collective, mode)

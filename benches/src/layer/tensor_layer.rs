@@ -63,7 +63,7 @@ impl<'a> TensorLayer<'a> {
         Self { comm, stream }
     }
 
-    /// Whether the safe API has `collective` in `mode` (see [`unsupported`]).
+    /// Whether the safe API has `collective` in `mode` (see `layer::unsupported`).
     pub fn has(collective: Collective, mode: Mode) -> bool {
         unsupported(LayerKind::Tensor, collective, mode).is_none()
     }

@@ -190,7 +190,10 @@ impl ProcessGroup {
     /// works for every operation that takes one, `all_reduce` included.
     ///
     /// # Errors
-    /// As the operation methods (see [`ProcessGroup::all_reduce`]).
+    /// With the buffers handed back ([`OpResult`]): an aborted, destroyed
+    /// or failed group, a send's or receive's peer that is not another
+    /// process, a failed rendezvous, a failed argument check
+    /// ([`nccl_tensor::Plan::new`]), or NCCL's error.
     pub fn issue<B: GroupBuffers>(
         &self,
         op: Op<'static>,

@@ -12,16 +12,16 @@ use crate::watchdog::{Bounded, run_bounded};
 
 impl ProcessGroup {
     /// Aborts every communicator of the group, from any thread; calls
-    /// blocked in NCCL return, and every pending [`Work`] fails. Afterwards
+    /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails. Afterwards
     /// every call fails with [`GroupError::Aborted`]; a new group may reuse
-    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`]).
+    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](super::GroupOptions::dump_dir)).
     /// On a group that already failed, waits (bounded) until the failure's
     /// own abort of the communicators has finished; a no-op on a group
     /// already aborted or destroyed.
     ///
     /// # Errors
     /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
-    /// [`GroupOptions::abort_timeout`]; it was left running on its own
+    /// [`GroupOptions::abort_timeout`](super::GroupOptions::abort_timeout); it was left running on its own
     /// thread and the group is unusable all the same.
     pub fn abort(&self) -> Result<()> {
         if self
@@ -69,7 +69,7 @@ impl ProcessGroup {
     /// Finalizes and destroys every communicator, together with the other
     /// processes (collective: all must call it). Afterwards every call
     /// fails with [`GroupError::Destroyed`]. Each finalize is bounded by
-    /// [`GroupOptions::timeout`] (a blocking communicator's runs on a
+    /// [`GroupOptions::timeout`](super::GroupOptions::timeout) (a blocking communicator's runs on a
     /// helper thread for that); past it the communicator is aborted.
     ///
     /// # Errors

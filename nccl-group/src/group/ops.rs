@@ -6,11 +6,6 @@
 //! rules are nccl-tensor's ([`nccl_tensor::rules`], checked once per
 //! device by its plan step); the group adds the device list, the stream
 //! count and, for sends and receives, a peer that is another process.
-//!
-//! Every operation fails with the buffers handed back ([`OpResult`]): on
-//! an aborted, destroyed or failed group, a failed rendezvous or argument
-//! check, or NCCL's error; a list form also on a device twice or a stream
-//! count that is not one per part.
 
 use std::sync::Arc;
 
@@ -76,7 +71,7 @@ impl ProcessGroup {
     /// (`torch.distributed.all_reduce`).
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn all_reduce<T: NcclType>(
         &self,
         tensor: Tensor<T>,
@@ -89,7 +84,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue_multi`].
     pub fn all_reduce_multi<T: NcclType>(
         &self,
         tensors: Parts<T>,
@@ -102,7 +97,7 @@ impl ProcessGroup {
     /// Copies `tensor` from global rank `root` to every rank, in place.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn broadcast<T: NcclType>(
         &self,
         tensor: Tensor<T>,
@@ -115,7 +110,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue_multi`].
     pub fn broadcast_multi<T: NcclType>(
         &self,
         tensors: Parts<T>,
@@ -128,7 +123,7 @@ impl ProcessGroup {
     /// Reduces `tensor` across every process into global rank `root`, in place.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn reduce<T: NcclType>(
         &self,
         tensor: Tensor<T>,
@@ -146,7 +141,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::reduce`] over one tensor per local GPU.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue_multi`].
     pub fn reduce_multi<T: NcclType>(
         &self,
         tensors: Parts<T>,
@@ -166,7 +161,7 @@ impl ProcessGroup {
     /// `(output, input)`.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn all_gather<T: NcclType>(
         &self,
         output: Tensor<T>,
@@ -179,7 +174,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::all_gather`] with one `(output, input)` per local GPU.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue_multi`].
     pub fn all_gather_multi<T: NcclType>(
         &self,
         pairs: PairParts<T>,
@@ -193,7 +188,7 @@ impl ProcessGroup {
     /// `(output, input)`.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn reduce_scatter<T: NcclType>(
         &self,
         output: Tensor<T>,
@@ -207,7 +202,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::reduce_scatter`] with one `(output, input)` per local GPU.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue_multi`].
     pub fn reduce_scatter_multi<T: NcclType>(
         &self,
         pairs: PairParts<T>,
@@ -221,7 +216,7 @@ impl ProcessGroup {
     /// rank order (`all_to_all_single`). The work holds `(output, input)`.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn all_to_all<T: NcclType>(
         &self,
         output: Tensor<T>,
@@ -234,7 +229,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::all_to_all`] with one `(output, input)` per local GPU.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue_multi`].
     pub fn all_to_all_multi<T: NcclType>(
         &self,
         pairs: PairParts<T>,
@@ -246,7 +241,8 @@ impl ProcessGroup {
     /// Sends `tensor` to process `dst` over the pair's own communicator.
     ///
     /// # Errors
-    /// `dst` is this process or out of range; see the [module](self) docs.
+    /// `dst` is this process or out of range; otherwise as
+    /// [`ProcessGroup::issue`].
     pub fn send<T: NcclType>(
         &self,
         tensor: Tensor<T>,
@@ -310,7 +306,7 @@ impl ProcessGroup {
     /// returned work's `wait()` starts once all have reached the barrier.
     ///
     /// # Errors
-    /// See the [module](self) docs.
+    /// As [`ProcessGroup::issue`].
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Work<()>> {
         let device = stream.context().ordinal();
         let info = OpInfo::untyped("barrier");

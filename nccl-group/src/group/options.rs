@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::failure::FailurePolicy;
 
-/// Options of a [`ProcessGroup`].
+/// Options of a [`ProcessGroup`](super::ProcessGroup).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct GroupOptions {
@@ -14,7 +14,7 @@ pub struct GroupOptions {
     /// the operations issued with [`StreamMode::Separate`].
     pub streams_per_device: usize,
     /// Which stream operations run on. Default [`StreamMode::Caller`];
-    /// override per call with [`ProcessGroup::with_stream_mode`] (e.g.
+    /// override per call with [`ProcessGroup::with_stream_mode`](super::ProcessGroup::with_stream_mode) (e.g.
     /// [`StreamMode::Separate`] for an operation that should overlap
     /// compute queued after it).
     pub stream_mode: StreamMode,
@@ -35,7 +35,7 @@ pub struct GroupOptions {
     pub timeout: Duration,
     /// How long each operation may run on the GPU before the watchdog
     /// fails the group (override per call with
-    /// [`ProcessGroup::with_op_timeout`]). Default 10 min.
+    /// [`ProcessGroup::with_op_timeout`](super::ProcessGroup::with_op_timeout)). Default 10 min.
     pub op_timeout: Duration,
     /// How long an abort may take before it is left running on its own
     /// thread and reported as stalled. Default 10 s.
@@ -75,14 +75,14 @@ impl Default for GroupOptions {
 pub enum StreamMode {
     /// On the group's own NCCL streams (the spec's design): the NCCL stream
     /// waits for an event recorded on the caller's stream, and
-    /// [`Work::wait`] makes the caller's stream wait for the operation's
+    /// [`Work::wait`](crate::Work::wait) makes the caller's stream wait for the operation's
     /// end. The caller's stream is free for other work meanwhile (compute
     /// overlaps communication), at the price of the handoff: two event
     /// records and two stream waits per operation.
     Separate,
     /// On the caller's stream: no event handoff between streams (three
     /// driver calls fewer per operation, and no cross-stream latency on
-    /// the GPU), [`Work::wait`] has nothing to do, but everything queued
+    /// the GPU), [`Work::wait`](crate::Work::wait) has nothing to do, but everything queued
     /// after the operation on that stream waits for it. For callers that
     /// wait at once anyway (as PyTorch's `async_op=False`). The default:
     /// the group's call then costs about what nccl-tensor's does.
