@@ -248,7 +248,7 @@ pub trait Layer {
     fn kind(&self) -> LayerKind;
 
     /// Whether this layer can issue `collective` in `mode`; rows it cannot
-    /// print `N/A` ([`unsupported`] says why).
+    /// print `N/A` (`layer::unsupported` says why).
     fn supports(&self, collective: Collective, mode: Mode) -> bool {
         unsupported(self.kind(), collective, mode).is_none()
     }
