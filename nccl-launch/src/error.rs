@@ -17,7 +17,7 @@ pub enum LaunchError {
         given: String,
     },
     /// A rank's process could not be started.
-    #[error("could not start rank {rank} ({program:?}): {source}")]
+    #[error("could not start rank {rank} ({program:?})")]
     Spawn {
         /// The rank.
         rank: usize,
@@ -27,7 +27,7 @@ pub enum LaunchError {
         source: std::io::Error,
     },
     /// Something the launch needs from the system failed.
-    #[error("could not {what}: {source}")]
+    #[error("could not {what}")]
     Io {
         /// What the launch was doing.
         what: String,

@@ -115,6 +115,6 @@ fn main() -> ExitCode {
 }
 
 fn usage_error(error: &nccl_launch::LaunchError) -> ExitCode {
-    eprintln!("nccl-launch: {error}");
+    eprintln!("nccl-launch: {}", nccl_core::ErrorChain(error));
     ExitCode::from(2)
 }
