@@ -67,6 +67,7 @@ impl Communicator {
             dtype: plan.dtype,
         };
         if self.all_to_all == AllToAllMethod::SendRecv
+            && matches!(plan.op, Op::AllToAll)
             && let Some(parts) = call.point_to_point_parts(self.rank(), self.world_size())
         {
             let group = Group::start()?;
