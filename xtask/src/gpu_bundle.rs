@@ -424,7 +424,7 @@ fn render_run_sh(
 }
 
 /// The scripts the bundle carries as they are, by path in the bundle:
-/// * perf.sh: the measurement recipe of the README for a machine of any
+/// * perf.sh: the measurement recipe of docs/measurements/README.md for a machine of any
 ///   size (the GPUs' topology, nccl-perf against raw NCCL for the group and
 ///   the tensor layer from 8 B to 4 GiB with JSON and plots, the soak), so
 ///   a multi-GPU run is one command;

@@ -10,26 +10,10 @@
 //! nccl-tensor's safe API), the end event, and the rank's stream waiting
 //! for it (the CPU does not wait).
 //!
-//! The operations, per collective (out-of-place / in-place):
-//!
-//! | collective | out-of-place | in-place |
-//! |---|---|---|
-//! | all_reduce | N/A | `all_reduce(t)` |
-//! | broadcast | N/A | `broadcast(t)` |
-//! | reduce | N/A | `reduce(t)` |
-//! | all_gather | `all_gather(out, in)` | N/A |
-//! | reduce_scatter | `reduce_scatter(out, in)` | N/A |
-//! | all_to_all | `all_to_all(out, in)` | N/A |
-//! | sendrecv | N/A | N/A |
-//!
-//! Why the N/A rows ([`GroupLayer::missing`]): the group's all_reduce,
-//! broadcast and reduce work in place on one tensor; all_gather,
-//! reduce_scatter and all_to_all take the output and the input as two
-//! tensors, so nccl-tests' in-place layout (the input inside the output)
-//! cannot be expressed; and the group's send and recv are separate
-//! operations on a pair communicator (not one NCCL group), so in a ring of
-//! send-then-recv every rank would wait for a neighbour that is still
-//! sending itself, and at world size 1 there is no peer at all.
+//! Each launch issues the call's one operation ([`Call::ops`]) through
+//! [`ProcessGroup::issue`]: in place on one tensor, out of place on an
+//! `(output, input)` pair. The forms it lacks (every in-place form nccl-tensor's
+//! safe API lacks, and sendrecv) print `N/A`; `layer::unsupported` says why.
 //!
 //! The operations take owned tensors of exactly the call's element counts,
 //! so binding allocates them on the rank's stream and copies the call's

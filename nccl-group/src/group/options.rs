@@ -20,8 +20,8 @@ pub struct GroupOptions {
     pub stream_mode: StreamMode,
     /// Nonblocking or blocking NCCL communicators. Default
     /// [`CommMode::Blocking`] (as PyTorch's), the one whose per-operation
-    /// cost stays near nccl-tensor's at world sizes above 1 (the README's
-    /// world-size table has the figures).
+    /// cost stays near nccl-tensor's at world sizes above 1 (the world-size
+    /// table of `docs/measurements/README.md` has the figures).
     pub comm_mode: CommMode,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
@@ -31,7 +31,7 @@ pub struct GroupOptions {
     /// are aborted (with [`CommMode::Blocking`], the init is left to finish
     /// or hang on a thread of its own), the error names the ranks that
     /// never joined, and the group fails (the ranks no longer agree on what
-    /// to create next). Default 10 min.
+    /// to create next). Default 5 min (the stores' default timeout).
     pub timeout: Duration,
     /// How long each operation may run on the GPU before the watchdog
     /// fails the group (override per call with
@@ -100,9 +100,9 @@ pub enum CommMode {
     /// ends every group that involves other ranks on a new thread of its
     /// own and answers `ncclInProgress`, which the group then waits out:
     /// each operation at world size 2 and above costs many times what it
-    /// costs on a blocking communicator (the README's world-size table has
-    /// the figures). At world size 1 NCCL shortcuts the collectives, so
-    /// their cost there does not show it. For whoever needs an abort to
+    /// costs on a blocking communicator (the world-size table of
+    /// `docs/measurements/README.md` has the figures). At world size 1 NCCL
+    /// shortcuts the collectives, so their cost there does not show it. For whoever needs an abort to
     /// interrupt any call, even one stuck inside NCCL before its deadline.
     Nonblocking,
     /// Blocking communicators: operations are enqueued on the calling
