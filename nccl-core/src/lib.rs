@@ -38,7 +38,6 @@ mod error;
 mod group;
 mod library;
 mod reduce_op;
-mod tracked;
 mod unique_id;
 
 pub use communicator::{AbortHandle, Communicator};
@@ -52,5 +51,4 @@ pub use group::{Group, group_depth};
 pub use library::{check, library, version};
 pub use nccl_sys;
 pub use reduce_op::{PreMulSum, ReduceOp, Reduction, scalar_bytes};
-pub use tracked::TrackedSlice;
 pub use unique_id::UniqueId;

@@ -11,7 +11,7 @@
 //!   it. On cudarc's own types that is an event wait and record per buffer
 //!   and call (about 0.8 us on an H200); a [`Tensor`] defers them while it
 //!   stays on one stream, so repeated operations cost what NCCL's call
-//!   costs (nccl-core's `TrackedSlice` has the rules).
+//!   costs (the crate's `TrackedSlice`, in `tracked.rs`, has the rules).
 //! * [`TensorCell`] holds a tensor whose type is known at run time, shared
 //!   between threads, with shape, strides and device.
 //! * [`Communicator`] runs every operation of the spec on either kind, and
@@ -39,6 +39,7 @@ mod communicator;
 mod dtype;
 mod error;
 mod operand;
+mod tracked;
 
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};
