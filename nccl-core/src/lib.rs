@@ -12,7 +12,7 @@
 //!   `InProgress` (nonblocking communicators) apart from errors.
 //! * [`UniqueId`] travels as bytes or hex text; [`DataType`], [`ReduceOp`]
 //!   and [`PreMulSum`] describe the data; [`Group`] wraps
-//!   `ncclGroupStart`/`ncclGroupEnd`.
+//!   `ncclGroupStart`/`ncclGroupEnd`; [`Version`] is a NCCL release.
 //! * The collectives here are `unsafe fn`s on device pointers; `nccl-tensor`
 //!   adds the safe, typed API.
 //!
@@ -50,5 +50,6 @@ pub use error::{Error, Result, ResultCode, Status};
 pub use group::{Group, group_depth};
 pub use library::{check, library, version};
 pub use nccl_sys;
+pub use nccl_sys::Version;
 pub use reduce_op::{PreMulSum, ReduceOp, Reduction, scalar_bytes};
 pub use unique_id::UniqueId;

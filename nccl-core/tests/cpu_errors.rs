@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use nccl_core::nccl_sys::{Attempt, LoadError, MissingSymbol, Version};
+use nccl_core::Version;
+use nccl_core::nccl_sys::{Attempt, LoadError, MissingSymbol};
 use nccl_core::{Error, ResultCode};
 
 /// The hint for codes this binding does not know.

@@ -2,7 +2,7 @@
 //! descriptions and communicator facts: no CUDA, no NCCL, so they are
 //! tested on machines without a GPU.
 
-use nccl_core::nccl_sys::Version;
+use nccl_core::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
 
 use crate::buffer::BufferDesc;

@@ -7,7 +7,7 @@
 //! its data-type match) needs a pre-multiplied sum created on a live
 //! communicator, so those checks are left to the GPU tests.
 
-use nccl_core::nccl_sys::Version;
+use nccl_core::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{BufferDesc, Error, Result};
