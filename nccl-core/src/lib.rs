@@ -13,6 +13,10 @@
 //! * [`UniqueId`] travels as bytes or hex text; [`DataType`], [`ReduceOp`]
 //!   and [`PreMulSum`] describe the data; [`Group`] wraps
 //!   `ncclGroupStart`/`ncclGroupEnd`; [`Version`] is a NCCL release.
+//! * [`for_each_data_type!`] is the one table of data types: `DataType` and
+//!   the per-type lists of the other crates are generated from it, and
+//!   [`with_data_type!`] runs code generic over the element type of a
+//!   `DataType`.
 //! * The collectives here are `unsafe fn`s on device pointers; `nccl-tensor`
 //!   adds the safe, typed API.
 //!
