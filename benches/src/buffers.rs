@@ -6,8 +6,8 @@
 //! buffers: the raw and core layers through their device addresses, the
 //! tensor layer through parts of them ([`Tensor::part`]), the group layer
 //! through copies. [`with_pair!`](crate::with_pair) runs code
-//! generic over the element type on whichever pair a run uses, so the
-//! dtype enum is mapped to a Rust type in one place.
+//! generic over the element type on whichever pair a run uses; the pairs
+//! and the mapping come from nccl-core's table of data types.
 
 use std::sync::Arc;
 
@@ -33,29 +33,38 @@ pub struct Pair<T: NcclType> {
     pub recv: Tensor<T>,
 }
 
-/// [`Pair`] for each element type of `-d`.
-#[derive(Debug)]
-pub enum TypedPair {
-    /// `int8`.
-    I8(Pair<i8>),
-    /// `uint8`.
-    U8(Pair<u8>),
-    /// `int32`.
-    I32(Pair<i32>),
-    /// `uint32`.
-    U32(Pair<u32>),
-    /// `int64`.
-    I64(Pair<i64>),
-    /// `uint64`.
-    U64(Pair<u64>),
-    /// `half`.
-    F16(Pair<half::f16>),
-    /// `bfloat16`.
-    Bf16(Pair<half::bf16>),
-    /// `float`.
-    F32(Pair<f32>),
-    /// `double`.
-    F64(Pair<f64>),
+/// Defines [`TypedPair`] and its `From<Pair<T>>` impls from the table.
+macro_rules! typed_pair {
+    ([] $($variant:ident { raw: $raw:ident, rust: $rust:ty, $($field:ident: $value:tt),* })*) => {
+        /// [`Pair`] for each element type of `-d`: one variant per
+        /// [`DataType`], of the same name.
+        #[derive(Debug)]
+        pub enum TypedPair {
+            $(
+                #[doc = concat!("[`DataType::", stringify!($variant), "`] buffers.")]
+                $variant(Pair<$rust>),
+            )*
+        }
+
+        $(impl From<Pair<$rust>> for TypedPair {
+            fn from(pair: Pair<$rust>) -> Self {
+                TypedPair::$variant(pair)
+            }
+        })*
+    };
+}
+
+nccl_core::for_each_data_type!(typed_pair);
+
+/// The match of [`with_pair!`](crate::with_pair) (a table callback).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __match_typed_pair {
+    ([$typed:expr, $pair:ident => $body:expr] $($variant:ident { $($fields:tt)* })*) => {
+        match $typed {
+            $($crate::buffers::TypedPair::$variant($pair) => $body,)*
+        }
+    };
 }
 
 /// Runs `$body` with `$pair` bound to the typed [`Pair`] inside a
@@ -64,18 +73,7 @@ pub enum TypedPair {
 /// functions bounded by [`BenchElement`].
 macro_rules! with_pair {
     ($typed:expr, $pair:ident => $body:expr) => {
-        match $typed {
-            $crate::buffers::TypedPair::I8($pair) => $body,
-            $crate::buffers::TypedPair::U8($pair) => $body,
-            $crate::buffers::TypedPair::I32($pair) => $body,
-            $crate::buffers::TypedPair::U32($pair) => $body,
-            $crate::buffers::TypedPair::I64($pair) => $body,
-            $crate::buffers::TypedPair::U64($pair) => $body,
-            $crate::buffers::TypedPair::F16($pair) => $body,
-            $crate::buffers::TypedPair::Bf16($pair) => $body,
-            $crate::buffers::TypedPair::F32($pair) => $body,
-            $crate::buffers::TypedPair::F64($pair) => $body,
-        }
+        ::nccl_core::for_each_data_type!($crate::__match_typed_pair, $typed, $pair => $body)
     };
 }
 pub(crate) use with_pair;
@@ -169,31 +167,22 @@ impl DeviceBuffers {
     /// `stream`'s device.
     ///
     /// # Errors
-    /// An element type nccl-perf does not run (the fp8 formats), or an
-    /// allocation failure.
+    /// An allocation failure.
     pub fn alloc(
         dtype: DataType,
         len: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Self, BenchError> {
         let len = len.max(1);
-        let pair = match dtype {
-            DataType::Int8 => TypedPair::I8(alloc_pair(stream, len)?),
-            DataType::Uint8 => TypedPair::U8(alloc_pair(stream, len)?),
-            DataType::Int32 => TypedPair::I32(alloc_pair(stream, len)?),
-            DataType::Uint32 => TypedPair::U32(alloc_pair(stream, len)?),
-            DataType::Int64 => TypedPair::I64(alloc_pair(stream, len)?),
-            DataType::Uint64 => TypedPair::U64(alloc_pair(stream, len)?),
-            DataType::Float16 => TypedPair::F16(alloc_pair(stream, len)?),
-            DataType::Bfloat16 => TypedPair::Bf16(alloc_pair(stream, len)?),
-            DataType::Float32 => TypedPair::F32(alloc_pair(stream, len)?),
-            DataType::Float64 => TypedPair::F64(alloc_pair(stream, len)?),
-            other => {
+        let pair = nccl_core::with_data_type!(
+            dtype,
+            T => TypedPair::from(alloc_pair::<T>(stream, len)?),
+            _ => {
                 return Err(BenchError::Usage(format!(
-                    "nccl-perf has no buffers for the element type {other}"
+                    "nccl-perf has no buffers for the element type {dtype}"
                 )));
             }
-        };
+        );
         Ok(Self { dtype, len, pair })
     }
 

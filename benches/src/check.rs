@@ -4,10 +4,12 @@
 //! Each rank fills its buffers with values that depend only on (rank,
 //! element index), so any rank can compute every other rank's input, and
 //! so the expected result, without talking to them. The values are small
-//! positive integers, exact in every type (bfloat16 included) and, for
-//! products, powers of two that stay small; integer types are compared
-//! exactly, floating-point types with a relative tolerance fit for the
-//! type (reduction order and `avg`'s pre-scaling may round differently).
+//! positive integers, exact in every type (bfloat16 included) but the 8-bit
+//! floats, which round some of them (the expected result starts from the
+//! rounded inputs), and, for products, powers of two that stay small;
+//! integer types are compared exactly, floating-point types with a relative
+//! tolerance fit for the type (reduction order and `avg`'s pre-scaling may
+//! round differently, and the 8-bit floats round every partial sum).
 //!
 //! Outputs that must be written are poisoned first (every byte `0xFF`: NaN
 //! for floating-point types, -1 or the maximum for integers, none of them a
@@ -70,8 +72,9 @@ pub trait Element: Copy + PartialEq + std::fmt::Debug {
     fn matches(got: Self, want: Self) -> bool;
 }
 
+/// [`Element`] for an integer type: exact, wrapping as the GPU does.
 macro_rules! integer_element {
-    ($($t:ty),*) => {$(
+    ($t:ty) => {
         impl Element for $t {
             const SIZE: usize = size_of::<$t>();
             const TOLERANCE: f64 = 0.0;
@@ -98,7 +101,9 @@ macro_rules! integer_element {
                     ReduceOp::Min => acc.min(x),
                 });
                 match op {
-                    ReduceOp::Avg => folded.checked_div(<$t>::try_from(world).unwrap_or(<$t>::MAX)).unwrap_or(folded),
+                    ReduceOp::Avg => folded
+                        .checked_div(<$t>::try_from(world).unwrap_or(<$t>::MAX))
+                        .unwrap_or(folded),
                     _ => folded,
                 }
             }
@@ -106,10 +111,23 @@ macro_rules! integer_element {
                 got == want
             }
         }
-    )*};
+    };
 }
 
-integer_element!(i8, u8, i32, u32, i64, u64);
+/// The integer rows of the table get [`integer_element!`]; the float
+/// formats have their host reference below.
+macro_rules! integer_elements {
+    ([] $($variant:ident { raw: $raw:ident, rust: $rust:ty, kind: $kind:ident, $($field:ident: $value:tt),* })*) => {
+        $(integer_elements!(@$kind $rust);)*
+    };
+    (@int $rust:ty) => {
+        integer_element!($rust);
+    };
+    (@float $rust:ty) => {};
+    (@fp8 $rust:ty) => {};
+}
+
+nccl_core::for_each_data_type!(integer_elements);
 
 fn float_reduce(values: impl Iterator<Item = f64>, op: ReduceOp, world: usize) -> f64 {
     let mut values = values.peekable();
@@ -132,8 +150,10 @@ fn float_matches(got: f64, want: f64, tolerance: f64) -> bool {
     (got - want).abs() <= tolerance * want.abs().max(1.0)
 }
 
+/// [`Element`] for a float type, stored as its `$bits` bit pattern: the
+/// host reference of a number format.
 macro_rules! float_element {
-    ($t:ty, $tolerance:expr, $from:expr, $to:expr) => {
+    ($t:ty, $bits:ty, $tolerance:expr, $from:expr, $to:expr) => {
         impl Element for $t {
             const SIZE: usize = size_of::<$t>();
             const TOLERANCE: f64 = $tolerance;
@@ -144,15 +164,17 @@ macro_rules! float_element {
                 $to(self)
             }
             fn write(self, out: &mut [u8]) {
-                out[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
+                out[..Self::SIZE].copy_from_slice(&self.to_bits().to_le_bytes());
             }
             fn read(bytes: &[u8]) -> Self {
                 let mut raw = [0u8; size_of::<$t>()];
                 raw.copy_from_slice(&bytes[..Self::SIZE]);
-                <$t>::from_le_bytes(raw)
+                <$t>::from_bits(<$bits>::from_le_bytes(raw))
             }
             fn reduce(values: impl Iterator<Item = f64>, op: ReduceOp, world: usize) -> Self {
-                Self::from_f64(float_reduce(values, op, world))
+                // The GPU reduces the inputs as this type holds them.
+                let held = values.map(|value| Self::from_f64(value).to_f64());
+                Self::from_f64(float_reduce(held, op, world))
             }
             fn matches(got: Self, want: Self) -> bool {
                 float_matches(got.to_f64(), want.to_f64(), Self::TOLERANCE)
@@ -161,68 +183,26 @@ macro_rules! float_element {
     };
 }
 
-float_element!(f32, 1e-5, |v: f64| v as f32, |x: f32| x as f64);
-float_element!(f64, 1e-12, |v: f64| v, |x: f64| x);
-float_element!(half::f16, 1e-2, half::f16::from_f64, |x: half::f16| x
-    .to_f64());
-float_element!(half::bf16, 5e-2, half::bf16::from_f64, |x: half::bf16| x
-    .to_f64());
-
-/// Runs `$body` with `$t` bound to the Rust type of `$dtype`, or evaluates
-/// `$otherwise` for a type the check does not cover (the fp8 formats).
-macro_rules! with_element {
-    ($dtype:expr, $t:ident => $body:expr, _ => $otherwise:expr) => {
-        match $dtype {
-            DataType::Int8 => {
-                type $t = i8;
-                $body
-            }
-            DataType::Uint8 => {
-                type $t = u8;
-                $body
-            }
-            DataType::Int32 => {
-                type $t = i32;
-                $body
-            }
-            DataType::Uint32 => {
-                type $t = u32;
-                $body
-            }
-            DataType::Int64 => {
-                type $t = i64;
-                $body
-            }
-            DataType::Uint64 => {
-                type $t = u64;
-                $body
-            }
-            DataType::Float16 => {
-                type $t = half::f16;
-                $body
-            }
-            DataType::Bfloat16 => {
-                type $t = half::bf16;
-                $body
-            }
-            DataType::Float32 => {
-                type $t = f32;
-                $body
-            }
-            DataType::Float64 => {
-                type $t = f64;
-                $body
-            }
-            _ => $otherwise,
-        }
-    };
-}
-
-/// Whether results of `dtype` can be checked.
-#[cfg(test)]
-pub fn checkable(dtype: DataType) -> bool {
-    with_element!(dtype, T => { let _ = T::SIZE; true }, _ => false)
-}
+float_element!(f32, u32, 1e-5, |v: f64| v as f32, |x: f32| x as f64);
+float_element!(f64, u64, 1e-12, |v: f64| v, |x: f64| x);
+float_element!(half::f16, u16, 1e-2, half::f16::from_f64, half::f16::to_f64);
+float_element!(
+    half::bf16,
+    u16,
+    5e-2,
+    half::bf16::from_f64,
+    half::bf16::to_f64
+);
+// The 8-bit floats round every partial sum: over up to 8 ranks, the inputs
+// here summed in any order of rounded pairwise additions (any ring or tree)
+// are off by at most 0.2 (e4m3) and 0.4 (e5m2) relative. (Paths, not method calls, pick float8's inherent `to_f64`
+// over `Element::to_f64`.)
+float_element!(float8::F8E4M3, u8, 0.25, float8::F8E4M3::from_f64, |x| {
+    float8::F8E4M3::to_f64(&x)
+});
+float_element!(float8::F8E5M2, u8, 0.5, float8::F8E5M2::from_f64, |x| {
+    float8::F8E5M2::to_f64(&x)
+});
 
 /// One period of a value pattern, encoded: element `i` is `value(i)`.
 fn encode_period<T: Element>(period: usize, value: impl Fn(usize) -> f64) -> Vec<u8> {
@@ -255,7 +235,7 @@ fn tile(period: &[u8], elem_size: usize, start: usize, len: usize) -> Vec<u8> {
 /// Counts the elements of `got` that do not match `expected` (both encoded
 /// as `dtype`); a length difference counts as that many wrong elements.
 pub fn count_wrong(dtype: DataType, got: &[u8], expected: &[u8]) -> u64 {
-    with_element!(dtype, T => count_wrong_typed::<T>(got, expected), _ => 0)
+    nccl_core::with_data_type!(dtype, T => count_wrong_typed::<T>(got, expected), _ => 0)
 }
 
 fn count_wrong_typed<T: Element>(got: &[u8], expected: &[u8]) -> u64 {
@@ -316,7 +296,7 @@ impl CheckSetup {
         if !self.collective.checks(self.mode) {
             return None;
         }
-        with_element!(self.dtype, T => Some(self.data_typed::<T>()), _ => None)
+        nccl_core::with_data_type!(self.dtype, T => Some(self.data_typed::<T>()), _ => None)
     }
 
     fn data_typed<T: Element>(&self) -> CheckData {
@@ -428,20 +408,9 @@ impl CheckSetup {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use float8::{F8E4M3, F8E5M2};
 
-    const ALL_TYPES: [DataType; 10] = [
-        DataType::Int8,
-        DataType::Uint8,
-        DataType::Int32,
-        DataType::Uint32,
-        DataType::Int64,
-        DataType::Uint64,
-        DataType::Float16,
-        DataType::Bfloat16,
-        DataType::Float32,
-        DataType::Float64,
-    ];
+    use super::*;
 
     #[test]
     fn inputs_are_nonzero_periodic_and_rank_dependent() {
@@ -498,12 +467,29 @@ mod tests {
         assert_eq!(u8::reduce([16.0, 32.0].into_iter(), ReduceOp::Prod, 2), 0);
         // One rank: the input itself.
         assert_eq!(u64::reduce([9.0].into_iter(), ReduceOp::Avg, 1), 9);
+        // The 8-bit floats reduce their inputs as they hold them: e5m2
+        // holds 9 as 8 and 11 as 12.
+        let e5m2 = |v: f64| F8E5M2::from_f64(v);
+        assert_eq!(e5m2(9.0).to_f64(), 8.0);
+        assert_eq!(
+            F8E5M2::reduce([9.0, 11.0].into_iter(), ReduceOp::Sum, 2),
+            e5m2(20.0)
+        );
+        assert_eq!(
+            F8E5M2::reduce([9.0, 11.0].into_iter(), ReduceOp::Max, 2),
+            e5m2(12.0)
+        );
+        assert_eq!(
+            F8E4M3::reduce(v.into_iter(), ReduceOp::Sum, 4).to_f64(),
+            16.0 // 17 rounds to 16 (3 mantissa bits)
+        );
     }
 
     #[test]
     fn reductions_of_the_inputs_are_exact_in_every_type() {
         // With up to 8 ranks, sums, products, max and min of the inputs are
-        // small integers, so every type holds them exactly.
+        // small integers, so every type but the 8-bit floats holds them
+        // exactly.
         for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
             for world in 1..=8 {
                 for i in 0..REDUCTION_PERIOD {
@@ -544,6 +530,14 @@ mod tests {
         ));
         assert!(!i32::matches(4, 5));
         assert!(u64::matches(7, 7));
+        let e4m3 = F8E4M3::from_f64;
+        assert!(F8E4M3::matches(e4m3(72.0), e4m3(80.0)));
+        assert!(!F8E4M3::matches(e4m3(56.0), e4m3(80.0)));
+        assert!(!F8E4M3::matches(F8E4M3::from_bits(POISON), e4m3(1.0)));
+        let e5m2 = F8E5M2::from_f64;
+        assert!(F8E5M2::matches(e5m2(48.0), e5m2(80.0)));
+        assert!(!F8E5M2::matches(e5m2(32.0), e5m2(80.0)));
+        assert!(!F8E5M2::matches(F8E5M2::from_bits(POISON), e5m2(1.0)));
     }
 
     #[test]
@@ -581,8 +575,7 @@ mod tests {
         let off_by_one: Vec<u8> = [5i32, 6, 8].iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(count_wrong(DataType::Int32, &off_by_one, &ints), 1);
         assert_eq!(count_wrong(DataType::Int8, &[1, 2, 3], &[1, 2, 4]), 1);
-        for dtype in ALL_TYPES {
-            assert!(checkable(dtype));
+        for dtype in DataType::ALL {
             let size = dtype.size_bytes();
             assert_eq!(
                 count_wrong(dtype, &vec![POISON; 8 * size], &vec![1; 8 * size]),
@@ -590,7 +583,6 @@ mod tests {
                 "{dtype}"
             );
         }
-        assert!(!checkable(DataType::Float8E4M3));
     }
 
     #[test]
@@ -688,7 +680,7 @@ mod tests {
         // Before the run, every rank that must receive something sees it as wrong
         // (all but in-place all_reduce/reduce/reduce_scatter, whose input is already
         // the answer on one rank).
-        with_element!(dtype, T => simulate::<T>(&setups, &mut data), _ => unreachable!());
+        nccl_core::with_data_type!(dtype, T => simulate::<T>(&setups, &mut data), _ => panic!("{dtype} is not in the table"));
         for (rank, d) in data.iter().enumerate() {
             if let Some(expected) = &d.expected {
                 let size = dtype.size_bytes();
@@ -729,7 +721,7 @@ mod tests {
                     continue;
                 }
                 for world in [1, 2, 3, 8] {
-                    for dtype in ALL_TYPES {
+                    for dtype in DataType::ALL {
                         let ops: &[ReduceOp] = if collective.reduces() {
                             &ReduceOp::ALL
                         } else {

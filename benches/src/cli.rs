@@ -72,7 +72,7 @@ pub struct Args {
     pub check: u8,
 
     /// Element type.
-    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = DataTypeArg::Float)]
+    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = DataTypeArg::FLOAT)]
     pub datatype: DataTypeArg,
 
     /// Reduction of all_reduce, reduce and reduce_scatter.
@@ -288,46 +288,38 @@ impl ValueEnum for CollectiveArg {
     }
 }
 
-/// The element types nccl-tests names with `-d`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DataTypeArg {
-    /// 32-bit IEEE float.
-    Float,
-    /// 16-bit IEEE float.
-    Half,
-    /// bfloat16.
-    Bfloat16,
-    /// 64-bit IEEE float.
-    Double,
-    /// Signed 32-bit integer.
-    Int32,
-    /// Signed 8-bit integer.
-    Int8,
-    /// Unsigned 8-bit integer.
-    Uint8,
-    /// Unsigned 32-bit integer.
-    Uint32,
-    /// Signed 64-bit integer.
-    Int64,
-    /// Unsigned 64-bit integer.
-    Uint64,
-}
+/// An element type of `-d`: every [`DataType`], by the name nccl-tests
+/// gives it (`float`, `half`, `bfloat16`, `f8e4m3`, ...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataTypeArg(pub DataType);
 
 impl DataTypeArg {
+    /// `float`, nccl-tests' default.
+    pub const FLOAT: Self = Self(DataType::Float32);
+
+    const ALL: [Self; DataType::ALL.len()] = {
+        let mut all = [Self::FLOAT; DataType::ALL.len()];
+        let mut index = 0;
+        while index < all.len() {
+            all[index] = Self(DataType::ALL[index]);
+            index += 1;
+        }
+        all
+    };
+
     /// The NCCL data type.
     pub const fn data_type(self) -> DataType {
-        match self {
-            DataTypeArg::Float => DataType::Float32,
-            DataTypeArg::Half => DataType::Float16,
-            DataTypeArg::Bfloat16 => DataType::Bfloat16,
-            DataTypeArg::Double => DataType::Float64,
-            DataTypeArg::Int32 => DataType::Int32,
-            DataTypeArg::Int8 => DataType::Int8,
-            DataTypeArg::Uint8 => DataType::Uint8,
-            DataTypeArg::Uint32 => DataType::Uint32,
-            DataTypeArg::Int64 => DataType::Int64,
-            DataTypeArg::Uint64 => DataType::Uint64,
-        }
+        self.0
+    }
+}
+
+impl ValueEnum for DataTypeArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.short_name()).help(self.0.description()))
     }
 }
 
@@ -506,6 +498,22 @@ mod tests {
     }
 
     #[test]
+    fn every_data_type_is_a_datatype_value_by_its_nccl_tests_name() {
+        for dtype in DataType::ALL {
+            let args = Args::try_parse_from(["nccl-perf", "-d", dtype.short_name()]).unwrap();
+            assert_eq!(args.datatype.data_type(), dtype);
+        }
+        let names: Vec<String> = DataTypeArg::value_variants()
+            .iter()
+            .filter_map(|value| value.to_possible_value())
+            .map(|value| value.get_name().to_string())
+            .collect();
+        assert_eq!(names.len(), DataType::ALL.len());
+        assert!(names.iter().any(|name| name == "f8e5m2"), "{names:?}");
+        assert!(Args::try_parse_from(["nccl-perf", "-d", "float32"]).is_err());
+    }
+
+    #[test]
     fn compare_errors() {
         assert_eq!(
             parse_compare("raw,raw"),
@@ -599,7 +607,7 @@ mod tests {
             (1024, 1 << 30, 4)
         );
         assert_eq!((args.iters, args.warmup_iters, args.check), (200, 20, 0));
-        assert_eq!(args.datatype, DataTypeArg::Bfloat16);
+        assert_eq!(args.datatype, DataTypeArg(DataType::Bfloat16));
         assert_eq!(args.op, ReduceOpArg::Max);
         assert_eq!((args.root, args.ngpus), (1, Some(2)));
         assert_eq!(args.layer, LayerKind::Raw);

@@ -12,7 +12,11 @@
 //!   `InProgress` (nonblocking communicators) apart from errors.
 //! * [`UniqueId`] travels as bytes or hex text; [`DataType`], [`ReduceOp`]
 //!   and [`PreMulSum`] describe the data; [`Group`] wraps
-//!   `ncclGroupStart`/`ncclGroupEnd`.
+//!   `ncclGroupStart`/`ncclGroupEnd`; [`Version`] is a NCCL release.
+//! * [`for_each_data_type!`] is the one table of data types: `DataType` and
+//!   the per-type lists of the other crates are generated from it, and
+//!   [`with_data_type!`] runs code generic over the element type of a
+//!   `DataType`.
 //! * The collectives here are `unsafe fn`s on device pointers; `nccl-tensor`
 //!   adds the safe, typed API.
 //!
@@ -39,7 +43,6 @@ mod group;
 mod library;
 mod op;
 mod reduce_op;
-mod tracked;
 mod unique_id;
 
 pub use communicator::{AbortHandle, Communicator};
@@ -52,7 +55,7 @@ pub use error::{Error, ErrorChain, ErrorKind, Result, ResultCode, Status};
 pub use group::{Group, group_depth};
 pub use library::{check, library, version};
 pub use nccl_sys;
+pub use nccl_sys::Version;
 pub use op::{Call, Op};
 pub use reduce_op::{PreMulSum, ReduceOp, Reduction, scalar_bytes};
-pub use tracked::TrackedSlice;
 pub use unique_id::UniqueId;

@@ -213,6 +213,32 @@ impl Drop for PreMulSum<'_> {
     }
 }
 
+/// `from_f64` and `to_f64` for the primitive floats, which `half`'s and
+/// `float8`'s types have as inherent functions: with it in scope,
+/// `<T>::from_f64` and `to_f64` encode every float type of the table.
+trait F64Conversions {
+    fn from_f64(value: f64) -> Self;
+    fn to_f64(self) -> f64;
+}
+
+impl F64Conversions for f32 {
+    fn from_f64(value: f64) -> Self {
+        value as f32
+    }
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl F64Conversions for f64 {
+    fn from_f64(value: f64) -> Self {
+        value
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
 /// `scalar` as one element of `dtype`, in the first bytes of the result.
 ///
 /// # Errors
@@ -228,8 +254,8 @@ pub fn scalar_bytes(dtype: DataType, scalar: f64) -> Result<[u8; 8]> {
         return Err(invalid("a finite number"));
     }
     let mut out = [0u8; 8];
-    macro_rules! int {
-        ($t:ty) => {{
+    macro_rules! encode {
+        (int, $t:ty) => {{
             // `as` saturates, so check the range before converting: the
             // upper bound is exclusive because `MAX as f64` rounds up for
             // 64-bit types.
@@ -240,31 +266,28 @@ pub fn scalar_bytes(dtype: DataType, scalar: f64) -> Result<[u8; 8]> {
             let value = scalar as $t;
             out[..size_of::<$t>()].copy_from_slice(&value.to_ne_bytes());
         }};
+        (float, $t:ty) => {{
+            let value = <$t>::from_f64(scalar);
+            if !value.to_f64().is_finite() {
+                return Err(invalid("a number within the type's range"));
+            }
+            let bits = value.to_bits().to_ne_bytes();
+            out[..bits.len()].copy_from_slice(&bits);
+        }};
+        (fp8, $t:ty) => {
+            encode!(float, $t)
+        };
     }
-    match dtype {
-        DataType::Int8 => int!(i8),
-        DataType::Uint8 => int!(u8),
-        DataType::Int32 => int!(i32),
-        DataType::Uint32 => int!(u32),
-        DataType::Int64 => int!(i64),
-        DataType::Uint64 => int!(u64),
-        DataType::Float16 => out[..2].copy_from_slice(&half::f16::from_f64(scalar).to_ne_bytes()),
-        DataType::Bfloat16 => out[..2].copy_from_slice(&half::bf16::from_f64(scalar).to_ne_bytes()),
-        DataType::Float32 => out[..4].copy_from_slice(&(scalar as f32).to_ne_bytes()),
-        DataType::Float64 => out.copy_from_slice(&scalar.to_ne_bytes()),
-        DataType::Float8E4M3 => out[0] = float8::F8E4M3::from_f64(scalar).to_bits(),
-        DataType::Float8E5M2 => out[0] = float8::F8E5M2::from_f64(scalar).to_bits(),
+    macro_rules! encode_by_type {
+        (
+            []
+            $($variant:ident { raw: $raw:ident, rust: $rust:ty, kind: $kind:ident, $($field:ident: $value:tt),* })*
+        ) => {
+            match dtype {
+                $(DataType::$variant => encode!($kind, $rust),)*
+            }
+        };
     }
-    let encoded_finite = match dtype {
-        DataType::Float16 => half::f16::from_f64(scalar).is_finite(),
-        DataType::Bfloat16 => half::bf16::from_f64(scalar).is_finite(),
-        DataType::Float32 => (scalar as f32).is_finite(),
-        DataType::Float8E4M3 => float8::F8E4M3::from_f64(scalar).to_f64().is_finite(),
-        DataType::Float8E5M2 => float8::F8E5M2::from_f64(scalar).to_f64().is_finite(),
-        _ => true,
-    };
-    if !encoded_finite {
-        return Err(invalid("a number within the type's range"));
-    }
+    crate::for_each_data_type!(encode_by_type);
     Ok(out)
 }

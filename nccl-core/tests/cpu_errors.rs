@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use nccl_core::cudarc::driver::{DriverError, sys::CUresult};
-use nccl_core::nccl_sys::{Attempt, LoadError, MissingSymbol, Version};
-use nccl_core::{Error, ErrorChain, ErrorKind, ResultCode};
+use nccl_core::nccl_sys::{Attempt, LoadError, MissingSymbol};
+use nccl_core::{Error, ErrorChain, ErrorKind, ResultCode, Version};
 
 /// The hint for codes this binding does not know.
 const UNKNOWN_HINT: &str = "a result code this binding does not know (newer libnccl?)";

@@ -3,8 +3,8 @@
 
 use float8::{F8E4M3, F8E5M2};
 use half::{bf16, f16};
-use nccl_core::nccl_sys::{Version, ncclDataType_t, ncclRedOp_t};
-use nccl_core::{DataType, Error, ReduceOp, scalar_bytes};
+use nccl_core::nccl_sys::{ncclDataType_t, ncclRedOp_t};
+use nccl_core::{DataType, Error, ReduceOp, Version, scalar_bytes};
 
 /// `(type, size, C value, C name, short name, float?, fp8?, min version)`.
 type Row = (
@@ -140,6 +140,98 @@ fn all_lists_every_type_once_in_c_order() {
     for (index, (dtype, row)) in DataType::ALL.iter().zip(TABLE).enumerate() {
         assert_eq!(*dtype, row.0, "index {index}");
         assert_eq!(dtype.to_raw().0 as usize, index);
+    }
+}
+
+/// One row of `for_each_data_type!`, with what the Rust type says of itself.
+#[derive(Debug)]
+struct MacroRow {
+    dtype: DataType,
+    raw: ncclDataType_t,
+    raw_name: &'static str,
+    rust_size: usize,
+    rust_name: &'static str,
+    kind: &'static str,
+    bytes: usize,
+    since: Version,
+    short: &'static str,
+    doc: &'static str,
+}
+
+macro_rules! macro_rows {
+    (
+        []
+        $($variant:ident {
+            raw: $raw:ident,
+            rust: $rust:ty,
+            kind: $kind:ident,
+            bytes: $bytes:literal,
+            since: ($major:literal, $minor:literal, $patch:literal),
+            short: $short:literal,
+            doc: $doc:literal
+        })*
+    ) => {
+        [$(MacroRow {
+            dtype: DataType::$variant,
+            raw: ncclDataType_t::$raw,
+            raw_name: stringify!($raw),
+            rust_size: size_of::<$rust>(),
+            rust_name: std::any::type_name::<$rust>(),
+            kind: stringify!($kind),
+            bytes: $bytes,
+            since: Version::new($major, $minor, $patch),
+            short: $short,
+            doc: $doc,
+        }),*]
+    };
+}
+
+#[test]
+fn the_table_macro_and_data_type_agree() {
+    let rows = nccl_core::for_each_data_type!(macro_rows);
+    assert_eq!(
+        rows.iter().map(|row| row.dtype).collect::<Vec<_>>(),
+        DataType::ALL.to_vec()
+    );
+    for row in &rows {
+        let dtype = row.dtype;
+        assert_eq!(row.bytes, row.rust_size, "{row:?}");
+        assert_eq!(dtype.size_bytes(), row.bytes, "{row:?}");
+        assert_eq!(dtype.to_raw(), row.raw, "{row:?}");
+        assert_eq!(DataType::from_raw(row.raw), Some(dtype), "{row:?}");
+        assert_eq!(dtype.name(), row.raw_name, "{row:?}");
+        assert_eq!(dtype.short_name(), row.short, "{row:?}");
+        assert_eq!(dtype.description(), row.doc, "{row:?}");
+        assert_eq!(dtype.min_version(), row.since, "{row:?}");
+        let (is_float, is_fp8) = match row.kind {
+            "int" => (false, false),
+            "float" => (true, false),
+            "fp8" => (true, true),
+            other => panic!("unknown kind {other} in {row:?}"),
+        };
+        assert_eq!(
+            (dtype.is_float(), dtype.is_fp8()),
+            (is_float, is_fp8),
+            "{row:?}"
+        );
+        // The Rust type is the one of its kind: floats come from half and
+        // float8 or are f32/f64, integers are primitives of the right sign.
+        let rust = row.rust_name;
+        assert_eq!(
+            is_float,
+            rust.starts_with("half::") || rust.starts_with("float8::") || rust.starts_with('f'),
+            "{row:?}"
+        );
+        assert_eq!(is_fp8, rust.starts_with("float8::"), "{row:?}");
+        let with_type = nccl_core::with_data_type!(dtype, T => std::any::type_name::<T>(), _ => "");
+        assert_eq!(with_type, rust, "{row:?}");
+    }
+    for (index, row) in rows.iter().enumerate() {
+        for other in &rows[index + 1..] {
+            assert_ne!(row.raw, other.raw, "{row:?} {other:?}");
+            assert_ne!(row.short, other.short, "{row:?} {other:?}");
+            assert_ne!(row.rust_name, other.rust_name, "{row:?} {other:?}");
+        }
     }
 }
 
@@ -479,7 +571,7 @@ fn scalar_bytes_rejects_integers_out_of_range() {
 
 /// 2^63 and 2^64 do not fit `i64`/`u64`, but `scalar as i64` saturates to
 /// `i64::MAX`, which rounds back to 2^63 as an f64, so the round-trip check
-/// in `scalar_bytes` (nccl-core/src/reduce_op.rs, the `int!` macro) accepts
+/// in `scalar_bytes` (nccl-core/src/reduce_op.rs, `encode!(int, ..)`) accepts
 /// them and encodes `i64::MAX` / `u64::MAX` instead.
 #[test]
 fn scalar_bytes_rejects_the_first_value_past_64_bit_ranges() {
@@ -541,4 +633,37 @@ fn scalar_bytes_of_one_for_every_type() {
         };
         assert_eq!(&bytes[..size], expected.as_slice(), "{dtype:?}");
     }
+}
+
+#[test]
+fn scalar_bytes_rejects_floats_past_the_range_and_fp8_saturates() {
+    for (dtype, scalar, given) in [
+        (DataType::Float16, 70_000.0, "70000"),
+        (
+            DataType::Bfloat16,
+            1e39,
+            "1000000000000000000000000000000000000000",
+        ),
+        (
+            DataType::Float32,
+            1e39,
+            "1000000000000000000000000000000000000000",
+        ),
+    ] {
+        assert_scalar_rejected(
+            dtype,
+            scalar,
+            &format!("a number within the type's range for {dtype}"),
+            given,
+        );
+    }
+    assert_eq!(
+        scalar_bytes(DataType::Float64, 1e300).unwrap(),
+        1e300f64.to_ne_bytes()
+    );
+    // float8's conversion saturates to the largest finite magnitude.
+    let e4m3 = scalar_bytes(DataType::Float8E4M3, 1e6).unwrap();
+    assert_eq!(F8E4M3::from_bits(e4m3[0]).to_f64(), 448.0);
+    let e5m2 = scalar_bytes(DataType::Float8E5M2, -1e6).unwrap();
+    assert_eq!(F8E5M2::from_bits(e5m2[0]).to_f64(), -57_344.0);
 }

@@ -14,8 +14,8 @@ use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nccl_core::nccl_sys::{self, Version};
-use nccl_core::{Config, DataType, ReduceOp, Reduction, UniqueId, scalar_bytes};
+use nccl_core::nccl_sys;
+use nccl_core::{Config, DataType, ReduceOp, Reduction, UniqueId, Version, scalar_bytes};
 use nccl_group::testing::{DeviceList, Membership};
 use nccl_group::{InProcessStore, PrefixStore, RendezvousConfig, StoreSpec};
 use nccl_tensor::BufferDesc;

@@ -9,10 +9,11 @@ use cudarc::driver::{
     CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
     ValidAsZeroBits,
 };
-use nccl_core::{DataType, TrackedSlice};
+use nccl_core::DataType;
 
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
+use crate::tracked::TrackedSlice;
 
 /// What an operation needs to know about a buffer to check its arguments,
 /// without touching the GPU. Plain data, so checks are pure functions.
@@ -120,7 +121,8 @@ typed_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
 /// another stream, [`as_slice`](Self::as_slice) and the other borrows,
 /// [`into_parts`](Self::into_parts) and drop. Code that uses the memory
 /// through cudarc is ordered exactly as with cudarc alone; an operation
-/// costs what NCCL's call costs (see nccl-core's `TrackedSlice`).
+/// costs what NCCL's call costs (`TrackedSlice`, in `tracked.rs`, has
+/// the rules).
 ///
 /// ```no_run
 /// # fn main() -> nccl_tensor::Result<()> {

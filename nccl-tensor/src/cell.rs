@@ -11,71 +11,21 @@ use crate::buffer::{BufferDesc, Tensor, TypedBuffer, TypedBufferMut};
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
 
-/// A typed tensor of any [`NcclType`]: the storage of a [`TensorCell`].
-#[non_exhaustive]
-#[derive(Debug)]
-pub enum AnyTensor {
-    /// `i8` elements.
-    Int8(Tensor<i8>),
-    /// `u8` elements.
-    Uint8(Tensor<u8>),
-    /// `i32` elements.
-    Int32(Tensor<i32>),
-    /// `u32` elements.
-    Uint32(Tensor<u32>),
-    /// `i64` elements.
-    Int64(Tensor<i64>),
-    /// `u64` elements.
-    Uint64(Tensor<u64>),
-    /// `half::f16` elements.
-    Float16(Tensor<half::f16>),
-    /// `half::bf16` elements.
-    Bfloat16(Tensor<half::bf16>),
-    /// `f32` elements.
-    Float32(Tensor<f32>),
-    /// `f64` elements.
-    Float64(Tensor<f64>),
-    /// `float8::F8E4M3` elements.
-    Float8E4M3(Tensor<float8::F8E4M3>),
-    /// `float8::F8E5M2` elements.
-    Float8E5M2(Tensor<float8::F8E5M2>),
-}
-
-/// Runs `$body` with `$t` bound to the typed tensor inside an [`AnyTensor`].
-macro_rules! with_typed {
-    ($any:expr, $t:ident => $body:expr) => {
-        match $any {
-            AnyTensor::Int8($t) => $body,
-            AnyTensor::Uint8($t) => $body,
-            AnyTensor::Int32($t) => $body,
-            AnyTensor::Uint32($t) => $body,
-            AnyTensor::Int64($t) => $body,
-            AnyTensor::Uint64($t) => $body,
-            AnyTensor::Float16($t) => $body,
-            AnyTensor::Bfloat16($t) => $body,
-            AnyTensor::Float32($t) => $body,
-            AnyTensor::Float64($t) => $body,
-            AnyTensor::Float8E4M3($t) => $body,
-            AnyTensor::Float8E5M2($t) => $body,
+/// Defines [`AnyTensor`] and the [`IntoAnyTensor`] impls from the table.
+macro_rules! any_tensor {
+    ([] $($variant:ident { raw: $raw:ident, rust: $rust:ty, $($field:ident: $value:tt),* })*) => {
+        /// A typed tensor of any [`NcclType`]: the storage of a
+        /// [`TensorCell`]. One variant per [`DataType`], of the same name.
+        #[non_exhaustive]
+        #[derive(Debug)]
+        pub enum AnyTensor {
+            $(
+                #[doc = concat!("[`DataType::", stringify!($variant), "`] elements.")]
+                $variant(Tensor<$rust>),
+            )*
         }
-    };
-}
 
-/// Conversions between a typed [`Tensor`] and [`AnyTensor`].
-pub trait IntoAnyTensor: NcclType {
-    /// Wraps a typed tensor.
-    fn into_any(tensor: Tensor<Self>) -> AnyTensor;
-    /// The typed tensor, if `any` holds this type.
-    fn from_any(any: AnyTensor) -> std::result::Result<Tensor<Self>, AnyTensor>;
-    /// A reference to the typed tensor, if `any` holds this type.
-    fn from_any_ref(any: &AnyTensor) -> Option<&Tensor<Self>>;
-    /// A mutable reference to the typed tensor, if `any` holds this type.
-    fn from_any_mut(any: &mut AnyTensor) -> Option<&mut Tensor<Self>>;
-}
-
-macro_rules! into_any {
-    ($($t:ty => $variant:ident),* $(,)?) => {$(
-        impl IntoAnyTensor for $t {
+        $(impl IntoAnyTensor for $rust {
             fn into_any(tensor: Tensor<Self>) -> AnyTensor {
                 AnyTensor::$variant(tensor)
             }
@@ -97,14 +47,38 @@ macro_rules! into_any {
                     _ => None,
                 }
             }
-        }
-    )*};
+        })*
+    };
 }
 
-into_any! {
-    i8 => Int8, u8 => Uint8, i32 => Int32, u32 => Uint32, i64 => Int64, u64 => Uint64,
-    half::f16 => Float16, half::bf16 => Bfloat16, f32 => Float32, f64 => Float64,
-    float8::F8E4M3 => Float8E4M3, float8::F8E5M2 => Float8E5M2,
+nccl_core::for_each_data_type!(any_tensor);
+
+/// The match of [`with_typed!`] (a table callback).
+macro_rules! match_any_tensor {
+    ([$any:expr, $t:ident => $body:expr] $($variant:ident { $($fields:tt)* })*) => {
+        match $any {
+            $(AnyTensor::$variant($t) => $body,)*
+        }
+    };
+}
+
+/// Runs `$body` with `$t` bound to the typed tensor inside an [`AnyTensor`].
+macro_rules! with_typed {
+    ($any:expr, $t:ident => $body:expr) => {
+        nccl_core::for_each_data_type!(match_any_tensor, $any, $t => $body)
+    };
+}
+
+/// Conversions between a typed [`Tensor`] and [`AnyTensor`].
+pub trait IntoAnyTensor: NcclType {
+    /// Wraps a typed tensor.
+    fn into_any(tensor: Tensor<Self>) -> AnyTensor;
+    /// The typed tensor, if `any` holds this type.
+    fn from_any(any: AnyTensor) -> std::result::Result<Tensor<Self>, AnyTensor>;
+    /// A reference to the typed tensor, if `any` holds this type.
+    fn from_any_ref(any: &AnyTensor) -> Option<&Tensor<Self>>;
+    /// A mutable reference to the typed tensor, if `any` holds this type.
+    fn from_any_mut(any: &mut AnyTensor) -> Option<&mut Tensor<Self>>;
 }
 
 impl AnyTensor {

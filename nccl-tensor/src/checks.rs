@@ -4,7 +4,7 @@
 //! applies is written once, in [`Plan::new`](crate::Plan::new); the list
 //! form of `all_gather` has its own ([`all_gather_list`]).
 
-use nccl_core::nccl_sys::Version;
+use nccl_core::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
 
 use crate::buffer::BufferDesc;

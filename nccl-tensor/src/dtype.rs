@@ -9,14 +9,9 @@ mod sealed {
 
 /// A Rust element type with a NCCL data type of the same size and layout.
 ///
-/// Sealed: only the types below implement it.
-///
-/// | Rust | NCCL |
-/// |---|---|
-/// | `i8`, `u8`, `i32`, `u32`, `i64`, `u64` | `ncclInt8` ... `ncclUint64` |
-/// | `half::f16`, `half::bf16` | `ncclFloat16`, `ncclBfloat16` (NCCL 2.10+) |
-/// | `f32`, `f64` | `ncclFloat32`, `ncclFloat64` |
-/// | `float8::F8E4M3`, `float8::F8E5M2` | `ncclFloat8e4m3`, `ncclFloat8e5m2` (NCCL 2.24+; reductions need compute capability 9.0) |
+/// Sealed: implemented for the Rust type of every [`DataType`] (its
+/// variants name them: `f32`, `half::bf16`, `float8::F8E4M3`, ...), from
+/// the table of [`nccl_core::for_each_data_type!`].
 ///
 /// # Safety
 /// `DATA_TYPE.size_bytes()` equals `size_of::<Self>()` and every bit
@@ -28,28 +23,20 @@ pub unsafe trait NcclType:
     const DATA_TYPE: DataType;
 }
 
-macro_rules! nccl_type {
-    ($($t:ty => $dtype:ident),* $(,)?) => {$(
-        impl sealed::Sealed for $t {}
-        // SAFETY: the sizes match (checked by a test over every type) and
-        // every bit pattern is a valid value of these plain numeric types.
-        unsafe impl NcclType for $t {
-            const DATA_TYPE: DataType = DataType::$dtype;
+macro_rules! nccl_type_impls {
+    ([] $($variant:ident { raw: $raw:ident, rust: $rust:ty, $($field:ident: $value:tt),* })*) => {$(
+        impl sealed::Sealed for $rust {}
+        // SAFETY: the sizes match (asserted below, at compile time) and the
+        // table's Rust types are plain numbers, every bit pattern of which
+        // is a valid value.
+        unsafe impl NcclType for $rust {
+            const DATA_TYPE: DataType = DataType::$variant;
         }
+        const _: () = assert!(
+            size_of::<$rust>() == DataType::$variant.size_bytes(),
+            concat!("the size of ", stringify!($variant), "'s Rust type differs from NCCL's"),
+        );
     )*};
 }
 
-nccl_type! {
-    i8 => Int8,
-    u8 => Uint8,
-    i32 => Int32,
-    u32 => Uint32,
-    i64 => Int64,
-    u64 => Uint64,
-    half::f16 => Float16,
-    half::bf16 => Bfloat16,
-    f32 => Float32,
-    f64 => Float64,
-    float8::F8E4M3 => Float8E4M3,
-    float8::F8E5M2 => Float8E5M2,
-}
+nccl_core::for_each_data_type!(nccl_type_impls);

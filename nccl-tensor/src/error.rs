@@ -109,9 +109,9 @@ pub enum Error {
         /// The data type.
         dtype: DataType,
         /// The first release with it.
-        needed: nccl_core::nccl_sys::Version,
+        needed: nccl_core::Version,
         /// The loaded release.
-        loaded: nccl_core::nccl_sys::Version,
+        loaded: nccl_core::Version,
     },
     /// A reduction the data type, the device or the loaded NCCL does not support.
     #[error("{op}: reduction {reduction} on {dtype} is not supported: {reason}")]

@@ -9,9 +9,9 @@
 //! * Stream ordering is cudarc's: an operation on a buffer waits for the
 //!   buffer's last accesses on other streams, and later accesses wait for
 //!   it. On cudarc's own types that is an event wait and record per buffer
-//!   and call (about 0.8 us on an H200); a [`Tensor`] defers them while it
+//!   and call (docs/measurements has its cost); a [`Tensor`] defers them while it
 //!   stays on one stream, so repeated operations cost what NCCL's call
-//!   costs (nccl-core's `TrackedSlice` has the rules).
+//!   costs (the crate's `TrackedSlice`, in `tracked.rs`, has the rules).
 //! * [`TensorCell`] holds a tensor whose type is known at run time, shared
 //!   between threads, with shape, strides and device.
 //! * [`Communicator`] runs every operation of the spec on either kind, and
@@ -41,6 +41,7 @@ mod error;
 mod operand;
 mod plan;
 mod planned;
+mod tracked;
 
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};

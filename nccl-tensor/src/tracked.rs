@@ -111,7 +111,7 @@ impl Pending {
 /// the context, tracking disabled, or a slice allocated without events)
 /// nothing is deferred and nothing waits, as with cudarc itself.
 #[derive(Debug)]
-pub struct TrackedSlice<T> {
+pub(crate) struct TrackedSlice<T> {
     slice: CudaSlice<T>,
     address: sys::CUdeviceptr,
     /// cudarc's write event of `slice`, learnt from the first write; valid
@@ -135,7 +135,7 @@ fn recorded_event(record: &SyncOnDrop<'_>) -> Option<EventHandle> {
 
 impl<T> TrackedSlice<T> {
     /// Wraps `slice`; nothing is deferred yet.
-    pub fn new(slice: CudaSlice<T>) -> Self {
+    pub(crate) fn new(slice: CudaSlice<T>) -> Self {
         // cudarc hands the address out only with an access: one on the
         // slice's own stream, whose record is not needed (no work uses it).
         let (address, record) = slice.device_ptr(slice.stream());
@@ -149,17 +149,12 @@ impl<T> TrackedSlice<T> {
     }
 
     /// The number of elements.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.slice.len()
     }
 
-    /// Whether the slice has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.slice.len() == 0
-    }
-
     /// The context (device) the memory belongs to.
-    pub fn context(&self) -> &Arc<CudaContext> {
+    pub(crate) fn context(&self) -> &Arc<CudaContext> {
         self.slice.context()
     }
 
@@ -172,7 +167,11 @@ impl<T> TrackedSlice<T> {
     /// Calls `f` with the device address, valid for reads by work that `f`
     /// enqueues on `stream`: `stream` first waits for the last write made
     /// on another stream.
-    pub fn read<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(sys::CUdeviceptr) -> R) -> R {
+    pub(crate) fn read<R>(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(sys::CUdeviceptr) -> R,
+    ) -> R {
         if !tracking(stream) {
             return f(self.address);
         }
@@ -214,7 +213,7 @@ impl<T> TrackedSlice<T> {
     /// Calls `f` with the device address, valid for reads and writes by
     /// work that `f` enqueues on `stream`: `stream` first waits for every
     /// earlier access made on another stream.
-    pub fn write<R>(
+    pub(crate) fn write<R>(
         &mut self,
         stream: &Arc<CudaStream>,
         f: impl FnOnce(sys::CUdeviceptr) -> R,
@@ -320,7 +319,7 @@ impl<T> TrackedSlice<T> {
 
     /// The cudarc slice, for use on any stream: a deferred write is
     /// recorded first, so cudarc's accesses wait for it.
-    pub fn slice(&self) -> &CudaSlice<T> {
+    pub(crate) fn slice(&self) -> &CudaSlice<T> {
         let mut pending = self.lock();
         if let Some(deferred) = pending.as_mut() {
             self.publish_write(deferred);
@@ -332,32 +331,29 @@ impl<T> TrackedSlice<T> {
 
     /// A mutable cudarc view of the whole slice: every deferred access is
     /// recorded first.
-    pub fn slice_mut(&mut self) -> CudaViewMut<'_, T> {
+    pub(crate) fn slice_mut(&mut self) -> CudaViewMut<'_, T> {
         self.flush();
         self.slice.as_view_mut()
     }
 
     /// A mutable cudarc view of `range`, as [`slice_mut`](Self::slice_mut);
     /// `None` for a range past the end.
-    pub fn range_mut(&mut self, range: std::ops::Range<usize>) -> Option<CudaViewMut<'_, T>> {
+    pub(crate) fn range_mut(
+        &mut self,
+        range: std::ops::Range<usize>,
+    ) -> Option<CudaViewMut<'_, T>> {
         self.flush();
         self.slice.try_slice_mut(range)
     }
 
     /// The cudarc slice, with every deferred access recorded.
-    pub fn into_inner(mut self) -> CudaSlice<T> {
+    pub(crate) fn into_inner(mut self) -> CudaSlice<T> {
         self.flush();
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again, so the slice is
         // moved out exactly once; the other fields own nothing after the
         // flush (an empty state and a plain handle).
         unsafe { std::ptr::read(&this.slice) }
-    }
-}
-
-impl<T> From<CudaSlice<T>> for TrackedSlice<T> {
-    fn from(slice: CudaSlice<T>) -> Self {
-        Self::new(slice)
     }
 }
 
