@@ -101,10 +101,9 @@ pub struct Args {
     pub collective: Option<CollectiveArg>,
 
     /// The layer that issues the calls: raw nccl-sys function pointers, nccl-core,
-    /// nccl-tensor's safe typed API (which has no in-place all_gather, reduce_scatter or
-    /// all_to_all: those halves print N/A), or nccl-group's ProcessGroup (an op + Work::wait
-    /// per call; whole-tensor ops only: in-place all_reduce, broadcast and reduce,
-    /// out-of-place all_gather, reduce_scatter and all_to_all, no sendrecv; the rest N/A),
+    /// nccl-tensor's safe typed API (no in-place form for an operation whose output and
+    /// input differ in size: those halves print N/A), or nccl-group's ProcessGroup (an op +
+    /// Work::wait per call; the forms of the tensor layer but sendrecv, the rest N/A),
     /// on its own NCCL stream (group) or on the caller's (group-caller).
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,
@@ -264,18 +263,20 @@ pub enum CollectiveArg {
     One(Collective),
 }
 
+/// Every collective of [`Collective::ALL`], then `all`.
+const COLLECTIVE_ARGS: [CollectiveArg; Collective::ALL.len() + 1] = {
+    let mut args = [CollectiveArg::All; Collective::ALL.len() + 1];
+    let mut index = 0;
+    while index < Collective::ALL.len() {
+        args[index] = CollectiveArg::One(Collective::ALL[index]);
+        index += 1;
+    }
+    args
+};
+
 impl ValueEnum for CollectiveArg {
     fn value_variants<'a>() -> &'a [Self] {
-        &[
-            CollectiveArg::One(Collective::AllReduce),
-            CollectiveArg::One(Collective::Broadcast),
-            CollectiveArg::One(Collective::Reduce),
-            CollectiveArg::One(Collective::AllGather),
-            CollectiveArg::One(Collective::ReduceScatter),
-            CollectiveArg::One(Collective::AllToAll),
-            CollectiveArg::One(Collective::SendRecv),
-            CollectiveArg::All,
-        ]
+        &COLLECTIVE_ARGS
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
