@@ -8,7 +8,8 @@
 //! pre-multiplied sum of this communicator and type) and leaves the rest to
 //! its `# Safety` contract; [`Communicator::issue_unchecked`] is for a
 //! caller that made those checks itself (nccl-tensor's plan step). The
-//! per-operation methods (`all_reduce`, ...) are `issue` with one `Op`.
+//! classic operations' methods (`all_reduce`, ...) are `issue` with one
+//! `Op`, written as one table (`shorthands!`).
 
 use std::ffi::c_void;
 
@@ -187,244 +188,106 @@ impl Communicator {
             (count, 0)
         }
     }
+}
 
+/// The classic operations as methods of their own, each [`Communicator::issue`]
+/// with one [`Op`]: `$name($args) => $call` defines
+/// `unsafe fn $name(&self, $args, stream) -> Result<Status>` issuing `$call`.
+macro_rules! shorthands {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident $(<$lt:lifetime>)? ($($arg:ident: $ty:ty),* $(,)?) => $call:expr;
+    )*) => {
+        impl Communicator {$(
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// As [`Communicator::issue`].
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn $name $(<$lt>)? (&self, $($arg: $ty,)* stream: &CudaStream) -> Result<Status> {
+                // SAFETY: the caller's contract is `issue`'s.
+                unsafe { self.issue($call, stream) }
+            }
+        )*}
+    };
+}
+
+shorthands! {
     /// `ncclAllReduce`: reduces `count` elements across ranks; every rank
     /// gets the result in `recv`. `send == recv` is in place.
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    pub unsafe fn all_reduce<'a>(
-        &self,
+    fn all_reduce<'a>(
         send: *const c_void,
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
         op: impl Into<Reduction<'a>>,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let op = Op::AllReduce(op.into());
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::AllReduce(op.into()), send, recv, count, dtype };
 
     /// `ncclBroadcast`: copies `count` elements from `send` on rank `root`
     /// into `recv` on every rank. `send` is read on the root only.
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    pub unsafe fn broadcast(
-        &self,
+    fn broadcast(
         send: *const c_void,
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
         root: i32,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let op = Op::Broadcast { root };
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::Broadcast { root }, send, recv, count, dtype };
 
     /// `ncclReduce`: reduces `count` elements across ranks into `recv` on
-    /// rank `root` (`recv` is not touched elsewhere).
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`] (`recv` needs to be valid on the root only).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn reduce<'a>(
-        &self,
+    /// rank `root` (`recv` is not touched elsewhere, and needs to be valid
+    /// on the root only).
+    fn reduce<'a>(
         send: *const c_void,
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
         op: impl Into<Reduction<'a>>,
         root: i32,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let op = Op::Reduce {
-            op: op.into(),
-            root,
-        };
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::Reduce { op: op.into(), root }, send, recv, count, dtype };
 
     /// `ncclAllGather`: every rank contributes `send_count` elements; `recv`
     /// receives `world_size * send_count` elements in rank order.
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    pub unsafe fn all_gather(
-        &self,
+    fn all_gather(
         send: *const c_void,
         recv: *mut c_void,
         send_count: usize,
         dtype: DataType,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let (op, count) = (Op::AllGather, send_count);
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::AllGather, send, recv, count: send_count, dtype };
 
     /// `ncclReduceScatter`: reduces `world_size * recv_count` elements
     /// across ranks; rank `r` receives block `r` (`recv_count` elements).
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    pub unsafe fn reduce_scatter<'a>(
-        &self,
+    fn reduce_scatter<'a>(
         send: *const c_void,
         recv: *mut c_void,
         recv_count: usize,
         dtype: DataType,
         op: impl Into<Reduction<'a>>,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let (op, count) = (Op::ReduceScatter(op.into()), recv_count);
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::ReduceScatter(op.into()), send, recv, count: recv_count, dtype };
 
-    /// `ncclAlltoAll` (NCCL 2.28+): block `j` of `send` (`count` elements)
-    /// goes to rank `j`, and block `i` of `recv` comes from rank `i`.
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`]; the buffers do not overlap.
-    pub unsafe fn all_to_all(
-        &self,
+    /// `ncclAlltoAll` (NCCL 2.28+, grouped sends and receives before):
+    /// block `j` of `send` (`count` elements) goes to rank `j`, and block
+    /// `i` of `recv` comes from rank `i`. The buffers do not overlap.
+    fn all_to_all(
         send: *const c_void,
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let op = Op::AllToAll;
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::AllToAll, send, recv, count, dtype };
 
     /// `ncclSend`: sends `count` elements to rank `peer`, which must post
     /// the matching [`Communicator::recv`].
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    pub unsafe fn send(
-        &self,
+    fn send(
         send: *const c_void,
         count: usize,
         dtype: DataType,
         peer: i32,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let (op, recv) = (Op::Send { peer }, std::ptr::null_mut());
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::Send { peer }, send, recv: std::ptr::null_mut(), count, dtype };
 
     /// `ncclRecv`: receives `count` elements from rank `peer`.
-    ///
-    /// # Safety
-    /// As [`Communicator::issue`].
-    pub unsafe fn recv(
-        &self,
+    fn recv(
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
         peer: i32,
-        stream: &CudaStream,
-    ) -> Result<Status> {
-        let (op, send) = (Op::Recv { peer }, std::ptr::null());
-        // SAFETY: the caller's contract is `issue`'s.
-        unsafe {
-            self.issue(
-                Call {
-                    op,
-                    send,
-                    recv,
-                    count,
-                    dtype,
-                },
-                stream,
-            )
-        }
-    }
+    ) => Call { op: Op::Recv { peer }, send: std::ptr::null(), recv, count, dtype };
 }
