@@ -628,7 +628,7 @@ mod tests {
         let dashed = Args::try_parse_from(["nccl-perf", "reduce-scatter"]).unwrap();
         assert_eq!(dashed.collectives(), vec![Collective::ReduceScatter]);
         let all = Args::try_parse_from(["nccl-perf", "all"]).unwrap();
-        assert_eq!(all.collectives().len(), 7);
+        assert_eq!(all.collectives(), Collective::ALL.to_vec());
     }
 
     #[test]
@@ -644,7 +644,7 @@ mod tests {
             &["nccl-perf", "-d", "float8"],
             &["nccl-perf", "-o", "xor"],
             &["nccl-perf", "--layer", "magic"],
-            &["nccl-perf", "gather"],
+            &["nccl-perf", "alltoallv"],
             &["nccl-perf", "--op-name", "all_reduce", "broadcast"],
         ] {
             assert!(
