@@ -387,6 +387,27 @@ impl CheckSetup {
                     Some(expected),
                 )
             }
+            Collective::Gather => {
+                let expected: Vec<u8> = (0..world).flat_map(|r| movement(r, 0, pc)).collect();
+                let input = movement(rank, 0, pc);
+                let mut recv = poison(world * pc);
+                let expected = (rank == root).then_some(expected);
+                if in_place {
+                    recv[rank * pc * size..(rank + 1) * pc * size].copy_from_slice(&input);
+                    (Vec::new(), recv, 0, expected)
+                } else {
+                    (input, recv, 0, expected)
+                }
+            }
+            Collective::Scatter => {
+                let input = movement(rank, 0, world * pc);
+                let expected = Some(movement(root, rank * pc, pc));
+                if in_place {
+                    (Vec::new(), input, rank * pc, expected)
+                } else {
+                    (input, poison(pc), 0, expected)
+                }
+            }
             Collective::SendRecv => {
                 let from = (rank + world - 1) % world;
                 (
@@ -411,6 +432,7 @@ mod tests {
     use float8::{F8E4M3, F8E5M2};
 
     use super::*;
+    use nccl_tensor::Extent;
 
     #[test]
     fn inputs_are_nonzero_periodic_and_rank_dependent() {
@@ -617,9 +639,9 @@ mod tests {
                 } else {
                     &d.send
                 };
-                let len = match s.collective {
-                    Collective::ReduceScatter | Collective::AllToAll => world * pc,
-                    _ => pc,
+                let len = match s.collective.sizes().input {
+                    Extent::World => world * pc,
+                    Extent::Block => pc,
                 };
                 decode(&buffer[send_offset * size..(send_offset + len) * size])
             })
@@ -642,6 +664,14 @@ mod tests {
                 Collective::AllToAll => (0..world)
                     .flat_map(|j| inputs[j][rank * pc..(rank + 1) * pc].to_vec())
                     .map(T::from_f64)
+                    .collect(),
+                Collective::Gather if rank == s.root => {
+                    inputs.iter().flatten().map(|&v| T::from_f64(v)).collect()
+                }
+                Collective::Gather => continue,
+                Collective::Scatter => inputs[s.root][rank * pc..(rank + 1) * pc]
+                    .iter()
+                    .map(|&v| T::from_f64(v))
                     .collect(),
                 Collective::SendRecv => inputs[(rank + world - 1) % world]
                     .iter()
@@ -696,7 +726,8 @@ mod tests {
                     assert_eq!(count_wrong(dtype, &corrupted, expected), 1);
                 }
             } else {
-                assert!(collective == Collective::Reduce && rank != root);
+                let rooted = matches!(collective, Collective::Reduce | Collective::Gather);
+                assert!(rooted && rank != root, "{collective} rank {rank}");
             }
         }
     }

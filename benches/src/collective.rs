@@ -25,6 +25,10 @@ pub enum Collective {
     AllToAll,
     /// `ncclSend` to the next rank and `ncclRecv` from the previous one in one group (sendrecv_perf).
     SendRecv,
+    /// `ncclGather`, or grouped send/recv on a libnccl older than 2.28 (gather_perf).
+    Gather,
+    /// `ncclScatter`, or grouped send/recv on a libnccl older than 2.28 (scatter_perf).
+    Scatter,
 }
 
 /// Out-of-place (separate send and receive buffers) or in-place (one buffer).
@@ -94,7 +98,7 @@ pub struct Facts {
 
 impl Collective {
     /// Every collective, in the order `nccl-perf all` runs them.
-    pub const ALL: [Collective; 7] = [
+    pub const ALL: [Collective; 9] = [
         Collective::AllReduce,
         Collective::Broadcast,
         Collective::Reduce,
@@ -102,48 +106,26 @@ impl Collective {
         Collective::ReduceScatter,
         Collective::AllToAll,
         Collective::SendRecv,
+        Collective::Gather,
+        Collective::Scatter,
     ];
 
     /// The one table of what nccl-perf knows about each collective, with
     /// [`Collective::ops`].
     pub const fn facts(self) -> Facts {
         use BusFactor::{AllReduce, One, Spread};
+        #[rustfmt::skip]
         let (name, dashed_name, rounding, bus, checks_in_place, prints_redop) = match self {
-            Collective::AllReduce => (
-                "all_reduce",
-                "all-reduce",
-                Rounding::None,
-                AllReduce,
-                true,
-                true,
-            ),
-            Collective::Broadcast => ("broadcast", "broadcast", Rounding::None, One, true, false),
-            Collective::Reduce => ("reduce", "reduce", Rounding::None, One, true, true),
-            Collective::AllGather => (
-                "all_gather",
-                "all-gather",
-                Rounding::Elements(4),
-                Spread,
-                true,
-                false,
-            ),
-            Collective::ReduceScatter => (
-                "reduce_scatter",
-                "reduce-scatter",
-                Rounding::Elements(4),
-                Spread,
-                true,
-                true,
-            ),
-            Collective::AllToAll => (
-                "all_to_all",
-                "all-to-all",
-                Rounding::Bytes(16),
-                Spread,
-                false,
-                false,
-            ),
-            Collective::SendRecv => ("sendrecv", "sendrecv", Rounding::None, One, false, true),
+            //                          name              dashed            rounding                bus        in place  redop
+            Collective::AllReduce =>     ("all_reduce",     "all-reduce",     Rounding::None,         AllReduce, true,     true),
+            Collective::Broadcast =>     ("broadcast",      "broadcast",      Rounding::None,         One,       true,     false),
+            Collective::Reduce =>        ("reduce",         "reduce",         Rounding::None,         One,       true,     true),
+            Collective::AllGather =>     ("all_gather",     "all-gather",     Rounding::Elements(4),  Spread,    true,     false),
+            Collective::ReduceScatter => ("reduce_scatter", "reduce-scatter", Rounding::Elements(4),  Spread,    true,     true),
+            Collective::AllToAll =>      ("all_to_all",     "all-to-all",     Rounding::Bytes(16),    Spread,    false,    false),
+            Collective::SendRecv =>      ("sendrecv",       "sendrecv",       Rounding::None,         One,       false,    true),
+            Collective::Gather =>        ("gather",         "gather",         Rounding::Bytes(16),    Spread,    true,     false),
+            Collective::Scatter =>       ("scatter",        "scatter",        Rounding::Bytes(16),    Spread,    true,     false),
         };
         Facts {
             name,
@@ -169,6 +151,8 @@ impl Collective {
             Collective::ReduceScatter => vec![Op::ReduceScatter(op)],
             Collective::AllToAll => vec![Op::AllToAll],
             Collective::SendRecv => vec![Op::Send { peer: next }, Op::Recv { peer: previous }],
+            Collective::Gather => vec![Op::Gather { root }],
+            Collective::Scatter => vec![Op::Scatter { root }],
         }
     }
 

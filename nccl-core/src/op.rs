@@ -42,6 +42,18 @@ pub enum Op<'r> {
     /// `ncclAlltoAll` (NCCL 2.28+): block `j` of rank `i`'s data goes to
     /// block `i` of rank `j`.
     AllToAll,
+    /// `ncclGather` (NCCL 2.28+): `root` gets every rank's data, in rank
+    /// order.
+    Gather {
+        /// The rank that gets the data.
+        root: i32,
+    },
+    /// `ncclScatter` (NCCL 2.28+): rank `r` gets block `r` of `root`'s
+    /// data.
+    Scatter {
+        /// The rank whose data is scattered.
+        root: i32,
+    },
     /// `ncclSend` to `peer`, which posts the matching [`Op::Recv`].
     Send {
         /// The receiving rank.
@@ -64,6 +76,8 @@ impl<'r> Op<'r> {
             Op::AllGather => "all_gather",
             Op::ReduceScatter(_) => "reduce_scatter",
             Op::AllToAll => "all_to_all",
+            Op::Gather { .. } => "gather",
+            Op::Scatter { .. } => "scatter",
             Op::Send { .. } => "send",
             Op::Recv { .. } => "recv",
         }
@@ -78,6 +92,8 @@ impl<'r> Op<'r> {
             Op::AllGather => "ncclAllGather",
             Op::ReduceScatter(_) => "ncclReduceScatter",
             Op::AllToAll => "ncclAlltoAll",
+            Op::Gather { .. } => "ncclGather",
+            Op::Scatter { .. } => "ncclScatter",
             Op::Send { .. } => "ncclSend",
             Op::Recv { .. } => "ncclRecv",
         }
@@ -96,7 +112,10 @@ impl<'r> Op<'r> {
     /// receive's).
     pub const fn rank_argument(&self) -> Option<(&'static str, i32)> {
         match *self {
-            Op::Broadcast { root } | Op::Reduce { root, .. } => Some(("root", root)),
+            Op::Broadcast { root }
+            | Op::Reduce { root, .. }
+            | Op::Gather { root }
+            | Op::Scatter { root } => Some(("root", root)),
             Op::Send { peer } => Some(("dst", peer)),
             Op::Recv { peer } => Some(("src", peer)),
             _ => None,
@@ -111,7 +130,7 @@ impl<'r> Op<'r> {
     /// Whether the operation can be issued as grouped sends and receives
     /// ([`Call::point_to_point_parts`]).
     pub const fn has_point_to_point_form(&self) -> bool {
-        matches!(self, Op::AllToAll)
+        matches!(self, Op::AllToAll | Op::Gather { .. } | Op::Scatter { .. })
     }
 }
 
@@ -200,6 +219,16 @@ impl<'r> Call<'r> {
                 // SAFETY: see above.
                 unsafe { f(send, recv, count, dtype, comm, stream) }
             }
+            Op::Gather { root } => {
+                let f = functions.ncclGather()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, root, comm, stream) }
+            }
+            Op::Scatter { root } => {
+                let f = functions.ncclScatter()?;
+                // SAFETY: see above.
+                unsafe { f(send, recv, count, dtype, root, comm, stream) }
+            }
             Op::Send { peer } => {
                 let f = functions.ncclSend()?;
                 // SAFETY: see above.
@@ -214,29 +243,48 @@ impl<'r> Call<'r> {
     }
 
     /// The call as grouped sends and receives, for the operations that
-    /// move one block of `count` elements per rank pair (all_to_all): the
-    /// form issued on a libnccl without the operation's own function, and
-    /// by whoever wants to compare the two. `None` for the others. `rank`
-    /// and `world` are the issuing rank's and the communicator's size.
+    /// move blocks of `count` elements between ranks (all_to_all, gather,
+    /// scatter): the form issued on a libnccl without the operation's own
+    /// function, and by whoever wants to compare the two. `None` for the
+    /// others. `rank` is the issuing rank and `world` the communicator's
+    /// size; block `j` of a buffer of one block per rank starts `j` blocks in.
     pub fn point_to_point_parts(
         &self,
         rank: i32,
         world: i32,
     ) -> Option<impl Iterator<Item = Call<'r>> + use<'r>> {
-        let _ = rank;
+        if !self.op.has_point_to_point_form() {
+            return None;
+        }
         let call = *self;
         let block = call.count * call.dtype.size_bytes();
-        let part = move |op, peer: i32| Call {
-            op,
-            send: call.send.wrapping_byte_add(peer as usize * block),
-            recv: call.recv.wrapping_byte_add(peer as usize * block),
-            ..call
+        let at = move |index: i32| index as usize * block;
+        // Per peer: what this rank sends it and what it receives from it.
+        let parts = move |peer: i32| {
+            let send = |offset| Call {
+                op: Op::Send { peer },
+                send: call.send.wrapping_byte_add(offset),
+                recv: std::ptr::null_mut(),
+                ..call
+            };
+            let recv = |offset| Call {
+                op: Op::Recv { peer },
+                send: std::ptr::null(),
+                recv: call.recv.wrapping_byte_add(offset),
+                ..call
+            };
+            match call.op {
+                Op::Gather { root } => [
+                    (peer == root).then(|| send(0)),
+                    (rank == root).then(|| recv(at(peer))),
+                ],
+                Op::Scatter { root } => [
+                    (rank == root).then(|| send(at(peer))),
+                    (peer == root).then(|| recv(0)),
+                ],
+                _ => [Some(send(at(peer))), Some(recv(at(peer)))],
+            }
         };
-        match self.op {
-            Op::AllToAll => Some((0..world).flat_map(move |peer| {
-                [part(Op::Send { peer }, peer), part(Op::Recv { peer }, peer)]
-            })),
-            _ => None,
-        }
+        Some((0..world).flat_map(parts).flatten())
     }
 }

@@ -482,6 +482,51 @@ impl Communicator {
             .enqueue()
     }
 
+    /// Gathers every rank's `input` into `output` on rank `root`, in rank
+    /// order (`torch.distributed.gather`, with the gather list as one
+    /// tensor of world size x input elements). `ncclGather` where the
+    /// loaded NCCL has it (2.28+), grouped send/recv otherwise. `output`
+    /// is written on the root only; elsewhere any buffer will do (an empty
+    /// one).
+    ///
+    /// Checks: `root` in range; on the root, output length = world size x
+    /// input length; the same data type; the buffers as in `all_reduce`.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn gather(
+        &self,
+        output: impl Output,
+        input: impl Input,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
+        self.plan(Op::Gather { root }, Pair { input, output }, stream)?
+            .enqueue()
+    }
+
+    /// Scatters `input` of rank `root` (world size x output elements):
+    /// rank `r` gets block `r` in `output` (`torch.distributed.scatter`,
+    /// with the scatter list as one tensor). `ncclScatter` where the loaded
+    /// NCCL has it (2.28+), grouped send/recv otherwise. `input` is read on
+    /// the root only; elsewhere any buffer will do (an empty one).
+    ///
+    /// Checks: `root` in range; on the root, input length = world size x
+    /// output length; the same data type; the buffers as in `all_reduce`.
+    ///
+    /// # Errors
+    /// A failed check, or NCCL's error.
+    pub fn scatter(
+        &self,
+        output: impl Output,
+        input: impl Input,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
+        self.plan(Op::Scatter { root }, Pair { input, output }, stream)?
+            .enqueue()
+    }
+
     /// Synchronises all ranks: an all-reduce of one cached element on
     /// `stream` (allocated by the first call). Work enqueued on `stream`
     /// after it starts once every rank has reached the barrier;

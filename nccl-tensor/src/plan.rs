@@ -135,21 +135,31 @@ pub struct Rules {
     pub layouts: Layouts,
     /// How their lengths relate.
     pub sizes: Sizes,
+    /// Whether the buffer of one block per rank is used on the root only
+    /// (gather's output, scatter's input): elsewhere its length is not
+    /// checked, and an empty buffer will do.
+    pub spread_on_root_only: bool,
 }
 
 /// The rules of `op`.
 pub const fn rules(op: &Op<'_>) -> Rules {
-    let (layouts, sizes) = match op {
+    let (layouts, sizes, spread_on_root_only) = match op {
         Op::AllReduce(_) | Op::Broadcast { .. } | Op::Reduce { .. } => {
-            (Layouts::Either, Sizes::SAME)
+            (Layouts::Either, Sizes::SAME, false)
         }
-        Op::AllGather => (Layouts::OutOfPlace, Sizes::GATHERED),
-        Op::ReduceScatter(_) => (Layouts::OutOfPlace, Sizes::SCATTERED),
-        Op::AllToAll => (Layouts::OutOfPlace, Sizes::EXCHANGED),
-        Op::Send { .. } => (Layouts::Input, Sizes::SAME),
-        Op::Recv { .. } => (Layouts::Output, Sizes::SAME),
+        Op::AllGather => (Layouts::OutOfPlace, Sizes::GATHERED, false),
+        Op::ReduceScatter(_) => (Layouts::OutOfPlace, Sizes::SCATTERED, false),
+        Op::AllToAll => (Layouts::OutOfPlace, Sizes::EXCHANGED, false),
+        Op::Gather { .. } => (Layouts::OutOfPlace, Sizes::GATHERED, true),
+        Op::Scatter { .. } => (Layouts::OutOfPlace, Sizes::SCATTERED, true),
+        Op::Send { .. } => (Layouts::Input, Sizes::SAME, false),
+        Op::Recv { .. } => (Layouts::Output, Sizes::SAME, false),
     };
-    Rules { layouts, sizes }
+    Rules {
+        layouts,
+        sizes,
+        spread_on_root_only,
+    }
 }
 
 /// An operation whose every argument passed its checks: what to enqueue.
@@ -207,7 +217,12 @@ impl<'r> Plan<'r> {
                 checks::buffer(name, "input", &input, info)?;
                 checks::buffer(name, "output", &output, info)?;
                 checks::same_dtype(name, &input, &output)?;
-                let count = sized(name, rules.sizes, &input, &output, info)?;
+                let on_root = match op.rank_argument() {
+                    Some((_, root)) => root == info.rank,
+                    None => true,
+                };
+                let check_spread = on_root || !rules.spread_on_root_only;
+                let count = sized(name, rules.sizes, &input, &output, info, check_spread)?;
                 (output.dtype, count, input.len)
             }
         };
@@ -224,13 +239,15 @@ impl<'r> Plan<'r> {
 }
 
 /// Checks the lengths of an out-of-place operation against its
-/// [`Sizes`]; returns NCCL's count.
+/// [`Sizes`] (the length of the buffer of one block per rank only where
+/// `check_spread`); returns NCCL's count.
 fn sized(
     op: &'static str,
     sizes: Sizes,
     input: &BufferDesc<'_>,
     output: &BufferDesc<'_>,
     info: &CommInfo,
+    check_spread: bool,
 ) -> Result<usize> {
     let world = info.world_size.max(1) as usize;
     // The reference is the first buffer of one block, else the input,
@@ -258,6 +275,9 @@ fn sized(
         }
         Extent::World => reference_len / world,
     };
+    if checked_extent == Extent::World && reference_extent == Extent::Block && !check_spread {
+        return Ok(block);
+    }
     let (expected, rule) = match (reference_extent, checked_extent) {
         (Extent::Block, Extent::World) if input_is_reference => {
             (block.saturating_mul(world), "world size x input elements")

@@ -64,6 +64,8 @@ fn every_operation_has_its_name_and_rules() {
         ("all_gather", Layouts::OutOfPlace, Sizes::GATHERED),
         ("reduce_scatter", Layouts::OutOfPlace, Sizes::SCATTERED),
         ("all_to_all", Layouts::OutOfPlace, Sizes::EXCHANGED),
+        ("gather", Layouts::OutOfPlace, Sizes::GATHERED),
+        ("scatter", Layouts::OutOfPlace, Sizes::SCATTERED),
         ("send", Layouts::Input, Sizes::SAME),
         ("recv", Layouts::Output, Sizes::SAME),
     ];
@@ -107,7 +109,7 @@ fn every_operation_refuses_the_layouts_it_does_not_take() {
         }
     }
     // all_reduce, broadcast and reduce refuse 2 layouts each; the others 3.
-    assert_eq!(refused, 3 * 2 + 5 * 3);
+    assert_eq!(refused, 3 * 2 + 7 * 3);
 }
 
 #[test]
@@ -491,5 +493,44 @@ fn sizes_give_each_buffers_length_for_a_count() {
     assert_eq!(
         Sizes::GATHERED.lengths(usize::MAX, 2),
         (usize::MAX, usize::MAX)
+    );
+}
+
+#[test]
+fn gather_and_scatter_size_their_spread_buffer_on_the_root_only() {
+    for op in every_op() {
+        let on_root_only = matches!(op, Op::Gather { .. } | Op::Scatter { .. });
+        assert_eq!(
+            rules(&op).spread_on_root_only,
+            on_root_only,
+            "{}",
+            op.name()
+        );
+    }
+    // Rank 0 of 4; the root is rank 1, then rank 0.
+    let elsewhere = |root| (Op::Gather { root }, Op::Scatter { root });
+    let (gather, scatter) = elsewhere(1);
+    // Not the root: the spread buffer may be anything, even empty.
+    assert_eq!(counts(gather, &info(), pair(f32s(8), f32s(0))), (8, 8));
+    assert_eq!(counts(scatter, &info(), pair(f32s(3), f32s(8))), (8, 3));
+    // The root: world size x the block, as all_gather and reduce_scatter.
+    let (gather, scatter) = elsewhere(0);
+    assert_eq!(counts(gather, &info(), pair(f32s(8), f32s(32))), (8, 8));
+    assert_eq!(counts(scatter, &info(), pair(f32s(32), f32s(8))), (8, 32));
+    let short = plan(gather, &info(), pair(f32s(8), f32s(31))).unwrap_err();
+    assert_eq!(
+        short.to_string(),
+        "gather: output has 31 elements, expected 32 (world size x input elements)"
+    );
+    let short = plan(scatter, &info(), pair(f32s(30), f32s(8))).unwrap_err();
+    assert_eq!(
+        short.to_string(),
+        "scatter: input has 30 elements, expected 32 (world size x output elements)"
+    );
+    // The root is checked like any root.
+    let outside = plan(Op::Gather { root: 4 }, &info(), pair(f32s(8), f32s(32))).unwrap_err();
+    assert_eq!(
+        outside.to_string(),
+        "gather: root 4 is out of range: expected 0..4"
     );
 }

@@ -238,6 +238,66 @@ impl ProcessGroup {
         self.issue_multi(Op::AllToAll, pairs, streams)
     }
 
+    /// Gathers every rank's `input` into `output` (world x input elements)
+    /// on global rank `root`, in rank order (`torch.distributed.gather`);
+    /// elsewhere `output` is not touched and may be empty. The work holds
+    /// `(output, input)`.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`].
+    pub fn gather<T: NcclType>(
+        &self,
+        output: Tensor<T>,
+        input: Tensor<T>,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        self.issue(Op::Gather { root }, (output, input), stream)
+    }
+
+    /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue_multi`].
+    pub fn gather_multi<T: NcclType>(
+        &self,
+        pairs: PairParts<T>,
+        root: i32,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<PairParts<T>> {
+        self.issue_multi(Op::Gather { root }, pairs, streams)
+    }
+
+    /// Scatters `input` (world x output elements) of global rank `root`:
+    /// each rank gets its block in `output` (`torch.distributed.scatter`);
+    /// elsewhere `input` is not read and may be empty. The work holds
+    /// `(output, input)`.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`].
+    pub fn scatter<T: NcclType>(
+        &self,
+        output: Tensor<T>,
+        input: Tensor<T>,
+        root: i32,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        self.issue(Op::Scatter { root }, (output, input), stream)
+    }
+
+    /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue_multi`].
+    pub fn scatter_multi<T: NcclType>(
+        &self,
+        pairs: PairParts<T>,
+        root: i32,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<PairParts<T>> {
+        self.issue_multi(Op::Scatter { root }, pairs, streams)
+    }
+
     /// Sends `tensor` to process `dst` over the pair's own communicator.
     ///
     /// # Errors

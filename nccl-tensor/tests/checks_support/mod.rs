@@ -136,7 +136,7 @@ pub fn valid_layout(op: &Op<'_>, dtype: DataType, n: usize) -> Layout<'static> {
 }
 
 /// One of each operation: reductions are sums, roots and peers rank 1.
-pub fn every_op() -> [Op<'static>; 8] {
+pub fn every_op() -> [Op<'static>; 10] {
     [
         Op::AllReduce(SUM),
         Op::Broadcast { root: 1 },
@@ -144,6 +144,8 @@ pub fn every_op() -> [Op<'static>; 8] {
         Op::AllGather,
         Op::ReduceScatter(SUM),
         Op::AllToAll,
+        Op::Gather { root: 1 },
+        Op::Scatter { root: 1 },
         Op::Send { peer: 1 },
         Op::Recv { peer: 1 },
     ]
