@@ -173,11 +173,12 @@ impl Call {
         self.collective.ops(self.op, self.root, self.ring_peers())
     }
 
-    /// [`Call::ops`] as nccl-core calls on this call's buffers. Without
-    /// `ncclAlltoAll` (`native_all_to_all` false) an all_to_all is a send
-    /// and a receive per peer, block by block, as nccl-tests issues it
-    /// (nccl-core's [`nccl_core::Call::point_to_point_parts`]).
-    pub fn core_calls(&self, native_all_to_all: bool) -> Vec<nccl_core::Call<'static>> {
+    /// [`Call::ops`] as nccl-core calls on this call's buffers. An
+    /// operation whose function `library` lacks (all_to_all, gather and
+    /// scatter before NCCL 2.28) is a send and a receive per peer, block by
+    /// block, as nccl-tests issues it (nccl-core's
+    /// [`nccl_core::Call::point_to_point_parts`]).
+    pub fn core_calls(&self, library: &nccl_sys::NcclLibrary) -> Vec<nccl_core::Call<'static>> {
         let mut calls = Vec::new();
         for op in self.ops() {
             let call = nccl_core::Call {
@@ -188,7 +189,7 @@ impl Call {
                 dtype: self.dtype,
             };
             match call.point_to_point_parts(self.rank, self.world) {
-                Some(parts) if !native_all_to_all => calls.extend(parts),
+                Some(parts) if !library.functions().has(op.function()) => calls.extend(parts),
                 _ => calls.push(call),
             }
         }

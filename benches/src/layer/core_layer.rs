@@ -4,7 +4,7 @@
 use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, Group};
 
-use super::{Call, Launch, Layer, LayerKind, has_native_all_to_all};
+use super::{Call, Launch, Layer, LayerKind};
 use crate::buffers::DeviceBuffers;
 use crate::error::BenchError;
 
@@ -12,17 +12,12 @@ use crate::error::BenchError;
 pub struct CoreLayer<'a> {
     comm: &'a Communicator,
     stream: &'a CudaStream,
-    native_all_to_all: bool,
 }
 
 impl<'a> CoreLayer<'a> {
     /// The layer over this rank's communicator and stream.
     pub fn new(comm: &'a Communicator, stream: &'a CudaStream) -> Self {
-        Self {
-            comm,
-            stream,
-            native_all_to_all: has_native_all_to_all(comm.library()),
-        }
+        Self { comm, stream }
     }
 }
 
@@ -37,7 +32,7 @@ impl Layer for CoreLayer<'_> {
         _buffers: &'s mut DeviceBuffers,
     ) -> Result<Launch<'s>, BenchError> {
         let (comm, stream) = (self.comm, self.stream);
-        let calls = call.core_calls(self.native_all_to_all);
+        let calls = call.core_calls(comm.library());
         Ok(match calls.as_slice() {
             &[single] => Box::new(move || {
                 // SAFETY: `bind`'s contract covers the buffers, for the

@@ -9,7 +9,7 @@ use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, ResultCode};
 use nccl_sys::{NcclLibrary, cudaStream_t, ncclComm_t, ncclResult_t};
 
-use super::{Call, Launch, Layer, LayerKind, has_native_all_to_all};
+use super::{Call, Launch, Layer, LayerKind};
 use crate::buffers::DeviceBuffers;
 use crate::error::BenchError;
 
@@ -19,7 +19,6 @@ pub struct RawLayer<'a> {
     lib: &'static NcclLibrary,
     comm: ncclComm_t,
     stream: cudaStream_t,
-    native_all_to_all: bool,
     _borrows: PhantomData<(&'a Communicator, &'a CudaStream)>,
 }
 
@@ -34,7 +33,6 @@ impl<'a> RawLayer<'a> {
             lib,
             comm: comm.as_raw()?,
             stream: stream.cu_stream() as cudaStream_t,
-            native_all_to_all: has_native_all_to_all(lib),
             _borrows: PhantomData,
         })
     }
@@ -93,7 +91,7 @@ impl Layer for RawLayer<'_> {
         let functions = *lib.functions();
         // A function the loaded libnccl lacks fails the first launch (the
         // runner's warm-up), naming it.
-        let calls = call.core_calls(self.native_all_to_all);
+        let calls = call.core_calls(lib);
         Ok(match calls.as_slice() {
             &[single] => Box::new(move || {
                 // SAFETY: `bind`'s contract covers the buffers, for the
