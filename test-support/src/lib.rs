@@ -19,7 +19,8 @@
 //! * [`alloc`]: a global allocator that counts a thread's allocations.
 //! * `tensor` (feature `tensor`): nccl-tensor's element types, test data
 //!   and operation matrix.
-//! * `group` (feature `group`): `ProcessGroup` helpers.
+//! * `group` and `store` (feature `group`): `ProcessGroup` helpers and the
+//!   [`Store`](nccl_group::Store) conformance suite.
 //!
 //! Only for integration tests (`tests/*.rs`): a crate's unit tests inside
 //! its `src/` would see, through this crate, a second copy of that crate's
@@ -32,6 +33,8 @@ pub mod group;
 pub mod processes;
 mod ranks;
 pub mod raw;
+#[cfg(feature = "group")]
+pub mod store;
 #[cfg(feature = "tensor")]
 pub mod tensor;
 mod values;
