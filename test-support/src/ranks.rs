@@ -103,7 +103,7 @@ impl Ranks {
     /// What rank 0 made with `make`, shared under `tag` (unique within the
     /// test): rank 0 writes it to the launch's folder, the others wait for
     /// it there.
-    pub fn share(&self, tag: &str, make: impl FnOnce() -> String) -> String {
+    fn share(&self, tag: &str, make: impl FnOnce() -> String) -> String {
         if self.world == 1 {
             return make();
         }
@@ -146,12 +146,5 @@ impl Ranks {
         self.share(tag, || UniqueId::new().expect("unique id").to_string())
             .parse()
             .expect("a unique id in hex")
-    }
-
-    /// A communicator of every rank (nccl-core), meeting under `tag`.
-    pub fn communicator(&self, tag: &str) -> nccl_core::Communicator {
-        let id = self.unique_id(tag);
-        nccl_core::Communicator::new(self.device(), self.world as i32, id, self.rank as i32)
-            .unwrap_or_else(|e| panic!("{}: init: {e}", self.label()))
     }
 }

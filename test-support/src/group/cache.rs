@@ -34,7 +34,7 @@ pub struct Created {
 }
 
 /// A distinct, recognisable id per number.
-pub fn fake_id(n: u64) -> UniqueId {
+fn fake_id(n: u64) -> UniqueId {
     let mut bytes = [0u8; UniqueId::BYTES];
     bytes[..8].copy_from_slice(&n.to_le_bytes());
     bytes[UniqueId::BYTES - 1] = 0x5a;

@@ -172,7 +172,7 @@ pub fn poison_values<T: Elem>(len: usize) -> Vec<T> {
 
 /// `factor * x` for every element, computed through `f64` and rounded back
 /// to `T` (exact for the factors and values used).
-pub fn scaled<T: Elem>(values: &[T], factor: f64) -> Vec<T> {
+pub(crate) fn scaled<T: Elem>(values: &[T], factor: f64) -> Vec<T> {
     if factor == 1.0 {
         return values.to_vec();
     }
