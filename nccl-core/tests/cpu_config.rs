@@ -4,9 +4,7 @@
 use std::ffi::{CStr, c_char};
 use std::time::Duration;
 
-mod support;
-
-use support::assert_invalid;
+use nccl_test_support::assert_invalid;
 
 use nccl_core::nccl_sys::{NCCL_VERSION_CODE, ncclConfig_t};
 use nccl_core::{Config, DEFAULT_TIMEOUT};

@@ -1,9 +1,7 @@
 //! CPU tests of `UniqueId` as bytes and as text (and, with the `serde`
 //! feature, as JSON). No NCCL and no GPU needed: ids are built from bytes.
 
-mod support;
-
-use support::assert_invalid;
+use nccl_test_support::assert_invalid;
 
 use nccl_core::UniqueId;
 

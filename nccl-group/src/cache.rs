@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 /// Values created once per key.
 ///
 /// ```
-/// use nccl_group::OnceMap;
+/// use nccl_group::testing::OnceMap;
 /// let map: OnceMap<Vec<usize>, String> = OnceMap::new();
 /// let value = map.get_or_create(&[0, 1][..], |key| Ok::<_, ()>(format!("{key:?}"))).unwrap();
 /// assert_eq!(*value, "[0, 1]");

@@ -7,9 +7,6 @@
 //! back; nothing may crash or hang, and a new group works afterwards. A
 //! watchdog exits the process if the scenario hangs.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
@@ -18,6 +15,8 @@ use std::time::{Duration, Instant};
 use nccl_core::ReduceOp;
 use nccl_group::{GroupError, GroupOptions, InProcessStore, ProcessGroup};
 use nccl_tensor::Tensor;
+use nccl_test_support as support;
+use nccl_test_support::group::world_of_one_on;
 
 const ISSUERS: usize = 4;
 const ROUNDS: u64 = 10;
@@ -50,15 +49,7 @@ struct Outcomes {
 }
 
 fn group(store: &Arc<InProcessStore>) -> ProcessGroup {
-    ProcessGroup::new(
-        "race",
-        0,
-        1,
-        store.clone(),
-        "in-process",
-        GroupOptions::default(),
-    )
-    .expect("group")
+    world_of_one_on("race", Arc::clone(store), GroupOptions::default())
 }
 
 #[test]

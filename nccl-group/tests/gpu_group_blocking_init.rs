@@ -6,15 +6,15 @@
 //! behind until the process ends, and must not share a process with the
 //! other suites.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nccl_core::ReduceOp;
 use nccl_group::{CommMode, GroupError, GroupOptions, InProcessStore, ProcessGroup};
 use nccl_tensor::Tensor;
+use nccl_test_support as support;
+use nccl_test_support::group::faults::all_reduce_works;
+use nccl_test_support::group::world_of_one;
 
 #[test]
 fn gpu_blocking_creation_with_a_rank_that_never_comes_fails_within_its_deadline() {
@@ -59,20 +59,7 @@ fn gpu_blocking_creation_with_a_rank_that_never_comes_fails_within_its_deadline(
     ));
 
     // Healthy afterwards, with the stuck init still on its thread.
-    let fresh = ProcessGroup::new(
-        "after-alone-blocking",
-        0,
-        1,
-        Arc::new(InProcessStore::new()),
-        "in-process",
-        options,
-    )
-    .expect("group");
-    let ones = Tensor::from_host(&stream, &[1.0f32; 16], &[16]).expect("upload");
-    let work = fresh
-        .all_reduce(ones, ReduceOp::Sum, &stream)
-        .unwrap_or_else(|e| panic!("all_reduce: {}", e.error));
-    let t = work.wait().expect("wait");
-    assert_eq!(t.to_vec(&stream).expect("download"), vec![1.0f32; 16]);
+    let fresh = world_of_one("after-alone-blocking", options);
+    all_reduce_works(&fresh, &stream);
     fresh.destroy().expect("destroy");
 }

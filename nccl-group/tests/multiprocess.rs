@@ -7,16 +7,13 @@
 //! files are in temporary directories; every wait is bounded.
 
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nccl_group::{
     FileStore, RendezvousConfig, Store, TcpStore, TcpStoreOptions, TcpStoreServer,
     TcpStoreServerOptions,
 };
+use nccl_test_support::processes::{free_port, spawn_child_test, wait_children};
 
 const ROLE_VAR: &str = "NCCL_GROUP_TEST_ROLE";
 const WORLD: usize = 4;
@@ -32,85 +29,39 @@ fn child_role(role: &str) -> Option<impl Fn(&str) -> String> {
     })
 }
 
-struct Spawned {
-    rank: usize,
-    child: Child,
-    output: Vec<JoinHandle<String>>,
-}
-
-fn drain(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
-    thread::spawn(move || {
-        let mut s = String::new();
-        let _ = r.read_to_string(&mut s);
-        s
-    })
-}
-
 /// Runs `WORLD` copies of this binary as `test`, rank `i` getting `RANK=i`
 /// plus `env`, and asserts that all of them pass within the deadline.
 fn run_children(test: &str, env: &[(&str, String)]) {
-    let exe = std::env::current_exe().unwrap();
-    let mut spawned = Vec::new();
-    for rank in 0..WORLD {
-        let mut cmd = Command::new(&exe);
-        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(ROLE_VAR, test)
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", WORLD.to_string())
-            .env("LOCAL_RANK", rank.to_string())
-            .env_remove("NCCL_RS_STORE_SECRET")
-            .env_remove("NCCL_RS_STORE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let output = vec![
-            drain(child.stdout.take().unwrap()),
-            drain(child.stderr.take().unwrap()),
-        ];
-        spawned.push(Spawned {
-            rank,
-            child,
-            output,
-        });
-    }
-
-    let deadline = Instant::now() + CHILD_DEADLINE;
-    let mut statuses = [None; WORLD];
-    while statuses.iter().any(Option::is_none) && Instant::now() < deadline {
-        for s in &mut spawned {
-            if statuses[s.rank].is_none() {
-                statuses[s.rank] = s.child.try_wait().unwrap();
-            }
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
+    let children = (0..WORLD)
+        .map(|rank| {
+            spawn_child_test(test, |command| {
+                command
+                    .env(ROLE_VAR, test)
+                    .env("RANK", rank.to_string())
+                    .env("WORLD_SIZE", WORLD.to_string())
+                    .env("LOCAL_RANK", rank.to_string())
+                    .env_remove("NCCL_RS_STORE_SECRET")
+                    .env_remove("NCCL_RS_STORE")
+                    .envs(env.iter().map(|(k, v)| (k, v)));
+            })
+        })
+        .collect();
     let mut failures = Vec::new();
-    for s in spawned {
-        let Spawned {
-            rank,
-            mut child,
-            output,
-        } = s;
-        let status = match statuses[rank] {
+    for (rank, ended) in wait_children(children, CHILD_DEADLINE, CHILD_DEADLINE)
+        .into_iter()
+        .enumerate()
+    {
+        let status = match ended.status {
             Some(status) => status.to_string(),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                format!("still running after {CHILD_DEADLINE:?}, killed")
-            }
+            None => format!("still running after {CHILD_DEADLINE:?}, killed"),
         };
-        let text: Vec<String> = output.into_iter().map(|h| h.join().unwrap()).collect();
         // Guard against a child that ran no test (a wrong name filters
         // everything out and still exits 0).
-        let ran_one = text[0].contains("test result: ok. 1 passed");
-        if !ran_one || !statuses[rank].is_some_and(|st| st.success()) {
+        let ran_one = ended.stdout.contains("test result: ok. 1 passed");
+        if !ran_one || !ended.succeeded() {
             failures.push(format!(
                 "rank {rank}: {status}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-                text[0], text[1]
+                ended.stdout, ended.stderr
             ));
         }
     }
@@ -119,16 +70,6 @@ fn run_children(test: &str, env: &[(&str, String)]) {
         "child failures:\n{}",
         failures.join("\n")
     );
-}
-
-/// A port that was free a moment ago (for the rank-0-hosted scenarios,
-/// which need the port before any process starts).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Each rank adds 1 to `counter` ADDS_PER_RANK times and records the values

@@ -1,90 +1,26 @@
 //! No heap allocation in steady state: after one warm-up call, 100 more
 //! calls of each operation (typed buffers and tensor cells) allocate
-//! nothing on the Rust heap. A counting global allocator counts `alloc`
-//! and `realloc` calls made by a thread while it has counting switched on,
-//! so other tests' threads never disturb a window; windows are serialised.
-//! (NCCL's and CUDA's own C allocations are not Rust allocations and are
-//! not counted.)
+//! nothing on the Rust heap. The support crate's counting global allocator
+//! counts the `alloc` and `realloc` calls a thread makes while it counts,
+//! so other tests' threads never disturb a window. (NCCL's and CUDA's own
+//! C allocations are not Rust allocations and are not counted.)
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use nccl_core::{CudaStream, Group, ReduceOp};
 use nccl_tensor::{AllToAllMethod, Communicator, Tensor, TensorCell};
-use tensor_support::{first, one_rank, poisoned, poisoned_cell, upload, upload_cell, values};
-
-/// Counts allocations of threads that switched counting on.
-struct Counting;
-
-/// Allocations (and reallocations) seen while counting.
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// One counting window at a time.
-static WINDOW: Mutex<()> = Mutex::new(());
-
-thread_local! {
-    /// Whether this thread's allocations are counted. Const-initialised and
-    /// without a destructor, so reading it never allocates.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note_allocation() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees hold; the counting touches only an
-// atomic and a const thread-local `Cell<bool>`, neither of which allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: forwarded from the caller, who upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note_allocation();
-        // SAFETY: forwarded from the caller, who upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through this allocator with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note_allocation();
-        // SAFETY: `ptr` came from `System` through this allocator with
-        // `layout`; the caller upholds `realloc`'s contract for `new_size`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use nccl_test_support as support;
+use nccl_test_support::alloc::{CountingAllocator, counted};
+use nccl_test_support::tensor::{
+    self, first, one_rank, poisoned, poisoned_cell, upload, upload_cell, values,
+};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// The number of allocations this thread makes while `f` runs.
-fn allocations_during(f: impl FnOnce()) -> usize {
-    let _window = WINDOW.lock().unwrap_or_else(PoisonError::into_inner);
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    ALLOCATIONS.load(Ordering::SeqCst) - before
-}
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// The counter must see an allocation, or a zero below proves nothing.
 fn counter_works() {
-    let seen = allocations_during(|| drop(std::hint::black_box(Box::new(7u64))));
+    let ((), seen) = counted(|| drop(std::hint::black_box(Box::new(7u64))));
     assert!(
         seen >= 1,
         "the counting allocator saw {seen} allocations of a Box"
@@ -98,7 +34,7 @@ const CALLS: usize = 100;
 fn steady(name: &str, stream: &Arc<CudaStream>, mut op: impl FnMut()) {
     op();
     stream.synchronize().expect("synchronize after the warm-up");
-    let seen = allocations_during(|| {
+    let ((), seen) = counted(|| {
         for _ in 0..CALLS {
             op();
         }
@@ -197,11 +133,7 @@ fn gpu_steady_state_typed_ops_do_not_allocate() {
         let _ = comm.barrier(&stream).unwrap();
     });
     // The data survived 100 rounds of everything.
-    tensor_support::assert_same(
-        &tensor_support::download(&stream, &b),
-        &data,
-        "b afterwards",
-    );
+    tensor::assert_same(&tensor::download(&stream, &b), &data, "b afterwards");
 }
 
 #[test]
@@ -275,8 +207,8 @@ fn gpu_steady_state_cell_ops_do_not_allocate() {
     steady("barrier (cell test)", &stream, || {
         let _ = comm.barrier(&stream).unwrap();
     });
-    tensor_support::assert_same(
-        &tensor_support::download_cell::<half::bf16>(&stream, &b),
+    tensor::assert_same(
+        &tensor::download_cell::<half::bf16>(&stream, &b),
         &data,
         "b afterwards",
     );

@@ -5,17 +5,14 @@
 //! operation and what was wrong, nothing is written, and the communicator
 //! keeps working.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
+use nccl_test_support as support;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_core::{CudaStream, DataType, ReduceOp, Status};
 use nccl_tensor::{Communicator, Error, Result};
-use tensor_support::matrix::{self, ok};
-use tensor_support::{
+use nccl_test_support::tensor::matrix::{self, ok};
+use nccl_test_support::tensor::{
     assert_same, download, download_cell, first, one_rank, poison_values, poisoned, poisoned_cell,
     upload, upload_cell, values,
 };

@@ -4,14 +4,11 @@
 //! Results are checked against the host reduction over all ranks' inputs.
 //! On a machine with one GPU every test prints `SKIP: ...`.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
 use nccl_core::{Device, Group, ReduceOp};
 use nccl_tensor::AllToAllMethod;
-use tensor_support::matrix::ok;
-use tensor_support::{
+use nccl_test_support as support;
+use nccl_test_support::tensor::matrix::ok;
+use nccl_test_support::tensor::{
     assert_same, download, download_cell, per_rank, poison_values, poisoned, poisoned_cell, upload,
     upload_cell, values,
 };

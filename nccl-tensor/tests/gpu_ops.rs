@@ -3,13 +3,11 @@
 //! and out of place, on typed buffers and on `TensorCell`s, at 0, 1 and 4097
 //! elements (just past nccl-core's 4096-element split of single-rank scaling
 //! reductions), plus a 64 MiB all_reduce per type. Values are checked
-//! exactly against the host (see `tensor_support::matrix`).
+//! exactly against the host (see `tensor::matrix`).
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
-use tensor_support::{Elem, first, matrix, one_rank};
+use nccl_test_support as support;
+use nccl_test_support::tensor;
+use nccl_test_support::tensor::{Elem, first, matrix, one_rank};
 
 /// The sizes of the full matrix, in elements.
 const SIZES: [usize; 3] = [0, 1, 4097];
@@ -131,9 +129,9 @@ fn gpu_scaling_reductions_around_the_4096_split() {
     let comm = one_rank(&device);
     let stream = device.new_stream().expect("stream");
     for len in [4095, 4096, 4098, 8191, 8192, 8197, 12289, (1 << 20) + 3] {
-        let input = tensor_support::values::<f32>(len as u64, len);
+        let input = tensor::values::<f32>(len as u64, len);
         matrix::reductions(&comm, &stream, &input);
-        let input = tensor_support::values::<half::bf16>(len as u64, len);
+        let input = tensor::values::<half::bf16>(len as u64, len);
         matrix::reductions(&comm, &stream, &input);
     }
 }
@@ -152,13 +150,13 @@ fn fp8_scaling_reductions_are_refused<T: Elem>(
 ) {
     use nccl_core::{ReduceOp, Reduction};
     let len = 4097;
-    let input = tensor_support::values::<T>(3, len);
-    let poison = tensor_support::poison_values::<T>(len);
+    let input = tensor::values::<T>(3, len);
+    let poison = tensor::poison_values::<T>(len);
     let pre_mul_sum = comm.pre_mul_sum::<T>(T::PREMUL).expect("pre_mul_sum");
     let mut failures = Vec::new();
-    let mut tensor = tensor_support::upload(stream, &input);
-    let mut target = tensor_support::poisoned::<T>(stream, len);
-    let empty = tensor_support::poisoned_cell::<T>(stream, 0);
+    let mut tensor = tensor::upload(stream, &input);
+    let mut target = tensor::poisoned::<T>(stream, len);
+    let empty = tensor::poisoned_cell::<T>(stream, 0);
     for op in [
         Reduction::from(ReduceOp::Avg),
         Reduction::from(&pre_mul_sum),
@@ -189,13 +187,13 @@ fn fp8_scaling_reductions_are_refused<T: Elem>(
             comm.all_reduce(&empty, op, stream),
         );
     }
-    tensor_support::assert_same(
-        &tensor_support::download(stream, &tensor),
+    tensor::assert_same(
+        &tensor::download(stream, &tensor),
         &input,
         &format!("{}: the tensor after refused reductions", T::NAME),
     );
-    tensor_support::assert_same(
-        &tensor_support::download(stream, &target),
+    tensor::assert_same(
+        &tensor::download(stream, &target),
         &poison,
         &format!("{}: the output after refused reductions", T::NAME),
     );
@@ -204,8 +202,8 @@ fn fp8_scaling_reductions_are_refused<T: Elem>(
         comm.all_reduce_into(&tensor, &mut target, ReduceOp::Sum, stream),
         "a sum after refused reductions",
     );
-    tensor_support::assert_same(
-        &tensor_support::download(stream, &target),
+    tensor::assert_same(
+        &tensor::download(stream, &target),
         &input,
         &format!("{}: a sum after refused reductions", T::NAME),
     );

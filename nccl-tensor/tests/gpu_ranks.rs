@@ -1,7 +1,7 @@
-//! nccl-core and nccl-tensor at world size N, one process per rank: every
+//! nccl-tensor's operations at world size N, one process per rank: every
 //! test here is a `ranks_*` test, which run.sh runs alone (world size 1)
 //! and as every rank of `nccl-launch -n 2` and `-n 4` (on one GPU, each
-//! rank a simulated host of its own; see `support::ranks`).
+//! rank a simulated host of its own; see `nccl_test_support::ranks`).
 //!
 //! Every rank contributes data of its own and every element of every
 //! output is checked against what the host computes from all ranks' data.
@@ -9,97 +9,14 @@
 //! products and pre-multiplied sums of any world size stay exact in every
 //! type, fp8 included; data movement uses the same per-rank data.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
-use std::sync::Arc;
-
-use cudarc::driver::CudaStream;
-use nccl_core::{Config, Group, ReduceOp, Reduction, Status};
-use nccl_tensor::{AllToAllMethod, Communicator, Result, Tensor};
-
-use support::Ranks;
-use tensor_support::matrix::{self, nccl_reduces, ok};
-use tensor_support::{Elem, assert_same, download, poison_values, poisoned, upload};
-
-/// The per-rank data repeats with this period (a prime above 4097, so the
-/// 4097-element case has no repeat and 64 MiB needs no per-element work).
-const PERIOD: usize = 4099;
+use nccl_core::{Group, ReduceOp, Reduction, Status};
+use nccl_tensor::{AllToAllMethod, Result, Tensor};
+use nccl_test_support::tensor::matrix::{self, nccl_reduces, ok};
+use nccl_test_support::tensor::world::{PERIOD, Rank, all_values, reduced};
+use nccl_test_support::tensor::{Elem, assert_same, download, poison_values, poisoned, upload};
 
 /// The sizes of the matrix, in elements; 64 MiB follows.
 const SIZES: [usize; 3] = [0, 1, 4097];
-
-/// One rank's communicator and stream in a test.
-struct Rank {
-    ranks: Ranks,
-    comm: Communicator,
-    stream: Arc<CudaStream>,
-}
-
-impl Rank {
-    /// This rank of the launch (or the only one), with a blocking
-    /// communicator of every rank meeting under `tag`; `None` on a machine
-    /// without a GPU (after SKIP).
-    fn join(tag: &str) -> Option<Self> {
-        support::require_gpus(1)?;
-        let ranks = support::ranks();
-        let device = ranks.device();
-        let comm = Communicator::new(
-            device.clone(),
-            ranks.world as i32,
-            ranks.unique_id(tag),
-            ranks.rank as i32,
-        )
-        .unwrap_or_else(|e| panic!("{}: init: {e}", ranks.label()));
-        assert_eq!(
-            (comm.rank(), comm.world_size()),
-            (ranks.rank as i32, ranks.world as i32)
-        );
-        let stream = device.new_stream().expect("stream");
-        Some(Self {
-            ranks,
-            comm,
-            stream,
-        })
-    }
-
-    fn world(&self) -> usize {
-        self.ranks.world
-    }
-
-    fn me(&self) -> usize {
-        self.ranks.rank
-    }
-
-    fn what<T: Elem>(&self, len: usize, op: &str) -> String {
-        format!("{}: {} x{len}: {op}", self.ranks.label(), T::NAME)
-    }
-}
-
-/// Rank `rank`'s `len` elements of `T` for stream `seed`: +-1 or +-2 (2
-/// only on ranks 0 and 1; no signs on unsigned types), periodic.
-fn rank_values<T: Elem>(seed: u64, rank: usize, len: usize) -> Vec<T> {
-    let period: Vec<T> = (0..PERIOD.min(len))
-        .map(|i| {
-            let mut h = (seed ^ T::SEED.rotate_left(17) ^ (rank as u64).rotate_left(40))
-                .wrapping_add(i as u64)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            h ^= h >> 29;
-            h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            h ^= h >> 32;
-            let magnitude = if rank < 2 && h & 1 == 1 { 2.0 } else { 1.0 };
-            let negative = T::SIGNED && h & 2 == 2;
-            T::from_f64(if negative { -magnitude } else { magnitude })
-        })
-        .collect();
-    period.iter().copied().cycle().take(len).collect()
-}
-
-/// Every rank's data for `seed`, in rank order.
-fn all_values<T: Elem>(seed: u64, world: usize, len: usize) -> Vec<Vec<T>> {
-    (0..world).map(|r| rank_values(seed, r, len)).collect()
-}
 
 /// How the host computes a reduction from every rank's value.
 type Fold = Box<dyn Fn(&[f64]) -> f64>;
@@ -156,29 +73,6 @@ fn ops<'a, T: Elem>(pre_mul_sum: &'a nccl_core::PreMulSum<'_>, world: usize) -> 
             fold: Box::new(move |v| v.iter().map(|x| scalar * x).sum()),
         },
     ]
-}
-
-/// `fold` of every rank's element `offset + i`, for `i < len`.
-fn reduced<T: Elem>(
-    data: &[Vec<T>],
-    offset: usize,
-    len: usize,
-    fold: &dyn Fn(&[f64]) -> f64,
-) -> Vec<T> {
-    let mut column = vec![0.0; data.len()];
-    let mut one = |i: usize| {
-        for (slot, rank) in column.iter_mut().zip(data) {
-            *slot = rank[offset + i].to_f64();
-        }
-        T::from_f64(fold(&column))
-    };
-    if len <= PERIOD {
-        return (0..len).map(&mut one).collect();
-    }
-    // Every rank's data repeats with PERIOD, and so does the result.
-    assert_eq!(offset % PERIOD, 0, "a long reduction starts at a period");
-    let period: Vec<T> = (0..PERIOD).map(&mut one).collect();
-    period.iter().copied().cycle().take(len).collect()
 }
 
 /// Every reduction through all_reduce (in place and into), reduce (in
@@ -459,148 +353,4 @@ fn ranks_every_op_f8e4m3() {
 #[test]
 fn ranks_every_op_i64() {
     every_op::<i64>("i64");
-}
-
-/// An all_reduce sum of each member's `rank + 1` (as f32, 4097 elements)
-/// on `comm`, whose members are `members` (parent ranks, by new rank).
-fn sum_of_members(comm: &Communicator, stream: &Arc<CudaStream>, me: usize, members: &[usize]) {
-    let label = format!(
-        "parent rank {me}, rank {} of {}: all_reduce over {members:?}",
-        comm.rank(),
-        comm.world_size()
-    );
-    let mut tensor = upload(stream, &vec![(me + 1) as f32; 4097]);
-    ok(comm.all_reduce(&mut tensor, ReduceOp::Sum, stream), &label);
-    let sum: usize = members.iter().map(|m| m + 1).sum();
-    assert_same(&download(stream, &tensor), &vec![sum as f32; 4097], &label);
-}
-
-/// `split_all` keeps every rank in its place; the split works on its own
-/// and alongside the parent.
-#[test]
-fn ranks_split_all() {
-    let Some(rank) = Rank::join("split-all") else {
-        return;
-    };
-    let (world, me) = (rank.world(), rank.me());
-    let child = rank
-        .comm
-        .split_all(None)
-        .unwrap_or_else(|e| panic!("{}: split_all: {e}", rank.ranks.label()));
-    assert_eq!(
-        (child.rank(), child.world_size()),
-        (me as i32, world as i32)
-    );
-    let everyone: Vec<usize> = (0..world).collect();
-    sum_of_members(&child, &rank.stream, me, &everyone);
-    sum_of_members(&rank.comm, &rank.stream, me, &everyone);
-    child.core().finalize().expect("finalize the split");
-}
-
-/// `split_from` with a subset listed in reverse (the new ranks follow the
-/// list), once with every rank listing it and once with the excluded ranks
-/// passing no list (`NCCL_SPLIT_NOCOLOR`).
-#[test]
-fn ranks_split_from_subset_and_excluded_ranks() {
-    let Some(rank) = Rank::join("split-from") else {
-        return;
-    };
-    let (world, me) = (rank.world(), rank.me());
-    // The odd ranks, last first; at world size 1 rank 0 alone.
-    let members: Vec<usize> = if world == 1 {
-        vec![0]
-    } else {
-        (0..world).filter(|r| r % 2 == 1).rev().collect()
-    };
-    let listed: Vec<i32> = members.iter().map(|&r| r as i32).collect();
-    for nocolor in [false, true] {
-        let member = members.contains(&me);
-        let list: &[i32] = if nocolor && !member { &[] } else { &listed };
-        let how = if nocolor {
-            "excluded ranks NOCOLOR"
-        } else {
-            "every rank lists"
-        };
-        let split = rank
-            .comm
-            .split_from(list, None)
-            .unwrap_or_else(|e| panic!("{}: split_from {list:?} ({how}): {e}", rank.ranks.label()));
-        match (member, split) {
-            (true, Some(child)) => {
-                let position = members.iter().position(|&r| r == me).unwrap();
-                assert_eq!(
-                    (child.rank(), child.world_size()),
-                    (position as i32, members.len() as i32),
-                    "{}: split_from {list:?} ({how})",
-                    rank.ranks.label()
-                );
-                sum_of_members(&child, &rank.stream, me, &members);
-            }
-            (false, None) => {}
-            (member, split) => panic!(
-                "{}: split_from {list:?} ({how}): member {member}, got a communicator: {}",
-                rank.ranks.label(),
-                split.is_some()
-            ),
-        }
-    }
-    // The parent still serves every rank.
-    let everyone: Vec<usize> = (0..world).collect();
-    sum_of_members(&rank.comm, &rank.stream, me, &everyone);
-}
-
-/// A nonblocking communicator made with a config: its calls may answer
-/// `InProgress`, after which `wait_ready` lets the rank go on; the results
-/// are right, and `finalize` ends it cleanly on every rank.
-#[test]
-fn ranks_nonblocking_init_with_config_and_finalize() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let ranks = support::ranks();
-    let device = ranks.device();
-    let config = Config::new()
-        .blocking(false)
-        .comm_name("ranks-nonblocking")
-        .timeout(std::time::Duration::from_secs(120));
-    let comm = Communicator::with_config(
-        device.clone(),
-        ranks.world as i32,
-        ranks.unique_id("nonblocking"),
-        ranks.rank as i32,
-        &config,
-    )
-    .unwrap_or_else(|e| panic!("{}: nonblocking init: {e}", ranks.label()));
-    assert!(!comm.core().is_blocking());
-    let stream = device.new_stream().expect("stream");
-    let world = ranks.world;
-    let data = all_values::<f32>(3, world, 4097);
-    let expected = reduced(&data, 0, 4097, &|v: &[f64]| v.iter().sum());
-    let settle = |status: Result<Status>, what: &'static str| match status {
-        Ok(Status::Success) => {}
-        Ok(Status::InProgress) => comm
-            .core()
-            .wait_ready(what)
-            .unwrap_or_else(|e| panic!("{}: {what}: wait_ready: {e}", ranks.label())),
-        Err(e) => panic!("{}: {what}: {e}", ranks.label()),
-    };
-    for round in 0..3 {
-        let mut tensor = upload(&stream, &data[ranks.rank]);
-        settle(
-            comm.all_reduce(&mut tensor, ReduceOp::Sum, &stream),
-            "all_reduce",
-        );
-        assert_same(
-            &download(&stream, &tensor),
-            &expected,
-            &format!("{}: nonblocking all_reduce, round {round}", ranks.label()),
-        );
-    }
-    settle(comm.barrier(&stream), "barrier");
-    stream.synchronize().expect("synchronize");
-    comm.core()
-        .finalize()
-        .unwrap_or_else(|e| panic!("{}: finalize: {e}", ranks.label()));
-    drop(comm);
-    println!("{}: nonblocking communicator finalized", ranks.label());
 }

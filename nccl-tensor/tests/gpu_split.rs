@@ -2,15 +2,13 @@
 //! `split_from`) run every operation like their parent: the operation
 //! matrix of `gpu_ops` for f32 and bf16 at 1 and 4097 elements, on one GPU.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
+use nccl_test_support as support;
+use nccl_test_support::tensor;
 use std::sync::Arc;
 
 use nccl_core::{Config, CudaStream};
 use nccl_tensor::{Communicator, Error};
-use tensor_support::{first, matrix, one_rank};
+use nccl_test_support::tensor::{first, matrix, one_rank};
 
 const SIZES: [usize; 2] = [1, 4097];
 
@@ -40,7 +38,7 @@ fn gpu_split_all_runs_every_op() {
 
     // The parent still works after its children did.
     drop((child, named));
-    matrix::data_movement(&parent, &stream, &tensor_support::values::<f32>(5, 33));
+    matrix::data_movement(&parent, &stream, &tensor::values::<f32>(5, 33));
 }
 
 #[test]
@@ -82,7 +80,7 @@ fn gpu_split_from_runs_every_op() {
         "{refused:?}"
     );
     // The parent still works.
-    matrix::data_movement(&parent, &stream, &tensor_support::values::<f32>(6, 33));
+    matrix::data_movement(&parent, &stream, &tensor::values::<f32>(6, 33));
 }
 
 #[test]
@@ -96,15 +94,15 @@ fn gpu_split_inherits_the_all_to_all_method() {
     parent.set_all_to_all_method(nccl_tensor::AllToAllMethod::SendRecv);
     let child = parent.split_all(None).expect("split_all");
     // The child was derived with SendRecv; it must still move the data.
-    let input = tensor_support::values::<f32>(7, 4097);
-    let source = tensor_support::upload(&stream, &input);
-    let mut target = tensor_support::poisoned::<f32>(&stream, input.len());
+    let input = tensor::values::<f32>(7, 4097);
+    let source = tensor::upload(&stream, &input);
+    let mut target = tensor::poisoned::<f32>(&stream, input.len());
     matrix::ok(
         child.all_to_all_single(&mut target, &source, &stream),
         "all_to_all_single on a child of a SendRecv parent",
     );
-    tensor_support::assert_same(
-        &tensor_support::download(&stream, &target),
+    tensor::assert_same(
+        &tensor::download(&stream, &target),
         &input,
         "all_to_all_single on a child of a SendRecv parent",
     );

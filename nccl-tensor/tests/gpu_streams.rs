@@ -4,16 +4,13 @@
 //! operation's stream, so an access on another stream that failed to wait
 //! would run before the operation and see the old values.
 
-#[path = "../../nccl-core/tests/support/mod.rs"]
-mod support;
-mod tensor_support;
-
+use nccl_test_support as support;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use nccl_core::ReduceOp;
 use nccl_tensor::{Communicator, Tensor};
-use tensor_support::{first, one_rank};
+use nccl_test_support::tensor::{first, one_rank};
 
 /// 64 Mi f32 (256 MiB): one copy of it takes about 0.2 ms on an H200.
 const BUSY_LEN: usize = 64 << 20;

@@ -354,15 +354,7 @@ impl Store for FileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::testsuite;
     use std::time::Instant;
-
-    #[test]
-    fn file_conformance() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = FileStore::open(dir.path(), Duration::from_secs(5)).unwrap();
-        testsuite::conformance(&store);
-    }
 
     #[test]
     fn two_handles_on_one_directory_share_keys() {

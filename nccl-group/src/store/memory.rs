@@ -284,14 +284,8 @@ impl Store for InProcessStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::testsuite;
     use std::thread;
     use std::time::Instant;
-
-    #[test]
-    fn in_process_conformance() {
-        testsuite::conformance(&InProcessStore::new());
-    }
 
     #[test]
     fn clones_share_the_map_and_timeout_is_reported() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::wire::{self, Request, Response, code};
 use super::*;
-use crate::store::{Store, StoreError, testsuite};
+use crate::store::{Store, StoreError};
 
 fn server() -> TcpStoreServer {
     TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap()
@@ -66,19 +66,6 @@ fn expect_error_frame(stream: &mut TcpStream, want: u8) -> String {
         }
         other => panic!("expected an error frame, got {other:?}"),
     }
-}
-
-#[test]
-fn tcp_conformance() {
-    let server = server();
-    testsuite::conformance(&client(&server));
-}
-
-#[test]
-fn tcp_hosted_conformance() {
-    let store = TcpStore::host("127.0.0.1:0", TcpStoreServerOptions::default(), opts()).unwrap();
-    assert!(store.hosted_server().is_some());
-    testsuite::conformance(&store);
 }
 
 #[test]

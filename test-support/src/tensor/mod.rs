@@ -1,11 +1,10 @@
-//! Shared by nccl-tensor's `gpu_*` test binaries (each declares
-//! `mod tensor_support;` next to the shared `support` module of nccl-core):
-//! the element trait [`Elem`] that lets one generic function cover every
-//! data type, deterministic inputs, poisoned outputs, exact comparisons,
-//! communicator helpers and a watchdog for calls that could hang.
-#![allow(dead_code)]
+//! nccl-tensor's test helpers: the element trait [`Elem`] that lets one
+//! generic function cover every data type, deterministic inputs, poisoned
+//! outputs, exact comparisons, communicator helpers, the operation
+//! [`matrix`] of world size 1 and the world-size-N helpers of [`world`].
 
 pub mod matrix;
+pub mod world;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -14,12 +13,12 @@ use cudarc::driver::CudaStream;
 use nccl_core::{Device, UniqueId};
 use nccl_tensor::{Communicator, IntoAnyTensor, NcclType, Tensor, TensorCell};
 
-use crate::support::{POISON, test_values};
+use crate::{POISON, test_values};
 
 /// An element type of the test matrix: conversions through `f64` (exact for
 /// every value the tests use), the raw bits for exact comparisons, and the
 /// per-type constants of the matrix.
-pub trait Elem: NcclType + IntoAnyTensor + Debug {
+pub trait Elem: NcclType + IntoAnyTensor + PartialEq + Debug {
     /// Short name for messages.
     const NAME: &'static str;
     /// Whether negative values are representable.
@@ -173,7 +172,7 @@ pub fn poison_values<T: Elem>(len: usize) -> Vec<T> {
 
 /// `factor * x` for every element, computed through `f64` and rounded back
 /// to `T` (exact for the factors and values used).
-pub fn scaled<T: Elem>(values: &[T], factor: f64) -> Vec<T> {
+pub(crate) fn scaled<T: Elem>(values: &[T], factor: f64) -> Vec<T> {
     if factor == 1.0 {
         return values.to_vec();
     }

@@ -246,7 +246,7 @@ where
 
 /// all_gather into `&mut [CudaSlice]`, `&mut [Tensor]`, `&mut [CudaViewMut]`
 /// and `&[TensorCell]`, from typed and cell inputs.
-pub fn all_gather_lists<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, input: &[T]) {
+fn all_gather_lists<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, input: &[T]) {
     let len = input.len();
     let source = upload(stream, input);
     let source_cell = upload_cell(stream, input);
@@ -295,7 +295,7 @@ pub fn all_gather_lists<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, 
 
 /// all_to_all_single with `ncclAlltoAll` (`Auto`, where the library has
 /// it) and with grouped send/recv; leaves the method at `Auto`.
-pub fn all_to_all<T: Elem>(comm: &mut Communicator, stream: &Arc<CudaStream>, input: &[T]) {
+fn all_to_all<T: Elem>(comm: &mut Communicator, stream: &Arc<CudaStream>, input: &[T]) {
     let len = input.len();
     for method in [AllToAllMethod::Auto, AllToAllMethod::SendRecv] {
         comm.set_all_to_all_method(method);

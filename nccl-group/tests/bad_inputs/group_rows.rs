@@ -1,0 +1,312 @@
+//! The bad-input rows of nccl-group: keys, membership and stores, then
+//! every launch variable `RendezvousConfig` reads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nccl_group::testing::{DeviceList, Membership};
+use nccl_group::{InProcessStore, PrefixStore, RendezvousConfig, StoreSpec};
+
+use super::{Row, err};
+
+/// `RendezvousConfig::from_vars` over a valid torchrun environment (rank 1
+/// of 4, TCP store at node0:29500) with `changes` applied: `Some` sets a
+/// variable, `None` removes it.
+fn launch(changes: &[(&str, Option<&str>)]) -> String {
+    let mut vars: Vec<(String, String)> = [
+        ("RANK", "1"),
+        ("WORLD_SIZE", "4"),
+        ("MASTER_ADDR", "node0"),
+        ("MASTER_PORT", "29500"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (name, value) in changes {
+        vars.retain(|(k, _)| k != name);
+        if let Some(value) = value {
+            vars.push((name.to_string(), value.to_string()));
+        }
+    }
+    err(RendezvousConfig::from_vars(|name| {
+        vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }))
+}
+
+/// `Membership::join` on a fresh in-process store.
+fn join(rank: usize, world_size: usize) -> String {
+    err(Membership::join(
+        "bad-inputs",
+        rank,
+        world_size,
+        Arc::new(InProcessStore::new()),
+        "in-process".to_string(),
+        Duration::from_secs(1),
+    ))
+}
+
+/// The rows of this area, in the order of the Markdown table.
+pub fn rows() -> Vec<Row> {
+    vec![
+        // ----------------------------------------------------------------
+        // nccl_group: keys, membership, stores.
+        // ----------------------------------------------------------------
+        Row {
+            area: "group",
+            call: "DeviceList::new",
+            input: "no devices",
+            expect: &["device list", "expected 1 to 16 tensors", "got 0"],
+            run: || err(DeviceList::new(std::iter::empty())),
+        },
+        Row {
+            area: "group",
+            call: "DeviceList::new",
+            input: "17 devices",
+            expect: &["device list", "expected 1 to 16 tensors", "got 17"],
+            run: || err(DeviceList::new(0..17)),
+        },
+        Row {
+            area: "group",
+            call: "DeviceList::new",
+            input: "devices [0, 1, 0]",
+            expect: &[
+                "expected one tensor per device",
+                "got two tensors on device 0",
+            ],
+            run: || err(DeviceList::new([0, 1, 0].into_iter())),
+        },
+        Row {
+            area: "group",
+            call: "DeviceList::one",
+            input: "ordinal 70000",
+            expect: &["expected device ordinals up to 65535", "got 70000"],
+            run: || err(DeviceList::one(70_000)),
+        },
+        Row {
+            area: "group",
+            call: "Membership::join",
+            input: "rank 4 of world size 4",
+            expect: &["invalid rank", "expected 0..4", "got 4"],
+            run: || join(4, 4),
+        },
+        Row {
+            area: "group",
+            call: "Membership::join",
+            input: "world size 0",
+            expect: &["invalid rank", "expected 0..0", "got 0"],
+            run: || join(0, 0),
+        },
+        Row {
+            area: "group",
+            call: "PrefixStore::new",
+            input: "empty prefix",
+            expect: &["store prefix", "expected a non-empty name without '/'"],
+            run: || err(PrefixStore::new(InProcessStore::new(), "")),
+        },
+        Row {
+            area: "group",
+            call: "PrefixStore::new",
+            input: "prefix \"a/b\"",
+            expect: &[
+                "store prefix \"a/b\"",
+                "expected a non-empty name without '/'",
+            ],
+            run: || err(PrefixStore::new(InProcessStore::new(), "a/b")),
+        },
+        Row {
+            area: "group",
+            call: "RendezvousConfig::new",
+            input: "world size 0",
+            expect: &["world_size 0", "positive integer"],
+            run: || {
+                err(RendezvousConfig::new(
+                    0,
+                    0,
+                    StoreSpec::File {
+                        dir: "/tmp/store".into(),
+                    },
+                ))
+            },
+        },
+        Row {
+            area: "group",
+            call: "RendezvousConfig::new",
+            input: "rank 2 of world size 2",
+            expect: &["rank 2", "below world_size 2"],
+            run: || {
+                err(RendezvousConfig::new(
+                    2,
+                    2,
+                    StoreSpec::File {
+                        dir: "/tmp/store".into(),
+                    },
+                ))
+            },
+        },
+        // ----------------------------------------------------------------
+        // Launch environment (RendezvousConfig::from_env reads these through
+        // from_vars; the base is RANK=1 WORLD_SIZE=4 MASTER_ADDR=node0
+        // MASTER_PORT=29500).
+        // ----------------------------------------------------------------
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "WORLD_SIZE unset (nor SLURM_NTASKS)",
+            expect: &["WORLD_SIZE is not set", "number of processes"],
+            run: || launch(&[("WORLD_SIZE", None)]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "WORLD_SIZE=abc",
+            expect: &["WORLD_SIZE=\"abc\"", "positive integer"],
+            run: || launch(&[("WORLD_SIZE", Some("abc"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "WORLD_SIZE=0",
+            expect: &["WORLD_SIZE=\"0\"", "positive integer"],
+            run: || launch(&[("WORLD_SIZE", Some("0"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "SLURM_NTASKS=-2 (WORLD_SIZE unset)",
+            expect: &["SLURM_NTASKS=\"-2\"", "positive integer"],
+            run: || launch(&[("WORLD_SIZE", None), ("SLURM_NTASKS", Some("-2"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "RANK unset (nor SLURM_PROCID)",
+            expect: &["RANK is not set", "0 <= RANK < WORLD_SIZE"],
+            run: || launch(&[("RANK", None)]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "RANK=-1",
+            expect: &["RANK=\"-1\"", "non-negative integer"],
+            run: || launch(&[("RANK", Some("-1"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "RANK=4 with WORLD_SIZE=4",
+            expect: &["RANK=4", "below WORLD_SIZE=4"],
+            run: || launch(&[("RANK", Some("4"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "SLURM_PROCID=x (RANK unset)",
+            expect: &["SLURM_PROCID=\"x\"", "non-negative integer"],
+            run: || launch(&[("RANK", None), ("SLURM_PROCID", Some("x"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "LOCAL_RANK=one",
+            expect: &["LOCAL_RANK=\"one\"", "non-negative integer"],
+            run: || launch(&[("LOCAL_RANK", Some("one"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "LOCAL_RANK=4 with WORLD_SIZE=4",
+            expect: &["LOCAL_RANK=4", "below WORLD_SIZE=4"],
+            run: || launch(&[("LOCAL_RANK", Some("4"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "SLURM_LOCALID=9 (LOCAL_RANK unset)",
+            expect: &["SLURM_LOCALID=9", "below WORLD_SIZE=4"],
+            run: || launch(&[("SLURM_LOCALID", Some("9"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE=redis",
+            expect: &["NCCL_RS_STORE=\"redis\"", "\"file:<directory>\""],
+            run: || launch(&[("NCCL_RS_STORE", Some("redis"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE=file: (no directory)",
+            expect: &["NCCL_RS_STORE=\"file:\"", "\"file:<directory>\""],
+            run: || launch(&[("NCCL_RS_STORE", Some("file:"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE_TIMEOUT_SECS=0",
+            expect: &[
+                "NCCL_RS_STORE_TIMEOUT_SECS=\"0\"",
+                "positive whole number of seconds",
+            ],
+            run: || launch(&[("NCCL_RS_STORE_TIMEOUT_SECS", Some("0"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE_TIMEOUT_SECS=1.5",
+            expect: &[
+                "NCCL_RS_STORE_TIMEOUT_SECS=\"1.5\"",
+                "positive whole number of seconds",
+            ],
+            run: || launch(&[("NCCL_RS_STORE_TIMEOUT_SECS", Some("1.5"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE_SECRET= (empty)",
+            expect: &["NCCL_RS_STORE_SECRET is set but empty", "non-empty secret"],
+            run: || launch(&[("NCCL_RS_STORE_SECRET", Some(""))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "MASTER_ADDR unset (TCP store)",
+            expect: &["MASTER_ADDR is not set", "host name or IP address"],
+            run: || launch(&[("MASTER_ADDR", None)]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "MASTER_ADDR=\"node 0\"",
+            expect: &["MASTER_ADDR=\"node 0\"", "host name or IP address"],
+            run: || launch(&[("MASTER_ADDR", Some("node 0"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "MASTER_ADDR=[] (empty brackets)",
+            expect: &["MASTER_ADDR=\"[]\"", "host name or IP address"],
+            run: || launch(&[("MASTER_ADDR", Some("[]"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "MASTER_PORT unset (TCP store)",
+            expect: &["MASTER_PORT is not set", "1-65535"],
+            run: || launch(&[("MASTER_PORT", None)]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "MASTER_PORT=0",
+            expect: &["MASTER_PORT=\"0\"", "TCP port number (1-65535)"],
+            run: || launch(&[("MASTER_PORT", Some("0"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "MASTER_PORT=70000",
+            expect: &["MASTER_PORT=\"70000\"", "TCP port number (1-65535)"],
+            run: || launch(&[("MASTER_PORT", Some("70000"))]),
+        },
+    ]
+}

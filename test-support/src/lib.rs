@@ -1,0 +1,74 @@
+//! Helpers shared by the workspace's integration tests (a dev-dependency
+//! of nccl-core, nccl-tensor and nccl-group; never published).
+//!
+//! * GPUs: [`require_gpus`] returns the first `n` devices, or prints
+//!   `SKIP: needs n GPU(s), found m` and returns `None`. With
+//!   `NCCL_TEST_REQUIRE_GPU=1` (set by the GPU bundle's run.sh) a missing
+//!   GPU fails the test instead, so a GPU run can never pass by skipping.
+//! * Ranks: [`ranks()`] is this process's place in a multi-rank test
+//!   (`ranks_*`): one rank of a world that `nccl-launch` started (run.sh
+//!   runs every `ranks_*` test at world sizes 2 and 4 that way, on
+//!   simulated hosts on one GPU), or a world of one when the test runs on
+//!   its own.
+//! * Data and checks: [`test_values`], [`POISON`], [`assert_same_values`],
+//!   [`assert_invalid`].
+//! * [`raw`]: nccl-core's raw-pointer API on one rank.
+//! * [`processes`]: child test processes and the marks ranks leave in a
+//!   shared folder.
+//! * [`within`]: a deadline for scenarios that could hang.
+//! * [`alloc`]: a global allocator that counts a thread's allocations.
+//! * `tensor` (feature `tensor`): nccl-tensor's element types, test data
+//!   and operation matrix.
+//! * `group` and `store` (feature `group`): `ProcessGroup` helpers and the
+//!   [`Store`](nccl_group::Store) conformance suite.
+//!
+//! Only for integration tests (`tests/*.rs`): a crate's unit tests inside
+//! its `src/` would see, through this crate, a second copy of that crate's
+//! types.
+
+pub mod alloc;
+mod gpus;
+#[cfg(feature = "group")]
+pub mod group;
+pub mod processes;
+mod ranks;
+pub mod raw;
+#[cfg(feature = "group")]
+pub mod store;
+#[cfg(feature = "tensor")]
+pub mod tensor;
+mod values;
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread;
+use std::time::Duration;
+
+pub use gpus::require_gpus;
+pub use ranks::{Ranks, child_var, ranks, simulated_node_env};
+pub use values::{POISON, assert_invalid, assert_same_values, test_values};
+
+/// Runs `f` on its own thread and returns its result, failing the test if
+/// it takes longer than `limit` (the stuck thread is left behind).
+pub fn within<T: Send + 'static>(
+    what: &str,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => {
+            handle.join().expect("the scenario thread ended");
+            value
+        }
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("{what} did not finish within {limit:?}: deadlock or lost wake-up")
+        }
+        Err(RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the scenario sent nothing but did not panic"),
+        },
+    }
+}

@@ -1,0 +1,157 @@
+//! Tests that run in several processes: copies of the test binary spawned
+//! as children, and the marks ranks leave for each other in a folder they
+//! share.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often waits here look again.
+const POLL: Duration = Duration::from_millis(5);
+
+/// A port on 127.0.0.1 that was free a moment ago (for scenarios that must
+/// name the port before any process starts).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port on 127.0.0.1")
+        .port()
+}
+
+/// Reads `reader` to its end on a thread of its own (so a child never
+/// blocks on a full pipe); the thread returns the text.
+pub fn drain(mut reader: impl Read + Send + 'static) -> JoinHandle<String> {
+    thread::spawn(move || {
+        let mut text = String::new();
+        let _ = reader.read_to_string(&mut text);
+        text
+    })
+}
+
+/// The last `max` bytes of `text` (fewer, to start on a character).
+pub fn tail(text: &str, max: usize) -> &str {
+    let start = text.len().saturating_sub(max);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    &text[start..]
+}
+
+/// Microseconds since the Unix epoch (processes on one host share the clock).
+pub fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Writes `value` to `dir/name` atomically: readers never see part of it.
+pub fn publish(dir: &Path, name: &str, value: &str) {
+    let partial = dir.join(format!("{name}.partial"));
+    std::fs::write(&partial, value).expect("write a mark in the shared folder");
+    std::fs::rename(&partial, dir.join(name)).expect("publish the mark");
+}
+
+/// The contents of `dir/name` once some process published it, or `None`
+/// after `timeout`.
+pub fn await_mark(dir: &Path, name: &str, timeout: Duration) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
+            return Some(text);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(POLL);
+    }
+}
+
+/// A copy of this test binary running one test, its output being read.
+pub struct ChildTest {
+    child: Child,
+    stdout: JoinHandle<String>,
+    stderr: JoinHandle<String>,
+}
+
+/// How a [`ChildTest`] ended.
+#[derive(Debug)]
+pub struct Ended {
+    /// Its exit status; `None` if it was killed at the deadline (it hung).
+    pub status: Option<ExitStatus>,
+    /// Everything it printed to stdout.
+    pub stdout: String,
+    /// Everything it printed to stderr.
+    pub stderr: String,
+}
+
+impl Ended {
+    /// Whether it exited with status 0.
+    pub fn succeeded(&self) -> bool {
+        self.status.is_some_and(|status| status.success())
+    }
+}
+
+/// Spawns this test binary running only the test `test` (`--exact`, its
+/// output as it happens, one thread), with its stdin closed and the
+/// environment `configure` sets.
+pub fn spawn_child_test(test: &str, configure: impl FnOnce(&mut Command)) -> ChildTest {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut command = Command::new(exe);
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    configure(&mut command);
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning a child running {test}: {e}"));
+    let stdout = drain(child.stdout.take().expect("the child's stdout"));
+    let stderr = drain(child.stderr.take().expect("the child's stderr"));
+    ChildTest {
+        child,
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits for every child, for at most `deadline`; once one fails, the
+/// others get at most `grace` more (they may be blocked waiting for it).
+/// Children still running then are killed. Returns how each ended, in
+/// order.
+pub fn wait_children(children: Vec<ChildTest>, deadline: Duration, grace: Duration) -> Vec<Ended> {
+    let mut deadline = Instant::now() + deadline;
+    let mut children: Vec<(ChildTest, Option<ExitStatus>)> =
+        children.into_iter().map(|child| (child, None)).collect();
+    loop {
+        for (child, status) in &mut children {
+            if status.is_none() {
+                *status = child.child.try_wait().expect("try_wait on a child");
+                if status.is_some_and(|s| !s.success()) {
+                    deadline = deadline.min(Instant::now() + grace);
+                }
+            }
+        }
+        if children.iter().all(|(_, status)| status.is_some()) || Instant::now() >= deadline {
+            break;
+        }
+        thread::sleep(POLL);
+    }
+    children
+        .into_iter()
+        .map(|(mut child, status)| {
+            if status.is_none() {
+                let _ = child.child.kill();
+                let _ = child.child.wait();
+            }
+            Ended {
+                status,
+                stdout: child.stdout.join().unwrap_or_default(),
+                stderr: child.stderr.join().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
