@@ -6,8 +6,8 @@
 //! comparisons are exact).
 //!
 //! Every operation (each reduction, a pre-multiplied sum through `custom`,
-//! broadcast from every root, reduce to every root, all_gather,
-//! reduce_scatter, all_to_all, their list forms, barrier) on blocking and
+//! broadcast from every root, reduce to every root, all_gather, gather and
+//! scatter, reduce_scatter, all_to_all, their list forms, barrier) on blocking and
 //! nonblocking communicators, each on the group's streams and on the
 //! caller's; and 8 threads issuing operations on one group, in an order
 //! every rank shares.
@@ -202,6 +202,43 @@ fn single_forms(
         &w,
     );
 
+    // gather and scatter from the first and the last rank: the spread
+    // buffer only exists on the root (empty elsewhere).
+    for root in [0, world - 1] {
+        let spread = |values: Vec<f32>| if rank == root { values } else { Vec::new() };
+        let seed = seeds.next_op();
+        let w = what(&format!("gather to root {root}"));
+        let (out, _) = done(
+            group.gather(
+                upload(stream, &spread(poison_values::<f32>(world * len))),
+                upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
+                root as i32,
+                stream,
+            ),
+            &w,
+        );
+        if rank == root {
+            let expected = convert(&every_rank_values(seed, world, len).concat());
+            assert_same_values(&download(stream, &out), &expected, &w);
+        }
+        let seed = seeds.next_op();
+        let w = what(&format!("scatter from root {root}"));
+        let (out, _) = done(
+            group.scatter(
+                upload(stream, &poison_values::<f32>(len)),
+                upload(
+                    stream,
+                    &spread(convert(&every_rank_values(seed, world, len).concat())),
+                ),
+                root as i32,
+                stream,
+            ),
+            &w,
+        );
+        let expected = convert(&rank_values(seed, rank, len));
+        assert_same_values(&download(stream, &out), &expected, &w);
+    }
+
     // reduce_scatter, each reduction: rank r gets block r of the reduction.
     for op in ReduceOp::ALL {
         let seed = seeds.next_op();
@@ -319,6 +356,36 @@ fn list_forms(
         &convert(&every_rank_values(seed, world, len).concat()),
         &w,
     );
+
+    let root = world - 1;
+    let on_root = |len: usize| if rank == root { len } else { 0 };
+    let seed = seeds.next_op();
+    let w = what("gather_multi to the last rank");
+    let ps = done(
+        group.gather_multi(
+            pair(on_root(world * len), &rank_values(seed, rank, len)),
+            root as i32,
+            streams,
+        ),
+        &w,
+    );
+    if rank == root {
+        let expected = convert(&every_rank_values(seed, world, len).concat());
+        assert_same_values(&download(stream, &ps[0].0), &expected, &w);
+    }
+    let seed = seeds.next_op();
+    let w = what("scatter_multi from the last rank");
+    let spread = every_rank_values(seed, world, len).concat();
+    let ps = done(
+        group.scatter_multi(
+            pair(len, &spread[..on_root(spread.len())]),
+            root as i32,
+            streams,
+        ),
+        &w,
+    );
+    let expected = convert(&rank_values(seed, rank, len));
+    assert_same_values(&download(stream, &ps[0].0), &expected, &w);
 
     let seed = seeds.next_op();
     let w = what("reduce_scatter_multi Sum");

@@ -158,7 +158,8 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
 }
 
 /// broadcast from the first and the last rank (in place and into),
-/// all_gather_into_tensor, the all_gather list form, all_to_all_single by
+/// all_gather_into_tensor, gather and scatter from the first and the last
+/// rank, the all_gather list form, all_to_all_single by
 /// both methods, a send/recv ring in one group, barrier.
 fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
     let (world, me) = (rank.world(), rank.me());
@@ -191,6 +192,30 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             &label,
         );
         assert_same(&download(stream, &target), &gathered, &label);
+
+        for root in [0, world - 1] {
+            // The spread buffer is used on the root only: elsewhere an
+            // empty one will do.
+            let on_root = me == root;
+            let label = rank.what::<T>(len, &format!("gather root {root}"));
+            let mut target = poisoned::<T>(stream, if on_root { world * len } else { 0 });
+            ok(
+                comm.gather(&mut target, &source, root as i32, stream),
+                &label,
+            );
+            if on_root {
+                assert_same(&download(stream, &target), &gathered, &label);
+            }
+
+            let label = rank.what::<T>(len, &format!("scatter root {root}"));
+            let spread = upload(stream, if on_root { &gathered[..] } else { &[] });
+            let mut target = poisoned::<T>(stream, len);
+            ok(
+                comm.scatter(&mut target, &spread, root as i32, stream),
+                &label,
+            );
+            assert_same(&download(stream, &target), mine, &label);
+        }
 
         let label = rank.what::<T>(len, "all_gather into [Tensor]");
         let mut list: Vec<Tensor<T>> = (0..world).map(|_| poisoned::<T>(stream, len)).collect();
