@@ -1,4 +1,5 @@
-//! The group's operations. Each is one nccl-tensor [`Op`], issued by
+//! The group's operations. Each is one nccl-tensor [`Op`] (the collectives
+//! as one table, `collectives!`), issued by
 //! [`ProcessGroup::issue`] on one local device or by
 //! [`ProcessGroup::issue_multi`] on one part per local device (the spec's
 //! list forms; global rank = process rank x devices + index, and
@@ -65,237 +66,6 @@ impl ProcessGroup {
         };
         let info = OpInfo::untyped(name);
         self.run_one(info, CommKey::Collective, device, buffers, stream, grouped)
-    }
-
-    /// Reduces `tensor` across every process, in place
-    /// (`torch.distributed.all_reduce`).
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn all_reduce<T: NcclType>(
-        &self,
-        tensor: Tensor<T>,
-        op: ReduceOp,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<Tensor<T>> {
-        self.issue(Op::AllReduce(op.into()), tensor, stream)
-    }
-
-    /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn all_reduce_multi<T: NcclType>(
-        &self,
-        tensors: Parts<T>,
-        op: ReduceOp,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<Parts<T>> {
-        self.issue_multi(Op::AllReduce(op.into()), tensors, streams)
-    }
-
-    /// Copies `tensor` from global rank `root` to every rank, in place.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn broadcast<T: NcclType>(
-        &self,
-        tensor: Tensor<T>,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<Tensor<T>> {
-        self.issue(Op::Broadcast { root }, tensor, stream)
-    }
-
-    /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn broadcast_multi<T: NcclType>(
-        &self,
-        tensors: Parts<T>,
-        root: i32,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<Parts<T>> {
-        self.issue_multi(Op::Broadcast { root }, tensors, streams)
-    }
-
-    /// Reduces `tensor` across every process into global rank `root`, in place.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn reduce<T: NcclType>(
-        &self,
-        tensor: Tensor<T>,
-        op: ReduceOp,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<Tensor<T>> {
-        let op = Op::Reduce {
-            op: op.into(),
-            root,
-        };
-        self.issue(op, tensor, stream)
-    }
-
-    /// [`ProcessGroup::reduce`] over one tensor per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn reduce_multi<T: NcclType>(
-        &self,
-        tensors: Parts<T>,
-        op: ReduceOp,
-        root: i32,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<Parts<T>> {
-        let op = Op::Reduce {
-            op: op.into(),
-            root,
-        };
-        self.issue_multi(op, tensors, streams)
-    }
-
-    /// Gathers every rank's `input` into `output` (world x input elements),
-    /// in rank order (`all_gather_into_tensor`). The work holds
-    /// `(output, input)`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn all_gather<T: NcclType>(
-        &self,
-        output: Tensor<T>,
-        input: Tensor<T>,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.issue(Op::AllGather, (output, input), stream)
-    }
-
-    /// [`ProcessGroup::all_gather`] with one `(output, input)` per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn all_gather_multi<T: NcclType>(
-        &self,
-        pairs: PairParts<T>,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<PairParts<T>> {
-        self.issue_multi(Op::AllGather, pairs, streams)
-    }
-
-    /// Reduces `input` (world x output elements) and scatters it: each rank
-    /// gets its block in `output` (`reduce_scatter_tensor`). The work holds
-    /// `(output, input)`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn reduce_scatter<T: NcclType>(
-        &self,
-        output: Tensor<T>,
-        input: Tensor<T>,
-        op: ReduceOp,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.issue(Op::ReduceScatter(op.into()), (output, input), stream)
-    }
-
-    /// [`ProcessGroup::reduce_scatter`] with one `(output, input)` per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn reduce_scatter_multi<T: NcclType>(
-        &self,
-        pairs: PairParts<T>,
-        op: ReduceOp,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<PairParts<T>> {
-        self.issue_multi(Op::ReduceScatter(op.into()), pairs, streams)
-    }
-
-    /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
-    /// rank order (`all_to_all_single`). The work holds `(output, input)`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn all_to_all<T: NcclType>(
-        &self,
-        output: Tensor<T>,
-        input: Tensor<T>,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.issue(Op::AllToAll, (output, input), stream)
-    }
-
-    /// [`ProcessGroup::all_to_all`] with one `(output, input)` per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn all_to_all_multi<T: NcclType>(
-        &self,
-        pairs: PairParts<T>,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<PairParts<T>> {
-        self.issue_multi(Op::AllToAll, pairs, streams)
-    }
-
-    /// Gathers every rank's `input` into `output` (world x input elements)
-    /// on global rank `root`, in rank order (`torch.distributed.gather`);
-    /// elsewhere `output` is not touched and may be empty. The work holds
-    /// `(output, input)`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn gather<T: NcclType>(
-        &self,
-        output: Tensor<T>,
-        input: Tensor<T>,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.issue(Op::Gather { root }, (output, input), stream)
-    }
-
-    /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn gather_multi<T: NcclType>(
-        &self,
-        pairs: PairParts<T>,
-        root: i32,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<PairParts<T>> {
-        self.issue_multi(Op::Gather { root }, pairs, streams)
-    }
-
-    /// Scatters `input` (world x output elements) of global rank `root`:
-    /// each rank gets its block in `output` (`torch.distributed.scatter`);
-    /// elsewhere `input` is not read and may be empty. The work holds
-    /// `(output, input)`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`].
-    pub fn scatter<T: NcclType>(
-        &self,
-        output: Tensor<T>,
-        input: Tensor<T>,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        self.issue(Op::Scatter { root }, (output, input), stream)
-    }
-
-    /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue_multi`].
-    pub fn scatter_multi<T: NcclType>(
-        &self,
-        pairs: PairParts<T>,
-        root: i32,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<PairParts<T>> {
-        self.issue_multi(Op::Scatter { root }, pairs, streams)
     }
 
     /// Sends `tensor` to process `dst` over the pair's own communicator.
@@ -393,4 +163,112 @@ impl ProcessGroup {
             })),
         }
     }
+}
+
+/// The group's collectives, each one [`Op`] in a single form (one local
+/// GPU, through [`ProcessGroup::issue`]) and a list form (one part per
+/// local GPU, through [`ProcessGroup::issue_multi`]). `tensor` entries
+/// take one tensor (in place); `pair` entries an output and an input.
+macro_rules! collectives {
+    (@single tensor $(#[$doc:meta])* $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Errors
+        /// As [`ProcessGroup::issue`].
+        pub fn $name<T: NcclType>(
+            &self,
+            tensor: Tensor<T>,
+            $($arg: $ty,)*
+            stream: &Arc<CudaStream>,
+        ) -> OpResult<Tensor<T>> {
+            self.issue($op, tensor, stream)
+        }
+    };
+    (@single pair $(#[$doc:meta])* $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
+        $(#[$doc])*
+        /// The work holds `(output, input)`.
+        ///
+        /// # Errors
+        /// As [`ProcessGroup::issue`].
+        pub fn $name<T: NcclType>(
+            &self,
+            output: Tensor<T>,
+            input: Tensor<T>,
+            $($arg: $ty,)*
+            stream: &Arc<CudaStream>,
+        ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+            self.issue($op, (output, input), stream)
+        }
+    };
+    (@multi tensor $single:ident $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
+        #[doc = concat!("[`ProcessGroup::", stringify!($single), "`] over one tensor per local GPU.")]
+        ///
+        /// # Errors
+        /// As [`ProcessGroup::issue_multi`].
+        pub fn $name<T: NcclType>(
+            &self,
+            tensors: Parts<T>,
+            $($arg: $ty,)*
+            streams: &[Arc<CudaStream>],
+        ) -> OpResult<Parts<T>> {
+            self.issue_multi($op, tensors, streams)
+        }
+    };
+    (@multi pair $single:ident $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
+        #[doc = concat!("[`ProcessGroup::", stringify!($single), "`] with one `(output, input)` per local GPU.")]
+        ///
+        /// # Errors
+        /// As [`ProcessGroup::issue_multi`].
+        pub fn $name<T: NcclType>(
+            &self,
+            pairs: PairParts<T>,
+            $($arg: $ty,)*
+            streams: &[Arc<CudaStream>],
+        ) -> OpResult<PairParts<T>> {
+            self.issue_multi($op, pairs, streams)
+        }
+    };
+    ($(
+        $(#[$doc:meta])*
+        $form:ident fn $single:ident / $multi:ident ($($arg:ident: $ty:ty),* $(,)?) => $op:expr;
+    )*) => {
+        impl ProcessGroup {$(
+            collectives!(@single $form $(#[$doc])* $single ($($arg: $ty),*) => $op);
+            collectives!(@multi $form $single $multi ($($arg: $ty),*) => $op);
+        )*}
+    };
+}
+
+collectives! {
+    /// Reduces `tensor` across every process, in place
+    /// (`torch.distributed.all_reduce`).
+    tensor fn all_reduce / all_reduce_multi (op: ReduceOp) => Op::AllReduce(op.into());
+
+    /// Copies `tensor` from global rank `root` to every rank, in place.
+    tensor fn broadcast / broadcast_multi (root: i32) => Op::Broadcast { root };
+
+    /// Reduces `tensor` across every process into global rank `root`, in place.
+    tensor fn reduce / reduce_multi (op: ReduceOp, root: i32) => Op::Reduce { op: op.into(), root };
+
+    /// Gathers every rank's `input` into `output` (world x input elements),
+    /// in rank order (`all_gather_into_tensor`).
+    pair fn all_gather / all_gather_multi () => Op::AllGather;
+
+    /// Reduces `input` (world x output elements) and scatters it: each rank
+    /// gets its block in `output` (`reduce_scatter_tensor`).
+    pair fn reduce_scatter / reduce_scatter_multi (op: ReduceOp) => Op::ReduceScatter(op.into());
+
+    /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
+    /// rank order (`all_to_all_single`).
+    pair fn all_to_all / all_to_all_multi () => Op::AllToAll;
+
+    /// Gathers every rank's `input` into `output` (world x input elements)
+    /// on global rank `root`, in rank order (`torch.distributed.gather`);
+    /// elsewhere `output` is not touched and may be empty.
+    pair fn gather / gather_multi (root: i32) => Op::Gather { root };
+
+    /// Scatters `input` (world x output elements) of global rank `root`:
+    /// each rank gets its block in `output` (`torch.distributed.scatter`);
+    /// elsewhere `input` is not read and may be empty.
+    pair fn scatter / scatter_multi (root: i32) => Op::Scatter { root };
 }
