@@ -20,7 +20,7 @@
 //! * `tensor` (feature `tensor`): nccl-tensor's element types, test data
 //!   and operation matrix.
 //! * `group` and `store` (feature `group`): `ProcessGroup` helpers and the
-//!   [`Store`](nccl_group::Store) conformance suite.
+//!   `nccl_group::Store` conformance suite.
 //!
 //! Only for integration tests (`tests/*.rs`): a crate's unit tests inside
 //! its `src/` would see, through this crate, a second copy of that crate's
