@@ -192,142 +192,6 @@ impl Communicator {
         })
     }
 
-    /// Reduces `tensor` across all ranks in place; every rank gets the
-    /// result (`torch.distributed.all_reduce`).
-    ///
-    /// Checks ([`Plan::new`](crate::Plan::new)): the stream and the buffer on this device,
-    /// contiguous, a data type the loaded NCCL knows, a reduction it
-    /// supports for that type (fp8 reductions need compute capability 9.0).
-    ///
-    /// ```no_run
-    /// # fn main() -> nccl_tensor::Result<()> {
-    /// use nccl_core::{Device, ReduceOp, UniqueId};
-    /// use nccl_tensor::{Communicator, Tensor};
-    /// let device = Device::new(0)?;
-    /// let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
-    /// let stream = device.new_stream()?;
-    /// let mut tensor = Tensor::from_host(&stream, &[1.0f32, 2.0, 3.0], &[3])?;
-    /// let _ = comm.all_reduce(&mut tensor, ReduceOp::Sum, &stream)?;
-    /// assert_eq!(tensor.to_vec(&stream)?, vec![1.0, 2.0, 3.0]); // one rank
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn all_reduce<'r>(
-        &self,
-        tensor: impl Output,
-        op: impl Into<Reduction<'r>>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::AllReduce(op.into()), Single(tensor), stream)?
-            .enqueue()
-    }
-
-    /// Out-of-place [`Communicator::all_reduce`]: `output` gets the
-    /// reduction of every rank's `input`.
-    ///
-    /// Checks: as `all_reduce`, plus the same data type and length for
-    /// both, and not one cell twice.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn all_reduce_into<'r>(
-        &self,
-        input: impl Input,
-        output: impl Output,
-        op: impl Into<Reduction<'r>>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::AllReduce(op.into()), Pair { input, output }, stream)?
-            .enqueue()
-    }
-
-    /// Copies `tensor` from rank `root` to every rank, in place
-    /// (`torch.distributed.broadcast`).
-    ///
-    /// Checks: `root` in range; the buffer as in `all_reduce`.
-    ///
-    /// ```no_run
-    /// # fn run(comm: &nccl_tensor::Communicator, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_tensor::Result<()> {
-    /// let mut weights = nccl_tensor::Tensor::<f32>::zeros(stream, &[1024])?;
-    /// let _ = comm.broadcast(&mut weights, 0, stream)?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn broadcast(
-        &self,
-        tensor: impl Output,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::Broadcast { root }, Single(tensor), stream)?
-            .enqueue()
-    }
-
-    /// Out-of-place [`Communicator::broadcast`]: `output` on every rank
-    /// gets `input` of `root` (`input` is read on the root only).
-    ///
-    /// Checks: as `broadcast`, plus the same data type and length for both.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn broadcast_into(
-        &self,
-        input: impl Input,
-        output: impl Output,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::Broadcast { root }, Pair { input, output }, stream)?
-            .enqueue()
-    }
-
-    /// Reduces `tensor` across ranks into `tensor` on rank `root`, in place
-    /// (`torch.distributed.reduce`; other ranks' tensors are left as they are).
-    ///
-    /// Checks: `root` in range; the buffer and reduction as in `all_reduce`.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn reduce<'r>(
-        &self,
-        tensor: impl Output,
-        op: impl Into<Reduction<'r>>,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        let op = Op::Reduce {
-            op: op.into(),
-            root,
-        };
-        self.plan(op, Single(tensor), stream)?.enqueue()
-    }
-
-    /// Out-of-place [`Communicator::reduce`]: `output` on `root` gets the
-    /// reduction of every rank's `input`.
-    ///
-    /// Checks: as `reduce`, plus the same data type and length for both.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn reduce_into<'r>(
-        &self,
-        input: impl Input,
-        output: impl Output,
-        op: impl Into<Reduction<'r>>,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        let op = Op::Reduce {
-            op: op.into(),
-            root,
-        };
-        self.plan(op, Pair { input, output }, stream)?.enqueue()
-    }
-
     /// Gathers every rank's `input` into `outputs[rank]`
     /// (`torch.distributed.all_gather`). Issued as one broadcast per rank.
     ///
@@ -399,134 +263,6 @@ impl Communicator {
         }
         Ok(status)
     }
-
-    /// Gathers every rank's `input` into one `output` of world size x input
-    /// elements, in rank order (`torch.distributed.all_gather_into_tensor`).
-    ///
-    /// Checks: output length = world size x input length, same data type,
-    /// the buffers as in `all_reduce`.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn all_gather_into_tensor(
-        &self,
-        output: impl Output,
-        input: impl Input,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::AllGather, Pair { input, output }, stream)?
-            .enqueue()
-    }
-
-    /// Reduces `input` (world size x output elements) across ranks and
-    /// scatters it: rank `r` gets block `r` in `output`
-    /// (`torch.distributed.reduce_scatter_tensor`).
-    ///
-    /// Checks: input length = world size x output length, same data type,
-    /// a supported reduction.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn reduce_scatter_tensor<'r>(
-        &self,
-        output: impl Output,
-        input: impl Input,
-        op: impl Into<Reduction<'r>>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        let op = Op::ReduceScatter(op.into());
-        self.plan(op, Pair { input, output }, stream)?.enqueue()
-    }
-
-    /// Sends `tensor` to rank `dst`, which posts the matching
-    /// [`Communicator::recv`].
-    ///
-    /// Checks: `dst` in range and, outside a [`Group`](nccl_core::Group), not this rank
-    /// (NCCL would hang); the buffer as in `all_reduce`.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn send(&self, tensor: impl Input, dst: i32, stream: &Arc<CudaStream>) -> Result<Status> {
-        self.plan(Op::Send { peer: dst }, ReadOnly(tensor), stream)?
-            .enqueue()
-    }
-
-    /// Receives into `tensor` from rank `src`.
-    ///
-    /// Checks: as [`Communicator::send`].
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn recv(&self, tensor: impl Output, src: i32, stream: &Arc<CudaStream>) -> Result<Status> {
-        self.plan(Op::Recv { peer: src }, Single(tensor), stream)?
-            .enqueue()
-    }
-
-    /// Splits `input` into world size blocks, sends block `j` to rank `j`
-    /// and concatenates the received blocks in rank order into `output`
-    /// (`torch.distributed.all_to_all_single` with equal splits).
-    /// `ncclAlltoAll` where the loaded NCCL has it (2.28+), grouped
-    /// send/recv otherwise (or when [`AllToAllMethod::SendRecv`] is set).
-    ///
-    /// Checks: equal lengths, divisible by the world size, same data type.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn all_to_all_single(
-        &self,
-        output: impl Output,
-        input: impl Input,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::AllToAll, Pair { input, output }, stream)?
-            .enqueue()
-    }
-
-    /// Gathers every rank's `input` into `output` on rank `root`, in rank
-    /// order (`torch.distributed.gather`, with the gather list as one
-    /// tensor of world size x input elements). `ncclGather` where the
-    /// loaded NCCL has it (2.28+), grouped send/recv otherwise. `output`
-    /// is written on the root only; elsewhere any buffer will do (an empty
-    /// one).
-    ///
-    /// Checks: `root` in range; on the root, output length = world size x
-    /// input length; the same data type; the buffers as in `all_reduce`.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn gather(
-        &self,
-        output: impl Output,
-        input: impl Input,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::Gather { root }, Pair { input, output }, stream)?
-            .enqueue()
-    }
-
-    /// Scatters `input` of rank `root` (world size x output elements):
-    /// rank `r` gets block `r` in `output` (`torch.distributed.scatter`,
-    /// with the scatter list as one tensor). `ncclScatter` where the loaded
-    /// NCCL has it (2.28+), grouped send/recv otherwise. `input` is read on
-    /// the root only; elsewhere any buffer will do (an empty one).
-    ///
-    /// Checks: `root` in range; on the root, input length = world size x
-    /// output length; the same data type; the buffers as in `all_reduce`.
-    ///
-    /// # Errors
-    /// A failed check, or NCCL's error.
-    pub fn scatter(
-        &self,
-        output: impl Output,
-        input: impl Input,
-        root: i32,
-        stream: &Arc<CudaStream>,
-    ) -> Result<Status> {
-        self.plan(Op::Scatter { root }, Pair { input, output }, stream)?
-            .enqueue()
-    }
-
     /// Synchronises all ranks: an all-reduce of one cached element on
     /// `stream` (allocated by the first call). Work enqueued on `stream`
     /// after it starts once every rank has reached the barrier;
@@ -563,6 +299,145 @@ impl Communicator {
         // is on this device (checked).
         Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
     }
+}
+
+/// The operations of one [`Op`] on one set of [`Operands`](crate::Operands):
+/// `fn $name($args) => $op, $operands;` defines
+/// `fn $name(&self, $args, stream) -> Result<Status>`, which plans the
+/// operation ([`Communicator::plan`]) and enqueues it.
+macro_rules! operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident $(<$lt:lifetime>)? ($($arg:ident: $ty:ty),* $(,)?) => $op:expr, $operands:expr;
+    )*) => {
+        impl Communicator {$(
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A failed check, or NCCL's error.
+            pub fn $name $(<$lt>)? (&self, $($arg: $ty,)* stream: &Arc<CudaStream>) -> Result<Status> {
+                self.plan($op, $operands, stream)?.enqueue()
+            }
+        )*}
+    };
+}
+
+operations! {
+    /// Reduces `tensor` across all ranks in place; every rank gets the
+    /// result (`torch.distributed.all_reduce`).
+    ///
+    /// Checks ([`Plan::new`](crate::Plan::new)): the stream and the buffer on this device,
+    /// contiguous, a data type the loaded NCCL knows, a reduction it
+    /// supports for that type (fp8 reductions need compute capability 9.0).
+    ///
+    /// ```no_run
+    /// # fn main() -> nccl_tensor::Result<()> {
+    /// use nccl_core::{Device, ReduceOp, UniqueId};
+    /// use nccl_tensor::{Communicator, Tensor};
+    /// let device = Device::new(0)?;
+    /// let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
+    /// let stream = device.new_stream()?;
+    /// let mut tensor = Tensor::from_host(&stream, &[1.0f32, 2.0, 3.0], &[3])?;
+    /// let _ = comm.all_reduce(&mut tensor, ReduceOp::Sum, &stream)?;
+    /// assert_eq!(tensor.to_vec(&stream)?, vec![1.0, 2.0, 3.0]); // one rank
+    /// # Ok(()) }
+    /// ```
+    fn all_reduce<'r>(tensor: impl Output, op: impl Into<Reduction<'r>>) => Op::AllReduce(op.into()), Single(tensor);
+
+    /// Out-of-place [`Communicator::all_reduce`]: `output` gets the
+    /// reduction of every rank's `input`.
+    ///
+    /// Checks: as `all_reduce`, plus the same data type and length for
+    /// both, and not one cell twice.
+    fn all_reduce_into<'r>(input: impl Input, output: impl Output, op: impl Into<Reduction<'r>>) => Op::AllReduce(op.into()), Pair { input, output };
+
+    /// Copies `tensor` from rank `root` to every rank, in place
+    /// (`torch.distributed.broadcast`).
+    ///
+    /// Checks: `root` in range; the buffer as in `all_reduce`.
+    ///
+    /// ```no_run
+    /// # fn run(comm: &nccl_tensor::Communicator, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_tensor::Result<()> {
+    /// let mut weights = nccl_tensor::Tensor::<f32>::zeros(stream, &[1024])?;
+    /// let _ = comm.broadcast(&mut weights, 0, stream)?;
+    /// # Ok(()) }
+    /// ```
+    fn broadcast(tensor: impl Output, root: i32) => Op::Broadcast { root }, Single(tensor);
+
+    /// Out-of-place [`Communicator::broadcast`]: `output` on every rank
+    /// gets `input` of `root` (`input` is read on the root only).
+    ///
+    /// Checks: as `broadcast`, plus the same data type and length for both.
+    fn broadcast_into(input: impl Input, output: impl Output, root: i32) => Op::Broadcast { root }, Pair { input, output };
+
+    /// Reduces `tensor` across ranks into `tensor` on rank `root`, in place
+    /// (`torch.distributed.reduce`; other ranks' tensors are left as they are).
+    ///
+    /// Checks: `root` in range; the buffer and reduction as in `all_reduce`.
+    fn reduce<'r>(tensor: impl Output, op: impl Into<Reduction<'r>>, root: i32) => Op::Reduce { op: op.into(), root }, Single(tensor);
+
+    /// Out-of-place [`Communicator::reduce`]: `output` on `root` gets the
+    /// reduction of every rank's `input`.
+    ///
+    /// Checks: as `reduce`, plus the same data type and length for both.
+    fn reduce_into<'r>(input: impl Input, output: impl Output, op: impl Into<Reduction<'r>>, root: i32) => Op::Reduce { op: op.into(), root }, Pair { input, output };
+
+    /// Gathers every rank's `input` into one `output` of world size x input
+    /// elements, in rank order (`torch.distributed.all_gather_into_tensor`).
+    ///
+    /// Checks: output length = world size x input length, same data type,
+    /// the buffers as in `all_reduce`.
+    fn all_gather_into_tensor(output: impl Output, input: impl Input) => Op::AllGather, Pair { input, output };
+
+    /// Reduces `input` (world size x output elements) across ranks and
+    /// scatters it: rank `r` gets block `r` in `output`
+    /// (`torch.distributed.reduce_scatter_tensor`).
+    ///
+    /// Checks: input length = world size x output length, same data type,
+    /// a supported reduction.
+    fn reduce_scatter_tensor<'r>(output: impl Output, input: impl Input, op: impl Into<Reduction<'r>>) => Op::ReduceScatter(op.into()), Pair { input, output };
+
+    /// Sends `tensor` to rank `dst`, which posts the matching
+    /// [`Communicator::recv`].
+    ///
+    /// Checks: `dst` in range and, outside a [`Group`](nccl_core::Group), not this rank
+    /// (NCCL would hang); the buffer as in `all_reduce`.
+    fn send(tensor: impl Input, dst: i32) => Op::Send { peer: dst }, ReadOnly(tensor);
+
+    /// Receives into `tensor` from rank `src`.
+    ///
+    /// Checks: as [`Communicator::send`].
+    fn recv(tensor: impl Output, src: i32) => Op::Recv { peer: src }, Single(tensor);
+
+    /// Splits `input` into world size blocks, sends block `j` to rank `j`
+    /// and concatenates the received blocks in rank order into `output`
+    /// (`torch.distributed.all_to_all_single` with equal splits).
+    /// `ncclAlltoAll` where the loaded NCCL has it (2.28+), grouped
+    /// send/recv otherwise (or when [`AllToAllMethod::SendRecv`] is set).
+    ///
+    /// Checks: equal lengths, divisible by the world size, same data type.
+    fn all_to_all_single(output: impl Output, input: impl Input) => Op::AllToAll, Pair { input, output };
+
+    /// Gathers every rank's `input` into `output` on rank `root`, in rank
+    /// order (`torch.distributed.gather`, with the gather list as one
+    /// tensor of world size x input elements). `ncclGather` where the
+    /// loaded NCCL has it (2.28+), grouped send/recv otherwise. `output`
+    /// is written on the root only; elsewhere any buffer will do (an empty
+    /// one).
+    ///
+    /// Checks: `root` in range; on the root, output length = world size x
+    /// input length; the same data type; the buffers as in `all_reduce`.
+    fn gather(output: impl Output, input: impl Input, root: i32) => Op::Gather { root }, Pair { input, output };
+
+    /// Scatters `input` of rank `root` (world size x output elements):
+    /// rank `r` gets block `r` in `output` (`torch.distributed.scatter`,
+    /// with the scatter list as one tensor). `ncclScatter` where the loaded
+    /// NCCL has it (2.28+), grouped send/recv otherwise. `input` is read on
+    /// the root only; elsewhere any buffer will do (an empty one).
+    ///
+    /// Checks: `root` in range; on the root, input length = world size x
+    /// output length; the same data type; the buffers as in `all_reduce`.
+    fn scatter(output: impl Output, input: impl Input, root: i32) => Op::Scatter { root }, Pair { input, output };
 }
 
 /// An iterator with a known length, for the list checks.
