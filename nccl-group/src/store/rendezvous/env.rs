@@ -1,94 +1,11 @@
-//! Reading the launch environment (torchrun and Slurm conventions) and
-//! connecting to the store it names.
+//! Reading the launch variables (torchrun and Slurm conventions) into a
+//! [`RendezvousConfig`]: every variable's parsing and its error message.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{
-    DEFAULT_TIMEOUT, FileStore, Result, Store, StoreError, TcpStore, TcpStoreOptions,
-    TcpStoreServerOptions,
-};
-
-/// Which store the ranks meet at.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum StoreSpec {
-    /// The TCP store; rank 0 hosts the server at `addr:port`
-    /// (`NCCL_RS_STORE=tcp`, the default, with `MASTER_ADDR`, `MASTER_PORT`).
-    Tcp {
-        /// Host name or IP address of rank 0 (`MASTER_ADDR`).
-        addr: String,
-        /// Port of the server (`MASTER_PORT`).
-        port: u16,
-    },
-    /// The file store in a shared directory (`NCCL_RS_STORE=file:<dir>`).
-    File {
-        /// The directory.
-        dir: PathBuf,
-    },
-}
-
-/// Where this process stands in the job and how to reach the rendezvous
-/// store, as read from the environment.
-///
-/// | variable | meaning | fallback |
-/// |---|---|---|
-/// | `RANK` | this process's rank, `0 <= RANK < WORLD_SIZE` | `SLURM_PROCID` |
-/// | `WORLD_SIZE` | number of processes, `> 0` | `SLURM_NTASKS` |
-/// | `LOCAL_RANK` | rank within this host | `SLURM_LOCALID`, then 0 |
-/// | `MASTER_ADDR`, `MASTER_PORT` | rank 0's host and the store's port (TCP store only) | none |
-/// | `NCCL_RS_STORE` | `tcp` (default) or `file:<directory>` | `tcp` |
-/// | `NCCL_RS_STORE_TIMEOUT_SECS` | default store timeout, whole seconds `> 0` | 300 |
-/// | `NCCL_RS_STORE_SECRET` | shared secret for the TCP store | none |
-///
-/// ```
-/// use nccl_group::{RendezvousConfig, StoreSpec};
-/// let env = [("RANK", "1"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "node0"), ("MASTER_PORT", "29500")];
-/// let cfg = RendezvousConfig::from_vars(|name| {
-///     env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
-/// })?;
-/// assert_eq!((cfg.rank, cfg.world_size, cfg.local_rank), (1, 4, 0));
-/// assert_eq!(cfg.store, StoreSpec::Tcp { addr: "node0".into(), port: 29500 });
-/// # Ok::<(), nccl_group::StoreError>(())
-/// ```
-#[derive(Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RendezvousConfig {
-    /// This process's rank.
-    pub rank: usize,
-    /// The number of processes.
-    pub world_size: usize,
-    /// This process's rank within its host.
-    pub local_rank: usize,
-    /// The store to meet at.
-    pub store: StoreSpec,
-    /// The default timeout of store operations (and of connecting).
-    pub timeout: Duration,
-    /// The TCP store's shared secret.
-    pub secret: Option<String>,
-}
-
-impl fmt::Debug for RendezvousConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RendezvousConfig")
-            .field("rank", &self.rank)
-            .field("world_size", &self.world_size)
-            .field("local_rank", &self.local_rank)
-            .field("store", &self.store)
-            .field("timeout", &self.timeout)
-            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .finish()
-    }
-}
-
-fn config_error(var: &str, message: String) -> StoreError {
-    StoreError::Config {
-        var: var.to_owned(),
-        message,
-    }
-}
+use super::{RendezvousConfig, StoreSpec, config_error};
+use crate::store::{DEFAULT_TIMEOUT, Result};
 
 /// Parses a non-negative integer; `what` completes "is not ...".
 fn parse_int(var: &str, raw: &str, what: &str) -> Result<usize> {
@@ -98,42 +15,14 @@ fn parse_int(var: &str, raw: &str, what: &str) -> Result<usize> {
 }
 
 impl RendezvousConfig {
-    /// A configuration built in code rather than read from the environment:
-    /// `local_rank` 0, the default timeout ([`DEFAULT_TIMEOUT`]), no secret.
-    /// Change the public fields to adjust.
-    ///
-    /// Fails with [`StoreError::Config`] when `world_size` is 0 or `rank` is
-    /// not below it.
-    pub fn new(rank: usize, world_size: usize, store: StoreSpec) -> Result<Self> {
-        if world_size == 0 {
-            return Err(config_error(
-                "WORLD_SIZE",
-                "world_size 0 is not a positive integer (the number of processes)".into(),
-            ));
-        }
-        if rank >= world_size {
-            return Err(config_error(
-                "RANK",
-                format!("rank {rank} must be below world_size {world_size}"),
-            ));
-        }
-        Ok(RendezvousConfig {
-            rank,
-            world_size,
-            local_rank: 0,
-            store,
-            timeout: DEFAULT_TIMEOUT,
-            secret: None,
-        })
-    }
-
     /// Reads the configuration through `var`, which returns a variable's
     /// value or `None` when it is unset. [`RendezvousConfig::from_env`]
     /// passes the process environment; tests pass a map.
     ///
-    /// Fails with [`StoreError::Config`] naming the variable, the value seen
-    /// and the form expected, e.g. `RANK="abc" is not a non-negative integer`
-    /// or `RANK=4 must be below WORLD_SIZE=4`.
+    /// Fails with [`StoreError::Config`](crate::store::StoreError::Config)
+    /// naming the variable, the value seen and the form expected, e.g.
+    /// `RANK="abc" is not a non-negative integer` or `RANK=4 must be below
+    /// WORLD_SIZE=4`.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let first_of = |names: &[&'static str]| -> Option<(&'static str, String)> {
             names.iter().find_map(|n| var(n).map(|v| (*n, v)))
@@ -311,70 +200,12 @@ impl RendezvousConfig {
     pub fn from_env() -> Result<Self> {
         Self::from_vars(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
     }
-
-    /// Connects to the store this configuration names.
-    ///
-    /// With the TCP store, rank 0 starts the server on `MASTER_PORT` and
-    /// keeps it alive as long as the returned store lives; it listens on
-    /// `MASTER_ADDR` itself when that is a loopback address (a single-host
-    /// job), otherwise on every interface (as torch does; set
-    /// `NCCL_RS_STORE_SECRET` on shared networks). The other ranks connect as
-    /// clients, retrying until the server is up or the timeout passes. With
-    /// the file store, every rank opens the directory.
-    pub fn connect(&self) -> Result<Box<dyn Store>> {
-        match &self.store {
-            StoreSpec::File { dir } => Ok(Box::new(FileStore::open(dir.clone(), self.timeout)?)),
-            StoreSpec::Tcp { addr, port } => {
-                let mut client = TcpStoreOptions::default()
-                    .with_timeout(self.timeout)
-                    .with_connect_timeout(self.timeout);
-                let mut server = TcpStoreServerOptions::default();
-                if let Some(secret) = &self.secret {
-                    client = client.with_secret(secret.as_bytes());
-                    server = server.with_secret(secret.as_bytes());
-                }
-                if self.rank == 0 {
-                    let bind = bind_addr(addr, *port)?;
-                    Ok(Box::new(TcpStore::host(bind, server, client)?))
-                } else {
-                    Ok(Box::new(TcpStore::connect(addr, *port, client)?))
-                }
-            }
-        }
-    }
-}
-
-/// Where rank 0 listens: `MASTER_ADDR` itself when it is loopback, otherwise
-/// the unspecified address of its family.
-fn bind_addr(host: &str, port: u16) -> Result<SocketAddr> {
-    let resolved: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| {
-            StoreError::io(
-                format!("resolving MASTER_ADDR={host:?} to start the TCP store server"),
-                e,
-            )
-        })?
-        .collect();
-    let Some(first) = resolved.first() else {
-        return Err(StoreError::io(
-            format!("resolving MASTER_ADDR={host:?} to start the TCP store server"),
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
-        ));
-    };
-    if resolved.iter().all(|a| a.ip().is_loopback()) {
-        return Ok(*first);
-    }
-    let any = match first.ip() {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    };
-    Ok(SocketAddr::new(any, port))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreError;
     use std::collections::HashMap;
 
     fn cfg(vars: &[(&str, &str)]) -> Result<RendezvousConfig> {
@@ -637,88 +468,5 @@ mod tests {
         let (var, msg) = err(&with(&[("NCCL_RS_STORE_SECRET", "")], &[]));
         assert_eq!(var, "NCCL_RS_STORE_SECRET");
         assert!(msg.contains("set but empty"), "{msg}");
-    }
-
-    #[test]
-    fn new_checks_rank_and_world_size() {
-        let dir = StoreSpec::File {
-            dir: "/tmp/x".into(),
-        };
-        let c = RendezvousConfig::new(2, 3, dir.clone()).unwrap();
-        assert_eq!((c.rank, c.world_size, c.local_rank), (2, 3, 0));
-        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
-        let e = RendezvousConfig::new(3, 3, dir.clone()).unwrap_err();
-        assert_eq!(e.to_string(), "rank 3 must be below world_size 3");
-        assert!(RendezvousConfig::new(0, 0, dir).is_err());
-    }
-
-    #[test]
-    fn bind_address_choice() {
-        assert_eq!(
-            bind_addr("127.0.0.1", 5).unwrap(),
-            "127.0.0.1:5".parse().unwrap()
-        );
-        assert_eq!(bind_addr("::1", 5).unwrap(), "[::1]:5".parse().unwrap());
-        assert_eq!(
-            bind_addr("10.1.2.3", 5).unwrap(),
-            "0.0.0.0:5".parse().unwrap()
-        );
-    }
-
-    #[test]
-    fn connect_file_store_from_config() {
-        let dir = tempfile::tempdir().unwrap();
-        let spec = format!("file:{}", dir.path().display());
-        let map: HashMap<&str, String> = [
-            ("RANK", "0".to_owned()),
-            ("WORLD_SIZE", "1".to_owned()),
-            ("NCCL_RS_STORE", spec),
-            ("NCCL_RS_STORE_TIMEOUT_SECS", "3".to_owned()),
-        ]
-        .into_iter()
-        .collect();
-        let c = RendezvousConfig::from_vars(|n| map.get(n).cloned()).unwrap();
-        let store = c.connect().unwrap();
-        store.set("k", b"v").unwrap();
-        assert_eq!(store.default_timeout(), Duration::from_secs(3));
-        assert_eq!(store.get("k", Duration::from_millis(100)).unwrap(), b"v");
-    }
-
-    #[test]
-    fn connect_tcp_rank0_hosts_and_rank1_joins() {
-        // Port 0 is refused by from_vars, so pick a free port up front.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let vars = |rank: &'static str| {
-            let port = port.to_string();
-            move |n: &str| match n {
-                "RANK" => Some(rank.to_owned()),
-                "WORLD_SIZE" => Some("2".to_owned()),
-                "MASTER_ADDR" => Some("127.0.0.1".to_owned()),
-                "MASTER_PORT" => Some(port.clone()),
-                "NCCL_RS_STORE_TIMEOUT_SECS" => Some("5".to_owned()),
-                "NCCL_RS_STORE_SECRET" => Some("team".to_owned()),
-                _ => None,
-            }
-        };
-        let rank0 = RendezvousConfig::from_vars(vars("0"))
-            .unwrap()
-            .connect()
-            .unwrap();
-        let rank1 = RendezvousConfig::from_vars(vars("1"))
-            .unwrap()
-            .connect()
-            .unwrap();
-        rank0.set("uid", b"0xfeed").unwrap();
-        assert_eq!(rank1.get("uid", Duration::from_secs(2)).unwrap(), b"0xfeed");
-        assert_eq!(rank1.add("arrived", 1).unwrap(), 1);
-        assert_eq!(rank0.add("arrived", 1).unwrap(), 2);
-        drop(rank1);
-        drop(rank0);
-        // The server went with rank 0's store: the port is free again.
-        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
     }
 }

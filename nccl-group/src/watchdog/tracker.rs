@@ -1,88 +1,13 @@
-//! The watchdog: one thread per process that watches every live group's
-//! outstanding operations and communicators, so no failure goes unnoticed
-//! and no operation hangs past its deadline.
-//!
-//! Each group keeps a [`Tracker`] of its pending operations (an end
-//! [`Completion`] and a deadline each). Every [`INTERVAL`] the thread
-//! calls [`Watched::tick`] on each registered group, which scans its
-//! tracker ([`Tracker::scan`]: the state machine, tested here with fake
-//! completions) and its communicators' asynchronous errors, and on a
-//! verdict fails the group (see `ProcessGroup`). Groups register a weak
-//! reference: the watchdog never keeps a group alive.
+//! A group's tracker of outstanding operations: queued as they are
+//! issued, reaped once finished, and scanned by the watchdog for the first
+//! one past its deadline or broken ([`Tracker::scan`]: the state machine,
+//! tested here with fake completions).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::DriverError;
-
-use crate::failure::Failure;
-
-/// How often the watchdog looks at every group.
-pub const INTERVAL: Duration = Duration::from_millis(20);
-
-/// Where an operation stands on the GPU.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// Still running (or queued).
-    Running,
-    /// Finished on every device.
-    Done,
-    /// Polling it failed (a CUDA error: the context is broken).
-    Broken(DriverError),
-}
-
-/// Something that can tell whether an operation has finished.
-pub trait Completion: Send + Sync {
-    /// Polls without blocking.
-    fn poll(&self) -> Progress;
-
-    /// The one stream the operation's end is recorded on, as an identity
-    /// that no other live stream has while the operation is pending (the
-    /// completion keeps its stream alive); `None` for an operation that
-    /// ends on several streams. Work on one stream finishes in order, so
-    /// an operation that is done implies that every earlier one of the
-    /// same lane is done too.
-    fn lane(&self) -> Option<usize> {
-        None
-    }
-
-    /// Marks the operation failed with its group.
-    fn fail(&self, failure: &Arc<Failure>);
-}
-
-/// One outstanding operation.
-pub struct PendingOp {
-    /// Its flight-recorder sequence number.
-    pub seq: u64,
-    /// When it was enqueued.
-    pub enqueued: Instant,
-    /// How long it may take.
-    pub timeout: Duration,
-    /// Its end.
-    pub completion: Arc<dyn Completion>,
-}
-
-/// What a scan concluded about the first operation that went wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Operation `seq` ran past its timeout.
-    TimedOut {
-        /// Its sequence number.
-        seq: u64,
-        /// How long it had run when the watchdog looked.
-        ran: Duration,
-        /// Its timeout.
-        timeout: Duration,
-    },
-    /// Polling operation `seq` failed.
-    Broken {
-        /// Its sequence number.
-        seq: u64,
-        /// The error.
-        error: DriverError,
-    },
-}
+use super::{Completion, PendingOp, Progress, Verdict};
 
 /// More pending operations than this make the enqueuing thread reap the
 /// finished ones at the front itself, so a fast loop cannot pile up
@@ -286,121 +211,11 @@ fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64)) 
     }
 }
 
-/// A group the watchdog looks after.
-pub trait Watched: Send + Sync {
-    /// Checks the group once (with the group's own reference, so a failure
-    /// it finds can finish on a thread of its own).
-    fn tick(self: Arc<Self>, now: Instant);
-}
-
-struct Registry {
-    groups: Mutex<Vec<Weak<dyn Watched>>>,
-    added: Condvar,
-}
-
-static REGISTRY: OnceLock<Registry> = OnceLock::new();
-/// Whether the watchdog thread started (tried once per process).
-static THREAD: OnceLock<bool> = OnceLock::new();
-
-/// Puts `group` under the process's watchdog (starting its thread on first
-/// use). The watchdog drops the registration once the group is gone.
-///
-/// # Errors
-/// The operating system refused to start the watchdog thread (now or at
-/// the first try in this process).
-pub fn watch(group: Weak<dyn Watched>) -> std::io::Result<()> {
-    let registry = REGISTRY.get_or_init(|| Registry {
-        groups: Mutex::new(Vec::new()),
-        added: Condvar::new(),
-    });
-    let started = *THREAD.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("nccl-group-watchdog".into())
-            .spawn(move || run(registry))
-            .is_ok()
-    });
-    if !started {
-        return Err(std::io::Error::other(
-            "the process could not start the nccl-group watchdog thread",
-        ));
-    }
-    registry
-        .groups
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(group);
-    registry.added.notify_one();
-    Ok(())
-}
-
-/// The watchdog thread: ticks every live group each interval; sleeps on
-/// the condition variable while there is none.
-fn run(registry: &'static Registry) {
-    loop {
-        let live: Vec<Arc<dyn Watched>> = {
-            let mut groups = registry
-                .groups
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            groups.retain(|group| group.strong_count() > 0);
-            while groups.is_empty() {
-                groups = registry
-                    .added
-                    .wait(groups)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-            groups.iter().filter_map(Weak::upgrade).collect()
-        };
-        let now = Instant::now();
-        for group in &live {
-            // A panic in one group's tick (a user's store, say) must not
-            // end the watching of every group.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                Arc::clone(group).tick(now)
-            }));
-        }
-        // The groups are released before sleeping, so a group dropped by
-        // its owner is not kept alive by the watchdog.
-        drop(live);
-        std::thread::sleep(INTERVAL);
-    }
-}
-
-/// The outcome of a bounded call.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Bounded<T> {
-    /// It returned this within the bound.
-    Returned(T),
-    /// It was still running when the bound passed; it was left running on
-    /// its own thread.
-    Stalled,
-}
-
-/// Runs `work` on a new thread and waits for it at most `bound`: an abort
-/// that stalls inside NCCL must not take its caller with it.
-pub fn run_bounded<T: Send + 'static>(
-    name: &str,
-    bound: Duration,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Bounded<T> {
-    let (sender, receiver) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name(name.to_string())
-        .spawn(move || {
-            let _ = sender.send(work());
-        });
-    if spawned.is_err() {
-        return Bounded::Stalled;
-    }
-    match receiver.recv_timeout(bound) {
-        Ok(value) => Bounded::Returned(value),
-        Err(_) => Bounded::Stalled,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::failure::Failure;
+    use cudarc::driver::DriverError;
     use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
     /// A completion the test finishes or breaks by hand.
@@ -710,51 +525,5 @@ mod tests {
         reap_front(&mut pending, |s| reaped.push(s));
         assert_eq!(reaped, vec![0]);
         assert_eq!(pending.len(), 2);
-    }
-
-    struct Counting {
-        ticks: AtomicUsize,
-    }
-
-    impl Watched for Counting {
-        fn tick(self: Arc<Self>, _now: Instant) {
-            self.ticks.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    #[test]
-    fn the_watchdog_ticks_live_groups_and_forgets_dropped_ones() {
-        let group = Arc::new(Counting {
-            ticks: AtomicUsize::new(0),
-        });
-        let weak: Weak<dyn Watched> = Arc::downgrade(&(Arc::clone(&group) as Arc<dyn Watched>));
-        watch(weak).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while group.ticks.load(Ordering::SeqCst) < 3 {
-            assert!(Instant::now() < deadline, "the watchdog never ticked");
-            std::thread::sleep(INTERVAL);
-        }
-        // The watchdog holds only a weak reference, and only while ticking.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Arc::strong_count(&group) > 1 {
-            assert!(Instant::now() < deadline, "the watchdog kept the group");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    #[test]
-    fn bounded_calls_return_or_are_left_behind() {
-        assert_eq!(
-            run_bounded("quick", Duration::from_secs(10), || 7),
-            Bounded::Returned(7)
-        );
-        let (release, wait) = std::sync::mpsc::channel::<()>();
-        let started = Instant::now();
-        let outcome = run_bounded("stuck", Duration::from_millis(50), move || {
-            let _ = wait.recv();
-        });
-        assert_eq!(outcome, Bounded::Stalled);
-        assert!(started.elapsed() < Duration::from_secs(5));
-        drop(release);
     }
 }

@@ -1,0 +1,143 @@
+//! The rendezvous configuration: which store the ranks meet at
+//! ([`StoreSpec`]) and where this process stands in the job
+//! ([`RendezvousConfig`]).
+//!
+//! `env` reads it from the launch environment (torchrun and Slurm
+//! conventions); `connect` connects to the store it names.
+
+mod connect;
+mod env;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{DEFAULT_TIMEOUT, Result, StoreError};
+
+/// Which store the ranks meet at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreSpec {
+    /// The TCP store; rank 0 hosts the server at `addr:port`
+    /// (`NCCL_RS_STORE=tcp`, the default, with `MASTER_ADDR`, `MASTER_PORT`).
+    Tcp {
+        /// Host name or IP address of rank 0 (`MASTER_ADDR`).
+        addr: String,
+        /// Port of the server (`MASTER_PORT`).
+        port: u16,
+    },
+    /// The file store in a shared directory (`NCCL_RS_STORE=file:<dir>`).
+    File {
+        /// The directory.
+        dir: PathBuf,
+    },
+}
+
+/// Where this process stands in the job and how to reach the rendezvous
+/// store, as read from the environment.
+///
+/// | variable | meaning | fallback |
+/// |---|---|---|
+/// | `RANK` | this process's rank, `0 <= RANK < WORLD_SIZE` | `SLURM_PROCID` |
+/// | `WORLD_SIZE` | number of processes, `> 0` | `SLURM_NTASKS` |
+/// | `LOCAL_RANK` | rank within this host | `SLURM_LOCALID`, then 0 |
+/// | `MASTER_ADDR`, `MASTER_PORT` | rank 0's host and the store's port (TCP store only) | none |
+/// | `NCCL_RS_STORE` | `tcp` (default) or `file:<directory>` | `tcp` |
+/// | `NCCL_RS_STORE_TIMEOUT_SECS` | default store timeout, whole seconds `> 0` | 300 |
+/// | `NCCL_RS_STORE_SECRET` | shared secret for the TCP store | none |
+///
+/// ```
+/// use nccl_group::{RendezvousConfig, StoreSpec};
+/// let env = [("RANK", "1"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "node0"), ("MASTER_PORT", "29500")];
+/// let cfg = RendezvousConfig::from_vars(|name| {
+///     env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+/// })?;
+/// assert_eq!((cfg.rank, cfg.world_size, cfg.local_rank), (1, 4, 0));
+/// assert_eq!(cfg.store, StoreSpec::Tcp { addr: "node0".into(), port: 29500 });
+/// # Ok::<(), nccl_group::StoreError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RendezvousConfig {
+    /// This process's rank.
+    pub rank: usize,
+    /// The number of processes.
+    pub world_size: usize,
+    /// This process's rank within its host.
+    pub local_rank: usize,
+    /// The store to meet at.
+    pub store: StoreSpec,
+    /// The default timeout of store operations (and of connecting).
+    pub timeout: Duration,
+    /// The TCP store's shared secret.
+    pub secret: Option<String>,
+}
+
+impl fmt::Debug for RendezvousConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RendezvousConfig")
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("local_rank", &self.local_rank)
+            .field("store", &self.store)
+            .field("timeout", &self.timeout)
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+fn config_error(var: &str, message: String) -> StoreError {
+    StoreError::Config {
+        var: var.to_owned(),
+        message,
+    }
+}
+
+impl RendezvousConfig {
+    /// A configuration built in code rather than read from the environment:
+    /// `local_rank` 0, the default timeout ([`DEFAULT_TIMEOUT`]), no secret.
+    /// Change the public fields to adjust.
+    ///
+    /// Fails with [`StoreError::Config`] when `world_size` is 0 or `rank` is
+    /// not below it.
+    pub fn new(rank: usize, world_size: usize, store: StoreSpec) -> Result<Self> {
+        if world_size == 0 {
+            return Err(config_error(
+                "WORLD_SIZE",
+                "world_size 0 is not a positive integer (the number of processes)".into(),
+            ));
+        }
+        if rank >= world_size {
+            return Err(config_error(
+                "RANK",
+                format!("rank {rank} must be below world_size {world_size}"),
+            ));
+        }
+        Ok(RendezvousConfig {
+            rank,
+            world_size,
+            local_rank: 0,
+            store,
+            timeout: DEFAULT_TIMEOUT,
+            secret: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_checks_rank_and_world_size() {
+        let dir = StoreSpec::File {
+            dir: "/tmp/x".into(),
+        };
+        let c = RendezvousConfig::new(2, 3, dir.clone()).unwrap();
+        assert_eq!((c.rank, c.world_size, c.local_rank), (2, 3, 0));
+        assert_eq!(c.timeout, DEFAULT_TIMEOUT);
+        let e = RendezvousConfig::new(3, 3, dir.clone()).unwrap_err();
+        assert_eq!(e.to_string(), "rank 3 must be below world_size 3");
+        assert!(RendezvousConfig::new(0, 0, dir).is_err());
+    }
+}

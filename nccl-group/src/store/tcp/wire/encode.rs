@@ -1,0 +1,142 @@
+//! Encoding: building frames (the length header, then the payload's
+//! fields) from requests and responses.
+
+use std::time::Duration;
+
+use super::{MAGIC, Request, Response, op, resp};
+
+/// Builds a frame: the length header is filled in by [`Encoder::finish`].
+struct Encoder(Vec<u8>);
+
+impl Encoder {
+    fn new(opcode: u8, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(5 + capacity);
+        buf.extend_from_slice(&[0; 4]);
+        buf.push(opcode);
+        Encoder(buf)
+    }
+    fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn i64(mut self, v: i64) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    fn raw(mut self, v: &[u8]) -> Self {
+        self.0.extend_from_slice(v);
+        self
+    }
+    fn bytes(self, v: &[u8]) -> Self {
+        // Lengths over u32::MAX are caught by `finish` (the frame is then
+        // longer than any maximum); saturating keeps this total.
+        let len = u32::try_from(v.len()).unwrap_or(u32::MAX);
+        self.u32(len).raw(v)
+    }
+    fn duration(self, d: Duration) -> Self {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.u64(ms)
+    }
+    fn strings(self, v: &[String]) -> Self {
+        let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
+        v.iter().fold(self.u32(n), |e, s| e.bytes(s.as_bytes()))
+    }
+    /// The frame, header included. The header saturates at `u32::MAX` for
+    /// absurdly long payloads; callers check [`Frame::payload_len`] first.
+    fn finish(mut self) -> Frame {
+        let payload = self.0.len() - 4;
+        let len = u32::try_from(payload).unwrap_or(u32::MAX).to_be_bytes();
+        self.0[..4].copy_from_slice(&len);
+        Frame(self.0)
+    }
+}
+
+/// An encoded frame, header included.
+#[derive(Debug)]
+pub(crate) struct Frame(Vec<u8>);
+
+impl Frame {
+    pub(crate) fn payload_len(&self) -> usize {
+        self.0.len() - 4
+    }
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+fn opt_bytes(e: Encoder, v: Option<&[u8]>) -> Encoder {
+    match v {
+        None => e.u8(0),
+        Some(v) => e.u8(1).bytes(v),
+    }
+}
+
+impl Request {
+    pub(crate) fn encode(&self) -> Frame {
+        match self {
+            Request::Hello { version, secret } => {
+                let e = Encoder::new(op::HELLO, 16).raw(&MAGIC).u16(*version);
+                opt_bytes(e, secret.as_deref())
+            }
+            Request::Set { key, value } => Encoder::new(op::SET, 8 + key.len() + value.len())
+                .bytes(key.as_bytes())
+                .bytes(value),
+            Request::Get { key, timeout } => Encoder::new(op::GET, 12 + key.len())
+                .bytes(key.as_bytes())
+                .duration(*timeout),
+            Request::TryGet { key } => {
+                Encoder::new(op::TRY_GET, 4 + key.len()).bytes(key.as_bytes())
+            }
+            Request::CompareSet { key, expected, new } => {
+                let cap = 13 + key.len() + expected.as_ref().map_or(0, Vec::len) + new.len();
+                let e = Encoder::new(op::COMPARE_SET, cap).bytes(key.as_bytes());
+                opt_bytes(e, expected.as_deref()).bytes(new)
+            }
+            Request::Add { key, delta } => Encoder::new(op::ADD, 12 + key.len())
+                .bytes(key.as_bytes())
+                .i64(*delta),
+            Request::Wait { keys, timeout } => {
+                let cap = 12 + keys.iter().map(|k| 4 + k.len()).sum::<usize>();
+                Encoder::new(op::WAIT, cap).duration(*timeout).strings(keys)
+            }
+            Request::Delete { key } => {
+                Encoder::new(op::DELETE, 4 + key.len()).bytes(key.as_bytes())
+            }
+        }
+        .finish()
+    }
+}
+
+impl Response {
+    pub(crate) fn encode(&self) -> Frame {
+        match self {
+            Response::Hello { max_frame } => Encoder::new(resp::HELLO, 8).u64(*max_frame),
+            Response::Ok => Encoder::new(resp::OK, 0),
+            Response::Value(v) => Encoder::new(resp::VALUE, 4 + v.len()).bytes(v),
+            Response::NotFound => Encoder::new(resp::NOT_FOUND, 0),
+            Response::Int(v) => Encoder::new(resp::INT, 8).i64(*v),
+            Response::Bool(v) => Encoder::new(resp::BOOL, 1).u8(u8::from(*v)),
+            Response::Timeout { missing, waited } => Encoder::new(resp::TIMEOUT, 64)
+                .duration(*waited)
+                .strings(missing),
+            Response::NotAnInteger(v) => Encoder::new(resp::NOT_AN_INTEGER, 4 + v.len()).bytes(v),
+            Response::Overflow(v) => Encoder::new(resp::OVERFLOW, 8).i64(*v),
+            Response::Error { code, message } => Encoder::new(resp::ERROR, 5 + message.len())
+                .u8(*code)
+                .bytes(message.as_bytes()),
+        }
+        .finish()
+    }
+}

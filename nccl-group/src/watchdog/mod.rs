@@ -1,0 +1,97 @@
+//! The watchdog: one thread per process that watches every live group's
+//! outstanding operations and communicators, so no failure goes unnoticed
+//! and no operation hangs past its deadline.
+//!
+//! Each group keeps a [`Tracker`] of its pending operations (an end
+//! [`Completion`] and a deadline each). Every [`INTERVAL`] the thread
+//! calls [`Watched::tick`] on each registered group, which scans its
+//! tracker ([`Tracker::scan`]) and its communicators' asynchronous errors,
+//! and on a verdict fails the group (see `ProcessGroup`). Groups register a
+//! weak reference: the watchdog never keeps a group alive.
+//!
+//! This module holds what the parts share: an operation's [`Progress`], its
+//! [`Completion`], a [`PendingOp`] and a scan's [`Verdict`]. The parts:
+//! `tracker` (a group's pending operations), `thread` (the watchdog thread
+//! and its registry) and `bounded` (calls that may stall, on threads of
+//! their own).
+
+mod bounded;
+mod thread;
+mod tracker;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::DriverError;
+
+use crate::failure::Failure;
+
+pub use bounded::{Bounded, run_bounded};
+pub use thread::{Watched, watch};
+pub use tracker::Tracker;
+
+/// How often the watchdog looks at every group.
+pub const INTERVAL: Duration = Duration::from_millis(20);
+
+/// Where an operation stands on the GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Still running (or queued).
+    Running,
+    /// Finished on every device.
+    Done,
+    /// Polling it failed (a CUDA error: the context is broken).
+    Broken(DriverError),
+}
+
+/// Something that can tell whether an operation has finished.
+pub trait Completion: Send + Sync {
+    /// Polls without blocking.
+    fn poll(&self) -> Progress;
+
+    /// The one stream the operation's end is recorded on, as an identity
+    /// that no other live stream has while the operation is pending (the
+    /// completion keeps its stream alive); `None` for an operation that
+    /// ends on several streams. Work on one stream finishes in order, so
+    /// an operation that is done implies that every earlier one of the
+    /// same lane is done too.
+    fn lane(&self) -> Option<usize> {
+        None
+    }
+
+    /// Marks the operation failed with its group.
+    fn fail(&self, failure: &Arc<Failure>);
+}
+
+/// One outstanding operation.
+pub struct PendingOp {
+    /// Its flight-recorder sequence number.
+    pub seq: u64,
+    /// When it was enqueued.
+    pub enqueued: Instant,
+    /// How long it may take.
+    pub timeout: Duration,
+    /// Its end.
+    pub completion: Arc<dyn Completion>,
+}
+
+/// What a scan concluded about the first operation that went wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Operation `seq` ran past its timeout.
+    TimedOut {
+        /// Its sequence number.
+        seq: u64,
+        /// How long it had run when the watchdog looked.
+        ran: Duration,
+        /// Its timeout.
+        timeout: Duration,
+    },
+    /// Polling operation `seq` failed.
+    Broken {
+        /// Its sequence number.
+        seq: u64,
+        /// The error.
+        error: DriverError,
+    },
+}
