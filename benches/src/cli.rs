@@ -1,12 +1,23 @@
 //! The command line of `nccl-perf`: flags modelled on nccl-tests, parsed by clap.
+//!
+//! The flags are [`Args`] here; `--compare` is parsed in `compare`, sizes
+//! (`128M`) in `size`, and the values of the collective, `-d`, `-o` and
+//! `--group-comms` arguments are in `values`.
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
-use nccl_core::{DataType, ReduceOp};
+use clap::Parser;
 
 use crate::collective::Collective;
 use crate::layer::LayerKind;
+
+mod compare;
+mod size;
+mod values;
+
+use compare::{Compare, parse_compare_arg};
+use size::{parse_nonzero_size_arg, parse_size_arg};
+use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
 
 /// The `nccl-perf` flags.
 ///
@@ -141,25 +152,6 @@ pub struct Args {
     pub plot: Option<PathBuf>,
 }
 
-/// `--group-comms`: nccl-group's `CommMode`, on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GroupComms {
-    /// `CommMode::Nonblocking`.
-    Nonblocking,
-    /// `CommMode::Blocking`.
-    Blocking,
-}
-
-impl GroupComms {
-    /// The process groups' communicator kind.
-    pub const fn comm_mode(self) -> nccl_group::CommMode {
-        match self {
-            GroupComms::Nonblocking => nccl_group::CommMode::Nonblocking,
-            GroupComms::Blocking => nccl_group::CommMode::Blocking,
-        }
-    }
-}
-
 impl Args {
     /// The collectives to run, in the order they are run.
     pub fn collectives(&self) -> Vec<Collective> {
@@ -193,272 +185,11 @@ impl Args {
     }
 }
 
-/// `--compare A,B`: the baseline layer A and the layer B measured against it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Compare {
-    /// A: the denominator of the ratio; its rows go to JSON only.
-    pub baseline: LayerKind,
-    /// B: the layer whose table is printed, with the ratio column.
-    pub subject: LayerKind,
-}
-
-/// Why `--compare` could not be parsed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CompareError {
-    /// Not two names separated by one comma.
-    #[error("expected two layers separated by a comma (e.g. raw,tensor), got {0:?}")]
-    NotTwo(String),
-    /// A name that is not a layer.
-    #[error("unknown layer {given:?} (expected one of: {expected})")]
-    UnknownLayer {
-        /// The name given.
-        given: String,
-        /// The layer names.
-        expected: String,
-    },
-    /// The same layer on both sides.
-    #[error("--compare needs two different layers, got {0} twice")]
-    SameLayer(&'static str),
-}
-
-/// Parses `A,B` (layer names, any case, spaces around them ignored).
-///
-/// # Errors
-/// [`CompareError`] for anything but two different known layers.
-pub fn parse_compare(text: &str) -> Result<Compare, CompareError> {
-    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
-    let [a, b] = parts[..] else {
-        return Err(CompareError::NotTwo(text.to_string()));
-    };
-    if a.is_empty() || b.is_empty() {
-        return Err(CompareError::NotTwo(text.to_string()));
-    }
-    let layer = |name: &str| {
-        LayerKind::from_str(name, true).map_err(|_| CompareError::UnknownLayer {
-            given: name.to_string(),
-            expected: LayerKind::value_variants()
-                .iter()
-                .map(|kind| kind.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
-    };
-    let (baseline, subject) = (layer(a)?, layer(b)?);
-    if baseline == subject {
-        return Err(CompareError::SameLayer(baseline.name()));
-    }
-    Ok(Compare { baseline, subject })
-}
-
-fn parse_compare_arg(text: &str) -> Result<Compare, String> {
-    parse_compare(text).map_err(|error| error.to_string())
-}
-
-/// A collective named on the command line, or `all`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CollectiveArg {
-    /// Every collective, in [`Collective::ALL`] order.
-    All,
-    /// One collective.
-    One(Collective),
-}
-
-/// Every collective of [`Collective::ALL`], then `all`.
-const COLLECTIVE_ARGS: [CollectiveArg; Collective::ALL.len() + 1] = {
-    let mut args = [CollectiveArg::All; Collective::ALL.len() + 1];
-    let mut index = 0;
-    while index < Collective::ALL.len() {
-        args[index] = CollectiveArg::One(Collective::ALL[index]);
-        index += 1;
-    }
-    args
-};
-
-impl ValueEnum for CollectiveArg {
-    fn value_variants<'a>() -> &'a [Self] {
-        &COLLECTIVE_ARGS
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(match self {
-            CollectiveArg::All => clap::builder::PossibleValue::new("all"),
-            CollectiveArg::One(collective) => {
-                clap::builder::PossibleValue::new(collective.name()).alias(collective.dashed_name())
-            }
-        })
-    }
-}
-
-/// An element type of `-d`: every [`DataType`], by the name nccl-tests
-/// gives it (`float`, `half`, `bfloat16`, `f8e4m3`, ...).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataTypeArg(pub DataType);
-
-impl DataTypeArg {
-    /// `float`, nccl-tests' default.
-    pub const FLOAT: Self = Self(DataType::Float32);
-
-    const ALL: [Self; DataType::ALL.len()] = {
-        let mut all = [Self::FLOAT; DataType::ALL.len()];
-        let mut index = 0;
-        while index < all.len() {
-            all[index] = Self(DataType::ALL[index]);
-            index += 1;
-        }
-        all
-    };
-
-    /// The NCCL data type.
-    pub const fn data_type(self) -> DataType {
-        self.0
-    }
-}
-
-impl ValueEnum for DataTypeArg {
-    fn value_variants<'a>() -> &'a [Self] {
-        &Self::ALL
-    }
-
-    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.0.short_name()).help(self.0.description()))
-    }
-}
-
-/// The reductions nccl-tests names with `-o`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ReduceOpArg {
-    /// Sum.
-    Sum,
-    /// Product.
-    Prod,
-    /// Maximum.
-    Max,
-    /// Minimum.
-    Min,
-    /// Average.
-    Avg,
-}
-
-impl ReduceOpArg {
-    /// The NCCL reduction.
-    pub const fn reduce_op(self) -> ReduceOp {
-        match self {
-            ReduceOpArg::Sum => ReduceOp::Sum,
-            ReduceOpArg::Prod => ReduceOp::Prod,
-            ReduceOpArg::Max => ReduceOp::Max,
-            ReduceOpArg::Min => ReduceOp::Min,
-            ReduceOpArg::Avg => ReduceOp::Avg,
-        }
-    }
-}
-
-/// Why a size could not be parsed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid size {given:?}: {reason} (expected a number of bytes with an optional K, M or G suffix, e.g. 8, 64K, 128M, 1G)"
-)]
-pub struct SizeError {
-    /// The text given.
-    pub given: String,
-    /// What is wrong with it.
-    pub reason: &'static str,
-}
-
-/// Parses a byte count with an optional `K`, `M` or `G` suffix (powers of
-/// 1024, either case; a trailing `B` or `iB` is accepted too: `4KiB`).
-/// A fraction is allowed when the result is whole bytes (`0.5K` = 512), as in
-/// nccl-tests.
-///
-/// # Errors
-/// [`SizeError`] for empty, negative, malformed, fractional-byte or
-/// overflowing sizes.
-pub fn parse_size(text: &str) -> Result<u64, SizeError> {
-    let error = |reason| SizeError {
-        given: text.to_string(),
-        reason,
-    };
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Err(error("it is empty"));
-    }
-    let digits_end = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, suffix) = trimmed.split_at(digits_end);
-    if number.is_empty() {
-        return Err(error("it does not start with a number"));
-    }
-    let multiplier: u64 = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        _ => return Err(error("unknown suffix")),
-    };
-    if let Ok(whole) = number.parse::<u64>() {
-        return whole
-            .checked_mul(multiplier)
-            .ok_or_else(|| error("it is too large"));
-    }
-    let value: f64 = number.parse().map_err(|_| error("it is not a number"))?;
-    let bytes = value * multiplier as f64;
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(error("it is too large"));
-    }
-    if bytes.fract() != 0.0 {
-        return Err(error("it is not a whole number of bytes"));
-    }
-    Ok(bytes as u64)
-}
-
-fn parse_size_arg(text: &str) -> Result<u64, String> {
-    parse_size(text).map_err(|error| error.to_string())
-}
-
-fn parse_nonzero_size_arg(text: &str) -> Result<u64, String> {
-    match parse_size(text) {
-        Ok(0) => Err("the step must be at least 1 byte".to_string()),
-        Ok(bytes) => Ok(bytes),
-        Err(error) => Err(error.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use nccl_core::{DataType, ReduceOp};
+
     use super::*;
-
-    #[test]
-    fn sizes_with_suffixes() {
-        assert_eq!(parse_size("8"), Ok(8));
-        assert_eq!(parse_size("0"), Ok(0));
-        assert_eq!(parse_size("1K"), Ok(1024));
-        assert_eq!(parse_size("64k"), Ok(64 * 1024));
-        assert_eq!(parse_size("128M"), Ok(128 << 20));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("8g"), Ok(8 << 30));
-        assert_eq!(parse_size("4KiB"), Ok(4096));
-        assert_eq!(parse_size("2MB"), Ok(2 << 20));
-        assert_eq!(parse_size(" 16 "), Ok(16));
-        assert_eq!(parse_size("0.5K"), Ok(512));
-        assert_eq!(parse_size("1.5M"), Ok(3 << 19));
-    }
-
-    #[test]
-    fn bad_sizes_are_errors() {
-        for bad in [
-            "",
-            "K",
-            "-8",
-            "8T",
-            "1.5",
-            "abc",
-            "1..2M",
-            "99999999999999999999",
-            "17179869184G",
-        ] {
-            assert!(parse_size(bad).is_err(), "{bad:?} should not parse");
-        }
-    }
 
     #[test]
     fn defaults_match_nccl_tests() {
@@ -479,77 +210,6 @@ mod tests {
         assert_eq!(args.layers(), vec![LayerKind::Core]);
         assert_eq!((args.graph, args.batches()), (0, 1));
         assert_eq!((args.json.as_ref(), args.plot.as_ref()), (None, None));
-    }
-
-    #[test]
-    fn compare_parses() {
-        let c = parse_compare("raw,tensor").unwrap();
-        assert_eq!((c.baseline, c.subject), (LayerKind::Raw, LayerKind::Tensor));
-        let c = parse_compare(" Core , RAW ").unwrap();
-        assert_eq!((c.baseline, c.subject), (LayerKind::Core, LayerKind::Raw));
-        let c = parse_compare("raw,group").unwrap();
-        assert_eq!((c.baseline, c.subject), (LayerKind::Raw, LayerKind::Group));
-
-        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,core"]).unwrap();
-        assert_eq!(args.layers(), vec![LayerKind::Raw, LayerKind::Core]);
-        assert_eq!(args.batches(), 5, "--compare defaults to 5 batches");
-        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,tensor", "--batches", "9"])
-            .unwrap();
-        assert_eq!(args.batches(), 9);
-    }
-
-    #[test]
-    fn every_data_type_is_a_datatype_value_by_its_nccl_tests_name() {
-        for dtype in DataType::ALL {
-            let args = Args::try_parse_from(["nccl-perf", "-d", dtype.short_name()]).unwrap();
-            assert_eq!(args.datatype.data_type(), dtype);
-        }
-        let names: Vec<String> = DataTypeArg::value_variants()
-            .iter()
-            .filter_map(|value| value.to_possible_value())
-            .map(|value| value.get_name().to_string())
-            .collect();
-        assert_eq!(names.len(), DataType::ALL.len());
-        assert!(names.iter().any(|name| name == "f8e5m2"), "{names:?}");
-        assert!(Args::try_parse_from(["nccl-perf", "-d", "float32"]).is_err());
-    }
-
-    #[test]
-    fn compare_errors() {
-        assert_eq!(
-            parse_compare("raw,raw"),
-            Err(CompareError::SameLayer("raw"))
-        );
-        assert_eq!(
-            parse_compare("tensor,TENSOR"),
-            Err(CompareError::SameLayer("tensor"))
-        );
-        let unknown = parse_compare("raw,groups").unwrap_err();
-        assert_eq!(
-            unknown.to_string(),
-            "unknown layer \"groups\" (expected one of: raw, core, tensor, group, group-caller)"
-        );
-        for bad in ["raw", "raw,", ",core", "raw,core,tensor", "", "raw;core"] {
-            assert!(
-                matches!(parse_compare(bad), Err(CompareError::NotTwo(_))),
-                "{bad:?}"
-            );
-        }
-        for bad in [
-            &["nccl-perf", "--compare", "raw,raw"][..],
-            &["nccl-perf", "--compare", "raw,magic"],
-            &["nccl-perf", "--compare", "raw"],
-            &["nccl-perf", "--compare", "raw,core", "--layer", "tensor"],
-            &["nccl-perf", "--compare", "raw,core", "--batches", "0"],
-        ] {
-            let error = Args::try_parse_from(bad).unwrap_err();
-            assert_eq!(error.exit_code(), 2, "{bad:?}");
-        }
-        let error = Args::try_parse_from(["nccl-perf", "--compare", "core,core"]).unwrap_err();
-        assert!(
-            error.to_string().contains("two different layers"),
-            "{error}"
-        );
     }
 
     #[test]

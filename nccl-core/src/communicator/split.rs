@@ -1,0 +1,148 @@
+//! Splitting a communicator (`ncclCommSplit`): by color and key, for the
+//! same ranks, or for a list of ranks.
+
+use std::ffi::c_int;
+
+use nccl_sys::{NCCL_SPLIT_NOCOLOR, ncclComm_t, ncclResult_t};
+
+use super::Communicator;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::library::{check_accepted, require_version};
+
+impl Communicator {
+    /// Splits off a communicator of the same ranks (color 0, key = rank),
+    /// as the spec's `split_all`. Collective: every rank calls it.
+    /// `config` of `None` inherits this communicator's options.
+    ///
+    /// # Errors
+    /// As [`Communicator::split`].
+    pub fn split_all(&self, config: Option<&Config>) -> Result<Self> {
+        self.split(Some(0), self.rank, config)?
+            .ok_or_else(|| Error::InvalidArgument {
+                argument: "split",
+                expected: "a communicator for every rank".to_string(),
+                given: "none for this rank".to_string(),
+            })
+    }
+
+    /// Splits off a communicator of `ranks` only, as the spec's
+    /// `split_from`. Collective: every rank of this communicator calls it.
+    /// A rank in `ranks` gets `Some`, with its new rank being its position
+    /// in `ranks`; others get `None`. An empty `ranks` means "this rank is
+    /// not in the new communicator, and does not know who is"
+    /// (`NCCL_SPLIT_NOCOLOR`).
+    ///
+    /// Checks: every rank in `0..world_size`, no rank twice.
+    ///
+    /// # Errors
+    /// Bad ranks, or as [`Communicator::split`].
+    pub fn split_from(&self, ranks: &[i32], config: Option<&Config>) -> Result<Option<Self>> {
+        for (index, &rank) in ranks.iter().enumerate() {
+            if !(0..self.world_size).contains(&rank) {
+                return Err(Error::RankOutOfRange {
+                    what: "rank in split_from",
+                    given: rank.into(),
+                    world_size: self.world_size,
+                });
+            }
+            if ranks[..index].contains(&rank) {
+                return Err(Error::InvalidArgument {
+                    argument: "ranks",
+                    expected: "distinct ranks".to_string(),
+                    given: format!("rank {rank} twice"),
+                });
+            }
+        }
+        match ranks.iter().position(|&rank| rank == self.rank) {
+            Some(position) => self.split(Some(0), position as i32, config),
+            None => self.split(None, 0, config),
+        }
+    }
+
+    /// `ncclCommSplit` (NCCL 2.18+): ranks that pass the same `color` form
+    /// a new communicator, ordered by `key` (ties by their rank here);
+    /// `color` of `None` (`NCCL_SPLIT_NOCOLOR`) joins none and returns
+    /// `None`. Collective: every rank calls it.
+    ///
+    /// # Errors
+    /// A negative color, an invalid config, an old libnccl, NCCL's failure,
+    /// or a nonblocking split past its timeout.
+    pub fn split(
+        &self,
+        color: Option<i32>,
+        key: i32,
+        config: Option<&Config>,
+    ) -> Result<Option<Self>> {
+        if let Some(color) = color
+            && color < 0
+        {
+            return Err(Error::InvalidArgument {
+                argument: "color",
+                expected: "a non-negative color, or None for NCCL_SPLIT_NOCOLOR".to_string(),
+                given: color.to_string(),
+            });
+        }
+        let lib = self.shared.lib;
+        require_version(lib, 2, 18, || "ncclCommSplit".to_string())?;
+        let split = lib.functions().ncclCommSplit()?;
+        let mut raw_config = config.map(Config::to_raw).transpose()?;
+        let config_ptr = raw_config
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        let parent = self.raw_for_call()?;
+        self.device.bind_to_thread()?;
+        let mut raw: ncclComm_t = std::ptr::null_mut();
+        // SAFETY: `parent` is live, `raw` writable, `config_ptr` null or
+        // pointing into `raw_config`, which outlives the call.
+        let result = unsafe {
+            split(
+                parent,
+                color.unwrap_or(NCCL_SPLIT_NOCOLOR),
+                key,
+                &mut raw,
+                config_ptr,
+            )
+        };
+        check_accepted(lib, "ncclCommSplit", result)?;
+        let blocking = config
+            .and_then(Config::blocking_option)
+            .unwrap_or(self.blocking);
+        if !self.blocking || !blocking {
+            // A nonblocking split writes `raw` from NCCL's own thread when it
+            // is done: wait on the parent before reading it (and before
+            // `raw` goes out of scope).
+            self.wait_ready("ncclCommSplit")?;
+        }
+        if raw.is_null() {
+            return Ok(None);
+        }
+        let timeout = config.map_or(self.timeout, Config::wait_timeout);
+        let mut child = Self::wrap(raw, lib, self.device.clone(), 0, 1, blocking, timeout);
+        if !blocking {
+            child.wait_ready("ncclCommSplit")?;
+        }
+        child.rank = child.query("ncclCommUserRank", |f| f.ncclCommUserRank())?;
+        child.world_size = child.query("ncclCommCount", |f| f.ncclCommCount())?;
+        Ok(Some(child))
+    }
+
+    /// Reads one integer attribute through `ncclCommUserRank`-like calls.
+    fn query(
+        &self,
+        name: &'static str,
+        function: impl FnOnce(
+            &nccl_sys::Functions,
+        ) -> std::result::Result<
+            unsafe extern "C" fn(ncclComm_t, *mut c_int) -> ncclResult_t,
+            nccl_sys::MissingSymbol,
+        >,
+    ) -> Result<i32> {
+        let raw = self.raw_for_call()?;
+        let get = function(self.shared.lib.functions())?;
+        let mut value: c_int = 0;
+        // SAFETY: `raw` is live and `value` writable.
+        check_accepted(self.shared.lib, name, unsafe { get(raw, &mut value) })?;
+        Ok(value)
+    }
+}

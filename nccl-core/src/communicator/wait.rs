@@ -1,0 +1,116 @@
+//! Waiting for nonblocking communicators: `ncclCommGetAsyncError`, polled
+//! under a deadline, aborting the communicator past it.
+
+use std::time::{Duration, Instant};
+
+use nccl_sys::ncclResult_t;
+
+use super::Communicator;
+use crate::error::{Error, Result, Status};
+use crate::library::{check, check_accepted};
+
+/// How long nonblocking waits poll `ncclCommGetAsyncError` back to back
+/// (yielding the CPU in between) before they start sleeping: NCCL's launch
+/// thread of a nonblocking group usually finishes within it, and a sleep
+/// costs far more than its nominal length.
+const POLL_SPIN: Duration = Duration::from_micros(200);
+/// The first sleep between polls after that, doubling up to
+/// [`POLL_INTERVAL`].
+const POLL_FIRST_SLEEP: Duration = Duration::from_micros(10);
+/// The longest sleep between polls of a nonblocking wait.
+const POLL_INTERVAL: Duration = Duration::from_micros(200);
+
+/// Waits for the nonblocking ones among `communicators`, under one
+/// deadline: the longest of their timeouts, counted from now.
+pub(super) fn wait_all_ready(
+    communicators: &[impl std::borrow::Borrow<Communicator>],
+    operation: &'static str,
+) -> Result<()> {
+    let started = Instant::now();
+    communicators
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|c: &&Communicator| !c.blocking)
+        .try_for_each(|c| c.wait_ready_since(operation, started))
+}
+
+impl Communicator {
+    /// `ncclCommGetAsyncError`: `Ok(Status::Success)` when healthy,
+    /// `Ok(Status::InProgress)` while a nonblocking call is still running,
+    /// `Err` with the asynchronous error otherwise (a remote rank failed,
+    /// a network error).
+    ///
+    /// # Errors
+    /// The asynchronous error, or [`Error::Aborted`].
+    pub fn async_error(&self) -> Result<Status> {
+        let raw = self.raw_for_call()?;
+        let get = self.shared.lib.functions().ncclCommGetAsyncError()?;
+        let mut state = ncclResult_t::ncclSuccess;
+        // SAFETY: `raw` is live and `state` is writable.
+        let result = unsafe { get(raw, &mut state) };
+        check_accepted(self.shared.lib, "ncclCommGetAsyncError", result)?;
+        check(
+            self.shared.lib,
+            "ncclCommGetAsyncError (asynchronous error)",
+            state,
+        )
+    }
+
+    /// Waits until a nonblocking call on this communicator has finished,
+    /// at most the config's timeout; past it the communicator is aborted.
+    ///
+    /// # Errors
+    /// The asynchronous error, or [`Error::Timeout`].
+    pub fn wait_ready(&self, operation: &'static str) -> Result<()> {
+        self.wait_ready_since(operation, Instant::now())
+    }
+
+    /// [`Communicator::wait_ready`] bounded by `timeout` (or the config's
+    /// timeout, if shorter) instead, e.g. an operation's own deadline.
+    ///
+    /// # Errors
+    /// The asynchronous error, or [`Error::Timeout`] (the communicator is
+    /// then aborted).
+    pub fn wait_ready_within(&self, operation: &'static str, timeout: Duration) -> Result<()> {
+        self.wait_ready_bounded(operation, Instant::now(), timeout.min(self.timeout))
+    }
+
+    /// [`Communicator::wait_ready`] with the timeout counted from `started`.
+    fn wait_ready_since(&self, operation: &'static str, started: Instant) -> Result<()> {
+        self.wait_ready_bounded(operation, started, self.timeout)
+    }
+
+    fn wait_ready_bounded(
+        &self,
+        operation: &'static str,
+        started: Instant,
+        timeout: Duration,
+    ) -> Result<()> {
+        let waiting = Instant::now();
+        let mut pause = POLL_FIRST_SLEEP;
+        loop {
+            match self.async_error() {
+                Ok(Status::Success) => return Ok(()),
+                Ok(Status::InProgress) if started.elapsed() < timeout => {
+                    if waiting.elapsed() < POLL_SPIN {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(POLL_INTERVAL);
+                    }
+                }
+                Ok(Status::InProgress) => {
+                    let _ = self.shared.abort();
+                    return Err(Error::Timeout {
+                        operation,
+                        waited: started.elapsed(),
+                    });
+                }
+                Err(error) => {
+                    let _ = self.shared.abort();
+                    return Err(error);
+                }
+            }
+        }
+    }
+}
