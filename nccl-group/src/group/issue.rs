@@ -302,7 +302,7 @@ impl ProcessGroup {
     /// it to the watchdog. The ends are recorded inside the tracker's lock,
     /// so the tracker holds the operations in the order their ends were
     /// recorded on each stream, which lets it reap a backlog on one stream
-    /// with a binary search (see `watchdog::reap`).
+    /// with a binary search (see `watchdog::tracker::reap`).
     fn track(
         &self,
         seq: u64,
