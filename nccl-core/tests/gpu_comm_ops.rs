@@ -272,7 +272,7 @@ fn gpu_argument_checks_before_nccl() {
         assert!(matches!(
             peer,
             Err(Error::RankOutOfRange {
-                what: "peer",
+                what: "dst",
                 given: -1,
                 ..
             })

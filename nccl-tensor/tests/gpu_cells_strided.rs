@@ -87,7 +87,7 @@ fn gpu_cell_strided_non_contiguous_is_refused() {
     );
     assert_not_contiguous(
         comm.all_gather_into_tensor(&plain, &strided, &stream),
-        "all_gather_into_tensor",
+        "all_gather",
         "input",
     );
     assert_not_contiguous(
@@ -102,12 +102,12 @@ fn gpu_cell_strided_non_contiguous_is_refused() {
     );
     assert_not_contiguous(
         comm.reduce_scatter_tensor(&strided, &plain, sum, &stream),
-        "reduce_scatter_tensor",
+        "reduce_scatter",
         "output",
     );
     assert_not_contiguous(
         comm.all_to_all_single(&plain, &strided, &stream),
-        "all_to_all_single",
+        "all_to_all",
         "input",
     );
     assert_not_contiguous(comm.send(&strided, 0, &stream), "send", "tensor");
@@ -265,16 +265,13 @@ fn gpu_cell_as_input_and_output_of_an_out_of_place_op_is_refused() {
             assert_aliased(comm.reduce_into(&cell, other, sum, 0, &stream), "reduce");
             assert_aliased(
                 comm.all_gather_into_tensor(other, &cell, &stream),
-                "all_gather_into_tensor",
+                "all_gather",
             );
             assert_aliased(
                 comm.reduce_scatter_tensor(other, &cell, sum, &stream),
-                "reduce_scatter_tensor",
+                "reduce_scatter",
             );
-            assert_aliased(
-                comm.all_to_all_single(other, &cell, &stream),
-                "all_to_all_single",
-            );
+            assert_aliased(comm.all_to_all_single(other, &cell, &stream), "all_to_all");
         }
         assert_same(
             &download_cell::<f32>(&stream, &cell),
