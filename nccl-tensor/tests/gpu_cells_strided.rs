@@ -110,8 +110,12 @@ fn gpu_cell_strided_non_contiguous_is_refused() {
         "all_to_all",
         "input",
     );
+    // The peer is checked first; inside a group this rank is a valid peer,
+    // so the buffer's check answers (nothing is enqueued).
+    let group = nccl_core::Group::start().expect("group start");
     assert_not_contiguous(comm.send(&strided, 0, &stream), "send", "tensor");
     assert_not_contiguous(comm.recv(&strided, 0, &stream), "recv", "tensor");
+    let _ = group.end().expect("an empty group ends");
 
     // An every-other-element view is refused as well.
     let every_other =
