@@ -11,7 +11,7 @@ use std::fmt::Display;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nccl_group::{PrefixStore, Store, StoreError};
+use nccl_group::{CompareSet, PrefixStore, Store, StoreError};
 
 /// The timeout of the checks that expect one, and of reads that must not
 /// wait.
@@ -32,8 +32,10 @@ const LONG: Duration = Duration::from_secs(5);
 ///   integer gives [`StoreError::NotAnInteger`] naming the key, an overflow
 ///   [`StoreError::Overflow`] and changes nothing; 4 threads adding at once
 ///   lose no increment;
-/// * `compare_set` follows all four cases of its documentation, and of 4
-///   threads electing a leader at once exactly one wins;
+/// * `compare_set` follows every case of its documentation, its `swapped`
+///   flag included (also when another caller already stored the same
+///   value), and of 4 threads electing a leader with the same value at once
+///   exactly one swaps;
 /// * `get` of a missing key fails with [`StoreError::Timeout`] naming the
 ///   key, after the timeout and not much later;
 /// * `wait` on no keys returns at once, on set keys at once, and on missing
@@ -146,58 +148,93 @@ fn compare_set_semantics(store: &dyn Store) {
     let cs = |key: &str, expected: Option<&[u8]>, new: &[u8]| {
         ok(store.compare_set(key, expected, new), "compare_set")
     };
+    let swapped_to = |value: &[u8]| CompareSet {
+        swapped: true,
+        current: Some(value.to_vec()),
+    };
+    let kept = |value: Option<&[u8]>| CompareSet {
+        swapped: false,
+        current: value.map(<[u8]>::to_vec),
+    };
     assert_eq!(
         cs("cs", None, b"v1"),
-        b"v1",
-        "absent, expected absent: stores"
+        swapped_to(b"v1"),
+        "absent, expected absent: swaps"
     );
     assert_eq!(ok(store.get("cs", SHORT), "get cs"), b"v1");
     assert_eq!(
         cs("cs", None, b"zz"),
-        b"v1",
+        kept(Some(b"v1")),
         "present, expected absent: no change, returns the value"
     );
     assert_eq!(
         cs("cs", Some(b"v1"), b"v2"),
-        b"v2",
+        swapped_to(b"v2"),
         "present, expected matches: swaps"
     );
     assert_eq!(
         cs("cs", Some(b"v1"), b"v3"),
-        b"v2",
+        kept(Some(b"v2")),
         "present, expected differs: no change, returns the value"
+    );
+    assert_eq!(
+        cs("cs", Some(b"v1"), b"v2"),
+        kept(Some(b"v2")),
+        "present, another caller already stored `new`: not swapped"
     );
     assert_eq!(ok(store.get("cs", SHORT), "get cs"), b"v2");
     assert_eq!(
+        cs("cs", Some(b"v2"), b"v2"),
+        swapped_to(b"v2"),
+        "present, expected matches and equals new: swaps"
+    );
+    assert_eq!(
         cs("cs-absent", Some(b"e"), b"n"),
-        b"e",
-        "absent, expected a value: returns the expected value (torch)"
+        kept(None),
+        "absent, expected a value: no change, reports the key absent"
+    );
+    assert_eq!(
+        cs("cs-absent", Some(b"n"), b"n"),
+        kept(None),
+        "absent, expected the new value: still no swap"
     );
     assert_eq!(
         ok(store.try_get("cs-absent"), "try_get cs-absent"),
         None,
         "absent, expected a value: the key stays absent"
     );
+    ok(store.set("cs-empty", b""), "set cs-empty");
+    assert_eq!(
+        cs("cs-empty", None, b"x"),
+        kept(Some(b"")),
+        "an empty value is present, not absent"
+    );
+    assert_eq!(
+        cs("cs-empty", Some(b""), b"x"),
+        swapped_to(b"x"),
+        "an empty value matches an empty expected value"
+    );
 
-    let winners: usize = thread::scope(|s| {
+    // Every elector offers the same value, so only the flag can tell the
+    // winner from the others.
+    let outcomes: Vec<CompareSet> = thread::scope(|s| {
         let handles: Vec<_> = (0..4)
-            .map(|i| {
-                s.spawn(move || {
-                    let me = format!("rank{i}");
-                    let got = ok(
-                        store.compare_set("leader", None, me.as_bytes()),
-                        "a racing compare_set",
-                    );
-                    usize::from(got == me.as_bytes())
-                })
-            })
+            .map(|_| s.spawn(|| cs("leader", None, b"elected")))
             .collect();
         handles
             .into_iter()
             .map(|h| h.join().expect("an elector thread"))
-            .sum()
+            .collect()
     });
-    assert_eq!(winners, 1, "exactly one of 4 racing electors wins");
+    let winners = outcomes.iter().filter(|o| o.swapped).count();
+    assert_eq!(winners, 1, "exactly one of 4 racing electors swaps");
+    for outcome in &outcomes {
+        assert_eq!(
+            outcome.current.as_deref(),
+            Some(&b"elected"[..]),
+            "every racing elector sees the elected value"
+        );
+    }
 }
 
 fn get_times_out_naming_key(store: &dyn Store) {

@@ -8,8 +8,8 @@ use std::thread;
 use std::time::{Duration, SystemTime};
 
 use super::{
-    DEFAULT_TIMEOUT, Deadline, Result, Store, StoreError, add_decision, compare_set_decision,
-    error::show_key,
+    CompareSet, DEFAULT_TIMEOUT, Deadline, Result, Store, StoreError, add_decision,
+    compare_set_decision, error::show_key,
 };
 
 /// The longest key the file store accepts, in bytes: keys are hex-encoded
@@ -277,15 +277,15 @@ impl Store for FileStore {
         self.read(key, &path)
     }
 
-    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>> {
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet> {
         let path = self.key_path(key)?;
         self.locked(|| {
             let current = self.read(key, &path)?;
-            let (store, ret) = compare_set_decision(current.as_deref(), expected, new);
-            if let Some(value) = store {
-                self.write_atomic(key, &path, &value)?;
+            let outcome = compare_set_decision(current.as_deref(), expected, new);
+            if outcome.swapped {
+                self.write_atomic(key, &path, new)?;
             }
-            Ok(ret)
+            Ok(outcome)
         })
     }
 

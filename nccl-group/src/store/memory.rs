@@ -5,7 +5,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::{
-    AddError, DEFAULT_TIMEOUT, Deadline, Result, Store, StoreError, add_decision,
+    AddError, CompareSet, DEFAULT_TIMEOUT, Deadline, Result, Store, StoreError, add_decision,
     compare_set_decision,
 };
 
@@ -146,16 +146,15 @@ impl Table {
         Ok(state)
     }
 
-    pub(crate) fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
+    pub(crate) fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> CompareSet {
         let mut state = self.lock();
-        let (store, ret) =
-            compare_set_decision(state.map.get(key).map(Vec::as_slice), expected, new);
-        if let Some(value) = store {
-            state.map.insert(key.to_owned(), value);
+        let outcome = compare_set_decision(state.map.get(key).map(Vec::as_slice), expected, new);
+        if outcome.swapped {
+            state.map.insert(key.to_owned(), new.to_vec());
             drop(state);
             self.changed.notify_all();
         }
-        ret
+        outcome
     }
 
     pub(crate) fn add(&self, key: &str, delta: i64) -> Result<i64, AddError> {
@@ -256,7 +255,7 @@ impl Store for InProcessStore {
         Ok(self.table.try_get(key))
     }
 
-    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>> {
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet> {
         Ok(self.table.compare_set(key, expected, new))
     }
 

@@ -3,7 +3,8 @@
 //!
 //! - [`Store`]: the trait every store implements (torch `c10d::Store`
 //!   semantics: `set`, `get` with a timeout, `add`, `compare_set`, `wait`,
-//!   `delete`).
+//!   `delete`; `compare_set` also says whether it swapped, see
+//!   [`CompareSet`]).
 //! - [`InProcessStore`]: threads of one program.
 //! - [`TcpStore`] / [`TcpStoreServer`]: processes on one or many hosts; one
 //!   rank (or a standalone process) hosts the server.
@@ -56,18 +57,20 @@ pub trait Store: Send + Sync {
     fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>>;
 
     /// Atomically replaces the value of `key` with `new` if it currently
-    /// equals `expected`, and returns the value stored afterwards (torch
-    /// `compareSet` semantics):
+    /// equals `expected` (`None`: the key is absent), and says whether it did
+    /// and what the key holds afterwards:
     ///
-    /// - `expected == None` and `key` absent: stores `new`, returns `new`;
-    /// - `expected == Some(v)` and `key` holds `v`: stores `new`, returns `new`;
-    /// - `key` holds another value: changes nothing, returns that value;
-    /// - `expected == Some(v)` and `key` absent: changes nothing (the key stays
-    ///   absent) and returns `v`, as torch does.
+    /// - `expected == None` and `key` absent: stores `new`;
+    /// - `expected == Some(v)` and `key` holds `v`: stores `new`;
+    /// - otherwise (another value, or absent when a value was expected):
+    ///   changes nothing.
     ///
-    /// So `compare_set(k, e, n)? == n` tells whether the swap happened, except
-    /// in the last case when `v == n`.
-    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>>;
+    /// [`CompareSet::swapped`] tells the cases apart even when another
+    /// caller stored the same bytes as `new` first, and
+    /// [`CompareSet::current`] is the value to expect on a retry. (torch's
+    /// `compareSet` returns only a value, which cannot tell "I swapped" from
+    /// "someone else already wrote that value".)
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet>;
 
     /// Atomically adds `delta` to the counter `key` (absent counts as 0) and
     /// returns the new value. The value is stored as decimal text; a value
@@ -97,6 +100,19 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// What [`Store::compare_set`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompareSet {
+    /// Whether this call stored its `new` value: `false` whenever the key did
+    /// not hold `expected`, even if another caller had already stored the
+    /// same bytes as `new`.
+    pub swapped: bool,
+    /// The value of the key after the call: `new` when it swapped, else the
+    /// value that did not match (`None`: the key is absent). Pass it as
+    /// `expected` to retry.
+    pub current: Option<Vec<u8>>,
+}
+
 macro_rules! forward_store {
     ($($ty:ty),*) => {$(
         impl<S: Store + ?Sized> Store for $ty {
@@ -114,7 +130,7 @@ macro_rules! forward_store {
                 key: &str,
                 expected: Option<&[u8]>,
                 new: &[u8],
-            ) -> Result<Vec<u8>> {
+            ) -> Result<CompareSet> {
                 (**self).compare_set(key, expected, new)
             }
             fn add(&self, key: &str, delta: i64) -> Result<i64> {
@@ -200,7 +216,7 @@ impl<S: Store> Store for PrefixStore<S> {
     fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.inner.try_get(&self.scoped(key))
     }
-    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>> {
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet> {
         self.inner.compare_set(&self.scoped(key), expected, new)
     }
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
@@ -257,19 +273,22 @@ pub(crate) fn parse_counter(value: &[u8]) -> Option<i64> {
 }
 
 /// The compare-and-set decision shared by every store: given the current
-/// value, returns `(value to store, if any; value to return)`.
+/// value, the outcome; the caller stores `new` when it swapped.
 pub(crate) fn compare_set_decision(
     current: Option<&[u8]>,
     expected: Option<&[u8]>,
     new: &[u8],
-) -> (Option<Vec<u8>>, Vec<u8>) {
-    match (current, expected) {
-        (None, None) => (Some(new.to_vec()), new.to_vec()),
-        (None, Some(expected)) => (None, expected.to_vec()),
-        (Some(current), Some(expected)) if current == expected => {
-            (Some(new.to_vec()), new.to_vec())
+) -> CompareSet {
+    if current == expected {
+        CompareSet {
+            swapped: true,
+            current: Some(new.to_vec()),
         }
-        (Some(current), _) => (None, current.to_vec()),
+    } else {
+        CompareSet {
+            swapped: false,
+            current: current.map(<[u8]>::to_vec),
+        }
     }
 }
 

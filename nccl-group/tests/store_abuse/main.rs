@@ -56,7 +56,7 @@ fn sixty_four_concurrent_clients_are_all_served_correctly() {
                     store.wait(&keys, PATIENCE).unwrap();
                     let me = i.to_string();
                     let leader = store.compare_set("leader", None, me.as_bytes()).unwrap();
-                    (counts, leader == me.as_bytes())
+                    (counts, leader.swapped)
                 })
             })
             .collect();

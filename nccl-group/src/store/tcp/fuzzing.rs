@@ -166,6 +166,14 @@ pub fn sample_frames() -> Vec<Vec<u8>> {
         Response::NotFound,
         Response::Int(42),
         Response::Bool(true),
+        Response::CompareSet {
+            swapped: true,
+            current: Some(b"new".to_vec()),
+        },
+        Response::CompareSet {
+            swapped: false,
+            current: None,
+        },
         Response::Timeout {
             missing: vec![key()],
             waited: Duration::from_millis(10),

@@ -557,7 +557,11 @@ fn handle(
             None => Response::NotFound,
         },
         Request::CompareSet { key, expected, new } => {
-            Response::Value(table.compare_set(&key, expected.as_deref(), &new))
+            let outcome = table.compare_set(&key, expected.as_deref(), &new);
+            Response::CompareSet {
+                swapped: outcome.swapped,
+                current: outcome.current,
+            }
         }
         Request::Add { key, delta } => match table.add(&key, delta) {
             Ok(v) => Response::Int(v),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::server::{TcpStoreServer, TcpStoreServerOptions};
 use super::wire::{self, FrameError, Request, Response, code};
-use crate::store::{Deadline, MAX_WAIT, Result, Store, StoreError};
+use crate::store::{CompareSet, Deadline, MAX_WAIT, Result, Store, StoreError};
 
 pub use options::TcpStoreOptions;
 
@@ -452,7 +452,7 @@ impl Store for TcpStore {
         }
     }
 
-    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<Vec<u8>> {
+    fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet> {
         let op = op_name("compare_set", key);
         let req = Request::CompareSet {
             key: key.to_owned(),
@@ -460,7 +460,7 @@ impl Store for TcpStore {
             new: new.to_vec(),
         };
         match self.call(&op, &req, Duration::ZERO)? {
-            Response::Value(v) => Ok(v),
+            Response::CompareSet { swapped, current } => Ok(CompareSet { swapped, current }),
             other => Err(self.unexpected(&op, &other)),
         }
     }

@@ -153,6 +153,16 @@ impl Response {
             resp::NOT_FOUND => Response::NotFound,
             resp::INT => Response::Int(d.i64("integer")?),
             resp::BOOL => Response::Bool(d.bool("boolean")?),
+            resp::COMPARE_SET => {
+                let swapped = d.bool("compare-set swapped flag")?;
+                let current = read_opt_bytes(&mut d, "compare-set current value")?;
+                if swapped && current.is_none() {
+                    return Err(
+                        "compare-set result says it swapped but carries no current value".into(),
+                    );
+                }
+                Response::CompareSet { swapped, current }
+            }
             resp::TIMEOUT => Response::Timeout {
                 waited: d.duration("waited")?,
                 missing: d.strings("missing keys")?,
@@ -201,5 +211,20 @@ mod tests {
             assert!(Request::decode(&payload[..n]).is_err(), "prefix {n}");
         }
         assert!(Response::decode(&[resp::BOOL, 2]).is_err());
+        // A swapped flag that is not 0 or 1, a swap with no value, a missing
+        // value marker, and trailing bytes.
+        assert!(Response::decode(&[resp::COMPARE_SET, 2, 0]).is_err());
+        assert!(Response::decode(&[resp::COMPARE_SET, 1, 0]).is_err());
+        assert!(Response::decode(&[resp::COMPARE_SET, 0]).is_err());
+        assert!(Response::decode(&[resp::COMPARE_SET, 0, 0, 0]).is_err());
+        let f = Response::CompareSet {
+            swapped: true,
+            current: Some(b"new".to_vec()),
+        }
+        .encode();
+        let payload = &f.as_bytes()[4..];
+        for n in 0..payload.len() {
+            assert!(Response::decode(&payload[..n]).is_err(), "prefix {n}");
+        }
     }
 }

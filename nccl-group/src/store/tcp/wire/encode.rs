@@ -128,6 +128,11 @@ impl Response {
             Response::NotFound => Encoder::new(resp::NOT_FOUND, 0),
             Response::Int(v) => Encoder::new(resp::INT, 8).i64(*v),
             Response::Bool(v) => Encoder::new(resp::BOOL, 1).u8(u8::from(*v)),
+            Response::CompareSet { swapped, current } => {
+                let cap = 6 + current.as_ref().map_or(0, Vec::len);
+                let e = Encoder::new(resp::COMPARE_SET, cap).u8(u8::from(*swapped));
+                opt_bytes(e, current.as_deref())
+            }
             Response::Timeout { missing, waited } => Encoder::new(resp::TIMEOUT, 64)
                 .duration(*waited)
                 .strings(missing),

@@ -32,8 +32,9 @@ pub(crate) use stream::{
 
 /// Identifies the protocol in `HELLO`.
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
-/// The protocol version in `HELLO`.
-pub(crate) const VERSION: u16 = 1;
+/// The protocol version in `HELLO`. Version 2 answers `COMPARE_SET` with
+/// whether it swapped and the current value (version 1 sent one value).
+pub(crate) const VERSION: u16 = 2;
 
 mod op {
     pub const HELLO: u8 = 0x01;
@@ -53,6 +54,7 @@ mod resp {
     pub const NOT_FOUND: u8 = 0x83;
     pub const INT: u8 = 0x84;
     pub const BOOL: u8 = 0x85;
+    pub const COMPARE_SET: u8 = 0x86;
     pub const TIMEOUT: u8 = 0x90;
     pub const NOT_AN_INTEGER: u8 = 0x91;
     pub const OVERFLOW: u8 = 0x92;
@@ -120,6 +122,12 @@ pub(crate) enum Response {
     NotFound,
     Int(i64),
     Bool(bool),
+    /// A `COMPARE_SET`'s outcome: `current` is `None` for an absent key, and
+    /// is always set when `swapped`.
+    CompareSet {
+        swapped: bool,
+        current: Option<Vec<u8>>,
+    },
     Timeout {
         missing: Vec<String>,
         waited: Duration,
@@ -142,6 +150,7 @@ impl Response {
             Response::NotFound => "NOT_FOUND",
             Response::Int(_) => "INT",
             Response::Bool(_) => "BOOL",
+            Response::CompareSet { .. } => "COMPARE_SET",
             Response::Timeout { .. } => "TIMEOUT",
             Response::NotAnInteger(_) => "NOT_AN_INTEGER",
             Response::Overflow(_) => "OVERFLOW",
@@ -227,6 +236,18 @@ mod tests {
             Response::NotFound,
             Response::Int(-3),
             Response::Bool(true),
+            Response::CompareSet {
+                swapped: true,
+                current: Some(b"new".to_vec()),
+            },
+            Response::CompareSet {
+                swapped: false,
+                current: Some(Vec::new()),
+            },
+            Response::CompareSet {
+                swapped: false,
+                current: None,
+            },
             Response::Timeout {
                 missing: vec!["m".into()],
                 waited: Duration::from_millis(10),
