@@ -110,7 +110,10 @@ impl ProcessGroup {
     /// messages (for the TCP store: rank 0's address).
     ///
     /// # Errors
-    /// A store failure, an invalid rank, or no watchdog thread.
+    /// A store failure, an invalid rank, an option out of range (a
+    /// `recorder_capacity` above
+    /// [`MAX_RECORDER_CAPACITY`](crate::recorder::MAX_RECORDER_CAPACITY)),
+    /// or no watchdog thread.
     pub fn new(
         name: &str,
         rank: usize,
@@ -119,6 +122,7 @@ impl ProcessGroup {
         store_address: impl Into<String>,
         options: GroupOptions,
     ) -> Result<Self> {
+        options.validate()?;
         let membership = Membership::join(
             name,
             rank,

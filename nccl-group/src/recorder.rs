@@ -143,6 +143,12 @@ impl FlightDump {
     }
 }
 
+/// The most operations a flight recorder keeps: 2^20 records (a few
+/// hundred MiB at most, allocated as they are recorded).
+/// [`ProcessGroup::new`](crate::ProcessGroup::new) refuses a larger
+/// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
+pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
+
 struct Ring {
     records: Vec<OpRecord>,
     next_seq: u64,
@@ -167,9 +173,11 @@ impl std::fmt::Debug for FlightRecorder {
 }
 
 impl FlightRecorder {
-    /// A recorder keeping the last `capacity` operations (at least one).
+    /// A recorder keeping the last `capacity` operations (at least one, at
+    /// most [`MAX_RECORDER_CAPACITY`]: a larger capacity is clamped to it
+    /// rather than attempting an allocation that would abort the process).
     pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
+        let capacity = capacity.clamp(1, MAX_RECORDER_CAPACITY);
         let epoch_unix_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as u64);

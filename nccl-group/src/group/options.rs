@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::{GroupError, Result};
 use crate::failure::FailurePolicy;
+use crate::recorder::MAX_RECORDER_CAPACITY;
 
 /// Options of a [`ProcessGroup`](super::ProcessGroup).
 #[derive(Clone, Debug)]
@@ -42,7 +44,9 @@ pub struct GroupOptions {
     pub abort_timeout: Duration,
     /// What the watchdog does after it fails the group.
     pub on_failure: FailurePolicy,
-    /// How many operations the flight recorder keeps. Default 2048.
+    /// How many operations the flight recorder keeps (0 counts as 1). At
+    /// most [`MAX_RECORDER_CAPACITY`] (2^20), which
+    /// [`ProcessGroup::new`](super::ProcessGroup::new) checks. Default 2048.
     pub recorder_capacity: usize,
     /// Where the flight recorder's JSON dump is written when the group
     /// fails or is aborted (`None`: not written). Default: the folder in
@@ -175,7 +179,8 @@ impl GroupOptions {
         self
     }
 
-    /// Keeping the last `capacity` operations in the flight recorder.
+    /// Keeping the last `capacity` operations in the flight recorder (at
+    /// most [`MAX_RECORDER_CAPACITY`]).
     pub fn with_recorder_capacity(mut self, capacity: usize) -> Self {
         self.recorder_capacity = capacity;
         self
@@ -185,5 +190,17 @@ impl GroupOptions {
     pub fn with_dump_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.dump_dir = dir;
         self
+    }
+
+    /// Refuses settings that cannot be honoured, before anything is built.
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.recorder_capacity > MAX_RECORDER_CAPACITY {
+            return Err(GroupError::InvalidArgument {
+                argument: "recorder_capacity",
+                expected: format!("at most {MAX_RECORDER_CAPACITY} records (default 2048)"),
+                given: self.recorder_capacity.to_string(),
+            });
+        }
+        Ok(())
     }
 }

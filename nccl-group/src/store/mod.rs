@@ -239,6 +239,27 @@ impl<S: Store> Store for PrefixStore<S> {
 /// that deadline arithmetic cannot overflow.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
+/// Refuses a time-limit option above [`MAX_WAIT`] (10 years): such a limit
+/// is added to the current time on every frame, where a value near
+/// `Duration::MAX` would overflow.
+pub(crate) fn check_time_limit(
+    what: &'static str,
+    given: Duration,
+    default: &str,
+) -> Result<(), StoreError> {
+    if given <= MAX_WAIT {
+        return Ok(());
+    }
+    Err(StoreError::InvalidArgument {
+        what,
+        given: format!("{given:?}"),
+        expected: format!(
+            "at most 10 years ({} s), default {default}",
+            MAX_WAIT.as_secs()
+        ),
+    })
+}
+
 /// A point in time a blocking operation must not pass.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_group::testing::{DeviceList, Membership};
-use nccl_group::{InProcessStore, PrefixStore, RendezvousConfig, StoreSpec};
+use nccl_group::{
+    GroupOptions, InProcessStore, PrefixStore, ProcessGroup, RendezvousConfig, StoreSpec, TcpStore,
+    TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+};
 
 use super::{Row, err};
 
@@ -112,6 +115,66 @@ pub fn rows() -> Vec<Row> {
                 "expected a non-empty name without '/'",
             ],
             run: || err(PrefixStore::new(InProcessStore::new(), "a/b")),
+        },
+        Row {
+            area: "group",
+            call: "RendezvousConfig::new",
+            input: "world size 2^31",
+            expect: &["world_size 2147483648", "above 2147483647", "NCCL accepts"],
+            run: || {
+                err(RendezvousConfig::new(
+                    0,
+                    1 << 31,
+                    StoreSpec::File {
+                        dir: "/shared".into(),
+                    },
+                ))
+            },
+        },
+        Row {
+            area: "group",
+            call: "TcpStoreServer::bind",
+            input: "io_timeout Duration::MAX",
+            expect: &["io_timeout", "at most 10 years", "default 30 s"],
+            run: || {
+                err(TcpStoreServer::bind(
+                    "127.0.0.1:0",
+                    TcpStoreServerOptions::default().with_io_timeout(Duration::MAX),
+                ))
+            },
+        },
+        Row {
+            area: "group",
+            call: "TcpStore::connect",
+            input: "io_margin Duration::MAX",
+            expect: &["io_margin", "at most 10 years", "default 10 s"],
+            run: || {
+                err(TcpStore::connect(
+                    "127.0.0.1",
+                    1,
+                    TcpStoreOptions::default().with_io_margin(Duration::MAX),
+                ))
+            },
+        },
+        Row {
+            area: "group",
+            call: "ProcessGroup::new",
+            input: "recorder_capacity usize::MAX",
+            expect: &[
+                "recorder_capacity",
+                "at most 1048576 records",
+                "18446744073709551615",
+            ],
+            run: || {
+                err(ProcessGroup::new(
+                    "bad-inputs",
+                    0,
+                    1,
+                    Arc::new(InProcessStore::new()),
+                    "in-process",
+                    GroupOptions::default().with_recorder_capacity(usize::MAX),
+                ))
+            },
         },
         Row {
             area: "group",
@@ -307,6 +370,72 @@ pub fn rows() -> Vec<Row> {
             input: "MASTER_PORT=70000",
             expect: &["MASTER_PORT=\"70000\"", "TCP port number (1-65535)"],
             run: || launch(&[("MASTER_PORT", Some("70000"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "WORLD_SIZE=2147483648 (above NCCL's int)",
+            expect: &[
+                "WORLD_SIZE=\"2147483648\"",
+                "above 2147483647",
+                "NCCL accepts",
+            ],
+            run: || launch(&[("WORLD_SIZE", Some("2147483648"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "WORLD_SIZE=9223372036854775808 (2^63)",
+            expect: &["WORLD_SIZE=\"9223372036854775808\"", "above 2147483647"],
+            run: || launch(&[("WORLD_SIZE", Some("9223372036854775808"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "RANK=1 with SLURM_PROCID=7",
+            expect: &["RANK=1 and SLURM_PROCID=7 disagree", "unset one of them"],
+            run: || launch(&[("SLURM_PROCID", Some("7"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "WORLD_SIZE=4 with SLURM_NTASKS=8",
+            expect: &[
+                "WORLD_SIZE=4 and SLURM_NTASKS=8 disagree",
+                "unset one of them",
+            ],
+            run: || launch(&[("SLURM_NTASKS", Some("8"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "LOCAL_RANK=0 with SLURM_LOCALID=3",
+            expect: &[
+                "LOCAL_RANK=0 and SLURM_LOCALID=3 disagree",
+                "unset one of them",
+            ],
+            run: || launch(&[("LOCAL_RANK", Some("0")), ("SLURM_LOCALID", Some("3"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "LOCAL_WORLD_SIZE=0",
+            expect: &["LOCAL_WORLD_SIZE=\"0\"", "not a positive integer"],
+            run: || launch(&[("LOCAL_WORLD_SIZE", Some("0"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "LOCAL_WORLD_SIZE=5 with WORLD_SIZE=4",
+            expect: &["LOCAL_WORLD_SIZE=5", "must not exceed WORLD_SIZE=4"],
+            run: || launch(&[("LOCAL_WORLD_SIZE", Some("5"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2",
+            expect: &["LOCAL_RANK=2", "below LOCAL_WORLD_SIZE=2"],
+            run: || launch(&[("LOCAL_RANK", Some("2")), ("LOCAL_WORLD_SIZE", Some("2"))]),
         },
     ]
 }

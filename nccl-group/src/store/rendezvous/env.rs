@@ -7,11 +7,59 @@ use std::time::Duration;
 use super::{RendezvousConfig, StoreSpec, config_error};
 use crate::store::{DEFAULT_TIMEOUT, Result};
 
-/// Parses a non-negative integer; `what` completes "is not ...".
-fn parse_int(var: &str, raw: &str, what: &str) -> Result<usize> {
-    raw.trim()
-        .parse::<usize>()
-        .map_err(|_| config_error(var, format!("{var}={raw:?} is not {what}")))
+/// The most processes NCCL accepts: its rank counts are C `int`s.
+pub(super) const MAX_WORLD_SIZE: usize = i32::MAX as usize;
+
+/// Parses a non-negative integer no greater than `max`; `what` completes
+/// "is not ...".
+fn parse_int(var: &str, raw: &str, what: &str, max: usize) -> Result<usize> {
+    let digits = raw.trim();
+    match digits.parse::<usize>() {
+        Ok(value) if value <= max => Ok(value),
+        Err(_) if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(config_error(var, format!("{var}={raw:?} is not {what}")))
+        }
+        _ => Err(config_error(
+            var,
+            format!("{var}={raw:?} is above {max}, the most processes NCCL accepts"),
+        )),
+    }
+}
+
+/// A launch variable read under its torchrun name or its Slurm name: the
+/// torchrun one when both are set, and then they must agree, unless
+/// torchrun's agent started this process (`TORCHELASTIC_RUN_ID` set:
+/// torchrun under srun, whose workers' ranks are not Slurm's tasks').
+struct Launch<'a> {
+    torchrun: &'static str,
+    slurm: &'static str,
+    var: &'a dyn Fn(&str) -> Option<String>,
+    under_torchrun_agent: bool,
+}
+
+impl Launch<'_> {
+    /// The value (parsed as [`parse_int`] does) and the name it was read
+    /// under, or `None` when neither is set.
+    fn read(&self, what: &str, max: usize) -> Result<Option<(&'static str, usize)>> {
+        let parse = |name: &'static str| -> Result<Option<usize>> {
+            (self.var)(name)
+                .map(|raw| parse_int(name, &raw, what, max))
+                .transpose()
+        };
+        match (parse(self.torchrun)?, parse(self.slurm)?) {
+            (Some(a), Some(b)) if a != b && !self.under_torchrun_agent => Err(config_error(
+                self.torchrun,
+                format!(
+                    "{}={a} and {}={b} disagree: torchrun's and Slurm's launch variables are \
+                     both set; unset one of them, or make them equal",
+                    self.torchrun, self.slurm
+                ),
+            )),
+            (Some(a), _) => Ok(Some((self.torchrun, a))),
+            (None, Some(b)) => Ok(Some((self.slurm, b))),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 impl RendezvousConfig {
@@ -21,14 +69,25 @@ impl RendezvousConfig {
     ///
     /// Fails with [`StoreError::Config`](crate::store::StoreError::Config)
     /// naming the variable, the value seen and the form expected, e.g.
-    /// `RANK="abc" is not a non-negative integer` or `RANK=4 must be below
-    /// WORLD_SIZE=4`.
+    /// `RANK="abc" is not a non-negative integer`, `RANK=4 must be below
+    /// WORLD_SIZE=4`, or, when a torchrun variable and its Slurm
+    /// counterpart are both set to different values, `RANK=1 and
+    /// SLURM_PROCID=7 disagree` (but for a process that torchrun's agent
+    /// started, `TORCHELASTIC_RUN_ID` set: torchrun under srun gives its
+    /// workers ranks of their own, and they win).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let first_of = |names: &[&'static str]| -> Option<(&'static str, String)> {
-            names.iter().find_map(|n| var(n).map(|v| (*n, v)))
+        let under_torchrun_agent = var("TORCHELASTIC_RUN_ID").is_some();
+        let launch = |torchrun, slurm| Launch {
+            torchrun,
+            slurm,
+            var: &var,
+            under_torchrun_agent,
         };
 
-        let Some((world_var, raw)) = first_of(&["WORLD_SIZE", "SLURM_NTASKS"]) else {
+        const PROCESSES: &str = "a positive integer (the number of processes)";
+        let Some((world_var, world_size)) =
+            launch("WORLD_SIZE", "SLURM_NTASKS").read(PROCESSES, MAX_WORLD_SIZE)?
+        else {
             return Err(config_error(
                 "WORLD_SIZE",
                 "WORLD_SIZE is not set (nor SLURM_NTASKS); launch with torchrun or srun, or set \
@@ -36,19 +95,17 @@ impl RendezvousConfig {
                     .into(),
             ));
         };
-        let world_size = parse_int(
-            world_var,
-            &raw,
-            "a positive integer (the number of processes)",
-        )?;
         if world_size == 0 {
             return Err(config_error(
                 world_var,
-                format!("{world_var}={raw:?} is not a positive integer (the number of processes)"),
+                format!("{world_var}=\"0\" is not {PROCESSES}"),
             ));
         }
 
-        let Some((rank_var, raw)) = first_of(&["RANK", "SLURM_PROCID"]) else {
+        const NON_NEGATIVE: &str = "a non-negative integer";
+        let Some((rank_var, rank)) =
+            launch("RANK", "SLURM_PROCID").read(NON_NEGATIVE, MAX_WORLD_SIZE)?
+        else {
             return Err(config_error(
                 "RANK",
                 "RANK is not set (nor SLURM_PROCID); launch with torchrun or srun, or set RANK to \
@@ -56,7 +113,6 @@ impl RendezvousConfig {
                     .into(),
             ));
         };
-        let rank = parse_int(rank_var, &raw, "a non-negative integer")?;
         if rank >= world_size {
             return Err(config_error(
                 rank_var,
@@ -64,19 +120,42 @@ impl RendezvousConfig {
             ));
         }
 
-        let local_rank = match first_of(&["LOCAL_RANK", "SLURM_LOCALID"]) {
-            None => 0,
-            Some((local_var, raw)) => {
-                let local = parse_int(local_var, &raw, "a non-negative integer")?;
-                if local >= world_size {
+        let local_world_size = match var("LOCAL_WORLD_SIZE") {
+            None => None,
+            Some(raw) => {
+                const NAME: &str = "LOCAL_WORLD_SIZE";
+                let local = parse_int(NAME, &raw, "a positive integer", MAX_WORLD_SIZE)?;
+                if local == 0 {
                     return Err(config_error(
-                        local_var,
-                        format!("{local_var}={local} must be below {world_var}={world_size}"),
+                        NAME,
+                        format!("{NAME}={raw:?} is not a positive integer"),
                     ));
                 }
-                local
+                if local > world_size {
+                    return Err(config_error(
+                        NAME,
+                        format!("{NAME}={local} must not exceed {world_var}={world_size}"),
+                    ));
+                }
+                Some(local)
             }
         };
+
+        let local_rank =
+            match launch("LOCAL_RANK", "SLURM_LOCALID").read(NON_NEGATIVE, MAX_WORLD_SIZE)? {
+                None => 0,
+                Some((local_var, local)) => {
+                    let (bound_var, bound) = local_world_size
+                        .map_or((world_var, world_size), |n| ("LOCAL_WORLD_SIZE", n));
+                    if local >= bound {
+                        return Err(config_error(
+                            local_var,
+                            format!("{local_var}={local} must be below {bound_var}={bound}"),
+                        ));
+                    }
+                    local
+                }
+            };
 
         let store = match var("NCCL_RS_STORE") {
             None => Self::tcp_spec(&var)?,
@@ -135,6 +214,7 @@ impl RendezvousConfig {
             rank,
             world_size,
             local_rank,
+            local_world_size,
             store,
             timeout,
             secret,
@@ -292,13 +372,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((c.rank, c.world_size, c.local_rank), (5, 8, 1));
-        // torchrun's variables win over Slurm's.
+        // Both launchers' variables set: equal values are fine.
         let c = cfg(&with(
             &[
-                ("SLURM_PROCID", "7"),
-                ("SLURM_NTASKS", "8"),
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "4"),
                 ("LOCAL_RANK", "0"),
-                ("SLURM_LOCALID", "3"),
+                ("SLURM_LOCALID", "0"),
             ],
             &[],
         ))
@@ -405,6 +485,94 @@ mod tests {
             err(&with(&[("SLURM_LOCALID", "?")], &[])).1,
             "SLURM_LOCALID=\"?\" is not a non-negative integer"
         );
+    }
+
+    #[test]
+    fn conflicting_launchers_name_both_variables() {
+        for (torchrun, slurm, (a, b)) in [
+            ("RANK", "SLURM_PROCID", ("1", "7")),
+            ("WORLD_SIZE", "SLURM_NTASKS", ("4", "8")),
+            ("LOCAL_RANK", "SLURM_LOCALID", ("0", "3")),
+        ] {
+            let (var, msg) = err(&with(&[(torchrun, a), (slurm, b)], &[]));
+            assert_eq!(var, torchrun);
+            assert!(
+                msg.starts_with(&format!("{torchrun}={a} and {slurm}={b} disagree")),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn torchrun_under_srun_gives_its_workers_their_own_ranks() {
+        // One Slurm task per node, torchrun starting 4 workers on each:
+        // worker 5 is Slurm task 1 of 2.
+        let vars = [
+            ("TORCHELASTIC_RUN_ID", "job-7"),
+            ("RANK", "5"),
+            ("SLURM_PROCID", "1"),
+            ("WORLD_SIZE", "8"),
+            ("SLURM_NTASKS", "2"),
+            ("LOCAL_RANK", "1"),
+            ("SLURM_LOCALID", "0"),
+        ];
+        let c = cfg(&with(&vars, &[])).unwrap();
+        assert_eq!((c.rank, c.world_size, c.local_rank), (5, 8, 1));
+    }
+
+    #[test]
+    fn world_size_is_bounded_by_what_nccl_accepts() {
+        assert!(cfg(&with(&[("WORLD_SIZE", "2147483647")], &[])).is_ok());
+        for huge in [
+            "2147483648",
+            "9223372036854775808",
+            "99999999999999999999999",
+        ] {
+            let (var, msg) = err(&with(&[("WORLD_SIZE", huge)], &[]));
+            assert_eq!(var, "WORLD_SIZE");
+            assert_eq!(
+                msg,
+                format!("WORLD_SIZE={huge:?} is above 2147483647, the most processes NCCL accepts")
+            );
+        }
+        let (var, _) = err(&with(&[("RANK", "18446744073709551616")], &[]));
+        assert_eq!(var, "RANK");
+    }
+
+    #[test]
+    fn local_world_size_is_read_and_checked() {
+        let c = cfg(&with(
+            &[("LOCAL_WORLD_SIZE", "2"), ("LOCAL_RANK", "1")],
+            &[],
+        ))
+        .unwrap();
+        assert_eq!((c.local_rank, c.local_world_size), (1, Some(2)));
+        assert_eq!(cfg(&BASE).unwrap().local_world_size, None);
+        assert_eq!(
+            err(&with(
+                &[("LOCAL_WORLD_SIZE", "2"), ("LOCAL_RANK", "2")],
+                &[]
+            )),
+            (
+                "LOCAL_RANK".into(),
+                "LOCAL_RANK=2 must be below LOCAL_WORLD_SIZE=2".into()
+            )
+        );
+        assert_eq!(
+            err(&with(&[("LOCAL_WORLD_SIZE", "5")], &[])),
+            (
+                "LOCAL_WORLD_SIZE".into(),
+                "LOCAL_WORLD_SIZE=5 must not exceed WORLD_SIZE=4".into()
+            )
+        );
+        for bad in ["0", "two"] {
+            let (var, msg) = err(&with(&[("LOCAL_WORLD_SIZE", bad)], &[]));
+            assert_eq!(var, "LOCAL_WORLD_SIZE");
+            assert_eq!(
+                msg,
+                format!("LOCAL_WORLD_SIZE={bad:?} is not a positive integer")
+            );
+        }
     }
 
     #[test]

@@ -39,12 +39,18 @@ pub enum StoreSpec {
 /// | variable | meaning | fallback |
 /// |---|---|---|
 /// | `RANK` | this process's rank, `0 <= RANK < WORLD_SIZE` | `SLURM_PROCID` |
-/// | `WORLD_SIZE` | number of processes, `> 0` | `SLURM_NTASKS` |
-/// | `LOCAL_RANK` | rank within this host | `SLURM_LOCALID`, then 0 |
+/// | `WORLD_SIZE` | number of processes, `0 < WORLD_SIZE <= 2147483647` (NCCL's `int`) | `SLURM_NTASKS` |
+/// | `LOCAL_RANK` | rank within this host, below `LOCAL_WORLD_SIZE` when set | `SLURM_LOCALID`, then 0 |
+/// | `LOCAL_WORLD_SIZE` | processes on this host, `0 < LOCAL_WORLD_SIZE <= WORLD_SIZE` | none (unknown) |
 /// | `MASTER_ADDR`, `MASTER_PORT` | rank 0's host and the store's port (TCP store only) | none |
 /// | `NCCL_RS_STORE` | `tcp` (default) or `file:<directory>` | `tcp` |
 /// | `NCCL_RS_STORE_TIMEOUT_SECS` | default store timeout, whole seconds `> 0` | 300 |
 /// | `NCCL_RS_STORE_SECRET` | shared secret for the TCP store | none |
+///
+/// When a torchrun variable and its Slurm fallback (`RANK` and
+/// `SLURM_PROCID`, `WORLD_SIZE` and `SLURM_NTASKS`, `LOCAL_RANK` and
+/// `SLURM_LOCALID`) are both set, their values must be equal: a mismatch is
+/// an error naming both rather than a silent choice.
 ///
 /// ```
 /// use nccl_group::{RendezvousConfig, StoreSpec};
@@ -65,6 +71,9 @@ pub struct RendezvousConfig {
     pub world_size: usize,
     /// This process's rank within its host.
     pub local_rank: usize,
+    /// The number of processes on this host (`LOCAL_WORLD_SIZE`), `None`
+    /// when the launcher did not say; `local_rank` is below it when known.
+    pub local_world_size: Option<usize>,
     /// The store to meet at.
     pub store: StoreSpec,
     /// The default timeout of store operations (and of connecting).
@@ -79,6 +88,7 @@ impl fmt::Debug for RendezvousConfig {
             .field("rank", &self.rank)
             .field("world_size", &self.world_size)
             .field("local_rank", &self.local_rank)
+            .field("local_world_size", &self.local_world_size)
             .field("store", &self.store)
             .field("timeout", &self.timeout)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
@@ -95,16 +105,25 @@ fn config_error(var: &str, message: String) -> StoreError {
 
 impl RendezvousConfig {
     /// A configuration built in code rather than read from the environment:
-    /// `local_rank` 0, the default timeout ([`DEFAULT_TIMEOUT`]), no secret.
-    /// Change the public fields to adjust.
+    /// `local_rank` 0, `local_world_size` unknown, the default timeout
+    /// ([`DEFAULT_TIMEOUT`]), no secret. Change the public fields to adjust.
     ///
-    /// Fails with [`StoreError::Config`] when `world_size` is 0 or `rank` is
-    /// not below it.
+    /// Fails with [`StoreError::Config`] when `world_size` is 0 or above
+    /// `i32::MAX` (the most ranks NCCL accepts), or `rank` is not below it.
     pub fn new(rank: usize, world_size: usize, store: StoreSpec) -> Result<Self> {
         if world_size == 0 {
             return Err(config_error(
                 "WORLD_SIZE",
                 "world_size 0 is not a positive integer (the number of processes)".into(),
+            ));
+        }
+        if world_size > env::MAX_WORLD_SIZE {
+            return Err(config_error(
+                "WORLD_SIZE",
+                format!(
+                    "world_size {world_size} is above {}, the most processes NCCL accepts",
+                    env::MAX_WORLD_SIZE
+                ),
             ));
         }
         if rank >= world_size {
@@ -117,6 +136,7 @@ impl RendezvousConfig {
             rank,
             world_size,
             local_rank: 0,
+            local_world_size: None,
             store,
             timeout: DEFAULT_TIMEOUT,
             secret: None,
@@ -138,6 +158,11 @@ mod tests {
         assert_eq!(c.timeout, DEFAULT_TIMEOUT);
         let e = RendezvousConfig::new(3, 3, dir.clone()).unwrap_err();
         assert_eq!(e.to_string(), "rank 3 must be below world_size 3");
-        assert!(RendezvousConfig::new(0, 0, dir).is_err());
+        assert!(RendezvousConfig::new(0, 0, dir.clone()).is_err());
+        let e = RendezvousConfig::new(0, 1 << 31, dir).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "world_size 2147483648 is above 2147483647, the most processes NCCL accepts"
+        );
     }
 }

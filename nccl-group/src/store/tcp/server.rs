@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::wire::{self, FrameError, FrameTimeouts, Request, Response, code};
 use super::{DEFAULT_MAX_FRAME_SIZE, redacted};
 use crate::store::memory::{Table, WaitError};
-use crate::store::{AddError, Result, StoreError};
+use crate::store::{AddError, Result, StoreError, check_time_limit};
 
 /// Settings of a [`TcpStoreServer`].
 ///
@@ -56,7 +56,8 @@ pub struct TcpStoreServerOptions {
     /// Between frames a connection may stay idle for as long as it likes
     /// (clients keep their connections for reuse); `max_connections` bounds
     /// those. Raise this when clients send frames near `max_frame_size` over
-    /// slow links. Default 30 s.
+    /// slow links. At most 10 years ([`TcpStoreServer::bind`] refuses
+    /// more); 0 counts as 1 ms. Default 30 s.
     pub io_timeout: Duration,
     /// The most client connections open at once. A connection over the
     /// limit is answered with an error frame naming the limit (the client
@@ -175,7 +176,7 @@ impl TcpStoreServer {
     ///
     /// Fails with [`StoreError::Bind`] when the address cannot be bound, and
     /// with [`StoreError::InvalidArgument`] for a `max_frame_size` under 64
-    /// bytes or a `max_connections` of 0.
+    /// bytes, an `io_timeout` over 10 years or a `max_connections` of 0.
     pub fn bind(
         addr: impl ToSocketAddrs + fmt::Debug,
         options: TcpStoreServerOptions,
@@ -188,6 +189,7 @@ impl TcpStoreServer {
                 expected: "at least 64 bytes (default 64 MiB)".into(),
             });
         }
+        check_time_limit("io_timeout", options.io_timeout, "30 s")?;
         if options.max_connections == 0 {
             return Err(StoreError::InvalidArgument {
                 what: "max_connections",

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::server::{TcpStoreServer, TcpStoreServerOptions};
 use super::wire::{self, FrameError, Request, Response, code};
-use crate::store::{CompareSet, Deadline, MAX_WAIT, Result, Store, StoreError};
+use crate::store::{CompareSet, Deadline, MAX_WAIT, Result, Store, StoreError, check_time_limit};
 
 pub use options::TcpStoreOptions;
 
@@ -95,6 +95,7 @@ impl TcpStore {
                 expected: "at least 64 bytes (default 64 MiB)".into(),
             });
         }
+        check_time_limit("io_margin", options.io_margin, "10 s")?;
         let mut store = TcpStore {
             host,
             port,
@@ -278,7 +279,7 @@ impl TcpStore {
             });
         }
         let mut stream = self.checkout()?;
-        let read_timeout = wait.min(MAX_WAIT) + self.margin();
+        let read_timeout = wait.min(MAX_WAIT).saturating_add(self.margin());
         stream.set_read_timeout(Some(read_timeout)).map_err(|e| {
             StoreError::io(format!("configuring the connection to {}", self.addr), e)
         })?;

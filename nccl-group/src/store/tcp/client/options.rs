@@ -30,7 +30,8 @@ pub struct TcpStoreOptions {
     pub connect_timeout: Duration,
     /// Extra time allowed for the server's answer on top of the operation's
     /// own wait (the read timeout of a `get` is its timeout plus this), and the
-    /// write timeout. Default 10 s.
+    /// write timeout. At most 10 years ([`TcpStore::connect`](super::TcpStore::connect)
+    /// refuses more); 0 counts as 1 ms. Default 10 s.
     pub io_margin: Duration,
     /// The shared secret to present to the server, if it requires one.
     pub secret: Option<Vec<u8>>,

@@ -67,7 +67,7 @@ pub(crate) fn read_frame<S: FrameSource + ?Sized>(
     if read_some(stream, &mut header[..1], None).map_err(FrameError::Io)? == 0 {
         return Err(FrameError::Closed);
     }
-    let deadline = timeouts.map(|t| Instant::now() + at_least_1ms(t.whole_frame));
+    let deadline = timeouts.and_then(|t| deadline_in(t.whole_frame));
     read_exact_within(stream, &mut header, 1, deadline, ("header", 4))?;
     let len = u32::from_be_bytes(header);
     if u64::from(len) > max as u64 {
@@ -81,6 +81,12 @@ pub(crate) fn read_frame<S: FrameSource + ?Sized>(
         read_exact_within(stream, &mut body, filled, deadline, ("body", len))?;
     }
     Ok(body)
+}
+
+/// The instant `limit` (at least 1 ms) from now; `None` (no deadline) when
+/// that is past what `Instant` can represent, rather than a panic.
+fn deadline_in(limit: Duration) -> Option<Instant> {
+    Instant::now().checked_add(at_least_1ms(limit))
 }
 
 fn at_least_1ms(d: Duration) -> Duration {
@@ -154,10 +160,10 @@ pub(crate) fn write_frame_within(
     frame: &Frame,
     limit: Duration,
 ) -> io::Result<()> {
-    let deadline = Instant::now() + at_least_1ms(limit);
+    let deadline = deadline_in(limit);
     let mut rest = frame.as_bytes();
     while !rest.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(limit, |d| d.saturating_duration_since(Instant::now()));
         if left.is_zero() {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
