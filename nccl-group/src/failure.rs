@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::recorder::{OpRecord, PeerProgress};
 
+/// The longest single sleep of [`Failure::wait_details`]: it sleeps again
+/// until its deadline, so a timeout of any length is waited out in these.
+const LONGEST_SLEEP: Duration = Duration::from_secs(3600);
+
 /// What to do when the watchdog fails a group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -208,19 +212,22 @@ impl Failure {
     /// before a process exits, so that the flight recorder's dump is
     /// written).
     pub fn wait_details(&self, timeout: Duration) -> Option<&FailureDetails> {
-        let deadline = Instant::now() + timeout;
+        // A timeout past what `Instant` can hold waits as long as it takes.
+        let deadline = Instant::now().checked_add(timeout);
         let (lock, set) = &self.details_set;
         let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(details) = self.details.get() {
                 return Some(details);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(LONGEST_SLEEP, |deadline| {
+                deadline.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() {
                 return None;
             }
             guard = set
-                .wait_timeout(guard, left)
+                .wait_timeout(guard, left.min(LONGEST_SLEEP))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -396,8 +403,9 @@ mod tests {
                 });
             })
         };
+        // The longest timeout there is waits, and returns once they are set.
         let details = failure
-            .wait_details(Duration::from_secs(30))
+            .wait_details(Duration::MAX)
             .expect("set by the other thread");
         assert_eq!(
             details.abort,

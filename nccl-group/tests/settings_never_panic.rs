@@ -195,3 +195,32 @@ fn a_huge_recorder_capacity_is_refused_by_name() {
         }
     }
 }
+
+#[test]
+fn group_durations_at_their_bounds_never_panic() {
+    for duration in BOUNDARIES {
+        let what = format!("a group with every timeout {duration:?}");
+        no_panic(&what, || {
+            let options = GroupOptions::default()
+                .with_timeout(duration)
+                .with_op_timeout(duration)
+                .with_abort_timeout(duration)
+                .with_dump_dir(None);
+            let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+            let group = ProcessGroup::new("bounds", 0, 1, store, "in-process", options)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            let handle = group.with_op_timeout(duration);
+            assert_eq!(handle.op_timeout(), duration);
+            assert_eq!(group.pending_operations(), 0);
+            // Abort twice: the second finds the group no longer live. A
+            // zero abort timeout may report the abort as stalled, by design.
+            for aborted in [group.abort(), handle.abort()] {
+                match aborted {
+                    Ok(()) | Err(GroupError::AbortStalled { .. }) => {}
+                    Err(e) => panic!("{what}: abort: {e}"),
+                }
+            }
+            assert!(matches!(group.destroy(), Err(GroupError::Aborted { .. })));
+        });
+    }
+}

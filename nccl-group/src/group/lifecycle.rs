@@ -51,7 +51,9 @@ impl ProcessGroup {
         let Some(failure) = self.inner.failure.get() else {
             return Ok(());
         };
-        let bound = self.options().abort_timeout + health::EXCHANGE_WAIT + Duration::from_secs(1);
+        let bound = (self.options().abort_timeout)
+            .saturating_add(health::EXCHANGE_WAIT)
+            .saturating_add(Duration::from_secs(1));
         let started = Instant::now();
         match failure.wait_details(bound).map(|details| &details.abort) {
             Some(AbortOutcome::Aborted(_)) => Ok(()),
