@@ -253,7 +253,7 @@ impl World {
 mod tests {
     use super::*;
 
-    /// Process `rank` of `size` over `store`, whose waits end after 5 s.
+    /// Process `rank` of `size` over `store` (its waits end at the store's timeout).
     fn rank_of(rank: usize, size: usize, store: &Arc<dyn Store>) -> World {
         World::in_store(rank, size, Arc::clone(store), "in-process")
     }
