@@ -10,6 +10,7 @@ use clap::Parser;
 
 use crate::collective::Collective;
 use crate::layer::LayerKind;
+use crate::runner::Average;
 
 mod compare;
 mod size;
@@ -30,28 +31,35 @@ use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
     about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this workspace",
     long_about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this \
                   workspace (raw nccl-sys calls, nccl-core, nccl-tensor's safe API, or nccl-group's \
-                  ProcessGroup). One thread per GPU (rank = GPU index), one communicator per rank, one \
-                  non-blocking stream per rank (and one process of a ProcessGroup per rank and group \
-                  layer). \
+                  ProcessGroup). One thread per GPU, one communicator per rank, one non-blocking \
+                  stream per rank (and one member of a ProcessGroup per rank and group layer).\n\n\
+                  Processes: alone, one process drives every visible GPU (or -g of them). Launched \
+                  (torchrun, nccl-launch, or anything that sets RANK and WORLD_SIZE), each process \
+                  drives -t x -g GPUs as in nccl-tests (default 1): its ranks are process x t x g + i, \
+                  its GPUs local rank x t x g + i; under nccl-launch's simulated hosts every process \
+                  has one rank, on GPU 0. The processes meet at the launch's store; process 0 prints \
+                  the table and writes --json and --plot, the others print only errors.\n\n\
                   The table goes to stdout and stays machine-readable (lines starting with '#' are \
                   comments; every row has the same columns); a progress bar goes to stderr when it is \
                   a terminal; errors go to stderr, as one line.\n\n\
                   Timing: per size and mode, warm-up, then --batches timed batches of -n back-to-back \
                   calls, each followed by one stream synchronisation; the time is the median over the \
-                  batches (averaged over the ranks). With -G N the -n calls are captured once in a CUDA \
+                  batches, reduced over the ranks as -a says. With -G N the -n calls are captured once in a CUDA \
                   graph and each batch replays it N times (time = batch / (N * n)).\n\n\
                   --compare A,B runs layer A and layer B on the same buffers at each size, interleaved \
                   (A warm-up, B warm-up, then timed batches A, B, A, B, ...), prints B's table with a \
                   'ratio' column (time B / time A) at the end of each half, and writes both layers' \
                   rows to --json.\n\n\
-                  Exit status: 0 on success, 1 if a run failed or #wrong was not 0, 2 for a usage \
-                  error or when the CUDA driver, a GPU or NCCL is missing.",
+                  Exit status (of every process): 0 on success, 1 if a run failed or #wrong was not \
+                  0, 2 for a usage error or when the CUDA driver, a GPU or NCCL is missing.",
     after_help = "Examples:\n  \
                   nccl-perf -b 8 -e 128M -f 2 all_reduce\n  \
                   nccl-perf --layer tensor -b 8 -e 1G -f 4 -n 200 -w 20\n  \
                   nccl-perf --compare raw,tensor --json rows.jsonl --plot bw.svg all_reduce\n  \
                   nccl-perf --compare raw,group -b 8 -e 128M -f 2\n  \
-                  nccl-perf --compare raw,core -G 100 -b 8 -e 1M sendrecv"
+                  nccl-perf --compare raw,core -G 100 -b 8 -e 1M sendrecv\n  \
+                  torchrun --nproc-per-node 8 --no-python nccl-perf -b 8 -e 1G -f 2\n  \
+                  nccl-launch -n 4 nccl-perf --layer group -b 8 -e 1M -f 4"
 )]
 pub struct Args {
     /// Smallest message size in bytes (suffixes K, M, G).
@@ -94,9 +102,20 @@ pub struct Args {
     #[arg(short = 'r', long = "root", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
     pub root: i32,
 
-    /// Number of GPUs (ranks) to use, starting at GPU 0 [default: all visible].
+    /// GPUs per thread, as nccl-tests [default: 1 in a launch; alone, every visible GPU
+    /// over the -t threads].
     #[arg(short = 'g', long = "ngpus", value_parser = clap::value_parser!(u32).range(1..))]
     pub ngpus: Option<u32>,
+
+    /// Threads per process, as nccl-tests (nccl-perf gives each of a process's -t x -g GPUs
+    /// a thread of its own).
+    #[arg(short = 't', long = "nthreads", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: u32,
+
+    /// The time of a row over the ranks: 0 rank 0's, 1 the average, 2 the minimum, 3 the
+    /// maximum (#wrong is always the sum).
+    #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub average: u8,
 
     /// The collective to measure (same as the positional argument).
     #[arg(
@@ -178,6 +197,11 @@ impl Args {
         }
     }
 
+    /// How a row's time comes from the ranks' times.
+    pub fn average(&self) -> Average {
+        Average::from_flag(self.average)
+    }
+
     /// Timed batches per size, mode and layer.
     pub fn batches(&self) -> u32 {
         self.batches
@@ -203,7 +227,8 @@ mod tests {
         assert_eq!(args.datatype.data_type(), DataType::Float32);
         assert_eq!(args.op.reduce_op(), ReduceOp::Sum);
         assert_eq!(args.root, 0);
-        assert_eq!(args.ngpus, None);
+        assert_eq!((args.ngpus, args.threads), (None, 1));
+        assert_eq!(args.average(), Average::Mean);
         assert_eq!(args.layer, LayerKind::Core);
         assert_eq!(args.collectives(), Collective::ALL.to_vec());
         assert_eq!(args.compare, None);
@@ -292,12 +317,28 @@ mod tests {
     }
 
     #[test]
+    fn process_flags_parse_as_nccl_tests() {
+        let args = Args::try_parse_from(["nccl-perf", "-t", "2", "-g", "4", "-a", "0"]).unwrap();
+        assert_eq!((args.threads, args.ngpus), (2, Some(4)));
+        assert_eq!(args.average(), Average::Rank0);
+        let args =
+            Args::try_parse_from(["nccl-perf", "--nthreads", "3", "--average", "3"]).unwrap();
+        assert_eq!((args.threads, args.average()), (3, Average::Max));
+        let args = Args::try_parse_from(["nccl-perf", "--ngpus", "1", "-a", "2"]).unwrap();
+        assert_eq!((args.ngpus, args.average()), (Some(1), Average::Min));
+    }
+
+    #[test]
     fn invalid_flags_are_clap_errors() {
         for bad in [
             &["nccl-perf", "-c", "2"][..],
             &["nccl-perf", "-n", "0"],
             &["nccl-perf", "-f", "0"],
             &["nccl-perf", "-g", "0"],
+            &["nccl-perf", "-t", "0"],
+            &["nccl-perf", "-a", "4"],
+            &["nccl-perf", "-a", "-1"],
+            &["nccl-perf", "-a"],
             &["nccl-perf", "-r", "-1"],
             &["nccl-perf", "-b", "8X"],
             &["nccl-perf", "-i", "0"],

@@ -1,6 +1,7 @@
 //! What the machine offers: the CUDA driver, the GPUs and the NCCL library,
 //! checked in that order before anything touches CUDA (cudarc panics
-//! without a driver; these checks turn that into one clear error).
+//! without a driver; these checks turn that into one clear error); and the
+//! host's name.
 
 use nccl_sys::NcclLibrary;
 
@@ -44,18 +45,13 @@ pub fn probe() -> Result<Environment, BenchError> {
     Ok(Environment { gpu_count, library })
 }
 
-/// The GPU count to use: `requested` (checked against what is visible) or all.
-///
-/// # Errors
-/// [`BenchError::Usage`] when more GPUs are asked for than are visible.
-pub fn world_size(requested: Option<u32>, visible: usize) -> Result<usize, BenchError> {
-    match requested {
-        None => Ok(visible),
-        Some(n) if n as usize <= visible => Ok(n as usize),
-        Some(n) => Err(BenchError::Usage(format!(
-            "-g {n} asks for {n} GPU(s) but only {visible} are visible (one rank per GPU; NCCL refuses two ranks on one GPU)"
-        ))),
-    }
+/// The host's name, as the kernel has it.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 #[cfg(test)]
@@ -63,12 +59,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn world_size_checks() {
-        assert_eq!(world_size(None, 8).unwrap(), 8);
-        assert_eq!(world_size(Some(2), 8).unwrap(), 2);
-        assert_eq!(world_size(Some(8), 8).unwrap(), 8);
-        let error = world_size(Some(2), 1).unwrap_err();
-        assert_eq!(error.exit_code(), 2);
-        assert!(error.to_string().contains("only 1"));
+    fn the_host_name_is_the_kernels() {
+        let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        let expected = match kernel.trim() {
+            "" => "localhost",
+            name => name,
+        };
+        assert_eq!(hostname(), expected);
     }
 }

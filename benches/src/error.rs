@@ -76,12 +76,38 @@ pub enum BenchError {
         source: std::io::Error,
     },
     /// A rank failed; the message says which, the `source()` why.
-    #[error("rank {rank} (GPU {rank})")]
+    #[error("rank {rank} (GPU {gpu})")]
     Rank {
         /// The failing rank.
         rank: usize,
+        /// Its GPU (the CUDA ordinal in its process).
+        gpu: usize,
         /// What went wrong there.
         source: Box<BenchError>,
+    },
+    /// Another process of the launch failed (or found the launch
+    /// unusable), and this one stopped; its exit status is that process's.
+    #[error("{origin} failed: {message}")]
+    Peer {
+        /// Which process (`process 2`).
+        origin: String,
+        /// Its error, on one line.
+        message: String,
+        /// Its exit status.
+        status: u8,
+    },
+    /// Ranks or processes of the launch did not come to a meeting in time.
+    #[error(
+        "{missing} did not reach {what} within {waited:?} (exited, stuck, or started with another \
+         store or world size? check their output)"
+    )]
+    Absent {
+        /// Who was missing (`rank 3`, `processes 1, 2`).
+        missing: String,
+        /// The meeting (`the barrier before a timed batch`).
+        what: String,
+        /// How long this one waited.
+        waited: std::time::Duration,
     },
     /// Every rank thread ended without reporting the rest of the run.
     #[error("the rank threads ended without reporting (a rank thread panicked?)")]
@@ -106,6 +132,7 @@ impl BenchError {
             BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
                 source.exit_code()
             }
+            BenchError::Peer { status, .. } => *status,
             _ => 1,
         }
     }
@@ -121,7 +148,8 @@ impl BenchError {
     /// | `Usage` | [`ErrorKind::InvalidArgument`] |
     /// | `Cuda` | [`ErrorKind::Cuda`] |
     /// | `Io`, `Plot` | [`ErrorKind::Io`] |
-    /// | `Stopped` | [`ErrorKind::Aborted`] |
+    /// | `Stopped`, `Peer` | [`ErrorKind::Aborted`] |
+    /// | `Absent` | [`ErrorKind::Timeout`] |
     /// | `Lost`, `Allocations` | [`ErrorKind::Other`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -135,7 +163,8 @@ impl BenchError {
             BenchError::Usage(_) => ErrorKind::InvalidArgument,
             BenchError::Cuda { .. } => ErrorKind::Cuda,
             BenchError::Io { .. } | BenchError::Plot { .. } => ErrorKind::Io,
-            BenchError::Stopped => ErrorKind::Aborted,
+            BenchError::Stopped | BenchError::Peer { .. } => ErrorKind::Aborted,
+            BenchError::Absent { .. } => ErrorKind::Timeout,
             BenchError::Lost | BenchError::Allocations(_) => ErrorKind::Other,
         }
     }
@@ -199,6 +228,7 @@ mod tests {
         assert_eq!(BenchError::from(config).exit_code(), 2);
         let nested = BenchError::Rank {
             rank: 3,
+            gpu: 3,
             source: Box::new(BenchError::Nccl(nccl_core::Error::Aborted)),
         };
         assert_eq!(nested.exit_code(), 1);
@@ -251,6 +281,7 @@ mod tests {
         };
         let error = BenchError::Rank {
             rank: 1,
+            gpu: 1,
             source: Box::new(capture),
         };
         assert_eq!(error.kind(), ErrorKind::Timeout);
@@ -267,6 +298,7 @@ mod tests {
         let nccl = nccl_core::Error::from_code("ncclAllReduce", ResultCode(5), None, None);
         let error = BenchError::Rank {
             rank: 0,
+            gpu: 0,
             source: Box::new(BenchError::Tensor(nccl_tensor::Error::Core(nccl))),
         };
         assert_eq!(error.kind(), ErrorKind::Nccl);
@@ -281,6 +313,30 @@ mod tests {
         });
         assert!(store.is_timeout());
         assert_no_message_repeats(&store);
+    }
+
+    #[test]
+    fn another_process_failing_or_absent() {
+        let peer = BenchError::Peer {
+            origin: "process 2".into(),
+            message: "-r 9 is not a rank".into(),
+            status: 2,
+        };
+        assert_eq!(peer.one_line(), "process 2 failed: -r 9 is not a rank");
+        assert_eq!((peer.exit_code(), peer.kind()), (2, ErrorKind::Aborted));
+        let absent = BenchError::Absent {
+            missing: "rank 3".into(),
+            what: "the barrier before a timed batch".into(),
+            waited: std::time::Duration::from_secs(300),
+        };
+        assert!(
+            absent
+                .one_line()
+                .starts_with("rank 3 did not reach the barrier before a timed batch within 300s"),
+            "{absent}"
+        );
+        assert_eq!(absent.exit_code(), 1);
+        assert!(absent.is_timeout());
     }
 
     #[test]

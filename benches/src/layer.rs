@@ -47,8 +47,8 @@ pub enum LayerKind {
     /// nccl-tensor's safe `Communicator` on typed `CudaSlice<T>` views
     /// (full argument checks and cudarc's stream tracking on every call).
     Tensor,
-    /// nccl-group's `ProcessGroup` (one process per rank thread, over an
-    /// in-process store): an operation + `Work::wait` per call, on tensors
+    /// nccl-group's `ProcessGroup` (one member per rank thread, over the
+    /// run's store): an operation + `Work::wait` per call, on tensors
     /// of its own; whole-tensor forms only (in-place all_reduce, broadcast,
     /// reduce; out-of-place all_gather, reduce_scatter, all_to_all).
     Group,

@@ -9,6 +9,12 @@
 //! through nccl-group's `ProcessGroup` (whole-tensor operations only: its
 //! other halves print `N/A`).
 //!
+//! Alone it drives every visible GPU from one process; launched (torchrun,
+//! nccl-launch, `RANK` and `WORLD_SIZE` set) it runs as every process of
+//! the launch, `-t` threads of `-g` GPUs each as in nccl-tests, meeting at
+//! the launch's store; process 0 prints the table, with each row's time
+//! reduced over the ranks as `-a` says and `#wrong` summed.
+//!
 //! `--compare A,B` runs two layers interleaved on the same buffers and adds
 //! a `ratio` column (time B / time A) at the end of each half of B's table;
 //! `-G N` captures each timed loop in a CUDA graph and replays it N times;
@@ -42,10 +48,11 @@
 //!   lines that describe the run, and JSON rows.
 //! * `plot`: the `--plot` SVG.
 //! * `env`: the CUDA driver, GPU and NCCL checks done before anything else.
-//! * `runner`: the plan, the rank threads and their barrier, gathering
-//!   their measurements into rows.
-//! * `world`: the ranks of a launch (`nccl-launch -n N`) for the
-//!   binaries that run as every rank: store, unique ids, barriers.
+//! * `runner`: which ranks and GPUs a process has, the plan, the rank
+//!   threads, where the processes meet (barriers, failures, results), and
+//!   gathering every rank's measurements into rows on process 0.
+//! * `world`: the ranks of a launch (`nccl-launch -n N`, torchrun) for the
+//!   binaries that run as every rank: store, unique ids, barriers, groups.
 //! * `alloc_count`: the counting global allocator of the allocation checks.
 //! * `error`: errors and exit statuses.
 //!

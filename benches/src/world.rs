@@ -7,9 +7,10 @@
 //! torchrun way ([`RendezvousConfig::from_env`]): rank 0 hosts the TCP store
 //! on `MASTER_PORT` and every rank connects to it once. That one connection
 //! serves this module's keys and every process group made with
-//! [`World::group`]: a second `ProcessGroup::from_env` would make rank 0
-//! bind `MASTER_PORT` again, which is taken. Without those variables the
-//! process is the whole world: rank 0 of 1, over an in-process store.
+//! [`World::group`] or [`World::group_member`]: a second
+//! `ProcessGroup::from_env` would make rank 0 bind `MASTER_PORT` again,
+//! which is taken. Without those variables the process is the whole world:
+//! rank 0 of 1, over an in-process store.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,12 +21,23 @@ use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, S
 
 use crate::error::BenchError;
 
+/// Whether this process was started by a launcher (torchrun, nccl-launch):
+/// `WORLD_SIZE` or `RANK` is set. The one place the launch is detected.
+fn launch_detected() -> bool {
+    ["WORLD_SIZE", "RANK"]
+        .iter()
+        .any(|name| std::env::var_os(name).is_some())
+}
+
 /// This process's place in its launch, and the store its ranks share.
 pub struct World {
     /// This process's rank.
     pub rank: usize,
     /// The number of ranks.
     pub size: usize,
+    /// Whether a launcher started this process (false: the whole world
+    /// alone, over an in-process store).
+    pub launched: bool,
     /// This rank's GPU on its host (`LOCAL_RANK`; 0 on every simulated host).
     pub local_rank: usize,
     /// Whether nccl-launch runs the ranks as simulated hosts on one GPU
@@ -53,9 +65,7 @@ impl World {
     /// [`BenchError::Store`] for a malformed launch variable (named in the
     /// message) or a store that cannot be hosted or reached.
     pub fn from_env(program: &'static str) -> Result<Self, BenchError> {
-        let launched = ["WORLD_SIZE", "RANK"]
-            .iter()
-            .any(|name| std::env::var_os(name).is_some());
+        let launched = launch_detected();
         let simulated_hosts =
             std::env::var_os(nccl_launch::SIMULATED_HOSTS_VAR).is_some_and(|value| value == "1");
         let world = if launched {
@@ -69,6 +79,7 @@ impl World {
                 rank: config.rank,
                 size: config.world_size,
                 local_rank: config.local_rank,
+                launched,
                 ..Self::alone(program, Arc::from(config.connect()?), address)
             }
         } else {
@@ -90,6 +101,7 @@ impl World {
         Self {
             rank: 0,
             size: 1,
+            launched: false,
             local_rank: 0,
             simulated_hosts: false,
             timeout: store.default_timeout(),
@@ -100,8 +112,26 @@ impl World {
         }
     }
 
-    fn key(&self, what: &str) -> String {
+    /// Process `rank` of `size` over `store` (at `address`), as a launch
+    /// of processes simulated by threads has it.
+    #[cfg(test)]
+    pub(crate) fn in_store(rank: usize, size: usize, store: Arc<dyn Store>, address: &str) -> Self {
+        Self {
+            rank,
+            size,
+            launched: true,
+            ..Self::alone("test", store, address.to_string())
+        }
+    }
+
+    /// The store key of `what`, scoped by the program's name.
+    pub(crate) fn key(&self, what: &str) -> String {
         format!("{}/{what}", self.program)
+    }
+
+    /// The store the ranks share.
+    pub(crate) fn store(&self) -> &dyn Store {
+        self.store.as_ref()
     }
 
     /// The NCCL unique id called `name`: rank 0 creates it and publishes
@@ -176,10 +206,26 @@ impl World {
     /// # Errors
     /// As [`ProcessGroup::new`].
     pub fn group(&self, name: &str, options: GroupOptions) -> Result<ProcessGroup, BenchError> {
+        self.group_member(name, self.rank, self.size, options)
+    }
+
+    /// Joins the process group `name` as its member `rank` of `size` over
+    /// the world's store, for a process that holds several members (one
+    /// per GPU it drives); otherwise as [`World::group`].
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::new`].
+    pub fn group_member(
+        &self,
+        name: &str,
+        rank: usize,
+        size: usize,
+        options: GroupOptions,
+    ) -> Result<ProcessGroup, BenchError> {
         Ok(ProcessGroup::new(
             name,
-            self.rank,
-            self.size,
+            rank,
+            size,
             Arc::clone(&self.store),
             self.address.clone(),
             options.with_timeout(self.timeout),
@@ -207,24 +253,14 @@ impl World {
 mod tests {
     use super::*;
 
-    /// Rank `rank` of `size` over `store`.
+    /// Process `rank` of `size` over `store` (its waits end at the store's timeout).
     fn rank_of(rank: usize, size: usize, store: &Arc<dyn Store>) -> World {
-        World {
-            rank,
-            size,
-            local_rank: 0,
-            simulated_hosts: false,
-            timeout: Duration::from_secs(5),
-            program: "test",
-            store: Arc::clone(store),
-            address: "in-process".to_string(),
-            barriers: AtomicU64::new(0),
-        }
+        World::in_store(rank, size, Arc::clone(store), "in-process")
     }
 
     #[test]
     fn ranks_share_barriers_and_values() {
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(5)));
         let gathered: Vec<Vec<Vec<f64>>> = std::thread::scope(|scope| {
             let ranks: Vec<_> = (0..3)
                 .map(|rank| {

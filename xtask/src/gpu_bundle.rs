@@ -430,10 +430,14 @@ fn render_run_sh(
 ///   a multi-GPU run is one command;
 /// * world.sh: the world-size-N figures (world-cost next to
 ///   torch.distributed at world sizes 1, 2 and 4, group-soak at 2);
+/// * perf-procs.sh: nccl-perf as every process of `nccl-launch -n 2` and
+///   `-n 4` and of torchrun, every layer and collective, with a pass/fail
+///   and #wrong summary;
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh.
-const SCRIPTS: [(&str, &str); 3] = [
+const SCRIPTS: [(&str, &str); 4] = [
     ("perf.sh", include_str!("gpu_bundle/perf.sh")),
     ("world.sh", include_str!("gpu_bundle/world.sh")),
+    ("perf-procs.sh", include_str!("gpu_bundle/perf-procs.sh")),
     (
         "scripts/torch_world_cost.py",
         include_str!("../../benches/scripts/torch_world_cost.py"),

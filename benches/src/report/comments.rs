@@ -4,6 +4,7 @@
 
 use nccl_group::CommMode;
 use nccl_sys::Version;
+use serde::{Deserialize, Serialize};
 
 use super::table::table_header;
 use crate::collective::{Collective, Mode};
@@ -11,15 +12,22 @@ use crate::env::Environment;
 use crate::layer::{LayerKind, has_native_all_to_all, unsupported};
 use crate::runner::Plan;
 
-/// A GPU as the table's preamble describes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A rank's GPU as the table's preamble describes it (shared between the
+/// processes of a launch through their store).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
-    /// The device ordinal (= rank).
+    /// The rank that drives it.
+    pub rank: usize,
+    /// The device ordinal in that rank's process.
     pub ordinal: usize,
     /// The marketing name (`NVIDIA H200`).
     pub name: String,
     /// The PCI address (`0000:04:00`).
     pub pci: String,
+    /// The host of that rank's process.
+    pub host: String,
+    /// That process's id.
+    pub pid: u32,
 }
 
 /// Where a run happens, as its comment lines describe it.
@@ -31,35 +39,20 @@ pub struct Machine {
     pub nccl_path: String,
     /// Whether that libnccl has `ncclAlltoAll`.
     pub native_all_to_all: bool,
-    /// The host's name.
-    pub host: String,
-    /// This process's id.
-    pub pid: u32,
     /// Every rank's GPU, in rank order.
     pub devices: Vec<DeviceInfo>,
 }
 
 impl Machine {
-    /// This process on `env`, with the ranks' `devices`.
+    /// This process's libnccl on `env`, with the ranks' `devices`.
     pub fn new(env: &Environment, devices: Vec<DeviceInfo>) -> Self {
         Self {
             nccl_version: env.library.version(),
             nccl_path: env.library.path().to_string(),
             native_all_to_all: has_native_all_to_all(env.library),
-            host: hostname(),
-            pid: std::process::id(),
             devices,
         }
     }
-}
-
-/// The host's name, as the kernel has it.
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .ok()
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// The comment lines before the tables: program, library, parameters, devices.
@@ -77,8 +70,9 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
             machine.nccl_path
         ),
         format!(
-            "# nThread {} nGpus 1 minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
-            plan.world,
+            "# nThread {} nGpus {} minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+            plan.threads,
+            plan.gpus_per_thread,
             plan.step,
             plan.warmup,
             plan.iters,
@@ -88,11 +82,10 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
     ];
     lines.extend(plan_notes(plan));
     lines.extend(["#".to_string(), "# Using devices".to_string()]);
-    let (host, pid) = (&machine.host, machine.pid);
     for device in &machine.devices {
         lines.push(format!(
-            "#  Rank {:2} Group  0 Pid {pid:6} on {host:>10} device {:2} [{}] {}",
-            device.ordinal, device.ordinal, device.pci, device.name
+            "#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {}",
+            device.rank, device.pid, device.host, device.ordinal, device.pci, device.name
         ));
     }
     if plan.collectives.contains(&Collective::AllToAll) && !machine.native_all_to_all {
@@ -235,18 +228,23 @@ mod tests {
 
     use super::*;
     use crate::cli::Args;
+    use crate::runner::Layout;
 
+    /// The plan of `args` in one process driving `world` GPUs.
     fn plan(args: &[&str], world: usize) -> Plan {
         let args = Args::try_parse_from([&["nccl-perf"], args].concat()).unwrap();
-        Plan::new(&args, world).unwrap()
+        Plan::new(&args, &Layout::single_process(world)).unwrap()
     }
 
-    /// The H200 of the recorded runs in `docs/measurements/`.
-    fn h200(ordinal: usize) -> DeviceInfo {
+    /// The H200 of the recorded runs in `docs/measurements/`, as `rank`.
+    fn h200(rank: usize) -> DeviceInfo {
         DeviceInfo {
-            ordinal,
+            rank,
+            ordinal: rank,
             name: "NVIDIA H200".to_string(),
             pci: "0000:00:06".to_string(),
+            host: "vm".to_string(),
+            pid: 25051,
         }
     }
 
@@ -255,8 +253,6 @@ mod tests {
             nccl_version: Version::new(2, 28, 3),
             nccl_path: "libnccl.so.2".to_string(),
             native_all_to_all: true,
-            host: "vm".to_string(),
-            pid: 25051,
             devices,
         }
     }
@@ -330,10 +326,21 @@ mod tests {
             lines[0],
             "# nccl-perf 0.1.0 (layer raw) nccl-library 2.28.3 (libnccl.so.2)"
         );
-        assert!(lines[1].starts_with("# nThread 2 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor)"));
+        assert!(lines[1].starts_with("# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor)"));
         let devices: Vec<&String> = lines.iter().filter(|l| l.starts_with("#  Rank")).collect();
         assert_eq!(devices.len(), 2, "{lines:?}");
         assert!(devices[1].starts_with("#  Rank  1 Group  0 Pid  25051 on         vm device  1"));
+        // Across processes each rank names its own process and host.
+        let mut remote = h200(1);
+        (remote.ordinal, remote.host, remote.pid) = (0, "node7".to_string(), 7);
+        let across = preamble(&plan, &self::machine(vec![h200(0), remote]));
+        assert!(
+            across.contains(
+                &"#  Rank  1 Group  0 Pid      7 on      node7 device  0 [0000:00:06] NVIDIA H200"
+                    .to_string()
+            ),
+            "{across:?}"
+        );
         assert_eq!(
             lines.last().unwrap(),
             "# note: libnccl 2.28.3 has no ncclAlltoAll (NCCL 2.28+); all_to_all runs as grouped send/recv"
@@ -393,7 +400,7 @@ mod tests {
     #[test]
     fn group_plans_note_the_halves_the_group_lacks() {
         let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,group"]).unwrap();
-        let plan = Plan::new(&args, 2).unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
         assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Group]);
         assert_eq!(plan.layers_title(), "group vs raw");
         let notes = plan_notes(&plan).join("\n");
@@ -414,7 +421,7 @@ mod tests {
 
         // Only the plan's collectives are named.
         let args = Args::try_parse_from(["nccl-perf", "--layer", "group", "all_gather"]).unwrap();
-        let notes = plan_notes(&Plan::new(&args, 4).unwrap());
+        let notes = plan_notes(&Plan::new(&args, &Layout::single_process(4)).unwrap());
         assert_eq!(notes.len(), 3, "{notes:?}");
         assert!(notes[2].starts_with(
             "# note: the group layer has no in-place all_gather (nccl-tensor's safe API takes"
@@ -423,7 +430,7 @@ mod tests {
 
         // No group, no group notes.
         let args = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
-        let notes = plan_notes(&Plan::new(&args, 1).unwrap()).join("\n");
+        let notes = plan_notes(&Plan::new(&args, &Layout::single_process(1)).unwrap()).join("\n");
         assert!(!notes.contains("group layer"), "{notes}");
     }
 }

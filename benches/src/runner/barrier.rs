@@ -1,104 +1,96 @@
-//! Where the rank threads meet before each checked run and each timed
-//! batch.
+//! Where every rank of every process meets: before its communicator is
+//! created, before each checked run and before each timed batch.
 
-use std::sync::{Condvar, Mutex};
+use std::cell::Cell;
 
+use super::meeting::Meeting;
 use crate::error::BenchError;
 
-/// A barrier for the rank threads that a failing rank can break, so that
-/// no thread waits forever for one that has given up.
-#[derive(Debug)]
-pub struct RankBarrier {
-    state: Mutex<BarrierState>,
-    changed: Condvar,
-    parties: usize,
+/// One rank's side of the run's barriers, which are the meeting's: a
+/// rank that does not come is named once the store's timeout has passed,
+/// and a process that fails stops every rank within a slice.
+pub struct RankBarrier<'a> {
+    meeting: &'a Meeting,
+    rank: usize,
+    ranks: usize,
+    /// Barriers passed so far: the n-th of every rank meets under one key.
+    passed: Cell<u64>,
 }
 
-#[derive(Debug, Default)]
-struct BarrierState {
-    arrived: usize,
-    generation: u64,
-    broken: bool,
-}
-
-impl RankBarrier {
-    /// A barrier for `parties` threads.
-    pub fn new(parties: usize) -> Self {
+impl<'a> RankBarrier<'a> {
+    /// `rank`'s side of the barriers of `ranks` ranks at `meeting`.
+    pub fn new(meeting: &'a Meeting, rank: usize, ranks: usize) -> Self {
         Self {
-            state: Mutex::new(BarrierState::default()),
-            changed: Condvar::new(),
-            parties: parties.max(1),
+            meeting,
+            rank,
+            ranks,
+            passed: Cell::new(0),
         }
     }
 
-    /// Waits until every party has arrived.
+    /// Returns once every rank has come to its next barrier, which is
+    /// `what` (named in the error when a rank does not come).
     ///
     /// # Errors
-    /// [`BenchError::Stopped`] once the barrier is broken.
-    pub fn wait(&self) -> Result<(), BenchError> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if state.broken {
-            return Err(BenchError::Stopped);
-        }
-        state.arrived += 1;
-        if state.arrived == self.parties {
-            state.arrived = 0;
-            state.generation += 1;
-            self.changed.notify_all();
-            return Ok(());
-        }
-        let generation = state.generation;
-        while state.generation == generation && !state.broken {
-            state = self
-                .changed
-                .wait(state)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        if state.generation == generation {
-            Err(BenchError::Stopped)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Breaks the barrier: every waiting and later [`RankBarrier::wait`] fails.
-    pub fn break_all(&self) {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .broken = true;
-        self.changed.notify_all();
+    /// A rank did not come in time, a process failed, or the store's.
+    pub fn wait(&self, what: &str) -> Result<(), BenchError> {
+        let count = self.passed.get();
+        self.passed.set(count + 1);
+        self.meeting.barrier(self.rank, self.ranks, count, what)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
+
+    use nccl_group::{InProcessStore, Store};
 
     use super::*;
+    use crate::world::World;
 
     #[test]
-    fn barrier_releases_and_breaks() {
-        let barrier = Arc::new(RankBarrier::new(3));
-        let threads: Vec<_> = (0..3)
-            .map(|_| {
-                let barrier = Arc::clone(&barrier);
-                std::thread::spawn(move || (0..10).all(|_| barrier.wait().is_ok()))
-            })
+    fn ranks_of_several_processes_meet_again_and_again() {
+        // Two processes of two ranks each, every rank a thread.
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(10)));
+        let meetings: Vec<Meeting> = (0..2)
+            .map(|process| Meeting::new(World::in_store(process, 2, Arc::clone(&store), "test")))
             .collect();
-        assert!(threads.into_iter().all(|t| t.join().unwrap()));
+        let passed = std::thread::scope(|scope| {
+            let ranks: Vec<_> = (0..4)
+                .map(|rank| {
+                    let meeting = &meetings[rank / 2];
+                    scope.spawn(move || {
+                        let barrier = RankBarrier::new(meeting, rank, 4);
+                        (0..10)
+                            .filter(|_| barrier.wait("a test barrier").is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            ranks
+                .into_iter()
+                .map(|rank| rank.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(passed, vec![10; 4]);
+    }
 
-        let barrier = Arc::new(RankBarrier::new(2));
-        let waiter = {
-            let barrier = Arc::clone(&barrier);
-            std::thread::spawn(move || barrier.wait())
-        };
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        barrier.break_all();
-        assert!(matches!(waiter.join().unwrap(), Err(BenchError::Stopped)));
-        assert!(matches!(barrier.wait(), Err(BenchError::Stopped)));
+    #[test]
+    fn a_rank_that_does_not_come_is_named() {
+        let store: Arc<dyn Store> =
+            Arc::new(InProcessStore::with_timeout(Duration::from_millis(300)));
+        let meeting = Meeting::new(World::in_store(0, 1, store, "test"));
+        let barrier = RankBarrier::new(&meeting, 0, 2);
+        let error = barrier
+            .wait("the creation of the communicators")
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("rank 1 did not reach the creation of the communicators within 300ms"),
+            "{error}"
+        );
     }
 }

@@ -1,294 +1,391 @@
-//! The main thread's side of a run: it gathers every rank's measurements
-//! into table rows, in plan order, and writes them with the comment lines
-//! around them as they complete.
+//! A process's main thread: it gathers its rank threads' messages (their
+//! GPUs, then every rank's sample of every row), shares them with process
+//! 0, and there collects every process's, in rank order; and it stops its
+//! ranks should any rank of any process fail.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::Arc;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Instant;
 
-use indicatif::ProgressBar;
-use nccl_core::AbortHandle;
-use nccl_group::ProcessGroup;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use super::barrier::RankBarrier;
-use super::plan::Plan;
-use super::rank::{Message, RowKey, Sample};
-use crate::collective::{Collective, Mode};
-use crate::env::Environment;
+use super::layout::Layout;
+use super::meeting::{Meeting, SLICE};
+use super::rank::{Message, RowKey, Sample, Stop};
 use crate::error::BenchError;
-use crate::report::{
-    DeviceInfo, Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header,
-    compare_footer, preamble, table_footer,
-};
-use crate::sizes::{OpCounts, bandwidths};
+use crate::report::DeviceInfo;
 
-/// What a finished run found.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Summary {
-    /// Wrong elements over every row, mode, layer and rank.
-    pub wrong: u64,
-    /// Every row of every layer, in the order they were reported.
-    pub rows: Vec<Row>,
-}
-
-/// Gathers the rank threads' messages: their measurements into rows, and
-/// what it takes to stop them all should one fail.
+/// Gathers the messages of one process's rank threads, and what it takes
+/// to stop them.
 pub struct Gatherer {
     receiver: Receiver<Message>,
-    pending: HashMap<RowKey, Vec<Sample>>,
-    aborts: Vec<AbortHandle>,
-    groups: Vec<ProcessGroup>,
-    world: usize,
-    barrier: Arc<RankBarrier>,
-    progress: ProgressBar,
+    pending: HashMap<RowKey, Vec<(usize, Sample)>>,
+    devices: Vec<DeviceInfo>,
+    stops: Vec<Stop>,
+    finished: usize,
+    layout: Layout,
+    meeting: Arc<Meeting>,
 }
 
-/// The rank-averaged time (`None` unless every rank has one) and summed
-/// wrong count of one mode.
-fn combine(samples: &[Sample]) -> Sample {
-    let times: Option<Vec<f64>> = samples.iter().map(|sample| sample.time_us).collect();
-    let time_us = times
-        .filter(|times| !times.is_empty())
-        .map(|times| times.iter().sum::<f64>() / times.len() as f64);
-    let wrong = samples
-        .iter()
-        .map(|sample| sample.wrong)
-        .sum::<Option<u64>>();
-    Sample { time_us, wrong }
+/// `value` as shared between processes.
+fn encode(value: &impl Serialize) -> Result<Vec<u8>, BenchError> {
+    serde_json::to_vec(value).map_err(|error| {
+        BenchError::Usage(format!(
+            "internal error: a shared value cannot be written ({error})"
+        ))
+    })
 }
 
-fn io_error(source: std::io::Error) -> BenchError {
-    BenchError::Io {
-        what: "the output".to_string(),
-        source,
-    }
+/// What process `process` shared as `name`.
+fn decode<T: DeserializeOwned>(bytes: &[u8], process: usize, name: &str) -> Result<T, BenchError> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        BenchError::Usage(format!(
+            "process {process}'s {name} cannot be read here ({error}): run the same nccl-perf build \
+             in every process"
+        ))
+    })
 }
 
 impl Gatherer {
-    /// A gatherer of the messages of `world` rank threads, which meet at
-    /// `barrier`; `progress` counts the rows.
-    pub fn new(
-        receiver: Receiver<Message>,
-        world: usize,
-        barrier: Arc<RankBarrier>,
-        progress: ProgressBar,
-    ) -> Self {
+    /// The gatherer of the rank threads of `layout`'s process, which meets
+    /// the other processes at `meeting`.
+    pub fn new(receiver: Receiver<Message>, layout: Layout, meeting: Arc<Meeting>) -> Self {
         Self {
             receiver,
             pending: HashMap::new(),
-            aborts: Vec::new(),
-            groups: Vec::new(),
-            world,
-            barrier,
-            progress,
+            devices: Vec::new(),
+            stops: Vec::new(),
+            finished: 0,
+            layout,
+            meeting,
         }
     }
 
-    /// Receives one message; a failure or a vanished rank is an error.
-    fn receive(&mut self) -> Result<Option<(usize, DeviceInfo)>, BenchError> {
-        match self.receiver.recv() {
-            Ok(Message::Ready {
-                rank,
-                device,
-                abort,
-                groups,
-            }) => {
-                self.aborts.push(abort);
-                self.groups.extend(groups);
-                Ok(Some((rank, device)))
-            }
-            Ok(Message::Measured { key, sample }) => {
-                self.pending.entry(key).or_default().push(sample);
-                Ok(None)
-            }
-            Ok(Message::Finished) => Ok(None),
-            Ok(Message::Failed { rank, error }) => Err(BenchError::Rank {
-                rank,
-                source: Box::new(error),
-            }),
-            Err(_) => Err(BenchError::Lost),
-        }
+    /// Where this process meets the others.
+    pub fn meeting(&self) -> &Meeting {
+        &self.meeting
     }
 
-    /// The rank-averaged time and summed wrong count of `key`.
-    fn gather(&mut self, key: RowKey) -> Result<Sample, BenchError> {
-        loop {
-            if self
-                .pending
-                .get(&key)
-                .is_some_and(|samples| samples.len() >= self.world)
-            {
-                let samples = self.pending.remove(&key).unwrap_or_default();
-                return Ok(combine(&samples));
+    /// Handles the next message of a rank thread. It waits at most the
+    /// meeting's timeout (a rank silent that long is taken as stuck), and
+    /// stops within a slice when a process has failed.
+    fn receive(&mut self) -> Result<(), BenchError> {
+        let deadline = Instant::now() + self.meeting.timeout();
+        let message = loop {
+            match self.receiver.recv_timeout(SLICE) {
+                Ok(message) => break message,
+                Err(RecvTimeoutError::Disconnected) => return Err(BenchError::Lost),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.meeting.check()?;
+                    if Instant::now() >= deadline {
+                        let ranks = self.layout.ranks();
+                        return Err(BenchError::Absent {
+                            missing: format!(
+                                "ranks {}..{} of this process",
+                                ranks.start, ranks.end
+                            ),
+                            what: "their next result (stuck in NCCL or CUDA? a batch that takes \
+                                   longer needs a larger NCCL_RS_STORE_TIMEOUT_SECS)"
+                                .to_string(),
+                            waited: self.meeting.timeout(),
+                        });
+                    }
+                }
             }
-            self.receive()?;
-        }
-    }
-
-    /// Breaks the barrier and aborts every rank's communicator and process
-    /// groups, so that no rank stays blocked.
-    pub fn stop_everyone(&self) {
-        self.barrier.break_all();
-        for abort in &self.aborts {
-            let _ = abort.abort();
-        }
-        for group in &self.groups {
-            // The process exits next, so an abort that stalls changes nothing.
-            let _ = group.abort();
-        }
-    }
-
-    /// Writes the whole output of `plan` on `env` to `reporter` as the
-    /// ranks measure it: the preamble, then per collective its header, its
-    /// rows and its footer.
-    ///
-    /// # Errors
-    /// A failing or vanished rank, or output that cannot be written.
-    pub fn report<W: Write>(
-        &mut self,
-        plan: &Plan,
-        env: &Environment,
-        reporter: &mut Reporter<W>,
-    ) -> Result<Summary, BenchError> {
-        let mut devices: Vec<Option<DeviceInfo>> = vec![None; self.world];
-        while devices.iter().any(Option::is_none) {
-            if let Some((rank, device)) = self.receive()? {
-                devices[rank] = Some(device);
+        };
+        match message {
+            Message::Ready { device, stop } => {
+                self.stops.push(stop);
+                self.devices.push(device);
             }
-        }
-        let machine = Machine::new(env, devices.into_iter().flatten().collect());
-        reporter.lines(preamble(plan, &machine)).map_err(io_error)?;
-        let mut summary = Summary::default();
-        for (index, &collective) in plan.collectives.iter().enumerate() {
-            reporter
-                .lines(collective_header(collective, plan, &machine))
-                .map_err(io_error)?;
-            self.collective_table(plan, index, collective, reporter, &mut summary)?;
-        }
-        reporter.line("#").map_err(io_error)?;
-        Ok(summary)
-    }
-
-    /// The rows and footer of `collective`, the `index`-th of the plan,
-    /// added to `summary` too.
-    fn collective_table<W: Write>(
-        &mut self,
-        plan: &Plan,
-        index: usize,
-        collective: Collective,
-        reporter: &mut Reporter<W>,
-        summary: &mut Summary,
-    ) -> Result<(), BenchError> {
-        let mut table_rows = Vec::with_capacity(plan.sizes.len());
-        let mut baseline_rows = Vec::new();
-        let mut wrong_total = 0;
-        for (size_index, counts) in plan.counts(collective).iter().enumerate() {
-            let mut rows = Vec::with_capacity(plan.layers.len());
-            for (slot, layer) in plan.layers.iter().enumerate() {
-                let key = |mode| RowKey {
-                    collective: index,
-                    size: size_index,
-                    mode,
-                    layer: slot,
-                };
-                let out_of_place =
-                    self.measurement(plan, collective, counts, key(Mode::OutOfPlace))?;
-                let in_place = self.measurement(plan, collective, counts, key(Mode::InPlace))?;
-                wrong_total += [out_of_place, in_place]
-                    .iter()
-                    .flatten()
-                    .filter_map(|m| m.wrong)
-                    .sum::<u64>();
-                rows.push(Row {
-                    collective: collective.name(),
-                    layer: layer.name(),
-                    world_size: plan.world,
-                    size: counts.printed_bytes(plan.dtype.size_bytes()),
-                    count: counts.param,
-                    dtype: plan.dtype.short_name(),
-                    redop: collective.redop_column(plan.op),
-                    root: collective.root_column(plan.root),
-                    out_of_place,
-                    in_place,
-                    ratio: None,
-                    graph: plan.graph,
-                });
+            Message::Measured { rank, key, sample } => {
+                self.pending.entry(key).or_default().push((rank, sample));
             }
-            let mut shown = rows.pop().ok_or(BenchError::Lost)?;
-            if let Some(baseline) = rows.pop() {
-                shown.ratio = Some(Ratio::between(&baseline, &shown));
-                reporter.json_row(&baseline).map_err(io_error)?;
-                summary.rows.push(baseline.clone());
-                baseline_rows.push(baseline);
-            }
-            reporter.row(&shown).map_err(io_error)?;
-            self.progress.inc(1);
-            self.progress
-                .set_message(format!("{} {} B", collective.name(), shown.size));
-            summary.rows.push(shown.clone());
-            table_rows.push(shown);
+            Message::Finished => self.finished += 1,
+            Message::Failed(error) => return Err(error),
         }
-        reporter
-            .lines(table_footer(wrong_total, average_busbw(&table_rows)))
-            .map_err(io_error)?;
-        if let Some((a, b)) = plan.compare() {
-            reporter
-                .lines(compare_footer(a, b, &baseline_rows, &table_rows))
-                .map_err(io_error)?;
-        }
-        summary.wrong += wrong_total;
         Ok(())
     }
 
-    /// Every rank's measurement of `key`, of `collective` at `counts`, with
-    /// its bandwidths; `None` where the layer cannot issue that mode.
-    fn measurement(
-        &mut self,
-        plan: &Plan,
-        collective: Collective,
-        counts: &OpCounts,
-        key: RowKey,
-    ) -> Result<Option<Measurement>, BenchError> {
-        let Sample { time_us, wrong } = self.gather(key)?;
-        Ok(time_us.map(|time_us| {
-            let bandwidth = bandwidths(
-                collective,
-                counts,
-                plan.dtype.size_bytes(),
-                plan.world,
-                time_us,
-            );
-            Measurement {
-                time_us,
-                algbw: bandwidth.algbw,
-                busbw: bandwidth.busbw,
-                wrong,
+    /// Stops every rank of this process, so that none stays blocked.
+    pub fn stop_everyone(&self) {
+        for stop in &self.stops {
+            stop();
+        }
+    }
+
+    /// The GPUs of every rank, in rank order (on process 0; an empty list
+    /// elsewhere, once this process's are shared).
+    ///
+    /// # Errors
+    /// A rank failed here or elsewhere, did not come, or the store's.
+    pub fn devices(&mut self) -> Result<Vec<DeviceInfo>, BenchError> {
+        while self.devices.len() < self.layout.per_process() {
+            self.receive()?;
+        }
+        let mut local = std::mem::take(&mut self.devices);
+        local.sort_by_key(|device| device.rank);
+        self.everyone(local, "devices", "the exchange of GPUs")
+    }
+
+    /// Every rank's sample of `key`, in rank order (on process 0; an
+    /// empty list elsewhere, once this process's are shared).
+    ///
+    /// # Errors
+    /// As [`Gatherer::devices`].
+    pub fn samples(&mut self, key: RowKey) -> Result<Vec<Sample>, BenchError> {
+        let per_process = self.layout.per_process();
+        while self
+            .pending
+            .get(&key)
+            .is_none_or(|samples| samples.len() < per_process)
+        {
+            self.receive()?;
+        }
+        let mut local = self.pending.remove(&key).unwrap_or_default();
+        local.sort_by_key(|(rank, _)| *rank);
+        let local: Vec<Sample> = local.into_iter().map(|(_, sample)| sample).collect();
+        self.everyone(local, &key.name(), "the exchange of a row's results")
+    }
+
+    /// This process's `local` values (one per rank) shared as `name`;
+    /// process 0 returns every process's, in rank order.
+    fn everyone<T: Serialize + DeserializeOwned>(
+        &self,
+        local: Vec<T>,
+        name: &str,
+        what: &str,
+    ) -> Result<Vec<T>, BenchError> {
+        let Layout {
+            process, processes, ..
+        } = self.layout;
+        if process != 0 {
+            self.meeting.share(name, &encode(&local)?)?;
+            return Ok(Vec::new());
+        }
+        let mut all = local;
+        let shared = self.meeting.collect(name, what, 1..processes)?;
+        for (process, bytes) in (1..).zip(shared) {
+            let values: Vec<T> = decode(&bytes, process, name)?;
+            if values.len() != self.layout.per_process() {
+                return Err(BenchError::Usage(format!(
+                    "process {process}'s {name} are of {} rank(s), process 0 expected {}: start every \
+                     process with the same -t and -g",
+                    values.len(),
+                    self.layout.per_process()
+                )));
             }
-        }))
+            all.extend(values);
+        }
+        Ok(all)
+    }
+
+    /// Waits until every rank of this process is done.
+    ///
+    /// # Errors
+    /// As [`Gatherer::devices`].
+    pub fn finished(&mut self) -> Result<(), BenchError> {
+        while self.finished < self.layout.per_process() {
+            self.receive()?;
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use nccl_group::{InProcessStore, Store};
+
     use super::*;
+    use crate::collective::Mode;
+    use crate::world::World;
+
+    const KEY: RowKey = RowKey {
+        collective: 0,
+        size: 0,
+        mode: Mode::OutOfPlace,
+        layer: 0,
+    };
+
+    /// What a process's gatherer returned (its devices and the row), and
+    /// how often its ranks were stopped.
+    type Ended = (Result<(Vec<DeviceInfo>, Vec<Sample>), BenchError>, usize);
+
+    fn device(rank: usize) -> DeviceInfo {
+        DeviceInfo {
+            rank,
+            ordinal: rank % 2,
+            name: "GPU".to_string(),
+            pci: "0000:00:00".to_string(),
+            host: format!("host{}", rank / 2),
+            pid: rank as u32,
+        }
+    }
+
+    /// Process `process` of `processes` with two ranks (threads that send
+    /// what a rank thread sends, rank r's sample `r + 1` µs with `r`
+    /// wrong, or a failure of `failing_rank`), over `store`.
+    fn process(
+        process: usize,
+        processes: usize,
+        store: &Arc<dyn Store>,
+        failing_rank: Option<usize>,
+    ) -> Ended {
+        let mut world = World::in_store(process, processes, Arc::clone(store), "test");
+        world.local_rank = 0;
+        let layout = Layout::new(&world, 1, Some(2), 2).unwrap();
+        let meeting = Arc::new(Meeting::new(world));
+        let stopped = Arc::new(AtomicUsize::new(0));
+        let (sender, receiver) = mpsc::channel();
+        for rank in layout.ranks() {
+            let (sender, stopped) = (sender.clone(), Arc::clone(&stopped));
+            std::thread::spawn(move || {
+                let stop: Stop = Box::new(move || {
+                    stopped.fetch_add(1, Ordering::Relaxed);
+                });
+                let _ = sender.send(Message::Ready {
+                    device: device(rank),
+                    stop,
+                });
+                if failing_rank == Some(rank) {
+                    let _ = sender.send(Message::Failed(BenchError::Rank {
+                        rank,
+                        gpu: rank % 2,
+                        source: Box::new(BenchError::Usage("a test failure".to_string())),
+                    }));
+                    return;
+                }
+                let sample = Sample {
+                    time_us: Some(rank as f64 + 1.0),
+                    wrong: Some(rank as u64),
+                };
+                let _ = sender.send(Message::Measured {
+                    rank,
+                    key: KEY,
+                    sample,
+                });
+                let _ = sender.send(Message::Finished);
+            });
+        }
+        drop(sender);
+        let mut gatherer = Gatherer::new(receiver, layout, Arc::clone(&meeting));
+        let result = (|| {
+            let devices = gatherer.devices()?;
+            let samples = gatherer.samples(KEY)?;
+            gatherer.finished()?;
+            let wrong: u64 = samples.iter().filter_map(|s| s.wrong).sum();
+            meeting.conclude(wrong)?;
+            Ok((devices, samples))
+        })();
+        let result = result.map_err(|error| {
+            let error = meeting.fail(error);
+            gatherer.stop_everyone();
+            error
+        });
+        (result, stopped.load(Ordering::Relaxed))
+    }
+
+    fn run_processes(
+        processes: usize,
+        timeout: Duration,
+        failing_rank: Option<usize>,
+    ) -> Vec<Ended> {
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(timeout));
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..processes)
+                .map(|p| {
+                    let store = &store;
+                    scope.spawn(move || process(p, processes, store, failing_rank))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().unwrap())
+                .collect()
+        })
+    }
 
     #[test]
-    fn ranks_combine_into_one_time() {
-        let sample = |time_us, wrong| Sample { time_us, wrong };
+    fn process_0_gets_every_rank_in_rank_order() {
+        let results = run_processes(3, Duration::from_secs(20), None);
+        let (first, stopped) = &results[0];
+        let (devices, samples) = first.as_ref().unwrap();
         assert_eq!(
-            combine(&[sample(Some(1.0), Some(0)), sample(Some(3.0), Some(2))]),
-            sample(Some(2.0), Some(2))
+            devices.iter().map(|d| d.rank).collect::<Vec<_>>(),
+            (0..6).collect::<Vec<_>>()
         );
+        assert_eq!(devices[5].host, "host2");
+        let times: Vec<f64> = samples.iter().filter_map(|s| s.time_us).collect();
+        assert_eq!(times, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let combined = crate::runner::reduce::combine(samples, crate::runner::Average::Mean);
         assert_eq!(
-            combine(&[sample(None, None), sample(None, None)]),
-            sample(None, None)
+            combined,
+            Sample {
+                time_us: Some(3.5),
+                wrong: Some(15)
+            }
         );
-        assert_eq!(combine(&[sample(Some(1.0), None)]), sample(Some(1.0), None));
-        // One rank without a time leaves the mode without one.
-        assert_eq!(
-            combine(&[sample(Some(1.0), Some(1)), sample(None, Some(1))]),
-            sample(None, Some(2))
+        assert_eq!(*stopped, 0);
+        for (result, _) in &results[1..] {
+            let (devices, samples) = result.as_ref().unwrap();
+            assert!(devices.is_empty() && samples.is_empty());
+        }
+        // Alone, a process's own ranks are every rank.
+        let alone = run_processes(1, Duration::from_secs(20), None);
+        let (_, samples) = alone[0].0.as_ref().unwrap();
+        assert_eq!(samples.len(), 2);
+        // The processes learnt the wrong elements process 0 summed.
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(5)));
+        let meetings: Vec<Meeting> = (0..2)
+            .map(|p| Meeting::new(World::in_store(p, 2, Arc::clone(&store), "test")))
+            .collect();
+        assert_eq!(meetings[0].conclude(15).unwrap(), 15);
+        assert_eq!(meetings[1].conclude(0).unwrap(), 15);
+    }
+
+    #[test]
+    fn a_failing_rank_stops_every_process_with_its_status() {
+        // Rank 3 is process 1's second rank.
+        let results = run_processes(3, Duration::from_secs(20), Some(3));
+        let own = results[1].0.as_ref().unwrap_err();
+        assert_eq!(own.to_string(), "rank 3 (GPU 1)");
+        assert_eq!(own.exit_code(), 2);
+        for process in [0, 2] {
+            let (result, _) = &results[process];
+            let error = result.as_ref().unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                "process 1 failed: rank 3 (GPU 1): a test failure"
+            );
+            assert_eq!(error.exit_code(), 2, "{error}");
+        }
+        // Every process stopped the ranks it had started.
+        assert!(
+            results.iter().all(|(_, stopped)| *stopped >= 1),
+            "{:?}",
+            results.iter().map(|r| r.1).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_process_that_never_comes_is_named() {
+        // A launch of 2 where only process 0 runs.
+        let store: Arc<dyn Store> =
+            Arc::new(InProcessStore::with_timeout(Duration::from_millis(400)));
+        let (result, _) = process(0, 2, &store, None);
+        let error = result.unwrap_err();
+        assert!(error.is_timeout(), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("process 1 did not reach the exchange of GPUs within 400ms"),
+            "{error}"
         );
     }
 }

@@ -1,15 +1,17 @@
 //! One rank thread: its GPU, stream, communicator and process groups, the
-//! plan run through every layer, and each measurement sent to the main
-//! thread.
+//! plan run through every layer, and each measurement sent to its
+//! process's main thread.
 
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
 use cudarc::driver::CudaStream;
-use nccl_core::{AbortHandle, Communicator, Device, UniqueId};
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
+use nccl_core::{Communicator, Device, UniqueId};
+use nccl_group::{GroupOptions, ProcessGroup};
+use serde::{Deserialize, Serialize};
 
 use super::barrier::RankBarrier;
+use super::meeting::Meeting;
 use super::plan::Plan;
 use crate::buffers::DeviceBuffers;
 use crate::check::{CheckData, CheckSetup, count_wrong};
@@ -24,36 +26,34 @@ use crate::timing::{Captured, capture, median, time_launches, time_replays};
 /// before the layer's name.
 const GROUP_NAME: &str = "nccl-perf";
 
-/// What a rank thread tells the main thread.
+/// Stops a rank that may be blocked inside NCCL: aborts its communicator
+/// and process groups.
+pub type Stop = Box<dyn Fn() + Send>;
+
+/// What a rank thread tells its process's main thread.
 pub enum Message {
     /// The rank has its communicator (and process groups, for the group
     /// layers).
     Ready {
+        /// Its GPU (which names the rank).
+        device: DeviceInfo,
+        /// Stops it, should another rank fail.
+        stop: Stop,
+    },
+    /// One mode of one row of every layer, measured by one rank.
+    Measured {
         /// The rank.
         rank: usize,
-        /// Its GPU.
-        device: DeviceInfo,
-        /// Aborts its communicator, should another rank fail.
-        abort: AbortHandle,
-        /// Its process groups, to abort likewise.
-        groups: Vec<ProcessGroup>,
-    },
-    /// One mode of one row of one layer, measured on one rank.
-    Measured {
         /// Which mode of which row of which layer.
         key: RowKey,
-        /// What this rank measured.
+        /// What the rank measured.
         sample: Sample,
     },
     /// The rank is done.
     Finished,
-    /// The rank failed.
-    Failed {
-        /// The rank.
-        rank: usize,
-        /// Why.
-        error: BenchError,
-    },
+    /// The rank failed: a [`BenchError::Rank`], already published to
+    /// every process (or the failure that stands before it).
+    Failed(BenchError),
 }
 
 /// Identifies one mode of one row of one layer.
@@ -69,9 +69,23 @@ pub struct RowKey {
     pub layer: usize,
 }
 
+impl RowKey {
+    /// The key's name among the processes' shared values.
+    pub fn name(&self) -> String {
+        let mode = match self.mode {
+            Mode::OutOfPlace => "oop",
+            Mode::InPlace => "ip",
+        };
+        format!(
+            "rows/{}-{}-{mode}-{}",
+            self.collective, self.size, self.layer
+        )
+    }
+}
+
 /// One rank's result for one mode of one layer (or, combined, every
 /// rank's).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// The median time per call in microseconds; `None` where the layer
     /// cannot issue the call.
@@ -80,40 +94,53 @@ pub struct Sample {
     pub wrong: Option<u64>,
 }
 
-/// A rank thread's body: runs the plan as `rank` and tells the main thread
-/// how it ended; a failure also breaks `barrier`, so that no other rank
-/// waits for this one.
+/// Which rank a thread is, on which GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankPlace {
+    /// The rank, over every process.
+    pub rank: usize,
+    /// Its GPU (CUDA ordinal in this process).
+    pub gpu: usize,
+}
+
+/// A rank thread's body: runs the plan as `place` and tells the main
+/// thread how it ended. `id` is the bench communicator's unique id;
+/// `meeting` where the ranks of every process meet. A failure is published
+/// there at once, so that no rank of any process waits for this one while
+/// the main thread is busy elsewhere.
 pub fn rank_thread(
-    rank: usize,
+    place: RankPlace,
     plan: &Plan,
     id: UniqueId,
-    store: &Arc<InProcessStore>,
-    barrier: &RankBarrier,
+    meeting: &Meeting,
     sender: &Sender<Message>,
 ) {
-    let message = match run_rank(rank, plan, id, store, barrier, sender) {
+    let message = match run_rank(place, plan, id, meeting, sender) {
         Ok(()) => Message::Finished,
-        Err(error) => {
-            barrier.break_all();
-            Message::Failed { rank, error }
-        }
+        Err(error) => Message::Failed(meeting.fail(BenchError::Rank {
+            rank: place.rank,
+            gpu: place.gpu,
+            source: Box::new(error),
+        })),
     };
     let _ = sender.send(message);
 }
 
-/// One rank: `id` is the bench communicator's unique id, `store` where
-/// the group layer's processes (the rank threads) meet.
 fn run_rank(
-    rank: usize,
+    place: RankPlace,
     plan: &Plan,
     id: UniqueId,
-    store: &Arc<InProcessStore>,
-    barrier: &RankBarrier,
+    meeting: &Meeting,
     sender: &Sender<Message>,
 ) -> Result<(), BenchError> {
-    let device = Device::new(rank)?;
+    let RankPlace { rank, gpu } = place;
+    let barrier = RankBarrier::new(meeting, rank, plan.world);
+    let device = Device::new(gpu)?;
     device.bind_to_thread()?;
     let stream = device.new_stream()?;
+    // NCCL's creation waits for every rank without a bound: meet first, so
+    // that a rank that never comes is named instead.
+    barrier.wait("the creation of the communicators")?;
     let core = Communicator::new(device.clone(), plan.world as i32, id, rank as i32)?;
     let abort = core.abort_handle();
     // The tensor layer needs nccl-tensor's communicator; the raw and core
@@ -124,23 +151,26 @@ fn run_rank(
         .iter()
         .filter_map(|&kind| Some((kind, kind.stream_mode()?)))
         .map(|(kind, mode)| {
-            ProcessGroup::new(
+            meeting.world().group_member(
                 &format!("{GROUP_NAME}-{}", kind.name()),
                 rank,
                 plan.world,
-                store.clone(),
-                "in-process",
                 GroupOptions::default()
                     .with_stream_mode(mode)
                     .with_comm_mode(plan.group_comms),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let groups_to_abort: Vec<ProcessGroup> = groups.clone();
     let _ = sender.send(Message::Ready {
-        rank,
-        device: device_info(&device),
-        abort,
-        groups: groups.clone(),
+        device: device_info(rank, &device),
+        stop: Box::new(move || {
+            let _ = abort.abort();
+            for group in &groups_to_abort {
+                // The process exits next, so an abort that stalls changes nothing.
+                let _ = group.abort();
+            }
+        }),
     });
     for group in &groups {
         // The group's first operation creates its communicator, with every
@@ -158,7 +188,7 @@ fn run_rank(
             rank,
             plan,
             stream: &stream,
-            barrier,
+            barrier: &barrier,
             sender,
         };
         for (index, &collective) in plan.collectives.iter().enumerate() {
@@ -176,12 +206,15 @@ fn run_rank(
     Ok(())
 }
 
-/// `device` as the table's preamble describes it.
-fn device_info(device: &Device) -> DeviceInfo {
+/// `rank`'s `device` as the table's preamble describes it.
+fn device_info(rank: usize, device: &Device) -> DeviceInfo {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let context = device.context();
     let attribute = |a| context.attribute(a).unwrap_or(0);
     DeviceInfo {
+        rank,
+        host: crate::env::hostname(),
+        pid: std::process::id(),
         ordinal: device.ordinal(),
         name: context.name().unwrap_or_else(|_| "unknown GPU".to_string()),
         pci: format!(
@@ -208,13 +241,16 @@ fn bind<'s>(
     unsafe { layer.bind(call, buffers) }
 }
 
+/// The barrier before each timed batch, as a rank that misses it is told.
+const BEFORE_BATCH: &str = "the barrier before a timed batch";
+
 /// What a rank's measurements share: who it is, what it runs, on which
 /// stream, where it meets the other ranks and where its results go.
 struct Measuring<'a> {
     rank: usize,
     plan: &'a Plan,
     stream: &'a Arc<CudaStream>,
-    barrier: &'a RankBarrier,
+    barrier: &'a RankBarrier<'a>,
     sender: &'a Sender<Message>,
 }
 
@@ -260,7 +296,11 @@ impl Measuring<'_> {
                         mode,
                         layer: slot,
                     };
-                    let _ = self.sender.send(Message::Measured { key, sample });
+                    let _ = self.sender.send(Message::Measured {
+                        rank: self.rank,
+                        key,
+                        sample,
+                    });
                 }
             }
         }
@@ -336,12 +376,12 @@ impl Measuring<'_> {
             for (slot, layer) in active() {
                 let time = match &graphs[slot] {
                     Some(graph) => {
-                        barrier.wait()?;
+                        barrier.wait(BEFORE_BATCH)?;
                         time_replays(graph, plan.graph, plan.iters, stream)?
                     }
                     None => {
                         let mut launch = bind(layer, call, buffers)?;
-                        barrier.wait()?;
+                        barrier.wait(BEFORE_BATCH)?;
                         time_launches(&mut launch, plan.iters, stream)?
                     }
                 };
@@ -373,7 +413,7 @@ impl Measuring<'_> {
         stream
             .synchronize()
             .map_err(BenchError::cuda("synchronizing after the check inputs"))?;
-        self.barrier.wait()?;
+        self.barrier.wait("the barrier before a checked run")?;
         {
             let mut launch = bind(layer, call, buffers)?;
             launch()?;

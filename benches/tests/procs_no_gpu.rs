@@ -1,0 +1,54 @@
+//! `nccl-perf` as every process of a launch, on a machine without a CUDA
+//! driver: each process meets the launch's store, finds no driver, and
+//! exits 2 with one line naming it; none waits for the others past a few
+//! seconds. On a machine with a driver these tests are skipped with a
+//! note (the GPU bundle's perf-procs.sh runs the real thing there).
+
+use std::time::Duration;
+
+use nccl_launch::{Ending, Launch, Placement, WaitPolicy};
+
+/// True (after printing a note) where a CUDA driver is present.
+fn skip_with_driver() -> bool {
+    if nccl_core::cuda_driver_available() {
+        println!("SKIP: a CUDA driver is present; this test covers machines without one");
+        return true;
+    }
+    false
+}
+
+#[test]
+fn every_process_of_a_launch_exits_2_with_its_own_line() {
+    if skip_with_driver() {
+        return;
+    }
+    let world = 3;
+    let job = Launch::new(world)
+        .unwrap()
+        .placement(Placement::SimulatedHosts)
+        .timeout(Some(Duration::from_secs(120)))
+        .keep_output(true)
+        .spawn(
+            env!("CARGO_BIN_EXE_nccl-perf"),
+            ["--layer", "raw", "-b", "8", "-e", "8", "all_reduce"],
+        )
+        .unwrap();
+    let outcome = job.wait(WaitPolicy::All);
+    assert!(!outcome.timed_out, "{outcome:?}");
+    // Process 0 waits for the others to leave, a few seconds at most.
+    assert!(outcome.elapsed < Duration::from_secs(60), "{outcome:?}");
+    for rank in 0..world {
+        let ran = outcome.rank(rank).unwrap();
+        assert!(matches!(ran.ending, Ending::Exited(_)), "{ran:?}");
+        assert_eq!(ran.status.and_then(|s| s.code()), Some(2), "{ran:?}");
+        assert!(ran.stdout.is_empty(), "{ran:?}");
+        let lines: Vec<&str> = ran.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{ran:?}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "nccl-perf: process {rank}/{world}: error: no CUDA driver found"
+            )),
+            "{ran:?}"
+        );
+    }
+}
