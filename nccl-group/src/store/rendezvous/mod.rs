@@ -137,6 +137,36 @@ fn config_error(var: &str, message: String) -> StoreError {
     }
 }
 
+/// The TCP store's address read as torchrun's agent store when
+/// `TORCHELASTIC_USE_AGENT_STORE` is true (torchrun writes `True`; `true`
+/// and `1` are accepted too): the agent already serves a c10d TCPStore
+/// there, which every rank joins instead of rank 0 hosting one. A file
+/// store is kept as it is.
+fn torch_agent_store(var: &impl Fn(&str) -> Option<String>, store: StoreSpec) -> Result<StoreSpec> {
+    const NAME: &str = "TORCHELASTIC_USE_AGENT_STORE";
+    let Some(raw) = var(NAME) else {
+        return Ok(store);
+    };
+    let value = raw.trim();
+    let use_agent = if value.eq_ignore_ascii_case("true") || value == "1" {
+        true
+    } else if value.eq_ignore_ascii_case("false") || value == "0" || value.is_empty() {
+        false
+    } else {
+        return Err(config_error(
+            NAME,
+            format!(
+                "{NAME}={raw:?} is not a boolean; expected True (as torchrun sets it), true or 1 \
+                 to join torchrun's agent store, or False, false, 0 or empty not to"
+            ),
+        ));
+    };
+    Ok(match store {
+        StoreSpec::Tcp { addr, port } if use_agent => StoreSpec::TorchAgent { addr, port },
+        other => other,
+    })
+}
+
 impl RendezvousConfig {
     /// A configuration built in code rather than read from the environment:
     /// `local_rank` 0, `local_world_size` unknown, the default timeout
