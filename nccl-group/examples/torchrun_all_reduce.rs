@@ -1,7 +1,8 @@
 //! A two-process all-reduce launched the torchrun way: each process reads
 //! `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT`
-//! from its environment, rank 0 hosts the TCP rendezvous store, and every
-//! process drives GPU `LOCAL_RANK`.
+//! from its environment, rank 0 hosts the TCP rendezvous store (under
+//! torchrun, every rank joins the store torchrun's agent serves there
+//! instead), and every process drives GPU `LOCAL_RANK`.
 //!
 //! On one host with two GPUs, start both processes (build first so they
 //! start together):

@@ -28,7 +28,7 @@ use crate::comms::{CommCache, Membership};
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::Failure;
 use crate::recorder::{FlightDump, FlightRecorder};
-use crate::store::{RendezvousConfig, Store, StoreSpec};
+use crate::store::{RendezvousConfig, Store};
 use crate::watchdog::Tracker;
 use crate::work::Work;
 
@@ -172,10 +172,7 @@ impl ProcessGroup {
     /// As [`ProcessGroup::from_env`].
     pub fn from_env_with(name: &str, options: GroupOptions) -> Result<Self> {
         let config = RendezvousConfig::from_env()?;
-        let address = match &config.store {
-            StoreSpec::Tcp { addr, port } => format!("tcp://{addr}:{port}"),
-            StoreSpec::File { dir } => format!("file://{}", dir.display()),
-        };
+        let address = config.store.to_string();
         let store: Arc<dyn Store> = Arc::from(config.connect()?);
         Self::new(
             name,

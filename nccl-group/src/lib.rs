@@ -8,7 +8,7 @@
 //!   between the caller's streams and the NCCL streams, and [`Work`]
 //!   handles that own the tensors until the GPU is done with them.
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
-//!   file), and the launch configuration from torchrun / Slurm variables.
+//!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
 //!
 //! ```no_run
 //! use nccl_group::ProcessGroup;
@@ -51,8 +51,9 @@ pub use key::MAX_LOCAL_DEVICES;
 pub use nccl_core::ErrorKind;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
-    CompareSet, FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError,
-    StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+    C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, PrefixStore,
+    RendezvousConfig, Store, StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer,
+    TcpStoreServerOptions,
 };
 pub use work::{Work, WorkBuffers};
 

@@ -2,8 +2,9 @@
 //!
 //! The GPU machine has no Rust toolchain, so this builds, in release mode,
 //! every integration test target named `gpu_*` in the workspace, every bench
-//! target, every binary of the `benches` and `nccl-launch` packages and the
-//! `torchrun_*` examples; strips them into
+//! target, every binary of the `benches` and `nccl-launch` packages, the
+//! `torchrun_*` examples and the examples the bundle's scripts run
+//! (`c10d_interop`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
 //! and the `torchrun_*` examples also as every rank of an `nccl-launch` of
@@ -29,6 +30,15 @@ const TOOL_PACKAGES: [&str; 2] = ["benches", "nccl-launch"];
 /// them as every rank of a world of several.
 const LAUNCHED_EXAMPLE_PREFIX: &str = "torchrun_";
 
+/// Examples a bundled script runs (interop.sh: `c10d_interop`), bundled
+/// like tools: run.sh does not launch them.
+const SCRIPT_EXAMPLES: [&str; 1] = ["c10d_interop"];
+
+/// Whether the example `name` goes into the bundle.
+fn bundled_example(name: &str) -> bool {
+    name.starts_with(LAUNCHED_EXAMPLE_PREFIX) || SCRIPT_EXAMPLES.contains(&name)
+}
+
 #[derive(clap::Args)]
 pub struct Args {}
 
@@ -39,8 +49,9 @@ enum Role {
     Test,
     /// A criterion bench: run by `run.sh --bench`.
     Bench,
-    /// A binary of a tool package: bundled for use by hand (and
-    /// `nccl-launch`, which run.sh uses).
+    /// A binary of a tool package, or an example a bundled script runs:
+    /// bundled for use by hand and by the scripts (and `nccl-launch`, which
+    /// run.sh uses).
     Tool,
     /// A `torchrun_*` example: run.sh launches it at world sizes 2 and 4.
     Example,
@@ -70,7 +81,7 @@ struct Workspace {
     has_benches: bool,
     /// Tool packages that have binaries.
     tool_packages: Vec<&'static str>,
-    /// Packages that have `torchrun_*` examples.
+    /// Packages that have bundled examples.
     example_packages: Vec<String>,
 }
 
@@ -135,7 +146,13 @@ pub fn run(_args: Args) -> Result<()> {
                 &["build", "-p", package, "--release", "--examples"],
             )?
             .into_iter()
-            .filter(|a| a.role == Role::Example && a.target.starts_with(LAUNCHED_EXAMPLE_PREFIX)),
+            .filter(|a| a.role == Role::Example && bundled_example(&a.target))
+            .map(|mut a| {
+                if !a.target.starts_with(LAUNCHED_EXAMPLE_PREFIX) {
+                    a.role = Role::Tool;
+                }
+                a
+            }),
         );
     }
 
@@ -187,7 +204,7 @@ fn workspace(root: &Path) -> Result<Workspace> {
                 }
             }
             if is("example")
-                && target_name.starts_with(LAUNCHED_EXAMPLE_PREFIX)
+                && bundled_example(target_name)
                 && !workspace.example_packages.iter().any(|p| p == name)
             {
                 workspace.example_packages.push(name.to_string());
@@ -433,14 +450,23 @@ fn render_run_sh(
 /// * perf-procs.sh: nccl-perf as every process of `nccl-launch -n 2` and
 ///   `-n 4` and of torchrun, every layer and collective, with a pass/fail
 ///   and #wrong summary;
-/// * scripts/torch_world_cost.py: torch.distributed's side of world.sh.
-const SCRIPTS: [(&str, &str); 4] = [
+/// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
+/// * interop.sh: nccl-group's C10dStore against a real torch TCPStore
+///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
+///   torchrun launches of the `torchrun_all_reduce` example joining the
+///   agent's store.
+const SCRIPTS: [(&str, &str); 6] = [
     ("perf.sh", include_str!("gpu_bundle/perf.sh")),
     ("world.sh", include_str!("gpu_bundle/world.sh")),
     ("perf-procs.sh", include_str!("gpu_bundle/perf-procs.sh")),
     (
         "scripts/torch_world_cost.py",
         include_str!("../../benches/scripts/torch_world_cost.py"),
+    ),
+    ("interop.sh", include_str!("gpu_bundle/interop.sh")),
+    (
+        "scripts/c10d_interop.py",
+        include_str!("../../nccl-group/tests/torch/c10d_interop.py"),
     ),
 ];
 

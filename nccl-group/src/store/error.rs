@@ -72,9 +72,9 @@ pub enum StoreError {
     /// The TCP client could not reach the server before its connect timeout.
     #[error(
         "could not connect to the TCP store server at {addr}: {attempts} attempt(s) over \
-         {waited:?}; check that rank 0 is running and listening there (MASTER_ADDR / \
-         MASTER_PORT), that the port is reachable from this host, or raise the connect timeout \
-         if rank 0 starts late"
+         {waited:?}; check that rank 0 (or, for torchrun's agent store, the agent) is running \
+         and listening there (MASTER_ADDR / MASTER_PORT), that the port is reachable from this \
+         host, or raise the connect timeout if it starts late"
     )]
     Connect {
         /// The address that was tried (`host:port`).
@@ -105,7 +105,8 @@ pub enum StoreError {
     /// The TCP server closed the connection in the middle of an operation.
     #[error(
         "the TCP store server at {addr} closed the connection during {op}; the server (usually \
-         hosted by rank 0) has probably exited, crashed or been shut down; check its log"
+         hosted by rank 0, or by torchrun's agent) has probably exited, crashed or been shut \
+         down; check its log"
     )]
     ConnectionClosed {
         /// The server's address.
@@ -172,8 +173,9 @@ pub enum StoreError {
 
     /// The peer sent something that is not the store protocol.
     #[error(
-        "protocol error talking to the TCP store at {addr}: {detail}; the peer is probably not an \
-         nccl-group store server of the same version (check MASTER_ADDR / MASTER_PORT)"
+        "protocol error talking to the TCP store at {addr}: {detail}; the peer is probably not the \
+         server this client expects (an nccl-group store server of the same version, or torch's \
+         c10d TCPStore for a C10dStore); check MASTER_ADDR / MASTER_PORT"
     )]
     Protocol {
         /// The peer's address.

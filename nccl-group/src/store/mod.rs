@@ -9,12 +9,15 @@
 //! - [`TcpStore`] / [`TcpStoreServer`]: processes on one or many hosts; one
 //!   rank (or a standalone process) hosts the server.
 //! - [`FileStore`]: a directory on a filesystem every rank sees.
+//! - [`C10dStore`]: a client of torch's c10d `TCPStore`, e.g. the one
+//!   torchrun's agent serves (`TORCHELASTIC_USE_AGENT_STORE=True`).
 //! - [`PrefixStore`]: scopes keys with a prefix (one per group).
 //! - [`RendezvousConfig`]: reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ... the
 //!   way torchrun and Slurm set them, and connects to the right store.
 //!
 //! Every blocking call has a timeout; no call panics.
 
+mod c10d;
 mod error;
 mod file;
 mod memory;
@@ -24,6 +27,7 @@ mod tcp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use c10d::{C10dStore, C10dStoreOptions};
 pub use error::{Result, StoreError};
 pub use file::{FileStore, MAX_FILE_KEY_LEN};
 pub use memory::InProcessStore;

@@ -1,11 +1,13 @@
 //! Connecting to the store a [`RendezvousConfig`] names: rank 0 hosts the
-//! TCP store's server (and chooses where it listens), the others join.
+//! TCP store's server (and chooses where it listens), the others join;
+//! with torchrun's agent store, every rank joins the agent's.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
 use super::{RendezvousConfig, StoreSpec};
 use crate::store::{
-    FileStore, Result, Store, StoreError, TcpStore, TcpStoreOptions, TcpStoreServerOptions,
+    C10dStore, C10dStoreOptions, FileStore, Result, Store, StoreError, TcpStore, TcpStoreOptions,
+    TcpStoreServerOptions,
 };
 
 impl RendezvousConfig {
@@ -17,10 +19,30 @@ impl RendezvousConfig {
     /// job), otherwise on every interface (as torch does; set
     /// `NCCL_RS_STORE_SECRET` on shared networks). The other ranks connect as
     /// clients, retrying until the server is up or the timeout passes. With
-    /// the file store, every rank opens the directory.
+    /// the file store, every rank opens the directory. With torchrun's
+    /// agent store ([`StoreSpec::TorchAgent`]), every rank, rank 0 too,
+    /// joins the agent's c10d TCPStore as a [`C10dStore`] client; a secret
+    /// is then refused with [`StoreError::Config`], as c10d has no
+    /// authentication.
     pub fn connect(&self) -> Result<Box<dyn Store>> {
         match &self.store {
             StoreSpec::File { dir } => Ok(Box::new(FileStore::open(dir.clone(), self.timeout)?)),
+            StoreSpec::TorchAgent { addr, port } => {
+                if self.secret.is_some() {
+                    return Err(StoreError::Config {
+                        var: "NCCL_RS_STORE_SECRET".into(),
+                        message: "NCCL_RS_STORE_SECRET is set, but torchrun's agent store \
+                                  (TORCHELASTIC_USE_AGENT_STORE) is torch's c10d TCPStore, which \
+                                  has no authentication; unset NCCL_RS_STORE_SECRET, or launch \
+                                  without the agent store to use nccl-group's own TCP store"
+                            .into(),
+                    });
+                }
+                let options = C10dStoreOptions::default()
+                    .with_timeout(self.timeout)
+                    .with_connect_timeout(self.timeout);
+                Ok(Box::new(C10dStore::connect_with(addr, *port, options)?))
+            }
             StoreSpec::Tcp { addr, port } => {
                 let mut client = TcpStoreOptions::default()
                     .with_timeout(self.timeout)

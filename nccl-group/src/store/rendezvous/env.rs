@@ -175,6 +175,7 @@ impl RendezvousConfig {
                 }
             },
         };
+        let store = super::torch_agent_store(&var, store)?;
 
         let timeout = match var("NCCL_RS_STORE_TIMEOUT_SECS") {
             None => DEFAULT_TIMEOUT,

@@ -31,6 +31,39 @@ pub enum StoreSpec {
         /// The directory.
         dir: PathBuf,
     },
+    /// The c10d TCPStore that torchrun's agent already serves at
+    /// `addr:port`: every rank joins it as a [`C10dStore`](crate::C10dStore)
+    /// client and none hosts (`TORCHELASTIC_USE_AGENT_STORE=True`, with
+    /// `MASTER_ADDR` and `MASTER_PORT`, as torchrun sets them).
+    TorchAgent {
+        /// Host name or IP address of the agent's store (`MASTER_ADDR`).
+        addr: String,
+        /// Port of the agent's store (`MASTER_PORT`).
+        port: u16,
+    },
+}
+
+/// The store as a URL: `tcp://host:port`, `file:///dir` or
+/// `c10d://host:port` (torchrun's agent store).
+impl fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Tcp { addr, port } => write!(f, "tcp://{}", host_port(addr, *port)),
+            StoreSpec::File { dir } => write!(f, "file://{}", dir.display()),
+            StoreSpec::TorchAgent { addr, port } => {
+                write!(f, "c10d://{}", host_port(addr, *port))
+            }
+        }
+    }
+}
+
+/// `host:port`, with an IPv6 address in brackets.
+fn host_port(addr: &str, port: u16) -> String {
+    if addr.contains(':') {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{addr}:{port}")
+    }
 }
 
 /// Where this process stands in the job and how to reach the rendezvous
@@ -42,10 +75,11 @@ pub enum StoreSpec {
 /// | `WORLD_SIZE` | number of processes, `0 < WORLD_SIZE <= 2147483647` (NCCL's `int`) | `SLURM_NTASKS` |
 /// | `LOCAL_RANK` | rank within this host, below `LOCAL_WORLD_SIZE` when set | `SLURM_LOCALID`, then 0 |
 /// | `LOCAL_WORLD_SIZE` | processes on this host, `0 < LOCAL_WORLD_SIZE <= WORLD_SIZE` | none (unknown) |
-/// | `MASTER_ADDR`, `MASTER_PORT` | rank 0's host and the store's port (TCP store only) | none |
+/// | `MASTER_ADDR`, `MASTER_PORT` | rank 0's host and the store's port (TCP store), or the address of torchrun's agent store | none |
 /// | `NCCL_RS_STORE` | `tcp` (default) or `file:<directory>` | `tcp` |
+/// | `TORCHELASTIC_USE_AGENT_STORE` | `True` (torchrun's spelling; also `true`, `1`): join the c10d store torchrun's agent serves at `MASTER_ADDR:MASTER_PORT` instead of hosting one ([`StoreSpec::TorchAgent`]); ignored with `NCCL_RS_STORE=file:` | false |
 /// | `NCCL_RS_STORE_TIMEOUT_SECS` | default store timeout, whole seconds `> 0` | 300 |
-/// | `NCCL_RS_STORE_SECRET` | shared secret for the TCP store | none |
+/// | `NCCL_RS_STORE_SECRET` | shared secret for the TCP store (refused with torchrun's agent store: c10d has no authentication) | none |
 ///
 /// When a torchrun variable and its Slurm fallback (`RANK` and
 /// `SLURM_PROCID`, `WORLD_SIZE` and `SLURM_NTASKS`, `LOCAL_RANK` and
@@ -101,6 +135,36 @@ fn config_error(var: &str, message: String) -> StoreError {
         var: var.to_owned(),
         message,
     }
+}
+
+/// The TCP store's address read as torchrun's agent store when
+/// `TORCHELASTIC_USE_AGENT_STORE` is true (torchrun writes `True`; `true`
+/// and `1` are accepted too): the agent already serves a c10d TCPStore
+/// there, which every rank joins instead of rank 0 hosting one. A file
+/// store is kept as it is.
+fn torch_agent_store(var: &impl Fn(&str) -> Option<String>, store: StoreSpec) -> Result<StoreSpec> {
+    const NAME: &str = "TORCHELASTIC_USE_AGENT_STORE";
+    let Some(raw) = var(NAME) else {
+        return Ok(store);
+    };
+    let value = raw.trim();
+    let use_agent = if value.eq_ignore_ascii_case("true") || value == "1" {
+        true
+    } else if value.eq_ignore_ascii_case("false") || value == "0" || value.is_empty() {
+        false
+    } else {
+        return Err(config_error(
+            NAME,
+            format!(
+                "{NAME}={raw:?} is not a boolean; expected True (as torchrun sets it), true or 1 \
+                 to join torchrun's agent store, or False, false, 0 or empty not to"
+            ),
+        ));
+    };
+    Ok(match store {
+        StoreSpec::Tcp { addr, port } if use_agent => StoreSpec::TorchAgent { addr, port },
+        other => other,
+    })
 }
 
 impl RendezvousConfig {
