@@ -134,7 +134,8 @@ impl FakeServer {
 
     /// The value of `key`, read directly.
     pub fn value(&self, key: &str) -> Option<Vec<u8>> {
-        self.shared.state().keys.get(key.as_bytes()).cloned()
+        let stored = format!("/{key}");
+        self.shared.state().keys.get(stored.as_bytes()).cloned()
     }
 
     /// The query bytes received so far (handshakes excluded).

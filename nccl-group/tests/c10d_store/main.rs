@@ -169,10 +169,11 @@ fn add_refuses_text_and_overflow_without_sending_add() {
 fn limits_are_refused_before_sending() {
     let server = FakeServer::start(Backend::Libuv);
     let store = client(&server);
-    let long_key = "k".repeat(8 * 1024 + 1);
+    // One byte over 8 KiB on the wire, with torch's "/" prefix.
+    let long_key = "k".repeat(8 * 1024);
     let err = store.set(&long_key, b"v").unwrap_err();
     assert!(matches!(err, StoreError::InvalidArgument { .. }), "{err:?}");
-    assert!(err.to_string().contains("at most 8192 bytes"), "{err}");
+    assert!(err.to_string().contains("at most 8191 bytes"), "{err}");
     let big = vec![0u8; 8 * 1024 * 1024 + 1];
     let err = store.set("k", &big).unwrap_err();
     assert!(err.to_string().contains("of 8388609 bytes"), "{err}");
@@ -180,7 +181,9 @@ fn limits_are_refused_before_sending() {
     let err = store.wait(&many, Duration::from_millis(10)).unwrap_err();
     assert!(err.to_string().contains("131073"), "{err}");
     assert!(server.queries().is_empty(), "nothing was sent");
-    store.set(&"k".repeat(8 * 1024), b"at the limit").unwrap();
+    store
+        .set(&"k".repeat(8 * 1024 - 1), b"at the limit")
+        .unwrap();
 }
 
 #[test]

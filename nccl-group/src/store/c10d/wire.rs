@@ -12,8 +12,11 @@
 //! * a number: its bytes in host order (`SendBuffer::appendValue`), which
 //!   is little-endian on every platform torch's TCPStore runs on (x86-64,
 //!   aarch64); this client always sends and reads little-endian;
+//! * a key: a string holding `/` and then the key, because torch's client
+//!   puts its `keyPrefix_` (`"/"`) before every key it sends, so a torch
+//!   rank's `store.get("k")` reads what this client's `set("k", ..)` wrote;
 //! * a key list (CHECK, WAIT): the count as a `size_t` (`uint64_t`), then
-//!   each key as a string.
+//!   each key as a key.
 //!
 //! | query | code | arguments | reply |
 //! |---|---|---|---|
@@ -47,8 +50,11 @@ use std::io::{self, Read};
 /// The magic number of the VALIDATE query (`validationMagicNumber`).
 pub(super) const VALIDATION_MAGIC: u32 = 0x3C85_F7CE;
 
-/// The longest key torch's libuv server accepts (`MAX_STRING_LEN`).
-pub(super) const MAX_KEY_LEN: usize = 8 * 1024;
+/// What torch's client puts before every key on the wire (`keyPrefix_`).
+const KEY_PREFIX: &str = "/";
+/// The longest key this client sends: torch's libuv server accepts
+/// strings of at most 8 KiB (`MAX_STRING_LEN`), the prefix included.
+pub(super) const MAX_KEY_LEN: usize = 8 * 1024 - KEY_PREFIX.len();
 /// The longest value torch's libuv server accepts (`MAX_PAYLOAD_LEN`).
 pub(super) const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
 /// The most keys in one CHECK or WAIT torch's libuv server accepts
@@ -124,7 +130,7 @@ impl Request<'_> {
             }
             Request::Set { key, value } => {
                 out.push(query::SET);
-                put_bytes(&mut out, key.as_bytes());
+                put_key(&mut out, key);
                 put_bytes(&mut out, value);
             }
             Request::CompareSet {
@@ -133,17 +139,17 @@ impl Request<'_> {
                 desired,
             } => {
                 out.push(query::COMPARE_SET);
-                put_bytes(&mut out, key.as_bytes());
+                put_key(&mut out, key);
                 put_bytes(&mut out, expected);
                 put_bytes(&mut out, desired);
             }
             Request::Get { key } => {
                 out.push(query::GET);
-                put_bytes(&mut out, key.as_bytes());
+                put_key(&mut out, key);
             }
             Request::Add { key, delta } => {
                 out.push(query::ADD);
-                put_bytes(&mut out, key.as_bytes());
+                put_key(&mut out, key);
                 out.extend_from_slice(&delta.to_le_bytes());
             }
             Request::Check { keys } => {
@@ -157,7 +163,7 @@ impl Request<'_> {
             Request::CancelWait => out.push(query::CANCEL_WAIT),
             Request::DeleteKey { key } => {
                 out.push(query::DELETE_KEY);
-                put_bytes(&mut out, key.as_bytes());
+                put_key(&mut out, key);
             }
         }
         out
@@ -169,10 +175,16 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+fn put_key(out: &mut Vec<u8>, key: &str) {
+    out.extend_from_slice(&((KEY_PREFIX.len() + key.len()) as u64).to_le_bytes());
+    out.extend_from_slice(KEY_PREFIX.as_bytes());
+    out.extend_from_slice(key.as_bytes());
+}
+
 fn put_keys(out: &mut Vec<u8>, keys: &[&str]) {
     out.extend_from_slice(&(keys.len() as u64).to_le_bytes());
     for key in keys {
-        put_bytes(out, key.as_bytes());
+        put_key(out, key);
     }
 }
 

@@ -1,103 +1,203 @@
-//! Byte-exact encodings of every request this client sends and decodings of
-//! every reply it reads, each against the torch source that defines it
-//! (`torch/csrc/distributed/c10d/`, torch 2.x).
+//! Every request this client sends and every reply it reads, against the
+//! bytes torch's own client and servers exchanged for the same call:
+//! `torch_wire.txt`, recorded from torch 2.11 (libuv and legacy servers) by
+//! `nccl-group/tests/torch/record_c10d_wire.py`.
 
 use super::*;
 
-/// A `uint64_t` length or count, little-endian, as `SendBuffer::appendValue`
-/// writes it on x86-64 and aarch64.
-fn len(n: u8) -> [u8; 8] {
-    [n, 0, 0, 0, 0, 0, 0, 0]
+/// The recorded exchange: per backend and client call, the bytes the client
+/// sent and the bytes the server answered, each in order.
+struct Recorded {
+    sent: Vec<u8>,
+    answered: Vec<u8>,
 }
 
-fn concat(parts: &[&[u8]]) -> Vec<u8> {
-    parts.concat()
-}
-
-/// `TCPStore::validate`: `SendBuffer(VALIDATE)` then
-/// `appendValue<uint32_t>(validationMagicNumber)`, with
-/// `validationMagicNumber = 0x3C85F7CE` and `QueryType::VALIDATE = 0`
-/// (TCPStoreBackend.hpp).
-#[test]
-fn validate() {
-    assert_eq!(Request::Validate.encode(), [0, 0xCE, 0xF7, 0x85, 0x3C]);
-}
-
-/// `TCPStore::ping`: `SendBuffer(PING)` (`QueryType::PING = 13`), then
-/// `appendValue<uint32_t>(nonce)`; `pingHandler` echoes the `uint32_t`.
-#[test]
-fn ping_and_its_echo() {
-    assert_eq!(
-        Request::Ping { nonce: 0x0102_0304 }.encode(),
-        [13, 0x04, 0x03, 0x02, 0x01]
-    );
-    assert_eq!(
-        read_u32(&mut &[0x04u8, 0x03, 0x02, 0x01][..]).unwrap(),
-        0x0102_0304
-    );
-}
-
-/// `TCPStore::set`: `SendBuffer(SET)` (`= 1`), `appendString(key)`,
-/// `appendBytes(data)`; `setHandler` answers nothing.
-#[test]
-fn set() {
-    let bytes = Request::Set {
-        key: "ab",
-        value: &[7, 8, 9],
+fn recorded(backend: &str, call: &str) -> Recorded {
+    let mut exchange = Recorded {
+        sent: Vec::new(),
+        answered: Vec::new(),
+    };
+    let rows = include_str!("torch_wire.txt")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .map(|line| line.split('\t').collect::<Vec<_>>());
+    for row in rows {
+        let [b, c, direction, hex] = row[..] else {
+            panic!("a row of torch_wire.txt has not 4 fields: {row:?}");
+        };
+        if b != backend || c != call {
+            continue;
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap());
+        match direction {
+            "c2s" => exchange.sent.extend(bytes),
+            "s2c" => exchange.answered.extend(bytes),
+            other => panic!("unknown direction {other:?}"),
+        }
     }
-    .encode();
-    assert_eq!(bytes, concat(&[&[1], &len(2), b"ab", &len(3), &[7, 8, 9]]));
-}
-
-/// An empty key and an empty value are a zero length and no bytes.
-#[test]
-fn set_empty() {
-    let bytes = Request::Set {
-        key: "",
-        value: &[],
-    }
-    .encode();
-    assert_eq!(bytes, concat(&[&[1], &len(0), &len(0)]));
-}
-
-/// `TCPStore::compareSet`: `SendBuffer(COMPARE_SET)` (`= 2`),
-/// `appendString(key)`, `appendBytes(expectedValue)`,
-/// `appendBytes(desiredValue)`; the reply is `recvVector<uint8_t>`.
-#[test]
-fn compare_set_and_its_reply() {
-    let bytes = Request::CompareSet {
-        key: "k",
-        expected: b"",
-        desired: b"new",
-    }
-    .encode();
-    assert_eq!(
-        bytes,
-        concat(&[&[2], &len(1), b"k", &len(0), &len(3), b"new"])
+    assert!(
+        !exchange.sent.is_empty(),
+        "no recorded bytes for {backend} {call:?}"
     );
-    let reply = concat(&[&len(3), b"new"]);
-    assert_eq!(read_bytes(&mut &reply[..]).unwrap(), b"new");
+    exchange
 }
 
-/// `TCPStore::doGet`: `SendBuffer(GET)` (`= 3`), `appendString(key)`; the
-/// reply is `tcputil::recvVector<uint8_t>`: a `uint64_t` length, then the
-/// bytes.
-#[test]
-fn get_and_its_reply() {
-    assert_eq!(
-        Request::Get { key: "uid" }.encode(),
-        concat(&[&[3], &len(3), b"uid"])
-    );
-    let reply = concat(&[&len(4), &[0, 1, 2, 255]]);
-    assert_eq!(read_bytes(&mut &reply[..]).unwrap(), [0, 1, 2, 255]);
-    assert_eq!(read_bytes(&mut &len(0)[..]).unwrap(), b"");
+const BACKENDS: [&str; 2] = ["libuv", "legacy"];
+
+/// Encodes `requests` one after the other, as torch's client sent them for
+/// one call.
+fn encoded(requests: &[Request<'_>]) -> Vec<u8> {
+    requests.iter().flat_map(Request::encode).collect()
 }
 
-/// A value cut short by the connection's end is an I/O error, and an
-/// absurd announced length is refused before anything is allocated.
 #[test]
-fn bad_value_replies() {
-    let short = concat(&[&len(5), b"abc"]);
+fn connect_is_validate_then_ping_echoed() {
+    for backend in BACKENDS {
+        let r = recorded(backend, "connect");
+        // torch pings with its pid as the nonce: take it from the recording.
+        let nonce = read_u32(&mut &r.sent[6..]).unwrap();
+        assert_eq!(
+            r.sent,
+            encoded(&[Request::Validate, Request::Ping { nonce }])
+        );
+        assert_eq!(read_u32(&mut &r.answered[..]).unwrap(), nonce);
+    }
+}
+
+#[test]
+fn set_sends_the_prefixed_key_and_gets_no_reply() {
+    for backend in BACKENDS {
+        let r = recorded(backend, "set k1 v1");
+        let set = Request::Set {
+            key: "k1",
+            value: b"v1",
+        };
+        assert_eq!(r.sent, set.encode());
+        assert!(r.answered.is_empty());
+        let value: Vec<u8> = (0..=255).collect();
+        let bin = Request::Set {
+            key: "bin",
+            value: &value,
+        };
+        assert_eq!(recorded(backend, "set bin 0..255").sent, bin.encode());
+    }
+}
+
+#[test]
+fn get_is_wait_then_get() {
+    for backend in BACKENDS {
+        let r = recorded(backend, "get k1");
+        let keys = ["k1"];
+        assert_eq!(
+            r.sent,
+            encoded(&[Request::Wait { keys: &keys }, Request::Get { key: "k1" }])
+        );
+        let answered = &mut &r.answered[..];
+        assert_eq!(read_wait(answered).unwrap(), WaitReply::StopWaiting);
+        assert_eq!(read_bytes(answered).unwrap(), b"v1");
+        assert!(answered.is_empty());
+    }
+}
+
+#[test]
+fn add_replies_the_new_value() {
+    for backend in BACKENDS {
+        for (call, delta, total) in [("add ctr 5", 5, 5), ("add ctr -2", -2, 3)] {
+            let r = recorded(backend, call);
+            assert_eq!(r.sent, Request::Add { key: "ctr", delta }.encode());
+            assert_eq!(read_i64(&mut &r.answered[..]).unwrap(), total);
+        }
+    }
+}
+
+#[test]
+fn compare_set_replies_the_value_afterwards() {
+    for backend in BACKENDS {
+        let cases: [(&str, &str, &[u8], &[u8], &[u8]); 3] = [
+            ("compare_set k1 v1 v2", "k1", b"v1", b"v2", b"v2"),
+            ("compare_set k1 zz v3", "k1", b"zz", b"v3", b"v2"),
+            (
+                "compare_set missing (absent) new",
+                "missing",
+                b"",
+                b"new",
+                b"new",
+            ),
+        ];
+        for (call, key, expected, desired, after) in cases {
+            let r = recorded(backend, call);
+            let request = Request::CompareSet {
+                key,
+                expected,
+                desired,
+            };
+            assert_eq!(r.sent, request.encode(), "{backend} {call}");
+            assert_eq!(read_bytes(&mut &r.answered[..]).unwrap(), after);
+        }
+    }
+}
+
+#[test]
+fn check_replies_ready_or_not() {
+    for backend in BACKENDS {
+        let both = recorded(backend, "check k1 nope");
+        let keys = ["k1", "nope"];
+        assert_eq!(both.sent, Request::Check { keys: &keys }.encode());
+        assert_eq!(
+            read_check(&mut &both.answered[..]).unwrap(),
+            CheckReply::NotReady
+        );
+        let one = recorded(backend, "check k1");
+        assert_eq!(one.sent, Request::Check { keys: &keys[..1] }.encode());
+        assert_eq!(
+            read_check(&mut &one.answered[..]).unwrap(),
+            CheckReply::Ready
+        );
+    }
+}
+
+#[test]
+fn wait_stops_or_is_cancelled() {
+    for backend in BACKENDS {
+        let set = recorded(backend, "wait k1");
+        let keys = ["k1"];
+        assert_eq!(set.sent, Request::Wait { keys: &keys }.encode());
+        assert_eq!(
+            read_wait(&mut &set.answered[..]).unwrap(),
+            WaitReply::StopWaiting
+        );
+        let never = recorded(backend, "wait never 1s");
+        let keys = ["never"];
+        assert_eq!(
+            never.sent,
+            encoded(&[Request::Wait { keys: &keys }, Request::CancelWait])
+        );
+        assert_eq!(
+            read_wait(&mut &never.answered[..]).unwrap(),
+            WaitReply::WaitCanceled
+        );
+    }
+}
+
+#[test]
+fn delete_replies_how_many_went() {
+    for backend in BACKENDS {
+        for (call, removed) in [("delete k1", 1), ("delete k1 again", 0)] {
+            let r = recorded(backend, call);
+            assert_eq!(r.sent, Request::DeleteKey { key: "k1" }.encode());
+            assert_eq!(read_i64(&mut &r.answered[..]).unwrap(), removed);
+        }
+    }
+}
+
+/// Malformed replies: a value cut short is an I/O error, an absurd
+/// announced length is refused before anything is allocated, an unknown
+/// CHECK or WAIT byte is malformed.
+#[test]
+fn bad_replies() {
+    let short = [&5u64.to_le_bytes()[..], b"abc"].concat();
     match read_bytes(&mut &short[..]) {
         Err(ReadError::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof),
         other => panic!("expected an end-of-file error, got {other:?}"),
@@ -107,86 +207,20 @@ fn bad_value_replies() {
         Err(ReadError::Malformed(m)) => assert!(m.contains("18446744073709551615 bytes"), "{m}"),
         other => panic!("expected a malformed reply, got {other:?}"),
     }
-}
-
-/// `TCPStore::incrementValueBy`: `SendBuffer(ADD)` (`= 4`),
-/// `appendString(key)`, `appendValue<int64_t>(delta)`; the reply is
-/// `recvValue<int64_t>`.
-#[test]
-fn add_and_its_reply() {
-    assert_eq!(
-        Request::Add {
-            key: "n",
-            delta: -2
-        }
-        .encode(),
-        concat(&[
-            &[4],
-            &len(1),
-            b"n",
-            &[0xFE, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]
-        ])
-    );
-    assert_eq!(read_i64(&mut &[42u8, 0, 0, 0, 0, 0, 0, 0][..]).unwrap(), 42);
-    assert_eq!(
-        read_i64(&mut &[0xFFu8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F][..]).unwrap(),
-        i64::MAX
-    );
-}
-
-/// `TCPStore::check`: `SendBuffer(CHECK)` (`= 5`), `appendValue(keys.size())`
-/// (a `size_t`), then `appendString` per key; the reply is one
-/// `CheckResponseType` byte: `READY = 0`, `NOT_READY = 1`.
-#[test]
-fn check_and_its_reply() {
-    assert_eq!(
-        Request::Check { keys: &["a", "bc"] }.encode(),
-        concat(&[&[5], &len(2), &len(1), b"a", &len(2), b"bc"])
-    );
-    assert_eq!(read_check(&mut &[0u8][..]).unwrap(), CheckReply::Ready);
-    assert_eq!(read_check(&mut &[1u8][..]).unwrap(), CheckReply::NotReady);
     assert!(matches!(
         read_check(&mut &[2u8][..]),
         Err(ReadError::Malformed(_))
     ));
-}
-
-/// `TCPStore::doWait`: `SendBuffer(WAIT)` (`= 6`), `appendValue(keys.size())`,
-/// `appendString` per key; then `SendBuffer(CANCEL_WAIT)` (`= 12`, no
-/// arguments) on timeout. Replies are `WaitResponseType` bytes:
-/// `STOP_WAITING = 0`, `WAIT_CANCELED = 1`.
-#[test]
-fn wait_cancel_and_their_replies() {
-    assert_eq!(
-        Request::Wait { keys: &["x"] }.encode(),
-        concat(&[&[6], &len(1), &len(1), b"x"])
-    );
-    assert_eq!(Request::CancelWait.encode(), [12]);
-    assert_eq!(read_wait(&mut &[0u8][..]).unwrap(), WaitReply::StopWaiting);
-    assert_eq!(read_wait(&mut &[1u8][..]).unwrap(), WaitReply::WaitCanceled);
     assert!(matches!(
         read_wait(&mut &[9u8][..]),
         Err(ReadError::Malformed(_))
     ));
 }
 
-/// `TCPStore::deleteKey`: `SendBuffer(DELETE_KEY)` (`= 8`),
-/// `appendString(key)`; the reply is `recvValue<int64_t>` (the legacy
-/// server sends a `size_t`: the same eight bytes for 0 and 1).
-#[test]
-fn delete_and_its_reply() {
-    assert_eq!(
-        Request::DeleteKey { key: "gone" }.encode(),
-        concat(&[&[8], &len(4), b"gone"])
-    );
-    assert_eq!(read_i64(&mut &len(1)[..]).unwrap(), 1);
-    assert_eq!(read_i64(&mut &len(0)[..]).unwrap(), 0);
-}
-
-/// Keys are sent as their UTF-8 bytes, lengths in bytes, not characters.
+/// Keys are sent as their UTF-8 bytes after the prefix, lengths in bytes.
 #[test]
 fn keys_are_utf8_bytes() {
     let bytes = Request::Get { key: "ключ" }.encode();
-    assert_eq!(bytes[1..9], len(8));
-    assert_eq!(&bytes[9..], "ключ".as_bytes());
+    assert_eq!(bytes[1..9], 9u64.to_le_bytes());
+    assert_eq!(&bytes[9..], "/ключ".as_bytes());
 }
