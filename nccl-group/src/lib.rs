@@ -51,8 +51,8 @@ pub use key::MAX_LOCAL_DEVICES;
 pub use nccl_core::ErrorKind;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
-    CompareSet, FileStore, InProcessStore, PrefixStore, RendezvousConfig, Store, StoreError,
-    StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+    CompareSet, FileStore, InProcessStore, Launcher, PrefixStore, RendezvousConfig, Store,
+    StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
 };
 pub use work::{Work, WorkBuffers};
 

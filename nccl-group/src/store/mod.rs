@@ -11,7 +11,8 @@
 //! - [`FileStore`]: a directory on a filesystem every rank sees.
 //! - [`PrefixStore`]: scopes keys with a prefix (one per group).
 //! - [`RendezvousConfig`]: reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ... the
-//!   way torchrun and Slurm set them, and connects to the right store.
+//!   way torchrun, Slurm, Open MPI and PMI launchers set them, and connects
+//!   to the right store, scoped to the run's key namespace.
 //!
 //! Every blocking call has a timeout; no call panics.
 
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 pub use error::{Result, StoreError};
 pub use file::{FileStore, MAX_FILE_KEY_LEN};
 pub use memory::InProcessStore;
-pub use rendezvous::{RendezvousConfig, StoreSpec};
+pub use rendezvous::{Launcher, RendezvousConfig, StoreSpec};
 /// The TCP store's wire decoding, exposed for fuzzing only.
 #[doc(hidden)]
 pub use tcp::fuzzing;

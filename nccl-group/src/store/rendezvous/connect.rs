@@ -5,7 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
 use super::{RendezvousConfig, StoreSpec};
 use crate::store::{
-    FileStore, Result, Store, StoreError, TcpStore, TcpStoreOptions, TcpStoreServerOptions,
+    FileStore, PrefixStore, Result, Store, StoreError, TcpStore, TcpStoreOptions,
+    TcpStoreServerOptions,
 };
 
 impl RendezvousConfig {
@@ -18,7 +19,15 @@ impl RendezvousConfig {
     /// `NCCL_RS_STORE_SECRET` on shared networks). The other ranks connect as
     /// clients, retrying until the server is up or the timeout passes. With
     /// the file store, every rank opens the directory.
+    ///
+    /// The store returned scopes every key under [`Self::namespace`], so
+    /// two runs sharing one store never see each other's keys.
     pub fn connect(&self) -> Result<Box<dyn Store>> {
+        let store = self.connect_unscoped()?;
+        Ok(Box::new(PrefixStore::new(store, self.namespace.clone())?))
+    }
+
+    fn connect_unscoped(&self) -> Result<Box<dyn Store>> {
         match &self.store {
             StoreSpec::File { dir } => Ok(Box::new(FileStore::open(dir.clone(), self.timeout)?)),
             StoreSpec::Tcp { addr, port } => {
