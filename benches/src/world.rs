@@ -3,8 +3,9 @@
 //! stands, the store its ranks meet at, and the meetings they need besides
 //! NCCL's own (unique ids, barriers, values gathered from every rank).
 //!
-//! With `WORLD_SIZE` or `RANK` in the environment the launch is read the
-//! torchrun way ([`RendezvousConfig::from_env`]): rank 0 hosts the TCP store
+//! When a launcher's variables are in the environment (torchrun's, srun's,
+//! mpirun's or mpiexec's: [`RendezvousConfig::from_env_if_launched`]) the
+//! launch is read from them: rank 0 hosts the TCP store
 //! on `MASTER_PORT` and every rank connects to it once. That one connection
 //! serves this module's keys and every process group made with
 //! [`World::group`]: a second `ProcessGroup::from_env` would make rank 0
@@ -53,13 +54,9 @@ impl World {
     /// [`BenchError::Store`] for a malformed launch variable (named in the
     /// message) or a store that cannot be hosted or reached.
     pub fn from_env(program: &'static str) -> Result<Self, BenchError> {
-        let launched = ["WORLD_SIZE", "RANK"]
-            .iter()
-            .any(|name| std::env::var_os(name).is_some());
         let simulated_hosts =
             std::env::var_os(nccl_launch::SIMULATED_HOSTS_VAR).is_some_and(|value| value == "1");
-        let world = if launched {
-            let config = RendezvousConfig::from_env()?;
+        let world = if let Some(config) = RendezvousConfig::from_env_if_launched()? {
             let address = match &config.store {
                 StoreSpec::Tcp { addr, port } => format!("tcp://{addr}:{port}"),
                 StoreSpec::File { dir } => format!("file://{}", dir.display()),
