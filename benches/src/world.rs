@@ -3,8 +3,9 @@
 //! stands, the store its ranks meet at, and the meetings they need besides
 //! NCCL's own (unique ids, barriers, values gathered from every rank).
 //!
-//! With `WORLD_SIZE` or `RANK` in the environment the launch is read the
-//! torchrun way ([`RendezvousConfig::from_env`]): rank 0 hosts the TCP store
+//! When a launcher's variables are in the environment (torchrun's, srun's,
+//! mpirun's or mpiexec's: [`RendezvousConfig::from_env_if_launched`]) the
+//! launch is read from them: rank 0 hosts the TCP store
 //! on `MASTER_PORT` and every rank connects to it once. That one connection
 //! serves this module's keys and every process group made with
 //! [`World::group`] or [`World::group_member`]: a second
@@ -17,17 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nccl_core::UniqueId;
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, Store, StoreSpec};
+use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, Store};
 
 use crate::error::BenchError;
-
-/// Whether this process was started by a launcher (torchrun, nccl-launch):
-/// `WORLD_SIZE` or `RANK` is set. The one place the launch is detected.
-fn launch_detected() -> bool {
-    ["WORLD_SIZE", "RANK"]
-        .iter()
-        .any(|name| std::env::var_os(name).is_some())
-}
 
 /// This process's place in its launch, and the store its ranks share.
 pub struct World {
@@ -65,21 +58,15 @@ impl World {
     /// [`BenchError::Store`] for a malformed launch variable (named in the
     /// message) or a store that cannot be hosted or reached.
     pub fn from_env(program: &'static str) -> Result<Self, BenchError> {
-        let launched = launch_detected();
         let simulated_hosts =
             std::env::var_os(nccl_launch::SIMULATED_HOSTS_VAR).is_some_and(|value| value == "1");
-        let world = if launched {
-            let config = RendezvousConfig::from_env()?;
-            let address = match &config.store {
-                StoreSpec::Tcp { addr, port } => format!("tcp://{addr}:{port}"),
-                StoreSpec::File { dir } => format!("file://{}", dir.display()),
-                other => format!("{other:?}"),
-            };
+        let world = if let Some(config) = RendezvousConfig::from_env_if_launched()? {
+            let address = config.store.to_string();
             Self {
                 rank: config.rank,
                 size: config.world_size,
                 local_rank: config.local_rank,
-                launched,
+                launched: true,
                 ..Self::alone(program, Arc::from(config.connect()?), address)
             }
         } else {

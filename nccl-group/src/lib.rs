@@ -51,7 +51,7 @@ pub use key::MAX_LOCAL_DEVICES;
 pub use nccl_core::ErrorKind;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
-    C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, PrefixStore,
+    C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
     RendezvousConfig, Store, StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer,
     TcpStoreServerOptions,
 };

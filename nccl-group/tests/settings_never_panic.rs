@@ -1,8 +1,9 @@
 //! Every duration option of the stores, tried at its boundary values (0,
 //! 1 ms, 1 s, `u32::MAX` and `u64::MAX` seconds, `Duration::MAX`): each is
 //! accepted and works, or is refused with an error naming it; none panics,
-//! in the caller or in a server thread. Then the launch variables and the
-//! flight recorder's capacity at their bounds.
+//! in the caller or in a server thread. Then the launch variables at their
+//! bounds and in random mixes (host lists, task counts, namespaces
+//! included), and the flight recorder's capacity at its bound.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -123,6 +124,73 @@ fn file_store_durations_never_panic() {
     }
 }
 
+/// Every numeric launch variable `RendezvousConfig` reads.
+const LAUNCH_NUMBERS: [&str; 23] = [
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK",
+    "PMI_ID",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "PMI_LOCAL_RANK",
+    "PMI_LOCAL_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_STEP_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "NCCL_RS_STORE_TIMEOUT_SECS",
+];
+
+/// `from_vars` over `vars` (the last of a name wins), which must not panic;
+/// an error must name a variable that is set, or one that is missing.
+fn read_launch(what: &str, vars: &[(&str, String)]) -> Result<RendezvousConfig, StoreError> {
+    let read = no_panic(what, || {
+        RendezvousConfig::from_vars(|n| {
+            vars.iter()
+                .rev()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.clone())
+        })
+    });
+    match &read {
+        Ok(c) => {
+            assert!(
+                c.world_size <= i32::MAX as usize && c.rank < c.world_size,
+                "{what}"
+            );
+            let local_bound = c.local_world_size.unwrap_or(c.world_size);
+            assert!(
+                c.local_rank < local_bound && local_bound <= c.world_size,
+                "{what}"
+            );
+            assert!(
+                !c.namespace.is_empty() && !c.namespace.contains('/'),
+                "{what}"
+            );
+        }
+        Err(StoreError::Config { var, message }) => {
+            let missing = ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"];
+            assert!(
+                vars.iter().any(|(k, _)| k == var) || missing.contains(&var.as_str()),
+                "{what}: named {var}: {message}"
+            );
+            assert!(message.contains(var.as_str()), "{what}: {message}");
+        }
+        Err(e) => panic!("{what}: unexpected error {e}"),
+    }
+    read
+}
+
 #[test]
 fn launch_variables_at_their_bounds_never_panic() {
     let numbers = [
@@ -135,39 +203,159 @@ fn launch_variables_at_their_bounds_never_panic() {
         "18446744073709551615",
         "18446744073709551616",
     ];
-    for name in [
-        "WORLD_SIZE",
-        "SLURM_NTASKS",
-        "RANK",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "NCCL_RS_STORE_TIMEOUT_SECS",
-    ] {
+    for name in LAUNCH_NUMBERS {
         for value in numbers {
             let what = format!("{name}={value}");
             let vars = [
-                ("RANK", "0"),
-                ("WORLD_SIZE", "2147483647"),
-                ("NCCL_RS_STORE", "file:/tmp/x"),
-                (name, value),
+                ("RANK", "0".to_owned()),
+                ("WORLD_SIZE", "2147483647".to_owned()),
+                ("SLURM_STEP_ID", "0".to_owned()),
+                ("NCCL_RS_STORE", "file:/tmp/x".to_owned()),
+                (name, value.to_owned()),
             ];
-            let read = no_panic(&what, || {
-                RendezvousConfig::from_vars(|n| {
-                    vars.iter()
-                        .rev()
-                        .find(|(k, _)| *k == n)
-                        .map(|(_, v)| v.to_string())
-                })
-            });
-            match read {
-                Ok(c) => assert!(c.world_size <= i32::MAX as usize && c.rank < c.world_size),
-                Err(StoreError::Config { var, .. }) => {
-                    assert!(var == name || var == "WORLD_SIZE", "{what}: named {var}")
-                }
-                Err(e) => panic!("{what}: unexpected error {e}"),
-            }
+            read_launch(&what, &vars).ok();
         }
     }
+}
+
+/// A small deterministic generator (xorshift64*), so a failure replays.
+struct Draw(u64);
+
+impl Draw {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+
+    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+        from[self.below(from.len())]
+    }
+}
+
+#[test]
+fn any_mix_of_launch_variables_reads_without_panicking() {
+    let values = [
+        "0",
+        "1",
+        "2",
+        "3",
+        "7",
+        "8",
+        "",
+        " ",
+        "-1",
+        "+2",
+        "x",
+        "2147483648",
+        "18446744073709551616",
+        "4294967290",
+        "-5",
+        "n[01-04,7]",
+        "a[1-2],b3",
+        "rack[1-2]-n[01-02]",
+        "n[0-65535]x[0-65535]",
+        "n[0-18446744073709551615]",
+        "n[",
+        "n]",
+        "[",
+        "]]",
+        "n[1,]",
+        "2(x3),1",
+        "1(x18446744073709551615)",
+        "2(x",
+        "(x)",
+        "10.0.0.1",
+        "[::1]",
+        "prterun-host-1@1",
+        "a/b",
+        "none",
+        "\u{fffd}\u{0}",
+    ];
+    let names: Vec<&str> = LAUNCH_NUMBERS
+        .iter()
+        .copied()
+        .chain([
+            "TORCHELASTIC_RUN_ID",
+            "SLURM_STEPID",
+            "SLURM_JOB_ID",
+            "SLURM_RESTART_COUNT",
+            "SLURM_STEP_TASKS_PER_NODE",
+            "SLURM_STEP_NODELIST",
+            "SLURM_NODELIST",
+            "SLURM_JOB_NODELIST",
+            "SLURM_LAUNCH_NODE_IPADDR",
+            "OMPI_MCA_ess_base_jobid",
+            "PMIX_NAMESPACE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "NCCL_RS_NAMESPACE",
+        ])
+        .collect();
+    // Each case starts from a launch that reads, of one launcher or none,
+    // and adds variables at random.
+    let bases: [&[(&str, &str)]; 5] = [
+        &[],
+        &[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1"),
+        ],
+        &[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_JOB_ID", "5"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_STEP_NODELIST", "n[1-2]"),
+        ],
+        &[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", "4"),
+            ("OMPI_MCA_ess_base_jobid", "9"),
+        ],
+        &[
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
+            ("MPI_LOCALNRANKS", "2"),
+            ("MASTER_PORT", "3"),
+        ],
+    ];
+    let mut draw = Draw(0x9e37_79b9_7f4a_7c15);
+    let mut read = 0;
+    for case in 0..4000 {
+        let base = bases[draw.below(bases.len())];
+        let added = draw.below(7);
+        let vars: Vec<(&str, String)> = base
+            .iter()
+            .map(|(k, v)| (*k, (*v).to_owned()))
+            .chain((0..added).map(|_| (draw.pick(&names), draw.pick(&values).to_owned())))
+            .collect();
+        let what = format!("case {case}: {vars:?}");
+        let launched = no_panic(&what, || {
+            RendezvousConfig::detect_launcher(|n| {
+                vars.iter()
+                    .rev()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.clone())
+            })
+        });
+        let result = read_launch(&what, &vars);
+        // A process with no launch variables runs alone: `from_vars` has
+        // nothing to read it from.
+        if launched.is_none() {
+            assert!(result.is_err(), "{what}: read without a launch");
+        }
+        read += usize::from(result.is_ok());
+    }
+    // About a quarter of the mixes read (1086 of 4000 when written): both
+    // the accepted and the refused paths are exercised.
+    assert!(
+        read >= 400,
+        "only {read} mixes read: the generator is too harsh"
+    );
 }
 
 #[test]

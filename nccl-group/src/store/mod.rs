@@ -13,7 +13,8 @@
 //!   torchrun's agent serves (`TORCHELASTIC_USE_AGENT_STORE=True`).
 //! - [`PrefixStore`]: scopes keys with a prefix (one per group).
 //! - [`RendezvousConfig`]: reads `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ... the
-//!   way torchrun and Slurm set them, and connects to the right store.
+//!   way torchrun, Slurm, Open MPI and PMI launchers set them, and connects
+//!   to the right store, scoped to the run's key namespace.
 //!
 //! Every blocking call has a timeout; no call panics.
 
@@ -31,7 +32,7 @@ pub use c10d::{C10dStore, C10dStoreOptions};
 pub use error::{Result, StoreError};
 pub use file::{FileStore, MAX_FILE_KEY_LEN};
 pub use memory::InProcessStore;
-pub use rendezvous::{RendezvousConfig, StoreSpec};
+pub use rendezvous::{Launcher, RendezvousConfig, StoreSpec};
 /// The TCP store's wire decoding, exposed for fuzzing only.
 #[doc(hidden)]
 pub use tcp::fuzzing;

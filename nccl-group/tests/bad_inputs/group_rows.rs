@@ -36,6 +36,34 @@ fn launch(changes: &[(&str, Option<&str>)]) -> String {
     }))
 }
 
+/// Makes the launch a task of a Slurm job step, where Slurm's variables
+/// count.
+const SLURM_STEP: (&str, Option<&str>) = ("SLURM_STEP_ID", Some("0"));
+
+/// The torchrun variables of [`launch`] removed, for launches of another
+/// launcher.
+const NOT_TORCHRUN: [(&str, Option<&str>); 4] = [
+    ("RANK", None),
+    ("WORLD_SIZE", None),
+    ("MASTER_ADDR", None),
+    ("MASTER_PORT", None),
+];
+
+/// [`launch`] of another launcher: the torchrun variables removed, then
+/// `changes` applied.
+fn launch_without_torchrun(changes: &[(&str, Option<&str>)]) -> String {
+    let all: Vec<(&str, Option<&str>)> = NOT_TORCHRUN.iter().chain(changes).copied().collect();
+    launch(&all)
+}
+
+/// Task 1 of 4 of Slurm job 7's step 0.
+const SRUN_TASK: [(&str, Option<&str>); 4] = [
+    ("SLURM_JOB_ID", Some("7")),
+    ("SLURM_PROCID", Some("1")),
+    ("SLURM_NTASKS", Some("4")),
+    SLURM_STEP,
+];
+
 /// `Membership::join` on a fresh in-process store.
 fn join(rank: usize, world_size: usize) -> String {
     err(Membership::join(
@@ -237,7 +265,13 @@ pub fn rows() -> Vec<Row> {
             call: "RendezvousConfig::from_vars",
             input: "SLURM_NTASKS=-2 (WORLD_SIZE unset)",
             expect: &["SLURM_NTASKS=\"-2\"", "positive integer"],
-            run: || launch(&[("WORLD_SIZE", None), ("SLURM_NTASKS", Some("-2"))]),
+            run: || {
+                launch(&[
+                    ("WORLD_SIZE", None),
+                    ("SLURM_NTASKS", Some("-2")),
+                    SLURM_STEP,
+                ])
+            },
         },
         Row {
             area: "env",
@@ -265,7 +299,7 @@ pub fn rows() -> Vec<Row> {
             call: "RendezvousConfig::from_vars",
             input: "SLURM_PROCID=x (RANK unset)",
             expect: &["SLURM_PROCID=\"x\"", "non-negative integer"],
-            run: || launch(&[("RANK", None), ("SLURM_PROCID", Some("x"))]),
+            run: || launch(&[("RANK", None), ("SLURM_PROCID", Some("x")), SLURM_STEP]),
         },
         Row {
             area: "env",
@@ -286,7 +320,7 @@ pub fn rows() -> Vec<Row> {
             call: "RendezvousConfig::from_vars",
             input: "SLURM_LOCALID=9 (LOCAL_RANK unset)",
             expect: &["SLURM_LOCALID=9", "below WORLD_SIZE=4"],
-            run: || launch(&[("SLURM_LOCALID", Some("9"))]),
+            run: || launch(&[("SLURM_LOCALID", Some("9")), SLURM_STEP]),
         },
         Row {
             area: "env",
@@ -394,7 +428,7 @@ pub fn rows() -> Vec<Row> {
             call: "RendezvousConfig::from_vars",
             input: "RANK=1 with SLURM_PROCID=7",
             expect: &["RANK=1 and SLURM_PROCID=7 disagree", "unset one of them"],
-            run: || launch(&[("SLURM_PROCID", Some("7"))]),
+            run: || launch(&[("SLURM_PROCID", Some("7")), SLURM_STEP]),
         },
         Row {
             area: "env",
@@ -404,7 +438,7 @@ pub fn rows() -> Vec<Row> {
                 "WORLD_SIZE=4 and SLURM_NTASKS=8 disagree",
                 "unset one of them",
             ],
-            run: || launch(&[("SLURM_NTASKS", Some("8"))]),
+            run: || launch(&[("SLURM_NTASKS", Some("8")), SLURM_STEP]),
         },
         Row {
             area: "env",
@@ -414,7 +448,13 @@ pub fn rows() -> Vec<Row> {
                 "LOCAL_RANK=0 and SLURM_LOCALID=3 disagree",
                 "unset one of them",
             ],
-            run: || launch(&[("LOCAL_RANK", Some("0")), ("SLURM_LOCALID", Some("3"))]),
+            run: || {
+                launch(&[
+                    ("LOCAL_RANK", Some("0")),
+                    ("SLURM_LOCALID", Some("3")),
+                    SLURM_STEP,
+                ])
+            },
         },
         Row {
             area: "env",
@@ -436,6 +476,104 @@ pub fn rows() -> Vec<Row> {
             input: "LOCAL_RANK=2 with LOCAL_WORLD_SIZE=2",
             expect: &["LOCAL_RANK=2", "below LOCAL_WORLD_SIZE=2"],
             run: || launch(&[("LOCAL_RANK", Some("2")), ("LOCAL_WORLD_SIZE", Some("2"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "SLURM_PROCID, SLURM_NTASKS in a batch script (SLURM_STEP_ID=-5)",
+            expect: &[
+                "WORLD_SIZE is not set",
+                "SLURM_STEP_ID=\"-5\"",
+                "start the program with srun",
+            ],
+            run: || {
+                launch_without_torchrun(&[
+                    ("SLURM_PROCID", Some("0")),
+                    ("SLURM_NTASKS", Some("4")),
+                    ("SLURM_STEP_ID", Some("-5")),
+                ])
+            },
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "srun task, SLURM_STEP_NODELIST=node[01- (MASTER_ADDR unset)",
+            expect: &[
+                "SLURM_STEP_NODELIST=\"node[01-\"",
+                "at position 8",
+                "such as node[01-04,7]",
+            ],
+            run: || {
+                let list = [("SLURM_STEP_NODELIST", Some("node[01-"))];
+                launch_without_torchrun(&[SRUN_TASK.as_slice(), &list].concat())
+            },
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "srun task, SLURM_STEP_TASKS_PER_NODE=2(x",
+            expect: &["SLURM_STEP_TASKS_PER_NODE=\"2(x\"", "such as 2(x3),1"],
+            run: || {
+                let counts = [
+                    ("SLURM_STEP_TASKS_PER_NODE", Some("2(x")),
+                    ("SLURM_NODEID", Some("0")),
+                ];
+                launch_without_torchrun(&[SRUN_TASK.as_slice(), &counts].concat())
+            },
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "RANK=1 with OMPI_COMM_WORLD_RANK=2",
+            expect: &[
+                "RANK=1 and OMPI_COMM_WORLD_RANK=2 disagree",
+                "unset one of them",
+            ],
+            run: || launch(&[("OMPI_COMM_WORLD_RANK", Some("2"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "mpirun rank on 2 hosts, MASTER_ADDR unset",
+            expect: &[
+                "MASTER_ADDR is not set",
+                "2 of the 4 ranks run on this host",
+                "mpirun -x MASTER_ADDR=",
+            ],
+            run: || {
+                launch_without_torchrun(&[
+                    ("OMPI_COMM_WORLD_RANK", Some("1")),
+                    ("OMPI_COMM_WORLD_SIZE", Some("4")),
+                    ("OMPI_COMM_WORLD_LOCAL_SIZE", Some("2")),
+                ])
+            },
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "mpiexec (PMI) on one host, MASTER_PORT unset",
+            expect: &["MASTER_PORT is not set", "mpiexec -genv MASTER_PORT"],
+            run: || {
+                launch_without_torchrun(&[
+                    ("PMI_RANK", Some("1")),
+                    ("PMI_SIZE", Some("2")),
+                    ("MPI_LOCALNRANKS", Some("2")),
+                ])
+            },
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "GROUP_RANK=2 with RANK=1",
+            expect: &["GROUP_RANK=2", "needs RANK >= 2", "but RANK=1"],
+            run: || launch(&[("GROUP_RANK", Some("2"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_NAMESPACE=a/b",
+            expect: &["NCCL_RS_NAMESPACE=\"a/b\"", "A-Z a-z 0-9 . _ -"],
+            run: || launch(&[("NCCL_RS_NAMESPACE", Some("a/b"))]),
         },
     ]
 }

@@ -416,10 +416,12 @@ fn under_torchrun_every_rank_joins_the_agent_store() {
     // try to host one there.
     let agent = FakeServer::start(Backend::Libuv);
     let port = agent.port();
+    let namespace = config(&agent_vars(port, "0", "True")).unwrap().namespace;
     let ranks: Vec<Box<dyn Store>> = ["0", "1"]
         .iter()
         .map(|rank| {
             let config = config(&agent_vars(port, rank, "True")).unwrap();
+            assert_eq!(config.namespace, namespace, "one namespace for the attempt");
             assert_eq!(
                 config.store,
                 StoreSpec::TorchAgent {
@@ -439,7 +441,9 @@ fn under_torchrun_every_rank_joins_the_agent_store() {
     assert_eq!(ranks[1].add("arrived", 1).unwrap(), 1);
     assert_eq!(ranks[0].add("arrived", 1).unwrap(), 2);
     assert_eq!(ranks[0].default_timeout(), Duration::from_secs(5));
-    assert_eq!(agent.value("arrived").as_deref(), Some(&b"2"[..]));
+    // On the agent's store, the keys live under this attempt's namespace.
+    let scoped = format!("{namespace}/arrived");
+    assert_eq!(agent.value(&scoped).as_deref(), Some(&b"2"[..]));
 }
 
 #[test]

@@ -6,8 +6,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
 use super::{RendezvousConfig, StoreSpec};
 use crate::store::{
-    C10dStore, C10dStoreOptions, FileStore, Result, Store, StoreError, TcpStore, TcpStoreOptions,
-    TcpStoreServerOptions,
+    C10dStore, C10dStoreOptions, FileStore, PrefixStore, Result, Store, StoreError, TcpStore,
+    TcpStoreOptions, TcpStoreServerOptions,
 };
 
 impl RendezvousConfig {
@@ -24,7 +24,15 @@ impl RendezvousConfig {
     /// joins the agent's c10d TCPStore as a [`C10dStore`] client; a secret
     /// is then refused with [`StoreError::Config`], as c10d has no
     /// authentication.
+    ///
+    /// The store returned scopes every key under [`Self::namespace`], so
+    /// two runs sharing one store never see each other's keys.
     pub fn connect(&self) -> Result<Box<dyn Store>> {
+        let store = self.connect_unscoped()?;
+        Ok(Box::new(PrefixStore::new(store, self.namespace.clone())?))
+    }
+
+    fn connect_unscoped(&self) -> Result<Box<dyn Store>> {
         match &self.store {
             StoreSpec::File { dir } => Ok(Box::new(FileStore::open(dir.clone(), self.timeout)?)),
             StoreSpec::TorchAgent { addr, port } => {

@@ -1,9 +1,10 @@
 //! The rendezvous configuration: which store the ranks meet at
-//! ([`StoreSpec`]) and where this process stands in the job
-//! ([`RendezvousConfig`]).
+//! ([`StoreSpec`]), where this process stands in the job and which
+//! launcher started it ([`RendezvousConfig`], [`Launcher`]).
 //!
-//! `env` reads it from the launch environment (torchrun and Slurm
-//! conventions); `connect` connects to the store it names.
+//! `env` reads it from the launch environment (torchrun, Slurm, Open MPI
+//! and PMI conventions); `connect` connects to the store it names, scoped
+//! to the run's key namespace.
 
 mod connect;
 mod env;
@@ -66,34 +67,51 @@ fn host_port(addr: &str, port: u16) -> String {
     }
 }
 
+/// Which launcher started this process, as its variables show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Launcher {
+    /// torchrun's agent (`TORCHELASTIC_RUN_ID` set).
+    Torchrun,
+    /// Slurm's srun: a task of a job step.
+    Slurm,
+    /// Open MPI's mpirun (`OMPI_COMM_WORLD_*`).
+    OpenMpi,
+    /// A PMI launcher: MPICH's or Intel MPI's mpiexec (hydra), Cray's
+    /// (`PMI_RANK`, `PMI_SIZE`).
+    Pmi,
+    /// None recognised: `RANK` and `WORLD_SIZE` given directly (by hand,
+    /// by nccl-launch, or [`RendezvousConfig::new`] in code).
+    Manual,
+}
+
+impl fmt::Display for Launcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Launcher::Torchrun => "torchrun",
+            Launcher::Slurm => "srun",
+            Launcher::OpenMpi => "Open MPI mpirun",
+            Launcher::Pmi => "PMI mpiexec",
+            Launcher::Manual => "none (RANK and WORLD_SIZE given directly)",
+        })
+    }
+}
+
 /// Where this process stands in the job and how to reach the rendezvous
-/// store, as read from the environment.
+/// store, as read from the launch environment of torchrun, Slurm's srun,
+/// Open MPI's mpirun or a PMI launcher (MPICH's or Intel MPI's mpiexec):
 ///
-/// | variable | meaning | fallback |
-/// |---|---|---|
-/// | `RANK` | this process's rank, `0 <= RANK < WORLD_SIZE` | `SLURM_PROCID` |
-/// | `WORLD_SIZE` | number of processes, `0 < WORLD_SIZE <= 2147483647` (NCCL's `int`) | `SLURM_NTASKS` |
-/// | `LOCAL_RANK` | rank within this host, below `LOCAL_WORLD_SIZE` when set | `SLURM_LOCALID`, then 0 |
-/// | `LOCAL_WORLD_SIZE` | processes on this host, `0 < LOCAL_WORLD_SIZE <= WORLD_SIZE` | none (unknown) |
-/// | `MASTER_ADDR`, `MASTER_PORT` | rank 0's host and the store's port (TCP store), or the address of torchrun's agent store | none |
-/// | `NCCL_RS_STORE` | `tcp` (default) or `file:<directory>` | `tcp` |
-/// | `TORCHELASTIC_USE_AGENT_STORE` | `True` (torchrun's spelling; also `true`, `1`): join the c10d store torchrun's agent serves at `MASTER_ADDR:MASTER_PORT` instead of hosting one ([`StoreSpec::TorchAgent`]); ignored with `NCCL_RS_STORE=file:` | false |
-/// | `NCCL_RS_STORE_TIMEOUT_SECS` | default store timeout, whole seconds `> 0` | 300 |
-/// | `NCCL_RS_STORE_SECRET` | shared secret for the TCP store (refused with torchrun's agent store: c10d has no authentication) | none |
-///
-/// When a torchrun variable and its Slurm fallback (`RANK` and
-/// `SLURM_PROCID`, `WORLD_SIZE` and `SLURM_NTASKS`, `LOCAL_RANK` and
-/// `SLURM_LOCALID`) are both set, their values must be equal: a mismatch is
-/// an error naming both rather than a silent choice.
+#[doc = include_str!("launch_variables.md")]
 ///
 /// ```
-/// use nccl_group::{RendezvousConfig, StoreSpec};
+/// use nccl_group::{Launcher, RendezvousConfig, StoreSpec};
 /// let env = [("RANK", "1"), ("WORLD_SIZE", "4"), ("MASTER_ADDR", "node0"), ("MASTER_PORT", "29500")];
 /// let cfg = RendezvousConfig::from_vars(|name| {
 ///     env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
 /// })?;
 /// assert_eq!((cfg.rank, cfg.world_size, cfg.local_rank), (1, 4, 0));
 /// assert_eq!(cfg.store, StoreSpec::Tcp { addr: "node0".into(), port: 29500 });
+/// assert_eq!((cfg.launcher, cfg.namespace.as_str()), (Launcher::Manual, "manual"));
 /// # Ok::<(), nccl_group::StoreError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
@@ -105,9 +123,21 @@ pub struct RendezvousConfig {
     pub world_size: usize,
     /// This process's rank within its host.
     pub local_rank: usize,
-    /// The number of processes on this host (`LOCAL_WORLD_SIZE`), `None`
-    /// when the launcher did not say; `local_rank` is below it when known.
+    /// The number of processes on this host, `None` when the launcher did
+    /// not say; `local_rank` is below it when known.
     pub local_world_size: Option<usize>,
+    /// This host's index among the job's hosts (`GROUP_RANK`,
+    /// `SLURM_NODEID`), `None` when the launcher did not say.
+    pub node_rank: Option<usize>,
+    /// The launcher whose variables these are.
+    pub launcher: Launcher,
+    /// The key namespace: [`RendezvousConfig::connect`] scopes every key
+    /// under it (a [`PrefixStore`](crate::store::PrefixStore)), so runs
+    /// sharing a store (a restarted torchrun job and the one it replaces, a
+    /// requeued Slurm job, a reused file-store directory) never meet each
+    /// other's keys. The same on every rank of one run. Non-empty, without
+    /// `/`.
+    pub namespace: String,
     /// The store to meet at.
     pub store: StoreSpec,
     /// The default timeout of store operations (and of connecting).
@@ -123,6 +153,9 @@ impl fmt::Debug for RendezvousConfig {
             .field("world_size", &self.world_size)
             .field("local_rank", &self.local_rank)
             .field("local_world_size", &self.local_world_size)
+            .field("node_rank", &self.node_rank)
+            .field("launcher", &self.launcher)
+            .field("namespace", &self.namespace)
             .field("store", &self.store)
             .field("timeout", &self.timeout)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
@@ -137,39 +170,10 @@ fn config_error(var: &str, message: String) -> StoreError {
     }
 }
 
-/// The TCP store's address read as torchrun's agent store when
-/// `TORCHELASTIC_USE_AGENT_STORE` is true (torchrun writes `True`; `true`
-/// and `1` are accepted too): the agent already serves a c10d TCPStore
-/// there, which every rank joins instead of rank 0 hosting one. A file
-/// store is kept as it is.
-fn torch_agent_store(var: &impl Fn(&str) -> Option<String>, store: StoreSpec) -> Result<StoreSpec> {
-    const NAME: &str = "TORCHELASTIC_USE_AGENT_STORE";
-    let Some(raw) = var(NAME) else {
-        return Ok(store);
-    };
-    let value = raw.trim();
-    let use_agent = if value.eq_ignore_ascii_case("true") || value == "1" {
-        true
-    } else if value.eq_ignore_ascii_case("false") || value == "0" || value.is_empty() {
-        false
-    } else {
-        return Err(config_error(
-            NAME,
-            format!(
-                "{NAME}={raw:?} is not a boolean; expected True (as torchrun sets it), true or 1 \
-                 to join torchrun's agent store, or False, false, 0 or empty not to"
-            ),
-        ));
-    };
-    Ok(match store {
-        StoreSpec::Tcp { addr, port } if use_agent => StoreSpec::TorchAgent { addr, port },
-        other => other,
-    })
-}
-
 impl RendezvousConfig {
     /// A configuration built in code rather than read from the environment:
-    /// `local_rank` 0, `local_world_size` unknown, the default timeout
+    /// `local_rank` 0, `local_world_size` and `node_rank` unknown, launcher
+    /// [`Launcher::Manual`], namespace `manual`, the default timeout
     /// ([`DEFAULT_TIMEOUT`]), no secret. Change the public fields to adjust.
     ///
     /// Fails with [`StoreError::Config`] when `world_size` is 0 or above
@@ -201,6 +205,9 @@ impl RendezvousConfig {
             world_size,
             local_rank: 0,
             local_world_size: None,
+            node_rank: None,
+            launcher: Launcher::Manual,
+            namespace: "manual".to_owned(),
             store,
             timeout: DEFAULT_TIMEOUT,
             secret: None,

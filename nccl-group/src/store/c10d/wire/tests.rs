@@ -113,8 +113,10 @@ fn add_replies_the_new_value() {
 }
 
 #[test]
+#[allow(clippy::type_complexity)]
 fn compare_set_replies_the_value_afterwards() {
     for backend in BACKENDS {
+        // (call, key, expected, desired, the value afterwards)
         let cases: [(&str, &str, &[u8], &[u8], &[u8]); 3] = [
             ("compare_set k1 v1 v2", "k1", b"v1", b"v2", b"v2"),
             ("compare_set k1 zz v3", "k1", b"zz", b"v3", b"v2"),
