@@ -118,7 +118,7 @@ pub fn run(args: &Args, env: &Environment, out: impl Write) -> Result<Summary, B
         let title = format!(
             "nccl-perf {}: {} world {} {}",
             plan.layers_title(),
-            plan.dtype.short_name(),
+            plan.selection.dtype_names(),
             plan.world,
             if plan.graph > 0 {
                 format!("(CUDA graph x{})", plan.graph)

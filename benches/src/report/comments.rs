@@ -1,11 +1,12 @@
 //! The comment lines that describe a run: the preamble (program, library,
-//! parameters, how it times, the notes on `N/A` halves, the devices) and
-//! the lines that name each collective's table before its column headers.
+//! parameters, how it times, the notes on flags that cannot apply and on
+//! `N/A` halves, the devices) and the lines that name each collective's
+//! table before its column headers.
 
 use nccl_group::CommMode;
 use nccl_sys::Version;
 
-use super::table::table_header;
+use super::table::{Columns, table_header};
 use crate::collective::{Collective, Mode};
 use crate::env::Environment;
 use crate::layer::{LayerKind, has_native_all_to_all, unsupported};
@@ -77,15 +78,18 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
             machine.nccl_path
         ),
         format!(
-            "# nThread {} nGpus 1 minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+            "# nThread {} nGpus 1 minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: {} validation: {} graph: {} unalign: {}",
             plan.world,
-            plan.step,
+            plan.method.step,
             plan.warmup,
             plan.iters,
-            u8::from(plan.check),
-            plan.graph
+            plan.method.agg_iters,
+            plan.method.checks,
+            plan.graph,
+            plan.method.unalign
         ),
     ];
+    lines.extend(plan.method.blocking.header_line().map(str::to_string));
     lines.extend(plan_notes(plan));
     lines.extend(["#".to_string(), "# Using devices".to_string()]);
     let (host, pid) = (&machine.host, machine.pid);
@@ -110,19 +114,24 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
         "median of {} batch(es) per size, mode and layer",
         plan.batches
     );
+    let calls = u64::from(plan.iters) * u64::from(plan.method.agg_iters);
+    let rotation = if plan.method.rotate {
+        "; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)"
+    } else {
+        ""
+    };
     let mut lines = vec![if plan.graph > 0 {
         format!(
-            "# timing: {batches}; each batch replays a CUDA graph of {} captured call(s) {} times (time = batch / {})",
-            plan.iters,
+            "# timing: {batches}; each batch replays a CUDA graph of {calls} captured call(s) {} times (time = batch / {}){rotation}",
             plan.graph,
-            u64::from(plan.iters) * u64::from(plan.graph)
+            calls * u64::from(plan.graph)
         )
     } else {
         format!(
-            "# timing: {batches}; each batch is {} back-to-back call(s), then one stream synchronisation",
-            plan.iters
+            "# timing: {batches}; each batch is {calls} back-to-back call(s), then one stream synchronisation{rotation}"
         )
     }];
+    lines.extend(plan.method.notes.iter().cloned());
     if let Some((a, b)) = plan.compare() {
         lines.push(format!(
             "# compare: layers {a} and {b} interleaved on the same buffers (warm-up {a}, {b}, then batches {a}, {b}, {a}, ...); \
@@ -225,7 +234,11 @@ pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine)
         ),
         "#".to_string(),
     ];
-    lines.extend(table_header(plan.compare().is_some()));
+    lines.extend(table_header(&Columns {
+        ratio: plan.compare().is_some(),
+        cpu_time: plan.method.cpu_time,
+        timestamps: plan.method.timestamps,
+    }));
     lines
 }
 
@@ -265,11 +278,12 @@ mod tests {
     fn preamble_and_header_match_a_recorded_run_byte_for_byte() {
         // The first lines of docs/measurements/h200-2026-12-02-tracking/tensor.txt,
         // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200,
-        // but for the N/A note, checked on its own below.
+        // but for the N/A note, checked on its own below, and what was
+        // added since: nccl-tests 2.19's `unalign: 0` and the rotation.
         let recorded = [
             "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
-            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0",
-            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation",
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0 unalign: 0",
+            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)",
             "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
             "#",
             "# Using devices",

@@ -1,20 +1,29 @@
-//! Where the lines go: the table on stdout (or any writer) and, with
-//! `--json FILE`, one JSON line per row.
+//! Where the lines go: the table on stdout (or any writer), with
+//! `--json FILE` one JSON line per row, and with `-J FILE` nccl-tests'
+//! JSON document.
 
 use std::io::{self, Write};
 
 use indicatif::ProgressBar;
 
-use super::Row;
-use super::table::table_row;
+use super::comments::{Machine, preamble};
+use super::nccl_tests_json::{JsonDocument, JsonHead};
+use super::table::{table_row, timestamp_column};
+use super::{Row, clock};
+use crate::runner::Plan;
 
 /// Where rows go: the table on stdout and, optionally, JSON lines to a
-/// file. Lines are written with the progress bar (if any) cleared from the
-/// terminal, so the two never mix.
+/// file and nccl-tests' JSON document to another. Lines are written with
+/// the progress bar (if any) cleared from the terminal, so the two never
+/// mix.
 pub struct Reporter<W: Write> {
     out: W,
     json: Option<Box<dyn Write>>,
     progress: Option<ProgressBar>,
+    /// `-J`'s document, once [`Reporter::begin`] opened it.
+    document: Option<JsonDocument>,
+    /// Whether rows end in a timestamp (`-S 1`).
+    timestamps: bool,
 }
 
 impl<W: Write> Reporter<W> {
@@ -24,6 +33,46 @@ impl<W: Write> Reporter<W> {
             out,
             json,
             progress: None,
+            document: None,
+            timestamps: false,
+        }
+    }
+
+    /// Writes the lines before the tables ([`preamble`]) for `plan` on
+    /// `machine`, and opens `-J`'s document (as nccl-tests does, a file
+    /// that cannot be created is skipped, with a comment line saying so).
+    ///
+    /// # Errors
+    /// Writing failed.
+    pub fn begin(&mut self, plan: &Plan, machine: &Machine) -> io::Result<()> {
+        self.timestamps = plan.method.timestamps;
+        let mut lines = preamble(plan, machine);
+        if let Some(path) = &plan.method.output_file {
+            match JsonDocument::create(path, &JsonHead::new(plan, machine)) {
+                Ok(document) => {
+                    lines.push(format!(
+                        "# Writing JSON output to {}",
+                        document.path().display()
+                    ));
+                    self.document = Some(document);
+                }
+                Err(error) => lines.push(format!(
+                    "# skipping json output; {} not accessible ({error})",
+                    path.display()
+                )),
+            }
+        }
+        self.lines(lines)
+    }
+
+    /// Closes `-J`'s document after the last row.
+    ///
+    /// # Errors
+    /// Writing failed.
+    pub fn finish(&mut self) -> io::Result<()> {
+        match self.document.as_mut() {
+            Some(document) => document.finish(&[]),
+            None => Ok(()),
         }
     }
 
@@ -49,12 +98,20 @@ impl<W: Write> Reporter<W> {
         }
     }
 
-    /// Writes one row to the table and the JSON file.
+    /// Writes one row to the table (with its timestamp under `-S 1`), the
+    /// JSON file and `-J`'s document.
     ///
     /// # Errors
     /// Writing failed.
     pub fn row(&mut self, row: &Row) -> io::Result<()> {
-        self.line(&table_row(row))?;
+        let mut line = table_row(row);
+        if self.timestamps {
+            line.push_str(&timestamp_column(&clock::utc_now()));
+        }
+        self.line(&line)?;
+        if let Some(document) = self.document.as_mut() {
+            document.result(row)?;
+        }
         self.json_row(row)
     }
 

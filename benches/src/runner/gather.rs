@@ -19,9 +19,10 @@ use crate::env::Environment;
 use crate::error::BenchError;
 use crate::report::{
     DeviceInfo, Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header,
-    compare_footer, preamble, table_footer,
+    compare_footer, table_footer,
 };
-use crate::sizes::{OpCounts, bandwidths};
+use crate::selection::RowSpec;
+use crate::sizes::bandwidths;
 
 /// What a finished run found.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -158,7 +159,7 @@ impl Gatherer {
             }
         }
         let machine = Machine::new(env, devices.into_iter().flatten().collect());
-        reporter.lines(preamble(plan, &machine)).map_err(io_error)?;
+        reporter.begin(plan, &machine).map_err(io_error)?;
         let mut summary = Summary::default();
         for (index, &collective) in plan.collectives.iter().enumerate() {
             reporter
@@ -167,6 +168,7 @@ impl Gatherer {
             self.collective_table(plan, index, collective, reporter, &mut summary)?;
         }
         reporter.line("#").map_err(io_error)?;
+        reporter.finish().map_err(io_error)?;
         Ok(summary)
     }
 
@@ -180,21 +182,23 @@ impl Gatherer {
         reporter: &mut Reporter<W>,
         summary: &mut Summary,
     ) -> Result<(), BenchError> {
-        let mut table_rows = Vec::with_capacity(plan.sizes.len());
+        let specs = plan.rows(collective);
+        let mut table_rows = Vec::with_capacity(specs.len());
         let mut baseline_rows = Vec::new();
         let mut wrong_total = 0;
-        for (size_index, counts) in plan.counts(collective).iter().enumerate() {
+        for (row_index, spec) in specs.iter().enumerate() {
+            let counts = &spec.counts;
             let mut rows = Vec::with_capacity(plan.layers.len());
             for (slot, layer) in plan.layers.iter().enumerate() {
                 let key = |mode| RowKey {
                     collective: index,
-                    size: size_index,
+                    row: row_index,
                     mode,
                     layer: slot,
                 };
                 let out_of_place =
-                    self.measurement(plan, collective, counts, key(Mode::OutOfPlace))?;
-                let in_place = self.measurement(plan, collective, counts, key(Mode::InPlace))?;
+                    self.measurement(plan, collective, spec, key(Mode::OutOfPlace))?;
+                let in_place = self.measurement(plan, collective, spec, key(Mode::InPlace))?;
                 wrong_total += [out_of_place, in_place]
                     .iter()
                     .flatten()
@@ -204,11 +208,11 @@ impl Gatherer {
                     collective: collective.name(),
                     layer: layer.name(),
                     world_size: plan.world,
-                    size: counts.printed_bytes(plan.dtype.size_bytes()),
+                    size: counts.printed_bytes(spec.dtype.size_bytes()),
                     count: counts.param,
-                    dtype: plan.dtype.short_name(),
-                    redop: collective.redop_column(plan.op),
-                    root: collective.root_column(plan.root),
+                    dtype: spec.dtype.short_name(),
+                    redop: collective.redop_column(spec.op),
+                    root: collective.root_column(spec.root),
                     out_of_place,
                     in_place,
                     ratio: None,
@@ -241,21 +245,21 @@ impl Gatherer {
         Ok(())
     }
 
-    /// Every rank's measurement of `key`, of `collective` at `counts`, with
-    /// its bandwidths; `None` where the layer cannot issue that mode.
+    /// Every rank's measurement of `key`, of `collective`'s row `spec`,
+    /// with its bandwidths; `None` where the layer cannot issue that mode.
     fn measurement(
         &mut self,
         plan: &Plan,
         collective: Collective,
-        counts: &OpCounts,
+        spec: &RowSpec,
         key: RowKey,
     ) -> Result<Option<Measurement>, BenchError> {
         let Sample { time_us, wrong } = self.gather(key)?;
         Ok(time_us.map(|time_us| {
             let bandwidth = bandwidths(
                 collective,
-                counts,
-                plan.dtype.size_bytes(),
+                &spec.counts,
+                spec.dtype.size_bytes(),
                 plan.world,
                 time_us,
             );

@@ -1,14 +1,15 @@
 //! What every rank runs: the collectives, sizes, layers and timing of one
 //! nccl-perf invocation, read from its flags.
 
-use nccl_core::{DataType, ReduceOp};
 use nccl_group::CommMode;
 
 use crate::cli::Args;
 use crate::collective::Collective;
 use crate::error::BenchError;
 use crate::layer::LayerKind;
-use crate::sizes::{OpCounts, sweep};
+use crate::method::Method;
+use crate::selection::{RowSpec, Selection};
+use crate::sizes::sweep;
 
 /// What every rank runs, in the same order.
 #[derive(Clone, Debug)]
@@ -17,18 +18,14 @@ pub struct Plan {
     pub collectives: Vec<Collective>,
     /// The message sizes in bytes, in order.
     pub sizes: Vec<u64>,
-    /// The element type.
-    pub dtype: DataType,
-    /// The reduction.
-    pub op: ReduceOp,
-    /// The root of broadcast and reduce.
-    pub root: i32,
-    /// Calls per timed batch (and in each CUDA graph).
+    /// The element types, reductions, roots and cycles (`-d`, `-o`, `-r`, `-N`).
+    pub selection: Selection,
+    /// How the run measures and reports (nccl-tests' method and flags).
+    pub method: Method,
+    /// Iterations per timed batch (and in each CUDA graph).
     pub iters: u32,
     /// Warm-up iterations.
     pub warmup: u32,
-    /// Whether results are checked.
-    pub check: bool,
     /// The layers issuing the calls: one, or A (baseline) and B of `--compare`.
     pub layers: Vec<LayerKind>,
     /// Timed batches per size, mode and layer.
@@ -39,56 +36,38 @@ pub struct Plan {
     pub world: usize,
     /// The group layers' communicator kind (`--group-comms`).
     pub group_comms: CommMode,
-    /// How sizes grow, as nccl-tests prints it (`2(factor)`, `1048576(bytes)`).
-    pub step: String,
 }
 
 impl Plan {
     /// The plan for `args` on `world` GPUs.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for a root past the last rank.
+    /// [`BenchError::Usage`] for a root past the last rank or flags that
+    /// cannot run together ([`Args::method`], [`Args::selection`]).
     pub fn new(args: &Args, world: usize) -> Result<Self, BenchError> {
-        let collectives = args.collectives();
-        if args.root as usize >= world && collectives.iter().any(|c| c.has_root()) {
-            return Err(BenchError::Usage(format!(
-                "-r {} is not a rank: with {world} GPU(s) the root must be in 0..{world}",
-                args.root
-            )));
-        }
         Ok(Self {
-            collectives,
+            collectives: args.collectives(),
+            selection: args.selection(Some(world))?,
+            method: args.method()?,
             sizes: sweep(
                 args.min_bytes,
                 args.max_bytes,
                 args.step_factor,
                 args.step_bytes,
             ),
-            dtype: args.datatype.data_type(),
-            op: args.op.reduce_op(),
-            root: args.root,
             iters: args.iters,
             warmup: args.warmup_iters,
-            check: args.check_enabled(),
             layers: args.layers(),
             batches: args.batches(),
             graph: args.graph,
             world,
             group_comms: args.group_comms.comm_mode(),
-            step: if args.step_factor > 1 {
-                format!("{}(factor)", args.step_factor)
-            } else {
-                format!("{}(bytes)", args.step_bytes)
-            },
         })
     }
 
-    /// The counts of `collective` at every size.
-    pub fn counts(&self, collective: Collective) -> Vec<OpCounts> {
-        self.sizes
-            .iter()
-            .map(|&size| OpCounts::new(collective, size, self.dtype.size_bytes(), self.world))
-            .collect()
+    /// The rows of `collective`'s table, in order ([`Selection::rows`]).
+    pub fn rows(&self, collective: Collective) -> Vec<RowSpec> {
+        self.selection.rows(collective, &self.sizes, self.world)
     }
 
     /// `(A, B)` of `--compare`.
@@ -112,9 +91,12 @@ impl Plan {
         }
     }
 
-    /// Table rows the run prints (one per collective and size), for the progress bar.
+    /// Table rows the run prints (over every collective), for the progress bar.
     pub fn row_count(&self) -> u64 {
-        (self.collectives.len() * self.sizes.len()) as u64
+        self.collectives
+            .iter()
+            .map(|&collective| self.rows(collective).len() as u64)
+            .sum()
     }
 }
 
@@ -130,7 +112,7 @@ mod tests {
         let plan = Plan::new(&args, 2).unwrap();
         assert_eq!(plan.sizes, vec![8, 16, 32, 64]);
         assert_eq!(plan.collectives, vec![Collective::Reduce]);
-        assert_eq!(plan.counts(Collective::Reduce)[0].param, 2);
+        assert_eq!(plan.rows(Collective::Reduce)[0].counts.param, 2);
         let error = Plan::new(&args, 1).unwrap_err();
         assert_eq!(error.exit_code(), 2);
         // A root past the last rank does not matter to collectives without one.
