@@ -25,7 +25,7 @@ mod values;
 mod tests;
 
 use compare::{Compare, parse_compare_arg};
-pub use size::parse_size;
+pub use size::{SizeError, parse_size};
 use size::{parse_nonzero_size_arg, parse_size_arg};
 pub use unapplied::Unapplied;
 use values::{CollectiveArg, GroupComms, parse_root_arg};

@@ -88,7 +88,7 @@ mod world;
 
 pub use alloc_count::{CountingAllocator, counted};
 pub use buffers::DeviceBuffers;
-pub use cli::{Args, parse_size};
+pub use cli::{Args, SizeError, parse_size};
 pub use collective::{Collective, Mode};
 pub use error::BenchError;
 pub use layer::{

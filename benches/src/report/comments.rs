@@ -368,6 +368,43 @@ mod tests {
     }
 
     #[test]
+    fn method_flags_show_in_the_preamble_and_headers() {
+        let plan = plan(
+            &[
+                "-m", "4", "-u", "2", "-c", "3", "-z", "3", "-C", "1", "-R", "1", "-f", "1", "-i",
+                "64K",
+            ],
+            1,
+        );
+        let machine = machine(vec![h200(0)]);
+        let lines = preamble(&plan, &machine);
+        assert!(
+            lines[1].ends_with(
+                "step: 65536(bytes) warmup iters: 5 iters: 20 agg iters: 4 validation: 3 graph: 0 unalign: 2"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier "
+        );
+        let text = lines.join("\n");
+        assert!(
+            text.contains("each batch is 80 back-to-back call(s)"),
+            "{text}"
+        );
+        assert!(text.contains("(nccl-tests' rotation)"), "{text}");
+        assert!(text.contains("# note: -R 1 has no effect here"), "{text}");
+        let header = collective_header(Collective::AllReduce, &plan, &machine);
+        assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
+        // Without rotation, the timing line says nothing of it.
+        let fixed = self::plan(&["--no-rotate"], 1);
+        let text = preamble(&fixed, &machine).join("\n");
+        assert!(!text.contains("nccl-tests' rotation"), "{text}");
+        assert!(text.contains("# note: --no-rotate"), "{text}");
+    }
+
+    #[test]
     fn compare_and_graph_notes() {
         let plan = plan(
             &[
