@@ -92,16 +92,15 @@ fn device_tensor<T: BenchElement>(
 /// The tensors a bound call moves through the group: its output is what
 /// goes back to the receive buffer. Owned (`'static`), so the layer can
 /// keep them after the launcher is gone.
-trait Operands<T: BenchElement>: WorkBuffers + 'static {
+trait Operands<T: BenchElement>: WorkBuffers + Sized + 'static {
     /// The operands of a call whose input is `input` and whose output has
-    /// `output_len` elements.
+    /// `output_len` elements (made on `stream`).
     fn new(
         input: Tensor<T>,
         output_len: usize,
         stream: &Arc<CudaStream>,
-    ) -> Result<Self, BenchError>
-    where
-        Self: Sized;
+    ) -> Result<Self, BenchError>;
+    /// The tensor the result lands in.
     fn output(&self) -> &Tensor<T>;
 }
 

@@ -186,4 +186,83 @@ mod tests {
                 .all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok())
         );
     }
+
+    #[test]
+    fn timestamps_and_the_nccl_tests_document_follow_the_plan() {
+        use clap::Parser;
+
+        use crate::cli::Args;
+        use crate::report::DeviceInfo;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        let path_text = path.to_str().unwrap();
+        let args =
+            Args::try_parse_from(["nccl-perf", "-S", "1", "-J", path_text, "all_reduce"]).unwrap();
+        let plan = Plan::new(&args, 1).unwrap();
+        let machine = Machine {
+            nccl_version: nccl_sys::Version::new(2, 28, 3),
+            nccl_path: "libnccl.so.2".to_string(),
+            native_all_to_all: true,
+            host: "vm".to_string(),
+            pid: 7,
+            devices: vec![DeviceInfo {
+                ordinal: 0,
+                name: "NVIDIA H200".to_string(),
+                pci: "0000:00:06".to_string(),
+            }],
+        };
+        let mut table = Vec::new();
+        let mut reporter = Reporter::new(&mut table, None);
+        reporter.begin(&plan, &machine).unwrap();
+        let r = row(
+            8,
+            2,
+            "sum",
+            -1,
+            m(6.5, 0.5, 0.0, Some(0)),
+            m(0.25, 32.0, 0.0, Some(0)),
+        );
+        reporter.row(&r).unwrap();
+        reporter.finish().unwrap();
+        drop(reporter);
+        let table = String::from_utf8(table).unwrap();
+        assert!(
+            table.contains(&format!("# Writing JSON output to {path_text}\n")),
+            "{table}"
+        );
+        assert!(
+            table.contains("# note: -S 1: the timestamps are UTC"),
+            "{table}"
+        );
+        let row_line = table.lines().last().unwrap();
+        // The row, then two spaces and `YYYY-MM-DD HH:MM:SS`.
+        let (body, stamp) = row_line.split_at(row_line.len() - 21);
+        assert_eq!(body, table_row(&r));
+        assert_eq!(&stamp[..2], "  ");
+        assert_eq!(stamp[2..].len(), "YYYY-MM-DD HH:MM:SS".len());
+        let document: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(document["results"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            document["config"]["devices"][0]["device_info"],
+            "NVIDIA H200"
+        );
+        assert_eq!(document["errors"], serde_json::json!([]));
+        // A name nccl-tests would not write: no document, no line about one.
+        let args = Args::try_parse_from([
+            "nccl-perf",
+            "-J",
+            dir.path().join("run.txt").to_str().unwrap(),
+        ])
+        .unwrap();
+        let plan = Plan::new(&args, 1).unwrap();
+        let mut table = Vec::new();
+        Reporter::new(&mut table, None)
+            .begin(&plan, &machine)
+            .unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(!table.contains("Writing JSON output"), "{table}");
+        assert!(!dir.path().join("run.txt").exists());
+    }
 }
