@@ -280,11 +280,6 @@ impl Args {
         }
     }
 
-    /// Whether results are checked.
-    pub fn check_enabled(&self) -> bool {
-        self.check > 0
-    }
-
     /// The layers to run, in order: the one of `--layer`, or A then B of `--compare`.
     pub fn layers(&self) -> Vec<LayerKind> {
         match self.compare {

@@ -463,6 +463,48 @@ mod tests {
     }
 
     #[test]
+    fn offsets_and_shifted_pointers() {
+        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4); // 64 per rank
+        let call = |mode| {
+            Call::new(
+                Collective::AllGather,
+                mode,
+                &counts,
+                0x1000,
+                0x9000,
+                DataType::Float32,
+                ReduceOp::Sum,
+                0,
+                2,
+                4,
+            )
+        };
+        let bases = (0x1000, 0x9000);
+        assert_eq!(call(Mode::InPlace).offsets(bases).unwrap(), (2 * 64, 0));
+        assert_eq!(call(Mode::OutOfPlace).offsets(bases).unwrap(), (0, 0));
+        // Buffers elsewhere than the call's: an error, not a wrong offset.
+        let error = call(Mode::OutOfPlace)
+            .offsets((0x2000, 0x9000))
+            .unwrap_err();
+        assert!(error.to_string().contains("0x1000"), "{error}");
+        assert_eq!(call(Mode::InPlace).rotation, Rotation::fixed(0));
+        let rotated = call(Mode::InPlace).rotated(Rotation::new(256, 1024, 0, 20));
+        assert_eq!(rotated.rotation.slots(), 4);
+
+        let core = nccl_core::Call {
+            op: nccl_core::Op::Send { peer: 1 },
+            send: 0x1000 as *const c_void,
+            recv: std::ptr::null_mut(),
+            count: 2,
+            dtype: DataType::Float32,
+        };
+        let moved = shifted(core, 64);
+        assert_eq!(moved.send as usize, 0x1040);
+        assert!(moved.recv.is_null(), "an unused null pointer stays null");
+        assert_eq!(shifted(core, 0).send, core.send);
+    }
+
+    #[test]
     fn ring_peers_and_blocks() {
         let counts = OpCounts::new(Collective::SendRecv, 64, 4, 4);
         let call = |rank| {

@@ -42,7 +42,7 @@ fn defaults() {
     assert_eq!(args.step_factor, 2);
     assert_eq!(args.iters, 20);
     assert_eq!(args.warmup_iters, 5);
-    assert!(args.check_enabled());
+    assert_eq!(args.check, 1);
     assert_eq!(args.ngpus, None);
     assert_eq!(args.layer, LayerKind::Core);
     assert_eq!(args.collectives(), Collective::ALL.to_vec());
