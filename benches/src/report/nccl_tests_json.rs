@@ -141,10 +141,13 @@ pub struct JsonDocument {
     finished: bool,
 }
 
-/// `value` as C's `%lf` writes it, or nccl-tests' `"nan"`.
+/// `value` as C's `%lf` writes it; NaN as nccl-tests' `"nan"` (and an
+/// infinity likewise as a string, so the document stays JSON).
 fn double(value: f64) -> String {
     if value.is_nan() {
-        "\"nan\"".to_string()
+        string("nan")
+    } else if value.is_infinite() {
+        string(if value > 0.0 { "inf" } else { "-inf" })
     } else {
         format!("{value:.6}")
     }
@@ -513,6 +516,9 @@ mod tests {
         assert_eq!(value["config"]["blocking_collectives"], "true");
         let result = &value["results"][0];
         assert_eq!(result["out_of_place"]["cpu_time"], "nan");
+        assert_eq!(double(f64::INFINITY), "\"inf\"");
+        assert_eq!(double(-f64::INFINITY), "\"-inf\"");
+        assert_eq!(double(2.5), "2.500000");
         assert_eq!(result["in_place"]["cpu_time"], 1.0);
         assert_eq!(result["root"], "     3");
         assert_eq!(result["actual_iterations"], 50);
