@@ -2,10 +2,11 @@
 //!
 //! The buffers are nccl-tensor `Tensor<T>`s of the Rust type matching `-d`
 //! (`f32` for `float`, `half::bf16` for `bfloat16`, ...), allocated once
-//! per collective for the largest size. Every layer works on the same
-//! buffers: the raw and core layers through their device addresses, the
-//! tensor layer through parts of them ([`Tensor::part`]), the group layer
-//! through copies. [`with_pair!`](crate::with_pair) runs code
+//! per collective and type, of `-e` bytes each as nccl-tests allocates
+//! them (so that the calls can rotate through them: `crate::rotation`).
+//! Every layer works on the same buffers: the raw and core layers through
+//! their device addresses, the tensor layer through parts of them
+//! ([`Tensor::part`]), the group layer through copies. [`with_pair!`](crate::with_pair) runs code
 //! generic over the element type on whichever pair a run uses; the pairs
 //! and the mapping come from nccl-core's table of data types.
 
@@ -115,6 +116,7 @@ fn upload_typed<T: BenchElement>(
     pair: &mut Pair<T>,
     send: &[u8],
     recv: &[u8],
+    at: usize,
     stream: &Arc<CudaStream>,
 ) -> Result<(), BenchError> {
     for (bytes, buffer) in [(send, &mut pair.send), (recv, &mut pair.recv)] {
@@ -123,9 +125,10 @@ fn upload_typed<T: BenchElement>(
             continue;
         }
         let available = buffer.len();
+        let end = at + values.len();
         let mut view = buffer
-            .view_mut(0..values.len())
-            .map_err(|_| too_small("check input", values.len(), available))?;
+            .view_mut(at..end)
+            .map_err(|_| too_small("check input", end, available))?;
         stream
             .memcpy_htod(&values, &mut view)
             .map_err(BenchError::cuda("copying the check inputs to the GPU"))?;
@@ -217,17 +220,18 @@ impl DeviceBuffers {
     }
 
     /// Writes `send` and `recv` (encoded elements, possibly empty) to the
-    /// start of the two buffers.
+    /// two buffers from element `at` on (the checked call's place).
     ///
     /// # Errors
-    /// More data than the buffers hold, or a CUDA error.
+    /// More data than the buffers hold from there, or a CUDA error.
     pub fn upload(
         &mut self,
         send: &[u8],
         recv: &[u8],
+        at: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<(), BenchError> {
-        with_pair!(&mut self.pair, pair => upload_typed(pair, send, recv, stream))
+        with_pair!(&mut self.pair, pair => upload_typed(pair, send, recv, at, stream))
     }
 
     /// Reads `len` elements of the receive buffer from element `start`, encoded.

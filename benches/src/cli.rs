@@ -1,24 +1,36 @@
-//! The command line of `nccl-perf`: flags modelled on nccl-tests, parsed by clap.
+//! The command line of `nccl-perf`: nccl-tests' flags with nccl-tests'
+//! meaning, and nccl-perf's own long flags, parsed by clap.
 //!
-//! The flags are [`Args`] here; `--compare` is parsed in `compare`, sizes
-//! (`128M`) in `size`, and the values of the collective, `-d`, `-o` and
-//! `--group-comms` arguments are in `values`.
+//! The flags are [`Args`] here; the nccl-tests flags accepted without
+//! effect are in `unapplied`; what they mean together is checked and read
+//! out in `reading` ([`Args::method`], [`Args::selection`]); `--compare`
+//! is parsed in `compare`, sizes (`128M`) in `size`, and the values of the
+//! collective, `-d`, `-o`, `-r` and `--group-comms` arguments are in
+//! `values`.
 
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{ArgAction, Parser};
 
 use crate::collective::Collective;
 use crate::layer::LayerKind;
 use crate::runner::Average;
 
 mod compare;
+mod reading;
 mod size;
+mod unapplied;
 mod values;
 
+#[cfg(test)]
+mod tests;
+
 use compare::{Compare, parse_compare_arg};
+pub use size::{SizeError, parse_size};
 use size::{parse_nonzero_size_arg, parse_size_arg};
-use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
+pub use unapplied::Unapplied;
+use values::{CollectiveArg, GroupComms, parse_root_arg};
+pub use values::{DataTypeArg, ReduceOpArg, RootArg};
 
 /// The `nccl-perf` flags.
 ///
@@ -28,6 +40,7 @@ use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
 #[command(
     name = "nccl-perf",
     version,
+    disable_version_flag = true,
     about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this workspace",
     long_about = "Measures NCCL collectives in nccl-tests' table format, through a chosen layer of this \
                   workspace (raw nccl-sys calls, nccl-core, nccl-tensor's safe API, or nccl-group's \
@@ -42,10 +55,17 @@ use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
                   The table goes to stdout and stays machine-readable (lines starting with '#' are \
                   comments; every row has the same columns); a progress bar goes to stderr when it is \
                   a terminal; errors go to stderr, as one line.\n\n\
-                  Timing: per size and mode, warm-up, then --batches timed batches of -n back-to-back \
-                  calls, each followed by one stream synchronisation; the time is the median over the \
-                  batches, reduced over the ranks as -a says. With -G N the -n calls are captured once in a CUDA \
-                  graph and each batch replays it N times (time = batch / (N * n)).\n\n\
+                  Flags: every flag of nccl-tests 2.19 is accepted with nccl-tests' meaning (its single \
+                  letter and its long name); one that cannot apply here is accepted and named in a \
+                  '# note:' line of the output. The long-only flags are nccl-perf's own.\n\n\
+                  Timing: per size and mode, warm-up, then --batches timed batches of -n iterations \
+                  (each -m calls in one NCCL group) back to back, each batch followed by one stream \
+                  synchronisation; the time is the median over the batches, reduced over the ranks as \
+                  -a says. As in nccl-tests, each iteration's buffers start at the next offset of send \
+                  and receive buffers of -e bytes, so consecutive calls do not find their data in the \
+                  L2 cache (--no-rotate: every call on the same buffers). With -G N the -n iterations \
+                  are captured once in a CUDA graph and each batch replays it N times (time = batch / \
+                  (N * n * m)).\n\n\
                   --compare A,B runs layer A and layer B on the same buffers at each size, interleaved \
                   (A warm-up, B warm-up, then timed batches A, B, A, B, ...), prints B's table with a \
                   'ratio' column (time B / time A) at the end of each half, and writes both layers' \
@@ -54,7 +74,8 @@ use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
                   0, 2 for a usage error or when the CUDA driver, a GPU or NCCL is missing.",
     after_help = "Examples:\n  \
                   nccl-perf -b 8 -e 128M -f 2 all_reduce\n  \
-                  nccl-perf --layer tensor -b 8 -e 1G -f 4 -n 200 -w 20\n  \
+                  nccl-perf --layer raw -b 8 -e 1G -f 4 -n 200 -w 20 -J all_reduce.json all_reduce\n  \
+                  nccl-perf -d all -o all -c 3 reduce\n  \
                   nccl-perf --compare raw,tensor --json rows.jsonl --plot bw.svg all_reduce\n  \
                   nccl-perf --compare raw,group -b 8 -e 128M -f 2\n  \
                   nccl-perf --compare raw,core -G 100 -b 8 -e 1M sendrecv\n  \
@@ -63,44 +84,97 @@ use values::{CollectiveArg, DataTypeArg, GroupComms, ReduceOpArg};
 )]
 pub struct Args {
     /// Smallest message size in bytes (suffixes K, M, G).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size_arg)]
+    #[arg(short = 'b', allow_negative_numbers = true, long = "minbytes", default_value = "8", value_parser = parse_size_arg)]
     pub min_bytes: u64,
 
-    /// Largest message size in bytes (suffixes K, M, G).
-    #[arg(short = 'e', long = "maxbytes", default_value = "128M", value_parser = parse_size_arg)]
+    /// Largest message size in bytes (suffixes K, M, G); each buffer holds this many bytes.
+    #[arg(short = 'e', allow_negative_numbers = true, long = "maxbytes", default_value = "128M", value_parser = parse_size_arg)]
     pub max_bytes: u64,
 
-    /// Multiply the size by this factor from one row to the next (1: add --stepbytes instead).
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
-    pub step_factor: u64,
-
     /// Increment between sizes when --stepfactor is 1 (suffixes K, M, G).
-    #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = parse_nonzero_size_arg)]
+    #[arg(short = 'i', allow_negative_numbers = true, long = "stepbytes", default_value = "1M", value_parser = parse_nonzero_size_arg)]
     pub step_bytes: u64,
 
-    /// Calls per timed batch (and in each CUDA graph with -G), per size, mode and layer.
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Multiply the size by this factor from one row to the next (1: add --stepbytes instead).
+    #[arg(short = 'f', allow_negative_numbers = true, long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+    pub step_factor: u64,
+
+    /// Timed iterations per batch (and in each CUDA graph with -G), per size, mode and layer.
+    #[arg(short = 'n', allow_negative_numbers = true, long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub iters: u32,
 
+    /// Calls per timed iteration, issued in one NCCL group (nccl-tests' aggregated iterations).
+    #[arg(short = 'm', allow_negative_numbers = true, long = "agg_iters", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub agg_iters: u32,
+
     /// Untimed warm-up calls per size, mode and layer, before the timed batches.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    #[arg(
+        short = 'w',
+        allow_negative_numbers = true,
+        long = "warmup_iters",
+        default_value_t = 5
+    )]
     pub warmup_iters: u32,
 
-    /// Check results (1) or not (0): one untimed run per size and mode compared with a host computation.
-    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub check: u8,
+    /// Run and print the sizes this many times (nccl-tests' 0, forever, is refused: give a count).
+    #[arg(
+        short = 'N',
+        allow_negative_numbers = true,
+        long = "run_cycles",
+        value_name = "CYCLES",
+        default_value_t = 1
+    )]
+    pub run_cycles: u32,
 
-    /// Element type.
-    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = DataTypeArg::FLOAT)]
-    pub datatype: DataTypeArg,
+    /// Check results this many times per size and mode, each an untimed call compared with a
+    /// host computation (0: no check, #wrong prints N/A).
+    #[arg(
+        short = 'c',
+        allow_negative_numbers = true,
+        long = "check",
+        value_name = "COUNT",
+        default_value_t = 1
+    )]
+    pub check: u32,
 
-    /// Reduction of all_reduce, reduce and reduce_scatter.
+    /// Reduction of all_reduce, reduce, reduce_scatter (and the redop column of sendrecv);
+    /// all: every one in turn.
     #[arg(short = 'o', long = "op", value_enum, default_value_t = ReduceOpArg::Sum)]
     pub op: ReduceOpArg,
 
-    /// Root rank of broadcast and reduce.
-    #[arg(short = 'r', long = "root", default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..))]
-    pub root: i32,
+    /// Element type; all: every type in turn, in nccl-tests' order.
+    #[arg(short = 'd', long = "datatype", value_enum, default_value_t = DataTypeArg::FLOAT)]
+    pub datatype: DataTypeArg,
+
+    /// Root rank of broadcast, reduce, gather and scatter; all (or -1): every rank in turn.
+    #[arg(
+        short = 'r',
+        long = "root",
+        value_name = "RANK|all",
+        default_value = "0",
+        allow_negative_numbers = true,
+        value_parser = parse_root_arg
+    )]
+    pub root: RootArg,
+
+    /// Blocking mode: 0 none; 1 wait and meet the other ranks after each iteration; 2 wait
+    /// after each iteration; 3 as 1, with the meetings left out of the time.
+    #[arg(short = 'z', allow_negative_numbers = true, long = "blocking", value_name = "0|1|2|3", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub blocking: u8,
+
+    /// 1: issue the calls on the NULL stream instead of a created non-blocking one.
+    #[arg(short = 'y', allow_negative_numbers = true, long = "stream_null", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub stream_null: u8,
+
+    /// Fail a wait for the GPU that takes more than this many seconds (0: never).
+    #[arg(
+        short = 'T',
+        allow_negative_numbers = true,
+        long = "timeout",
+        value_name = "SECONDS",
+        default_value_t = 0
+    )]
+    pub timeout: u32,
 
     /// GPUs per thread, as nccl-tests [default: 1 in a launch; alone, every visible GPU
     /// over the -t threads].
@@ -116,6 +190,49 @@ pub struct Args {
     /// maximum (#wrong is always the sum).
     #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub average: u8,
+
+    /// Capture the -n iterations of each size, mode and layer in a CUDA graph and replay it N
+    /// times per timed batch (0: no graph, call the layer directly).
+    #[arg(
+        short = 'G',
+        allow_negative_numbers = true,
+        long = "cudagraph",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub graph: u32,
+
+    /// 1: report the time the host took to issue the calls (the column reads cputime).
+    #[arg(short = 'C', allow_negative_numbers = true, long = "report_cputime", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub report_cputime: u8,
+
+    /// 1: end each row with the time it was measured (UTC).
+    #[arg(short = 'S', allow_negative_numbers = true, long = "report_timestamps", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub report_timestamps: u8,
+
+    /// Also write nccl-tests' JSON document to FILE (written only for a name ending in .json;
+    /// an existing FILE is kept and FILE.0, FILE.1, ... tried, as nccl-tests does).
+    #[arg(short = 'J', long = "output_file", value_name = "FILE")]
+    pub output_file: Option<PathBuf>,
+
+    /// Misalign the send and receive buffers by this many elements.
+    #[arg(
+        short = 'u',
+        allow_negative_numbers = true,
+        long = "unalign",
+        value_name = "ELEMENTS",
+        default_value_t = 0
+    )]
+    pub unalign: u32,
+
+    /// nccl-tests flags accepted without effect.
+    #[command(flatten)]
+    pub unapplied: Unapplied,
+
+    /// Every call on the same buffers, instead of moving each iteration to the next offset
+    /// of -e-sized buffers as nccl-tests does (nccl-tests has no such flag).
+    #[arg(long)]
+    pub no_rotate: bool,
 
     /// The collective to measure (same as the positional argument).
     #[arg(
@@ -150,11 +267,6 @@ pub struct Args {
     #[arg(long, value_name = "A,B", value_parser = parse_compare_arg, conflicts_with = "layer")]
     pub compare: Option<Compare>,
 
-    /// Capture the -n calls of each size, mode and layer in a CUDA graph and replay it N
-    /// times per timed batch (0: no graph, call the layer directly).
-    #[arg(short = 'G', long = "cudagraph", value_name = "N", default_value_t = 0)]
-    pub graph: u32,
-
     /// Timed batches per size, mode and layer; the time is their median [default: 1, or 5
     /// with --compare].
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
@@ -169,6 +281,10 @@ pub struct Args {
     /// per layer and mode, to FILE as SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+
+    /// Print the version (long form only: -V is nccl-tests' --device_cta_count).
+    #[arg(long, action = ArgAction::Version)]
+    version: Option<bool>,
 }
 
 impl Args {
@@ -182,11 +298,6 @@ impl Args {
             CollectiveArg::All => Collective::ALL.to_vec(),
             CollectiveArg::One(collective) => vec![collective],
         }
-    }
-
-    /// Whether results are checked.
-    pub fn check_enabled(&self) -> bool {
-        self.check == 1
     }
 
     /// The layers to run, in order: the one of `--layer`, or A then B of `--compare`.
@@ -206,152 +317,5 @@ impl Args {
     pub fn batches(&self) -> u32 {
         self.batches
             .unwrap_or(if self.compare.is_some() { 5 } else { 1 })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use nccl_core::{DataType, ReduceOp};
-
-    use super::*;
-
-    #[test]
-    fn defaults_match_nccl_tests() {
-        let args = Args::try_parse_from(["nccl-perf"]).unwrap();
-        assert_eq!(args.min_bytes, 8);
-        assert_eq!(args.max_bytes, 128 << 20);
-        assert_eq!(args.step_factor, 2);
-        assert_eq!(args.iters, 20);
-        assert_eq!(args.warmup_iters, 5);
-        assert!(args.check_enabled());
-        assert_eq!(args.datatype.data_type(), DataType::Float32);
-        assert_eq!(args.op.reduce_op(), ReduceOp::Sum);
-        assert_eq!(args.root, 0);
-        assert_eq!((args.ngpus, args.threads), (None, 1));
-        assert_eq!(args.average(), Average::Mean);
-        assert_eq!(args.layer, LayerKind::Core);
-        assert_eq!(args.collectives(), Collective::ALL.to_vec());
-        assert_eq!(args.compare, None);
-        assert_eq!(args.layers(), vec![LayerKind::Core]);
-        assert_eq!((args.graph, args.batches()), (0, 1));
-        assert_eq!((args.json.as_ref(), args.plot.as_ref()), (None, None));
-    }
-
-    #[test]
-    fn graph_flag_parses() {
-        let args = Args::try_parse_from(["nccl-perf", "-G", "100"]).unwrap();
-        assert_eq!(args.graph, 100);
-        let args = Args::try_parse_from(["nccl-perf", "--cudagraph", "3"]).unwrap();
-        assert_eq!(args.graph, 3);
-        let args = Args::try_parse_from(["nccl-perf", "-G", "0"]).unwrap();
-        assert_eq!(args.graph, 0);
-        for bad in [
-            &["nccl-perf", "-G", "-1"][..],
-            &["nccl-perf", "-G", "x"],
-            &["nccl-perf", "-G"],
-            &["nccl-perf", "-G", "4294967296"],
-        ] {
-            assert!(Args::try_parse_from(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn flags_parse() {
-        let args = Args::try_parse_from([
-            "nccl-perf",
-            "-b",
-            "1K",
-            "-e",
-            "1G",
-            "-f",
-            "4",
-            "-n",
-            "200",
-            "-w",
-            "20",
-            "-c",
-            "0",
-            "-d",
-            "bfloat16",
-            "-o",
-            "max",
-            "-r",
-            "1",
-            "-g",
-            "2",
-            "--layer",
-            "raw",
-            "--json",
-            "out.jsonl",
-            "--plot",
-            "bw.svg",
-            "all_gather",
-        ])
-        .unwrap();
-        assert_eq!(
-            (args.min_bytes, args.max_bytes, args.step_factor),
-            (1024, 1 << 30, 4)
-        );
-        assert_eq!((args.iters, args.warmup_iters, args.check), (200, 20, 0));
-        assert_eq!(args.datatype, DataTypeArg(DataType::Bfloat16));
-        assert_eq!(args.op, ReduceOpArg::Max);
-        assert_eq!((args.root, args.ngpus), (1, Some(2)));
-        assert_eq!(args.layer, LayerKind::Raw);
-        assert_eq!(
-            args.json.as_deref(),
-            Some(std::path::Path::new("out.jsonl"))
-        );
-        assert_eq!(args.collectives(), vec![Collective::AllGather]);
-        assert_eq!(args.plot.as_deref(), Some(std::path::Path::new("bw.svg")));
-        let tensor = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
-        assert_eq!(tensor.layers(), vec![LayerKind::Tensor]);
-        let group = Args::try_parse_from(["nccl-perf", "--layer", "group"]).unwrap();
-        assert_eq!(group.layers(), vec![LayerKind::Group]);
-
-        let by_flag = Args::try_parse_from(["nccl-perf", "--op-name", "sendrecv"]).unwrap();
-        assert_eq!(by_flag.collectives(), vec![Collective::SendRecv]);
-        let dashed = Args::try_parse_from(["nccl-perf", "reduce-scatter"]).unwrap();
-        assert_eq!(dashed.collectives(), vec![Collective::ReduceScatter]);
-        let all = Args::try_parse_from(["nccl-perf", "all"]).unwrap();
-        assert_eq!(all.collectives(), Collective::ALL.to_vec());
-    }
-
-    #[test]
-    fn process_flags_parse_as_nccl_tests() {
-        let args = Args::try_parse_from(["nccl-perf", "-t", "2", "-g", "4", "-a", "0"]).unwrap();
-        assert_eq!((args.threads, args.ngpus), (2, Some(4)));
-        assert_eq!(args.average(), Average::Rank0);
-        let args =
-            Args::try_parse_from(["nccl-perf", "--nthreads", "3", "--average", "3"]).unwrap();
-        assert_eq!((args.threads, args.average()), (3, Average::Max));
-        let args = Args::try_parse_from(["nccl-perf", "--ngpus", "1", "-a", "2"]).unwrap();
-        assert_eq!((args.ngpus, args.average()), (Some(1), Average::Min));
-    }
-
-    #[test]
-    fn invalid_flags_are_clap_errors() {
-        for bad in [
-            &["nccl-perf", "-c", "2"][..],
-            &["nccl-perf", "-n", "0"],
-            &["nccl-perf", "-f", "0"],
-            &["nccl-perf", "-g", "0"],
-            &["nccl-perf", "-t", "0"],
-            &["nccl-perf", "-a", "4"],
-            &["nccl-perf", "-a", "-1"],
-            &["nccl-perf", "-a"],
-            &["nccl-perf", "-r", "-1"],
-            &["nccl-perf", "-b", "8X"],
-            &["nccl-perf", "-i", "0"],
-            &["nccl-perf", "-d", "float8"],
-            &["nccl-perf", "-o", "xor"],
-            &["nccl-perf", "--layer", "magic"],
-            &["nccl-perf", "alltoallv"],
-            &["nccl-perf", "--op-name", "all_reduce", "broadcast"],
-        ] {
-            assert!(
-                Args::try_parse_from(bad).is_err(),
-                "{bad:?} should be rejected"
-            );
-        }
     }
 }

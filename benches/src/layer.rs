@@ -8,10 +8,12 @@
 //!
 //! A layer *binds* one call (collective, mode, buffers, count, type) before
 //! the timed loop into a [`Launch`]: the timed loop then only calls the
-//! launcher, so it measures the collective calls and nothing else. A
-//! launcher borrows the rank's [`DeviceBuffers`] for as long as it lives
-//! (the tensor layer holds typed views of them; the group layer copies its
-//! tensors from them when bound and back when dropped), so the runner binds
+//! launcher with the places ([`Shift`]s, nccl-tests' rotation, computed
+//! before the loop) of one iteration's calls, so it measures the collective
+//! calls and nothing else. A launcher borrows the rank's [`DeviceBuffers`]
+//! for as long as it lives (the tensor layer makes typed views of them at
+//! each call's place; the group layer copies its tensors, one set per
+//! place, from them when bound and back when dropped), so the runner binds
 //! again after touching the buffers itself; binding is never timed.
 
 mod core_layer;
@@ -35,6 +37,7 @@ pub use tensor_layer::TensorLayer;
 use crate::buffers::DeviceBuffers;
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
+pub use crate::rotation::{Rotation, Shift};
 use crate::sizes::OpCounts;
 
 /// Which layer issues the calls.
@@ -79,8 +82,14 @@ impl LayerKind {
     }
 }
 
-/// One bound operation: each call enqueues it once on the rank's stream.
-pub type Launch<'a> = Box<dyn FnMut() -> Result<(), BenchError> + 'a>;
+/// One bound operation: each call enqueues it once per place given (in
+/// one NCCL group when there are several: nccl-tests' `-m`), each time
+/// with both buffers moved by the place's offset, on the rank's stream.
+pub type Launch<'a> = Box<dyn FnMut(&[Shift]) -> Result<(), BenchError> + 'a>;
+
+/// One call at the start of the buffers: the places of a launch without
+/// rotation.
+pub const AT_START: &[Shift] = &[Shift { slot: 0, elems: 0 }];
 
 /// The arguments of one collective call on one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +114,9 @@ pub struct Call {
     pub rank: i32,
     /// The number of ranks.
     pub world: i32,
+    /// The places the call's launches rotate through (every [`Shift`] a
+    /// launch gets is one of them); the buffers hold the call at each.
+    pub rotation: Rotation,
 }
 
 impl Call {
@@ -142,7 +154,44 @@ impl Call {
             root,
             rank: rank as i32,
             world: world as i32,
+            rotation: Rotation::fixed(0),
         }
+    }
+
+    /// The call rotating through `rotation`'s places.
+    pub fn rotated(self, rotation: Rotation) -> Self {
+        Self { rotation, ..self }
+    }
+
+    /// The element offsets of the send and receive pointers from the starts
+    /// of the buffers they point into (in place, both into the receive
+    /// buffer), whose device addresses are `bases` (send, receive).
+    ///
+    /// # Errors
+    /// A pointer below its buffer or between two elements (a call not
+    /// made by [`Call::new`] over these buffers).
+    pub fn offsets(
+        &self,
+        (send_base, recv_base): (u64, u64),
+    ) -> Result<(usize, usize), BenchError> {
+        let elem = self.dtype.size_bytes();
+        let send_base = if self.mode == Mode::InPlace {
+            recv_base
+        } else {
+            send_base
+        };
+        let offset = |what: &str, address: u64, base: u64| {
+            element_offset(address, base, elem).ok_or_else(|| {
+                BenchError::Usage(format!(
+                    "internal error: the {what} address {address:#x} is not an element of the buffer at {base:#x} \
+                     ({elem}-byte elements)"
+                ))
+            })
+        };
+        Ok((
+            offset("send", self.send, send_base)?,
+            offset("receive", self.recv, recv_base)?,
+        ))
     }
 
     /// The send pointer.
@@ -165,6 +214,15 @@ impl Call {
     pub fn block_bytes(&self) -> u64 {
         (self.count * self.dtype.size_bytes()) as u64
     }
+}
+
+/// The element index of device address `address` in a buffer of
+/// `elem`-byte elements starting at `base`; `None` for an address below the
+/// buffer or between two elements.
+pub fn element_offset(address: u64, base: u64, elem: usize) -> Option<usize> {
+    let bytes = usize::try_from(address.checked_sub(base)?).ok()?;
+    let elem = elem.max(1);
+    (bytes % elem == 0).then_some(bytes / elem)
 }
 
 impl Call {
@@ -197,6 +255,23 @@ impl Call {
     }
 }
 
+/// `call` with both pointers moved `bytes` further (a null pointer, which
+/// its operation does not use, stays null).
+#[inline]
+pub fn shifted(call: nccl_core::Call<'static>, bytes: usize) -> nccl_core::Call<'static> {
+    let send = if call.send.is_null() {
+        call.send
+    } else {
+        call.send.wrapping_byte_add(bytes)
+    };
+    let recv = if call.recv.is_null() {
+        call.recv
+    } else {
+        call.recv.wrapping_byte_add(bytes)
+    };
+    nccl_core::Call { send, recv, ..call }
+}
+
 /// Why `layer` has no `collective` in `mode`; `None` when it has. The one
 /// place the layers' `N/A` rows are explained:
 /// * nccl-tensor's safe API (the tensor and group layers) takes an
@@ -224,6 +299,7 @@ pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Opti
         root: 0,
         rank: 0,
         world: 1,
+        rotation: Rotation::fixed(0),
     };
     let out_of_place_only = call
         .ops()
@@ -254,17 +330,19 @@ pub trait Layer {
         unsupported(self.kind(), collective, mode).is_none()
     }
 
-    /// Binds `call` into a launcher. Functions are looked up and views
-    /// made here, once. What a launcher enqueues may be captured in a CUDA
-    /// graph and replayed after the launcher is dropped, until the layer's
-    /// next bind (the group layer keeps its tensors that long).
+    /// Binds `call` into a launcher. Functions are looked up here, once.
+    /// What a launcher enqueues may be captured in a CUDA graph and
+    /// replayed after the launcher is dropped, until the layer's next bind
+    /// (the group layer keeps its tensors that long).
     ///
     /// # Safety
     /// For as long as the launcher is called: `call.send` and `call.recv`
     /// point into `buffers` (whose addresses they were computed from),
-    /// valid for the elements `call.collective` reads and writes (see
-    /// nccl-core's collectives), on the communicator's device; and every
-    /// rank launches matching calls in the same order.
+    /// valid, moved by the offset of any place of `call.rotation`, for the
+    /// elements `call.collective` reads and writes (see nccl-core's
+    /// collectives), on the communicator's device; every place the launcher
+    /// gets is one of `call.rotation`'s; and every rank launches matching
+    /// calls at the same places in the same order.
     ///
     /// # Errors
     /// The loaded libnccl lacks a function the call needs, the layer does
@@ -382,6 +460,48 @@ mod tests {
         assert_eq!((ip.send, ip.recv, ip.count), (0x9000, 0x9000, 8));
         assert_eq!(ip.send_ptr() as usize, 0x9000);
         assert_eq!(ip.recv_ptr() as usize, 0x9000);
+    }
+
+    #[test]
+    fn offsets_and_shifted_pointers() {
+        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4); // 64 per rank
+        let call = |mode| {
+            Call::new(
+                Collective::AllGather,
+                mode,
+                &counts,
+                0x1000,
+                0x9000,
+                DataType::Float32,
+                ReduceOp::Sum,
+                0,
+                2,
+                4,
+            )
+        };
+        let bases = (0x1000, 0x9000);
+        assert_eq!(call(Mode::InPlace).offsets(bases).unwrap(), (2 * 64, 0));
+        assert_eq!(call(Mode::OutOfPlace).offsets(bases).unwrap(), (0, 0));
+        // Buffers elsewhere than the call's: an error, not a wrong offset.
+        let error = call(Mode::OutOfPlace)
+            .offsets((0x2000, 0x9000))
+            .unwrap_err();
+        assert!(error.to_string().contains("0x1000"), "{error}");
+        assert_eq!(call(Mode::InPlace).rotation, Rotation::fixed(0));
+        let rotated = call(Mode::InPlace).rotated(Rotation::new(256, 1024, 0, 20));
+        assert_eq!(rotated.rotation.slots(), 4);
+
+        let core = nccl_core::Call {
+            op: nccl_core::Op::Send { peer: 1 },
+            send: 0x1000 as *const c_void,
+            recv: std::ptr::null_mut(),
+            count: 2,
+            dtype: DataType::Float32,
+        };
+        let moved = shifted(core, 64);
+        assert_eq!(moved.send as usize, 0x1040);
+        assert!(moved.recv.is_null(), "an unused null pointer stays null");
+        assert_eq!(shifted(core, 0).send, core.send);
     }
 
     #[test]

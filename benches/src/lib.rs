@@ -37,16 +37,24 @@
 //! `group-soak` watches memory over many group all-reduces.
 //!
 //! Modules, one concern each, all private to the crate:
-//! * `cli`: the flags (clap), `--compare` and size parsing (`128M`).
+//! * `cli`: the flags (clap): nccl-tests' and nccl-perf's own, what they
+//!   mean together, `--compare` and size parsing (`128M`).
+//! * `method`: how a run measures and reports (nccl-tests' method flags).
+//! * `selection`: the element types, reductions, roots and cycles, and
+//!   the rows of each collective's table they make.
 //! * `sizes`: the size sweep, per-collective counts, bandwidths.
+//! * `rotation`: nccl-tests' per-iteration buffer offsets.
 //! * `collective`: the collectives and what nccl-tests prints for each.
 //! * `buffers`: a rank's typed send and receive buffers.
 //! * `layer`: the [`Layer`] trait and one implementation per layer.
 //! * `check`: inputs, poison and host reference results for `#wrong`.
-//! * `timing`: timed batches, CUDA graph capture and replay, medians.
+//! * `timing`: timed batches, CUDA graph capture and replay, bounded
+//!   waits, medians.
 //! * `report`: the nccl-tests table (and its ratio column), the comment
-//!   lines that describe the run, and JSON rows.
+//!   lines that describe the run, JSON rows and nccl-tests' JSON document.
 //! * `plot`: the `--plot` SVG.
+//! * [`tables`]: nccl-tests' tables read back and set side by side
+//!   (`nccl-tests-compare`).
 //! * `env`: the CUDA driver, GPU and NCCL checks done before anything else.
 //! * `runner`: which ranks and GPUs a process has, the plan, the rank
 //!   threads, where the processes meet (barriers, failures, results), and
@@ -60,7 +68,9 @@
 //! [`Args`] and [`main_with`] are `nccl-perf`; [`World`] is a rank's place
 //! in its launch; a layer ([`RawLayer`], [`CoreLayer`], [`TensorLayer`],
 //! [`GroupLayer`], named by [`LayerKind`]) binds a [`Call`] of a
-//! [`Collective`] in a [`Mode`] on [`DeviceBuffers`] into a [`Launch`];
+//! [`Collective`] in a [`Mode`] on [`DeviceBuffers`] into a [`Launch`],
+//! called with the places ([`Shift`]) of its [`Rotation`] ([`AT_START`]
+//! for one call at the buffers' start);
 //! [`CountingAllocator`] and [`counted`] count heap allocations; [`median`]
 //! and [`per_call_us`] reduce timings; [`BenchError`] is every error.
 
@@ -72,19 +82,26 @@ mod collective;
 mod env;
 mod error;
 mod layer;
+mod method;
 mod plot;
 mod report;
+mod rotation;
 mod runner;
+mod selection;
 mod sizes;
+pub mod tables;
 mod timing;
 mod world;
 
 pub use alloc_count::{CountingAllocator, counted};
 pub use buffers::DeviceBuffers;
-pub use cli::Args;
+pub use cli::{Args, SizeError, parse_size};
 pub use collective::{Collective, Mode};
 pub use error::BenchError;
-pub use layer::{Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, TensorLayer};
+pub use layer::{
+    AT_START, Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, Rotation, Shift,
+    TensorLayer,
+};
 pub use runner::main_with;
 pub use timing::{median, per_call_us};
 pub use world::World;

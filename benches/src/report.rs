@@ -9,20 +9,23 @@
 //! whitespace-separated fields.
 //!
 //! This module holds the rows ([`Row`], with their JSON form); `format`
-//! prints numbers as nccl-tests' C code does, `table` lays out the
-//! column headers, rows and footers, `comments` writes the comment lines
-//! that describe the run, and `reporter` sends lines to stdout and rows
-//! to the JSON file.
+//! prints numbers as nccl-tests' C code does, `clock` its timestamps,
+//! `table` lays out the column headers, rows and footers, `comments`
+//! writes the comment lines that describe the run, `nccl_tests_json`
+//! writes nccl-tests' JSON document (`-J`), and `reporter` sends lines to
+//! stdout and rows to the JSON files.
 
+mod clock;
 mod comments;
 mod format;
+mod nccl_tests_json;
 mod reporter;
 mod table;
 
 use serde::Serialize;
 
 use crate::collective::Mode;
-pub use comments::{DeviceInfo, Machine, collective_header, preamble};
+pub use comments::{DeviceInfo, Machine, collective_header};
 pub use format::c_general;
 pub use reporter::Reporter;
 pub use table::{average_busbw, compare_footer, table_footer};

@@ -204,7 +204,7 @@ pub fn run(
         let title = format!(
             "nccl-perf {}: {} world {} {}",
             plan.layers_title(),
-            plan.dtype.short_name(),
+            plan.selection.dtype_names(),
             plan.world,
             if plan.graph > 0 {
                 format!("(CUDA graph x{})", plan.graph)

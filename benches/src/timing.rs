@@ -1,15 +1,93 @@
-//! Timing one rank's batches: back-to-back launches and one stream
-//! synchronisation, or replays of a CUDA graph that captured the launches
-//! (`-G`); and the median over batches.
+//! Timing one rank's batches: iterations of launches (each at its
+//! places of nccl-tests' rotation, `-m` calls in one NCCL group) and one
+//! stream synchronisation, waiting and meeting the other ranks in between
+//! as `-z` says, or replays of a CUDA graph that captured the launches
+//! (`-G`); every wait bounded by `-T`; and the median over batches.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaStream};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
 
 use crate::error::BenchError;
-use crate::layer::Launch;
+use crate::layer::{Launch, Shift};
+use crate::method::Blocking;
+
+/// Waits for a stream's work, for at most a timeout (`-T`) when one is set.
+pub struct Waiter<'a> {
+    stream: &'a CudaStream,
+    /// The timeout and the event polled until it passes.
+    bounded: Option<(Duration, CudaEvent)>,
+}
+
+impl<'a> Waiter<'a> {
+    /// A waiter for `stream`'s work; with a `timeout`, its event is made
+    /// here, before any timed loop.
+    ///
+    /// # Errors
+    /// The driver's error creating the event.
+    pub fn new(stream: &'a CudaStream, timeout: Option<Duration>) -> Result<Self, BenchError> {
+        let bounded = match timeout {
+            Some(timeout) => Some((
+                timeout,
+                stream
+                    .context()
+                    .new_event(None)
+                    .map_err(BenchError::cuda("creating the event of -T's waits"))?,
+            )),
+            None => None,
+        };
+        Ok(Self { stream, bounded })
+    }
+
+    /// Waits until the stream's work so far is done (`during` says what
+    /// the wait is for, in errors).
+    ///
+    /// # Errors
+    /// The driver's error, or [`nccl_core::Error::Timeout`] after the
+    /// timeout (the run then fails, and its communicators are aborted, as
+    /// nccl-tests does).
+    pub fn wait(&self, during: &'static str) -> Result<(), BenchError> {
+        let Some((timeout, event)) = &self.bounded else {
+            return self.stream.synchronize().map_err(BenchError::cuda(during));
+        };
+        event
+            .record(self.stream)
+            .map_err(BenchError::cuda(during))?;
+        let start = Instant::now();
+        while !event.try_is_complete().map_err(BenchError::cuda(during))? {
+            if start.elapsed() > *timeout {
+                return Err(nccl_core::Error::Timeout {
+                    operation: during,
+                    waited: *timeout,
+                }
+                .into());
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
+/// How a timed loop paces its iterations.
+pub struct Pacing<'a> {
+    /// Calls per iteration (`-m`): each launch gets this many places.
+    pub agg: usize,
+    /// Where the loop waits and meets the other ranks (`-z`).
+    pub blocking: Blocking,
+    /// Meets the other ranks.
+    pub meet: &'a dyn Fn() -> Result<(), BenchError>,
+}
+
+/// One timed batch, per call, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timed {
+    /// Until the GPU finished the calls (nccl-tests' `time`).
+    pub wall_us: f64,
+    /// Until the host had issued them (nccl-tests' `cputime`, `-C 1`).
+    pub cpu_us: f64,
+}
 
 /// The median of `values` (the mean of the middle two for an even count);
 /// `None` when empty. NaNs sort last.
@@ -32,27 +110,45 @@ pub fn per_call_us(seconds: f64, calls: u64) -> f64 {
     seconds * 1.0e6 / calls.max(1) as f64
 }
 
-/// Calls `launch` `calls` times and synchronises `stream` once: the time
-/// per call in microseconds.
+/// Launches the calls at `shifts` (one per call, computed before the
+/// loop), `pacing.agg` per iteration, then waits: the time per call.
+/// With `-z 3` the meetings after each iteration are left out of it.
 ///
 /// # Errors
-/// A failed launch or synchronisation.
+/// A failed launch, wait or meeting.
 pub fn time_launches(
     launch: &mut Launch<'_>,
-    calls: u32,
-    stream: &CudaStream,
-) -> Result<f64, BenchError> {
+    shifts: &[Shift],
+    pacing: &Pacing<'_>,
+    waiter: &Waiter<'_>,
+) -> Result<Timed, BenchError> {
+    let blocking = pacing.blocking;
+    let mut left_out = Duration::ZERO;
     let start = Instant::now();
-    for _ in 0..calls {
-        launch()?;
+    for iteration in shifts.chunks(pacing.agg.max(1)) {
+        launch(iteration)?;
+        if blocking.waits() {
+            waiter.wait("waiting for an iteration's calls (-z)")?;
+        }
+        if blocking.meets() {
+            let meeting = Instant::now();
+            (pacing.meet)()?;
+            if blocking == Blocking::WaitAndBarrierUntimed {
+                left_out += meeting.elapsed();
+            }
+        }
     }
-    stream
-        .synchronize()
-        .map_err(BenchError::cuda("synchronizing after the timed loop"))?;
-    Ok(per_call_us(start.elapsed().as_secs_f64(), u64::from(calls)))
+    let issued = start.elapsed().saturating_sub(left_out);
+    waiter.wait("waiting for the timed calls")?;
+    let done = start.elapsed().saturating_sub(left_out);
+    let calls = shifts.len() as u64;
+    Ok(Timed {
+        wall_us: per_call_us(done.as_secs_f64(), calls),
+        cpu_us: per_call_us(issued.as_secs_f64(), calls),
+    })
 }
 
-/// A CUDA graph of `calls` launches; `Empty` when they enqueued nothing
+/// A CUDA graph of a loop's launches; `Empty` when they enqueued nothing
 /// (in-place collectives at world size 1), which replays as nothing.
 pub enum Captured {
     /// The instantiated graph.
@@ -76,9 +172,11 @@ impl Captured {
     }
 }
 
-/// Captures `calls` launches on `stream` into a CUDA graph (thread-local
-/// capture mode, so each rank thread captures on its own) and instantiates
-/// it. Nothing runs on the GPU until the graph is replayed.
+/// Captures the launches of the calls at `shifts`, `agg` per iteration
+/// (as [`time_launches`] issues them), on `stream` into a CUDA graph
+/// (thread-local capture mode, so each rank thread captures on its own)
+/// and instantiates it. Nothing runs on the GPU until the graph is
+/// replayed.
 ///
 /// cudarc's stream tracking is paused during the capture: it would make the
 /// stream wait on events recorded before the capture began, which CUDA
@@ -90,7 +188,8 @@ impl Captured {
 /// first), or the driver's error.
 pub fn capture(
     launch: &mut Launch<'_>,
-    calls: u32,
+    shifts: &[Shift],
+    agg: usize,
     stream: &Arc<CudaStream>,
 ) -> Result<Captured, BenchError> {
     let context = stream.context();
@@ -99,7 +198,7 @@ pub fn capture(
     // `stream`, so no cross-stream synchronisation is lost while tracking
     // is off; it is turned back on below before anything else runs.
     unsafe { context.disable_event_tracking() };
-    let captured = capture_calls(launch, calls, stream);
+    let captured = capture_calls(launch, shifts, agg, stream);
     if tracking {
         // SAFETY: no buffer was created while tracking was off.
         unsafe { context.enable_event_tracking() };
@@ -109,19 +208,14 @@ pub fn capture(
 
 fn capture_calls(
     launch: &mut Launch<'_>,
-    calls: u32,
+    shifts: &[Shift],
+    agg: usize,
     stream: &Arc<CudaStream>,
 ) -> Result<Captured, BenchError> {
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .map_err(BenchError::cuda("beginning a CUDA graph capture"))?;
-    let mut launched = Ok(());
-    for _ in 0..calls {
-        launched = launch();
-        if launched.is_err() {
-            break;
-        }
-    }
+    let launched = shifts.chunks(agg.max(1)).try_for_each(&mut *launch);
     // Always end the capture, so that the stream is usable again.
     let ended = stream.end_capture(CUgraphInstantiate_flags(0));
     launched?;
@@ -131,28 +225,28 @@ fn capture_calls(
     }
 }
 
-/// Replays `graph` `replays` times and synchronises once: the time per
-/// captured call (`calls` calls in the graph) in microseconds.
+/// Replays `graph` `replays` times and waits once: the time per captured
+/// call (`calls` calls in the graph).
 ///
 /// # Errors
-/// A failed replay or synchronisation.
+/// A failed replay or wait.
 pub fn time_replays(
     graph: &Captured,
     replays: u32,
-    calls: u32,
-    stream: &CudaStream,
-) -> Result<f64, BenchError> {
+    calls: usize,
+    waiter: &Waiter<'_>,
+) -> Result<Timed, BenchError> {
     let start = Instant::now();
     for _ in 0..replays {
         graph.replay()?;
     }
-    stream
-        .synchronize()
-        .map_err(BenchError::cuda("synchronizing after the graph replays"))?;
-    Ok(per_call_us(
-        start.elapsed().as_secs_f64(),
-        u64::from(replays) * u64::from(calls),
-    ))
+    let issued = start.elapsed();
+    waiter.wait("waiting for the graph replays")?;
+    let calls = u64::from(replays) * calls as u64;
+    Ok(Timed {
+        wall_us: per_call_us(start.elapsed().as_secs_f64(), calls),
+        cpu_us: per_call_us(issued.as_secs_f64(), calls),
+    })
 }
 
 #[cfg(test)]

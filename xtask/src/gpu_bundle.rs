@@ -9,6 +9,9 @@
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
 //! and the `torchrun_*` examples also as every rank of an `nccl-launch` of
 //! 2 and 4 ranks) and ends with one line `N passed, N failed, N skipped`.
+//! It also copies a snapshot of nccl-tests' source to
+//! `target/gpu-bundle/nccl-tests-src` (`nccl_tests`), which nccl-tests.sh
+//! builds there to run next to nccl-perf.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -18,6 +21,8 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::{Result, workspace_root};
+
+mod nccl_tests;
 
 /// The bundle is carried to the GPU machine with a 64 MiB limit.
 const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
@@ -40,7 +45,13 @@ fn bundled_example(name: &str) -> bool {
 }
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// A git repository of NVIDIA/nccl-tests (bare or not) whose HEAD the
+    /// bundle carries for nccl-tests.sh [default: $NCCL_TESTS_GIT, else the
+    /// fetched snapshot in ../.mirror/NVIDIA+nccl-tests/repo]
+    #[arg(long, value_name = "GIT_DIR")]
+    nccl_tests: Option<PathBuf>,
+}
 
 /// What a bundled binary is, which decides how run.sh treats it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -85,8 +96,9 @@ struct Workspace {
     example_packages: Vec<String>,
 }
 
-pub fn run(_args: Args) -> Result<()> {
+pub fn run(args: Args) -> Result<()> {
     let root = workspace_root();
+    let snapshot = nccl_tests::locate(args.nccl_tests.as_deref(), &root);
     let workspace = workspace(&root)?;
 
     let mut artifacts = Vec::new();
@@ -157,7 +169,7 @@ pub fn run(_args: Args) -> Result<()> {
     }
 
     let bundle = workspace.target_dir.join("gpu-bundle");
-    write_bundle(&bundle, artifacts)
+    write_bundle(&bundle, artifacts, snapshot.as_deref())
 }
 
 /// Reads `cargo metadata` for the workspace members' names and targets.
@@ -293,9 +305,14 @@ fn artifact(workspace: &Workspace, message: &Value) -> Option<Artifact> {
     })
 }
 
-/// Replaces `bundle` with the stripped binaries and run.sh; fails if the
-/// result is too big to carry to the GPU machine.
-fn write_bundle(bundle: &Path, mut artifacts: Vec<Artifact>) -> Result<()> {
+/// Replaces `bundle` with the stripped binaries, run.sh, the scripts and
+/// the source of the nccl-tests `snapshot` (if any); fails if the result
+/// is too big to carry to the GPU machine.
+fn write_bundle(
+    bundle: &Path,
+    mut artifacts: Vec<Artifact>,
+    snapshot: Option<&Path>,
+) -> Result<()> {
     artifacts.sort_by_key(Artifact::bundle_name);
     for pair in artifacts.windows(2) {
         if pair[0].bundle_name() == pair[1].bundle_name() {
@@ -364,6 +381,22 @@ fn write_bundle(bundle: &Path, mut artifacts: Vec<Artifact>) -> Result<()> {
     }
     for entry in std::fs::read_dir(&bin)? {
         total += entry?.metadata()?.len();
+    }
+    match snapshot {
+        Some(snapshot) => {
+            let bytes = nccl_tests::copy_source(snapshot, bundle)?;
+            println!(
+                "==> {}: nccl-tests' source from {}, {:.1} MiB",
+                nccl_tests::SOURCE_FOLDER,
+                snapshot.display(),
+                bytes as f64 / (1024.0 * 1024.0)
+            );
+            total += bytes;
+        }
+        None => println!(
+            "==> warning: no nccl-tests snapshot (--nccl-tests GIT_DIR or ${}): nccl-tests.sh will stop saying so",
+            nccl_tests::SNAPSHOT_ENV
+        ),
     }
     let mib = total as f64 / (1024.0 * 1024.0);
     println!(
@@ -450,15 +483,18 @@ fn render_run_sh(
 /// * perf-procs.sh: nccl-perf as every process of `nccl-launch -n 2` and
 ///   `-n 4` and of torchrun, every layer and collective, with a pass/fail
 ///   and #wrong summary;
+/// * nccl-tests.sh: builds nccl-tests from nccl-tests-src/ and runs it and
+///   nccl-perf's raw layer with the same flags, side by side per size;
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
 /// * interop.sh: nccl-group's C10dStore against a real torch TCPStore
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
 ///   torchrun launches of the `torchrun_all_reduce` example joining the
 ///   agent's store.
-const SCRIPTS: [(&str, &str); 6] = [
+const SCRIPTS: [(&str, &str); 7] = [
     ("perf.sh", include_str!("gpu_bundle/perf.sh")),
     ("world.sh", include_str!("gpu_bundle/world.sh")),
     ("perf-procs.sh", include_str!("gpu_bundle/perf-procs.sh")),
+    ("nccl-tests.sh", include_str!("gpu_bundle/nccl-tests.sh")),
     (
         "scripts/torch_world_cost.py",
         include_str!("../../benches/scripts/torch_world_cost.py"),

@@ -69,8 +69,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use benches::{
-    BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers, GroupLayer, Launch,
-    Layer, LayerKind, Mode, RawLayer, TensorLayer, counted,
+    AT_START, BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers,
+    GroupLayer, Launch, Layer, LayerKind, Mode, RawLayer, Rotation, TensorLayer, counted,
 };
 use criterion::{Criterion, Throughput};
 use cudarc::driver::CudaStream;
@@ -310,6 +310,7 @@ fn call_on(
         root: 0,
         rank: 0,
         world: 1,
+        rotation: Rotation::fixed(0),
     }
 }
 
@@ -330,7 +331,7 @@ fn host_time(
         let chunk = left.min(CHUNK);
         let start = Instant::now();
         for _ in 0..chunk {
-            if let Err(error) = launch() {
+            if let Err(error) = launch(AT_START) {
                 failure.get_or_insert(error);
                 return total + start.elapsed();
             }
@@ -369,12 +370,12 @@ fn count_allocations(launch: &mut Launch<'_>, stream: &CudaStream) -> Result<u64
     // reaping threshold (256 pending operations), so every path a steady
     // loop takes (and any lazy set-up on it) has run before counting.
     for _ in 0..COUNTED_CALLS / 250 {
-        (0..250).try_for_each(|_| launch())?;
+        (0..250).try_for_each(|_| launch(AT_START))?;
         sync()?;
     }
     let mut count = 0;
     for _ in 0..COUNTED_CALLS / 250 {
-        let (launched, allocated) = counted(|| (0..250).try_for_each(|_| launch()));
+        let (launched, allocated) = counted(|| (0..250).try_for_each(|_| launch(AT_START)));
         launched?;
         count += allocated;
         sync()?;
@@ -461,7 +462,7 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
                 }
                 let start = Instant::now();
                 for _ in 0..iters {
-                    if let Err(error) = launch() {
+                    if let Err(error) = launch(AT_START) {
                         failure.get_or_insert(error);
                         break;
                     }

@@ -27,7 +27,7 @@ pub fn group_loop_cost(
     let mut group = criterion.benchmark_group("host_cost_group_loop/all_reduce_in_place_8B");
     for (name, process_group) in [("separate", &separate), ("caller", &caller)] {
         let mut slot = Some(nccl_tensor::Tensor::<f32>::zeros(stream, &[2])?);
-        let mut plain: Launch<'_> = Box::new(|| {
+        let mut plain: Launch<'_> = Box::new(|_| {
             let tensor = slot.take().ok_or_else(|| {
                 BenchError::Usage("internal error: a failed wait released the tensor".into())
             })?;
@@ -76,7 +76,7 @@ pub fn buffer_cost(
             bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
         });
     }
-    let mut on_slice: Launch<'_> = Box::new(|| {
+    let mut on_slice: Launch<'_> = Box::new(|_| {
         let _ = comm.all_reduce(&mut slice, ReduceOp::Sum, stream)?;
         Ok(())
     });
@@ -114,8 +114,8 @@ pub fn nonblocking_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
         for (name, comm) in [("blocking", &blocking), ("nonblocking", &nonblocking)] {
             let layer = CoreLayer::new(comm, &stream);
             let mut launch = bind(&layer, &call, &mut small)?;
-            let mut until_ready: Launch<'_> = Box::new(move || {
-                launch()?;
+            let mut until_ready: Launch<'_> = Box::new(move |shifts| {
+                launch(shifts)?;
                 comm.wait_ready("the benchmarked call")?;
                 Ok(())
             });

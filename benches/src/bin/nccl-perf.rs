@@ -3,9 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let args = benches::Args::parse();
+    let args = benches::Args::parse_checked();
     ExitCode::from(benches::main_with(&args))
 }

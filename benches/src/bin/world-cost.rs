@@ -45,8 +45,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use benches::{
-    BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers, Launch, Layer, Mode,
-    RawLayer, World, counted, median, per_call_us,
+    AT_START, BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers, Launch,
+    Layer, Mode, RawLayer, Rotation, Shift, World, counted, median, per_call_us,
 };
 use clap::Parser;
 use cudarc::driver::CudaStream;
@@ -208,6 +208,7 @@ impl State<'_> {
                     root: 0,
                     rank: world.rank as i32,
                     world: world.size as i32,
+                    rotation: Rotation::fixed(0),
                 };
                 // SAFETY: both pointers are the receive buffer of
                 // `buffers`, whose `len` f32 the call reduces in place on
@@ -218,7 +219,7 @@ impl State<'_> {
             }
             State::Tensor(comm, tensor) => {
                 let comm = *comm;
-                Box::new(move || {
+                Box::new(move |_: &[Shift]| {
                     if comm.all_reduce(&mut *tensor, ReduceOp::Sum, stream)? == Status::InProgress {
                         comm.core().wait_ready("all_reduce")?;
                     }
@@ -227,7 +228,7 @@ impl State<'_> {
             }
             State::Group(group, slot) => {
                 let group: &ProcessGroup = group;
-                Box::new(move || {
+                Box::new(move |_: &[Shift]| {
                     let tensor = slot.take().ok_or_else(|| {
                         BenchError::Usage(
                             "internal error: a failed operation kept the tensor".into(),
@@ -258,7 +259,7 @@ struct Round {
 /// `calls` calls of `launch`, then a synchronisation.
 fn timed(launch: &mut Launch<'_>, calls: u32, stream: &CudaStream) -> Result<Round, BenchError> {
     let start = Instant::now();
-    let (launched, allocations) = counted(|| (0..calls).try_for_each(|_| launch()));
+    let (launched, allocations) = counted(|| (0..calls).try_for_each(|_| launch(AT_START)));
     launched?;
     let host = start.elapsed();
     stream

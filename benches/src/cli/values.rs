@@ -1,4 +1,4 @@
-//! The values of the collective, `-d`, `-o` and `--group-comms`
+//! The values of the collective, `-d`, `-o`, `-r` and `--group-comms`
 //! arguments, and what each stands for.
 
 use clap::ValueEnum;
@@ -60,42 +60,57 @@ impl ValueEnum for CollectiveArg {
     }
 }
 
-/// An element type of `-d`: every [`DataType`], by the name nccl-tests
-/// gives it (`float`, `half`, `bfloat16`, `f8e4m3`, ...).
+/// `-d`: one element type by the name nccl-tests gives it (`float`, `half`,
+/// `bfloat16`, `f8e4m3`, ...), or `all`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DataTypeArg(pub DataType);
+pub enum DataTypeArg {
+    /// Every [`DataType`], in nccl-tests' order.
+    All,
+    /// One type.
+    One(DataType),
+}
 
 impl DataTypeArg {
     /// `float`, nccl-tests' default.
-    pub const FLOAT: Self = Self(DataType::Float32);
+    pub const FLOAT: Self = Self::One(DataType::Float32);
 
-    const ALL: [Self; DataType::ALL.len()] = {
-        let mut all = [Self::FLOAT; DataType::ALL.len()];
+    /// Every type, then `all`.
+    const VALUES: [Self; DataType::ALL.len() + 1] = {
+        let mut values = [Self::All; DataType::ALL.len() + 1];
         let mut index = 0;
-        while index < all.len() {
-            all[index] = Self(DataType::ALL[index]);
+        while index < DataType::ALL.len() {
+            values[index] = Self::One(DataType::ALL[index]);
             index += 1;
         }
-        all
+        values
     };
 
-    /// The NCCL data type.
-    pub const fn data_type(self) -> DataType {
-        self.0
+    /// The types to run, in order (nccl-tests' order for `all`, which is
+    /// [`DataType::ALL`]'s).
+    pub fn data_types(self) -> Vec<DataType> {
+        match self {
+            DataTypeArg::All => DataType::ALL.to_vec(),
+            DataTypeArg::One(dtype) => vec![dtype],
+        }
     }
 }
 
 impl ValueEnum for DataTypeArg {
     fn value_variants<'a>() -> &'a [Self] {
-        &Self::ALL
+        &Self::VALUES
     }
 
     fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
-        Some(clap::builder::PossibleValue::new(self.0.short_name()).help(self.0.description()))
+        Some(match self {
+            DataTypeArg::All => clap::builder::PossibleValue::new("all").help("every type in turn"),
+            DataTypeArg::One(dtype) => {
+                clap::builder::PossibleValue::new(dtype.short_name()).help(dtype.description())
+            }
+        })
     }
 }
 
-/// The reductions nccl-tests names with `-o`.
+/// `-o`: the reductions nccl-tests names, or `all`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReduceOpArg {
     /// Sum.
@@ -108,18 +123,58 @@ pub enum ReduceOpArg {
     Min,
     /// Average.
     Avg,
+    /// nccl-tests' pre-multiplied sum (ncclRedOpCreatePreMulSum): not implemented, refused.
+    Mulsum,
+    /// Every reduction in turn (without mulsum).
+    All,
 }
 
 impl ReduceOpArg {
-    /// The NCCL reduction.
-    pub const fn reduce_op(self) -> ReduceOp {
+    /// The reductions to run, in nccl-tests' order; `None` for `mulsum`,
+    /// which nccl-perf does not implement (`all` runs the others).
+    pub fn reduce_ops(self) -> Option<Vec<ReduceOp>> {
+        Some(match self {
+            ReduceOpArg::Sum => vec![ReduceOp::Sum],
+            ReduceOpArg::Prod => vec![ReduceOp::Prod],
+            ReduceOpArg::Max => vec![ReduceOp::Max],
+            ReduceOpArg::Min => vec![ReduceOp::Min],
+            ReduceOpArg::Avg => vec![ReduceOp::Avg],
+            ReduceOpArg::Mulsum => return None,
+            ReduceOpArg::All => ReduceOp::ALL.to_vec(),
+        })
+    }
+}
+
+/// `-r`: one root rank, or every rank (`all`, or nccl-tests' `-1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootArg {
+    /// Every rank in turn.
+    All,
+    /// One rank.
+    One(i32),
+}
+
+impl RootArg {
+    /// The roots to run on `world` ranks, in order.
+    pub fn roots(self, world: usize) -> Vec<i32> {
         match self {
-            ReduceOpArg::Sum => ReduceOp::Sum,
-            ReduceOpArg::Prod => ReduceOp::Prod,
-            ReduceOpArg::Max => ReduceOp::Max,
-            ReduceOpArg::Min => ReduceOp::Min,
-            ReduceOpArg::Avg => ReduceOp::Avg,
+            RootArg::All => (0..i32::try_from(world).unwrap_or(i32::MAX)).collect(),
+            RootArg::One(root) => vec![root],
         }
+    }
+}
+
+/// Parses `-r`: a rank (0, 1, ...), or `all` or `-1` for every rank.
+pub(super) fn parse_root_arg(text: &str) -> Result<RootArg, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("all") || text == "-1" {
+        return Ok(RootArg::All);
+    }
+    match text.parse::<i32>() {
+        Ok(root) if root >= 0 => Ok(RootArg::One(root)),
+        _ => Err(format!(
+            "expected a rank (0, 1, ...), or all (or -1) for every rank, got {text:?}"
+        )),
     }
 }
 
@@ -134,15 +189,36 @@ mod tests {
     fn every_data_type_is_a_datatype_value_by_its_nccl_tests_name() {
         for dtype in DataType::ALL {
             let args = Args::try_parse_from(["nccl-perf", "-d", dtype.short_name()]).unwrap();
-            assert_eq!(args.datatype.data_type(), dtype);
+            assert_eq!(args.datatype, DataTypeArg::One(dtype));
+            assert_eq!(args.datatype.data_types(), vec![dtype]);
         }
         let names: Vec<String> = DataTypeArg::value_variants()
             .iter()
             .filter_map(|value| value.to_possible_value())
             .map(|value| value.get_name().to_string())
             .collect();
-        assert_eq!(names.len(), DataType::ALL.len());
+        assert_eq!(names.len(), DataType::ALL.len() + 1);
+        assert_eq!(names.last().map(String::as_str), Some("all"));
         assert!(names.iter().any(|name| name == "f8e5m2"), "{names:?}");
         assert!(Args::try_parse_from(["nccl-perf", "-d", "float32"]).is_err());
+        let all = Args::try_parse_from(["nccl-perf", "-d", "all"]).unwrap();
+        assert_eq!(all.datatype.data_types(), DataType::ALL.to_vec());
+    }
+
+    #[test]
+    fn reductions_and_roots() {
+        assert_eq!(ReduceOpArg::All.reduce_ops(), Some(ReduceOp::ALL.to_vec()));
+        assert_eq!(ReduceOpArg::Min.reduce_ops(), Some(vec![ReduceOp::Min]));
+        assert_eq!(ReduceOpArg::Mulsum.reduce_ops(), None);
+        assert_eq!(parse_root_arg("3"), Ok(RootArg::One(3)));
+        assert_eq!(parse_root_arg("all"), Ok(RootArg::All));
+        assert_eq!(parse_root_arg("ALL"), Ok(RootArg::All));
+        assert_eq!(parse_root_arg("-1"), Ok(RootArg::All));
+        for bad in ["-2", "x", "", "1.5", "99999999999"] {
+            let error = parse_root_arg(bad).unwrap_err();
+            assert!(error.contains("expected a rank"), "{bad}: {error}");
+        }
+        assert_eq!(RootArg::All.roots(3), vec![0, 1, 2]);
+        assert_eq!(RootArg::One(2).roots(3), vec![2]);
     }
 }

@@ -4,7 +4,7 @@
 use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, Group};
 
-use super::{Call, Launch, Layer, LayerKind};
+use super::{Call, Launch, Layer, LayerKind, Shift, shifted};
 use crate::buffers::DeviceBuffers;
 use crate::error::BenchError;
 
@@ -32,25 +32,35 @@ impl Layer for CoreLayer<'_> {
         _buffers: &'s mut DeviceBuffers,
     ) -> Result<Launch<'s>, BenchError> {
         let (comm, stream) = (self.comm, self.stream);
+        let elem = call.dtype.size_bytes();
         let calls = call.core_calls(comm.library());
+        let issue = move |part: nccl_core::Call<'static>, shift: &Shift| {
+            let part = shifted(part, shift.elems * elem);
+            // SAFETY: `bind`'s contract covers the buffers at every place
+            // of the rotation, for the elements the call reads and writes
+            // on the communicator's device. In-place all_to_all (send ==
+            // recv, as nccl-tests runs it) stays within the buffer; its
+            // result is unspecified and not checked. A part of a grouped
+            // call (a block of all_to_all, one half of sendrecv) lies
+            // within the call's buffers, and a send to this rank is paired
+            // with its receive in the group.
+            let _ = unsafe { comm.issue(part, stream) }?;
+            Ok::<(), BenchError>(())
+        };
         Ok(match calls.as_slice() {
-            &[single] => Box::new(move || {
-                // SAFETY: `bind`'s contract covers the buffers, for the
-                // elements the call reads and writes on the communicator's
-                // device. In-place all_to_all (send == recv, as nccl-tests
-                // runs it) stays within the buffer; its result is
-                // unspecified and not checked.
-                let _ = unsafe { comm.issue(single, stream) }?;
-                Ok(())
+            &[single] => Box::new(move |shifts: &[Shift]| match shifts {
+                [shift] => issue(single, shift),
+                _ => {
+                    let group = Group::start()?;
+                    shifts.iter().try_for_each(|shift| issue(single, shift))?;
+                    let _ = group.end()?;
+                    Ok(())
+                }
             }),
-            _ => Box::new(move || {
+            _ => Box::new(move |shifts: &[Shift]| {
                 let group = Group::start()?;
-                for &part in &calls {
-                    // SAFETY: as above; each part (a block of all_to_all,
-                    // one half of sendrecv) lies within the call's buffers,
-                    // and a send to this rank is paired with its receive in
-                    // the group.
-                    let _ = unsafe { comm.issue(part, stream) }?;
+                for shift in shifts {
+                    calls.iter().try_for_each(|&part| issue(part, shift))?;
                 }
                 let _ = group.end()?;
                 Ok(())

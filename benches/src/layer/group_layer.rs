@@ -14,17 +14,22 @@
 //! [`ProcessGroup::issue`]: in place on one tensor, out of place on an
 //! `(output, input)` pair. The forms it lacks (every in-place form nccl-tensor's
 //! safe API lacks, and sendrecv) print `N/A`; `layer::unsupported` says why.
+//! The calls of one launch (nccl-tests' `-m`) are issued one after another:
+//! a process group's operations do not join one NCCL group.
 //!
 //! The operations take owned tensors of exactly the call's element counts,
-//! so binding allocates them on the rank's stream and copies the call's
-//! input region of the rank's buffers into them (device to device); each
-//! launch moves them into the operation and takes them back from
-//! `Work::wait`. Dropping the launcher copies the output tensor back to the
-//! receive buffer at the call's offset, so the runner's check (which drops
-//! the launcher before reading the receive buffer) checks the group's
-//! result. Binding and dropping both synchronise the stream: the runner
-//! times on the host, from the first launch to a stream synchronisation,
-//! so a copy still queued then would be timed.
+//! so binding allocates them on the rank's stream, one set per place of the
+//! call's rotation (so that consecutive calls use different memory, as the
+//! other layers' rotated buffers do), and copies the call's input region
+//! at each place of the rank's buffers into them (device to device); each
+//! launch moves the set of its place into the operation and takes it back
+//! from `Work::wait`. Dropping the launcher copies the output tensor of the
+//! first place back to the receive buffer there, so the runner's check
+//! (which drops the launcher before reading the receive buffer, at the
+//! first place) checks the group's result. Binding and dropping both
+//! synchronise the stream: the runner times on the host, from the first
+//! launch to a stream synchronisation, so a copy still queued then would be
+//! timed.
 //!
 //! The layer keeps a dropped launcher's tensors until its next bind: with
 //! `-G` the runner drops the launcher after capturing it and replays the
@@ -40,7 +45,7 @@ use nccl_core::Op;
 use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
 use nccl_tensor::{Tensor, rules};
 
-use super::{Call, Launch, Layer, LayerKind, unsupported};
+use super::{Call, Launch, Layer, LayerKind, Shift, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers, Pair};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -52,15 +57,6 @@ pub struct GroupLayer<'a> {
     /// The tensors of the last dropped launcher, freed by the next bind:
     /// a CUDA graph captured through that launcher still uses them.
     kept: Cell<Option<Box<dyn Any>>>,
-}
-
-/// The element index of device address `address` in a buffer of
-/// `elem`-byte elements starting at `base`; `None` for an address below the
-/// buffer or between two elements.
-fn element_offset(address: u64, base: u64, elem: usize) -> Option<usize> {
-    let bytes = usize::try_from(address.checked_sub(base)?).ok()?;
-    let elem = elem.max(1);
-    (bytes % elem == 0).then_some(bytes / elem)
 }
 
 #[cold]
@@ -75,22 +71,6 @@ fn region_error(what: &str, start: usize, len: usize, buffer_len: usize) -> Benc
         "needs elements {start}..{} of the {what} buffer, but it holds {buffer_len}",
         start + len
     ))
-}
-
-/// The element index of `address` in `buffer` (at `base`), or why not.
-fn offset_in<T>(
-    what: &str,
-    address: u64,
-    base: u64,
-    buffer_len: usize,
-) -> Result<usize, BenchError> {
-    let elem = std::mem::size_of::<T>();
-    element_offset(address, base, elem).ok_or_else(|| {
-        internal(format!(
-            "got the {what} address {address:#x}, which is not an element of the buffer at {base:#x} \
-             ({elem}-byte elements, {buffer_len} of them)"
-        ))
-    })
 }
 
 /// A tensor of `len` zeroed elements on `stream`.
@@ -112,12 +92,28 @@ fn device_tensor<T: BenchElement>(
 /// The tensors a bound call moves through the group: its output is what
 /// goes back to the receive buffer. Owned (`'static`), so the layer can
 /// keep them after the launcher is gone.
-trait Operands<T: BenchElement>: WorkBuffers + 'static {
+trait Operands<T: BenchElement>: WorkBuffers + Sized + 'static {
+    /// The operands of a call whose input is `input` and whose output has
+    /// `output_len` elements (made on `stream`).
+    fn new(
+        input: Tensor<T>,
+        output_len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self, BenchError>;
+    /// The tensor the result lands in.
     fn output(&self) -> &Tensor<T>;
 }
 
 /// An in-place operation's one tensor.
 impl<T: BenchElement> Operands<T> for Tensor<T> {
+    fn new(
+        input: Tensor<T>,
+        _output_len: usize,
+        _stream: &Arc<CudaStream>,
+    ) -> Result<Self, BenchError> {
+        Ok(input)
+    }
+
     fn output(&self) -> &Tensor<T> {
         self
     }
@@ -127,16 +123,26 @@ impl<T: BenchElement> Operands<T> for Tensor<T> {
 type OutputInput<T> = (Tensor<T>, Tensor<T>);
 
 impl<T: BenchElement> Operands<T> for OutputInput<T> {
+    fn new(
+        input: Tensor<T>,
+        output_len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self, BenchError> {
+        Ok((device_tensor(stream, output_len)?, input))
+    }
+
     fn output(&self) -> &Tensor<T> {
         &self.0
     }
 }
 
-/// A bound call: its tensors between launches, and the receive-buffer
-/// region its output is copied back to when the launcher is dropped.
+/// A bound call: its tensors between launches, one set per place of its
+/// rotation, and the receive-buffer region the first place's output is
+/// copied back to when the launcher is dropped.
 struct Bound<'s, T: BenchElement, B: Operands<T>> {
-    /// `None` only after a failed `Work::wait`, which releases them.
-    operands: Option<B>,
+    /// Indexed by the place's slot; an entry is `None` only after a failed
+    /// `Work::wait`, which releases its tensors.
+    ring: Vec<Option<B>>,
     results: CudaViewMut<'s, T>,
     stream: &'s Arc<CudaStream>,
     /// Where the tensors go when the launcher is dropped ([`GroupLayer::kept`]).
@@ -144,18 +150,22 @@ struct Bound<'s, T: BenchElement, B: Operands<T>> {
 }
 
 impl<'s, T: BenchElement, B: Operands<T>> Bound<'s, T, B> {
-    /// `operands` bound to the result region `results`, once the copies
-    /// into them are done.
+    /// `ring` (the operands of each place, the first's output of the
+    /// length of `results`) bound to the result region `results`, once the
+    /// copies into them are done.
     fn new(
-        operands: B,
+        ring: Vec<Option<B>>,
         results: CudaViewMut<'s, T>,
         layer: &'s GroupLayer<'_>,
     ) -> Result<Self, BenchError> {
         let stream = layer.stream;
-        let produced = operands.output().len();
-        if produced != results.len() {
+        let produced = ring
+            .first()
+            .and_then(Option::as_ref)
+            .map(|b| b.output().len());
+        if produced != Some(results.len()) {
             return Err(internal(format!(
-                "made an output tensor of {produced} elements for a result region of {}",
+                "made output tensors of {produced:?} elements for a result region of {}",
                 results.len()
             )));
         }
@@ -163,52 +173,62 @@ impl<'s, T: BenchElement, B: Operands<T>> Bound<'s, T, B> {
             "synchronizing after filling the group layer's tensors",
         ))?;
         Ok(Self {
-            operands: Some(operands),
+            ring,
             results,
             stream,
             kept: &layer.kept,
         })
     }
 
-    /// Runs `op` on the tensors and waits for its work on the stream (not
-    /// on the CPU), keeping the tensors for the next launch.
+    /// Runs `op` on the tensors of each place in `shifts` in turn and waits
+    /// for its work on the stream (not on the CPU), keeping the tensors for
+    /// the next launch.
     #[inline]
-    fn launch(&mut self, op: impl FnOnce(B) -> OpResult<B>) -> Result<(), BenchError> {
-        let operands = self.operands.take().ok_or_else(|| {
-            internal("has no tensors left: an earlier Work::wait failed and released them".into())
-        })?;
-        match op(operands) {
-            Ok(work) => {
-                self.operands = Some(work.wait()?);
-                Ok(())
-            }
-            Err(failed) => {
-                let OpError { error, buffers } = *failed;
-                self.operands = Some(buffers);
-                Err(error.into())
+    fn launch(
+        &mut self,
+        shifts: &[Shift],
+        op: impl Fn(B) -> OpResult<B>,
+    ) -> Result<(), BenchError> {
+        let slots = self.ring.len().max(1);
+        for shift in shifts {
+            let entry = &mut self.ring[shift.slot % slots];
+            let operands = entry.take().ok_or_else(|| {
+                internal(
+                    "has no tensors left: an earlier Work::wait failed and released them".into(),
+                )
+            })?;
+            match op(operands) {
+                Ok(work) => *entry = Some(work.wait()?),
+                Err(failed) => {
+                    let OpError { error, buffers } = *failed;
+                    *entry = Some(buffers);
+                    return Err(error.into());
+                }
             }
         }
+        Ok(())
     }
 }
 
 impl<T: BenchElement, B: Operands<T>> Drop for Bound<'_, T, B> {
-    /// Copies the output back to the receive buffer, hands the tensors to
-    /// the layer to keep, then synchronises so that the copy does not land
-    /// in a timed batch. A failure cannot be returned from here: an
-    /// asynchronous one is sticky and the runner's next synchronisation
-    /// reports it; a copy refused outright leaves the receive buffer as it
-    /// was, which the check then counts as wrong elements.
+    /// Copies the first place's output back to the receive buffer, hands
+    /// the tensors to the layer to keep, then synchronises so that the copy
+    /// does not land in a timed batch. A failure cannot be returned from
+    /// here: an asynchronous one is sticky and the runner's next
+    /// synchronisation reports it; a copy refused outright leaves the
+    /// receive buffer as it was, which the check then counts as wrong
+    /// elements.
     fn drop(&mut self) {
-        let Some(operands) = self.operands.take() else {
-            return;
-        };
+        let ring = std::mem::take(&mut self.ring);
         // `new` checked that the lengths match, as the copy requires.
-        if !self.results.is_empty() {
+        if let Some(Some(first)) = ring.first()
+            && !self.results.is_empty()
+        {
             let _ = self
                 .stream
-                .memcpy_dtod(operands.output().as_slice(), &mut self.results);
+                .memcpy_dtod(first.output().as_slice(), &mut self.results);
         }
-        self.kept.set(Some(Box::new(operands)));
+        self.kept.set(Some(Box::new(ring)));
         let _ = self.stream.synchronize();
     }
 }
@@ -234,76 +254,58 @@ impl<'a> GroupLayer<'a> {
         Self::missing(collective, mode).is_none()
     }
 
-    /// The call's input tensor, filled from the call's input region (the
-    /// send buffer out of place, the receive buffer in place), and the
-    /// receive-buffer region its output goes back to.
-    fn stage<'s, T: BenchElement>(
-        &self,
+    /// The operands of each place of `call`'s rotation, the input filled
+    /// from the call's input region there (the send buffer out of place,
+    /// the receive buffer in place), and the receive-buffer region of the
+    /// first place, where its output goes back. `offsets` are the call's
+    /// (send, receive) element offsets in the buffers.
+    fn stage<'s, T: BenchElement, B: Operands<T>>(
+        &'s self,
         call: &Call,
         op: &Op<'_>,
-        (send_base, recv_base): (u64, u64),
+        (send_offset, recv_offset): (usize, usize),
         pair: &'s mut Pair<T>,
-    ) -> Result<(Tensor<T>, CudaViewMut<'s, T>), BenchError> {
+    ) -> Result<Bound<'s, T, B>, BenchError> {
         // No graph of the last launcher is replayed after this bind; its
         // tensors are freed on the stream, before the synchronisation that
         // ends the bind.
         drop(self.kept.take());
         let world = usize::try_from(call.world).unwrap_or(1);
         let (input_len, output_len) = rules(op).sizes.lengths(call.count, world);
-        let (source, source_base, source_name) = match call.mode {
-            Mode::OutOfPlace => (pair.send.as_slice(), send_base, "send"),
-            Mode::InPlace => (pair.recv.as_slice(), recv_base, "receive"),
+        let (source, source_name) = match call.mode {
+            Mode::OutOfPlace => (pair.send.as_slice(), "send"),
+            Mode::InPlace => (pair.recv.as_slice(), "receive"),
         };
-        let start = offset_in::<T>(source_name, call.send, source_base, source.len())?;
-        let input_region = source
-            .try_slice(start..start + input_len)
-            .ok_or_else(|| region_error(source_name, start, input_len, source.len()))?;
-        let mut input = device_tensor(self.stream, input_len)?;
-        if input_len > 0 {
-            self.stream
-                .memcpy_dtod(&input_region, &mut input.as_slice_mut())
-                .map_err(BenchError::cuda(
-                    "copying the call's input into the group layer's tensor",
-                ))?;
+        let rotation = call.rotation;
+        let mut ring = Vec::with_capacity(rotation.slots());
+        for slot in 0..rotation.slots() {
+            let start = send_offset + rotation.shift(slot).elems;
+            let region = source
+                .try_slice(start..start + input_len)
+                .ok_or_else(|| region_error(source_name, start, input_len, source.len()))?;
+            let mut input = device_tensor(self.stream, input_len)?;
+            if input_len > 0 {
+                self.stream
+                    .memcpy_dtod(&region, &mut input.as_slice_mut())
+                    .map_err(BenchError::cuda(
+                        "copying the call's input into the group layer's tensor",
+                    ))?;
+            }
+            ring.push(Some(B::new(input, output_len, self.stream)?));
         }
         let available = pair.recv.len();
-        let start = offset_in::<T>("receive", call.recv, recv_base, available)?;
+        let start = recv_offset + rotation.shift(0).elems;
         let results = pair
             .recv
             .view_mut(start..start + output_len)
             .map_err(|_| region_error("receive", start, output_len, available))?;
-        Ok((input, results))
+        Bound::new(ring, results, self)
     }
 
-    /// An in-place call: one tensor, filled from the receive buffer.
-    fn in_place<'s, T: BenchElement>(
-        &'s self,
-        call: &Call,
-        op: &Op<'_>,
-        bases: (u64, u64),
-        pair: &'s mut Pair<T>,
-    ) -> Result<Bound<'s, T, Tensor<T>>, BenchError> {
-        let (tensor, results) = self.stage(call, op, bases, pair)?;
-        Bound::new(tensor, results, self)
-    }
-
-    /// An out-of-place call: `(output, input)`, the input filled from the
-    /// send buffer.
-    fn out_of_place<'s, T: BenchElement>(
-        &'s self,
-        call: &Call,
-        op: &Op<'_>,
-        bases: (u64, u64),
-        pair: &'s mut Pair<T>,
-    ) -> Result<Bound<'s, T, OutputInput<T>>, BenchError> {
-        let (input, results) = self.stage(call, op, bases, pair)?;
-        let output = device_tensor(self.stream, results.len())?;
-        Bound::new((output, input), results, self)
-    }
-
-    /// Binds `call` on typed buffers whose device addresses are `bases`
-    /// (send, receive): the tensors are made and filled here, once; each
-    /// launch calls the group's operation on them and waits on the stream.
+    /// Binds `call` on typed buffers, its pointers `offsets` (send,
+    /// receive) elements into them: the tensors of every place of its
+    /// rotation are made and filled here, once; each launch calls the
+    /// group's operation on those of its places and waits on the stream.
     /// The last launcher's tensors, kept by the layer, are freed here, so a
     /// CUDA graph captured through that launcher must not be replayed after
     /// this call.
@@ -314,7 +316,7 @@ impl<'a> GroupLayer<'a> {
     pub fn bind_typed<'s, T: BenchElement>(
         &'s self,
         call: &Call,
-        bases: (u64, u64),
+        offsets: (usize, usize),
         pair: &'s mut Pair<T>,
     ) -> Result<Launch<'s>, BenchError> {
         let (group, stream) = (self.group, self.stream);
@@ -335,12 +337,17 @@ impl<'a> GroupLayer<'a> {
         };
         Ok(match call.mode {
             Mode::InPlace => {
-                let mut bound = self.in_place(call, &op, bases, pair)?;
-                Box::new(move || bound.launch(|tensor| group.issue(op, tensor, stream)))
+                let mut bound: Bound<'s, T, Tensor<T>> = self.stage(call, &op, offsets, pair)?;
+                Box::new(move |shifts: &[Shift]| {
+                    bound.launch(shifts, |tensor| group.issue(op, tensor, stream))
+                })
             }
             Mode::OutOfPlace => {
-                let mut bound = self.out_of_place(call, &op, bases, pair)?;
-                Box::new(move || bound.launch(|pair| group.issue(op, pair, stream)))
+                let mut bound: Bound<'s, T, OutputInput<T>> =
+                    self.stage(call, &op, offsets, pair)?;
+                Box::new(move |shifts: &[Shift]| {
+                    bound.launch(shifts, |pair| group.issue(op, pair, stream))
+                })
             }
         })
     }
@@ -363,8 +370,8 @@ impl Layer for GroupLayer<'_> {
         call: &Call,
         buffers: &'s mut DeviceBuffers,
     ) -> Result<Launch<'s>, BenchError> {
-        let bases = buffers.addresses(self.stream);
-        crate::with_pair!(buffers.typed_mut(), pair => self.bind_typed(call, bases, pair))
+        let offsets = call.offsets(buffers.addresses(self.stream))?;
+        crate::with_pair!(buffers.typed_mut(), pair => self.bind_typed(call, offsets, pair))
     }
 }
 
@@ -395,6 +402,7 @@ mod tests {
 
     #[test]
     fn element_offsets_from_addresses() {
+        use crate::layer::element_offset;
         assert_eq!(element_offset(0x9000, 0x9000, 4), Some(0));
         assert_eq!(element_offset(0x9000 + 2 * 64 * 4, 0x9000, 4), Some(128));
         assert_eq!(element_offset(0x9000 + 6, 0x9000, 2), Some(3));
@@ -407,6 +415,7 @@ mod tests {
 
     #[test]
     fn offsets_of_the_runners_calls() {
+        use crate::layer::element_offset;
         use crate::sizes::OpCounts;
         use nccl_core::{DataType, ReduceOp};
         // In place, the input of all_gather is this rank's block of the

@@ -9,7 +9,7 @@ use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, ResultCode};
 use nccl_sys::{NcclLibrary, cudaStream_t, ncclComm_t, ncclResult_t};
 
-use super::{Call, Launch, Layer, LayerKind};
+use super::{Call, Launch, Layer, LayerKind, Shift, shifted};
 use crate::buffers::DeviceBuffers;
 use crate::error::BenchError;
 
@@ -89,37 +89,44 @@ impl Layer for RawLayer<'_> {
     ) -> Result<Launch<'s>, BenchError> {
         let (lib, comm, stream) = (self.lib, self.comm, self.stream);
         let functions = *lib.functions();
+        let elem = call.dtype.size_bytes();
         // A function the loaded libnccl lacks fails the first launch (the
         // runner's warm-up), naming it.
         let calls = call.core_calls(lib);
+        let (start, end) = (functions.ncclGroupStart()?, functions.ncclGroupEnd()?);
+        let issue = move |part: nccl_core::Call<'static>, shift: &Shift| {
+            let part = shifted(part, shift.elems * elem);
+            // SAFETY: `bind`'s contract covers the buffers at every place
+            // of the rotation, for the elements the call reads and writes;
+            // `comm` and `stream` are live for the layer's lifetime.
+            // In-place all_to_all (send == recv, as nccl-tests runs it)
+            // stays within the buffer; its result is unspecified and not
+            // checked. A part of a grouped call (a block of all_to_all,
+            // one half of sendrecv) lies within the call's buffers, and a
+            // send to this rank is paired with its receive in the group.
+            let result = unsafe { part.issue_raw(&functions, comm, stream) }?;
+            check(lib, part.op.function(), result)
+        };
+        let grouped = move |issue_all: &mut dyn FnMut() -> Result<(), BenchError>| {
+            // SAFETY: ncclGroupStart takes no arguments.
+            check(lib, "ncclGroupStart", unsafe { start() })?;
+            let issued = issue_all();
+            // SAFETY: ncclGroupEnd takes no arguments.
+            let ended = check(lib, "ncclGroupEnd", unsafe { end() });
+            issued.and(ended)
+        };
         Ok(match calls.as_slice() {
-            &[single] => Box::new(move || {
-                // SAFETY: `bind`'s contract covers the buffers, for the
-                // elements the call reads and writes; `comm` and `stream`
-                // are live for the layer's lifetime. In-place all_to_all
-                // (send == recv, as nccl-tests runs it) stays within the
-                // buffer; its result is unspecified and not checked.
-                let result = unsafe { single.issue_raw(&functions, comm, stream) }?;
-                check(lib, single.op.function(), result)
+            &[single] => Box::new(move |shifts: &[Shift]| match shifts {
+                [shift] => issue(single, shift),
+                _ => grouped(&mut || shifts.iter().try_for_each(|shift| issue(single, shift))),
             }),
-            _ => {
-                let (start, end) = (functions.ncclGroupStart()?, functions.ncclGroupEnd()?);
-                Box::new(move || {
-                    // SAFETY: ncclGroupStart takes no arguments.
-                    check(lib, "ncclGroupStart", unsafe { start() })?;
-                    let issued = calls.iter().try_for_each(|part| {
-                        // SAFETY: as above; each part lies within the call's
-                        // buffers (a block of all_to_all, one half of
-                        // sendrecv), and a send to this rank is paired with
-                        // its receive in the group.
-                        let result = unsafe { part.issue_raw(&functions, comm, stream) }?;
-                        check(lib, part.op.function(), result)
-                    });
-                    // SAFETY: ncclGroupEnd takes no arguments.
-                    let ended = check(lib, "ncclGroupEnd", unsafe { end() });
-                    issued.and(ended)
+            _ => Box::new(move |shifts: &[Shift]| {
+                grouped(&mut || {
+                    shifts
+                        .iter()
+                        .try_for_each(|shift| calls.iter().try_for_each(|&part| issue(part, shift)))
                 })
-            }
+            }),
         })
     }
 }

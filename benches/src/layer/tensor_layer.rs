@@ -9,11 +9,13 @@
 //! below.
 //!
 //! Each launch plans and enqueues the call's operations ([`Call::ops`])
-//! through [`Communicator::plan`]: in place on one part of the receive
-//! buffer, out of place from a part of the send buffer into one of the
-//! receive buffer, the parts sized by the operation's rules
-//! ([`nccl_tensor::rules`]). A send reads the input part and a receive
-//! writes the output part (in place, both use the one part).
+//! through [`Communicator::plan`] at each place it is given: in place on
+//! one part of the receive buffer, out of place from a part of the send
+//! buffer into one of the receive buffer, the parts sized by the
+//! operation's rules ([`nccl_tensor::rules`]) and made at the place's
+//! offset ([`Tensor::part`]: a range check, nothing allocated). A send
+//! reads the input part and a receive writes the output part (in place,
+//! both use the one part).
 
 use std::sync::Arc;
 
@@ -23,7 +25,7 @@ use nccl_tensor::{
     Communicator, Pair, ReadOnly, Single, Sizes, Tensor, TensorPart, TensorPartMut, rules,
 };
 
-use super::{Call, Launch, Layer, LayerKind, unsupported};
+use super::{Call, Launch, Layer, LayerKind, Shift, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -34,20 +36,29 @@ pub struct TensorLayer<'a> {
     stream: &'a Arc<CudaStream>,
 }
 
-fn input<T: BenchElement>(buffer: &Tensor<T>, len: usize) -> Result<TensorPart<'_, T>, BenchError> {
+/// The part `start..start + len` of `buffer`, read by the operation.
+#[inline]
+fn input<T: BenchElement>(
+    buffer: &Tensor<T>,
+    start: usize,
+    len: usize,
+) -> Result<TensorPart<'_, T>, BenchError> {
     buffer
-        .part(0..len)
-        .map_err(|_| too_small(len, buffer.len()))
+        .part(start..start + len)
+        .map_err(|_| too_small(start + len, buffer.len()))
 }
 
+/// The part `start..start + len` of `buffer`, written by the operation.
+#[inline]
 fn output<T: BenchElement>(
     buffer: &mut Tensor<T>,
+    start: usize,
     len: usize,
 ) -> Result<TensorPartMut<'_, T>, BenchError> {
     let available = buffer.len();
     buffer
-        .part_mut(0..len)
-        .map_err(|_| too_small(len, available))
+        .part_mut(start..start + len)
+        .map_err(|_| too_small(start + len, available))
 }
 
 #[cold]
@@ -68,17 +79,19 @@ impl<'a> TensorLayer<'a> {
         unsupported(LayerKind::Tensor, collective, mode).is_none()
     }
 
-    /// Binds `call` on typed buffers: parts of the elements each of the
-    /// call's operations uses are made here, once; each launch plans and
-    /// enqueues the operations on them (in one NCCL group when there are
-    /// several).
+    /// Binds `call` on typed buffers, its pointers `offsets` (send,
+    /// receive) elements into them: each launch makes the parts of the
+    /// elements each of the call's operations uses at each place it is
+    /// given, and plans and enqueues the operations on them (in one NCCL
+    /// group when there are several operations or places).
     ///
     /// # Errors
     /// A call the safe API cannot express ([`TensorLayer::has`]), or
-    /// buffers too small for it.
+    /// buffers too small for it at the last place of its rotation.
     pub fn bind_typed<'s, T: BenchElement>(
         &'s self,
         call: &Call,
+        (send_offset, recv_offset): (usize, usize),
         send: &'s mut Tensor<T>,
         recv: &'s mut Tensor<T>,
     ) -> Result<Launch<'s>, BenchError> {
@@ -97,32 +110,54 @@ impl<'a> TensorLayer<'a> {
         let sizes = ops.first().map_or(Sizes::SAME, |op| rules(op).sizes);
         let (input_len, output_len) = sizes.lengths(call.count, world);
         let send: &'s Tensor<T> = send;
-        let mut parts = match call.mode {
-            Mode::OutOfPlace => Parts::Two(input(send, input_len)?, output(recv, output_len)?),
-            Mode::InPlace => Parts::One(output(recv, output_len)?),
-        };
-        Ok(Box::new(move || {
-            let group = (ops.len() > 1).then(Group::start).transpose()?;
-            for &op in &ops {
-                let planned = match (&mut parts, op) {
-                    (Parts::Two(input, _), Op::Send { .. }) => {
-                        comm.plan(op, ReadOnly(&*input), stream)?.enqueue()
-                    }
-                    (Parts::Two(_, output), Op::Recv { .. }) => {
-                        comm.plan(op, Single(&mut *output), stream)?.enqueue()
-                    }
-                    (Parts::Two(input, output), _) => {
-                        let pair = Pair {
-                            input: &*input,
-                            output: &mut *output,
-                        };
-                        comm.plan(op, pair, stream)?.enqueue()
-                    }
-                    (Parts::One(buffer), _) => {
-                        comm.plan(op, Single(&mut *buffer), stream)?.enqueue()
+        let rotation = call.rotation;
+        let last = rotation.shift(rotation.slots() - 1).elems;
+        // The farthest parts fit, so no launch fails on a range.
+        match call.mode {
+            Mode::OutOfPlace => {
+                input(send, send_offset + last, input_len)?;
+                output(recv, recv_offset + last, output_len)?;
+            }
+            Mode::InPlace => {
+                output(recv, recv_offset + last, output_len)?;
+            }
+        }
+        let (mode, grouped) = (call.mode, ops.len() > 1);
+        Ok(Box::new(move |shifts: &[Shift]| {
+            let group = (grouped || shifts.len() > 1)
+                .then(Group::start)
+                .transpose()?;
+            for shift in shifts {
+                let mut parts = match mode {
+                    Mode::OutOfPlace => Parts::Two(
+                        input(send, send_offset + shift.elems, input_len)?,
+                        output(recv, recv_offset + shift.elems, output_len)?,
+                    ),
+                    Mode::InPlace => {
+                        Parts::One(output(recv, recv_offset + shift.elems, output_len)?)
                     }
                 };
-                let _ = planned?;
+                for &op in &ops {
+                    let planned = match (&mut parts, op) {
+                        (Parts::Two(input, _), Op::Send { .. }) => {
+                            comm.plan(op, ReadOnly(&*input), stream)?.enqueue()
+                        }
+                        (Parts::Two(_, output), Op::Recv { .. }) => {
+                            comm.plan(op, Single(&mut *output), stream)?.enqueue()
+                        }
+                        (Parts::Two(input, output), _) => {
+                            let pair = Pair {
+                                input: &*input,
+                                output: &mut *output,
+                            };
+                            comm.plan(op, pair, stream)?.enqueue()
+                        }
+                        (Parts::One(buffer), _) => {
+                            comm.plan(op, Single(&mut *buffer), stream)?.enqueue()
+                        }
+                    };
+                    let _ = planned?;
+                }
             }
             if let Some(group) = group {
                 let _ = group.end()?;
@@ -147,15 +182,17 @@ impl Layer for TensorLayer<'_> {
     }
 
     /// Binds through [`TensorLayer::bind_typed`] on the typed buffers;
-    /// `call`'s addresses are not used (nothing here needs the caller's
-    /// promise, which only the raw and core layers rely on).
+    /// `call`'s addresses only give its offsets in them (nothing here
+    /// needs the caller's promise, which only the raw and core layers
+    /// rely on).
     unsafe fn bind<'s>(
         &'s self,
         call: &Call,
         buffers: &'s mut DeviceBuffers,
     ) -> Result<Launch<'s>, BenchError> {
+        let offsets = call.offsets(buffers.addresses(self.stream))?;
         crate::with_pair!(buffers.typed_mut(), pair => {
-            self.bind_typed(call, &mut pair.send, &mut pair.recv)
+            self.bind_typed(call, offsets, &mut pair.send, &mut pair.recv)
         })
     }
 }

@@ -1,12 +1,13 @@
 //! The comment lines that describe a run: the preamble (program, library,
-//! parameters, how it times, the notes on `N/A` halves, the devices) and
-//! the lines that name each collective's table before its column headers.
+//! parameters, how it times, the notes on flags that cannot apply and on
+//! `N/A` halves, the devices) and the lines that name each collective's
+//! table before its column headers.
 
 use nccl_group::CommMode;
 use nccl_sys::Version;
 use serde::{Deserialize, Serialize};
 
-use super::table::table_header;
+use super::table::{Columns, table_header};
 use crate::collective::{Collective, Mode};
 use crate::env::Environment;
 use crate::layer::{LayerKind, has_native_all_to_all, unsupported};
@@ -70,16 +71,19 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
             machine.nccl_path
         ),
         format!(
-            "# nThread {} nGpus {} minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+            "# nThread {} nGpus {} minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: {} validation: {} graph: {} unalign: {}",
             plan.threads,
             plan.gpus_per_thread,
-            plan.step,
+            plan.method.step,
             plan.warmup,
             plan.iters,
-            u8::from(plan.check),
-            plan.graph
+            plan.method.agg_iters,
+            plan.method.checks,
+            plan.graph,
+            plan.method.unalign
         ),
     ];
+    lines.extend(plan.method.blocking.header_line().map(str::to_string));
     lines.extend(plan_notes(plan));
     lines.extend(["#".to_string(), "# Using devices".to_string()]);
     for device in &machine.devices {
@@ -103,19 +107,24 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
         "median of {} batch(es) per size, mode and layer",
         plan.batches
     );
+    let calls = u64::from(plan.iters) * u64::from(plan.method.agg_iters);
+    let rotation = if plan.method.rotate {
+        "; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)"
+    } else {
+        ""
+    };
     let mut lines = vec![if plan.graph > 0 {
         format!(
-            "# timing: {batches}; each batch replays a CUDA graph of {} captured call(s) {} times (time = batch / {})",
-            plan.iters,
+            "# timing: {batches}; each batch replays a CUDA graph of {calls} captured call(s) {} times (time = batch / {}){rotation}",
             plan.graph,
-            u64::from(plan.iters) * u64::from(plan.graph)
+            calls * u64::from(plan.graph)
         )
     } else {
         format!(
-            "# timing: {batches}; each batch is {} back-to-back call(s), then one stream synchronisation",
-            plan.iters
+            "# timing: {batches}; each batch is {calls} back-to-back call(s), then one stream synchronisation{rotation}"
         )
     }];
+    lines.extend(plan.method.notes.iter().cloned());
     if let Some((a, b)) = plan.compare() {
         lines.push(format!(
             "# compare: layers {a} and {b} interleaved on the same buffers (warm-up {a}, {b}, then batches {a}, {b}, {a}, ...); \
@@ -218,7 +227,11 @@ pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine)
         ),
         "#".to_string(),
     ];
-    lines.extend(table_header(plan.compare().is_some()));
+    lines.extend(table_header(&Columns {
+        ratio: plan.compare().is_some(),
+        cpu_time: plan.method.cpu_time,
+        timestamps: plan.method.timestamps,
+    }));
     lines
 }
 
@@ -261,11 +274,12 @@ mod tests {
     fn preamble_and_header_match_a_recorded_run_byte_for_byte() {
         // The first lines of docs/measurements/h200-2026-12-02-tracking/tensor.txt,
         // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200,
-        // but for the N/A note, checked on its own below.
+        // but for the N/A note, checked on its own below, and what was
+        // added since: nccl-tests 2.19's `unalign: 0` and the rotation.
         let recorded = [
             "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
-            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0",
-            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation",
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0 unalign: 0",
+            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)",
             "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
             "#",
             "# Using devices",
@@ -358,6 +372,43 @@ mod tests {
                 .join("\n")
                 .contains("ncclAlltoAll")
         );
+    }
+
+    #[test]
+    fn method_flags_show_in_the_preamble_and_headers() {
+        let plan = plan(
+            &[
+                "-m", "4", "-u", "2", "-c", "3", "-z", "3", "-C", "1", "-R", "1", "-f", "1", "-i",
+                "64K",
+            ],
+            1,
+        );
+        let machine = machine(vec![h200(0)]);
+        let lines = preamble(&plan, &machine);
+        assert!(
+            lines[1].ends_with(
+                "step: 65536(bytes) warmup iters: 5 iters: 20 agg iters: 4 validation: 3 graph: 0 unalign: 2"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier "
+        );
+        let text = lines.join("\n");
+        assert!(
+            text.contains("each batch is 80 back-to-back call(s)"),
+            "{text}"
+        );
+        assert!(text.contains("(nccl-tests' rotation)"), "{text}");
+        assert!(text.contains("# note: -R 1 has no effect here"), "{text}");
+        let header = collective_header(Collective::AllReduce, &plan, &machine);
+        assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
+        // Without rotation, the timing line says nothing of it.
+        let fixed = self::plan(&["--no-rotate"], 1);
+        let text = preamble(&fixed, &machine).join("\n");
+        assert!(!text.contains("nccl-tests' rotation"), "{text}");
+        assert!(text.contains("# note: --no-rotate"), "{text}");
     }
 
     #[test]

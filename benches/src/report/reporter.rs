@@ -1,20 +1,29 @@
-//! Where the lines go: the table on stdout (or any writer) and, with
-//! `--json FILE`, one JSON line per row.
+//! Where the lines go: the table on stdout (or any writer), with
+//! `--json FILE` one JSON line per row, and with `-J FILE` nccl-tests'
+//! JSON document.
 
 use std::io::{self, Write};
 
 use indicatif::ProgressBar;
 
-use super::Row;
-use super::table::table_row;
+use super::comments::{Machine, preamble};
+use super::nccl_tests_json::{JsonDocument, JsonHead};
+use super::table::{table_row, timestamp_column};
+use super::{Row, clock};
+use crate::runner::Plan;
 
 /// Where rows go: the table on stdout and, optionally, JSON lines to a
-/// file. Lines are written with the progress bar (if any) cleared from the
-/// terminal, so the two never mix.
+/// file and nccl-tests' JSON document to another. Lines are written with
+/// the progress bar (if any) cleared from the terminal, so the two never
+/// mix.
 pub struct Reporter<W: Write> {
     out: W,
     json: Option<Box<dyn Write>>,
     progress: Option<ProgressBar>,
+    /// `-J`'s document, once [`Reporter::begin`] opened it.
+    document: Option<JsonDocument>,
+    /// Whether rows end in a timestamp (`-S 1`).
+    timestamps: bool,
 }
 
 impl<W: Write> Reporter<W> {
@@ -24,6 +33,46 @@ impl<W: Write> Reporter<W> {
             out,
             json,
             progress: None,
+            document: None,
+            timestamps: false,
+        }
+    }
+
+    /// Writes the lines before the tables ([`preamble`]) for `plan` on
+    /// `machine`, and opens `-J`'s document (as nccl-tests does, a file
+    /// that cannot be created is skipped, with a comment line saying so).
+    ///
+    /// # Errors
+    /// Writing failed.
+    pub fn begin(&mut self, plan: &Plan, machine: &Machine) -> io::Result<()> {
+        self.timestamps = plan.method.timestamps;
+        let mut lines = preamble(plan, machine);
+        if let Some(path) = &plan.method.output_file {
+            match JsonDocument::create(path, &JsonHead::new(plan, machine)) {
+                Ok(document) => {
+                    lines.push(format!(
+                        "# Writing JSON output to {}",
+                        document.path().display()
+                    ));
+                    self.document = Some(document);
+                }
+                Err(error) => lines.push(format!(
+                    "# skipping json output; {} not accessible ({error})",
+                    path.display()
+                )),
+            }
+        }
+        self.lines(lines)
+    }
+
+    /// Closes `-J`'s document after the last row.
+    ///
+    /// # Errors
+    /// Writing failed.
+    pub fn finish(&mut self) -> io::Result<()> {
+        match self.document.as_mut() {
+            Some(document) => document.finish(&[]),
+            None => Ok(()),
         }
     }
 
@@ -49,12 +98,20 @@ impl<W: Write> Reporter<W> {
         }
     }
 
-    /// Writes one row to the table and the JSON file.
+    /// Writes one row to the table (with its timestamp under `-S 1`), the
+    /// JSON file and `-J`'s document.
     ///
     /// # Errors
     /// Writing failed.
     pub fn row(&mut self, row: &Row) -> io::Result<()> {
-        self.line(&table_row(row))?;
+        let mut line = table_row(row);
+        if self.timestamps {
+            line.push_str(&timestamp_column(&clock::utc_now()));
+        }
+        self.line(&line)?;
+        if let Some(document) = self.document.as_mut() {
+            document.result(row)?;
+        }
         self.json_row(row)
     }
 
@@ -128,5 +185,85 @@ mod tests {
             json.lines()
                 .all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok())
         );
+    }
+
+    #[test]
+    fn timestamps_and_the_nccl_tests_document_follow_the_plan() {
+        use clap::Parser;
+
+        use crate::cli::Args;
+        use crate::report::DeviceInfo;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.json");
+        let path_text = path.to_str().unwrap();
+        let args =
+            Args::try_parse_from(["nccl-perf", "-S", "1", "-J", path_text, "all_reduce"]).unwrap();
+        let plan = Plan::new(&args, &crate::runner::Layout::single_process(1)).unwrap();
+        let machine = Machine {
+            nccl_version: nccl_sys::Version::new(2, 28, 3),
+            nccl_path: "libnccl.so.2".to_string(),
+            native_all_to_all: true,
+            devices: vec![DeviceInfo {
+                rank: 0,
+                host: "vm".to_string(),
+                pid: 7,
+                ordinal: 0,
+                name: "NVIDIA H200".to_string(),
+                pci: "0000:00:06".to_string(),
+            }],
+        };
+        let mut table = Vec::new();
+        let mut reporter = Reporter::new(&mut table, None);
+        reporter.begin(&plan, &machine).unwrap();
+        let r = row(
+            8,
+            2,
+            "sum",
+            -1,
+            m(6.5, 0.5, 0.0, Some(0)),
+            m(0.25, 32.0, 0.0, Some(0)),
+        );
+        reporter.row(&r).unwrap();
+        reporter.finish().unwrap();
+        drop(reporter);
+        let table = String::from_utf8(table).unwrap();
+        assert!(
+            table.contains(&format!("# Writing JSON output to {path_text}\n")),
+            "{table}"
+        );
+        assert!(
+            table.contains("# note: -S 1: the timestamps are UTC"),
+            "{table}"
+        );
+        let row_line = table.lines().last().unwrap();
+        // The row, then two spaces and `YYYY-MM-DD HH:MM:SS`.
+        let (body, stamp) = row_line.split_at(row_line.len() - 21);
+        assert_eq!(body, table_row(&r));
+        assert_eq!(&stamp[..2], "  ");
+        assert_eq!(stamp[2..].len(), "YYYY-MM-DD HH:MM:SS".len());
+        let document: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(document["results"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            document["config"]["devices"][0]["device_info"],
+            "NVIDIA H200"
+        );
+        assert_eq!(document["errors"], serde_json::json!([]));
+        // A name nccl-tests would not write: no document, no line about one.
+        let args = Args::try_parse_from([
+            "nccl-perf",
+            "-J",
+            dir.path().join("run.txt").to_str().unwrap(),
+        ])
+        .unwrap();
+        let plan = Plan::new(&args, &crate::runner::Layout::single_process(1)).unwrap();
+        let mut table = Vec::new();
+        Reporter::new(&mut table, None)
+            .begin(&plan, &machine)
+            .unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(!table.contains("Writing JSON output"), "{table}");
+        assert!(!dir.path().join("run.txt").exists());
     }
 }

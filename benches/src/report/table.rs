@@ -7,10 +7,29 @@ use crate::collective::Mode;
 use crate::layer::LayerKind;
 use crate::timing::median;
 
-/// The three column-header lines of nccl-tests' table; with `ratio`, each
-/// half ends in a `ratio` column too (`--compare`).
-pub fn table_header(ratio: bool) -> [String; 3] {
+/// The columns of a table beyond nccl-tests' default ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// Each half ends in a `ratio` column (`--compare`).
+    pub ratio: bool,
+    /// The time columns read `cputime` (`-C 1`).
+    pub cpu_time: bool,
+    /// Each row ends in a timestamp (`-S 1`).
+    pub timestamps: bool,
+}
+
+/// The format of a row's timestamp, as the header's unit line shows it.
+pub const TIMESTAMP_FORMAT: &str = "%Y-%m-%d %H:%M:%S";
+
+/// The three column-header lines of nccl-tests' table, with `columns`.
+pub fn table_header(columns: &Columns) -> [String; 3] {
+    let Columns {
+        ratio,
+        cpu_time,
+        timestamps,
+    } = *columns;
     let e = "";
+    let time_name = if cpu_time { "cputime" } else { "time" };
     let half = |time: &str, algbw: &str, busbw: &str, wrong: &str, ratio_name: &str| {
         let mut text = format!("  {time:>7}  {algbw:>6}  {busbw:>6}  {wrong:>6}");
         if ratio {
@@ -18,8 +37,17 @@ pub fn table_header(ratio: bool) -> [String; 3] {
         }
         text
     };
-    let names = half("time", "algbw", "busbw", "#wrong", "ratio");
+    let names = half(time_name, "algbw", "busbw", "#wrong", "ratio");
     let units = half("(us)", "(GB/s)", "(GB/s)", e, "(B/A)");
+    // nccl-tests' `%*s` after the halves: 19 wide with timestamps, else empty.
+    let (stamp_name, stamp_unit) = if timestamps {
+        (
+            format!("{:>19}", "timestamp"),
+            format!("{TIMESTAMP_FORMAT:>19}"),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     let top = if ratio {
         format!(
             "# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}{:^41}{:^41} ",
@@ -33,14 +61,20 @@ pub fn table_header(ratio: bool) -> [String; 3] {
     [
         top,
         format!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{names}{names} ",
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{names}{names} {stamp_name}",
             "size", "count", "type", "redop", "root"
         ),
         format!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{units}{units} ",
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{units}{units} {stamp_unit}",
             "(B)", "(elements)", e, e, e
         ),
     ]
+}
+
+/// `timestamp` (as [`TIMESTAMP_FORMAT`] shows it) in the 21-character
+/// column nccl-tests ends a row with under `-S 1`.
+pub fn timestamp_column(timestamp: &str) -> String {
+    format!("{timestamp:>21}")
 }
 
 /// One row in nccl-tests' layout; with a ratio (`--compare`), each half
@@ -136,7 +170,7 @@ mod tests {
 
     #[test]
     fn header_matches_nccl_tests_byte_for_byte() {
-        let [top, names, units] = table_header(false);
+        let [top, names, units] = table_header(&Columns::default());
         assert_eq!(
             top,
             "#                                                              out-of-place                       in-place          "
@@ -148,6 +182,27 @@ mod tests {
         assert_eq!(
             units,
             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "
+        );
+    }
+
+    #[test]
+    fn cputime_and_timestamp_headers_as_nccl_tests_prints_them() {
+        let [_, names, units] = table_header(&Columns {
+            cpu_time: true,
+            timestamps: true,
+            ..Columns::default()
+        });
+        assert_eq!(
+            names,
+            "#       size         count      type   redop    root  cputime   algbw   busbw  #wrong  cputime   algbw   busbw  #wrong           timestamp"
+        );
+        assert_eq!(
+            units,
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)           %Y-%m-%d %H:%M:%S"
+        );
+        assert_eq!(
+            timestamp_column("2026-12-03 10:11:12"),
+            "  2026-12-03 10:11:12"
         );
     }
 
@@ -213,7 +268,10 @@ mod tests {
 
     #[test]
     fn compare_rows_and_header_stay_machine_readable() {
-        let [top, names, units] = table_header(true);
+        let [top, names, units] = table_header(&Columns {
+            ratio: true,
+            ..Columns::default()
+        });
         assert_eq!(
             names,
             "#       size         count      type   redop    root     time   algbw   busbw  #wrong   ratio     time   algbw   busbw  #wrong   ratio "

@@ -208,7 +208,7 @@ mod tests {
 
     const KEY: RowKey = RowKey {
         collective: 0,
-        size: 0,
+        row: 0,
         mode: Mode::OutOfPlace,
         layer: 0,
     };

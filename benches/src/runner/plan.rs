@@ -1,7 +1,6 @@
 //! What every rank runs: the collectives, sizes, layers and timing of one
 //! nccl-perf invocation, read from its flags, and the ranks it runs on.
 
-use nccl_core::{DataType, ReduceOp};
 use nccl_group::CommMode;
 
 use super::layout::Layout;
@@ -11,7 +10,9 @@ use crate::cli::Args;
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
 use crate::layer::LayerKind;
-use crate::sizes::{OpCounts, sweep};
+use crate::method::Method;
+use crate::selection::{RowSpec, Selection};
+use crate::sizes::sweep;
 
 /// What every rank runs, in the same order.
 #[derive(Clone, Debug)]
@@ -20,18 +21,14 @@ pub struct Plan {
     pub collectives: Vec<Collective>,
     /// The message sizes in bytes, in order.
     pub sizes: Vec<u64>,
-    /// The element type.
-    pub dtype: DataType,
-    /// The reduction.
-    pub op: ReduceOp,
-    /// The root of broadcast and reduce.
-    pub root: i32,
-    /// Calls per timed batch (and in each CUDA graph).
+    /// The element types, reductions, roots and cycles (`-d`, `-o`, `-r`, `-N`).
+    pub selection: Selection,
+    /// How the run measures and reports (nccl-tests' method and flags).
+    pub method: Method,
+    /// Iterations per timed batch (and in each CUDA graph).
     pub iters: u32,
     /// Warm-up iterations.
     pub warmup: u32,
-    /// Whether results are checked.
-    pub check: bool,
     /// The layers issuing the calls: one, or A (baseline) and B of `--compare`.
     pub layers: Vec<LayerKind>,
     /// Timed batches per size, mode and layer.
@@ -48,38 +45,28 @@ pub struct Plan {
     pub average: Average,
     /// The group layers' communicator kind (`--group-comms`).
     pub group_comms: CommMode,
-    /// How sizes grow, as nccl-tests prints it (`2(factor)`, `1048576(bytes)`).
-    pub step: String,
 }
 
 impl Plan {
     /// The plan for `args` on the ranks of `layout`.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for a root past the last rank.
+    /// [`BenchError::Usage`] for a root past the last rank or flags that
+    /// cannot run together ([`Args::method`], [`Args::selection`]).
     pub fn new(args: &Args, layout: &Layout) -> Result<Self, BenchError> {
         let world = layout.world();
-        let collectives = args.collectives();
-        if args.root as usize >= world && collectives.iter().any(|c| c.has_root()) {
-            return Err(BenchError::Usage(format!(
-                "-r {} is not a rank: with {world} rank(s) the root must be in 0..{world}",
-                args.root
-            )));
-        }
         Ok(Self {
-            collectives,
+            collectives: args.collectives(),
+            selection: args.selection(Some(world))?,
+            method: args.method()?,
             sizes: sweep(
                 args.min_bytes,
                 args.max_bytes,
                 args.step_factor,
                 args.step_bytes,
             ),
-            dtype: args.datatype.data_type(),
-            op: args.op.reduce_op(),
-            root: args.root,
             iters: args.iters,
             warmup: args.warmup_iters,
-            check: args.check_enabled(),
             layers: args.layers(),
             batches: args.batches(),
             graph: args.graph,
@@ -88,20 +75,12 @@ impl Plan {
             gpus_per_thread: layout.gpus_per_thread,
             average: args.average(),
             group_comms: args.group_comms.comm_mode(),
-            step: if args.step_factor > 1 {
-                format!("{}(factor)", args.step_factor)
-            } else {
-                format!("{}(bytes)", args.step_bytes)
-            },
         })
     }
 
-    /// The counts of `collective` at every size.
-    pub fn counts(&self, collective: Collective) -> Vec<OpCounts> {
-        self.sizes
-            .iter()
-            .map(|&size| OpCounts::new(collective, size, self.dtype.size_bytes(), self.world))
-            .collect()
+    /// The rows of `collective`'s table, in order ([`Selection::rows`]).
+    pub fn rows(&self, collective: Collective) -> Vec<RowSpec> {
+        self.selection.rows(collective, &self.sizes, self.world)
     }
 
     /// `(A, B)` of `--compare`.
@@ -125,21 +104,24 @@ impl Plan {
         }
     }
 
-    /// Table rows the run prints (one per collective and size), for the progress bar.
+    /// Table rows the run prints (over every collective), for the progress bar.
     pub fn row_count(&self) -> u64 {
-        (self.collectives.len() * self.sizes.len()) as u64
+        self.collectives
+            .iter()
+            .map(|&collective| self.rows(collective).len() as u64)
+            .sum()
     }
 
     /// Every mode of every row of every layer, in the order the ranks
     /// measure them.
     pub fn row_keys(&self) -> Vec<RowKey> {
         let mut keys = Vec::new();
-        for collective in 0..self.collectives.len() {
-            for size in 0..self.sizes.len() {
+        for (collective, &kind) in self.collectives.iter().enumerate() {
+            for row in 0..self.rows(kind).len() {
                 for mode in Mode::BOTH {
                     keys.extend((0..self.layers.len()).map(|layer| RowKey {
                         collective,
-                        size,
+                        row,
                         mode,
                         layer,
                     }));
@@ -159,12 +141,16 @@ impl Plan {
             ("GPUs per thread (-g)", self.gpus_per_thread.to_string()),
             ("collectives", format!("{:?}", self.collectives)),
             ("sizes (-b, -e, -f, -i)", format!("{:?}", self.sizes)),
-            ("data type (-d)", format!("{:?}", self.dtype)),
-            ("reduction (-o)", format!("{:?}", self.op)),
-            ("root (-r)", self.root.to_string()),
+            (
+                "data types, reductions, roots, cycles (-d, -o, -r, -N)",
+                format!("{:?}", self.selection),
+            ),
             ("iterations (-n)", self.iters.to_string()),
             ("warm-up iterations (-w)", self.warmup.to_string()),
-            ("check (-c)", self.check.to_string()),
+            (
+                "method (-c, -m, -z, -y, -C, -u, rotation, ...)",
+                format!("{:?}", self.method),
+            ),
             ("layers (--layer, --compare)", format!("{:?}", self.layers)),
             ("batches (--batches)", self.batches.to_string()),
             ("CUDA graph replays (-G)", self.graph.to_string()),
@@ -193,7 +179,7 @@ mod tests {
         let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
         assert_eq!(plan.sizes, vec![8, 16, 32, 64]);
         assert_eq!(plan.collectives, vec![Collective::Reduce]);
-        assert_eq!(plan.counts(Collective::Reduce)[0].param, 2);
+        assert_eq!(plan.rows(Collective::Reduce)[0].counts.param, 2);
         assert_eq!(
             (plan.threads, plan.gpus_per_thread, plan.average),
             (1, 2, Average::Mean)
@@ -261,19 +247,19 @@ mod tests {
             [
                 RowKey {
                     collective: 0,
-                    size: 0,
+                    row: 0,
                     mode: Mode::OutOfPlace,
                     layer: 0
                 },
                 RowKey {
                     collective: 0,
-                    size: 0,
+                    row: 0,
                     mode: Mode::OutOfPlace,
                     layer: 1
                 },
                 RowKey {
                     collective: 0,
-                    size: 0,
+                    row: 0,
                     mode: Mode::InPlace,
                     layer: 0
                 },
@@ -283,7 +269,7 @@ mod tests {
             keys[7],
             RowKey {
                 collective: 0,
-                size: 1,
+                row: 1,
                 mode: Mode::InPlace,
                 layer: 1
             }

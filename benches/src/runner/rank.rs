@@ -17,10 +17,12 @@ use crate::buffers::DeviceBuffers;
 use crate::check::{CheckData, CheckSetup, count_wrong};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
-use crate::layer::{Call, Launch, Layer, new_layer};
+use crate::layer::{Call, Launch, Layer, Rotation, Shift, new_layer};
 use crate::report::DeviceInfo;
-use crate::sizes::OpCounts;
-use crate::timing::{Captured, capture, median, time_launches, time_replays};
+use crate::selection::RowSpec;
+use crate::timing::{
+    Captured, Pacing, Timed, Waiter, capture, median, time_launches, time_replays,
+};
 
 /// The name of the group layers' process groups (one per layer and run),
 /// before the layer's name.
@@ -61,8 +63,8 @@ pub enum Message {
 pub struct RowKey {
     /// The collective's index in [`Plan::collectives`].
     pub collective: usize,
-    /// The size's index in [`Plan::sizes`].
-    pub size: usize,
+    /// The row's index in [`Plan::rows`] of the collective.
+    pub row: usize,
     /// Out-of-place or in-place.
     pub mode: Mode,
     /// The layer's index in [`Plan::layers`].
@@ -78,7 +80,7 @@ impl RowKey {
         };
         format!(
             "rows/{}-{}-{mode}-{}",
-            self.collective, self.size, self.layer
+            self.collective, self.row, self.layer
         )
     }
 }
@@ -137,7 +139,11 @@ fn run_rank(
     let barrier = RankBarrier::new(meeting, rank, plan.world);
     let device = Device::new(gpu)?;
     device.bind_to_thread()?;
-    let stream = device.new_stream()?;
+    let stream = if plan.method.stream_null {
+        device.default_stream()
+    } else {
+        device.new_stream()?
+    };
     // NCCL's creation waits for every rank without a bound: meet first, so
     // that a rank that never comes is named instead.
     barrier.wait("the creation of the communicators")?;
@@ -233,11 +239,13 @@ fn bind<'s>(
     buffers: &'s mut DeviceBuffers,
 ) -> Result<Launch<'s>, BenchError> {
     // SAFETY: every `call` here comes from `Call::new` over `buffers`'
-    // own addresses with `OpCounts` of a size no larger than the one the
-    // buffers were allocated for (`buffer_elems()` elements each, which
-    // covers every element either mode touches); the launcher borrows
-    // `buffers`, so they outlive it, on the rank's device. Every rank binds
-    // and launches the same sequence of calls.
+    // own addresses with `OpCounts` of a row whose buffers were allocated
+    // for it: `Rotation::span` of its rotation and its `buffer_elems()`
+    // elements, which covers every element either mode touches at every
+    // place; the launcher borrows `buffers`, so they outlive it, on the
+    // rank's device; the runner launches it only at its rotation's places
+    // (`Rotation::shift`). Every rank binds and launches the same sequence
+    // of calls at the same places.
     unsafe { layer.bind(call, buffers) }
 }
 
@@ -255,8 +263,9 @@ struct Measuring<'a> {
 }
 
 impl Measuring<'_> {
-    /// Every size and mode of `collective` (the `index`-th of the plan)
-    /// through every layer, on buffers allocated once for the largest size.
+    /// Every row and mode of `collective` (the `index`-th of the plan)
+    /// through every layer, on buffers allocated once per element type,
+    /// for the largest size (`-e` bytes each, as nccl-tests allocates them).
     fn run_collective(
         &self,
         index: usize,
@@ -264,35 +273,52 @@ impl Measuring<'_> {
         layers: &[Box<dyn Layer + '_>],
     ) -> Result<(), BenchError> {
         let (plan, stream) = (self.plan, self.stream);
-        let all_counts = plan.counts(collective);
-        let elems = all_counts
-            .iter()
-            .map(OpCounts::buffer_elems)
-            .max()
-            .unwrap_or(0);
-        let mut buffers = DeviceBuffers::alloc(plan.dtype, elems, stream)?;
-        let (send_base, recv_base) = buffers.addresses(stream);
-        for (size_index, counts) in all_counts.iter().enumerate() {
+        let rows = plan.rows(collective);
+        let mut held: Option<(DeviceBuffers, usize)> = None;
+        for (row_index, spec) in rows.iter().enumerate() {
+            let (buffers, capacity) = match held.take() {
+                Some(same) if same.0.dtype() == spec.dtype => held.insert(same),
+                other => {
+                    // Free the last type's buffers before allocating the next.
+                    if let Some(last) = other {
+                        self.waiter()?
+                            .wait("synchronizing before freeing the buffers")?;
+                        drop(last);
+                    }
+                    held.insert(self.alloc(&rows, spec)?)
+                }
+            };
+            let (send_base, recv_base) = buffers.addresses(stream);
+            let rotation = self.rotation(spec, *capacity);
             for mode in Mode::BOTH {
                 let call = Call::new(
-                    collective, mode, counts, send_base, recv_base, plan.dtype, plan.op, plan.root,
-                    self.rank, plan.world,
-                );
+                    collective,
+                    mode,
+                    &spec.counts,
+                    send_base,
+                    recv_base,
+                    spec.dtype,
+                    spec.op,
+                    spec.root,
+                    self.rank,
+                    plan.world,
+                )
+                .rotated(rotation);
                 let setup = CheckSetup {
                     collective,
                     mode,
-                    counts: *counts,
-                    dtype: plan.dtype,
-                    op: plan.op,
-                    root: plan.root as usize,
+                    counts: spec.counts,
+                    dtype: spec.dtype,
+                    op: spec.op,
+                    root: spec.root as usize,
                     rank: self.rank,
                     world: plan.world,
                 };
-                let samples = self.measure_mode(&call, &setup, layers, &mut buffers)?;
+                let samples = self.measure_mode(&call, &setup, layers, buffers)?;
                 for (slot, sample) in samples.into_iter().enumerate() {
                     let key = RowKey {
                         collective: index,
-                        size: size_index,
+                        row: row_index,
                         mode,
                         layer: slot,
                     };
@@ -304,15 +330,62 @@ impl Measuring<'_> {
                 }
             }
         }
-        stream
-            .synchronize()
-            .map_err(BenchError::cuda("synchronizing before freeing the buffers"))?;
+        self.waiter()?
+            .wait("synchronizing before freeing the buffers")?;
         Ok(())
+    }
+
+    /// Buffers for the rows of `spec`'s element type among `rows`, and
+    /// the elements each holds for the rotation (without `-u`'s).
+    fn alloc(
+        &self,
+        rows: &[RowSpec],
+        spec: &RowSpec,
+    ) -> Result<(DeviceBuffers, usize), BenchError> {
+        let method = &self.plan.method;
+        let largest = rows
+            .iter()
+            .filter(|row| row.dtype == spec.dtype)
+            .map(|row| row.counts.buffer_elems())
+            .max()
+            .unwrap_or(0);
+        let capacity = method.capacity_elems(spec.dtype.size_bytes(), largest);
+        let buffers = DeviceBuffers::alloc(spec.dtype, capacity + method.unalign, self.stream)?;
+        Ok((buffers, capacity))
+    }
+
+    /// The places the calls of `spec` rotate through in buffers of
+    /// `capacity` elements: nccl-tests' rotation, or none with --no-rotate.
+    fn rotation(&self, spec: &RowSpec, capacity: usize) -> Rotation {
+        let method = &self.plan.method;
+        if method.rotate {
+            Rotation::new(
+                spec.counts.buffer_elems(),
+                capacity,
+                method.unalign,
+                self.plan.warmup.max(self.timed_calls()) as usize,
+            )
+        } else {
+            Rotation::fixed(method.unalign)
+        }
+    }
+
+    /// Calls per timed batch (and in each captured graph): `-n` iterations
+    /// of `-m` calls.
+    fn timed_calls(&self) -> u32 {
+        self.plan.iters.saturating_mul(self.plan.method.agg_iters)
+    }
+
+    /// A waiter for this rank's stream, bounded by `-T`.
+    fn waiter(&self) -> Result<Waiter<'_>, BenchError> {
+        Waiter::new(self.stream, self.plan.method.timeout)
     }
 
     /// Checks, warms up, (captures) and times one call through every layer
     /// of the plan: per layer, the median time per call (`None` where the
-    /// layer cannot issue the call) and this rank's wrong elements.
+    /// layer cannot issue the call) and this rank's wrong elements. Each
+    /// launch is at the next place of the call's rotation, computed here
+    /// before the loops.
     fn measure_mode(
         &self,
         call: &Call,
@@ -321,6 +394,7 @@ impl Measuring<'_> {
         buffers: &mut DeviceBuffers,
     ) -> Result<Vec<Sample>, BenchError> {
         let (plan, stream, barrier) = (self.plan, self.stream, self.barrier);
+        let method = &plan.method;
         let supported: Vec<bool> = layers
             .iter()
             .map(|layer| layer.supports(call.collective, call.mode))
@@ -333,59 +407,71 @@ impl Measuring<'_> {
                 .filter(|(_, (_, supported))| **supported)
                 .map(|(slot, (layer, _))| (slot, layer.as_ref()))
         };
+        let waiter = self.waiter()?;
+        let calls = self.timed_calls() as usize;
+        let warmup = plan.warmup as usize;
+        let shifts = call.rotation.shifts(warmup.max(calls));
         let mut wrong = vec![None; layers.len()];
-        if plan.check
+        if method.checks_results()
             && let Some(data) = setup.data()
         {
             for (slot, layer) in active() {
-                wrong[slot] = Some(self.check_once(layer, call, setup, &data, buffers)?);
+                wrong[slot] = Some(self.check(layer, call, setup, &data, buffers, &waiter)?);
             }
         }
         for (_, layer) in active() {
             let mut launch = bind(layer, call, buffers)?;
-            for _ in 0..plan.warmup {
-                launch()?;
+            for shift in &shifts[..warmup] {
+                launch(std::slice::from_ref(shift))?;
             }
         }
-        stream
-            .synchronize()
-            .map_err(BenchError::cuda("synchronizing after the warm-up"))?;
+        waiter.wait("synchronizing after the warm-up")?;
+        let agg = method.agg_iters as usize;
         let mut graphs: Vec<Option<Captured>> = (0..layers.len()).map(|_| None).collect();
         if plan.graph > 0 {
             for (slot, layer) in active() {
                 let mut launch = bind(layer, call, buffers)?;
-                let captured = capture(&mut launch, plan.iters, stream).map_err(|source| {
-                    BenchError::Capture {
-                        layer: layer.kind().name(),
-                        collective: call.collective.name(),
-                        iters: plan.iters,
-                        source: Box::new(source),
-                    }
-                })?;
+                let captured =
+                    capture(&mut launch, &shifts[..calls], agg, stream).map_err(|source| {
+                        BenchError::Capture {
+                            layer: layer.kind().name(),
+                            collective: call.collective.name(),
+                            iters: self.timed_calls(),
+                            source: Box::new(source),
+                        }
+                    })?;
                 // One untimed replay uploads the graph and warms it up.
                 captured.replay()?;
                 graphs[slot] = Some(captured);
             }
-            stream
-                .synchronize()
-                .map_err(BenchError::cuda("synchronizing after the graph warm-up"))?;
+            waiter.wait("synchronizing after the graph warm-up")?;
         }
+        let meet = || barrier.wait("the barrier after a blocking iteration (-z)");
+        let pacing = Pacing {
+            agg,
+            blocking: method.blocking,
+            meet: &meet,
+        };
         let mut times: Vec<Vec<f64>> =
             vec![Vec::with_capacity(plan.batches as usize); layers.len()];
         for _ in 0..plan.batches {
             for (slot, layer) in active() {
-                let time = match &graphs[slot] {
+                let timed: Timed = match &graphs[slot] {
                     Some(graph) => {
                         barrier.wait(BEFORE_BATCH)?;
-                        time_replays(graph, plan.graph, plan.iters, stream)?
+                        time_replays(graph, plan.graph, calls, &waiter)?
                     }
                     None => {
                         let mut launch = bind(layer, call, buffers)?;
                         barrier.wait(BEFORE_BATCH)?;
-                        time_launches(&mut launch, plan.iters, stream)?
+                        time_launches(&mut launch, &shifts[..calls], &pacing, &waiter)?
                     }
                 };
-                times[slot].push(time);
+                times[slot].push(if method.cpu_time {
+                    timed.cpu_us
+                } else {
+                    timed.wall_us
+                });
             }
         }
         Ok(times
@@ -398,8 +484,31 @@ impl Measuring<'_> {
             .collect())
     }
 
+    /// Checks `call` through `layer` `-c` times (every rank runs them all,
+    /// so the ranks stay in step): the wrong elements of the first check
+    /// that found any, else 0.
+    fn check(
+        &self,
+        layer: &dyn Layer,
+        call: &Call,
+        setup: &CheckSetup,
+        data: &CheckData,
+        buffers: &mut DeviceBuffers,
+        waiter: &Waiter<'_>,
+    ) -> Result<u64, BenchError> {
+        let mut found = 0;
+        for _ in 0..self.plan.method.checks {
+            let wrong = self.check_once(layer, call, setup, data, buffers, waiter)?;
+            if found == 0 {
+                found = wrong;
+            }
+        }
+        Ok(found)
+    }
+
     /// Fills the inputs, poisons the outputs, runs the call once through
-    /// `layer` and counts this rank's wrong elements.
+    /// `layer` at the first place of its rotation (nccl-tests checks
+    /// iteration 0) and counts this rank's wrong elements.
     fn check_once(
         &self,
         layer: &dyn Layer,
@@ -407,20 +516,18 @@ impl Measuring<'_> {
         setup: &CheckSetup,
         data: &CheckData,
         buffers: &mut DeviceBuffers,
+        waiter: &Waiter<'_>,
     ) -> Result<u64, BenchError> {
         let stream = self.stream;
-        buffers.upload(&data.send, &data.recv, stream)?;
-        stream
-            .synchronize()
-            .map_err(BenchError::cuda("synchronizing after the check inputs"))?;
+        let place: Shift = call.rotation.shift(0);
+        buffers.upload(&data.send, &data.recv, place.elems, stream)?;
+        waiter.wait("synchronizing after the check inputs")?;
         self.barrier.wait("the barrier before a checked run")?;
         {
             let mut launch = bind(layer, call, buffers)?;
-            launch()?;
+            launch(std::slice::from_ref(&place))?;
         }
-        stream
-            .synchronize()
-            .map_err(BenchError::cuda("synchronizing after the checked run"))?;
+        waiter.wait("synchronizing after the checked run")?;
         let Some(expected) = &data.expected else {
             return Ok(0);
         };
@@ -428,7 +535,11 @@ impl Measuring<'_> {
             return Ok(0);
         }
         let elem = setup.dtype.size_bytes();
-        let got = buffers.download_recv(data.result_offset, expected.len() / elem, stream)?;
+        let got = buffers.download_recv(
+            place.elems + data.result_offset,
+            expected.len() / elem,
+            stream,
+        )?;
         Ok(count_wrong(setup.dtype, &got, expected))
     }
 }

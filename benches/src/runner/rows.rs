@@ -13,9 +13,10 @@ use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
 use crate::report::{
     Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header, compare_footer,
-    preamble, table_footer,
+    table_footer,
 };
-use crate::sizes::{OpCounts, bandwidths};
+use crate::selection::RowSpec;
+use crate::sizes::bandwidths;
 
 /// What a finished run found.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -60,9 +61,7 @@ where
     /// A failing or absent rank, or output that cannot be written.
     pub fn write(mut self, machine: &Machine) -> Result<Summary, BenchError> {
         let plan = self.plan;
-        self.reporter
-            .lines(preamble(plan, machine))
-            .map_err(io_error)?;
+        self.reporter.begin(plan, machine).map_err(io_error)?;
         let mut summary = Summary::default();
         for (index, &collective) in plan.collectives.iter().enumerate() {
             self.reporter
@@ -71,6 +70,7 @@ where
             self.collective_table(index, collective, &mut summary)?;
         }
         self.reporter.line("#").map_err(io_error)?;
+        self.reporter.finish().map_err(io_error)?;
         Ok(summary)
     }
 
@@ -83,20 +83,22 @@ where
         summary: &mut Summary,
     ) -> Result<(), BenchError> {
         let plan = self.plan;
-        let mut table_rows = Vec::with_capacity(plan.sizes.len());
+        let specs = plan.rows(collective);
+        let mut table_rows = Vec::with_capacity(specs.len());
         let mut baseline_rows = Vec::new();
         let mut wrong_total = 0;
-        for (size_index, counts) in plan.counts(collective).iter().enumerate() {
+        for (row_index, spec) in specs.iter().enumerate() {
+            let counts = &spec.counts;
             let mut rows = Vec::with_capacity(plan.layers.len());
             for (slot, layer) in plan.layers.iter().enumerate() {
                 let key = |mode| RowKey {
                     collective: index,
-                    size: size_index,
+                    row: row_index,
                     mode,
                     layer: slot,
                 };
-                let out_of_place = self.measurement(collective, counts, key(Mode::OutOfPlace))?;
-                let in_place = self.measurement(collective, counts, key(Mode::InPlace))?;
+                let out_of_place = self.measurement(collective, spec, key(Mode::OutOfPlace))?;
+                let in_place = self.measurement(collective, spec, key(Mode::InPlace))?;
                 wrong_total += [out_of_place, in_place]
                     .iter()
                     .flatten()
@@ -106,11 +108,11 @@ where
                     collective: collective.name(),
                     layer: layer.name(),
                     world_size: plan.world,
-                    size: counts.printed_bytes(plan.dtype.size_bytes()),
+                    size: counts.printed_bytes(spec.dtype.size_bytes()),
                     count: counts.param,
-                    dtype: plan.dtype.short_name(),
-                    redop: collective.redop_column(plan.op),
-                    root: collective.root_column(plan.root),
+                    dtype: spec.dtype.short_name(),
+                    redop: collective.redop_column(spec.op),
+                    root: collective.root_column(spec.root),
                     out_of_place,
                     in_place,
                     ratio: None,
@@ -143,12 +145,12 @@ where
         Ok(())
     }
 
-    /// Every rank's measurement of `key`, of `collective` at `counts`,
+    /// Every rank's measurement of `key`, of `collective`'s row `spec`,
     /// with its bandwidths; `None` where the layer cannot issue that mode.
     fn measurement(
         &mut self,
         collective: Collective,
-        counts: &OpCounts,
+        spec: &RowSpec,
         key: RowKey,
     ) -> Result<Option<Measurement>, BenchError> {
         let plan = self.plan;
@@ -156,8 +158,8 @@ where
         Ok(time_us.map(|time_us| {
             let bandwidth = bandwidths(
                 collective,
-                counts,
-                plan.dtype.size_bytes(),
+                &spec.counts,
+                spec.dtype.size_bytes(),
                 plan.world,
                 time_us,
             );

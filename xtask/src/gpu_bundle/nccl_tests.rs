@@ -1,0 +1,168 @@
+//! The nccl-tests source tree the bundle carries for nccl-tests.sh, which
+//! builds it on the GPU machine (it has nvcc but no network): the `git
+//! archive` of a snapshot's HEAD, with the commit in `COMMIT`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::Result;
+
+/// The folder of the bundle the source goes to.
+pub const SOURCE_FOLDER: &str = "nccl-tests-src";
+
+/// The variable naming the snapshot when `--nccl-tests` does not.
+pub const SNAPSHOT_ENV: &str = "NCCL_TESTS_GIT";
+
+/// Where this workplace's fetched snapshot of NVIDIA/nccl-tests lies,
+/// relative to the workspace root (the worktrees and `.mirror` are siblings).
+const WORKPLACE_SNAPSHOT: &str = "../.mirror/NVIDIA+nccl-tests/repo";
+
+/// The snapshot to copy: `given` (`--nccl-tests`), else `$NCCL_TESTS_GIT`,
+/// else the workplace's fetched one if it is there.
+pub fn locate(given: Option<&Path>, root: &Path) -> Option<PathBuf> {
+    given
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(SNAPSHOT_ENV).map(PathBuf::from))
+        .or_else(|| Some(root.join(WORKPLACE_SNAPSHOT)).filter(|path| path.exists()))
+}
+
+/// `git -C snapshot ARGS`'s output.
+fn git(snapshot: &Path, args: &[&str]) -> Result<String> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(snapshot)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not run git: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`git -C {} {}` failed ({})",
+            snapshot.display(),
+            args.join(" "),
+            output.status
+        )
+        .into());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Extracts the HEAD of the git repository `snapshot` (bare or not) into
+/// `bundle/nccl-tests-src`, writes its commit to `COMMIT` there, and
+/// returns the bytes written.
+pub fn copy_source(snapshot: &Path, bundle: &Path) -> Result<u64> {
+    let commit = git(snapshot, &["rev-parse", "HEAD"])?;
+    let dest = bundle.join(SOURCE_FOLDER);
+    std::fs::create_dir_all(&dest)?;
+    let mut archive = Command::new("git")
+        .arg("-C")
+        .arg(snapshot)
+        .args(["archive", "--format=tar", "HEAD"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("could not run git archive: {e}"))?;
+    let tar_input = archive.stdout.take().ok_or("git archive has no stdout")?;
+    let extracted = Command::new("tar")
+        .arg("-x")
+        .arg("-C")
+        .arg(&dest)
+        .stdin(tar_input)
+        .status()
+        .map_err(|e| format!("could not run tar: {e}"))?;
+    let archived = archive.wait()?;
+    if !archived.success() || !extracted.success() {
+        return Err(format!(
+            "copying nccl-tests from {} failed (git archive: {archived}, tar: {extracted})",
+            snapshot.display()
+        )
+        .into());
+    }
+    std::fs::write(dest.join("COMMIT"), format!("{commit}\n"))?;
+    folder_bytes(&dest)
+}
+
+/// The bytes of every file under `folder`.
+fn folder_bytes(folder: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(folder)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            total += folder_bytes(&entry.path())?;
+        } else if kind.is_file() {
+            total += entry.metadata()?.len();
+        }
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `git ARGS` in `dir`, for building a snapshot to copy.
+    fn run_git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    #[test]
+    fn the_head_of_a_snapshot_is_copied_with_its_commit() {
+        let work = tempfile::tempdir().unwrap();
+        let repo = work.path().join("repo");
+        std::fs::create_dir_all(repo.join("src")).unwrap();
+        run_git(&repo, &["init", "-q"]);
+        std::fs::write(repo.join("Makefile"), "all:\n").unwrap();
+        std::fs::write(repo.join("src/common.cu"), "int x;\n").unwrap();
+        run_git(&repo, &["add", "."]);
+        run_git(
+            &repo,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "-m",
+                "one",
+            ],
+        );
+        // Not committed: not in the copy.
+        std::fs::write(repo.join("scratch.txt"), "no").unwrap();
+        let bundle = work.path().join("bundle");
+        let bytes = copy_source(&repo, &bundle).unwrap();
+        let dest = bundle.join(SOURCE_FOLDER);
+        assert_eq!(
+            std::fs::read_to_string(dest.join("src/common.cu")).unwrap(),
+            "int x;\n"
+        );
+        assert!(!dest.join("scratch.txt").exists());
+        let commit = std::fs::read_to_string(dest.join("COMMIT")).unwrap();
+        assert_eq!(commit.trim().len(), 40, "{commit}");
+        assert_eq!(bytes, folder_bytes(&dest).unwrap());
+        assert!(bytes > 0);
+        // Not a repository: an error naming it.
+        let error = copy_source(&work.path().join("none"), &bundle).unwrap_err();
+        assert!(error.to_string().contains("none"), "{error}");
+    }
+
+    #[test]
+    fn the_snapshot_given_wins() {
+        let root = Path::new("/nonexistent/workspace");
+        assert_eq!(
+            locate(Some(Path::new("/x/nccl-tests")), root),
+            Some(PathBuf::from("/x/nccl-tests"))
+        );
+        if std::env::var_os(SNAPSHOT_ENV).is_none() {
+            assert_eq!(locate(None, root), None);
+        }
+    }
+}
