@@ -46,7 +46,6 @@
 //!   their measurements into rows.
 //! * `world`: the ranks of a launch (`nccl-launch -n N`) for the
 //!   binaries that run as every rank: store, unique ids, barriers.
-//! * `alloc_count`: the counting global allocator of the allocation checks.
 //! * `error`: errors and exit statuses.
 //!
 //! What the binaries and the criterion benches use is re-exported here:
@@ -57,7 +56,6 @@
 //! [`CountingAllocator`] and [`counted`] count heap allocations; [`median`]
 //! and [`per_call_us`] reduce timings; [`BenchError`] is every error.
 
-mod alloc_count;
 mod buffers;
 mod check;
 mod cli;
@@ -72,12 +70,13 @@ mod sizes;
 mod timing;
 mod world;
 
-pub use alloc_count::{CountingAllocator, counted};
 pub use buffers::DeviceBuffers;
 pub use cli::Args;
 pub use collective::{Collective, Mode};
 pub use error::BenchError;
 pub use layer::{Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, TensorLayer};
+/// The allocation counter of the workspace's tests, shared with them.
+pub use nccl_test_support::alloc::{CountingAllocator, counted};
 pub use runner::main_with;
 pub use timing::{median, per_call_us};
 pub use world::World;
