@@ -44,6 +44,7 @@ mod group;
 mod library;
 mod op;
 mod reduce_op;
+mod trace;
 mod unique_id;
 
 pub use communicator::{AbortHandle, Communicator};

@@ -41,6 +41,7 @@ mod key;
 mod pool;
 pub mod recorder;
 pub mod store;
+mod trace;
 mod watchdog;
 mod work;
 
