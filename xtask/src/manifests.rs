@@ -162,7 +162,7 @@ pub fn msrv_violations(metadata: &Value) -> Result<Vec<String>> {
 }
 
 /// The features of `package`, by name, with what each enables.
-fn features<'a>(package: &'a Value) -> impl Iterator<Item = (&'a str, &'a Value)> {
+fn features(package: &Value) -> impl Iterator<Item = (&str, &Value)> {
     package["features"]
         .as_object()
         .into_iter()
