@@ -7,17 +7,21 @@
 //!    and every publishable crate over cudarc forwards cudarc's CUDA
 //!    versions and linking modes
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`
-//! 4. `cargo test --workspace` (the README's code blocks are nccl-group's
+//! 4. the same for the crates with a `tracing` feature, with it on (off,
+//!    its macros expand to nothing, so step 3 never compiles the events)
+//! 5. `cargo test --workspace` (the README's code blocks are nccl-group's
 //!    doctests)
-//! 5. `cargo xtask bindgen --check` (in process; needs libclang and the
+//! 6. `cargo xtask bindgen --check` (in process; needs libclang and the
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
-//! 6. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
-//! 7. `cargo check` of each consumer crate in `xtask/consumers/` (outside
+//! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
+//! 8. `cargo check` of each consumer crate in `xtask/consumers/` (outside
 //!    the workspace, each picking cudarc's features its own way), in the
 //!    workspace's target folder
-//! 8. `cargo package` of every publishable crate, verified: `cargo package
-//!    --workspace` would also package the `publish = false` crates, and
-//!    cannot verify benches, which depends on one of those
+//! 9. `cargo package` of every publishable crate, verified against the
+//!    others' packages: `cargo package --workspace` would also package the
+//!    `publish = false` crates, and cannot verify benches, which depends
+//!    on one of them (test-support) that no registry, not even cargo's
+//!    temporary one, has
 //!
 //! Fuzzing is not a step: it needs cargo-fuzz and a nightly toolchain (or
 //! `RUSTC_BOOTSTRAP`). Run `cargo xtask fuzz [--seconds N]` by hand; CI runs
@@ -80,6 +84,26 @@ pub fn run(args: Args) -> Result<()> {
                 "clippy",
                 "--workspace",
                 "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        },
+        Step {
+            name: "cargo clippy -p nccl-core -p nccl-tensor -p nccl-group -p benches --all-targets --features nccl-group/tracing -- -D warnings".into(),
+            action: cargo(&[
+                "clippy",
+                "-p",
+                "nccl-core",
+                "-p",
+                "nccl-tensor",
+                "-p",
+                "nccl-group",
+                "-p",
+                "benches",
+                "--all-targets",
+                "--features",
+                "nccl-group/tracing",
                 "--",
                 "-D",
                 "warnings",
