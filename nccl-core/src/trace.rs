@@ -35,3 +35,30 @@ macro_rules! enter_span {
 }
 
 pub(crate) use {enter_span, event};
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    #[test]
+    fn without_a_subscriber_or_the_feature_no_argument_is_evaluated() {
+        let evaluated = Cell::new(false);
+        event!(
+            info,
+            value = evaluated.replace(true),
+            "an event nobody listens to"
+        );
+        let _span = enter_span!(
+            debug,
+            "a span nobody listens to",
+            value = evaluated.replace(true)
+        );
+        assert!(!evaluated.get());
+    }
+
+    #[cfg(not(feature = "tracing"))]
+    #[test]
+    fn without_the_feature_a_span_is_the_unit_value() {
+        let () = enter_span!(info, "compiled out");
+    }
+}
