@@ -59,9 +59,9 @@
 //! * `runner`: which ranks and GPUs a process has, the plan, the rank
 //!   threads, where the processes meet (barriers, failures, results), and
 //!   gathering every rank's measurements into rows on process 0.
-//! * `world`: the ranks of a launch (`nccl-launch -n N`, torchrun) for the
-//!   binaries that run as every rank: store, unique ids, barriers, groups.
-//! * `alloc_count`: the counting global allocator of the allocation checks.
+//! * `world`: the ranks of a launch (`nccl-launch -n N`, torchrun, srun,
+//!   mpirun) for the binaries that run as every rank: store, unique ids,
+//!   barriers, groups.
 //! * `error`: errors and exit statuses.
 //!
 //! What the binaries and the criterion benches use is re-exported here:
@@ -74,7 +74,6 @@
 //! [`CountingAllocator`] and [`counted`] count heap allocations; [`median`]
 //! and [`per_call_us`] reduce timings; [`BenchError`] is every error.
 
-mod alloc_count;
 mod buffers;
 mod check;
 mod cli;
@@ -93,7 +92,6 @@ pub mod tables;
 mod timing;
 mod world;
 
-pub use alloc_count::{CountingAllocator, counted};
 pub use buffers::DeviceBuffers;
 pub use cli::{Args, SizeError, parse_size};
 pub use collective::{Collective, Mode};
@@ -102,6 +100,8 @@ pub use layer::{
     AT_START, Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, Rotation, Shift,
     TensorLayer,
 };
+/// The allocation counter of the workspace's tests, shared with them.
+pub use nccl_test_support::alloc::{CountingAllocator, counted};
 pub use runner::main_with;
 pub use timing::{median, per_call_us};
 pub use world::World;

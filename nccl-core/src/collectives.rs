@@ -106,6 +106,13 @@ impl Communicator {
     #[inline]
     pub unsafe fn issue_unchecked(&self, call: Call<'_>, stream: &CudaStream) -> Result<Status> {
         let comm = self.raw_for_call()?;
+        crate::trace::event!(
+            trace,
+            op = call.op.function(),
+            count = call.count,
+            rank = self.rank(),
+            "issue"
+        );
         let stream = stream.cu_stream() as cudaStream_t;
         let functions = self.library().functions();
         if call.op.has_point_to_point_form()

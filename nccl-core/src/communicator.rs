@@ -1,7 +1,7 @@
 //! The RAII communicator: the handle its abort handles share, its state,
 //! accessors and pre-multiplied sums. Creation is in `init`, splitting in
 //! `split`, the nonblocking waits in `wait`, finalize, abort and drop in
-//! `shutdown`.
+//! `shutdown`, adopting and handing back a raw handle in `raw`.
 
 use std::cell::Cell;
 use std::fmt;
@@ -19,6 +19,7 @@ use crate::library::check;
 use crate::reduce_op::PreMulSum;
 
 mod init;
+mod raw;
 mod shutdown;
 mod split;
 mod wait;
@@ -27,6 +28,8 @@ const LIVE: u8 = 0;
 const FINALIZED: u8 = 1;
 const ABORTED: u8 = 2;
 const DESTROYED: u8 = 3;
+/// Handed back by `into_raw`: the caller owns the handle now.
+const RELEASED: u8 = 4;
 
 /// What the communicator and its abort handles share.
 struct Shared {
@@ -68,6 +71,7 @@ impl Shared {
         if !self.claim(ABORTED) {
             return Ok(());
         }
+        crate::trace::event!(info, "aborting a communicator (ncclCommAbort)");
         let abort = self.lib.functions().ncclCommAbort()?;
         // SAFETY: the CAS above made this the only teardown of `raw`, which
         // is live until this call frees it.
@@ -128,7 +132,9 @@ impl fmt::Debug for AbortHandle {
 }
 
 impl AbortHandle {
-    /// Aborts the communicator; a no-op if it is already aborted or dropped.
+    /// Aborts the communicator; a no-op if it is already aborted or
+    /// dropped, or was handed back by
+    /// [`Communicator::into_raw`].
     ///
     /// # Errors
     /// The error ncclCommAbort returned; the communicator is unusable either way.
@@ -177,8 +183,11 @@ impl Communicator {
         }
     }
 
-    /// The raw `ncclComm_t`, for calls this crate does not wrap. It stays
-    /// valid while `self` lives and is not aborted.
+    /// The raw `ncclComm_t`, for calls this crate does not wrap, borrowed:
+    /// it stays valid while `self` lives and is not aborted, and `self`
+    /// still destroys it. To hand it over, [`Communicator::into_raw`]; never
+    /// pass a borrowed handle to [`Communicator::from_raw`], which would
+    /// make a second owner.
     ///
     /// # Errors
     /// [`Error::Aborted`] or [`Error::Finalized`].

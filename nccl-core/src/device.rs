@@ -6,13 +6,30 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use crate::error::{Error, Result};
 
+/// The CUDA driver library's names: on Linux the driver's soname, then its
+/// development link; on Windows its DLL. cudarc's dynamic loading tries
+/// these among its candidates, so a driver found here is one it finds too.
+#[cfg(windows)]
+const DRIVER_LIBRARIES: &[&str] = &["nvcuda.dll"];
+#[cfg(not(windows))]
+const DRIVER_LIBRARIES: &[&str] = &["libcuda.so.1", "libcuda.so"];
+
 /// Whether the CUDA driver library can be loaded. Checked before any cudarc
-/// call, because cudarc panics when the library is missing.
+/// call, because cudarc's dynamic loading panics when the library is
+/// missing. The check is this crate's own, so it holds whichever way the
+/// application has cudarc reach the driver: with `dynamic-linking` the
+/// driver is already loaded (the program could not start without it) and
+/// the check finds it.
 pub fn cuda_driver_available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: only tries to open libcuda with the dynamic loader and closes
-    // it again; no symbol is called.
-    *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
+    *PRESENT.get_or_init(|| {
+        DRIVER_LIBRARIES.iter().any(|&name| {
+            // SAFETY: opening the driver library runs only its own
+            // initialisers, as cudarc's loading of it does; no symbol is
+            // called, and the handle is closed again when dropped here.
+            unsafe { libloading::Library::new(name) }.is_ok()
+        })
+    })
 }
 
 fn require_driver() -> Result<()> {

@@ -32,6 +32,7 @@
 //! let _ = unsafe { comm.all_reduce(pointer as *const _, pointer as *mut _, 1024, DataType::Float32, ReduceOp::Sum, &stream)? };
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod collectives;
 mod communicator;
@@ -43,6 +44,7 @@ mod group;
 mod library;
 mod op;
 mod reduce_op;
+mod trace;
 mod unique_id;
 
 pub use communicator::{AbortHandle, Communicator};

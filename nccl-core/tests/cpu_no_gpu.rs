@@ -246,3 +246,15 @@ fn thread_safety_contract() {
     let _ = <Group as AmbiguousIfSend<_>>::some_item;
     let _ = <Group as AmbiguousIfSync<_>>::some_item;
 }
+
+#[test]
+fn from_raw_refuses_a_null_handle() {
+    // SAFETY: a null handle is refused before anything reads it.
+    let adopted = unsafe { Communicator::from_raw(std::ptr::null_mut(), &Config::new()) };
+    match adopted {
+        Err(Error::InvalidArgument {
+            argument, given, ..
+        }) => assert_eq!((argument, given.as_str()), ("raw", "a null pointer")),
+        other => panic!("expected InvalidArgument for a null raw, got {other:?}"),
+    }
+}

@@ -82,6 +82,15 @@ impl Membership {
         }
         let joined = store.add(&format!("{name}/instances"), 1)?;
         let generation = (joined.max(1) as u64 - 1) / world_size as u64;
+        crate::trace::event!(
+            info,
+            group = name,
+            rank,
+            world_size,
+            generation,
+            store = %store_address,
+            "joined the group in its store"
+        );
         Ok(Self {
             name: name.to_string(),
             generation,
@@ -216,9 +225,20 @@ impl<F: CommFactory> CommCache<F> {
             .unwrap_or_else(PoisonError::into_inner)
             .of(key);
         let store_key = key.store_key(&m.name, m.generation, sequence);
+        let _span = crate::trace::enter_span!(
+            info,
+            "rendezvous",
+            group = %m.name,
+            key = %store_key,
+            store = %m.store_address,
+            processes,
+            index,
+            creator
+        );
         let id = if index == 0 {
             let id = self.factory.unique_id()?;
             m.store.set(&store_key, id.as_bytes())?;
+            crate::trace::event!(debug, "published the unique id");
             id
         } else {
             let started = Instant::now();
@@ -234,6 +254,7 @@ impl<F: CommFactory> CommCache<F> {
                     GroupError::Store(error)
                 }
             })?;
+            crate::trace::event!(debug, waited = ?started.elapsed(), "got the unique id");
             UniqueId::try_from_slice(&bytes)?
         };
         let devices = key.devices().len();
@@ -259,6 +280,7 @@ impl<F: CommFactory> CommCache<F> {
                     .filter(|&i| !matches!(m.store.try_get(&joined(i)), Ok(Some(_))))
                     .map(|i| key.process_rank(i))
                     .collect();
+                crate::trace::event!(warn, waited = ?started.elapsed(), missing = ?missing, "communicator creation timed out");
                 GroupError::InitTimeout {
                     key: store_key.clone(),
                     waited: started.elapsed(),
@@ -266,6 +288,7 @@ impl<F: CommFactory> CommCache<F> {
                     source: Box::new(error),
                 }
             })?;
+        crate::trace::event!(info, waited = ?started.elapsed(), "communicators created");
         self.created
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

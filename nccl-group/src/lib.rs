@@ -10,17 +10,20 @@
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
 //!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
 //!
+//! The crate re-exports [`nccl_tensor`] and [`nccl_core`], and its
+//! [`prelude`] extends nccl-tensor's, so nccl-group is the one dependency
+//! a program needs:
+//!
 //! ```no_run
-//! use nccl_group::ProcessGroup;
-//! use nccl_tensor::Tensor;
+//! use nccl_group::prelude::*;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let group = ProcessGroup::from_env("trainer")?; // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-//! let local_rank = nccl_group::RendezvousConfig::from_env()?.local_rank; // one GPU per process
-//! let device = nccl_core::Device::new(local_rank)?;
+//! let local_rank = RendezvousConfig::from_env()?.local_rank; // one GPU per process
+//! let device = Device::new(local_rank)?;
 //! let stream = device.new_stream()?;
 //! let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
-//! let work = group.all_reduce(grads, nccl_core::ReduceOp::Sum, &stream)?;
+//! let work = group.all_reduce(grads, ReduceOp::Sum, &stream)?;
 //! let grads = work.wait()?; // `stream` waits for the all-reduce; the CPU does not
 //! # Ok(()) }
 //! ```
@@ -38,6 +41,7 @@ mod key;
 mod pool;
 pub mod recorder;
 pub mod store;
+mod trace;
 mod watchdog;
 mod work;
 
@@ -56,6 +60,20 @@ pub use store::{
     TcpStoreServerOptions,
 };
 pub use work::{Work, WorkBuffers};
+pub use {nccl_core, nccl_tensor};
+
+/// What most programs name: nccl-tensor's prelude and the group's own
+/// types, `use nccl_group::prelude::*;`.
+pub mod prelude {
+    pub use crate::{GroupOptions, ProcessGroup, RendezvousConfig, Store, StreamMode, Work};
+    pub use nccl_tensor::prelude::*;
+}
+
+/// The README's code blocks, compiled as this crate's doctests (they use
+/// nccl-tensor and nccl-group, the crates the README shows).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 
 /// The group's inner parts, exported for its own tests and benches only:
 /// the communicator cache and its factory seam, the membership handshake,

@@ -154,10 +154,10 @@ struct Running {
 impl Running {
     /// Collects its status if it has exited.
     fn poll(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.status = Some(status);
-            }
+        if self.status.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.status = Some(status);
         }
         self.status
     }

@@ -18,10 +18,14 @@
 //!   checks every argument first ([`checks`] holds the checks as pure
 //!   functions).
 //!
+//!
+//! The crate re-exports [`nccl_core`] (and through it `cudarc`), and its
+//! [`prelude`] has what most programs name, so nccl-tensor is the one
+//! dependency a program needs:
+//!
 //! ```no_run
 //! # fn main() -> nccl_tensor::Result<()> {
-//! use nccl_core::{Device, ReduceOp, UniqueId};
-//! use nccl_tensor::{Communicator, Tensor};
+//! use nccl_tensor::prelude::*;
 //!
 //! let device = Device::new(0)?;
 //! let comm = Communicator::new(device.clone(), 1, UniqueId::new()?, 0)?;
@@ -48,7 +52,15 @@ pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_cont
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
+pub use nccl_core;
 pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;
+
+/// What most programs name: `use nccl_tensor::prelude::*;`. The errors stay
+/// out (nccl-core's and this crate's are both `Error`); name them by path.
+pub mod prelude {
+    pub use crate::{Communicator, NcclType, Tensor, TensorCell};
+    pub use nccl_core::{CudaStream, DataType, Device, ReduceOp, UniqueId};
+}

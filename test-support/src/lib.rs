@@ -1,5 +1,6 @@
 //! Helpers shared by the workspace's integration tests (a dev-dependency
-//! of nccl-core, nccl-tensor and nccl-group; never published).
+//! of nccl-core, nccl-tensor and nccl-group; never published), and the
+//! allocation counter of the benches.
 //!
 //! * GPUs: [`require_gpus`] returns the first `n` devices, or prints
 //!   `SKIP: needs n GPU(s), found m` and returns `None`. With
@@ -16,7 +17,8 @@
 //! * [`processes`]: child test processes and the marks ranks leave in a
 //!   shared folder.
 //! * [`within`]: a deadline for scenarios that could hang.
-//! * [`alloc`]: a global allocator that counts a thread's allocations.
+//! * [`alloc`]: a global allocator that counts a thread's allocations
+//!   (the benches' too).
 //! * `tensor` (feature `tensor`): nccl-tensor's element types, test data
 //!   and operation matrix.
 //! * `group` and `store` (feature `group`): `ProcessGroup` helpers and the

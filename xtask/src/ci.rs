@@ -2,11 +2,26 @@
 //! stopping at the first failure.
 //!
 //! 1. `cargo fmt --all -- --check`
-//! 2. `cargo clippy --workspace --all-targets -- -D warnings`
-//! 3. `cargo test --workspace`
-//! 4. `cargo xtask bindgen --check` (in process; needs libclang and the
+//! 2. the manifest checks (in process, over `cargo metadata`): no locked
+//!    dependency needs a newer Rust than the workspace's `rust-version`,
+//!    and every publishable crate over cudarc forwards cudarc's CUDA
+//!    versions and linking modes
+//! 3. `cargo clippy --workspace --all-targets -- -D warnings`
+//! 4. the same for the crates with a `tracing` feature, with it on (off,
+//!    its macros expand to nothing, so step 3 never compiles the events)
+//! 5. `cargo test --workspace` (the README's code blocks are nccl-group's
+//!    doctests)
+//! 6. `cargo xtask bindgen --check` (in process; needs libclang and the
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
-//! 5. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
+//! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
+//! 8. `cargo check` of each consumer crate in `xtask/consumers/` (outside
+//!    the workspace, each picking cudarc's features its own way), in the
+//!    workspace's target folder
+//! 9. `cargo package` of every publishable crate, verified against the
+//!    others' packages: `cargo package --workspace` would also package the
+//!    `publish = false` crates, and cannot verify benches, which depends
+//!    on one of them (test-support) that no registry, not even cargo's
+//!    temporary one, has
 //!
 //! Fuzzing is not a step: it needs cargo-fuzz and a nightly toolchain (or
 //! `RUSTC_BOOTSTRAP`). Run `cargo xtask fuzz [--seconds N]` by hand; CI runs
@@ -15,7 +30,11 @@
 use std::ffi::OsString;
 use std::process::Command;
 
-use crate::{Result, bindgen, workspace_root};
+use crate::{Result, bindgen, manifests, workspace_root};
+
+/// The consumer crates under `xtask/consumers/`, checked outside the
+/// workspace.
+const CONSUMERS: [&str; 2] = ["candle-linking", "cuda13-loading"];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,29 +48,38 @@ pub struct Args {
 enum Action {
     /// `cargo` with these arguments and extra environment variables.
     Cargo {
-        args: &'static [&'static str],
+        args: Vec<OsString>,
         env: Vec<(&'static str, OsString)>,
     },
     /// `cargo test` with these arguments, its libtest summaries added up.
     CargoTest { args: &'static [&'static str] },
     /// `cargo xtask bindgen --check`, called in this process.
     BindgenCheck,
+    /// The MSRV and cudarc-feature checks over `cargo metadata`.
+    ManifestChecks,
+    /// `cargo package -p ...` of every publishable member.
+    Package,
 }
 
 struct Step {
     /// The command as a user would type it (printed as `==> name`).
-    name: &'static str,
+    name: String,
     action: Action,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let mut steps = vec![
         Step {
-            name: "cargo fmt --all -- --check",
+            name: "cargo fmt --all -- --check".into(),
             action: cargo(&["fmt", "--all", "--", "--check"]),
         },
         Step {
-            name: "cargo clippy --workspace --all-targets -- -D warnings",
+            name: "manifest checks: MSRV of the locked dependencies, cudarc features forwarded"
+                .into(),
+            action: Action::ManifestChecks,
+        },
+        Step {
+            name: "cargo clippy --workspace --all-targets -- -D warnings".into(),
             action: cargo(&[
                 "clippy",
                 "--workspace",
@@ -62,7 +90,27 @@ pub fn run(args: Args) -> Result<()> {
             ]),
         },
         Step {
-            name: "cargo test --workspace",
+            name: "cargo clippy -p nccl-core -p nccl-tensor -p nccl-group -p benches --all-targets --features nccl-group/tracing -- -D warnings".into(),
+            action: cargo(&[
+                "clippy",
+                "-p",
+                "nccl-core",
+                "-p",
+                "nccl-tensor",
+                "-p",
+                "nccl-group",
+                "-p",
+                "benches",
+                "--all-targets",
+                "--features",
+                "nccl-group/tracing",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        },
+        Step {
+            name: "cargo test --workspace".into(),
             action: Action::CargoTest {
                 args: &["test", "--workspace"],
             },
@@ -70,16 +118,36 @@ pub fn run(args: Args) -> Result<()> {
     ];
     if !args.skip_bindgen {
         steps.push(Step {
-            name: "cargo xtask bindgen --check",
+            name: "cargo xtask bindgen --check".into(),
             action: Action::BindgenCheck,
         });
     }
     steps.push(Step {
-        name: "RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps",
+        name: "RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps".into(),
         action: Action::Cargo {
-            args: &["doc", "--workspace", "--no-deps"],
+            args: os_strings(&["doc", "--workspace", "--no-deps"]),
             env: vec![("RUSTDOCFLAGS", rustdocflags())],
         },
+    });
+    let root = workspace_root();
+    for consumer in CONSUMERS {
+        let manifest = root
+            .join("xtask/consumers")
+            .join(consumer)
+            .join("Cargo.toml");
+        let mut args = os_strings(&["check", "--manifest-path"]);
+        args.push(manifest.into());
+        // The workspace's target folder: the consumers add no folder of
+        // their own, and share the dependencies that did not change.
+        args.extend([OsString::from("--target-dir"), root.join("target").into()]);
+        steps.push(Step {
+            name: format!("cargo check --manifest-path xtask/consumers/{consumer}/Cargo.toml"),
+            action: Action::Cargo { args, env: vec![] },
+        });
+    }
+    steps.push(Step {
+        name: "cargo package -p <each publishable crate>".into(),
+        action: Action::Package,
     });
 
     let total = steps.len();
@@ -140,8 +208,15 @@ impl TestTotals {
     }
 }
 
-fn cargo(args: &'static [&'static str]) -> Action {
-    Action::Cargo { args, env: vec![] }
+fn os_strings(args: &[&str]) -> Vec<OsString> {
+    args.iter().map(OsString::from).collect()
+}
+
+fn cargo(args: &[&str]) -> Action {
+    Action::Cargo {
+        args: os_strings(args),
+        env: vec![],
+    }
 }
 
 /// `-D warnings`, after any flags the caller already set.
@@ -162,9 +237,55 @@ fn cargo_command() -> (OsString, Command) {
     (cargo, command)
 }
 
+/// The MSRV and cudarc-feature checks: every problem found, or none.
+fn manifest_checks() -> Result<()> {
+    let metadata = manifests::load()?;
+    let mut problems = manifests::msrv_violations(&metadata)?;
+    problems.extend(manifests::forwarding_gaps(&metadata)?);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    for problem in &problems {
+        eprintln!("error: {problem}");
+    }
+    Err(format!(
+        "{} problem(s) in the manifests or Cargo.lock",
+        problems.len()
+    )
+    .into())
+}
+
+/// `cargo package -p A -p B ...` of the publishable members, verified:
+/// cargo builds each packaged crate against the others' packages.
+fn package() -> Result<()> {
+    let names = manifests::publishable_members(&manifests::load()?)?;
+    let mut args = os_strings(&["package"]);
+    for name in &names {
+        args.extend([OsString::from("-p"), OsString::from(name)]);
+    }
+    println!("cargo {}", args.join(" ".as_ref()).to_string_lossy());
+    run_cargo(&args, &[])
+}
+
+fn run_cargo(args: &[OsString], env: &[(&'static str, OsString)]) -> Result<()> {
+    let (cargo, mut command) = cargo_command();
+    let status = command
+        .args(args)
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", cargo.to_string_lossy()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("exited with {status}").into())
+    }
+}
+
 fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
     match &step.action {
         Action::BindgenCheck => bindgen::run(bindgen::Args { check: true }),
+        Action::ManifestChecks => manifest_checks(),
+        Action::Package => package(),
         Action::CargoTest { args } => {
             use std::io::BufRead;
             let (cargo, mut command) = cargo_command();
@@ -186,19 +307,7 @@ fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
                 Err(format!("exited with {status}").into())
             }
         }
-        Action::Cargo { args, env } => {
-            let (cargo, mut command) = cargo_command();
-            let status = command
-                .args(*args)
-                .envs(env.iter().map(|(key, value)| (key, value)))
-                .status()
-                .map_err(|e| format!("could not run {}: {e}", cargo.to_string_lossy()))?;
-            if status.success() {
-                Ok(())
-            } else {
-                Err(format!("exited with {status}").into())
-            }
-        }
+        Action::Cargo { args, env } => run_cargo(args, env),
     }
 }
 

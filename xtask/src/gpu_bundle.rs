@@ -208,12 +208,11 @@ fn workspace(root: &Path) -> Result<Workspace> {
             let is = |kind: &str| has_kind(target, kind);
             workspace.has_gpu_tests |= is("test") && target_name.starts_with("gpu_");
             workspace.has_benches |= is("bench");
-            if is("bin") {
-                if let Some(tool) = TOOL_PACKAGES.iter().find(|&&tool| tool == name) {
-                    if !workspace.tool_packages.contains(tool) {
-                        workspace.tool_packages.push(tool);
-                    }
-                }
+            if is("bin")
+                && let Some(tool) = TOOL_PACKAGES.iter().find(|&&tool| tool == name)
+                && !workspace.tool_packages.contains(tool)
+            {
+                workspace.tool_packages.push(tool);
             }
             if is("example")
                 && bundled_example(target_name)

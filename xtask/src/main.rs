@@ -4,6 +4,7 @@ mod bindgen;
 mod ci;
 mod fuzz;
 mod gpu_bundle;
+mod manifests;
 
 use std::path::PathBuf;
 
@@ -25,7 +26,8 @@ struct Cli {
 enum Task {
     /// Regenerate nccl-sys's bindings from the pinned nccl.h (or --check them).
     Bindgen(bindgen::Args),
-    /// Run every check CI runs: fmt, clippy, tests, bindgen --check, docs.
+    /// Run every check CI runs: fmt, the MSRV and feature checks, clippy,
+    /// tests, bindgen --check, docs, the consumer crates, cargo package.
     Ci(ci::Args),
     /// Fuzz the TCP store's frame decoding with cargo-fuzz for a bounded
     /// time (needs `cargo install cargo-fuzz`; not part of ci).

@@ -51,6 +51,12 @@
 //!   by `wait_ready`, to show what a nonblocking communicator (the group
 //!   layer's kind) costs per call where NCCL does not take its world-size-1
 //!   shortcut.
+//! * `host_cost_tracing/all_reduce_in_place_8B/<state>`: what the
+//!   `tracing` feature costs, as each layer's ratio to raw in one run
+//!   (`tracing_cost.rs`). `<state>` is `tracing-off` in the usual build and
+//!   `tracing-on-no-subscriber` in one built with `--features tracing`;
+//!   the ratio lines are printed as `host_cost_tracing/...: <layer> <us>
+//!   us/call, <ratio> x raw`.
 //! * `copy_bandwidth/all_reduce_out_of_place_256MiB`: 256 MiB out of place
 //!   (a device copy at world size 1) per layer but the group (whose
 //!   all_reduce is in place only), with `Throughput::Bytes`, including the
@@ -62,6 +68,7 @@
 //! bench measures for about a second: the whole run takes about a minute
 //! and a half on an H200.
 
+mod tracing_cost;
 mod variants;
 
 use std::hint::black_box;
@@ -79,6 +86,7 @@ use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
 use nccl_sys::Version;
 use nccl_tensor::checks::CommInfo;
 use nccl_tensor::{BufferDesc, Layout, Op, Plan};
+use tracing_cost::tracing_cost;
 use variants::{buffer_cost, group_loop_cost, nonblocking_cost, untracked_cost};
 
 const GPUS_NEEDED: usize = 1;
@@ -485,6 +493,7 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     stream
         .synchronize()
         .map_err(BenchError::cuda("synchronizing the stream"))?;
+    tracing_cost(criterion, &layers, &stream)?;
     separate.destroy()?;
     caller.destroy()?;
     buffer_cost(criterion, &comm, &stream)?;

@@ -19,7 +19,7 @@ pub const MOVEMENT_PERIOD: usize = 97;
 pub fn reduction_input(op: ReduceOp, rank: usize, index: usize) -> f64 {
     match op {
         ReduceOp::Prod => {
-            if (index % 4 + rank % 4) % 4 == 0 {
+            if (index % 4 + rank % 4).is_multiple_of(4) {
                 2.0
             } else {
                 1.0

@@ -64,6 +64,13 @@ impl Communicator {
     /// Bad arguments, no CUDA driver or NCCL library, or NCCL's failure.
     pub fn new(device: Device, world_size: i32, unique_id: UniqueId, rank: i32) -> Result<Self> {
         check_world(world_size, rank)?;
+        let _span = crate::trace::enter_span!(
+            debug,
+            "ncclCommInitRank",
+            rank,
+            world_size,
+            device = device.ordinal()
+        );
         let lib = library()?;
         let init = lib.functions().ncclCommInitRank()?;
         device.bind_to_thread()?;
@@ -72,6 +79,7 @@ impl Communicator {
         // context is current on this thread, as NCCL requires.
         let result = unsafe { init(&mut raw, world_size, unique_id.to_raw(), rank) };
         check_accepted(lib, "ncclCommInitRank", result)?;
+        crate::trace::event!(debug, "communicator created");
         Ok(Self::wrap(
             raw,
             lib,
@@ -112,6 +120,14 @@ impl Communicator {
         config: &Config,
     ) -> Result<Self> {
         check_world(world_size, rank)?;
+        let _span = crate::trace::enter_span!(
+            debug,
+            "ncclCommInitRankConfig",
+            rank,
+            world_size,
+            device = device.ordinal(),
+            blocking = config.is_blocking()
+        );
         let mut raw_config = config.to_raw()?;
         let lib = library()?;
         require_version(lib, 2, 14, || "a communicator config".to_string())?;
@@ -151,6 +167,7 @@ impl Communicator {
             config.wait_timeout(),
         );
         created.map(|_| ())?;
+        crate::trace::event!(debug, "communicator init issued");
         Ok(communicator)
     }
 
@@ -221,6 +238,7 @@ impl Communicator {
     pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
         check_distinct(devices)?;
         let ordinals: Vec<c_int> = devices.iter().map(|d| d.ordinal() as c_int).collect();
+        let _span = crate::trace::enter_span!(debug, "ncclCommInitAll", devices = ?ordinals);
         let lib = library()?;
         let init_all = lib.functions().ncclCommInitAll()?;
         devices[0].bind_to_thread()?;

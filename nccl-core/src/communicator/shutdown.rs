@@ -25,6 +25,7 @@ impl Communicator {
             self.wait_ready("ncclCommFinalize")?;
         }
         self.mark_finalized();
+        crate::trace::event!(debug, rank = self.rank, "communicator finalized");
         Ok(())
     }
 
@@ -86,6 +87,11 @@ impl Drop for Communicator {
         let shared = &self.shared;
         if shared.state.load(Ordering::Acquire) == FINALIZED && shared.claim(DESTROYED) {
             if let Ok(destroy) = shared.lib.functions().ncclCommDestroy() {
+                crate::trace::event!(
+                    debug,
+                    rank = self.rank,
+                    "destroying a finalized communicator"
+                );
                 // SAFETY: the claim made this the only teardown; the
                 // communicator was finalized, so destroy does not wait on peers.
                 let _ = unsafe { destroy(shared.raw) };

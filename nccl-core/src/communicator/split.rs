@@ -105,6 +105,7 @@ impl Communicator {
             )
         };
         check_accepted(lib, "ncclCommSplit", result)?;
+        crate::trace::event!(debug, parent_rank = self.rank, color = ?color, key, "ncclCommSplit issued");
         let blocking = config
             .and_then(Config::blocking_option)
             .unwrap_or(self.blocking);
@@ -140,9 +141,7 @@ impl Communicator {
     ) -> Result<i32> {
         let raw = self.raw_for_call()?;
         let get = function(self.shared.lib.functions())?;
-        let mut value: c_int = 0;
-        // SAFETY: `raw` is live and `value` writable.
-        check_accepted(self.shared.lib, name, unsafe { get(raw, &mut value) })?;
-        Ok(value)
+        // SAFETY: `raw` is live, a communicator of this library.
+        unsafe { super::raw::query(self.shared.lib, name, get, raw) }
     }
 }

@@ -100,6 +100,13 @@ impl Communicator {
                     }
                 }
                 Ok(Status::InProgress) => {
+                    crate::trace::event!(
+                        warn,
+                        operation,
+                        rank = self.rank,
+                        waited = ?started.elapsed(),
+                        "a nonblocking communicator was not ready in time: aborting it"
+                    );
                     let _ = self.shared.abort();
                     return Err(Error::Timeout {
                         operation,
@@ -107,6 +114,7 @@ impl Communicator {
                     });
                 }
                 Err(error) => {
+                    crate::trace::event!(warn, operation, rank = self.rank, %error, "a nonblocking communicator failed: aborting it");
                     let _ = self.shared.abort();
                     return Err(error);
                 }

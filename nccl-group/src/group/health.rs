@@ -88,6 +88,7 @@ impl Inner {
             return;
         }
         self.cache.close();
+        crate::trace::event!(error, %failure, "the group failed: failing its pending operations, aborting its communicators");
         let _ = self.failure.set(Arc::clone(&failure));
         if self.options().on_failure == FailurePolicy::AbortProcess {
             self.finish_termination(&failure, exchange);
@@ -141,6 +142,7 @@ impl Inner {
     /// Returns how the abort went.
     fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
         let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
+        crate::trace::event!(warn, group = %self.cache.membership().name, outcome = ?abort, "communicators aborted");
         let (peers, lagging) = match exchange {
             Exchange::WithPeers if self.cache.membership().world_size > 1 => {
                 let stuck = failure.op.and_then(|op| op.collective_seq);
@@ -153,7 +155,9 @@ impl Inner {
         };
         let dump = self.options().dump_dir.as_deref().map(|dir| {
             let dump = self.dump(failure.to_string(), peers.clone(), lagging.clone());
-            self.write_dump(dir, &dump)
+            let written = self.write_dump(dir, &dump);
+            crate::trace::event!(info, written = ?written, "flight recorder dumped");
+            written
         });
         failure.set_details(FailureDetails {
             abort: abort.clone(),
@@ -244,6 +248,7 @@ impl Inner {
     /// the state is already `ABORTED`.
     pub(super) fn abort(&self) -> AbortOutcome {
         self.cache.close();
+        crate::trace::event!(warn, group = %self.cache.membership().name, "aborting the group (ProcessGroup::abort)");
         let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest());
         let _ = self.failure.set(Arc::clone(&failure));
         self.fail_pending(&failure);
@@ -321,6 +326,13 @@ impl Watched for Inner {
                 }
             }
         };
+        crate::trace::event!(
+            error,
+            group = %self.cache.membership().name,
+            seq = ?seq,
+            cause = ?cause,
+            "watchdog: failing the group"
+        );
         self.fail(cause, seq, Finish::OwnThread);
     }
 }

@@ -200,6 +200,7 @@ impl ProcessGroup {
         buffers: B,
         caller: &Arc<CudaStream>,
     ) -> OpResult<B> {
+        let _span = crate::trace::enter_span!(trace, "op", op = op.name(), group = self.name());
         let route = match self.route(&op) {
             Ok(route) => route,
             Err(error) => return Err(Box::new(OpError { error, buffers })),
@@ -411,6 +412,13 @@ impl ProcessGroup {
         mut buffers: Vec<B>,
         callers: &[Arc<CudaStream>],
     ) -> OpResult<Vec<B>> {
+        let _span = crate::trace::enter_span!(
+            trace,
+            "op_multi",
+            op = op.name(),
+            group = self.name(),
+            parts = buffers.len()
+        );
         let route = match self.route(&op) {
             Ok(route) => route,
             Err(error) => return Err(Box::new(OpError { error, buffers })),

@@ -287,10 +287,8 @@ impl TcpStoreServer {
         }
         let accept_exited = conns.accept_exited;
         drop(conns);
-        if accept_exited {
-            if let Some(handle) = self.accept_thread.take() {
-                let _ = handle.join();
-            }
+        if accept_exited && let Some(handle) = self.accept_thread.take() {
+            let _ = handle.join();
         }
     }
 }
@@ -359,6 +357,11 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
 /// Answers a connection over `max_connections` with an error frame and
 /// closes it, without ever blocking the accept loop.
 fn refuse(stream: TcpStream, max: usize) {
+    crate::trace::event!(
+        warn,
+        max_connections = max,
+        "store server: refusing a connection over max_connections"
+    );
     let message = format!(
         "the server already has {max} client connections open, its max_connections limit; \
          close clients that are no longer needed, or raise max_connections on the server"
@@ -496,6 +499,7 @@ fn client_alive(stream: &TcpStream) -> bool {
 fn send_error(stream: &mut TcpStream, io_timeout: Duration, code: u8, message: String) {
     const DRAIN_FOR: Duration = Duration::from_millis(500);
     const DRAIN_MAX: usize = 4 << 20;
+    crate::trace::event!(warn, code, %message, "store server: refusing a request and closing its connection");
     let frame = Response::Error { code, message }.encode();
     if wire::write_frame_within(stream, &frame, io_timeout).is_err() {
         return;

@@ -253,10 +253,10 @@ impl<'v, 'f> Sources<'v, 'f> {
                 .iter()
                 .filter(|s| s.family == family)
                 .find_map(|s| self.vars.get(s.var).map(|raw| (s, raw)));
-            if let Some((source, raw)) = first_set {
-                if let Some(reading) = self.reading(quantity, source, &raw, max)? {
-                    readings.push(reading);
-                }
+            if let Some((source, raw)) = first_set
+                && let Some(reading) = self.reading(quantity, source, &raw, max)?
+            {
+                readings.push(reading);
             }
         }
         let Some((winner, others)) = readings.split_first() else {

@@ -197,11 +197,15 @@ impl TcpStore {
                         io::ErrorKind::ConnectionReset,
                         nccl_core::ErrorChain(&e).to_string(),
                     ),
-                    other => return Err(other),
+                    other => {
+                        crate::trace::event!(warn, addr = %self.addr, error = %other, "store: the server refused the connection");
+                        return Err(other);
+                    }
                 },
                 Err(AttemptError::Io(e)) => e,
             };
             let Some(left) = deadline.remaining() else {
+                crate::trace::event!(warn, addr = %self.addr, attempts, error = %last, "store: giving up connecting");
                 return Err(StoreError::Connect {
                     addr: self.addr.clone(),
                     attempts,
@@ -209,6 +213,7 @@ impl TcpStore {
                     source: last,
                 });
             };
+            crate::trace::event!(debug, addr = %self.addr, attempts, error = %last, retry_in = ?backoff.min(left), "store: connecting failed, retrying");
             thread::sleep(backoff.min(left));
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
@@ -303,10 +308,10 @@ impl TcpStore {
             // The server may have answered (e.g. an auth or size error) and
             // closed before taking the whole frame: prefer its answer.
             let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-            if let Ok(payload) = wire::read_frame(stream, self.options.max_frame_size, None) {
-                if let Ok(response @ Response::Error { .. }) = Response::decode(&payload) {
-                    return Err(self.remote_error(op, response));
-                }
+            if let Ok(payload) = wire::read_frame(stream, self.options.max_frame_size, None)
+                && let Ok(response @ Response::Error { .. }) = Response::decode(&payload)
+            {
+                return Err(self.remote_error(op, response));
             }
             return Err(self.io_error(op, write_err, read_timeout));
         }
