@@ -29,11 +29,15 @@ sweep=(-b 8 -e 1M -f 4 -w 1 -n 2)
 passed=0 failed=0 wrong_rows=0
 failures=()
 
-# Table rows (after nccl-launch's "[rank N] " prefix) whose #wrong, the 9th
-# or 13th field, is a number above 0.
+# Table rows (after nccl-launch's "[rank N] " prefix) whose #wrong is a
+# number above 0: the 9th and 13th fields, or with --compare's ratio column
+# after each half's #wrong (15 fields), the 9th and 14th.
 count_wrong_rows() {
     sed -E 's/^\[rank [0-9]+\] //' "$1" | awk '
-        /^[[:space:]]*[0-9]+[[:space:]]/ && NF >= 13 && ($9 + 0 > 0 || $13 + 0 > 0) { n++ }
+        /^[[:space:]]*[0-9]+[[:space:]]/ && NF >= 13 {
+            in_place = NF >= 15 ? $14 : $13
+            if ($9 + 0 > 0 || in_place + 0 > 0) n++
+        }
         END { print n + 0 }'
 }
 
