@@ -12,8 +12,11 @@
 //!
 //! Each launch issues the call's one operation ([`Call::ops`]) through
 //! [`ProcessGroup::issue`]: in place on one tensor, out of place on an
-//! `(output, input)` pair. The forms it lacks (every in-place form nccl-tensor's
-//! safe API lacks, and sendrecv) print `N/A`; `layer::unsupported` says why.
+//! `(output, input)` pair. sendrecv's two (a send to the next rank, a
+//! receive from the previous) are one [`ProcessGroup::batch_isend_irecv`]
+//! on the pair. The forms it lacks (every in-place form nccl-tensor's
+//! safe API lacks, and sendrecv in place) print `N/A`; `layer::unsupported`
+//! says why.
 //!
 //! The operations take owned tensors of exactly the call's element counts,
 //! so binding allocates them on the rank's stream and copies the call's
@@ -37,7 +40,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, CudaViewMut};
 use nccl_core::Op;
-use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
+use nccl_group::{OpError, OpResult, P2POp, ProcessGroup, StreamMode, WorkBuffers};
 use nccl_tensor::{Tensor, rules};
 
 use super::{Call, Launch, Layer, LayerKind, unsupported};
@@ -123,6 +126,10 @@ impl<T: BenchElement> Operands<T> for Tensor<T> {
     }
 }
 
+/// A launch's error, with the tensors when they survived it (boxed:
+/// failures are rare).
+type Failed<B> = Box<(BenchError, Option<B>)>;
+
 /// An out-of-place operation's `(output, input)`, as the group takes them.
 type OutputInput<T> = (Tensor<T>, Tensor<T>);
 
@@ -174,18 +181,34 @@ impl<'s, T: BenchElement, B: Operands<T>> Bound<'s, T, B> {
     /// on the CPU), keeping the tensors for the next launch.
     #[inline]
     fn launch(&mut self, op: impl FnOnce(B) -> OpResult<B>) -> Result<(), BenchError> {
+        self.launch_with(|operands| match op(operands) {
+            Ok(work) => work.wait().map_err(|error| Box::new((error.into(), None))),
+            Err(failed) => {
+                let OpError { error, buffers } = *failed;
+                Err(Box::new((error.into(), Some(buffers))))
+            }
+        })
+    }
+
+    /// Runs `op` on the tensors, which hands them back, or its error with
+    /// the tensors when they survived it.
+    #[inline]
+    fn launch_with(
+        &mut self,
+        op: impl FnOnce(B) -> Result<B, Failed<B>>,
+    ) -> Result<(), BenchError> {
         let operands = self.operands.take().ok_or_else(|| {
             internal("has no tensors left: an earlier Work::wait failed and released them".into())
         })?;
         match op(operands) {
-            Ok(work) => {
-                self.operands = Some(work.wait()?);
+            Ok(operands) => {
+                self.operands = Some(operands);
                 Ok(())
             }
             Err(failed) => {
-                let OpError { error, buffers } = *failed;
-                self.operands = Some(buffers);
-                Err(error.into())
+                let (error, operands) = *failed;
+                self.operands = operands;
+                Err(error)
             }
         }
     }
@@ -324,6 +347,12 @@ impl<'a> GroupLayer<'a> {
             ops.as_slice(),
         ) {
             (None, &[op]) => op,
+            (None, &[send @ Op::Send { peer: next }, Op::Recv { peer: previous }]) => {
+                let mut bound = self.out_of_place(call, &send, bases, pair)?;
+                return Ok(Box::new(move || {
+                    bound.launch_with(|pair| sendrecv(group, pair, (next, previous), stream))
+                }));
+            }
             (why, _) => {
                 let why = why.unwrap_or("it issues one operation per call");
                 return Err(BenchError::Usage(format!(
@@ -343,6 +372,37 @@ impl<'a> GroupLayer<'a> {
                 Box::new(move || bound.launch(|pair| group.issue(op, pair, stream)))
             }
         })
+    }
+}
+
+/// sendrecv on `(output, input)`: `input` to the `next` rank and `output`
+/// from the `previous`, as one batch, waited for on `stream`.
+fn sendrecv<T: BenchElement>(
+    group: &ProcessGroup,
+    (output, input): OutputInput<T>,
+    (next, previous): (i32, i32),
+    stream: &Arc<CudaStream>,
+) -> Result<OutputInput<T>, Failed<OutputInput<T>>> {
+    // The batch hands its tensors back in the order of its operations.
+    let unbatch = |tensors: Vec<Tensor<T>>| {
+        let mut tensors = tensors.into_iter();
+        Some((tensors.next()?, tensors.next()?)).map(|(input, output)| (output, input))
+    };
+    let ops = vec![P2POp::send(input, next), P2POp::recv(output, previous)];
+    match group.batch_isend_irecv(ops, stream) {
+        Ok(work) => match work.wait() {
+            Ok(tensors) => unbatch(tensors).ok_or_else(|| {
+                Box::new((
+                    internal("got fewer tensors back from batch_isend_irecv than it gave".into()),
+                    None,
+                ))
+            }),
+            Err(error) => Err(Box::new((error.into(), None))),
+        },
+        Err(failed) => {
+            let OpError { error, buffers } = *failed;
+            Err(Box::new((error.into(), unbatch(buffers))))
+        }
     }
 }
 
@@ -374,11 +434,11 @@ mod tests {
     use crate::layer::TensorLayer;
 
     #[test]
-    fn the_group_has_every_form_of_the_safe_api_but_sendrecv() {
+    fn the_group_has_every_form_of_the_safe_api_but_sendrecv_in_place() {
         for collective in Collective::ALL {
             for mode in Mode::BOTH {
-                let expected =
-                    collective != Collective::SendRecv && TensorLayer::has(collective, mode);
+                let in_place_sendrecv = collective == Collective::SendRecv && mode == Mode::InPlace;
+                let expected = !in_place_sendrecv && TensorLayer::has(collective, mode);
                 assert_eq!(
                     GroupLayer::has(collective, mode),
                     expected,
@@ -391,6 +451,7 @@ mod tests {
         }
         assert!(GroupLayer::has(Collective::AllReduce, Mode::OutOfPlace));
         assert!(!GroupLayer::has(Collective::AllGather, Mode::InPlace));
+        assert!(GroupLayer::has(Collective::SendRecv, Mode::OutOfPlace));
     }
 
     #[test]
