@@ -149,7 +149,10 @@ impl ProcessGroup {
     /// in the order of `ops`. A process's sends to a peer pair in order
     /// with the peer's receives from it; a send to this process itself
     /// needs a receive from itself of the same length and type in the
-    /// batch.
+    /// batch. Processes with nothing to exchange need not call it, except
+    /// when it is the first operation of the group on this device: that
+    /// one creates the group's communicator, which every process joins
+    /// (as with PyTorch's first `batch_isend_irecv`).
     ///
     /// Checks, before anything is enqueued: each operation's
     /// ([`nccl_tensor::Plan::new`]: a peer in `0..world_size`, the tensor
@@ -173,7 +176,9 @@ impl ProcessGroup {
     /// Issues `ops[i]` on `buffers[i]` for every `i`, in one NCCL group on
     /// the collective communicator of the caller's stream's device; the
     /// flight recorder notes it as `name`, with the elements of every
-    /// input and the first buffer's data type.
+    /// input and the first buffer's data type, and as a collective (one
+    /// that takes a sequence number every rank shares) unless it holds
+    /// sends and receives only, which some ranks may not issue.
     fn issue_batch<B: GroupBuffers>(
         &self,
         name: &'static str,
@@ -186,6 +191,7 @@ impl ProcessGroup {
             dtype: buffers.first().map(GroupBuffers::data_type),
             count: buffers.iter().map(GroupBuffers::input_len).sum(),
             peer: None,
+            point_to_point: ops.iter().all(Op::is_point_to_point),
         };
         let device = stream.context().ordinal();
         self.run_one(
@@ -231,6 +237,7 @@ impl ProcessGroup {
             dtype: Some(T::DATA_TYPE),
             count: input.len(),
             peer: None,
+            point_to_point: false,
         };
         let device = stream.context().ordinal();
         self.run_one(
@@ -274,6 +281,7 @@ impl ProcessGroup {
             dtype: Some(T::DATA_TYPE),
             count: inputs.iter().map(Tensor::len).sum(),
             peer: None,
+            point_to_point: false,
         };
         let device = stream.context().ordinal();
         self.run_one(

@@ -30,6 +30,9 @@ pub(super) struct OpInfo {
     pub(super) dtype: Option<DataType>,
     pub(super) count: usize,
     pub(super) peer: Option<usize>,
+    /// Sends and receives only, which every rank need not issue: no
+    /// collective sequence number, even on the collective communicator.
+    pub(super) point_to_point: bool,
 }
 
 impl OpInfo {
@@ -40,6 +43,7 @@ impl OpInfo {
             dtype: None,
             count: 0,
             peer: None,
+            point_to_point: false,
         }
     }
 }
@@ -122,6 +126,7 @@ impl ProcessGroup {
             peer: op
                 .rank_argument()
                 .and_then(|(_, rank)| usize::try_from(rank).ok()),
+            point_to_point: op.is_point_to_point(),
         }
     }
 
@@ -236,7 +241,7 @@ impl ProcessGroup {
             count: info.count,
             peer: info.peer,
             devices: *key.devices(),
-            collective: matches!(key, CommKey::Collective(_)),
+            collective: matches!(key, CommKey::Collective(_)) && !info.point_to_point,
         };
         self.inner.recorder.record(&description, now).seq
     }
