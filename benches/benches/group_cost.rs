@@ -26,6 +26,21 @@
 //!   stream. Each sample ends with a synchronisation, so the time is the
 //!   GPU's.
 //!
+//! * `group_coalescing/{separate,coalesced}/N`: what N all_reduces of 2
+//!   `f32` (8 bytes: the host's cost, not bandwidth) cost the host through
+//!   the group, per batch of N: N operations and N `Work::wait`s
+//!   (`separate`), against one `ProcessGroup::coalesced` batch, one NCCL
+//!   group and one `Work::wait` (`coalesced`), as PyTorch's coalescing
+//!   manager issues a DDP bucket. Host time only: the stream is
+//!   synchronised every few batches outside the timed part. On its own the
+//!   bench is a world of one (criterion's statistics); as every rank of
+//!   `nccl-launch -n 2 benches-group_cost --bench` (or any world size) it
+//!   runs this comparison alone, with fixed counts (criterion's adaptive
+//!   counts would differ between ranks, and collectives must not): rounds
+//!   of every variant after a barrier, rank 0 printing the median and min
+//!   over rounds and the ratio of the medians. Needs a GPU (`SKIP:`
+//!   without).
+//!
 //! The group's whole per-operation host cost (`ProcessGroup` op +
 //! `Work::wait`, against raw NCCL and the other layers in the same run) is
 //! the `group` entry of the `host_cost` bench.
@@ -35,11 +50,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use nccl_core::{DataType, UniqueId};
-use nccl_group::OpState;
+use cudarc::driver::CudaStream;
+use nccl_core::{DataType, ReduceOp, UniqueId};
 use nccl_group::recorder::{FlightRecorder, OpDescription};
 use nccl_group::testing::{CommCache, CommFactory, CommKey, DeviceList, Membership};
-use nccl_group::{InProcessStore, Store};
+use nccl_group::{
+    GroupOptions, InProcessStore, OpState, ProcessGroup, RendezvousConfig, Store, Work,
+};
+use nccl_tensor::Tensor;
 
 /// A factory that makes plain numbers: the cache's own cost, without NCCL.
 struct Numbers;
@@ -106,12 +124,7 @@ fn group_parts(criterion: &mut Criterion) {
     criterion.bench_function("group_parts/arc_alloc", |b| {
         b.iter(|| black_box(Arc::new(SharedRecord { _ends: [0; 6] })))
     });
-    let gpus = if nccl_core::cuda_driver_available() {
-        nccl_core::Device::count().unwrap_or(0)
-    } else {
-        0
-    };
-    if gpus == 0 {
+    if !has_gpu() {
         println!("SKIP: group_parts driver calls need 1 GPU(s), found 0");
         return;
     }
@@ -202,7 +215,212 @@ fn group_handoff(criterion: &mut Criterion, device: &nccl_core::Device) {
     group.finish();
 }
 
+/// The batch sizes of `group_coalescing`.
+const BATCH_SIZES: [usize; 3] = [4, 16, 64];
+/// Elements of each all_reduce of `group_coalescing`.
+const ELEMENTS: usize = 2;
+/// Batches between two stream synchronisations (not timed), so the
+/// launch queue never fills.
+const CHUNK: u64 = 8;
+/// At world size N: batches before the rounds, rounds, and batches per
+/// variant and round.
+const WARMUP: u64 = 16;
+const ROUNDS: usize = 7;
+const BATCHES: u64 = 40;
+
+/// How a batch of all_reduces is issued.
+#[derive(Clone, Copy, Debug)]
+enum Issue {
+    /// One operation and one `Work::wait` per tensor.
+    Separate,
+    /// One `coalesced` batch: one NCCL group, one `Work::wait`.
+    Coalesced,
+}
+
+impl Issue {
+    const BOTH: [Issue; 2] = [Issue::Separate, Issue::Coalesced];
+
+    fn name(self) -> &'static str {
+        match self {
+            Issue::Separate => "separate",
+            Issue::Coalesced => "coalesced",
+        }
+    }
+
+    /// All-reduces every tensor (sum) and waits for it on `stream`.
+    fn run(
+        self,
+        group: &ProcessGroup,
+        tensors: Vec<Tensor<f32>>,
+        stream: &Arc<CudaStream>,
+    ) -> Vec<Tensor<f32>> {
+        match self {
+            Issue::Separate => {
+                let works: Vec<Work<Tensor<f32>>> = tensors
+                    .into_iter()
+                    .map(|tensor| {
+                        group
+                            .all_reduce(tensor, ReduceOp::Sum, stream)
+                            .unwrap_or_else(|e| panic!("all_reduce: {}", e.error))
+                    })
+                    .collect();
+                works
+                    .into_iter()
+                    .map(|work| work.wait().expect("Work::wait"))
+                    .collect()
+            }
+            Issue::Coalesced => {
+                let mut batch = group.coalesced();
+                for tensor in tensors {
+                    batch.all_reduce(tensor, ReduceOp::Sum);
+                }
+                batch
+                    .issue(stream)
+                    .unwrap_or_else(|e| panic!("coalesced all_reduces: {}", e.error))
+                    .wait()
+                    .expect("Work::wait")
+            }
+        }
+    }
+}
+
+/// The host time of `batches` batches, synchronising the stream every
+/// [`CHUNK`] batches outside the timed part.
+fn time_batches(
+    group: &ProcessGroup,
+    issue: Issue,
+    tensors: &mut Vec<Tensor<f32>>,
+    batches: u64,
+    stream: &Arc<CudaStream>,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = batches;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        let start = Instant::now();
+        for _ in 0..chunk {
+            *tensors = issue.run(group, std::mem::take(tensors), stream);
+        }
+        total += start.elapsed();
+        stream.synchronize().expect("synchronize");
+        left -= chunk;
+    }
+    total
+}
+
+/// This process's group and stream: every rank of a launch (`RANK`,
+/// `WORLD_SIZE`, ...), or a world of one on an in-process store.
+fn coalescing_group(launched: bool) -> (ProcessGroup, Arc<CudaStream>) {
+    let options = GroupOptions::default().with_dump_dir(None);
+    let (group, device) = if launched {
+        let config = RendezvousConfig::from_env().expect("the launch's variables");
+        let device = nccl_core::Device::new(config.local_rank).expect("this rank's GPU");
+        let group = ProcessGroup::from_env_with("group-cost", options.with_timeout(config.timeout))
+            .expect("join the launch's group");
+        (group, device)
+    } else {
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+        let group = ProcessGroup::new("group-cost", 0, 1, store, "in-process", options)
+            .expect("a group of one");
+        (group, nccl_core::Device::new(0).expect("device 0"))
+    };
+    let stream = device.new_stream().expect("stream");
+    (group, stream)
+}
+
+/// `n` tensors of [`ELEMENTS`] ones.
+fn tensors(n: usize, stream: &Arc<CudaStream>) -> Vec<Tensor<f32>> {
+    (0..n)
+        .map(|_| Tensor::from_host(stream, &[1.0; ELEMENTS], &[ELEMENTS]).expect("tensor"))
+        .collect()
+}
+
+/// `group_coalescing` at world size 1, through criterion.
+fn coalescing(criterion: &mut Criterion) {
+    let (group, stream) = coalescing_group(false);
+    let mut bench = criterion.benchmark_group("group_coalescing");
+    for n in BATCH_SIZES {
+        for issue in Issue::BOTH {
+            let mut kept = tensors(n, &stream);
+            // The first operation creates the communicator.
+            kept = issue.run(&group, kept, &stream);
+            bench.bench_function(format!("{}/{n}", issue.name()), |bencher| {
+                bencher.iter_custom(|iters| time_batches(&group, issue, &mut kept, iters, &stream))
+            });
+        }
+    }
+    bench.finish();
+    group.destroy().expect("destroy the group");
+}
+
+/// `group_coalescing` as every rank of a launch: fixed counts, rounds of
+/// every variant after a barrier; rank 0 prints.
+fn coalescing_launched() {
+    let (group, stream) = coalescing_group(true);
+    let (rank, world) = (group.rank(), group.world_size());
+    let barrier = || {
+        group
+            .barrier(&stream)
+            .expect("barrier")
+            .wait()
+            .expect("barrier wait");
+        stream.synchronize().expect("synchronize");
+    };
+    for n in BATCH_SIZES {
+        let mut kept = tensors(n, &stream);
+        let mut medians = Vec::new();
+        for issue in Issue::BOTH {
+            let _ = time_batches(&group, issue, &mut kept, WARMUP, &stream);
+        }
+        let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); Issue::BOTH.len()];
+        for _ in 0..ROUNDS {
+            for (issue, times) in Issue::BOTH.into_iter().zip(&mut rounds) {
+                barrier();
+                let took = time_batches(&group, issue, &mut kept, BATCHES, &stream);
+                times.push(benches::per_call_us(took.as_secs_f64(), BATCHES));
+            }
+        }
+        for (issue, times) in Issue::BOTH.into_iter().zip(&rounds) {
+            let median = benches::median(times).unwrap_or(f64::NAN);
+            let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+            medians.push(median);
+            if rank == 0 {
+                println!(
+                    "group_coalescing/{}/{n} (world size {world}): median {median:.2} us per batch \
+                     ({:.3} us per all_reduce), min {min:.2} us, over {ROUNDS} rounds of {BATCHES} batches",
+                    issue.name(),
+                    median / n as f64,
+                );
+            }
+        }
+        if rank == 0
+            && let [separate, coalesced] = medians[..]
+        {
+            println!(
+                "group_coalescing/{n} (world size {world}): coalesced / separate = {:.3}",
+                coalesced / separate
+            );
+        }
+    }
+    barrier();
+    group.destroy().expect("destroy the group");
+}
+
+/// Whether a GPU is there for the benches that need one.
+fn has_gpu() -> bool {
+    nccl_core::cuda_driver_available() && nccl_core::Device::count().unwrap_or(0) > 0
+}
+
 fn main() {
+    let launched = std::env::var("WORLD_SIZE").is_ok_and(|world| world != "1");
+    if launched {
+        if !has_gpu() {
+            println!("SKIP: group_coalescing needs 1 GPU(s), found 0");
+            return;
+        }
+        coalescing_launched();
+        return;
+    }
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
@@ -210,5 +428,10 @@ fn main() {
     cache_hit(&mut criterion);
     flight_recorder(&mut criterion);
     group_parts(&mut criterion);
+    if has_gpu() {
+        coalescing(&mut criterion);
+    } else {
+        println!("SKIP: group_coalescing needs 1 GPU(s), found 0");
+    }
     criterion.final_summary();
 }

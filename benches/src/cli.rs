@@ -250,7 +250,7 @@ pub struct Args {
     /// The layer that issues the calls: raw nccl-sys function pointers, nccl-core,
     /// nccl-tensor's safe typed API (no in-place form for an operation whose output and
     /// input differ in size: those halves print N/A), or nccl-group's ProcessGroup (an op +
-    /// Work::wait per call; the forms of the tensor layer but sendrecv, the rest N/A),
+    /// Work::wait per call; the forms of the tensor layer but in-place sendrecv, the rest N/A),
     /// on its own NCCL stream (group) or on the caller's (group-caller).
     #[arg(long, value_enum, default_value_t = LayerKind::Core)]
     pub layer: LayerKind,

@@ -53,7 +53,8 @@ pub enum LayerKind {
     /// nccl-group's `ProcessGroup` (one member per rank thread, over the
     /// run's store): an operation + `Work::wait` per call, on tensors
     /// of its own; whole-tensor forms only (in-place all_reduce, broadcast,
-    /// reduce; out-of-place all_gather, reduce_scatter, all_to_all).
+    /// reduce; out-of-place all_gather, reduce_scatter, all_to_all, and
+    /// sendrecv as one `batch_isend_irecv`).
     Group,
     /// The group layer with `StreamMode::Caller`: operations on the
     /// caller's stream, no event handoff.
@@ -280,9 +281,8 @@ pub fn shifted(call: nccl_core::Call<'static>, bytes: usize) -> nccl_core::Call<
 ///   as two buffers, so nccl-tests' in-place layout, the input inside the
 ///   output, cannot be expressed: the borrow checker and the cell check
 ///   refuse it by design;
-/// * the group's send and recv are separate operations on a pair
-///   communicator (not one NCCL group), so in a ring every rank would wait
-///   for a neighbour that is still sending, and world size 1 has no peer.
+/// * the group's sendrecv is one `batch_isend_irecv` of owned tensors, so
+///   one tensor cannot be both the one sent and the one received.
 pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Option<&'static str> {
     let safe_api = matches!(
         layer,
@@ -310,10 +310,11 @@ pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Opti
             "nccl-tensor's safe API takes its input and output as two buffers, so the input cannot lie inside the output",
         );
     }
-    if layer.stream_mode().is_some() && collective == Collective::SendRecv {
+    if layer.stream_mode().is_some() && collective == Collective::SendRecv && mode == Mode::InPlace
+    {
         return Some(
-            "the group's send and recv are separate operations on a pair communicator, so in a ring every rank \
-             would wait for a neighbour that is still sending, and world size 1 has no peer",
+            "the group's sendrecv is one batch_isend_irecv of owned tensors, so one tensor cannot be both the one \
+             sent and the one received",
         );
     }
     None

@@ -3,11 +3,16 @@
 //! watched by the process's watchdog and recorded by a flight recorder.
 //!
 //! Rooms: [`options`] (what a group is created with), `ops` (the public
-//! operations, one nccl-tensor operation each), `issue` (the engine they
+//! operations, one nccl-tensor operation each), `batch` (several
+//! operations in one NCCL group: batched point-to-point, coalesced
+//! collectives, all_to_all of any sizes), `buffers` (the buffers an
+//! operation owns), `issue` (the engine they
 //! share: routing, stream handoff, recorder, watchdog tracking, errors),
 //! `lifecycle` (abort and destroy), `factory` (creating communicators) and
 //! `health` (failing the group, the watchdog's view).
 
+mod batch;
+mod buffers;
 mod factory;
 mod health;
 mod issue;
@@ -19,8 +24,9 @@ use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+pub use batch::{Coalesced, P2POp};
+pub use buffers::GroupBuffers;
 pub(crate) use factory::{LocalComms, Member, NcclFactory};
-pub use issue::GroupBuffers;
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 
 use crate::cache::OnceMap;

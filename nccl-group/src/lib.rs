@@ -6,7 +6,10 @@
 //!   several local GPUs, over communicators cached per device list (and
 //!   per process pair for send/recv), with two-way event synchronisation
 //!   between the caller's streams and the NCCL streams, and [`Work`]
-//!   handles that own the tensors until the GPU is done with them.
+//!   handles that own the tensors until the GPU is done with them; several
+//!   operations in one NCCL group with one `Work`
+//!   ([`ProcessGroup::batch_isend_irecv`], [`ProcessGroup::coalesced`],
+//!   [`ProcessGroup::all_to_all_split`], [`ProcessGroup::all_to_all_list`]).
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
 //!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
 //!
@@ -48,8 +51,8 @@ mod work;
 pub use error::{GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
-    CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupBuffers, GroupOptions, OpResult,
-    ProcessGroup, StreamMode,
+    Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupBuffers, GroupOptions,
+    OpResult, P2POp, ProcessGroup, StreamMode,
 };
 pub use key::MAX_LOCAL_DEVICES;
 pub use nccl_core::ErrorKind;

@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaStream, DriverError};
-use nccl_tensor::{NcclType, Tensor};
+use nccl_tensor::{AnyTensor, NcclType, Tensor};
 
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
@@ -32,6 +32,12 @@ impl<T: NcclType> WorkBuffers for Tensor<T> {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         // cudarc frees a slice on the stream it was allocated on.
         self.as_slice().stream().wait(event)
+    }
+}
+
+impl WorkBuffers for AnyTensor {
+    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
+        self.stream().wait(event)
     }
 }
 

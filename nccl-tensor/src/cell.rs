@@ -108,6 +108,52 @@ impl AnyTensor {
     }
 }
 
+impl AnyTensor {
+    /// The description operations check.
+    pub fn desc(&self) -> BufferDesc<'_> {
+        with_typed!(self, t => t.desc())
+    }
+
+    /// The stream the storage belongs to: cudarc frees it there, so
+    /// whoever must delay the free makes this stream wait.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        with_typed!(self, t => t.as_slice().stream())
+    }
+
+    /// Calls `f` with the device address for reads on `stream`.
+    pub(crate) fn read_ptr<R>(
+        &self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*const c_void) -> R,
+    ) -> R {
+        with_typed!(self, t => t.read_ptr(stream, f))
+    }
+
+    /// Calls `f` with the device address for writes on `stream`.
+    pub(crate) fn write_ptr<R>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        f: impl FnOnce(*mut c_void) -> R,
+    ) -> R {
+        with_typed!(self, t => t.write_ptr(stream, f))
+    }
+}
+
+impl<T: IntoAnyTensor> From<Tensor<T>> for AnyTensor {
+    fn from(tensor: Tensor<T>) -> Self {
+        T::into_any(tensor)
+    }
+}
+
+impl<T: IntoAnyTensor> TryFrom<AnyTensor> for Tensor<T> {
+    /// The tensor as it was, when it holds another type.
+    type Error = AnyTensor;
+
+    fn try_from(any: AnyTensor) -> std::result::Result<Self, AnyTensor> {
+        T::from_any(any)
+    }
+}
+
 struct CellInner {
     dtype: DataType,
     shape: Vec<usize>,
@@ -375,7 +421,7 @@ impl TensorCell {
             .storage
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        with_typed!(&*storage, t => t.read_ptr(stream, f))
+        storage.read_ptr(stream, f)
     }
 
     /// Calls `f` with the device address for writes on `stream`.
@@ -389,7 +435,7 @@ impl TensorCell {
             .storage
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        with_typed!(&mut *storage, t => t.write_ptr(stream, f))
+        storage.write_ptr(stream, f)
     }
 }
 

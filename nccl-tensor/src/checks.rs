@@ -216,3 +216,105 @@ pub fn all_gather_list<'a>(
     }
     Ok(())
 }
+
+/// `all_to_all_single` with split sizes: both buffers usable and of one
+/// data type, one split size per rank in each list, the sizes adding up
+/// to their buffer's length, and what this rank sends itself
+/// (`input_splits[rank]`) what it receives from itself.
+pub fn all_to_all_splits(
+    info: &CommInfo,
+    input: &BufferDesc<'_>,
+    output: &BufferDesc<'_>,
+    input_splits: &[usize],
+    output_splits: &[usize],
+) -> Result<()> {
+    const OP: &str = "all_to_all_single";
+    buffer(OP, "input", input, info)?;
+    buffer(OP, "output", output, info)?;
+    same_dtype(OP, input, output)?;
+    split_sizes(
+        OP,
+        info,
+        "input_split_sizes",
+        input_splits,
+        "input",
+        input.len,
+    )?;
+    split_sizes(
+        OP,
+        info,
+        "output_split_sizes",
+        output_splits,
+        "output",
+        output.len,
+    )?;
+    let rank = usize::try_from(info.rank).unwrap_or(usize::MAX);
+    match (input_splits.get(rank), output_splits.get(rank)) {
+        (Some(&sent), Some(&received)) => length(
+            OP,
+            "output_split_sizes[this rank]",
+            sent,
+            received,
+            "input_split_sizes[this rank]: what this rank sends itself",
+        ),
+        // A rank outside its own communicator has no self exchange.
+        _ => Ok(()),
+    }
+}
+
+/// One split size per rank, adding up to the `buffer`'s `len`.
+fn split_sizes(
+    op: &'static str,
+    info: &CommInfo,
+    what: &'static str,
+    splits: &[usize],
+    buffer: &'static str,
+    len: usize,
+) -> Result<()> {
+    if i32::try_from(splits.len()).ok() != Some(info.world_size) {
+        return Err(Error::SplitCount {
+            op,
+            what,
+            given: splits.len(),
+            world_size: info.world_size,
+        });
+    }
+    let sum: u128 = splits.iter().map(|&size| size as u128).sum();
+    if sum != len as u128 {
+        return Err(Error::SplitSum {
+            op,
+            what,
+            buffer,
+            sum,
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// `all_to_all` between lists: one input and one output per rank, each a
+/// buffer NCCL can use (their lengths are the peers' business; what this
+/// rank sends itself is checked by the batch it becomes).
+pub fn all_to_all_list(
+    info: &CommInfo,
+    inputs: &[BufferDesc<'_>],
+    outputs: &[BufferDesc<'_>],
+) -> Result<()> {
+    const OP: &str = "all_to_all";
+    let world = usize::try_from(info.world_size).unwrap_or(0);
+    length(OP, "input list", world, inputs.len(), "one input per rank")?;
+    length(
+        OP,
+        "output list",
+        world,
+        outputs.len(),
+        "one output per rank",
+    )?;
+    for input in inputs {
+        buffer(OP, "an input", input, info)?;
+    }
+    for output in outputs {
+        buffer(OP, "an output", output, info)?;
+    }
+    Ok(())
+}

@@ -145,6 +145,98 @@ pub enum Error {
         /// The layout given.
         given: &'static str,
     },
+    /// An operation of a batch ([`Batch`](crate::Batch)) failed its own
+    /// checks; `error` says which.
+    #[error("operation {index} of the batch: {error}")]
+    InBatch {
+        /// Its position in the batch, from 0.
+        index: usize,
+        /// The operation's error (part of this message, so not a `source()`).
+        error: Box<Error>,
+    },
+    /// A batch of more operations than [`MAX_BATCH_OPERATIONS`](crate::MAX_BATCH_OPERATIONS).
+    #[error(
+        "a batch holds at most {max} operations, but {given} were given; issue it as several batches"
+    )]
+    BatchTooLong {
+        /// The operations given.
+        given: usize,
+        /// The most a batch holds.
+        max: usize,
+    },
+    /// One tensor cell used twice in a batch (by two operations, or as
+    /// both buffers of one).
+    #[error(
+        "operations {first} and {second} of the batch use the same TensorCell; a batch locks each cell once, \
+         so pass it once (receiving into a buffer that is also sent or received into would race on the GPU anyway)"
+    )]
+    CellTwiceInBatch {
+        /// The first operation that uses it.
+        first: usize,
+        /// The operation that uses it again.
+        second: usize,
+    },
+    /// Sends to this rank itself and receives from it that do not pair up.
+    #[error(
+        "the batch has {sends} send(s) to this rank ({rank}) itself and {recvs} receive(s) from it; NCCL pairs \
+         them in order, so their numbers must be equal, or a send waits forever"
+    )]
+    UnpairedSelfExchange {
+        /// This rank.
+        rank: i32,
+        /// Sends to it.
+        sends: usize,
+        /// Receives from it.
+        recvs: usize,
+    },
+    /// A send to this rank itself whose paired receive differs in size or
+    /// data type.
+    #[error(
+        "operation {send} of the batch sends {sent} elements of {sent_dtype} to this rank itself, but the receive \
+         it pairs with (operation {recv}) takes {received} elements of {received_dtype}; they must match"
+    )]
+    SelfExchangeMismatch {
+        /// The send's position in the batch.
+        send: usize,
+        /// The paired receive's position.
+        recv: usize,
+        /// Elements sent.
+        sent: usize,
+        /// Their data type.
+        sent_dtype: DataType,
+        /// Elements the receive takes.
+        received: usize,
+        /// Its data type.
+        received_dtype: DataType,
+    },
+    /// A list of split sizes without one entry per rank.
+    #[error("{op}: {what} has {given} entries, expected one per rank ({world_size})")]
+    SplitCount {
+        /// The operation.
+        op: &'static str,
+        /// Which list.
+        what: &'static str,
+        /// Its number of entries.
+        given: usize,
+        /// The communicator's world size.
+        world_size: i32,
+    },
+    /// Split sizes that do not add up to their buffer's length.
+    #[error(
+        "{op}: {what} add up to {sum} elements, but the {buffer} has {len}; they must be equal"
+    )]
+    SplitSum {
+        /// The operation.
+        op: &'static str,
+        /// Which list.
+        what: &'static str,
+        /// Which buffer it splits.
+        buffer: &'static str,
+        /// The sum of the sizes (wider than `usize`, so it never overflows).
+        sum: u128,
+        /// The buffer's number of elements.
+        len: usize,
+    },
     /// A tensor whose shape does not match its data.
     #[error("invalid shape {shape:?}: it holds {expected} elements, but the data has {given}")]
     ShapeMismatch {
@@ -212,14 +304,16 @@ impl Error {
     /// | Variant | Kind |
     /// |---|---|
     /// | `Core(error)` | `error.kind()` |
+    /// | `InBatch { error, .. }` | `error.kind()` |
     /// | `WrongDevice` | [`ErrorKind::WrongDevice`] |
     /// | `RankOutOfRange` | [`ErrorKind::RankOutOfRange`] |
     /// | `UnsupportedDataType`, `UnsupportedReduction` | [`ErrorKind::Unsupported`] |
     /// | `Cuda` | [`ErrorKind::Cuda`] |
-    /// | every other variant (a length, a data type, a shape, an alias, a range, a layout) | [`ErrorKind::InvalidArgument`] |
+    /// | every other variant (a length, a data type, a shape, an alias, a range, a layout, a batch's pairing, split sizes) | [`ErrorKind::InvalidArgument`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Core(error) => error.kind(),
+            Error::InBatch { error, .. } => error.kind(),
             Error::WrongDevice { .. } => ErrorKind::WrongDevice,
             Error::RankOutOfRange { .. } => ErrorKind::RankOutOfRange,
             Error::UnsupportedDataType { .. } | Error::UnsupportedReduction { .. } => {
@@ -237,7 +331,13 @@ impl Error {
             | Error::StridesOutOfBounds { .. }
             | Error::RangeOutOfBounds { .. }
             | Error::WrongType { .. }
-            | Error::WrongLayout { .. } => ErrorKind::InvalidArgument,
+            | Error::WrongLayout { .. }
+            | Error::BatchTooLong { .. }
+            | Error::CellTwiceInBatch { .. }
+            | Error::UnpairedSelfExchange { .. }
+            | Error::SelfExchangeMismatch { .. }
+            | Error::SplitCount { .. }
+            | Error::SplitSum { .. } => ErrorKind::InvalidArgument,
         }
     }
 

@@ -17,6 +17,11 @@
 //! * [`Communicator`] runs every operation of the spec on either kind, and
 //!   checks every argument first ([`checks`] holds the checks as pure
 //!   functions).
+//! * A [`Batch`] issues several operations in one NCCL group: sends and
+//!   receives to and from any peers (`batch_isend_irecv`), collectives of
+//!   different buffers and types (coalescing), checked together first
+//!   ([`plan_batch`]). [`Communicator::all_to_all_single_split`] and the
+//!   list form [`Communicator::all_to_all`] move blocks of any sizes.
 //!
 //!
 //! The crate re-exports [`nccl_core`] (and through it `cudarc`), and its
@@ -36,22 +41,26 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod buffer;
 mod cell;
 pub mod checks;
 mod communicator;
 mod dtype;
 mod error;
+mod exchange;
 mod operand;
 mod plan;
 mod planned;
 mod tracked;
 
+pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
+pub use exchange::exchange_calls;
 pub use nccl_core;
 pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};

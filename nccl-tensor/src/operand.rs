@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 
 use crate::buffer::{BufferDesc, TypedBuffer, TypedBufferMut};
-use crate::cell::TensorCell;
+use crate::cell::{AnyTensor, TensorCell};
 use crate::error::{Error, Result};
 use crate::plan::{Layout, Layouts};
 
@@ -104,6 +104,40 @@ impl Output for &TensorCell {
     }
 }
 
+impl sealed::Sealed for &AnyTensor {}
+
+impl Input for &AnyTensor {
+    #[inline]
+    fn desc(&self) -> BufferDesc<'_> {
+        AnyTensor::desc(self)
+    }
+    #[inline]
+    fn cell(&self) -> Option<&TensorCell> {
+        None
+    }
+    #[inline]
+    fn read<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
+        self.read_ptr(stream, f)
+    }
+}
+
+impl sealed::Sealed for &mut AnyTensor {}
+
+impl Output for &mut AnyTensor {
+    #[inline]
+    fn desc(&self) -> BufferDesc<'_> {
+        AnyTensor::desc(self)
+    }
+    #[inline]
+    fn cell(&self) -> Option<&TensorCell> {
+        None
+    }
+    #[inline]
+    fn write<R>(self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
+        self.write_ptr(stream, f)
+    }
+}
+
 /// A list of output buffers, one per rank (the list form of `all_gather`):
 /// `&mut [B]` for typed buffers or `&[TensorCell]`.
 pub trait OutputList: sealed::Sealed {
@@ -168,6 +202,43 @@ impl OutputList for &[TensorCell] {
     }
 }
 
+/// Which of the three [`Operands`] forms an operation's buffers come in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// [`Single`].
+    Single,
+    /// [`ReadOnly`].
+    ReadOnly,
+    /// [`Pair`].
+    Pair,
+}
+
+impl Form {
+    /// The layout of buffers given in this form to an operation that
+    /// takes `takes`: a single buffer is in place for an operation that
+    /// takes either layout, and the input or output alone for one that
+    /// takes only that. `output` is a pair's output (ignored otherwise).
+    pub(crate) fn layout<'d>(
+        self,
+        takes: Layouts,
+        first: BufferDesc<'d>,
+        output: Option<BufferDesc<'d>>,
+    ) -> Layout<'d> {
+        match (self, output) {
+            (Form::Pair, Some(output)) => Layout::OutOfPlace {
+                input: first,
+                output,
+            },
+            (Form::ReadOnly, _) => Layout::Input(first),
+            (Form::Single, _) | (Form::Pair, None) => match takes {
+                Layouts::Input => Layout::Input(first),
+                Layouts::Output => Layout::Output(first),
+                Layouts::Either | Layouts::OutOfPlace => Layout::InPlace(first),
+            },
+        }
+    }
+}
+
 /// The buffers of one operation, in one of the three forms operations
 /// take: [`Single`], [`ReadOnly`] or [`Pair`].
 pub trait Operands: sealed::Sealed {
@@ -213,12 +284,7 @@ impl<O: Output> sealed::Sealed for Single<O> {}
 impl<O: Output> Operands for Single<O> {
     #[inline]
     fn layout(&self, takes: Layouts) -> Layout<'_> {
-        let desc = self.0.desc();
-        match takes {
-            Layouts::Input => Layout::Input(desc),
-            Layouts::Output => Layout::Output(desc),
-            Layouts::Either | Layouts::OutOfPlace => Layout::InPlace(desc),
-        }
+        Form::Single.layout(takes, self.0.desc(), None)
     }
     #[inline]
     fn check_cells(&self, _op: &'static str) -> Result<()> {
@@ -238,8 +304,8 @@ impl<I: Input> sealed::Sealed for ReadOnly<I> {}
 
 impl<I: Input> Operands for ReadOnly<I> {
     #[inline]
-    fn layout(&self, _takes: Layouts) -> Layout<'_> {
-        Layout::Input(self.0.desc())
+    fn layout(&self, takes: Layouts) -> Layout<'_> {
+        Form::ReadOnly.layout(takes, self.0.desc(), None)
     }
     #[inline]
     fn check_cells(&self, _op: &'static str) -> Result<()> {
@@ -259,11 +325,8 @@ impl<I: Input, O: Output> sealed::Sealed for Pair<I, O> {}
 
 impl<I: Input, O: Output> Operands for Pair<I, O> {
     #[inline]
-    fn layout(&self, _takes: Layouts) -> Layout<'_> {
-        Layout::OutOfPlace {
-            input: self.input.desc(),
-            output: self.output.desc(),
-        }
+    fn layout(&self, takes: Layouts) -> Layout<'_> {
+        Form::Pair.layout(takes, self.input.desc(), Some(self.output.desc()))
     }
     #[inline]
     fn check_cells(&self, op: &'static str) -> Result<()> {

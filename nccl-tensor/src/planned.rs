@@ -52,7 +52,7 @@ impl Communicator {
     /// `send` and `recv` address the buffers `plan` was made for, valid on
     /// `stream` (on this communicator's device) while the call enqueues
     /// and, through the buffers' stream tracking, until the work is done.
-    unsafe fn enqueue_plan(
+    pub(crate) unsafe fn enqueue_plan(
         &self,
         plan: &Plan<'_>,
         send: *const c_void,
@@ -70,17 +70,38 @@ impl Communicator {
             && matches!(plan.op, Op::AllToAll)
             && let Some(parts) = call.point_to_point_parts(self.rank(), self.world_size())
         {
-            let group = Group::start()?;
-            for part in parts {
-                // SAFETY: each part lies within the planned buffers and
-                // addresses a peer in range; the rest as below.
-                let _ = unsafe { self.core.issue_unchecked(part, stream) }?;
-            }
-            return Ok(group.end()?);
+            // SAFETY: each part lies within the planned buffers and
+            // addresses a peer in range; the rest as below.
+            return unsafe { self.issue_grouped(parts, stream) };
         }
         // SAFETY: `plan` made every check `issue_unchecked` leaves to its
         // caller; the buffers are the caller's contract.
         Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
+    }
+}
+
+impl Communicator {
+    /// Issues `calls` in one NCCL group on `stream`, leaving out the empty
+    /// ones (what an operation made of several sends and receives does).
+    ///
+    /// # Safety
+    /// Each call passed the checks of a plan (peers in range, a data type
+    /// the loaded NCCL knows) and its buffers are as
+    /// [`Communicator::enqueue_plan`] requires; `stream` is on this
+    /// communicator's device.
+    pub(crate) unsafe fn issue_grouped<'r>(
+        &self,
+        calls: impl IntoIterator<Item = Call<'r>>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Status> {
+        let group = Group::start()?;
+        for call in calls {
+            if call.count > 0 {
+                // SAFETY: the caller's contract.
+                let _ = unsafe { self.core.issue_unchecked(call, stream) }?;
+            }
+        }
+        Ok(group.end()?)
     }
 }
 

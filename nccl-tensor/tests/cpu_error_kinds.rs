@@ -126,6 +126,77 @@ fn one_of_each_own_variant() -> Vec<(Error, ErrorKind)> {
             },
             invalid,
         ),
+        (
+            Error::InBatch {
+                index: 3,
+                error: Box::new(Error::RankOutOfRange {
+                    op: "send",
+                    what: "dst",
+                    given: 9,
+                    world_size: 4,
+                }),
+            },
+            ErrorKind::RankOutOfRange,
+        ),
+        (
+            Error::InBatch {
+                index: 0,
+                error: Box::new(Error::AliasedCells { op }),
+            },
+            invalid,
+        ),
+        (
+            Error::BatchTooLong {
+                given: 600,
+                max: 512,
+            },
+            invalid,
+        ),
+        (
+            Error::CellTwiceInBatch {
+                first: 0,
+                second: 2,
+            },
+            invalid,
+        ),
+        (
+            Error::UnpairedSelfExchange {
+                rank: 1,
+                sends: 2,
+                recvs: 1,
+            },
+            invalid,
+        ),
+        (
+            Error::SelfExchangeMismatch {
+                send: 0,
+                recv: 1,
+                sent: 4,
+                sent_dtype: DataType::Float32,
+                received: 8,
+                received_dtype: DataType::Float32,
+            },
+            invalid,
+        ),
+        (
+            Error::SplitCount {
+                op: "all_to_all_single",
+                what: "input_split_sizes",
+                given: 3,
+                world_size: 4,
+            },
+            invalid,
+        ),
+        (
+            Error::SplitSum {
+                op: "all_to_all_single",
+                what: "input_split_sizes",
+                buffer: "input",
+                sum: 9,
+                len: 10,
+            },
+            invalid,
+        ),
     ]
 }
 

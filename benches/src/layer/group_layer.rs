@@ -12,10 +12,12 @@
 //!
 //! Each launch issues the call's one operation ([`Call::ops`]) through
 //! [`ProcessGroup::issue`]: in place on one tensor, out of place on an
-//! `(output, input)` pair. The forms it lacks (every in-place form nccl-tensor's
-//! safe API lacks, and sendrecv) print `N/A`; `layer::unsupported` says why.
-//! The calls of one launch (nccl-tests' `-m`) are issued one after another:
-//! a process group's operations do not join one NCCL group.
+//! `(output, input)` pair. sendrecv's two (a send to the next rank, a
+//! receive from the previous) are one [`ProcessGroup::batch_isend_irecv`]
+//! on the pair. The forms it lacks (every in-place form nccl-tensor's
+//! safe API lacks, and sendrecv in place) print `N/A`; `layer::unsupported`
+//! says why. The calls of one launch (nccl-tests' `-m`) are issued one
+//! after another: a process group's operations do not join one NCCL group.
 //!
 //! The operations take owned tensors of exactly the call's element counts,
 //! so binding allocates them on the rank's stream, one set per place of the
@@ -42,7 +44,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, CudaViewMut};
 use nccl_core::Op;
-use nccl_group::{OpError, OpResult, ProcessGroup, StreamMode, WorkBuffers};
+use nccl_group::{OpError, OpResult, P2POp, ProcessGroup, StreamMode, WorkBuffers};
 use nccl_tensor::{Tensor, rules};
 
 use super::{Call, Launch, Layer, LayerKind, Shift, unsupported};
@@ -119,6 +121,10 @@ impl<T: BenchElement> Operands<T> for Tensor<T> {
     }
 }
 
+/// A launch's error, with the tensors when they survived it (boxed:
+/// failures are rare).
+type Failed<B> = Box<(BenchError, Option<B>)>;
+
 /// An out-of-place operation's `(output, input)`, as the group takes them.
 type OutputInput<T> = (Tensor<T>, Tensor<T>);
 
@@ -189,6 +195,24 @@ impl<'s, T: BenchElement, B: Operands<T>> Bound<'s, T, B> {
         shifts: &[Shift],
         op: impl Fn(B) -> OpResult<B>,
     ) -> Result<(), BenchError> {
+        self.launch_with(shifts, |operands| match op(operands) {
+            Ok(work) => work.wait().map_err(|error| Box::new((error.into(), None))),
+            Err(failed) => {
+                let OpError { error, buffers } = *failed;
+                Err(Box::new((error.into(), Some(buffers))))
+            }
+        })
+    }
+
+    /// Runs `op` on the tensors of each place in `shifts` in turn; `op`
+    /// hands them back, or its error with the tensors when they survived
+    /// it.
+    #[inline]
+    fn launch_with(
+        &mut self,
+        shifts: &[Shift],
+        op: impl Fn(B) -> Result<B, Failed<B>>,
+    ) -> Result<(), BenchError> {
         let slots = self.ring.len().max(1);
         for shift in shifts {
             let entry = &mut self.ring[shift.slot % slots];
@@ -198,11 +222,11 @@ impl<'s, T: BenchElement, B: Operands<T>> Bound<'s, T, B> {
                 )
             })?;
             match op(operands) {
-                Ok(work) => *entry = Some(work.wait()?),
+                Ok(operands) => *entry = Some(operands),
                 Err(failed) => {
-                    let OpError { error, buffers } = *failed;
-                    *entry = Some(buffers);
-                    return Err(error.into());
+                    let (error, operands) = *failed;
+                    *entry = operands;
+                    return Err(error);
                 }
             }
         }
@@ -326,6 +350,15 @@ impl<'a> GroupLayer<'a> {
             ops.as_slice(),
         ) {
             (None, &[op]) => op,
+            (None, &[send @ Op::Send { peer: next }, Op::Recv { peer: previous }]) => {
+                let mut bound: Bound<'s, T, OutputInput<T>> =
+                    self.stage(call, &send, offsets, pair)?;
+                return Ok(Box::new(move |shifts: &[Shift]| {
+                    bound.launch_with(shifts, |pair| {
+                        sendrecv(group, pair, (next, previous), stream)
+                    })
+                }));
+            }
             (why, _) => {
                 let why = why.unwrap_or("it issues one operation per call");
                 return Err(BenchError::Usage(format!(
@@ -350,6 +383,37 @@ impl<'a> GroupLayer<'a> {
                 })
             }
         })
+    }
+}
+
+/// sendrecv on `(output, input)`: `input` to the `next` rank and `output`
+/// from the `previous`, as one batch, waited for on `stream`.
+fn sendrecv<T: BenchElement>(
+    group: &ProcessGroup,
+    (output, input): OutputInput<T>,
+    (next, previous): (i32, i32),
+    stream: &Arc<CudaStream>,
+) -> Result<OutputInput<T>, Failed<OutputInput<T>>> {
+    // The batch hands its tensors back in the order of its operations.
+    let unbatch = |tensors: Vec<Tensor<T>>| {
+        let mut tensors = tensors.into_iter();
+        Some((tensors.next()?, tensors.next()?)).map(|(input, output)| (output, input))
+    };
+    let ops = vec![P2POp::send(input, next), P2POp::recv(output, previous)];
+    match group.batch_isend_irecv(ops, stream) {
+        Ok(work) => match work.wait() {
+            Ok(tensors) => unbatch(tensors).ok_or_else(|| {
+                Box::new((
+                    internal("got fewer tensors back from batch_isend_irecv than it gave".into()),
+                    None,
+                ))
+            }),
+            Err(error) => Err(Box::new((error.into(), None))),
+        },
+        Err(failed) => {
+            let OpError { error, buffers } = *failed;
+            Err(Box::new((error.into(), unbatch(buffers))))
+        }
     }
 }
 
@@ -381,11 +445,11 @@ mod tests {
     use crate::layer::TensorLayer;
 
     #[test]
-    fn the_group_has_every_form_of_the_safe_api_but_sendrecv() {
+    fn the_group_has_every_form_of_the_safe_api_but_sendrecv_in_place() {
         for collective in Collective::ALL {
             for mode in Mode::BOTH {
-                let expected =
-                    collective != Collective::SendRecv && TensorLayer::has(collective, mode);
+                let in_place_sendrecv = collective == Collective::SendRecv && mode == Mode::InPlace;
+                let expected = !in_place_sendrecv && TensorLayer::has(collective, mode);
                 assert_eq!(
                     GroupLayer::has(collective, mode),
                     expected,
@@ -398,6 +462,7 @@ mod tests {
         }
         assert!(GroupLayer::has(Collective::AllReduce, Mode::OutOfPlace));
         assert!(!GroupLayer::has(Collective::AllGather, Mode::InPlace));
+        assert!(GroupLayer::has(Collective::SendRecv, Mode::OutOfPlace));
     }
 
     #[test]

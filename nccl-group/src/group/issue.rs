@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{DataType, ErrorChain, Group, Op, Status};
-use nccl_tensor::{Communicator, NcclType, Operands, Pair, Single, Tensor, checks};
+use nccl_tensor::{Communicator, checks};
 
+use super::GroupBuffers;
 use super::health::Finish;
 use super::{CommMode, LocalComms, Member, OpResult, ProcessGroup, StreamMode};
 use crate::error::{GroupError, OpError, Result};
@@ -29,6 +30,9 @@ pub(super) struct OpInfo {
     pub(super) dtype: Option<DataType>,
     pub(super) count: usize,
     pub(super) peer: Option<usize>,
+    /// Sends and receives only, which every rank need not issue: no
+    /// collective sequence number, even on the collective communicator.
+    pub(super) point_to_point: bool,
 }
 
 impl OpInfo {
@@ -39,65 +43,8 @@ impl OpInfo {
             dtype: None,
             count: 0,
             peer: None,
+            point_to_point: false,
         }
-    }
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-impl<T: NcclType> sealed::Sealed for Tensor<T> {}
-impl<T: NcclType> sealed::Sealed for (Tensor<T>, Tensor<T>) {}
-
-/// One device's buffers of an operation, as the group owns them: a tensor
-/// (in place, or the one buffer of a send or receive) or an
-/// `(output, input)` pair. Sealed.
-pub trait GroupBuffers: WorkBuffers + sealed::Sealed {
-    /// The element type.
-    const DATA_TYPE: DataType;
-    /// The borrowed form nccl-tensor plans.
-    type Operands<'a>: Operands
-    where
-        Self: 'a;
-    /// The buffers as nccl-tensor's operands.
-    fn operands(&mut self) -> Self::Operands<'_>;
-    /// The device they are on (a pair's output's: the plan refuses an
-    /// input elsewhere).
-    fn device(&self) -> usize;
-    /// Elements of the input, for the flight recorder.
-    fn input_len(&self) -> usize;
-}
-
-impl<T: NcclType> GroupBuffers for Tensor<T> {
-    const DATA_TYPE: DataType = T::DATA_TYPE;
-    type Operands<'a> = Single<&'a mut Tensor<T>>;
-    fn operands(&mut self) -> Self::Operands<'_> {
-        Single(self)
-    }
-    fn device(&self) -> usize {
-        Tensor::device(self)
-    }
-    fn input_len(&self) -> usize {
-        self.len()
-    }
-}
-
-impl<T: NcclType> GroupBuffers for (Tensor<T>, Tensor<T>) {
-    const DATA_TYPE: DataType = T::DATA_TYPE;
-    type Operands<'a> = Pair<&'a Tensor<T>, &'a mut Tensor<T>>;
-    fn operands(&mut self) -> Self::Operands<'_> {
-        let (output, input) = self;
-        Pair {
-            input: &*input,
-            output,
-        }
-    }
-    fn device(&self) -> usize {
-        self.0.device()
-    }
-    fn input_len(&self) -> usize {
-        self.1.len()
     }
 }
 
@@ -171,14 +118,15 @@ impl ProcessGroup {
     }
 
     /// What the recorder notes: the root, or the peer process.
-    fn op_info(op: &Op<'_>, dtype: DataType, count: usize) -> OpInfo {
+    pub(super) fn op_info(op: &Op<'_>, dtype: Option<DataType>, count: usize) -> OpInfo {
         OpInfo {
             op: op.name(),
-            dtype: Some(dtype),
+            dtype,
             count,
             peer: op
                 .rank_argument()
                 .and_then(|(_, rank)| usize::try_from(rank).ok()),
+            point_to_point: op.is_point_to_point(),
         }
     }
 
@@ -205,7 +153,7 @@ impl ProcessGroup {
             Ok(route) => route,
             Err(error) => return Err(Box::new(OpError { error, buffers })),
         };
-        let info = Self::op_info(&op, B::DATA_TYPE, buffers.input_len());
+        let info = Self::op_info(&op, Some(buffers.data_type()), buffers.input_len());
         let device = buffers.device();
         let key = |devices| route.key(devices);
         self.run_one(
@@ -294,7 +242,7 @@ impl ProcessGroup {
             count: info.count,
             peer: info.peer,
             devices: *key.devices(),
-            collective: matches!(key, CommKey::Collective(_)),
+            collective: matches!(key, CommKey::Collective(_)) && !info.point_to_point,
         };
         self.inner.recorder.record(&description, now).seq
     }
@@ -424,7 +372,8 @@ impl ProcessGroup {
             Err(error) => return Err(Box::new(OpError { error, buffers })),
         };
         let first_len = buffers.first().map_or(0, GroupBuffers::input_len);
-        let info = Self::op_info(&op, B::DATA_TYPE, first_len);
+        let dtype = buffers.first().map(GroupBuffers::data_type);
+        let info = Self::op_info(&op, dtype, first_len);
         // Set once the NCCL group is open (with the stream of each device's
         // part): from then on an error leaves a (partial) operation to NCCL.
         let mut issued: Option<(u64, Vec<Arc<CudaStream>>)> = None;

@@ -15,7 +15,7 @@ use nccl_core::{Group, Op, ReduceOp, Status};
 use nccl_tensor::{Communicator, NcclType, Tensor};
 
 use super::issue::OpInfo;
-use super::{OpResult, ProcessGroup};
+use super::{Coalesced, GroupBuffers, OpResult, ProcessGroup};
 use crate::error::{OpError, Result};
 use crate::key::CommKey;
 use crate::work::{Work, WorkBuffers};
@@ -166,9 +166,10 @@ impl ProcessGroup {
 }
 
 /// The group's collectives, each one [`Op`] in a single form (one local
-/// GPU, through [`ProcessGroup::issue`]) and a list form (one part per
-/// local GPU, through [`ProcessGroup::issue_multi`]). `tensor` entries
-/// take one tensor (in place); `pair` entries an output and an input.
+/// GPU, through [`ProcessGroup::issue`]), a list form (one part per
+/// local GPU, through [`ProcessGroup::issue_multi`]) and a method of
+/// [`Coalesced`] (added to a batch). `tensor` entries take one tensor (in
+/// place); `pair` entries an output and an input.
 macro_rules! collectives {
     (@single tensor $(#[$doc:meta])* $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
         $(#[$doc])*
@@ -228,6 +229,12 @@ macro_rules! collectives {
             self.issue_multi($op, pairs, streams)
         }
     };
+    (@coalesced $single:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
+        #[doc = concat!("Adds [`ProcessGroup::", stringify!($single), "`] on `buffers` to the batch.")]
+        pub fn $single(&mut self, buffers: B, $($arg: $ty),*) -> &mut Self {
+            self.push($op, buffers)
+        }
+    };
     ($(
         $(#[$doc:meta])*
         $form:ident fn $single:ident / $multi:ident ($($arg:ident: $ty:ty),* $(,)?) => $op:expr;
@@ -235,6 +242,9 @@ macro_rules! collectives {
         impl ProcessGroup {$(
             collectives!(@single $form $(#[$doc])* $single ($($arg: $ty),*) => $op);
             collectives!(@multi $form $single $multi ($($arg: $ty),*) => $op);
+        )*}
+        impl<B: GroupBuffers> Coalesced<'_, B> {$(
+            collectives!(@coalesced $single ($($arg: $ty),*) => $op);
         )*}
     };
 }

@@ -8,8 +8,9 @@
 //! The table is also written to `docs/bad-inputs.md`: run with
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
-//! are in `tensor_rows`, `core_rows` and `group_rows`.
+//! are in `tensor_rows`, `batch_rows`, `core_rows` and `group_rows`.
 
+mod batch_rows;
 mod core_rows;
 mod group_rows;
 mod tensor_rows;
@@ -52,10 +53,15 @@ fn err<T, E: Display>(result: Result<T, E>) -> String {
 }
 /// Every row. Keep rows of one area together: the Markdown follows this order.
 fn rows() -> Vec<Row> {
-    [tensor_rows::rows(), core_rows::rows(), group_rows::rows()]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        tensor_rows::rows(),
+        batch_rows::rows(),
+        core_rows::rows(),
+        group_rows::rows(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// A table cell holding `text` as inline code, with `|` escaped and a

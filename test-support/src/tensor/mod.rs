@@ -1,9 +1,11 @@
 //! nccl-tensor's test helpers: the element trait [`Elem`] that lets one
 //! generic function cover every data type, deterministic inputs, poisoned
 //! outputs, exact comparisons, communicator helpers, the operation
-//! [`matrix`] of world size 1 and the world-size-N helpers of [`world`].
+//! [`matrix`] of world size 1, the world-size-N helpers of [`world`] and
+//! the uneven all_to_all data of [`routing`].
 
 pub mod matrix;
+pub mod routing;
 pub mod world;
 
 use std::fmt::Debug;

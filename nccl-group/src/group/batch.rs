@@ -1,0 +1,298 @@
+//! Operations issued together on the group's communicator, in one NCCL
+//! group with one [`Work`](crate::Work) that owns every buffer: batched
+//! point-to-point ([`ProcessGroup::batch_isend_irecv`]), coalesced
+//! collectives ([`Coalesced`]), and all_to_all of any sizes
+//! ([`ProcessGroup::all_to_all_split`], [`ProcessGroup::all_to_all_list`]).
+//! Each is one nccl-tensor batch or exchange ([`nccl_tensor::Batch`],
+//! [`nccl_tensor::Communicator::all_to_all_single_split`]), whose checks
+//! (every operation's own, then the batch's) run before anything is
+//! enqueued.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nccl_core::Op;
+use nccl_tensor::{NcclType, Tensor};
+
+use super::issue::OpInfo;
+use super::{GroupBuffers, OpResult, ProcessGroup};
+use crate::key::CommKey;
+
+/// `(outputs, inputs)` of [`ProcessGroup::all_to_all_list`].
+type Lists<T> = (Vec<Tensor<T>>, Vec<Tensor<T>>);
+
+/// One send or receive of [`ProcessGroup::batch_isend_irecv`]
+/// (`torch.distributed.P2POp`): a tensor and the process it goes to or
+/// comes from.
+#[derive(Debug)]
+pub struct P2POp<B> {
+    op: Op<'static>,
+    tensor: B,
+}
+
+impl<B: GroupBuffers> P2POp<B> {
+    /// Sends `tensor` to process `dst` (`torch.distributed.isend`).
+    pub fn send(tensor: B, dst: i32) -> Self {
+        Self {
+            op: Op::Send { peer: dst },
+            tensor,
+        }
+    }
+
+    /// Receives into `tensor` from process `src` (`torch.distributed.irecv`).
+    pub fn recv(tensor: B, src: i32) -> Self {
+        Self {
+            op: Op::Recv { peer: src },
+            tensor,
+        }
+    }
+
+    /// The operation (a send or a receive, with its peer).
+    pub fn op(&self) -> Op<'static> {
+        self.op
+    }
+
+    /// The tensor.
+    pub fn into_tensor(self) -> B {
+        self.tensor
+    }
+}
+
+/// Collectives (and sends and receives) collected to be issued at once by
+/// [`Coalesced::issue`]: one NCCL group, one [`Work`](crate::Work) that
+/// owns every buffer, as PyTorch's coalescing manager issues a DDP
+/// bucket's all_reduces. Made by [`ProcessGroup::coalesced`]; each method
+/// (`all_reduce`, `all_gather`, ...) adds the group's operation of that
+/// name on `buffers` and returns the batch for the next. `B` is one
+/// buffer type for the whole batch: a [`Tensor`] for one element type,
+/// [`AnyTensor`](nccl_tensor::AnyTensor) to mix element types, and the
+/// `(output, input)` pairs of either for the operations that take two
+/// (a pair works for all_reduce, broadcast and reduce too).
+///
+/// ```no_run
+/// # fn bucket(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>,
+/// #           grads: Vec<nccl_tensor::AnyTensor>) -> Result<(), Box<dyn std::error::Error>> {
+/// let mut batch = group.coalesced();
+/// for grad in grads {
+///     batch.all_reduce(grad, nccl_core::ReduceOp::Avg);
+/// }
+/// let grads = batch.issue(stream)?.wait()?; // in the order they were added
+/// # Ok(()) }
+/// ```
+#[must_use = "a coalesced batch does nothing until it is issued"]
+pub struct Coalesced<'g, B> {
+    group: &'g ProcessGroup,
+    ops: Vec<Op<'static>>,
+    buffers: Vec<B>,
+}
+
+impl<B> std::fmt::Debug for Coalesced<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coalesced")
+            .field("ops", &self.ops)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: GroupBuffers> Coalesced<'_, B> {
+    /// Adds `op` on `buffers` (a root is a global rank, a send's or
+    /// receive's peer a process's rank).
+    pub fn push(&mut self, op: Op<'static>, buffers: B) -> &mut Self {
+        self.ops.push(op);
+        self.buffers.push(buffers);
+        self
+    }
+
+    /// The number of operations.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether the batch has no operation.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Issues every operation, on the caller's `stream`, in one NCCL group
+    /// on the group's communicator; the work holds the buffers in the
+    /// order they were added. Every operation is checked before any is
+    /// enqueued.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`]; a check names the operation's position
+    /// in the batch ([`nccl_tensor::Error::InBatch`]).
+    pub fn issue(self, stream: &Arc<CudaStream>) -> OpResult<Vec<B>> {
+        let Coalesced {
+            group,
+            ops,
+            buffers,
+        } = self;
+        group.issue_batch("coalesced", ops, buffers, stream)
+    }
+}
+
+impl ProcessGroup {
+    /// An empty [`Coalesced`] batch of operations on buffers of type `B`.
+    pub fn coalesced<B: GroupBuffers>(&self) -> Coalesced<'_, B> {
+        Coalesced {
+            group: self,
+            ops: Vec::new(),
+            buffers: Vec::new(),
+        }
+    }
+
+    /// Issues the sends and receives of `ops` to and from any processes
+    /// of the group, on the caller's `stream`, in one NCCL group on the
+    /// group's communicator (not the pair communicators of
+    /// [`ProcessGroup::send`]), so a ring of them cannot deadlock
+    /// (`torch.distributed.batch_isend_irecv`). The work holds the tensors
+    /// in the order of `ops`. A process's sends to a peer pair in order
+    /// with the peer's receives from it; a send to this process itself
+    /// needs a receive from itself of the same length and type in the
+    /// batch. Processes with nothing to exchange need not call it, except
+    /// when it is the first operation of the group on this device: that
+    /// one creates the group's communicator, which every process joins
+    /// (as with PyTorch's first `batch_isend_irecv`).
+    ///
+    /// Checks, before anything is enqueued: each operation's
+    /// ([`nccl_tensor::Plan::new`]: a peer in `0..world_size`, the tensor
+    /// on the stream's device, contiguous, of a data type the loaded NCCL
+    /// knows) and the batch's ([`nccl_tensor::plan_batch`]). The tensors
+    /// are owned, so none can be received into twice, or sent and
+    /// received in one batch.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`]; a check names the operation's position
+    /// in the batch ([`nccl_tensor::Error::InBatch`]).
+    pub fn batch_isend_irecv<B: GroupBuffers>(
+        &self,
+        ops: Vec<P2POp<B>>,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Vec<B>> {
+        let (ops, tensors) = ops.into_iter().map(|p2p| (p2p.op, p2p.tensor)).unzip();
+        self.issue_batch("batch_isend_irecv", ops, tensors, stream)
+    }
+
+    /// Issues `ops[i]` on `buffers[i]` for every `i`, in one NCCL group on
+    /// the collective communicator of the caller's stream's device; the
+    /// flight recorder notes it as `name`, with the elements of every
+    /// input and the first buffer's data type, and as a collective (one
+    /// that takes a sequence number every rank shares) unless it holds
+    /// sends and receives only, which some ranks may not issue.
+    fn issue_batch<B: GroupBuffers>(
+        &self,
+        name: &'static str,
+        ops: Vec<Op<'static>>,
+        buffers: Vec<B>,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Vec<B>> {
+        let info = OpInfo {
+            op: name,
+            dtype: buffers.first().map(GroupBuffers::data_type),
+            count: buffers.iter().map(GroupBuffers::input_len).sum(),
+            peer: None,
+            point_to_point: ops.iter().all(Op::is_point_to_point),
+        };
+        let device = stream.context().ordinal();
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            buffers,
+            stream,
+            |comm, nccl_stream, buffers| {
+                let mut batch = comm.batch(stream);
+                for (&op, part) in ops.iter().zip(buffers.iter_mut()) {
+                    batch.push(op, part.operands());
+                }
+                batch.enqueue_on(nccl_stream)
+            },
+        )
+    }
+
+    /// Cuts `input` into one block per process, `input_split_sizes[j]`
+    /// elements for process `j`, and concatenates the blocks received into
+    /// `output` in rank order, `output_split_sizes[i]` elements from
+    /// process `i` (`torch.distributed.all_to_all_single` with split
+    /// sizes, in elements): grouped sends and receives on the group's
+    /// communicator. The work holds `(output, input)`.
+    ///
+    /// Checks ([`nccl_tensor::checks::all_to_all_splits`]): one split size
+    /// per process in each list, adding up to its tensor's length, what
+    /// this process sends itself equal to what it receives from itself,
+    /// both tensors on the stream's device, of one data type.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`].
+    pub fn all_to_all_split<T: NcclType>(
+        &self,
+        output: Tensor<T>,
+        input: Tensor<T>,
+        output_split_sizes: &[usize],
+        input_split_sizes: &[usize],
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        let info = OpInfo {
+            op: "all_to_all_split",
+            dtype: Some(T::DATA_TYPE),
+            count: input.len(),
+            peer: None,
+            point_to_point: false,
+        };
+        let device = stream.context().ordinal();
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            (output, input),
+            stream,
+            |comm, nccl_stream, (output, input)| {
+                comm.all_to_all_single_split(
+                    &mut *output,
+                    &*input,
+                    output_split_sizes,
+                    input_split_sizes,
+                    nccl_stream,
+                )
+            },
+        )
+    }
+
+    /// Sends `inputs[j]` to process `j` and receives into `outputs[i]`
+    /// from process `i`, each of any length (`torch.distributed.all_to_all`),
+    /// in one NCCL group on the group's communicator. Process `i`'s
+    /// `inputs[j]` must match process `j`'s `outputs[i]`. The work holds
+    /// `(outputs, inputs)`.
+    ///
+    /// Checks ([`nccl_tensor::checks::all_to_all_list`], then the batch's):
+    /// one input and one output per process, each on the stream's device;
+    /// `inputs[rank]` and `outputs[rank]` of one length.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`].
+    pub fn all_to_all_list<T: NcclType>(
+        &self,
+        outputs: Vec<Tensor<T>>,
+        inputs: Vec<Tensor<T>>,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<Lists<T>> {
+        let info = OpInfo {
+            op: "all_to_all_list",
+            dtype: Some(T::DATA_TYPE),
+            count: inputs.iter().map(Tensor::len).sum(),
+            peer: None,
+            point_to_point: false,
+        };
+        let device = stream.context().ordinal();
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            (outputs, inputs),
+            stream,
+            |comm, nccl_stream, (outputs, inputs)| {
+                comm.all_to_all(outputs.iter_mut(), inputs.iter(), nccl_stream)
+            },
+        )
+    }
+}
