@@ -22,11 +22,14 @@
 # STEP_TIMEOUT (seconds, default 300) bounds each step.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=bundle-bin.sh
+source "$here/bundle-bin.sh"
+bin="$(bundle_bin "$here")" || exit 2
 out="${1:-${OUT:-.}/interop}"
 mkdir -p -- "$out"
 python="${PYTHON:-python3}"
 limit="${STEP_TIMEOUT:-300}"
-example="$here/bin/nccl-group-torchrun_all_reduce"
+example="$bin/nccl-group-torchrun_all_reduce"
 export NCCL_NVLS_ENABLE=0
 export NCCL_RS_STORE_TIMEOUT_SECS="${NCCL_RS_STORE_TIMEOUT_SECS:-120}"
 passed=0
@@ -57,7 +60,7 @@ fi
 
 echo "==> c10d interop: a torch TCPStore server, a Python rank and a Rust rank"
 timeout --kill-after=10 "$limit" "$python" "$here/scripts/c10d_interop.py" \
-    --binary "$here/bin/nccl-group-c10d_interop" 2>&1 | tee "$out/c10d_interop.log"
+    --binary "$bin/nccl-group-c10d_interop" 2>&1 | tee "$out/c10d_interop.log"
 rc=${PIPESTATUS[0]}
 summary=$(grep -E '^c10d_interop.py: ' "$out/c10d_interop.log" | tail -n 1)
 if ((rc == 0)); then

@@ -22,6 +22,9 @@
 # reused (default: $TMPDIR/nccl-tests-build, outside OUT_DIR).
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=bundle-bin.sh
+source "$here/bundle-bin.sh"
+bin="$(bundle_bin "$here")" || exit 2
 out="${1:-${OUT:-.}/nccl-tests}"
 mkdir -p -- "$out"
 out="$(cd -- "$out" && pwd)"
@@ -94,8 +97,8 @@ if [[ ! -x "$build/all_reduce_perf" ]]; then
     fi
 fi
 
-perf="$here/bin/benches-nccl-perf"
-compare="$here/bin/benches-nccl-tests-compare"
+perf="$bin/benches-nccl-perf"
+compare="$bin/benches-nccl-tests-compare"
 missed=()
 failed=()
 for op in "${ops[@]}"; do

@@ -18,11 +18,14 @@
 # the table rows with #wrong > 0.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=bundle-bin.sh
+source "$here/bundle-bin.sh"
+bin="$(bundle_bin "$here")" || exit 2
 out="${1:-${OUT:-.}/perf-procs}"
 mkdir -p -- "$out"
 export NCCL_NVLS_ENABLE=0
-launch="$here/bin/nccl-launch-nccl-launch"
-perf="$here/bin/benches-nccl-perf"
+launch="$bin/nccl-launch-nccl-launch"
+perf="$bin/benches-nccl-perf"
 read -r -a worlds <<<"${WORLDS:-2 4}"
 layers=(raw core tensor group group-caller)
 sweep=(-b 8 -e 1M -f 4 -w 1 -n 2)

@@ -6,6 +6,9 @@
 # and soak.txt. Ends with one line naming what failed, if anything.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=bundle-bin.sh
+source "$here/bundle-bin.sh"
+bin="$(bundle_bin "$here")" || exit 2
 out="${1:-${OUT:-.}/perf}"
 mkdir -p -- "$out"
 export NCCL_NVLS_ENABLE=0
@@ -16,13 +19,13 @@ for run in raw,group: raw,group-caller: raw,group:nonblocking raw,tensor:; do
     comms="${run#*:}"
     name="${layers/,/-}${comms:+-$comms}"
     echo "==> nccl-perf --compare $layers ${comms:+--group-comms $comms }-b 8 -e 4G -f 2 -c 1"
-    "$here/bin/benches-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
+    "$bin/benches-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
         -b 8 -e 4G -f 2 -c 1 --json "$out/$name.jsonl" --plot "$out/$name.svg" \
         >"$out/$name.txt" 2>&1 || failed+=("nccl-perf $name")
     grep -E '^# (Collective|Median ratio|Out of bounds)' "$out/$name.txt"
 done
 echo "==> group-soak"
-"$here/bin/benches-group-soak" >"$out/soak.txt" 2>&1 || failed+=("group-soak")
+"$bin/benches-group-soak" >"$out/soak.txt" 2>&1 || failed+=("group-soak")
 tail -1 "$out/soak.txt"
 if [[ ${#failed[@]} -eq 0 ]]; then
     echo "perf.sh: all ran; results in $out"

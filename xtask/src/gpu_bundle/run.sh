@@ -41,7 +41,9 @@
 set -uo pipefail
 
 HERE="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)"
-BIN="$HERE/bin"
+# shellcheck source=bundle-bin.sh
+source "$HERE/bundle-bin.sh"
+BIN="$(bundle_bin "$HERE")" || exit 2
 # bin/<package>-<target>, by role.
 TESTS=(@TESTS@)
 BENCHES=(@BENCHES@)

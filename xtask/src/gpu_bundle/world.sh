@@ -14,17 +14,20 @@
 # the calls few.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=bundle-bin.sh
+source "$here/bundle-bin.sh"
+bin="$(bundle_bin "$here")" || exit 2
 out="${1:-${OUT:-.}/world}"
 mkdir -p -- "$out"
 export NCCL_NVLS_ENABLE=0
-launch="$here/bin/nccl-launch-nccl-launch"
+launch="$bin/nccl-launch-nccl-launch"
 python="${PYTHON:-python3}"
 read -r -a worlds <<<"${WORLDS:-1 2 4}"
 failed=()
 for world in "${worlds[@]}"; do
     echo "==> world-cost, world size $world"
     # shellcheck disable=SC2086 # COST_ARGS is a list of flags
-    "$launch" -n "$world" --timeout 600 "$here/bin/benches-world-cost" ${COST_ARGS:---iters 100 --rounds 5 --warmup 20} \
+    "$launch" -n "$world" --timeout 600 "$bin/benches-world-cost" ${COST_ARGS:---iters 100 --rounds 5 --warmup 20} \
         --json "$out/world-cost-$world.jsonl" 2>&1 | tee "$out/world-cost-$world.txt" ||
         failed+=("world-cost $world")
     echo "==> torch.distributed, world size $world"
@@ -34,7 +37,7 @@ for world in "${worlds[@]}"; do
         tee "$out/torch-$world.txt" || failed+=("torch $world")
 done
 echo "==> group-soak, world size 2"
-"$launch" -n 2 --timeout 600 "$here/bin/benches-group-soak" --ops "${SOAK_OPS:-10000}" --sync-every 500 \
+"$launch" -n 2 --timeout 600 "$bin/benches-group-soak" --ops "${SOAK_OPS:-10000}" --sync-every 500 \
     >"$out/soak-2.txt" 2>&1 || failed+=("group-soak 2")
 grep -E 'grew|ranks' "$out/soak-2.txt"
 if [[ ${#failed[@]} -eq 0 ]]; then
