@@ -44,16 +44,19 @@ impl Membership {
         let _decide = lock_exclusive(&dir.join(LOCK_NAME), lock_timeout)?;
         let alive_path = dir.join(ALIVE_NAME);
         let alive = open_lock_file(&alive_path)?;
-        let generation = if try_flock(&alive, &alive_path, FlockOperation::NonBlockingLockExclusive)? {
+        let generation = if try_flock(
+            &alive,
+            &alive_path,
+            FlockOperation::NonBlockingLockExclusive,
+        )? {
             // Nobody is here: every file is a finished or crashed job's.
             let next = read_generation(dir)?.map_or(1, |g| g.wrapping_add(1));
             write_generation(dir, next)?;
             remove_generations(dir, |g| g != next);
             next
         } else {
-            read_generation(dir)?.ok_or_else(|| {
-                corrupt(dir, "a store is open on it, but it names no generation")
-            })?
+            read_generation(dir)?
+                .ok_or_else(|| corrupt(dir, "a store is open on it, but it names no generation"))?
         };
         // Under the decision lock, so no newcomer sees the moment between
         // the exclusive lock and the shared one.
@@ -65,7 +68,10 @@ impl Membership {
         }
         let data_dir = generation_dir(dir, generation);
         fs::create_dir_all(&data_dir).map_err(|e| {
-            StoreError::io(format!("creating the generation directory {}", data_dir.display()), e)
+            StoreError::io(
+                format!("creating the generation directory {}", data_dir.display()),
+                e,
+            )
         })?;
         Ok(Membership {
             dir: dir.to_owned(),
@@ -97,7 +103,11 @@ impl Drop for Membership {
         let Ok(alive) = open_lock_file(&alive_path) else {
             return;
         };
-        if let Ok(true) = try_flock(&alive, &alive_path, FlockOperation::NonBlockingLockExclusive) {
+        if let Ok(true) = try_flock(
+            &alive,
+            &alive_path,
+            FlockOperation::NonBlockingLockExclusive,
+        ) {
             let _ = fs::remove_dir_all(&self.data_dir);
         }
     }
@@ -122,7 +132,10 @@ fn read_generation(dir: &Path) -> Result<Option<u64>> {
     let path = dir.join(GENERATION_NAME);
     match fs::read_to_string(&path) {
         Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-            corrupt(dir, &format!("{} does not hold a generation number", path.display()))
+            corrupt(
+                dir,
+                &format!("{} does not hold a generation number", path.display()),
+            )
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),

@@ -368,7 +368,10 @@ mod tests {
         drop(clone);
         assert_eq!(rank1.try_get("uid").unwrap().unwrap(), b"job-1");
         drop(rank1);
-        assert!(!dir.path().join("gen-1").exists(), "the last to leave cleans up");
+        assert!(
+            !dir.path().join("gen-1").exists(),
+            "the last to leave cleans up"
+        );
 
         let next = open();
         assert_eq!(next.generation(), 2);
@@ -393,15 +396,17 @@ mod tests {
             .unwrap()
             .with_lock_timeout(Duration::from_millis(150));
         // Another holder (its own open file, as another process would have).
-        let held = lock::lock_exclusive(&dir.path().join(LOCK_NAME), Duration::from_secs(1))
-            .unwrap();
+        let held =
+            lock::lock_exclusive(&dir.path().join(LOCK_NAME), Duration::from_secs(1)).unwrap();
         let t0 = Instant::now();
         let err = store.add("c", 1).unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(3));
         assert!(matches!(err, StoreError::Lock { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains(".lock") && msg.contains("a live process holds it") && msg.contains("held for"),
+            msg.contains(".lock")
+                && msg.contains("a live process holds it")
+                && msg.contains("held for"),
             "{msg}"
         );
         // Reads do not need the lock.

@@ -10,8 +10,9 @@ use rustix::process::{Resource, getrlimit, setrlimit};
 /// Whether `e` says the process (`EMFILE`) or the system (`ENFILE`) has no
 /// file descriptor left.
 pub(super) fn is_exhausted(e: &io::Error) -> bool {
-    e.raw_os_error()
-        .is_some_and(|code| code == Errno::MFILE.raw_os_error() || code == Errno::NFILE.raw_os_error())
+    e.raw_os_error().is_some_and(|code| {
+        code == Errno::MFILE.raw_os_error() || code == Errno::NFILE.raw_os_error()
+    })
 }
 
 /// This process's soft `RLIMIT_NOFILE`, `None` when unlimited.

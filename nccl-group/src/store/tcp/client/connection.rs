@@ -363,12 +363,7 @@ impl TcpStore {
     }
 
     /// Refuses, before sending, a request the server's limits refuse.
-    pub(super) fn check_limits(
-        &self,
-        op: &str,
-        keys: &[&str],
-        values: &[&[u8]],
-    ) -> Result<()> {
+    pub(super) fn check_limits(&self, op: &str, keys: &[&str], values: &[&[u8]]) -> Result<()> {
         let limits = &self.limits;
         let over = |detail: String| StoreError::OverLimit {
             op: op.to_owned(),
@@ -389,7 +384,10 @@ impl TcpStore {
                 limits.max_key_len
             )));
         }
-        if let Some(value) = values.iter().find(|v| v.len() as u64 > limits.max_value_len) {
+        if let Some(value) = values
+            .iter()
+            .find(|v| v.len() as u64 > limits.max_value_len)
+        {
             return Err(over(format!(
                 "a value of {} bytes is over the server's max_value_len of {}",
                 value.len(),

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::store::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 use crate::store::tcp::{DEFAULT_MAX_FRAME_SIZE, redacted};
+use crate::store::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 
 /// Settings of a [`TcpStore`](super::TcpStore) client.
 ///

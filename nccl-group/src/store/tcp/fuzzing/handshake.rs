@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::super::client::{HandshakeError, client_handshake};
 use super::super::server::{HandshakeFailure, server_handshake};
 use super::super::wire::{
-    self, HANDSHAKE_MAX_FRAME, FrameSink, FrameSource, Request, Response, code,
+    self, FrameSink, FrameSource, HANDSHAKE_MAX_FRAME, Request, Response, code,
 };
 use super::{Pieces, SAMPLE_LIMITS};
 use crate::store::Deadline;
@@ -64,14 +64,18 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
                 first_frame.map(|f| Request::decode(f)),
                 Some(Ok(Request::Hello { .. }))
             ) {
-                return Err(format!("the server side finished without a HELLO: {input:02x?}"));
+                return Err(format!(
+                    "the server side finished without a HELLO: {input:02x?}"
+                ));
             }
             report.server_sessions += 1;
         }
         Err(HandshakeFailure::Refuse { code, message }) => {
             if message.is_empty() || ![code::AUTH, code::PROTOCOL, code::TOO_LARGE].contains(&code)
             {
-                return Err(format!("a refusal with code {code} and message {message:?}"));
+                return Err(format!(
+                    "a refusal with code {code} and message {message:?}"
+                ));
             }
             report.refusals += 1;
         }
@@ -80,11 +84,17 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
     for frame in split_frames(&server.output)? {
         match Response::decode(frame) {
             Ok(Response::Hello { proof, .. }) if proof.is_some() != server_secret.is_some() => {
-                return Err("the server's HELLO carries a proof exactly when it has a secret".into());
+                return Err(
+                    "the server's HELLO carries a proof exactly when it has a secret".into(),
+                );
             }
             Ok(_) => report.frames_written += 1,
             // The confirmation after a proof is sealed; none can be reached.
-            Err(e) => return Err(format!("the server side wrote a frame that is not a response: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "the server side wrote a frame that is not a response: {e}"
+                ));
+            }
         }
     }
 
@@ -100,7 +110,9 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
                 first_frame.map(|f| Response::decode(f)),
                 Some(Ok(Response::Hello { proof: None, .. }))
             ) {
-                return Err(format!("the client side finished without a HELLO: {input:02x?}"));
+                return Err(format!(
+                    "the client side finished without a HELLO: {input:02x?}"
+                ));
             }
             report.client_sessions += 1;
         }
@@ -116,13 +128,19 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
     for frame in split_frames(&client.output)? {
         match Request::decode(frame) {
             Ok(Request::Hello { authenticate, .. }) if authenticate != client_secret.is_some() => {
-                return Err("the client's HELLO says it authenticates exactly when it has a secret".into());
+                return Err(
+                    "the client's HELLO says it authenticates exactly when it has a secret".into(),
+                );
             }
             Ok(Request::Proof(_)) if client_secret.is_none() => {
                 return Err("the client sent a PROOF without a secret".into());
             }
             Ok(_) => report.frames_written += 1,
-            Err(e) => return Err(format!("the client side wrote a frame that is not a request: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "the client side wrote a frame that is not a request: {e}"
+                ));
+            }
         }
     }
     Ok(report)
@@ -163,7 +181,10 @@ pub fn handshake_samples() -> Vec<Vec<u8>> {
         with(0, &[&client(false)]),
         with(3, &[&client(true), &proof]),
         with(0, &[&server(None)]),
-        with(3, &[&server(Some([0x44; wire::TAG_LEN])), &Response::Ok.encode()]),
+        with(
+            3,
+            &[&server(Some([0x44; wire::TAG_LEN])), &Response::Ok.encode()],
+        ),
         with(2, &[&refusal]),
         with(1, &[&client(false)]),
     ]

@@ -44,14 +44,16 @@ pub(crate) fn serve_connection(shared: &Shared, mut stream: TcpStream, peer: Soc
     };
     if let Err(message) = admit(peer, stream.local_addr(), opts) {
         let within = answer_within();
-        return send_error(&mut stream, &mut Session::plain(), within, code::AUTH, message);
+        let unauthenticated = (&mut Session::plain(), DRAIN_BEFORE_HANDSHAKE);
+        return send_error(&mut stream, unauthenticated, within, code::AUTH, message);
     }
     let secret = opts.secret.as_deref();
     match server_handshake(&mut stream, secret, shared.limits, &handshake_deadline) {
         Ok(session) => serve_requests(shared, stream, session),
         Err(HandshakeFailure::Refuse { code, message }) => {
             let within = answer_within();
-            send_error(&mut stream, &mut Session::plain(), within, code, message);
+            let unauthenticated = (&mut Session::plain(), DRAIN_BEFORE_HANDSHAKE);
+            send_error(&mut stream, unauthenticated, within, code, message);
         }
         Err(HandshakeFailure::Gone) => {}
     }
@@ -70,8 +72,8 @@ fn admit(
         return Ok(());
     }
     let peer_ip = peer.ip().to_canonical();
-    let same_host = peer_ip.is_loopback()
-        || local.is_ok_and(|local| local.ip().to_canonical() == peer_ip);
+    let same_host =
+        peer_ip.is_loopback() || local.is_ok_and(|local| local.ip().to_canonical() == peer_ip);
     if same_host {
         return Ok(());
     }
@@ -214,8 +216,12 @@ fn serve_requests(shared: &Shared, mut stream: TcpStream, mut session: Session) 
         }
     };
     loop {
-        let read =
-            wire::read_frame_inspected(&mut stream, opts.max_frame_size, Some(timeouts), &mut over_limit);
+        let read = wire::read_frame_inspected(
+            &mut stream,
+            opts.max_frame_size,
+            Some(timeouts),
+            &mut over_limit,
+        );
         let (code, message) = match read {
             Ok(payload) => match answer(shared, &mut stream, &mut session, payload, &limits) {
                 Ok(response) => {
@@ -237,7 +243,8 @@ fn serve_requests(shared: &Shared, mut stream: TcpStream, mut session: Session) 
             ),
             Err(FrameError::Refused(detail)) => (code::LIMIT, detail),
         };
-        return send_error(&mut stream, &mut session, io_timeout, code, message);
+        let admitted = (&mut session, DRAIN_AFTER_HANDSHAKE);
+        return send_error(&mut stream, admitted, io_timeout, code, message);
     }
 }
 
@@ -287,6 +294,13 @@ fn client_alive(stream: &TcpStream) -> bool {
     alive
 }
 
+/// What the server reads and discards after refusing a peer that has not
+/// finished its handshake: enough for what a real client sends before
+/// reading a refusal (its HELLO), not the body of an oversized frame.
+const DRAIN_BEFORE_HANDSHAKE: usize = 64 << 10;
+/// The same after the handshake: a real client's oversized request.
+const DRAIN_AFTER_HANDSHAKE: usize = 4 << 20;
+
 /// Sends an error frame (sealed when the session is) and ends the
 /// connection. The client may still be sending (e.g. the body of an
 /// oversized frame): closing with unread data would reset the connection
@@ -295,13 +309,12 @@ fn client_alive(stream: &TcpStream) -> bool {
 /// amount.
 fn send_error(
     stream: &mut TcpStream,
-    session: &mut Session,
+    (session, drain_max): (&mut Session, usize),
     write_limit: Duration,
     code: u8,
     message: String,
 ) {
     const DRAIN_FOR: Duration = Duration::from_millis(500);
-    const DRAIN_MAX: usize = 4 << 20;
     crate::trace::event!(warn, code, %message, "store server: refusing a request and closing its connection");
     let frame = session.seal(Response::Error { code, message }.encode());
     if wire::write_frame_within(stream, &frame, write_limit).is_err() {
@@ -311,7 +324,7 @@ fn send_error(
     let start = Instant::now();
     let mut drained = 0;
     let mut buf = [0u8; 8192];
-    while drained < DRAIN_MAX {
+    while drained < drain_max {
         let left = DRAIN_FOR.saturating_sub(start.elapsed());
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             break;
@@ -392,8 +405,18 @@ mod tests {
     fn without_a_secret_only_this_host_is_admitted() {
         let opts = TcpStoreServerOptions::default();
         let local: SocketAddr = "10.0.0.5:29500".parse().unwrap();
-        for peer in ["127.0.0.1:4000", "127.8.9.10:4000", "[::1]:4000", "[::ffff:127.0.0.1]:4000", "10.0.0.5:4000"] {
-            assert_eq!(admit(peer.parse().unwrap(), Ok(local), &opts), Ok(()), "{peer}");
+        for peer in [
+            "127.0.0.1:4000",
+            "127.8.9.10:4000",
+            "[::1]:4000",
+            "[::ffff:127.0.0.1]:4000",
+            "10.0.0.5:4000",
+        ] {
+            assert_eq!(
+                admit(peer.parse().unwrap(), Ok(local), &opts),
+                Ok(()),
+                "{peer}"
+            );
         }
         let message = admit("10.0.0.6:4000".parse().unwrap(), Ok(local), &opts).unwrap_err();
         assert!(

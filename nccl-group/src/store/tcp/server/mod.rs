@@ -97,7 +97,13 @@ fn fit_connections(requested: usize) -> (usize, Option<String>) {
     if room >= requested {
         return (requested, None);
     }
-    crate::trace::event!(warn, requested, room, limit, "store server: max_connections lowered to fit RLIMIT_NOFILE");
+    crate::trace::event!(
+        warn,
+        requested,
+        room,
+        limit,
+        "store server: max_connections lowered to fit RLIMIT_NOFILE"
+    );
     let why = format!(
         "lowered from max_connections {requested} to fit this process's file descriptor limit \
          (RLIMIT_NOFILE {limit}, already raised to its hard limit: {DESCRIPTORS_PER_CONNECTION} \

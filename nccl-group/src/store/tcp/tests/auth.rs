@@ -42,8 +42,8 @@ fn without_a_secret_a_client_of_another_host_is_refused_naming_both_fixes() {
 #[test]
 fn a_client_with_a_secret_refuses_a_server_without_one() {
     let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap();
-    let err = TcpStore::connect_to(server.local_addr(), opts().with_secret(b"s".to_vec()))
-        .unwrap_err();
+    let err =
+        TcpStore::connect_to(server.local_addr(), opts().with_secret(b"s".to_vec())).unwrap_err();
     assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
     assert!(err.to_string().contains("holds no secret"), "{err}");
 }
@@ -55,9 +55,15 @@ fn empty_secrets_are_refused_on_both_sides() {
         TcpStoreServerOptions::default().with_secret(Vec::new()),
     )
     .unwrap_err();
-    assert!(matches!(err, StoreError::InvalidArgument { what: "secret", .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::InvalidArgument { what: "secret", .. }),
+        "{err:?}"
+    );
     let err = TcpStore::connect("127.0.0.1", 1, opts().with_secret(Vec::new())).unwrap_err();
-    assert!(matches!(err, StoreError::InvalidArgument { what: "secret", .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::InvalidArgument { what: "secret", .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -112,7 +118,10 @@ fn requests_over_the_limits_are_refused_before_sending_and_by_the_server() {
         message.contains("12000000") && message.contains("max_keys_per_request of 4"),
         "{message}"
     );
-    assert_eq!(store.try_get(&"k".repeat(16)).unwrap().unwrap(), vec![0; 64]);
+    assert_eq!(
+        store.try_get(&"k".repeat(16)).unwrap().unwrap(),
+        vec![0; 64]
+    );
 }
 
 #[test]
@@ -155,8 +164,8 @@ fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied()
         TcpStoreServerOptions::default().with_secret(secret.clone()),
     )
     .unwrap();
-    let store = TcpStore::connect_to(server.local_addr(), opts().with_secret(secret.clone()))
-        .unwrap();
+    let store =
+        TcpStore::connect_to(server.local_addr(), opts().with_secret(secret.clone())).unwrap();
     // A raw client that holds the secret, to send frames by hand.
     for tamper in [Tamper::FlipValueBit, Tamper::Replay] {
         let mut raw = TcpStream::connect(server.local_addr()).unwrap();
@@ -192,7 +201,11 @@ fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied()
             matches!(&refusal, Response::Error { code: code::AUTH, message } if message.contains("failed authentication")),
             "{tamper:?}: {refusal:?}"
         );
-        assert_eq!(store.try_get("uid").unwrap().unwrap(), b"real", "{tamper:?}");
+        assert_eq!(
+            store.try_get("uid").unwrap().unwrap(),
+            b"real",
+            "{tamper:?}"
+        );
     }
 }
 

@@ -72,7 +72,10 @@ fn raw_plain_session(addr: std::net::SocketAddr) -> TcpStream {
     raw.write_all(hello.as_bytes()).unwrap();
     let payload = read_raw_frame(&mut raw).expect("the server's HELLO");
     assert!(
-        matches!(Response::decode(&payload), Ok(Response::Hello { proof: None, .. })),
+        matches!(
+            Response::decode(&payload),
+            Ok(Response::Hello { proof: None, .. })
+        ),
         "{payload:02x?}"
     );
     raw

@@ -87,11 +87,7 @@ impl<'a> Decoder<'a> {
     }
     /// A length, refused when over `limit` (read from the limits, if any):
     /// `noun` and `option` name it in the message.
-    fn length(
-        &mut self,
-        what: &str,
-        limit: Option<(u64, &str, &str)>,
-    ) -> DecodeResult<usize> {
+    fn length(&mut self, what: &str, limit: Option<(u64, &str, &str)>) -> DecodeResult<usize> {
         let n = self.u32(what)?;
         if let Some((max, noun, option)) = limit
             && u64::from(n) > max
@@ -231,9 +227,7 @@ impl Request {
             },
             op::DELETE => Request::Delete { key: d.key("key")? },
             other => {
-                return Err(malformed(format!(
-                    "unknown request opcode 0x{other:02x}"
-                )));
+                return Err(malformed(format!("unknown request opcode 0x{other:02x}")));
             }
         };
         d.finish()?;
@@ -297,9 +291,7 @@ impl Response {
                 message: String::from_utf8_lossy(&d.bytes("error message")?).into_owned(),
             },
             other => {
-                return Err(malformed(format!(
-                    "unknown response opcode 0x{other:02x}"
-                )));
+                return Err(malformed(format!("unknown response opcode 0x{other:02x}")));
             }
         };
         d.finish()?;
