@@ -100,7 +100,7 @@ impl TcpStoreOptions {
         if self.secret.as_ref().is_some_and(Vec::is_empty) {
             return Err(StoreError::InvalidArgument {
                 what: "secret",
-                given: "an empty secret".into(),
+                given: "\"\"".into(),
                 expected: "a non-empty secret, or none".into(),
             });
         }

@@ -12,12 +12,13 @@ use std::io::{Read, Write};
 use std::net::{
     IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs,
 };
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::descriptors;
-use super::wire::{Limits, Response, code};
+use super::wire::{Frame, Limits, Response, code};
 use crate::store::memory::{Quota, Table};
 use crate::store::{Result, StoreError};
 
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     lowered: Option<String>,
     conns: Mutex<Conns>,
     conns_changed: Condvar,
+    /// Refusals being answered on threads of their own.
+    refusing: AtomicUsize,
 }
 
 impl Shared {
@@ -72,6 +75,7 @@ impl Shared {
             lowered,
             conns: Mutex::default(),
             conns_changed: Condvar::new(),
+            refusing: AtomicUsize::new(0),
         })
     }
 
@@ -279,6 +283,9 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     // leaving it to time out in the backlog.
     let mut spare = File::open("/dev/null").ok();
     loop {
+        if spare.is_none() {
+            spare = File::open("/dev/null").ok();
+        }
         let accepted = listener.accept();
         let mut conns = shared.conns();
         if conns.shutdown {
@@ -290,15 +297,8 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 drop(conns);
                 drop(spare.take());
                 if let Ok((stream, _)) = listener.accept() {
-                    let message = format!(
-                        "the server has no file descriptor left for another connection ({}); \
-                         raise the limit (ulimit -n) where the server runs, or close clients \
-                         that are no longer needed",
-                        descriptors::exhausted_note()
-                    );
-                    refuse(stream, message);
+                    refuse(shared, stream, out_of_descriptors());
                 }
-                spare = File::open("/dev/null").ok();
                 thread::sleep(Duration::from_millis(10));
                 continue;
             }
@@ -322,10 +322,12 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                      server",
                 ),
             }
-            refuse(stream, message);
+            refuse(shared, stream, message);
             continue;
         }
         let Ok(clone) = stream.try_clone() else {
+            drop(conns);
+            refuse(shared, stream, out_of_descriptors());
             continue;
         };
         let id = conns.next_id;
@@ -350,31 +352,76 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+fn out_of_descriptors() -> String {
+    format!(
+        "the server has no file descriptor left for another connection ({}); raise the limit \
+         (ulimit -n) where the server runs, or close clients that are no longer needed",
+        descriptors::exhausted_note()
+    )
+}
+
+/// The most refusals answered at once on threads of their own; past it a
+/// refusal is answered without waiting for the client (best effort).
+const MAX_REFUSING: usize = 8;
+/// How long a refusal waits for what the client sends first (its HELLO).
+const REFUSAL_DRAIN: Duration = Duration::from_millis(200);
+
 /// Answers a connection the server will not serve (over `max_connections`,
 /// or no descriptor left) with an error frame and closes it, without ever
-/// blocking the accept loop.
-fn refuse(stream: TcpStream, message: String) {
+/// blocking the accept loop: on a thread of its own, which waits a moment
+/// for the client's first bytes, since closing a socket with unread data
+/// resets the connection and could destroy the error frame before the
+/// client reads it.
+fn refuse(shared: &Arc<Shared>, stream: TcpStream, message: String) {
     crate::trace::event!(warn, %message, "store server: refusing a connection");
     let frame = Response::Error {
         code: code::TOO_MANY_CONNECTIONS,
         message,
     }
     .encode();
-    if stream.set_nonblocking(true).is_err() {
+    let taken = shared
+        .refusing
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < MAX_REFUSING).then_some(n + 1)
+        })
+        .is_ok();
+    let (stream, frame) = (Arc::new(stream), Arc::new(frame));
+    if taken {
+        let (thread_stream, thread_frame) = (Arc::clone(&stream), Arc::clone(&frame));
+        let refusing = Arc::clone(shared);
+        let spawned = thread::Builder::new()
+            .name("nccl-store-refuse".into())
+            .spawn(move || {
+                answer_refusal(&thread_stream, &thread_frame, true);
+                refusing.refusing.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_ok() {
+            return;
+        }
+        // Out of threads: the closure, and its count, went with the error.
+        shared.refusing.fetch_sub(1, Ordering::AcqRel);
+    }
+    answer_refusal(&stream, &frame, false);
+}
+
+/// Sends `frame`, half-closes, and discards what the client sends until it
+/// closes: for up to [`REFUSAL_DRAIN`] when `wait`, else only what is
+/// already there.
+fn answer_refusal(stream: &TcpStream, frame: &Frame, wait: bool) {
+    let limit = if wait { Some(REFUSAL_DRAIN) } else { None };
+    if stream.set_write_timeout(Some(REFUSAL_DRAIN)).is_err()
+        || stream.set_nonblocking(!wait).is_err()
+        || stream.set_read_timeout(limit).is_err()
+    {
         return;
     }
-    // A fresh socket's send buffer is empty, so the small frame fits
-    // without blocking; the FIN follows it.
-    let _ = (&stream).write_all(frame.as_bytes());
+    let _ = (&*stream).write_all(frame.as_bytes());
     let _ = stream.shutdown(Shutdown::Write);
-    // Discard what the client already sent (its HELLO): closing a socket
-    // with unread data resets the connection instead of closing it. Bytes
-    // that come later cannot hurt: the frame and the FIN are already ahead
-    // of the reset.
+    let start = Instant::now();
     let mut buf = [0u8; 4096];
     for _ in 0..16 {
-        match (&stream).read(&mut buf) {
-            Ok(n) if n > 0 => {}
+        match (&*stream).read(&mut buf) {
+            Ok(n) if n > 0 && start.elapsed() < REFUSAL_DRAIN => {}
             _ => break,
         }
     }
