@@ -22,8 +22,10 @@ use crate::{Result, workspace_root};
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum Target {
     /// The TCP store's frame reader and decoders.
+    #[value(name = "store_frame")]
     StoreFrame,
     /// Both sides of the TCP store's handshake.
+    #[value(name = "store_handshake")]
     StoreHandshake,
 }
 
