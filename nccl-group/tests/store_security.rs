@@ -48,10 +48,13 @@ enum Meddle {
     InjectBeforeWrite(usize, &'static [u8]),
 }
 
+/// One relayed connection: what the client sent, then what the server sent.
+type Captured = (Vec<u8>, Vec<u8>);
+
 /// A relay between clients and `target`: every accepted connection is
 /// forwarded to the target, the client's writes changed as `meddle` says.
 /// Returns its address and, per connection, what each side sent.
-fn relay(target: SocketAddr, meddle: Meddle) -> (SocketAddr, mpsc::Receiver<(Vec<u8>, Vec<u8>)>) {
+fn relay(target: SocketAddr, meddle: Meddle) -> (SocketAddr, mpsc::Receiver<Captured>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (captured, capture) = mpsc::channel();

@@ -115,15 +115,15 @@ impl TcpStore {
                     },
                 });
             };
-            if let Ok(source) = last {
-                if !retry_unreachable {
-                    return Err(StoreError::Connect {
-                        addr: self.addr.clone(),
-                        attempts,
-                        waited: deadline.elapsed(),
-                        source,
-                    });
-                }
+            if let Ok(source) = last
+                && !retry_unreachable
+            {
+                return Err(StoreError::Connect {
+                    addr: self.addr.clone(),
+                    attempts,
+                    waited: deadline.elapsed(),
+                    source,
+                });
             }
             crate::trace::event!(debug, addr = %self.addr, attempts, retry_in = ?backoff.min(left), "store: connecting failed, retrying");
             thread::sleep(backoff.min(left));

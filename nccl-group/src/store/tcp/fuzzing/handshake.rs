@@ -61,7 +61,7 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
                 ));
             }
             if !matches!(
-                first_frame.map(|f| Request::decode(f)),
+                first_frame.map(Request::decode),
                 Some(Ok(Request::Hello { .. }))
             ) {
                 return Err(format!(
@@ -107,7 +107,7 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
                 ));
             }
             if !matches!(
-                first_frame.map(|f| Response::decode(f)),
+                first_frame.map(Response::decode),
                 Some(Ok(Response::Hello { proof: None, .. }))
             ) {
                 return Err(format!(

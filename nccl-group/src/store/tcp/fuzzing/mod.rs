@@ -4,7 +4,7 @@
 //! The `store_frame` and `store_handshake` cargo-fuzz targets (`fuzz/` at
 //! the workspace root, run by `cargo xtask fuzz`) and CPU tests of the
 //! normal suite feed arbitrary bytes to [`decode_frame`] and
-//! [`handshake`].
+//! [`handshake()`].
 
 mod handshake;
 

@@ -77,6 +77,10 @@ pub(crate) fn read_frame<S: FrameSource + ?Sized>(
     read_frame_inspected(stream, max, timeouts, &mut |_, _| Ok(()))
 }
 
+/// Looks at a frame's first body bytes and its declared length, and may
+/// refuse it (the message).
+pub(crate) type Inspector<'a> = dyn FnMut(&[u8], usize) -> Result<(), String> + 'a;
+
 /// [`read_frame`] that shows the body's first bytes (growing prefixes of
 /// up to 64 KiB, as they arrive) and the declared length to `inspect`: an
 /// `Err` from it ends the read with [`FrameError::Refused`], so a frame can
@@ -86,7 +90,7 @@ pub(crate) fn read_frame_inspected<S: FrameSource + ?Sized>(
     stream: &mut S,
     max: usize,
     timeouts: Option<FrameTimeouts>,
-    inspect: &mut dyn FnMut(&[u8], usize) -> Result<(), String>,
+    inspect: &mut Inspector<'_>,
 ) -> Result<Vec<u8>, FrameError> {
     if let Some(t) = timeouts {
         stream
