@@ -46,6 +46,9 @@ enum Meddle {
     DuplicateWrite(usize),
     /// Send these bytes before the client's `n`th write.
     InjectBeforeWrite(usize, &'static [u8]),
+    /// Flip the last bit of the server's `n`th write to the client (0: its
+    /// HELLO, 1: its confirmation, 2: its answer to the first request).
+    FlipLastBitOfAnswer(usize),
 }
 
 /// One relayed connection: what the client sent, then what the server sent.
@@ -67,7 +70,16 @@ fn relay(target: SocketAddr, meddle: Meddle) -> (SocketAddr, mpsc::Receiver<Capt
                 let to_client = {
                     let (server, client) =
                         (server.try_clone().unwrap(), client.try_clone().unwrap());
-                    thread::spawn(move || pump(server, client, |_, bytes| vec![bytes.to_vec()]))
+                    thread::spawn(move || {
+                        pump(server, client, |write, bytes| match meddle {
+                            Meddle::FlipLastBitOfAnswer(n) if n == write => {
+                                let mut bytes = bytes.to_vec();
+                                *bytes.last_mut().unwrap() ^= 1;
+                                vec![bytes]
+                            }
+                            _ => vec![bytes.to_vec()],
+                        })
+                    })
                 };
                 let from_client = pump(client, server, |write, bytes| match meddle {
                     Meddle::FlipLastBitOfWrite(n) if n == write => {
@@ -220,6 +232,9 @@ fn altered_duplicated_or_injected_frames_in_a_live_session_are_refused_unapplied
         Meddle::FlipLastBitOfWrite(2),
         Meddle::DuplicateWrite(2),
         Meddle::InjectBeforeWrite(2, &[0, 0, 0, 5, 0x04, 0, 0, 0, 0]),
+        Meddle::FlipLastBitOfAnswer(0),
+        Meddle::FlipLastBitOfAnswer(1),
+        Meddle::FlipLastBitOfAnswer(2),
     ];
     for meddle in cases {
         direct.set("uid", b"real").unwrap();
@@ -234,7 +249,9 @@ fn altered_duplicated_or_injected_frames_in_a_live_session_are_refused_unapplied
         assert!(
             matches!(
                 err,
-                StoreError::Auth { .. } | StoreError::ConnectionClosed { .. }
+                StoreError::Auth { .. }
+                    | StoreError::Integrity { .. }
+                    | StoreError::ConnectionClosed { .. }
             ),
             "{meddle:?}: {err:?}"
         );
@@ -242,6 +259,15 @@ fn altered_duplicated_or_injected_frames_in_a_live_session_are_refused_unapplied
         match meddle {
             // The set itself arrived intact; the frame after it did not.
             Meddle::DuplicateWrite(_) => assert_eq!(uid, b"planted", "{meddle:?}"),
+            // The set was applied; its answer was altered on the way back,
+            // and the client noticed.
+            Meddle::FlipLastBitOfAnswer(2) => {
+                assert_eq!(uid, b"planted", "{meddle:?}");
+                assert!(
+                    matches!(err, StoreError::Integrity { .. }),
+                    "{meddle:?}: {err:?}"
+                );
+            }
             _ => assert_eq!(uid, b"real", "{meddle:?}: a tampered frame was applied"),
         }
         assert_eq!(direct.try_get("other").unwrap(), None, "{meddle:?}");

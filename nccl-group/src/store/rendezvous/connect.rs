@@ -143,6 +143,33 @@ mod tests {
     }
 
     #[test]
+    fn the_unauthenticated_opt_in_is_read_and_off_by_default() {
+        let config = |value: Option<&str>| {
+            let value = value.map(str::to_owned);
+            RendezvousConfig::from_vars(move |n| match n {
+                "RANK" => Some("0".to_owned()),
+                "WORLD_SIZE" => Some("1".to_owned()),
+                "MASTER_ADDR" => Some("node0".to_owned()),
+                "MASTER_PORT" => Some("29500".to_owned()),
+                "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED" => value.clone(),
+                _ => None,
+            })
+        };
+        for (value, allowed) in [
+            (None, false),
+            (Some("1"), true),
+            (Some("True"), true),
+            (Some("0"), false),
+            (Some(""), false),
+            (Some("false"), false),
+        ] {
+            let c = config(value).unwrap();
+            assert_eq!(c.allow_unauthenticated_remote, allowed, "{value:?}");
+        }
+        assert!(config(Some("yes")).is_err());
+    }
+
+    #[test]
     fn connect_tcp_rank0_hosts_and_rank1_joins() {
         // Port 0 is refused by from_vars, so pick a free port up front.
         let port = std::net::TcpListener::bind("127.0.0.1:0")
