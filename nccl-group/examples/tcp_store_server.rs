@@ -5,8 +5,11 @@
 //! ```
 //!
 //! Every rank, rank 0 included, then connects as a client with
-//! `TcpStore::connect(host, port, options)` (with the same secret). The
-//! server runs until the process is stopped, or for `--for SECONDS`.
+//! `TcpStore::connect(host, port, options)` (with the same secret). Without
+//! a secret the server takes clients of its own host only, unless
+//! `NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=1` (then anyone who reaches the
+//! port can read and write every key). The server runs until the process
+//! is stopped, or for `--for SECONDS`.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +41,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Ok(secret) = std::env::var("NCCL_RS_STORE_SECRET") {
         options = options.with_secret(secret);
     }
+    let open = std::env::var("NCCL_RS_STORE_ALLOW_UNAUTHENTICATED")
+        .is_ok_and(|v| v.trim() == "1" || v.trim().eq_ignore_ascii_case("true"));
+    options = options.with_unauthenticated_remote(open);
     let server = TcpStoreServer::bind(bind.as_str(), options)?;
     println!("TCP store server listening on {}", server.local_addr());
     let start = Instant::now();

@@ -204,11 +204,14 @@ fn child_file_add() {
 #[test]
 fn file_four_processes_add_to_one_counter() {
     let dir = tempfile::tempdir().unwrap();
+    // Opened first, so the children join its generation, and it reads
+    // their counter after they have left (a store opened once every other
+    // has closed starts a new generation, with none of the old keys).
+    let store = FileStore::open(dir.path(), OP_TIMEOUT).unwrap();
     run_children(
         "child_file_add",
         &[("STORE_DIR", dir.path().display().to_string())],
     );
-    let store = FileStore::open(dir.path(), OP_TIMEOUT).unwrap();
     check_adds(&store);
 }
 

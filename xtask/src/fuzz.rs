@@ -1,26 +1,48 @@
-//! `cargo xtask fuzz [--seconds N]`: run the `store_frame` cargo-fuzz target
-//! (the TCP store's frame reader and decoders, `fuzz/` at the workspace
-//! root) for a bounded time.
+//! `cargo xtask fuzz [--target NAME] [--seconds N]`: run a cargo-fuzz target
+//! of `fuzz/` at the workspace root for a bounded time: `store_frame` (the
+//! TCP store's frame reader and decoders, the default) or `store_handshake`
+//! (both sides of its handshake).
 //!
-//! It runs `cargo fuzz run store_frame -- -max_total_time=N` with a nightly
+//! It runs `cargo fuzz run NAME -- -max_total_time=N` with a nightly
 //! toolchain when rustup has one, and otherwise on this toolchain with
 //! `RUSTC_BOOTSTRAP=1` (cargo-fuzz needs unstable compiler flags). It needs
 //! cargo-fuzz (`cargo install cargo-fuzz`) and is not part of `cargo xtask
 //! ci`: CI machines have neither a nightly toolchain nor cargo-fuzz, and the
-//! CPU test `frame_decoding_survives_200k_random_truncated_and_mutated_inputs`
-//! runs the same entry point there. A failing input is saved under
-//! `fuzz/artifacts/store_frame/`.
+//! CPU tests `frame_decoding_survives_200k_random_truncated_and_mutated_inputs`
+//! and `handshake_fuzzing_never_authenticates_without_the_secret` run the
+//! same entry points there. A failing input is saved under
+//! `fuzz/artifacts/NAME/`.
 
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
 
 use crate::{Result, workspace_root};
 
-/// The fuzz target this task runs.
-const TARGET: &str = "store_frame";
+/// The fuzz targets of `fuzz/`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Target {
+    /// The TCP store's frame reader and decoders.
+    #[value(name = "store_frame")]
+    StoreFrame,
+    /// Both sides of the TCP store's handshake.
+    #[value(name = "store_handshake")]
+    StoreHandshake,
+}
+
+impl Target {
+    fn name(self) -> &'static str {
+        match self {
+            Target::StoreFrame => "store_frame",
+            Target::StoreHandshake => "store_handshake",
+        }
+    }
+}
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Which fuzz target to run.
+    #[arg(long, value_enum, default_value_t = Target::StoreFrame)]
+    target: Target,
     /// How long to fuzz, in seconds.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     seconds: u64,
@@ -41,10 +63,11 @@ pub fn run(args: Args) -> Result<()> {
     let toolchain = installed_toolchains()
         .and_then(|list| nightly_toolchain(&list))
         .map_or(Toolchain::Bootstrap, Toolchain::Nightly);
+    let target = args.target.name();
     let fuzz_args = [
         "fuzz".to_owned(),
         "run".to_owned(),
-        TARGET.to_owned(),
+        target.to_owned(),
         "--".to_owned(),
         format!("-max_total_time={}", args.seconds),
     ];
@@ -72,14 +95,14 @@ pub fn run(args: Args) -> Result<()> {
         .map_err(|e| format!("could not run cargo fuzz: {e}"))?;
     if status.success() {
         println!(
-            "==> fuzzed {TARGET} for {} s: no failing input",
+            "==> fuzzed {target} for {} s: no failing input",
             args.seconds
         );
         Ok(())
     } else {
         Err(format!(
             "cargo fuzz exited with {status}; a failing input, if it found one, is in \
-             fuzz/artifacts/{TARGET}/ (replay it with `cargo fuzz run {TARGET} <file>`)"
+             fuzz/artifacts/{target}/ (replay it with `cargo fuzz run {target} <file>`)"
         )
         .into())
     }

@@ -29,7 +29,7 @@ enum Task {
     /// Run every check CI runs: fmt, the MSRV and feature checks, clippy,
     /// tests, bindgen --check, docs, the consumer crates, cargo package.
     Ci(ci::Args),
-    /// Fuzz the TCP store's frame decoding with cargo-fuzz for a bounded
+    /// Fuzz the TCP store's frame decoding or handshake with cargo-fuzz for a bounded
     /// time (needs `cargo install cargo-fuzz`; not part of ci).
     Fuzz(fuzz::Args),
     /// Build the GPU test and bench binaries (release, stripped) with a

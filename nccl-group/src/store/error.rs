@@ -131,10 +131,12 @@ pub enum StoreError {
         waited: Duration,
     },
 
-    /// The TCP server refused the client's shared secret.
+    /// The handshake with the TCP server failed: the two sides do not hold
+    /// the same secret, only one holds one, or the server takes no client
+    /// from another host without one.
     #[error(
-        "the TCP store server at {addr} refused this client: {detail}; every rank must use the \
-         same shared secret as the server (NCCL_RS_STORE_SECRET)"
+        "authentication with the TCP store server at {addr} failed: {detail}; every rank must \
+         use the same shared secret as the server (NCCL_RS_STORE_SECRET)"
     )]
     Auth {
         /// The server's address.
@@ -143,8 +145,41 @@ pub enum StoreError {
         detail: String,
     },
 
+    /// A frame failed its authentication tag: altered, replayed, reordered
+    /// or injected between the client and the server.
+    #[error(
+        "a frame on the connection with the TCP store server at {addr} failed authentication: \
+         {detail}; something between this client and the server altered, replayed or injected \
+         data (or the server restarted with another secret); the connection was closed and \
+         nothing it carried after that frame was used"
+    )]
+    Integrity {
+        /// The server's address.
+        addr: String,
+        /// Which frame, and which way.
+        detail: String,
+    },
+
+    /// A request over one of the store's limits: a key, a value or a key
+    /// count over the server's per-request limits, or a write that would
+    /// pass the store's quota. Nothing stored was changed.
+    #[error(
+        "{op} on the {store} was refused: {detail}; nothing stored was changed. The limits are \
+         the server's (TcpStoreServerOptions: max_key_len, max_value_len, max_keys_per_request, \
+         max_stored_keys, max_stored_bytes): store less, delete keys no longer needed, or raise \
+         them where the server starts"
+    )]
+    OverLimit {
+        /// The operation, with its key.
+        op: String,
+        /// The store, described for humans.
+        store: String,
+        /// The limit, and what the request would have taken.
+        detail: String,
+    },
+
     /// The TCP server refused a new connection: it already has as many open
-    /// as its `max_connections` allows.
+    /// as its `max_connections` allows (or no file descriptor left).
     #[error(
         "the TCP store server at {addr} refused a new connection: {detail}; each TcpStore opens \
          one connection per thread calling it at once, so fewer calling threads or clients also \
@@ -204,11 +239,12 @@ pub enum StoreError {
         source: io::Error,
     },
 
-    /// The file store could not take its lock file in time.
+    /// The file store could not take its lock in time: a live process
+    /// holds it (the kernel releases the lock of a process that dies).
     #[error(
-        "the file store could not take its lock file {} within {waited:?}{}; another process \
-         holds it, or a process died while holding it: if no process is using the store any \
-         more, delete the lock file",
+        "the file store could not take its lock on {} within {waited:?}{}; a live process holds \
+         it (a process that dies releases it at once), so one is stopped or hung in the middle \
+         of a write: look for a stopped (SIGSTOP, debugger) or hung rank using this directory",
         .path.display(),
         LockAge(*.age)
     )]
@@ -217,7 +253,8 @@ pub enum StoreError {
         path: PathBuf,
         /// How long the store tried.
         waited: Duration,
-        /// How old the lock file was at the last try, when known.
+        /// How long the holder had held the lock at the last try, when
+        /// known.
         age: Option<Duration>,
     },
 
@@ -259,7 +296,7 @@ impl StoreError {
     /// | `Timeout` | [`ErrorKind::Timeout`] |
     /// | `NotAnInteger`, `Overflow`, `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
     /// | `Config` | [`ErrorKind::Config`] |
-    /// | every other variant (connection, server, protocol, I/O, lock) | [`ErrorKind::Store`] |
+    /// | every other variant (connection, server, authentication, limits, protocol, I/O, lock) | [`ErrorKind::Store`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
             StoreError::Timeout { .. } => ErrorKind::Timeout,
@@ -273,6 +310,8 @@ impl StoreError {
             | StoreError::Unresponsive { .. }
             | StoreError::Auth { .. }
             | StoreError::TooManyConnections { .. }
+            | StoreError::Integrity { .. }
+            | StoreError::OverLimit { .. }
             | StoreError::FrameTooLarge { .. }
             | StoreError::Protocol { .. }
             | StoreError::Remote { .. }
@@ -328,7 +367,7 @@ struct LockAge(Option<Duration>);
 impl fmt::Display for LockAge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(age) => write!(f, " (the lock file is {:.1}s old)", age.as_secs_f64()),
+            Some(age) => write!(f, " (held for {:.1}s)", age.as_secs_f64()),
             None => Ok(()),
         }
     }

@@ -26,30 +26,117 @@ pub(crate) enum WaitError {
 /// How often a blocking call with a liveness check calls it.
 pub(crate) const ALIVE_CHECK: Duration = Duration::from_secs(1);
 
-#[derive(Debug, Default)]
+/// The most a [`Table`] holds: keys, and bytes of keys plus values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Quota {
+    pub(crate) max_keys: usize,
+    pub(crate) max_bytes: usize,
+}
+
+impl Quota {
+    /// No bound but memory (the in-process store: its callers are the
+    /// program's own threads).
+    const UNBOUNDED: Quota = Quota {
+        max_keys: usize::MAX,
+        max_bytes: usize::MAX,
+    };
+}
+
+/// A write refused because the table would hold more than its [`Quota`]:
+/// what it would have held and the bound, for the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OverQuota(pub(crate) String);
+
+#[derive(Debug)]
 struct State {
     map: HashMap<String, Vec<u8>>,
+    /// Bytes of keys plus values in `map`.
+    bytes: usize,
+    quota: Quota,
     closed: bool,
+}
+
+impl State {
+    /// Stores `value` under `key` unless the quota forbids it; a refused
+    /// write changes nothing.
+    fn put(&mut self, key: &str, value: Vec<u8>) -> Result<(), OverQuota> {
+        let (keys, bytes) = match self.map.get(key) {
+            Some(old) => (self.map.len(), self.bytes - old.len() + value.len()),
+            None => (
+                self.map.len() + 1,
+                self.bytes
+                    .saturating_add(key.len())
+                    .saturating_add(value.len()),
+            ),
+        };
+        if keys > self.quota.max_keys {
+            return Err(OverQuota(format!(
+                "storing key {} would make {keys} keys, over the store's max_stored_keys of {}",
+                super::error::show_key(key),
+                self.quota.max_keys
+            )));
+        }
+        if bytes > self.quota.max_bytes {
+            return Err(OverQuota(format!(
+                "storing {} bytes under key {} would make {bytes} bytes of keys and values, \
+                 over the store's max_stored_bytes of {}",
+                value.len(),
+                super::error::show_key(key),
+                self.quota.max_bytes
+            )));
+        }
+        self.bytes = bytes;
+        self.map.insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &str) -> bool {
+        let Some(old) = self.map.remove(key) else {
+            return false;
+        };
+        self.bytes -= key.len() + old.len();
+        true
+    }
 }
 
 /// A map guarded by a mutex, with a condition variable signalled on every
 /// change so that blocking reads sleep instead of polling.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Table {
     state: Mutex<State>,
     changed: Condvar,
 }
 
+impl Default for Table {
+    fn default() -> Self {
+        Table::with_quota(Quota::UNBOUNDED)
+    }
+}
+
 impl Table {
+    /// An empty table that holds at most `quota`.
+    pub(crate) fn with_quota(quota: Quota) -> Self {
+        Table {
+            state: Mutex::new(State {
+                map: HashMap::new(),
+                bytes: 0,
+                quota,
+                closed: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // No code panics while holding the lock, and every update leaves the
         // map consistent, so a poisoned lock is still safe to use.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn set(&self, key: &str, value: Vec<u8>) {
-        self.lock().map.insert(key.to_owned(), value);
+    pub(crate) fn set(&self, key: &str, value: Vec<u8>) -> Result<(), OverQuota> {
+        self.lock().put(key, value)?;
         self.changed.notify_all();
+        Ok(())
     }
 
     pub(crate) fn try_get(&self, key: &str) -> Option<Vec<u8>> {
@@ -146,30 +233,35 @@ impl Table {
         Ok(state)
     }
 
-    pub(crate) fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> CompareSet {
+    pub(crate) fn compare_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<CompareSet, OverQuota> {
         let mut state = self.lock();
         let outcome = compare_set_decision(state.map.get(key).map(Vec::as_slice), expected, new);
         if outcome.swapped {
-            state.map.insert(key.to_owned(), new.to_vec());
+            state.put(key, new.to_vec())?;
             drop(state);
             self.changed.notify_all();
         }
-        outcome
+        Ok(outcome)
     }
 
     pub(crate) fn add(&self, key: &str, delta: i64) -> Result<i64, AddError> {
         let mut state = self.lock();
         let value = add_decision(state.map.get(key).map(Vec::as_slice), delta)?;
         state
-            .map
-            .insert(key.to_owned(), value.to_string().into_bytes());
+            .put(key, value.to_string().into_bytes())
+            .map_err(|OverQuota(detail)| AddError::OverQuota(detail))?;
         drop(state);
         self.changed.notify_all();
         Ok(value)
     }
 
     pub(crate) fn delete(&self, key: &str) -> bool {
-        self.lock().map.remove(key).is_some()
+        self.lock().remove(key)
     }
 
     /// Wakes every waiter with [`WaitError::Closed`], now and from now on.
@@ -233,6 +325,15 @@ impl InProcessStore {
 
 const DESCRIPTION: &str = "in-process store";
 
+/// The in-process table has no quota; should one refuse, say so plainly.
+fn over_quota(op: &str, key: &str, OverQuota(detail): OverQuota) -> StoreError {
+    StoreError::OverLimit {
+        op: format!("{op} {}", super::error::show_key(key)),
+        store: DESCRIPTION.into(),
+        detail,
+    }
+}
+
 impl Default for InProcessStore {
     fn default() -> Self {
         Self::new()
@@ -241,8 +342,9 @@ impl Default for InProcessStore {
 
 impl Store for InProcessStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.table.set(key, value.to_vec());
-        Ok(())
+        self.table
+            .set(key, value.to_vec())
+            .map_err(|e| over_quota("set", key, e))
     }
 
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
@@ -256,7 +358,9 @@ impl Store for InProcessStore {
     }
 
     fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet> {
-        Ok(self.table.compare_set(key, expected, new))
+        self.table
+            .compare_set(key, expected, new)
+            .map_err(|e| over_quota("compare_set", key, e))
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
@@ -311,6 +415,34 @@ mod tests {
             table.wait(&["x"], Duration::from_secs(30)),
             Err(WaitError::Closed)
         );
+    }
+
+    #[test]
+    fn a_quota_refuses_writes_past_it_and_keeps_what_is_stored() {
+        let table = Table::with_quota(Quota {
+            max_keys: 2,
+            max_bytes: 10,
+        });
+        table.set("a", b"1234".to_vec()).unwrap();
+        // Over the bytes: 1 + 4 + 1 + 5 = 11.
+        let OverQuota(message) = table.set("b", b"12345".to_vec()).unwrap_err();
+        assert!(
+            message.contains("11 bytes") && message.contains("max_stored_bytes of 10"),
+            "{message}"
+        );
+        table.set("b", b"1234".to_vec()).unwrap();
+        // Over the keys, by set, compare_set and add alike.
+        assert!(table.set("c", Vec::new()).is_err());
+        assert!(table.compare_set("c", None, b"").is_err());
+        assert!(matches!(table.add("c", 1), Err(AddError::OverQuota(_))));
+        // Replacing within the bounds works; nothing refused was stored.
+        table.set("a", b"x".to_vec()).unwrap();
+        assert_eq!(table.try_get("a").unwrap(), b"x");
+        assert_eq!(table.try_get("b").unwrap(), b"1234");
+        assert_eq!(table.try_get("c"), None);
+        // Deleting frees room.
+        assert!(table.delete("b"));
+        table.set("c", b"123456".to_vec()).unwrap();
     }
 
     #[test]

@@ -325,6 +325,8 @@ pub(crate) enum AddError {
     NotAnInteger(Vec<u8>),
     /// The stored value would overflow.
     Overflow(i64),
+    /// Storing the new value would pass the store's quota (the message).
+    OverQuota(String),
 }
 
 impl AddError {
@@ -340,6 +342,11 @@ impl AddError {
                 current,
                 delta,
                 store,
+            },
+            AddError::OverQuota(detail) => StoreError::OverLimit {
+                op: format!("add {}", error::show_key(key)),
+                store,
+                detail,
             },
         }
     }

@@ -8,11 +8,13 @@
 //! The table is also written to `docs/bad-inputs.md`: run with
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
-//! are in `tensor_rows`, `batch_rows`, `core_rows` and `group_rows`.
+//! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows` and
+//! `store_rows`.
 
 mod batch_rows;
 mod core_rows;
 mod group_rows;
+mod store_rows;
 mod tensor_rows;
 
 use std::fmt::Display;
@@ -58,6 +60,7 @@ fn rows() -> Vec<Row> {
         batch_rows::rows(),
         core_rows::rows(),
         group_rows::rows(),
+        store_rows::rows(),
     ]
     .into_iter()
     .flatten()

@@ -2,7 +2,7 @@
 //! (so the tests also pin the format down), raw connections, a seeded
 //! random generator, and checks that the server still serves.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -14,9 +14,11 @@ pub const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Request opcodes and response codes of the wire protocol, written out
 /// here so the tests also pin the format down.
+const HELLO: u8 = 0x01;
 pub const SET: u8 = 0x02;
 const GET: u8 = 0x03;
 const WAIT: u8 = 0x07;
+const RESP_HELLO: u8 = 0x80;
 pub const RESP_OK: u8 = 0x81;
 const RESP_ERROR: u8 = 0x9f;
 pub const CODE_PROTOCOL: u8 = 2;
@@ -150,6 +152,33 @@ pub fn wait_frame(keys: &[&str], timeout: Duration) -> Vec<u8> {
 /// A connection that speaks no protocol by itself.
 pub fn raw_connect(addr: SocketAddr) -> TcpStream {
     TcpStream::connect(addr).expect("a raw connection to the server")
+}
+
+/// Does the handshake of a client without a secret on `raw` (`HELLO`:
+/// magic, version 3, a nonce, no secret; the server answers `HELLO` with
+/// its version, nonce, four limits and no proof): frames after it are
+/// plain requests.
+pub fn handshake(raw: &mut TcpStream) {
+    let mut hello = vec![HELLO];
+    hello.extend_from_slice(b"NCRS");
+    hello.extend_from_slice(&3u16.to_be_bytes());
+    hello.extend_from_slice(&[0x42; 32]);
+    hello.push(0);
+    raw.write_all(&frame(&hello)).expect("sending HELLO");
+    raw.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = [0u8; 4 + 68];
+    raw.read_exact(&mut answer).expect("the server's HELLO");
+    assert_eq!(answer[..4], 68u32.to_be_bytes(), "{answer:02x?}");
+    assert_eq!(answer[4..7], [RESP_HELLO, 0, 3], "{answer:02x?}");
+    assert_eq!(answer[4 + 67], 0, "no proof without a secret");
+    raw.set_read_timeout(None).unwrap();
+}
+
+/// A raw connection that has done the handshake.
+pub fn session_connect(addr: SocketAddr) -> TcpStream {
+    let mut raw = raw_connect(addr);
+    handshake(&mut raw);
+    raw
 }
 
 /// Reads what the server sends until it closes the connection, and splits

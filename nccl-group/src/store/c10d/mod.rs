@@ -12,6 +12,11 @@
 //!
 //! [`C10dStore`]'s docs say how each operation maps onto c10d's queries and
 //! where c10d's semantics differ from [`Store`](crate::store::Store)'s.
+//!
+//! Security: c10d's protocol has no authentication and no integrity check,
+//! so this client has none either (nor takes a secret): anyone who reaches
+//! the c10d store's port can read and write its keys. The README's security
+//! section says what nccl-group's own TCP store protects instead.
 
 mod client;
 mod connection;

@@ -16,8 +16,12 @@ impl RendezvousConfig {
     /// With the TCP store, rank 0 starts the server on `MASTER_PORT` and
     /// keeps it alive as long as the returned store lives; it listens on
     /// `MASTER_ADDR` itself when that is a loopback address (a single-host
-    /// job), otherwise on every interface (as torch does; set
-    /// `NCCL_RS_STORE_SECRET` on shared networks). The other ranks connect as
+    /// job), otherwise on every interface (as torch does). Without
+    /// `NCCL_RS_STORE_SECRET` it then takes clients of its own host only:
+    /// a multi-host job sets the same secret on every rank (or, on a
+    /// network it trusts, `NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=1`, which
+    /// lets anyone who reaches the port read and write every key). The
+    /// other ranks connect as
     /// clients, retrying until the server is up or the timeout passes. With
     /// the file store, every rank opens the directory. With torchrun's
     /// agent store ([`StoreSpec::TorchAgent`]), every rank, rank 0 too,
@@ -55,7 +59,8 @@ impl RendezvousConfig {
                 let mut client = TcpStoreOptions::default()
                     .with_timeout(self.timeout)
                     .with_connect_timeout(self.timeout);
-                let mut server = TcpStoreServerOptions::default();
+                let mut server = TcpStoreServerOptions::default()
+                    .with_unauthenticated_remote(self.allow_unauthenticated_remote);
                 if let Some(secret) = &self.secret {
                     client = client.with_secret(secret.as_bytes());
                     server = server.with_secret(secret.as_bytes());
@@ -135,6 +140,33 @@ mod tests {
         store.set("k", b"v").unwrap();
         assert_eq!(store.default_timeout(), Duration::from_secs(3));
         assert_eq!(store.get("k", Duration::from_millis(100)).unwrap(), b"v");
+    }
+
+    #[test]
+    fn the_unauthenticated_opt_in_is_read_and_off_by_default() {
+        let config = |value: Option<&str>| {
+            let value = value.map(str::to_owned);
+            RendezvousConfig::from_vars(move |n| match n {
+                "RANK" => Some("0".to_owned()),
+                "WORLD_SIZE" => Some("1".to_owned()),
+                "MASTER_ADDR" => Some("node0".to_owned()),
+                "MASTER_PORT" => Some("29500".to_owned()),
+                "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED" => value.clone(),
+                _ => None,
+            })
+        };
+        for (value, allowed) in [
+            (None, false),
+            (Some("1"), true),
+            (Some("True"), true),
+            (Some("0"), false),
+            (Some(""), false),
+            (Some("false"), false),
+        ] {
+            let c = config(value).unwrap();
+            assert_eq!(c.allow_unauthenticated_remote, allowed, "{value:?}");
+        }
+        assert!(config(Some("yes")).is_err());
     }
 
     #[test]

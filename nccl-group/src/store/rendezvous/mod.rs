@@ -144,6 +144,11 @@ pub struct RendezvousConfig {
     pub timeout: Duration,
     /// The TCP store's shared secret.
     pub secret: Option<String>,
+    /// Without a secret, let rank 0's TCP store server accept clients from
+    /// other hosts (`NCCL_RS_STORE_ALLOW_UNAUTHENTICATED`); by default it
+    /// accepts clients of its own host only. See
+    /// [`TcpStoreServerOptions::allow_unauthenticated_remote`](crate::TcpStoreServerOptions::allow_unauthenticated_remote).
+    pub allow_unauthenticated_remote: bool,
 }
 
 impl fmt::Debug for RendezvousConfig {
@@ -159,6 +164,10 @@ impl fmt::Debug for RendezvousConfig {
             .field("store", &self.store)
             .field("timeout", &self.timeout)
             .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field(
+                "allow_unauthenticated_remote",
+                &self.allow_unauthenticated_remote,
+            )
             .finish()
     }
 }
@@ -174,7 +183,8 @@ impl RendezvousConfig {
     /// A configuration built in code rather than read from the environment:
     /// `local_rank` 0, `local_world_size` and `node_rank` unknown, launcher
     /// [`Launcher::Manual`], namespace `manual`, the default timeout
-    /// ([`DEFAULT_TIMEOUT`]), no secret. Change the public fields to adjust.
+    /// ([`DEFAULT_TIMEOUT`]), no secret, clients of rank 0's host only.
+    /// Change the public fields to adjust.
     ///
     /// Fails with [`StoreError::Config`] when `world_size` is 0 or above
     /// `i32::MAX` (the most ranks NCCL accepts), or `rank` is not below it.
@@ -211,6 +221,7 @@ impl RendezvousConfig {
             store,
             timeout: DEFAULT_TIMEOUT,
             secret: None,
+            allow_unauthenticated_remote: false,
         })
     }
 }

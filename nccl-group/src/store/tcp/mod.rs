@@ -1,9 +1,10 @@
 //! The TCP store: a server one rank (or a separate process) hosts, and
 //! clients with connect, read and write timeouts.
 //!
-//! See the `wire` module docs for the protocol.
+//! See the `wire` module docs for the protocol and its handshake.
 
 mod client;
+mod descriptors;
 pub mod fuzzing;
 mod server;
 mod wire;

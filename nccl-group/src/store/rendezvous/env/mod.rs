@@ -85,6 +85,7 @@ impl RendezvousConfig {
         let store = store::spec(&vars, launcher, &numbering)?;
         let timeout = store::timeout(&vars)?;
         let secret = store::secret(&vars)?;
+        let allow_unauthenticated_remote = store::allow_unauthenticated(&vars)?;
         let namespace = identity::namespace(&vars, launcher)?;
         Ok(RendezvousConfig {
             rank: numbering.rank,
@@ -97,6 +98,7 @@ impl RendezvousConfig {
             store,
             timeout,
             secret,
+            allow_unauthenticated_remote,
         })
     }
 

@@ -222,3 +222,27 @@ pub(super) fn secret(vars: &Vars<'_>) -> Result<Option<String>> {
         other => Ok(other),
     }
 }
+
+/// `NCCL_RS_STORE_ALLOW_UNAUTHENTICATED`: `1`, `true` or `True` lets rank
+/// 0's server take clients of other hosts without a secret; `0`, `false`,
+/// `False`, empty or unset: clients of its own host only.
+pub(super) fn allow_unauthenticated(vars: &Vars<'_>) -> Result<bool> {
+    const VAR: &str = "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED";
+    let Some(raw) = vars.get(VAR) else {
+        return Ok(false);
+    };
+    match raw.trim() {
+        "1" => Ok(true),
+        "0" | "" => Ok(false),
+        value if value.eq_ignore_ascii_case("true") => Ok(true),
+        value if value.eq_ignore_ascii_case("false") => Ok(false),
+        _ => Err(config_error(
+            VAR,
+            format!(
+                "{VAR}={raw:?} is not a boolean; expected 1 or true to let rank 0's TCP store \
+                 take clients of other hosts without a secret (anyone who reaches the port can \
+                 then read and write every key), or 0, false or empty not to"
+            ),
+        )),
+    }
+}

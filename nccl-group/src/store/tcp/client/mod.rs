@@ -1,31 +1,33 @@
-//! The TCP store client ([`TcpStore`]); its settings are in `options`.
+//! The TCP store client ([`TcpStore`]): its settings are in `options`,
+//! its handshake in `handshake`, its connections in `connection`.
 
+mod connection;
+mod handshake;
 mod options;
 
 use std::fmt;
-use std::io;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::thread;
 use std::time::Duration;
 
 use super::server::{TcpStoreServer, TcpStoreServerOptions};
-use super::wire::{self, FrameError, Request, Response, code};
-use crate::store::{CompareSet, Deadline, MAX_WAIT, Result, Store, StoreError, check_time_limit};
+use super::wire::{Limits, Request, Response};
+use crate::store::{CompareSet, Result, Store, StoreError};
+use connection::Connection;
 
+pub(crate) use handshake::{HandshakeError, client_handshake};
 pub use options::TcpStoreOptions;
-
-/// Idle connections kept for reuse.
-const MAX_IDLE: usize = 4;
-/// The longest single connection attempt, and the backoff cap.
-const MAX_ATTEMPT: Duration = Duration::from_secs(5);
-const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A client of a [`TcpStoreServer`].
 ///
 /// Thread-safe: concurrent calls from several threads each use their own
 /// connection (taken from a small pool, or opened on demand), so a thread
 /// blocked in `get` never holds up another thread's `set`.
+///
+/// With a secret, each connection starts with a challenge and response
+/// that proves both sides hold it (the secret never crosses the wire), and
+/// every frame after that carries an authentication tag; see the README's
+/// security section.
 ///
 /// ```
 /// use nccl_group::{Store, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions};
@@ -47,7 +49,9 @@ pub struct TcpStore {
     options: TcpStoreOptions,
     /// The most this client sends: its own maximum and the server's.
     send_max: usize,
-    idle: Mutex<Vec<TcpStream>>,
+    /// The server's per-request limits, from its `HELLO`.
+    limits: Limits,
+    idle: Mutex<Vec<Connection>>,
     /// Declared last: dropped after the connections.
     server: Option<TcpStoreServer>,
 }
@@ -72,15 +76,19 @@ fn show_addr(host: &str, port: u16) -> String {
 
 impl TcpStore {
     /// Connects to the server at `host:port` (a host name or an IP address),
-    /// retrying with exponential backoff while the server is not up yet, for
-    /// at most `options.connect_timeout`.
+    /// retrying with exponential backoff while the server is not up yet or
+    /// already has its maximum number of connections open, for at most
+    /// `options.connect_timeout`.
     ///
     /// Fails with [`StoreError::Connect`] when the server cannot be reached
-    /// in time, at once with [`StoreError::Auth`] when it refuses the
-    /// secret, and at once with [`StoreError::TooManyConnections`] when it
-    /// already has its maximum number of connections open. A later call
-    /// that needs a new connection (several threads calling at once) can
-    /// fail with the latter too.
+    /// in time, with [`StoreError::TooManyConnections`] when it stayed full
+    /// that long, and at once with [`StoreError::Auth`] when the two sides
+    /// do not hold the same secret (or the server takes no client from
+    /// another host without one), with [`StoreError::Protocol`] when it
+    /// speaks another protocol version, and with [`StoreError::Io`] when
+    /// this process has no file descriptor left. A later call that needs a
+    /// new connection (several threads calling at once) waits for a full
+    /// server the same way.
     pub fn connect(host: &str, port: u16, options: TcpStoreOptions) -> Result<Self> {
         let host = host
             .strip_prefix('[')
@@ -88,29 +96,29 @@ impl TcpStore {
             .unwrap_or(host)
             .to_owned();
         let addr = show_addr(&host, port);
-        if options.max_frame_size < 64 {
-            return Err(StoreError::InvalidArgument {
-                what: "max_frame_size",
-                given: options.max_frame_size.to_string(),
-                expected: "at least 64 bytes (default 64 MiB)".into(),
-            });
-        }
-        check_time_limit("io_margin", options.io_margin, "10 s")?;
+        options.check()?;
         let mut store = TcpStore {
             host,
             port,
             addr,
             options,
             send_max: 0,
+            limits: Limits {
+                max_frame: 0,
+                max_key_len: 0,
+                max_value_len: 0,
+                max_keys: 0,
+            },
             idle: Mutex::new(Vec::new()),
             server: None,
         };
-        let (stream, server_max) = store.connect_with_retry()?;
+        let (connection, limits) = store.connect_with_retry(store.options.connect_timeout, true)?;
         store.send_max = store
             .options
             .max_frame_size
-            .min(usize::try_from(server_max).unwrap_or(usize::MAX));
-        store.idle().push(stream);
+            .min(usize::try_from(limits.max_frame).unwrap_or(usize::MAX));
+        store.limits = limits;
+        store.checkin(connection);
         Ok(store)
     }
 
@@ -143,253 +151,12 @@ impl TcpStore {
         &self.addr
     }
 
-    fn idle(&self) -> MutexGuard<'_, Vec<TcpStream>> {
+    fn idle(&self) -> MutexGuard<'_, Vec<Connection>> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn describe(&self) -> String {
         format!("TCP store at {}", self.addr)
-    }
-
-    fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = (self.host.as_str(), self.port).to_socket_addrs()?.collect();
-        if addrs.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} resolves to no address", self.host),
-            ));
-        }
-        Ok(addrs)
-    }
-
-    /// One round of attempts over every resolved address.
-    fn try_connect(
-        &self,
-        per_attempt: Duration,
-    ) -> std::result::Result<(TcpStream, u64), AttemptError> {
-        let per_attempt = per_attempt.clamp(Duration::from_millis(1), MAX_ATTEMPT);
-        let addrs = self.resolve().map_err(AttemptError::Io)?;
-        let mut last = None;
-        for sockaddr in addrs {
-            match TcpStream::connect_timeout(&sockaddr, per_attempt) {
-                Ok(stream) => return self.handshake(stream).map_err(AttemptError::Fatal),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(AttemptError::Io(last.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "no address to connect to")
-        })))
-    }
-
-    fn connect_with_retry(&self) -> Result<(TcpStream, u64)> {
-        let deadline = Deadline::after(self.options.connect_timeout);
-        let mut backoff = Duration::from_millis(10);
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            let per_attempt = deadline.remaining().unwrap_or(Duration::from_millis(1));
-            let last = match self.try_connect(per_attempt) {
-                Ok(ok) => return Ok(ok),
-                Err(AttemptError::Fatal(e)) => match e {
-                    // The server closed or reset during the handshake: it may
-                    // be starting or restarting; retry like a refused connect.
-                    StoreError::ConnectionClosed { .. } | StoreError::Io { .. } => io::Error::new(
-                        io::ErrorKind::ConnectionReset,
-                        nccl_core::ErrorChain(&e).to_string(),
-                    ),
-                    other => {
-                        crate::trace::event!(warn, addr = %self.addr, error = %other, "store: the server refused the connection");
-                        return Err(other);
-                    }
-                },
-                Err(AttemptError::Io(e)) => e,
-            };
-            let Some(left) = deadline.remaining() else {
-                crate::trace::event!(warn, addr = %self.addr, attempts, error = %last, "store: giving up connecting");
-                return Err(StoreError::Connect {
-                    addr: self.addr.clone(),
-                    attempts,
-                    waited: deadline.elapsed(),
-                    source: last,
-                });
-            };
-            crate::trace::event!(debug, addr = %self.addr, attempts, error = %last, retry_in = ?backoff.min(left), "store: connecting failed, retrying");
-            thread::sleep(backoff.min(left));
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
-    }
-
-    /// Sends HELLO and reads the server's answer; returns the stream and the
-    /// server's maximum frame size.
-    fn handshake(&self, mut stream: TcpStream) -> Result<(TcpStream, u64)> {
-        let margin = self.margin();
-        let setup = stream
-            .set_nodelay(true)
-            .and_then(|()| stream.set_write_timeout(Some(margin)))
-            .and_then(|()| stream.set_read_timeout(Some(margin)));
-        setup.map_err(|e| {
-            StoreError::io(format!("configuring the connection to {}", self.addr), e)
-        })?;
-        let hello = Request::Hello {
-            version: wire::VERSION,
-            secret: self.options.secret.clone(),
-        };
-        match self.exchange(&mut stream, "the HELLO handshake", &hello.encode(), margin)? {
-            Response::Hello { max_frame } => Ok((stream, max_frame)),
-            other => Err(self.unexpected("the HELLO handshake", &other)),
-        }
-    }
-
-    fn margin(&self) -> Duration {
-        self.options.io_margin.max(Duration::from_millis(1))
-    }
-
-    /// Takes an idle connection or opens a new one (a single round of
-    /// attempts: the server was up when this store connected).
-    fn checkout(&self) -> Result<TcpStream> {
-        if let Some(stream) = self.idle().pop() {
-            return Ok(stream);
-        }
-        let per_attempt = self.options.connect_timeout.min(self.margin());
-        let start = Deadline::after(per_attempt);
-        match self.try_connect(per_attempt) {
-            Ok((stream, _)) => Ok(stream),
-            Err(AttemptError::Fatal(e)) => Err(e),
-            Err(AttemptError::Io(source)) => Err(StoreError::Connect {
-                addr: self.addr.clone(),
-                attempts: 1,
-                waited: start.elapsed(),
-                source,
-            }),
-        }
-    }
-
-    fn checkin(&self, stream: TcpStream) {
-        let mut idle = self.idle();
-        if idle.len() < MAX_IDLE {
-            idle.push(stream);
-        }
-    }
-
-    /// Sends `request` and returns the answer. `wait` is how long the server
-    /// may legitimately take (a `get`'s timeout); the read timeout adds the
-    /// I/O margin.
-    fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
-        let frame = request.encode();
-        if frame.payload_len() > self.send_max {
-            return Err(StoreError::FrameTooLarge {
-                context: format!("{op} on the {}", self.describe()),
-                len: frame.payload_len() as u64,
-                max: self.send_max as u64,
-            });
-        }
-        let mut stream = self.checkout()?;
-        let read_timeout = wait.min(MAX_WAIT).saturating_add(self.margin());
-        stream.set_read_timeout(Some(read_timeout)).map_err(|e| {
-            StoreError::io(format!("configuring the connection to {}", self.addr), e)
-        })?;
-        // On any error the stream is dropped: its state is unknown, and the
-        // server closes a connection after sending an error frame.
-        let response = self.exchange(&mut stream, op, &frame, read_timeout)?;
-        self.checkin(stream);
-        Ok(response)
-    }
-
-    /// Writes a frame and reads the answer on `stream`, mapping every failure
-    /// to an error that names the server and the operation.
-    fn exchange(
-        &self,
-        stream: &mut TcpStream,
-        op: &str,
-        frame: &wire::Frame,
-        read_timeout: Duration,
-    ) -> Result<Response> {
-        if let Err(write_err) = wire::write_frame(stream, frame) {
-            // The server may have answered (e.g. an auth or size error) and
-            // closed before taking the whole frame: prefer its answer.
-            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-            if let Ok(payload) = wire::read_frame(stream, self.options.max_frame_size, None)
-                && let Ok(response @ Response::Error { .. }) = Response::decode(&payload)
-            {
-                return Err(self.remote_error(op, response));
-            }
-            return Err(self.io_error(op, write_err, read_timeout));
-        }
-        let payload = match wire::read_frame(stream, self.options.max_frame_size, None) {
-            Ok(payload) => payload,
-            Err(FrameError::Closed) => {
-                return Err(StoreError::ConnectionClosed {
-                    addr: self.addr.clone(),
-                    op: op.to_owned(),
-                });
-            }
-            Err(FrameError::TooLarge(len)) => {
-                return Err(StoreError::FrameTooLarge {
-                    context: format!("the answer to {op} from the {}", self.describe()),
-                    len,
-                    max: self.options.max_frame_size as u64,
-                });
-            }
-            Err(FrameError::Io(e)) => return Err(self.io_error(op, e, read_timeout)),
-        };
-        let response = Response::decode(&payload).map_err(|detail| StoreError::Protocol {
-            addr: self.addr.clone(),
-            detail: format!("answer to {op}: {detail}"),
-        })?;
-        match response {
-            Response::Error { .. } => Err(self.remote_error(op, response)),
-            other => Ok(other),
-        }
-    }
-
-    fn io_error(&self, op: &str, e: io::Error, waited: Duration) -> StoreError {
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => StoreError::Unresponsive {
-                addr: self.addr.clone(),
-                op: op.to_owned(),
-                waited,
-            },
-            io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::NotConnected => StoreError::ConnectionClosed {
-                addr: self.addr.clone(),
-                op: op.to_owned(),
-            },
-            _ => StoreError::io(format!("{op} on the {}", self.describe()), e),
-        }
-    }
-
-    fn remote_error(&self, op: &str, response: Response) -> StoreError {
-        let Response::Error { code, message } = response else {
-            return self.unexpected(op, &response);
-        };
-        match code {
-            code::AUTH => StoreError::Auth {
-                addr: self.addr.clone(),
-                detail: message,
-            },
-            code::TOO_MANY_CONNECTIONS => StoreError::TooManyConnections {
-                addr: self.addr.clone(),
-                detail: message,
-            },
-            code::SHUTDOWN => StoreError::ConnectionClosed {
-                addr: self.addr.clone(),
-                op: op.to_owned(),
-            },
-            _ => StoreError::Remote {
-                addr: self.addr.clone(),
-                message: format!("{message} (during {op})"),
-            },
-        }
-    }
-
-    fn unexpected(&self, op: &str, response: &Response) -> StoreError {
-        StoreError::Protocol {
-            addr: self.addr.clone(),
-            detail: format!("unexpected {} answer to {op}", response.name()),
-        }
     }
 
     fn timeout_error(
@@ -407,13 +174,6 @@ impl TcpStore {
     }
 }
 
-enum AttemptError {
-    /// Worth retrying: refused, unreachable, not resolvable yet.
-    Io(io::Error),
-    /// The server answered: retrying will not help (or the caller decides).
-    Fatal(StoreError),
-}
-
 fn op_name(op: &str, key: &str) -> String {
     format!("{op} {}", crate::store::error::show_key(key))
 }
@@ -421,6 +181,7 @@ fn op_name(op: &str, key: &str) -> String {
 impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         let op = op_name("set", key);
+        self.check_limits(&op, &[key], &[value])?;
         let req = Request::Set {
             key: key.to_owned(),
             value: value.to_vec(),
@@ -433,6 +194,7 @@ impl Store for TcpStore {
 
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         let op = op_name("get", key);
+        self.check_limits(&op, &[key], &[])?;
         let req = Request::Get {
             key: key.to_owned(),
             timeout,
@@ -448,6 +210,7 @@ impl Store for TcpStore {
 
     fn try_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         let op = op_name("try_get", key);
+        self.check_limits(&op, &[key], &[])?;
         let req = Request::TryGet {
             key: key.to_owned(),
         };
@@ -460,6 +223,7 @@ impl Store for TcpStore {
 
     fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet> {
         let op = op_name("compare_set", key);
+        self.check_limits(&op, &[key], &[expected.unwrap_or_default(), new])?;
         let req = Request::CompareSet {
             key: key.to_owned(),
             expected: expected.map(<[u8]>::to_vec),
@@ -473,6 +237,7 @@ impl Store for TcpStore {
 
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
         let op = op_name("add", key);
+        self.check_limits(&op, &[key], &[])?;
         let req = Request::Add {
             key: key.to_owned(),
             delta,
@@ -498,6 +263,7 @@ impl Store for TcpStore {
             [one] => op_name("wait", one),
             _ => format!("wait for {} keys", keys.len()),
         };
+        self.check_limits(&op, keys, &[])?;
         let req = Request::Wait {
             keys: keys.iter().map(|k| (*k).to_owned()).collect(),
             timeout,
@@ -513,6 +279,7 @@ impl Store for TcpStore {
 
     fn delete(&self, key: &str) -> Result<bool> {
         let op = op_name("delete", key);
+        self.check_limits(&op, &[key], &[])?;
         let req = Request::Delete {
             key: key.to_owned(),
         };

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::store::DEFAULT_TIMEOUT;
 use crate::store::tcp::{DEFAULT_MAX_FRAME_SIZE, redacted};
+use crate::store::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 
 /// Settings of a [`TcpStore`](super::TcpStore) client.
 ///
@@ -25,15 +25,18 @@ pub struct TcpStoreOptions {
     /// Default 300 s.
     pub timeout: Duration,
     /// How long [`TcpStore::connect`](super::TcpStore::connect) keeps
-    /// retrying (with exponential backoff) while the server is not up yet.
-    /// Default 300 s.
+    /// retrying (with exponential backoff) while the server is not up yet
+    /// or is full, and how long a later call needing a new connection waits
+    /// for a full server. Default 300 s.
     pub connect_timeout: Duration,
     /// Extra time allowed for the server's answer on top of the operation's
     /// own wait (the read timeout of a `get` is its timeout plus this), and the
     /// write timeout. At most 10 years ([`TcpStore::connect`](super::TcpStore::connect)
     /// refuses more); 0 counts as 1 ms. Default 10 s.
     pub io_margin: Duration,
-    /// The shared secret to present to the server, if it requires one.
+    /// The shared secret, if the server has one: the client proves it
+    /// holds it, checks that the server does too, and authenticates every
+    /// frame under it. It never crosses the wire.
     pub secret: Option<Vec<u8>>,
     /// The largest frame this client sends or accepts, in bytes; the client
     /// also never sends more than the server's own maximum. Default 64 MiB.
@@ -81,6 +84,27 @@ impl TcpStoreOptions {
     pub fn with_max_frame_size(mut self, bytes: usize) -> Self {
         self.max_frame_size = bytes;
         self
+    }
+}
+
+impl TcpStoreOptions {
+    /// Refuses settings the client cannot run with, naming the setting.
+    pub(super) fn check(&self) -> Result<()> {
+        if self.max_frame_size < 64 {
+            return Err(StoreError::InvalidArgument {
+                what: "max_frame_size",
+                given: self.max_frame_size.to_string(),
+                expected: "at least 64 bytes (default 64 MiB)".into(),
+            });
+        }
+        if self.secret.as_ref().is_some_and(Vec::is_empty) {
+            return Err(StoreError::InvalidArgument {
+                what: "secret",
+                given: "\"\"".into(),
+                expected: "a non-empty secret, or none".into(),
+            });
+        }
+        check_time_limit("io_margin", self.io_margin, "10 s")
     }
 }
 

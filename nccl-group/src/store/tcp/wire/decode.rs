@@ -2,24 +2,57 @@
 //! every read bounds-checked, so a malformed frame is an error, never a
 //! panic.
 
+use std::fmt;
 use std::time::Duration;
 
-use super::{MAGIC, Request, Response, op, resp};
+use super::{Limits, MAGIC, Request, Response, VERSION, op, resp};
 
-/// Reads fields from a payload; every read is bounds-checked.
-struct Decoder<'a> {
-    buf: &'a [u8],
+/// Why a payload did not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DecodeError {
+    /// Not the protocol: truncated, an unknown opcode, text that is not
+    /// UTF-8, trailing bytes.
+    Malformed(String),
+    /// A `HELLO` of another protocol version.
+    Version(u16),
+    /// A length or count over the server's [`Limits`]: seen as soon as the
+    /// length is read, before the bytes it announces.
+    OverLimit(String),
 }
 
-type DecodeResult<T> = std::result::Result<T, String>;
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Malformed(detail) | DecodeError::OverLimit(detail) => f.write_str(detail),
+            DecodeError::Version(version) => write!(
+                f,
+                "protocol version {version} is not supported; this side speaks version {VERSION} \
+                 (use the same nccl-group version on every rank and on the server)"
+            ),
+        }
+    }
+}
+
+fn malformed(detail: String) -> DecodeError {
+    DecodeError::Malformed(detail)
+}
+
+/// Reads fields from a payload; every read is bounds-checked, and lengths
+/// are checked against the limits (when given) before their bytes.
+struct Decoder<'a> {
+    buf: &'a [u8],
+    limits: Option<&'a Limits>,
+}
+
+type DecodeResult<T> = std::result::Result<T, DecodeError>;
 
 impl<'a> Decoder<'a> {
     fn take(&mut self, n: usize, what: &str) -> DecodeResult<&'a [u8]> {
         if self.buf.len() < n {
-            return Err(format!(
+            return Err(malformed(format!(
                 "truncated frame: {what} needs {n} bytes, only {} left",
                 self.buf.len()
-            ));
+            )));
         }
         let (head, tail) = self.buf.split_at(n);
         self.buf = tail;
@@ -49,91 +82,153 @@ impl<'a> Decoder<'a> {
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
-            other => Err(format!("{what}: expected 0 or 1, got {other}")),
+            other => Err(malformed(format!("{what}: expected 0 or 1, got {other}"))),
         }
     }
-    fn bytes(&mut self, what: &str) -> DecodeResult<Vec<u8>> {
+    /// A length, refused when over `limit` (read from the limits, if any):
+    /// `noun` and `option` name it in the message.
+    fn length(&mut self, what: &str, limit: Option<(u64, &str, &str)>) -> DecodeResult<usize> {
         let n = self.u32(what)?;
-        let n = usize::try_from(n).map_err(|_| format!("{what}: length {n} too large"))?;
+        if let Some((max, noun, option)) = limit
+            && u64::from(n) > max
+        {
+            return Err(DecodeError::OverLimit(format!(
+                "{noun} of {n} is over this server's {option} of {max}"
+            )));
+        }
+        usize::try_from(n).map_err(|_| malformed(format!("{what}: length {n} too large")))
+    }
+    fn bytes(&mut self, what: &str) -> DecodeResult<Vec<u8>> {
+        let n = self.length(what, None)?;
         Ok(self.take(n, what)?.to_vec())
     }
-    fn string(&mut self, what: &str) -> DecodeResult<String> {
-        String::from_utf8(self.bytes(what)?).map_err(|_| format!("{what} is not valid UTF-8"))
+    /// A value, within the value limit.
+    fn value(&mut self, what: &str) -> DecodeResult<Vec<u8>> {
+        let limit = self
+            .limits
+            .map(|l| (l.max_value_len, "a value of bytes", "max_value_len"));
+        let n = self.length(what, limit)?;
+        Ok(self.take(n, what)?.to_vec())
+    }
+    /// A key, within the key limit.
+    fn key(&mut self, what: &str) -> DecodeResult<String> {
+        let limit = self
+            .limits
+            .map(|l| (l.max_key_len, "a key of bytes", "max_key_len"));
+        let n = self.length(what, limit)?;
+        utf8(self.take(n, what)?.to_vec(), what)
     }
     fn duration(&mut self, what: &str) -> DecodeResult<Duration> {
         Ok(Duration::from_millis(self.u64(what)?))
     }
-    fn strings(&mut self, what: &str) -> DecodeResult<Vec<String>> {
-        let n = self.u32(what)?;
+    /// A list of keys, its count within the keys-per-request limit.
+    fn keys(&mut self, what: &str) -> DecodeResult<Vec<String>> {
+        let limit = self
+            .limits
+            .map(|l| (l.max_keys, "a request naming keys", "max_keys_per_request"));
+        let n = self.length(what, limit)?;
         // Never trust a count for allocation: each entry takes >= 4 bytes.
-        let cap = (self.buf.len() / 4).min(usize::try_from(n).unwrap_or(usize::MAX));
-        let mut out = Vec::with_capacity(cap);
+        let mut out = Vec::with_capacity((self.buf.len() / 4).min(n));
         for _ in 0..n {
-            out.push(self.string(what)?);
+            out.push(self.key(what)?);
         }
         Ok(out)
+    }
+    fn nonce(&mut self, what: &str) -> DecodeResult<super::Nonce> {
+        self.array(what)
+    }
+    /// A protocol version, refused unless it is this one (its other fields
+    /// may be laid out differently).
+    fn version(&mut self, what: &str) -> DecodeResult<()> {
+        match self.u16(what)? {
+            VERSION => Ok(()),
+            other => Err(DecodeError::Version(other)),
+        }
     }
     fn finish(self) -> DecodeResult<()> {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(format!("{} unexpected trailing bytes", self.buf.len()))
+            Err(malformed(format!(
+                "{} unexpected trailing bytes",
+                self.buf.len()
+            )))
         }
     }
 }
 
-fn read_opt_bytes(d: &mut Decoder<'_>, what: &str) -> DecodeResult<Option<Vec<u8>>> {
-    Ok(if d.bool(what)? {
-        Some(d.bytes(what)?)
-    } else {
-        None
-    })
+fn utf8(bytes: Vec<u8>, what: &str) -> DecodeResult<String> {
+    String::from_utf8(bytes).map_err(|_| malformed(format!("{what} is not valid UTF-8")))
+}
+
+fn read_opt(
+    d: &mut Decoder<'_>,
+    what: &str,
+    read: impl FnOnce(&mut Decoder<'_>) -> DecodeResult<Vec<u8>>,
+) -> DecodeResult<Option<Vec<u8>>> {
+    Ok(if d.bool(what)? { Some(read(d)?) } else { None })
 }
 
 impl Request {
     /// Parses a payload (the frame without its length header).
     pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Request> {
-        let mut d = Decoder { buf: payload };
+        Self::decode_with(payload, None)
+    }
+
+    /// Parses a payload, refusing with [`DecodeError::OverLimit`] any key,
+    /// value or key count over `limits`. On a prefix of a payload, a
+    /// length over the limits is found before the truncation, so a server
+    /// can refuse a frame from its first bytes.
+    pub(crate) fn decode_within(payload: &[u8], limits: &Limits) -> DecodeResult<Request> {
+        Self::decode_with(payload, Some(limits))
+    }
+
+    fn decode_with(payload: &[u8], limits: Option<&Limits>) -> DecodeResult<Request> {
+        let mut d = Decoder {
+            buf: payload,
+            limits,
+        };
         let req = match d.u8("opcode")? {
             op::HELLO => {
                 let magic: [u8; 4] = d.array("HELLO magic")?;
                 if magic != MAGIC {
-                    return Err(format!(
+                    return Err(malformed(format!(
                         "HELLO magic is {magic:02x?}, expected {MAGIC:02x?} (\"NCRS\")"
-                    ));
+                    )));
                 }
-                let version = d.u16("HELLO version")?;
-                let secret = read_opt_bytes(&mut d, "HELLO secret")?;
-                Request::Hello { version, secret }
+                d.version("HELLO version")?;
+                Request::Hello {
+                    nonce: d.nonce("HELLO nonce")?,
+                    authenticate: d.bool("HELLO authenticate flag")?,
+                }
             }
+            op::PROOF => Request::Proof(d.array("PROOF")?),
             op::SET => Request::Set {
-                key: d.string("key")?,
-                value: d.bytes("value")?,
+                key: d.key("key")?,
+                value: d.value("value")?,
             },
             op::GET => Request::Get {
-                key: d.string("key")?,
+                key: d.key("key")?,
                 timeout: d.duration("timeout")?,
             },
-            op::TRY_GET => Request::TryGet {
-                key: d.string("key")?,
-            },
+            op::TRY_GET => Request::TryGet { key: d.key("key")? },
             op::COMPARE_SET => Request::CompareSet {
-                key: d.string("key")?,
-                expected: read_opt_bytes(&mut d, "expected value")?,
-                new: d.bytes("new value")?,
+                key: d.key("key")?,
+                expected: read_opt(&mut d, "expected value", |d| d.value("expected value"))?,
+                new: d.value("new value")?,
             },
             op::ADD => Request::Add {
-                key: d.string("key")?,
+                key: d.key("key")?,
                 delta: d.i64("delta")?,
             },
             op::WAIT => Request::Wait {
                 timeout: d.duration("timeout")?,
-                keys: d.strings("keys")?,
+                keys: d.keys("keys")?,
             },
-            op::DELETE => Request::Delete {
-                key: d.string("key")?,
-            },
-            other => return Err(format!("unknown request opcode 0x{other:02x}")),
+            op::DELETE => Request::Delete { key: d.key("key")? },
+            other => {
+                return Err(malformed(format!("unknown request opcode 0x{other:02x}")));
+            }
         };
         d.finish()?;
         Ok(req)
@@ -143,11 +238,31 @@ impl Request {
 impl Response {
     /// Parses a payload (the frame without its length header).
     pub(crate) fn decode(payload: &[u8]) -> DecodeResult<Response> {
-        let mut d = Decoder { buf: payload };
+        let mut d = Decoder {
+            buf: payload,
+            limits: None,
+        };
         let r = match d.u8("opcode")? {
-            resp::HELLO => Response::Hello {
-                max_frame: d.u64("max frame size")?,
-            },
+            resp::HELLO => {
+                d.version("HELLO version")?;
+                let nonce = d.nonce("HELLO nonce")?;
+                let limits = Limits {
+                    max_frame: d.u64("max frame size")?,
+                    max_key_len: d.u64("max key length")?,
+                    max_value_len: d.u64("max value length")?,
+                    max_keys: d.u64("max keys per request")?,
+                };
+                let proof = if d.bool("HELLO proof flag")? {
+                    Some(d.array("HELLO proof")?)
+                } else {
+                    None
+                };
+                Response::Hello {
+                    nonce,
+                    limits,
+                    proof,
+                }
+            }
             resp::OK => Response::Ok,
             resp::VALUE => Response::Value(d.bytes("value")?),
             resp::NOT_FOUND => Response::NotFound,
@@ -155,17 +270,19 @@ impl Response {
             resp::BOOL => Response::Bool(d.bool("boolean")?),
             resp::COMPARE_SET => {
                 let swapped = d.bool("compare-set swapped flag")?;
-                let current = read_opt_bytes(&mut d, "compare-set current value")?;
+                let current = read_opt(&mut d, "compare-set current value", |d| {
+                    d.bytes("compare-set current value")
+                })?;
                 if swapped && current.is_none() {
-                    return Err(
+                    return Err(malformed(
                         "compare-set result says it swapped but carries no current value".into(),
-                    );
+                    ));
                 }
                 Response::CompareSet { swapped, current }
             }
             resp::TIMEOUT => Response::Timeout {
                 waited: d.duration("waited")?,
-                missing: d.strings("missing keys")?,
+                missing: d.keys("missing keys")?,
             },
             resp::NOT_AN_INTEGER => Response::NotAnInteger(d.bytes("value")?),
             resp::OVERFLOW => Response::Overflow(d.i64("current value")?),
@@ -173,7 +290,9 @@ impl Response {
                 code: d.u8("error code")?,
                 message: String::from_utf8_lossy(&d.bytes("error message")?).into_owned(),
             },
-            other => return Err(format!("unknown response opcode 0x{other:02x}")),
+            other => {
+                return Err(malformed(format!("unknown response opcode 0x{other:02x}")));
+            }
         };
         d.finish()?;
         Ok(r)
@@ -190,7 +309,12 @@ mod tests {
         assert!(Request::decode(&[0xee]).is_err());
         assert!(Request::decode(&[op::SET, 0, 0, 0, 9, b'k']).is_err());
         assert!(Request::decode(&[op::SET, 0xff, 0xff, 0xff, 0xff]).is_err());
-        assert!(Request::decode(&[op::HELLO, b'X', b'X', b'X', b'X', 0, 1, 0]).is_err());
+        assert!(Request::decode(&[op::HELLO, b'X', b'X', b'X', b'X', 0, 3, 0]).is_err());
+        // Another version is named as such, whatever follows it.
+        assert_eq!(
+            Request::decode(&[op::HELLO, b'N', b'C', b'R', b'S', 0, 2, 0]),
+            Err(DecodeError::Version(2))
+        );
         // Invalid UTF-8 key.
         assert!(Request::decode(&[op::TRY_GET, 0, 0, 0, 1, 0xff]).is_err());
         // Trailing bytes.
@@ -226,5 +350,49 @@ mod tests {
         for n in 0..payload.len() {
             assert!(Response::decode(&payload[..n]).is_err(), "prefix {n}");
         }
+    }
+
+    #[test]
+    fn limits_refuse_from_the_first_bytes() {
+        let limits = Limits {
+            max_frame: 1 << 20,
+            max_key_len: 4,
+            max_value_len: 8,
+            max_keys: 2,
+        };
+        let over = |payload: &[u8]| match Request::decode_within(payload, &limits) {
+            Err(DecodeError::OverLimit(message)) => message,
+            other => panic!("expected a limit refusal, got {other:?}"),
+        };
+        // A wait naming 12 M keys: its count alone refuses it.
+        let mut wait = vec![op::WAIT];
+        wait.extend(0u64.to_be_bytes());
+        wait.extend(12_000_000u32.to_be_bytes());
+        let message = over(&wait);
+        assert!(
+            message.contains("12000000") && message.contains("max_keys_per_request of 2"),
+            "{message}"
+        );
+        // A long key and a long value, from their lengths alone.
+        let message = over(&[op::GET, 0, 0, 0, 5]);
+        assert!(message.contains("max_key_len of 4"), "{message}");
+        let message = over(&[op::SET, 0, 0, 0, 1, b'k', 0, 0, 0, 9]);
+        assert!(message.contains("max_value_len of 8"), "{message}");
+        // Within the limits, a prefix is merely truncated, the whole decodes.
+        let frame = Request::Set {
+            key: "k".into(),
+            value: b"v".to_vec(),
+        }
+        .encode();
+        assert!(matches!(
+            Request::decode_within(&frame.payload()[..3], &limits),
+            Err(DecodeError::Malformed(_))
+        ));
+        assert!(Request::decode_within(frame.payload(), &limits).is_ok());
+        // Without limits the same lengths are only checked against the bytes.
+        assert!(matches!(
+            Request::decode(&wait),
+            Err(DecodeError::Malformed(_))
+        ));
     }
 }

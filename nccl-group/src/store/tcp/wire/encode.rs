@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{MAGIC, Request, Response, op, resp};
+use super::{Limits, MAGIC, Request, Response, VERSION, op, resp};
 
 /// Builds a frame: the length header is filled in by [`Encoder::finish`].
 struct Encoder(Vec<u8>);
@@ -74,6 +74,16 @@ impl Frame {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+    /// The payload: the frame without its length header.
+    pub(crate) fn payload(&self) -> &[u8] {
+        &self.0[4..]
+    }
+    /// The frame with `trailer` appended to its payload (a seal's tag).
+    pub(crate) fn with_trailer(self, trailer: &[u8]) -> Frame {
+        let mut bytes = self.0;
+        bytes.extend_from_slice(trailer);
+        Encoder(bytes).finish()
+    }
 }
 
 fn opt_bytes(e: Encoder, v: Option<&[u8]>) -> Encoder {
@@ -83,13 +93,25 @@ fn opt_bytes(e: Encoder, v: Option<&[u8]>) -> Encoder {
     }
 }
 
+fn limits_fields(e: Encoder, limits: &Limits) -> Encoder {
+    e.u64(limits.max_frame)
+        .u64(limits.max_key_len)
+        .u64(limits.max_value_len)
+        .u64(limits.max_keys)
+}
+
 impl Request {
     pub(crate) fn encode(&self) -> Frame {
         match self {
-            Request::Hello { version, secret } => {
-                let e = Encoder::new(op::HELLO, 16).raw(&MAGIC).u16(*version);
-                opt_bytes(e, secret.as_deref())
-            }
+            Request::Hello {
+                nonce,
+                authenticate,
+            } => Encoder::new(op::HELLO, 7 + nonce.len())
+                .raw(&MAGIC)
+                .u16(VERSION)
+                .raw(nonce)
+                .u8(u8::from(*authenticate)),
+            Request::Proof(tag) => Encoder::new(op::PROOF, tag.len()).raw(tag),
             Request::Set { key, value } => Encoder::new(op::SET, 8 + key.len() + value.len())
                 .bytes(key.as_bytes())
                 .bytes(value),
@@ -122,7 +144,20 @@ impl Request {
 impl Response {
     pub(crate) fn encode(&self) -> Frame {
         match self {
-            Response::Hello { max_frame } => Encoder::new(resp::HELLO, 8).u64(*max_frame),
+            Response::Hello {
+                nonce,
+                limits,
+                proof,
+            } => {
+                let e = Encoder::new(resp::HELLO, 2 + nonce.len() + 32 + 1 + 32)
+                    .u16(VERSION)
+                    .raw(nonce);
+                let e = limits_fields(e, limits);
+                match proof {
+                    None => e.u8(0),
+                    Some(tag) => e.u8(1).raw(tag),
+                }
+            }
             Response::Ok => Encoder::new(resp::OK, 0),
             Response::Value(v) => Encoder::new(resp::VALUE, 4 + v.len()).bytes(v),
             Response::NotFound => Encoder::new(resp::NOT_FOUND, 0),

@@ -1,4 +1,4 @@
-//! The TCP store's wire protocol.
+//! The TCP store's wire protocol, version 3.
 //!
 //! Every message is a frame: a `u32` big-endian payload length, then the
 //! payload. A payload is one opcode byte followed by fields; integers are
@@ -6,35 +6,76 @@
 //! UTF-8. Frames longer than the maximum frame size are refused before their
 //! body is read.
 //!
-//! A client's first frame is `HELLO` (magic, protocol version, optional
-//! shared secret); the server answers `HELLO` with its maximum frame size.
-//! A server configured with a secret answers anything else, or a wrong
-//! secret, with an `ERROR` frame (code `AUTH`) and closes the connection.
+//! # Handshake
+//!
+//! No secret ever crosses the wire. Until the handshake is done, frames are
+//! capped at [`HANDSHAKE_MAX_FRAME`] bytes and the whole handshake must end
+//! within the server's handshake timeout.
+//!
+//! 1. The client sends `HELLO`: magic, [`VERSION`], a fresh 32-byte nonce,
+//!    and whether it holds a secret. A server of another version answers
+//!    with an `ERROR` naming both versions.
+//! 2. The server answers `HELLO`: its version, its own fresh nonce, its
+//!    per-request limits ([`Limits`]) and, when both sides hold a secret,
+//!    its proof: HMAC-SHA256 under the secret of both `HELLO`s (its own
+//!    without the proof). The client checks the proof, so a fake server
+//!    is refused.
+//! 3. The client sends `PROOF`: HMAC-SHA256 under the secret of both
+//!    `HELLO`s, under another label. The server checks it (in constant
+//!    time) and answers a sealed `OK`.
+//!
+//! From then on every frame, both ways, is sealed: its payload ends with
+//! an HMAC-SHA256 tag of a sequence number (counted per direction from 0,
+//! never sent) and the payload, under a session key derived from the
+//! secret and both `HELLO`s (one key per direction). A frame replayed,
+//! reordered, altered, reflected or injected fails its tag, and the
+//! connection is closed. Payloads are authenticated, not encrypted.
+//!
+//! Without a secret on either side, step 2 carries no proof, step 3 is
+//! skipped and frames are not sealed. A server without a secret then
+//! accepts only peers on its own host, unless told to accept anyone.
+//!
+//! # Errors
+//!
 //! Any malformed frame gets an `ERROR` frame (where the connection still
 //! allows it) and the connection is closed; the server itself keeps serving.
 //! A connection over the server's `max_connections` gets an `ERROR` frame
 //! (code `TOO_MANY_CONNECTIONS`) and is closed before any frame is read.
+//! A request over a per-request limit or over the store's quota gets an
+//! `ERROR` frame (code `LIMIT`), changes nothing, and closes the connection.
 //!
 //! This module holds the messages ([`Request`], [`Response`]) and their
-//! opcodes; `encode` builds frames, `decode` parses them, and `stream`
-//! reads and writes them within the size and time limits.
+//! opcodes; `encode` builds frames, `decode` parses them, `stream` reads
+//! and writes them within the size and time limits, and `seal` holds the
+//! handshake's proofs and the per-frame tags.
 
 mod decode;
 mod encode;
+mod seal;
 mod stream;
 
 use std::time::Duration;
 
+pub(crate) use decode::DecodeError;
 pub(crate) use encode::Frame;
+pub(crate) use seal::{NONCE_LEN, Nonce, Proofs, Session, TAG_LEN, Tag, fresh_nonce};
 pub(crate) use stream::{
-    FrameError, FrameSource, FrameTimeouts, read_frame, write_frame, write_frame_within,
+    FrameError, FrameSink, FrameSource, FrameTimeouts, read_frame, read_frame_inspected,
+    write_frame, write_frame_within,
 };
 
 /// Identifies the protocol in `HELLO`.
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
-/// The protocol version in `HELLO`. Version 2 answers `COMPARE_SET` with
-/// whether it swapped and the current value (version 1 sent one value).
-pub(crate) const VERSION: u16 = 2;
+/// The protocol version in `HELLO`. Version 3 authenticates by challenge
+/// and response and seals every frame (version 2 sent the secret itself);
+/// version 2 answered `COMPARE_SET` with whether it swapped (version 1 sent
+/// one value).
+pub(crate) const VERSION: u16 = 3;
+
+/// The largest frame either side accepts before the handshake is done: a
+/// client's `HELLO` is 40 bytes, the server's 68 (100 with its proof), an
+/// error message a few hundred.
+pub(crate) const HANDSHAKE_MAX_FRAME: usize = 512;
 
 mod op {
     pub const HELLO: u8 = 0x01;
@@ -45,6 +86,7 @@ mod op {
     pub const ADD: u8 = 0x06;
     pub const WAIT: u8 = 0x07;
     pub const DELETE: u8 = 0x08;
+    pub const PROOF: u8 = 0x09;
 }
 
 mod resp {
@@ -63,25 +105,45 @@ mod resp {
 
 /// Codes carried by [`Response::Error`].
 pub(crate) mod code {
-    /// Missing or wrong shared secret.
+    /// A failed handshake: a missing or different secret, a peer not
+    /// allowed without a secret, or a frame that failed its tag.
     pub const AUTH: u8 = 1;
-    /// A frame that is not the protocol.
+    /// A frame that is not the protocol, or another protocol version.
     pub const PROTOCOL: u8 = 2;
     /// A frame over the maximum size.
     pub const TOO_LARGE: u8 = 3;
     /// The server is shutting down.
     pub const SHUTDOWN: u8 = 4;
-    /// The server already has its maximum number of connections open.
+    /// The server already has its maximum number of connections open (or
+    /// has no file descriptor left for another).
     pub const TOO_MANY_CONNECTIONS: u8 = 5;
+    /// A request over a per-request limit or over the store's quota.
+    pub const LIMIT: u8 = 6;
+}
+
+/// The server's per-request limits, announced in its `HELLO` so that a
+/// client refuses an oversized request before sending it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// The largest frame payload, a seal's tag included.
+    pub(crate) max_frame: u64,
+    /// The longest key, in bytes.
+    pub(crate) max_key_len: u64,
+    /// The longest value, in bytes.
+    pub(crate) max_value_len: u64,
+    /// The most keys one request names (a `wait`).
+    pub(crate) max_keys: u64,
 }
 
 /// A client's request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Request {
     Hello {
-        version: u16,
-        secret: Option<Vec<u8>>,
+        nonce: Nonce,
+        /// Whether the client holds a secret (and will prove it).
+        authenticate: bool,
     },
+    Proof(Tag),
     Set {
         key: String,
         value: Vec<u8>,
@@ -115,7 +177,11 @@ pub(crate) enum Request {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Response {
     Hello {
-        max_frame: u64,
+        nonce: Nonce,
+        limits: Limits,
+        /// The server's proof; present exactly when both sides hold a
+        /// secret.
+        proof: Option<Tag>,
     },
     Ok,
     Value(Vec<u8>),
@@ -159,19 +225,16 @@ impl Response {
     }
 }
 
-/// Compares two secrets in time that depends only on `expected`'s length.
-pub(crate) fn secrets_match(expected: &[u8], given: &[u8]) -> bool {
-    let mut diff = expected.len() ^ given.len();
-    for (i, &e) in expected.iter().enumerate() {
-        let g = given.get(i).copied().unwrap_or(0);
-        diff |= usize::from(e ^ g);
-    }
-    std::hint::black_box(diff) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_frame: 99,
+        max_key_len: 8,
+        max_value_len: 77,
+        max_keys: 3,
+    };
 
     fn roundtrip_req(r: Request) {
         let f = r.encode();
@@ -190,13 +253,14 @@ mod tests {
     #[test]
     fn requests_roundtrip() {
         roundtrip_req(Request::Hello {
-            version: VERSION,
-            secret: None,
+            nonce: [7; NONCE_LEN],
+            authenticate: false,
         });
         roundtrip_req(Request::Hello {
-            version: 7,
-            secret: Some(b"s3".to_vec()),
+            nonce: [0; NONCE_LEN],
+            authenticate: true,
         });
+        roundtrip_req(Request::Proof([9; TAG_LEN]));
         roundtrip_req(Request::Set {
             key: "k".into(),
             value: vec![0, 1, 2],
@@ -230,7 +294,16 @@ mod tests {
     #[test]
     fn responses_roundtrip() {
         for r in [
-            Response::Hello { max_frame: 99 },
+            Response::Hello {
+                nonce: [1; NONCE_LEN],
+                limits: LIMITS,
+                proof: None,
+            },
+            Response::Hello {
+                nonce: [2; NONCE_LEN],
+                limits: LIMITS,
+                proof: Some([3; TAG_LEN]),
+            },
             Response::Ok,
             Response::Value(b"v".to_vec()),
             Response::NotFound,
@@ -261,15 +334,5 @@ mod tests {
         ] {
             roundtrip_resp(r);
         }
-    }
-
-    #[test]
-    fn secret_comparison() {
-        assert!(secrets_match(b"abc", b"abc"));
-        assert!(!secrets_match(b"abc", b"abd"));
-        assert!(!secrets_match(b"abc", b"ab"));
-        assert!(!secrets_match(b"abc", b"abcd"));
-        assert!(!secrets_match(b"abc", b""));
-        assert!(secrets_match(b"", b""));
     }
 }

@@ -15,6 +15,9 @@ pub(crate) enum FrameError {
     Closed,
     /// The header announced more than the maximum.
     TooLarge(u64),
+    /// The inspector refused the frame from its first bytes (its message);
+    /// the rest of the frame was not read.
+    Refused(String),
     /// An I/O error, a timeout, or a close in the middle of a frame.
     Io(io::Error),
 }
@@ -29,6 +32,19 @@ pub(crate) trait FrameSource: Read {
 impl FrameSource for TcpStream {
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         TcpStream::set_read_timeout(self, timeout)
+    }
+}
+
+/// A byte stream the frame writer can put time limits on: a socket, or an
+/// in-memory sink when fuzzing.
+pub(crate) trait FrameSink: Write {
+    /// Sets how long one write may block (`None`: forever).
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl FrameSink for TcpStream {
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
     }
 }
 
@@ -58,6 +74,24 @@ pub(crate) fn read_frame<S: FrameSource + ?Sized>(
     max: usize,
     timeouts: Option<FrameTimeouts>,
 ) -> Result<Vec<u8>, FrameError> {
+    read_frame_inspected(stream, max, timeouts, &mut |_, _| Ok(()))
+}
+
+/// Looks at a frame's first body bytes and its declared length, and may
+/// refuse it (the message).
+pub(crate) type Inspector<'a> = dyn FnMut(&[u8], usize) -> Result<(), String> + 'a;
+
+/// [`read_frame`] that shows the body's first bytes (growing prefixes of
+/// up to 64 KiB, as they arrive) and the declared length to `inspect`: an
+/// `Err` from it ends the read with [`FrameError::Refused`], so a frame can
+/// be refused from its first bytes without the memory or the time its
+/// whole body would take.
+pub(crate) fn read_frame_inspected<S: FrameSource + ?Sized>(
+    stream: &mut S,
+    max: usize,
+    timeouts: Option<FrameTimeouts>,
+    inspect: &mut Inspector<'_>,
+) -> Result<Vec<u8>, FrameError> {
     if let Some(t) = timeouts {
         stream
             .set_read_timeout(t.first_byte.map(at_least_1ms))
@@ -75,10 +109,29 @@ pub(crate) fn read_frame<S: FrameSource + ?Sized>(
     }
     let len = len as usize;
     let mut body = Vec::with_capacity(len.min(READ_CHUNK));
+    // The first READ_CHUNK bytes are read as they come and inspected as the
+    // prefix doubles: a refusal never waits for bytes that may not come,
+    // and a peer sending a byte at a time costs O(log n) inspections.
+    let mut inspect_at = 1;
     while body.len() < len {
         let filled = body.len();
         body.resize(filled + (len - filled).min(READ_CHUNK), 0);
-        read_exact_within(stream, &mut body, filled, deadline, ("body", len))?;
+        if filled >= READ_CHUNK {
+            read_exact_within(stream, &mut body, filled, deadline, ("body", len))?;
+            continue;
+        }
+        let n = read_some(stream, &mut body[filled..], deadline).map_err(FrameError::Io)?;
+        if n == 0 {
+            return Err(FrameError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("connection closed after {filled} of {len} frame body bytes"),
+            )));
+        }
+        body.truncate(filled + n);
+        if body.len() >= inspect_at || body.len() == len {
+            inspect(&body, len).map_err(FrameError::Refused)?;
+            inspect_at = body.len().saturating_mul(2);
+        }
     }
     Ok(body)
 }
@@ -147,7 +200,7 @@ fn read_some<S: FrameSource + ?Sized>(
 }
 
 /// Writes a whole frame.
-pub(crate) fn write_frame(stream: &mut TcpStream, frame: &Frame) -> io::Result<()> {
+pub(crate) fn write_frame<S: Write + ?Sized>(stream: &mut S, frame: &Frame) -> io::Result<()> {
     stream.write_all(frame.as_bytes())?;
     stream.flush()
 }
@@ -155,8 +208,8 @@ pub(crate) fn write_frame(stream: &mut TcpStream, frame: &Frame) -> io::Result<(
 /// Writes a whole frame within `limit`: a deadline for the frame, so a
 /// client that reads its answer a byte at a time cannot hold the writer
 /// forever.
-pub(crate) fn write_frame_within(
-    stream: &mut TcpStream,
+pub(crate) fn write_frame_within<S: FrameSink + ?Sized>(
+    stream: &mut S,
     frame: &Frame,
     limit: Duration,
 ) -> io::Result<()> {

@@ -1,14 +1,19 @@
-//! An entry point for fuzzing the TCP store's wire decoding; not a stable
-//! API (hidden from the docs).
+//! Entry points for fuzzing the TCP store's wire decoding and its
+//! handshake; not a stable API (hidden from the docs).
 //!
-//! The `store_frame` cargo-fuzz target (`fuzz/` at the workspace root, run
-//! by `cargo xtask fuzz`) and a CPU test of the normal suite feed arbitrary
-//! bytes to [`decode_frame`].
+//! The `store_frame` and `store_handshake` cargo-fuzz targets (`fuzz/` at
+//! the workspace root, run by `cargo xtask fuzz`) and CPU tests of the
+//! normal suite feed arbitrary bytes to [`decode_frame`] and
+//! [`handshake()`].
+
+mod handshake;
 
 use std::io::{self, Read};
 use std::time::Duration;
 
-use super::wire::{self, FrameError, FrameSource, FrameTimeouts, Request, Response};
+use super::wire::{self, FrameError, FrameSource, FrameTimeouts, Limits, Request, Response};
+
+pub use handshake::{HandshakeReport, handshake, handshake_samples};
 
 /// The largest frame the frame reader accepts in [`decode_frame`]: small, so
 /// that fuzzed length headers also reach the "too large" path.
@@ -101,6 +106,11 @@ pub fn decode_frame(data: &[u8]) -> Result<Report, String> {
                     ))
                 };
             }
+            Err(FrameError::Refused(detail)) => {
+                return Err(format!(
+                    "frame at offset {start}: refused ({detail}) though nothing inspects it"
+                ));
+            }
             Err(FrameError::Io(e)) => {
                 let needed = declared.map_or(4, |len| (len as usize).saturating_add(4));
                 return if e.kind() == io::ErrorKind::UnexpectedEof && left.len() < needed {
@@ -117,19 +127,28 @@ pub fn decode_frame(data: &[u8]) -> Result<Report, String> {
     }
 }
 
+/// The limits the sample `HELLO`s announce, and the fuzzed server's.
+const SAMPLE_LIMITS: Limits = Limits {
+    max_frame: 1 << 20,
+    max_key_len: 256,
+    max_value_len: 4096,
+    max_keys: 16,
+};
+
 /// Valid frames (length header included) of every request and response
 /// kind: seeds for a fuzzer's corpus and for mutation tests.
 pub fn sample_frames() -> Vec<Vec<u8>> {
     let key = || "rank0/uid".to_owned();
     let requests = [
         Request::Hello {
-            version: wire::VERSION,
-            secret: None,
+            nonce: [0x5a; wire::NONCE_LEN],
+            authenticate: false,
         },
         Request::Hello {
-            version: wire::VERSION,
-            secret: Some(b"s3cret".to_vec()),
+            nonce: [0xa5; wire::NONCE_LEN],
+            authenticate: true,
         },
+        Request::Proof([0x17; wire::TAG_LEN]),
         Request::Set {
             key: key(),
             value: b"value".to_vec(),
@@ -160,7 +179,16 @@ pub fn sample_frames() -> Vec<Vec<u8>> {
         Request::Delete { key: key() },
     ];
     let responses = [
-        Response::Hello { max_frame: 1 << 20 },
+        Response::Hello {
+            nonce: [0x3c; wire::NONCE_LEN],
+            limits: SAMPLE_LIMITS,
+            proof: None,
+        },
+        Response::Hello {
+            nonce: [0xc3; wire::NONCE_LEN],
+            limits: SAMPLE_LIMITS,
+            proof: Some([0x71; wire::TAG_LEN]),
+        },
         Response::Ok,
         Response::Value(b"value".to_vec()),
         Response::NotFound,

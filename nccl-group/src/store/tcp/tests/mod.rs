@@ -1,4 +1,7 @@
-//! TCP store tests: real sockets on 127.0.0.1 only.
+//! TCP store tests: real sockets on 127.0.0.1 only. `auth` has the
+//! handshake's and the limits' tests.
+
+mod auth;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -55,6 +58,27 @@ fn assert_closed(stream: &mut TcpStream) {
         Ok(0) | Err(_) => {}
         Ok(n) => panic!("expected the connection closed, read {n} more bytes"),
     }
+}
+
+/// A raw connection that has done the handshake without a secret: frames
+/// on it are plain.
+fn raw_plain_session(addr: std::net::SocketAddr) -> TcpStream {
+    let mut raw = TcpStream::connect(addr).unwrap();
+    let hello = Request::Hello {
+        nonce: [1; wire::NONCE_LEN],
+        authenticate: false,
+    }
+    .encode();
+    raw.write_all(hello.as_bytes()).unwrap();
+    let payload = read_raw_frame(&mut raw).expect("the server's HELLO");
+    assert!(
+        matches!(
+            Response::decode(&payload),
+            Ok(Response::Hello { proof: None, .. })
+        ),
+        "{payload:02x?}"
+    );
+    raw
 }
 
 fn expect_error_frame(stream: &mut TcpStream, want: u8) -> String {
@@ -195,14 +219,14 @@ fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
 
     let err = TcpStore::connect_to(addr, opts()).unwrap_err();
     assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
-    assert!(err.to_string().contains("no secret"), "{err}");
+    assert!(err.to_string().contains("presented none"), "{err}");
 
     // A raw client that skips HELLO is refused too.
     let mut raw = TcpStream::connect(addr).unwrap();
     let frame = Request::TryGet { key: "k".into() }.encode();
     raw.write_all(frame.as_bytes()).unwrap();
-    let message = expect_error_frame(&mut raw, code::AUTH);
-    assert!(message.contains("HELLO"), "{message}");
+    let message = expect_error_frame(&mut raw, code::PROTOCOL);
+    assert!(message.contains("first frame must be HELLO"), "{message}");
     assert_closed(&mut raw);
 
     assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
@@ -223,11 +247,15 @@ fn garbage_bytes_close_only_that_connection() {
     assert!(message.contains("unknown request opcode 0xde"), "{message}");
     assert_closed(&mut raw);
 
-    // An HTTP request: "GET " read as a length is ~1.2 GB, over the limit.
+    // An HTTP request: "GET " read as a length is ~1.2 GB, over the
+    // handshake's cap.
     let mut raw = TcpStream::connect(addr).unwrap();
     raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let message = expect_error_frame(&mut raw, code::TOO_LARGE);
-    assert!(message.contains("exceeds"), "{message}");
+    assert!(
+        message.contains("before the handshake") && message.contains("at most 512 bytes"),
+        "{message}"
+    );
     assert_closed(&mut raw);
 
     // A partial header, then the client goes away.
@@ -236,16 +264,24 @@ fn garbage_bytes_close_only_that_connection() {
     raw.shutdown(Shutdown::Write).unwrap();
     assert_closed(&mut raw);
 
-    // A HELLO with a bad version.
-    let mut raw = TcpStream::connect(addr).unwrap();
-    let hello = Request::Hello {
-        version: 999,
-        secret: None,
+    // A HELLO of another version (999), and one of version 2, whose
+    // clients sent the secret itself.
+    for (version, rest) in [(999u16, &[][..]), (2, &[1, 0, 0, 0, 2, b's', b'3'][..])] {
+        let mut raw = TcpStream::connect(addr).unwrap();
+        let mut payload = vec![0x01];
+        payload.extend_from_slice(b"NCRS");
+        payload.extend_from_slice(&version.to_be_bytes());
+        payload.extend_from_slice(rest);
+        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+        frame.extend(payload);
+        raw.write_all(&frame).unwrap();
+        let message = expect_error_frame(&mut raw, code::PROTOCOL);
+        assert!(
+            message.contains(&format!("protocol version {version} is not supported"))
+                && message.contains("version 3"),
+            "{message}"
+        );
     }
-    .encode();
-    raw.write_all(hello.as_bytes()).unwrap();
-    let message = expect_error_frame(&mut raw, code::PROTOCOL);
-    assert!(message.contains("version 999"), "{message}");
 
     // The earlier client's connection and new clients are fine.
     assert_eq!(keeper.get("before", Duration::from_secs(1)).unwrap(), b"1");
@@ -262,7 +298,7 @@ fn oversized_frame_is_refused_and_server_answers_the_next_client() {
     let addr = server.local_addr();
 
     // Declares 100 MiB and sends only the header.
-    let mut raw = TcpStream::connect(addr).unwrap();
+    let mut raw = raw_plain_session(addr);
     raw.write_all(&(100u32 << 20).to_be_bytes()).unwrap();
     let message = expect_error_frame(&mut raw, code::TOO_LARGE);
     assert!(
@@ -273,7 +309,7 @@ fn oversized_frame_is_refused_and_server_answers_the_next_client() {
 
     // Well over the limit with a real body behind the header: the error
     // frame still reaches the client (the server drains before closing).
-    let mut raw = TcpStream::connect(addr).unwrap();
+    let mut raw = raw_plain_session(addr);
     let mut frame = (256u32 << 10).to_be_bytes().to_vec();
     frame.extend(std::iter::repeat_n(0u8, 256 << 10));
     raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -315,13 +351,58 @@ fn stalled_frame_body_is_dropped_after_io_timeout() {
         TcpStoreServerOptions::default().with_io_timeout(Duration::from_millis(200)),
     )
     .unwrap();
-    let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+    let mut raw = raw_plain_session(server.local_addr());
     // Announce 10 bytes, send 2, stall.
     raw.write_all(&[0, 0, 0, 10, 1, 2]).unwrap();
     let t0 = Instant::now();
     assert_closed(&mut raw);
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_serves(&server, opts());
+}
+
+#[test]
+fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
+    let deadline = Duration::from_millis(300);
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default()
+            .with_handshake_timeout(deadline)
+            .with_secret(b"s3cret".to_vec()),
+    )
+    .unwrap();
+    let addr = server.local_addr();
+    // Silent, half a HELLO, and a whole HELLO that never sends its PROOF.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    let mut partial = TcpStream::connect(addr).unwrap();
+    partial.write_all(&[0, 0, 0, 44, 1]).unwrap();
+    let mut unproven = TcpStream::connect(addr).unwrap();
+    let hello = Request::Hello {
+        nonce: [5; wire::NONCE_LEN],
+        authenticate: true,
+    }
+    .encode();
+    unproven.write_all(hello.as_bytes()).unwrap();
+    let t0 = Instant::now();
+    for raw in [&mut silent, &mut partial] {
+        assert_closed(raw);
+    }
+    let answer = read_raw_frame(&mut unproven).expect("the server's HELLO");
+    assert!(matches!(
+        Response::decode(&answer),
+        Ok(Response::Hello { proof: Some(_), .. })
+    ));
+    assert_closed(&mut unproven);
+    let took = t0.elapsed();
+    assert!(
+        took >= deadline / 2 && took < Duration::from_secs(3),
+        "closed after {took:?}"
+    );
+    let start = Instant::now();
+    while server.num_connections() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(3), "slots still held");
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
 }
 
 #[test]
@@ -427,22 +508,31 @@ fn hello_answer_carries_the_servers_max_frame() {
     .unwrap();
     let mut raw = TcpStream::connect(server.local_addr()).unwrap();
     let hello = Request::Hello {
-        version: wire::VERSION,
-        secret: None,
+        nonce: [9; wire::NONCE_LEN],
+        authenticate: false,
     }
     .encode();
     raw.write_all(hello.as_bytes()).unwrap();
     let payload = read_raw_frame(&mut raw).unwrap();
+    let Ok(Response::Hello { limits, proof, .. }) = Response::decode(&payload) else {
+        panic!("expected HELLO, got {payload:02x?}");
+    };
+    assert_eq!(proof, None);
     assert_eq!(
-        Response::decode(&payload).unwrap(),
-        Response::Hello { max_frame: 4096 }
+        limits,
+        wire::Limits {
+            max_frame: 4096,
+            max_key_len: 8192,
+            max_value_len: 8 << 20,
+            max_keys: 128 << 10,
+        }
     );
 }
 
 #[test]
 fn a_waiting_client_that_disconnects_frees_its_server_thread() {
     let server = server();
-    let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+    let mut raw = raw_plain_session(server.local_addr());
     let get = Request::Get {
         key: "never".into(),
         timeout: Duration::from_secs(60),

@@ -1,11 +1,19 @@
-//! A store in a directory of a filesystem every rank sees.
+//! A store in a directory of a filesystem every rank sees: keys as files,
+//! mutations under a `flock` lock (`lock`), and a generation per job
+//! (`generation`).
+
+mod generation;
+mod lock;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, SystemTime};
+
+use generation::{LOCK_NAME, Membership};
 
 use super::{
     CompareSet, DEFAULT_TIMEOUT, Deadline, Result, Store, StoreError, add_decision,
@@ -18,7 +26,6 @@ use super::{
 pub const MAX_FILE_KEY_LEN: usize = 120;
 
 const KEY_PREFIX: &str = "k_";
-const LOCK_NAME: &str = ".lock";
 const TMP_PREFIX: &str = ".tmp-";
 
 /// A store kept in a directory of a shared filesystem (NFS, Lustre, a local
@@ -27,16 +34,34 @@ const TMP_PREFIX: &str = ".tmp-";
 /// Each key is a file named `k_<hex of the key>`, so any key is safe as a
 /// file name. Writes are atomic: the value is written to a temporary file in
 /// the same directory, then renamed over the key's file. Mutations (`set`,
-/// `add`, `compare_set`, `delete`) hold an exclusive lock file (`.lock`,
-/// created with `create_new`) for the few microseconds they take, so they
-/// are atomic with respect to each other across processes. Blocking reads
-/// poll with a short sleep.
+/// `add`, `compare_set`, `delete`) hold an exclusive `flock` lock on
+/// `.lock` for the few microseconds they take, so they are atomic with
+/// respect to each other across processes; the kernel releases the lock
+/// of a process that dies, so a rank killed in the middle of a write never
+/// holds up the others. Blocking reads poll with a short sleep.
 ///
-/// Use a fresh directory for every job: keys left by an earlier job would be
-/// seen by the next one.
+/// # One generation per job
+///
+/// Every open store (all its clones together) is a member of the
+/// directory's current generation, whose keys live in `gen-<n>/`. A store
+/// that opens while no other store is open on the directory, in any
+/// process, starts a new generation: the files of a job that finished or
+/// crashed are never read by the next one, and are removed. The last store
+/// of a generation to close removes its files. So every rank of a job must
+/// open the store before any rank closes it, as a rendezvous does (each
+/// waits for the others); and a job whose processes still run (hung, not
+/// crashed) shares its generation with a new job on the same directory:
+/// give each job its own key namespace (`NCCL_RS_NAMESPACE`, or the
+/// launcher's job id, as [`RendezvousConfig`](crate::RendezvousConfig)
+/// does).
+///
+/// The filesystem must support `flock` (local filesystems and NFS do;
+/// Lustre with its `flock` mount option); otherwise opening fails with an
+/// error saying so.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
+    membership: Arc<Membership>,
     timeout: Duration,
     lock_timeout: Duration,
     poll_interval: Duration,
@@ -44,7 +69,8 @@ pub struct FileStore {
 
 impl FileStore {
     /// Opens (creating it if needed) the store in `dir`, with `timeout` as
-    /// the default timeout and the lock timeout.
+    /// the default timeout and the lock timeout, joining the directory's
+    /// live generation or starting a new one (see the type's docs).
     pub fn open(dir: impl Into<PathBuf>, timeout: Duration) -> Result<Self> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(|e| {
@@ -56,8 +82,10 @@ impl FileStore {
                 e,
             )
         })?;
+        let membership = Arc::new(Membership::join(&dir, timeout)?);
         Ok(FileStore {
             dir,
+            membership,
             timeout,
             lock_timeout: timeout,
             poll_interval: Duration::from_millis(20),
@@ -69,8 +97,9 @@ impl FileStore {
         Self::open(dir, DEFAULT_TIMEOUT)
     }
 
-    /// How long a mutation waits for the lock file before failing with
-    /// [`StoreError::Lock`] (default: the store's timeout).
+    /// How long a mutation waits for the lock before failing with
+    /// [`StoreError::Lock`] (default: the store's timeout). Only a live
+    /// holder (stopped or hung in the middle of a write) can make it wait.
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
         self.lock_timeout = timeout;
         self
@@ -86,6 +115,12 @@ impl FileStore {
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The directory's generation this store belongs to (1 for the first
+    /// job on the directory); its keys are in `gen-<generation>/`.
+    pub fn generation(&self) -> u64 {
+        self.membership.generation()
     }
 
     fn describe(&self) -> String {
@@ -110,7 +145,7 @@ impl FileStore {
             name.push(char::from(HEX[usize::from(b >> 4)]));
             name.push(char::from(HEX[usize::from(b & 0xf)]));
         }
-        Ok(self.dir.join(name))
+        Ok(self.membership.data_dir().join(name))
     }
 
     fn read(&self, key: &str, path: &Path) -> Result<Option<Vec<u8>>> {
@@ -131,7 +166,7 @@ impl FileStore {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let tmp = self.dir.join(format!(
+        let tmp = self.membership.data_dir().join(format!(
             "{TMP_PREFIX}{}-{}-{nanos}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
@@ -151,53 +186,10 @@ impl FileStore {
         })
     }
 
-    /// Takes the store's lock file, waiting at most the lock timeout.
-    fn lock(&self) -> Result<LockGuard> {
-        let path = self.dir.join(LOCK_NAME);
-        let deadline = Deadline::after(self.lock_timeout);
-        let mut backoff = Duration::from_micros(200);
-        loop {
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut f) => {
-                    // For humans who find a stale lock: who held it.
-                    let _ = writeln!(f, "pid {}", std::process::id());
-                    return Ok(LockGuard {
-                        path,
-                        released: false,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => {
-                    return Err(StoreError::io(
-                        format!("creating the lock file {}", path.display()),
-                        e,
-                    ));
-                }
-            }
-            let Some(left) = deadline.remaining() else {
-                let age = fs::metadata(&path)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok());
-                return Err(StoreError::Lock {
-                    path,
-                    waited: deadline.elapsed(),
-                    age,
-                });
-            };
-            thread::sleep(backoff.min(left));
-            backoff = (backoff * 2).min(Duration::from_millis(10));
-        }
-    }
-
-    /// Runs `f` under the lock and releases it, reporting a failed release.
+    /// Runs `f` under the store's lock (waiting at most the lock timeout).
     fn locked<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let guard = self.lock()?;
-        let out = f();
-        let released = guard.release();
-        let out = out?;
-        released?;
-        Ok(out)
+        let _guard = lock::lock_exclusive(&self.dir.join(LOCK_NAME), self.lock_timeout)?;
+        f()
     }
 
     /// Polls until `ready` returns `Some`, or the deadline.
@@ -226,35 +218,6 @@ impl FileStore {
             keys,
             store: self.describe(),
             waited,
-        }
-    }
-}
-
-/// Holds the lock file; removes it on release or drop.
-struct LockGuard {
-    path: PathBuf,
-    released: bool,
-}
-
-impl LockGuard {
-    fn release(mut self) -> Result<()> {
-        self.released = true;
-        fs::remove_file(&self.path).map_err(|e| {
-            StoreError::io(
-                format!(
-                    "removing the lock file {} (other ranks will time out on it; delete it by hand)",
-                    self.path.display()
-                ),
-                e,
-            )
-        })
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if !self.released {
-            let _ = fs::remove_file(&self.path);
         }
     }
 }
@@ -373,13 +336,46 @@ mod tests {
         let store = FileStore::open(dir.path().join("nested/dir"), Duration::from_secs(5)).unwrap();
         store.set("../x", b"1").unwrap();
         store.add("c", 1).unwrap();
-        let mut names: Vec<String> = fs::read_dir(store.dir())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["k_2e2e2f78", "k_63"]);
+        let names = |path: &Path| {
+            let mut names: Vec<String> = fs::read_dir(path)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(store.generation(), 1);
+        assert_eq!(
+            names(store.dir()),
+            [".alive", ".generation", ".lock", "gen-1"]
+        );
+        assert_eq!(names(&store.dir().join("gen-1")), ["k_2e2e2f78", "k_63"]);
         assert!(!dir.path().join("x").exists());
+    }
+
+    #[test]
+    fn a_new_job_never_sees_a_finished_jobs_keys_and_the_last_to_leave_cleans_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || FileStore::open(dir.path(), Duration::from_secs(5)).unwrap();
+        let (rank0, rank1) = (open(), open());
+        let clone = rank0.clone();
+        rank0.set("uid", b"job-1").unwrap();
+        assert_eq!(rank1.try_get("uid").unwrap().unwrap(), b"job-1");
+        assert_eq!((rank0.generation(), rank1.generation()), (1, 1));
+        drop(rank0);
+        // A clone and another handle keep the generation alive.
+        assert_eq!(clone.try_get("uid").unwrap().unwrap(), b"job-1");
+        drop(clone);
+        assert_eq!(rank1.try_get("uid").unwrap().unwrap(), b"job-1");
+        drop(rank1);
+        assert!(
+            !dir.path().join("gen-1").exists(),
+            "the last to leave cleans up"
+        );
+
+        let next = open();
+        assert_eq!(next.generation(), 2);
+        assert_eq!(next.try_get("uid").unwrap(), None);
     }
 
     #[test]
@@ -399,19 +395,23 @@ mod tests {
         let store = FileStore::open(dir.path(), Duration::from_secs(5))
             .unwrap()
             .with_lock_timeout(Duration::from_millis(150));
-        fs::write(dir.path().join(LOCK_NAME), b"pid 1\n").unwrap();
+        // Another holder (its own open file, as another process would have).
+        let held =
+            lock::lock_exclusive(&dir.path().join(LOCK_NAME), Duration::from_secs(1)).unwrap();
         let t0 = Instant::now();
         let err = store.add("c", 1).unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(3));
         assert!(matches!(err, StoreError::Lock { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains(".lock") && msg.contains("delete the lock file"),
+            msg.contains(".lock")
+                && msg.contains("a live process holds it")
+                && msg.contains("held for"),
             "{msg}"
         );
         // Reads do not need the lock.
         assert_eq!(store.try_get("c").unwrap(), None);
-        fs::remove_file(dir.path().join(LOCK_NAME)).unwrap();
+        drop(held);
         assert_eq!(store.add("c", 1).unwrap(), 1);
     }
 

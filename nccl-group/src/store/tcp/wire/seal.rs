@@ -1,0 +1,331 @@
+//! The handshake's proofs and the per-frame tags: HMAC-SHA256 under the
+//! shared secret, over both sides' `HELLO`s (so over both fresh nonces).
+//!
+//! Every use of the secret has its own label, so no value one side
+//! computes is ever accepted as another: a server's proof is not a
+//! client's, a tag from the client to the server is not valid the other
+//! way. Tags are compared in constant time (`Mac::verify_slice`).
+
+use std::io;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::{Digest, Sha256};
+
+use super::Frame;
+
+/// The length of a nonce in `HELLO`.
+pub(crate) const NONCE_LEN: usize = 32;
+/// The length of a proof or a frame's tag (a whole HMAC-SHA256).
+pub(crate) const TAG_LEN: usize = 32;
+
+/// A fresh random value from one side of a handshake.
+pub(crate) type Nonce = [u8; NONCE_LEN];
+/// A proof or a frame's tag.
+pub(crate) type Tag = [u8; TAG_LEN];
+
+const SERVER_PROOF: &[u8] = b"nccl-rs tcp store v3: server proof";
+const CLIENT_PROOF: &[u8] = b"nccl-rs tcp store v3: client proof";
+const TO_SERVER_KEY: &[u8] = b"nccl-rs tcp store v3: client-to-server frames";
+const TO_CLIENT_KEY: &[u8] = b"nccl-rs tcp store v3: server-to-client frames";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// A nonce from the operating system's random source.
+pub(crate) fn fresh_nonce() -> io::Result<Nonce> {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(|e| {
+        io::Error::other(format!(
+            "the operating system gave no random bytes for a handshake nonce: {e}"
+        ))
+    })?;
+    Ok(nonce)
+}
+
+/// An HMAC-SHA256 keyed with `key`, of any length. The key is brought to
+/// SHA-256's block size as RFC 2104 says (hashed when longer, padded with
+/// zeros), so keying is infallible rather than a `Result` no caller could
+/// meet.
+fn keyed(key: &[u8]) -> HmacSha256 {
+    let mut block = hmac::digest::Key::<HmacSha256>::default();
+    if key.len() > block.len() {
+        let hashed = Sha256::digest(key);
+        block[..hashed.len()].copy_from_slice(&hashed);
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    <HmacSha256 as KeyInit>::new(&block)
+}
+
+/// HMAC-SHA256 under `key` of each part, each preceded by its length, so
+/// that no two different lists of parts give the same input.
+fn mac_of(key: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    let mut mac = keyed(key);
+    for part in parts {
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part);
+    }
+    mac
+}
+
+fn tag_of(key: &[u8], parts: &[&[u8]]) -> Tag {
+    mac_of(key, parts).finalize().into_bytes().into()
+}
+
+/// The proofs and session keys of one handshake, computed from the secret
+/// and both `HELLO` payloads as they crossed the wire (the server's without
+/// its proof: the proof cannot cover itself).
+pub(crate) struct Proofs<'a> {
+    secret: &'a [u8],
+    client_hello: &'a [u8],
+    server_hello: &'a [u8],
+}
+
+impl<'a> Proofs<'a> {
+    /// The proofs of the handshake whose `HELLO` payloads are these.
+    pub(crate) fn new(secret: &'a [u8], client_hello: &'a [u8], server_hello: &'a [u8]) -> Self {
+        Proofs {
+            secret,
+            client_hello,
+            server_hello,
+        }
+    }
+
+    fn parts(&self, label: &'a [u8]) -> [&'a [u8]; 3] {
+        [label, self.client_hello, self.server_hello]
+    }
+
+    /// What the server sends to prove it holds the secret.
+    pub(crate) fn server_proof(&self) -> Tag {
+        tag_of(self.secret, &self.parts(SERVER_PROOF))
+    }
+
+    /// What the client sends to prove it holds the secret.
+    pub(crate) fn client_proof(&self) -> Tag {
+        tag_of(self.secret, &self.parts(CLIENT_PROOF))
+    }
+
+    /// Whether `given` is the server's proof, in constant time.
+    pub(crate) fn is_server_proof(&self, given: &[u8]) -> bool {
+        mac_of(self.secret, &self.parts(SERVER_PROOF))
+            .verify_slice(given)
+            .is_ok()
+    }
+
+    /// Whether `given` is the client's proof, in constant time.
+    pub(crate) fn is_client_proof(&self, given: &[u8]) -> bool {
+        mac_of(self.secret, &self.parts(CLIENT_PROOF))
+            .verify_slice(given)
+            .is_ok()
+    }
+
+    /// The client's side of the session: it seals with the client-to-server
+    /// key and opens with the other.
+    pub(crate) fn client_session(&self) -> Session {
+        Session::sealed(
+            tag_of(self.secret, &self.parts(TO_SERVER_KEY)),
+            tag_of(self.secret, &self.parts(TO_CLIENT_KEY)),
+        )
+    }
+
+    /// The server's side of the session.
+    pub(crate) fn server_session(&self) -> Session {
+        Session::sealed(
+            tag_of(self.secret, &self.parts(TO_CLIENT_KEY)),
+            tag_of(self.secret, &self.parts(TO_SERVER_KEY)),
+        )
+    }
+}
+
+/// One direction of a sealed session: a key and the next sequence number.
+struct Direction {
+    mac: HmacSha256,
+    seq: u64,
+}
+
+impl Direction {
+    fn new(key: Tag) -> Self {
+        Direction {
+            mac: keyed(&key),
+            seq: 0,
+        }
+    }
+
+    /// The tag of `payload` at the current sequence number.
+    fn mac(&self, payload: &[u8]) -> HmacSha256 {
+        let mut mac = self.mac.clone();
+        mac.update(&self.seq.to_be_bytes());
+        mac.update(payload);
+        mac
+    }
+
+    fn advance(&mut self) {
+        // 2^64 frames on one connection cannot happen; wrapping keeps this
+        // total without a branch that could never run.
+        self.seq = self.seq.wrapping_add(1);
+    }
+}
+
+/// How frames are protected on one connection after its handshake: sealed
+/// (a tag on every frame, each way) with a secret, plain without one.
+pub(crate) struct Session {
+    sealed: Option<(Direction, Direction)>,
+}
+
+/// A frame that failed its tag: altered, replayed, reordered, injected, or
+/// sealed under another key.
+#[derive(Debug)]
+pub(crate) struct BadTag;
+
+impl Session {
+    /// A session without a secret: frames go as they are.
+    pub(crate) fn plain() -> Self {
+        Session { sealed: None }
+    }
+
+    fn sealed(send_key: Tag, receive_key: Tag) -> Self {
+        Session {
+            sealed: Some((Direction::new(send_key), Direction::new(receive_key))),
+        }
+    }
+
+    /// Whether frames carry tags.
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.sealed.is_some()
+    }
+
+    /// The bytes a seal adds to each frame's payload.
+    pub(crate) fn overhead(&self) -> usize {
+        if self.is_sealed() { TAG_LEN } else { 0 }
+    }
+
+    /// Seals an outgoing frame: appends the tag of its payload.
+    pub(crate) fn seal(&mut self, frame: Frame) -> Frame {
+        let Some((send, _)) = &mut self.sealed else {
+            return frame;
+        };
+        let tag: Tag = send.mac(frame.payload()).finalize().into_bytes().into();
+        send.advance();
+        frame.with_trailer(&tag)
+    }
+
+    /// Checks an incoming payload's tag (in constant time) and returns the
+    /// payload without it.
+    pub(crate) fn open(&mut self, mut payload: Vec<u8>) -> Result<Vec<u8>, BadTag> {
+        let Some((_, receive)) = &mut self.sealed else {
+            return Ok(payload);
+        };
+        let Some(body_len) = payload.len().checked_sub(TAG_LEN) else {
+            return Err(BadTag);
+        };
+        let (body, tag) = payload.split_at(body_len);
+        receive.mac(body).verify_slice(tag).map_err(|_| BadTag)?;
+        receive.advance();
+        payload.truncate(body_len);
+        Ok(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Request, Response};
+    use super::*;
+
+    fn pair(secret: &[u8]) -> (Session, Session) {
+        let proofs = Proofs::new(secret, b"client hello", b"server hello");
+        (proofs.client_session(), proofs.server_session())
+    }
+
+    fn payload(frame: &Frame) -> Vec<u8> {
+        frame.payload().to_vec()
+    }
+
+    #[test]
+    fn sealed_frames_open_in_order_and_nothing_else_does() {
+        let (mut client, mut server) = pair(b"s3cret");
+        let first = client.seal(Request::TryGet { key: "a".into() }.encode());
+        let second = client.seal(Request::TryGet { key: "b".into() }.encode());
+        // Reordered: the second frame first fails.
+        assert!(server.open(payload(&second)).is_err());
+        let (mut client, mut server) = pair(b"s3cret");
+        let first_again = client.seal(Request::TryGet { key: "a".into() }.encode());
+        assert_eq!(payload(&first), payload(&first_again), "deterministic");
+        let opened = server.open(payload(&first_again)).unwrap();
+        assert_eq!(
+            Request::decode(&opened).unwrap(),
+            Request::TryGet { key: "a".into() }
+        );
+        // Replayed: the same frame again fails.
+        assert!(server.open(payload(&first_again)).is_err());
+        // Altered: one bit of the next frame flipped.
+        let mut next = payload(&client.seal(Request::TryGet { key: "c".into() }.encode()));
+        next[2] ^= 1;
+        assert!(server.open(next).is_err());
+        // Reflected: the client's own frame sent back to it.
+        let (mut client, _) = pair(b"s3cret");
+        let own = client.seal(Response::Ok.encode());
+        assert!(client.open(payload(&own)).is_err());
+        // Another secret, or too short to hold a tag.
+        let (mut other, _) = pair(b"other");
+        let (_, mut server) = pair(b"s3cret");
+        assert!(
+            server
+                .open(payload(&other.seal(Response::Ok.encode())))
+                .is_err()
+        );
+        assert!(server.open(vec![0; TAG_LEN - 1]).is_err());
+    }
+
+    #[test]
+    fn proofs_are_bound_to_the_label_secret_and_both_hellos() {
+        let proofs = Proofs::new(b"s", b"c-hello", b"s-hello");
+        let server = proofs.server_proof();
+        let client = proofs.client_proof();
+        assert_ne!(server, client);
+        assert!(proofs.is_server_proof(&server) && proofs.is_client_proof(&client));
+        assert!(!proofs.is_server_proof(&client) && !proofs.is_client_proof(&server));
+        for other in [
+            Proofs::new(b"t", b"c-hello", b"s-hello"),
+            Proofs::new(b"s", b"c-hellp", b"s-hello"),
+            Proofs::new(b"s", b"c-hello", b"s-hellp"),
+            // The length prefixes keep a byte from moving between parts.
+            Proofs::new(b"s", b"c-hell", b"os-hello"),
+        ] {
+            assert!(!other.is_server_proof(&server) && !other.is_client_proof(&client));
+        }
+        assert!(!proofs.is_client_proof(&client[..TAG_LEN - 1]));
+    }
+
+    /// RFC 4231's test cases 2 (a short key) and 6 (a key longer than a
+    /// block, which HMAC hashes first).
+    #[test]
+    fn keying_matches_rfc_4231() {
+        let short = tag_of_raw(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(
+            hex(&short),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        let long = tag_of_raw(
+            &[0xaa; 131],
+            b"Test Using Larger Than Block-Size Key - Hash Key First",
+        );
+        assert_eq!(
+            hex(&long),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    fn tag_of_raw(key: &[u8], data: &[u8]) -> Tag {
+        let mut mac = keyed(key);
+        mac.update(data);
+        mac.finalize().into_bytes().into()
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn nonces_are_fresh() {
+        assert_ne!(fresh_nonce().unwrap(), fresh_nonce().unwrap());
+    }
+}
