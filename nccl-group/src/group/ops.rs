@@ -139,7 +139,10 @@ impl ProcessGroup {
     /// As [`ProcessGroup::issue`].
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Work<()>> {
         let device = stream.context().ordinal();
-        let info = OpInfo::untyped("barrier");
+        let info = OpInfo {
+            capturable: false,
+            ..OpInfo::untyped("barrier")
+        };
         self.run_one(info, CommKey::Collective, device, (), stream, |c, s, _| {
             c.barrier(s)
         })
