@@ -91,12 +91,12 @@ impl<B: WorkBuffers> GroupGraph<B> {
     /// the group fails (the replay runs unwatched) and says so.
     pub fn replay(&self) -> Result<()> {
         self.group.check_live()?;
-        let Some(graph) = &self.graph else {
-            return Ok(());
-        };
         if self.group.capture_status("graph_replay", &self.stream)? {
             return Err(refused("graph_replay", Uncapturable::ReplayWhileCapturing));
         }
+        let Some(graph) = &self.graph else {
+            return Ok(());
+        };
         graph
             .launch()
             .map_err(GroupError::cuda("launching the captured CUDA graph"))?;
