@@ -159,7 +159,9 @@ typed_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
 /// ```
 pub struct Tensor<T: NcclType> {
     data: TrackedSlice<T>,
-    shape: Vec<usize>,
+    /// Boxed, not a `Vec`: a tensor stays small enough to be passed back
+    /// by value in errors.
+    shape: Box<[usize]>,
 }
 
 impl<T: NcclType> std::fmt::Debug for Tensor<T> {
@@ -225,7 +227,7 @@ impl<T: NcclType> Tensor<T> {
         check_shape(shape, data.len())?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
     }
 
@@ -240,7 +242,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(Error::cuda("copying a tensor to the device"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
     }
 
@@ -259,7 +261,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(Error::cuda("allocating a tensor"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
     }
 
@@ -298,7 +300,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(Error::cuda("zeroing a tensor in NCCL memory"))?;
         Ok(Self {
             data,
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
     }
 
@@ -430,7 +432,7 @@ impl<T: NcclType> Tensor<T> {
     pub fn into_parts(self) -> std::result::Result<(CudaSlice<T>, Vec<usize>), Self> {
         let Self { data, shape } = self;
         match data.into_inner() {
-            Ok(slice) => Ok((slice, shape)),
+            Ok(slice) => Ok((slice, shape.into_vec())),
             Err(data) => Err(Self { data, shape }),
         }
     }

@@ -37,6 +37,17 @@ use crate::tracked::Access;
 /// let grads = grads.into_inner()?; // ncclCommDeregister
 /// # Ok(()) }
 /// ```
+///
+/// A registration cannot outlive its communicator:
+///
+/// ```compile_fail
+/// # fn f(device: nccl_core::Device, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_tensor::Result<()> {
+/// let registered = {
+///     let comm = nccl_tensor::Communicator::new(device, 1, nccl_core::UniqueId::new()?, 0)?;
+///     comm.register(nccl_tensor::Tensor::<f32>::zeros(stream, &[4])?)?
+/// }; // error: `comm` does not live long enough
+/// # Ok(()) }
+/// ```
 #[must_use = "the buffer is deregistered when the registration is dropped"]
 pub struct Registered<'c, B> {
     // Declared first: dropped (deregistered) before the buffer is freed.

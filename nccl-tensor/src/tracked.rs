@@ -135,17 +135,17 @@ pub(crate) struct TrackedSlice<T> {
     /// Dropped by hand: freed by cudarc, or leaked to NCCL's free.
     slice: ManuallyDrop<CudaSlice<T>>,
     address: sys::CUdeviceptr,
-    /// Whether cudarc made the slice with its two events (it does while
-    /// its tracking is on); without them no access calls the driver.
-    has_events: bool,
-    /// cudarc's write event of `slice`, learnt from the first write; valid
-    /// for as long as `slice` lives (cudarc never replaces a slice's
-    /// events, and no `&mut` to the slice is handed out).
+    /// cudarc's write event of `slice`, learnt when wrapped; valid for as
+    /// long as `slice` lives (cudarc never replaces a slice's events, and
+    /// no `&mut` to the slice is handed out). `None`: cudarc made the
+    /// slice without events (its tracking was off), and no access of it
+    /// calls the driver.
     write_event: Option<EventHandle>,
     pending: Mutex<Option<Pending>>,
     /// The NCCL allocation `slice` views, freed (after the slice is
-    /// leaked) when this drops; `None` for cudarc's own memory.
-    nccl_memory: Option<NcclMemory>,
+    /// leaked) when this drops; `None` for cudarc's own memory (boxed: the
+    /// rare case stays one pointer wide).
+    nccl_memory: Option<Box<NcclMemory>>,
 }
 
 fn tracking(stream: &CudaStream) -> bool {
@@ -162,17 +162,18 @@ fn recorded_event(record: &SyncOnDrop<'_>) -> Option<EventHandle> {
 
 impl<T> TrackedSlice<T> {
     /// Wraps `slice`; nothing is deferred yet.
-    pub(crate) fn new(slice: CudaSlice<T>) -> Self {
-        // cudarc hands the address out only with an access: one on the
-        // slice's own stream, whose record is not needed (no work uses it).
-        let (address, record) = slice.device_ptr(slice.stream());
-        let has_events = recorded_event(&record).is_some();
+    pub(crate) fn new(mut slice: CudaSlice<T>) -> Self {
+        // cudarc hands the address and the write event out only with an
+        // access: one on the slice's own stream, whose record is not
+        // needed (no work uses it).
+        let stream = Arc::clone(slice.stream());
+        let (address, record) = slice.device_ptr_mut(&stream);
+        let write_event = recorded_event(&record);
         std::mem::forget(record);
         Self {
             slice: ManuallyDrop::new(slice),
             address,
-            has_events,
-            write_event: None,
+            write_event,
             pending: Mutex::new(None),
             nccl_memory: None,
         }
@@ -210,7 +211,7 @@ impl<T> TrackedSlice<T> {
         // leaked (`into_inner` refuses it).
         let slice = unsafe { stream.upgrade_device_ptr::<T>(memory.address() as u64, len) };
         let mut tracked = Self::new(slice);
-        tracked.nccl_memory = Some(memory);
+        tracked.nccl_memory = Some(Box::new(memory));
         Ok(tracked)
     }
 
@@ -228,7 +229,7 @@ impl<T> TrackedSlice<T> {
     /// not tracking, or the deferred accesses are on `stream` and a write
     /// would find nothing to wait for.
     pub(crate) fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        if !tracking(stream) || !self.has_events {
+        if !tracking(stream) || self.write_event.is_none() {
             return true;
         }
         let pending = self.lock();

@@ -147,7 +147,9 @@ impl ProcessGroup {
     /// With the buffers handed back ([`OpResult`]): an aborted, destroyed
     /// or failed group, a send's or receive's peer that is not another
     /// process, a failed rendezvous, a failed argument check
-    /// ([`nccl_tensor::Plan::new`]), or NCCL's error.
+    /// ([`nccl_tensor::Plan::new`]), NCCL's error, or, on a stream being
+    /// captured into a CUDA graph, an operation the group does not capture
+    /// ([`GroupError::Capture`], with its [`Uncapturable`] reason).
     pub fn issue<B: GroupBuffers>(
         &self,
         op: Op<'static>,

@@ -134,6 +134,8 @@ impl ProcessGroup {
 
     /// Synchronises every process: work queued on `stream` after the
     /// returned work's `wait()` starts once all have reached the barrier.
+    /// Never captured in a CUDA graph
+    /// ([`Uncapturable::Barrier`](crate::Uncapturable::Barrier)).
     ///
     /// # Errors
     /// As [`ProcessGroup::issue`].
