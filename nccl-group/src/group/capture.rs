@@ -142,6 +142,12 @@ impl Keeper {
         }
     }
 
+    /// Moves every buffer parked in `other` here.
+    fn take_from(&self, other: &Keeper) {
+        let moved = std::mem::take(&mut *other.parked());
+        self.parked().extend(moved);
+    }
+
     /// The operations captured.
     pub(super) fn operations(&self) -> usize {
         self.operations.load(Ordering::Relaxed)
@@ -184,6 +190,16 @@ impl Captures {
     fn end(&self, keeper: &Arc<Keeper>) {
         self.active()
             .retain(|(_, active)| !Arc::ptr_eq(active, keeper));
+    }
+
+    /// Keeps `buffers` until the group is dropped.
+    pub(super) fn adopt(&self, buffers: Box<dyn WorkBuffers>) {
+        self.orphans.park(buffers);
+    }
+
+    /// Keeps what `keeper` holds until the group is dropped.
+    pub(super) fn adopt_parked(&self, keeper: &Keeper) {
+        self.orphans.take_from(keeper);
     }
 
     /// How many of the group's graphs live.
@@ -286,8 +302,12 @@ impl ProcessGroup {
     /// (a warm-up, as with any NCCL capture): that creates the
     /// communicators, which a capture cannot, and leaves each tensor ready
     /// for use on `stream` with no event wait, which a capture cannot
-    /// record either. Every rank captures the same operations in the same
-    /// order, and replays the graph as many times.
+    /// record either. Wait for the works issued before the capture
+    /// first: dropping one unwaited during the capture (or waiting for one
+    /// of [`StreamMode::Separate`]) makes a stream wait for an event
+    /// recorded outside the capture, which invalidates it. Every rank
+    /// captures the same operations in the same order, and replays the
+    /// graph as many times.
     ///
     /// ```no_run
     /// # fn f(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>,
@@ -496,6 +516,24 @@ mod tests {
         assert_eq!(Arc::strong_count(&held), 2, "still kept by the graph");
         drop(graph);
         assert_eq!(Arc::strong_count(&held), 1, "released with the last keeper");
+    }
+
+    #[test]
+    fn the_group_adopts_what_a_graph_cannot_release() {
+        let captures = Captures::default();
+        let held = Arc::new(());
+        let graph = Keeper::default();
+        graph.park(Box::new(Held {
+            _count: Arc::clone(&held),
+        }));
+        captures.adopt_parked(&graph);
+        captures.adopt(Box::new(Held {
+            _count: Arc::clone(&held),
+        }));
+        drop(graph);
+        assert_eq!(Arc::strong_count(&held), 3, "both kept by the group");
+        drop(captures);
+        assert_eq!(Arc::strong_count(&held), 1);
     }
 
     #[test]

@@ -32,6 +32,9 @@ use crate::work::{Ends, WorkBuffers};
 ///   [`ProcessGroup::destroy`] refuses while a graph lives, and an abort
 ///   (or a failure's) finishes only once the graphs are dropped (until
 ///   then it reports [`GroupError::AbortStalled`]). Drop the graphs first.
+///   A graph dropped while its stream is being captured cannot order the
+///   release of its buffers after its replays; it leaves them with the
+///   group, which frees them when it is dropped.
 ///
 /// Not `Send`: a CUDA graph is not synchronised for use from several threads.
 pub struct GroupGraph<B: WorkBuffers> {
@@ -153,6 +156,19 @@ impl<B: WorkBuffers> Drop for GroupGraph<B> {
     fn drop(&mut self) {
         // CUDA frees a graph still running once it is done.
         drop(self.graph.take());
+        if !matches!(
+            nccl_core::capture_status(&self.stream),
+            Ok(nccl_core::CaptureStatus::None)
+        ) {
+            // An event recorded now would be captured, and no other stream
+            // could wait for it: the buffers stay with the group instead.
+            let orphans = &self.group.inner.captures;
+            if let Some(buffers) = self.buffers.take() {
+                orphans.adopt(Box::new(buffers));
+            }
+            orphans.adopt_parked(&self.keeper);
+            return;
+        }
         // Whatever is freed next waits for the last replay.
         if let Ok(event) = self.pool.event() {
             if event.record(&self.stream).is_ok() {
