@@ -90,8 +90,15 @@ pub struct DeviceBuffers {
 fn alloc_pair<T: BenchElement>(
     stream: &Arc<CudaStream>,
     len: usize,
+    memory: Memory,
 ) -> Result<Pair<T>, BenchError> {
-    let alloc = || Tensor::zeros(stream, &[len]).map_err(BenchError::from);
+    let alloc = || {
+        match memory {
+            Memory::Cudarc => Tensor::zeros(stream, &[len]),
+            Memory::Nccl => Tensor::nccl_zeros(stream, &[len]),
+        }
+        .map_err(BenchError::from)
+    };
     Ok(Pair {
         send: alloc()?,
         recv: alloc()?,
@@ -165,9 +172,19 @@ fn too_small(what: &str, needed: usize, len: usize) -> BenchError {
     ))
 }
 
+/// Who allocates the buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// cudarc (`cuMemAllocAsync`).
+    Cudarc,
+    /// NCCL (`ncclMemAlloc`), the memory `-R 1` registers, as nccl-tests
+    /// allocates it then.
+    Nccl,
+}
+
 impl DeviceBuffers {
     /// Two zeroed buffers of `len` (at least one) elements of `dtype` on
-    /// `stream`'s device.
+    /// `stream`'s device, allocated by cudarc.
     ///
     /// # Errors
     /// An allocation failure.
@@ -176,10 +193,23 @@ impl DeviceBuffers {
         len: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<Self, BenchError> {
+        Self::alloc_in(dtype, len, stream, Memory::Cudarc)
+    }
+
+    /// [`DeviceBuffers::alloc`] in `memory`'s allocations.
+    ///
+    /// # Errors
+    /// An allocation failure.
+    pub fn alloc_in(
+        dtype: DataType,
+        len: usize,
+        stream: &Arc<CudaStream>,
+        memory: Memory,
+    ) -> Result<Self, BenchError> {
         let len = len.max(1);
         let pair = nccl_core::with_data_type!(
             dtype,
-            T => TypedPair::from(alloc_pair::<T>(stream, len)?),
+            T => TypedPair::from(alloc_pair::<T>(stream, len, memory)?),
             _ => {
                 return Err(BenchError::Usage(format!(
                     "nccl-perf has no buffers for the element type {dtype}"
@@ -197,6 +227,11 @@ impl DeviceBuffers {
     /// Elements in each buffer.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Bytes in each buffer.
+    pub fn bytes(&self) -> usize {
+        self.len * self.dtype.size_bytes()
     }
 
     /// Whether the buffers hold no element (never: at least one is allocated).

@@ -38,6 +38,8 @@ pub use values::{DataTypeArg, ReduceOpArg, RootArg};
 /// nccl-tests does: `-b 8 -e 128M -f 2`.
 #[derive(Clone, Debug, Parser)]
 #[command(
+    // A flag given twice takes its last value, as nccl-tests' getopt does.
+    args_override_self = true,
     name = "nccl-perf",
     version,
     disable_version_flag = true,

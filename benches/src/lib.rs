@@ -92,7 +92,7 @@ pub mod tables;
 mod timing;
 mod world;
 
-pub use buffers::DeviceBuffers;
+pub use buffers::{DeviceBuffers, Memory};
 pub use cli::{Args, SizeError, parse_size};
 pub use collective::{Collective, Mode};
 pub use error::BenchError;

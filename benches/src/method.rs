@@ -123,6 +123,10 @@ pub struct Method {
     pub timestamps: bool,
     /// Issue on the NULL stream instead of a created one (`-y 1`).
     pub stream_null: bool,
+    /// Allocate the send and receive buffers with `ncclMemAlloc` and
+    /// register them with the rank's communicator (`-R 1`), as nccl-tests
+    /// does; the group layers' own tensors are not registered.
+    pub register: bool,
     /// Give up on any wait for the GPU after this long (`-T`; `None`: never).
     pub timeout: Option<Duration>,
     /// Where nccl-tests' JSON document goes (`-J`); `None` without `-J` or
@@ -147,6 +151,7 @@ impl Default for Method {
             cpu_time: false,
             timestamps: false,
             stream_null: false,
+            register: false,
             timeout: None,
             output_file: None,
             notes: Vec::new(),

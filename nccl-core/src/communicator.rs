@@ -1,7 +1,8 @@
 //! The RAII communicator: the handle its abort handles share, its state,
 //! accessors and pre-multiplied sums. Creation is in `init`, splitting in
 //! `split`, the nonblocking waits in `wait`, finalize, abort and drop in
-//! `shutdown`, adopting and handing back a raw handle in `raw`.
+//! `shutdown`, user-buffer registration in `register`, adopting and
+//! handing back a raw handle in `raw`.
 
 use std::cell::Cell;
 use std::fmt;
@@ -18,8 +19,11 @@ use crate::error::{Error, Result};
 use crate::library::check;
 use crate::reduce_op::PreMulSum;
 
+pub use register::Registration;
+
 mod init;
 mod raw;
+mod register;
 mod shutdown;
 mod split;
 mod wait;

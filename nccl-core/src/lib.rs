@@ -19,6 +19,10 @@
 //!   `DataType`.
 //! * The collectives here are `unsafe fn`s on device pointers; `nccl-tensor`
 //!   adds the safe, typed API.
+//! * [`Registration`] registers a buffer with a communicator
+//!   (`ncclCommRegister`) until dropped; [`NcclMemory`] is memory from
+//!   `ncclMemAlloc`; [`capture_status`] tells whether a stream is being
+//!   captured in a CUDA graph.
 //!
 //! ```no_run
 //! use nccl_core::{Communicator, DataType, Device, ReduceOp, UniqueId};
@@ -34,6 +38,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod capture;
 mod collectives;
 mod communicator;
 mod config;
@@ -42,12 +47,14 @@ mod device;
 mod error;
 mod group;
 mod library;
+mod memory;
 mod op;
 mod reduce_op;
 mod trace;
 mod unique_id;
 
-pub use communicator::{AbortHandle, Communicator};
+pub use capture::{CaptureStatus, capture_status, exempt_thread_from_global_captures};
+pub use communicator::{AbortHandle, Communicator, Registration};
 pub use config::{Config, DEFAULT_TIMEOUT, RawConfig};
 pub use cudarc;
 pub use cudarc::driver::{CudaEvent, CudaStream};
@@ -56,6 +63,7 @@ pub use device::{Device, cuda_driver_available};
 pub use error::{Error, ErrorChain, ErrorKind, Result, ResultCode, Status};
 pub use group::{Group, group_depth};
 pub use library::{check, library, version};
+pub use memory::NcclMemory;
 pub use nccl_sys;
 pub use nccl_sys::Version;
 pub use op::{Call, Op};

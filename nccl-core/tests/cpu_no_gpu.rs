@@ -103,6 +103,26 @@ fn device_new_without_a_driver_is_no_cuda_driver() {
 }
 
 #[test]
+fn exempting_a_thread_from_captures_needs_a_driver() {
+    let result = nccl_core::exempt_thread_from_global_captures();
+    if cuda_driver_available() {
+        // Before any device was used the driver may refuse (not
+        // initialised): a CUDA error, never a panic.
+        assert!(
+            matches!(result, Ok(()) | Err(Error::Cuda { .. })),
+            "{result:?}"
+        );
+    } else {
+        assert!(matches!(result, Err(Error::NoCudaDriver)), "{result:?}");
+        // Asked again, the answer is the same (nothing was remembered).
+        assert!(matches!(
+            nccl_core::exempt_thread_from_global_captures(),
+            Err(Error::NoCudaDriver)
+        ));
+    }
+}
+
+#[test]
 fn library_loads_or_names_what_to_do() {
     match library() {
         Ok(lib) => {

@@ -185,6 +185,12 @@ impl<F: CommFactory> CommCache<F> {
         self.comms.get_or_create(key, |key| self.create(key))
     }
 
+    /// The communicators for `key` if they were created; never creates
+    /// them (for a caller that must not meet the other ranks now).
+    pub fn created(&self, key: &CommKey) -> Option<Arc<F::Comms>> {
+        self.comms.get(key)
+    }
+
     /// Every set of communicators created so far, ordered by store key
     /// (the same order on every process).
     pub fn all(&self) -> Vec<Arc<F::Comms>> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use nccl_core::{ErrorKind, ResultCode};
 
 use crate::failure::Failure;
+use crate::group::Uncapturable;
 use crate::store::StoreError;
 
 /// Everything a process-group call can fail with.
@@ -119,6 +120,28 @@ pub enum GroupError {
         /// The driver's error.
         source: cudarc::driver::DriverError,
     },
+    /// An operation (or a step of a capture) that the group cannot
+    /// capture in a CUDA graph; the reason says what to do instead.
+    #[error("{op} in a CUDA graph capture: {reason}")]
+    Capture {
+        /// The operation or step.
+        op: &'static str,
+        /// Why not.
+        reason: Uncapturable,
+    },
+    /// [`ProcessGroup::destroy`](crate::ProcessGroup::destroy) while
+    /// graphs of the group live.
+    #[error(
+        "process group {name:?} cannot be destroyed while {graphs} of its CUDA graphs live: NCCL frees a \
+         communicator only once every graph that captured it is destroyed, so the finalize would wait for them; \
+         drop the GroupGraphs first"
+    )]
+    GraphsAlive {
+        /// The group's name.
+        name: String,
+        /// How many graphs live.
+        graphs: usize,
+    },
     /// The process could not start the watchdog thread that every group
     /// needs (it tracks operations' ends and timeouts); the operating
     /// system's error is the `source()`.
@@ -150,7 +173,8 @@ impl GroupError {
     /// | `Aborted` | [`ErrorKind::Aborted`] |
     /// | `Failed` | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
-    /// | `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
+    /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
+    /// | `Capture` | [`ErrorKind::Unsupported`] |
     /// | `Cuda` | [`ErrorKind::Cuda`] |
     /// | `WatchdogStart` | [`ErrorKind::Io`] |
     pub fn kind(&self) -> ErrorKind {
@@ -164,7 +188,10 @@ impl GroupError {
             GroupError::Aborted { .. } => ErrorKind::Aborted,
             GroupError::Failed(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
-            GroupError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            GroupError::InvalidArgument { .. } | GroupError::GraphsAlive { .. } => {
+                ErrorKind::InvalidArgument
+            }
+            GroupError::Capture { .. } => ErrorKind::Unsupported,
             GroupError::Cuda { .. } => ErrorKind::Cuda,
             GroupError::WatchdogStart { .. } => ErrorKind::Io,
         }

@@ -8,12 +8,15 @@
 //! collectives, all_to_all of any sizes), `buffers` (the buffers an
 //! operation owns), `issue` (the engine they
 //! share: routing, stream handoff, recorder, watchdog tracking, errors),
-//! `lifecycle` (abort and destroy), `factory` (creating communicators) and
-//! `health` (failing the group, the watchdog's view).
+//! `capture` and `graph` (operations captured in CUDA graphs, the graphs'
+//! replays), `lifecycle` (abort and destroy), `factory` (creating
+//! communicators) and `health` (failing the group, the watchdog's view).
 
 mod batch;
 mod buffers;
+mod capture;
 mod factory;
+mod graph;
 mod health;
 mod issue;
 mod lifecycle;
@@ -26,7 +29,10 @@ use std::time::Duration;
 
 pub use batch::{Coalesced, P2POp};
 pub use buffers::GroupBuffers;
+pub(crate) use capture::Keeper;
+pub use capture::{GraphCapture, Uncapturable};
 pub(crate) use factory::{LocalComms, Member, NcclFactory};
+pub use graph::GroupGraph;
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 
 use crate::cache::OnceMap;
@@ -49,6 +55,7 @@ struct Inner {
     failure: OnceLock<Arc<Failure>>,
     tracker: Tracker,
     recorder: FlightRecorder,
+    captures: capture::Captures,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -75,6 +82,10 @@ struct Inner {
 ///   number, the rank, the sizes, how long it ran and which ranks lag.
 /// * A flight recorder keeps the last operations ([`ProcessGroup::flight_record`]),
 ///   written as JSON on failure and abort ([`GroupOptions::dump_dir`]).
+/// * Operations issued with [`StreamMode::Caller`] on a stream being
+///   captured into a CUDA graph are captured ([`Work`]'s "Captured
+///   operations"); [`ProcessGroup::begin_capture`] captures into a
+///   [`GroupGraph`] whose replays the watchdog watches.
 /// * Thread-safe: any thread may issue operations (the communicator is
 ///   locked while they are enqueued). All processes must still issue the
 ///   group's collectives in the same order, as with any NCCL program.
@@ -149,6 +160,7 @@ impl ProcessGroup {
             failure: OnceLock::new(),
             tracker: Tracker::default(),
             recorder,
+            captures: capture::Captures::default(),
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));
@@ -302,5 +314,32 @@ mod tests {
             group.with_op_timeout(Duration::from_secs(1)).stream_mode(),
             StreamMode::Caller
         );
+    }
+
+    #[test]
+    fn destroy_refuses_while_a_graph_lives() {
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+        let options = GroupOptions::default().with_dump_dir(None);
+        let group = ProcessGroup::new("graphs", 0, 1, store, "in-process", options)
+            .expect("a group of one process needs no GPU to join");
+        let graph = group.inner.captures.graph_alive();
+        let error = group.destroy().expect_err("a graph lives");
+        assert!(
+            matches!(error, GroupError::GraphsAlive { graphs: 1, .. }),
+            "{error}"
+        );
+        assert_eq!(error.kind(), nccl_core::ErrorKind::InvalidArgument);
+        assert!(
+            error.to_string().contains("drop the GroupGraphs first"),
+            "{error}"
+        );
+        // Refused before anything changed: the group is still live.
+        assert!(group.check_live().is_ok());
+        drop(graph);
+        group.destroy().expect("no graph left");
+        assert!(matches!(
+            group.check_live(),
+            Err(GroupError::Destroyed { .. })
+        ));
     }
 }

@@ -9,7 +9,9 @@
 //!   handles that own the tensors until the GPU is done with them; several
 //!   operations in one NCCL group with one `Work`
 //!   ([`ProcessGroup::batch_isend_irecv`], [`ProcessGroup::coalesced`],
-//!   [`ProcessGroup::all_to_all_split`], [`ProcessGroup::all_to_all_list`]).
+//!   [`ProcessGroup::all_to_all_split`], [`ProcessGroup::all_to_all_list`]);
+//!   operations captured in a CUDA graph and replayed under the watchdog
+//!   ([`ProcessGroup::begin_capture`], [`GroupGraph`]).
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
 //!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
 //!
@@ -51,8 +53,8 @@ mod work;
 pub use error::{GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
-    Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupBuffers, GroupOptions,
-    OpResult, P2POp, ProcessGroup, StreamMode,
+    Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
+    GroupGraph, GroupOptions, OpResult, P2POp, ProcessGroup, StreamMode, Uncapturable,
 };
 pub use key::MAX_LOCAL_DEVICES;
 pub use nccl_core::ErrorKind;

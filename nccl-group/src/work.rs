@@ -1,25 +1,40 @@
 //! [`Work`]: the handle of an enqueued operation, which owns the
-//! operation's buffers until the GPU is done with them.
+//! operation's buffers until the GPU is done with them, or of a captured
+//! one, which hands them back at once.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaStream, DriverError};
-use nccl_tensor::{AnyTensor, NcclType, Tensor};
+use nccl_tensor::{Access, AnyTensor, NcclType, Tensor, TypedBuffer};
 
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
+use crate::group::Keeper;
 use crate::pool::DevicePool;
 use crate::watchdog::{Completion, Progress};
 
-/// Buffers an operation holds until its work is done.
-pub trait WorkBuffers: Send {
+/// Buffers an operation holds until its work is done. Owned (`'static`):
+/// a [`Work`] may keep them after every borrow of the caller has ended.
+pub trait WorkBuffers: Send + 'static {
     /// Makes every stream that may free these buffers wait for `event`, so
     /// dropping them cannot free memory the operation still uses.
     ///
     /// # Errors
     /// A CUDA failure.
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError>;
+
+    /// Whether an operation on `stream` that uses these buffers as
+    /// `access` needs no driver call to order them
+    /// ([`TypedBuffer::is_settled_on`]): what an operation captured in a
+    /// CUDA graph needs. A pair is `(output, input)`: the output as
+    /// `access`, the input read. Buffers of your own (for
+    /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) answer `true`:
+    /// ordering them in a capture is yours to do.
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        let _ = (stream, access);
+        true
+    }
 }
 
 impl WorkBuffers for () {
@@ -33,11 +48,19 @@ impl<T: NcclType> WorkBuffers for Tensor<T> {
         // cudarc frees a slice on the stream it was allocated on.
         self.as_slice().stream().wait(event)
     }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        TypedBuffer::is_settled_on(self, stream, access)
+    }
 }
 
 impl WorkBuffers for AnyTensor {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         self.stream().wait(event)
+    }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        AnyTensor::is_settled_on(self, stream, access)
     }
 }
 
@@ -46,12 +69,21 @@ impl<A: WorkBuffers, B: WorkBuffers> WorkBuffers for (A, B) {
         self.0.order_after(event)?;
         self.1.order_after(event)
     }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        self.0.is_settled_on(stream, access) && self.1.is_settled_on(stream, Access::Read)
+    }
 }
 
 impl<B: WorkBuffers> WorkBuffers for Vec<B> {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         self.iter()
             .try_for_each(|buffers| buffers.order_after(event))
+    }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        self.iter()
+            .all(|buffers| buffers.is_settled_on(stream, access))
     }
 }
 
@@ -142,7 +174,7 @@ impl Drop for Tracked {
     }
 }
 
-/// An operation enqueued on the group's NCCL streams.
+/// An operation enqueued on the group's NCCL streams (or the caller's).
 ///
 /// It owns the buffers it was given: they cannot be read, reused or freed
 /// until [`Work::wait`] hands them back, so NCCL never sees a buffer change
@@ -171,15 +203,42 @@ impl Drop for Tracked {
 /// let values = tensor.to_vec(stream)?;
 /// # Ok(()) }
 /// ```
+///
+/// # Captured operations
+/// An operation issued on a stream that is being captured into a CUDA
+/// graph (see [`ProcessGroup::begin_capture`](crate::ProcessGroup::begin_capture))
+/// runs nothing now: the graph runs it at each replay. Its `Work`
+/// [`is_captured`](Work::is_captured), and:
+/// * it is complete at once: [`is_completed`](Work::is_completed) is true,
+///   [`synchronize`](Work::synchronize) returns at once, and
+///   [`wait`](Work::wait) hands the buffers back at once (the capturing
+///   stream orders what follows it);
+/// * the watchdog never sees it, so it never times out (a graph's replays
+///   through [`GroupGraph::replay`](crate::GroupGraph::replay) are watched
+///   instead, each with the operation timeout);
+/// * the graph uses its buffers at every replay, so they must outlive the
+///   graph: give them to [`GraphCapture::end`](crate::GraphCapture::end),
+///   which keeps them with the graph. A captured work dropped without
+///   `wait` keeps its buffers with the capture's graph until that graph
+///   is dropped (with the group, for a capture the group did not begin).
 #[must_use = "a Work holds the operation's buffers: call wait() to get them back"]
 pub struct Work<B: WorkBuffers> {
     buffers: Option<B>,
-    op: Arc<Tracked>,
+    state: State,
+}
+
+/// Where the operation of a [`Work`] stands.
+enum State {
+    /// Enqueued, its end watched.
+    Tracked(Arc<Tracked>),
+    /// Captured in a CUDA graph: buffers dropped unwaited are parked here.
+    Captured(Arc<Keeper>),
 }
 
 impl<B: WorkBuffers> std::fmt::Debug for Work<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Work")
+            .field("captured", &self.is_captured())
             .field("completed", &self.is_completed())
             .finish()
     }
@@ -194,18 +253,40 @@ impl<B: WorkBuffers> Work<B> {
     pub(crate) fn new(buffers: B, op: Arc<Tracked>) -> Self {
         Self {
             buffers: Some(buffers),
-            op,
+            state: State::Tracked(op),
+        }
+    }
+
+    /// The work of an operation captured in a CUDA graph, whose buffers,
+    /// if dropped unwaited, go to `keeper`.
+    pub(crate) fn captured(buffers: B, keeper: Arc<Keeper>) -> Self {
+        Self {
+            buffers: Some(buffers),
+            state: State::Captured(keeper),
         }
     }
 
     fn ends(&self) -> &[End] {
-        self.op.ends.as_slice()
+        match &self.state {
+            State::Tracked(op) => op.ends.as_slice(),
+            State::Captured(_) => &[],
+        }
+    }
+
+    /// Whether the operation was captured in a CUDA graph rather than
+    /// enqueued (see "Captured operations" above).
+    pub fn is_captured(&self) -> bool {
+        matches!(self.state, State::Captured(_))
     }
 
     /// Whether the operation has finished on every device, or failed
-    /// with its group ([`Work::synchronize`] then says why).
+    /// with its group ([`Work::synchronize`] then says why); a captured
+    /// one is complete at once.
     pub fn is_completed(&self) -> bool {
-        self.op.failure.get().is_some() || self.op.poll() == Progress::Done
+        match &self.state {
+            State::Tracked(op) => op.failure.get().is_some() || op.poll() == Progress::Done,
+            State::Captured(_) => true,
+        }
     }
 
     /// Blocks the CPU until the operation has finished, at most `timeout`.
@@ -215,15 +296,18 @@ impl<B: WorkBuffers> Work<B> {
     /// this or another operation time out, or an asynchronous error);
     /// [`GroupError::Timeout`] past `timeout` (the work keeps running; the
     /// `Work` and its buffers stay valid); or a CUDA error the operation
-    /// raised.
+    /// raised. A captured operation returns at once.
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
+        let State::Tracked(op) = &self.state else {
+            return Ok(());
+        };
         let start = Instant::now();
         loop {
-            if let Some(error) = self.op.failed() {
+            if let Some(error) = op.failed() {
                 return Err(error);
             }
-            match self.op.poll() {
-                Progress::Done => return self.op.failed().map_or(Ok(()), Err),
+            match op.poll() {
+                Progress::Done => return op.failed().map_or(Ok(()), Err),
                 Progress::Broken(source) => {
                     return Err(GroupError::Cuda {
                         during: "waiting for the operation",
@@ -254,9 +338,12 @@ impl<B: WorkBuffers> Work<B> {
     /// # Errors
     /// [`GroupError::Failed`] if the group already failed under this
     /// operation (its results are not valid), or a CUDA failure; the
-    /// buffers are then released as on drop.
+    /// buffers are then released as on drop. A captured operation hands
+    /// its buffers back at once.
     pub fn wait(mut self) -> Result<B> {
-        if let Some(error) = self.op.failed() {
+        if let State::Tracked(op) = &self.state
+            && let Some(error) = op.failed()
+        {
             return Err(error);
         }
         for end in self.ends() {
@@ -279,13 +366,20 @@ impl<B: WorkBuffers> Work<B> {
 
 impl<B: WorkBuffers> Drop for Work<B> {
     fn drop(&mut self) {
-        if let Some(buffers) = self.buffers.take() {
-            for end in self.ends() {
-                // If this fails the stream is broken and no later work (or
-                // free) on it runs either.
-                let _ = buffers.order_after(&end.event);
+        let Some(buffers) = self.buffers.take() else {
+            return;
+        };
+        match &self.state {
+            State::Tracked(_) => {
+                for end in self.ends() {
+                    // If this fails the stream is broken and no later work
+                    // (or free) on it runs either.
+                    let _ = buffers.order_after(&end.event);
+                }
+                drop(buffers);
             }
-            drop(buffers);
+            // The graph uses them at each replay: they live as long as it.
+            State::Captured(keeper) => keeper.park(Box::new(buffers)),
         }
     }
 }

@@ -242,6 +242,20 @@ fn one_of_each_group_variant() -> Vec<(GroupError, ErrorKind)> {
             },
             ErrorKind::Io,
         ),
+        (
+            GroupError::Capture {
+                op: "all_reduce",
+                reason: nccl_group::Uncapturable::SeparateStream,
+            },
+            ErrorKind::Unsupported,
+        ),
+        (
+            GroupError::GraphsAlive {
+                name: name(),
+                graphs: 2,
+            },
+            ErrorKind::InvalidArgument,
+        ),
     ]
 }
 

@@ -13,7 +13,7 @@ use nccl_core::DataType;
 
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
-use crate::tracked::TrackedSlice;
+use crate::tracked::{Access, TrackedSlice};
 
 /// What an operation needs to know about a buffer to check its arguments,
 /// without touching the GPU. Plain data, so checks are pure functions.
@@ -47,7 +47,7 @@ impl<'a> BufferDesc<'a> {
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
@@ -65,6 +65,21 @@ pub trait TypedBuffer: sealed::Sealed {
     /// orders the access after earlier writes and records it (a
     /// [`Tensor`] defers the record while it stays on one stream).
     fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R;
+
+    /// Whether an access of this kind from `stream` calls no driver
+    /// function (no event wait, no event record): cudarc is not tracking
+    /// the memory, or (for a [`Tensor`] and its parts) its last accesses
+    /// were made on `stream` and nothing has looked at it since. What a
+    /// stream being captured in a CUDA graph needs: it cannot wait for an
+    /// event recorded outside the capture. An operation on the tensor on
+    /// `stream` before the capture settles it. cudarc's own slices and
+    /// views are settled only when cudarc is not tracking.
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool;
+
+    /// The device address of the first element and the length in bytes,
+    /// without an access (nothing waits, nothing is recorded): for
+    /// registering the memory with a communicator.
+    fn device_range(&self) -> (u64, usize);
 }
 
 /// A typed device buffer an operation can write.
@@ -91,6 +106,15 @@ macro_rules! typed_buffer {
             fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
                 let (pointer, _record) = DevicePtr::device_ptr(self, stream);
                 f(pointer as *const c_void)
+            }
+            fn is_settled_on(&self, stream: &Arc<CudaStream>, _access: Access) -> bool {
+                !stream.context().is_managing_stream_synchronization()
+            }
+            fn device_range(&self) -> (u64, usize) {
+                let (pointer, record) = DevicePtr::device_ptr(self, DeviceSlice::stream(self));
+                // No work uses the address: the access needs no record.
+                std::mem::forget(record);
+                (pointer, DeviceSlice::num_bytes(self))
             }
         }
     )*};
@@ -135,7 +159,9 @@ typed_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
 /// ```
 pub struct Tensor<T: NcclType> {
     data: TrackedSlice<T>,
-    shape: Vec<usize>,
+    /// Boxed, not a `Vec`: a tensor stays small enough to be passed back
+    /// by value in errors.
+    shape: Box<[usize]>,
 }
 
 impl<T: NcclType> std::fmt::Debug for Tensor<T> {
@@ -201,7 +227,7 @@ impl<T: NcclType> Tensor<T> {
         check_shape(shape, data.len())?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
     }
 
@@ -216,7 +242,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(Error::cuda("copying a tensor to the device"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
     }
 
@@ -235,8 +261,52 @@ impl<T: NcclType> Tensor<T> {
             .map_err(Error::cuda("allocating a tensor"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.to_vec(),
+            shape: shape.into(),
         })
+    }
+
+    /// A zero-filled tensor on `stream`'s device, in memory that NCCL
+    /// allocates (`ncclMemAlloc`, NCCL 2.19+; see
+    /// [`NcclMemory`](nccl_core::NcclMemory)): the memory to register with
+    /// a communicator ([`Communicator::register`](crate::Communicator::register))
+    /// for NVLink SHARP and zero-copy transfers, as PyTorch's
+    /// `ncclMemAlloc`-backed memory pool provides. It works everywhere a
+    /// tensor does, with cudarc's stream tracking.
+    ///
+    /// Freeing is not stream-ordered: dropping the tensor waits, on the
+    /// host, for the device to finish its queued work, then frees the
+    /// memory (`ncclMemFree`), as `cudaFree` would; keep such tensors for
+    /// long. [`into_parts`](Self::into_parts) refuses them (cudarc would
+    /// free the memory with the wrong call).
+    ///
+    /// # Errors
+    /// An empty or overflowing shape, no libnccl or one older than 2.19,
+    /// or NCCL's or CUDA's failure (out of memory).
+    pub fn nccl_zeros(stream: &Arc<CudaStream>, shape: &[usize]) -> Result<Self>
+    where
+        T: ValidAsZeroBits,
+    {
+        let len = element_count(shape)?;
+        let bytes =
+            len.checked_mul(std::mem::size_of::<T>())
+                .ok_or_else(|| Error::ShapeOverflow {
+                    shape: shape.to_vec(),
+                })?;
+        let device = nccl_core::Device::from_context(Arc::clone(stream.context()));
+        let memory = nccl_core::NcclMemory::new(&device, bytes)?;
+        let mut data = TrackedSlice::in_nccl_memory(memory, len, stream)?;
+        stream
+            .memset_zeros(&mut data.slice_mut())
+            .map_err(Error::cuda("zeroing a tensor in NCCL memory"))?;
+        Ok(Self {
+            data,
+            shape: shape.into(),
+        })
+    }
+
+    /// Whether the tensor's memory is NCCL's ([`Tensor::nccl_zeros`]).
+    pub fn is_nccl_memory(&self) -> bool {
+        self.data.is_nccl_memory()
     }
 
     /// Copies the tensor back to the host (synchronising `stream`).
@@ -356,9 +426,15 @@ impl<T: NcclType> Tensor<T> {
         })
     }
 
-    /// The cudarc allocation (every deferred access recorded) and the shape.
-    pub fn into_parts(self) -> (CudaSlice<T>, Vec<usize>) {
-        (self.data.into_inner(), self.shape)
+    /// The cudarc allocation (every deferred access recorded) and the
+    /// shape; `Err(self)` for a tensor in NCCL's memory
+    /// ([`Tensor::nccl_zeros`]), which cudarc must not free.
+    pub fn into_parts(self) -> std::result::Result<(CudaSlice<T>, Vec<usize>), Self> {
+        let Self { data, shape } = self;
+        match data.into_inner() {
+            Ok(slice) => Ok((slice, shape.into_vec())),
+            Err(data) => Err(Self { data, shape }),
+        }
     }
 
     fn desc_of(&self, len: usize) -> BufferDesc<'static> {
@@ -396,6 +472,14 @@ impl<T: NcclType> TypedBuffer for Tensor<T> {
     #[inline]
     fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
         self.read_at(0, stream, f)
+    }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        self.data.is_settled_on(stream, access)
+    }
+
+    fn device_range(&self) -> (u64, usize) {
+        (self.data.address(), self.len() * std::mem::size_of::<T>())
     }
 }
 
@@ -455,6 +539,15 @@ macro_rules! part_buffer {
             #[inline]
             fn read_ptr<R>(&self, stream: &Arc<CudaStream>, f: impl FnOnce(*const c_void) -> R) -> R {
                 self.tensor.read_at(self.start, stream, f)
+            }
+
+            fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+                self.tensor.data.is_settled_on(stream, access)
+            }
+
+            fn device_range(&self) -> (u64, usize) {
+                let size = std::mem::size_of::<T>();
+                (offset::<T>(self.tensor.data.address(), self.start), self.len * size)
             }
         }
     )*};

@@ -10,6 +10,7 @@ use nccl_core::DataType;
 use crate::buffer::{BufferDesc, Tensor, TypedBuffer, TypedBufferMut};
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
+use crate::tracked::Access;
 
 /// Defines [`AnyTensor`] and the [`IntoAnyTensor`] impls from the table.
 macro_rules! any_tensor {
@@ -118,6 +119,11 @@ impl AnyTensor {
     /// whoever must delay the free makes this stream wait.
     pub fn stream(&self) -> &Arc<CudaStream> {
         with_typed!(self, t => t.as_slice().stream())
+    }
+
+    /// [`TypedBuffer::is_settled_on`] of the typed tensor inside.
+    pub fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        with_typed!(self, t => t.is_settled_on(stream, access))
     }
 
     /// Calls `f` with the device address for reads on `stream`.

@@ -17,6 +17,10 @@
 //! * [`Communicator`] runs every operation of the spec on either kind, and
 //!   checks every argument first ([`checks`] holds the checks as pure
 //!   functions).
+//! * [`Communicator::register`] registers a buffer with the communicator
+//!   ([`Registered`], `ncclCommRegister`) for as long as both live;
+//!   [`Tensor::nccl_zeros`] allocates a tensor in NCCL's memory
+//!   (`ncclMemAlloc`), the memory every transport can register.
 //! * A [`Batch`] issues several operations in one NCCL group: sends and
 //!   receives to and from any peers (`batch_isend_irecv`), collectives of
 //!   different buffers and types (coalescing), checked together first
@@ -52,6 +56,7 @@ mod exchange;
 mod operand;
 mod plan;
 mod planned;
+mod registered;
 mod tracked;
 
 pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
@@ -66,6 +71,8 @@ pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;
+pub use registered::Registered;
+pub use tracked::Access;
 
 /// What most programs name: `use nccl_tensor::prelude::*;`. The errors stay
 /// out (nccl-core's and this crate's are both `Error`); name them by path.

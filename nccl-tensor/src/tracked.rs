@@ -14,6 +14,13 @@
 //! before an exclusive borrow, [`TrackedSlice::into_inner`] or drop (every
 //! deferred access). So code that uses the slice through cudarc, on any
 //! stream, sees the same ordering it would without the deferral.
+//!
+//! An access that needs none of those driver calls is *settled*
+//! ([`TrackedSlice::is_settled_on`]): what a stream being captured in a
+//! CUDA graph needs, since it cannot wait for events recorded outside the
+//! capture. The slice may also view memory that NCCL allocated
+//! (`ncclMemAlloc`, [`TrackedSlice::in_nccl_memory`]): cudarc then never
+//! frees it; the drop waits for the device and frees it with `ncclMemFree`.
 
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
@@ -22,6 +29,19 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, SyncOnDrop, sys,
 };
+use nccl_core::NcclMemory;
+
+use crate::error::Result;
+
+/// How an operation uses a buffer: what [`TypedBuffer::is_settled_on`](crate::TypedBuffer::is_settled_on)
+/// asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The operation only reads it (an input).
+    Read,
+    /// The operation writes it (an output, or a buffer used in place).
+    Write,
+}
 
 /// The driver handle of the slice's cudarc write event (never null, so an
 /// `Option` of it is one pointer wide).
@@ -112,13 +132,20 @@ impl Pending {
 /// nothing is deferred and nothing waits, as with cudarc itself.
 #[derive(Debug)]
 pub(crate) struct TrackedSlice<T> {
-    slice: CudaSlice<T>,
+    /// Dropped by hand: freed by cudarc, or leaked to NCCL's free.
+    slice: ManuallyDrop<CudaSlice<T>>,
     address: sys::CUdeviceptr,
-    /// cudarc's write event of `slice`, learnt from the first write; valid
-    /// for as long as `slice` lives (cudarc never replaces a slice's
-    /// events, and no `&mut` to the slice is handed out).
+    /// cudarc's write event of `slice`, learnt when wrapped; valid for as
+    /// long as `slice` lives (cudarc never replaces a slice's events, and
+    /// no `&mut` to the slice is handed out). `None`: cudarc made the
+    /// slice without events (its tracking was off), and no access of it
+    /// calls the driver.
     write_event: Option<EventHandle>,
     pending: Mutex<Option<Pending>>,
+    /// The NCCL allocation `slice` views, freed (after the slice is
+    /// leaked) when this drops; `None` for cudarc's own memory (boxed: the
+    /// rare case stays one pointer wide).
+    nccl_memory: Option<Box<NcclMemory>>,
 }
 
 fn tracking(stream: &CudaStream) -> bool {
@@ -135,16 +162,87 @@ fn recorded_event(record: &SyncOnDrop<'_>) -> Option<EventHandle> {
 
 impl<T> TrackedSlice<T> {
     /// Wraps `slice`; nothing is deferred yet.
-    pub(crate) fn new(slice: CudaSlice<T>) -> Self {
-        // cudarc hands the address out only with an access: one on the
-        // slice's own stream, whose record is not needed (no work uses it).
-        let (address, record) = slice.device_ptr(slice.stream());
+    pub(crate) fn new(mut slice: CudaSlice<T>) -> Self {
+        // cudarc hands the address and the write event out only with an
+        // access: one on the slice's own stream, whose record is not
+        // needed (no work uses it).
+        let stream = Arc::clone(slice.stream());
+        let (address, record) = slice.device_ptr_mut(&stream);
+        let write_event = recorded_event(&record);
         std::mem::forget(record);
         Self {
-            slice,
+            slice: ManuallyDrop::new(slice),
             address,
-            write_event: None,
+            write_event,
             pending: Mutex::new(None),
+            nccl_memory: None,
+        }
+    }
+
+    /// A slice of `len` elements over `memory` (allocated by NCCL, of at
+    /// least `len` elements of `T`), used on `stream`.
+    ///
+    /// # Errors
+    /// `memory` is smaller than `len` elements, or on another device than
+    /// `stream`'s.
+    pub(crate) fn in_nccl_memory(
+        memory: NcclMemory,
+        len: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<Self> {
+        let needed = len.saturating_mul(std::mem::size_of::<T>());
+        let ordinal = stream.context().ordinal();
+        if memory.bytes() < needed || memory.device().ordinal() != ordinal {
+            return Err(nccl_core::Error::InvalidArgument {
+                argument: "NCCL allocation",
+                expected: format!("at least {needed} bytes on device {ordinal}"),
+                given: format!(
+                    "{} bytes on device {}",
+                    memory.bytes(),
+                    memory.device().ordinal()
+                ),
+            }
+            .into());
+        }
+        // SAFETY: the address is NCCL's allocation of at least `len`
+        // elements (checked above) on the stream's device; it outlives the
+        // slice (kept in `nccl_memory`, dropped after the slice is leaked
+        // in `drop`), and cudarc never frees it: the slice is only ever
+        // leaked (`into_inner` refuses it).
+        let slice = unsafe { stream.upgrade_device_ptr::<T>(memory.address() as u64, len) };
+        let mut tracked = Self::new(slice);
+        tracked.nccl_memory = Some(Box::new(memory));
+        Ok(tracked)
+    }
+
+    /// The device address of the first element.
+    pub(crate) fn address(&self) -> sys::CUdeviceptr {
+        self.address
+    }
+
+    /// Whether the memory is NCCL's (`ncclMemAlloc`).
+    pub(crate) fn is_nccl_memory(&self) -> bool {
+        self.nccl_memory.is_some()
+    }
+
+    /// Whether an access from `stream` calls no driver function: cudarc is
+    /// not tracking, or the deferred accesses are on `stream` and a write
+    /// would find nothing to wait for.
+    pub(crate) fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        if !tracking(stream) || self.write_event.is_none() {
+            return true;
+        }
+        let pending = self.lock();
+        match access {
+            Access::Read => {
+                plan_read(pending.as_ref().map(|deferred| deferred.on(stream))) == ReadPlan::Direct
+            }
+            Access::Write => {
+                let deferred = pending
+                    .as_ref()
+                    .map(|deferred| (deferred.on(stream), deferred.foreign_read));
+                plan_write(deferred, self.write_event.is_some()) == WritePlan::Direct
+            }
         }
     }
 
@@ -226,6 +324,7 @@ impl<T> TrackedSlice<T> {
             address,
             write_event,
             pending,
+            ..
         } = self;
         let pending = pending.get_mut().unwrap_or_else(PoisonError::into_inner);
         let deferred = pending
@@ -346,14 +445,18 @@ impl<T> TrackedSlice<T> {
         self.slice.try_slice_mut(range)
     }
 
-    /// The cudarc slice, with every deferred access recorded.
-    pub(crate) fn into_inner(mut self) -> CudaSlice<T> {
+    /// The cudarc slice, with every deferred access recorded; `Err(self)`
+    /// for NCCL's memory, which cudarc must not free.
+    pub(crate) fn into_inner(mut self) -> std::result::Result<CudaSlice<T>, Self> {
+        if self.is_nccl_memory() {
+            return Err(self);
+        }
         self.flush();
-        let this = ManuallyDrop::new(self);
+        let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again, so the slice is
         // moved out exactly once; the other fields own nothing after the
-        // flush (an empty state and a plain handle).
-        unsafe { std::ptr::read(&this.slice) }
+        // flush (an empty state, a plain handle and no NCCL memory).
+        Ok(unsafe { ManuallyDrop::take(&mut this.slice) })
     }
 }
 
@@ -362,6 +465,15 @@ impl<T> Drop for TrackedSlice<T> {
         // cudarc frees the memory after its events: they must cover the
         // deferred accesses.
         self.flush();
+        // SAFETY: the slice is taken once, here, and never used again.
+        let slice = unsafe { ManuallyDrop::take(&mut self.slice) };
+        if self.nccl_memory.is_some() {
+            // The stream waits for every tracked access; `nccl_memory`,
+            // dropped after this, waits for the device and frees it.
+            let _ = slice.leak();
+        } else {
+            drop(slice);
+        }
     }
 }
 

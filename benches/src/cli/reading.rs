@@ -11,6 +11,7 @@ use clap::{CommandFactory, Parser};
 
 use super::Args;
 use crate::error::BenchError;
+use crate::layer::LayerKind;
 use crate::method::{Blocking, Method, Step};
 use crate::selection::Selection;
 
@@ -49,8 +50,10 @@ impl Args {
     /// How the run measures and reports.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for `-b` above `-e`, `-N 0`, or `-z 1`/`-z 2`
-    /// with `-G` (a graph capture cannot wait for the GPU).
+    /// [`BenchError::Usage`] for `-b` above `-e`, `-N 0`, `-z 1`/`-z 2`
+    /// with `-G` (a graph capture cannot wait for the GPU), or the group
+    /// layer with `-G` (the group does not capture operations on its own
+    /// stream; `group-caller` it does).
     pub fn method(&self) -> Result<Method, BenchError> {
         if self.min_bytes > self.max_bytes {
             return Err(BenchError::Usage(format!(
@@ -65,6 +68,14 @@ impl Args {
                 self.blocking
             ))
         })?;
+        if self.graph > 0 && self.layers().contains(&LayerKind::Group) {
+            return Err(BenchError::Usage(format!(
+                "-G {} with the group layer: a process group does not capture the operations it runs on its \
+                 own NCCL stream (StreamMode::Separate); use --layer group-caller, whose operations run on the \
+                 rank's stream and are captured",
+                self.graph
+            )));
+        }
         if self.graph > 0 {
             match blocking {
                 Blocking::WaitAndBarrier | Blocking::Wait => {
@@ -108,6 +119,19 @@ impl Args {
         if self.report_timestamps > 0 {
             notes.push("# note: -S 1: the timestamps are UTC".to_string());
         }
+        let register = self.unapplied.local_register == Some(1);
+        if register
+            && self
+                .layers()
+                .iter()
+                .any(|layer| layer.stream_mode().is_some())
+        {
+            notes.push(
+                "# note: -R 1 registers the buffers of the raw, core and tensor layers; the group layers' tensors \
+                 are copies of their own, made by cudarc and not registered"
+                    .to_string(),
+            );
+        }
         if self.no_rotate {
             notes.push(
                 "# note: --no-rotate: every iteration uses the same buffers (nccl-tests moves each to the next offset)"
@@ -125,6 +149,7 @@ impl Args {
             cpu_time: self.report_cputime > 0,
             timestamps: self.report_timestamps > 0,
             stream_null: self.stream_null > 0,
+            register,
             timeout: (self.timeout > 0).then(|| Duration::from_secs(u64::from(self.timeout))),
             output_file,
             notes,

@@ -276,12 +276,27 @@ fn method_flags_mean_what_they_mean_in_nccl_tests() {
             .any(|note| note.starts_with("# note: -m 4"))
     );
     assert!(method(&["-m", "4", "--layer", "raw"]).notes.is_empty());
+    // -R 1 is applied, and registers what the group layers do not use.
+    let registered = method(&["-R", "1", "--layer", "tensor"]);
+    assert!(registered.register && registered.notes.is_empty());
+    let group = method(&["-R", "1", "--layer", "group-caller"]);
+    assert!(group.register);
+    assert!(
+        group.notes[..]
+            == [
+                "# note: -R 1 registers the buffers of the raw, core and tensor layers; the group \
+                             layers' tensors are copies of their own, made by cudarc and not registered"
+            ],
+        "{:?}",
+        group.notes
+    );
+    assert!(!method(&["-R", "2"]).register);
     // Every note is one comment line.
     let noisy = method(&[
         "-p",
         "1",
         "-R",
-        "1",
+        "2",
         "-x",
         "2",
         "-D",
@@ -391,6 +406,18 @@ fn combinations_nccl_tests_refuses_or_nccl_perf_cannot_run() {
         "-z 1 waits for the GPU after each iteration",
     );
     refused(&["-z", "2", "-G", "5"], "-z 2");
+    refused(
+        &["--layer", "group", "-G", "5"],
+        "-G 5 with the group layer: a process group does not capture",
+    );
+    refused(
+        &["--compare", "tensor,group", "-G", "5"],
+        "use --layer group-caller",
+    );
+    assert_eq!(
+        method(&["--layer", "group-caller", "-G", "5"]).blocking,
+        Blocking::None
+    );
     // They read as clap's own errors.
     assert!(refused(&["-N", "0"], "-N").starts_with("error: -N 0"));
     // Roots are checked against the world once it is known.
@@ -502,4 +529,10 @@ fn process_flags_parse_as_nccl_tests() {
             "{bad:?} should be rejected"
         );
     }
+}
+
+#[test]
+fn a_flag_given_twice_takes_its_last_value_as_in_nccl_tests() {
+    let args = parse(&["-e", "256K", "-e", "1K", "-n", "5", "-n", "7"]);
+    assert_eq!((args.max_bytes, args.iters), (1024, 7));
 }

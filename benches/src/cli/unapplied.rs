@@ -10,8 +10,9 @@ pub struct Unapplied {
     #[arg(short = 'p', allow_negative_numbers = true, long = "parallel_init", value_name = "0|1", value_parser = clap::value_parser!(u8).range(0..=1))]
     pub parallel_init: Option<u8>,
 
-    /// nccl-tests: register the buffers locally (1) or symmetrically (2). Not implemented
-    /// yet (issue 18): the buffers are not registered.
+    /// nccl-tests: register the buffers locally (1) or symmetrically (2). 1 is applied
+    /// (`Method::register`: ncclMemAlloc and ncclCommRegister); 2 is not implemented,
+    /// and the buffers are not registered.
     #[arg(short = 'R', allow_negative_numbers = true, long = "local_register", value_name = "0|1|2", value_parser = clap::value_parser!(u8).range(0..=2))]
     pub local_register: Option<u8>,
 
@@ -54,7 +55,8 @@ pub struct Unapplied {
 
 impl Unapplied {
     /// One `# note:` line per flag given with a value that would change
-    /// what nccl-tests does (the off values, `-R 0` say, need none).
+    /// what nccl-tests does (the off values, `-R 0` say, need none; nor
+    /// `-R 1`, which is applied).
     pub fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         let mut note = |flag: &str, value: Option<String>, why: &str| {
@@ -70,8 +72,10 @@ impl Unapplied {
         );
         note(
             "R",
-            on(self.local_register),
-            "buffer registration is not implemented yet (issue 18); the buffers are not registered",
+            self.local_register
+                .filter(|&v| v == 2)
+                .map(|v| v.to_string()),
+            "symmetric registration (ncclCommWindowRegister) is not implemented; the buffers are not registered",
         );
         note(
             "x",
@@ -130,10 +134,9 @@ mod tests {
             ),
             (&["-p", "0"], "-p 0 has no effect here"),
             (
-                &["-R", "1"],
-                "-R 1 has no effect here: buffer registration is not implemented yet (issue 18)",
+                &["--local_register", "2"],
+                "-R 2 has no effect here: symmetric registration (ncclCommWindowRegister)",
             ),
-            (&["--local_register", "2"], "-R 2 has no effect"),
             (
                 &["-x", "0"],
                 "-x 0 has no effect here: nccl-core's communicator config",
@@ -159,9 +162,11 @@ mod tests {
             assert!(notes[0].contains(says), "{flags:?}: {notes:?}");
             assert!(!notes[0].contains('\n'));
         }
-        // Off values change nothing in nccl-tests either: no note.
+        // Off values change nothing in nccl-tests either: no note; -R 1
+        // is applied.
         for flags in [
             &["-R", "0"][..],
+            &["-R", "1"],
             &["-D", "0"],
             &["-M", "0"],
             &["-I", "0"],
@@ -171,7 +176,7 @@ mod tests {
         }
         assert_eq!(
             notes(&[
-                "-p", "1", "-R", "1", "-x", "1", "-D", "1", "-V", "8", "-M", "1", "-I", "1", "-K",
+                "-p", "1", "-R", "2", "-x", "1", "-D", "1", "-V", "8", "-M", "1", "-I", "1", "-K",
                 "2"
             ])
             .len(),

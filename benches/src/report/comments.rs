@@ -401,7 +401,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("(nccl-tests' rotation)"), "{text}");
-        assert!(text.contains("# note: -R 1 has no effect here"), "{text}");
+        assert!(!text.contains("-R 1"), "-R 1 is applied: {text}");
         let header = collective_header(Collective::AllReduce, &plan, &machine);
         assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
         // Without rotation, the timing line says nothing of it.

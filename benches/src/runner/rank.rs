@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::barrier::RankBarrier;
 use super::meeting::Meeting;
 use super::plan::Plan;
-use crate::buffers::DeviceBuffers;
+use crate::buffers::{DeviceBuffers, Memory};
 use crate::check::{CheckData, CheckSetup, count_wrong};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -193,6 +193,7 @@ fn run_rank(
         let measuring = Measuring {
             rank,
             plan,
+            comm: &comm,
             stream: &stream,
             barrier: &barrier,
             sender,
@@ -249,6 +250,17 @@ fn bind<'s>(
     unsafe { layer.bind(call, buffers) }
 }
 
+/// A rank's buffers for one element type: with `-R 1`, registered with its
+/// communicator (the registrations are declared first, so they are
+/// dropped, and the buffers deregistered, before the memory is freed).
+struct Held<'c> {
+    /// Held only to be dropped first.
+    _registrations: Vec<nccl_core::Registration<'c>>,
+    buffers: DeviceBuffers,
+    /// Elements each buffer holds for the rotation (without `-u`'s).
+    capacity: usize,
+}
+
 /// The barrier before each timed batch, as a rank that misses it is told.
 const BEFORE_BATCH: &str = "the barrier before a timed batch";
 
@@ -257,12 +269,14 @@ const BEFORE_BATCH: &str = "the barrier before a timed batch";
 struct Measuring<'a> {
     rank: usize,
     plan: &'a Plan,
+    /// The rank's communicator, which `-R 1` registers the buffers with.
+    comm: &'a nccl_tensor::Communicator,
     stream: &'a Arc<CudaStream>,
     barrier: &'a RankBarrier<'a>,
     sender: &'a Sender<Message>,
 }
 
-impl Measuring<'_> {
+impl<'a> Measuring<'a> {
     /// Every row and mode of `collective` (the `index`-th of the plan)
     /// through every layer, on buffers allocated once per element type,
     /// for the largest size (`-e` bytes each, as nccl-tests allocates them).
@@ -274,10 +288,12 @@ impl Measuring<'_> {
     ) -> Result<(), BenchError> {
         let (plan, stream) = (self.plan, self.stream);
         let rows = plan.rows(collective);
-        let mut held: Option<(DeviceBuffers, usize)> = None;
+        let mut held: Option<Held<'_>> = None;
         for (row_index, spec) in rows.iter().enumerate() {
-            let (buffers, capacity) = match held.take() {
-                Some(same) if same.0.dtype() == spec.dtype => held.insert(same),
+            let Held {
+                buffers, capacity, ..
+            } = match held.take() {
+                Some(same) if same.buffers.dtype() == spec.dtype => held.insert(same),
                 other => {
                     // Free the last type's buffers before allocating the next.
                     if let Some(last) = other {
@@ -336,12 +352,9 @@ impl Measuring<'_> {
     }
 
     /// Buffers for the rows of `spec`'s element type among `rows`, and
-    /// the elements each holds for the rotation (without `-u`'s).
-    fn alloc(
-        &self,
-        rows: &[RowSpec],
-        spec: &RowSpec,
-    ) -> Result<(DeviceBuffers, usize), BenchError> {
+    /// the elements each holds for the rotation (without `-u`'s); with
+    /// `-R 1`, NCCL's memory, registered with the rank's communicator.
+    fn alloc(&self, rows: &[RowSpec], spec: &RowSpec) -> Result<Held<'a>, BenchError> {
         let method = &self.plan.method;
         let largest = rows
             .iter()
@@ -350,8 +363,37 @@ impl Measuring<'_> {
             .max()
             .unwrap_or(0);
         let capacity = method.capacity_elems(spec.dtype.size_bytes(), largest);
-        let buffers = DeviceBuffers::alloc(spec.dtype, capacity + method.unalign, self.stream)?;
-        Ok((buffers, capacity))
+        let memory = if method.register {
+            Memory::Nccl
+        } else {
+            Memory::Cudarc
+        };
+        let buffers =
+            DeviceBuffers::alloc_in(spec.dtype, capacity + method.unalign, self.stream, memory)?;
+        let registrations = if method.register {
+            let (send, recv) = buffers.addresses(self.stream);
+            [send, recv]
+                .into_iter()
+                .map(|address| {
+                    // SAFETY: `address` is the start of one of `buffers`'
+                    // two allocations of `bytes()` bytes on the rank's
+                    // device; `Held` drops its registrations before its
+                    // buffers, so the memory outlives them.
+                    unsafe {
+                        self.comm
+                            .core()
+                            .register(address as *mut std::ffi::c_void, buffers.bytes())
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(Held {
+            _registrations: registrations,
+            buffers,
+            capacity,
+        })
     }
 
     /// The places the calls of `spec` rotate through in buffers of

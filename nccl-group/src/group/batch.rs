@@ -192,6 +192,7 @@ impl ProcessGroup {
             count: buffers.iter().map(GroupBuffers::input_len).sum(),
             peer: None,
             point_to_point: ops.iter().all(Op::is_point_to_point),
+            capturable: true,
         };
         let device = stream.context().ordinal();
         self.run_one(
@@ -238,6 +239,7 @@ impl ProcessGroup {
             count: input.len(),
             peer: None,
             point_to_point: false,
+            capturable: true,
         };
         let device = stream.context().ordinal();
         self.run_one(
@@ -282,6 +284,7 @@ impl ProcessGroup {
             count: inputs.iter().map(Tensor::len).sum(),
             peer: None,
             point_to_point: false,
+            capturable: true,
         };
         let device = stream.context().ordinal();
         self.run_one(

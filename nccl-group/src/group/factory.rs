@@ -166,6 +166,26 @@ pub struct NcclFactory {
     pub(super) options: GroupOptions,
 }
 
+impl NcclFactory {
+    /// The streams and events of device `ordinal`, made on first use.
+    fn pool(&self, ordinal: usize) -> Result<Arc<DevicePool>> {
+        self.pools.get_or_create(&ordinal, |&ordinal| {
+            DevicePool::new(
+                Device::new(ordinal)?,
+                self.options.streams_per_device,
+                self.options.high_priority,
+            )
+        })
+    }
+}
+
+impl super::ProcessGroup {
+    /// The group's streams and events of device `ordinal`.
+    pub(super) fn device_pool(&self, ordinal: usize) -> Result<Arc<DevicePool>> {
+        self.inner.cache.factory().pool(ordinal)
+    }
+}
+
 impl CommFactory for NcclFactory {
     type Comms = LocalComms;
 
@@ -187,15 +207,7 @@ impl CommFactory for NcclFactory {
         let pools = key
             .devices()
             .iter()
-            .map(|ordinal| {
-                self.pools.get_or_create(&ordinal, |&ordinal| {
-                    DevicePool::new(
-                        Device::new(ordinal)?,
-                        self.options.streams_per_device,
-                        self.options.high_priority,
-                    )
-                })
-            })
+            .map(|ordinal| self.pool(ordinal))
             .collect::<Result<Vec<_>>>()?;
         let devices: Vec<Device> = pools.iter().map(|pool| pool.device().clone()).collect();
         let timeout = self.options.timeout;

@@ -294,6 +294,14 @@ impl Watched for Inner {
         if self.state.load(Ordering::Acquire) != LIVE {
             return;
         }
+        if !self.tracker.is_empty() {
+            // Polling an event while another thread captures a CUDA graph
+            // in the global mode would invalidate that capture; this
+            // thread opts out of it (once, and only once there is work to
+            // poll, so the driver is initialised by then). Failing, it
+            // polls all the same, as before graphs existed.
+            let _ = nccl_core::exempt_thread_from_global_captures();
+        }
         let verdict = self.tracker.scan(now, |seq| {
             self.recorder.finish(seq, OpState::Completed, now);
         });

@@ -14,11 +14,13 @@ use nccl_core::{DataType, ErrorChain, Group, Op, Status};
 use nccl_tensor::{Communicator, checks};
 
 use super::GroupBuffers;
+use super::capture::{self, Uncapturable};
 use super::health::Finish;
 use super::{CommMode, LocalComms, Member, OpResult, ProcessGroup, StreamMode};
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::FailureCause;
 use crate::key::{CommKey, DeviceList};
+use crate::pool::DevicePool;
 use crate::recorder::{OpDescription, OpState};
 use crate::watchdog::PendingOp;
 use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
@@ -33,10 +35,12 @@ pub(super) struct OpInfo {
     /// Sends and receives only, which every rank need not issue: no
     /// collective sequence number, even on the collective communicator.
     pub(super) point_to_point: bool,
+    /// Whether it may be captured in a CUDA graph (all but the barrier).
+    pub(super) capturable: bool,
 }
 
 impl OpInfo {
-    /// An operation with no typed buffers (the barrier, a custom one).
+    /// An operation with no typed buffers (a custom one, a graph's replay).
     pub(super) fn untyped(op: &'static str) -> Self {
         Self {
             op,
@@ -44,6 +48,7 @@ impl OpInfo {
             count: 0,
             peer: None,
             point_to_point: false,
+            capturable: true,
         }
     }
 }
@@ -127,6 +132,7 @@ impl ProcessGroup {
                 .rank_argument()
                 .and_then(|(_, rank)| usize::try_from(rank).ok()),
             point_to_point: op.is_point_to_point(),
+            capturable: true,
         }
     }
 
@@ -141,7 +147,9 @@ impl ProcessGroup {
     /// With the buffers handed back ([`OpResult`]): an aborted, destroyed
     /// or failed group, a send's or receive's peer that is not another
     /// process, a failed rendezvous, a failed argument check
-    /// ([`nccl_tensor::Plan::new`]), or NCCL's error.
+    /// ([`nccl_tensor::Plan::new`]), NCCL's error, or, on a stream being
+    /// captured into a CUDA graph, an operation the group does not capture
+    /// ([`GroupError::Capture`], with its [`Uncapturable`] reason).
     pub fn issue<B: GroupBuffers>(
         &self,
         op: Op<'static>,
@@ -235,7 +243,7 @@ impl ProcessGroup {
     /// Notes an operation NCCL accepted, issued at `now`, in the flight
     /// recorder (its sequence numbers). Operations refused by a check are
     /// not recorded, so every rank numbers the same collectives alike.
-    fn record(&self, info: OpInfo, key: &CommKey, now: Instant) -> u64 {
+    pub(super) fn record(&self, info: OpInfo, key: &CommKey, now: Instant) -> u64 {
         let description = OpDescription {
             op: info.op,
             dtype: info.dtype,
@@ -252,7 +260,7 @@ impl ProcessGroup {
     /// so the tracker holds the operations in the order their ends were
     /// recorded on each stream, which lets it reap a backlog on one stream
     /// with a binary search (see `watchdog::tracker::reap`).
-    fn track(
+    pub(super) fn track(
         &self,
         seq: u64,
         enqueued: Instant,
@@ -287,7 +295,9 @@ impl ProcessGroup {
 
     /// Enqueues one operation on one local device: the NCCL stream waits
     /// for the caller's stream (unless the operation runs on the caller's
-    /// stream), `issue` enqueues, an end event is recorded.
+    /// stream), `issue` enqueues, an end event is recorded. On a caller's
+    /// stream being captured, the operation is captured instead
+    /// ([`ProcessGroup::run_captured`]).
     pub(super) fn run_one<B: WorkBuffers>(
         &self,
         info: OpInfo,
@@ -297,6 +307,11 @@ impl ProcessGroup {
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<B> {
+        match self.capture_status(info.op, caller) {
+            Ok(false) => {}
+            Ok(true) => return self.run_captured(info, key, device, buffers, caller, issue),
+            Err(error) => return Err(self.failed_op(error, buffers)),
+        }
         // Set once NCCL accepted the operation: its sequence number and the
         // stream it is on.
         let mut issued: Option<(u64, Arc<CudaStream>)> = None;
@@ -389,6 +404,9 @@ impl ProcessGroup {
             }
             for (caller, device) in callers.iter().zip(devices.iter()) {
                 check_stream(info.op, caller, device)?;
+                if self.capture_status(info.op, caller)? {
+                    return Err(capture::refused(info.op, Uncapturable::SeveralDevices));
+                }
             }
             let count = devices.len();
             let key = route.key(devices);
@@ -457,7 +475,7 @@ impl ProcessGroup {
 
     /// The error of an operation that failed before it was enqueued, with
     /// its buffers.
-    fn failed_op<B>(&self, error: GroupError, buffers: B) -> Box<OpError<B>> {
+    pub(super) fn failed_op<B>(&self, error: GroupError, buffers: B) -> Box<OpError<B>> {
         Box::new(OpError {
             error: self.classify(error),
             buffers,
@@ -468,7 +486,12 @@ impl ProcessGroup {
     /// it is in flight with no end to track, so the group fails (its
     /// communicators are aborted, which ends the operation); the buffers
     /// come back with their release ordered after it.
-    fn failed_in_flight<B>(&self, error: GroupError, seq: u64, buffers: B) -> Box<OpError<B>> {
+    pub(super) fn failed_in_flight<B>(
+        &self,
+        error: GroupError,
+        seq: u64,
+        buffers: B,
+    ) -> Box<OpError<B>> {
         self.inner
             .recorder
             .finish(seq, OpState::Failed, Instant::now());
@@ -494,7 +517,7 @@ fn order_after_stream<B: WorkBuffers>(buffers: &B, stream: &CudaStream) {
 /// The caller's stream must be on the buffers' device (nccl-tensor's
 /// check and error: the stream is used for the event handoff before the
 /// operation is planned).
-fn check_stream(op: &'static str, caller: &CudaStream, device: usize) -> Result<()> {
+pub(super) fn check_stream(op: &'static str, caller: &CudaStream, device: usize) -> Result<()> {
     Ok(checks::stream(op, caller.context().ordinal(), device)?)
 }
 
@@ -516,16 +539,25 @@ fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
 /// the caller's stream waits for it in [`Work::wait`] unless it is that
 /// stream.
 fn end_event(member: &Member, stream: &Arc<CudaStream>, caller: &Arc<CudaStream>) -> Result<End> {
-    let event = member.pool.event()?;
+    end_event_in(&member.pool, stream, caller)
+}
+
+/// [`end_event`] with an event of `pool`.
+pub(super) fn end_event_in(
+    pool: &Arc<DevicePool>,
+    stream: &Arc<CudaStream>,
+    caller: &Arc<CudaStream>,
+) -> Result<End> {
+    let event = pool.event()?;
     match event.record(stream) {
         Ok(()) => Ok(End {
-            pool: Arc::clone(&member.pool),
+            pool: Arc::clone(pool),
             event,
             stream: Arc::clone(stream),
             caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
         }),
         Err(error) => {
-            member.pool.give_back(event);
+            pool.give_back(event);
             Err(GroupError::cuda("recording the end event")(error))
         }
     }

@@ -17,7 +17,11 @@ impl ProcessGroup {
     /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](super::GroupOptions::dump_dir)).
     /// On a group that already failed, waits (bounded) until the failure's
     /// own abort of the communicators has finished; a no-op on a group
-    /// already aborted or destroyed.
+    /// already aborted or destroyed. NCCL finishes aborting a communicator
+    /// only once every CUDA graph that captured it is destroyed: with a
+    /// [`GroupGraph`](crate::GroupGraph) alive this reports
+    /// [`GroupError::AbortStalled`], and the abort completes when the graph
+    /// is dropped.
     ///
     /// # Errors
     /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
@@ -75,9 +79,18 @@ impl ProcessGroup {
     /// helper thread for that); past it the communicator is aborted.
     ///
     /// # Errors
-    /// An aborted group, or a communicator failing to finalize in time (it
-    /// is then aborted).
+    /// An aborted group, graphs of the group still alive
+    /// ([`GroupError::GraphsAlive`]: drop them first; the group stays
+    /// live), or a communicator failing to finalize in time (it is then
+    /// aborted).
     pub fn destroy(&self) -> Result<()> {
+        let graphs = self.inner.captures.live_graphs();
+        if graphs > 0 {
+            return Err(GroupError::GraphsAlive {
+                name: self.name().to_string(),
+                graphs,
+            });
+        }
         if self
             .inner
             .state

@@ -134,12 +134,17 @@ impl ProcessGroup {
 
     /// Synchronises every process: work queued on `stream` after the
     /// returned work's `wait()` starts once all have reached the barrier.
+    /// Never captured in a CUDA graph
+    /// ([`Uncapturable::Barrier`](crate::Uncapturable::Barrier)).
     ///
     /// # Errors
     /// As [`ProcessGroup::issue`].
     pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Work<()>> {
         let device = stream.context().ordinal();
-        let info = OpInfo::untyped("barrier");
+        let info = OpInfo {
+            capturable: false,
+            ..OpInfo::untyped("barrier")
+        };
         self.run_one(info, CommKey::Collective, device, (), stream, |c, s, _| {
             c.barrier(s)
         })
