@@ -259,12 +259,58 @@ fn manifest_checks() -> Result<()> {
 /// cargo builds each packaged crate against the others' packages.
 fn package() -> Result<()> {
     let names = manifests::publishable_members(&manifests::load()?)?;
+    forget_earlier_packages(&names)?;
     let mut args = os_strings(&["package"]);
     for name in &names {
         args.extend([OsString::from("-p"), OsString::from(name)]);
     }
     println!("cargo {}", args.join(" ".as_ref()).to_string_lossy());
     run_cargo(&args, &[])
+}
+
+/// Removes what earlier `cargo package` runs left of `names` in cargo's
+/// home: cargo verifies each package against the others through a
+/// temporary registry (its folders under `registry/src` and
+/// `registry/cache` are named `-<hash>`), and it reuses a crate unpacked
+/// there before under the same version, so a second run on one machine
+/// would verify against the first run's sources.
+fn forget_earlier_packages(names: &[String]) -> Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".cargo"))
+        });
+    let Some(home) = home else {
+        return Ok(());
+    };
+    for kind in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
+            continue;
+        };
+        for registry in registries.flatten() {
+            if !registry.file_name().to_string_lossy().starts_with('-') {
+                continue;
+            }
+            for entry in std::fs::read_dir(registry.path())?.flatten() {
+                let file = entry.file_name().to_string_lossy().into_owned();
+                let ours = names.iter().any(|name| {
+                    file.strip_prefix(name.as_str())
+                        .and_then(|rest| rest.strip_prefix('-'))
+                        .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+                });
+                if ours {
+                    let path = entry.path();
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    removed.map_err(|e| format!("could not remove {}: {e}", path.display()))?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn run_cargo(args: &[OsString], env: &[(&'static str, OsString)]) -> Result<()> {
