@@ -106,19 +106,7 @@ fn a_real_torchrun_launch_reads_as_torchrun() {
         .stdout(Stdio::null())
         .spawn()
         .expect("starting torchrun");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            child.kill().ok();
-            child.wait().ok();
-            panic!("torchrun did not finish within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(status.success(), "torchrun: {status}");
+    finish_within_deadline(&mut child, "torchrun --standalone of env dumps");
 
     let record_dir = std::env::var_os("NCCL_RECORD_LAUNCH_ENVS").map(PathBuf::from);
     let mut namespaces = Vec::new();
@@ -147,6 +135,24 @@ fn a_real_torchrun_launch_reads_as_torchrun() {
     assert_eq!(namespaces[0], namespaces[1], "both workers, one namespace");
 }
 
+/// Waits for torchrun (`what`) to exit successfully within [`DEADLINE`],
+/// killing it past that.
+fn finish_within_deadline(child: &mut std::process::Child, what: &str) {
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{what} did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{what}: {status}");
+}
+
 /// A free TCP port on loopback, for torchrun's static rendezvous.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -172,19 +178,7 @@ fn run_workers(torchrun: &Path, mode_args: &[String]) {
         ])
         .spawn()
         .expect("starting torchrun");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            child.kill().ok();
-            child.wait().ok();
-            panic!("torchrun {mode_args:?} did not finish within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(status.success(), "torchrun {mode_args:?}: {status}");
+    finish_within_deadline(&mut child, &format!("torchrun {mode_args:?}"));
 }
 
 /// Under a real torchrun, static and `--standalone` rendezvous alike, both
