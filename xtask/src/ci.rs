@@ -28,6 +28,7 @@
 //! the fuzz target's entry point over 200k seeded inputs in `cargo test`.
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{Result, bindgen, manifests, workspace_root};
@@ -258,9 +259,15 @@ fn manifest_checks() -> Result<()> {
 /// `cargo package -p A -p B ...` of the publishable members, verified:
 /// cargo builds each packaged crate against the others' packages.
 fn package() -> Result<()> {
-    let names = manifests::publishable_members(&manifests::load()?)?;
-    forget_earlier_packages(&names)?;
-    let mut args = os_strings(&["package"]);
+    let metadata = manifests::load()?;
+    let names = manifests::publishable_members(&metadata)?;
+    let target = metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or("cargo metadata names no target_directory")?;
+    forget_earlier_packages(&target, &names)?;
+    let mut args = os_strings(&["package", "--target-dir"]);
+    args.push(target.join(PACKAGE_TARGET).into_os_string());
     for name in &names {
         args.extend([OsString::from("-p"), OsString::from(name)]);
     }
@@ -268,46 +275,73 @@ fn package() -> Result<()> {
     run_cargo(&args, &[])
 }
 
-/// Removes what earlier `cargo package` runs left of `names` in cargo's
-/// home: cargo verifies each package against the others through a
-/// temporary registry (its folders under `registry/src` and
-/// `registry/cache` are named `-<hash>`), and it reuses a crate unpacked
-/// there before under the same version, so a second run on one machine
-/// would verify against the first run's sources.
-fn forget_earlier_packages(names: &[String]) -> Result<()> {
+/// The target folder `cargo package` verifies in: its own, so that what it
+/// compiles from its temporary registry never mixes with the workspace's
+/// builds.
+const PACKAGE_TARGET: &str = "package-verify";
+
+/// Removes what earlier `cargo package` runs left of `names`. cargo
+/// verifies each package against the others through a temporary registry
+/// and treats a registry crate of an unchanged version as unchanged: it
+/// reuses what it unpacked (cargo's home, `registry/{src,cache}/-<hash>`)
+/// and compiled (`PACKAGE_TARGET`'s fingerprints and artifacts named after
+/// the crate), so a second run on one machine would verify against the
+/// first run's sources.
+fn forget_earlier_packages(target: &Path, names: &[String]) -> Result<()> {
     let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".cargo"))
-        });
-    let Some(home) = home else {
-        return Ok(());
-    };
-    for kind in ["src", "cache"] {
-        let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    let mut folders: Vec<PathBuf> = Vec::new();
+    if let Some(home) = home {
+        for kind in ["src", "cache"] {
+            let Ok(registries) = std::fs::read_dir(home.join("registry").join(kind)) else {
+                continue;
+            };
+            folders.extend(
+                registries
+                    .flatten()
+                    .filter(|r| r.file_name().to_string_lossy().starts_with('-'))
+                    .map(|r| r.path()),
+            );
+        }
+    }
+    let built = target.join(PACKAGE_TARGET).join("debug");
+    folders.extend([
+        built.join(".fingerprint"),
+        built.join("deps"),
+        built.join("build"),
+    ]);
+    // Artifacts use the crate name with `_`, fingerprints and sources with `-`.
+    let stems: Vec<String> = names
+        .iter()
+        .flat_map(|name| {
+            [
+                name.clone(),
+                name.replace('-', "_"),
+                format!("lib{}", name.replace('-', "_")),
+            ]
+        })
+        .collect();
+    for folder in folders {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
             continue;
         };
-        for registry in registries.flatten() {
-            if !registry.file_name().to_string_lossy().starts_with('-') {
+        for entry in entries.flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            let ours = stems.iter().any(|stem| {
+                file.strip_prefix(stem.as_str())
+                    .is_some_and(|rest| rest.starts_with(['-', '.']))
+            });
+            if !ours {
                 continue;
             }
-            for entry in std::fs::read_dir(registry.path())?.flatten() {
-                let file = entry.file_name().to_string_lossy().into_owned();
-                let ours = names.iter().any(|name| {
-                    file.strip_prefix(name.as_str())
-                        .and_then(|rest| rest.strip_prefix('-'))
-                        .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
-                });
-                if ours {
-                    let path = entry.path();
-                    let removed = if path.is_dir() {
-                        std::fs::remove_dir_all(&path)
-                    } else {
-                        std::fs::remove_file(&path)
-                    };
-                    removed.map_err(|e| format!("could not remove {}: {e}", path.display()))?;
-                }
-            }
+            let path = entry.path();
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(|e| format!("could not remove {}: {e}", path.display()))?;
         }
     }
     Ok(())

@@ -289,6 +289,35 @@ impl StoreError {
         }
     }
 
+    /// What an I/O error `e` on the connection to `addr` during `op` means:
+    /// a timeout is [`StoreError::Unresponsive`] after `waited`, a closed
+    /// connection [`StoreError::ConnectionClosed`], anything else
+    /// [`StoreError::Io`] with `context`.
+    pub(crate) fn on_connection(
+        addr: &str,
+        op: &str,
+        e: io::Error,
+        waited: Duration,
+        context: impl FnOnce() -> String,
+    ) -> Self {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => StoreError::Unresponsive {
+                addr: addr.to_owned(),
+                op: op.to_owned(),
+                waited,
+            },
+            io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::NotConnected => StoreError::ConnectionClosed {
+                addr: addr.to_owned(),
+                op: op.to_owned(),
+            },
+            _ => StoreError::io(context(), e),
+        }
+    }
+
     /// What kind of failure this is:
     ///
     /// | Variant | Kind |

@@ -304,22 +304,9 @@ impl TcpStore {
     }
 
     fn io_error(&self, op: &str, e: io::Error, waited: Duration) -> StoreError {
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => StoreError::Unresponsive {
-                addr: self.addr.clone(),
-                op: op.to_owned(),
-                waited,
-            },
-            io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::NotConnected => StoreError::ConnectionClosed {
-                addr: self.addr.clone(),
-                op: op.to_owned(),
-            },
-            _ => StoreError::io(format!("{op} on the {}", self.describe()), e),
-        }
+        StoreError::on_connection(&self.addr, op, e, waited, || {
+            format!("{op} on the {}", self.describe())
+        })
     }
 
     fn remote_error(&self, op: &str, response: Response) -> StoreError {
