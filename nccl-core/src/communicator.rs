@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::library::check;
 use crate::reduce_op::PreMulSum;
 
-pub use register::Registration;
+pub use register::{DetachedRegistration, Registration};
 
 mod init;
 mod raw;

@@ -54,7 +54,7 @@ mod trace;
 mod unique_id;
 
 pub use capture::{CaptureStatus, capture_status, exempt_thread_from_global_captures};
-pub use communicator::{AbortHandle, Communicator, Registration};
+pub use communicator::{AbortHandle, Communicator, DetachedRegistration, Registration};
 pub use config::{Config, DEFAULT_TIMEOUT, RawConfig};
 pub use cudarc;
 pub use cudarc::driver::{CudaEvent, CudaStream};

@@ -9,7 +9,7 @@
 //! operation owns), `issue` (the engine they
 //! share: routing, stream handoff, recorder, watchdog tracking, errors),
 //! `capture` and `graph` (operations captured in CUDA graphs, the graphs'
-//! replays), `lifecycle` (abort and destroy), `factory` (creating
+//! replays), `register` (buffers registered with the communicators), `lifecycle` (abort and destroy), `factory` (creating
 //! communicators) and `health` (failing the group, the watchdog's view).
 
 mod batch;
@@ -22,18 +22,20 @@ mod issue;
 mod lifecycle;
 mod ops;
 pub mod options;
+mod register;
 
 use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub use batch::{Coalesced, P2POp};
-pub use buffers::GroupBuffers;
+pub use buffers::{GroupBuffers, GroupTensor};
 pub(crate) use capture::Keeper;
 pub use capture::{GraphCapture, Uncapturable};
 pub(crate) use factory::{LocalComms, Member, NcclFactory};
 pub use graph::GroupGraph;
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
+pub use register::GroupRegistered;
 
 use crate::cache::OnceMap;
 use crate::comms::{CommCache, Membership};

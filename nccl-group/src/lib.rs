@@ -54,7 +54,8 @@ pub use error::{GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
     Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
-    GroupGraph, GroupOptions, OpResult, P2POp, ProcessGroup, StreamMode, Uncapturable,
+    GroupGraph, GroupOptions, GroupRegistered, GroupTensor, OpResult, P2POp, ProcessGroup,
+    StreamMode, Uncapturable,
 };
 pub use key::MAX_LOCAL_DEVICES;
 pub use nccl_core::ErrorKind;

@@ -10,7 +10,7 @@ use nccl_tensor::{Access, AnyTensor, NcclType, Tensor, TypedBuffer};
 
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
-use crate::group::Keeper;
+use crate::group::{GroupRegistered, Keeper};
 use crate::pool::DevicePool;
 use crate::watchdog::{Completion, Progress};
 
@@ -61,6 +61,16 @@ impl WorkBuffers for AnyTensor {
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         AnyTensor::is_settled_on(self, stream, access)
+    }
+}
+
+impl<B: WorkBuffers> WorkBuffers for GroupRegistered<B> {
+    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
+        (**self).order_after(event)
+    }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        (**self).is_settled_on(stream, access)
     }
 }
 

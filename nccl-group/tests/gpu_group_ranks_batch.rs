@@ -19,14 +19,11 @@
 use nccl_core::{Op, ReduceOp};
 use nccl_group::{P2POp, ProcessGroup};
 use nccl_tensor::{AnyTensor, Tensor};
-use nccl_test_support::group::ranks::{COMM_MODES, RankContext, STREAM_MODES, join, tcp_store};
-use nccl_test_support::group::{destroy, done, refused};
+use nccl_test_support::group::ranks::{RankContext, What, each_mode};
+use nccl_test_support::group::{done, refused};
 use nccl_test_support::tensor::routing::Routing;
 use nccl_test_support::tensor::world::{all_values, rank_values};
 use nccl_test_support::tensor::{Elem, assert_same, download, poisoned, upload};
-
-/// `rank r of N: <op> (<mode> communicators, <stream> stream)`.
-type What<'a> = &'a dyn Fn(&str) -> String;
 
 /// A ring: send to the next process, receive from the previous.
 fn ring(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
@@ -253,31 +250,6 @@ fn uneven<T: Elem>(ctx: &RankContext, group: &ProcessGroup, routing: Routing, wh
             &routing.block::<T>(src, me),
             &format!("{w}: from process {src}"),
         );
-    }
-}
-
-/// Runs `check` on a group of each communicator mode, through a handle on
-/// each stream mode.
-fn each_mode(name: &str, check: impl Fn(&RankContext, &ProcessGroup, What<'_>)) {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    let store = tcp_store(&ctx);
-    for mode in COMM_MODES {
-        let group = join(&ctx, &format!("{name}-{mode:?}"), &store, mode);
-        for stream_mode in STREAM_MODES {
-            let handle = group.with_stream_mode(stream_mode);
-            let what = |op: &str| {
-                format!(
-                    "{}: {op} ({mode:?} communicators, {stream_mode:?} stream)",
-                    ctx.label()
-                )
-            };
-            check(&ctx, &handle, &what);
-        }
-        ctx.stream.synchronize().expect("synchronize");
-        destroy(&group);
-        ctx.meet(&format!("{name}-{mode:?}-done"));
     }
 }
 

@@ -71,7 +71,7 @@ pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;
-pub use registered::Registered;
+pub use registered::{CommAccess, Registered};
 pub use tracked::Access;
 
 /// What most programs name: `use nccl_tensor::prelude::*;`. The errors stay

@@ -1,23 +1,30 @@
 //! [`Registered`]: a buffer registered with a communicator for as long as
-//! both live, usable in every operation.
+//! both live, usable in every operation; [`CommAccess`]: how it reaches
+//! the communicator again to deregister.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::CudaStream;
+
+use nccl_core::DetachedRegistration;
 
 use crate::buffer::{BufferDesc, TypedBuffer, TypedBufferMut, sealed};
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::tracked::Access;
 
+mod access_sealed {
+    pub trait Sealed {}
+}
+
 /// A buffer registered with a communicator (`ncclCommRegister`, see
-/// [`nccl_core::Registration`]), made by [`Communicator::register`]. It
-/// owns the buffer and borrows the communicator, so the memory cannot be
-/// freed, nor the communicator destroyed, while NCCL holds the
-/// registration; dropping it deregisters the buffer, then drops the
-/// buffer. Pass `&mut registered` (or `&registered` as an input) to any
-/// operation: NCCL uses the registration for the operations whose buffers
+/// [`nccl_core::Registration`]), made by [`Communicator::register`] or
+/// [`Registered::shared`]. It owns the buffer and borrows the communicator
+/// (or shares it: `H`, [`CommAccess`]), so the memory cannot be freed, nor
+/// the communicator destroyed, while NCCL holds the registration; dropping
+/// it deregisters the buffer, then drops the buffer. Pass `&mut registered`
+/// (or `&registered` as an input) to any operation: NCCL uses the registration for the operations whose buffers
 /// are all registered.
 ///
 /// It reads as the buffer ([`Deref`](std::ops::Deref)), but hands out no
@@ -49,19 +56,110 @@ use crate::tracked::Access;
 /// # Ok(()) }
 /// ```
 #[must_use = "the buffer is deregistered when the registration is dropped"]
-pub struct Registered<'c, B> {
+pub struct Registered<H: CommAccess, B> {
     // Declared first: dropped (deregistered) before the buffer is freed.
-    registration: nccl_core::Registration<'c>,
+    guard: Guard<H>,
     buffer: B,
 }
 
-impl<B: std::fmt::Debug> std::fmt::Debug for Registered<'_, B> {
+/// Where a [`Registered`] buffer's communicator is, to deregister it
+/// there: borrowed (`&Communicator`, made by [`Communicator::register`]),
+/// or shared behind a lock (`Arc<Mutex<Communicator>>`, made by
+/// [`Registered::shared`], which keeps the communicator alive until the
+/// buffer is deregistered; nccl-group registers through it). Sealed: the
+/// registration's soundness rests on deregistering with the communicator
+/// that registered.
+pub trait CommAccess: access_sealed::Sealed {
+    /// Runs `f` on the communicator, with the exclusion NCCL calls on it
+    /// need.
+    #[doc(hidden)]
+    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> R;
+}
+
+impl access_sealed::Sealed for &Communicator {}
+
+impl CommAccess for &Communicator {
+    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> R {
+        f(self)
+    }
+}
+
+impl access_sealed::Sealed for Arc<Mutex<Communicator>> {}
+
+impl CommAccess for Arc<Mutex<Communicator>> {
+    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> R {
+        // A panic elsewhere while holding the lock leaves the communicator
+        // as usable as NCCL left it.
+        f(&self.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The registration, deregistered through `access` when dropped.
+struct Guard<H: CommAccess> {
+    access: H,
+    /// `None` once deregistered.
+    registration: Option<DetachedRegistration>,
+}
+
+impl<H: CommAccess> Guard<H> {
+    fn deregister(&mut self) -> Result<()> {
+        match self.registration.take() {
+            Some(registration) => Ok(self
+                .access
+                .with_comm(|comm| comm.core().deregister(registration))?),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<H: CommAccess> Drop for Guard<H> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; `into_inner` reports them.
+        let _ = self.deregister();
+    }
+}
+
+impl<H: CommAccess, B: std::fmt::Debug> std::fmt::Debug for Registered<H, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registered")
             .field("buffer", &self.buffer)
-            .field("registration", &self.registration)
+            .field("registration", &self.guard.registration)
             .finish()
     }
+}
+
+/// Registers `buffer` with `comm` through `access`, which reaches the
+/// same communicator.
+fn register<H: CommAccess, B: TypedBufferMut>(
+    access: H,
+    comm: &Communicator,
+    buffer: B,
+) -> Result<Registered<H, B>> {
+    let (given, expected) = (buffer.desc().device, comm.device().ordinal());
+    if given != expected {
+        return Err(Error::WrongDevice {
+            op: "register",
+            what: "buffer",
+            expected,
+            given,
+        });
+    }
+    let (address, bytes) = buffer.device_range();
+    // SAFETY: `buffer` is device memory on this communicator's device
+    // (checked above), `bytes` long from `address`; it is owned by the
+    // returned `Registered`, which deregisters through `access` (the same
+    // communicator: `CommAccess` is sealed, and both callers pass `comm`'s
+    // own access) before dropping the buffer, and hands out no `&mut`
+    // through which it could be replaced, so the memory stays allocated
+    // while registered.
+    let registration = unsafe { comm.core().register_detached(address as *mut c_void, bytes) }?;
+    Ok(Registered {
+        guard: Guard {
+            access,
+            registration: Some(registration),
+        },
+        buffer,
+    })
 }
 
 impl Communicator {
@@ -76,34 +174,46 @@ impl Communicator {
     /// A buffer on another device than the communicator's, an empty one,
     /// an aborted or finalized communicator, a libnccl older than 2.19, or
     /// NCCL's refusal.
-    pub fn register<B: TypedBufferMut>(&self, buffer: B) -> Result<Registered<'_, B>> {
-        let (given, expected) = (buffer.desc().device, self.device().ordinal());
-        if given != expected {
-            return Err(Error::WrongDevice {
-                op: "register",
-                what: "buffer",
-                expected,
-                given,
-            });
-        }
-        let (address, bytes) = buffer.device_range();
-        // SAFETY: `buffer` is device memory on this communicator's device
-        // (checked above), `bytes` long from `address`; it is owned by the
-        // returned `Registered`, which drops the registration before the
-        // buffer and hands out no `&mut` through which it could be
-        // replaced, so the memory stays allocated while registered.
-        let registration = unsafe { self.core().register(address as *mut c_void, bytes) }?;
-        Ok(Registered {
-            registration,
-            buffer,
-        })
+    pub fn register<B: TypedBufferMut>(&self, buffer: B) -> Result<Registered<&Self, B>> {
+        register(self, self, buffer)
     }
 }
 
-impl<B> Registered<'_, B> {
-    /// The registration (NCCL's handle, the range).
-    pub fn registration(&self) -> &nccl_core::Registration<'_> {
-        &self.registration
+impl<B: TypedBufferMut> Registered<Arc<Mutex<Communicator>>, B> {
+    /// Registers `buffer` with the communicator behind `comm`, as
+    /// [`Communicator::register`] does, for as long as the returned
+    /// [`Registered`] lives: it keeps the communicator alive, and is
+    /// `Send` and `Sync` when the buffer is. Registering and dropping lock
+    /// `comm` (so they never overlap the communicator's operations issued
+    /// under the same lock): do not drop one while holding that lock.
+    ///
+    /// # Errors
+    /// As [`Communicator::register`].
+    pub fn shared(comm: &Arc<Mutex<Communicator>>, buffer: B) -> Result<Self> {
+        let locked = comm.lock().unwrap_or_else(PoisonError::into_inner);
+        register(Arc::clone(comm), &locked, buffer)
+    }
+}
+
+impl<H: CommAccess, B> Registered<H, B> {
+    /// NCCL's handle (null when NCCL registers nothing, with
+    /// `NCCL_LOCAL_REGISTER=0`).
+    pub fn handle(&self) -> *mut c_void {
+        self.guard
+            .registration
+            .as_ref()
+            .map_or(std::ptr::null_mut(), DetachedRegistration::handle)
+    }
+
+    /// The registered range: its first device address and its length in
+    /// bytes (the buffer's [`device_range`](TypedBuffer::device_range)).
+    pub fn range(&self) -> (usize, usize) {
+        self.guard
+            .registration
+            .as_ref()
+            .map_or((0, 0), |registration| {
+                (registration.address(), registration.bytes())
+            })
     }
 
     /// Deregisters (`ncclCommDeregister`) and gives the buffer back.
@@ -112,16 +222,13 @@ impl<B> Registered<'_, B> {
     /// NCCL's refusal to deregister; the buffer is dropped then (after the
     /// registration), as NCCL may still hold it.
     pub fn into_inner(self) -> Result<B> {
-        let Registered {
-            registration,
-            buffer,
-        } = self;
-        registration.deregister()?;
+        let Registered { mut guard, buffer } = self;
+        guard.deregister()?;
         Ok(buffer)
     }
 }
 
-impl<B> std::ops::Deref for Registered<'_, B> {
+impl<H: CommAccess, B> std::ops::Deref for Registered<H, B> {
     type Target = B;
 
     fn deref(&self) -> &B {
@@ -129,9 +236,9 @@ impl<B> std::ops::Deref for Registered<'_, B> {
     }
 }
 
-impl<B: TypedBuffer> sealed::Sealed for Registered<'_, B> {}
+impl<H: CommAccess, B: TypedBuffer> sealed::Sealed for Registered<H, B> {}
 
-impl<B: TypedBuffer> TypedBuffer for Registered<'_, B> {
+impl<H: CommAccess, B: TypedBuffer> TypedBuffer for Registered<H, B> {
     type Elem = B::Elem;
 
     #[inline]
@@ -153,7 +260,7 @@ impl<B: TypedBuffer> TypedBuffer for Registered<'_, B> {
     }
 }
 
-impl<B: TypedBufferMut> TypedBufferMut for Registered<'_, B> {
+impl<H: CommAccess, B: TypedBufferMut> TypedBufferMut for Registered<H, B> {
     #[inline]
     fn write_ptr<R>(&mut self, stream: &Arc<CudaStream>, f: impl FnOnce(*mut c_void) -> R) -> R {
         self.buffer.write_ptr(stream, f)

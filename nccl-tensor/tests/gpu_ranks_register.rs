@@ -13,49 +13,29 @@
 //! * what is refused: an empty registration, an empty NCCL allocation, a
 //!   tensor in NCCL's memory handed to cudarc (`into_parts`).
 
-use std::sync::Arc;
-
-use nccl_core::{CudaStream, ReduceOp};
-use nccl_tensor::{Registered, Tensor, TypedBuffer};
+use nccl_core::ReduceOp;
+use nccl_tensor::{Communicator, Registered, Tensor, TypedBuffer};
 use nccl_test_support::tensor::world::{Rank, all_values, reduced};
-use nccl_test_support::tensor::{assert_same, download};
+use nccl_test_support::tensor::{Memory, assert_same, download, upload_in};
 
 /// Elements per rank (past NCCL's small-message protocols).
 const LEN: usize = 4097;
 
-/// Who allocates a test tensor.
-#[derive(Clone, Copy, Debug)]
-enum Memory {
-    Cudarc,
-    Nccl,
-}
-
-/// A tensor of `values` in `memory`'s allocation.
-fn tensor(stream: &Arc<CudaStream>, values: &[f32], memory: Memory) -> Tensor<f32> {
-    match memory {
-        Memory::Cudarc => Tensor::from_host(stream, values, &[values.len()]).expect("upload"),
-        Memory::Nccl => {
-            let mut tensor = Tensor::nccl_zeros(stream, &[values.len()]).expect("ncclMemAlloc");
-            assert!(tensor.is_nccl_memory());
-            tensor
-                .copy_from_host(stream, values)
-                .expect("copy into NCCL memory");
-            tensor
-        }
-    }
-}
-
 /// A registered tensor, its registration checked against the memory.
 #[track_caller]
-fn registered<'c>(rank: &'c Rank, tensor: Tensor<f32>, what: &str) -> Registered<'c, Tensor<f32>> {
+fn registered<'c>(
+    rank: &'c Rank,
+    tensor: Tensor<f32>,
+    what: &str,
+) -> Registered<&'c Communicator, Tensor<f32>> {
     let registered = rank
         .comm
         .register(tensor)
         .unwrap_or_else(|e| panic!("{what}: register: {e}"));
     let (address, bytes) = registered.device_range();
-    let registration = registered.registration();
+    let (registered_address, registered_bytes) = registered.range();
     assert_eq!(
-        (registration.address() as u64, registration.bytes()),
+        (registered_address as u64, registered_bytes),
         (address, bytes),
         "{what}: the registration covers the tensor"
     );
@@ -69,7 +49,7 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
     let data = all_values::<f32>(71, world, LEN * world);
 
     // all_reduce in place.
-    let mut summed = registered(rank, tensor(stream, &data[me][..LEN], memory), &what);
+    let mut summed = registered(rank, upload_in(stream, &data[me][..LEN], memory), &what);
     let _ = comm
         .all_reduce(&mut summed, ReduceOp::Sum, stream)
         .unwrap_or_else(|e| panic!("{what}: all_reduce: {e}"));
@@ -82,10 +62,10 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
     );
 
     // all_gather and reduce_scatter out of place, input and output registered.
-    let input = registered(rank, tensor(stream, &data[me][..LEN], memory), &what);
+    let input = registered(rank, upload_in(stream, &data[me][..LEN], memory), &what);
     let mut gathered = registered(
         rank,
-        tensor(stream, &vec![-7.0; LEN * world], memory),
+        upload_in(stream, &vec![-7.0; LEN * world], memory),
         &what,
     );
     let _ = comm
@@ -101,8 +81,8 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
         &format!("{what}: all_gather"),
     );
 
-    let whole = registered(rank, tensor(stream, &data[me], memory), &what);
-    let mut block = registered(rank, tensor(stream, &vec![-7.0; LEN], memory), &what);
+    let whole = registered(rank, upload_in(stream, &data[me], memory), &what);
+    let mut block = registered(rank, upload_in(stream, &vec![-7.0; LEN], memory), &what);
     let _ = comm
         .reduce_scatter_tensor(&mut block, &whole, ReduceOp::Sum, stream)
         .unwrap_or_else(|e| panic!("{what}: reduce_scatter: {e}"));

@@ -1,9 +1,13 @@
 //! User-buffer registration (`ncclCommRegister` / `ncclCommDeregister`,
-//! NCCL 2.19+) as a guard that borrows its communicator.
+//! NCCL 2.19+): a [`DetachedRegistration`] that borrows nothing, given back
+//! to its communicator's [`Communicator::deregister`], and the
+//! [`Registration`] guard that borrows its communicator and deregisters on
+//! drop.
 
 use std::ffi::c_void;
+use std::sync::{Arc, Weak};
 
-use super::Communicator;
+use super::{Communicator, Shared};
 use crate::error::{Error, Result};
 use crate::library::{check_accepted, require_version};
 
@@ -26,16 +30,41 @@ use crate::library::{check_accepted, require_version};
 /// With `NCCL_LOCAL_REGISTER=0` NCCL registers nothing and the handle is
 /// null; deregistering it is then a no-op.
 #[must_use = "the buffer is deregistered when the registration is dropped"]
+#[derive(Debug)]
 pub struct Registration<'c> {
     comm: &'c Communicator,
+    /// `None` once deregistered.
+    registration: Option<DetachedRegistration>,
+}
+
+/// A registration (`ncclCommRegister`) that borrows nothing: it is `Send`
+/// and `Sync`, for owners that keep the communicator behind a lock of
+/// their own and deregister through it. Give it back to
+/// [`Communicator::deregister`] of the communicator that made it; one
+/// dropped instead stays registered until that communicator is finalized,
+/// aborted or destroyed (which frees every registration). Made by the
+/// `unsafe` [`Communicator::register_detached`].
+#[must_use = "a detached registration lasts until it is given to Communicator::deregister"]
+pub struct DetachedRegistration {
+    /// Which communicator made it: compared, never upgraded (the weak
+    /// reference keeps the address from being reused by another one).
+    comm: Weak<Shared>,
     handle: *mut c_void,
     address: usize,
     bytes: usize,
 }
 
-impl std::fmt::Debug for Registration<'_> {
+// SAFETY: `handle` is NCCL's opaque token for the registration; this type
+// never dereferences it, and hands it only to ncclCommDeregister, through
+// `Communicator::deregister`, which runs with the communicator's own
+// exclusion (`&Communicator`, which is not `Sync`).
+unsafe impl Send for DetachedRegistration {}
+// SAFETY: as above: `&DetachedRegistration` only reads the plain fields.
+unsafe impl Sync for DetachedRegistration {}
+
+impl std::fmt::Debug for DetachedRegistration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registration")
+        f.debug_struct("DetachedRegistration")
             .field("address", &format_args!("{:#x}", self.address))
             .field("bytes", &self.bytes)
             .field("handle", &self.handle)
@@ -65,9 +94,10 @@ pub(crate) fn check_range(address: usize, bytes: usize) -> Result<()> {
 
 impl Communicator {
     /// Registers `bytes` bytes of device memory at `buffer` with this
-    /// communicator (`ncclCommRegister`, NCCL 2.19+). Registering a range
-    /// that an earlier live registration covers takes another reference
-    /// to it (the same handle).
+    /// communicator (`ncclCommRegister`, NCCL 2.19+) until the returned
+    /// [`Registration`] is dropped. Registering a range that an earlier
+    /// live registration covers takes another reference to it (the same
+    /// handle).
     ///
     /// # Safety
     /// `buffer..buffer + bytes` is device memory on this communicator's
@@ -80,6 +110,30 @@ impl Communicator {
     /// A null `buffer` or zero `bytes`, an aborted or finalized
     /// communicator, a libnccl older than 2.19, or NCCL's refusal.
     pub unsafe fn register(&self, buffer: *mut c_void, bytes: usize) -> Result<Registration<'_>> {
+        // SAFETY: the caller's promise, kept until the registration drops,
+        // which deregisters it.
+        let registration = unsafe { self.register_detached(buffer, bytes) }?;
+        Ok(Registration {
+            comm: self,
+            registration: Some(registration),
+        })
+    }
+
+    /// [`register`](Self::register), as a [`DetachedRegistration`] that
+    /// borrows nothing.
+    ///
+    /// # Safety
+    /// As [`register`](Self::register), until the registration is given
+    /// back to [`deregister`](Self::deregister), or this communicator is
+    /// finalized, aborted or destroyed.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub unsafe fn register_detached(
+        &self,
+        buffer: *mut c_void,
+        bytes: usize,
+    ) -> Result<DetachedRegistration> {
         check_range(buffer as usize, bytes)?;
         let lib = self.shared.lib;
         require_version(lib, 2, 19, || {
@@ -94,16 +148,54 @@ impl Communicator {
         let result = unsafe { register(raw, buffer, bytes, &mut handle) };
         check_accepted(lib, "ncclCommRegister", result)?;
         crate::trace::event!(debug, rank = self.rank, bytes, "buffer registered");
-        Ok(Registration {
-            comm: self,
+        Ok(DetachedRegistration {
+            comm: Arc::downgrade(&self.shared),
             handle,
             address: buffer as usize,
             bytes,
         })
     }
+
+    /// Deregisters `registration` (`ncclCommDeregister`). On an aborted or
+    /// finalized communicator there is nothing to do (it freed its
+    /// registrations), and none for a null handle (`NCCL_LOCAL_REGISTER=0`).
+    ///
+    /// # Errors
+    /// A registration made by another communicator (it is dropped, and
+    /// stays registered with that one until its teardown), or NCCL's
+    /// refusal.
+    pub fn deregister(&self, registration: DetachedRegistration) -> Result<()> {
+        if registration.handle.is_null() {
+            return Ok(());
+        }
+        if !std::ptr::eq(registration.comm.as_ptr(), Arc::as_ptr(&self.shared)) {
+            return Err(Error::InvalidArgument {
+                argument: "registration",
+                expected: format!(
+                    "a registration made by this communicator (rank {} of {})",
+                    self.rank, self.world_size
+                ),
+                given: format!(
+                    "one of {} bytes at {:#x} made by another communicator",
+                    registration.bytes, registration.address
+                ),
+            });
+        }
+        let Ok(raw) = self.raw_for_call() else {
+            return Ok(());
+        };
+        let lib = self.shared.lib;
+        let deregister = lib.functions().ncclCommDeregister()?;
+        // SAFETY: `raw` is live and used by this thread only (`&self` of a
+        // communicator that is not `Sync`); `handle` came from
+        // ncclCommRegister on it (checked above) and is released once (the
+        // registration is consumed).
+        let result = unsafe { deregister(raw, registration.handle) };
+        check_accepted(lib, "ncclCommDeregister", result)
+    }
 }
 
-impl Registration<'_> {
+impl DetachedRegistration {
     /// NCCL's handle (null when NCCL registers nothing, with
     /// `NCCL_LOCAL_REGISTER=0`).
     pub fn handle(&self) -> *mut c_void {
@@ -119,6 +211,31 @@ impl Registration<'_> {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+}
+
+impl Registration<'_> {
+    /// The registration itself: NCCL's handle, the range (`None` only
+    /// inside [`deregister`](Self::deregister)).
+    fn detached(&self) -> Option<&DetachedRegistration> {
+        self.registration.as_ref()
+    }
+
+    /// NCCL's handle (null when NCCL registers nothing, with
+    /// `NCCL_LOCAL_REGISTER=0`).
+    pub fn handle(&self) -> *mut c_void {
+        self.detached()
+            .map_or(std::ptr::null_mut(), DetachedRegistration::handle)
+    }
+
+    /// The registered range's first device address.
+    pub fn address(&self) -> usize {
+        self.detached().map_or(0, DetachedRegistration::address)
+    }
+
+    /// The registered range's length in bytes.
+    pub fn bytes(&self) -> usize {
+        self.detached().map_or(0, DetachedRegistration::bytes)
+    }
 
     /// Deregisters now (`ncclCommDeregister`), reporting NCCL's error,
     /// which the drop cannot. On an aborted or finalized communicator there
@@ -127,32 +244,19 @@ impl Registration<'_> {
     /// # Errors
     /// NCCL's refusal.
     pub fn deregister(mut self) -> Result<()> {
-        let handle = std::mem::replace(&mut self.handle, std::ptr::null_mut());
-        self.release(handle)
-    }
-
-    fn release(&self, handle: *mut c_void) -> Result<()> {
-        if handle.is_null() {
-            return Ok(());
+        match self.registration.take() {
+            Some(registration) => self.comm.deregister(registration),
+            None => Ok(()),
         }
-        let Ok(raw) = self.comm.raw_for_call() else {
-            return Ok(());
-        };
-        let lib = self.comm.shared.lib;
-        let deregister = lib.functions().ncclCommDeregister()?;
-        // SAFETY: `raw` is live and used by this thread only (the borrowed
-        // communicator is not `Sync`); `handle` came from ncclCommRegister
-        // on it and is released once (taken out of `self` by the caller).
-        let result = unsafe { deregister(raw, handle) };
-        check_accepted(lib, "ncclCommDeregister", result)
     }
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let handle = std::mem::replace(&mut self.handle, std::ptr::null_mut());
-        // Errors cannot be reported from drop; `deregister` reports them.
-        let _ = self.release(handle);
+        if let Some(registration) = self.registration.take() {
+            // Errors cannot be reported from drop; `deregister` reports them.
+            let _ = self.comm.deregister(registration);
+        }
     }
 }
 

@@ -1,11 +1,13 @@
 //! [`GroupBuffers`]: the buffers one operation takes on one device, as
-//! the group owns them.
+//! the group owns them: tensors, registered tensors and run-time typed
+//! tensors, alone or as `(output, input)` pairs.
 
 use nccl_core::DataType;
 use nccl_tensor::{
     AnyTensor, BatchOperands, NcclType, Operands, Pair, Single, Tensor, TypedBuffer,
 };
 
+use super::GroupRegistered;
 use crate::work::WorkBuffers;
 
 mod sealed {
@@ -34,11 +36,18 @@ pub trait GroupBuffers: WorkBuffers + sealed::Sealed {
     fn input_len(&self) -> usize;
 }
 
+/// One tensor, as the group's named one-device operations take it (and,
+/// as `(output, input)` pairs of one type, their out-of-place forms): a
+/// [`Tensor`], a [`GroupRegistered`] tensor or an [`AnyTensor`]. Sealed.
+pub trait GroupTensor: GroupBuffers {}
+
 /// [`GroupBuffers`] for a tensor type and for `(output, input)` pairs of it.
 macro_rules! group_buffers {
     ($([$($generics:tt)*] $tensor:ty;)*) => {$(
         impl<$($generics)*> sealed::Sealed for $tensor {}
         impl<$($generics)*> sealed::Sealed for ($tensor, $tensor) {}
+
+        impl<$($generics)*> GroupTensor for $tensor {}
 
         impl<$($generics)*> GroupBuffers for $tensor {
             type Operands<'a> = Single<&'a mut $tensor>;
@@ -49,7 +58,7 @@ macro_rules! group_buffers {
                 Single(self)
             }
             fn device(&self) -> usize {
-                <$tensor>::device(self)
+                self.desc().device
             }
             fn input_len(&self) -> usize {
                 self.len()
@@ -69,7 +78,7 @@ macro_rules! group_buffers {
                 }
             }
             fn device(&self) -> usize {
-                self.0.device()
+                self.0.desc().device
             }
             fn input_len(&self) -> usize {
                 self.1.len()
@@ -80,5 +89,6 @@ macro_rules! group_buffers {
 
 group_buffers! {
     [T: NcclType] Tensor<T>;
+    [T: NcclType] GroupRegistered<Tensor<T>>;
     [] AnyTensor;
 }

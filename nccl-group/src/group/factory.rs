@@ -19,7 +19,8 @@ use crate::watchdog::{Bounded, run_bounded};
 
 /// One local device's communicator of a key, with its NCCL stream.
 pub struct Member {
-    pub(super) comm: Mutex<Communicator>,
+    /// Shared with the buffers registered with it ([`GroupRegistered`](super::GroupRegistered)).
+    pub(super) comm: Arc<Mutex<Communicator>>,
     pub(super) abort: AbortHandle,
     pub(super) pool: Arc<DevicePool>,
     pub(super) stream: Arc<CudaStream>,
@@ -244,7 +245,7 @@ impl CommFactory for NcclFactory {
             .map(|(core, pool)| {
                 let abort = core.abort_handle();
                 Ok(Member {
-                    comm: Mutex::new(Communicator::from_core(core)?),
+                    comm: Arc::new(Mutex::new(Communicator::from_core(core)?)),
                     abort,
                     stream: pool.stream(),
                     pool,

@@ -209,7 +209,7 @@ impl ProcessGroup {
 
     /// The communicators for `key`. A group aborted while they were being
     /// created aborts them too (`abort` only sees those created before it).
-    fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
+    pub(super) fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
         let comms = match self.inner.cache.get(key) {
             Ok(comms) => comms,
             Err(error @ GroupError::InitTimeout { .. }) => {

@@ -15,7 +15,7 @@ use nccl_core::{Group, Op, ReduceOp, Status};
 use nccl_tensor::{Communicator, NcclType, Tensor};
 
 use super::issue::OpInfo;
-use super::{Coalesced, GroupBuffers, OpResult, ProcessGroup};
+use super::{Coalesced, GroupBuffers, GroupTensor, OpResult, ProcessGroup};
 use crate::error::{OpError, Result};
 use crate::key::CommKey;
 use crate::work::{Work, WorkBuffers};
@@ -181,12 +181,12 @@ macro_rules! collectives {
         ///
         /// # Errors
         /// As [`ProcessGroup::issue`].
-        pub fn $name<T: NcclType>(
+        pub fn $name<B: GroupTensor>(
             &self,
-            tensor: Tensor<T>,
+            tensor: B,
             $($arg: $ty,)*
             stream: &Arc<CudaStream>,
-        ) -> OpResult<Tensor<T>> {
+        ) -> OpResult<B> {
             self.issue($op, tensor, stream)
         }
     };
@@ -196,13 +196,16 @@ macro_rules! collectives {
         ///
         /// # Errors
         /// As [`ProcessGroup::issue`].
-        pub fn $name<T: NcclType>(
+        pub fn $name<B: GroupTensor>(
             &self,
-            output: Tensor<T>,
-            input: Tensor<T>,
+            output: B,
+            input: B,
             $($arg: $ty,)*
             stream: &Arc<CudaStream>,
-        ) -> OpResult<(Tensor<T>, Tensor<T>)> {
+        ) -> OpResult<(B, B)>
+        where
+            (B, B): GroupBuffers,
+        {
             self.issue($op, (output, input), stream)
         }
     };

@@ -186,3 +186,33 @@ pub fn join(ctx: &RankContext, name: &str, store: &StoreAt, mode: CommMode) -> P
     );
     group
 }
+
+/// `rank r of N: <op> (<mode> communicators, <stream> stream)`: names what
+/// a check of [`each_mode`] is doing.
+pub type What<'a> = &'a dyn Fn(&str) -> String;
+
+/// Runs `check` on a group of each communicator mode, through a handle on
+/// each stream mode; every rank destroys each group and meets the others
+/// before the next.
+pub fn each_mode(name: &str, check: impl Fn(&RankContext, &ProcessGroup, What<'_>)) {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    let store = tcp_store(&ctx);
+    for mode in COMM_MODES {
+        let group = join(&ctx, &format!("{name}-{mode:?}"), &store, mode);
+        for stream_mode in STREAM_MODES {
+            let handle = group.with_stream_mode(stream_mode);
+            let what = |op: &str| {
+                format!(
+                    "{}: {op} ({mode:?} communicators, {stream_mode:?} stream)",
+                    ctx.label()
+                )
+            };
+            check(&ctx, &handle, &what);
+        }
+        ctx.stream.synchronize().expect("synchronize");
+        super::destroy(&group);
+        ctx.meet(&format!("{name}-{mode:?}-done"));
+    }
+}

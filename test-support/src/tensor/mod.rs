@@ -172,6 +172,34 @@ pub fn poison_values<T: Elem>(len: usize) -> Vec<T> {
     vec![T::from_f64(T::POISON); len]
 }
 
+/// Who allocates a test tensor.
+#[derive(Clone, Copy, Debug)]
+pub enum Memory {
+    /// cudarc (the stream-ordered pool, or `cuMemAlloc`).
+    Cudarc,
+    /// NCCL (`Tensor::nccl_zeros`, `ncclMemAlloc`).
+    Nccl,
+}
+
+/// A 1-D tensor of `values` in `memory`'s allocation.
+pub fn upload_in<T: Elem + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    values: &[T],
+    memory: Memory,
+) -> Tensor<T> {
+    match memory {
+        Memory::Cudarc => upload(stream, values),
+        Memory::Nccl => {
+            let mut tensor = Tensor::nccl_zeros(stream, &[values.len()]).expect("ncclMemAlloc");
+            assert!(tensor.is_nccl_memory());
+            tensor
+                .copy_from_host(stream, values)
+                .expect("copy into NCCL memory");
+            tensor
+        }
+    }
+}
+
 /// `factor * x` for every element, computed through `f64` and rounded back
 /// to `T` (exact for the factors and values used).
 pub(crate) fn scaled<T: Elem>(values: &[T], factor: f64) -> Vec<T> {

@@ -11,9 +11,9 @@
 #   each must exit 2 with a line naming the difference, within seconds.
 # * The same sweep under real torchrun (`torchrun --nproc-per-node 2
 #   --no-python`, or TORCHRUN), each worker a simulated host of its own on
-#   one GPU. torchrun's agent already serves the store on MASTER_PORT: until
-#   nccl-group joins it (branch c10d), process 0 fails to bind that port,
-#   and this step says so.
+#   one GPU. torchrun's agent serves the store on MASTER_PORT and the
+#   workers join it (TORCHELASTIC_USE_AGENT_STORE); a process that binds
+#   that port itself instead fails, and this step says why.
 # Logs: OUT_DIR/<name>.txt. Ends with one line: runs passed and failed, and
 # the table rows with #wrong > 0.
 set -uo pipefail
@@ -134,8 +134,8 @@ else
             >"$out/$name.txt" 2>&1
         rc=$?
         if grep -q 'Address already in use' "$out/$name.txt"; then
-            echo "    torchrun's agent serves the store on MASTER_PORT and process 0 could not bind it:"
-            echo "    expected until nccl-group joins the agent's store (branch c10d)"
+            echo "    torchrun's agent serves the store on MASTER_PORT and a process tried to bind it:"
+            echo "    the workers did not join the agent's store (is TORCHELASTIC_USE_AGENT_STORE=True set?)"
         fi
         record "$name" "$out/$name.txt" "$rc"
     done

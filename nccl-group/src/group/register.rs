@@ -1,0 +1,70 @@
+//! Registering buffers with the group's communicators
+//! (`ncclCommRegister`), for as long as the buffer lives.
+
+use std::sync::{Arc, Mutex};
+
+use nccl_tensor::{Communicator, NcclType, Registered, Tensor};
+
+use super::ProcessGroup;
+use crate::error::Result;
+use crate::key::{CommKey, DeviceList};
+
+/// A tensor registered with a process group's communicator
+/// ([`ProcessGroup::register`]): nccl-tensor's [`Registered`], sharing the
+/// communicator with the group. Pass it to the group's operations in place
+/// of the tensor ([`ProcessGroup::all_reduce`] and the other one-device
+/// operations, [`coalesced`](ProcessGroup::coalesced),
+/// [`batch_isend_irecv`](ProcessGroup::batch_isend_irecv),
+/// [`issue`](ProcessGroup::issue)); the [`Work`](crate::Work) hands it back.
+///
+/// It keeps the communicator alive after the group is destroyed or
+/// aborted (the communicator is freed, with the registration, when the
+/// last of them drops). Dropping it deregisters the tensor under the
+/// communicator's lock, then frees the tensor: do not drop one inside a
+/// [`custom`](ProcessGroup::custom) operation's closure, which holds that
+/// lock.
+pub type GroupRegistered<B> = Registered<Arc<Mutex<Communicator>>, B>;
+
+impl ProcessGroup {
+    /// Registers `tensor` (`ncclCommRegister`, NCCL 2.19+) with the
+    /// group's collective communicator on the tensor's device: the one
+    /// that collectives, [`coalesced`](Self::coalesced) batches and
+    /// [`batch_isend_irecv`](Self::batch_isend_irecv) use on that device.
+    /// [`send`](Self::send) and [`recv`](Self::recv) run on pair
+    /// communicators, and the list forms (`*_multi`) on communicators of
+    /// several devices, which do not see this registration (the
+    /// operations still work, through NCCL's own buffers).
+    ///
+    /// NCCL uses a registration only when every buffer of an operation is
+    /// registered; memory from [`Tensor::nccl_zeros`] (`ncclMemAlloc`) can
+    /// be registered for every transport (where it matters:
+    /// `docs/registration.md`). Registering is not collective in NCCL, but
+    /// creating the communicator is: if the group has none on that device
+    /// yet, every process must register (or run a collective there)
+    /// together, as with a first operation.
+    ///
+    /// Dropping the [`GroupRegistered`] deregisters the tensor, then frees
+    /// it; `into_inner` deregisters and hands it back.
+    ///
+    /// ```no_run
+    /// use nccl_group::prelude::*;
+    ///
+    /// fn bucket(group: &ProcessGroup, stream: &std::sync::Arc<CudaStream>) -> Result<(), Box<dyn std::error::Error>> {
+    ///     let grads = Tensor::<f32>::nccl_zeros(stream, &[1 << 20])?; // ncclMemAlloc
+    ///     let grads = group.register(grads)?; // ncclCommRegister: a GroupRegistered<Tensor<f32>>
+    ///     let grads = group.all_reduce(grads, ReduceOp::Avg, stream)?.wait()?;
+    ///     let _grads: Tensor<f32> = grads.into_inner()?; // ncclCommDeregister
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// An aborted, failed or destroyed group, a failed rendezvous creating
+    /// the communicator, a libnccl older than 2.19, or NCCL's refusal.
+    pub fn register<T: NcclType>(&self, tensor: Tensor<T>) -> Result<GroupRegistered<Tensor<T>>> {
+        self.check_live()?;
+        let key = CommKey::Collective(DeviceList::one(tensor.device())?);
+        let comms = self.comms_for(&key)?;
+        Ok(Registered::shared(&comms.members[0].comm, tensor)?)
+    }
+}
