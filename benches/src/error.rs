@@ -85,6 +85,15 @@ pub enum BenchError {
         /// What went wrong there.
         source: Box<BenchError>,
     },
+    /// A call of one row of a table failed: `row` names it (collective,
+    /// size, element type, reduction, root and mode), the `source()` why.
+    #[error("{row}")]
+    Row {
+        /// The row and mode.
+        row: String,
+        /// What went wrong there.
+        source: Box<BenchError>,
+    },
     /// Another process of the launch failed (or found the launch
     /// unusable), and this one stopped; its exit status is that process's.
     #[error("{origin} failed: {message}")]
@@ -129,9 +138,9 @@ impl BenchError {
             BenchError::Environment(_)
             | BenchError::Usage(_)
             | BenchError::Store(nccl_group::StoreError::Config { .. }) => 2,
-            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
-                source.exit_code()
-            }
+            BenchError::Rank { source, .. }
+            | BenchError::Capture { source, .. }
+            | BenchError::Row { source, .. } => source.exit_code(),
             BenchError::Peer { status, .. } => *status,
             _ => 1,
         }
@@ -142,7 +151,7 @@ impl BenchError {
     ///
     /// | Variant | Kind |
     /// |---|---|
-    /// | `Nccl`, `Tensor`, `Group`, `Store`, `Rank`, `Capture` | the wrapped error's `kind()` |
+    /// | `Nccl`, `Tensor`, `Group`, `Store`, `Rank`, `Capture`, `Row` | the wrapped error's `kind()` |
     /// | `MissingFunction` | [`ErrorKind::MissingFunction`] |
     /// | `Environment` | [`ErrorKind::Unavailable`] |
     /// | `Usage` | [`ErrorKind::InvalidArgument`] |
@@ -157,7 +166,9 @@ impl BenchError {
             BenchError::Tensor(error) => error.kind(),
             BenchError::Group(error) => error.kind(),
             BenchError::Store(error) => error.kind(),
-            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => source.kind(),
+            BenchError::Rank { source, .. }
+            | BenchError::Capture { source, .. }
+            | BenchError::Row { source, .. } => source.kind(),
             BenchError::MissingFunction(_) => ErrorKind::MissingFunction,
             BenchError::Environment(_) => ErrorKind::Unavailable,
             BenchError::Usage(_) => ErrorKind::InvalidArgument,
@@ -175,9 +186,9 @@ impl BenchError {
             BenchError::Nccl(error) => error.nccl_code(),
             BenchError::Tensor(error) => error.nccl_code(),
             BenchError::Group(error) => error.nccl_code(),
-            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
-                source.nccl_code()
-            }
+            BenchError::Rank { source, .. }
+            | BenchError::Capture { source, .. }
+            | BenchError::Row { source, .. } => source.nccl_code(),
             _ => None,
         }
     }
@@ -187,10 +198,23 @@ impl BenchError {
     pub fn is_timeout(&self) -> bool {
         match self {
             BenchError::Group(error) => error.is_timeout(),
-            BenchError::Rank { source, .. } | BenchError::Capture { source, .. } => {
-                source.is_timeout()
-            }
+            BenchError::Rank { source, .. }
+            | BenchError::Capture { source, .. }
+            | BenchError::Row { source, .. } => source.is_timeout(),
             _ => self.kind() == ErrorKind::Timeout,
+        }
+    }
+
+    /// This error, said to have happened in `row` (see
+    /// [`BenchError::Row`]); a stop because of another rank or process,
+    /// or a missed meeting, is not the row's and stays as it is.
+    pub fn in_row(self, row: impl FnOnce() -> String) -> Self {
+        match self {
+            BenchError::Stopped | BenchError::Peer { .. } | BenchError::Absent { .. } => self,
+            source => BenchError::Row {
+                row: row(),
+                source: Box::new(source),
+            },
         }
     }
 
@@ -254,6 +278,32 @@ mod tests {
             BenchError::Environment("a\nb\n\n c".into()).one_line(),
             "a; b; c"
         );
+    }
+
+    #[test]
+    fn a_failed_call_names_its_row_unless_it_stopped_for_another() {
+        let refused = nccl_core::Error::from_code("ncclReduce", ResultCode(4), None, None);
+        let error = BenchError::Rank {
+            rank: 0,
+            gpu: 0,
+            source: Box::new(
+                BenchError::Nccl(refused)
+                    .in_row(|| "reduce of 8 B (f8e4m3, avg, root 0), out of place".into()),
+            ),
+        };
+        assert!(
+            error
+                .one_line()
+                .starts_with("rank 0 (GPU 0): reduce of 8 B (f8e4m3, avg, root 0), out of place: ncclReduce failed"),
+            "{}",
+            error.one_line()
+        );
+        assert_eq!(error.kind(), ErrorKind::Nccl);
+        assert_eq!(error.nccl_code(), Some(ResultCode(4)));
+        assert_eq!(error.exit_code(), 1);
+        assert_no_message_repeats(&error);
+        let stopped = BenchError::Stopped.in_row(|| unreachable!("not the row's"));
+        assert!(matches!(stopped, BenchError::Stopped));
     }
 
     /// Walks the `source()` chain: no message may contain its source's.

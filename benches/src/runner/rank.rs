@@ -214,6 +214,20 @@ fn run_rank(
 }
 
 /// `rank`'s `device` as the table's preamble describes it.
+/// A row and mode as errors name them: `reduce of 8 B (f8e4m3, avg, root
+/// 0), out of place`.
+fn row_name(collective: Collective, spec: &RowSpec, mode: Mode) -> String {
+    format!(
+        "{} of {} B ({}, {}, root {}), {}",
+        collective.name(),
+        spec.size,
+        spec.dtype.short_name(),
+        collective.redop_column(spec.op),
+        collective.root_column(spec.root),
+        mode.key().replace('_', " ")
+    )
+}
+
 fn device_info(rank: usize, device: &Device) -> DeviceInfo {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let context = device.context();
@@ -330,7 +344,9 @@ impl<'a> Measuring<'a> {
                     rank: self.rank,
                     world: plan.world,
                 };
-                let samples = self.measure_mode(&call, &setup, layers, buffers)?;
+                let samples = self
+                    .measure_mode(&call, &setup, layers, buffers)
+                    .map_err(|error| error.in_row(|| row_name(collective, spec, mode)))?;
                 for (slot, sample) in samples.into_iter().enumerate() {
                     let key = RowKey {
                         collective: index,

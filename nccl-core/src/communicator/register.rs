@@ -72,21 +72,22 @@ impl std::fmt::Debug for DetachedRegistration {
     }
 }
 
-/// Refuses what NCCL would refuse less clearly: a null address or an
-/// empty range.
+/// Refuses what NCCL would refuse less clearly: an empty range (an empty
+/// buffer's address may be null: the emptiness is what to report), or a
+/// null address.
 pub(crate) fn check_range(address: usize, bytes: usize) -> Result<()> {
-    if address == 0 {
-        return Err(Error::InvalidArgument {
-            argument: "buffer",
-            expected: "the device address of memory on the communicator's device".to_string(),
-            given: "a null pointer".to_string(),
-        });
-    }
     if bytes == 0 {
         return Err(Error::InvalidArgument {
             argument: "bytes",
             expected: "a registration of at least one byte".to_string(),
             given: "0".to_string(),
+        });
+    }
+    if address == 0 {
+        return Err(Error::InvalidArgument {
+            argument: "buffer",
+            expected: "the device address of memory on the communicator's device".to_string(),
+            given: "a null pointer".to_string(),
         });
     }
     Ok(())
@@ -274,6 +275,8 @@ mod tests {
             "invalid buffer: expected the device address of memory on the communicator's device, got a null pointer"
         );
         let empty = check_range(0x7f00_0000_0000, 0).expect_err("empty");
+        let empty_and_null = check_range(0, 0).expect_err("an empty buffer's null address");
+        assert_eq!(empty_and_null.to_string(), empty.to_string());
         assert_eq!(
             empty.to_string(),
             "invalid bytes: expected a registration of at least one byte, got 0"
