@@ -187,6 +187,14 @@ impl Communicator {
         }
     }
 
+    /// The handle while NCCL still holds the communicator's resources
+    /// (live or finalized, not yet aborted or destroyed), else `None`.
+    #[inline]
+    pub(crate) fn raw_until_teardown(&self) -> Option<ncclComm_t> {
+        matches!(self.shared.state.load(Ordering::Acquire), LIVE | FINALIZED)
+            .then_some(self.shared.raw)
+    }
+
     /// The raw `ncclComm_t`, for calls this crate does not wrap, borrowed:
     /// it stays valid while `self` lives and is not aborted, and `self`
     /// still destroys it. To hand it over, [`Communicator::into_raw`]; never

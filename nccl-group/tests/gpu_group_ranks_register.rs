@@ -10,6 +10,8 @@
 //! * a coalesced bucket and a batch_isend_irecv ring of registered
 //!   tensors;
 //! * deregistration (`into_inner`) and registering the same memory again;
+//! * a registration inside a `custom` closure (which holds the
+//!   communicator's lock) is refused, not a deadlock;
 //! * a registration that outlives its group: the operations and new
 //!   registrations are refused, deregistering and dropping still work.
 //!
@@ -123,6 +125,23 @@ fn operations(ctx: &RankContext, group: &ProcessGroup, memory: Memory, what: Wha
     // Every rank holds the sum already: the maximum is that sum.
     let again = done(group.all_reduce(again, ReduceOp::Max, stream), &w);
     assert_same(&download(stream, &again), &expected, &w);
+
+    // Inside a custom operation the communicator's lock is held: a
+    // registration there is refused instead of deadlocking.
+    let w = what(&format!("register inside custom ({memory:?} memory)"));
+    let device = stream.context().ordinal();
+    let () = done(
+        group.custom("register-inside", device, (), stream, |_, _, _| {
+            let refused = group.register(upload_in(stream, &data[me], memory));
+            let error = refused.expect_err("a registration under the communicator's lock");
+            assert!(
+                error.to_string().contains("the thread holding it"),
+                "{w}: {error}"
+            );
+            Ok(nccl_core::Status::Success)
+        }),
+        &w,
+    );
     stream.synchronize().expect("synchronize");
 }
 

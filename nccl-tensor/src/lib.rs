@@ -57,6 +57,7 @@ mod operand;
 mod plan;
 mod planned;
 mod registered;
+mod shared;
 mod tracked;
 
 pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
@@ -72,6 +73,7 @@ pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;
 pub use registered::{CommAccess, Registered};
+pub use shared::{SharedComm, SharedCommGuard};
 pub use tracked::Access;
 
 /// What most programs name: `use nccl_tensor::prelude::*;`. The errors stay

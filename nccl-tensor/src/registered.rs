@@ -3,7 +3,8 @@
 //! the communicator again to deregister.
 
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::mem::ManuallyDrop;
+use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 
@@ -12,6 +13,7 @@ use nccl_core::DetachedRegistration;
 use crate::buffer::{BufferDesc, TypedBuffer, TypedBufferMut, sealed};
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
+use crate::shared::SharedComm;
 use crate::tracked::Access;
 
 mod access_sealed {
@@ -22,10 +24,17 @@ mod access_sealed {
 /// [`nccl_core::Registration`]), made by [`Communicator::register`] or
 /// [`Registered::shared`]. It owns the buffer and borrows the communicator
 /// (or shares it: `H`, [`CommAccess`]), so the memory cannot be freed, nor
-/// the communicator destroyed, while NCCL holds the registration; dropping
-/// it deregisters the buffer, then drops the buffer. Pass `&mut registered`
-/// (or `&registered` as an input) to any operation: NCCL uses the registration for the operations whose buffers
-/// are all registered.
+/// the communicator destroyed, while NCCL holds the registration. Dropping
+/// it waits for the device to finish the work queued with the buffer (a
+/// device synchronisation: NCCL unmaps at once, not in stream order),
+/// deregisters the buffer, then drops it; a deregistration NCCL refuses
+/// leaves it allocated for good. Keep registered buffers for long.
+///
+/// Pass `&mut registered` (or `&registered` as an input) to any
+/// operation: NCCL uses the registration for the operations whose buffers
+/// are all registered. If any rank passes registered buffers to an
+/// operation, every rank must (mixing them across the ranks of one call is
+/// undefined in NCCL), as every rank must issue matching operations.
 ///
 /// It reads as the buffer ([`Deref`](std::ops::Deref)), but hands out no
 /// `&mut` to it, through which the memory could be swapped for another
@@ -57,72 +66,106 @@ mod access_sealed {
 /// ```
 #[must_use = "the buffer is deregistered when the registration is dropped"]
 pub struct Registered<H: CommAccess, B> {
-    // Declared first: dropped (deregistered) before the buffer is freed.
     guard: Guard<H>,
-    buffer: B,
+    /// Dropped by `Drop` after the deregistration, or kept (leaked) when
+    /// that failed: NCCL may still map the range.
+    buffer: ManuallyDrop<B>,
+    /// The buffer was handed back by `into_inner`.
+    taken: bool,
 }
 
 /// Where a [`Registered`] buffer's communicator is, to deregister it
 /// there: borrowed (`&Communicator`, made by [`Communicator::register`]),
-/// or shared behind a lock (`Arc<Mutex<Communicator>>`, made by
-/// [`Registered::shared`], which keeps the communicator alive until the
-/// buffer is deregistered; nccl-group registers through it). Sealed: the
-/// registration's soundness rests on deregistering with the communicator
-/// that registered.
+/// or shared (`Arc<SharedComm>`, made by [`Registered::shared`], which
+/// keeps the communicator alive until the buffer is deregistered;
+/// nccl-group registers through it). Sealed: the registration's soundness
+/// rests on deregistering with the communicator that registered, which
+/// neither form can swap for another.
 pub trait CommAccess: access_sealed::Sealed {
     /// Runs `f` on the communicator, with the exclusion NCCL calls on it
     /// need.
+    ///
+    /// # Errors
+    /// The communicator's lock is held by this thread.
     #[doc(hidden)]
-    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> R;
+    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> Result<R>;
 }
 
 impl access_sealed::Sealed for &Communicator {}
 
 impl CommAccess for &Communicator {
-    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> R {
-        f(self)
+    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> Result<R> {
+        Ok(f(self))
     }
 }
 
-impl access_sealed::Sealed for Arc<Mutex<Communicator>> {}
+impl access_sealed::Sealed for Arc<SharedComm> {}
 
-impl CommAccess for Arc<Mutex<Communicator>> {
-    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> R {
-        // A panic elsewhere while holding the lock leaves the communicator
-        // as usable as NCCL left it.
-        f(&self.lock().unwrap_or_else(PoisonError::into_inner))
+impl CommAccess for Arc<SharedComm> {
+    fn with_comm<R>(&self, f: impl FnOnce(&Communicator) -> R) -> Result<R> {
+        if self.is_held_here() {
+            return Err(nccl_core::Error::InvalidArgument {
+                argument: "thread",
+                expected: "a thread that does not hold the communicator's lock, to register or \
+                           deregister a buffer"
+                    .to_string(),
+                given: "the thread holding it (a registered buffer made or dropped inside a \
+                        call on the communicator, such as nccl-group's `custom` closure?)"
+                    .to_string(),
+            }
+            .into());
+        }
+        Ok(f(&self.lock()))
     }
 }
 
-/// The registration, deregistered through `access` when dropped.
+/// The registration, deregistered through `access`.
 struct Guard<H: CommAccess> {
     access: H,
-    /// `None` once deregistered.
+    /// `None` once deregistered, or once that failed.
     registration: Option<DetachedRegistration>,
+    /// A deregistration failed: NCCL may still map the range.
+    failed: bool,
 }
 
 impl<H: CommAccess> Guard<H> {
+    /// Deregisters once, after the device has finished the work queued
+    /// with the buffer (NCCL unmaps at once, not in stream order).
     fn deregister(&mut self) -> Result<()> {
-        match self.registration.take() {
-            Some(registration) => Ok(self
+        let Some(registration) = self.registration.take() else {
+            return Ok(());
+        };
+        let result = (|| {
+            let device = self.access.with_comm(|comm| comm.device().clone())?;
+            device.context().synchronize().map_err(Error::cuda(
+                "waiting for the device before deregistering a buffer",
+            ))?;
+            Ok(self
                 .access
-                .with_comm(|comm| comm.core().deregister(registration))?),
-            None => Ok(()),
-        }
+                .with_comm(|comm| comm.core().deregister(registration))??)
+        })();
+        self.failed = result.is_err();
+        result
     }
 }
 
-impl<H: CommAccess> Drop for Guard<H> {
+impl<H: CommAccess, B> Drop for Registered<H, B> {
     fn drop(&mut self) {
         // Errors cannot be reported from drop; `into_inner` reports them.
-        let _ = self.deregister();
+        let _ = self.guard.deregister();
+        if !self.guard.failed && !self.taken {
+            // SAFETY: dropped once: `self` is being dropped, `taken` says
+            // `into_inner` did not move the buffer out, and nothing uses
+            // the field after this.
+            unsafe { ManuallyDrop::drop(&mut self.buffer) }
+        }
     }
 }
 
 impl<H: CommAccess, B: std::fmt::Debug> std::fmt::Debug for Registered<H, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registered")
-            .field("buffer", &self.buffer)
+            .field("buffer", &*self.buffer)
             .field("registration", &self.guard.registration)
             .finish()
     }
@@ -157,8 +200,10 @@ fn register<H: CommAccess, B: TypedBufferMut>(
         guard: Guard {
             access,
             registration: Some(registration),
+            failed: false,
         },
-        buffer,
+        buffer: ManuallyDrop::new(buffer),
+        taken: false,
     })
 }
 
@@ -179,19 +224,18 @@ impl Communicator {
     }
 }
 
-impl<B: TypedBufferMut> Registered<Arc<Mutex<Communicator>>, B> {
+impl<B: TypedBufferMut> Registered<Arc<SharedComm>, B> {
     /// Registers `buffer` with the communicator behind `comm`, as
     /// [`Communicator::register`] does, for as long as the returned
     /// [`Registered`] lives: it keeps the communicator alive, and is
-    /// `Send` and `Sync` when the buffer is. Registering and dropping lock
-    /// `comm` (so they never overlap the communicator's operations issued
-    /// under the same lock): do not drop one while holding that lock.
+    /// `Send` and `Sync` when the buffer is. Registering and deregistering
+    /// take `comm`'s lock, so they never overlap the calls made under it.
     ///
     /// # Errors
-    /// As [`Communicator::register`].
-    pub fn shared(comm: &Arc<Mutex<Communicator>>, buffer: B) -> Result<Self> {
-        let locked = comm.lock().unwrap_or_else(PoisonError::into_inner);
-        register(Arc::clone(comm), &locked, buffer)
+    /// As [`Communicator::register`], or this thread holds `comm`'s lock.
+    pub fn shared(comm: &Arc<SharedComm>, buffer: B) -> Result<Self> {
+        let access = Arc::clone(comm);
+        access.with_comm(|locked| register(Arc::clone(comm), locked, buffer))?
     }
 }
 
@@ -216,15 +260,20 @@ impl<H: CommAccess, B> Registered<H, B> {
             })
     }
 
-    /// Deregisters (`ncclCommDeregister`) and gives the buffer back.
+    /// Deregisters (`ncclCommDeregister`) and gives the buffer back, once
+    /// the device has finished the work queued with it (a device
+    /// synchronisation: NCCL unmaps at once, not in stream order).
     ///
     /// # Errors
-    /// NCCL's refusal to deregister; the buffer is dropped then (after the
-    /// registration), as NCCL may still hold it.
-    pub fn into_inner(self) -> Result<B> {
-        let Registered { mut guard, buffer } = self;
-        guard.deregister()?;
-        Ok(buffer)
+    /// NCCL's refusal to deregister, or this thread holds a shared
+    /// communicator's lock. The buffer is then kept allocated for good (a
+    /// leak), as NCCL may still map it.
+    pub fn into_inner(mut self) -> Result<B> {
+        self.guard.deregister()?;
+        self.taken = true;
+        // SAFETY: `taken` keeps `Drop` from dropping the buffer again, and
+        // `self` is dropped right after without using it.
+        Ok(unsafe { ManuallyDrop::take(&mut self.buffer) })
     }
 }
 

@@ -213,7 +213,6 @@ fn run_rank(
     Ok(())
 }
 
-/// `rank`'s `device` as the table's preamble describes it.
 /// A row and mode as errors name them: `reduce of 8 B (f8e4m3, avg, root
 /// 0), out of place`.
 fn row_name(collective: Collective, spec: &RowSpec, mode: Mode) -> String {
@@ -228,6 +227,7 @@ fn row_name(collective: Collective, spec: &RowSpec, mode: Mode) -> String {
     )
 }
 
+/// `rank`'s `device` as the table's preamble describes it.
 fn device_info(rank: usize, device: &Device) -> DeviceInfo {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let context = device.context();

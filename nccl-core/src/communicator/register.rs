@@ -19,9 +19,10 @@ use crate::library::{check_accepted, require_version};
 ///
 /// It borrows the communicator, so it is deregistered before the
 /// communicator is destroyed, on the thread that drives it (it is not
-/// `Send`, as a borrowed [`Communicator`] is not). After an abort or a
-/// finalize the communicator frees its registrations itself, and the drop
-/// does nothing. Registering is collective for none of NCCL's transports:
+/// `Send`, as a borrowed [`Communicator`] is not). A finalized
+/// communicator still deregisters; an aborted one freed its registrations
+/// itself, and the drop does nothing. Deregistering is not ordered after
+/// the GPU work queued with the buffer: let that work finish first. Registering is collective for none of NCCL's transports:
 /// each rank registers its own buffers when it likes, and an operation
 /// uses a registration when every buffer it touches is registered, on
 /// every rank that needs it; it works as well (through NCCL's buffers)
@@ -41,9 +42,9 @@ pub struct Registration<'c> {
 /// and `Sync`, for owners that keep the communicator behind a lock of
 /// their own and deregister through it. Give it back to
 /// [`Communicator::deregister`] of the communicator that made it; one
-/// dropped instead stays registered until that communicator is finalized,
-/// aborted or destroyed (which frees every registration). Made by the
-/// `unsafe` [`Communicator::register_detached`].
+/// dropped instead stays registered until that communicator is aborted or
+/// destroyed (which frees every registration). Made by the `unsafe`
+/// [`Communicator::register_detached`].
 #[must_use = "a detached registration lasts until it is given to Communicator::deregister"]
 pub struct DetachedRegistration {
     /// Which communicator made it: compared, never upgraded (the weak
@@ -126,7 +127,10 @@ impl Communicator {
     /// # Safety
     /// As [`register`](Self::register), until the registration is given
     /// back to [`deregister`](Self::deregister), or this communicator is
-    /// finalized, aborted or destroyed.
+    /// aborted or destroyed. A communicator handed over with
+    /// [`into_raw`](Self::into_raw) and adopted again is another
+    /// [`Communicator`], which refuses the registration: its memory must
+    /// then stay allocated until that one's teardown.
     ///
     /// # Errors
     /// As [`register`](Self::register).
@@ -157,9 +161,12 @@ impl Communicator {
         })
     }
 
-    /// Deregisters `registration` (`ncclCommDeregister`). On an aborted or
-    /// finalized communicator there is nothing to do (it freed its
-    /// registrations), and none for a null handle (`NCCL_LOCAL_REGISTER=0`).
+    /// Deregisters `registration` (`ncclCommDeregister`), on a live or a
+    /// finalized communicator. On an aborted one there is nothing to do (it
+    /// freed its registrations), and none for a null handle
+    /// (`NCCL_LOCAL_REGISTER=0`, accepted from any communicator).
+    /// Deregistering is not ordered after the GPU work queued with the
+    /// buffer: let that work finish first.
     ///
     /// # Errors
     /// A registration made by another communicator (it is dropped, and
@@ -182,15 +189,16 @@ impl Communicator {
                 ),
             });
         }
-        let Ok(raw) = self.raw_for_call() else {
+        let Some(raw) = self.raw_until_teardown() else {
             return Ok(());
         };
         let lib = self.shared.lib;
         let deregister = lib.functions().ncclCommDeregister()?;
-        // SAFETY: `raw` is live and used by this thread only (`&self` of a
-        // communicator that is not `Sync`); `handle` came from
-        // ncclCommRegister on it (checked above) and is released once (the
-        // registration is consumed).
+        // SAFETY: `raw` is not yet torn down (live or finalized: NCCL keeps
+        // the registrations until destroy or abort) and used by this thread
+        // only (`&self` of a communicator that is not `Sync`); `handle` came
+        // from ncclCommRegister on it (checked above) and is released once
+        // (the registration is consumed).
         let result = unsafe { deregister(raw, registration.handle) };
         check_accepted(lib, "ncclCommDeregister", result)
     }
@@ -239,8 +247,8 @@ impl Registration<'_> {
     }
 
     /// Deregisters now (`ncclCommDeregister`), reporting NCCL's error,
-    /// which the drop cannot. On an aborted or finalized communicator there
-    /// is nothing to do (it freed its registrations).
+    /// which the drop cannot. On an aborted communicator there is nothing
+    /// to do (it freed its registrations).
     ///
     /// # Errors
     /// NCCL's refusal.

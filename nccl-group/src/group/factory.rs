@@ -2,12 +2,12 @@
 //! deadline, and [`LocalComms`] holds one [`Member`] per local device.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 use nccl_core::{AbortHandle, Config, Device, UniqueId};
-use nccl_tensor::Communicator;
+use nccl_tensor::{Communicator, SharedComm, SharedCommGuard};
 
 use super::{CommMode, GroupOptions};
 use crate::cache::OnceMap;
@@ -20,7 +20,7 @@ use crate::watchdog::{Bounded, run_bounded};
 /// One local device's communicator of a key, with its NCCL stream.
 pub struct Member {
     /// Shared with the buffers registered with it ([`GroupRegistered`](super::GroupRegistered)).
-    pub(super) comm: Arc<Mutex<Communicator>>,
+    pub(super) comm: Arc<SharedComm>,
     pub(super) abort: AbortHandle,
     pub(super) pool: Arc<DevicePool>,
     pub(super) stream: Arc<CudaStream>,
@@ -101,8 +101,8 @@ pub(super) struct BlockedEnqueue {
 
 impl Member {
     /// The communicator, locked (NCCL calls on one communicator must not overlap).
-    pub(super) fn lock(&self) -> MutexGuard<'_, Communicator> {
-        self.comm.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(super) fn lock(&self) -> SharedCommGuard<'_> {
+        self.comm.lock()
     }
 
     /// Notes that the lock holder started enqueueing at `started`, with
@@ -147,7 +147,7 @@ impl LocalComms {
     /// time: the watchdog never waits for a lock).
     pub(super) fn async_error(&self) -> Option<nccl_core::Error> {
         self.members.iter().find_map(|member| {
-            let comm = member.comm.try_lock().ok()?;
+            let comm = member.comm.try_lock()?;
             comm.core().async_error().err()
         })
     }
@@ -245,7 +245,7 @@ impl CommFactory for NcclFactory {
             .map(|(core, pool)| {
                 let abort = core.abort_handle();
                 Ok(Member {
-                    comm: Arc::new(Mutex::new(Communicator::from_core(core)?)),
+                    comm: Arc::new(SharedComm::new(Communicator::from_core(core)?)),
                     abort,
                     stream: pool.stream(),
                     pool,

@@ -1,9 +1,9 @@
 //! Registering buffers with the group's communicators
 //! (`ncclCommRegister`), for as long as the buffer lives.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use nccl_tensor::{Communicator, NcclType, Registered, Tensor};
+use nccl_tensor::{NcclType, Registered, SharedComm, Tensor};
 
 use super::ProcessGroup;
 use crate::error::Result;
@@ -17,13 +17,22 @@ use crate::key::{CommKey, DeviceList};
 /// [`batch_isend_irecv`](ProcessGroup::batch_isend_irecv),
 /// [`issue`](ProcessGroup::issue)); the [`Work`](crate::Work) hands it back.
 ///
-/// It keeps the communicator alive after the group is destroyed or
-/// aborted (the communicator is freed, with the registration, when the
-/// last of them drops). Dropping it deregisters the tensor under the
-/// communicator's lock, then frees the tensor: do not drop one inside a
-/// [`custom`](ProcessGroup::custom) operation's closure, which holds that
-/// lock.
-pub type GroupRegistered<B> = Registered<Arc<Mutex<Communicator>>, B>;
+/// Every process must pass registered buffers to an operation if any
+/// does (NCCL's rule: mixing registered and unregistered buffers across
+/// ranks in one call is undefined), as every process must issue matching
+/// operations.
+///
+/// It keeps the communicator alive after the group is destroyed (a
+/// finalized communicator still deregisters) or aborted (which freed the
+/// registration); the communicator is freed when the last of them drops.
+/// Dropping it waits for the device to finish the work queued with the
+/// tensor (NCCL unmaps at once, not in stream order), deregisters under
+/// the communicator's lock, then frees the tensor: dropping a `Work` that
+/// holds one waits for the device. Inside a [`custom`](ProcessGroup::custom)
+/// operation's closure, which holds that lock, registering is refused and
+/// a registered tensor dropped there stays allocated (a leak, not a
+/// deadlock).
+pub type GroupRegistered<B> = Registered<Arc<SharedComm>, B>;
 
 impl ProcessGroup {
     /// Registers `tensor` (`ncclCommRegister`, NCCL 2.19+) with the
