@@ -20,11 +20,11 @@
 
 use nccl_core::ReduceOp;
 use nccl_group::{GroupError, GroupRegistered, P2POp, ProcessGroup};
-use nccl_tensor::{Tensor, TypedBuffer};
+use nccl_tensor::Tensor;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, What, each_mode, join, tcp_store};
 use nccl_test_support::group::{destroy, done, refused};
 use nccl_test_support::tensor::world::{all_values, reduced};
-use nccl_test_support::tensor::{Memory, assert_same, download, upload_in};
+use nccl_test_support::tensor::{Memory, assert_same, covering, download, upload_in};
 
 /// Elements per rank (past NCCL's small-message protocols).
 const LEN: usize = 4097;
@@ -43,14 +43,7 @@ fn registered(
     let registered = group
         .register(tensor)
         .unwrap_or_else(|e| panic!("{what}: register: {e}"));
-    let (address, bytes) = registered.device_range();
-    let (registered_address, registered_bytes) = registered.range();
-    assert_eq!(
-        (registered_address as u64, registered_bytes),
-        (address, bytes),
-        "{what}: the registration covers the tensor"
-    );
-    registered
+    covering(registered, what)
 }
 
 fn sum(column: &[f64]) -> f64 {

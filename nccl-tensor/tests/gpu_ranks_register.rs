@@ -14,9 +14,9 @@
 //!   tensor in NCCL's memory handed to cudarc (`into_parts`).
 
 use nccl_core::ReduceOp;
-use nccl_tensor::{Communicator, Registered, Tensor, TypedBuffer};
+use nccl_tensor::{Communicator, Registered, Tensor};
 use nccl_test_support::tensor::world::{Rank, all_values, reduced};
-use nccl_test_support::tensor::{Memory, assert_same, download, upload_in};
+use nccl_test_support::tensor::{Memory, assert_same, covering, download, upload_in};
 
 /// Elements per rank (past NCCL's small-message protocols).
 const LEN: usize = 4097;
@@ -32,15 +32,7 @@ fn registered<'c>(
         .comm
         .register(tensor)
         .unwrap_or_else(|e| panic!("{what}: register: {e}"));
-    let (address, bytes) = registered.device_range();
-    let (registered_address, registered_bytes) = registered.range();
-    assert_eq!(
-        (registered_address as u64, registered_bytes),
-        (address, bytes),
-        "{what}: the registration covers the tensor"
-    );
-    assert_eq!(bytes, registered.len() * 4, "{what}");
-    registered
+    covering(registered, what)
 }
 
 fn collectives_on_registered(rank: &Rank, memory: Memory) {

@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{Device, UniqueId};
-use nccl_tensor::{Communicator, IntoAnyTensor, NcclType, Tensor, TensorCell};
+use nccl_tensor::{
+    CommAccess, Communicator, IntoAnyTensor, NcclType, Registered, Tensor, TensorCell, TypedBuffer,
+};
 
 use crate::{POISON, test_values};
 
@@ -170,6 +172,24 @@ pub fn values<T: Elem>(seed: u64, len: usize) -> Vec<T> {
 /// `len` copies of `T`'s poison value.
 pub fn poison_values<T: Elem>(len: usize) -> Vec<T> {
     vec![T::from_f64(T::POISON); len]
+}
+
+/// Checks that `registered`'s registration covers its tensor's memory,
+/// whole, and hands it back.
+#[track_caller]
+pub fn covering<H: CommAccess, T: Elem>(
+    registered: Registered<H, Tensor<T>>,
+    what: &str,
+) -> Registered<H, Tensor<T>> {
+    let (address, bytes) = registered.device_range();
+    let (registered_address, registered_bytes) = registered.range();
+    assert_eq!(
+        (registered_address as u64, registered_bytes),
+        (address, bytes),
+        "{what}: the registration covers the tensor"
+    );
+    assert_eq!(bytes, registered.len() * size_of::<T>(), "{what}");
+    registered
 }
 
 /// Who allocates a test tensor.
