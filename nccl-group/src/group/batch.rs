@@ -187,12 +187,12 @@ impl ProcessGroup {
         stream: &Arc<CudaStream>,
     ) -> OpResult<Vec<B>> {
         let info = OpInfo {
-            op: name,
-            dtype: buffers.first().map(GroupBuffers::data_type),
-            count: buffers.iter().map(GroupBuffers::input_len).sum(),
-            peer: None,
             point_to_point: ops.iter().all(Op::is_point_to_point),
-            capturable: true,
+            ..OpInfo::collective(
+                name,
+                buffers.first().map(GroupBuffers::data_type),
+                buffers.iter().map(GroupBuffers::input_len).sum(),
+            )
         };
         let device = stream.context().ordinal();
         self.run_one(
@@ -233,14 +233,7 @@ impl ProcessGroup {
         input_split_sizes: &[usize],
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        let info = OpInfo {
-            op: "all_to_all_split",
-            dtype: Some(T::DATA_TYPE),
-            count: input.len(),
-            peer: None,
-            point_to_point: false,
-            capturable: true,
-        };
+        let info = OpInfo::collective("all_to_all_split", Some(T::DATA_TYPE), input.len());
         let device = stream.context().ordinal();
         self.run_one(
             info,
@@ -278,14 +271,11 @@ impl ProcessGroup {
         inputs: Vec<Tensor<T>>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Lists<T>> {
-        let info = OpInfo {
-            op: "all_to_all_list",
-            dtype: Some(T::DATA_TYPE),
-            count: inputs.iter().map(Tensor::len).sum(),
-            peer: None,
-            point_to_point: false,
-            capturable: true,
-        };
+        let info = OpInfo::collective(
+            "all_to_all_list",
+            Some(T::DATA_TYPE),
+            inputs.iter().map(Tensor::len).sum(),
+        );
         let device = stream.context().ordinal();
         self.run_one(
             info,

@@ -42,10 +42,16 @@ pub(super) struct OpInfo {
 impl OpInfo {
     /// An operation with no typed buffers (a custom one, a graph's replay).
     pub(super) fn untyped(op: &'static str) -> Self {
+        Self::collective(op, None, 0)
+    }
+
+    /// A capturable collective with no peer, of `count` input elements
+    /// of `dtype`.
+    pub(super) fn collective(op: &'static str, dtype: Option<DataType>, count: usize) -> Self {
         Self {
             op,
-            dtype: None,
-            count: 0,
+            dtype,
+            count,
             peer: None,
             point_to_point: false,
             capturable: true,
