@@ -1,7 +1,8 @@
 //! Errors of `nccl-perf` (and the other bench binaries) and the exit
 //! status each one gives.
 
-use nccl_core::{ErrorChain, ErrorKind, ResultCode};
+use nccl_core::{ErrorChain, ResultCode};
+use nccl_group::ErrorKind;
 
 /// Every way a benchmark run can fail.
 #[non_exhaustive]
@@ -162,10 +163,10 @@ impl BenchError {
     /// | `Lost`, `Allocations` | [`ErrorKind::Other`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
-            BenchError::Nccl(error) => error.kind(),
-            BenchError::Tensor(error) => error.kind(),
+            BenchError::Nccl(error) => error.kind().into(),
+            BenchError::Tensor(error) => error.kind().into(),
             BenchError::Group(error) => error.kind(),
-            BenchError::Store(error) => error.kind(),
+            BenchError::Store(error) => error.kind().into(),
             BenchError::Rank { source, .. }
             | BenchError::Capture { source, .. }
             | BenchError::Row { source, .. } => source.kind(),

@@ -68,10 +68,11 @@ pub enum Status {
     InProgress,
 }
 
-/// What kind of failure an error is, the same for every crate of this
-/// workspace: `kind()` on nccl-core's [`Error`], nccl-tensor's `Error`,
-/// nccl-group's `GroupError`, `OpError` and `StoreError` answers what the
-/// innermost error would. Match with a wildcard arm: kinds may be added.
+/// What kind of failure an error is: `kind()` on nccl-core's [`Error`]
+/// and nccl-tensor's `Error` answers what the innermost error would.
+/// nccl-group's own `ErrorKind` has every kind of this one and adds the
+/// kinds only a process group and its store know (a failed group, a
+/// store, a launch setting). Match with a wildcard arm: kinds may be added.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
@@ -95,27 +96,15 @@ pub enum ErrorKind {
     Nccl,
     /// A CUDA driver call failed.
     Cuda,
-    /// A wait ran past its deadline: a NCCL call, a rendezvous, a
-    /// communicator's creation, a store's `get` or `wait`, an abort.
+    /// A wait ran past its deadline: a NCCL call, a communicator's
+    /// creation, an abort.
     Timeout,
-    /// The communicator or group was aborted; create a new one.
+    /// The communicator was aborted; create a new one.
     Aborted,
-    /// The communicator was finalized, or the group was destroyed or no
-    /// longer creates communicators; create a new one.
+    /// The communicator was finalized or destroyed; create a new one.
     Closed,
-    /// The group's watchdog failed the group (an operation timed out, or
-    /// NCCL or CUDA reported an error); `is_timeout()` says whether it was a
-    /// timeout. Create a new group.
-    GroupFailed,
-    /// The rendezvous store failed other than by a timeout: it could not
-    /// be reached or bound, closed the connection, did not answer, refused
-    /// the client, or its file or socket I/O failed.
-    Store,
-    /// A launch setting (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ...) is
-    /// missing or malformed.
-    Config,
-    /// An operating-system request outside NCCL and the store failed:
-    /// starting a thread, writing a file.
+    /// An operating-system request outside NCCL failed: starting a
+    /// thread, writing a file.
     Io,
     /// Anything else; the message says what.
     Other,

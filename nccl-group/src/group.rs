@@ -330,7 +330,7 @@ mod tests {
             matches!(error, GroupError::GraphsAlive { graphs: 1, .. }),
             "{error}"
         );
-        assert_eq!(error.kind(), nccl_core::ErrorKind::InvalidArgument);
+        assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument);
         assert!(
             error.to_string().contains("drop the GroupGraphs first"),
             "{error}"

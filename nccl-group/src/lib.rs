@@ -45,12 +45,11 @@ mod group;
 mod key;
 mod pool;
 pub mod recorder;
-pub mod store;
 mod trace;
 mod watchdog;
 mod work;
 
-pub use error::{GroupError, OpError, Result};
+pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
     Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
@@ -58,7 +57,9 @@ pub use group::{
     StreamMode, Uncapturable,
 };
 pub use key::MAX_LOCAL_DEVICES;
-pub use nccl_core::ErrorKind;
+/// The rendezvous stores, the launch environment and the meetings:
+/// [`nccl_rendezvous`], under the name this crate has always given them.
+pub use nccl_rendezvous as store;
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
@@ -66,7 +67,7 @@ pub use store::{
     TcpStoreServerOptions,
 };
 pub use work::{Work, WorkBuffers};
-pub use {nccl_core, nccl_tensor};
+pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
 /// What most programs name: nccl-tensor's prelude and the group's own
 /// types, `use nccl_group::prelude::*;`.

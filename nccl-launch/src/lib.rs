@@ -18,7 +18,12 @@
 //! ends the other ranks (each by its own PID) at the first failure, exits
 //! with that failure's status, and bounds the whole launch by a deadline.
 //! [`Launch`] is the same as a library, for tests that orchestrate ranks
-//! themselves (kill one, start all but one).
+//! themselves (kill one, start all but one). The library needs no CUDA:
+//! it is told how many GPUs there are ([`Launch::visible_gpus`]); the
+//! command counts them (feature `count-gpus`, on by default). The
+//! variables come from nccl-rendezvous
+//! ([`RendezvousConfig::launch_vars`]), the table the ranks read them
+//! back with.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -27,6 +32,7 @@
 //! # fn main() -> Result<(), nccl_launch::LaunchError> {
 //! let launch = Launch::new(4)?
 //!     .placement(Placement::Auto)
+//!     .visible_gpus(1) // a host of one GPU: four simulated hosts on it
 //!     .timeout(Some(Duration::from_secs(120)));
 //! let job = launch.spawn("./my_trainer", ["--steps", "10"])?;
 //! let outcome = job.wait(WaitPolicy::FailFast);
@@ -44,6 +50,8 @@ pub use job::{Ending, Job, Outcome, RankOutcome, WaitPolicy};
 use std::ffi::{OsStr, OsString};
 use std::net::TcpListener;
 use std::time::Duration;
+
+use nccl_rendezvous::{RendezvousConfig, StoreSpec};
 
 /// Set to `1` in every rank's environment when the ranks are simulated
 /// hosts on one GPU, `0` when each rank has a GPU of its own.
@@ -63,9 +71,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Placement {
-    /// [`Placement::Gpus`] when the host has a GPU per rank (the CUDA
-    /// driver's count, which honours `CUDA_VISIBLE_DEVICES`), else
-    /// [`Placement::SimulatedHosts`].
+    /// [`Placement::Gpus`] when the host has a GPU per rank (as
+    /// [`Launch::visible_gpus`] says), else [`Placement::SimulatedHosts`].
     #[default]
     Auto,
     /// Rank `r` is local rank `r` of one host and uses GPU `r`.
@@ -91,6 +98,7 @@ impl Placement {
 pub struct Launch {
     world_size: usize,
     placement: Placement,
+    visible_gpus: Option<usize>,
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
@@ -116,6 +124,7 @@ impl Launch {
         Ok(Self {
             world_size,
             placement: Placement::Auto,
+            visible_gpus: None,
             master_addr: "127.0.0.1".to_string(),
             master_port: None,
             timeout: Some(DEFAULT_TIMEOUT),
@@ -127,6 +136,15 @@ impl Launch {
     /// With this placement.
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// With `count` GPUs visible on this host (the CUDA driver's count,
+    /// which honours `CUDA_VISIBLE_DEVICES`): what [`Placement::Auto`]
+    /// decides by, and what [`Placement::Gpus`] is checked against. Unset,
+    /// `Auto` cannot decide and `Gpus` is taken on trust.
+    pub fn visible_gpus(mut self, count: usize) -> Self {
+        self.visible_gpus = Some(count);
         self
     }
 
@@ -170,12 +188,32 @@ impl Launch {
     }
 
     /// The placement this launch resolves to: [`Placement::Auto`] becomes
-    /// [`Placement::Gpus`] or [`Placement::SimulatedHosts`] by the GPU count.
-    pub fn resolved_placement(&self) -> Placement {
-        match self.placement {
-            Placement::Auto if visible_gpus() >= self.world_size => Placement::Gpus,
-            Placement::Auto => Placement::SimulatedHosts,
-            other => other,
+    /// [`Placement::Gpus`] or [`Placement::SimulatedHosts`] by the GPU
+    /// count.
+    ///
+    /// # Errors
+    /// [`LaunchError::InvalidArgument`] for `Auto` without
+    /// [`Launch::visible_gpus`], and for `Gpus` with fewer visible GPUs
+    /// than ranks.
+    pub fn resolved_placement(&self) -> Result<Placement, LaunchError> {
+        match (self.placement, self.visible_gpus) {
+            (Placement::Auto, None) => Err(LaunchError::InvalidArgument {
+                argument: "placement",
+                expected: "the number of visible GPUs for `auto` (Launch::visible_gpus), or \
+                           `gpus` or `simulated`"
+                    .to_string(),
+                given: "`auto` with no GPU count".to_string(),
+            }),
+            (Placement::Auto, Some(gpus)) if gpus >= self.world_size => Ok(Placement::Gpus),
+            (Placement::Auto, Some(_)) => Ok(Placement::SimulatedHosts),
+            (Placement::Gpus, Some(gpus)) if gpus < self.world_size => {
+                Err(LaunchError::InvalidArgument {
+                    argument: "placement",
+                    expected: format!("a GPU per rank for `gpus` ({} ranks)", self.world_size),
+                    given: format!("{gpus} visible GPU(s); use `simulated` or `auto`"),
+                })
+            }
+            (other, _) => Ok(other),
         }
     }
 
@@ -196,7 +234,7 @@ impl Launch {
     ///
     /// # Errors
     /// [`LaunchError::InvalidArgument`] for a rank out of range or given
-    /// twice, or [`Placement::Gpus`] asked for with fewer GPUs than ranks;
+    /// twice, or a placement [`Launch::resolved_placement`] refuses;
     /// [`LaunchError::Io`] when no port or scratch folder can be had;
     /// [`LaunchError::Spawn`] when a rank cannot be started (the ranks
     /// already started are ended).
@@ -220,17 +258,7 @@ impl Launch {
                 });
             }
         }
-        let placement = self.resolved_placement();
-        if placement == Placement::Gpus {
-            let gpus = visible_gpus();
-            if gpus < self.world_size {
-                return Err(LaunchError::InvalidArgument {
-                    argument: "placement",
-                    expected: format!("a GPU per rank for `gpus` ({} ranks)", self.world_size),
-                    given: format!("{gpus} visible GPU(s); use `simulated` or `auto`"),
-                });
-            }
-        }
+        let placement = self.resolved_placement()?;
         let port = match self.master_port {
             Some(port) => port,
             None => free_port().map_err(|source| LaunchError::Io {
@@ -247,17 +275,19 @@ impl Launch {
             })?;
         let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
         let dir_path = dir.path().display().to_string();
-        let rank_env = |rank: usize| {
+        let mut envs = Vec::with_capacity(self.world_size);
+        for rank in 0..self.world_size {
             let mut env = rank_variables(
                 rank,
                 self.world_size,
                 placement == Placement::SimulatedHosts,
                 &self.master_addr,
                 port,
-            );
+            )?;
             env.push((DIR_VAR.to_string(), dir_path.clone()));
-            env
-        };
+            envs.push(env);
+        }
+        let rank_env = |rank: usize| envs.get(rank).cloned().unwrap_or_default();
         job::Job::start(
             job::Plan {
                 program: program.as_ref().to_owned(),
@@ -276,35 +306,47 @@ impl Launch {
     }
 }
 
-/// The variables of rank `rank` of `world_size`: torchrun's, and for a
-/// simulated host the NCCL settings that make it one. The recipe's NCCL
-/// settings other than the host id give way to values already in the
-/// launcher's environment.
+/// The variables of rank `rank` of `world_size`: torchrun's, as
+/// [`RendezvousConfig::launch_vars`] writes them (a simulated host is a
+/// node of its own), and for a simulated host the NCCL settings that make
+/// it one. The recipe's NCCL settings other than the host id give way to
+/// values already in the launcher's environment.
+///
+/// # Errors
+/// [`LaunchError::InvalidArgument`] when `rank` is not below
+/// `world_size`, or `world_size` is 0 or above what NCCL accepts.
 pub fn rank_variables(
     rank: usize,
     world_size: usize,
     simulated_hosts: bool,
     master_addr: &str,
     master_port: u16,
-) -> Vec<(String, String)> {
-    let (local_rank, local_world, group_rank) = if simulated_hosts {
-        (0, 1, rank)
-    } else {
-        (rank, world_size, 0)
+) -> Result<Vec<(String, String)>, LaunchError> {
+    let store = StoreSpec::Tcp {
+        addr: master_addr.to_string(),
+        port: master_port,
     };
-    let mut env: Vec<(String, String)> = [
-        ("RANK", rank.to_string()),
-        ("WORLD_SIZE", world_size.to_string()),
-        ("LOCAL_RANK", local_rank.to_string()),
-        ("LOCAL_WORLD_SIZE", local_world.to_string()),
-        ("GROUP_RANK", group_rank.to_string()),
-        ("MASTER_ADDR", master_addr.to_string()),
-        ("MASTER_PORT", master_port.to_string()),
-        (SIMULATED_HOSTS_VAR, u8::from(simulated_hosts).to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut place = RendezvousConfig::new(rank, world_size, store).map_err(|error| {
+        LaunchError::InvalidArgument {
+            argument: "rank and world size",
+            expected: "a rank below a world size of 1 to 2147483647".to_string(),
+            given: error.to_string(),
+        }
+    })?;
+    (place.local_rank, place.local_world_size, place.node_rank) = if simulated_hosts {
+        (0, Some(1), Some(rank))
+    } else {
+        (rank, Some(world_size), Some(0))
+    };
+    let mut env: Vec<(String, String)> = place
+        .launch_vars()
+        .into_iter()
+        .map(|(key, value)| (key.to_string(), value))
+        .collect();
+    env.push((
+        SIMULATED_HOSTS_VAR.to_string(),
+        u8::from(simulated_hosts).to_string(),
+    ));
     if simulated_hosts {
         env.push(("NCCL_HOSTID".to_string(), format!("simhost{rank}")));
         for (key, value) in [
@@ -317,15 +359,7 @@ pub fn rank_variables(
             }
         }
     }
-    env
-}
-
-/// The GPUs the CUDA driver shows this process (0 without a driver).
-pub fn visible_gpus() -> usize {
-    if !nccl_core::cuda_driver_available() {
-        return 0;
-    }
-    nccl_core::Device::count().unwrap_or(0)
+    Ok(env)
 }
 
 /// A port the system reports free on loopback now (another process may

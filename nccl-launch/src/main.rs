@@ -74,8 +74,11 @@ fn main() -> ExitCode {
         Ok(launch) => launch,
         Err(error) => return usage_error(&error),
     };
-    let mut launch = launch
-        .placement(cli.hosts.into())
+    let mut launch = launch.placement(cli.hosts.into());
+    if let Some(gpus) = visible_gpus() {
+        launch = launch.visible_gpus(gpus);
+    }
+    launch = launch
         .master_addr(cli.master_addr)
         .timeout((cli.timeout > 0).then(|| Duration::from_secs(cli.timeout)));
     if let Some(port) = cli.master_port {
@@ -114,7 +117,30 @@ fn main() -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
+/// The GPUs the CUDA driver shows this process (0 without a driver), for
+/// `--hosts auto`.
+#[cfg(feature = "count-gpus")]
+fn visible_gpus() -> Option<usize> {
+    if !nccl_core::cuda_driver_available() {
+        return Some(0);
+    }
+    Some(nccl_core::Device::count().unwrap_or(0))
+}
+
+/// Built without `count-gpus`, the command cannot count: `--hosts auto`
+/// is refused, naming the choices, and `--hosts gpus` is taken on trust.
+#[cfg(not(feature = "count-gpus"))]
+fn visible_gpus() -> Option<usize> {
+    None
+}
+
 fn usage_error(error: &nccl_launch::LaunchError) -> ExitCode {
-    eprintln!("nccl-launch: {}", nccl_core::ErrorChain(error));
+    let mut line = format!("nccl-launch: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        line.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    eprintln!("{line}");
     ExitCode::from(2)
 }

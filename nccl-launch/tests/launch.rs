@@ -77,7 +77,7 @@ fn the_recipes_nccl_settings_give_way_to_the_callers() {
 
 #[test]
 fn one_gpu_per_rank_makes_every_rank_local_to_one_host() {
-    let env = nccl_launch::rank_variables(2, 4, false, "10.0.0.1", 1234);
+    let env = nccl_launch::rank_variables(2, 4, false, "10.0.0.1", 1234).expect("variables");
     let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     assert_eq!(get("RANK"), Some("2"));
     assert_eq!(get("LOCAL_RANK"), Some("2"));
@@ -89,10 +89,43 @@ fn one_gpu_per_rank_makes_every_rank_local_to_one_host() {
 }
 
 #[test]
+fn a_rank_outside_the_world_gets_no_variables() {
+    let refused = nccl_launch::rank_variables(4, 4, true, "127.0.0.1", 1234).unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.starts_with("invalid rank and world size: expected a rank below"),
+        "{message}"
+    );
+    assert!(
+        message.contains("rank 4 must be below world_size 4"),
+        "{message}"
+    );
+}
+
+#[test]
+fn auto_needs_a_gpu_count_and_the_library_never_counts() {
+    let refused = Launch::new(2)
+        .expect("launch")
+        .resolved_placement()
+        .unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.contains("the number of visible GPUs for `auto` (Launch::visible_gpus)"),
+        "{message}"
+    );
+    let trusted = Launch::new(2).expect("launch").placement(Placement::Gpus);
+    assert_eq!(trusted.resolved_placement().unwrap(), Placement::Gpus);
+    let enough = Launch::new(2).expect("launch").visible_gpus(2);
+    assert_eq!(enough.resolved_placement().unwrap(), Placement::Gpus);
+}
+
+#[test]
 fn without_a_gpu_per_rank_auto_simulates_and_gpus_is_refused() {
-    let gpus = nccl_launch::visible_gpus();
-    let launch = Launch::new(gpus + 1).expect("launch");
-    assert_eq!(launch.resolved_placement(), Placement::SimulatedHosts);
+    let launch = Launch::new(3).expect("launch").visible_gpus(2);
+    assert_eq!(
+        launch.resolved_placement().unwrap(),
+        Placement::SimulatedHosts
+    );
     let refused = launch
         .placement(Placement::Gpus)
         .spawn("true", [""; 0])

@@ -1,6 +1,10 @@
 //! Helpers shared by the workspace's integration tests (a dev-dependency
-//! of nccl-core, nccl-tensor and nccl-group; never published), and the
-//! allocation counter of the benches.
+//! of nccl-core, nccl-tensor, nccl-rendezvous and nccl-group; never
+//! published), and the allocation counter of the benches.
+//!
+//! Without its `gpu` feature (default on) it has only what needs no CUDA:
+//! [`processes`], [`within`] and [`alloc`]; nccl-rendezvous's tests take it
+//! so.
 //!
 //! * GPUs: [`require_gpus`] returns the first `n` devices, or prints
 //!   `SKIP: needs n GPU(s), found m` and returns `None`. With
@@ -21,32 +25,38 @@
 //!   (the benches' too).
 //! * `tensor` (feature `tensor`): nccl-tensor's element types, test data
 //!   and operation matrix.
-//! * `group` and `store` (feature `group`): `ProcessGroup` helpers and the
-//!   `nccl_group::Store` conformance suite.
+//! * `group` (feature `group`): `ProcessGroup` helpers. The `Store`
+//!   conformance suite is nccl-rendezvous's, under its `conformance`
+//!   feature.
 //!
 //! Only for integration tests (`tests/*.rs`): a crate's unit tests inside
 //! its `src/` would see, through this crate, a second copy of that crate's
 //! types.
 
 pub mod alloc;
+#[cfg(feature = "gpu")]
 mod gpus;
 #[cfg(feature = "group")]
 pub mod group;
 pub mod processes;
+#[cfg(feature = "gpu")]
 mod ranks;
+#[cfg(feature = "gpu")]
 pub mod raw;
-#[cfg(feature = "group")]
-pub mod store;
 #[cfg(feature = "tensor")]
 pub mod tensor;
+#[cfg(feature = "gpu")]
 mod values;
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
+#[cfg(feature = "gpu")]
 pub use gpus::require_gpus;
+#[cfg(feature = "gpu")]
 pub use ranks::{Ranks, child_var, ranks, simulated_node_env};
+#[cfg(feature = "gpu")]
 pub use values::{POISON, assert_invalid, assert_same_values, test_values};
 
 /// Runs `f` on its own thread and returns its result, failing the test if

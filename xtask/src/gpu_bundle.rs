@@ -489,7 +489,7 @@ fn render_run_sh(
 /// * nccl-tests.sh: builds nccl-tests from nccl-tests-src/ and runs it and
 ///   nccl-perf's raw layer with the same flags, side by side per size;
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
-/// * interop.sh: nccl-group's C10dStore against a real torch TCPStore
+/// * interop.sh: nccl-rendezvous's C10dStore against a real torch TCPStore
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
 ///   torchrun launches of the `torchrun_all_reduce` example joining the
 ///   agent's store.
@@ -507,7 +507,7 @@ const SCRIPTS: [(&str, &str); 8] = [
     ("interop.sh", include_str!("gpu_bundle/interop.sh")),
     (
         "scripts/c10d_interop.py",
-        include_str!("../../nccl-group/tests/torch/c10d_interop.py"),
+        include_str!("../../nccl-rendezvous/tests/torch/c10d_interop.py"),
     ),
 ];
 

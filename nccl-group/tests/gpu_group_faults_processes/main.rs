@@ -227,6 +227,7 @@ fn launch_fault(
     let launch = Launch::new(world)
         .map_err(|e| format!("launch: {e}"))?
         .placement(Placement::Auto)
+        .visible_gpus(nccl_core::Device::count().map_err(|e| format!("counting GPUs: {e}"))?)
         .timeout(Some(LAUNCH_TIMEOUT))
         .keep_output(true)
         .env(ROLE_VAR, fault.role())

@@ -2,8 +2,8 @@
 # torch interop and real torchrun launches, on the GPU machine:
 #   interop.sh [OUT_DIR]     (default: $OUT/interop, or ./interop)
 # 1. scripts/c10d_interop.py: a torch.distributed.TCPStore server (libuv,
-#    then legacy) shared by a Python rank and bin/nccl-group-c10d_interop
-#    (nccl-group's C10dStore), each setting, adding, compare-and-setting and
+#    then legacy) shared by a Python rank and bin/nccl-rendezvous-c10d_interop
+#    (nccl-rendezvous's C10dStore), each setting, adding, compare-and-setting and
 #    waiting on the other's keys; then the Rust client's bounds. Log:
 #    c10d_interop.log.
 # 2. torchrun --nproc-per-node 2 --no-python bin/nccl-group-torchrun_all_reduce:
@@ -60,7 +60,7 @@ fi
 
 echo "==> c10d interop: a torch TCPStore server, a Python rank and a Rust rank"
 timeout --kill-after=10 "$limit" "$python" "$here/scripts/c10d_interop.py" \
-    --binary "$bin/nccl-group-c10d_interop" 2>&1 | tee "$out/c10d_interop.log"
+    --binary "$bin/nccl-rendezvous-c10d_interop" 2>&1 | tee "$out/c10d_interop.log"
 rc=${PIPESTATUS[0]}
 summary=$(grep -E '^c10d_interop.py: ' "$out/c10d_interop.log" | tail -n 1)
 if ((rc == 0)); then

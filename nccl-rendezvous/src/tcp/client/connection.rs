@@ -1,0 +1,386 @@
+//! The client's connections: opening one (retrying while the server is not
+//! up yet, or full, within the connect timeout), the pool of idle ones, one
+//! request and its answer on a sealed connection, and every failure told
+//! as a [`StoreError`] naming the server.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::thread;
+use std::time::Duration;
+
+use super::TcpStore;
+use super::handshake::{HandshakeError, client_handshake};
+use crate::tcp::descriptors;
+use crate::tcp::wire::{self, FrameError, Limits, Request, Response, Session, code};
+use crate::{Deadline, MAX_WAIT, Result, StoreError};
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 4;
+/// The longest single connection attempt, and the backoff cap.
+const MAX_ATTEMPT: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// An authenticated connection and the state of its seals.
+pub(super) struct Connection {
+    stream: TcpStream,
+    session: Session,
+}
+
+/// Why one round of connection attempts failed.
+enum AttemptError {
+    /// Worth retrying: refused, unreachable, not resolvable yet, or the
+    /// server closed during the handshake (it may be starting).
+    Io(io::Error),
+    /// The server is full: worth retrying until the connect timeout.
+    Full(StoreError),
+    /// Retrying will not help.
+    Fatal(StoreError),
+}
+
+impl TcpStore {
+    fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
+        let addrs: Vec<SocketAddr> = (self.host.as_str(), self.port).to_socket_addrs()?.collect();
+        if addrs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} resolves to no address", self.host),
+            ));
+        }
+        Ok(addrs)
+    }
+
+    /// One round of attempts over every resolved address.
+    fn try_connect(&self, per_attempt: Duration) -> Result<(Connection, Limits), AttemptError> {
+        let per_attempt = per_attempt.clamp(Duration::from_millis(1), MAX_ATTEMPT);
+        let addrs = self.resolve().map_err(AttemptError::Io)?;
+        let mut last = None;
+        for sockaddr in addrs {
+            match TcpStream::connect_timeout(&sockaddr, per_attempt) {
+                Ok(stream) => return self.handshake(stream),
+                Err(e) if descriptors::is_exhausted(&e) => {
+                    return Err(AttemptError::Fatal(self.out_of_descriptors(e)));
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(AttemptError::Io(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "no address to connect to")
+        })))
+    }
+
+    fn out_of_descriptors(&self, source: io::Error) -> StoreError {
+        StoreError::io(
+            format!(
+                "connecting to the {}: this process has no file descriptor left ({}); each \
+                 TcpStore connection takes one: raise the limit (ulimit -n), or use fewer \
+                 stores or threads calling them at once",
+                self.describe(),
+                descriptors::exhausted_note()
+            ),
+            source,
+        )
+    }
+
+    /// Connects, retrying with exponential backoff while the server is not
+    /// up yet (`retry_unreachable`) or is full, until `timeout`.
+    pub(super) fn connect_with_retry(
+        &self,
+        timeout: Duration,
+        retry_unreachable: bool,
+    ) -> Result<(Connection, Limits)> {
+        let deadline = Deadline::after(timeout);
+        let mut backoff = Duration::from_millis(10);
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            let per_attempt = deadline.remaining().unwrap_or(Duration::from_millis(1));
+            let last = match self.try_connect(per_attempt) {
+                Ok(ok) => return Ok(ok),
+                Err(AttemptError::Fatal(e)) => {
+                    crate::trace::event!(warn, addr = %self.addr, error = %e, "store: the server refused the connection");
+                    return Err(e);
+                }
+                Err(AttemptError::Full(e)) => Err(e),
+                Err(AttemptError::Io(e)) => Ok(e),
+            };
+            let Some(left) = deadline.remaining() else {
+                crate::trace::event!(warn, addr = %self.addr, attempts, "store: giving up connecting");
+                return Err(match last {
+                    Err(full) => full,
+                    Ok(source) => StoreError::Connect {
+                        addr: self.addr.clone(),
+                        attempts,
+                        waited: deadline.elapsed(),
+                        source,
+                    },
+                });
+            };
+            if let Ok(source) = last
+                && !retry_unreachable
+            {
+                return Err(StoreError::Connect {
+                    addr: self.addr.clone(),
+                    attempts,
+                    waited: deadline.elapsed(),
+                    source,
+                });
+            }
+            crate::trace::event!(debug, addr = %self.addr, attempts, retry_in = ?backoff.min(left), "store: connecting failed, retrying");
+            thread::sleep(backoff.min(left));
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Runs the handshake on a fresh connection.
+    fn handshake(&self, mut stream: TcpStream) -> Result<(Connection, Limits), AttemptError> {
+        let margin = self.margin();
+        let setup = stream
+            .set_nodelay(true)
+            .and_then(|()| stream.set_write_timeout(Some(margin)))
+            .and_then(|()| stream.set_read_timeout(Some(margin)));
+        setup.map_err(|e| {
+            AttemptError::Fatal(StoreError::io(
+                format!("configuring the connection to {}", self.addr),
+                e,
+            ))
+        })?;
+        let op = "the handshake";
+        match client_handshake(&mut stream, self.options.secret.as_deref()) {
+            Ok((session, limits)) => Ok((Connection { stream, session }, limits)),
+            Err(HandshakeError::Refused(response)) => match self.remote_error(op, response) {
+                full @ StoreError::TooManyConnections { .. } => Err(AttemptError::Full(full)),
+                // The server is shutting down: another may take its port.
+                StoreError::ConnectionClosed { .. } => Err(AttemptError::Io(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "the server is shutting down",
+                ))),
+                other => Err(AttemptError::Fatal(other)),
+            },
+            Err(HandshakeError::Auth(detail)) => Err(AttemptError::Fatal(StoreError::Auth {
+                addr: self.addr.clone(),
+                detail,
+            })),
+            Err(HandshakeError::Protocol(detail)) => {
+                Err(AttemptError::Fatal(StoreError::Protocol {
+                    addr: self.addr.clone(),
+                    detail,
+                }))
+            }
+            Err(HandshakeError::TooLarge(len)) => {
+                Err(AttemptError::Fatal(StoreError::FrameTooLarge {
+                    context: format!("the answer to {op} from the {}", self.describe()),
+                    len,
+                    max: wire::HANDSHAKE_MAX_FRAME as u64,
+                }))
+            }
+            // The server closed or reset during the handshake: it may be
+            // starting or restarting; retry like a refused connect.
+            Err(HandshakeError::Closed) => Err(AttemptError::Io(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "the server closed the connection during the handshake",
+            ))),
+            Err(HandshakeError::Io(e)) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                    Err(AttemptError::Fatal(self.io_error(op, e, margin)))
+                }
+                _ => Err(AttemptError::Io(e)),
+            },
+        }
+    }
+
+    pub(super) fn margin(&self) -> Duration {
+        self.options.io_margin.max(Duration::from_millis(1))
+    }
+
+    /// Takes an idle connection or opens a new one: the server was up when
+    /// this store connected, so only a full server is waited for (within
+    /// the connect timeout).
+    fn checkout(&self) -> Result<Connection> {
+        if let Some(connection) = self.idle().pop() {
+            return Ok(connection);
+        }
+        let (connection, _) = self.connect_with_retry(self.options.connect_timeout, false)?;
+        Ok(connection)
+    }
+
+    pub(super) fn checkin(&self, connection: Connection) {
+        let mut idle = self.idle();
+        if idle.len() < MAX_IDLE {
+            idle.push(connection);
+        }
+    }
+
+    /// Sends `request` and returns the answer. `wait` is how long the server
+    /// may legitimately take (a `get`'s timeout); the read timeout adds the
+    /// I/O margin.
+    pub(super) fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
+        let frame = request.encode();
+        let seal = if self.options.secret.is_some() {
+            wire::TAG_LEN
+        } else {
+            0
+        };
+        let sealed_len = frame.payload_len() + seal;
+        if sealed_len > self.send_max {
+            return Err(StoreError::FrameTooLarge {
+                context: format!("{op} on the {}", self.describe()),
+                len: sealed_len as u64,
+                max: self.send_max as u64,
+            });
+        }
+        let mut connection = self.checkout()?;
+        let read_timeout = wait.min(MAX_WAIT).saturating_add(self.margin());
+        connection
+            .stream
+            .set_read_timeout(Some(read_timeout))
+            .map_err(|e| {
+                StoreError::io(format!("configuring the connection to {}", self.addr), e)
+            })?;
+        // On any error the connection is dropped: its state is unknown, and
+        // the server closes a connection after sending an error frame.
+        let response = self.exchange(&mut connection, op, frame, read_timeout)?;
+        self.checkin(connection);
+        Ok(response)
+    }
+
+    /// Seals and writes a frame, reads and opens the answer, mapping every
+    /// failure to an error that names the server and the operation.
+    fn exchange(
+        &self,
+        connection: &mut Connection,
+        op: &str,
+        frame: wire::Frame,
+        read_timeout: Duration,
+    ) -> Result<Response> {
+        let Connection { stream, session } = connection;
+        let frame = session.seal(frame);
+        if let Err(write_err) = wire::write_frame(stream, &frame) {
+            // The server may have answered (e.g. a size error) and closed
+            // before taking the whole frame: prefer its answer.
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+            if let Ok(payload) = wire::read_frame(stream, self.options.max_frame_size, None)
+                && let Ok(body) = session.open(payload)
+                && let Ok(response @ Response::Error { .. }) = Response::decode(&body)
+            {
+                return Err(self.remote_error(op, response));
+            }
+            return Err(self.io_error(op, write_err, read_timeout));
+        }
+        let payload = match wire::read_frame(stream, self.options.max_frame_size, None) {
+            Ok(payload) => payload,
+            Err(FrameError::Closed) => {
+                return Err(StoreError::ConnectionClosed {
+                    addr: self.addr.clone(),
+                    op: op.to_owned(),
+                });
+            }
+            Err(FrameError::TooLarge(len)) => {
+                return Err(StoreError::FrameTooLarge {
+                    context: format!("the answer to {op} from the {}", self.describe()),
+                    len,
+                    max: self.options.max_frame_size as u64,
+                });
+            }
+            Err(FrameError::Io(e)) => return Err(self.io_error(op, e, read_timeout)),
+            Err(FrameError::Refused(detail)) => {
+                return Err(StoreError::Protocol {
+                    addr: self.addr.clone(),
+                    detail,
+                });
+            }
+        };
+        let body = session.open(payload).map_err(|_| StoreError::Integrity {
+            addr: self.addr.clone(),
+            detail: format!("the answer to {op} does not carry the session's tag"),
+        })?;
+        let response = Response::decode(&body).map_err(|detail| StoreError::Protocol {
+            addr: self.addr.clone(),
+            detail: format!("answer to {op}: {detail}"),
+        })?;
+        match response {
+            Response::Error { .. } => Err(self.remote_error(op, response)),
+            other => Ok(other),
+        }
+    }
+
+    fn io_error(&self, op: &str, e: io::Error, waited: Duration) -> StoreError {
+        StoreError::on_connection(&self.addr, op, e, waited, || {
+            format!("{op} on the {}", self.describe())
+        })
+    }
+
+    fn remote_error(&self, op: &str, response: Response) -> StoreError {
+        let Response::Error { code, message } = response else {
+            return self.unexpected(op, &response);
+        };
+        match code {
+            code::AUTH => StoreError::Auth {
+                addr: self.addr.clone(),
+                detail: message,
+            },
+            code::TOO_MANY_CONNECTIONS => StoreError::TooManyConnections {
+                addr: self.addr.clone(),
+                detail: message,
+            },
+            code::LIMIT => StoreError::OverLimit {
+                op: op.to_owned(),
+                store: self.describe(),
+                detail: message,
+            },
+            code::SHUTDOWN => StoreError::ConnectionClosed {
+                addr: self.addr.clone(),
+                op: op.to_owned(),
+            },
+            code::PROTOCOL => StoreError::Protocol {
+                addr: self.addr.clone(),
+                detail: format!("the server says: {message} (during {op})"),
+            },
+            _ => StoreError::Remote {
+                addr: self.addr.clone(),
+                message: format!("{message} (during {op})"),
+            },
+        }
+    }
+
+    pub(super) fn unexpected(&self, op: &str, response: &Response) -> StoreError {
+        StoreError::Protocol {
+            addr: self.addr.clone(),
+            detail: format!("unexpected {} answer to {op}", response.name()),
+        }
+    }
+
+    /// Refuses, before sending, a request the server's limits refuse.
+    pub(super) fn check_limits(&self, op: &str, keys: &[&str], values: &[&[u8]]) -> Result<()> {
+        let limits = &self.limits;
+        let over = |detail: String| StoreError::OverLimit {
+            op: op.to_owned(),
+            store: self.describe(),
+            detail,
+        };
+        if keys.len() as u64 > limits.max_keys {
+            return Err(over(format!(
+                "a request naming {} keys is over the server's max_keys_per_request of {}",
+                keys.len(),
+                limits.max_keys
+            )));
+        }
+        if let Some(key) = keys.iter().find(|k| k.len() as u64 > limits.max_key_len) {
+            return Err(over(format!(
+                "a key of {} bytes is over the server's max_key_len of {}",
+                key.len(),
+                limits.max_key_len
+            )));
+        }
+        if let Some(value) = values
+            .iter()
+            .find(|v| v.len() as u64 > limits.max_value_len)
+        {
+            return Err(over(format!(
+                "a value of {} bytes is over the server's max_value_len of {}",
+                value.len(),
+                limits.max_value_len
+            )));
+        }
+        Ok(())
+    }
+}

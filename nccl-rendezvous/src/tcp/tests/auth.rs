@@ -1,0 +1,224 @@
+//! The handshake's refusals, the per-request limits and the quota, on real
+//! sockets of 127.0.0.1.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::super::server::{Shared, serve_connection};
+use super::{expect_error_frame, opts, raw_plain_session, read_raw_frame};
+use crate::tcp::wire::{self, Request, Response, code};
+use crate::tcp::{TcpStore, TcpStoreServer, TcpStoreServerOptions};
+use crate::{Store, StoreError};
+
+#[test]
+fn without_a_secret_a_client_of_another_host_is_refused_naming_both_fixes() {
+    // The server's side of one connection, run here so that the client can
+    // be made to look remote: no test can reach 127.0.0.1 from elsewhere.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shared = Shared::new(TcpStoreServerOptions::default()).unwrap();
+    let server = thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        serve_connection(&shared, stream, "192.0.2.7:40000".parse().unwrap());
+    });
+    let t0 = Instant::now();
+    let err = TcpStore::connect_to(addr, opts()).unwrap_err();
+    server.join().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "refused at once");
+    assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
+    let message = err.to_string();
+    for part in [
+        "192.0.2.7",
+        "own host only",
+        "NCCL_RS_STORE_SECRET",
+        "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=1",
+    ] {
+        assert!(message.contains(part), "{part:?} in {message}");
+    }
+}
+
+#[test]
+fn a_client_with_a_secret_refuses_a_server_without_one() {
+    let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap();
+    let err =
+        TcpStore::connect_to(server.local_addr(), opts().with_secret(b"s".to_vec())).unwrap_err();
+    assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
+    assert!(err.to_string().contains("holds no secret"), "{err}");
+}
+
+#[test]
+fn empty_secrets_are_refused_on_both_sides() {
+    let err = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_secret(Vec::new()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, StoreError::InvalidArgument { what: "secret", .. }),
+        "{err:?}"
+    );
+    let err = TcpStore::connect("127.0.0.1", 1, opts().with_secret(Vec::new())).unwrap_err();
+    assert!(
+        matches!(err, StoreError::InvalidArgument { what: "secret", .. }),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn requests_over_the_limits_are_refused_before_sending_and_by_the_server() {
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default()
+            .with_max_key_len(16)
+            .with_max_value_len(64)
+            .with_max_keys_per_request(4),
+    )
+    .unwrap();
+    let store = TcpStore::connect_to(server.local_addr(), opts()).unwrap();
+    let long_key = "k".repeat(17);
+    let cases: [(&str, StoreError); 4] = [
+        ("max_key_len of 16", store.set(&long_key, b"v").unwrap_err()),
+        ("max_value_len of 64", store.set("k", &[0; 65]).unwrap_err()),
+        (
+            "max_value_len of 64",
+            store.compare_set("k", Some(&[0; 65]), b"").unwrap_err(),
+        ),
+        (
+            "max_keys_per_request of 4",
+            store
+                .wait(&["a", "b", "c", "d", "e"], Duration::from_secs(1))
+                .unwrap_err(),
+        ),
+    ];
+    for (limit, err) in cases {
+        assert!(matches!(err, StoreError::OverLimit { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.contains(limit) && message.contains("nothing stored was changed"),
+            "{message}"
+        );
+    }
+    store.set(&"k".repeat(16), &[0; 64]).unwrap();
+
+    // A raw client that sends one anyway is refused from the frame's first
+    // bytes: a 12 M-key `wait` announced at 57 MiB, of which only the first
+    // 13 bytes ever come.
+    let mut raw = raw_plain_session(server.local_addr());
+    let mut head = (57u32 << 20).to_be_bytes().to_vec();
+    head.push(0x07);
+    head.extend(1000u64.to_be_bytes());
+    head.extend(12_000_000u32.to_be_bytes());
+    raw.write_all(&head).unwrap();
+    let t0 = Instant::now();
+    let message = expect_error_frame(&mut raw, code::LIMIT);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(
+        message.contains("12000000") && message.contains("max_keys_per_request of 4"),
+        "{message}"
+    );
+    assert_eq!(
+        store.try_get(&"k".repeat(16)).unwrap().unwrap(),
+        vec![0; 64]
+    );
+}
+
+#[test]
+fn the_quota_refuses_writes_past_it_and_loses_nothing_stored() {
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default()
+            .with_max_stored_keys(3)
+            .with_max_stored_bytes(100),
+    )
+    .unwrap();
+    let store = TcpStore::connect_to(server.local_addr(), opts()).unwrap();
+    store.set("a", b"1").unwrap();
+    store.set("b", b"2").unwrap();
+    store.add("c", 3).unwrap();
+    for err in [
+        store.set("d", b"4").unwrap_err(),
+        store.add("d", 1).unwrap_err(),
+        store.compare_set("d", None, b"4").unwrap_err(),
+    ] {
+        assert!(matches!(err, StoreError::OverLimit { .. }), "{err:?}");
+        assert!(err.to_string().contains("max_stored_keys of 3"), "{err}");
+    }
+    let err = store.set("a", &[0; 99]).unwrap_err();
+    assert!(err.to_string().contains("max_stored_bytes of 100"), "{err}");
+    // Everything stored before is intact, and the client keeps working.
+    assert_eq!(store.try_get("a").unwrap().unwrap(), b"1");
+    assert_eq!(store.try_get("b").unwrap().unwrap(), b"2");
+    assert_eq!(store.add("c", 1).unwrap(), 4);
+    assert_eq!(store.try_get("d").unwrap(), None);
+    assert!(store.delete("b").unwrap());
+    store.set("d", b"4").unwrap();
+}
+
+#[test]
+fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied() {
+    let secret = b"s3cret".to_vec();
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_secret(secret.clone()),
+    )
+    .unwrap();
+    let store =
+        TcpStore::connect_to(server.local_addr(), opts().with_secret(secret.clone())).unwrap();
+    // A raw client that holds the secret, to send frames by hand.
+    for tamper in [Tamper::FlipValueBit, Tamper::Replay] {
+        let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+        let mut session = raw_sealed_session(&mut raw, &secret);
+        let set = |value: &[u8]| {
+            Request::Set {
+                key: "uid".into(),
+                value: value.to_vec(),
+            }
+            .encode()
+        };
+        let first = session.seal(set(b"first"));
+        raw.write_all(first.as_bytes()).unwrap();
+        let answer = read_raw_frame(&mut raw).unwrap();
+        assert_eq!(
+            Response::decode(&session.open(answer).unwrap()).unwrap(),
+            Response::Ok
+        );
+        store.set("uid", b"real").unwrap();
+        let bytes = match tamper {
+            Tamper::FlipValueBit => {
+                let mut bytes = session.seal(set(b"fake!")).as_bytes().to_vec();
+                let at = bytes.len() - wire::TAG_LEN - 1;
+                bytes[at] ^= 1;
+                bytes
+            }
+            Tamper::Replay => first.as_bytes().to_vec(),
+        };
+        raw.write_all(&bytes).unwrap();
+        let answer = read_raw_frame(&mut raw).expect("a sealed refusal");
+        let refusal = Response::decode(&session.open(answer).unwrap()).unwrap();
+        assert!(
+            matches!(&refusal, Response::Error { code: code::AUTH, message } if message.contains("failed authentication")),
+            "{tamper:?}: {refusal:?}"
+        );
+        assert_eq!(
+            store.try_get("uid").unwrap().unwrap(),
+            b"real",
+            "{tamper:?}"
+        );
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Tamper {
+    FlipValueBit,
+    Replay,
+}
+
+/// Runs the client's handshake by hand on `raw`.
+fn raw_sealed_session(raw: &mut TcpStream, secret: &[u8]) -> wire::Session {
+    raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    raw.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (session, _) = super::super::client::client_handshake(raw, Some(secret)).unwrap();
+    session
+}

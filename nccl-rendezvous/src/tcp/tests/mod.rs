@@ -1,0 +1,554 @@
+//! TCP store tests: real sockets on 127.0.0.1 only. `auth` has the
+//! handshake's and the limits' tests.
+
+mod auth;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::wire::{self, Request, Response, code};
+use super::*;
+use crate::{Store, StoreError};
+
+fn server() -> TcpStoreServer {
+    TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap()
+}
+
+fn opts() -> TcpStoreOptions {
+    TcpStoreOptions::default()
+        .with_timeout(Duration::from_secs(5))
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_io_margin(Duration::from_secs(2))
+}
+
+fn client(server: &TcpStoreServer) -> TcpStore {
+    TcpStore::connect_to(server.local_addr(), opts()).unwrap()
+}
+
+/// Asserts that a plain client can still use the server.
+fn assert_serves(server: &TcpStoreServer, options: TcpStoreOptions) {
+    let store = TcpStore::connect_to(server.local_addr(), options).unwrap();
+    let n = store.add("still-serving", 1).unwrap();
+    assert!(n >= 1);
+    store.set("after", b"ok").unwrap();
+    assert_eq!(store.get("after", Duration::from_secs(1)).unwrap(), b"ok");
+}
+
+/// Reads one raw frame's payload (test side), with a timeout.
+fn read_raw_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+    stream.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+/// Asserts that the server closed `stream` (read returns 0 or an error).
+fn assert_closed(stream: &mut TcpStream) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    match stream.read(&mut buf) {
+        Ok(0) | Err(_) => {}
+        Ok(n) => panic!("expected the connection closed, read {n} more bytes"),
+    }
+}
+
+/// A raw connection that has done the handshake without a secret: frames
+/// on it are plain.
+fn raw_plain_session(addr: std::net::SocketAddr) -> TcpStream {
+    let mut raw = TcpStream::connect(addr).unwrap();
+    let hello = Request::Hello {
+        nonce: [1; wire::NONCE_LEN],
+        authenticate: false,
+    }
+    .encode();
+    raw.write_all(hello.as_bytes()).unwrap();
+    let payload = read_raw_frame(&mut raw).expect("the server's HELLO");
+    assert!(
+        matches!(
+            Response::decode(&payload),
+            Ok(Response::Hello { proof: None, .. })
+        ),
+        "{payload:02x?}"
+    );
+    raw
+}
+
+fn expect_error_frame(stream: &mut TcpStream, want: u8) -> String {
+    let payload = read_raw_frame(stream).expect("an error frame");
+    match Response::decode(&payload).unwrap() {
+        Response::Error { code, message } => {
+            assert_eq!(code, want, "{message}");
+            message
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+}
+
+#[test]
+fn local_addr_reports_the_ephemeral_port() {
+    let server = server();
+    assert_ne!(server.local_addr().port(), 0);
+    assert!(server.local_addr().ip().is_loopback());
+    let any = TcpStoreServer::bind("0.0.0.0:0", TcpStoreServerOptions::default()).unwrap();
+    assert!(any.connect_addr().ip().is_loopback());
+    drop(any);
+}
+
+#[test]
+fn two_clients_see_each_other_and_blocking_get_does_not_block_others() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    thread::scope(|s| {
+        let waiter = s.spawn(|| a.get("from-b", Duration::from_secs(5)));
+        thread::sleep(Duration::from_millis(100));
+        // Meanwhile b is served at once.
+        let t0 = Instant::now();
+        assert_eq!(b.add("n", 1).unwrap(), 1);
+        assert_eq!(b.try_get("n").unwrap().unwrap(), b"1");
+        assert!(t0.elapsed() < Duration::from_secs(1));
+        b.set("from-b", b"hi").unwrap();
+        assert_eq!(waiter.join().unwrap().unwrap(), b"hi");
+    });
+}
+
+#[test]
+fn one_client_shared_by_threads_uses_several_connections() {
+    let server = server();
+    let store = client(&server);
+    thread::scope(|s| {
+        let waiter = s.spawn(|| store.wait(&["go"], Duration::from_secs(5)));
+        thread::sleep(Duration::from_millis(100));
+        // The same client sets the key while another thread of it waits.
+        store.set("go", b"").unwrap();
+        waiter.join().unwrap().unwrap();
+    });
+    assert!(server.num_connections() >= 2);
+}
+
+#[test]
+fn get_timeout_names_key_and_server_address() {
+    let server = server();
+    let store = client(&server);
+    let t0 = Instant::now();
+    let err = store
+        .get("rank1/uid", Duration::from_millis(200))
+        .unwrap_err();
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    let msg = err.to_string();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(msg.contains("\"rank1/uid\""), "{msg}");
+    assert!(msg.contains(&server.local_addr().to_string()), "{msg}");
+    // The connection stays usable after a timeout.
+    store.set("x", b"1").unwrap();
+}
+
+#[test]
+fn server_dropped_while_client_waits_gives_an_error_quickly() {
+    let server = server();
+    let addr = server.local_addr();
+    let store = client(&server);
+    let waiter = thread::spawn(move || {
+        let t0 = Instant::now();
+        let r = store.get("never", Duration::from_secs(30));
+        (r, t0.elapsed())
+    });
+    thread::sleep(Duration::from_millis(200));
+    let t_drop = Instant::now();
+    drop(server);
+    assert!(
+        t_drop.elapsed() < Duration::from_secs(3),
+        "drop took {:?}",
+        t_drop.elapsed()
+    );
+    let (result, took) = waiter.join().unwrap();
+    let err = result.unwrap_err();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(
+        matches!(err, StoreError::ConnectionClosed { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    // The port is released.
+    TcpListener::bind(addr).unwrap();
+}
+
+#[test]
+fn calls_after_server_death_fail_fast() {
+    let server = server();
+    let store = client(&server);
+    store.set("k", b"v").unwrap();
+    drop(server);
+    let t0 = Instant::now();
+    assert!(store.set("k", b"w").is_err());
+    assert!(store.get("k", Duration::from_secs(30)).is_err());
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_secret(b"s3cret".to_vec()),
+    )
+    .unwrap();
+    let addr = server.local_addr();
+
+    let t0 = Instant::now();
+    let err = TcpStore::connect_to(addr, opts().with_secret(b"wrong".to_vec())).unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "auth errors are not retried"
+    );
+    assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("does not match") && msg.contains("NCCL_RS_STORE_SECRET"),
+        "{msg}"
+    );
+    assert!(!msg.contains("s3cret") && !msg.contains("wrong"), "{msg}");
+
+    let err = TcpStore::connect_to(addr, opts()).unwrap_err();
+    assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
+    assert!(err.to_string().contains("presented none"), "{err}");
+
+    // A raw client that skips HELLO is refused too.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    let frame = Request::TryGet { key: "k".into() }.encode();
+    raw.write_all(frame.as_bytes()).unwrap();
+    let message = expect_error_frame(&mut raw, code::PROTOCOL);
+    assert!(message.contains("first frame must be HELLO"), "{message}");
+    assert_closed(&mut raw);
+
+    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
+}
+
+#[test]
+fn garbage_bytes_close_only_that_connection() {
+    let server = server();
+    let addr = server.local_addr();
+    let keeper = client(&server);
+    keeper.set("before", b"1").unwrap();
+
+    // A valid length with a payload that is not the protocol.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    raw.write_all(&[0, 0, 0, 5, 0xde, 0xad, 0xbe, 0xef, 0x00])
+        .unwrap();
+    let message = expect_error_frame(&mut raw, code::PROTOCOL);
+    assert!(message.contains("unknown request opcode 0xde"), "{message}");
+    assert_closed(&mut raw);
+
+    // An HTTP request: "GET " read as a length is ~1.2 GB, over the
+    // handshake's cap.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let message = expect_error_frame(&mut raw, code::TOO_LARGE);
+    assert!(
+        message.contains("before the handshake") && message.contains("at most 512 bytes"),
+        "{message}"
+    );
+    assert_closed(&mut raw);
+
+    // A partial header, then the client goes away.
+    let mut raw = TcpStream::connect(addr).unwrap();
+    raw.write_all(&[0, 0]).unwrap();
+    raw.shutdown(Shutdown::Write).unwrap();
+    assert_closed(&mut raw);
+
+    // A HELLO of another version (999), and one of version 2, whose
+    // clients sent the secret itself.
+    for (version, rest) in [(999u16, &[][..]), (2, &[1, 0, 0, 0, 2, b's', b'3'][..])] {
+        let mut raw = TcpStream::connect(addr).unwrap();
+        let mut payload = vec![0x01];
+        payload.extend_from_slice(b"NCRS");
+        payload.extend_from_slice(&version.to_be_bytes());
+        payload.extend_from_slice(rest);
+        let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+        frame.extend(payload);
+        raw.write_all(&frame).unwrap();
+        let message = expect_error_frame(&mut raw, code::PROTOCOL);
+        assert!(
+            message.contains(&format!("protocol version {version} is not supported"))
+                && message.contains("version 3"),
+            "{message}"
+        );
+    }
+
+    // The earlier client's connection and new clients are fine.
+    assert_eq!(keeper.get("before", Duration::from_secs(1)).unwrap(), b"1");
+    assert_serves(&server, opts());
+}
+
+#[test]
+fn oversized_frame_is_refused_and_server_answers_the_next_client() {
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_max_frame_size(1024),
+    )
+    .unwrap();
+    let addr = server.local_addr();
+
+    // Declares 100 MiB and sends only the header.
+    let mut raw = raw_plain_session(addr);
+    raw.write_all(&(100u32 << 20).to_be_bytes()).unwrap();
+    let message = expect_error_frame(&mut raw, code::TOO_LARGE);
+    assert!(
+        message.contains("104857600") && message.contains("1024"),
+        "{message}"
+    );
+    assert_closed(&mut raw);
+
+    // Well over the limit with a real body behind the header: the error
+    // frame still reaches the client (the server drains before closing).
+    let mut raw = raw_plain_session(addr);
+    let mut frame = (256u32 << 10).to_be_bytes().to_vec();
+    frame.extend(std::iter::repeat_n(0u8, 256 << 10));
+    raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = raw.write_all(&frame);
+    expect_error_frame(&mut raw, code::TOO_LARGE);
+    assert_closed(&mut raw);
+
+    // A client learns the server's limit in HELLO and refuses to send more.
+    let store = TcpStore::connect_to(addr, opts()).unwrap();
+    let err = store.set("big", &[7u8; 2000]).unwrap_err();
+    assert!(
+        matches!(err, StoreError::FrameTooLarge { max: 1024, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("\"big\""), "{err}");
+    store.set("small", &[7u8; 100]).unwrap();
+    assert_serves(&server, opts());
+}
+
+#[test]
+fn client_refuses_an_oversized_answer() {
+    let server = server();
+    let writer = client(&server);
+    writer.set("big", &[1u8; 4096]).unwrap();
+    let reader =
+        TcpStore::connect_to(server.local_addr(), opts().with_max_frame_size(1024)).unwrap();
+    let err = reader.get("big", Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(err, StoreError::FrameTooLarge { .. }), "{err:?}");
+    assert!(err.to_string().contains("answer to get \"big\""), "{err}");
+    // The reader still works for small values (on a fresh connection).
+    writer.set("small", b"s").unwrap();
+    assert_eq!(reader.get("small", Duration::from_secs(1)).unwrap(), b"s");
+}
+
+#[test]
+fn stalled_frame_body_is_dropped_after_io_timeout() {
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_io_timeout(Duration::from_millis(200)),
+    )
+    .unwrap();
+    let mut raw = raw_plain_session(server.local_addr());
+    // Announce 10 bytes, send 2, stall.
+    raw.write_all(&[0, 0, 0, 10, 1, 2]).unwrap();
+    let t0 = Instant::now();
+    assert_closed(&mut raw);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_serves(&server, opts());
+}
+
+#[test]
+fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
+    let deadline = Duration::from_millis(300);
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default()
+            .with_handshake_timeout(deadline)
+            .with_secret(b"s3cret".to_vec()),
+    )
+    .unwrap();
+    let addr = server.local_addr();
+    // Silent, half a HELLO, and a whole HELLO that never sends its PROOF.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    let mut partial = TcpStream::connect(addr).unwrap();
+    partial.write_all(&[0, 0, 0, 44, 1]).unwrap();
+    let mut unproven = TcpStream::connect(addr).unwrap();
+    let hello = Request::Hello {
+        nonce: [5; wire::NONCE_LEN],
+        authenticate: true,
+    }
+    .encode();
+    unproven.write_all(hello.as_bytes()).unwrap();
+    let t0 = Instant::now();
+    for raw in [&mut silent, &mut partial] {
+        assert_closed(raw);
+    }
+    let answer = read_raw_frame(&mut unproven).expect("the server's HELLO");
+    assert!(matches!(
+        Response::decode(&answer),
+        Ok(Response::Hello { proof: Some(_), .. })
+    ));
+    assert_closed(&mut unproven);
+    let took = t0.elapsed();
+    assert!(
+        took >= deadline / 2 && took < Duration::from_secs(3),
+        "closed after {took:?}"
+    );
+    let start = Instant::now();
+    while server.num_connections() > 0 {
+        assert!(start.elapsed() < Duration::from_secs(3), "slots still held");
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
+}
+
+#[test]
+fn connect_retries_until_the_server_comes_up() {
+    // Choose a free port up front, release it, and start the server 300 ms
+    // after the client begins connecting.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let starter = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        TcpStoreServer::bind(("127.0.0.1", port), TcpStoreServerOptions::default()).unwrap()
+    });
+    let t0 = Instant::now();
+    let store = TcpStore::connect("127.0.0.1", port, opts()).unwrap();
+    let took = t0.elapsed();
+    let server = starter.join().unwrap();
+    assert!(
+        took >= Duration::from_millis(250),
+        "connected after {took:?}"
+    );
+    assert!(took < Duration::from_secs(4), "connected after {took:?}");
+    store.set("k", b"v").unwrap();
+    assert_eq!(store.get("k", Duration::from_secs(1)).unwrap(), b"v");
+    drop(store);
+    drop(server);
+}
+
+#[test]
+fn connect_gives_up_after_the_connect_timeout() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t0 = Instant::now();
+    let err = TcpStore::connect(
+        "127.0.0.1",
+        port,
+        opts().with_connect_timeout(Duration::from_millis(300)),
+    )
+    .unwrap_err();
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    match &err {
+        StoreError::Connect { attempts, addr, .. } => {
+            assert!(*attempts > 1, "{attempts}");
+            assert_eq!(addr, &format!("127.0.0.1:{port}"));
+        }
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+    assert!(err.to_string().contains("MASTER_ADDR"), "{err}");
+}
+
+#[test]
+fn talking_to_something_that_is_not_a_store_is_a_protocol_error() {
+    // A fake "server" that answers HELLO with junk.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = read_raw_frame(&mut s);
+        s.write_all(&[0, 0, 0, 2, 0x77, 0x77]).unwrap();
+        thread::sleep(Duration::from_millis(200));
+    });
+    let err = TcpStore::connect_to(addr, opts()).unwrap_err();
+    assert!(matches!(err, StoreError::Protocol { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("unknown response opcode 0x77"),
+        "{err}"
+    );
+    fake.join().unwrap();
+}
+
+#[test]
+fn bind_conflict_is_a_clear_error() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let err = TcpStoreServer::bind(addr, TcpStoreServerOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Bind { .. }), "{err:?}");
+    assert!(err.to_string().contains(&addr.to_string()), "{err}");
+    assert!(err.to_string().contains("MASTER_PORT"), "{err}");
+}
+
+#[test]
+fn secrets_do_not_appear_in_debug_output() {
+    let o = TcpStoreOptions::default().with_secret(b"hunter2".to_vec());
+    let s = TcpStoreServerOptions::default().with_secret(b"hunter2".to_vec());
+    assert!(!format!("{o:?}{s:?}").contains("hunter2"));
+}
+
+#[test]
+fn hello_answer_carries_the_servers_max_frame() {
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_max_frame_size(4096),
+    )
+    .unwrap();
+    let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+    let hello = Request::Hello {
+        nonce: [9; wire::NONCE_LEN],
+        authenticate: false,
+    }
+    .encode();
+    raw.write_all(hello.as_bytes()).unwrap();
+    let payload = read_raw_frame(&mut raw).unwrap();
+    let Ok(Response::Hello { limits, proof, .. }) = Response::decode(&payload) else {
+        panic!("expected HELLO, got {payload:02x?}");
+    };
+    assert_eq!(proof, None);
+    assert_eq!(
+        limits,
+        wire::Limits {
+            max_frame: 4096,
+            max_key_len: 8192,
+            max_value_len: 8 << 20,
+            max_keys: 128 << 10,
+        }
+    );
+}
+
+#[test]
+fn a_waiting_client_that_disconnects_frees_its_server_thread() {
+    let server = server();
+    let mut raw = raw_plain_session(server.local_addr());
+    let get = Request::Get {
+        key: "never".into(),
+        timeout: Duration::from_secs(60),
+    }
+    .encode();
+    raw.write_all(get.as_bytes()).unwrap();
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(server.num_connections(), 1);
+    drop(raw);
+    // The server notices within about one liveness-check interval.
+    let t0 = Instant::now();
+    while server.num_connections() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "server thread still waiting"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}

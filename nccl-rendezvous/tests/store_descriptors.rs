@@ -1,0 +1,149 @@
+//! The TCP store under a low file descriptor limit (CPU only, 127.0.0.1):
+//! the server fits `max_connections` to `RLIMIT_NOFILE`, and running out
+//! of descriptors, on either side, is a clear error naming the limit, not
+//! a misleading "unresponsive" after a timeout.
+//!
+//! The limit is lowered in a child process (a copy of this test binary
+//! running `child_low_descriptor_limit`, selected by
+//! `NCCL_DESCRIPTORS_ROLE`; run normally, it returns at once), so the test
+//! harness itself keeps its own.
+
+use std::fs::File;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nccl_rendezvous::{
+    Store, StoreError, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+};
+use rustix::process::{Resource, Rlimit, setrlimit};
+
+const ROLE_VAR: &str = "NCCL_DESCRIPTORS_ROLE";
+const LIMIT: u64 = 96;
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+
+fn options() -> TcpStoreOptions {
+    TcpStoreOptions::default()
+        .with_timeout(Duration::from_secs(5))
+        .with_connect_timeout(CONNECT_TIMEOUT)
+        .with_io_margin(Duration::from_secs(5))
+}
+
+/// Connects, and checks that a failure comes within the connect timeout
+/// (and its retries) and is not a misleading "unresponsive".
+fn try_connect(server: &TcpStoreServer) -> Result<TcpStore, StoreError> {
+    let start = Instant::now();
+    let outcome = TcpStore::connect_to(server.local_addr(), options());
+    if let Err(err) = &outcome {
+        assert!(
+            !matches!(
+                err,
+                StoreError::Unresponsive { .. } | StoreError::Connect { .. }
+            ),
+            "a misleading error: {err:?}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "refused late: {err}"
+        );
+    }
+    outcome
+}
+
+#[test]
+fn child_low_descriptor_limit() {
+    if std::env::var(ROLE_VAR).is_err() {
+        return;
+    }
+    // Soft and hard: the server cannot raise it.
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(LIMIT),
+            maximum: Some(LIMIT),
+        },
+    )
+    .unwrap();
+    let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap();
+    // 64 descriptors kept for the rest, 2 a connection.
+    assert_eq!(server.max_connections(), 16);
+    let mut stores = Vec::new();
+    let refusal = loop {
+        match try_connect(&server) {
+            Ok(store) => stores.push(store),
+            Err(err) => break err,
+        }
+    };
+    assert_eq!(stores.len(), 16, "{refusal}");
+    assert!(
+        matches!(refusal, StoreError::TooManyConnections { .. }),
+        "{refusal:?}"
+    );
+    let message = refusal.to_string();
+    assert!(
+        message.contains("RLIMIT_NOFILE 96") && message.contains("ulimit"),
+        "{message}"
+    );
+    stores[0].set("still", b"served").unwrap();
+    stores.truncate(1);
+    // The server closes the dropped clients' connections as it notices.
+    let start = Instant::now();
+    while server.num_connections() > 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "connections linger"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // The process runs out of descriptors with the server well under its
+    // limit: the server, unable to accept, still tells the client why.
+    let mut hog = Vec::new();
+    while let Ok(file) = File::open("/dev/null") {
+        hog.push(file);
+    }
+    hog.pop();
+    let err = try_connect(&server).unwrap_err();
+    assert!(
+        matches!(err, StoreError::TooManyConnections { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no file descriptor left"), "{err}");
+
+    // With none left at all, the client says so at once.
+    hog.push(File::open("/dev/null").unwrap());
+    let err = try_connect(&server).unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("no file descriptor left") && message.contains("RLIMIT_NOFILE"),
+        "{message}"
+    );
+    drop(hog);
+    assert_eq!(
+        stores[0].get("still", Duration::from_secs(5)).unwrap(),
+        b"served"
+    );
+    println!("child checks passed");
+}
+
+#[test]
+fn running_out_of_descriptors_is_a_clear_error_on_both_sides() {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_low_descriptor_limit",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ROLE_VAR, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("child checks passed"),
+        "the child failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}
