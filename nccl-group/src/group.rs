@@ -15,6 +15,7 @@
 mod batch;
 mod buffers;
 mod capture;
+mod deprecated;
 mod factory;
 mod graph;
 mod health;

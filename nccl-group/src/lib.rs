@@ -9,7 +9,10 @@
 //!   handles that own the tensors until the GPU is done with them; several
 //!   operations in one NCCL group with one `Work`
 //!   ([`ProcessGroup::batch_isend_irecv`], [`ProcessGroup::coalesced`],
-//!   [`ProcessGroup::all_to_all_split`], [`ProcessGroup::all_to_all_list`]);
+//!   [`ProcessGroup::all_to_all_single_split`], [`ProcessGroup::all_to_all`],
+//!   [`ProcessGroup::all_gather`]); the operations take torch.distributed's
+//!   names (`all_gather_into_tensor`, `reduce_scatter_tensor`,
+//!   `all_to_all_single`, ...), as nccl-tensor's do;
 //!   operations captured in a CUDA graph and replayed under the watchdog
 //!   ([`ProcessGroup::begin_capture`], [`GroupGraph`]).
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,

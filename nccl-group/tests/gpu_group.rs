@@ -40,7 +40,7 @@ fn every_op_single<T: Elem>(device: &Device, name: &str, options: GroupOptions) 
 
         let w = what("all_gather");
         let (out, inp) = done(
-            group.all_gather(
+            group.all_gather_into_tensor(
                 upload(&stream, &poison_values(len)),
                 upload(&stream, &data),
                 &stream,
@@ -52,7 +52,7 @@ fn every_op_single<T: Elem>(device: &Device, name: &str, options: GroupOptions) 
 
         let w = what("reduce_scatter");
         let (out, inp) = done(
-            group.reduce_scatter(
+            group.reduce_scatter_tensor(
                 upload(&stream, &poison_values(len)),
                 upload(&stream, &data),
                 ReduceOp::Sum,
@@ -63,9 +63,36 @@ fn every_op_single<T: Elem>(device: &Device, name: &str, options: GroupOptions) 
         assert_same_values(&download(&stream, &out), &data, &w);
         assert_same_values(&download(&stream, &inp), &data, &format!("{w} input"));
 
+        let w = what("all_gather (list)");
+        let (outs, inp) = done(
+            group.all_gather(
+                vec![upload(&stream, &poison_values(len))],
+                upload(&stream, &data),
+                &stream,
+            ),
+            &w,
+        );
+        assert_eq!(outs.len(), 1, "{w}: one output per rank");
+        assert_same_values(&download(&stream, &outs[0]), &data, &w);
+        assert_same_values(&download(&stream, &inp), &data, &format!("{w} input"));
+
+        // A rank nccl-core's i32 cannot hold is refused before NCCL sees
+        // it, naming the argument, with the tensor handed back.
+        let w = what("broadcast from a root past i32::MAX");
+        let refused = group
+            .broadcast(upload(&stream, &data), 1 << 31, &stream)
+            .expect_err(&w);
+        assert!(
+            refused
+                .to_string()
+                .starts_with("invalid root: expected a rank of the group"),
+            "{w}: {refused}"
+        );
+        assert_same_values(&download(&stream, &refused.buffers), &data, &w);
+
         let w = what("all_to_all");
         let (out, inp) = done(
-            group.all_to_all(
+            group.all_to_all_single(
                 upload(&stream, &poison_values(len)),
                 upload(&stream, &data),
                 &stream,
@@ -111,7 +138,7 @@ fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
 
         let w = what("all_gather");
         let ps = done(
-            group.all_gather_multi(pair(&poison_values(len), &data), streams),
+            group.all_gather_into_tensor_multi(pair(&poison_values(len), &data), streams),
             &w,
         );
         assert_eq!(ps.len(), 1);
@@ -120,14 +147,18 @@ fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
 
         let w = what("reduce_scatter");
         let ps = done(
-            group.reduce_scatter_multi(pair(&poison_values(len), &data), ReduceOp::Sum, streams),
+            group.reduce_scatter_tensor_multi(
+                pair(&poison_values(len), &data),
+                ReduceOp::Sum,
+                streams,
+            ),
             &w,
         );
         assert_same_values(&download(&stream, &ps[0].0), &data, &w);
 
         let w = what("all_to_all");
         let ps = done(
-            group.all_to_all_multi(pair(&poison_values(len), &data), streams),
+            group.all_to_all_single_multi(pair(&poison_values(len), &data), streams),
             &w,
         );
         assert_same_values(&download(&stream, &ps[0].0), &data, &w);
@@ -189,7 +220,7 @@ fn gpu_single_and_multi_forms_share_one_group() {
         let data = values::<f32>(100 + i, 257);
         let (out, _) = if i % 2 == 0 {
             done(
-                group.all_gather(
+                group.all_gather_into_tensor(
                     upload(&stream, &poison_values(257)),
                     upload(&stream, &data),
                     &stream,
@@ -198,11 +229,11 @@ fn gpu_single_and_multi_forms_share_one_group() {
             )
         } else {
             let mut v = done(
-                group.all_gather_multi(
+                group.all_gather_into_tensor_multi(
                     vec![(upload(&stream, &poison_values(257)), upload(&stream, &data))],
                     streams,
                 ),
-                "all_gather_multi",
+                "all_gather_into_tensor_multi",
             );
             v.pop().unwrap()
         };
@@ -302,18 +333,24 @@ fn ordering_without_device_sync(device: &Device, modes: &[StreamMode]) {
         let (op, (out, inp)) = match iteration % 3 {
             0 => (
                 "all_gather",
-                done(group.all_gather(output, input, &stream), "all_gather"),
+                done(
+                    group.all_gather_into_tensor(output, input, &stream),
+                    "all_gather",
+                ),
             ),
             1 => (
                 "reduce_scatter",
                 done(
-                    group.reduce_scatter(output, input, ReduceOp::Sum, &stream),
+                    group.reduce_scatter_tensor(output, input, ReduceOp::Sum, &stream),
                     "reduce_scatter",
                 ),
             ),
             _ => (
                 "all_to_all",
-                done(group.all_to_all(output, input, &stream), "all_to_all"),
+                done(
+                    group.all_to_all_single(output, input, &stream),
+                    "all_to_all",
+                ),
             ),
         };
         let got = stream.clone_dtoh(out.as_slice()).expect("device to host");

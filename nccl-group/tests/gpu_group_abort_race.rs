@@ -88,9 +88,9 @@ fn gpu_abort_races_with_issuing_threads() {
                     let mut output = Tensor::<f32>::zeros(&stream, &[LEN]).unwrap();
                     loop {
                         let result = if issuer % 2 == 0 {
-                            group.all_gather(output, input, &stream)
+                            group.all_gather_into_tensor(output, input, &stream)
                         } else {
-                            group.all_to_all(output, input, &stream)
+                            group.all_to_all_single(output, input, &stream)
                         };
                         match result {
                             Ok(work) => {
@@ -155,7 +155,7 @@ fn gpu_abort_races_with_issuing_threads() {
     let fresh = group(&store);
     let stream = device.new_stream().expect("stream");
     let (out, _) = fresh
-        .all_gather(
+        .all_gather_into_tensor(
             Tensor::<f32>::zeros(&stream, &[LEN]).unwrap(),
             Tensor::from_host(&stream, &data, &[LEN]).unwrap(),
             &stream,

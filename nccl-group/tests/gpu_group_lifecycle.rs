@@ -125,7 +125,7 @@ fn gpu_work_is_completed_and_synchronize() {
     let data = pattern(1, LEN);
 
     let work = group
-        .all_gather(
+        .all_gather_into_tensor(
             Tensor::<f32>::zeros(&stream, &[LEN]).unwrap(),
             upload(&stream, &data),
             &stream,
@@ -144,7 +144,7 @@ fn gpu_work_is_completed_and_synchronize() {
     // A zero timeout either finds the work done or reports a timeout, and
     // the work stays usable after a timeout.
     let work = group
-        .all_to_all(
+        .all_to_all_single(
             Tensor::<f32>::zeros(&stream, &[LEN]).unwrap(),
             upload(&stream, &data),
             &stream,
@@ -210,7 +210,7 @@ fn gpu_work_dropped_without_wait_releases_buffers_safely() {
             .memcpy_dtod(busy_src.as_slice(), &mut busy_dst.as_slice_mut())
             .expect("busy copy");
         let work = group
-            .all_gather(output, input, &caller)
+            .all_gather_into_tensor(output, input, &caller)
             .expect("all_gather");
         drop(work);
         // New allocations of the same size on the same stream must not
@@ -237,7 +237,7 @@ fn gpu_work_dropped_without_wait_releases_buffers_safely() {
     // Later operations are fine.
     let data = pattern(99, 4097);
     let (out, _) = done(
-        group.all_gather(
+        group.all_gather_into_tensor(
             upload(&caller, &poison_values(4097)),
             upload(&caller, &data),
             &caller,
@@ -282,7 +282,7 @@ fn gpu_many_threads_issue_on_one_group() {
                         // Out of place, so NCCL does move data at world size 1.
                         stream.memset_zeros(&mut output.as_slice_mut()).unwrap();
                         (output, input) = done(
-                            group.all_gather(output, input, &stream),
+                            group.all_gather_into_tensor(output, input, &stream),
                             &format!("{what}: all_gather"),
                         );
                         assert_same_values(&download(&stream, &output), &data, &what);
@@ -372,7 +372,7 @@ fn gpu_op_error_hands_the_tensors_back() {
 
     // all_gather into an output of the wrong length.
     let e = refused(
-        group.all_gather(
+        group.all_gather_into_tensor(
             upload(&stream, &poison_values(63)),
             upload(&stream, &data),
             &stream,
@@ -405,7 +405,7 @@ fn gpu_op_error_hands_the_tensors_back() {
 
     // reduce_scatter with an output of the wrong length.
     let e = refused(
-        group.reduce_scatter(
+        group.reduce_scatter_tensor(
             upload(&stream, &poison_values(65)),
             upload(&stream, &data),
             ReduceOp::Sum,

@@ -65,7 +65,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
 
     let root = n - 1;
     let out = done(
-        group.broadcast_multi(upload_all(&inputs), root as i32, &streams),
+        group.broadcast_multi(upload_all(&inputs), root, &streams),
         "broadcast_multi",
     );
     for (d, t) in out.iter().enumerate() {
@@ -97,7 +97,10 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
             )
         })
         .collect();
-    let out = done(group.all_gather_multi(pairs, &streams), "all_gather_multi");
+    let out = done(
+        group.all_gather_into_tensor_multi(pairs, &streams),
+        "all_gather_into_tensor_multi",
+    );
     for (d, (o, _)) in out.iter().enumerate() {
         assert_same_values(
             &download(&streams[d], o),
@@ -121,7 +124,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
         })
         .collect();
     let out = done(
-        group.reduce_scatter_multi(pairs, ReduceOp::Sum, &streams),
+        group.reduce_scatter_tensor_multi(pairs, ReduceOp::Sum, &streams),
         "reduce_scatter_multi",
     );
     for (d, (o, _)) in out.iter().enumerate() {
@@ -147,7 +150,10 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
             )
         })
         .collect();
-    let out = done(group.all_to_all_multi(pairs, &streams), "all_to_all_multi");
+    let out = done(
+        group.all_to_all_single_multi(pairs, &streams),
+        "all_to_all_single_multi",
+    );
     for (d, (o, _)) in out.iter().enumerate() {
         // Block j of device d's output is block d of device j's input.
         let expected = blocks_for(&big, d, LEN);
@@ -245,7 +251,7 @@ fn multi_gpu_list_form_argument_error_enqueues_nothing() {
     {
         let (group, streams) = (group.clone(), streams.clone());
         thread::spawn(move || {
-            let outcome = match group.all_gather_multi(pairs, &streams) {
+            let outcome = match group.all_gather_into_tensor_multi(pairs, &streams) {
                 Ok(_work) => Err("the call was enqueued".to_string()),
                 Err(e) => Ok((format!("{:?}", e.error), e.buffers.len())),
             };

@@ -33,8 +33,8 @@ fn ring(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
     let data = all_values::<f32>(51, world, len);
     let w = what("batch_isend_irecv ring");
     let ops = vec![
-        P2POp::recv(poisoned::<f32>(stream, len), previous as i32),
-        P2POp::send(upload(stream, &data[me]), next as i32),
+        P2POp::recv(poisoned::<f32>(stream, len), previous),
+        P2POp::send(upload(stream, &data[me]), next),
     ];
     let tensors = done(group.batch_isend_irecv(ops, stream), &w);
     assert_eq!(tensors.len(), 2, "{w}");
@@ -75,8 +75,8 @@ fn all_pairs(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
     };
     let mut ops = Vec::new();
     for peer in 0..world {
-        ops.push(P2POp::send(values(me, peer), peer as i32));
-        ops.push(P2POp::recv(poison(peer, me), peer as i32));
+        ops.push(P2POp::send(values(me, peer), peer));
+        ops.push(P2POp::recv(poison(peer, me), peer));
     }
     let w = what("batch_isend_irecv to and from every process");
     let tensors = done(group.batch_isend_irecv(ops, stream), &w);
@@ -110,7 +110,7 @@ fn refusal(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
     let (me, stream) = (ctx.rank(), &ctx.stream);
     let w = what("batch_isend_irecv of a send to itself alone");
     let data = rank_values::<f32>(61, me, 16);
-    let ops = vec![P2POp::send(upload(stream, &data), me as i32)];
+    let ops = vec![P2POp::send(upload(stream, &data), me)];
     let failed = refused(group.batch_isend_irecv(ops, stream), &w);
     let text = failed.error.to_string();
     assert!(text.contains("1 send(s) to this rank"), "{w}: {text}");
@@ -163,7 +163,7 @@ fn coalesced(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
             ),
             ReduceOp::Min,
         )
-        .all_gather(pair(
+        .all_gather_into_tensor(pair(
             poisoned::<f32>(stream, world * len).into(),
             upload(stream, &floats[me]).into(),
         ))
@@ -219,7 +219,7 @@ fn uneven<T: Elem>(ctx: &RankContext, group: &ProcessGroup, routing: Routing, wh
         T::NAME
     ));
     let (output, kept) = done(
-        group.all_to_all_split(
+        group.all_to_all_single_split(
             poisoned::<T>(stream, expected.len()),
             upload(stream, &input),
             &recv_counts,
@@ -243,7 +243,7 @@ fn uneven<T: Elem>(ctx: &RankContext, group: &ProcessGroup, routing: Routing, wh
         .iter()
         .map(|&len| poisoned::<T>(stream, len))
         .collect();
-    let (outputs, _) = done(group.all_to_all_list(outputs, inputs, stream), &w);
+    let (outputs, _) = done(group.all_to_all(outputs, inputs, stream), &w);
     for (src, output) in outputs.iter().enumerate() {
         assert_same(
             &download(stream, output),

@@ -76,7 +76,7 @@ fn sequence(
         let work = enqueued(group.all_reduce(a, ReduceOp::Sum, stream), what);
         a = finish(work, &mut captured, what);
     }
-    let work = enqueued(group.all_gather(gathered, a, stream), what);
+    let work = enqueued(group.all_gather_into_tensor(gathered, a, stream), what);
     let (gathered, a) = finish(work, &mut captured, what);
     (a, gathered, captured)
 }

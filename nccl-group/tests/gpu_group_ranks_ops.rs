@@ -129,10 +129,7 @@ fn single_forms(
             poison_values(len)
         };
         let w = what(&format!("broadcast from root {root}"));
-        let t = done(
-            group.broadcast(upload(stream, &start), root as i32, stream),
-            &w,
-        );
+        let t = done(group.broadcast(upload(stream, &start), root, stream), &w);
         assert_same_values(
             &download(stream, &t),
             &convert(&rank_values(seed, root, len)),
@@ -153,7 +150,7 @@ fn single_forms(
             group.reduce(
                 upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
                 op,
-                root as i32,
+                root,
                 stream,
             ),
             &w,
@@ -169,7 +166,7 @@ fn single_forms(
     let seed = seeds.next_op();
     let w = what("all_gather f32");
     let (out, inp) = done(
-        group.all_gather(
+        group.all_gather_into_tensor(
             upload(stream, &poison_values::<f32>(world * len)),
             upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
             stream,
@@ -189,7 +186,7 @@ fn single_forms(
     let seed = seeds.next_op();
     let w = what("all_gather f16");
     let (out, _) = done(
-        group.all_gather(
+        group.all_gather_into_tensor(
             upload(stream, &poison_values::<half::f16>(world * len)),
             upload(stream, &convert::<half::f16>(&rank_values(seed, rank, len))),
             stream,
@@ -212,7 +209,7 @@ fn single_forms(
             group.gather(
                 upload(stream, &spread(poison_values::<f32>(world * len))),
                 upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
-                root as i32,
+                root,
                 stream,
             ),
             &w,
@@ -230,7 +227,7 @@ fn single_forms(
                     stream,
                     &spread(convert(&every_rank_values(seed, world, len).concat())),
                 ),
-                root as i32,
+                root,
                 stream,
             ),
             &w,
@@ -244,7 +241,7 @@ fn single_forms(
         let seed = seeds.next_op();
         let w = what(&format!("reduce_scatter {op:?}"));
         let (out, _) = done(
-            group.reduce_scatter(
+            group.reduce_scatter_tensor(
                 upload(stream, &poison_values::<f32>(len)),
                 upload(
                     stream,
@@ -268,7 +265,7 @@ fn single_forms(
     let seed = seeds.next_op();
     let w = what("all_to_all");
     let (out, _) = done(
-        group.all_to_all(
+        group.all_to_all_single(
             upload(stream, &poison_values::<f32>(world * len)),
             upload(
                 stream,
@@ -320,7 +317,7 @@ fn list_forms(
         } else {
             vec![f64::from(support::POISON); len]
         };
-        let ts = done(group.broadcast_multi(one(&start), root as i32, streams), &w);
+        let ts = done(group.broadcast_multi(one(&start), root, streams), &w);
         assert_same_values(
             &download(stream, &ts[0]),
             &convert(&rank_values(seed, root, len)),
@@ -333,7 +330,7 @@ fn list_forms(
             group.reduce_multi(
                 one(&rank_values(seed, rank, len)),
                 ReduceOp::Max,
-                root as i32,
+                root,
                 streams,
             ),
             &w,
@@ -345,9 +342,12 @@ fn list_forms(
     }
 
     let seed = seeds.next_op();
-    let w = what("all_gather_multi");
+    let w = what("all_gather_into_tensor_multi");
     let ps = done(
-        group.all_gather_multi(pair(world * len, &rank_values(seed, rank, len)), streams),
+        group.all_gather_into_tensor_multi(
+            pair(world * len, &rank_values(seed, rank, len)),
+            streams,
+        ),
         &w,
     );
     assert_eq!(ps.len(), 1, "{w}");
@@ -364,7 +364,7 @@ fn list_forms(
     let ps = done(
         group.gather_multi(
             pair(on_root(world * len), &rank_values(seed, rank, len)),
-            root as i32,
+            root,
             streams,
         ),
         &w,
@@ -377,11 +377,7 @@ fn list_forms(
     let w = what("scatter_multi from the last rank");
     let spread = every_rank_values(seed, world, len).concat();
     let ps = done(
-        group.scatter_multi(
-            pair(len, &spread[..on_root(spread.len())]),
-            root as i32,
-            streams,
-        ),
+        group.scatter_multi(pair(len, &spread[..on_root(spread.len())]), root, streams),
         &w,
     );
     let expected = convert(&rank_values(seed, rank, len));
@@ -390,7 +386,7 @@ fn list_forms(
     let seed = seeds.next_op();
     let w = what("reduce_scatter_multi Sum");
     let ps = done(
-        group.reduce_scatter_multi(
+        group.reduce_scatter_tensor_multi(
             pair(len, &rank_values(seed, rank, world * len)),
             ReduceOp::Sum,
             streams,
@@ -405,9 +401,9 @@ fn list_forms(
     );
 
     let seed = seeds.next_op();
-    let w = what("all_to_all_multi");
+    let w = what("all_to_all_single_multi");
     let ps = done(
-        group.all_to_all_multi(
+        group.all_to_all_single_multi(
             pair(world * len, &rank_values(seed, rank, world * len)),
             streams,
         ),
@@ -522,7 +518,8 @@ fn ranks_eight_threads_issue_on_one_group() {
                                 )
                             }
                             1 => {
-                                let issued = group.all_gather(out_wide, single, &stream);
+                                let issued =
+                                    group.all_gather_into_tensor(out_wide, single, &stream);
                                 turns.pass();
                                 let (out, _) = done(issued, &what);
                                 (
@@ -532,14 +529,18 @@ fn ranks_eight_threads_issue_on_one_group() {
                             }
                             2 => {
                                 let start = if rank == root { single } else { out_one };
-                                let issued = group.broadcast(start, root as i32, &stream);
+                                let issued = group.broadcast(start, root, &stream);
                                 turns.pass();
                                 let t = done(issued, &what);
                                 (download(&stream, &t), rank_values(seed, root, LEN))
                             }
                             3 => {
-                                let issued =
-                                    group.reduce_scatter(out_one, wide, ReduceOp::Max, &stream);
+                                let issued = group.reduce_scatter_tensor(
+                                    out_one,
+                                    wide,
+                                    ReduceOp::Max,
+                                    &stream,
+                                );
                                 turns.pass();
                                 let (out, _) = done(issued, &what);
                                 let full = reduce_host(
@@ -552,7 +553,7 @@ fn ranks_eight_threads_issue_on_one_group() {
                                 )
                             }
                             _ => {
-                                let issued = group.all_to_all(out_wide, wide, &stream);
+                                let issued = group.all_to_all_single(out_wide, wide, &stream);
                                 turns.pass();
                                 let (out, _) = done(issued, &what);
                                 let expected = blocks_for(

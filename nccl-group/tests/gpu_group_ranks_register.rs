@@ -65,7 +65,7 @@ fn operations(ctx: &RankContext, group: &ProcessGroup, memory: Memory, what: Wha
     let w = what(&format!("all_gather, both registered ({memory:?} memory)"));
     let input = registered(ctx, group, &data[me], memory, &w);
     let output = registered(ctx, group, &vec![-7.0; LEN * world], memory, &w);
-    let (gathered, input) = done(group.all_gather(output, input, stream), &w);
+    let (gathered, input) = done(group.all_gather_into_tensor(output, input, stream), &w);
     assert_same(&download(stream, &gathered), &data.concat(), &w);
     assert_same(
         &download(stream, &input),
@@ -100,9 +100,9 @@ fn operations(ctx: &RankContext, group: &ProcessGroup, memory: Memory, what: Wha
     let ops = vec![
         P2POp::recv(
             registered(ctx, group, &vec![-7.0; LEN], memory, &w),
-            previous as i32,
+            previous,
         ),
-        P2POp::send(registered(ctx, group, &data[me], memory, &w), next as i32),
+        P2POp::send(registered(ctx, group, &data[me], memory, &w), next),
     ];
     let ring = done(group.batch_isend_irecv(ops, stream), &w);
     assert_same(&download(stream, &ring[0]), &data[previous], &w);

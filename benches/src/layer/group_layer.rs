@@ -351,6 +351,12 @@ impl<'a> GroupLayer<'a> {
         ) {
             (None, &[op]) => op,
             (None, &[send @ Op::Send { peer: next }, Op::Recv { peer: previous }]) => {
+                let (Ok(next), Ok(previous)) = (usize::try_from(next), usize::try_from(previous))
+                else {
+                    return Err(internal(format!(
+                        "sendrecv's peers {next} and {previous} are not ranks"
+                    )));
+                };
                 let mut bound: Bound<'s, T, OutputInput<T>> =
                     self.stage(call, &send, offsets, pair)?;
                 return Ok(Box::new(move |shifts: &[Shift]| {
@@ -391,7 +397,7 @@ impl<'a> GroupLayer<'a> {
 fn sendrecv<T: BenchElement>(
     group: &ProcessGroup,
     (output, input): OutputInput<T>,
-    (next, previous): (i32, i32),
+    (next, previous): (usize, usize),
     stream: &Arc<CudaStream>,
 ) -> Result<OutputInput<T>, Failed<OutputInput<T>>> {
     // The batch hands its tensors back in the order of its operations.

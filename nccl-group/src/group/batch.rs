@@ -1,8 +1,9 @@
 //! Operations issued together on the group's communicator, in one NCCL
 //! group with one [`Work`](crate::Work) that owns every buffer: batched
 //! point-to-point ([`ProcessGroup::batch_isend_irecv`]), coalesced
-//! collectives ([`Coalesced`]), and all_to_all of any sizes
-//! ([`ProcessGroup::all_to_all_split`], [`ProcessGroup::all_to_all_list`]).
+//! collectives ([`Coalesced`]), all_to_all of any sizes
+//! ([`ProcessGroup::all_to_all_single_split`], [`ProcessGroup::all_to_all`])
+//! and the list all_gather ([`ProcessGroup::all_gather`]).
 //! Each is one nccl-tensor batch or exchange ([`nccl_tensor::Batch`],
 //! [`nccl_tensor::Communicator::all_to_all_single_split`]), whose checks
 //! (every operation's own, then the batch's) run before anything is
@@ -15,41 +16,67 @@ use nccl_core::Op;
 use nccl_tensor::{NcclType, Tensor};
 
 use super::issue::OpInfo;
+use super::ops::nccl_rank;
 use super::{GroupBuffers, OpResult, ProcessGroup};
+use crate::error::{GroupError, OpError};
 use crate::key::CommKey;
 
-/// `(outputs, inputs)` of [`ProcessGroup::all_to_all_list`].
-type Lists<T> = (Vec<Tensor<T>>, Vec<Tensor<T>>);
+/// `(outputs, inputs)` of [`ProcessGroup::all_to_all`].
+pub(super) type Lists<T> = (Vec<Tensor<T>>, Vec<Tensor<T>>);
 
 /// One send or receive of [`ProcessGroup::batch_isend_irecv`]
 /// (`torch.distributed.P2POp`): a tensor and the process it goes to or
 /// comes from.
 #[derive(Debug)]
 pub struct P2POp<B> {
-    op: Op<'static>,
+    send: bool,
+    peer: usize,
     tensor: B,
 }
 
 impl<B: GroupBuffers> P2POp<B> {
     /// Sends `tensor` to process `dst` (`torch.distributed.isend`).
-    pub fn send(tensor: B, dst: i32) -> Self {
+    pub fn send(tensor: B, dst: usize) -> Self {
         Self {
-            op: Op::Send { peer: dst },
+            send: true,
+            peer: dst,
             tensor,
         }
     }
 
     /// Receives into `tensor` from process `src` (`torch.distributed.irecv`).
-    pub fn recv(tensor: B, src: i32) -> Self {
+    pub fn recv(tensor: B, src: usize) -> Self {
         Self {
-            op: Op::Recv { peer: src },
+            send: false,
+            peer: src,
             tensor,
         }
     }
 
-    /// The operation (a send or a receive, with its peer).
-    pub fn op(&self) -> Op<'static> {
-        self.op
+    /// Whether this is a send (else a receive).
+    pub fn is_send(&self) -> bool {
+        self.send
+    }
+
+    /// The process it goes to or comes from.
+    pub fn peer(&self) -> usize {
+        self.peer
+    }
+
+    /// The operation, with the peer as nccl-core's `i32`.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidArgument`] for a peer past `i32::MAX`.
+    pub fn op(&self) -> crate::Result<Op<'static>> {
+        Ok(if self.send {
+            Op::Send {
+                peer: nccl_rank("dst", self.peer)?,
+            }
+        } else {
+            Op::Recv {
+                peer: nccl_rank("src", self.peer)?,
+            }
+        })
     }
 
     /// The tensor.
@@ -67,7 +94,9 @@ impl<B: GroupBuffers> P2POp<B> {
 /// buffer type for the whole batch: a [`Tensor`] for one element type,
 /// [`AnyTensor`](nccl_tensor::AnyTensor) to mix element types, and the
 /// `(output, input)` pairs of either for the operations that take two
-/// (a pair works for all_reduce, broadcast and reduce too).
+/// (a pair works for all_reduce, broadcast and reduce too). Mixed element
+/// types in one batch take [`AnyTensor`](nccl_tensor::AnyTensor)s:
+/// `group.coalesced::<AnyTensor>()`.
 ///
 /// ```no_run
 /// # fn bucket(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>,
@@ -84,6 +113,9 @@ pub struct Coalesced<'g, B> {
     group: &'g ProcessGroup,
     ops: Vec<Op<'static>>,
     buffers: Vec<B>,
+    /// The first operation that could not be made (a rank past
+    /// `i32::MAX`), reported by [`Coalesced::issue`].
+    refused: Option<GroupError>,
 }
 
 impl<B> std::fmt::Debug for Coalesced<'_, B> {
@@ -103,6 +135,20 @@ impl<B: GroupBuffers> Coalesced<'_, B> {
         self
     }
 
+    /// Adds the operation `op` made, or keeps its error for
+    /// [`Coalesced::issue`] (the buffers stay in the batch, to be handed
+    /// back).
+    pub(super) fn push_made(&mut self, op: crate::Result<Op<'static>>, buffers: B) -> &mut Self {
+        match op {
+            Ok(op) => self.push(op, buffers),
+            Err(error) => {
+                self.refused.get_or_insert(error);
+                self.buffers.push(buffers);
+                self
+            }
+        }
+    }
+
     /// The number of operations.
     pub fn len(&self) -> usize {
         self.ops.len()
@@ -119,14 +165,19 @@ impl<B: GroupBuffers> Coalesced<'_, B> {
     /// enqueued.
     ///
     /// # Errors
-    /// As [`ProcessGroup::issue`]; a check names the operation's position
-    /// in the batch ([`nccl_tensor::Error::InBatch`]).
+    /// A rank past `i32::MAX` given to a method; otherwise as
+    /// [`ProcessGroup::issue`]; a check names the operation's position in
+    /// the batch ([`nccl_tensor::Error::InBatch`]).
     pub fn issue(self, stream: &Arc<CudaStream>) -> OpResult<Vec<B>> {
         let Coalesced {
             group,
             ops,
             buffers,
+            refused,
         } = self;
+        if let Some(error) = refused {
+            return Err(Box::new(OpError { error, buffers }));
+        }
         group.issue_batch("coalesced", ops, buffers, stream)
     }
 }
@@ -138,6 +189,7 @@ impl ProcessGroup {
             group: self,
             ops: Vec::new(),
             buffers: Vec::new(),
+            refused: None,
         }
     }
 
@@ -169,8 +221,15 @@ impl ProcessGroup {
         ops: Vec<P2POp<B>>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Vec<B>> {
-        let (ops, tensors) = ops.into_iter().map(|p2p| (p2p.op, p2p.tensor)).unzip();
-        self.issue_batch("batch_isend_irecv", ops, tensors, stream)
+        let made: crate::Result<Vec<Op<'static>>> = ops.iter().map(P2POp::op).collect();
+        let tensors = ops.into_iter().map(P2POp::into_tensor).collect();
+        match made {
+            Ok(ops) => self.issue_batch("batch_isend_irecv", ops, tensors, stream),
+            Err(error) => Err(Box::new(OpError {
+                error,
+                buffers: tensors,
+            })),
+        }
     }
 
     /// Issues `ops[i]` on `buffers[i]` for every `i`, in one NCCL group on
@@ -225,7 +284,7 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// As [`ProcessGroup::issue`].
-    pub fn all_to_all_split<T: NcclType>(
+    pub fn all_to_all_single_split<T: NcclType>(
         &self,
         output: Tensor<T>,
         input: Tensor<T>,
@@ -233,7 +292,7 @@ impl ProcessGroup {
         input_split_sizes: &[usize],
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        let info = OpInfo::collective("all_to_all_split", Some(T::DATA_TYPE), input.len());
+        let info = OpInfo::collective("all_to_all_single_split", Some(T::DATA_TYPE), input.len());
         let device = stream.context().ordinal();
         self.run_one(
             info,
@@ -265,14 +324,14 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// As [`ProcessGroup::issue`].
-    pub fn all_to_all_list<T: NcclType>(
+    pub fn all_to_all<T: NcclType>(
         &self,
         outputs: Vec<Tensor<T>>,
         inputs: Vec<Tensor<T>>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Lists<T>> {
         let info = OpInfo::collective(
-            "all_to_all_list",
+            "all_to_all",
             Some(T::DATA_TYPE),
             inputs.iter().map(Tensor::len).sum(),
         );
@@ -285,6 +344,37 @@ impl ProcessGroup {
             stream,
             |comm, nccl_stream, (outputs, inputs)| {
                 comm.all_to_all(outputs.iter_mut(), inputs.iter(), nccl_stream)
+            },
+        )
+    }
+
+    /// Gathers every rank's `input` into `outputs[rank]`
+    /// (`torch.distributed.all_gather`, the list form), in one NCCL group
+    /// on the group's communicator (one broadcast per rank). The work
+    /// holds `(outputs, input)`.
+    ///
+    /// Checks ([`nccl_tensor::checks::all_gather_list`]): one output per
+    /// process, each of the input's type and length, every tensor on the
+    /// stream's device.
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`].
+    pub fn all_gather<T: NcclType>(
+        &self,
+        outputs: Vec<Tensor<T>>,
+        input: Tensor<T>,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<(Vec<Tensor<T>>, Tensor<T>)> {
+        let info = OpInfo::collective("all_gather", Some(T::DATA_TYPE), input.len());
+        let device = stream.context().ordinal();
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            (outputs, input),
+            stream,
+            |comm, nccl_stream, (outputs, input)| {
+                comm.all_gather(outputs.as_mut_slice(), &*input, nccl_stream)
             },
         )
     }

@@ -1,5 +1,6 @@
-//! The group's operations. Each is one nccl-tensor [`Op`] (the collectives
-//! as one table, `collectives!`), issued by
+//! The group's operations, with torch's names. Each is one nccl-core
+//! [`Op`] (the collectives as three tables of whole signatures: one local
+//! GPU, one part per local GPU, a method of [`Coalesced`]), issued by
 //! [`ProcessGroup::issue`] on one local device or by
 //! [`ProcessGroup::issue_multi`] on one part per local device (the spec's
 //! list forms; global rank = process rank x devices + index, and
@@ -16,7 +17,7 @@ use nccl_tensor::{Communicator, NcclType, Tensor};
 
 use super::issue::OpInfo;
 use super::{Coalesced, GroupBuffers, GroupTensor, OpResult, ProcessGroup};
-use crate::error::{OpError, Result};
+use crate::error::{GroupError, OpError, Result};
 use crate::key::CommKey;
 use crate::work::{Work, WorkBuffers};
 
@@ -68,70 +69,6 @@ impl ProcessGroup {
         self.run_one(info, CommKey::Collective, device, buffers, stream, grouped)
     }
 
-    /// Sends `tensor` to process `dst` over the pair's own communicator.
-    ///
-    /// # Errors
-    /// `dst` is this process or out of range; otherwise as
-    /// [`ProcessGroup::issue`].
-    pub fn send<T: NcclType>(
-        &self,
-        tensor: Tensor<T>,
-        dst: usize,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<Tensor<T>> {
-        self.with_peer(dst, "dst", tensor, |peer, t| {
-            self.issue(Op::Send { peer }, t, stream)
-        })
-    }
-
-    /// Receives into `tensor` from process `src`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::send`].
-    pub fn recv<T: NcclType>(
-        &self,
-        tensor: Tensor<T>,
-        src: usize,
-        stream: &Arc<CudaStream>,
-    ) -> OpResult<Tensor<T>> {
-        self.with_peer(src, "src", tensor, |peer, t| {
-            self.issue(Op::Recv { peer }, t, stream)
-        })
-    }
-
-    /// [`ProcessGroup::send`] from one tensor per local GPU: local device
-    /// `i` sends to process `dst`'s device `i` (both processes pass the same
-    /// number of tensors), over the pair's own communicator, in one group.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::send`].
-    pub fn send_multi<T: NcclType>(
-        &self,
-        tensors: Parts<T>,
-        dst: usize,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<Parts<T>> {
-        self.with_peer(dst, "dst", tensors, |peer, t| {
-            self.issue_multi(Op::Send { peer }, t, streams)
-        })
-    }
-
-    /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
-    /// `i` receives from process `src`'s device `i`.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::send`].
-    pub fn recv_multi<T: NcclType>(
-        &self,
-        tensors: Parts<T>,
-        src: usize,
-        streams: &[Arc<CudaStream>],
-    ) -> OpResult<Parts<T>> {
-        self.with_peer(src, "src", tensors, |peer, t| {
-            self.issue_multi(Op::Recv { peer }, t, streams)
-        })
-    }
-
     /// Synchronises every process: work queued on `stream` after the
     /// returned work's `wait()` starts once all have reached the barrier.
     /// Never captured in a CUDA graph
@@ -151,142 +88,278 @@ impl ProcessGroup {
         .map_err(|e| e.error)
     }
 
-    /// Runs `run` with process rank `rank` as nccl-core's `i32`; a rank
-    /// past `i32::MAX` is refused here, as out of range, with the buffers.
-    fn with_peer<B: WorkBuffers>(
+    /// Issues the operation `op` makes (or hands `buffers` back with its
+    /// error: a rank nccl-core's `i32` cannot hold) on one local device.
+    fn issue_made<B: GroupBuffers>(
         &self,
-        rank: usize,
-        what: &'static str,
+        op: Result<Op<'static>>,
         buffers: B,
-        run: impl FnOnce(i32, B) -> OpResult<B>,
+        stream: &Arc<CudaStream>,
     ) -> OpResult<B> {
-        match i32::try_from(rank) {
-            Ok(peer) => run(peer, buffers),
-            Err(_) => Err(Box::new(OpError {
-                error: self.peer_out_of_range(what, rank),
-                buffers,
-            })),
+        match op {
+            Ok(op) => self.issue(op, buffers, stream),
+            Err(error) => Err(Box::new(OpError { error, buffers })),
+        }
+    }
+
+    /// [`ProcessGroup::issue_made`] on one part per local device.
+    fn issue_multi_made<B: GroupBuffers>(
+        &self,
+        op: Result<Op<'static>>,
+        buffers: Vec<B>,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Vec<B>> {
+        match op {
+            Ok(op) => self.issue_multi(op, buffers, streams),
+            Err(error) => Err(Box::new(OpError { error, buffers })),
         }
     }
 }
 
-/// The group's collectives, each one [`Op`] in a single form (one local
-/// GPU, through [`ProcessGroup::issue`]), a list form (one part per
-/// local GPU, through [`ProcessGroup::issue_multi`]) and a method of
-/// [`Coalesced`] (added to a batch). `tensor` entries take one tensor (in
-/// place); `pair` entries an output and an input.
-macro_rules! collectives {
-    (@single tensor $(#[$doc:meta])* $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
-        $(#[$doc])*
-        ///
-        /// # Errors
-        /// As [`ProcessGroup::issue`].
-        pub fn $name<B: GroupTensor>(
-            &self,
-            tensor: B,
-            $($arg: $ty,)*
-            stream: &Arc<CudaStream>,
-        ) -> OpResult<B> {
-            self.issue($op, tensor, stream)
-        }
-    };
-    (@single pair $(#[$doc:meta])* $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
-        $(#[$doc])*
-        /// The work holds `(output, input)`.
-        ///
-        /// # Errors
-        /// As [`ProcessGroup::issue`].
-        pub fn $name<B: GroupTensor>(
-            &self,
-            output: B,
-            input: B,
-            $($arg: $ty,)*
-            stream: &Arc<CudaStream>,
-        ) -> OpResult<(B, B)>
-        where
-            (B, B): GroupBuffers,
-        {
-            self.issue($op, (output, input), stream)
-        }
-    };
-    (@multi tensor $single:ident $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
-        #[doc = concat!("[`ProcessGroup::", stringify!($single), "`] over one tensor per local GPU.")]
-        ///
-        /// # Errors
-        /// As [`ProcessGroup::issue_multi`].
-        pub fn $name<T: NcclType>(
-            &self,
-            tensors: Parts<T>,
-            $($arg: $ty,)*
-            streams: &[Arc<CudaStream>],
-        ) -> OpResult<Parts<T>> {
-            self.issue_multi($op, tensors, streams)
-        }
-    };
-    (@multi pair $single:ident $name:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
-        #[doc = concat!("[`ProcessGroup::", stringify!($single), "`] with one `(output, input)` per local GPU.")]
-        ///
-        /// # Errors
-        /// As [`ProcessGroup::issue_multi`].
-        pub fn $name<T: NcclType>(
-            &self,
-            pairs: PairParts<T>,
-            $($arg: $ty,)*
-            streams: &[Arc<CudaStream>],
-        ) -> OpResult<PairParts<T>> {
-            self.issue_multi($op, pairs, streams)
-        }
-    };
-    (@coalesced $single:ident ($($arg:ident: $ty:ty),*) => $op:expr) => {
-        #[doc = concat!("Adds [`ProcessGroup::", stringify!($single), "`] on `buffers` to the batch.")]
-        pub fn $single(&mut self, buffers: B, $($arg: $ty),*) -> &mut Self {
-            self.push($op, buffers)
-        }
-    };
+/// A rank of the group's API (`usize`, as [`ProcessGroup::rank`] gives)
+/// as nccl-core's `i32`: a root is a global rank, a peer a process's
+/// rank. Whether it is in range is the operation's check; here only the
+/// conversion is refused, naming the argument and the value given.
+pub(crate) fn nccl_rank(argument: &'static str, rank: usize) -> Result<i32> {
+    i32::try_from(rank).map_err(|_| GroupError::InvalidArgument {
+        argument,
+        expected: "a rank of the group (NCCL's ranks are C ints, at most 2147483647)".to_string(),
+        given: rank.to_string(),
+    })
+}
+
+/// The group's operations on one local GPU: each row is the whole
+/// signature, after `&self` and before the caller's `stream`, then the
+/// operation and the buffers it is issued on.
+macro_rules! single_operations {
     ($(
         $(#[$doc:meta])*
-        $form:ident fn $single:ident / $multi:ident ($($arg:ident: $ty:ty),* $(,)?) => $op:expr;
+        fn $name:ident<$b:ident: $bound:ident>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+            $(where $wt:ty: $wb:ident)? => $op:expr, $buffers:expr;
     )*) => {
         impl ProcessGroup {$(
-            collectives!(@single $form $(#[$doc])* $single ($($arg: $ty),*) => $op);
-            collectives!(@multi $form $single $multi ($($arg: $ty),*) => $op);
-        )*}
-        impl<B: GroupBuffers> Coalesced<'_, B> {$(
-            collectives!(@coalesced $single ($($arg: $ty),*) => $op);
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A rank past `i32::MAX`; otherwise as [`ProcessGroup::issue`].
+            pub fn $name<$b: $bound>(
+                &self,
+                $($arg: $ty,)*
+                stream: &Arc<CudaStream>,
+            ) -> OpResult<$ret>
+            $(where $wt: $wb)?
+            {
+                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                #[allow(clippy::redundant_closure_call)]
+                let op = (|| Ok($op))();
+                self.issue_made(op, $buffers, stream)
+            }
         )*}
     };
 }
 
-collectives! {
+/// The group's operations on one part per local GPU (the spec's list
+/// forms): each row as in `single_operations!`, before the callers'
+/// `streams` (one per part).
+macro_rules! multi_operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident<$t:ident: NcclType>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $op:expr, $buffers:expr;
+    )*) => {
+        impl ProcessGroup {$(
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A rank past `i32::MAX`; otherwise as [`ProcessGroup::issue_multi`].
+            pub fn $name<$t: NcclType>(
+                &self,
+                $($arg: $ty,)*
+                streams: &[Arc<CudaStream>],
+            ) -> OpResult<$ret> {
+                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                #[allow(clippy::redundant_closure_call)]
+                let op = (|| Ok($op))();
+                self.issue_multi_made(op, $buffers, streams)
+            }
+        )*}
+    };
+}
+
+/// The collectives a [`Coalesced`] batch takes: each row the whole
+/// signature after `&mut self`; the method adds the operation on
+/// `buffers` to the batch. A rank past `i32::MAX` is refused when the
+/// batch is issued.
+macro_rules! coalesced_operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(buffers: B $(, $arg:ident: $ty:ty)* $(,)?) => $op:expr;
+    )*) => {
+        impl<B: GroupBuffers> Coalesced<'_, B> {$(
+            $(#[$doc])*
+            pub fn $name(&mut self, buffers: B $(, $arg: $ty)*) -> &mut Self {
+                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                #[allow(clippy::redundant_closure_call)]
+                let op = (|| Ok($op))();
+                self.push_made(op, buffers)
+            }
+        )*}
+    };
+}
+
+single_operations! {
     /// Reduces `tensor` across every process, in place
     /// (`torch.distributed.all_reduce`).
-    tensor fn all_reduce / all_reduce_multi (op: ReduceOp) => Op::AllReduce(op.into());
+    fn all_reduce<B: GroupTensor>(tensor: B, op: ReduceOp) -> B => Op::AllReduce(op.into()), tensor;
 
-    /// Copies `tensor` from global rank `root` to every rank, in place.
-    tensor fn broadcast / broadcast_multi (root: i32) => Op::Broadcast { root };
+    /// Copies `tensor` from global rank `root` to every rank, in place
+    /// (`torch.distributed.broadcast`).
+    fn broadcast<B: GroupTensor>(tensor: B, root: usize) -> B
+        => Op::Broadcast { root: nccl_rank("root", root)? }, tensor;
 
-    /// Reduces `tensor` across every process into global rank `root`, in place.
-    tensor fn reduce / reduce_multi (op: ReduceOp, root: i32) => Op::Reduce { op: op.into(), root };
+    /// Reduces `tensor` across every process into global rank `root`, in
+    /// place (`torch.distributed.reduce`).
+    fn reduce<B: GroupTensor>(tensor: B, op: ReduceOp, root: usize) -> B
+        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? }, tensor;
 
     /// Gathers every rank's `input` into `output` (world x input elements),
-    /// in rank order (`all_gather_into_tensor`).
-    pair fn all_gather / all_gather_multi () => Op::AllGather;
+    /// in rank order (`torch.distributed.all_gather_into_tensor`). The
+    /// work holds `(output, input)`.
+    fn all_gather_into_tensor<B: GroupTensor>(output: B, input: B) -> (B, B)
+        where (B, B): GroupBuffers => Op::AllGather, (output, input);
 
     /// Reduces `input` (world x output elements) and scatters it: each rank
-    /// gets its block in `output` (`reduce_scatter_tensor`).
-    pair fn reduce_scatter / reduce_scatter_multi (op: ReduceOp) => Op::ReduceScatter(op.into());
+    /// gets its block in `output` (`torch.distributed.reduce_scatter_tensor`).
+    /// The work holds `(output, input)`.
+    fn reduce_scatter_tensor<B: GroupTensor>(output: B, input: B, op: ReduceOp) -> (B, B)
+        where (B, B): GroupBuffers => Op::ReduceScatter(op.into()), (output, input);
 
     /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
-    /// rank order (`all_to_all_single`).
-    pair fn all_to_all / all_to_all_multi () => Op::AllToAll;
+    /// rank order (`torch.distributed.all_to_all_single` with equal
+    /// splits). The work holds `(output, input)`.
+    fn all_to_all_single<B: GroupTensor>(output: B, input: B) -> (B, B)
+        where (B, B): GroupBuffers => Op::AllToAll, (output, input);
 
     /// Gathers every rank's `input` into `output` (world x input elements)
-    /// on global rank `root`, in rank order (`torch.distributed.gather`);
-    /// elsewhere `output` is not touched and may be empty.
-    pair fn gather / gather_multi (root: i32) => Op::Gather { root };
+    /// on global rank `root`, in rank order (`torch.distributed.gather`
+    /// into one tensor); elsewhere `output` is not touched and may be
+    /// empty. The work holds `(output, input)`.
+    fn gather<B: GroupTensor>(output: B, input: B, root: usize) -> (B, B)
+        where (B, B): GroupBuffers => Op::Gather { root: nccl_rank("root", root)? }, (output, input);
 
     /// Scatters `input` (world x output elements) of global rank `root`:
-    /// each rank gets its block in `output` (`torch.distributed.scatter`);
-    /// elsewhere `input` is not read and may be empty.
-    pair fn scatter / scatter_multi (root: i32) => Op::Scatter { root };
+    /// each rank gets its block in `output` (`torch.distributed.scatter`
+    /// from one tensor); elsewhere `input` is not read and may be empty.
+    /// The work holds `(output, input)`.
+    fn scatter<B: GroupTensor>(output: B, input: B, root: usize) -> (B, B)
+        where (B, B): GroupBuffers => Op::Scatter { root: nccl_rank("root", root)? }, (output, input);
+
+    /// Sends `tensor` to process `dst` over the pair's own communicator
+    /// (`torch.distributed.send`). Checks: `dst` another process's rank.
+    fn send<B: GroupTensor>(tensor: B, dst: usize) -> B
+        => Op::Send { peer: nccl_rank("dst", dst)? }, tensor;
+
+    /// Receives into `tensor` from process `src` over the pair's own
+    /// communicator (`torch.distributed.recv`). Checks: `src` another
+    /// process's rank.
+    fn recv<B: GroupTensor>(tensor: B, src: usize) -> B
+        => Op::Recv { peer: nccl_rank("src", src)? }, tensor;
+}
+
+multi_operations! {
+    /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
+    fn all_reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp) -> Parts<T>
+        => Op::AllReduce(op.into()), tensors;
+
+    /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
+    fn broadcast_multi<T: NcclType>(tensors: Parts<T>, root: usize) -> Parts<T>
+        => Op::Broadcast { root: nccl_rank("root", root)? }, tensors;
+
+    /// [`ProcessGroup::reduce`] over one tensor per local GPU.
+    fn reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: usize) -> Parts<T>
+        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? }, tensors;
+
+    /// [`ProcessGroup::all_gather_into_tensor`] with one `(output, input)`
+    /// per local GPU.
+    fn all_gather_into_tensor_multi<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
+        => Op::AllGather, pairs;
+
+    /// [`ProcessGroup::reduce_scatter_tensor`] with one `(output, input)`
+    /// per local GPU.
+    fn reduce_scatter_tensor_multi<T: NcclType>(pairs: PairParts<T>, op: ReduceOp) -> PairParts<T>
+        => Op::ReduceScatter(op.into()), pairs;
+
+    /// [`ProcessGroup::all_to_all_single`] with one `(output, input)` per
+    /// local GPU.
+    fn all_to_all_single_multi<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
+        => Op::AllToAll, pairs;
+
+    /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
+    fn gather_multi<T: NcclType>(pairs: PairParts<T>, root: usize) -> PairParts<T>
+        => Op::Gather { root: nccl_rank("root", root)? }, pairs;
+
+    /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
+    fn scatter_multi<T: NcclType>(pairs: PairParts<T>, root: usize) -> PairParts<T>
+        => Op::Scatter { root: nccl_rank("root", root)? }, pairs;
+
+    /// [`ProcessGroup::send`] from one tensor per local GPU: local device
+    /// `i` sends to process `dst`'s device `i` (both processes pass the
+    /// same number of tensors), over the pair's own communicator, in one
+    /// group.
+    fn send_multi<T: NcclType>(tensors: Parts<T>, dst: usize) -> Parts<T>
+        => Op::Send { peer: nccl_rank("dst", dst)? }, tensors;
+
+    /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
+    /// `i` receives from process `src`'s device `i`.
+    fn recv_multi<T: NcclType>(tensors: Parts<T>, src: usize) -> Parts<T>
+        => Op::Recv { peer: nccl_rank("src", src)? }, tensors;
+}
+
+coalesced_operations! {
+    /// Adds [`ProcessGroup::all_reduce`] on `buffers` to the batch.
+    fn all_reduce(buffers: B, op: ReduceOp) => Op::AllReduce(op.into());
+
+    /// Adds [`ProcessGroup::broadcast`] on `buffers` to the batch.
+    fn broadcast(buffers: B, root: usize) => Op::Broadcast { root: nccl_rank("root", root)? };
+
+    /// Adds [`ProcessGroup::reduce`] on `buffers` to the batch.
+    fn reduce(buffers: B, op: ReduceOp, root: usize)
+        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? };
+
+    /// Adds [`ProcessGroup::all_gather_into_tensor`] on `buffers`
+    /// (`(output, input)`) to the batch.
+    fn all_gather_into_tensor(buffers: B) => Op::AllGather;
+
+    /// Adds [`ProcessGroup::reduce_scatter_tensor`] on `buffers`
+    /// (`(output, input)`) to the batch.
+    fn reduce_scatter_tensor(buffers: B, op: ReduceOp) => Op::ReduceScatter(op.into());
+
+    /// Adds [`ProcessGroup::all_to_all_single`] on `buffers`
+    /// (`(output, input)`) to the batch.
+    fn all_to_all_single(buffers: B) => Op::AllToAll;
+
+    /// Adds [`ProcessGroup::gather`] on `buffers` (`(output, input)`) to
+    /// the batch.
+    fn gather(buffers: B, root: usize) => Op::Gather { root: nccl_rank("root", root)? };
+
+    /// Adds [`ProcessGroup::scatter`] on `buffers` (`(output, input)`) to
+    /// the batch.
+    fn scatter(buffers: B, root: usize) => Op::Scatter { root: nccl_rank("root", root)? };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nccl_rank;
+
+    #[test]
+    fn a_rank_past_i32_is_refused_naming_the_argument_and_the_value() {
+        assert_eq!(nccl_rank("root", 3).unwrap(), 3);
+        assert_eq!(nccl_rank("dst", i32::MAX as usize).unwrap(), i32::MAX);
+        let error = nccl_rank("src", 1 << 31).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid src: expected a rank of the group (NCCL's ranks are C ints, at most \
+             2147483647), got 2147483648"
+        );
+        assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument);
+    }
 }

@@ -101,15 +101,15 @@ pub fn every_call_refused(group: &ProcessGroup, stream: &Arc<CudaStream>, closed
     );
     let op = "all_gather";
     let (o, i) = gather();
-    let e = refused(group.all_gather(o, i, stream), op);
+    let e = refused(group.all_gather_into_tensor(o, i, stream), op);
     check_pair(op, &e.error, &e.buffers, &data);
     let op = "reduce_scatter";
     let (o, i) = scatter();
-    let e = refused(group.reduce_scatter(o, i, ReduceOp::Sum, stream), op);
+    let e = refused(group.reduce_scatter_tensor(o, i, ReduceOp::Sum, stream), op);
     check_pair(op, &e.error, &e.buffers, &wide);
     let op = "all_to_all";
     let (o, i) = exchange();
-    let e = refused(group.all_to_all(o, i, stream), op);
+    let e = refused(group.all_to_all_single(o, i, stream), op);
     check_pair(op, &e.error, &e.buffers, &wide);
     let op = "all_reduce_multi";
     check_list(
@@ -132,17 +132,20 @@ pub fn every_call_refused(group: &ProcessGroup, stream: &Arc<CudaStream>, closed
             op,
         ),
     );
-    let op = "all_gather_multi";
-    let e = refused(group.all_gather_multi(vec![gather()], streams), op);
+    let op = "all_gather_into_tensor_multi";
+    let e = refused(
+        group.all_gather_into_tensor_multi(vec![gather()], streams),
+        op,
+    );
     check_pairs(op, e, &data);
     let op = "reduce_scatter_multi";
     let e = refused(
-        group.reduce_scatter_multi(vec![scatter()], ReduceOp::Sum, streams),
+        group.reduce_scatter_tensor_multi(vec![scatter()], ReduceOp::Sum, streams),
         op,
     );
     check_pairs(op, e, &wide);
-    let op = "all_to_all_multi";
-    let e = refused(group.all_to_all_multi(vec![exchange()], streams), op);
+    let op = "all_to_all_single_multi";
+    let e = refused(group.all_to_all_single_multi(vec![exchange()], streams), op);
     check_pairs(op, e, &wide);
     if world >= 2 {
         let peer = (rank + 1) % world;

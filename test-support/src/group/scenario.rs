@@ -35,7 +35,7 @@ pub fn works(group: &ProcessGroup, stream: &Arc<CudaStream>, what: &str) {
         &format!("{what}: all_reduce"),
     );
     let (out, _) = done(
-        group.all_gather(
+        group.all_gather_into_tensor(
             upload(stream, &poison_values::<f32>(world * LEN)),
             upload(stream, &convert::<f32>(&rank_values(902, rank, LEN))),
             stream,
@@ -54,7 +54,7 @@ pub fn works(group: &ProcessGroup, stream: &Arc<CudaStream>, what: &str) {
         poison_values(LEN)
     };
     let t = done(
-        group.broadcast(upload(stream, &start), root as i32, stream),
+        group.broadcast(upload(stream, &start), root, stream),
         &format!("{what}: broadcast"),
     );
     assert_same_values(
@@ -130,7 +130,7 @@ pub fn process_scenario(group: &ProcessGroup, stream: &Arc<CudaStream>, label: &
         poison_values(LEN)
     };
     let t = done(
-        group.broadcast(upload(stream, &start), root as i32, stream),
+        group.broadcast(upload(stream, &start), root, stream),
         "broadcast",
     );
     assert_same_values(
@@ -140,7 +140,7 @@ pub fn process_scenario(group: &ProcessGroup, stream: &Arc<CudaStream>, label: &
     );
 
     let (out, _) = done(
-        group.all_gather(
+        group.all_gather_into_tensor(
             upload(stream, &poison_values::<half::f16>(world * LEN)),
             upload(stream, &convert::<half::f16>(&mine)),
             stream,
