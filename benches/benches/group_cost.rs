@@ -1,11 +1,7 @@
-//! What the process group's communicator cache costs per operation:
+//! What the parts of a process-group operation cost, through the group's
+//! public API only (its inner parts, the cache and the flight recorder,
+//! are measured as part of the whole, in `host_cost`):
 //!
-//! * `group_cache/hit`: the communicator-cache lookup an operation does on
-//!   a cached key (a fake factory, so it runs without a GPU too).
-//! * `flight_recorder/record`: what the always-on flight recorder adds to
-//!   the thread issuing an operation (a record, with its timestamp);
-//!   `flight_recorder/finish`: the completion mark the watchdog makes
-//!   later, off the caller's thread.
 //! * `group_parts/*`: the primitives a group operation is built of, each
 //!   alone: `instant_now` (a timestamp: an operation takes two, its
 //!   enqueue time and its completion's), `arc_alloc` (the record an
@@ -51,68 +47,9 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, ReduceOp, UniqueId};
-use nccl_group::recorder::{FlightRecorder, OpDescription};
-use nccl_group::testing::{CommCache, CommFactory, CommKey, DeviceList, Membership};
-use nccl_group::{
-    GroupOptions, InProcessStore, OpState, ProcessGroup, RendezvousConfig, Store, Work,
-};
+use nccl_core::{ReduceOp, UniqueId};
+use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, Store, Work};
 use nccl_tensor::Tensor;
-
-/// A factory that makes plain numbers: the cache's own cost, without NCCL.
-struct Numbers;
-
-impl CommFactory for Numbers {
-    type Comms = u64;
-
-    fn unique_id(&self) -> nccl_group::Result<UniqueId> {
-        Ok(UniqueId::from_bytes([1; UniqueId::BYTES]))
-    }
-
-    fn create(&self, _: &CommKey, _: UniqueId, world_size: i32, _: i32) -> nccl_group::Result<u64> {
-        Ok(world_size as u64)
-    }
-}
-
-fn cache_hit(criterion: &mut Criterion) {
-    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let membership = Membership::join(
-        "bench",
-        0,
-        1,
-        store,
-        "in-process".into(),
-        Duration::from_secs(5),
-    )
-    .expect("join an in-process store");
-    let cache = CommCache::new(membership, Numbers);
-    let key = CommKey::Collective(DeviceList::one(0).expect("one device"));
-    cache.get(&key).expect("create the key once");
-    criterion.bench_function("group_cache/hit", |b| {
-        b.iter(|| black_box(cache.get(black_box(&key)).expect("cached")))
-    });
-}
-
-fn flight_recorder(criterion: &mut Criterion) {
-    let recorder = FlightRecorder::new(2048);
-    let description = OpDescription {
-        op: "all_reduce",
-        dtype: Some(DataType::Float32),
-        count: 2,
-        peer: None,
-        devices: DeviceList::one(0).expect("one device"),
-        collective: true,
-    };
-    // What the thread issuing an operation pays.
-    criterion.bench_function("flight_recorder/record", |b| {
-        b.iter(|| black_box(recorder.record(black_box(&description), Instant::now()).seq))
-    });
-    // What the watchdog pays later, off the caller's thread.
-    let seq = recorder.record(&description, Instant::now()).seq;
-    criterion.bench_function("flight_recorder/finish", |b| {
-        b.iter(|| recorder.finish(black_box(seq), OpState::Completed, Instant::now()))
-    });
-}
 
 /// The record an operation shares with the watchdog, in size.
 struct SharedRecord {
@@ -425,8 +362,6 @@ fn main() {
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1))
         .configure_from_args();
-    cache_hit(&mut criterion);
-    flight_recorder(&mut criterion);
     group_parts(&mut criterion);
     if has_gpu() {
         coalescing(&mut criterion);

@@ -41,7 +41,7 @@ impl Communicator {
         {
             return Err(Error::RankOutOfRange {
                 what,
-                given: rank.into(),
+                given: rank,
                 world_size: self.world_size(),
             });
         }

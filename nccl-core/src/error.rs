@@ -191,7 +191,7 @@ pub enum Error {
         /// Which argument ("rank", "root", "peer").
         what: &'static str,
         /// The value given.
-        given: i64,
+        given: i32,
         /// The communicator's world size.
         world_size: i32,
     },
@@ -301,7 +301,12 @@ impl Error {
         self.kind() == ErrorKind::Timeout
     }
 
-    pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
+    /// The error of a failed CUDA driver call made during `during`, as a
+    /// function for `map_err`: `stream.synchronize().map_err(Error::cuda("a
+    /// copy"))?`. nccl-tensor, nccl-group and the benches use this one
+    /// variant (through their `From<nccl_core::Error>`) rather than a
+    /// `Cuda` of their own.
+    pub fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
         move |source| Error::Cuda { during, source }
     }
 }

@@ -201,16 +201,6 @@ pub enum GroupError {
         /// How long.
         waited: Duration,
     },
-    /// A CUDA call (event, stream) failed. The driver's error is the
-    /// `source()`, not part of this message
-    /// ([`ErrorChain`](nccl_core::ErrorChain) prints both).
-    #[error("CUDA error during {during}")]
-    Cuda {
-        /// What was being done.
-        during: &'static str,
-        /// The driver's error.
-        source: cudarc::driver::DriverError,
-    },
     /// An operation (or a step of a capture) that the group cannot
     /// capture in a CUDA graph; the reason says what to do instead.
     #[error("{op} in a CUDA graph capture: {reason}")]
@@ -266,7 +256,6 @@ impl GroupError {
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
-    /// | `Cuda` | [`ErrorKind::Cuda`] |
     /// | `WatchdogStart` | [`ErrorKind::Io`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -283,7 +272,6 @@ impl GroupError {
                 ErrorKind::InvalidArgument
             }
             GroupError::Capture { .. } => ErrorKind::Unsupported,
-            GroupError::Cuda { .. } => ErrorKind::Cuda,
             GroupError::WatchdogStart { .. } => ErrorKind::Io,
         }
     }
@@ -309,10 +297,6 @@ impl GroupError {
             GroupError::Failed(failure) => failure.cause.is_timeout(),
             _ => self.kind() == ErrorKind::Timeout,
         }
-    }
-
-    pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
-        move |source| GroupError::Cuda { during, source }
     }
 }
 

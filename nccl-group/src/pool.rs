@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::{CudaEvent, CudaStream};
 use nccl_core::Device;
 
-use crate::error::{GroupError, Result};
+use crate::error::Result;
 
 /// Streams and events of one device.
 pub struct DevicePool {
@@ -46,7 +46,7 @@ impl DevicePool {
         let priority = if high_priority {
             // The greatest priority is the numerically lowest value.
             let (_least, greatest) = cudarc::driver::result::stream::get_priority_range()
-                .map_err(GroupError::cuda("reading the stream priority range"))?;
+                .map_err(nccl_core::Error::cuda("reading the stream priority range"))?;
             greatest
         } else {
             0
@@ -54,13 +54,13 @@ impl DevicePool {
         let streams = (0..streams.max(1))
             .map(|_| context.new_stream_with_priority(priority))
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(GroupError::cuda("creating the NCCL streams"))?;
+            .map_err(nccl_core::Error::cuda("creating the NCCL streams"))?;
         let mut events = Vec::with_capacity(EVENT_SLOTS);
         for _ in 0..PREALLOCATED_EVENTS {
             events.push(
                 context
                     .new_event(None)
-                    .map_err(GroupError::cuda("creating events"))?,
+                    .map_err(nccl_core::Error::cuda("creating events"))?,
             );
         }
         Ok(Self {
@@ -98,7 +98,7 @@ impl DevicePool {
                 .device
                 .context()
                 .new_event(None)
-                .map_err(GroupError::cuda("creating an event")),
+                .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into()),
         }
     }
 

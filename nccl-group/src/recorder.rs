@@ -205,7 +205,7 @@ impl FlightRecorder {
 
     /// Records an operation about to be enqueued; returns its record
     /// (with its sequence numbers). Allocates nothing once the ring is full.
-    pub fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+    pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
         let mut ring = self.ring();
         let seq = ring.next_seq;
         ring.next_seq += 1;
@@ -236,7 +236,7 @@ impl FlightRecorder {
     }
 
     /// Marks operation `seq` finished at `at` (if it is still in the ring).
-    pub fn finish(&self, seq: u64, state: OpState, at: Instant) {
+    pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant) {
         let finished = self.micros(at);
         let mut ring = self.ring();
         let slot = (seq % self.capacity as u64) as usize;
@@ -264,7 +264,7 @@ impl FlightRecorder {
     }
 
     /// Marks every operation still pending as failed at `at`.
-    pub fn fail_pending(&self, at: Instant) {
+    pub(crate) fn fail_pending(&self, at: Instant) {
         let finished = self.micros(at);
         for record in self
             .ring()

@@ -319,10 +319,7 @@ impl<B: WorkBuffers> Work<B> {
             match op.poll() {
                 Progress::Done => return op.failed().map_or(Ok(()), Err),
                 Progress::Broken(source) => {
-                    return Err(GroupError::Cuda {
-                        during: "waiting for the operation",
-                        source,
-                    });
+                    return Err(nccl_core::Error::cuda("waiting for the operation")(source).into());
                 }
                 Progress::Running => {}
             }
@@ -360,7 +357,7 @@ impl<B: WorkBuffers> Work<B> {
             if let Some(caller) = &end.caller {
                 caller
                     .wait(&end.event)
-                    .map_err(GroupError::cuda("making the caller's stream wait"))?;
+                    .map_err(nccl_core::Error::cuda("making the caller's stream wait"))?;
             }
         }
         // `buffers` is only taken here or in drop.

@@ -416,13 +416,13 @@ fn a_watchdog_that_cannot_start_has_its_own_variant() {
     );
 }
 
-/// The driver's error is the source only (showing it needs a driver).
+/// The driver's error is the source only (showing it needs a driver); a
+/// group's CUDA error is nccl-core's one `Cuda` variant.
 #[test]
 fn a_group_cuda_error_leaves_the_driver_error_to_its_source() {
-    let error = GroupError::Cuda {
-        during: "an event record",
-        source: DriverError(CUresult::CUDA_ERROR_LAUNCH_FAILED),
-    };
+    let error = GroupError::from(nccl_core::Error::cuda("an event record")(DriverError(
+        CUresult::CUDA_ERROR_LAUNCH_FAILED,
+    )));
     assert_eq!(error.kind(), ErrorKind::Cuda);
     assert!(!error.is_timeout());
     assert_eq!(error.nccl_code(), None);

@@ -464,7 +464,8 @@ impl<'a> Batch<'a> {
                     // addresses these are, every one of them open on
                     // `stream` (on the communicator's device: checked by
                     // the plans or by `enqueue_on`) until the group has
-                    // been enqueued.
+                    // been enqueued; its pre-multiplied sum, if any, was
+                    // checked against this communicator above.
                     let _ = unsafe { comm.enqueue_plan(plan, send, recv, stream) }?;
                 }
             }

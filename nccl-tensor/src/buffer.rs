@@ -239,7 +239,7 @@ impl<T: NcclType> Tensor<T> {
         check_shape(shape, values.len())?;
         let data = stream
             .clone_htod(values)
-            .map_err(Error::cuda("copying a tensor to the device"))?;
+            .map_err(nccl_core::Error::cuda("copying a tensor to the device"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
             shape: shape.into(),
@@ -258,7 +258,7 @@ impl<T: NcclType> Tensor<T> {
         let len = element_count(shape)?;
         let data = stream
             .alloc_zeros(len)
-            .map_err(Error::cuda("allocating a tensor"))?;
+            .map_err(nccl_core::Error::cuda("allocating a tensor"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
             shape: shape.into(),
@@ -297,7 +297,7 @@ impl<T: NcclType> Tensor<T> {
         let mut data = TrackedSlice::in_nccl_memory(memory, len, stream)?;
         stream
             .memset_zeros(&mut data.slice_mut())
-            .map_err(Error::cuda("zeroing a tensor in NCCL memory"))?;
+            .map_err(nccl_core::Error::cuda("zeroing a tensor in NCCL memory"))?;
         Ok(Self {
             data,
             shape: shape.into(),
@@ -314,9 +314,9 @@ impl<T: NcclType> Tensor<T> {
     /// # Errors
     /// A CUDA failure.
     pub fn to_vec(&self, stream: &Arc<CudaStream>) -> Result<Vec<T>> {
-        stream
+        Ok(stream
             .clone_dtoh(self.data.slice())
-            .map_err(Error::cuda("copying a tensor to the host"))
+            .map_err(nccl_core::Error::cuda("copying a tensor to the host"))?)
     }
 
     /// Overwrites the tensor with `values` (the same number of elements).
@@ -333,9 +333,9 @@ impl<T: NcclType> Tensor<T> {
                 rule: "the tensor's number of elements",
             });
         }
-        stream
+        Ok(stream
             .memcpy_htod(values, &mut self.data.slice_mut())
-            .map_err(Error::cuda("copying to a tensor"))
+            .map_err(nccl_core::Error::cuda("copying to a tensor"))?)
     }
 
     /// The shape.

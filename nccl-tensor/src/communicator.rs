@@ -1,11 +1,11 @@
 //! The tensor-based communicator of the spec: every collective on typed
 //! buffers or tensor cells, with every argument checked before NCCL sees it.
 
-use std::cell::OnceCell;
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 use nccl_core::{
     Call, Config, DataType, Device, Op, PreMulSum, ReduceOp, Reduction, Status, UniqueId,
 };
@@ -50,7 +50,7 @@ pub struct Communicator {
     pub(crate) core: nccl_core::Communicator,
     compute_capability: (i32, i32),
     pub(crate) all_to_all: AllToAllMethod,
-    barrier_buffer: OnceCell<CudaSlice<f32>>,
+    barrier_buffer: RefCell<Option<CudaSlice<f32>>>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -112,7 +112,7 @@ impl Communicator {
             core,
             compute_capability,
             all_to_all: AllToAllMethod::Auto,
-            barrier_buffer: OnceCell::new(),
+            barrier_buffer: RefCell::new(None),
         })
     }
 
@@ -188,7 +188,7 @@ impl Communicator {
             core,
             compute_capability: self.compute_capability,
             all_to_all: self.all_to_all,
-            barrier_buffer: OnceCell::new(),
+            barrier_buffer: RefCell::new(None),
         })
     }
 
@@ -277,16 +277,18 @@ impl Communicator {
             stream.context().ordinal(),
             self.device().ordinal(),
         )?;
-        let buffer = match self.barrier_buffer.get() {
+        let mut cached = self.barrier_buffer.borrow_mut();
+        let buffer = match &mut *cached {
             Some(buffer) => buffer,
-            None => {
-                let buffer = stream
+            empty => empty.insert(
+                stream
                     .alloc_zeros::<f32>(1)
-                    .map_err(Error::cuda("allocating the barrier buffer"))?;
-                self.barrier_buffer.get_or_init(|| buffer)
-            }
+                    .map_err(nccl_core::Error::cuda("allocating the barrier buffer"))?,
+            ),
         };
-        let (pointer, _record) = buffer.device_ptr(stream);
+        // NCCL writes the buffer (an in-place all_reduce): recorded as a
+        // write, so a barrier on another stream waits for this one.
+        let (pointer, _record) = buffer.device_ptr_mut(stream);
         let call = Call {
             op: Op::AllReduce(ReduceOp::Sum.into()),
             send: pointer as *const c_void,

@@ -285,16 +285,6 @@ pub enum Error {
         /// The type asked for.
         requested: DataType,
     },
-    /// A CUDA call (allocation, copy) failed. The driver's error is the
-    /// `source()`, not part of this message
-    /// ([`ErrorChain`](nccl_core::ErrorChain) prints both).
-    #[error("CUDA error during {during}")]
-    Cuda {
-        /// What was being done.
-        during: &'static str,
-        /// The driver's error.
-        source: cudarc::driver::DriverError,
-    },
 }
 
 impl Error {
@@ -308,7 +298,6 @@ impl Error {
     /// | `WrongDevice` | [`ErrorKind::WrongDevice`] |
     /// | `RankOutOfRange` | [`ErrorKind::RankOutOfRange`] |
     /// | `UnsupportedDataType`, `UnsupportedReduction` | [`ErrorKind::Unsupported`] |
-    /// | `Cuda` | [`ErrorKind::Cuda`] |
     /// | every other variant (a length, a data type, a shape, an alias, a range, a layout, a batch's pairing, split sizes) | [`ErrorKind::InvalidArgument`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -319,7 +308,6 @@ impl Error {
             Error::UnsupportedDataType { .. } | Error::UnsupportedReduction { .. } => {
                 ErrorKind::Unsupported
             }
-            Error::Cuda { .. } => ErrorKind::Cuda,
             Error::DtypeMismatch { .. }
             | Error::WrongLength { .. }
             | Error::NotDivisible { .. }
@@ -353,10 +341,6 @@ impl Error {
     /// True when a wait ran past its deadline ([`ErrorKind::Timeout`]).
     pub fn is_timeout(&self) -> bool {
         self.kind() == ErrorKind::Timeout
-    }
-
-    pub(crate) fn cuda(during: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
-        move |source| Error::Cuda { during, source }
     }
 }
 

@@ -52,6 +52,10 @@ impl Communicator {
     /// `send` and `recv` address the buffers `plan` was made for, valid on
     /// `stream` (on this communicator's device) while the call enqueues
     /// and, through the buffers' stream tracking, until the work is done.
+    /// A pre-multiplied sum in `plan.op` was made on this communicator for
+    /// `plan.dtype` ([`Reduction::check_usable`]): [`Plan::new`] does not
+    /// check that, and NCCL would use a reduction of another communicator
+    /// (freed with it) as its own.
     pub(crate) unsafe fn enqueue_plan(
         &self,
         plan: &Plan<'_>,
@@ -75,7 +79,8 @@ impl Communicator {
             return unsafe { self.issue_grouped(parts, stream) };
         }
         // SAFETY: `plan` made every check `issue_unchecked` leaves to its
-        // caller; the buffers are the caller's contract.
+        // caller but one: a pre-multiplied sum's communicator, which the
+        // caller checked (this function's contract, as are the buffers).
         Ok(unsafe { self.core.issue_unchecked(call, stream) }?)
     }
 }
@@ -161,7 +166,8 @@ impl<'r, O: Operands> Planned<'_, 'r, O> {
             // SAFETY: `plan` was made for these operands, whose addresses
             // these are, valid on `stream` while `access` runs; the stream
             // is on the communicator's device (checked by the plan or by
-            // `enqueue_on`).
+            // `enqueue_on`); a pre-multiplied sum was checked against this
+            // communicator when it was planned (`Communicator::plan`).
             unsafe { comm.enqueue_plan(&plan, send, recv, stream) }
         })
     }

@@ -137,9 +137,12 @@ impl<H: CommAccess> Guard<H> {
         };
         let result = (|| {
             let device = self.access.with_comm(|comm| comm.device().clone())?;
-            device.context().synchronize().map_err(Error::cuda(
-                "waiting for the device before deregistering a buffer",
-            ))?;
+            device
+                .context()
+                .synchronize()
+                .map_err(nccl_core::Error::cuda(
+                    "waiting for the device before deregistering a buffer",
+                ))?;
             Ok(self
                 .access
                 .with_comm(|comm| comm.core().deregister(registration))??)

@@ -240,13 +240,13 @@ fn a_core_error_answers_as_it_would_unwrapped() {
     }
 }
 
-/// The driver's error is the source only (showing it needs a driver).
+/// The driver's error is the source only (showing it needs a driver); a
+/// tensor's CUDA error is nccl-core's one `Cuda` variant.
 #[test]
 fn cuda_error_leaves_the_driver_error_to_its_source() {
-    let error = Error::Cuda {
-        during: "an allocation",
-        source: DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
-    };
+    let error = Error::from(nccl_core::Error::cuda("an allocation")(DriverError(
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    )));
     assert_eq!(error.kind(), ErrorKind::Cuda);
     assert_eq!(error.nccl_code(), None);
     assert!(!error.is_timeout());

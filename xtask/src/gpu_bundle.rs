@@ -46,11 +46,12 @@ fn bundled_example(name: &str) -> bool {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A git repository of NVIDIA/nccl-tests (bare or not) whose HEAD the
-    /// bundle carries for nccl-tests.sh [default: $NCCL_TESTS_GIT, else the
-    /// fetched snapshot in ../.mirror/NVIDIA+nccl-tests/repo]
-    #[arg(long, value_name = "GIT_DIR")]
-    nccl_tests: Option<PathBuf>,
+    /// NVIDIA/nccl-tests for nccl-tests.sh: a git repository's folder
+    /// (bare or not) or a git URL (cloned, HEAD only), whose HEAD the
+    /// bundle carries [default: $NCCL_TESTS_GIT; without either, no
+    /// nccl-tests]
+    #[arg(long, value_name = "GIT_DIR_OR_URL")]
+    nccl_tests: Option<String>,
 }
 
 /// What a bundled binary is, which decides how run.sh treats it.
@@ -98,7 +99,7 @@ struct Workspace {
 
 pub fn run(args: Args) -> Result<()> {
     let root = workspace_root();
-    let snapshot = nccl_tests::locate(args.nccl_tests.as_deref(), &root);
+    let snapshot = nccl_tests::locate(args.nccl_tests, &root.join("target"))?;
     let workspace = workspace(&root)?;
 
     let mut artifacts = Vec::new();
@@ -390,7 +391,7 @@ fn write_bundle(
             total += bytes;
         }
         None => println!(
-            "==> warning: no nccl-tests snapshot (--nccl-tests GIT_DIR or ${}): nccl-tests.sh will stop saying so",
+            "==> warning: no nccl-tests (--nccl-tests GIT_DIR_OR_URL or ${}): nccl-tests.sh will stop saying so",
             nccl_tests::SNAPSHOT_ENV
         ),
     }

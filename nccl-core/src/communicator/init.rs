@@ -46,7 +46,7 @@ fn check_world(world_size: i32, rank: i32) -> Result<()> {
     if !(0..world_size).contains(&rank) {
         return Err(Error::RankOutOfRange {
             what: "rank",
-            given: rank.into(),
+            given: rank,
             world_size,
         });
     }

@@ -42,7 +42,7 @@ impl Communicator {
             if !(0..self.world_size).contains(&rank) {
                 return Err(Error::RankOutOfRange {
                     what: "rank in split_from",
-                    given: rank.into(),
+                    given: rank,
                     world_size: self.world_size,
                 });
             }

@@ -335,7 +335,7 @@ impl ProcessGroup {
         }
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(GroupError::cuda("beginning a CUDA graph capture"))?;
+            .map_err(nccl_core::Error::cuda("beginning a CUDA graph capture"))?;
         let keeper = Arc::new(Keeper::default());
         self.inner.captures.begin(stream, Arc::clone(&keeper));
         Ok(GraphCapture {
@@ -422,9 +422,10 @@ impl GraphCapture {
     fn finish(&mut self) -> Result<Option<CudaGraph>> {
         self.open = false;
         self.group.inner.captures.end(&self.keeper);
-        self.stream
+        Ok(self
+            .stream
             .end_capture(CUgraphInstantiate_flags(0))
-            .map_err(GroupError::cuda("ending the CUDA graph capture"))
+            .map_err(nccl_core::Error::cuda("ending the CUDA graph capture"))?)
     }
 }
 

@@ -102,7 +102,7 @@ impl<B: WorkBuffers> GroupGraph<B> {
         };
         graph
             .launch()
-            .map_err(GroupError::cuda("launching the captured CUDA graph"))?;
+            .map_err(nccl_core::Error::cuda("launching the captured CUDA graph"))?;
         let info = OpInfo::untyped("graph_replay");
         let key = CommKey::Collective(DeviceList::one(self.stream.context().ordinal())?);
         let enqueued = Instant::now();

@@ -533,12 +533,12 @@ fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
     let synced = start
         .record(caller)
         .and_then(|()| member.stream.wait(&start))
-        .map_err(GroupError::cuda(
+        .map_err(nccl_core::Error::cuda(
             "making the NCCL stream wait for the caller's stream",
         ));
     // The wait has captured the event; it can be recorded again.
     member.pool.give_back(start);
-    synced
+    Ok(synced?)
 }
 
 /// Records the end of the operation on `stream`, the stream it ran on;
@@ -564,7 +564,7 @@ pub(super) fn end_event_in(
         }),
         Err(error) => {
             pool.give_back(event);
-            Err(GroupError::cuda("recording the end event")(error))
+            Err(nccl_core::Error::cuda("recording the end event")(error).into())
         }
     }
 }

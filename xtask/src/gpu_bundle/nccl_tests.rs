@@ -10,20 +10,56 @@ use crate::Result;
 /// The folder of the bundle the source goes to.
 pub const SOURCE_FOLDER: &str = "nccl-tests-src";
 
-/// The variable naming the snapshot when `--nccl-tests` does not.
+/// The variable naming the repository when `--nccl-tests` does not.
 pub const SNAPSHOT_ENV: &str = "NCCL_TESTS_GIT";
 
-/// Where this workplace's fetched snapshot of NVIDIA/nccl-tests lies,
-/// relative to the workspace root (the worktrees and `.mirror` are siblings).
-const WORKPLACE_SNAPSHOT: &str = "../.mirror/NVIDIA+nccl-tests/repo";
+/// The repository to copy: `given` (`--nccl-tests`), else
+/// `$NCCL_TESTS_GIT`, else none. A folder is used as it is; a URL
+/// (`scheme://...` or `user@host:path`) is cloned (HEAD only) into
+/// `target/nccl-tests.git`, replacing an earlier clone.
+///
+/// # Errors
+/// A folder that does not exist, or a clone that fails.
+pub fn locate(given: Option<String>, target: &Path) -> Result<Option<PathBuf>> {
+    let Some(source) = given.or_else(|| std::env::var(SNAPSHOT_ENV).ok()) else {
+        return Ok(None);
+    };
+    if !is_url(&source) {
+        let folder = PathBuf::from(&source);
+        if !folder.is_dir() {
+            return Err(format!(
+                "--nccl-tests / ${SNAPSHOT_ENV} names {source:?}, which is neither a folder nor a git URL"
+            )
+            .into());
+        }
+        return Ok(Some(folder));
+    }
+    let clone = target.join("nccl-tests.git");
+    if clone.exists() {
+        std::fs::remove_dir_all(&clone)?;
+    }
+    std::fs::create_dir_all(target)?;
+    println!(
+        "==> git clone --bare --depth 1 {source} {}",
+        clone.display()
+    );
+    let status = Command::new("git")
+        .args(["clone", "--bare", "--depth", "1", &source])
+        .arg(&clone)
+        .status()
+        .map_err(|e| format!("could not run git: {e}"))?;
+    if !status.success() {
+        return Err(format!("`git clone {source}` failed ({status})").into());
+    }
+    Ok(Some(clone))
+}
 
-/// The snapshot to copy: `given` (`--nccl-tests`), else `$NCCL_TESTS_GIT`,
-/// else the workplace's fetched one if it is there.
-pub fn locate(given: Option<&Path>, root: &Path) -> Option<PathBuf> {
-    given
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os(SNAPSHOT_ENV).map(PathBuf::from))
-        .or_else(|| Some(root.join(WORKPLACE_SNAPSHOT)).filter(|path| path.exists()))
+/// Whether `source` is a git URL rather than a folder.
+fn is_url(source: &str) -> bool {
+    source.contains("://")
+        || source
+            .split_once(':')
+            .is_some_and(|(host, _)| host.contains('@') && !host.contains('/'))
 }
 
 /// `git -C snapshot ARGS`'s output.
@@ -155,14 +191,40 @@ mod tests {
     }
 
     #[test]
-    fn the_snapshot_given_wins() {
-        let root = Path::new("/nonexistent/workspace");
+    fn only_the_repository_given_is_used() {
+        let work = tempfile::tempdir().unwrap();
+        let target = work.path().join("target");
+        let folder = work.path().display().to_string();
         assert_eq!(
-            locate(Some(Path::new("/x/nccl-tests")), root),
-            Some(PathBuf::from("/x/nccl-tests"))
+            locate(Some(folder.clone()), &target).unwrap(),
+            Some(work.path().to_path_buf())
+        );
+        let error = locate(Some("/nonexistent/nccl-tests".into()), &target).unwrap_err();
+        assert!(
+            error.to_string().contains("neither a folder nor a git URL"),
+            "{error}"
         );
         if std::env::var_os(SNAPSHOT_ENV).is_none() {
-            assert_eq!(locate(None, root), None);
+            assert_eq!(locate(None, &target).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn urls_are_told_from_folders() {
+        for url in [
+            "https://github.com/NVIDIA/nccl-tests.git",
+            "file:///srv/nccl-tests.git",
+            "git@github.com:NVIDIA/nccl-tests.git",
+        ] {
+            assert!(is_url(url), "{url}");
+        }
+        for folder in [
+            "../nccl-tests",
+            "/srv/nccl-tests",
+            "C:/x",
+            "dir/with@sign:x",
+        ] {
+            assert!(!is_url(folder), "{folder}");
         }
     }
 }
