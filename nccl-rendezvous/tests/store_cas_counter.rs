@@ -8,7 +8,7 @@
 
 use std::sync::Barrier;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nccl_rendezvous::{
     FileStore, InProcessStore, Store, TcpStore, TcpStoreOptions, TcpStoreServer,
@@ -21,9 +21,11 @@ const TOTAL: usize = THREADS * INCREMENTS_PER_THREAD;
 /// Every failed attempt means another thread's swap succeeded in between,
 /// so no increment can need more attempts than there are increments.
 const MAX_ATTEMPTS_PER_INCREMENT: usize = TOTAL + 1;
-/// Generous for a loaded machine in a debug build; the run takes well under
-/// a second on an idle one.
-const TIME_LIMIT: Duration = Duration::from_secs(20);
+/// The stores' timeouts, lock waits and I/O margins: a hang guard that
+/// only a deadlock outlasts, however loaded the machine (64 threads on a
+/// lock). The run takes well under a second on an idle machine; how long
+/// is no part of what is checked.
+const PATIENCE: Duration = Duration::from_secs(120);
 const KEY: &str = "cas-counter";
 
 /// Stores `value + 1` in the counter `KEY` by compare-and-set, retrying with
@@ -58,7 +60,6 @@ fn increment(store: &dyn Store) -> u64 {
 /// value 1..=TOTAL was stored by exactly one swap and the counter ends at
 /// TOTAL.
 fn counter_loses_nothing(store: &dyn Store) {
-    let start = Instant::now();
     let barrier = Barrier::new(THREADS);
     let mut stored: Vec<u64> = thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
@@ -77,7 +78,6 @@ fn counter_loses_nothing(store: &dyn Store) {
             .flat_map(|h| h.join().expect("a counting thread"))
             .collect()
     });
-    let took = start.elapsed();
     // Short messages: a broken store fails here with a thousand values.
     stored.sort_unstable();
     stored.dedup();
@@ -96,7 +96,6 @@ fn counter_loses_nothing(store: &dyn Store) {
         TOTAL.to_string().as_bytes(),
         "{THREADS} threads x {INCREMENTS_PER_THREAD} increments"
     );
-    assert!(took < TIME_LIMIT, "the counter took {took:?}");
 }
 
 #[test]
@@ -107,7 +106,7 @@ fn in_process_cas_counter_loses_nothing() {
 #[test]
 fn file_cas_counter_loses_nothing() {
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let store = FileStore::open(dir.path(), TIME_LIMIT).expect("a file store");
+    let store = FileStore::open(dir.path(), PATIENCE).expect("a file store");
     counter_loses_nothing(&store);
 }
 
@@ -116,9 +115,9 @@ fn tcp_cas_counter_loses_nothing() {
     let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default())
         .expect("a server on 127.0.0.1");
     let options = TcpStoreOptions::default()
-        .with_timeout(TIME_LIMIT)
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_io_margin(Duration::from_secs(2));
+        .with_timeout(PATIENCE)
+        .with_connect_timeout(PATIENCE)
+        .with_io_margin(PATIENCE);
     let client = TcpStore::connect_to(server.local_addr(), options).expect("a client of it");
     counter_loses_nothing(&client);
 }
