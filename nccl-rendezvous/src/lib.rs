@@ -293,7 +293,13 @@ pub(crate) struct Deadline {
 
 impl Deadline {
     pub(crate) fn after(timeout: Duration) -> Self {
-        let start = Instant::now();
+        Self::after_from(Instant::now(), timeout)
+    }
+
+    /// The deadline `timeout` (at most [`MAX_WAIT`]) after `start`: the
+    /// arithmetic of [`Deadline::after`], on a time the caller gives (a
+    /// test's made-up one).
+    fn after_from(start: Instant, timeout: Duration) -> Self {
         let timeout = timeout.min(MAX_WAIT);
         // `MAX_WAIT` is far below what `Instant` can represent; fall back to
         // `start` (an immediate timeout) rather than panicking if it were not.
@@ -303,7 +309,12 @@ impl Deadline {
 
     /// Time left, or `None` once the deadline has passed.
     pub(crate) fn remaining(&self) -> Option<Duration> {
-        let left = self.end.saturating_duration_since(Instant::now());
+        self.remaining_at(Instant::now())
+    }
+
+    /// Time left at `now`, or `None` once the deadline has passed then.
+    fn remaining_at(&self, now: Instant) -> Option<Duration> {
+        let left = self.end.saturating_duration_since(now);
         (!left.is_zero()).then_some(left)
     }
 
@@ -422,6 +433,25 @@ mod tests {
         assert!(d.remaining().is_some());
         let d = Deadline::after(Duration::ZERO);
         assert!(d.remaining().is_none());
+        let t0 = Instant::now();
+        assert_eq!(
+            Deadline::after_from(t0, Duration::MAX).remaining_at(t0),
+            Some(MAX_WAIT)
+        );
+    }
+
+    #[test]
+    fn a_deadline_passes_at_its_timeout_not_before_nor_after() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_millis(150);
+        let d = Deadline::after_from(t0, timeout);
+        assert_eq!(d.remaining_at(t0), Some(timeout));
+        assert_eq!(
+            d.remaining_at(t0 + Duration::from_millis(149)),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(d.remaining_at(t0 + timeout), None);
+        assert_eq!(d.remaining_at(t0 + Duration::from_secs(3600)), None);
     }
 
     #[test]

@@ -283,7 +283,7 @@ impl Table {
 /// let store = InProcessStore::new();
 /// let other = store.clone();
 /// std::thread::spawn(move || other.set("uid", b"42").unwrap());
-/// assert_eq!(store.get("uid", Duration::from_secs(5)).unwrap(), b"42");
+/// assert_eq!(store.get("uid", Duration::from_secs(60)).unwrap(), b"42");
 /// ```
 #[derive(Debug, Clone)]
 pub struct InProcessStore {
@@ -387,8 +387,12 @@ impl Store for InProcessStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nccl_test_support::within;
     use std::thread;
-    use std::time::Instant;
+
+    /// How long a waiter that must be released may take: a hang guard,
+    /// which only a lost wake-up outlasts.
+    const PATIENCE: Duration = Duration::from_secs(60);
 
     #[test]
     fn clones_share_the_map_and_timeout_is_reported() {
@@ -404,12 +408,12 @@ mod tests {
     fn close_wakes_waiters() {
         let table = Arc::new(Table::default());
         let t2 = Arc::clone(&table);
-        let t0 = Instant::now();
-        let h = thread::spawn(move || t2.get("never", Duration::from_secs(30)));
+        // Its timeout outlasts the hang guard: only `close` can end it.
+        let h = thread::spawn(move || t2.get("never", 2 * PATIENCE));
         thread::sleep(Duration::from_millis(50));
         table.close();
-        assert_eq!(h.join().unwrap(), Err(WaitError::Closed));
-        assert!(t0.elapsed() < Duration::from_secs(5));
+        let woken = within("a waiter woken by close", PATIENCE, move || h.join());
+        assert_eq!(woken.unwrap(), Err(WaitError::Closed));
         // After close, blocking calls on missing keys return at once.
         assert_eq!(
             table.wait(&["x"], Duration::from_secs(30)),
@@ -450,7 +454,7 @@ mod tests {
         let store = InProcessStore::new();
         thread::scope(|s| {
             let handles: Vec<_> = (0..8)
-                .map(|_| s.spawn(|| store.get("go", Duration::from_secs(5))))
+                .map(|_| s.spawn(|| store.get("go", PATIENCE)))
                 .collect();
             thread::sleep(Duration::from_millis(30));
             store.set("go", b"now").unwrap();

@@ -10,12 +10,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use nccl_rendezvous::{Launcher, RendezvousConfig};
+use nccl_test_support::processes::{spawn_captured, wait_children};
 
-/// How long torchrun may take to start and end two shells.
+/// The hang guard of a torchrun run (it starts and ends two workers): only
+/// one that hangs outlasts it, however loaded the machine.
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn torchrun() -> Option<PathBuf> {
@@ -92,7 +94,8 @@ fn a_real_torchrun_launch_reads_as_torchrun() {
         return;
     };
     let out = tempfile::tempdir().unwrap();
-    let mut child = Command::new(torchrun)
+    let mut torchrun = Command::new(torchrun);
+    torchrun
         .args([
             "--standalone",
             "--nproc-per-node",
@@ -102,11 +105,8 @@ fn a_real_torchrun_launch_reads_as_torchrun() {
             "-c",
             "env -0 > \"$ENV_DUMP_DIR/rank$RANK\"",
         ])
-        .env("ENV_DUMP_DIR", out.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("starting torchrun");
-    finish_within_deadline(&mut child, "torchrun --standalone of env dumps");
+        .env("ENV_DUMP_DIR", out.path());
+    finish_within_deadline(&mut torchrun, "torchrun --standalone of env dumps");
 
     let record_dir = std::env::var_os("NCCL_RECORD_LAUNCH_ENVS").map(PathBuf::from);
     let mut namespaces = Vec::new();
@@ -135,22 +135,20 @@ fn a_real_torchrun_launch_reads_as_torchrun() {
     assert_eq!(namespaces[0], namespaces[1], "both workers, one namespace");
 }
 
-/// Waits for torchrun (`what`) to exit successfully within [`DEADLINE`],
-/// killing it past that.
-fn finish_within_deadline(child: &mut std::process::Child, what: &str) {
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > DEADLINE {
-            child.kill().ok();
-            child.wait().ok();
-            panic!("{what} did not finish within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(status.success(), "{what}: {status}");
+/// Runs torchrun (`what`), which must exit successfully; past [`DEADLINE`]
+/// it is killed and the test fails.
+fn finish_within_deadline(torchrun: &mut Command, what: &str) {
+    let ended = wait_children(vec![spawn_captured(torchrun)], DEADLINE, Duration::ZERO).remove(0);
+    let status = ended.status.map_or_else(
+        || format!("still running after {DEADLINE:?}, killed"),
+        |status| status.to_string(),
+    );
+    assert!(
+        ended.succeeded(),
+        "{what}: {status}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        ended.stdout,
+        ended.stderr
+    );
 }
 
 /// A free TCP port on loopback, for torchrun's static rendezvous.
@@ -166,7 +164,8 @@ fn free_port() -> u16 {
 /// test binary's [`torchrun_store_worker`], bounded by [`DEADLINE`].
 fn run_workers(torchrun: &Path, mode_args: &[String]) {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(torchrun)
+    let mut torchrun = Command::new(torchrun);
+    torchrun
         .args(mode_args)
         .args(["--nproc-per-node", "2", "--no-python"])
         .arg(exe)
@@ -175,10 +174,8 @@ fn run_workers(torchrun: &Path, mode_args: &[String]) {
             "torchrun_store_worker",
             "--ignored",
             "--nocapture",
-        ])
-        .spawn()
-        .expect("starting torchrun");
-    finish_within_deadline(&mut child, &format!("torchrun {mode_args:?}"));
+        ]);
+    finish_within_deadline(&mut torchrun, &format!("torchrun {mode_args:?}"));
 }
 
 /// Under a real torchrun, static and `--standalone` rendezvous alike, both

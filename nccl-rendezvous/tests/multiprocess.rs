@@ -18,8 +18,12 @@ use nccl_test_support::processes::{free_port, spawn_child_test, wait_children};
 const ROLE_VAR: &str = "NCCL_GROUP_TEST_ROLE";
 const WORLD: usize = 4;
 const ADDS_PER_RANK: usize = 25;
-const CHILD_DEADLINE: Duration = Duration::from_secs(40);
-const OP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Hang guards, not performance claims: a store operation that must
+/// succeed waits up to `OP_TIMEOUT` (another process may still be starting
+/// on a loaded machine), and a child still running after `CHILD_DEADLINE`
+/// is killed and fails the test.
+const OP_TIMEOUT: Duration = Duration::from_secs(60);
+const CHILD_DEADLINE: Duration = Duration::from_secs(180);
 const SECRET: &str = "multi-process-secret";
 
 /// Returns the child's environment accessor when this process runs `role`.
@@ -183,7 +187,10 @@ fn tcp_ranks_exchange_values_with_rank0_hosting() {
             ("MASTER_ADDR", "127.0.0.1".into()),
             ("MASTER_PORT", free_port().to_string()),
             ("NCCL_RS_STORE", "tcp".into()),
-            ("NCCL_RS_STORE_TIMEOUT_SECS", "20".into()),
+            (
+                "NCCL_RS_STORE_TIMEOUT_SECS",
+                OP_TIMEOUT.as_secs().to_string(),
+            ),
             ("NCCL_RS_STORE_SECRET", SECRET.into()),
         ],
     );
@@ -232,7 +239,10 @@ fn file_ranks_exchange_values() {
         "child_file_exchange",
         &[
             ("NCCL_RS_STORE", format!("file:{}", dir.path().display())),
-            ("NCCL_RS_STORE_TIMEOUT_SECS", "20".into()),
+            (
+                "NCCL_RS_STORE_TIMEOUT_SECS",
+                OP_TIMEOUT.as_secs().to_string(),
+            ),
         ],
     );
 }

@@ -18,9 +18,13 @@
 //! * Data and checks: [`test_values`], [`POISON`], [`assert_same_values`],
 //!   [`assert_invalid`].
 //! * [`raw`]: nccl-core's raw-pointer API on one rank.
-//! * [`processes`]: child test processes and the marks ranks leave in a
-//!   shared folder.
-//! * [`within`]: a deadline for scenarios that could hang.
+//! * [`processes`]: child processes (copies of the test binary, or any
+//!   command) waited for under a hang guard, and the marks ranks leave in
+//!   a shared folder.
+//! * [`within`]: a hang guard for scenarios that could hang. CPU tests
+//!   never bound how long something takes (CI runs on a loaded machine):
+//!   their limits here are a minute or more, which only a deadlock or a
+//!   lost wake-up outlasts.
 //! * [`alloc`]: a global allocator that counts a thread's allocations
 //!   (the benches' too).
 //! * `tensor` (feature `tensor`): nccl-tensor's element types, test data
@@ -31,7 +35,7 @@
 //!
 //! Only for integration tests (`tests/*.rs`): a crate's unit tests inside
 //! its `src/` would see, through this crate, a second copy of that crate's
-//! types.
+//! types. [`within`] names no crate's types: unit tests use it too.
 
 pub mod alloc;
 #[cfg(feature = "gpu")]

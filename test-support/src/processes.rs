@@ -1,6 +1,6 @@
-//! Tests that run in several processes: copies of the test binary spawned
-//! as children, and the marks ranks leave for each other in a folder they
-//! share.
+//! Tests that run in several processes: copies of the test binary (or any
+//! command) spawned as children and waited for under a hang guard, and the
+//! marks ranks leave for each other in a folder they share.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -69,7 +69,9 @@ pub fn await_mark(dir: &Path, name: &str, timeout: Duration) -> Option<String> {
     }
 }
 
-/// A copy of this test binary running one test, its output being read.
+/// A child process, its output being read: a copy of this test binary
+/// running one test ([`spawn_child_test`]) or any command
+/// ([`spawn_captured`]).
 pub struct ChildTest {
     child: Child,
     stdout: JoinHandle<String>,
@@ -100,15 +102,21 @@ impl Ended {
 pub fn spawn_child_test(test: &str, configure: impl FnOnce(&mut Command)) -> ChildTest {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut command = Command::new(exe);
+    command.args(["--exact", test, "--nocapture", "--test-threads=1"]);
+    configure(&mut command);
+    spawn_captured(&mut command)
+}
+
+/// Spawns `command` with its stdin closed and its stdout and stderr read
+/// (for [`wait_children`], which bounds how long it may run).
+pub fn spawn_captured(command: &mut Command) -> ChildTest {
     command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    configure(&mut command);
     let mut child = command
         .spawn()
-        .unwrap_or_else(|e| panic!("spawning a child running {test}: {e}"));
+        .unwrap_or_else(|e| panic!("spawning {command:?}: {e}"));
     let stdout = drain(child.stdout.take().expect("the child's stdout"));
     let stderr = drain(child.stderr.take().expect("the child's stderr"));
     ChildTest {

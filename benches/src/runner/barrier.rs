@@ -52,8 +52,9 @@ mod tests {
 
     #[test]
     fn ranks_of_several_processes_meet_again_and_again() {
-        // Two processes of two ranks each, every rank a thread.
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(10)));
+        // Two processes of two ranks each, every rank a thread. The
+        // store's timeout is a hang guard: only a deadlock outlasts it.
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(60)));
         let meetings: Vec<Meeting> = (0..2)
             .map(|process| Meeting::new(World::in_store(process, 2, Arc::clone(&store), "test")))
             .collect();

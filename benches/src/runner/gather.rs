@@ -206,6 +206,10 @@ mod tests {
     use crate::collective::Mode;
     use crate::world::World;
 
+    /// The store's timeout where every process comes: a hang guard, which
+    /// only a deadlock outlasts, however loaded the machine.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
     const KEY: RowKey = RowKey {
         collective: 0,
         row: 0,
@@ -313,7 +317,7 @@ mod tests {
 
     #[test]
     fn process_0_gets_every_rank_in_rank_order() {
-        let results = run_processes(3, Duration::from_secs(20), None);
+        let results = run_processes(3, PATIENCE, None);
         let (first, stopped) = &results[0];
         let (devices, samples) = first.as_ref().unwrap();
         assert_eq!(
@@ -337,11 +341,11 @@ mod tests {
             assert!(devices.is_empty() && samples.is_empty());
         }
         // Alone, a process's own ranks are every rank.
-        let alone = run_processes(1, Duration::from_secs(20), None);
+        let alone = run_processes(1, PATIENCE, None);
         let (_, samples) = alone[0].0.as_ref().unwrap();
         assert_eq!(samples.len(), 2);
         // The processes learnt the wrong elements process 0 summed.
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(5)));
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(PATIENCE));
         let meetings: Vec<Meeting> = (0..2)
             .map(|p| Meeting::new(World::in_store(p, 2, Arc::clone(&store), "test")))
             .collect();
@@ -352,7 +356,7 @@ mod tests {
     #[test]
     fn a_failing_rank_stops_every_process_with_its_status() {
         // Rank 3 is process 1's second rank.
-        let results = run_processes(3, Duration::from_secs(20), Some(3));
+        let results = run_processes(3, PATIENCE, Some(3));
         let own = results[1].0.as_ref().unwrap_err();
         assert_eq!(own.to_string(), "rank 3 (GPU 1)");
         assert_eq!(own.exit_code(), 2);

@@ -448,10 +448,9 @@ mod tests {
         fakes.iter().map(|f| f.polls.load(Ordering::SeqCst)).sum()
     }
 
-    /// Pushes `fakes` as operations 0.. (the last push reaps), returning
-    /// what was reaped.
-    fn push_all(tracker: &Tracker, fakes: &[Arc<Fake>]) -> Vec<u64> {
-        let t0 = Instant::now();
+    /// Pushes `fakes` as operations 0.. enqueued at `t0` (the last push
+    /// reaps), returning what was reaped.
+    fn push_all(tracker: &Tracker, fakes: &[Arc<Fake>], t0: Instant) -> Vec<u64> {
         let mut reaped = Vec::new();
         for (seq, fake) in fakes.iter().enumerate() {
             push(tracker, op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
@@ -462,8 +461,9 @@ mod tests {
     #[test]
     fn a_backlog_on_one_stream_is_reaped_with_a_binary_search() {
         let tracker = Tracker::default();
+        let t0 = Instant::now();
         let f = on_lane(REAP_ABOVE + 2, 200, |_| Some(7));
-        let reaped = push_all(&tracker, &f);
+        let reaped = push_all(&tracker, &f, t0);
         assert_eq!(reaped, (0..200).collect::<Vec<_>>());
         assert_eq!(tracker.len(), REAP_ABOVE + 2 - 200);
         // The front, then about log2(257) polls, not one per operation.
@@ -472,7 +472,7 @@ mod tests {
         // Everything finished: the whole backlog goes, oldest first.
         let tracker = Tracker::default();
         let f = on_lane(REAP_ABOVE + 2, REAP_ABOVE + 2, |_| Some(7));
-        let reaped = push_all(&tracker, &f);
+        let reaped = push_all(&tracker, &f, t0);
         assert_eq!(reaped, (0..=REAP_ABOVE as u64).collect::<Vec<_>>());
         assert_eq!(tracker.len(), 1);
         let made = polls(&f);
@@ -481,10 +481,11 @@ mod tests {
 
     #[test]
     fn a_backlog_on_several_streams_is_polled_one_by_one() {
+        let t0 = Instant::now();
         for lane in [|i: usize| Some(i % 2), |_| None] {
             let tracker = Tracker::default();
             let f = on_lane(REAP_ABOVE + 2, 200, lane);
-            let reaped = push_all(&tracker, &f);
+            let reaped = push_all(&tracker, &f, t0);
             assert_eq!(reaped, (0..200).collect::<Vec<_>>());
             // Each finished one, and the first running one.
             assert_eq!(polls(&f), 201);
@@ -494,16 +495,17 @@ mod tests {
     #[test]
     fn lanes_start_again_once_the_queue_empties() {
         let tracker = Tracker::default();
+        let t0 = Instant::now();
         let mixed = on_lane(3, 3, Some);
-        push_all(&tracker, &mixed);
+        push_all(&tracker, &mixed, t0);
         assert_eq!(tracker.pending().lanes, Lanes::Mixed);
         assert_eq!(tracker.drain().len(), 3);
         assert_eq!(tracker.pending().lanes, Lanes::None);
         let one = on_lane(2, 0, |_| Some(4));
-        push_all(&tracker, &one);
+        push_all(&tracker, &one, t0);
         assert_eq!(tracker.pending().lanes, Lanes::One(4));
         one.iter().for_each(|f| f.finish());
-        assert_eq!(tracker.scan(Instant::now(), |_| {}), None);
+        assert_eq!(tracker.scan(t0, |_| {}), None);
         assert_eq!(tracker.pending().lanes, Lanes::None);
         assert_eq!(Lanes::One(4).with(Some(4)), Lanes::One(4));
         assert_eq!(Lanes::One(4).with(None), Lanes::Mixed);

@@ -12,11 +12,14 @@ use nccl_group::{
 
 use super::{Row, err};
 
+/// Client options whose time limits only a hung server outlasts, however
+/// loaded the machine: every row's refusal comes at once.
 fn client() -> TcpStoreOptions {
+    let patience = Duration::from_secs(60);
     TcpStoreOptions::default()
-        .with_timeout(Duration::from_secs(5))
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_io_margin(Duration::from_secs(2))
+        .with_timeout(patience)
+        .with_connect_timeout(patience)
+        .with_io_margin(patience)
 }
 
 /// Runs `call` against a fresh server with `server` options, and returns

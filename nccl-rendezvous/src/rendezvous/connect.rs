@@ -184,7 +184,9 @@ mod tests {
                 "WORLD_SIZE" => Some("2".to_owned()),
                 "MASTER_ADDR" => Some("127.0.0.1".to_owned()),
                 "MASTER_PORT" => Some(port.clone()),
-                "NCCL_RS_STORE_TIMEOUT_SECS" => Some("5".to_owned()),
+                // Rank 1's connect waits this long for rank 0's server: a
+                // hang guard, however loaded the machine.
+                "NCCL_RS_STORE_TIMEOUT_SECS" => Some("60".to_owned()),
                 "NCCL_RS_STORE_SECRET" => Some("team".to_owned()),
                 _ => None,
             }
