@@ -73,14 +73,16 @@ impl Gatherer {
     /// meeting's timeout (a rank silent that long is taken as stuck), and
     /// stops within a slice when a process has failed.
     fn receive(&mut self) -> Result<(), BenchError> {
-        let deadline = Instant::now() + self.meeting.timeout();
+        // A timeout past what `Instant` holds (NCCL_RS_STORE_TIMEOUT_SECS
+        // is any u64) is no bound, rather than an overflow.
+        let deadline = Instant::now().checked_add(self.meeting.timeout());
         let message = loop {
             match self.receiver.recv_timeout(WATCH_SLICE) {
                 Ok(message) => break message,
                 Err(RecvTimeoutError::Disconnected) => return Err(BenchError::Lost),
                 Err(RecvTimeoutError::Timeout) => {
                     self.meeting.check()?;
-                    if Instant::now() >= deadline {
+                    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                         let ranks = self.layout.ranks();
                         return Err(BenchError::Absent {
                             missing: format!(
