@@ -126,9 +126,6 @@ pub enum BenchError {
     /// allowance (the message names the layers and the counts).
     #[error("steady-state heap allocations: {0}")]
     Allocations(String),
-    /// Another rank failed and this one was told to stop.
-    #[error("stopped because another rank failed")]
-    Stopped,
 }
 
 impl BenchError {
@@ -158,7 +155,7 @@ impl BenchError {
     /// | `Usage` | [`ErrorKind::InvalidArgument`] |
     /// | `Cuda` | [`ErrorKind::Cuda`] |
     /// | `Io`, `Plot` | [`ErrorKind::Io`] |
-    /// | `Stopped`, `Peer` | [`ErrorKind::Aborted`] |
+    /// | `Peer` | [`ErrorKind::Aborted`] |
     /// | `Absent` | [`ErrorKind::Timeout`] |
     /// | `Lost`, `Allocations` | [`ErrorKind::Other`] |
     pub fn kind(&self) -> ErrorKind {
@@ -175,7 +172,7 @@ impl BenchError {
             BenchError::Usage(_) => ErrorKind::InvalidArgument,
             BenchError::Cuda { .. } => ErrorKind::Cuda,
             BenchError::Io { .. } | BenchError::Plot { .. } => ErrorKind::Io,
-            BenchError::Stopped | BenchError::Peer { .. } => ErrorKind::Aborted,
+            BenchError::Peer { .. } => ErrorKind::Aborted,
             BenchError::Absent { .. } => ErrorKind::Timeout,
             BenchError::Lost | BenchError::Allocations(_) => ErrorKind::Other,
         }
@@ -211,7 +208,7 @@ impl BenchError {
     /// or a missed meeting, is not the row's and stays as it is.
     pub fn in_row(self, row: impl FnOnce() -> String) -> Self {
         match self {
-            BenchError::Stopped | BenchError::Peer { .. } | BenchError::Absent { .. } => self,
+            BenchError::Peer { .. } | BenchError::Absent { .. } => self,
             source => BenchError::Row {
                 row: row(),
                 source: Box::new(source),
@@ -245,7 +242,6 @@ mod tests {
     fn exit_codes_and_single_lines() {
         assert_eq!(BenchError::Environment("no GPU".into()).exit_code(), 2);
         assert_eq!(BenchError::Usage("bad root".into()).exit_code(), 2);
-        assert_eq!(BenchError::Stopped.exit_code(), 1);
         let config = nccl_group::RendezvousConfig::from_vars(|name| {
             (name == "WORLD_SIZE").then(|| "two".to_string())
         })
@@ -303,8 +299,13 @@ mod tests {
         assert_eq!(error.nccl_code(), Some(ResultCode(4)));
         assert_eq!(error.exit_code(), 1);
         assert_no_message_repeats(&error);
-        let stopped = BenchError::Stopped.in_row(|| unreachable!("not the row's"));
-        assert!(matches!(stopped, BenchError::Stopped));
+        let peer = BenchError::Peer {
+            origin: "process 1".into(),
+            message: "no GPU".into(),
+            status: 2,
+        };
+        let stopped = peer.in_row(|| unreachable!("not the row's"));
+        assert!(matches!(stopped, BenchError::Peer { .. }));
     }
 
     /// Walks the `source()` chain: no message may contain its source's.
@@ -408,7 +409,6 @@ mod tests {
                 BenchError::Usage("bad root".into()),
                 ErrorKind::InvalidArgument,
             ),
-            (BenchError::Stopped, ErrorKind::Aborted),
             (BenchError::Lost, ErrorKind::Other),
             (BenchError::Allocations("3".into()), ErrorKind::Other),
             (

@@ -44,7 +44,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use nccl_core::UniqueId;
 
 use crate::cli::Args;
 use crate::env::Environment;
@@ -96,15 +95,9 @@ fn agree(meeting: &Meeting, layout: &Layout, plan: &Plan) -> Result<(), BenchErr
             "internal error: the plan cannot be shared ({error})"
         ))
     })?;
-    meeting.share("plan", &bytes)?;
-    let others = if layout.process == 0 {
-        1..layout.processes
-    } else {
-        0..1
-    };
     let what = "the check that every process runs the same plan";
-    for (process, bytes) in others.clone().zip(meeting.collect("plan", what, others)?) {
-        let theirs: Vec<(String, String)> = serde_json::from_slice(&bytes).unwrap_or_default();
+    for (process, bytes) in meeting.all_gather("plan", what, &bytes)?.iter().enumerate() {
+        let theirs: Vec<(String, String)> = serde_json::from_slice(bytes).unwrap_or_default();
         let differs = mine
             .iter()
             .zip(theirs.iter().map(Some).chain(std::iter::repeat(None)))
@@ -119,20 +112,6 @@ fn agree(meeting: &Meeting, layout: &Layout, plan: &Plan) -> Result<(), BenchErr
         }
     }
     Ok(())
-}
-
-/// The bench communicator's unique id: process 0 creates it, the others
-/// receive it.
-fn unique_id(meeting: &Meeting) -> Result<UniqueId, BenchError> {
-    if meeting.process() == 0 {
-        let id = UniqueId::new()?;
-        meeting.share("unique-id", id.as_bytes())?;
-        return Ok(id);
-    }
-    let shared = meeting.collect("unique-id", "the sharing of NCCL's unique id", 0..1)?;
-    Ok(UniqueId::try_from_slice(
-        shared.first().map_or(&[][..], Vec::as_slice),
-    )?)
 }
 
 /// Runs this process's part of the benchmark of `args` on `env`; process
@@ -159,7 +138,7 @@ pub fn run(
         // Fail now, not after the run, when the plot cannot be written.
         create_file(path)?;
     }
-    let id = unique_id(meeting)?;
+    let id = meeting.unique_id()?;
     let (sender, receiver) = mpsc::channel();
     let mut threads = Vec::with_capacity(layout.per_process());
     for (index, rank) in layout.ranks().enumerate() {

@@ -14,13 +14,75 @@
 //! rank 0 of 1, over an in-process store.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nccl_core::UniqueId;
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, Store};
+use nccl_group::store::meet::Meeting;
+use nccl_group::{
+    GroupOptions, InProcessStore, PrefixStore, ProcessGroup, RendezvousConfig, Store, StoreError,
+};
 
 use crate::error::BenchError;
+
+/// The meeting of a launch's processes, scoped by the program's name.
+pub(crate) type LaunchMeeting = Meeting<PrefixStore<Arc<dyn Store>>>;
+
+/// Who a meeting waits for, as messages name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Who {
+    /// An NCCL rank (one GPU).
+    Rank,
+    /// A process of the launch.
+    Process,
+}
+
+impl Who {
+    /// `rank 3`, `ranks 1, 3`, `process 2`, `processes 1, 2`.
+    pub(crate) fn name(self, numbers: &[usize]) -> String {
+        let noun = match (self, numbers.len()) {
+            (Who::Rank, 1) => "rank",
+            (Who::Rank, _) => "ranks",
+            (Who::Process, 1) => "process",
+            (Who::Process, _) => "processes",
+        };
+        let list: Vec<String> = numbers.iter().map(ToString::to_string).collect();
+        format!("{noun} {}", list.join(", "))
+    }
+}
+
+/// `error`, from the meeting called `what` of `who`s, in the benches'
+/// terms: the ranks or processes that did not come
+/// ([`BenchError::Absent`]), else as [`published`] has it.
+pub(crate) fn met(error: impl Into<BenchError>, what: &str, who: Who) -> BenchError {
+    match error.into() {
+        BenchError::Store(StoreError::Absent {
+            missing, waited, ..
+        }) => BenchError::Absent {
+            missing: who.name(&missing),
+            what: what.to_string(),
+            waited,
+        },
+        other => published(other),
+    }
+}
+
+/// `error` in the benches' terms: the failure a process published is
+/// [`BenchError::Peer`], with its exit status (1 for a code that is no
+/// exit status); any other error stays as it is.
+pub(crate) fn published(error: impl Into<BenchError>) -> BenchError {
+    match error.into() {
+        BenchError::Store(StoreError::PeerFailed {
+            rank,
+            message,
+            code,
+        }) => BenchError::Peer {
+            origin: Who::Process.name(&[rank]),
+            message,
+            status: u8::try_from(code).unwrap_or(1),
+        },
+        other => other,
+    }
+}
 
 /// This process's place in its launch, and the store its ranks share.
 pub struct World {
@@ -40,14 +102,12 @@ pub struct World {
     /// How long a meeting (and a group's communicator creation) waits for
     /// the other ranks: the store's timeout.
     pub timeout: Duration,
-    /// The first part of this module's store keys (the program's name).
+    /// The program's name, which scopes the meeting's keys.
     program: &'static str,
     store: Arc<dyn Store>,
     /// Where the store is, for error messages.
     address: String,
-    /// Barriers passed so far: the n-th barrier of every rank meets under
-    /// the same key.
-    barriers: AtomicU64,
+    meeting: LaunchMeeting,
 }
 
 impl World {
@@ -60,21 +120,23 @@ impl World {
     pub fn from_env(program: &'static str) -> Result<Self, BenchError> {
         let simulated_hosts =
             std::env::var_os(nccl_launch::SIMULATED_HOSTS_VAR).is_some_and(|value| value == "1");
-        let world = if let Some(config) = RendezvousConfig::from_env_if_launched()? {
-            let address = config.store.to_string();
-            Self {
-                rank: config.rank,
-                size: config.world_size,
+        let world = match RendezvousConfig::from_env_if_launched()? {
+            Some(config) => Self {
                 local_rank: config.local_rank,
                 launched: true,
-                ..Self::alone(program, Arc::from(config.connect()?), address)
-            }
-        } else {
-            Self::alone(
+                ..Self::meet(
+                    program,
+                    (config.rank, config.world_size),
+                    Arc::from(config.connect()?),
+                    config.store.to_string(),
+                )?
+            },
+            None => Self::meet(
                 program,
+                (0, 1),
                 Arc::new(InProcessStore::new()),
                 "in-process".into(),
-            )
+            )?,
         };
         Ok(Self {
             simulated_hosts,
@@ -82,21 +144,40 @@ impl World {
         })
     }
 
-    /// Rank 0 of a world of 1 over `store` (at `address`): the whole world
-    /// without a launch, and all but a launched rank's place in one.
-    fn alone(program: &'static str, store: Arc<dyn Store>, address: String) -> Self {
-        Self {
-            rank: 0,
-            size: 1,
+    /// Rank `rank` of `size` (`place`) over `store` (at `address`); not
+    /// launched, on GPU 0.
+    fn meet(
+        program: &'static str,
+        (rank, size): (usize, usize),
+        store: Arc<dyn Store>,
+        address: String,
+    ) -> Result<Self, BenchError> {
+        let timeout = store.default_timeout();
+        Ok(Self {
+            rank,
+            size,
             launched: false,
             local_rank: 0,
             simulated_hosts: false,
-            timeout: store.default_timeout(),
+            timeout,
             program,
+            meeting: Self::meeting_at(program, (rank, size), &store, timeout)?,
             store,
             address,
-            barriers: AtomicU64::new(0),
-        }
+        })
+    }
+
+    /// The meeting of `program`'s processes over `store`, as process
+    /// `rank` of `size`, its waits bounded by `timeout`.
+    fn meeting_at(
+        program: &str,
+        (rank, size): (usize, usize),
+        store: &Arc<dyn Store>,
+        timeout: Duration,
+    ) -> Result<LaunchMeeting, BenchError> {
+        Ok(Meeting::new(Arc::clone(store), rank, size)?
+            .scoped(program)?
+            .with_timeout(timeout))
     }
 
     /// Process `rank` of `size` over `store` (at `address`), as a launch
@@ -104,67 +185,56 @@ impl World {
     #[cfg(test)]
     pub(crate) fn in_store(rank: usize, size: usize, store: Arc<dyn Store>, address: &str) -> Self {
         Self {
-            rank,
-            size,
             launched: true,
-            ..Self::alone("test", store, address.to_string())
+            ..Self::meet("test", (rank, size), store, address.to_string()).unwrap()
         }
     }
 
-    /// The store key of `what`, scoped by the program's name.
-    pub(crate) fn key(&self, what: &str) -> String {
-        format!("{}/{what}", self.program)
-    }
-
-    /// The store the ranks share.
-    pub(crate) fn store(&self) -> &dyn Store {
-        self.store.as_ref()
+    /// Where the launch's processes meet (this process as its rank).
+    pub(crate) fn meeting(&self) -> &LaunchMeeting {
+        &self.meeting
     }
 
     /// The NCCL unique id called `name`: rank 0 creates it and publishes
     /// it, the other ranks wait for it. Every rank asks for each name once.
     ///
     /// # Errors
-    /// NCCL cannot create an id, or the store fails or times out.
+    /// NCCL cannot create an id, rank 0 did not publish it in time, or
+    /// the store fails.
     pub fn unique_id(&self, name: &str) -> Result<UniqueId, BenchError> {
-        let key = self.key(&format!("unique-id/{name}"));
-        if self.rank == 0 {
-            let id = UniqueId::new()?;
-            self.store.set(&key, id.as_bytes())?;
-            Ok(id)
-        } else {
-            Ok(UniqueId::try_from_slice(
-                &self.store.get(&key, self.timeout)?,
-            )?)
-        }
+        let bytes = self
+            .meeting
+            .share_from(0, &format!("unique-id/{name}"), || {
+                Ok::<_, BenchError>(UniqueId::new()?.as_bytes().to_vec())
+            })
+            .map_err(|error| met(error, &format!("the sharing of {name:?}"), Who::Rank))?;
+        Ok(UniqueId::try_from_slice(&bytes)?)
     }
 
     /// Returns once every rank has called it as often as this one.
     ///
     /// # Errors
-    /// The store fails, or a rank does not come within the timeout.
+    /// A rank does not come within the timeout, or the store fails.
     pub fn barrier(&self) -> Result<(), BenchError> {
-        let count = self.barriers.fetch_add(1, Ordering::Relaxed);
-        let key = self.key(&format!("barrier/{count}"));
-        let open = format!("{key}/open");
-        if self.store.add(&key, 1)? == self.size as i64 {
-            self.store.set(&open, b"")?;
-        }
-        Ok(self.store.wait(&[open.as_str()], self.timeout)?)
+        self.meeting
+            .barrier(self.program)
+            .map_err(|error| met(error, "a barrier", Who::Rank))
     }
 
     /// Every rank's `values` under `name`, in rank order, on every rank.
     ///
     /// # Errors
-    /// The store fails or times out, or a rank gave another number of
-    /// values than this one (the ranks were started with other flags).
+    /// A rank does not share them in time, the store fails, or a rank gave
+    /// another number of values than this one (the ranks were started
+    /// with other flags).
     pub fn all_gather(&self, name: &str, values: &[f64]) -> Result<Vec<Vec<f64>>, BenchError> {
-        let key = |rank: usize| self.key(&format!("{name}/{rank}"));
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.store.set(&key(self.rank), &bytes)?;
-        (0..self.size)
-            .map(|rank| {
-                let bytes = self.store.get(&key(rank), self.timeout)?;
+        let gathered = self
+            .meeting
+            .all_gather(name, &bytes)
+            .map_err(|error| met(error, &format!("the exchange of {name:?}"), Who::Rank))?;
+        (0..).zip(gathered)
+            .map(|(rank, bytes)| {
                 if bytes.len() != 8 * values.len() {
                     return Err(BenchError::Usage(format!(
                         "rank {rank} gave {} bytes under {name:?}, rank {} expected {} ({} values): \
@@ -224,15 +294,18 @@ impl World {
     /// say so and return at once.
     ///
     /// # Errors
-    /// The store fails, or a rank does not finish within the timeout.
+    /// A rank does not finish within the timeout, a rank failed, or the
+    /// store fails.
     pub fn finish(self) -> Result<(), BenchError> {
-        let key = |rank: usize| self.key(&format!("done/{rank}"));
-        if self.rank != 0 {
-            return Ok(self.store.set(&key(self.rank), b"")?);
-        }
-        let keys: Vec<String> = (1..self.size).map(key).collect();
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        Ok(self.store.wait(&keys, self.timeout)?)
+        self.leave_within(self.timeout)
+    }
+
+    /// [`World::finish`], with rank 0 waiting at most `timeout` (shorter
+    /// after a failure: the others may be stuck).
+    pub(crate) fn leave_within(&self, timeout: Duration) -> Result<(), BenchError> {
+        Self::meeting_at(self.program, (self.rank, self.size), &self.store, timeout)?
+            .leave(0)
+            .map_err(|error| met(error, "the end of the run", Who::Process))
     }
 }
 
@@ -270,13 +343,61 @@ mod tests {
 
     #[test]
     fn a_rank_started_with_other_flags_is_named() {
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        store.set("test/v/0", &[0; 4]).unwrap();
-        let message = rank_of(1, 2, &store)
-            .all_gather("v", &[1.0])
-            .unwrap_err()
-            .to_string();
-        assert!(message.starts_with("rank 0 gave 4 bytes"), "{message}");
-        assert!(message.contains("same flags"), "{message}");
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(5)));
+        let messages: Vec<String> = std::thread::scope(|scope| {
+            let ranks: Vec<_> = [vec![0.0, 0.5], vec![1.0]]
+                .into_iter()
+                .enumerate()
+                .map(|(rank, values)| {
+                    let world = rank_of(rank, 2, &store);
+                    scope.spawn(move || world.all_gather("v", &values).unwrap_err().to_string())
+                })
+                .collect();
+            ranks.into_iter().map(|rank| rank.join().unwrap()).collect()
+        });
+        assert!(
+            messages[0].starts_with("rank 1 gave 8 bytes"),
+            "{}",
+            messages[0]
+        );
+        assert!(
+            messages[1].starts_with("rank 0 gave 16 bytes"),
+            "{}",
+            messages[1]
+        );
+        assert!(messages[1].contains("same flags"), "{}", messages[1]);
+    }
+
+    #[test]
+    fn a_missing_rank_and_a_failed_process_in_the_benches_terms() {
+        let store: Arc<dyn Store> =
+            Arc::new(InProcessStore::with_timeout(Duration::from_millis(50)));
+        let error = rank_of(0, 3, &store).barrier().unwrap_err();
+        assert!(error.is_timeout(), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("ranks 1, 2 did not reach a barrier within"),
+            "{error}"
+        );
+        let failing = rank_of(2, 3, &store);
+        failing.meeting().fail("no GPU", 2).unwrap();
+        let error = rank_of(1, 3, &store).barrier().unwrap_err();
+        assert_eq!(error.to_string(), "process 2 failed: no GPU");
+        assert_eq!(error.exit_code(), 2);
+        let odd = published(StoreError::PeerFailed {
+            rank: 0,
+            message: "killed".into(),
+            code: -9,
+        });
+        assert_eq!(odd.exit_code(), 1, "a status that is no exit status");
+    }
+
+    #[test]
+    fn names_of_who_is_missing() {
+        assert_eq!(Who::Rank.name(&[3]), "rank 3");
+        assert_eq!(Who::Rank.name(&[1, 3]), "ranks 1, 3");
+        assert_eq!(Who::Process.name(&[2]), "process 2");
+        assert_eq!(Who::Process.name(&[0, 2]), "processes 0, 2");
     }
 }

@@ -11,7 +11,14 @@ use nccl_core::UniqueId;
 use crate::cache::OnceMap;
 use crate::error::{GroupError, Result};
 use crate::key::{CommClass, CommKey};
-use crate::store::Store;
+use crate::store::meet::{MAX_RANKS, Meeting};
+use crate::store::{PrefixStore, Store, StoreError};
+
+/// The name the creator shares a communicator's unique id under.
+const UNIQUE_ID: &str = "unique-id";
+
+/// The step every process arrives at before NCCL's init.
+const INIT: &str = "init";
 
 /// Creates the communicators of one key. The process group uses NCCL; the
 /// seam lets tests use a fake without a GPU.
@@ -64,7 +71,10 @@ impl Membership {
     /// the generation (every process of an instance gets the same one).
     ///
     /// # Errors
-    /// A store failure, or `rank >= world_size`.
+    /// [`GroupError::InvalidArgument`] for a world size of 0 or above
+    /// `i32::MAX` (NCCL's ranks are C `int`s), `rank >= world_size`, or a
+    /// name that is empty or has an empty `/`-separated part (the store
+    /// keys nest under each part); or a store failure.
     pub fn join(
         name: &str,
         rank: usize,
@@ -73,11 +83,25 @@ impl Membership {
         store_address: String,
         timeout: Duration,
     ) -> Result<Self> {
+        if world_size > MAX_RANKS {
+            return Err(GroupError::InvalidArgument {
+                argument: "world size",
+                expected: format!("at most {MAX_RANKS} processes (NCCL's ranks are C ints)"),
+                given: world_size.to_string(),
+            });
+        }
         if world_size == 0 || rank >= world_size {
             return Err(GroupError::InvalidArgument {
                 argument: "rank",
                 expected: format!("0..{world_size} (the world size)"),
                 given: rank.to_string(),
+            });
+        }
+        if name.split('/').any(str::is_empty) {
+            return Err(GroupError::InvalidArgument {
+                argument: "group name",
+                expected: "a non-empty name whose '/'-separated parts are non-empty".to_string(),
+                given: format!("{name:?}"),
             });
         }
         let joined = store.add(&format!("{name}/instances"), 1)?;
@@ -100,6 +124,23 @@ impl Membership {
             store_address,
             timeout,
         })
+    }
+
+    /// The meeting of a key's `processes` under `store_key` (each of its
+    /// `/`-separated parts a scope), as the process at `index` among them,
+    /// its waits bounded by the group's timeout.
+    fn meeting(
+        &self,
+        store_key: &str,
+        index: usize,
+        processes: usize,
+    ) -> Result<Meeting<Arc<dyn Store>>> {
+        let scoped = store_key
+            .split('/')
+            .try_fold(Arc::clone(&self.store), |store, part| {
+                PrefixStore::new(store, part).map(|scoped| Arc::new(scoped) as Arc<dyn Store>)
+            })?;
+        Ok(Meeting::new(scoped, index, processes)?.with_timeout(self.timeout))
     }
 }
 
@@ -241,51 +282,49 @@ impl<F: CommFactory> CommCache<F> {
             index,
             creator
         );
-        let id = if index == 0 {
-            let id = self.factory.unique_id()?;
-            m.store.set(&store_key, id.as_bytes())?;
-            crate::trace::event!(debug, "published the unique id");
-            id
-        } else {
-            let started = Instant::now();
-            let bytes = m.store.get(&store_key, m.timeout).map_err(|error| {
-                if error.is_timeout() {
-                    GroupError::Rendezvous {
-                        key: store_key.clone(),
-                        creator,
-                        store: m.store_address.clone(),
-                        waited: started.elapsed(),
-                    }
-                } else {
-                    GroupError::Store(error)
-                }
-            })?;
-            crate::trace::event!(debug, waited = ?started.elapsed(), "got the unique id");
-            UniqueId::try_from_slice(&bytes)?
-        };
         let devices = key.devices().len();
-        let world_size =
-            i32::try_from(processes * devices).map_err(|_| GroupError::InvalidArgument {
+        let world_size = processes
+            .checked_mul(devices)
+            .and_then(|ranks| i32::try_from(ranks).ok())
+            .ok_or_else(|| GroupError::InvalidArgument {
                 argument: "world size",
-                expected: "at most i32::MAX ranks".to_string(),
-                given: (processes * devices).to_string(),
+                expected: "at most i32::MAX ranks (processes x devices per process)".to_string(),
+                given: format!("{processes} processes x {devices} devices"),
             })?;
+        // Below `world_size`: it neither overflows nor wraps.
+        let first_rank = (index * devices) as i32;
+        let meeting = m.meeting(&store_key, index, processes)?;
+        let id = meeting
+            .share_from(0, UNIQUE_ID, || {
+                Ok::<_, GroupError>(self.factory.unique_id()?.as_bytes().to_vec())
+            })
+            .map_err(|error| match error {
+                GroupError::Store(StoreError::Absent { waited, .. }) => GroupError::Rendezvous {
+                    key: store_key.clone(),
+                    creator,
+                    store: m.store_address.clone(),
+                    waited,
+                },
+                other => other,
+            })?;
+        crate::trace::event!(debug, "met the unique id");
+        let id = UniqueId::try_from_slice(&id)?;
         // Each process announces itself before NCCL's init, which waits for
         // all of them: a timed-out init can then name the absent ones.
-        let joined = |index: usize| format!("{store_key}/joined/{index}");
-        m.store.set(&joined(index), b"")?;
+        meeting.arrive(INIT)?;
         let started = Instant::now();
         let comms = self
             .factory
-            .create(key, id, world_size, (index * devices) as i32)
+            .create(key, id, world_size, first_rank)
             .map_err(|error| {
                 if !is_timeout(&error) {
                     return error;
                 }
-                let missing = (0..processes)
-                    .filter(|&i| !matches!(m.store.try_get(&joined(i)), Ok(Some(_))))
-                    .map(|i| key.process_rank(i))
-                    .collect();
+                // A store that cannot tell leaves every other process in doubt.
+                let absent = meeting
+                    .absent(INIT)
+                    .unwrap_or_else(|_| (0..processes).filter(|&i| i != index).collect());
+                let missing: Vec<usize> = absent.into_iter().map(|i| key.process_rank(i)).collect();
                 crate::trace::event!(warn, waited = ?started.elapsed(), missing = ?missing, "communicator creation timed out");
                 GroupError::InitTimeout {
                     key: store_key.clone(),

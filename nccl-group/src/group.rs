@@ -130,8 +130,10 @@ impl ProcessGroup {
     /// messages (for the TCP store: rank 0's address).
     ///
     /// # Errors
-    /// A store failure, an invalid rank, an option out of range (a
-    /// `recorder_capacity` above
+    /// A store failure; [`GroupError::InvalidArgument`] for a world size
+    /// of 0 or above `i32::MAX`, a rank outside it, or a group name that
+    /// is empty or has an empty `/`-separated part; an option out of
+    /// range (a `recorder_capacity` above
     /// [`MAX_RECORDER_CAPACITY`](crate::recorder::MAX_RECORDER_CAPACITY)),
     /// or no watchdog thread.
     pub fn new(

@@ -156,7 +156,8 @@ impl CommKey {
         }
     }
 
-    /// The store key under which the unique id is published: scoped by
+    /// The store key a communicator's processes meet under (its unique
+    /// id is shared at `<store key>/share/unique-id`): scoped by
     /// group name and generation, and naming the key's class and its
     /// `sequence` number among the keys of that class, in order of first
     /// use (the same on every process, as every process issues the group's

@@ -141,12 +141,11 @@ fn ranks_rendezvous_over_the_file_store() {
         .map_or_else(|| own_dir.path().to_path_buf(), |d| d.join("file-store"));
     let spec = format!("file:{}", dir.display());
     let vars = launch_vars();
-    let config = config_from(&ctx, move |name| {
-        if name == "NCCL_RS_STORE" {
-            Some(spec.clone())
-        } else {
-            vars(name)
-        }
+    // A launch by hand names no job: the file store needs a namespace.
+    let config = config_from(&ctx, move |name| match name {
+        "NCCL_RS_STORE" => Some(spec.clone()),
+        "NCCL_RS_NAMESPACE" => Some("file-store-test".to_owned()),
+        _ => vars(name),
     });
     assert_eq!(config.store, StoreSpec::File { dir: dir.clone() });
     let store = connect(&ctx, &config);

@@ -203,7 +203,14 @@ fn read_launch(what: &str, vars: &[(&str, String)]) -> Result<RendezvousConfig, 
             );
         }
         Err(StoreError::Config { var, message }) => {
-            let missing = ["RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"];
+            // NCCL_RS_NAMESPACE: a file store without a launcher's job id.
+            let missing = [
+                "RANK",
+                "WORLD_SIZE",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "NCCL_RS_NAMESPACE",
+            ];
             assert!(
                 vars.iter().any(|(k, _)| k == var) || missing.contains(&var.as_str()),
                 "{what}: named {var}: {message}"

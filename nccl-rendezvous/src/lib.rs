@@ -21,8 +21,8 @@
 //!   to the right store, scoped to the run's key namespace.
 //!
 //! - [`meet`]: what ranks do together over a store (a barrier, a value
-//!   one rank publishes once, a gather of every rank's value), naming the
-//!   ranks that did not come.
+//!   one rank publishes once, a gather of every rank's value, a failure
+//!   that ends every rank's wait), naming the ranks that did not come.
 //!
 //! Every blocking call has a timeout; no call panics.
 //!

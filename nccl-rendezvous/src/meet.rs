@@ -1,8 +1,11 @@
 //! What the ranks of a job do together over a store, besides NCCL's own
 //! collectives: a barrier, a value one rank makes and every rank reads
-//! (the NCCL unique id), a gather of every rank's value, a failure one
-//! rank publishes for all, and leaving in an order that keeps the store's
-//! host up until the others are done with it.
+//! (the NCCL unique id), a gather of every rank's value (to every rank,
+//! or to one), arrivals that name the ranks that never came to a step
+//! waited for elsewhere (NCCL's init), barriers of other participants
+//! (several threads per rank), a failure one rank publishes for all, and
+//! leaving in an order that keeps the store's host up until the others
+//! are done with it.
 //!
 //! Every wait is bounded by the meeting's timeout and, when it runs out,
 //! fails with [`StoreError::Absent`] naming the ranks that did not come. A
@@ -87,13 +90,7 @@ impl<S: Store> Meeting<S> {
     /// [`StoreError::InvalidArgument`] unless `rank < world_size <=`
     /// [`MAX_RANKS`].
     pub fn new(store: S, rank: usize, world_size: usize) -> Result<Self> {
-        if world_size == 0 || world_size > MAX_RANKS || rank >= world_size {
-            return Err(StoreError::InvalidArgument {
-                what: "meeting place",
-                given: format!("rank {rank} of {world_size}"),
-                expected: format!("a rank below a world size of 1 to {MAX_RANKS}"),
-            });
-        }
+        check_place("meeting place", rank, world_size)?;
         let timeout = store.default_timeout();
         Ok(Meeting {
             store,
@@ -155,10 +152,21 @@ impl<S: Store> Meeting<S> {
     /// store's error.
     pub fn barrier(&self, name: &str) -> Result<()> {
         let count = self.barriers.fetch_add(1, Ordering::Relaxed);
-        let key = |rank: usize| format!("barrier/{count}/{rank}");
-        self.store.set(&key(self.rank), b"")?;
-        let keys: Vec<(usize, String)> = (0..self.world_size).map(|r| (r, key(r))).collect();
-        self.wait_for(&format!("the barrier {}", show_key(name)), &keys, true)
+        self.barrier_of(
+            &format!("barrier/{count}"),
+            name,
+            self.rank,
+            self.world_size,
+        )
+    }
+
+    /// The barrier under the key `base`, as `member` of `members`.
+    fn barrier_of(&self, base: &str, name: &str, member: usize, members: usize) -> Result<()> {
+        let key = |member: usize| format!("{base}/{member}");
+        self.store.set(&key(member), b"")?;
+        let keys: Vec<(usize, String)> = (0..members).map(|m| (m, key(m))).collect();
+        let meeting = format!("the barrier {}", show_key(name));
+        self.wait_for(&meeting, &keys, members, true)
     }
 
     /// The value rank `creator` made with `make`, under `name`: `creator`
@@ -166,6 +174,7 @@ impl<S: Store> Meeting<S> {
     /// rank waits for them. Every rank returns the same bytes.
     ///
     /// # Errors
+    /// [`StoreError::InvalidArgument`] for a `creator` outside the world;
     /// `make`'s error on `creator`; elsewhere [`StoreError::Absent`]
     /// naming `creator` when it did not publish in time,
     /// [`StoreError::PeerFailed`], or the store's error.
@@ -175,25 +184,15 @@ impl<S: Store> Meeting<S> {
         name: &str,
         make: impl FnOnce() -> std::result::Result<Vec<u8>, E>,
     ) -> std::result::Result<Vec<u8>, E> {
-        if creator >= self.world_size {
-            return Err(StoreError::InvalidArgument {
-                what: "creator rank",
-                given: creator.to_string(),
-                expected: format!("a rank below the world size {}", self.world_size),
-            }
-            .into());
-        }
+        self.check_rank("creator rank", creator)?;
         let key = format!("share/{name}");
         if self.rank == creator {
             let value = make()?;
             self.store.set(&key, &value)?;
             return Ok(value);
         }
-        self.wait_for(
-            &format!("the share {}", show_key(name)),
-            &[(creator, key.clone())],
-            true,
-        )?;
+        let meeting = format!("the share {}", show_key(name));
+        self.wait_for(&meeting, &[(creator, key.clone())], self.world_size, true)?;
         Ok(self.store.get(&key, self.timeout)?)
     }
 
@@ -204,13 +203,96 @@ impl<S: Store> Meeting<S> {
     /// [`StoreError::Absent`] naming the ranks whose value did not come,
     /// [`StoreError::PeerFailed`], or the store's error.
     pub fn all_gather(&self, name: &str, value: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.gather_at(name, value, true)
+    }
+
+    /// Every rank's `value` under `name`, for `root` alone: each rank
+    /// publishes its value and goes on; `root` waits for them all and
+    /// returns them in rank order (its own included); the others return
+    /// `None`. For values only one rank reads (rows of results), this
+    /// saves the other ranks the reads and the wait of [`all_gather`].
+    ///
+    /// [`all_gather`]: Meeting::all_gather
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for a `root` outside the world; on
+    /// `root`, [`StoreError::Absent`] naming the ranks whose value did not
+    /// come or [`StoreError::PeerFailed`]; anywhere, the store's error.
+    pub fn gather(&self, root: usize, name: &str, value: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
+        self.check_rank("root rank", root)?;
+        self.gather_at(name, value, self.rank == root)
+            .map(|values| (self.rank == root).then_some(values))
+    }
+
+    /// Publishes this rank's `value` under `name`, and (`collect`) waits
+    /// for every rank's and returns them in rank order.
+    fn gather_at(&self, name: &str, value: &[u8], collect: bool) -> Result<Vec<Vec<u8>>> {
         let key = |rank: usize| format!("gather/{name}/{rank}");
         self.store.set(&key(self.rank), value)?;
+        if !collect {
+            return Ok(Vec::new());
+        }
         let keys: Vec<(usize, String)> = (0..self.world_size).map(|r| (r, key(r))).collect();
-        self.wait_for(&format!("the gather {}", show_key(name)), &keys, true)?;
+        let meeting = format!("the gather {}", show_key(name));
+        self.wait_for(&meeting, &keys, self.world_size, true)?;
         keys.iter()
             .map(|(_, key)| self.store.get(key, self.timeout))
             .collect()
+    }
+
+    /// Says this rank has come to `name`, without waiting for the others:
+    /// for a step that waits for every rank by other means (NCCL's
+    /// communicator creation), after which [`Meeting::absent`] names the
+    /// ranks that never came.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub fn arrive(&self, name: &str) -> Result<()> {
+        self.store.set(&arrival(name, self.rank), b"")
+    }
+
+    /// The ranks that have not [arrived](Meeting::arrive) at `name` yet,
+    /// in order (none: every rank came). Waits for nothing.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub fn absent(&self, name: &str) -> Result<Vec<usize>> {
+        let keys: Vec<(usize, String)> = (0..self.world_size)
+            .map(|rank| (rank, arrival(name, rank)))
+            .collect();
+        self.missing(&keys)
+    }
+
+    /// This rank's place as `member` of `members` participants of the set
+    /// `set`, who hold barriers of their own: several per rank (one per
+    /// GPU a rank drives, each a thread), or a subset of the ranks. Their
+    /// waits end, as every wait here, when another rank publishes its
+    /// failure.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] unless `member < members <=`
+    /// [`MAX_RANKS`] and `set` is a non-empty name without `/`.
+    pub fn participant(
+        &self,
+        set: &str,
+        member: usize,
+        members: usize,
+    ) -> Result<Participant<'_, S>> {
+        check_place("participant place", member, members)?;
+        if set.is_empty() || set.contains('/') {
+            return Err(StoreError::InvalidArgument {
+                what: "participant set",
+                given: show_key(set),
+                expected: "a non-empty name without '/'".into(),
+            });
+        }
+        Ok(Participant {
+            meeting: self,
+            base: format!("participants/{set}"),
+            member,
+            members,
+            barriers: AtomicU64::new(0),
+        })
     }
 
     /// Leaves the meeting so that `host` (the rank whose process hosts the
@@ -232,7 +314,12 @@ impl<S: Store> Meeting<S> {
             .filter(|&rank| rank != host)
             .map(|rank| (rank, key(rank)))
             .collect();
-        self.wait_for("the end (every rank leaving)", &keys, false)?;
+        self.wait_for(
+            "the end (every rank leaving)",
+            &keys,
+            self.world_size,
+            false,
+        )?;
         match self.failure()? {
             Some(failure) => Err(failure),
             None => Ok(()),
@@ -282,27 +369,51 @@ impl<S: Store> Meeting<S> {
             .map(peer_failed))
     }
 
-    /// Waits until every key of `keys` (rank, key) is set: at most the
-    /// meeting's timeout, in slices between which (`watch`) it looks for a
-    /// published failure.
-    fn wait_for(&self, meeting: &str, keys: &[(usize, String)], watch: bool) -> Result<()> {
+    /// Refuses a rank (`what`) outside the world.
+    fn check_rank(&self, what: &'static str, rank: usize) -> Result<()> {
+        if rank < self.world_size {
+            return Ok(());
+        }
+        Err(StoreError::InvalidArgument {
+            what,
+            given: rank.to_string(),
+            expected: format!("a rank below the world size {}", self.world_size),
+        })
+    }
+
+    /// The ranks of `keys` (rank, key) whose key is not set, in order.
+    fn missing(&self, keys: &[(usize, String)]) -> Result<Vec<usize>> {
+        let mut missing = Vec::new();
+        for (rank, key) in keys {
+            if self.store.try_get(key)?.is_none() {
+                missing.push(*rank);
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Waits until every key of `keys` (rank, key) of a meeting of
+    /// `world_size` is set: at most the meeting's timeout, in slices
+    /// between which (`watch`) it looks for a published failure.
+    fn wait_for(
+        &self,
+        meeting: &str,
+        keys: &[(usize, String)],
+        world_size: usize,
+        watch: bool,
+    ) -> Result<()> {
         let names: Vec<&str> = keys.iter().map(|(_, key)| key.as_str()).collect();
         let deadline = Deadline::after(self.timeout);
         loop {
             let Some(left) = deadline.remaining() else {
-                let mut missing = Vec::new();
-                for (rank, key) in keys {
-                    if self.store.try_get(key)?.is_none() {
-                        missing.push(*rank);
-                    }
-                }
+                let missing = self.missing(keys)?;
                 if missing.is_empty() {
                     return Ok(());
                 }
                 return Err(StoreError::Absent {
                     meeting: meeting.to_owned(),
                     missing,
-                    world_size: self.world_size,
+                    world_size,
                     waited: deadline.elapsed(),
                 });
             };
@@ -317,6 +428,51 @@ impl<S: Store> Meeting<S> {
             }
         }
     }
+}
+
+/// One of a set of participants of a [`Meeting`] that hold barriers of
+/// their own ([`Meeting::participant`]).
+#[derive(Debug)]
+pub struct Participant<'a, S> {
+    meeting: &'a Meeting<S>,
+    base: String,
+    member: usize,
+    members: usize,
+    barriers: AtomicU64,
+}
+
+impl<S: Store> Participant<'_, S> {
+    /// Returns once every participant of the set has come to the barrier
+    /// `name` (numbered per participant, as [`Meeting::barrier`]).
+    ///
+    /// # Errors
+    /// [`StoreError::Absent`] naming the participants (by number) that
+    /// did not come, [`StoreError::PeerFailed`] when another rank of the
+    /// meeting published its failure, or the store's error.
+    pub fn barrier(&self, name: &str) -> Result<()> {
+        let count = self.barriers.fetch_add(1, Ordering::Relaxed);
+        let base = format!("{}/barrier/{count}", self.base);
+        self.meeting
+            .barrier_of(&base, name, self.member, self.members)
+    }
+}
+
+/// Refuses a place (`what`) other than a rank below a world of 1 to
+/// [`MAX_RANKS`].
+fn check_place(what: &'static str, rank: usize, world_size: usize) -> Result<()> {
+    if world_size == 0 || world_size > MAX_RANKS || rank >= world_size {
+        return Err(StoreError::InvalidArgument {
+            what,
+            given: format!("rank {rank} of {world_size}"),
+            expected: format!("a rank below a world size of 1 to {MAX_RANKS}"),
+        });
+    }
+    Ok(())
+}
+
+/// The key of `rank`'s arrival at `name`.
+fn arrival(name: &str, rank: usize) -> String {
+    format!("arrived/{name}/{rank}")
 }
 
 /// The key a failure is published under.
@@ -340,145 +496,4 @@ fn peer_failed(failure: Published) -> StoreError {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-    use std::thread;
-
-    use super::*;
-    use crate::InProcessStore;
-
-    fn meetings(world: usize, timeout: Duration) -> Vec<Meeting<Arc<InProcessStore>>> {
-        let store = Arc::new(InProcessStore::with_timeout(timeout));
-        (0..world)
-            .map(|rank| Meeting::new(Arc::clone(&store), rank, world).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn a_place_outside_the_world_is_refused() {
-        let store = InProcessStore::new();
-        for (rank, world) in [(0, 0), (3, 3), (0, MAX_RANKS + 1)] {
-            let error = Meeting::new(&store, rank, world).unwrap_err();
-            assert!(
-                error.to_string().starts_with(&format!(
-                    "invalid meeting place rank {rank} of {world}: expected a rank below"
-                )),
-                "{error}"
-            );
-        }
-        let meeting = Meeting::new(&store, 0, 2).unwrap();
-        let error = meeting
-            .share_from(2, "id", || Ok::<_, StoreError>(Vec::new()))
-            .unwrap_err();
-        assert!(error.to_string().contains("creator rank 2"), "{error}");
-    }
-
-    #[test]
-    fn ranks_meet_share_gather_and_leave() {
-        let meetings = meetings(4, Duration::from_secs(30));
-        let made = AtomicU64::new(0);
-        let results: Vec<_> = thread::scope(|scope| {
-            let handles: Vec<_> = meetings
-                .iter()
-                .map(|meeting| {
-                    let made = &made;
-                    scope.spawn(move || {
-                        let id = meeting
-                            .share_from(1, "id", || {
-                                made.fetch_add(1, Ordering::Relaxed);
-                                Ok::<_, StoreError>(b"id-of-1".to_vec())
-                            })
-                            .unwrap();
-                        for _ in 0..3 {
-                            meeting.barrier("step").unwrap();
-                        }
-                        let views = meeting.all_gather("view", &[meeting.rank() as u8]).unwrap();
-                        meeting.leave(0).unwrap();
-                        (id, views)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert_eq!(made.load(Ordering::Relaxed), 1, "only the creator makes");
-        for (id, views) in results {
-            assert_eq!(id, b"id-of-1");
-            assert_eq!(views, vec![vec![0], vec![1], vec![2], vec![3]]);
-        }
-    }
-
-    #[test]
-    fn a_missing_rank_is_named_when_the_wait_ends() {
-        let meetings = meetings(3, Duration::from_millis(50));
-        let error = meetings[0].barrier("start").unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("ranks 1, 2 of 3 did not reach the barrier \"start\" within"),
-            "{error}"
-        );
-        let error = meetings[2]
-            .share_from(0, "id", || Ok::<_, StoreError>(Vec::new()))
-            .unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .starts_with("rank 0 of 3 did not reach the share \"id\" within"),
-            "{error}"
-        );
-        meetings[1].leave(0).unwrap();
-        let error = meetings[0].leave(0).unwrap_err();
-        assert!(
-            matches!(&error, StoreError::Absent { missing, .. } if missing == &[2]),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn a_published_failure_ends_every_wait_and_the_first_stands() {
-        let meetings = meetings(2, Duration::from_secs(300));
-        thread::scope(|scope| {
-            let waiter = scope.spawn(|| meetings[0].barrier("never complete").unwrap_err());
-            assert!(meetings[1].fail("-r 7 is not a rank", 2).unwrap().is_none());
-            let error = waiter.join().unwrap();
-            assert_eq!(error.to_string(), "rank 1 failed: -r 7 is not a rank");
-            assert!(matches!(
-                error,
-                StoreError::PeerFailed {
-                    rank: 1,
-                    code: 2,
-                    ..
-                }
-            ));
-            assert_eq!(error.kind(), crate::ErrorKind::PeerFailed);
-        });
-        let earlier = meetings[0].fail("then I failed", 1).unwrap().unwrap();
-        assert_eq!(earlier.to_string(), "rank 1 failed: -r 7 is not a rank");
-        assert!(meetings[1].failure().unwrap().is_none(), "its own failure");
-        // The failed rank still leaves, so the host learns of it at the end.
-        meetings[1].leave(0).unwrap();
-        let error = meetings[0].leave(0).unwrap_err();
-        assert!(
-            matches!(error, StoreError::PeerFailed { rank: 1, .. }),
-            "{error}"
-        );
-    }
-
-    #[test]
-    fn scoped_meetings_do_not_meet() {
-        let store = Arc::new(InProcessStore::with_timeout(Duration::from_millis(50)));
-        let a = Meeting::new(Arc::clone(&store), 0, 2)
-            .unwrap()
-            .scoped("a")
-            .unwrap();
-        let b = Meeting::new(Arc::clone(&store), 1, 2)
-            .unwrap()
-            .scoped("b")
-            .unwrap();
-        assert!(a.barrier("x").unwrap_err().is_timeout());
-        assert!(b.barrier("x").unwrap_err().is_timeout());
-        assert!(store.try_get("a/barrier/0/0").unwrap().is_some());
-        assert!(Meeting::new(&*store, 0, 1).unwrap().scoped("a/b").is_err());
-    }
-}
+mod tests;

@@ -239,6 +239,7 @@ fn file_ranks_exchange_values() {
         "child_file_exchange",
         &[
             ("NCCL_RS_STORE", format!("file:{}", dir.path().display())),
+            ("NCCL_RS_NAMESPACE", "file-exchange".into()),
             (
                 "NCCL_RS_STORE_TIMEOUT_SECS",
                 OP_TIMEOUT.as_secs().to_string(),

@@ -1,7 +1,8 @@
 //! The file store when a process dies (CPU only, temporary directories):
 //! a writer killed while it holds the lock, or in the middle of its
-//! writes, never delays the next writer beyond one lock retry; a job that
-//! crashed leaves nothing a new job reads.
+//! writes, leaves the lock free for the next writer's first try, and the
+//! temporary file of its unfinished write is removed by the next writer;
+//! a job that crashed leaves nothing a new job reads.
 //!
 //! Each scenario spawns a copy of this test binary running one `child_*`
 //! test (selected by `NCCL_FILE_CRASH_ROLE`; run normally, a `child_*` test
@@ -9,7 +10,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nccl_rendezvous::{FileStore, Store};
 use nccl_test_support::processes::{await_mark, publish};
@@ -18,12 +19,11 @@ use rustix::fs::{FlockOperation, flock};
 const ROLE_VAR: &str = "NCCL_FILE_CRASH_ROLE";
 const DIR_VAR: &str = "NCCL_FILE_CRASH_DIR";
 const PATIENCE: Duration = Duration::from_secs(20);
-/// A lock timeout the next writer would hit if the dead holder's lock
-/// stayed: far above what the test allows it.
+/// The lock timeout of the children and of the test's own store.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
-/// One lock retry (the backoff tops out at 5 ms), with room for a loaded
-/// machine.
-const ONE_RETRY: Duration = Duration::from_millis(250);
+/// The values the killed writer writes: large enough that most kills land
+/// in the middle of a write.
+const LARGE_VALUE: usize = 8 << 20;
 
 /// The store directory when this process runs `role`.
 fn child_dir(role: &str) -> Option<String> {
@@ -52,6 +52,22 @@ fn kill_after_mark(mut child: Child, dir: &Path, mark: &str) {
 
 fn open(dir: &Path) -> FileStore {
     FileStore::open(dir, LOCK_TIMEOUT).expect("the file store")
+}
+
+/// `store` as a writer that gives up unless it takes the lock at its
+/// first try: a lock a dead holder kept would fail it.
+fn first_try(store: &FileStore) -> FileStore {
+    store.clone().with_lock_timeout(Duration::ZERO)
+}
+
+/// The temporary files in the directory of `store`'s generation.
+fn temporaries(store: &FileStore) -> Vec<String> {
+    let data = store.dir().join(format!("gen-{}", store.generation()));
+    std::fs::read_dir(data)
+        .expect("the generation's directory")
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".tmp-"))
+        .collect()
 }
 
 /// Holds the store's lock, as a writer in the middle of a mutation does,
@@ -87,6 +103,24 @@ fn child_adds_forever() {
     }
 }
 
+/// Writes large values as fast as it can until it is killed.
+#[test]
+fn child_sets_large_values_forever() {
+    let Some(dir) = child_dir("child_sets_large_values_forever") else {
+        return;
+    };
+    let store = open(Path::new(&dir));
+    // One buffer, so that the loop spends its time in the store's writes.
+    let mut value = vec![0; LARGE_VALUE];
+    for round in 0..usize::MAX {
+        value[0] = round as u8;
+        store.set("large", &value).unwrap();
+        if round == 2 {
+            publish(Path::new(&dir), "writing", "1");
+        }
+    }
+}
+
 /// Publishes a unique id, then "crashes" (is killed).
 #[test]
 fn child_old_job() {
@@ -115,13 +149,8 @@ fn a_writer_killed_holding_the_lock_never_delays_the_next_writer() {
             dir.path(),
             "locked",
         );
-        let start = Instant::now();
-        assert_eq!(store.add("count", 1).unwrap(), trial + 1);
-        let took = start.elapsed();
-        assert!(
-            took < ONE_RETRY,
-            "trial {trial}: the next add waited {took:?}"
-        );
+        let added = first_try(&store).add("count", 1);
+        assert_eq!(added.unwrap(), trial + 1, "trial {trial}");
     }
 }
 
@@ -137,15 +166,9 @@ fn a_writer_killed_mid_write_leaves_no_lock_and_no_torn_value() {
             "adding",
         );
         let before = store.try_get("count").unwrap().expect("the child counted");
-        let start = Instant::now();
-        let after = store
+        let after = first_try(&store)
             .add("count", 1)
             .unwrap_or_else(|e| panic!("trial {trial}: {e}"));
-        let took = start.elapsed();
-        assert!(
-            took < ONE_RETRY,
-            "trial {trial}: the next add waited {took:?}"
-        );
         let before: i64 = std::str::from_utf8(&before).unwrap().parse().unwrap();
         assert_eq!(
             after,
@@ -153,6 +176,36 @@ fn a_writer_killed_mid_write_leaves_no_lock_and_no_torn_value() {
             "trial {trial}: every completed add counted once"
         );
     }
+}
+
+#[test]
+fn the_next_writer_removes_the_temporary_of_a_writer_killed_mid_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // About half the kills land in a write (the others in the rename that
+    // frees the value it replaces): 16 trials all but ensure one does.
+    let mut killed_mid_write = 0;
+    for trial in 0..16 {
+        let _ = std::fs::remove_file(dir.path().join("writing"));
+        kill_after_mark(
+            spawn("child_sets_large_values_forever", dir.path()),
+            dir.path(),
+            "writing",
+        );
+        if !temporaries(&store).is_empty() {
+            killed_mid_write += 1;
+        }
+        first_try(&store)
+            .set("after", trial.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("trial {trial}: {e}"));
+        assert_eq!(temporaries(&store), Vec::<String>::new(), "trial {trial}");
+        let value = store.try_get("large").unwrap().expect("the child wrote");
+        assert_eq!(value.len(), LARGE_VALUE, "trial {trial}: a torn value");
+    }
+    assert!(
+        killed_mid_write > 0,
+        "no kill landed in the middle of a write: the scenario never happened"
+    );
 }
 
 #[test]

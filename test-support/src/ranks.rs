@@ -1,12 +1,22 @@
 //! This process's place in a multi-rank test (`ranks_*`), and the
 //! environment of spawned child test processes.
+//!
+//! The ranks of a launch share rank 0's values and hold barriers at a
+//! store's [`Meeting`]: a [`FileStore`] in the launch's folder
+//! (`NCCL_LAUNCH_DIR`, which nccl-launch sets), or else the store the
+//! launch variables name ([`RendezvousConfig::from_env`]: rank 0 hosts
+//! the TCP store on `MASTER_PORT`, so a test launched that way must not
+//! host it a second time). The store is opened at the first share or
+//! barrier.
 
-use std::path::{Path, PathBuf};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nccl_core::{Device, UniqueId};
-
-use crate::processes::{await_mark, publish};
+use nccl_rendezvous::meet::Meeting;
+use nccl_rendezvous::{FileStore, PrefixStore, RendezvousConfig, Store, StoreError};
 
 /// A number from the environment of a spawned child test process (panics,
 /// failing the child, when it is missing or not a number).
@@ -28,12 +38,14 @@ pub fn simulated_node_env(rank: usize) -> [(&'static str, String); 3] {
     ]
 }
 
-/// How long a rank waits for what rank 0 shares (its unique id): rank 0
-/// may still be starting CUDA.
+/// How long a rank waits for what rank 0 shares (its unique id), or for
+/// the others at a barrier: rank 0 may still be starting CUDA.
 const SHARE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The launch folder's subfolder that holds the ranks' file store.
+const STORE_DIR: &str = "ranks-store";
+
 /// This process's place in a multi-rank test.
-#[derive(Debug)]
 pub struct Ranks {
     /// This process's rank (`RANK`).
     pub rank: usize,
@@ -43,8 +55,23 @@ pub struct Ranks {
     pub local_rank: usize,
     /// Whether every rank is a simulated host on one GPU.
     pub simulated_hosts: bool,
-    /// The folder the ranks share (`NCCL_LAUNCH_DIR`); `None` for a world of one.
+    /// The folder the ranks share (`NCCL_LAUNCH_DIR`); `None` for a world
+    /// of one, or for a launcher other than nccl-launch.
     pub dir: Option<PathBuf>,
+    /// Where the ranks meet, opened at the first share or barrier.
+    store: OnceLock<Arc<dyn Store>>,
+}
+
+impl fmt::Debug for Ranks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ranks")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("local_rank", &self.local_rank)
+            .field("simulated_hosts", &self.simulated_hosts)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// This process's rank: from the variables `nccl-launch` sets, else rank 0
@@ -58,6 +85,7 @@ pub fn ranks() -> Ranks {
             local_rank: 0,
             simulated_hosts: false,
             dir: None,
+            store: OnceLock::new(),
         },
         Ok(_) => Ranks {
             rank: child_var("RANK"),
@@ -65,6 +93,7 @@ pub fn ranks() -> Ranks {
             local_rank: child_var("LOCAL_RANK"),
             simulated_hosts: std::env::var("NCCL_LAUNCH_SIMULATED_HOSTS").as_deref() == Ok("1"),
             dir: std::env::var_os("NCCL_LAUNCH_DIR").map(PathBuf::from),
+            store: OnceLock::new(),
         },
     };
     println!("RANKS: {}", ranks.label());
@@ -90,55 +119,53 @@ impl Ranks {
             .unwrap_or_else(|e| panic!("{}: GPU {}: {e}", self.label(), self.local_rank))
     }
 
-    /// The launch's shared folder (a world of several ranks has one).
-    fn shared_dir(&self) -> &Path {
-        self.dir.as_deref().unwrap_or_else(|| {
-            panic!(
-                "{}: NCCL_LAUNCH_DIR is not set: run the ranks with nccl-launch",
-                self.label()
-            )
-        })
+    /// The meeting of every rank for the step `tag` (unique within the
+    /// test, without `/`): its keys scoped by `tag`, its waits bounded by
+    /// [`SHARE_TIMEOUT`].
+    fn meeting(&self, tag: &str) -> Meeting<PrefixStore<Arc<dyn Store>>> {
+        let store = self.store.get_or_init(|| self.open_store());
+        Meeting::new(Arc::clone(store), self.rank, self.world)
+            .and_then(|meeting| meeting.scoped(tag))
+            .map(|meeting| meeting.with_timeout(SHARE_TIMEOUT))
+            .unwrap_or_else(|e| panic!("{}: the meeting {tag:?}: {e}", self.label()))
+    }
+
+    /// The store of the launch (see the module docs).
+    fn open_store(&self) -> Arc<dyn Store> {
+        let opened = match &self.dir {
+            Some(dir) => FileStore::open(dir.join(STORE_DIR), SHARE_TIMEOUT)
+                .map(|store| Arc::new(store) as Arc<dyn Store>),
+            None => RendezvousConfig::from_env()
+                .and_then(|config| config.connect())
+                .map(Arc::from),
+        };
+        opened.unwrap_or_else(|e| panic!("{}: the ranks' store: {e}", self.label()))
     }
 
     /// What rank 0 made with `make`, shared under `tag` (unique within the
-    /// test): rank 0 writes it to the launch's folder, the others wait for
+    /// test): rank 0 publishes it at the ranks' store, the others wait for
     /// it there.
     fn share(&self, tag: &str, make: impl FnOnce() -> String) -> String {
         if self.world == 1 {
             return make();
         }
-        let dir = self.shared_dir();
-        let name = format!("{tag}.shared");
-        if self.rank == 0 {
-            let value = make();
-            publish(dir, &name, &value);
-            return value;
-        }
-        await_mark(dir, &name, SHARE_TIMEOUT).unwrap_or_else(|| {
-            panic!(
-                "{}: rank 0 did not share {tag:?} within {SHARE_TIMEOUT:?}",
-                self.label()
-            )
-        })
+        let bytes = self
+            .meeting(tag)
+            .share_from(0, "value", || Ok::<_, StoreError>(make().into_bytes()))
+            .unwrap_or_else(|e| panic!("{}: sharing {tag:?}: {e}", self.label()));
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| panic!("{}: rank 0 shared {tag:?} as {e}", self.label()))
     }
 
     /// Returns once every rank has reached the barrier `tag` (unique within
-    /// the test): each rank marks its arrival in the launch's folder and
-    /// waits for every other rank's mark.
+    /// the test, without `/`), met at the ranks' store.
     pub fn barrier(&self, tag: &str) {
         if self.world == 1 {
             return;
         }
-        let dir = self.shared_dir();
-        let mark = |rank: usize| format!("{tag}.arrived.{rank}");
-        publish(dir, &mark(self.rank), "");
-        for rank in 0..self.world {
-            assert!(
-                await_mark(dir, &mark(rank), SHARE_TIMEOUT).is_some(),
-                "{}: rank {rank} did not reach barrier {tag:?} within {SHARE_TIMEOUT:?}",
-                self.label()
-            );
-        }
+        self.meeting(tag)
+            .barrier(tag)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.label()));
     }
 
     /// A unique id made by rank 0 and shared under `tag`.

@@ -1,31 +1,35 @@
 //! Where every rank of every process meets: before its communicator is
 //! created, before each checked run and before each timed batch.
 
-use std::cell::Cell;
+use std::sync::Arc;
+
+use nccl_group::store::meet::Participant;
+use nccl_group::{PrefixStore, Store};
 
 use super::meeting::Meeting;
 use crate::error::BenchError;
+use crate::world::{Who, met};
 
-/// One rank's side of the run's barriers, which are the meeting's: a
-/// rank that does not come is named once the store's timeout has passed,
-/// and a process that fails stops every rank within a slice.
+/// One rank's side of the run's barriers, held at the processes'
+/// meeting: a rank that does not come is named once the store's timeout
+/// has passed, and a process that fails stops every rank of the others
+/// within a slice.
 pub struct RankBarrier<'a> {
-    meeting: &'a Meeting,
-    rank: usize,
-    ranks: usize,
-    /// Barriers passed so far: the n-th of every rank meets under one key.
-    passed: Cell<u64>,
+    barriers: Participant<'a, PrefixStore<Arc<dyn Store>>>,
 }
 
 impl<'a> RankBarrier<'a> {
     /// `rank`'s side of the barriers of `ranks` ranks at `meeting`.
-    pub fn new(meeting: &'a Meeting, rank: usize, ranks: usize) -> Self {
-        Self {
-            meeting,
-            rank,
-            ranks,
-            passed: Cell::new(0),
-        }
+    ///
+    /// # Errors
+    /// `rank` is not below `ranks`.
+    pub fn new(meeting: &'a Meeting, rank: usize, ranks: usize) -> Result<Self, BenchError> {
+        Ok(Self {
+            barriers: meeting
+                .world()
+                .meeting()
+                .participant("ranks", rank, ranks)?,
+        })
     }
 
     /// Returns once every rank has come to its next barrier, which is
@@ -34,36 +38,46 @@ impl<'a> RankBarrier<'a> {
     /// # Errors
     /// A rank did not come in time, a process failed, or the store's.
     pub fn wait(&self, what: &str) -> Result<(), BenchError> {
-        let count = self.passed.get();
-        self.passed.set(count + 1);
-        self.meeting.barrier(self.rank, self.ranks, count, what)
+        self.barriers
+            .barrier(what)
+            .map_err(|error| met(error, what, Who::Rank))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
-    use nccl_group::{InProcessStore, Store};
+    use nccl_group::InProcessStore;
 
     use super::*;
     use crate::world::World;
+
+    fn meetings(processes: usize, timeout: Duration) -> Vec<Meeting> {
+        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(timeout));
+        (0..processes)
+            .map(|process| {
+                Meeting::new(World::in_store(
+                    process,
+                    processes,
+                    Arc::clone(&store),
+                    "test",
+                ))
+            })
+            .collect()
+    }
 
     #[test]
     fn ranks_of_several_processes_meet_again_and_again() {
         // Two processes of two ranks each, every rank a thread. The
         // store's timeout is a hang guard: only a deadlock outlasts it.
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(60)));
-        let meetings: Vec<Meeting> = (0..2)
-            .map(|process| Meeting::new(World::in_store(process, 2, Arc::clone(&store), "test")))
-            .collect();
+        let meetings = meetings(2, Duration::from_secs(60));
         let passed = std::thread::scope(|scope| {
             let ranks: Vec<_> = (0..4)
                 .map(|rank| {
                     let meeting = &meetings[rank / 2];
                     scope.spawn(move || {
-                        let barrier = RankBarrier::new(meeting, rank, 4);
+                        let barrier = RankBarrier::new(meeting, rank, 4).unwrap();
                         (0..10)
                             .filter(|_| barrier.wait("a test barrier").is_ok())
                             .count()
@@ -80,18 +94,41 @@ mod tests {
 
     #[test]
     fn a_rank_that_does_not_come_is_named() {
-        let store: Arc<dyn Store> =
-            Arc::new(InProcessStore::with_timeout(Duration::from_millis(300)));
-        let meeting = Meeting::new(World::in_store(0, 1, store, "test"));
-        let barrier = RankBarrier::new(&meeting, 0, 2);
+        let meetings = meetings(1, Duration::from_millis(50));
+        let barrier = RankBarrier::new(&meetings[0], 0, 2).unwrap();
         let error = barrier
             .wait("the creation of the communicators")
             .unwrap_err();
+        assert!(error.is_timeout(), "{error}");
         assert!(
             error
                 .to_string()
-                .starts_with("rank 1 did not reach the creation of the communicators within 300ms"),
+                .starts_with("rank 1 did not reach the creation of the communicators within"),
             "{error}"
         );
+        let error = RankBarrier::new(&meetings[0], 2, 2).err().unwrap();
+        assert!(
+            error
+                .one_line()
+                .contains("invalid participant place rank 2 of 2"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_failed_process_stops_the_ranks_of_the_others() {
+        let meetings = meetings(2, Duration::from_secs(300));
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let barrier = RankBarrier::new(&meetings[0], 0, 2).unwrap();
+                barrier
+                    .wait("the barrier before a timed batch")
+                    .unwrap_err()
+            });
+            meetings[1].fail(BenchError::Usage("-r 7 is not a rank".to_string()));
+            let error = waiter.join().unwrap();
+            assert_eq!(error.to_string(), "process 1 failed: -r 7 is not a rank");
+            assert_eq!(error.exit_code(), 2);
+        });
     }
 }

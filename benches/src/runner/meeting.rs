@@ -1,59 +1,21 @@
-//! Where the processes of a run meet: the store of their launch's
-//! [`World`] (an in-process store for one process alone). Through it they
-//! check they run the same plan, share the NCCL unique id, hold the barrier
-//! before each timed batch, send their ranks' results to process 0, and
-//! learn how the run ended.
+//! Where the processes of a run meet: the meeting of their launch's
+//! [`World`] (over an in-process store for one process alone). Through
+//! it they check they run the same plan, share the NCCL unique id, hold
+//! the barrier before each timed batch, send their ranks' results to
+//! process 0, and learn how the run ended.
 //!
-//! No wait here hangs: each waits at most the store's timeout (then fails
-//! naming the ranks or processes that did not come), in slices, between
-//! which it looks for a failure another process published; so one failing
-//! process stops every other within a slice, whatever they were waiting
-//! for.
+//! Every step is `nccl_group::store::meet`'s: no wait hangs (each ends at
+//! the store's timeout, naming the ranks or processes that did not
+//! come), and one process's failure, published here, ends every other
+//! process's waits within a slice. This module names the steps and puts
+//! their errors in the benches' terms.
 
-use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use nccl_core::UniqueId;
 
 use crate::error::BenchError;
-use crate::world::World;
-
-/// How long one wait on the store lasts before looking for a failure.
-pub const SLICE: Duration = Duration::from_millis(200);
-
-/// What kind of participant a meeting waits for, as messages name them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Who {
-    /// An NCCL rank (one GPU).
-    Rank,
-    /// A process of the launch.
-    Process,
-}
-
-impl Who {
-    /// `rank 3`, `ranks 1, 3`, `process 2`, `processes 1, 2`.
-    fn name(self, numbers: &[usize]) -> String {
-        let noun = match (self, numbers.len()) {
-            (Who::Rank, 1) => "rank",
-            (Who::Rank, _) => "ranks",
-            (Who::Process, 1) => "process",
-            (Who::Process, _) => "processes",
-        };
-        let list: Vec<String> = numbers.iter().map(ToString::to_string).collect();
-        format!("{noun} {}", list.join(", "))
-    }
-}
-
-/// A process's failure, as published for the others.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Failure {
-    /// `process 2`.
-    origin: String,
-    /// Its error on one line.
-    message: String,
-    /// Its exit status.
-    status: u8,
-}
+use crate::world::{Who, World, met, published};
 
 /// The meeting place of one run's processes.
 pub struct Meeting {
@@ -81,144 +43,82 @@ impl Meeting {
         self.world.timeout
     }
 
-    fn origin(&self) -> String {
-        Who::Process.name(&[self.process()])
-    }
-
     /// Publishes `error` as this process's failure, for every process to
     /// stop on, unless a failure stands already; returns what to report:
-    /// `error`, or the failure that came first (its likely cause), but
-    /// never in place of a usage or environment error (exit status 2),
-    /// which no other failure causes.
+    /// `error`, or the failure another process published first (its
+    /// likely cause), but never in place of a usage or environment error
+    /// (exit status 2), which no other failure causes.
     pub fn fail(&self, error: BenchError) -> BenchError {
-        let failure = Failure {
-            origin: self.origin(),
-            message: error.one_line(),
-            status: error.exit_code(),
-        };
-        let Ok(bytes) = serde_json::to_vec(&failure) else {
-            return error;
-        };
-        let key = self.world.key("failed");
-        let standing = match self.world.store().compare_set(&key, None, &bytes) {
-            Ok(outcome) if !outcome.swapped => outcome.current,
+        let code = error.exit_code();
+        match self.world.meeting().fail(&error.one_line(), code.into()) {
+            Ok(Some(standing)) if code != 2 => published(standing),
             // Published, or the store is gone (the others find out from it).
-            _ => None,
-        };
-        match standing.as_deref().map(decode_failure) {
-            Some(standing) if failure.status != 2 && standing != failure => peer(standing),
             _ => error,
         }
     }
 
-    /// Fails with the failure another process published, if any
-    /// ([`BenchError::Stopped`] for this process's own, which [`Meeting::fail`]
-    /// turns back into the failure).
+    /// Fails with the failure another process published, if any.
     ///
     /// # Errors
     /// The failure, or the store's.
     pub fn check(&self) -> Result<(), BenchError> {
-        match self.world.store().try_get(&self.world.key("failed"))? {
+        match self.world.meeting().failure()? {
+            Some(failure) => Err(published(failure)),
             None => Ok(()),
-            Some(bytes) => {
-                let failure = decode_failure(&bytes);
-                Err(if failure.origin == self.origin() {
-                    BenchError::Stopped
-                } else {
-                    peer(failure)
-                })
-            }
         }
     }
 
-    /// Waits until every key of `keys` is set, key `i` standing for
-    /// `who` number `numbers[i]`, for the meeting called `what`: at most
-    /// `timeout`, and (`watch`) until a process fails.
-    fn wait_all(
-        &self,
-        (what, who): (&str, Who),
-        keys: &[String],
-        numbers: &[usize],
-        timeout: Duration,
-        watch: bool,
-    ) -> Result<(), BenchError> {
-        let store = self.world.store();
-        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match store.wait(&names, left.min(SLICE)) {
-                Ok(()) => return Ok(()),
-                Err(error) if error.is_timeout() => {}
-                Err(error) => return Err(error.into()),
-            }
-            if watch {
-                self.check()?;
-            }
-            if Instant::now() >= deadline {
-                let mut missing = Vec::new();
-                for (key, &number) in keys.iter().zip(numbers) {
-                    if store.try_get(key)?.is_none() {
-                        missing.push(number);
-                    }
-                }
-                return Err(BenchError::Absent {
-                    missing: who.name(&missing),
-                    what: what.to_string(),
-                    waited: timeout,
-                });
-            }
-        }
-    }
-
-    /// Shares `value` under `name` for the other processes.
-    ///
-    /// # Errors
-    /// The store's.
-    pub fn share(&self, name: &str, value: &[u8]) -> Result<(), BenchError> {
-        let key = self.world.key(&format!("{name}/{}", self.process()));
-        Ok(self.world.store().set(&key, value)?)
-    }
-
-    /// What each of `processes` shared under `name`, in order, waiting
-    /// for them as the meeting called `what`.
+    /// Every process's `value` under `name`, in process order, on every
+    /// process, waiting for them as the meeting called `what`.
     ///
     /// # Errors
     /// A process did not share it in time, another failed, or the store's.
-    pub fn collect(
+    pub fn all_gather(
         &self,
         name: &str,
         what: &str,
-        processes: Range<usize>,
+        value: &[u8],
     ) -> Result<Vec<Vec<u8>>, BenchError> {
-        let numbers: Vec<usize> = processes.collect();
-        let keys: Vec<String> = numbers
-            .iter()
-            .map(|process| self.world.key(&format!("{name}/{process}")))
-            .collect();
-        self.wait_all((what, Who::Process), &keys, &numbers, self.timeout(), true)?;
-        keys.iter()
-            .map(|key| Ok(self.world.store().get(key, self.timeout())?))
-            .collect()
+        self.world
+            .meeting()
+            .all_gather(name, value)
+            .map_err(|error| met(error, what, Who::Process))
     }
 
-    /// The barrier numbered `count` of `ranks` ranks, as `rank`: returns
-    /// once every rank has come to it, for the meeting called `what`.
+    /// Every process's `value` under `name`, in process order, on process
+    /// 0 (which waits for them as the meeting called `what`); `None` on
+    /// the others, which go on at once.
     ///
     /// # Errors
-    /// A rank did not come in time, a process failed, or the store's.
-    pub fn barrier(
+    /// On process 0, a process did not share it in time or another
+    /// failed; anywhere, the store's.
+    pub fn gather(
         &self,
-        rank: usize,
-        ranks: usize,
-        count: u64,
+        name: &str,
         what: &str,
-    ) -> Result<(), BenchError> {
-        let key = |rank: usize| self.world.key(&format!("barrier/{count}/{rank}"));
-        self.world.store().set(&key(rank), b"")?;
-        let numbers: Vec<usize> = (0..ranks).collect();
-        let keys: Vec<String> = numbers.iter().map(|&rank| key(rank)).collect();
-        self.wait_all((what, Who::Rank), &keys, &numbers, self.timeout(), true)
+        value: &[u8],
+    ) -> Result<Option<Vec<Vec<u8>>>, BenchError> {
+        self.world
+            .meeting()
+            .gather(0, name, value)
+            .map_err(|error| met(error, what, Who::Process))
+    }
+
+    /// The bench communicator's unique id: process 0 creates it, the
+    /// others receive it.
+    ///
+    /// # Errors
+    /// NCCL cannot make an id, process 0 did not share it in time, a
+    /// process failed, or the store's.
+    pub fn unique_id(&self) -> Result<UniqueId, BenchError> {
+        let bytes = self
+            .world
+            .meeting()
+            .share_from(0, "unique-id", || {
+                Ok::<_, BenchError>(UniqueId::new()?.as_bytes().to_vec())
+            })
+            .map_err(|error| met(error, "the sharing of NCCL's unique id", Who::Process))?;
+        Ok(UniqueId::try_from_slice(&bytes)?)
     }
 
     /// How the run ended, from process 0 to every process: process 0
@@ -229,13 +129,14 @@ impl Meeting {
     /// # Errors
     /// Process 0 did not share it in time, a process failed, or the store's.
     pub fn conclude(&self, wrong: u64) -> Result<u64, BenchError> {
-        if self.process() == 0 {
-            self.share("outcome", wrong.to_string().as_bytes())?;
-            return Ok(wrong);
-        }
-        let shared = self.collect("outcome", "the end of the run", 0..1)?;
-        let text =
-            String::from_utf8_lossy(shared.first().map_or(&[][..], Vec::as_slice)).into_owned();
+        let shared = self
+            .world
+            .meeting()
+            .share_from(0, "outcome", || {
+                Ok::<_, BenchError>(wrong.to_string().into_bytes())
+            })
+            .map_err(|error| met(error, "the end of the run", Who::Process))?;
+        let text = String::from_utf8_lossy(&shared).into_owned();
         text.parse().map_err(|_| {
             BenchError::Usage(format!(
                 "process 0 ended the run with {text:?}, not a count of wrong elements: run the same \
@@ -252,39 +153,7 @@ impl Meeting {
     /// # Errors
     /// A process did not leave in time, or failed; or the store's.
     pub fn leave(&self, timeout: Duration) -> Result<(), BenchError> {
-        if self.process() != 0 {
-            return self.share("left", b"");
-        }
-        let numbers: Vec<usize> = (1..self.world.size).collect();
-        let keys: Vec<String> = numbers
-            .iter()
-            .map(|process| self.world.key(&format!("left/{process}")))
-            .collect();
-        self.wait_all(
-            ("the end of the run", Who::Process),
-            &keys,
-            &numbers,
-            timeout,
-            false,
-        )?;
-        self.check()
-    }
-}
-
-/// The failure in `bytes`, or one that says it could not be read.
-fn decode_failure(bytes: &[u8]) -> Failure {
-    serde_json::from_slice(bytes).unwrap_or_else(|error| Failure {
-        origin: "another process".to_string(),
-        message: format!("its failure record cannot be read ({error})"),
-        status: 1,
-    })
-}
-
-fn peer(failure: Failure) -> BenchError {
-    BenchError::Peer {
-        origin: failure.origin,
-        message: failure.message,
-        status: failure.status,
+        self.world.leave_within(timeout)
     }
 }
 
@@ -315,31 +184,20 @@ mod tests {
     }
 
     #[test]
-    fn names_of_who_is_missing() {
-        assert_eq!(Who::Rank.name(&[3]), "rank 3");
-        assert_eq!(Who::Rank.name(&[1, 3]), "ranks 1, 3");
-        assert_eq!(Who::Process.name(&[2]), "process 2");
-        assert_eq!(Who::Process.name(&[0, 2]), "processes 0, 2");
-    }
-
-    #[test]
-    fn processes_share_and_collect_over_a_file_store() {
+    fn processes_gather_over_a_file_store() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(FileStore::open(dir.path(), Duration::from_secs(10)).unwrap());
         let meetings = meetings(&store, 3);
-        let collected: Vec<Vec<Vec<u8>>> = std::thread::scope(|scope| {
+        let gathered: Vec<_> = std::thread::scope(|scope| {
             let handles: Vec<_> = meetings
                 .iter()
                 .map(|meeting| {
                     scope.spawn(move || {
-                        meeting.share("v", &[meeting.process() as u8]).unwrap();
-                        for count in 0..3 {
-                            meeting
-                                .barrier(meeting.process(), 3, count, "a test barrier")
-                                .unwrap();
-                        }
-                        meeting.collect("v", "the values", 0..3).unwrap()
+                        let value = [meeting.process() as u8];
+                        let all = meeting.all_gather("v", "the values", &value).unwrap();
+                        let to_0 = meeting.gather("w", "the rows", &value).unwrap();
+                        (all, to_0)
                     })
                 })
                 .collect();
@@ -348,76 +206,61 @@ mod tests {
                 .map(|handle| handle.join().unwrap())
                 .collect()
         });
-        for values in collected {
-            assert_eq!(values, vec![vec![0], vec![1], vec![2]]);
+        let every = vec![vec![0], vec![1], vec![2]];
+        for (process, (all, to_0)) in gathered.into_iter().enumerate() {
+            assert_eq!(all, every);
+            assert_eq!(to_0, (process == 0).then(|| every.clone()));
         }
     }
 
     #[test]
-    fn a_missing_rank_is_named_when_the_wait_ends() {
-        let store = in_process(Duration::from_millis(300));
-        let meetings = meetings(&store, 1);
-        let started = Instant::now();
-        let error = meetings[0]
-            .barrier(0, 3, 0, "the barrier before a timed batch")
-            .unwrap_err();
-        assert!(started.elapsed() >= Duration::from_millis(300));
+    fn a_missing_process_is_named_when_the_wait_ends() {
+        let store = in_process(Duration::from_millis(50));
+        let meetings = meetings(&store, 3);
+        meetings[1].gather("rows", "the rows", b"").unwrap();
+        let error = meetings[0].gather("rows", "the rows", b"").unwrap_err();
         assert_eq!(error.exit_code(), 1);
         assert!(error.is_timeout());
-        let text = error.to_string();
-        assert!(
-            text.starts_with(
-                "ranks 1, 2 did not reach the barrier before a timed batch within 300ms"
-            ),
-            "{text}"
-        );
-        let error = meetings[0].collect("rows", "the rows", 1..2).unwrap_err();
         assert!(
             error
                 .to_string()
-                .starts_with("process 1 did not reach the rows"),
+                .starts_with("process 2 did not reach the rows within"),
             "{error}"
         );
     }
 
     #[test]
-    fn a_failure_stops_every_wait_within_a_slice() {
-        let store = in_process(Duration::from_secs(30));
+    fn a_failure_stops_every_wait_with_its_status() {
+        let store = in_process(Duration::from_secs(300));
         let meetings = meetings(&store, 2);
         std::thread::scope(|scope| {
-            let waiter = scope.spawn(|| {
-                let started = Instant::now();
-                let error = meetings[0].barrier(0, 2, 0, "a barrier").unwrap_err();
-                (started.elapsed(), error)
-            });
-            std::thread::sleep(Duration::from_millis(100));
+            let waiter = scope.spawn(|| meetings[0].gather("rows", "the rows", b"").unwrap_err());
             let own = meetings[1].fail(BenchError::Usage("-r 7 is not a rank".to_string()));
             assert!(matches!(own, BenchError::Usage(_)), "{own}");
-            let (waited, error) = waiter.join().unwrap();
-            assert!(waited < Duration::from_secs(5), "{waited:?}");
+            let error = waiter.join().unwrap();
             assert_eq!(error.to_string(), "process 1 failed: -r 7 is not a rank");
             // Every process exits with the failing one's status.
             assert_eq!(error.exit_code(), 2);
         });
-        // The first failure stands: a later one reports it as the cause
-        // (but for its own usage errors), and the failing process's own
-        // waits say it stopped.
-        let later = meetings[0].fail(BenchError::Stopped);
+        // The first failure stands: a later one reports it as the cause,
+        // but for its own usage errors.
+        let later = meetings[0].fail(BenchError::Lost);
         assert_eq!(later.to_string(), "process 1 failed: -r 7 is not a rank");
         let own = meetings[0].fail(BenchError::Environment("no GPU".to_string()));
         assert_eq!(own.to_string(), "no GPU");
-        assert!(matches!(meetings[1].check(), Err(BenchError::Stopped)));
-        // A rank of the failing process that stopped reports the failure.
-        assert_eq!(
-            meetings[1].fail(BenchError::Stopped).to_string(),
-            "process 1 failed: -r 7 is not a rank"
-        );
+        assert!(meetings[1].check().is_ok(), "its own failure");
+        assert!(matches!(
+            meetings[0].check(),
+            Err(BenchError::Peer { status: 2, .. })
+        ));
     }
 
     #[test]
     fn process_0_leaves_last_and_learns_of_late_failures() {
         let store = in_process(Duration::from_secs(10));
         let meetings = meetings(&store, 2);
+        assert_eq!(meetings[0].conclude(15).unwrap(), 15);
+        assert_eq!(meetings[1].conclude(0).unwrap(), 15);
         meetings[1].leave(Duration::from_secs(10)).unwrap();
         meetings[0].leave(Duration::from_secs(10)).unwrap();
         meetings[1].fail(BenchError::Lost);
@@ -433,7 +276,7 @@ mod tests {
         assert!(
             error
                 .to_string()
-                .starts_with("process 1 did not reach the end of the run within 50ms"),
+                .starts_with("process 1 did not reach the end of the run within"),
             "{error}"
         );
     }

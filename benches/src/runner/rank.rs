@@ -136,7 +136,7 @@ fn run_rank(
     sender: &Sender<Message>,
 ) -> Result<(), BenchError> {
     let RankPlace { rank, gpu } = place;
-    let barrier = RankBarrier::new(meeting, rank, plan.world);
+    let barrier = RankBarrier::new(meeting, rank, plan.world)?;
     let device = Device::new(gpu)?;
     device.bind_to_thread()?;
     let stream = if plan.method.stream_null {

@@ -129,6 +129,13 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "group",
+            call: "Membership::join",
+            input: "world size 2147483648",
+            expect: &["invalid world size", "at most 2147483647", "got 2147483648"],
+            run: || join(0, 1 << 31),
+        },
+        Row {
+            area: "group",
             call: "PrefixStore::new",
             input: "empty prefix",
             expect: &["store prefix", "expected a non-empty name without '/'"],
@@ -335,6 +342,20 @@ pub fn rows() -> Vec<Row> {
             input: "NCCL_RS_STORE=file: (no directory)",
             expect: &["NCCL_RS_STORE=\"file:\"", "\"file:<directory>\""],
             run: || launch(&[("NCCL_RS_STORE", Some("file:"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE=file:shared/dir (relative)",
+            expect: &["NCCL_RS_STORE=\"file:shared/dir\"", "give an absolute path"],
+            run: || launch(&[("NCCL_RS_STORE", Some("file:shared/dir"))]),
+        },
+        Row {
+            area: "env",
+            call: "RendezvousConfig::from_vars",
+            input: "NCCL_RS_STORE=file:/shared by hand, NCCL_RS_NAMESPACE unset",
+            expect: &["NCCL_RS_STORE=file:/shared", "needs NCCL_RS_NAMESPACE"],
+            run: || launch(&[("NCCL_RS_STORE", Some("file:/shared"))]),
         },
         Row {
             area: "env",

@@ -52,24 +52,58 @@ fn flock_error(path: &Path, errno: Errno) -> StoreError {
 }
 
 /// The exclusive lock on a lock file, held until dropped.
+///
+/// Its holder's record (`pid N`) stays in the file while it holds the
+/// lock and is cleared when it releases it; a record found on taking the
+/// lock is a holder's that died holding it, in the middle of a write
+/// that may have left a temporary file ([`LockGuard::abandoned`]).
 pub(super) struct LockGuard {
     // Closing the file releases the lock.
-    _file: File,
+    file: File,
+    /// The previous holder died holding the lock, and nobody has cleaned
+    /// up after it yet: keep the record for the next holder.
+    abandoned: bool,
+}
+
+impl LockGuard {
+    /// Whether the previous holder died holding the lock (killed in the
+    /// middle of a mutation) and nobody has cleaned up after it.
+    pub(super) fn abandoned(&self) -> bool {
+        self.abandoned
+    }
+
+    /// Says the holder cleaned up after the dead one, so the record goes
+    /// at release.
+    pub(super) fn cleaned_up(&mut self) {
+        self.abandoned = false;
+    }
+}
+
+impl Drop for LockGuard {
+    /// Clears the record (unless a dead holder's is left to clean up
+    /// after), then releases the lock by closing the file.
+    fn drop(&mut self) {
+        if !self.abandoned {
+            let _ = self.file.set_len(0);
+        }
+    }
 }
 
 /// Takes the exclusive lock on `path`, retrying with a short backoff until
 /// `timeout`; then fails with [`StoreError::Lock`]. Writes the holder's pid
-/// into the file, for a human looking for a hung holder.
+/// into the file, for a human looking for a hung holder (and for the next
+/// holder: see [`LockGuard`]).
 pub(super) fn lock_exclusive(path: &Path, timeout: Duration) -> Result<LockGuard> {
     let mut file = open_lock_file(path)?;
     let deadline = Deadline::after(timeout);
     let mut backoff = Duration::from_micros(200);
     loop {
         if try_flock(&file, path, FlockOperation::NonBlockingLockExclusive)? {
+            let abandoned = file.metadata().is_ok_and(|m| m.len() > 0);
             let _ = file.set_len(0);
             let _ = file.rewind();
             let _ = writeln!(file, "pid {}", std::process::id());
-            return Ok(LockGuard { _file: file });
+            return Ok(LockGuard { file, abandoned });
         }
         let Some(left) = deadline.remaining() else {
             return Err(StoreError::Lock {

@@ -131,6 +131,7 @@ mod tests {
             ("RANK", "0".to_owned()),
             ("WORLD_SIZE", "1".to_owned()),
             ("NCCL_RS_STORE", spec),
+            ("NCCL_RS_NAMESPACE", "connect-test".to_owned()),
             ("NCCL_RS_STORE_TIMEOUT_SECS", "3".to_owned()),
         ]
         .into_iter()

@@ -515,6 +515,7 @@ fn the_agent_store_variable_is_read_as_torch_and_people_write_it() {
     // A file store is kept: the agent's address is not needed.
     vars.insert("TORCHELASTIC_USE_AGENT_STORE", "True".into());
     vars.insert("NCCL_RS_STORE", "file:/shared/rdzv".into());
+    vars.insert("NCCL_RS_NAMESPACE", "agent-test".into());
     assert!(matches!(
         config(&vars).unwrap().store,
         StoreSpec::File { .. }

@@ -14,7 +14,8 @@ impl RendezvousConfig {
     /// and `GROUP_RANK` (the last two where known), the store
     /// (`MASTER_ADDR` and `MASTER_PORT`; `NCCL_RS_STORE=file:<dir>`; or
     /// torchrun's agent store), and `NCCL_RS_NAMESPACE` unless the
-    /// namespace is the default `manual`.
+    /// namespace is the default `manual` and the store not a file store
+    /// (which needs one: give the configuration a namespace of its run).
     ///
     /// The timeout and the secret are not among them: they pass through
     /// the launcher's own environment, and a secret never belongs on a
@@ -48,7 +49,7 @@ impl RendezvousConfig {
                 vars.push((AGENT_STORE_VAR, "True".to_owned()));
             }
         }
-        if self.namespace != "manual" {
+        if self.namespace != "manual" || matches!(self.store, StoreSpec::File { .. }) {
             vars.push((NAMESPACE_VAR, self.namespace.clone()));
         }
         vars
@@ -89,6 +90,9 @@ mod tests {
             },
         )
         .unwrap();
+        // A file store needs a namespace where no launcher names the job:
+        // even the default one is passed on.
+        assert_eq!(read_back(&alone), alone);
         alone.namespace = "job-7".into();
         assert_eq!(read_back(&alone), alone);
         assert_eq!(

@@ -6,8 +6,9 @@
 
 use super::Vars;
 use super::slurm::{JOB_ID_VARS, STEP_ID_VARS};
+use super::store::STORE_VAR;
 use crate::Result;
-use crate::rendezvous::{Launcher, config_error};
+use crate::rendezvous::{Launcher, StoreSpec, config_error};
 
 /// The variable that sets the namespace outright.
 pub(super) const NAMESPACE_VAR: &str = "NCCL_RS_NAMESPACE";
@@ -66,8 +67,12 @@ fn compose(launcher: &str, parts: &[String]) -> String {
     format!("{launcher}~{hash:016x}")
 }
 
-/// The key namespace of this run (see the module docs).
-pub(super) fn namespace(vars: &Vars<'_>, launcher: Launcher) -> Result<String> {
+/// The key namespace of this run (see the module docs), meeting at
+/// `store`: a file store, whose directory may outlive the run or serve
+/// another at once, needs one that names the job, so without a launcher's
+/// job id to derive it from (by hand, nccl-launch, mpiexec, an mpirun
+/// without one) it must be set.
+pub(super) fn namespace(vars: &Vars<'_>, launcher: Launcher, store: &StoreSpec) -> Result<String> {
     if let Some(raw) = vars.get(NAMESPACE_VAR) {
         let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.');
         if raw.is_empty() || raw.len() > MAX_NAMESPACE_LEN || !raw.bytes().all(allowed) {
@@ -81,6 +86,25 @@ pub(super) fn namespace(vars: &Vars<'_>, launcher: Launcher) -> Result<String> {
             ));
         }
         return Ok(raw);
+    }
+    let open_mpi_job = vars.first(&OPEN_MPI_JOB_ID_VARS);
+    let names_no_job = match launcher {
+        Launcher::Manual | Launcher::Pmi => true,
+        Launcher::OpenMpi => open_mpi_job.is_none(),
+        Launcher::Torchrun | Launcher::Slurm => false,
+    };
+    if names_no_job && let StoreSpec::File { dir } = store {
+        return Err(config_error(
+            NAMESPACE_VAR,
+            format!(
+                "{STORE_VAR}=file:{} needs {NAMESPACE_VAR}: no job id of a launcher names this \
+                 run (launcher: {launcher}), so two runs sharing the directory would read each \
+                 other's keys; set {NAMESPACE_VAR} to a name of this run, the \
+                 same on every rank (1 to {MAX_NAMESPACE_LEN} of A-Z a-z 0-9 . _ -, e.g. \
+                 NCCL_RS_NAMESPACE=train-20240501-1 in the script that starts the ranks)",
+                dir.display()
+            ),
+        ));
     }
     let value = |names: &[&'static str], missing: &str| {
         vars.first(names)
@@ -102,7 +126,7 @@ pub(super) fn namespace(vars: &Vars<'_>, launcher: Launcher) -> Result<String> {
                 value(&["SLURM_RESTART_COUNT"], "0"),
             ],
         ),
-        Launcher::OpenMpi => match vars.first(&OPEN_MPI_JOB_ID_VARS) {
+        Launcher::OpenMpi => match open_mpi_job {
             Some((_, id)) => compose("ompi", &[id.trim().to_owned()]),
             None => "ompi".to_owned(),
         },

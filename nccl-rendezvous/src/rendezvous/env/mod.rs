@@ -88,7 +88,7 @@ impl RendezvousConfig {
         let timeout = store::timeout(&vars)?;
         let secret = store::secret(&vars)?;
         let allow_unauthenticated_remote = store::allow_unauthenticated(&vars)?;
-        let namespace = identity::namespace(&vars, launcher)?;
+        let namespace = identity::namespace(&vars, launcher, &store)?;
         Ok(RendezvousConfig {
             rank: numbering.rank,
             world_size: numbering.world_size,

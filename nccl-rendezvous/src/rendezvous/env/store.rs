@@ -23,27 +23,40 @@ pub(super) const MASTER_ADDR_VAR: &str = "MASTER_ADDR";
 /// Rank 0's (or the agent's) port.
 pub(super) const MASTER_PORT_VAR: &str = "MASTER_PORT";
 
-/// The store `NCCL_RS_STORE` names (`tcp`, the default, or `file:<dir>`).
+/// The store `NCCL_RS_STORE` names (`tcp`, the default, or
+/// `file:<absolute directory>`), whitespace around it ignored.
 pub(super) fn spec(
     vars: &Vars<'_>,
     launcher: Launcher,
     numbering: &Numbering,
 ) -> Result<StoreSpec> {
-    match vars.get(STORE_VAR) {
-        None => tcp(vars, launcher, numbering),
-        Some(raw) if raw.trim().eq_ignore_ascii_case("tcp") => tcp(vars, launcher, numbering),
-        Some(raw) => match raw.strip_prefix("file:") {
-            Some(dir) if !dir.trim().is_empty() => Ok(StoreSpec::File {
-                dir: PathBuf::from(dir),
-            }),
-            _ => Err(config_error(
-                STORE_VAR,
-                format!(
-                    "NCCL_RS_STORE={raw:?} is not a store kind; expected \"tcp\" (the default) \
-                     or \"file:<directory>\" with a directory every rank can see"
-                ),
-            )),
-        },
+    let Some(raw) = vars.get(STORE_VAR) else {
+        return tcp(vars, launcher, numbering);
+    };
+    let value = raw.trim();
+    if value.eq_ignore_ascii_case("tcp") {
+        return tcp(vars, launcher, numbering);
+    }
+    match value
+        .strip_prefix("file:")
+        .map(|dir| PathBuf::from(dir.trim()))
+    {
+        Some(dir) if dir.is_absolute() => Ok(StoreSpec::File { dir }),
+        Some(dir) if !dir.as_os_str().is_empty() => Err(config_error(
+            STORE_VAR,
+            format!(
+                "{STORE_VAR}={raw:?} names the relative directory {dir:?}: ranks started in \
+                 different working directories would not meet; give an absolute path, \
+                 file:/<directory every rank sees>"
+            ),
+        )),
+        _ => Err(config_error(
+            STORE_VAR,
+            format!(
+                "{STORE_VAR}={raw:?} is not a store kind; expected \"tcp\" (the default) \
+                 or \"file:<directory>\" with an absolute directory every rank can see"
+            ),
+        )),
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::super::sources::QUANTITIES;
-use super::{BASE, ErrorCase, base, cfg, err};
+use super::{BASE, ErrorCase, base, cfg, err, with};
 use crate::DEFAULT_TIMEOUT;
 use crate::rendezvous::{Launcher, RendezvousConfig, StoreSpec};
 
@@ -171,7 +171,7 @@ fn store_errors() {
             &[("NCCL_RS_STORE", "redis")],
             &[],
             "NCCL_RS_STORE",
-            "NCCL_RS_STORE=\"redis\" is not a store kind; expected \"tcp\" (the default) or \"file:<directory>\" with a directory every rank can see",
+            "NCCL_RS_STORE=\"redis\" is not a store kind; expected \"tcp\" (the default) or \"file:<directory>\" with an absolute directory every rank can see",
         ),
         (
             &[("MASTER_ADDR", " ")],
@@ -216,18 +216,6 @@ fn store_errors() {
             "NCCL_RS_STORE"
         );
     }
-    let c = cfg(&[
-        ("RANK", "0"),
-        ("WORLD_SIZE", "1"),
-        ("NCCL_RS_STORE", "file:/shared/rdzv"),
-    ])
-    .unwrap();
-    assert_eq!(
-        c.store,
-        StoreSpec::File {
-            dir: "/shared/rdzv".into()
-        }
-    );
     let c = cfg(&base(
         &[("NCCL_RS_STORE", "TCP"), ("MASTER_ADDR", "[::1]")],
         &[],
@@ -240,6 +228,93 @@ fn store_errors() {
             port: 29500
         }
     );
+}
+
+#[test]
+fn the_store_setting_is_trimmed_and_a_file_store_needs_an_absolute_directory() {
+    for spelled in [
+        "file:/shared/rdzv",
+        " file:/shared/rdzv ",
+        "file: /shared/rdzv\n",
+    ] {
+        let c = cfg(&base(
+            &[("NCCL_RS_STORE", spelled), ("NCCL_RS_NAMESPACE", "run-1")],
+            &[],
+        ))
+        .unwrap_or_else(|e| panic!("{spelled:?}: {e}"));
+        assert_eq!(
+            c.store,
+            StoreSpec::File {
+                dir: "/shared/rdzv".into()
+            },
+            "{spelled:?}"
+        );
+    }
+    for spelled in ["tcp\n", " TCP ", "\ttcp"] {
+        let c = cfg(&base(&[("NCCL_RS_STORE", spelled)], &[]));
+        assert!(
+            matches!(
+                c,
+                Ok(RendezvousConfig {
+                    store: StoreSpec::Tcp { .. },
+                    ..
+                })
+            ),
+            "{spelled:?}: {c:?}"
+        );
+    }
+    for relative in ["file:shared/dir", "file:./rdzv", "file:~/rdzv"] {
+        let (var, msg) = err(&base(
+            &[("NCCL_RS_STORE", relative), ("NCCL_RS_NAMESPACE", "run-1")],
+            &[],
+        ));
+        assert_eq!(var, "NCCL_RS_STORE");
+        assert!(
+            msg.starts_with(&format!(
+                "NCCL_RS_STORE={relative:?} names the relative directory"
+            )),
+            "{msg}"
+        );
+        assert!(msg.contains("give an absolute path"), "{msg}");
+    }
+}
+
+#[test]
+fn a_file_store_without_a_job_id_needs_a_namespace() {
+    let file = ("NCCL_RS_STORE", "file:/shared/rdzv");
+    let by_hand = base(&[file], &[]);
+    let pmi = [("PMI_RANK", "1"), ("PMI_SIZE", "4"), file];
+    let ompi = [
+        ("OMPI_COMM_WORLD_RANK", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "4"),
+        file,
+    ];
+    for (launch, launcher) in [
+        (&by_hand[..], Launcher::Manual),
+        (&pmi[..], Launcher::Pmi),
+        (&ompi[..], Launcher::OpenMpi),
+    ] {
+        let (var, msg) = err(launch);
+        assert_eq!(var, "NCCL_RS_NAMESPACE", "{launcher:?}");
+        assert!(
+            msg.starts_with(
+                "NCCL_RS_STORE=file:/shared/rdzv needs NCCL_RS_NAMESPACE: no job id of a \
+                 launcher names this run"
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("set NCCL_RS_NAMESPACE to a name of this run"),
+            "{msg}"
+        );
+        let named = with(launch, &[("NCCL_RS_NAMESPACE", "run-1")], &[]);
+        let c = cfg(&named).unwrap();
+        assert_eq!((c.launcher, c.namespace.as_str()), (launcher, "run-1"));
+    }
+    // A launcher's job id names the run; the TCP store lives with it.
+    let ompi_job = with(&ompi, &[("OMPI_MCA_ess_base_jobid", "3812")], &[]);
+    assert_eq!(cfg(&ompi_job).unwrap().namespace, "ompi.3812");
+    assert_eq!(cfg(&BASE).unwrap().namespace, "manual");
 }
 
 #[test]
