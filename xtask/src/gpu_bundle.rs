@@ -1,8 +1,8 @@
 //! `cargo xtask gpu-bundle`: build everything the GPU machine runs, here.
 //!
 //! The GPU machine has no Rust toolchain, so this builds, in release mode,
-//! every integration test target named `gpu_*` in the workspace, every bench
-//! target, every binary of the `benches` and `nccl-launch` packages, the
+//! every GPU integration test target (`gpu`, `gpu_*`) in the workspace,
+//! every bench target, every binary of the `benches` and `nccl-launch` packages, the
 //! `torchrun_*` examples and the examples the bundle's scripts run
 //! (`c10d_interop`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
@@ -39,6 +39,13 @@ const LAUNCHED_EXAMPLE_PREFIX: &str = "torchrun_";
 /// like tools: run.sh does not launch them.
 const SCRIPT_EXAMPLES: [&str; 1] = ["c10d_interop"];
 
+/// Whether the integration test target `name` is a GPU test: a crate's
+/// `tests/gpu/main.rs` (target `gpu`), or one that must stand alone
+/// (`gpu_*`: it starts copies of itself, or sets a global allocator).
+fn is_gpu_test(name: &str) -> bool {
+    name == "gpu" || name.starts_with("gpu_")
+}
+
 /// Whether the example `name` goes into the bundle.
 fn bundled_example(name: &str) -> bool {
     name.starts_with(LAUNCHED_EXAMPLE_PREFIX) || SCRIPT_EXAMPLES.contains(&name)
@@ -57,7 +64,7 @@ pub struct Args {
 /// What a bundled binary is, which decides how run.sh treats it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Role {
-    /// A `gpu_*` integration test: run by run.sh.
+    /// A GPU integration test (`gpu`, `gpu_*`): run by run.sh.
     Test,
     /// A criterion bench: run by `run.sh --bench`.
     Bench,
@@ -104,7 +111,7 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut artifacts = Vec::new();
     if workspace.has_gpu_tests {
-        println!("==> cargo test --workspace --release --no-run --test 'gpu_*'");
+        println!("==> cargo test --workspace --release --no-run --test 'gpu*'");
         artifacts.extend(
             build(
                 &root,
@@ -115,14 +122,14 @@ pub fn run(args: Args) -> Result<()> {
                     "--release",
                     "--no-run",
                     "--test",
-                    "gpu_*",
+                    "gpu*",
                 ],
             )?
             .into_iter()
-            .filter(|a| a.role == Role::Test && a.target.starts_with("gpu_")),
+            .filter(|a| a.role == Role::Test && is_gpu_test(&a.target)),
         );
     } else {
-        println!("==> no gpu_* test targets in the workspace yet");
+        println!("==> no gpu test targets in the workspace yet");
     }
     if workspace.has_benches {
         println!("==> cargo bench --workspace --no-run --bench '*'");
@@ -207,7 +214,7 @@ fn workspace(root: &Path) -> Result<Workspace> {
         for target in package["targets"].as_array().into_iter().flatten() {
             let target_name = target["name"].as_str().unwrap_or_default();
             let is = |kind: &str| has_kind(target, kind);
-            workspace.has_gpu_tests |= is("test") && target_name.starts_with("gpu_");
+            workspace.has_gpu_tests |= is("test") && is_gpu_test(target_name);
             workspace.has_benches |= is("bench");
             if is("bin")
                 && let Some(tool) = TOOL_PACKAGES.iter().find(|&&tool| tool == name)
@@ -417,7 +424,7 @@ fn write_bundle(
         );
     }
     if tests.is_empty() {
-        println!("==> warning: no gpu_* tests yet: run.sh will report that no test ran");
+        println!("==> warning: no gpu tests yet: run.sh will report that no test ran");
     }
     total += pack_binaries(bundle)?;
     let mib = total as f64 / (1024.0 * 1024.0);
@@ -534,3 +541,18 @@ fn pack_binaries(bundle: &Path) -> Result<u64> {
 
 /// run.sh: runs on the GPU machine (bash, no Rust toolchain there).
 const RUN_SH: &str = include_str!("gpu_bundle/run.sh");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crates_gpu_binary_and_the_stand_alone_ones_are_gpu_tests() {
+        for name in ["gpu", "gpu_alloc", "gpu_group_faults_processes"] {
+            assert!(is_gpu_test(name), "{name}");
+        }
+        for name in ["cpu", "gpus", "launch", "store_memory_bounds"] {
+            assert!(!is_gpu_test(name), "{name}");
+        }
+    }
+}

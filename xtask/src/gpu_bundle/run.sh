@@ -4,7 +4,8 @@
 #
 #   run.sh [--bench] [filter...]
 #
-# * Every gpu_* test binary in bin/ runs with NCCL_TEST_REQUIRE_GPU=1 (a test
+# * Every GPU test binary in bin/ (a crate's `gpu`, and the `gpu_*` ones
+#   that must stand alone) runs with NCCL_TEST_REQUIRE_GPU=1 (a test
 #   that cannot find the GPUs it needs fails instead of skipping) and
 #   --test-threads=1 --nocapture (output as it happens, so a log cut off by
 #   a timeout still shows what the hung test printed). NCCL_NVLS_ENABLE=0
@@ -18,8 +19,8 @@
 #   benches run too, after the tests.
 # * GPU_TEST_TIMEOUT (seconds, default 540; 0 for none) bounds each test
 #   binary; one that runs over counts as failed.
-# * Multi-rank tests: every test named `ranks_*` runs with the rest of its
-#   binary (world size 1), then once more for each world size in
+# * Multi-rank tests: every test named `ranks_*` (in any module) runs with
+#   the rest of its binary (world size 1), then once more for each world size in
 #   RANKS_WORLDS (default "2 4") as every rank of `nccl-launch -n W`: one
 #   process per rank, each running only that test. With a GPU per rank each
 #   rank has its own; with fewer, every rank is a simulated host on GPU 0
@@ -230,7 +231,7 @@ main() {
         fi
         ranks_tests=()
         for test in ${tests[@]+"${tests[@]}"}; do
-            if [[ "$test" == ranks_* ]]; then
+            if [[ "${test##*::}" == ranks_* ]]; then
                 ranks_tests+=("$test")
             fi
         done

@@ -3,7 +3,7 @@
 //! (threads, each with its own `Membership` and cache): who creates the
 //! unique id and who meets whom, in one process and across processes, for
 //! collective and pair keys; and a closed cache. (`OnceMap` is in
-//! `cpu_once_map.rs`, failed rendezvous in `cpu_cache_rendezvous.rs`.)
+//! `cpu/once_map.rs`, failed rendezvous in `cpu/cache_rendezvous.rs`.)
 //!
 //! Every scenario that could deadlock runs under a deadline, so a bug fails
 //! the test instead of hanging it.

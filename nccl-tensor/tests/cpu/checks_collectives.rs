@@ -4,9 +4,7 @@
 //! with all its fields and its exact message (`checks_support` has the
 //! common ground). No GPU and no NCCL needed.
 
-mod checks_support;
-
-use checks_support::*;
+use crate::checks_support::*;
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{Layout, Op};
 

@@ -6,9 +6,7 @@
 //! (`checks::all_to_all_list`). Every error with its fields and exact
 //! message. No GPU and no NCCL needed.
 
-mod checks_support;
-
-use checks_support::*;
+use crate::checks_support::*;
 use nccl_core::{Call, DataType, ErrorKind, Op, ReduceOp, Version};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{

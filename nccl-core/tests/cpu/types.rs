@@ -1,6 +1,6 @@
 //! CPU tests of `DataType` and `ReduceOp`: the data type table, sizes, raw
 //! values, names and reductions. No NCCL and no GPU needed (the scalars of
-//! pre-multiplied sums are in `cpu_scalar_bytes.rs`).
+//! pre-multiplied sums are in `cpu/scalar_bytes.rs`).
 
 use float8::{F8E4M3, F8E5M2};
 use half::{bf16, f16};

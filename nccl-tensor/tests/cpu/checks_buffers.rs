@@ -4,9 +4,7 @@
 //! all its fields and its exact message (`checks_support` has the common
 //! ground). No GPU and no NCCL needed.
 
-mod checks_support;
-
-use checks_support::*;
+use crate::checks_support::*;
 use nccl_core::DataType;
 use nccl_core::nccl_sys::Version;
 use nccl_tensor::checks::{self, CommInfo};

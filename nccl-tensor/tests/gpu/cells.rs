@@ -1,6 +1,6 @@
 //! `TensorCell` on one GPU: construction and typed access, conversions back
 //! to `Tensor`, identity, and cells shared between threads (strided and
-//! aliased cells are in `gpu_cells_strided.rs`).
+//! aliased cells are in `gpu/cells_strided.rs`).
 
 use nccl_core::{DataType, Device, ReduceOp};
 use nccl_tensor::{Communicator, Error, Tensor, TensorCell};

@@ -1,6 +1,6 @@
 //! `ProcessGroup` at world size N, every operation: the `ranks_*` tests
 //! that run.sh runs on their own (world size 1) and under `nccl-launch -n
-//! 2` and `-n 4` (see `gpu_group_ranks.rs`). Each rank contributes values
+//! 2` and `-n 4` (see `gpu/ranks.rs`). Each rank contributes values
 //! that depend on its rank, the expected results are computed on the host,
 //! and every element of every output is checked (small integers, so the
 //! comparisons are exact).

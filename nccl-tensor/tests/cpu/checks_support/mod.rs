@@ -1,5 +1,4 @@
-//! Shared by nccl-tensor's `cpu_checks_*` test binaries (each declares
-//! `mod checks_support;`): CPU tests of every argument check the
+//! Shared by nccl-tensor's `checks_*` test modules: CPU tests of every argument check the
 //! communicator runs before NCCL sees anything, through
 //! [`Plan::new`] (one operation on a [`Layout`] of buffer descriptions and
 //! a stream's device) and the primitive checks of `nccl_tensor::checks`.
@@ -9,7 +8,6 @@
 //!
 //! This module holds the communicator facts, buffer descriptions, error
 //! matchers and the operation tables the tests loop over.
-#![allow(dead_code)]
 
 use std::fmt::Debug;
 

@@ -8,9 +8,7 @@
 //! its data-type match) needs a pre-multiplied sum created on a live
 //! communicator, so those checks are left to the GPU tests.
 
-mod checks_support;
-
-use checks_support::*;
+use crate::checks_support::*;
 use nccl_core::nccl_sys::Version;
 use nccl_core::{DataType, ReduceOp};
 use nccl_tensor::checks::{self, CommInfo};

@@ -14,10 +14,10 @@
 //! * send/recv between every ordered pair of ranks, single and list forms;
 //! * a barrier that returns before the last rank reached it fails;
 //! * destroy, then re-create under the same name; abort, then re-create;
-//! * the scenario of `gpu_group_multi.rs`'s `multi_gpu_process_child`.
+//! * the scenario of `gpu_group_multi.rs` (a binary of its own)'s `multi_gpu_process_child`.
 //!
 //! Every operation's values at world size N, and 8 threads issuing them on
-//! one group, are in `gpu_group_ranks_ops.rs`.
+//! one group, are in `gpu/ranks_ops.rs`.
 //!
 //! Without a GPU every test prints `SKIP: ...` and passes, unless
 //! `NCCL_TEST_REQUIRE_GPU=1`.
@@ -426,7 +426,7 @@ fn ranks_abort_then_recreate_under_the_same_name() {
     ctx.meet("aborted-done");
 }
 
-/// The scenario of `gpu_group_multi.rs`'s `multi_gpu_process_child` at any
+/// The scenario of `gpu_group_multi.rs` (a binary of its own)'s `multi_gpu_process_child` at any
 /// world size: `ProcessGroup::from_env`, all_reduce, broadcast from the last
 /// rank, all_gather in f16, send/recv both ways between ranks 0 and 1,
 /// barrier, then a collective destroy after which every call is refused.

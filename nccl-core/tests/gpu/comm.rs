@@ -1,7 +1,7 @@
 //! nccl-core on real GPUs: communicator creation, config, split, abort,
 //! finalize and one-thread initialisation of several ranks, with values
 //! checked against a host computation (the raw collectives are in
-//! `gpu_comm_ops.rs`). World size 1 on one GPU; the `multi_gpu_*` tests
+//! `gpu/comm_ops.rs`). World size 1 on one GPU; the `multi_gpu_*` tests
 //! need two or more.
 
 use std::sync::Arc;

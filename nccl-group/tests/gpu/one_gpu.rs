@@ -2,8 +2,8 @@
 //! and list (`*_multi`) forms with values checked on the host, on both
 //! kinds of communicator and both stream modes; ordering with the caller's
 //! stream. (`Work`, threads, destroy, abort and errors are in
-//! `gpu_group_lifecycle.rs`; several GPUs and processes in
-//! `gpu_group_multi.rs`.)
+//! `gpu/lifecycle.rs`; several GPUs and processes in
+//! `gpu_group_multi.rs` (a binary of its own).)
 //!
 //! Every test starts with `require_gpus(n)`: without the GPUs it prints
 //! `SKIP: ...` and passes, unless `NCCL_TEST_REQUIRE_GPU=1`.

@@ -1,0 +1,11 @@
+//! nccl-core's CPU tests, one module per concern: what needs no GPU (configs,
+//! errors, operations, element types, unique ids, and every call without a
+//! driver).
+
+mod config;
+mod errors;
+mod no_gpu;
+mod ops;
+mod scalar_bytes;
+mod types;
+mod unique_id;

@@ -1,0 +1,11 @@
+//! nccl-group's CPU tests, one module per concern: the communicator cache and
+//! its rendezvous, keys, error kinds, settings that must never panic, and the
+//! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md).
+
+mod bad_inputs;
+mod cache;
+mod cache_rendezvous;
+mod error_kinds;
+mod keys;
+mod once_map;
+mod settings_never_panic;

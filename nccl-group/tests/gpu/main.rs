@@ -1,0 +1,17 @@
+//! nccl-group's GPU tests, one module per concern (`ranks*` modules hold the
+//! `ranks_*` tests that run.sh also runs at world sizes 2 and 4). Each test
+//! starts with `require_gpus(n)`: without the GPUs it prints `SKIP: ...` and
+//! passes, unless `NCCL_TEST_REQUIRE_GPU=1`. Binaries of their own:
+//! `gpu_group_multi` and `gpu_group_faults_processes` start copies of
+//! themselves as child processes.
+
+mod abort_race;
+mod blocking_init;
+mod faults;
+mod lifecycle;
+mod one_gpu;
+mod ranks;
+mod ranks_batch;
+mod ranks_graphs;
+mod ranks_ops;
+mod ranks_register;
