@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::{Result, workspace_root};
+use crate::{Result, on_path, workspace_root};
 
 mod nccl_tests;
 
@@ -433,13 +433,6 @@ fn write_bundle(
         bundle.display()
     );
     Ok(())
-}
-
-/// The first `program` in `$PATH`, if any.
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
 }
 
 #[cfg(unix)]
