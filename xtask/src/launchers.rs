@@ -25,7 +25,7 @@ mod slurm;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 use serde_json::Value;
 
@@ -335,12 +335,24 @@ fn run_launch(launch: &Launch, cluster_env: &[(&str, OsString)], tally: &mut Tal
     for line in text.lines() {
         println!("    {line}");
     }
-    let status = output.status;
-    let timed_out = matches!(status.code(), Some(124 | 137));
-    let verdict = match &launch.expect {
-        _ if timed_out => Err(format!(
-            "still running after {LAUNCH_TIMEOUT_SECS} s, stopped by timeout"
-        )),
+    match verdict(&launch.expect, output.status, &text) {
+        Ok(what) => {
+            println!("PASS: {}: {what}", launch.name);
+            tally.passed += 1;
+        }
+        Err(why) => tally.fail(launch.name, &why),
+    }
+}
+
+/// Whether a launch that ended with `status` and printed `text` shows what
+/// `expect` asks: `Ok` with what it showed, or `Err` with why not.
+fn verdict(expect: &Expect, status: ExitStatus, text: &str) -> std::result::Result<String, String> {
+    if matches!(status.code(), Some(124 | 137)) {
+        return Err(format!(
+            "still running after {LAUNCH_TIMEOUT_SECS} s, stopped by timeout ({status})"
+        ));
+    }
+    match expect {
         Expect::Agree { launcher, ranks } => {
             let line = agreement_line(launcher, *ranks);
             if !status.success() {
@@ -360,13 +372,6 @@ fn run_launch(launch: &Launch, cluster_env: &[(&str, OsString)], tally: &mut Tal
                 Ok(format!("refused, naming `{message}`"))
             }
         }
-    };
-    match verdict {
-        Ok(what) => {
-            println!("PASS: {}: {what}", launch.name);
-            tally.passed += 1;
-        }
-        Err(why) => tally.fail(launch.name, &why),
     }
 }
 
@@ -418,4 +423,58 @@ fn build_launch_check() -> Result<PathBuf> {
         .filter(|message| message["target"]["name"] == "launch_check")
         .find_map(|message| message["executable"].as_str().map(PathBuf::from))
         .ok_or_else(|| "cargo built the launch_check example but reported no executable".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// The status of a process that exited with `code`.
+    fn exited(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn an_agreement_passes_only_with_status_0_and_rank_0s_line() {
+        let expect = Expect::Agree {
+            launcher: "srun",
+            ranks: 4,
+        };
+        let line = "launch_check srun: 4 ranks agree (1 node(s), namespace slurm.5.0.0)\n";
+        assert_eq!(
+            verdict(&expect, exited(0), line),
+            Ok("launch_check srun: 4 ranks agree".to_owned())
+        );
+        let other = "launch_check srun: 3 ranks agree (1 node(s), namespace slurm.5.0.0)\n";
+        for (status, text) in [(exited(1), line), (exited(0), other), (exited(0), "")] {
+            assert!(
+                verdict(&expect, status, text).is_err(),
+                "{status}: {text:?}"
+            );
+        }
+        let timed_out = verdict(&expect, exited(124), line).unwrap_err();
+        assert!(timed_out.contains("stopped by timeout"), "{timed_out}");
+    }
+
+    #[test]
+    fn a_refusal_passes_only_when_the_launch_fails_naming_it() {
+        let expect = Expect::Refuse("the 2 ranks ran on 1 node(s), expected 2");
+        let named = "launch_check: rank 0: the 2 ranks ran on 1 node(s), expected 2\n";
+        assert!(verdict(&expect, exited(1), named).is_ok());
+        for (status, text) in [
+            (exited(0), named),
+            (
+                exited(1),
+                "launch_check: rank 0: connecting to the store: refused\n",
+            ),
+            (exited(1), "launch_check srun: 2 ranks agree\n"),
+        ] {
+            assert!(
+                verdict(&expect, status, text).is_err(),
+                "{status}: {text:?}"
+            );
+        }
+    }
 }
