@@ -77,20 +77,11 @@ enum Expect {
     Refuse(&'static str),
 }
 
-/// What a launch needs besides the example.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Needs {
-    OpenMpi,
-    /// The Slurm cluster, with this many nodes up.
-    Slurm {
-        nodes: usize,
-    },
-}
-
 /// One launch of `launch_check`.
 struct Launch {
     name: &'static str,
-    needs: Needs,
+    /// The nodes it runs on: a Slurm launch needs that many up.
+    nodes: usize,
     command: Vec<OsString>,
     env: Vec<(&'static str, &'static str)>,
     /// A file the launch writes its ranks' output to (sbatch's `-o`), read
@@ -124,7 +115,7 @@ pub fn run(_args: Args) -> Result<()> {
 
     let mpirun = Launch {
         name: "mpirun --oversubscribe -np 4",
-        needs: Needs::OpenMpi,
+        nodes: 1,
         command: command(
             &[
                 "mpirun",
@@ -197,7 +188,7 @@ fn slurm_launches(example: &Path, dir: &Path) -> Result<Vec<Launch>> {
     Ok(vec![
         Launch {
             name: one_node,
-            needs: Needs::Slurm { nodes: 1 },
+            nodes: 1,
             command: command(
                 &["srun", "-N", "1", "-n", "4"],
                 example,
@@ -212,7 +203,7 @@ fn slurm_launches(example: &Path, dir: &Path) -> Result<Vec<Launch>> {
         },
         Launch {
             name: batch,
-            needs: Needs::Slurm { nodes: 1 },
+            nodes: 1,
             command: sbatch,
             env: vec![],
             output_file: Some(output),
@@ -223,7 +214,7 @@ fn slurm_launches(example: &Path, dir: &Path) -> Result<Vec<Launch>> {
         },
         Launch {
             name: two_nodes,
-            needs: Needs::Slurm { nodes: 2 },
+            nodes: 2,
             command: command(
                 &["srun", "-N", "2", "--ntasks-per-node", "2"],
                 example,
@@ -238,7 +229,7 @@ fn slurm_launches(example: &Path, dir: &Path) -> Result<Vec<Launch>> {
         },
         Launch {
             name: refused,
-            needs: Needs::Slurm { nodes: 1 },
+            nodes: 1,
             command: command(
                 &["srun", "-N", "1", "-n", "2"],
                 example,
@@ -266,8 +257,7 @@ fn run_on_slurm(example: &Path, tally: &mut Tally) -> Result<()> {
     };
     let failed_before = tally.failed;
     for launch in slurm_launches(example, cluster.dir())? {
-        if let Needs::Slurm { nodes } = launch.needs
-            && nodes > 1
+        if launch.nodes > 1
             && let Some(why) = cluster.second_node_missing()
         {
             tally.skip(launch.name, why);
