@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Open MPI's mpirun on the GPU machine, which has none (and no network):
+# Open MPI's mpirun on the GPU machine, which has no network and may have
+# no Open MPI (or another one, which this leaves alone):
 #   mpirun.sh [--cpu] [OUT_DIR]     (default: $OUT/mpirun, or ./mpirun)
 # The bundle's openmpi/*.deb (Debian's mpirun and the libraries it loads,
 # fetched by `cargo xtask gpu-bundle`) are unpacked once with `dpkg -x` into
 # a folder of their own (openmpi/root, or $TMPDIR/nccl-rs-openmpi.<sum> when
 # the bundle is read-only); nothing is installed. mpirun runs from there
 # with PATH and LD_LIBRARY_PATH, OPAL_PREFIX and OPAL_SYSCONFDIR (Open MPI's
-# components, help texts and settings), PMIX_PREFIX and
-# PMIX_MCA_mca_base_component_path (PMIx's) pointing into it. Every launch
+# components, help texts and settings), PMIX_PKGLIBDIR and PMIX_DATADIR
+# (PMIx's) and HWLOC_PLUGINS_PATH (none: hwloc's are not carried) pointing
+# into it, so that nothing of an Open MPI, PMIx or hwloc the machine has
+# is loaded (a PMIx 5 component in our PMIx 4 fails). Every launch
 # is `mpirun --allow-run-as-root --oversubscribe --mca plm isolated
 # --mca reachable ^netlink -x MASTER_ADDR=127.0.0.1 -np W` (isolated: this
 # host only, never ssh; netlink: the one component that wants libnl).
@@ -108,8 +111,9 @@ mpirun_env=(
     LD_LIBRARY_PATH="$lib:$lib/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     OPAL_PREFIX="$usr"
     OPAL_SYSCONFDIR="$root/etc/openmpi"
-    PMIX_PREFIX="$lib/pmix2"
-    PMIX_MCA_mca_base_component_path="$lib/pmix2/lib/pmix"
+    PMIX_PKGLIBDIR="$lib/pmix2/lib/pmix"
+    PMIX_DATADIR="$lib/pmix2/share"
+    HWLOC_PLUGINS_PATH="$lib/hwloc"
     NCCL_RS_CALLER_LD_SET="$caller_ld_set"
     NCCL_RS_CALLER_LD="$caller_ld"
 )

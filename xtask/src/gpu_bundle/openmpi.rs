@@ -1,9 +1,10 @@
-//! Open MPI for mpirun.sh: the GPU machine has none and no network, so the
+//! Open MPI for mpirun.sh: the GPU machine has no network and may have no
+//! Open MPI (the H200 machine has Ubuntu's 4.1.6, with PMIx 5), so the
 //! bundle carries Debian's packages of `mpirun` and of the libraries it
 //! loads that a stock Ubuntu 24.04 or Debian image may lack, fetched here
 //! with `apt-get download` (when this machine has apt-get). mpirun.sh
-//! unpacks them with `dpkg -x` into a folder of its own there; nothing is
-//! installed.
+//! unpacks them with `dpkg -x` into a folder of its own there and keeps
+//! them apart from the machine's own; nothing is installed.
 //!
 //! The list is `apt-cache depends --recurse openmpi-bin` pruned to what
 //! `mpirun` loads when it starts processes on one host (checked with `ldd`
