@@ -100,8 +100,26 @@ impl Ended {
 /// output as it happens, one thread), with its stdin closed and the
 /// environment `configure` sets.
 pub fn spawn_child_test(test: &str, configure: impl FnOnce(&mut Command)) -> ChildTest {
+    spawn_child_test_via(&[], test, configure)
+}
+
+/// [`spawn_child_test`] with the test binary and its arguments as the last
+/// arguments of `wrapper` (e.g. `ip netns exec NAME`, which runs it in a
+/// network namespace); an empty `wrapper` runs it directly.
+pub fn spawn_child_test_via(
+    wrapper: &[&str],
+    test: &str,
+    configure: impl FnOnce(&mut Command),
+) -> ChildTest {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let mut command = Command::new(exe);
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(exe);
+            command
+        }
+        None => Command::new(exe),
+    };
     command.args(["--exact", test, "--nocapture", "--test-threads=1"]);
     configure(&mut command);
     spawn_captured(&mut command)

@@ -4,14 +4,16 @@
 //! every GPU integration test target (`gpu`, `gpu_*`) in the workspace,
 //! every bench target, every binary of the `benches` and `nccl-launch` packages, the
 //! `torchrun_*` examples and the examples the bundle's scripts run
-//! (`c10d_interop`); strips them into
+//! (`c10d_interop`, `launch_check`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
 //! and the `torchrun_*` examples also as every rank of an `nccl-launch` of
 //! 2 and 4 ranks) and ends with one line `N passed, N failed, N skipped`.
 //! It also copies a snapshot of nccl-tests' source to
 //! `target/gpu-bundle/nccl-tests-src` (`nccl_tests`), which nccl-tests.sh
-//! builds there to run next to nccl-perf.
+//! builds there to run next to nccl-perf, and, where apt-get is at hand,
+//! Debian's Open MPI packages to `target/gpu-bundle/openmpi` (`openmpi`),
+//! which mpirun.sh unpacks there.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -20,9 +22,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::{Result, workspace_root};
+use crate::{Result, on_path, workspace_root};
 
 mod nccl_tests;
+mod openmpi;
 
 /// The bundle is carried to the GPU machine with a 64 MiB limit.
 const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
@@ -35,9 +38,9 @@ const TOOL_PACKAGES: [&str; 2] = ["benches", "nccl-launch"];
 /// them as every rank of a world of several.
 const LAUNCHED_EXAMPLE_PREFIX: &str = "torchrun_";
 
-/// Examples a bundled script runs (interop.sh: `c10d_interop`), bundled
-/// like tools: run.sh does not launch them.
-const SCRIPT_EXAMPLES: [&str; 1] = ["c10d_interop"];
+/// Examples a bundled script runs (interop.sh: `c10d_interop`; mpirun.sh:
+/// `launch_check`), bundled like tools: run.sh does not launch them.
+const SCRIPT_EXAMPLES: [&str; 2] = ["c10d_interop", "launch_check"];
 
 /// Whether the integration test target `name` is a GPU test: a crate's
 /// `tests/gpu/main.rs` (target `gpu`), or one that must stand alone
@@ -402,6 +405,14 @@ fn write_bundle(
             nccl_tests::SNAPSHOT_ENV
         ),
     }
+    if let Some(bytes) = openmpi::fetch(bundle)? {
+        println!(
+            "==> {}/: Debian's Open MPI packages for mpirun.sh, {:.1} MiB",
+            openmpi::FOLDER,
+            bytes as f64 / (1024.0 * 1024.0)
+        );
+        total += bytes;
+    }
     let unpacked = artifacts
         .iter()
         .map(|a| std::fs::metadata(bin.join(a.bundle_name())).map(|m| m.len()))
@@ -441,13 +452,6 @@ fn write_bundle(
         bundle.display()
     );
     Ok(())
-}
-
-/// The first `program` in `$PATH`, if any.
-fn on_path(program: &str) -> Option<PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(program))
-        .find(|path| path.is_file())
 }
 
 #[cfg(unix)]
@@ -501,9 +505,16 @@ fn render_run_sh(
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
 ///   torchrun launches of the `torchrun_all_reduce` example joining the
 ///   agent's store.
-/// * bundle-bin.sh: sourced by every script: unpacks bin.tar.gz once.
-const SCRIPTS: [(&str, &str); 8] = [
+/// * mpirun.sh: Open MPI's mpirun, unpacked from the bundle's packages
+///   ([`openmpi`]), starting `launch_check`, then the `torchrun_all_reduce`
+///   example and nccl-perf as every rank of 2 and 4 simulated hosts;
+/// * bundle-bin.sh: sourced by every script: unpacks bin.tar.gz once;
+/// * perf-rows.sh: sourced by perf-procs.sh and mpirun.sh: counts nccl-perf's
+///   table rows and those with #wrong > 0.
+const SCRIPTS: [(&str, &str); 10] = [
     ("bundle-bin.sh", include_str!("gpu_bundle/bundle-bin.sh")),
+    ("perf-rows.sh", include_str!("gpu_bundle/perf-rows.sh")),
+    ("mpirun.sh", include_str!("gpu_bundle/mpirun.sh")),
     ("perf.sh", include_str!("gpu_bundle/perf.sh")),
     ("world.sh", include_str!("gpu_bundle/world.sh")),
     ("perf-procs.sh", include_str!("gpu_bundle/perf-procs.sh")),

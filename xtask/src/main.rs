@@ -4,6 +4,7 @@ mod bindgen;
 mod ci;
 mod fuzz;
 mod gpu_bundle;
+mod launchers;
 mod manifests;
 
 use std::path::PathBuf;
@@ -35,6 +36,10 @@ enum Task {
     /// Build the GPU test and bench binaries (release, stripped) with a
     /// run.sh into target/gpu-bundle/ for the GPU machine.
     GpuBundle(gpu_bundle::Args),
+    /// Start nccl-rendezvous's launch_check example under mpirun, srun and
+    /// sbatch (a one-host Slurm cluster it starts and stops) and check that
+    /// every rank agrees on the launch (CI runs it after `ci`).
+    Launchers(launchers::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -45,6 +50,13 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The first `program` in `$PATH`, if any.
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
 fn main() {
     let cli = Cli::parse();
     let result = match cli.task {
@@ -52,6 +64,7 @@ fn main() {
         Task::Ci(args) => ci::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::GpuBundle(args) => gpu_bundle::run(args),
+        Task::Launchers(args) => launchers::run(args),
     };
     if let Err(error) = result {
         eprintln!("error: {error}");

@@ -20,6 +20,8 @@ set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
+# shellcheck source=perf-rows.sh
+source "$here/perf-rows.sh"
 bin="$(bundle_bin "$here")" || exit 2
 out="${1:-${OUT:-.}/perf-procs}"
 mkdir -p -- "$out"
@@ -31,22 +33,6 @@ layers=(raw core tensor group group-caller)
 sweep=(-b 8 -e 1M -f 4 -w 1 -n 2)
 passed=0 failed=0 wrong_rows=0
 failures=()
-
-# Table rows (after nccl-launch's "[rank N] " prefix) whose #wrong is a
-# number above 0: the 9th and 13th fields, or with --compare's ratio column
-# after each half's #wrong (15 fields), the 9th and 14th.
-count_wrong_rows() {
-    sed -E 's/^\[rank [0-9]+\] //' "$1" | awk '
-        /^[[:space:]]*[0-9]+[[:space:]]/ && NF >= 13 {
-            in_place = NF >= 15 ? $14 : $13
-            if ($9 + 0 > 0 || in_place + 0 > 0) n++
-        }
-        END { print n + 0 }'
-}
-
-count_rows() {
-    sed -E 's/^\[rank [0-9]+\] //' "$1" | grep -cE '^[[:space:]]*[0-9]+[[:space:]]' || true
-}
 
 # Records run $1 (log $2) with exit status $3: passed when the status is 0,
 # process 0 printed table rows and none has #wrong > 0.
