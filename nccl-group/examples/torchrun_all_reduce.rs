@@ -128,9 +128,12 @@ fn run(rank: usize, world: usize, gpu: usize) -> Result<bool, Box<dyn std::error
         expected(6)
     );
 
-    // Leave together: nobody drops the store (rank 0 hosts it) or its
-    // communicators while another still uses them.
-    group.barrier(&stream)?.wait()?;
-    stream.synchronize()?;
+    // Leave together: `destroy` finalizes the communicators with every
+    // other rank (collective), so no rank exits while NCCL's threads of
+    // another still talk to it, and none needs the store (rank 0 hosts
+    // it) afterwards. Dropping the group instead aborts its communicators:
+    // a peer that exits first then closes sockets under the others, and a
+    // process can end with NCCL's threads still running.
+    group.destroy()?;
     Ok(true)
 }
