@@ -5,6 +5,7 @@ mod ci;
 mod fuzz;
 mod gpu_bundle;
 mod manifests;
+mod nccl_tests_compare;
 
 use std::path::PathBuf;
 
@@ -35,6 +36,9 @@ enum Task {
     /// Build the GPU test and bench binaries (release, stripped) with a
     /// run.sh into target/gpu-bundle/ for the GPU machine.
     GpuBundle(gpu_bundle::Args),
+    /// Set nccl-tests' and nccl-perf's JSON documents of one nccl-tests.sh run
+    /// side by side: per operation and size, both times, their ratio and the target.
+    NcclTestsCompare(nccl_tests_compare::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -52,6 +56,7 @@ fn main() {
         Task::Ci(args) => ci::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::GpuBundle(args) => gpu_bundle::run(args),
+        Task::NcclTestsCompare(args) => nccl_tests_compare::run(args),
     };
     if let Err(error) = result {
         eprintln!("error: {error}");
