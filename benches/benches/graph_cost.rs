@@ -125,10 +125,10 @@ fn per_operation(graph: &impl Replay, n: usize, stream: &CudaStream) -> f64 {
     let times: Vec<f64> = (0..ROUNDS)
         .map(|_| {
             let took = time_replays(graph, REPLAYS, stream);
-            benches::per_call_us(took.as_secs_f64(), REPLAYS * n as u64)
+            nccl_perf::per_call_us(took.as_secs_f64(), REPLAYS * n as u64)
         })
         .collect();
-    benches::median(&times).unwrap_or(f64::NAN)
+    nccl_perf::median(&times).unwrap_or(f64::NAN)
 }
 
 fn main() {

@@ -314,11 +314,11 @@ fn coalescing_launched() {
             for (issue, times) in Issue::BOTH.into_iter().zip(&mut rounds) {
                 barrier();
                 let took = time_batches(&group, issue, &mut kept, BATCHES, &stream);
-                times.push(benches::per_call_us(took.as_secs_f64(), BATCHES));
+                times.push(nccl_perf::per_call_us(took.as_secs_f64(), BATCHES));
             }
         }
         for (issue, times) in Issue::BOTH.into_iter().zip(&rounds) {
-            let median = benches::median(times).unwrap_or(f64::NAN);
+            let median = nccl_perf::median(times).unwrap_or(f64::NAN);
             let min = times.iter().copied().fold(f64::INFINITY, f64::min);
             medians.push(median);
             if rank == 0 {

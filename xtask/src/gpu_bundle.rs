@@ -2,9 +2,9 @@
 //!
 //! The GPU machine has no Rust toolchain, so this builds, in release mode,
 //! every GPU integration test target (`gpu`, `gpu_*`) in the workspace,
-//! every bench target, every binary of the `benches` and `nccl-launch` packages, the
-//! `torchrun_*` examples and the examples the bundle's scripts run
-//! (`c10d_interop`, `launch_check`); strips them into
+//! every bench target, every binary of the `benches`, `nccl-launch` and
+//! `nccl-perf` packages, the `torchrun_*` examples and the examples the
+//! bundle's scripts run (`c10d_interop`, `launch_check`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
 //! and the `torchrun_*` examples also as every rank of an `nccl-launch` of
@@ -32,7 +32,7 @@ const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
 
 /// The packages whose binaries (`nccl-perf`, `nccl-launch`, ...) go into
 /// the bundle.
-const TOOL_PACKAGES: [&str; 2] = ["benches", "nccl-launch"];
+const TOOL_PACKAGES: [&str; 3] = ["benches", "nccl-launch", "nccl-perf"];
 
 /// Examples with this prefix read torchrun's variables: run.sh launches
 /// them as every rank of a world of several.
@@ -499,7 +499,9 @@ fn render_run_sh(
 ///   `-n 4` and of torchrun, every layer and collective, with a pass/fail
 ///   and #wrong summary;
 /// * nccl-tests.sh: builds nccl-tests from nccl-tests-src/ and runs it and
-///   nccl-perf's raw layer with the same flags, side by side per size;
+///   nccl-perf's raw layer with the same flags, each writing its JSON
+///   document per operation (`cargo xtask nccl-tests-compare` sets them
+///   side by side here);
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
 /// * interop.sh: nccl-rendezvous's C10dStore against a real torch TCPStore
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real

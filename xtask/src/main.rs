@@ -6,6 +6,7 @@ mod fuzz;
 mod gpu_bundle;
 mod launchers;
 mod manifests;
+mod nccl_tests_compare;
 
 use std::path::PathBuf;
 
@@ -40,6 +41,9 @@ enum Task {
     /// sbatch (a one-host Slurm cluster it starts and stops) and check that
     /// every rank agrees on the launch (CI runs it after `ci`).
     Launchers(launchers::Args),
+    /// Set nccl-tests' and nccl-perf's JSON documents of one nccl-tests.sh run
+    /// side by side: per operation and size, both times, their ratio and the target.
+    NcclTestsCompare(nccl_tests_compare::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -65,6 +69,7 @@ fn main() {
         Task::Fuzz(args) => fuzz::run(args),
         Task::GpuBundle(args) => gpu_bundle::run(args),
         Task::Launchers(args) => launchers::run(args),
+        Task::NcclTestsCompare(args) => nccl_tests_compare::run(args),
     };
     if let Err(error) = result {
         eprintln!("error: {error}");

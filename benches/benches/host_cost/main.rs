@@ -75,17 +75,18 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::{
-    AT_START, BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers,
-    GroupLayer, Launch, Layer, LayerKind, Mode, RawLayer, Rotation, TensorLayer, counted,
-};
 use criterion::{Criterion, Throughput};
 use cudarc::driver::CudaStream;
 use nccl_core::{DataType, Device, ReduceOp, Reduction, UniqueId};
 use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
+use nccl_perf::{
+    AT_START, BenchError, Call, Collective, CoreLayer, DeviceBuffers, GroupLayer, Launch, Layer,
+    LayerKind, Mode, RawLayer, Rotation, TensorLayer,
+};
 use nccl_sys::Version;
 use nccl_tensor::checks::CommInfo;
 use nccl_tensor::{BufferDesc, Layout, Op, Plan};
+use nccl_test_support::alloc::{CountingAllocator, counted};
 use tracing_cost::tracing_cost;
 use variants::{buffer_cost, group_loop_cost, nonblocking_cost, untracked_cost};
 
@@ -285,18 +286,6 @@ fn check_cost(criterion: &mut Criterion, report: &mut AllocationReport) {
     group.finish();
 }
 
-/// Binds `call` through `layer` on `buffers`.
-fn bind<'s>(
-    layer: &'s dyn Layer,
-    call: &Call,
-    buffers: &'s mut DeviceBuffers,
-) -> Result<Launch<'s>, BenchError> {
-    // SAFETY: every call of this bench is built from `buffers`' own
-    // addresses for `call.count` elements per rank at world size 1, which
-    // `buffers` holds; the launcher borrows `buffers`, so they outlive it.
-    unsafe { layer.bind(call, buffers) }
-}
-
 /// A call of `collective` at world size 1 with `count` f32 on `buffers`
 /// (in place: both pointers at the receive buffer).
 fn call_on(
@@ -346,10 +335,7 @@ fn host_time(
         }
         total += start.elapsed();
         if let Err(error) = stream.synchronize() {
-            failure.get_or_insert(BenchError::Cuda {
-                during: "synchronizing the stream",
-                source: error,
-            });
+            failure.get_or_insert(nccl_core::Error::cuda("synchronizing the stream")(error).into());
             return total;
         }
         left -= chunk;
@@ -372,7 +358,7 @@ fn count_allocations(launch: &mut Launch<'_>, stream: &CudaStream) -> Result<u64
     let sync = || {
         stream
             .synchronize()
-            .map_err(BenchError::cuda("synchronizing the stream"))
+            .map_err(nccl_core::Error::cuda("synchronizing the stream"))
     };
     // As many calls as are counted, in the same chunks: past the group's
     // reaping threshold (256 pending operations), so every path a steady
@@ -421,7 +407,7 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
                     println!("note: {what}: {}", why_not(layer.kind(), collective, mode));
                     continue;
                 }
-                let mut launch = bind(layer, &call, &mut small)?;
+                let mut launch = layer.bind(&call, &mut small)?;
                 let count = count_allocations(&mut launch, &stream)?;
                 report.record(what, count, allowed_allocations(layer.kind()));
             }
@@ -430,7 +416,7 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
                 if !layer.supports(collective, mode) {
                     continue;
                 }
-                let mut launch = bind(layer, &call, &mut small)?;
+                let mut launch = layer.bind(&call, &mut small)?;
                 group.bench_function(layer.kind().name(), |bencher| {
                     bencher
                         .iter_custom(|iters| host_time(&mut launch, iters, &stream, &mut failure))
@@ -462,7 +448,7 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
         if !layer.supports(call.collective, call.mode) {
             continue;
         }
-        let mut launch = bind(layer, &call, &mut big)?;
+        let mut launch = layer.bind(&call, &mut big)?;
         group.bench_function(layer.kind().name(), |bencher| {
             bencher.iter_custom(|iters| {
                 if failure.is_some() {
@@ -476,10 +462,9 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
                     }
                 }
                 if let Err(error) = stream.synchronize() {
-                    failure.get_or_insert(BenchError::Cuda {
-                        during: "synchronizing the stream",
-                        source: error,
-                    });
+                    failure.get_or_insert(
+                        nccl_core::Error::cuda("synchronizing the stream")(error).into(),
+                    );
                 }
                 start.elapsed()
             })
@@ -492,7 +477,7 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     drop((small, big));
     stream
         .synchronize()
-        .map_err(BenchError::cuda("synchronizing the stream"))?;
+        .map_err(nccl_core::Error::cuda("synchronizing the stream"))?;
     tracing_cost(criterion, &layers, &stream)?;
     separate.destroy()?;
     caller.destroy()?;
@@ -535,7 +520,7 @@ fn end_section(
         return Err(error);
     }
     drop(buffers);
-    stream
+    Ok(stream
         .synchronize()
-        .map_err(BenchError::cuda("synchronizing the stream"))
+        .map_err(nccl_core::Error::cuda("synchronizing the stream"))?)
 }

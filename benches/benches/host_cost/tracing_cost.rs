@@ -14,13 +14,13 @@
 
 use std::time::Duration;
 
-use benches::{BenchError, Collective, DeviceBuffers, Layer, Mode, median};
 use criterion::Criterion;
 use cudarc::driver::CudaStream;
 use nccl_core::DataType;
+use nccl_perf::{BenchError, Collective, DeviceBuffers, Layer, Mode, median};
 use std::sync::Arc;
 
-use super::{CHUNK, bind, call_on, host_time};
+use super::{CHUNK, call_on, host_time};
 
 /// Rounds of the interleaved comparison; each times [`CHUNK`] calls per layer.
 const ROUNDS: usize = 200;
@@ -56,7 +56,7 @@ pub fn tracing_cost(
         .iter()
         .zip(&calls)
         .zip(&mut buffers)
-        .map(|((layer, call), buffers)| bind(*layer, call, buffers))
+        .map(|((layer, call), buffers)| layer.bind(call, buffers))
         .collect::<Result<Vec<_>, _>>()?;
     let mut failure: Option<BenchError> = None;
 
@@ -96,8 +96,8 @@ pub fn tracing_cost(
     drop(launches);
     match failure {
         Some(error) => Err(error),
-        None => stream
+        None => Ok(stream
             .synchronize()
-            .map_err(BenchError::cuda("synchronizing the stream")),
+            .map_err(nccl_core::Error::cuda("synchronizing the stream"))?),
     }
 }

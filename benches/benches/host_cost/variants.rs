@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use benches::{
-    BenchError, Collective, CoreLayer, DeviceBuffers, GroupLayer, Launch, Layer, Mode, RawLayer,
-    TensorLayer,
-};
 use criterion::Criterion;
 use cudarc::driver::CudaStream;
 use nccl_core::{Config, DataType, Device, ReduceOp, UniqueId};
+use nccl_perf::{
+    BenchError, Collective, CoreLayer, DeviceBuffers, GroupLayer, Launch, Layer, Mode, RawLayer,
+    TensorLayer,
+};
 
-use super::{bind, call_on, end_section, host_time, process_groups};
+use super::{call_on, end_section, host_time, process_groups};
 
 /// The group's in-place all_reduce + `Work::wait` in a user's plain loop,
 /// on each stream mode, next to the benches' `GroupLayer` launcher.
@@ -42,7 +42,7 @@ pub fn group_loop_cost(
         });
         drop(plain);
         let layer = GroupLayer::new(process_group, stream);
-        let mut launch = bind(&layer, &call, &mut small)?;
+        let mut launch = layer.bind(&call, &mut small)?;
         group.bench_function(format!("{name}/group-layer"), |bencher| {
             bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
         });
@@ -66,12 +66,12 @@ pub fn buffer_cost(
     let mut small = DeviceBuffers::alloc(DataType::Float32, 2, stream)?;
     let mut slice = stream
         .alloc_zeros::<f32>(2)
-        .map_err(BenchError::cuda("allocating a cudarc slice"))?;
+        .map_err(nccl_core::Error::cuda("allocating a cudarc slice"))?;
     let call = call_on(Collective::AllReduce, Mode::InPlace, 2, &small, stream);
     let mut failure: Option<BenchError> = None;
     let mut group = criterion.benchmark_group("host_cost_buffers/all_reduce_in_place_8B");
     for layer in [&raw as &dyn Layer, &tensor] {
-        let mut launch = bind(layer, &call, &mut small)?;
+        let mut launch = layer.bind(&call, &mut small)?;
         group.bench_function(layer.kind().name(), |bencher| {
             bencher.iter_custom(|iters| host_time(&mut launch, iters, stream, &mut failure))
         });
@@ -113,7 +113,7 @@ pub fn nonblocking_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
         let call = call_on(collective, Mode::InPlace, 2, &small, &stream);
         for (name, comm) in [("blocking", &blocking), ("nonblocking", &nonblocking)] {
             let layer = CoreLayer::new(comm, &stream);
-            let mut launch = bind(&layer, &call, &mut small)?;
+            let mut launch = layer.bind(&call, &mut small)?;
             let mut until_ready: Launch<'_> = Box::new(move |shifts| {
                 launch(shifts)?;
                 comm.wait_ready("the benchmarked call")?;
@@ -140,8 +140,8 @@ pub fn nonblocking_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
 /// cost without the event wait and record that tracking adds to every
 /// buffer access.
 pub fn untracked_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
-    let context =
-        cudarc::driver::CudaContext::new(0).map_err(BenchError::cuda("creating a context"))?;
+    let context = cudarc::driver::CudaContext::new(0)
+        .map_err(nccl_core::Error::cuda("creating a context"))?;
     // SAFETY: every buffer of this context is used on one stream only
     // (`stream` below), except by the group with its own NCCL stream,
     // which orders that stream after `stream` and `stream` after it with
@@ -165,7 +165,7 @@ pub fn untracked_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
         &group_layer,
         &group_caller_layer,
     ] {
-        let mut launch = bind(layer, &call, &mut small)?;
+        let mut launch = layer.bind(&call, &mut small)?;
         group.bench_function(layer.kind().name(), |bencher| {
             bencher.iter_custom(|iters| host_time(&mut launch, iters, &stream, &mut failure))
         });

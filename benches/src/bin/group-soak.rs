@@ -25,11 +25,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use benches::World;
 use clap::Parser;
 use cudarc::driver::CudaStream;
 use nccl_core::{Device, ReduceOp};
 use nccl_group::{GroupOptions, ProcessGroup};
+use nccl_perf::World;
 use nccl_tensor::Tensor;
 
 /// Many small group collectives, with memory sampled.

@@ -44,15 +44,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use benches::{
-    AT_START, BenchError, Call, Collective, CoreLayer, CountingAllocator, DeviceBuffers, Launch,
-    Layer, Mode, RawLayer, Rotation, Shift, World, counted, median, per_call_us,
-};
 use clap::Parser;
 use cudarc::driver::CudaStream;
 use nccl_core::{Config, DataType, Device, ReduceOp, Status};
 use nccl_group::{CommMode, GroupOptions, ProcessGroup, StreamMode};
+use nccl_perf::{
+    AT_START, BenchError, Call, Collective, CoreLayer, DeviceBuffers, Launch, Layer, Mode,
+    RawLayer, Rotation, Shift, World, median, per_call_us,
+};
 use nccl_tensor::{Communicator, Tensor};
+use nccl_test_support::alloc::{CountingAllocator, counted};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -210,12 +211,7 @@ impl State<'_> {
                     world: world.size as i32,
                     rotation: Rotation::fixed(0),
                 };
-                // SAFETY: both pointers are the receive buffer of
-                // `buffers`, whose `len` f32 the call reduces in place on
-                // the communicator's device; the launcher borrows
-                // `buffers`, so they outlive it; every rank makes the same
-                // calls in the same order (the fixed plan of `run`).
-                unsafe { layer.bind(&call, buffers)? }
+                layer.bind(&call, buffers)?
             }
             State::Tensor(comm, tensor) => {
                 let comm = *comm;
@@ -264,7 +260,7 @@ fn timed(launch: &mut Launch<'_>, calls: u32, stream: &CudaStream) -> Result<Rou
     let host = start.elapsed();
     stream
         .synchronize()
-        .map_err(BenchError::cuda("synchronizing after a timed loop"))?;
+        .map_err(nccl_core::Error::cuda("synchronizing after a timed loop"))?;
     let waited = start.elapsed() - host;
     let per_call = |time: std::time::Duration| per_call_us(time.as_secs_f64(), calls.into());
     Ok(Round {

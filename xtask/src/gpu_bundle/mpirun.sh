@@ -165,7 +165,7 @@ if ((!cpu_only)); then
         fi
         for layer in raw group; do
             name="nccl-perf-$layer-$world"
-            launch "$name" "$world" "$simulate" "$bin/benches-nccl-perf" --layer "$layer" -b 8 -e 1M -f 4 -w 1 -n 2
+            launch "$name" "$world" "$simulate" "$bin/nccl-perf-nccl-perf" --layer "$layer" -b 8 -e 1M -f 4 -w 1 -n 2
             rows=$(count_rows "$out/$name.log")
             wrong=$(count_wrong_rows "$out/$name.log")
             if ((rc == 0 && rows > 0 && wrong == 0)); then

@@ -10,14 +10,19 @@
 # NCCL_LIBRARY for nccl-perf). Then, for each OP in OPS (default
 # "all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv",
 # nccl-tests' binary names), runs nccl-tests' OP_perf and, right after it,
-# nccl-perf --layer raw with the same FLAGS (default "-b 8 -e 1G -f 4 -g 1
-# -w 20 -n 200 -c 1"), and prints both times side by side per size, out of
-# place and in place, with their ratio (nccl-perf / nccl-tests) and whether
-# it is within TARGET percent (default 3) from FROM bytes (default 1M) on
-# (bin/benches-nccl-tests-compare).
-# Writes build.txt (what was built, against what), OP.nccl-tests.txt,
-# OP.nccl-perf.txt and OP.compare.txt per OP, and ends with one line naming
-# the OPs whose rows missed the target and the runs that failed.
+# nccl-perf --layer raw (bin/nccl-perf-nccl-perf) with the same FLAGS
+# (default "-b 8 -e 1G -f 4 -g 1 -w 20 -n 200 -c 1"), and PERF_FLAGS after
+# them for nccl-perf alone (e.g. PERF_FLAGS="--alloc nccl"), each writing
+# its JSON document with -J.
+# Writes build.txt (what was built, against what) and per OP
+# OP.nccl-tests.json and OP.nccl-perf.json (the results) with
+# OP.nccl-tests.txt and OP.nccl-perf.txt (the text tables, as logs), and
+# ends with one line naming the runs that failed.
+# To compare, fetch OUT_DIR to a checkout of the workspace and run
+#   cargo xtask nccl-tests-compare OUT_DIR [--target-percent 3] [--from 1M]
+# which prints, per OP and size, both times out of place and in place,
+# their ratio (nccl-perf / nccl-tests) and whether it is within the target
+# percent from that many bytes on, and a summary line.
 # NCCL_TESTS_BUILD: where nccl-tests is built, and an earlier build there is
 # reused (default: $TMPDIR/nccl-tests-build, outside OUT_DIR).
 set -uo pipefail
@@ -32,6 +37,7 @@ export NCCL_NVLS_ENABLE=0
 src="$here/nccl-tests-src"
 read -r -a ops <<<"${OPS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv}"
 read -r -a flags <<<"${FLAGS:--b 8 -e 1G -f 4 -g 1 -w 20 -n 200 -c 1}"
+read -r -a perf_flags <<<"${PERF_FLAGS:-}"
 python="${PYTHON:-python3}"
 
 die() {
@@ -97,30 +103,24 @@ if [[ ! -x "$build/all_reduce_perf" ]]; then
     fi
 fi
 
-perf="$bin/benches-nccl-perf"
-compare="$bin/benches-nccl-tests-compare"
-missed=()
+perf="$bin/nccl-perf-nccl-perf"
 failed=()
 for op in "${ops[@]}"; do
     # nccl-perf names alltoall all_to_all.
     collective="${op/alltoall/all_to_all}"
-    echo "==> $op: nccl-tests ${op}_perf ${flags[*]}"
+    # -J never replaces a file (both tools write FILE.0 instead): clear the last run's.
+    rm -f -- "$out/$op.nccl-tests.json" "$out/$op.nccl-perf.json"
+    echo "==> $op: nccl-tests ${op}_perf ${flags[*]} -J $op.nccl-tests.json"
     LD_LIBRARY_PATH="$(dirname -- "$library"):$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        "$build/${op}_perf" "${flags[@]}" >"$out/$op.nccl-tests.txt" 2>&1 || failed+=("${op}_perf")
-    echo "==> $op: nccl-perf --layer raw ${flags[*]} $collective"
-    NCCL_LIBRARY="$library" "$perf" --layer raw "${flags[@]}" "$collective" \
-        >"$out/$op.nccl-perf.txt" 2>&1 || failed+=("nccl-perf $collective")
-    "$compare" --nccl-tests "$out/$op.nccl-tests.txt" --nccl-perf "$out/$op.nccl-perf.txt" \
-        --target-percent "${TARGET:-3}" --from "${FROM:-1M}" 2>&1 |
-        tee "$out/$op.compare.txt"
-    case "${PIPESTATUS[0]}" in
-    0) ;;
-    1) missed+=("$op") ;;
-    *) failed+=("compare $op") ;;
-    esac
+        "$build/${op}_perf" "${flags[@]}" -J "$out/$op.nccl-tests.json" >"$out/$op.nccl-tests.txt" 2>&1 ||
+        failed+=("${op}_perf")
+    echo "==> $op: nccl-perf --layer raw ${flags[*]} ${perf_flags[*]} -J $op.nccl-perf.json $collective"
+    NCCL_LIBRARY="$library" "$perf" --layer raw "${flags[@]}" "${perf_flags[@]}" -J "$out/$op.nccl-perf.json" \
+        "$collective" >"$out/$op.nccl-perf.txt" 2>&1 || failed+=("nccl-perf $collective")
 done
-summary="nccl-tests.sh: target ${TARGET:-3} % from ${FROM:-1M}: "
-if [[ ${#missed[@]} -eq 0 ]]; then summary+="met by every op"; else summary+="missed by ${missed[*]}"; fi
-if [[ ${#failed[@]} -gt 0 ]]; then summary+="; failed: ${failed[*]}"; fi
-echo "$summary; results in $out"
+if [[ ${#failed[@]} -eq 0 ]]; then
+    echo "nccl-tests.sh: every run passed; results in $out (compare: cargo xtask nccl-tests-compare OUT_DIR)"
+else
+    echo "nccl-tests.sh: failed: ${failed[*]}; results in $out"
+fi
 [[ ${#failed[@]} -eq 0 ]]

@@ -27,7 +27,7 @@ out="${1:-${OUT:-.}/perf-procs}"
 mkdir -p -- "$out"
 export NCCL_NVLS_ENABLE=0
 launch="$bin/nccl-launch-nccl-launch"
-perf="$bin/benches-nccl-perf"
+perf="$bin/nccl-perf-nccl-perf"
 read -r -a worlds <<<"${WORLDS:-2 4}"
 layers=(raw core tensor group group-caller)
 sweep=(-b 8 -e 1M -f 4 -w 1 -n 2)

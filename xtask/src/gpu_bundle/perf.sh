@@ -19,7 +19,7 @@ for run in raw,group: raw,group-caller: raw,group:nonblocking raw,tensor:; do
     comms="${run#*:}"
     name="${layers/,/-}${comms:+-$comms}"
     echo "==> nccl-perf --compare $layers ${comms:+--group-comms $comms }-b 8 -e 4G -f 2 -c 1"
-    "$bin/benches-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
+    "$bin/nccl-perf-nccl-perf" --compare "$layers" ${comms:+--group-comms "$comms"} \
         -b 8 -e 4G -f 2 -c 1 --json "$out/$name.jsonl" --plot "$out/$name.svg" \
         >"$out/$name.txt" 2>&1 || failed+=("nccl-perf $name")
     grep -E '^# (Collective|Median ratio|Out of bounds)' "$out/$name.txt"

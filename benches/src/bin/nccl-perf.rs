@@ -1,9 +1,0 @@
-//! `nccl-perf`: NCCL collective benchmarks in nccl-tests' format, through a
-//! chosen layer of this workspace. See `nccl-perf --help`.
-
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    let args = benches::Args::parse_checked();
-    ExitCode::from(benches::main_with(&args))
-}

@@ -1,0 +1,255 @@
+//! What the flags mean together: the [`Method`] and [`Selection`] a run
+//! reads from them, the combinations refused as usage errors (before
+//! anything else runs, with [`Args::try_parse_checked`]), and the notes on
+//! those nccl-tests would change silently.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+
+use super::Args;
+use crate::buffers::Memory;
+use crate::error::BenchError;
+use crate::layer::LayerKind;
+use crate::method::{Blocking, Method, Step};
+use crate::selection::Selection;
+
+impl Args {
+    /// Parses `args` (the program name first) and checks the flags'
+    /// combinations, so that every usage error is clap's (exit status 2,
+    /// with the usage line) before the machine is probed.
+    ///
+    /// # Errors
+    /// clap's error for a bad flag or value, or for flags that cannot run
+    /// together ([`Args::method`], [`Args::selection`]).
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let args = Self::try_parse_from(args)?;
+        let usage = |error: BenchError| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{error}\n"),
+            )
+            .with_cmd(&Self::command())
+        };
+        args.method().map_err(usage)?;
+        args.selection(None).map_err(usage)?;
+        Ok(args)
+    }
+
+    /// The process's command line, checked as [`Args::try_parse_checked`]
+    /// does; a usage error or `--help` ends the process as clap does.
+    pub fn parse_checked() -> Self {
+        Self::try_parse_checked(std::env::args_os()).unwrap_or_else(|error| error.exit())
+    }
+
+    /// How the run measures and reports.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for `-b` above `-e`, `-N 0`, `-z 1`/`-z 2`
+    /// with `-G` (a graph capture cannot wait for the GPU), or the group
+    /// layer with `-G` (the group does not capture operations on its own
+    /// stream; `group-caller` it does).
+    pub fn method(&self) -> Result<Method, BenchError> {
+        if let Some(path) = &self.plot
+            && !cfg!(feature = "plot")
+        {
+            return Err(BenchError::Usage(format!(
+                "--plot {}: this nccl-perf was built without its `plot` feature (on by default); \
+                 build it with `--features plot` to draw plots",
+                path.display()
+            )));
+        }
+        if self.min_bytes > self.max_bytes {
+            return Err(BenchError::Usage(format!(
+                "-b/--minbytes {} is larger than -e/--maxbytes {}",
+                self.min_bytes, self.max_bytes
+            )));
+        }
+        let mut notes = self.unapplied.notes();
+        let group_layers = self
+            .layers()
+            .iter()
+            .any(|layer| layer.stream_mode().is_some());
+        let mut blocking = Blocking::from_flag(self.blocking).ok_or_else(|| {
+            BenchError::Usage(format!(
+                "-z/--blocking takes 0, 1, 2 or 3, got {}",
+                self.blocking
+            ))
+        })?;
+        if self.graph > 0 && self.layers().contains(&LayerKind::Group) {
+            return Err(BenchError::Usage(format!(
+                "-G {} with the group layer: a process group does not capture the operations it runs on its \
+                 own NCCL stream (StreamMode::Separate); use --layer group-caller, whose operations run on the \
+                 rank's stream and are captured",
+                self.graph
+            )));
+        }
+        if self.graph > 0 {
+            match blocking {
+                Blocking::WaitAndBarrier | Blocking::Wait => {
+                    return Err(BenchError::Usage(format!(
+                        "-z {} waits for the GPU after each iteration, which a CUDA graph capture (-G {}) cannot do",
+                        self.blocking, self.graph
+                    )));
+                }
+                Blocking::WaitAndBarrierUntimed => {
+                    notes.push(
+                        "# note: -z 3 is turned off with -G, as nccl-tests does (a capture cannot wait)"
+                            .to_string(),
+                    );
+                    blocking = Blocking::None;
+                }
+                Blocking::None => {}
+            }
+        }
+        if self.agg_iters > 1 && group_layers {
+            notes.push(format!(
+                "# note: -m {}: the group layers issue each iteration's calls one after another (a process group's operations do not join one NCCL group)",
+                self.agg_iters
+            ));
+        }
+        let output_file = match &self.output_file {
+            Some(path) if is_json_name(path) => Some(path.clone()),
+            Some(path) => {
+                notes.push(format!(
+                    "# note: -J {}: nccl-tests writes JSON only to a file named *.json; nothing is written",
+                    path.display()
+                ));
+                None
+            }
+            None => None,
+        };
+        if self.report_timestamps > 0 {
+            notes.push("# note: -S 1: the timestamps are UTC".to_string());
+        }
+        let register = self.unapplied.local_register == Some(1);
+        let memory = match (self.alloc, register) {
+            (Some(Memory::Cudarc), true) => {
+                return Err(BenchError::Usage(
+                    "--alloc cudarc with -R 1: -R 1 registers buffers that ncclMemAlloc allocated, as nccl-tests \
+                     does; drop --alloc or give --alloc nccl"
+                        .to_string(),
+                ));
+            }
+            (Some(memory), _) => memory,
+            (None, true) => Memory::Nccl,
+            (None, false) => Memory::Cudarc,
+        };
+        if register && group_layers {
+            notes.push(
+                "# note: -R 1 registers the buffers of the raw, core and tensor layers; the group layers' tensors \
+                 are copies of their own, made by cudarc and not registered"
+                    .to_string(),
+            );
+        } else if memory == Memory::Nccl && group_layers {
+            notes.push(
+                "# note: --alloc nccl allocates the buffers of the raw, core and tensor layers; the group layers' \
+                 tensors are copies of their own, made by cudarc"
+                    .to_string(),
+            );
+        }
+        if self.no_rotate {
+            notes.push(
+                "# note: --no-rotate: every iteration uses the same buffers (nccl-tests moves each to the next offset)"
+                    .to_string(),
+            );
+        }
+        Ok(Method {
+            step: Step::new(self.step_factor, self.step_bytes),
+            rotate: !self.no_rotate,
+            capacity_bytes: self.max_bytes,
+            unalign: self.unalign as usize,
+            agg_iters: self.agg_iters,
+            blocking,
+            checks: self.check,
+            cpu_time: self.report_cputime > 0,
+            timestamps: self.report_timestamps > 0,
+            stream_null: self.stream_null > 0,
+            memory,
+            register,
+            timeout: (self.timeout > 0).then(|| Duration::from_secs(u64::from(self.timeout))),
+            output_file,
+            notes,
+        })
+    }
+
+    /// The element types, reductions, roots and cycles to run on `world`
+    /// ranks (`None` before the world is known: roots are not checked).
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for `-o mulsum`, `-N 0`, or a root past the
+    /// last rank when a collective of the run has a root.
+    pub fn selection(&self, world: Option<usize>) -> Result<Selection, BenchError> {
+        let ops = self.op.reduce_ops().ok_or_else(|| {
+            BenchError::Usage(
+                "-o mulsum (nccl-tests' ncclRedOpCreatePreMulSum reduction) is not implemented in nccl-perf; \
+                 use sum, prod, max, min, avg or all"
+                    .to_string(),
+            )
+        })?;
+        if self.run_cycles == 0 {
+            return Err(BenchError::Usage(
+                "-N 0 (cycle forever) is not supported: give -N/--run_cycles a count of 1 or more"
+                    .to_string(),
+            ));
+        }
+        let roots = match world {
+            Some(world) => {
+                let roots = self.root.roots(world);
+                let has_root = self.collectives().iter().any(|c| c.has_root());
+                if let Some(&root) = roots.iter().find(|&&root| root as usize >= world)
+                    && has_root
+                {
+                    return Err(BenchError::Usage(format!(
+                        "-r {root} is not a rank: with {world} rank(s) the root must be in 0..{world}"
+                    )));
+                }
+                roots
+            }
+            None => self.root.roots(1),
+        };
+        Ok(Selection {
+            dtypes: self.datatype.data_types(),
+            ops,
+            roots,
+            cycles: self.run_cycles,
+        })
+    }
+}
+
+/// Whether nccl-tests would write JSON to `path`: the text after its last
+/// `.` (with no `/` after that `.`, and not empty) is `json`, in any case.
+fn is_json_name(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    text.rsplit_once('.').is_some_and(|(_, extension)| {
+        !extension.contains('/') && extension.eq_ignore_ascii_case("json")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_names_as_nccl_tests_classifies_them() {
+        for (name, json) in [
+            ("out.json", true),
+            ("dir/out.JSON", true),
+            ("a.b.json", true),
+            ("out.jsonl", false),
+            ("out", false),
+            ("dir.json/out", false),
+            ("out.", false),
+            (".json", true),
+            ("dir/.json", true),
+        ] {
+            assert_eq!(is_json_name(Path::new(name)), json, "{name}");
+        }
+    }
+}

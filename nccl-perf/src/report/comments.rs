@@ -1,0 +1,505 @@
+//! The comment lines that describe a run: the preamble (program, library,
+//! parameters, how it times, the notes on flags that cannot apply and on
+//! `N/A` halves, the devices) and the lines that name each collective's
+//! table before its column headers.
+
+use nccl_group::CommMode;
+use nccl_sys::Version;
+use serde::{Deserialize, Serialize};
+
+use super::table::{Columns, table_header};
+use crate::buffers::Memory;
+use crate::collective::{Collective, Mode};
+use crate::env::Environment;
+use crate::layer::{LayerKind, has_native_all_to_all, unsupported};
+use crate::runner::Plan;
+
+/// A rank's GPU as the table's preamble describes it (shared between the
+/// processes of a launch through their store).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// The rank that drives it.
+    pub rank: usize,
+    /// The device ordinal in that rank's process.
+    pub ordinal: usize,
+    /// The marketing name (`NVIDIA H200`).
+    pub name: String,
+    /// The PCI address (`0000:04:00`).
+    pub pci: String,
+    /// The host of that rank's process.
+    pub host: String,
+    /// That process's id.
+    pub pid: u32,
+}
+
+/// Where a run happens, as its comment lines describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// The loaded libnccl's version.
+    pub nccl_version: Version,
+    /// Where that libnccl was loaded from.
+    pub nccl_path: String,
+    /// Whether that libnccl has `ncclAlltoAll`.
+    pub native_all_to_all: bool,
+    /// Every rank's GPU, in rank order.
+    pub devices: Vec<DeviceInfo>,
+}
+
+impl Machine {
+    /// This process's libnccl on `env`, with the ranks' `devices`.
+    pub fn new(env: &Environment, devices: Vec<DeviceInfo>) -> Self {
+        Self {
+            nccl_version: env.library.version(),
+            nccl_path: env.library.path().to_string(),
+            native_all_to_all: has_native_all_to_all(env.library),
+            devices,
+        }
+    }
+}
+
+/// The comment lines before the tables: program, library, parameters, devices.
+pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
+    let (min, max) = (
+        plan.sizes.first().copied().unwrap_or(0),
+        plan.sizes.last().copied().unwrap_or(0),
+    );
+    let mut lines = vec![
+        format!(
+            "# nccl-perf {} (layer {}) nccl-library {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            plan.layers_title(),
+            machine.nccl_version,
+            machine.nccl_path
+        ),
+        format!(
+            "# nThread {} nGpus {} minBytes {min} maxBytes {max} step: {} warmup iters: {} iters: {} agg iters: {} validation: {} graph: {} unalign: {}",
+            plan.threads,
+            plan.gpus_per_thread,
+            plan.method.step,
+            plan.warmup,
+            plan.iters,
+            plan.method.agg_iters,
+            plan.method.checks,
+            plan.graph,
+            plan.method.unalign
+        ),
+    ];
+    lines.extend(plan.method.blocking.header_line().map(str::to_string));
+    lines.extend(plan_notes(plan));
+    lines.extend(["#".to_string(), "# Using devices".to_string()]);
+    for device in &machine.devices {
+        lines.push(format!(
+            "#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {}",
+            device.rank, device.pid, device.host, device.ordinal, device.pci, device.name
+        ));
+    }
+    if plan.collectives.contains(&Collective::AllToAll) && !machine.native_all_to_all {
+        lines.push(format!(
+            "# note: libnccl {} has no ncclAlltoAll (NCCL 2.28+); all_to_all runs as grouped send/recv",
+            machine.nccl_version
+        ));
+    }
+    lines
+}
+
+/// Comment lines that say how the plan times and what its columns mean.
+fn plan_notes(plan: &Plan) -> Vec<String> {
+    let batches = format!(
+        "median of {} batch(es) per size, mode and layer",
+        plan.batches
+    );
+    let calls = u64::from(plan.iters) * u64::from(plan.method.agg_iters);
+    let rotation = if plan.method.rotate {
+        "; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)"
+    } else {
+        ""
+    };
+    let mut lines = vec![if plan.graph > 0 {
+        format!(
+            "# timing: {batches}; each batch replays a CUDA graph of {calls} captured call(s) {} times (time = batch / {}){rotation}",
+            plan.graph,
+            calls * u64::from(plan.graph)
+        )
+    } else {
+        format!(
+            "# timing: {batches}; each batch is {calls} back-to-back call(s), then one stream synchronisation{rotation}"
+        )
+    }];
+    // cudarc's allocator, the default, goes unsaid: the preamble stays
+    // that of the recorded runs.
+    if plan.method.memory != Memory::Cudarc {
+        lines.push(format!(
+            "# buffers: {}{}",
+            plan.method.memory.call(),
+            if plan.method.register {
+                ", registered with ncclCommRegister (-R 1)"
+            } else {
+                ""
+            }
+        ));
+    }
+    lines.extend(plan.method.notes.iter().cloned());
+    if let Some((a, b)) = plan.compare() {
+        lines.push(format!(
+            "# compare: layers {a} and {b} interleaved on the same buffers (warm-up {a}, {b}, then batches {a}, {b}, {a}, ...); \
+             the table is {b}'s; its 'ratio' column, last in each half, is time({b}) / time({a}) at the same size and mode \
+             (< 1: {b} is faster); --json has both layers' rows",
+            a = a.name(),
+            b = b.name()
+        ));
+    }
+    if plan.layers.iter().any(|kind| kind.stream_mode().is_some()) {
+        lines.push(group_note(plan.group_comms));
+    }
+    let mut noted = Vec::new();
+    for &layer in &plan.layers {
+        // The two group layers have the same operations: one note.
+        let name = layer.stream_mode().map_or(layer.name(), |_| "group");
+        if !noted.contains(&name) {
+            noted.push(name);
+            lines.extend(missing_notes(name, layer, &plan.collectives));
+        }
+    }
+    if plan.graph > 0 {
+        lines.push(
+            "# note: cudarc's stream tracking is paused while capturing (each rank uses one stream)"
+                .to_string(),
+        );
+    }
+    lines
+}
+
+/// What the group layer's calls are.
+fn group_note(comms: CommMode) -> String {
+    let comms = match comms {
+        CommMode::Blocking => "blocking",
+        _ => "nonblocking",
+    };
+    format!(
+        "# note: the group layer's call is a ProcessGroup op + Work::wait on tensors of its own, \
+         copied from and back to the buffers outside the timed batches; group-caller runs it on \
+         the caller's stream (StreamMode::Caller), group on the group's NCCL stream; \
+         {comms} communicators (--group-comms)"
+    )
+}
+
+/// Which halves of `collectives` the layer `layer` (called `name`) has no
+/// form for (printed `N/A`), with why ([`unsupported`]).
+fn missing_notes(name: &str, layer: LayerKind, collectives: &[Collective]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (mode, label) in [
+        (Mode::OutOfPlace, "out-of-place"),
+        (Mode::InPlace, "in-place"),
+    ] {
+        let (mut names, mut reasons) = (Vec::new(), Vec::new());
+        for &collective in collectives {
+            if let Some(why) = unsupported(layer, collective, mode) {
+                names.push(collective.name());
+                if !reasons.contains(&why) {
+                    reasons.push(why);
+                }
+            }
+        }
+        if !names.is_empty() {
+            lines.push(format!(
+                "# note: the {name} layer has no {label} {} ({}): N/A",
+                names.join(", "),
+                reasons.join("; ")
+            ));
+        }
+    }
+    lines
+}
+
+/// The comment lines naming one collective's table, then its column headers.
+pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine) -> Vec<String> {
+    let devices = &machine.devices;
+    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    names.dedup();
+    let gpus = if names.len() == 1 {
+        format!("{} x {}", devices.len(), names[0])
+    } else {
+        devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let baseline = plan
+        .compare()
+        .map(|(a, _)| format!(" baseline {}", a.name()))
+        .unwrap_or_default();
+    let mut lines = vec![
+        "#".to_string(),
+        format!(
+            "# Collective {} layer {}{baseline} nccl {} world {} gpus {}",
+            collective.name(),
+            plan.table_layer().name(),
+            machine.nccl_version,
+            plan.world,
+            gpus
+        ),
+        "#".to_string(),
+    ];
+    lines.extend(table_header(&Columns {
+        ratio: plan.compare().is_some(),
+        cpu_time: plan.method.cpu_time,
+        timestamps: plan.method.timestamps,
+    }));
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::Args;
+    use crate::runner::Layout;
+
+    /// The plan of `args` in one process driving `world` GPUs.
+    fn plan(args: &[&str], world: usize) -> Plan {
+        let args = Args::try_parse_from([&["nccl-perf"], args].concat()).unwrap();
+        Plan::new(&args, &Layout::single_process(world)).unwrap()
+    }
+
+    /// The H200 of the recorded runs in `docs/measurements/`, as `rank`.
+    fn h200(rank: usize) -> DeviceInfo {
+        DeviceInfo {
+            rank,
+            ordinal: rank,
+            name: "NVIDIA H200".to_string(),
+            pci: "0000:00:06".to_string(),
+            host: "vm".to_string(),
+            pid: 25051,
+        }
+    }
+
+    fn machine(devices: Vec<DeviceInfo>) -> Machine {
+        Machine {
+            nccl_version: Version::new(2, 28, 3),
+            nccl_path: "libnccl.so.2".to_string(),
+            native_all_to_all: true,
+            devices,
+        }
+    }
+
+    #[test]
+    fn preamble_and_header_match_a_recorded_run_byte_for_byte() {
+        // The first lines of docs/measurements/h200-2026-12-02-tracking/tensor.txt,
+        // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200,
+        // but for the N/A note, checked on its own below, and what was
+        // added since: nccl-tests 2.19's `unalign: 0` and the rotation.
+        let recorded = [
+            "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
+            "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0 unalign: 0",
+            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)",
+            "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
+            "#",
+            "# Using devices",
+            "#  Rank  0 Group  0 Pid  25051 on         vm device  0 [0000:00:06] NVIDIA H200",
+            "#",
+            "# Collective all_reduce layer tensor baseline raw nccl 2.28.3 world 1 gpus 1 x NVIDIA H200",
+            "#",
+            "#                                                                 out-of-place                               in-place                  ",
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong   ratio     time   algbw   busbw  #wrong   ratio ",
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)           (B/A)     (us)  (GB/s)  (GB/s)           (B/A) ",
+        ];
+        let plan = plan(
+            &[
+                "--compare",
+                "raw,tensor",
+                "-b",
+                "8",
+                "-e",
+                "128M",
+                "-f",
+                "4",
+                "-w",
+                "10",
+                "-n",
+                "50",
+            ],
+            1,
+        );
+        let machine = machine(vec![h200(0)]);
+        let mut lines = preamble(&plan, &machine);
+        lines.extend(collective_header(Collective::AllReduce, &plan, &machine));
+        // The N/A note lists the collectives of today's table, with the
+        // reason `layer::unsupported` gives.
+        let note = lines.iter().position(|line| line.starts_with("# note:"));
+        let note = note.map(|index| lines.remove(index)).unwrap_or_default();
+        let missing: Vec<&str> = Collective::ALL
+            .iter()
+            .filter(|&&c| unsupported(LayerKind::Tensor, c, Mode::InPlace).is_some())
+            .map(|c| c.name())
+            .collect();
+        assert!(
+            note.starts_with(&format!(
+                "# note: the tensor layer has no in-place {} (nccl-tensor's safe API takes",
+                missing.join(", ")
+            )),
+            "{note}"
+        );
+        assert_eq!(lines, recorded);
+    }
+
+    #[test]
+    fn devices_and_missing_all_to_all_in_the_preamble() {
+        let plan = plan(&["--layer", "raw", "-b", "8", "-e", "8"], 2);
+        let mut machine = machine(vec![h200(0), h200(1)]);
+        machine.native_all_to_all = false;
+        let lines = preamble(&plan, &machine);
+        assert_eq!(
+            lines[0],
+            "# nccl-perf 0.1.0 (layer raw) nccl-library 2.28.3 (libnccl.so.2)"
+        );
+        assert!(lines[1].starts_with("# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor)"));
+        let devices: Vec<&String> = lines.iter().filter(|l| l.starts_with("#  Rank")).collect();
+        assert_eq!(devices.len(), 2, "{lines:?}");
+        assert!(devices[1].starts_with("#  Rank  1 Group  0 Pid  25051 on         vm device  1"));
+        // Across processes each rank names its own process and host.
+        let mut remote = h200(1);
+        (remote.ordinal, remote.host, remote.pid) = (0, "node7".to_string(), 7);
+        let across = preamble(&plan, &self::machine(vec![h200(0), remote]));
+        assert!(
+            across.contains(
+                &"#  Rank  1 Group  0 Pid      7 on      node7 device  0 [0000:00:06] NVIDIA H200"
+                    .to_string()
+            ),
+            "{across:?}"
+        );
+        assert_eq!(
+            lines.last().unwrap(),
+            "# note: libnccl 2.28.3 has no ncclAlltoAll (NCCL 2.28+); all_to_all runs as grouped send/recv"
+        );
+        let header = collective_header(Collective::SendRecv, &plan, &machine);
+        assert_eq!(
+            header[1],
+            "# Collective sendrecv layer raw nccl 2.28.3 world 2 gpus 2 x NVIDIA H200"
+        );
+        assert_eq!(header.len(), 6, "{header:?}");
+        // Without all_to_all in the plan, no note about it.
+        let plan = self::plan(&["--layer", "raw", "all_reduce"], 2);
+        assert!(
+            !preamble(&plan, &machine)
+                .join("\n")
+                .contains("ncclAlltoAll")
+        );
+    }
+
+    #[test]
+    fn method_flags_show_in_the_preamble_and_headers() {
+        let plan = plan(
+            &[
+                "-m", "4", "-u", "2", "-c", "3", "-z", "3", "-C", "1", "-R", "1", "-f", "1", "-i",
+                "64K",
+            ],
+            1,
+        );
+        let machine = machine(vec![h200(0)]);
+        let lines = preamble(&plan, &machine);
+        assert!(
+            lines[1].ends_with(
+                "step: 65536(bytes) warmup iters: 5 iters: 20 agg iters: 4 validation: 3 graph: 0 unalign: 2"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier "
+        );
+        let text = lines.join("\n");
+        assert!(
+            text.contains("each batch is 80 back-to-back call(s)"),
+            "{text}"
+        );
+        assert!(text.contains("(nccl-tests' rotation)"), "{text}");
+        // -R 1 is applied: no note, the buffers' line says so.
+        assert!(!text.contains("# note: -R 1"), "{text}");
+        assert!(
+            text.contains("\n# buffers: ncclMemAlloc, registered with ncclCommRegister (-R 1)\n"),
+            "{text}"
+        );
+        let header = collective_header(Collective::AllReduce, &plan, &machine);
+        assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
+        // Without rotation, the timing line says nothing of it.
+        let fixed = self::plan(&["--no-rotate"], 1);
+        let text = preamble(&fixed, &machine).join("\n");
+        assert!(!text.contains("nccl-tests' rotation"), "{text}");
+        assert!(text.contains("# note: --no-rotate"), "{text}");
+    }
+
+    #[test]
+    fn compare_and_graph_notes() {
+        let plan = plan(
+            &[
+                "--compare",
+                "raw,tensor",
+                "-G",
+                "100",
+                "-n",
+                "20",
+                "-b",
+                "8",
+                "-e",
+                "1K",
+                "all_gather",
+            ],
+            1,
+        );
+        let notes = plan_notes(&plan).join("\n");
+        assert!(notes.contains("median of 5 batch(es)"), "{notes}");
+        assert!(
+            notes.contains("CUDA graph of 20 captured call(s) 100 times (time = batch / 2000)"),
+            "{notes}"
+        );
+        assert!(notes.contains("time(tensor) / time(raw)"), "{notes}");
+        assert!(notes.contains("no in-place all_gather"), "{notes}");
+        assert!(
+            notes.contains("stream tracking is paused while capturing"),
+            "{notes}"
+        );
+        assert!(notes.lines().all(|line| line.starts_with("# ")));
+
+        let notes = plan_notes(&self::plan(&["--layer", "raw", "all_reduce"], 2));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("20 back-to-back call(s)"));
+    }
+
+    #[test]
+    fn group_plans_note_the_halves_the_group_lacks() {
+        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,group"]).unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
+        assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Group]);
+        assert_eq!(plan.layers_title(), "group vs raw");
+        let notes = plan_notes(&plan).join("\n");
+        assert!(notes.contains("ProcessGroup op + Work::wait"), "{notes}");
+        // Out of place the group has every collective, sendrecv included
+        // (one batch_isend_irecv).
+        assert!(!notes.contains("no out-of-place"), "{notes}");
+        assert!(
+            notes.contains("no in-place all_gather, reduce_scatter, all_to_all, sendrecv"),
+            "{notes}"
+        );
+        assert!(notes.contains("(nccl-tensor's safe API takes"), "{notes}");
+        // Each reason once per line, sendrecv's included.
+        assert_eq!(notes.matches("batch_isend_irecv").count(), 1, "{notes}");
+        assert!(!notes.contains("tensor layer"), "{notes}");
+        assert!(notes.lines().all(|line| line.starts_with("# ")));
+
+        // Only the plan's collectives are named.
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "group", "all_gather"]).unwrap();
+        let notes = plan_notes(&Plan::new(&args, &Layout::single_process(4)).unwrap());
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[2].starts_with(
+            "# note: the group layer has no in-place all_gather (nccl-tensor's safe API takes"
+        ));
+        assert!(notes[2].ends_with("): N/A"), "{notes:?}");
+
+        // No group, no group notes.
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
+        let notes = plan_notes(&Plan::new(&args, &Layout::single_process(1)).unwrap()).join("\n");
+        assert!(!notes.contains("group layer"), "{notes}");
+    }
+}

@@ -1,0 +1,311 @@
+//! What every rank runs: the collectives, sizes, layers and timing of one
+//! nccl-perf invocation, read from its flags, and the ranks it runs on.
+
+use nccl_group::CommMode;
+
+use super::layout::Layout;
+use super::protocol::RowKey;
+use crate::cli::Args;
+use crate::collective::{Collective, Mode};
+use crate::error::BenchError;
+use crate::layer::LayerKind;
+use crate::method::{Average, Method};
+use crate::selection::{RowSpec, Selection};
+use crate::sizes::sweep;
+
+/// What every rank runs, in the same order.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The collectives, in order.
+    pub collectives: Vec<Collective>,
+    /// The message sizes in bytes, in order.
+    pub sizes: Vec<u64>,
+    /// The element types, reductions, roots and cycles (`-d`, `-o`, `-r`, `-N`).
+    pub selection: Selection,
+    /// How the run measures and reports (nccl-tests' method and flags).
+    pub method: Method,
+    /// Iterations per timed batch (and in each CUDA graph).
+    pub iters: u32,
+    /// Warm-up iterations.
+    pub warmup: u32,
+    /// The layers issuing the calls: one, or A (baseline) and B of `--compare`.
+    pub layers: Vec<LayerKind>,
+    /// Timed batches per size, mode and layer.
+    pub batches: u32,
+    /// Graph replays per batch (`-G`); 0 calls the layers directly.
+    pub graph: u32,
+    /// The number of ranks (GPUs), over every process.
+    pub world: usize,
+    /// Threads per process (`-t`), as the preamble prints them.
+    pub threads: usize,
+    /// GPUs per thread (`-g`), as the preamble prints them.
+    pub gpus_per_thread: usize,
+    /// How a row's time comes from the ranks' (`-a`).
+    pub average: Average,
+    /// The group layers' communicator kind (`--group-comms`).
+    pub group_comms: CommMode,
+}
+
+impl Plan {
+    /// The plan for `args` on the ranks of `layout`.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for a root past the last rank or flags that
+    /// cannot run together ([`Args::method`], [`Args::selection`]).
+    pub fn new(args: &Args, layout: &Layout) -> Result<Self, BenchError> {
+        let world = layout.world();
+        Ok(Self {
+            collectives: args.collectives(),
+            selection: args.selection(Some(world))?,
+            method: args.method()?,
+            sizes: sweep(
+                args.min_bytes,
+                args.max_bytes,
+                args.step_factor,
+                args.step_bytes,
+            ),
+            iters: args.iters,
+            warmup: args.warmup_iters,
+            layers: args.layers(),
+            batches: args.batches(),
+            graph: args.graph,
+            world,
+            threads: layout.threads,
+            gpus_per_thread: layout.gpus_per_thread,
+            average: args.average(),
+            group_comms: args.group_comms.comm_mode(),
+        })
+    }
+
+    /// The rows of `collective`'s table, in order ([`Selection::rows`]).
+    pub fn rows(&self, collective: Collective) -> Vec<RowSpec> {
+        self.selection.rows(collective, &self.sizes, self.world)
+    }
+
+    /// `(A, B)` of `--compare`.
+    pub fn compare(&self) -> Option<(LayerKind, LayerKind)> {
+        match self.layers[..] {
+            [a, b] => Some((a, b)),
+            _ => None,
+        }
+    }
+
+    /// The layer whose table is printed (B of `--compare`).
+    pub fn table_layer(&self) -> LayerKind {
+        self.layers.last().copied().unwrap_or(LayerKind::Core)
+    }
+
+    /// `tensor` or `tensor vs raw`: the layers as titles name them.
+    pub fn layers_title(&self) -> String {
+        match self.compare() {
+            Some((a, b)) => format!("{} vs {}", b.name(), a.name()),
+            None => self.table_layer().name().to_string(),
+        }
+    }
+
+    /// Table rows the run prints (over every collective), for the progress bar.
+    pub fn row_count(&self) -> u64 {
+        self.collectives
+            .iter()
+            .map(|&collective| self.rows(collective).len() as u64)
+            .sum()
+    }
+
+    /// Every mode of every row of every layer, in the order the ranks
+    /// measure them.
+    pub fn row_keys(&self) -> Vec<RowKey> {
+        let mut keys = Vec::new();
+        for (collective, &kind) in self.collectives.iter().enumerate() {
+            for row in 0..self.rows(kind).len() {
+                for mode in Mode::BOTH {
+                    keys.extend((0..self.layers.len()).map(|layer| RowKey {
+                        collective,
+                        row,
+                        mode,
+                        layer,
+                    }));
+                }
+            }
+        }
+        keys
+    }
+
+    /// What every process of a run must agree on, by name: the shape of
+    /// the world first (the likely mismatch: other GPU counts), then each
+    /// flag, then the whole plan (whatever else it holds).
+    pub fn fingerprint(&self) -> Vec<(String, String)> {
+        [
+            ("world size", self.world.to_string()),
+            ("threads per process (-t)", self.threads.to_string()),
+            ("GPUs per thread (-g)", self.gpus_per_thread.to_string()),
+            ("collectives", format!("{:?}", self.collectives)),
+            ("sizes (-b, -e, -f, -i)", format!("{:?}", self.sizes)),
+            (
+                "data types, reductions, roots, cycles (-d, -o, -r, -N)",
+                format!("{:?}", self.selection),
+            ),
+            ("iterations (-n)", self.iters.to_string()),
+            ("warm-up iterations (-w)", self.warmup.to_string()),
+            (
+                "method (-c, -m, -z, -y, -C, -u, rotation, ...)",
+                format!("{:?}", self.method),
+            ),
+            ("layers (--layer, --compare)", format!("{:?}", self.layers)),
+            ("batches (--batches)", self.batches.to_string()),
+            ("CUDA graph replays (-G)", self.graph.to_string()),
+            ("average (-a)", format!("{:?}", self.average)),
+            (
+                "group communicators (--group-comms)",
+                format!("{:?}", self.group_comms),
+            ),
+            ("plan", format!("{self:?}")),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn plan_from_args() {
+        let args = Args::try_parse_from(["nccl-perf", "-b", "8", "-e", "64", "-r", "1", "reduce"])
+            .unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
+        assert_eq!(plan.sizes, vec![8, 16, 32, 64]);
+        assert_eq!(plan.collectives, vec![Collective::Reduce]);
+        assert_eq!(plan.rows(Collective::Reduce)[0].counts.param, 2);
+        assert_eq!(
+            (plan.threads, plan.gpus_per_thread, plan.average),
+            (1, 2, Average::Mean)
+        );
+        let error = Plan::new(&args, &Layout::single_process(1)).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
+        assert_eq!(
+            error.to_string(),
+            "-r 1 is not a rank: with 1 rank(s) the root must be in 0..1"
+        );
+        // A root past the last rank does not matter to collectives without one.
+        let args = Args::try_parse_from(["nccl-perf", "-r", "5", "all_gather"]).unwrap();
+        assert!(Plan::new(&args, &Layout::single_process(1)).is_ok());
+    }
+
+    #[test]
+    fn compare_and_graph_plans() {
+        let args = Args::try_parse_from([
+            "nccl-perf",
+            "--compare",
+            "raw,tensor",
+            "-G",
+            "100",
+            "-n",
+            "20",
+            "-b",
+            "8",
+            "-e",
+            "1K",
+            "all_gather",
+        ])
+        .unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(1)).unwrap();
+        assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Tensor]);
+        assert_eq!(plan.compare(), Some((LayerKind::Raw, LayerKind::Tensor)));
+        assert_eq!(plan.table_layer(), LayerKind::Tensor);
+        assert_eq!(plan.layers_title(), "tensor vs raw");
+        assert_eq!((plan.graph, plan.batches, plan.row_count()), (100, 5, 8));
+
+        let args = Args::try_parse_from(["nccl-perf", "--layer", "raw", "all_reduce"]).unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
+        assert_eq!(plan.compare(), None);
+        assert_eq!(plan.layers_title(), "raw");
+    }
+
+    #[test]
+    fn row_keys_follow_the_ranks_order() {
+        let args = Args::try_parse_from([
+            "nccl-perf",
+            "--compare",
+            "raw,core",
+            "-b",
+            "8",
+            "-e",
+            "16",
+            "all_reduce",
+        ])
+        .unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(1)).unwrap();
+        let keys = plan.row_keys();
+        // 1 collective x 2 sizes x 2 modes x 2 layers.
+        assert_eq!(keys.len(), 8);
+        assert_eq!(
+            keys[..3],
+            [
+                RowKey {
+                    collective: 0,
+                    row: 0,
+                    mode: Mode::OutOfPlace,
+                    layer: 0
+                },
+                RowKey {
+                    collective: 0,
+                    row: 0,
+                    mode: Mode::OutOfPlace,
+                    layer: 1
+                },
+                RowKey {
+                    collective: 0,
+                    row: 0,
+                    mode: Mode::InPlace,
+                    layer: 0
+                },
+            ]
+        );
+        assert_eq!(
+            keys[7],
+            RowKey {
+                collective: 0,
+                row: 1,
+                mode: Mode::InPlace,
+                layer: 1
+            }
+        );
+    }
+
+    #[test]
+    fn fingerprints_differ_where_the_processes_would() {
+        let plan = |flags: &[&str], gpus| {
+            let args = Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap();
+            Plan::new(&args, &Layout::single_process(gpus))
+                .unwrap()
+                .fingerprint()
+        };
+        let base = plan(&[], 2);
+        assert_eq!(base, plan(&[], 2));
+        let first_difference = |other: Vec<(String, String)>| {
+            base.iter()
+                .zip(&other)
+                .find(|(a, b)| a != b)
+                .map(|(a, _)| a.0.clone())
+        };
+        assert_eq!(
+            first_difference(plan(&[], 4)).as_deref(),
+            Some("world size")
+        );
+        assert_eq!(
+            first_difference(plan(&["-n", "7"], 2)).as_deref(),
+            Some("iterations (-n)")
+        );
+        assert_eq!(
+            first_difference(plan(&["-a", "2"], 2)).as_deref(),
+            Some("average (-a)")
+        );
+        assert_eq!(
+            first_difference(plan(&["-e", "1K"], 2)).as_deref(),
+            Some("sizes (-b, -e, -f, -i)")
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! Process 0's output: every rank's samples combined into table rows, in
+//! plan order, written with the comment lines around them as they
+//! complete.
+
+use std::io::Write;
+
+use indicatif::ProgressBar;
+
+use super::plan::Plan;
+use super::protocol::{RowKey, Sample};
+use super::reduce::combine;
+use crate::collective::{Collective, Mode};
+use crate::error::BenchError;
+use crate::report::{
+    Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header, compare_footer,
+    table_footer,
+};
+use crate::selection::RowSpec;
+use crate::sizes::bandwidths;
+
+/// What a finished run found.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Wrong elements over every row, mode, layer and rank.
+    pub wrong: u64,
+    /// Every row of every layer, in the order they were reported (process
+    /// 0's; empty elsewhere).
+    pub rows: Vec<Row>,
+}
+
+fn io_error(source: std::io::Error) -> BenchError {
+    BenchError::Io {
+        what: "the output".to_string(),
+        source,
+    }
+}
+
+/// Writes the tables of `plan` on `machine` to `reporter`, one row after
+/// another as `samples` gives every rank's samples of each key (in rank
+/// order); `progress` counts the rows.
+pub struct Tables<'a, W: Write, F> {
+    /// What runs.
+    pub plan: &'a Plan,
+    /// Where the lines go.
+    pub reporter: &'a mut Reporter<W>,
+    /// Counts the rows.
+    pub progress: &'a ProgressBar,
+    /// Every rank's samples of a key, in rank order.
+    pub samples: F,
+}
+
+impl<W, F> Tables<'_, W, F>
+where
+    W: Write,
+    F: FnMut(RowKey) -> Result<Vec<Sample>, BenchError>,
+{
+    /// The whole output on `machine`: the preamble, then per collective
+    /// its header, its rows and its footer.
+    ///
+    /// # Errors
+    /// A failing or absent rank, or output that cannot be written.
+    pub fn write(mut self, machine: &Machine) -> Result<Summary, BenchError> {
+        let plan = self.plan;
+        self.reporter.begin(plan, machine).map_err(io_error)?;
+        let mut summary = Summary::default();
+        for (index, &collective) in plan.collectives.iter().enumerate() {
+            self.reporter
+                .lines(collective_header(collective, plan, machine))
+                .map_err(io_error)?;
+            self.collective_table(index, collective, &mut summary)?;
+        }
+        self.reporter.line("#").map_err(io_error)?;
+        self.reporter.finish().map_err(io_error)?;
+        Ok(summary)
+    }
+
+    /// The rows and footer of `collective`, the `index`-th of the plan,
+    /// added to `summary` too.
+    fn collective_table(
+        &mut self,
+        index: usize,
+        collective: Collective,
+        summary: &mut Summary,
+    ) -> Result<(), BenchError> {
+        let plan = self.plan;
+        let specs = plan.rows(collective);
+        let mut table_rows = Vec::with_capacity(specs.len());
+        let mut baseline_rows = Vec::new();
+        let mut wrong_total = 0;
+        for (row_index, spec) in specs.iter().enumerate() {
+            let counts = &spec.counts;
+            let mut rows = Vec::with_capacity(plan.layers.len());
+            for (slot, layer) in plan.layers.iter().enumerate() {
+                let key = |mode| RowKey {
+                    collective: index,
+                    row: row_index,
+                    mode,
+                    layer: slot,
+                };
+                let out_of_place = self.measurement(collective, spec, key(Mode::OutOfPlace))?;
+                let in_place = self.measurement(collective, spec, key(Mode::InPlace))?;
+                wrong_total += [out_of_place, in_place]
+                    .iter()
+                    .flatten()
+                    .filter_map(|m| m.wrong)
+                    .sum::<u64>();
+                rows.push(Row {
+                    collective: collective.name(),
+                    layer: layer.name(),
+                    world_size: plan.world,
+                    size: counts.printed_bytes(spec.dtype.size_bytes()),
+                    count: counts.param,
+                    dtype: spec.dtype.short_name(),
+                    redop: collective.redop_column(spec.op),
+                    root: collective.root_column(spec.root),
+                    out_of_place,
+                    in_place,
+                    ratio: None,
+                    graph: plan.graph,
+                });
+            }
+            let mut shown = rows.pop().ok_or(BenchError::Lost)?;
+            if let Some(baseline) = rows.pop() {
+                shown.ratio = Some(Ratio::between(&baseline, &shown));
+                self.reporter.json_row(&baseline).map_err(io_error)?;
+                summary.rows.push(baseline.clone());
+                baseline_rows.push(baseline);
+            }
+            self.reporter.row(&shown).map_err(io_error)?;
+            self.progress.inc(1);
+            self.progress
+                .set_message(format!("{} {} B", collective.name(), shown.size));
+            summary.rows.push(shown.clone());
+            table_rows.push(shown);
+        }
+        self.reporter
+            .lines(table_footer(wrong_total, average_busbw(&table_rows)))
+            .map_err(io_error)?;
+        if let Some((a, b)) = plan.compare() {
+            self.reporter
+                .lines(compare_footer(a, b, &baseline_rows, &table_rows))
+                .map_err(io_error)?;
+        }
+        summary.wrong += wrong_total;
+        Ok(())
+    }
+
+    /// Every rank's measurement of `key`, of `collective`'s row `spec`,
+    /// with its bandwidths; `None` where the layer cannot issue that mode.
+    fn measurement(
+        &mut self,
+        collective: Collective,
+        spec: &RowSpec,
+        key: RowKey,
+    ) -> Result<Option<Measurement>, BenchError> {
+        let plan = self.plan;
+        let Sample { time_us, wrong } = combine(&(self.samples)(key)?, plan.average);
+        Ok(time_us.map(|time_us| {
+            let bandwidth = bandwidths(
+                collective,
+                &spec.counts,
+                spec.dtype.size_bytes(),
+                plan.world,
+                time_us,
+            );
+            Measurement {
+                time_us,
+                algbw: bandwidth.algbw,
+                busbw: bandwidth.busbw,
+                wrong,
+            }
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use nccl_sys::Version;
+
+    use super::*;
+    use crate::cli::Args;
+    use crate::report::DeviceInfo;
+    use crate::runner::Layout;
+
+    /// The output of `flags` at world size 4 where rank r measured
+    /// `r + 1` µs and found `wrong[r]` wrong elements in every mode.
+    fn tables(flags: &[&str], wrong: [u64; 4]) -> (String, Summary) {
+        let args = Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap();
+        let plan = Plan::new(&args, &Layout::single_process(4)).unwrap();
+        let devices = (0..4)
+            .map(|rank| DeviceInfo {
+                rank,
+                ordinal: 0,
+                name: "GPU".to_string(),
+                pci: "0000:00:00".to_string(),
+                host: format!("host{rank}"),
+                pid: 100 + rank as u32,
+            })
+            .collect();
+        let machine = Machine {
+            nccl_version: Version::new(2, 28, 3),
+            nccl_path: "libnccl.so.2".to_string(),
+            native_all_to_all: true,
+            devices,
+        };
+        let mut out = Vec::new();
+        let mut reporter = Reporter::new(&mut out, None);
+        let summary = Tables {
+            plan: &plan,
+            reporter: &mut reporter,
+            progress: &ProgressBar::hidden(),
+            samples: |_| {
+                Ok((0..4)
+                    .map(|rank| Sample {
+                        time_us: Some(rank as f64 + 1.0),
+                        wrong: Some(wrong[rank]),
+                    })
+                    .collect())
+            },
+        }
+        .write(&machine)
+        .unwrap();
+        (String::from_utf8(out).unwrap(), summary)
+    }
+
+    #[test]
+    fn rows_follow_average_and_sum_the_wrong_elements() {
+        let flags = ["--layer", "raw", "-b", "1K", "-e", "2K", "all_reduce"];
+        let (text, summary) = tables(&flags, [0, 1, 0, 2]);
+        // Two sizes, two modes, 3 wrong elements each.
+        assert_eq!(summary.wrong, 12);
+        assert_eq!(summary.rows.len(), 2);
+        let time = |summary: &Summary| summary.rows[0].out_of_place.unwrap().time_us;
+        assert_eq!(time(&summary), 2.5);
+        assert_eq!(summary.rows[0].world_size, 4);
+        assert!(
+            text.contains("#  Rank  3 Group  0 Pid    103 on      host3 device  0"),
+            "{text}"
+        );
+        for (flag, expected) in [("0", 1.0), ("1", 2.5), ("2", 1.0), ("3", 4.0)] {
+            let (_, summary) = tables(&[&flags[..], &["-a", flag]].concat(), [0; 4]);
+            assert_eq!(time(&summary), expected, "-a {flag}");
+            assert_eq!(summary.wrong, 0);
+        }
+    }
+}

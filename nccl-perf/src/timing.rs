@@ -1,0 +1,277 @@
+//! Timing one rank's batches: iterations of launches (each at its
+//! places of nccl-tests' rotation, `-m` calls in one NCCL group) and one
+//! stream synchronisation, waiting and meeting the other ranks in between
+//! as `-z` says, or replays of a CUDA graph that captured the launches
+//! (`-G`); every wait bounded by `-T`; and the median over batches.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
+
+use crate::error::BenchError;
+use crate::layer::{Launch, Shift};
+use crate::method::Blocking;
+
+/// Waits for a stream's work, for at most a timeout (`-T`) when one is set.
+pub struct Waiter<'a> {
+    stream: &'a CudaStream,
+    /// The timeout and the event polled until it passes.
+    bounded: Option<(Duration, CudaEvent)>,
+}
+
+impl<'a> Waiter<'a> {
+    /// A waiter for `stream`'s work; with a `timeout`, its event is made
+    /// here, before any timed loop.
+    ///
+    /// # Errors
+    /// The driver's error creating the event.
+    pub fn new(stream: &'a CudaStream, timeout: Option<Duration>) -> Result<Self, BenchError> {
+        let bounded = match timeout {
+            Some(timeout) => Some((
+                timeout,
+                stream
+                    .context()
+                    .new_event(None)
+                    .map_err(nccl_core::Error::cuda("creating the event of -T's waits"))?,
+            )),
+            None => None,
+        };
+        Ok(Self { stream, bounded })
+    }
+
+    /// Waits until the stream's work so far is done (`during` says what
+    /// the wait is for, in errors).
+    ///
+    /// # Errors
+    /// The driver's error, or [`nccl_core::Error::Timeout`] after the
+    /// timeout (the run then fails, and its communicators are aborted, as
+    /// nccl-tests does).
+    pub fn wait(&self, during: &'static str) -> Result<(), BenchError> {
+        let Some((timeout, event)) = &self.bounded else {
+            return Ok(self
+                .stream
+                .synchronize()
+                .map_err(nccl_core::Error::cuda(during))?);
+        };
+        event
+            .record(self.stream)
+            .map_err(nccl_core::Error::cuda(during))?;
+        let start = Instant::now();
+        while !event
+            .try_is_complete()
+            .map_err(nccl_core::Error::cuda(during))?
+        {
+            if start.elapsed() > *timeout {
+                return Err(nccl_core::Error::Timeout {
+                    operation: during,
+                    waited: *timeout,
+                }
+                .into());
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}
+
+/// How a timed loop paces its iterations.
+pub struct Pacing<'a> {
+    /// Calls per iteration (`-m`): each launch gets this many places.
+    pub agg: usize,
+    /// Where the loop waits and meets the other ranks (`-z`).
+    pub blocking: Blocking,
+    /// Meets the other ranks.
+    pub meet: &'a dyn Fn() -> Result<(), BenchError>,
+}
+
+/// One timed batch, per call, in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timed {
+    /// Until the GPU finished the calls (nccl-tests' `time`).
+    pub wall_us: f64,
+    /// Until the host had issued them (nccl-tests' `cputime`, `-C 1`).
+    pub cpu_us: f64,
+}
+
+/// The median of `values` (the mean of the middle two for an even count);
+/// `None` when empty. NaNs sort last.
+pub fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    Some(if sorted.len() % 2 == 1 {
+        sorted[middle]
+    } else {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    })
+}
+
+/// Microseconds per call of a batch of `calls` calls that took `seconds`.
+pub fn per_call_us(seconds: f64, calls: u64) -> f64 {
+    seconds * 1.0e6 / calls.max(1) as f64
+}
+
+/// Launches the calls at `shifts` (one per call, computed before the
+/// loop), `pacing.agg` per iteration, then waits: the time per call.
+/// With `-z 3` the meetings after each iteration are left out of it.
+///
+/// # Errors
+/// A failed launch, wait or meeting.
+pub fn time_launches(
+    launch: &mut Launch<'_>,
+    shifts: &[Shift],
+    pacing: &Pacing<'_>,
+    waiter: &Waiter<'_>,
+) -> Result<Timed, BenchError> {
+    let blocking = pacing.blocking;
+    let mut left_out = Duration::ZERO;
+    let start = Instant::now();
+    for iteration in shifts.chunks(pacing.agg.max(1)) {
+        launch(iteration)?;
+        if blocking.waits() {
+            waiter.wait("waiting for an iteration's calls (-z)")?;
+        }
+        if blocking.meets() {
+            let meeting = Instant::now();
+            (pacing.meet)()?;
+            if blocking == Blocking::WaitAndBarrierUntimed {
+                left_out += meeting.elapsed();
+            }
+        }
+    }
+    let issued = start.elapsed().saturating_sub(left_out);
+    waiter.wait("waiting for the timed calls")?;
+    let done = start.elapsed().saturating_sub(left_out);
+    let calls = shifts.len() as u64;
+    Ok(Timed {
+        wall_us: per_call_us(done.as_secs_f64(), calls),
+        cpu_us: per_call_us(issued.as_secs_f64(), calls),
+    })
+}
+
+/// A CUDA graph of a loop's launches; `Empty` when they enqueued nothing
+/// (in-place collectives at world size 1), which replays as nothing.
+pub enum Captured {
+    /// The instantiated graph.
+    Graph(CudaGraph),
+    /// The capture recorded no work.
+    Empty,
+}
+
+impl Captured {
+    /// Enqueues one replay of the captured calls.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn replay(&self) -> Result<(), BenchError> {
+        match self {
+            Captured::Graph(graph) => Ok(graph
+                .launch()
+                .map_err(nccl_core::Error::cuda("launching a CUDA graph"))?),
+            Captured::Empty => Ok(()),
+        }
+    }
+}
+
+/// Captures the launches of the calls at `shifts`, `agg` per iteration
+/// (as [`time_launches`] issues them), on `stream` into a CUDA graph
+/// (thread-local capture mode, so each rank thread captures on its own)
+/// and instantiates it. Nothing runs on the GPU until the graph is
+/// replayed.
+///
+/// cudarc's stream tracking is paused during the capture: it would make the
+/// stream wait on events recorded before the capture began, which CUDA
+/// refuses inside a capture. Every buffer of a rank lives on that rank's one
+/// stream, so the tracking has nothing to order there anyway.
+///
+/// # Errors
+/// A launch that fails while capturing (the capture is ended and dropped
+/// first), or the driver's error.
+pub fn capture(
+    launch: &mut Launch<'_>,
+    shifts: &[Shift],
+    agg: usize,
+    stream: &Arc<CudaStream>,
+) -> Result<Captured, BenchError> {
+    let context = stream.context();
+    let tracking = context.is_event_tracking();
+    // SAFETY: the rank's buffers are allocated on, and used only on,
+    // `stream`, so no cross-stream synchronisation is lost while tracking
+    // is off; it is turned back on below before anything else runs.
+    unsafe { context.disable_event_tracking() };
+    let captured = capture_calls(launch, shifts, agg, stream);
+    if tracking {
+        // SAFETY: no buffer was created while tracking was off.
+        unsafe { context.enable_event_tracking() };
+    }
+    captured
+}
+
+fn capture_calls(
+    launch: &mut Launch<'_>,
+    shifts: &[Shift],
+    agg: usize,
+    stream: &Arc<CudaStream>,
+) -> Result<Captured, BenchError> {
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(nccl_core::Error::cuda("beginning a CUDA graph capture"))?;
+    let launched = shifts.chunks(agg.max(1)).try_for_each(&mut *launch);
+    // Always end the capture, so that the stream is usable again.
+    let ended = stream.end_capture(CUgraphInstantiate_flags(0));
+    launched?;
+    match ended.map_err(nccl_core::Error::cuda("ending the CUDA graph capture"))? {
+        Some(graph) => Ok(Captured::Graph(graph)),
+        None => Ok(Captured::Empty),
+    }
+}
+
+/// Replays `graph` `replays` times and waits once: the time per captured
+/// call (`calls` calls in the graph).
+///
+/// # Errors
+/// A failed replay or wait.
+pub fn time_replays(
+    graph: &Captured,
+    replays: u32,
+    calls: usize,
+    waiter: &Waiter<'_>,
+) -> Result<Timed, BenchError> {
+    let start = Instant::now();
+    for _ in 0..replays {
+        graph.replay()?;
+    }
+    let issued = start.elapsed();
+    waiter.wait("waiting for the graph replays")?;
+    let calls = u64::from(replays) * calls as u64;
+    Ok(Timed {
+        wall_us: per_call_us(start.elapsed().as_secs_f64(), calls),
+        cpu_us: per_call_us(issued.as_secs_f64(), calls),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0]), Some(3.0));
+        assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[1.0, 100.0, 2.0, 2.5, 1.5]), Some(2.0));
+    }
+
+    #[test]
+    fn per_call_times() {
+        assert_eq!(per_call_us(1.0, 1_000_000), 1.0);
+        assert_eq!(per_call_us(0.002, 100 * 20), 1.0);
+        assert_eq!(per_call_us(0.5, 0), 500_000.0);
+    }
+}
