@@ -211,6 +211,7 @@ pub fn probe_phase(
                 s.spawn(move || {
                     while running.load(Ordering::Relaxed) {
                         let _ = waiter.wait(&keys, Duration::from_secs(60));
+                        thread::sleep(Duration::from_millis(10));
                     }
                 });
             }
