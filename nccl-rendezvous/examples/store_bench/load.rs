@@ -157,15 +157,21 @@ pub struct Phase {
     pub cpu: Duration,
     pub max_rss_kib: u64,
     pub max_threads: u64,
+    /// Flood connections made in the phase.
+    pub floods: u64,
 }
 
-/// The attacks of `tests/store_memory_bounds.rs`, kept up for a whole
+/// The attacks of `tests/store_abuse/bounds.rs`, kept up for a whole
 /// phase: unauthenticated connections that announce a 64 MiB frame and
-/// send its first MiB, reconnecting as soon as they are dropped, and a
-/// client asking to wait for 12 M keys over and over.
+/// send its first MiB, and a client asking to wait for 12 M keys every
+/// 10 ms (refused by the client itself, from the limits the server
+/// announced).
 pub struct Attack {
     pub flooders: usize,
     pub wait_keys: usize,
+    /// Flood connections a second, all flooders together; `None`: each
+    /// reconnects as soon as it is done.
+    pub rate: Option<f64>,
 }
 
 const FLOOD_FRAME: u32 = 64 << 20;
@@ -189,10 +195,21 @@ pub fn probe_phase(
     let (latencies, max_rss_kib, max_threads) = thread::scope(|s| {
         if let Some(attack) = attack {
             let port = server.port;
+            let every = attack
+                .rate
+                .map(|rate| Duration::from_secs_f64(attack.flooders as f64 / rate.max(1e-3)));
             for _ in 0..attack.flooders {
                 let (running, floods, body) = (&running, &floods, &body);
                 s.spawn(move || {
-                    while running.load(Ordering::Relaxed) {
+                    let start = Instant::now();
+                    for round in 0u32.. {
+                        if !running.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        if let Some(every) = every {
+                            let at = start + every * round;
+                            thread::sleep(at.saturating_duration_since(Instant::now()));
+                        }
                         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
                             thread::sleep(Duration::from_millis(1));
                             continue;
@@ -272,5 +289,6 @@ pub fn probe_phase(
         cpu: server.sample().cpu.saturating_sub(before.cpu),
         max_rss_kib,
         max_threads,
+        floods: floods.load(Ordering::Relaxed),
     })
 }

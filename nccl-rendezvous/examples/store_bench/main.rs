@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release -p nccl-rendezvous --example store_bench -- \
-//!     [--idle 10000] [--clients 64] [--rounds 300] [--phase-secs 3] [--no-torch]
+//!     [--idle 10000] [--clients 64] [--rounds 300] [--phase-secs 3] [--flood-rate 500] \
+//!     [--no-torch]
 //! ```
 //!
 //! Each server runs in a child process of its own, so that its threads,
@@ -19,10 +20,14 @@
 //!    protocol: a `set` is SET and PING, an `add` CHECK, GET and ADD).
 //! 3. This crate's server only: 4 probe clients doing `set` and `get` for
 //!    `--phase-secs` idle, then as long under the attacks of
-//!    `tests/store_memory_bounds.rs` (24 unauthenticated connections that
-//!    announce 64 MiB frames and send their first MiB, reconnecting at once,
-//!    and a client asking to wait for 12 M keys, over and over): the
-//!    probes' p99 under attack over their idle p99.
+//!    `tests/store_abuse/bounds.rs` (24 threads opening unauthenticated
+//!    connections that announce 64 MiB frames and send their first MiB,
+//!    and a client asking to wait for 12 M keys every 10 ms), first paced
+//!    at `--flood-rate` connections a second, then as fast as the
+//!    attackers go: the probes' p99 under attack over their idle p99.
+//!    The attackers run on the same cores as the server and the probes,
+//!    so an attack the server takes faster also costs the probes more of
+//!    their own CPU: the paced row compares servers under the same load.
 //!
 //! Without torch (`python3 -c 'import torch'` fails) its rows are replaced
 //! by the line `torch: not installed here, skipped`.
@@ -41,6 +46,7 @@ struct Args {
     clients: usize,
     rounds: usize,
     phase: Duration,
+    flood_rate: f64,
     torch: bool,
 }
 
@@ -50,6 +56,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         clients: 64,
         rounds: 300,
         phase: Duration::from_secs(3),
+        flood_rate: 500.0,
         torch: true,
     };
     while let Some(arg) = args.next() {
@@ -63,6 +70,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--clients" => parsed.clients = number("--clients")?.max(1),
             "--rounds" => parsed.rounds = number("--rounds")?.max(1),
             "--phase-secs" => parsed.phase = Duration::from_secs(number("--phase-secs")? as u64),
+            "--flood-rate" => parsed.flood_rate = number("--flood-rate")?.max(1) as f64,
             "--no-torch" => parsed.torch = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -174,32 +182,38 @@ fn run(args: &Args) -> Result<(), String> {
         Kind::Ours.name()
     );
     let server = ServerProcess::start(Kind::Ours)?;
-    let attack = Attack {
+    let attack = |rate| Attack {
         flooders: 24,
         wait_keys: 12_000_000,
+        rate,
     };
     let mut idle = load::probe_phase(&server, 4, args.phase, None)?;
-    let mut attacked = load::probe_phase(&server, 4, args.phase, Some(&attack))?;
+    let paced = attack(Some(args.flood_rate));
+    let mut paced = load::probe_phase(&server, 4, args.phase, Some(&paced))?;
+    let mut unpaced = load::probe_phase(&server, 4, args.phase, Some(&attack(None)))?;
     println!(
-        "| phase | probe rounds (set + get) | p50 (µs) | p99 (µs) | p99 / idle p99 | server CPU \
-         (s) | server RSS max (MiB) | server threads max |"
+        "| phase | flood connections/s | probe rounds (set + get) | p50 (µs) | p99 (µs) | p99 / \
+         idle p99 | server CPU (s) | server RSS max (MiB) | server threads max |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let idle_p99 = idle.probes.quantile(0.99);
+    let paced_name = format!("flood at {:.0}/s + 12 M-key wait", args.flood_rate);
     for (name, phase) in [
         ("idle", &mut idle),
-        ("flood + 12 M-key wait", &mut attacked),
+        (paced_name.as_str(), &mut paced),
+        ("flood at full speed + 12 M-key wait", &mut unpaced),
     ] {
-        print_phase(name, phase, idle_p99);
+        print_phase(name, phase, idle_p99, args.phase);
     }
     Ok(())
 }
 
-fn print_phase(name: &str, phase: &mut Phase, idle_p99: Duration) {
+fn print_phase(name: &str, phase: &mut Phase, idle_p99: Duration, length: Duration) {
     let probes: &mut Latencies = &mut phase.probes;
     let p99 = probes.quantile(0.99);
     println!(
-        "| {name} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.1} | {} |",
+        "| {name} | {:.0} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.1} | {} |",
+        phase.floods as f64 / length.as_secs_f64(),
         probes.len(),
         micros(probes.quantile(0.5)),
         micros(p99),

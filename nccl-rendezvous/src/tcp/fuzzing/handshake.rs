@@ -153,7 +153,7 @@ enum HandshakeFailure {
     Gone,
 }
 
-/// The server's handshake (the state machine its event loop feeds) over a
+/// The server's handshake (the state machine its gate feeds) over a
 /// blocking stream: frames of at most [`HANDSHAKE_MAX_FRAME`] bytes.
 fn server_handshake<S: Read + Write>(
     stream: &mut S,

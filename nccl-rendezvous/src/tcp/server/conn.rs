@@ -1,4 +1,4 @@
-//! One connection of the event loop: where it is (handshake, serving,
+//! One connection of an event loop: where it is (handshake, serving,
 //! closing), the frame being assembled, the bytes waiting to go out, and
 //! the deadlines it is under.
 
@@ -64,6 +64,9 @@ pub(super) struct Conn {
     write_shut: bool,
     /// It ended its side (end of stream): close once the output is out.
     pub(super) peer_done: bool,
+    /// Its loop watches it for writing (it has output the socket did not
+    /// take).
+    pub(super) watching_writes: bool,
     /// It holds one of the server's slots (else it was refused at accept
     /// and is only being told why).
     pub(super) holds_slot: bool,
@@ -90,6 +93,7 @@ impl Conn {
             out_at: 0,
             write_shut: false,
             peer_done: false,
+            watching_writes: false,
             holds_slot,
             parked: false,
             starved: false,

@@ -65,8 +65,9 @@ pub(super) trait Handler {
     /// `conn` is refused or closes: its request, if parked, is forgotten.
     fn on_refuse(&mut self, _conn: &mut Conn, _id: usize) {}
 
-    /// `conn` closed for good.
-    fn on_finish(&mut self, conn: &Conn, id: usize);
+    /// `conn` closes for good: dropping it closes its socket, before the
+    /// counts that say it is gone change.
+    fn on_finish(&mut self, conn: Conn, id: usize);
 
     /// A deadline of `conn` passed that need not close it (a parked
     /// request's, a frame waiting for room); false closes it.
@@ -135,11 +136,13 @@ impl Core {
         self.adopt(Conn::new(stream, phase, holds_slot))
     }
 
-    /// Watches a connection (new, or handed over by the other loop).
+    /// Watches a connection (new, or handed over by the other loop): for
+    /// reading, and for writing while it has output the socket did not take.
     pub(super) fn adopt(&mut self, mut conn: Conn) -> Option<usize> {
         let id = self.next_id;
         self.next_id += 1;
-        let interest = Interest::READABLE | Interest::WRITABLE;
+        conn.watching_writes = conn.has_output();
+        let interest = interest(conn.watching_writes);
         self.poll
             .registry()
             .register(&mut conn.stream, Token(id), interest)
@@ -181,7 +184,17 @@ impl Core {
 
     /// Puts a connection back after its turn, or closes it.
     fn settle(&mut self, mut conn: Conn, id: usize, alive: bool, handler: &mut impl Handler) {
-        if !alive || conn.is_done() {
+        // Writable events only while output waits: otherwise every answer
+        // acknowledged would wake the loop for nothing.
+        let reregistered = conn.has_output() == conn.watching_writes || {
+            conn.watching_writes = conn.has_output();
+            let interest = interest(conn.watching_writes);
+            let registry = self.poll.registry();
+            registry
+                .reregister(&mut conn.stream, Token(id), interest)
+                .is_ok()
+        };
+        if !alive || !reregistered || conn.is_done() {
             self.held = self.held.saturating_sub(conn.charged);
             conn.charged = 0;
             return self.close(conn, id, handler);
@@ -196,8 +209,8 @@ impl Core {
     /// Closes a connection out of the map for good.
     fn close(&mut self, mut conn: Conn, id: usize, handler: &mut impl Handler) {
         handler.on_refuse(&mut conn, id);
-        handler.on_finish(&conn, id);
         let _ = self.poll.registry().deregister(&mut conn.stream);
+        handler.on_finish(conn, id);
     }
 
     /// Closes connection `id` for good.
@@ -408,6 +421,15 @@ impl Core {
         if alive {
             self.serve(id, handler);
         }
+    }
+}
+
+/// What a connection is watched for.
+fn interest(writes: bool) -> Interest {
+    if writes {
+        Interest::READABLE | Interest::WRITABLE
+    } else {
+        Interest::READABLE
     }
 }
 

@@ -276,8 +276,10 @@ impl Handler for Gate {
         }
     }
 
-    fn on_finish(&mut self, conn: &Conn, id: usize) {
-        match conn.phase {
+    fn on_finish(&mut self, conn: Conn, id: usize) {
+        let (phase, holds_slot) = (conn.phase, conn.holds_slot);
+        drop(conn.stream);
+        match phase {
             // Authenticated, closed before the sessions loop took it.
             Phase::Serving(_) => {
                 self.shared
@@ -285,7 +287,7 @@ impl Handler for Gate {
                     .authenticated
                     .fetch_sub(1, Ordering::AcqRel);
             }
-            _ if conn.holds_slot => {
+            _ if holds_slot => {
                 self.slots.release(id);
             }
             _ => self.refusing = self.refusing.saturating_sub(1),
@@ -350,7 +352,7 @@ impl GateLoop {
                 continue;
             };
             if let Err(refused) = self.gate.handoff.inbox.send(conn) {
-                self.gate.on_finish(&refused.0, id);
+                self.gate.on_finish(refused.0, id);
             } else if self.gate.handoff.waker.wake().is_err() {
                 crate::trace::event!(warn, "store server: could not wake the sessions loop");
             }

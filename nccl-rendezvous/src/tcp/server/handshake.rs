@@ -1,5 +1,5 @@
 //! The server's side of the handshake (see the `wire` module docs), as a
-//! state machine the event loop feeds one frame at a time: read the
+//! state machine the gate's event loop feeds one frame at a time: read the
 //! client's `HELLO`, answer with the server's own (with a proof when both
 //! hold a secret), check the client's `PROOF`, confirm with a sealed `OK`.
 //! The fuzzers drive the same machine over a blocking stream.

@@ -29,8 +29,9 @@ use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 ///
 /// # What bounds the server's resources
 ///
-/// The server is one thread running an event loop, whatever the number of
-/// connections.
+/// The server runs two threads whatever the number of connections: a gate
+/// that accepts connections and runs their handshakes (at a lower
+/// scheduling priority), and a loop that serves the authenticated ones.
 ///
 /// - Each open connection costs one file descriptor and a few hundred
 ///   bytes; [`max_connections`](Self::max_connections) bounds them (lowered

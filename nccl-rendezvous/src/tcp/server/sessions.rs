@@ -69,7 +69,7 @@ impl SessionsLoop {
     fn take_handed_over(&mut self) {
         while let Ok(conn) = self.sessions.inbox.try_recv() {
             if self.core.stopping.is_some() {
-                self.sessions.on_finish(&conn, 0);
+                self.sessions.on_finish(conn, 0);
                 continue;
             }
             if let Some(id) = self.core.adopt(conn) {
@@ -172,7 +172,8 @@ impl Handler for Sessions {
         }
     }
 
-    fn on_finish(&mut self, _conn: &Conn, _id: usize) {
+    fn on_finish(&mut self, conn: Conn, _id: usize) {
+        drop(conn);
         self.shared
             .counts
             .authenticated

@@ -316,17 +316,17 @@ impl Session {
             .verify_slice(tag)
             .map_err(|_| BadTag)?;
         sealed.receive.advance();
-        let stamp = match sealed.side {
-            Side::Client => None,
+        let (body_len, stamp) = match sealed.side {
+            Side::Client => (signed_len, None),
             Side::Server => {
                 let body_len = signed_len.checked_sub(STAMP_LEN).ok_or(BadTag)?;
                 let mut millis = [0u8; STAMP_LEN];
                 millis.copy_from_slice(&signed[body_len..]);
-                payload.truncate(body_len);
-                Some(Duration::from_millis(u64::from_be_bytes(millis)))
+                let stamp = Duration::from_millis(u64::from_be_bytes(millis));
+                (body_len, Some(stamp))
             }
         };
-        payload.truncate(payload.len().min(signed_len));
+        payload.truncate(body_len);
         Ok(Opened {
             body: payload,
             stamp,
