@@ -42,30 +42,43 @@ pub struct Idle {
     pub before: Sample,
     pub after: Sample,
     pub opened: usize,
+    /// Why fewer than asked for were opened.
+    pub stopped: Option<String>,
 }
 
-/// Opens `count` connections (one client each), keeps them idle, samples
-/// the server, checks one of them still works, and closes them all.
+/// Opens `count` connections (one client each, as far as the server and
+/// the descriptor limits let it), keeps them idle, samples the server,
+/// checks one of them still works, and closes them all.
 pub fn idle_connections(server: &ServerProcess, count: usize) -> Result<Idle, String> {
     const OPENERS: usize = 8;
     let before = server.sample();
-    let clients: Vec<Box<dyn Store>> = thread::scope(|s| {
+    let (clients, stopped) = thread::scope(|s| {
         let openers: Vec<_> = (0..OPENERS)
             .map(|i| {
                 let share = count / OPENERS + usize::from(i < count % OPENERS);
                 s.spawn(move || {
-                    (0..share)
-                        .map(|_| server.client())
-                        .collect::<Result<Vec<_>, String>>()
+                    let mut opened = Vec::with_capacity(share);
+                    for _ in 0..share {
+                        match server.client() {
+                            Ok(client) => opened.push(client),
+                            Err(e) => return (opened, Some(e)),
+                        }
+                    }
+                    (opened, None)
                 })
             })
             .collect();
-        let mut all = Vec::with_capacity(count);
+        let mut all: Vec<Box<dyn Store>> = Vec::with_capacity(count);
+        let mut stopped = None;
         for opener in openers {
-            all.extend(opener.join().unwrap_or(Err("an opener panicked".into()))?);
+            let (opened, error) = opener
+                .join()
+                .unwrap_or((Vec::new(), Some("an opener panicked".into())));
+            all.extend(opened);
+            stopped = stopped.or(error);
         }
-        Ok::<_, String>(all)
-    })?;
+        (all, stopped)
+    });
     // Let the server settle (a thread-per-connection server starts threads
     // as it accepts).
     thread::sleep(Duration::from_millis(500));
@@ -77,6 +90,7 @@ pub fn idle_connections(server: &ServerProcess, count: usize) -> Result<Idle, St
         before,
         after,
         opened: clients.len(),
+        stopped,
     })
 }
 

@@ -135,6 +135,7 @@ fn run(args: &Args) -> Result<(), String> {
          (MiB) | RSS per connection (KiB) |"
     );
     println!("|---|---|---|---|---|---|---|");
+    let mut stopped_notes = Vec::new();
     for &kind in &kinds {
         let server = ServerProcess::start(kind)?;
         let idle = load::idle_connections(&server, args.idle)?;
@@ -149,6 +150,16 @@ fn run(args: &Args) -> Result<(), String> {
             mib(idle.after.rss_kib),
             grown as f64 / idle.opened.max(1) as f64
         );
+        stopped_notes.extend(idle.stopped.map(|why| {
+            format!(
+                "{}: stopped at {} connections: {why}",
+                kind.name(),
+                idle.opened
+            )
+        }));
+    }
+    for note in stopped_notes {
+        println!("\n{note}");
     }
 
     println!(

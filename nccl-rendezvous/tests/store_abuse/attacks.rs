@@ -143,9 +143,10 @@ fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
 
 #[test]
 fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
-    const PEERS: usize = 8;
+    const HOLDERS: usize = 5;
     const VALUE: usize = 256 << 10;
     const SENT: usize = 200 << 10;
+    const HEAD: usize = 4 + 10;
     // Frames of at most about 512 KiB (a compare_set of two values), at
     // most 1 MiB of them in flight.
     let server = bind_server(
@@ -154,34 +155,38 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
             .with_max_keys_per_request(16)
             .with_max_key_bytes_per_request(1024)
             .with_max_in_flight_bytes(1 << 20)
-            .with_io_timeout(Duration::from_millis(500)),
+            .with_io_timeout(Duration::from_secs(2)),
     );
     let limit = (1usize << 20).max(2 * server.max_frame_size());
     let addr = server.local_addr();
-    // Each peer sends the head of a SET of a 256 KiB value, within every
-    // limit, and 200 KiB of the value; 1.6 MiB in all.
+    // The head of a SET of a 256 KiB value, within every limit, then 200
+    // KiB of the value.
     let mut frame = (10 + VALUE as u32).to_be_bytes().to_vec();
     frame.extend([crate::wire::SET, 0, 0, 0, 1, b'k']);
     frame.extend((VALUE as u32).to_be_bytes());
-    frame.resize(4 + 10 + SENT, 0x5a);
-    const HEAD: usize = 4 + 10;
-    let mut peers: Vec<TcpStream> = (0..PEERS)
+    frame.resize(HEAD + SENT, 0x5a);
+    let in_flight_reaches = |bytes: usize| {
+        let start = Instant::now();
+        while server.stats().in_flight_bytes < bytes {
+            assert!(start.elapsed() < PATIENCE, "{:?}", server.stats());
+            thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // The victim's frame begins first: its head is taken in, its
+    // io_timeout runs. Then holders fill the bytes in flight with frames
+    // that never end, and the victim's value finds no room.
+    let mut victim = session_connect(addr);
+    victim.write_all(&frame[..HEAD]).unwrap();
+    in_flight_reaches(HEAD - 4);
+    let mut holders: Vec<TcpStream> = (0..HOLDERS)
         .map(|_| {
             let mut raw = session_connect(addr);
-            raw.write_all(&frame[..HEAD]).unwrap();
+            raw.write_all(&frame).unwrap();
             raw
         })
         .collect();
-    // Every frame has begun (its head taken in, its io_timeout running)
-    // before any value comes.
-    let start = Instant::now();
-    while server.stats().in_flight_bytes < PEERS * (HEAD - 4) {
-        assert!(start.elapsed() < PATIENCE, "{:?}", server.stats());
-        thread::sleep(Duration::from_millis(5));
-    }
-    for peer in &mut peers {
-        peer.write_all(&frame[HEAD..]).unwrap();
-    }
+    in_flight_reaches(limit - VALUE);
+    victim.write_all(&frame[HEAD..]).unwrap();
     // However long they stay, the server holds no more than its limit
     // (and one read past it).
     let mut most = 0;
@@ -193,17 +198,15 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
         most <= limit + (64 << 10),
         "{most} bytes in flight, limit {limit}"
     );
-    // The frames that found no room are refused, naming the limit, at
-    // their io_timeout; the others are closed then.
-    let refusals: Vec<String> = peers
-        .iter_mut()
-        .filter_map(|peer| answers_until_closed(peer).into_iter().next())
-        .map(|answer| String::from_utf8_lossy(&answer).into_owned())
-        .collect();
-    assert!(
-        !refusals.is_empty() && refusals.iter().all(|r| r.contains("max_in_flight_bytes")),
-        "{refusals:?}"
-    );
+    // The victim's io_timeout ends first, its frame still short of room:
+    // it is refused, naming the limit. The holders' frames are closed at
+    // theirs.
+    let refusal = answers_until_closed(&mut victim);
+    let refusal = String::from_utf8_lossy(refusal.first().expect("a refusal")).into_owned();
+    assert!(refusal.contains("max_in_flight_bytes"), "{refusal}");
+    for holder in &mut holders {
+        answers_until_closed(holder);
+    }
     assert_connections_return_to(&server, 0);
     let start = Instant::now();
     while server.stats().in_flight_bytes > 0 {

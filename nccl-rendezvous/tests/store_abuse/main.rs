@@ -39,7 +39,9 @@ fn child_server() {
 fn sixty_four_concurrent_clients_are_all_served_correctly() {
     const CLIENTS: usize = 64;
     const ADDS: usize = 10;
-    let server = bind(TcpStoreServerOptions::default());
+    // Four serving threads: the clients' connections are spread over them,
+    // and every wait below is completed by writes served on the others.
+    let server = bind(TcpStoreServerOptions::default().with_serving_threads(4));
     let stores: Vec<TcpStore> = (0..CLIENTS).map(|_| connect(&server)).collect();
     // One connection per client: each is used by one thread at a time.
     assert_eq!(server.num_connections(), CLIENTS);

@@ -10,7 +10,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{self, Read};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -24,7 +24,8 @@ use super::handshake::oversized;
 /// The token of a loop's waker; the gate's listener has its own.
 pub(super) const WAKER: Token = Token(0);
 pub(super) const LISTENER: Token = Token(1);
-const FIRST_ID: usize = 2;
+/// The first connection id; ids below are the tokens above.
+pub(super) const FIRST_ID: usize = 2;
 
 /// Reads (of up to [`READ_CHUNK`] bytes) one connection gets per turn
 /// before the others have theirs.
@@ -89,6 +90,9 @@ pub(super) struct Core {
     pub(super) shared: Arc<Shared>,
     pub(super) conns: HashMap<usize, Conn>,
     next_id: usize,
+    /// Ids go up by this much: loops that share a table give their
+    /// connections ids apart.
+    id_stride: usize,
     /// Each connection's next deadline, with the generation that tells a
     /// current entry from stale ones.
     timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
@@ -97,27 +101,48 @@ pub(super) struct Core {
     pub(super) ready: Vec<usize>,
     /// Connections with bytes left unread when their turn ended.
     again: Vec<usize>,
-    /// The bytes the connections hold (frames and output), as counted in
-    /// each connection's `charged`.
-    pub(super) held: usize,
+    /// The bytes connections hold (frames and output), as counted in each
+    /// connection's `charged`: this loop's, and those of the loops that
+    /// share it.
+    held: Arc<AtomicUsize>,
     /// When stopping: until when answers already on their way may still go.
     pub(super) stopping: Option<Instant>,
 }
 
 impl Core {
-    pub(super) fn new(shared: Arc<Shared>, poll: Poll) -> Self {
+    /// A loop's core, counting its connections' bytes in `held`, its ids
+    /// `first_id`, then every `id_stride`.
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        poll: Poll,
+        held: Arc<AtomicUsize>,
+        (first_id, id_stride): (usize, usize),
+    ) -> Self {
         Core {
             poll,
             shared,
             conns: HashMap::new(),
-            next_id: FIRST_ID,
+            next_id: first_id,
+            id_stride: id_stride.max(1),
             timers: BinaryHeap::new(),
             scratch: vec![0; READ_CHUNK],
             ready: Vec::new(),
             again: Vec::new(),
-            held: 0,
+            held,
             stopping: None,
         }
+    }
+
+    /// The bytes connections hold now (see `held`).
+    pub(super) fn held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Counts `conn`'s footprint now in place of what it was charged.
+    fn charge(&self, conn: &mut Conn, footprint: usize) {
+        self.held.fetch_add(footprint, Ordering::AcqRel);
+        self.held.fetch_sub(conn.charged, Ordering::AcqRel);
+        conn.charged = footprint;
     }
 
     /// The I/O timeout (0 counts as 1 ms).
@@ -140,7 +165,7 @@ impl Core {
     /// reading, and for writing while it has output the socket did not take.
     pub(super) fn adopt(&mut self, mut conn: Conn) -> Option<usize> {
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id += self.id_stride;
         conn.watching_writes = conn.has_output();
         let interest = interest(conn.watching_writes);
         self.poll
@@ -158,7 +183,7 @@ impl Core {
     /// over.
     pub(super) fn release(&mut self, id: usize) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
-        self.held = self.held.saturating_sub(conn.charged);
+        self.charge(&mut conn, 0);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         Some(conn)
     }
@@ -195,13 +220,11 @@ impl Core {
                 .is_ok()
         };
         if !alive || !reregistered || conn.is_done() {
-            self.held = self.held.saturating_sub(conn.charged);
-            conn.charged = 0;
+            self.charge(&mut conn, 0);
             return self.close(conn, id, handler);
         }
         let footprint = conn.footprint();
-        self.held = self.held.saturating_sub(conn.charged) + footprint;
-        conn.charged = footprint;
+        self.charge(&mut conn, footprint);
         self.conns.insert(id, conn);
         self.reschedule(id);
     }

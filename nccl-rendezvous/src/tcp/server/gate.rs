@@ -20,7 +20,7 @@ use super::super::wire::{Response, code};
 use super::Shared;
 use super::admission::{Admission, Slots, Source, same_host_unless_secret};
 use super::conn::{Conn, Phase, Timer};
-use super::core::{Core, DRAIN_BEFORE_HANDSHAKE, Handler, LISTENER, Reactor};
+use super::core::{Core, DRAIN_BEFORE_HANDSHAKE, FIRST_ID, Handler, LISTENER, Reactor};
 use super::handshake::{Handshake, Step};
 
 /// Connections accepted in one round before the others' events are
@@ -64,11 +64,29 @@ pub(super) fn yield_to_sessions() {
     }
 }
 
-/// Where authenticated connections go: the sessions loop's inbox and the
-/// waker that tells it to look.
+/// Where authenticated connections go: each sessions loop's inbox and the
+/// waker that tells it to look, taken in turn.
 pub(super) struct Handoff {
-    pub(super) inbox: Sender<Conn>,
-    pub(super) waker: Arc<Waker>,
+    pub(super) shards: Vec<(Sender<Conn>, Arc<Waker>)>,
+    pub(super) next: usize,
+}
+
+impl Handoff {
+    /// Hands `conn` to the next sessions loop; gives it back when that
+    /// loop is gone.
+    fn send(&mut self, conn: Conn) -> Option<Conn> {
+        let Some((inbox, waker)) = self.shards.get(self.next % self.shards.len().max(1)) else {
+            return Some(conn);
+        };
+        self.next = self.next.wrapping_add(1);
+        if let Err(refused) = inbox.send(conn) {
+            return Some(refused.0);
+        }
+        if waker.wake().is_err() {
+            crate::trace::event!(warn, "store server: could not wake a sessions loop");
+        }
+        None
+    }
 }
 
 /// What the gate keeps beside its connections.
@@ -117,7 +135,7 @@ impl GateLoop {
             u64::from_ne_bytes(seed),
         );
         Ok(GateLoop {
-            core: Core::new(Arc::clone(&shared), poll),
+            core: Core::new(Arc::clone(&shared), poll, Arc::default(), (FIRST_ID, 1)),
             gate: Gate {
                 shared,
                 listener: Some(listener),
@@ -351,10 +369,8 @@ impl GateLoop {
             let Some(conn) = self.core.release(id) else {
                 continue;
             };
-            if let Err(refused) = self.gate.handoff.inbox.send(conn) {
-                self.gate.on_finish(refused.0, id);
-            } else if self.gate.handoff.waker.wake().is_err() {
-                crate::trace::event!(warn, "store server: could not wake the sessions loop");
+            if let Some(refused) = self.gate.handoff.send(conn) {
+                self.gate.on_finish(refused, id);
             }
         }
     }

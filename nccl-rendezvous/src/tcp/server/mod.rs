@@ -1,8 +1,8 @@
-//! The TCP store server: binding, its two event loops' threads, and
-//! shutting down. The gate (`gate`) accepts connections, decides who gets
-//! a slot (`admission`) and runs the handshakes (`handshake`); the
-//! sessions loop (`sessions`) serves authenticated connections on the
-//! table and its parked requests (`table`). What both loops share is in
+//! The TCP store server: binding, its event loops' threads, and shutting
+//! down. The gate (`gate`) accepts connections, decides who gets a slot
+//! (`admission`) and runs the handshakes (`handshake`); the sessions loops
+//! (`sessions`) serve authenticated connections, each its share, on one
+//! table and its parked requests (`table`). What the loops share is in
 //! `core` (one connection's state in `conn`), the settings in `options`.
 
 mod admission;
@@ -23,10 +23,12 @@ use std::time::Duration;
 
 use super::descriptors;
 use super::wire::RequestLimits;
+use crate::memory::Quota;
 use crate::{Result, StoreError};
 use admission::Counts;
 use gate::{GateLoop, Handoff};
-use sessions::SessionsLoop;
+use sessions::{Peer, SessionsLoop, Shards};
+use table::Table;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) use handshake::{Handshake, Step, oversized};
@@ -115,11 +117,12 @@ pub struct TcpStoreServerStats {
     pub in_flight_bytes: usize,
 }
 
-/// The server side of the TCP store: a listening socket and two threads,
-/// whatever the number of connections: a gate that accepts connections
-/// and runs their handshakes, and a loop that serves the authenticated
-/// ones on one in-memory table. A flood of connections that never
-/// authenticate costs the gate alone.
+/// The server side of the TCP store: a listening socket and a fixed number
+/// of threads, whatever the number of connections: a gate that accepts
+/// connections and runs their handshakes, and a few loops that serve the
+/// authenticated ones on one in-memory table
+/// ([`TcpStoreServerOptions::serving_threads`]). A flood of connections
+/// that never authenticate costs the gate alone.
 ///
 /// A rank can host it in-process (see [`TcpStore::host`](super::TcpStore::host))
 /// or a separate process can run it (see the `tcp_store_server` example).
@@ -131,11 +134,11 @@ pub struct TcpStoreServerStats {
 /// accepting, answers every parked request with an error, closes every
 /// client connection (clients see an error at once, after any answer
 /// already on its way) and releases the port; it waits a bounded time for
-/// its thread and never hangs.
+/// its threads and never hangs.
 pub struct TcpStoreServer {
     local_addr: SocketAddr,
     shared: Arc<Shared>,
-    wakers: [Arc<mio::Waker>; 2],
+    wakers: Vec<Arc<mio::Waker>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -192,19 +195,54 @@ impl TcpStoreServer {
             running: Mutex::new(0),
             running_changed: Condvar::new(),
         });
-        let gate_poll = mio::Poll::new().map_err(starting)?;
-        let sessions_poll = mio::Poll::new().map_err(starting)?;
-        let waker = |poll: &mio::Poll| {
-            mio::Waker::new(poll.registry(), core::WAKER)
-                .map(Arc::new)
-                .map_err(starting)
+        // Each sessions loop serves its share of the authenticated
+        // connections in parallel with the others; the table they share is
+        // locked only to run a request on it.
+        let shard_count = shared.options.serving_threads();
+        let polls = (0..=shard_count)
+            .map(|_| mio::Poll::new())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(starting)?;
+        let wakers = polls
+            .iter()
+            .map(|poll| mio::Waker::new(poll.registry(), core::WAKER).map(Arc::new))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(starting)?;
+        let (inboxes, handed_over): (Vec<_>, Vec<_>) =
+            (0..shard_count).map(|_| mpsc::channel()).unzip();
+        let (answer_senders, answers): (Vec<_>, Vec<_>) =
+            (0..shard_count).map(|_| mpsc::channel()).unzip();
+        let shard_wakers = &wakers[1..];
+        let shards = Shards {
+            table: Arc::new(Mutex::new(Table::new(
+                Quota {
+                    max_keys: shared.options.max_stored_keys,
+                    max_bytes: shared.options.max_stored_bytes,
+                },
+                shared.options.in_flight_limit() / 2,
+                shared.options.max_wait,
+            ))),
+            held: Arc::default(),
+            peers: answer_senders
+                .into_iter()
+                .zip(shard_wakers)
+                .map(|(answers, waker)| Peer {
+                    answers,
+                    waker: Arc::clone(waker),
+                })
+                .collect(),
         };
-        let wakers = [waker(&gate_poll)?, waker(&sessions_poll)?];
-        let (inbox, handed_over) = mpsc::channel();
         let handoff = Handoff {
-            inbox,
-            waker: Arc::clone(&wakers[1]),
+            shards: inboxes
+                .into_iter()
+                .zip(shard_wakers.iter().cloned())
+                .collect(),
+            next: 0,
         };
+        let mut polls = polls.into_iter();
+        let gate_poll = polls
+            .next()
+            .ok_or_else(|| starting(std::io::ErrorKind::Other.into()))?;
         let mut gate = GateLoop::new(
             Arc::clone(&shared),
             gate_poll,
@@ -213,21 +251,25 @@ impl TcpStoreServer {
             handoff,
         )
         .map_err(starting)?;
-        let mut sessions = SessionsLoop::new(Arc::clone(&shared), sessions_poll, handed_over);
         let mut server = TcpStoreServer {
             local_addr,
-            shared,
+            shared: Arc::clone(&shared),
             wakers,
-            threads: Vec::with_capacity(2),
+            threads: Vec::with_capacity(shard_count + 1),
         };
         let port = local_addr.port();
         server.spawn(format!("nccl-store-gate-{port}"), move || {
             gate::yield_to_sessions();
             core::run(&mut gate)
         })?;
-        server.spawn(format!("nccl-store-{port}"), move || {
-            core::run(&mut sessions)
-        })?;
+        let channels = handed_over.into_iter().zip(answers);
+        for (me, (poll, channels)) in polls.zip(channels).enumerate() {
+            let shards = shards.clone();
+            let mut sessions = SessionsLoop::new(Arc::clone(&shared), poll, shards, me, channels);
+            server.spawn(format!("nccl-store-{port}-{me}"), move || {
+                core::run(&mut sessions)
+            })?;
+        }
         Ok(server)
     }
 

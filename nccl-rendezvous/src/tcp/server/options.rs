@@ -8,6 +8,9 @@ use crate::tcp::redacted;
 use crate::tcp::wire::{Limits, RequestLimits, STAMP_LEN, TAG_LEN};
 use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 
+/// The most threads [`TcpStoreServerOptions::serving_threads`] takes.
+const MAX_SERVING_THREADS: usize = 64;
+
 /// Settings of a [`TcpStoreServer`](super::TcpStoreServer).
 ///
 /// Start from `TcpStoreServerOptions::default()` and change what you need:
@@ -29,9 +32,10 @@ use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 ///
 /// # What bounds the server's resources
 ///
-/// The server runs two threads whatever the number of connections: a gate
-/// that accepts connections and runs their handshakes (at a lower
-/// scheduling priority), and a loop that serves the authenticated ones.
+/// The server runs a fixed number of threads whatever the number of
+/// connections: a gate that accepts connections and runs their handshakes
+/// (at a lower scheduling priority), and [`serving_threads`](Self::serving_threads)
+/// loops that serve the authenticated ones.
 ///
 /// - Each open connection costs one file descriptor and a few hundred
 ///   bytes; [`max_connections`](Self::max_connections) bounds them (lowered
@@ -159,6 +163,10 @@ pub struct TcpStoreServerOptions {
     /// The most connections in their handshake at once from one address
     /// (an IPv4 address, or an IPv6 /64 network). Default 8.
     pub max_unauthenticated_per_address: usize,
+    /// How many threads serve the authenticated connections, each its
+    /// share of them, all on one table. `None` (the default): one for
+    /// every 4 CPUs, 1 to 4. At most 64.
+    pub serving_threads: Option<usize>,
 }
 
 impl Default for TcpStoreServerOptions {
@@ -180,6 +188,7 @@ impl Default for TcpStoreServerOptions {
             max_connections: 16384,
             max_unauthenticated: 256,
             max_unauthenticated_per_address: 8,
+            serving_threads: None,
         }
     }
 }
@@ -205,6 +214,12 @@ impl TcpStoreServerOptions {
     /// Sets [`TcpStoreServerOptions::max_frame_size`] (at least 64 bytes).
     pub fn with_max_frame_size(mut self, bytes: usize) -> Self {
         self.max_frame_size = Some(bytes);
+        self
+    }
+
+    /// Sets [`TcpStoreServerOptions::serving_threads`] (1 to 64).
+    pub fn with_serving_threads(mut self, threads: usize) -> Self {
+        self.serving_threads = Some(threads);
         self
     }
 
@@ -251,6 +266,17 @@ impl TcpStoreServerOptions {
                 expected: "at least 64 bytes (default: the largest request the other limits \
                            allow)"
                     .into(),
+            });
+        }
+        if let Some(threads) = self.serving_threads
+            && !(1..=MAX_SERVING_THREADS).contains(&threads)
+        {
+            return Err(StoreError::InvalidArgument {
+                what: "serving_threads",
+                given: threads.to_string(),
+                expected: format!(
+                    "1 to {MAX_SERVING_THREADS} (default: one for every 4 CPUs, 1 to 4)"
+                ),
             });
         }
         check_time_limit("io_timeout", self.io_timeout, "30 s")?;
@@ -343,6 +369,13 @@ impl TcpStoreServerOptions {
         }
     }
 
+    /// The threads that serve authenticated connections.
+    pub(super) fn serving_threads(&self) -> usize {
+        self.serving_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 4).clamp(1, 4))
+        })
+    }
+
     /// `max_in_flight_bytes`, at least twice the largest frame (so that a
     /// frame always fits beside the parked requests' half).
     pub(super) fn in_flight_limit(&self) -> usize {
@@ -376,6 +409,7 @@ impl fmt::Debug for TcpStoreServerOptions {
                 "max_unauthenticated_per_address",
                 &self.max_unauthenticated_per_address,
             )
+            .field("serving_threads", &self.serving_threads)
             .finish()
     }
 }

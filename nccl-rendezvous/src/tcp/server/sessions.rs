@@ -1,32 +1,62 @@
-//! The sessions loop: serves the requests of the connections the gate
-//! hands over once authenticated. It opens and checks each request (its
-//! tag, its stamp, its limits), runs it on the table, parks the `get`s and
-//! `wait`s whose keys are missing and answers them when a write sets
-//! their keys or their deadline passes, keeps the bytes in flight within
+//! The sessions loops: serve the requests of the connections the gate
+//! hands over once authenticated, a few loops (shards) sharing one table.
+//! Each opens and checks its connections' requests (tag, stamp, limits)
+//! outside the table's lock, runs them on the table under it, parks the
+//! `get`s and `wait`s whose keys are missing and answers them when a write
+//! sets their keys (sending the answer to the shard that holds the
+//! connection) or their deadline passes, keeps the bytes in flight within
 //! their bound, and answers every parked request when the server stops.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::Receiver;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use mio::{Poll, Token};
+use mio::{Poll, Token, Waker};
 
 use super::super::wire::{DecodeError, Request, RequestLimits, Response, Session, code};
 use super::conn::{Conn, Phase, Timer};
-use super::core::{Core, Handler, Reactor, WAKER};
+use super::core::{Core, FIRST_ID, Handler, Reactor, WAKER};
 use super::table::{Outcome, Table};
 use super::{SHUTDOWN_GRACE, Shared};
-use crate::memory::Quota;
 
 /// Why a request is refused: the error frame's code and message.
 type Refusal = (u8, String);
 
-/// What the sessions loop keeps beside its connections.
+/// How soon a shard looks again for room for its starved frames (room a
+/// shard frees does not wake the others).
+const STARVED_RETRY: Duration = Duration::from_millis(10);
+
+/// How a shard reaches another: answers for its parked requests, and the
+/// waker that tells it to look.
+#[derive(Clone)]
+pub(super) struct Peer {
+    pub(super) answers: Sender<(usize, Response)>,
+    pub(super) waker: Arc<Waker>,
+}
+
+/// What every shard shares.
+#[derive(Clone)]
+pub(super) struct Shards {
+    pub(super) table: Arc<Mutex<Table>>,
+    /// The bytes the shards' connections hold.
+    pub(super) held: Arc<AtomicUsize>,
+    pub(super) peers: Vec<Peer>,
+}
+
+impl Shards {
+    /// The shard that holds connection `id`.
+    fn owner(&self, id: usize) -> usize {
+        id.saturating_sub(FIRST_ID) % self.peers.len().max(1)
+    }
+}
+
+/// What a shard keeps beside its connections.
 struct Sessions {
     shared: Arc<Shared>,
-    table: Table,
+    shards: Shards,
+    me: usize,
     in_flight_limit: usize,
     /// Connections waiting for room in the in-flight bytes.
     starved: VecDeque<usize>,
@@ -34,32 +64,38 @@ struct Sessions {
     woken: Vec<(usize, Response)>,
     /// Connections the gate hands over.
     inbox: Receiver<Conn>,
+    /// Answers to this shard's parked requests, from writes on other shards.
+    answers: Receiver<(usize, Response)>,
 }
 
-/// The sessions loop.
+/// One sessions loop.
 pub(super) struct SessionsLoop {
     core: Core,
     sessions: Sessions,
 }
 
 impl SessionsLoop {
-    pub(super) fn new(shared: Arc<Shared>, poll: Poll, inbox: Receiver<Conn>) -> Self {
-        let options = &shared.options;
-        let in_flight_limit = options.in_flight_limit();
-        let quota = Quota {
-            max_keys: options.max_stored_keys,
-            max_bytes: options.max_stored_bytes,
-        };
-        let table = Table::new(quota, in_flight_limit / 2, options.max_wait);
+    /// Shard `me` of `shards`, taking connections from `inbox` and
+    /// answers from `answers`.
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        poll: Poll,
+        shards: Shards,
+        me: usize,
+        (inbox, answers): (Receiver<Conn>, Receiver<(usize, Response)>),
+    ) -> Self {
+        let ids = (FIRST_ID + me, shards.peers.len());
         SessionsLoop {
-            core: Core::new(Arc::clone(&shared), poll),
+            core: Core::new(Arc::clone(&shared), poll, Arc::clone(&shards.held), ids),
             sessions: Sessions {
+                in_flight_limit: shared.options.in_flight_limit(),
                 shared,
-                table,
-                in_flight_limit,
+                shards,
+                me,
                 starved: VecDeque::new(),
                 woken: Vec::new(),
                 inbox,
+                answers,
             },
         }
     }
@@ -78,10 +114,21 @@ impl SessionsLoop {
         }
     }
 
+    /// Queues the answers other shards' writes gave this shard's parked
+    /// requests.
+    fn take_answers(&mut self) {
+        let now = Instant::now();
+        while let Ok((id, response)) = self.sessions.answers.try_recv() {
+            if deliver(&mut self.core, id, response, now) {
+                self.core.serve(id, &mut self.sessions);
+            }
+        }
+    }
+
     /// Gives the connections waiting for room in the in-flight bytes their
     /// turn, as long as there is room.
     fn resume_starved(&mut self) {
-        while self.in_flight() < self.sessions.in_flight_limit {
+        while self.sessions.in_flight(&self.core) < self.sessions.in_flight_limit {
             let Some(id) = self.sessions.starved.pop_front() else {
                 return;
             };
@@ -92,26 +139,64 @@ impl SessionsLoop {
         }
     }
 
-    fn in_flight(&self) -> usize {
-        self.core.held + self.sessions.table.parked_bytes()
+    /// Publishes the figures of [`TcpStoreServer::stats`](super::TcpStoreServer::stats)
+    /// that the table holds.
+    fn publish(&self) {
+        let published = &self.core.shared.published;
+        let parked = self.sessions.table().parked();
+        published.parked_requests.store(parked, Ordering::Relaxed);
+        published
+            .in_flight_bytes
+            .store(self.sessions.in_flight(&self.core), Ordering::Relaxed);
     }
 }
 
+/// Queues `response` for connection `id`, parked on this shard; whether
+/// it was (it may have closed, or had its answer already).
+fn deliver(core: &mut Core, id: usize, response: Response, now: Instant) -> bool {
+    let answer_by = now + core.io_timeout();
+    let Some(conn) = core.conns.get_mut(&id).filter(|conn| conn.parked) else {
+        return false;
+    };
+    conn.parked = false;
+    conn.set(Timer::Park, None);
+    if let Phase::Serving(session) = &mut conn.phase {
+        let frame = session.seal(response.encode());
+        conn.queue(&frame, answer_by);
+    }
+    true
+}
+
 impl Sessions {
-    /// Queues the answers of the parked requests the last request
-    /// completed, and readies their connections.
-    fn answer_woken(&mut self, core: &mut Core, answer_by: Instant) {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // The table is left consistent by every call, and none panics.
+        self.shards
+            .table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The bytes held for requests in progress, on every shard.
+    fn in_flight(&self, core: &Core) -> usize {
+        core.held() + self.table().parked_bytes()
+    }
+
+    /// Sends the answers of the parked requests the last request
+    /// completed: queued here for this shard's connections, to their shard
+    /// for the others'.
+    fn answer_woken(&mut self, core: &mut Core, now: Instant) {
         for (id, response) in self.woken.drain(..) {
-            let Some(conn) = core.conns.get_mut(&id) else {
-                continue;
-            };
-            conn.parked = false;
-            conn.set(Timer::Park, None);
-            if let Phase::Serving(session) = &mut conn.phase {
-                let frame = session.seal(response.encode());
-                conn.queue(&frame, answer_by);
+            let owner = self.shards.owner(id);
+            if owner == self.me {
+                if deliver(core, id, response, now) {
+                    core.ready.push(id);
+                }
+            } else if let Some(peer) = self.shards.peers.get(owner)
+                && peer.answers.send((id, response)).is_ok()
+                && peer.waker.wake().is_err()
+            {
+                crate::trace::event!(warn, "store server: could not wake a sessions loop");
             }
-            core.ready.push(id);
         }
     }
 }
@@ -130,16 +215,18 @@ impl Handler for Sessions {
             return;
         };
         let io_timeout = core.io_timeout();
-        let answer_by = now + io_timeout;
         let shared = Arc::clone(&self.shared);
         let request = match open(session, payload, busy, io_timeout, &shared.limits) {
             Ok(request) => request,
             Err((code, message)) => return core.refuse(conn, id, code, message, now, self),
         };
-        match self.table.apply(id, request, now, &mut self.woken) {
+        let mut woken = std::mem::take(&mut self.woken);
+        let outcome = self.table().apply(id, request, now, &mut woken);
+        self.woken = woken;
+        match outcome {
             Outcome::Answer(response) => {
                 let frame = session.seal(response.encode());
-                conn.queue(&frame, answer_by);
+                conn.queue(&frame, now + io_timeout);
             }
             Outcome::Parked(deadline) => {
                 conn.parked = true;
@@ -147,15 +234,17 @@ impl Handler for Sessions {
             }
             Outcome::Refuse(code, message) => core.refuse(conn, id, code, message, now, self),
         }
-        self.answer_woken(core, answer_by);
+        self.answer_woken(core, now);
     }
 
     /// No more of a request's frame is read while the in-flight bytes are
     /// full; a parked one is read on, to see its connection close.
     fn may_read(&mut self, core: &Core, conn: &mut Conn, id: usize) -> bool {
-        let held = core.held.saturating_sub(conn.charged) + conn.footprint();
-        let full = held + self.table.parked_bytes() >= self.in_flight_limit;
-        if !full || conn.parked || conn.is_closing() {
+        if conn.parked || conn.is_closing() {
+            return true;
+        }
+        let held = core.held().saturating_sub(conn.charged) + conn.footprint();
+        if held + self.table().parked_bytes() < self.in_flight_limit {
             return true;
         }
         if !conn.starved {
@@ -167,7 +256,7 @@ impl Handler for Sessions {
 
     fn on_refuse(&mut self, conn: &mut Conn, id: usize) {
         if conn.parked {
-            self.table.forget(id);
+            self.table().forget(id);
             conn.parked = false;
         }
     }
@@ -180,8 +269,9 @@ impl Handler for Sessions {
             .fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// A parked request gets its timeout answer; a frame still waiting for
-    /// room when its time is up, its refusal.
+    /// A parked request gets its timeout answer (unless a write on another
+    /// shard answered it first: that answer is on its way); a frame still
+    /// waiting for room when its time is up, its refusal.
     fn on_expired(
         &mut self,
         core: &mut Core,
@@ -192,14 +282,15 @@ impl Handler for Sessions {
     ) -> bool {
         match timer {
             Timer::Park => {
-                if let Some(response) = self.table.expire(id, now)
+                conn.set(Timer::Park, None);
+                let expired = self.table().expire(id, now);
+                if let Some(response) = expired
                     && let Phase::Serving(session) = &mut conn.phase
                 {
+                    conn.parked = false;
                     let frame = session.seal(response.encode());
                     conn.queue(&frame, now + core.io_timeout());
                 }
-                conn.parked = false;
-                conn.set(Timer::Park, None);
                 true
             }
             Timer::Frame if conn.starved => {
@@ -208,7 +299,7 @@ impl Handler for Sessions {
                      max_in_flight_bytes of {}, and this request found no room for the rest of \
                      its frame within io_timeout; retry when the load has passed, or raise \
                      max_in_flight_bytes where the server starts",
-                    core.held + self.table.parked_bytes(),
+                    self.in_flight(core),
                     self.in_flight_limit
                 );
                 core.refuse(conn, id, code::LIMIT, message, now, self);
@@ -227,6 +318,7 @@ impl Reactor for SessionsLoop {
     fn on_token(&mut self, token: Token) {
         if token == WAKER {
             self.take_handed_over();
+            self.take_answers();
         }
     }
 
@@ -242,11 +334,13 @@ impl Reactor for SessionsLoop {
     }
 
     fn wake_at(&self) -> (Option<Instant>, bool) {
-        (None, false)
+        let starved = !self.sessions.starved.is_empty();
+        (starved.then(|| Instant::now() + STARVED_RETRY), false)
     }
 
-    /// Answers parked requests with an error, and closes every connection
-    /// that has nothing left to send; the others get until the grace ends.
+    /// Answers this shard's parked requests with an error, and closes every
+    /// connection that has nothing left to send; the others get until the
+    /// grace ends.
     fn begin_stop(&mut self, now: Instant) {
         self.take_handed_over();
         self.core.stopping = Some(now + SHUTDOWN_GRACE);
@@ -256,7 +350,7 @@ impl Reactor for SessionsLoop {
                 continue;
             };
             if conn.parked {
-                self.sessions.table.forget(id);
+                self.sessions.table().forget(id);
                 conn.parked = false;
                 let refusal = Response::Error {
                     code: code::SHUTDOWN,
@@ -271,20 +365,6 @@ impl Reactor for SessionsLoop {
                 self.core.finish(id, &mut self.sessions);
             }
         }
-    }
-}
-
-impl SessionsLoop {
-    /// Publishes the figures of [`TcpStoreServer::stats`](super::TcpStoreServer::stats)
-    /// that only this loop knows.
-    fn publish(&self) {
-        let published = &self.core.shared.published;
-        published
-            .parked_requests
-            .store(self.sessions.table.parked(), Ordering::Relaxed);
-        published
-            .in_flight_bytes
-            .store(self.in_flight(), Ordering::Relaxed);
     }
 }
 

@@ -589,3 +589,64 @@ fn the_server_cuts_waits_at_its_max_wait_and_the_client_asks_again() {
         assert_eq!(waiter.join().unwrap().unwrap(), b"still wanted");
     });
 }
+
+#[test]
+fn parked_requests_are_answered_and_reaped_across_serving_threads() {
+    const CLIENTS: usize = 8;
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_serving_threads(3),
+    )
+    .unwrap();
+    let stores: Vec<TcpStore> = (0..CLIENTS).map(|_| client(&server)).collect();
+    let all = client(&server);
+    let keys: Vec<String> = (0..CLIENTS).map(|i| format!("key/{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    thread::scope(|s| {
+        // Each client's connection is served by one of the three threads;
+        // each waits for the next client's key, and one for all of them.
+        let waiters: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let store = &stores[i];
+                s.spawn(move || store.get(&format!("key/{}", (i + 1) % CLIENTS), PATIENCE))
+            })
+            .collect();
+        eventually("every get is parked", || {
+            server.stats().parked_requests == CLIENTS
+        });
+        let everything = s.spawn(|| all.wait(&keys, PATIENCE));
+        for (i, store) in stores.iter().enumerate() {
+            store
+                .set(&format!("key/{i}"), i.to_string().as_bytes())
+                .unwrap();
+        }
+        for (i, waiter) in waiters.into_iter().enumerate() {
+            let want = ((i + 1) % CLIENTS).to_string();
+            assert_eq!(waiter.join().unwrap().unwrap(), want.as_bytes());
+        }
+        everything.join().unwrap().unwrap();
+    });
+    // A parked request times out on its own thread, and one whose client
+    // goes away is dropped, whichever thread wrote last.
+    let err = stores[0]
+        .get("never", Duration::from_millis(50))
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    let mut raw = raw_plain_session(server.local_addr());
+    let get = Request::Get {
+        key: "never".into(),
+        timeout: Duration::from_secs(600),
+    };
+    raw.write_all(get.encode().as_bytes()).unwrap();
+    eventually("the raw get is parked", || {
+        server.stats().parked_requests == 1
+    });
+    drop(raw);
+    eventually("the raw get is dropped", || {
+        server.stats().parked_requests == 0
+    });
+    drop((stores, all));
+    eventually("every connection is closed", || {
+        server.num_connections() == 0
+    });
+}
