@@ -198,7 +198,7 @@ impl TcpStoreServer {
         // Each sessions loop serves its share of the authenticated
         // connections in parallel with the others; the table they share is
         // locked only to run a request on it.
-        let shard_count = shared.options.serving_threads();
+        let shard_count = shared.options.serving_loops();
         let polls = (0..=shard_count)
             .map(|_| mio::Poll::new())
             .collect::<std::io::Result<Vec<_>>>()

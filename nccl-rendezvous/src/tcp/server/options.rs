@@ -370,7 +370,7 @@ impl TcpStoreServerOptions {
     }
 
     /// The threads that serve authenticated connections.
-    pub(super) fn serving_threads(&self) -> usize {
+    pub(super) fn serving_loops(&self) -> usize {
         self.serving_threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |cpus| (cpus.get() / 4).clamp(1, 4))
         })
