@@ -16,7 +16,7 @@ use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
 use crate::bounds::park_a_131072_key_wait;
 use crate::wire::{
     CODE_LIMIT, PATIENCE, answers_until_closed, assert_connections_return_to, assert_serves,
-    bind as bind_server, client_options, connect as connect_client, expect_refusal,
+    bind as bind_server, client_options, connect as connect_client, eventually, expect_refusal,
     session_connect,
 };
 
@@ -166,11 +166,9 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
     frame.extend((VALUE as u32).to_be_bytes());
     frame.resize(HEAD + SENT, 0x5a);
     let in_flight_reaches = |bytes: usize| {
-        let start = Instant::now();
-        while server.stats().in_flight_bytes < bytes {
-            assert!(start.elapsed() < PATIENCE, "{:?}", server.stats());
-            thread::sleep(Duration::from_millis(5));
-        }
+        eventually(&format!("{bytes} bytes in flight"), || {
+            server.stats().in_flight_bytes >= bytes
+        });
     };
     // The victim's frame begins first: its head is taken in, its
     // io_timeout runs. Then holders fill the bytes in flight with frames
@@ -208,10 +206,6 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
         answers_until_closed(holder);
     }
     assert_connections_return_to(&server, 0);
-    let start = Instant::now();
-    while server.stats().in_flight_bytes > 0 {
-        assert!(start.elapsed() < PATIENCE, "{:?}", server.stats());
-        thread::sleep(Duration::from_millis(10));
-    }
+    eventually("no byte in flight", || server.stats().in_flight_bytes == 0);
     assert_serves(&server);
 }

@@ -75,7 +75,7 @@ pub fn connect(server: &TcpStoreServer) -> TcpStore {
 }
 
 /// Polls `condition` until it holds; fails the test after [`PATIENCE`].
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let start = Instant::now();
     while !condition() {
         assert!(
