@@ -57,6 +57,7 @@ pub use rendezvous::{Launcher, RendezvousConfig, StoreSpec};
 pub use tcp::fuzzing;
 pub use tcp::{
     DEFAULT_MAX_FRAME_SIZE, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+    TcpStoreServerStats,
 };
 
 /// The default timeout of blocking store operations: 300 s, as in torch.
@@ -71,6 +72,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 pub trait Store: Send + Sync {
     /// Stores `value` under `key`, replacing any previous value, and wakes
     /// every caller waiting for `key`.
+    ///
+    /// An `Err` does not always mean nothing was stored: when a networked
+    /// store's answer does not come in time (a timeout, a lost
+    /// connection), the write may have been applied, or may still be on
+    /// its way and be applied later. Read the key back, or write it again,
+    /// before relying on either. (A [`TcpStore`] with a secret bounds
+    /// "later": its server refuses a request that arrives more than its
+    /// `io_timeout` after it was sent.)
     fn set(&self, key: &str, value: &[u8]) -> Result<()>;
 
     /// Returns the value of `key`, waiting until some rank sets it, but at

@@ -9,22 +9,13 @@ use super::{
     compare_set_decision,
 };
 
-/// Why a blocking table operation returned without its keys.
+/// A blocking table operation's time ran out: these keys were still
+/// missing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum WaitError {
-    /// The time ran out; these keys were still missing.
-    Timeout {
-        missing: Vec<String>,
-        waited: Duration,
-    },
-    /// The table was closed (the server is shutting down).
-    Closed,
-    /// The caller's liveness check failed (the client went away).
-    Abandoned,
+pub(crate) struct WaitTimeout {
+    missing: Vec<String>,
+    waited: Duration,
 }
-
-/// How often a blocking call with a liveness check calls it.
-pub(crate) const ALIVE_CHECK: Duration = Duration::from_secs(1);
 
 /// The most a [`Table`] holds: keys, and bytes of keys plus values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,19 +38,38 @@ impl Quota {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OverQuota(pub(crate) String);
 
+/// The keys and values of a store, within a [`Quota`]: what the
+/// in-process [`Table`] guards with its mutex, and what the TCP server's
+/// event loop owns alone.
 #[derive(Debug)]
-struct State {
+pub(crate) struct Entries {
     map: HashMap<String, Vec<u8>>,
     /// Bytes of keys plus values in `map`.
     bytes: usize,
     quota: Quota,
-    closed: bool,
 }
 
-impl State {
+impl Entries {
+    /// No entries, and at most `quota`.
+    pub(crate) fn new(quota: Quota) -> Self {
+        Entries {
+            map: HashMap::new(),
+            bytes: 0,
+            quota,
+        }
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&[u8]> {
+        self.map.get(key).map(Vec::as_slice)
+    }
+
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
     /// Stores `value` under `key` unless the quota forbids it; a refused
     /// write changes nothing.
-    fn put(&mut self, key: &str, value: Vec<u8>) -> Result<(), OverQuota> {
+    pub(crate) fn put(&mut self, key: &str, value: Vec<u8>) -> Result<(), OverQuota> {
         let (keys, bytes) = match self.map.get(key) {
             Some(old) => (self.map.len(), self.bytes - old.len() + value.len()),
             None => (
@@ -90,12 +100,34 @@ impl State {
         Ok(())
     }
 
-    fn remove(&mut self, key: &str) -> bool {
+    pub(crate) fn remove(&mut self, key: &str) -> bool {
         let Some(old) = self.map.remove(key) else {
             return false;
         };
         self.bytes -= key.len() + old.len();
         true
+    }
+
+    /// Stores `new` when the key holds `expected` (`None`: is absent).
+    pub(crate) fn compare_set(
+        &mut self,
+        key: &str,
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<CompareSet, OverQuota> {
+        let outcome = compare_set_decision(self.get(key), expected, new);
+        if outcome.swapped {
+            self.put(key, new.to_vec())?;
+        }
+        Ok(outcome)
+    }
+
+    /// Adds `delta` to the decimal integer the key holds (0 when absent).
+    pub(crate) fn add(&mut self, key: &str, delta: i64) -> Result<i64, AddError> {
+        let value = add_decision(self.get(key), delta)?;
+        self.put(key, value.to_string().into_bytes())
+            .map_err(|OverQuota(detail)| AddError::OverQuota(detail))?;
+        Ok(value)
     }
 }
 
@@ -103,7 +135,7 @@ impl State {
 /// change so that blocking reads sleep instead of polling.
 #[derive(Debug)]
 pub(crate) struct Table {
-    state: Mutex<State>,
+    state: Mutex<Entries>,
     changed: Condvar,
 }
 
@@ -117,17 +149,12 @@ impl Table {
     /// An empty table that holds at most `quota`.
     pub(crate) fn with_quota(quota: Quota) -> Self {
         Table {
-            state: Mutex::new(State {
-                map: HashMap::new(),
-                bytes: 0,
-                quota,
-                closed: false,
-            }),
+            state: Mutex::new(Entries::new(quota)),
             changed: Condvar::new(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, Entries> {
         // No code panics while holding the lock, and every update leaves the
         // map consistent, so a poisoned lock is still safe to use.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -140,96 +167,55 @@ impl Table {
     }
 
     pub(crate) fn try_get(&self, key: &str) -> Option<Vec<u8>> {
-        self.lock().map.get(key).cloned()
+        self.lock().get(key).map(<[u8]>::to_vec)
     }
 
-    pub(crate) fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, WaitError> {
-        self.get_while(key, timeout, None)
-    }
-
-    /// [`Table::get`] that also gives up with [`WaitError::Abandoned`] when
-    /// `alive` (checked about every [`ALIVE_CHECK`]) returns false.
-    pub(crate) fn get_while(
-        &self,
-        key: &str,
-        timeout: Duration,
-        alive: Option<&dyn Fn() -> bool>,
-    ) -> Result<Vec<u8>, WaitError> {
+    pub(crate) fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, WaitTimeout> {
         let deadline = Deadline::after(timeout);
         let mut state = self.lock();
         loop {
-            if let Some(value) = state.map.get(key) {
-                return Ok(value.clone());
+            if let Some(value) = state.get(key) {
+                return Ok(value.to_vec());
             }
-            state = self.sleep(state, &deadline, alive, || vec![key.to_owned()])?;
+            state = self.sleep(state, &deadline, || vec![key.to_owned()])?;
         }
     }
 
-    pub(crate) fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), WaitError> {
-        self.wait_while(keys, timeout, None)
-    }
-
-    /// [`Table::wait`] with the liveness check of [`Table::get_while`].
-    pub(crate) fn wait_while(
-        &self,
-        keys: &[&str],
-        timeout: Duration,
-        alive: Option<&dyn Fn() -> bool>,
-    ) -> Result<(), WaitError> {
+    pub(crate) fn wait(&self, keys: &[&str], timeout: Duration) -> Result<(), WaitTimeout> {
         let deadline = Deadline::after(timeout);
         let mut state = self.lock();
         loop {
             let missing: Vec<&str> = keys
                 .iter()
                 .copied()
-                .filter(|k| !state.map.contains_key(*k))
+                .filter(|k| !state.contains(k))
                 .collect();
             if missing.is_empty() {
                 return Ok(());
             }
-            state = self.sleep(state, &deadline, alive, || {
+            state = self.sleep(state, &deadline, || {
                 missing.iter().map(|k| (*k).to_owned()).collect()
             })?;
         }
     }
 
-    /// Sleeps on the condition variable until a change, the deadline, or
-    /// close; with `alive`, wakes at least every [`ALIVE_CHECK`] to call it.
+    /// Sleeps on the condition variable until a change or the deadline.
     fn sleep<'a>(
         &'a self,
-        state: MutexGuard<'a, State>,
+        state: MutexGuard<'a, Entries>,
         deadline: &Deadline,
-        alive: Option<&dyn Fn() -> bool>,
         missing: impl FnOnce() -> Vec<String>,
-    ) -> Result<MutexGuard<'a, State>, WaitError> {
-        if state.closed {
-            return Err(WaitError::Closed);
-        }
+    ) -> Result<MutexGuard<'a, Entries>, WaitTimeout> {
         let Some(left) = deadline.remaining() else {
-            return Err(WaitError::Timeout {
+            return Err(WaitTimeout {
                 missing: missing(),
                 waited: deadline.elapsed(),
             });
         };
-        let slice = if alive.is_some() {
-            left.min(ALIVE_CHECK)
-        } else {
-            left
-        };
-        let (state, woke) = self
+        let (state, _) = self
             .changed
-            .wait_timeout(state, slice)
+            .wait_timeout(state, left)
             .unwrap_or_else(PoisonError::into_inner);
-        if state.closed {
-            return Err(WaitError::Closed);
-        }
-        if let Some(alive) = alive {
-            // Only on a quiet slice: a burst of sets must not turn into a
-            // burst of liveness checks.
-            if woke.timed_out() && !alive() {
-                return Err(WaitError::Abandoned);
-            }
-        }
         Ok(state)
     }
 
@@ -239,35 +225,21 @@ impl Table {
         expected: Option<&[u8]>,
         new: &[u8],
     ) -> Result<CompareSet, OverQuota> {
-        let mut state = self.lock();
-        let outcome = compare_set_decision(state.map.get(key).map(Vec::as_slice), expected, new);
+        let outcome = self.lock().compare_set(key, expected, new)?;
         if outcome.swapped {
-            state.put(key, new.to_vec())?;
-            drop(state);
             self.changed.notify_all();
         }
         Ok(outcome)
     }
 
     pub(crate) fn add(&self, key: &str, delta: i64) -> Result<i64, AddError> {
-        let mut state = self.lock();
-        let value = add_decision(state.map.get(key).map(Vec::as_slice), delta)?;
-        state
-            .put(key, value.to_string().into_bytes())
-            .map_err(|OverQuota(detail)| AddError::OverQuota(detail))?;
-        drop(state);
+        let value = self.lock().add(key, delta)?;
         self.changed.notify_all();
         Ok(value)
     }
 
     pub(crate) fn delete(&self, key: &str) -> bool {
         self.lock().remove(key)
-    }
-
-    /// Wakes every waiter with [`WaitError::Closed`], now and from now on.
-    pub(crate) fn close(&self) {
-        self.lock().closed = true;
-        self.changed.notify_all();
     }
 }
 
@@ -305,20 +277,12 @@ impl InProcessStore {
         }
     }
 
-    fn timeout_error(op: &'static str, err: WaitError) -> StoreError {
-        match err {
-            WaitError::Timeout { missing, waited } => StoreError::Timeout {
-                op,
-                keys: missing,
-                store: DESCRIPTION.into(),
-                waited,
-            },
-            // Nothing closes an in-process table nor checks liveness;
-            // report it plainly anyway.
-            WaitError::Closed | WaitError::Abandoned => StoreError::Remote {
-                addr: DESCRIPTION.into(),
-                message: "the store was closed".into(),
-            },
+    fn timeout_error(op: &'static str, WaitTimeout { missing, waited }: WaitTimeout) -> StoreError {
+        StoreError::Timeout {
+            op,
+            keys: missing,
+            store: DESCRIPTION.into(),
+            waited,
         }
     }
 }
@@ -387,7 +351,6 @@ impl Store for InProcessStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nccl_test_support::within;
     use std::thread;
 
     /// How long a waiter that must be released may take: a hang guard,
@@ -402,23 +365,6 @@ mod tests {
         assert_eq!(b.try_get("k").unwrap().unwrap(), b"v");
         assert_eq!(b.default_timeout(), Duration::from_secs(7));
         assert_eq!(InProcessStore::default().default_timeout(), DEFAULT_TIMEOUT);
-    }
-
-    #[test]
-    fn close_wakes_waiters() {
-        let table = Arc::new(Table::default());
-        let t2 = Arc::clone(&table);
-        // Its timeout outlasts the hang guard: only `close` can end it.
-        let h = thread::spawn(move || t2.get("never", 2 * PATIENCE));
-        thread::sleep(Duration::from_millis(50));
-        table.close();
-        let woken = within("a waiter woken by close", PATIENCE, move || h.join());
-        assert_eq!(woken.unwrap(), Err(WaitError::Closed));
-        // After close, blocking calls on missing keys return at once.
-        assert_eq!(
-            table.wait(&["x"], Duration::from_secs(30)),
-            Err(WaitError::Closed)
-        );
     }
 
     #[test]

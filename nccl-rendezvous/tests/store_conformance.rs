@@ -52,3 +52,11 @@ fn tcp_hosted_conformance() {
     assert!(store.hosted_server().is_some());
     conformance(&store);
 }
+
+#[test]
+fn tcp_conformance_with_four_serving_threads() {
+    let options = TcpStoreServerOptions::default().with_serving_threads(4);
+    let server = TcpStoreServer::bind("127.0.0.1:0", options).expect("a server on 127.0.0.1");
+    let client = TcpStore::connect_to(server.local_addr(), tcp_options()).expect("a client of it");
+    conformance(&client);
+}

@@ -11,9 +11,11 @@ mod server;
 mod wire;
 
 pub use client::{TcpStore, TcpStoreOptions};
-pub use server::{TcpStoreServer, TcpStoreServerOptions};
+pub use server::{TcpStoreServer, TcpStoreServerOptions, TcpStoreServerStats};
 
-/// The default maximum frame size of the TCP store, on both ends: 64 MiB.
+/// The default maximum frame size of a [`TcpStore`] client: 64 MiB, for
+/// what it sends and what it accepts. A server's default is the largest
+/// request its limits allow ([`TcpStoreServerOptions::max_frame_size`]).
 pub const DEFAULT_MAX_FRAME_SIZE: usize = 64 << 20;
 
 /// Shows a secret in `Debug` output without revealing it.

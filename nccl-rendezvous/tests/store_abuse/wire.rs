@@ -24,6 +24,7 @@ const RESP_ERROR: u8 = 0x9f;
 pub const CODE_PROTOCOL: u8 = 2;
 pub const CODE_TOO_LARGE: u8 = 3;
 pub const CODE_TOO_MANY_CONNECTIONS: u8 = 5;
+pub const CODE_LIMIT: u8 = 6;
 
 /// A tiny deterministic generator (xorshift64*): no `rand` dependency.
 pub struct Rng(u64);
@@ -74,7 +75,7 @@ pub fn connect(server: &TcpStoreServer) -> TcpStore {
 }
 
 /// Polls `condition` until it holds; fails the test after [`PATIENCE`].
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let start = Instant::now();
     while !condition() {
         assert!(
@@ -154,31 +155,53 @@ pub fn raw_connect(addr: SocketAddr) -> TcpStream {
     TcpStream::connect(addr).expect("a raw connection to the server")
 }
 
-/// Does the handshake of a client without a secret on `raw` (`HELLO`:
-/// magic, version 3, a nonce, no secret; the server answers `HELLO` with
-/// its version, nonce, four limits and no proof): frames after it are
-/// plain requests.
-pub fn handshake(raw: &mut TcpStream) {
+/// A client's `HELLO` without a secret: magic, version 4, a nonce, no
+/// secret.
+fn hello() -> Vec<u8> {
     let mut hello = vec![HELLO];
     hello.extend_from_slice(b"NCRS");
-    hello.extend_from_slice(&3u16.to_be_bytes());
+    hello.extend_from_slice(&4u16.to_be_bytes());
     hello.extend_from_slice(&[0x42; 32]);
     hello.push(0);
-    raw.write_all(&frame(&hello)).expect("sending HELLO");
+    frame(&hello)
+}
+
+/// Sends `HELLO` on `raw` and reads the first 4 + 68 bytes of the answer:
+/// the server's `HELLO` (its version, nonce, four limits and no proof),
+/// unless it refused.
+fn exchange_hellos(raw: &mut TcpStream) -> [u8; 4 + 68] {
+    raw.write_all(&hello()).expect("sending HELLO");
     raw.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut answer = [0u8; 4 + 68];
     raw.read_exact(&mut answer).expect("the server's HELLO");
-    assert_eq!(answer[..4], 68u32.to_be_bytes(), "{answer:02x?}");
-    assert_eq!(answer[4..7], [RESP_HELLO, 0, 3], "{answer:02x?}");
-    assert_eq!(answer[4 + 67], 0, "no proof without a secret");
     raw.set_read_timeout(None).unwrap();
+    answer
 }
 
-/// A raw connection that has done the handshake.
+/// Does the handshake of a client without a secret on `raw`: frames after
+/// it are plain requests.
+pub fn handshake(raw: &mut TcpStream) {
+    let answer = exchange_hellos(raw);
+    assert_eq!(answer[..4], 68u32.to_be_bytes(), "{answer:02x?}");
+    assert_eq!(answer[4..7], [RESP_HELLO, 0, 4], "{answer:02x?}");
+    assert_eq!(answer[4 + 67], 0, "no proof without a secret");
+}
+
+/// A raw connection that has done the handshake. Like a real client, it
+/// tries again while the server refuses it for too many connections in
+/// their handshake at once.
 pub fn session_connect(addr: SocketAddr) -> TcpStream {
-    let mut raw = raw_connect(addr);
-    handshake(&mut raw);
-    raw
+    let start = Instant::now();
+    loop {
+        let mut raw = raw_connect(addr);
+        let answer = exchange_hellos(&mut raw);
+        if answer[4..6] != [RESP_ERROR, CODE_TOO_MANY_CONNECTIONS] {
+            assert_eq!(answer[4..7], [RESP_HELLO, 0, 4], "{answer:02x?}");
+            return raw;
+        }
+        assert!(start.elapsed() < PATIENCE, "refused for {PATIENCE:?}");
+        thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Reads what the server sends until it closes the connection, and splits

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::TcpStore;
 use super::handshake::{HandshakeError, client_handshake};
 use crate::tcp::descriptors;
-use crate::tcp::wire::{self, FrameError, Limits, Request, Response, Session, code};
+use crate::tcp::wire::{self, FrameError, Limit, Limits, Request, Response, Session, code};
 use crate::{Deadline, MAX_WAIT, Result, StoreError};
 
 /// Idle connections kept for reuse.
@@ -28,9 +28,14 @@ pub(super) struct Connection {
 
 /// Why one round of connection attempts failed.
 enum AttemptError {
-    /// Worth retrying: refused, unreachable, not resolvable yet, or the
-    /// server closed during the handshake (it may be starting).
+    /// Worth retrying while connecting: refused, unreachable, not
+    /// resolvable yet, or the server closed during the handshake (it may
+    /// be starting).
     Io(io::Error),
+    /// The server took the connection but did not answer the handshake in
+    /// time (stopped, or swamped): worth retrying while connecting, and
+    /// the error to give when the time is up.
+    Unanswered(StoreError),
     /// The server is full: worth retrying until the connect timeout.
     Full(StoreError),
     /// Retrying will not help.
@@ -56,7 +61,7 @@ impl TcpStore {
         let mut last = None;
         for sockaddr in addrs {
             match TcpStream::connect_timeout(&sockaddr, per_attempt) {
-                Ok(stream) => return self.handshake(stream),
+                Ok(stream) => return self.handshake(stream, per_attempt),
                 Err(e) if descriptors::is_exhausted(&e) => {
                     return Err(AttemptError::Fatal(self.out_of_descriptors(e)));
                 }
@@ -82,7 +87,8 @@ impl TcpStore {
     }
 
     /// Connects, retrying with exponential backoff while the server is not
-    /// up yet (`retry_unreachable`) or is full, until `timeout`.
+    /// up yet or does not answer the handshake (`retry_unreachable`), or is
+    /// full, until `timeout`.
     pub(super) fn connect_with_retry(
         &self,
         timeout: Duration,
@@ -94,46 +100,42 @@ impl TcpStore {
         loop {
             attempts += 1;
             let per_attempt = deadline.remaining().unwrap_or(Duration::from_millis(1));
-            let last = match self.try_connect(per_attempt) {
+            let (last, retry) = match self.try_connect(per_attempt) {
                 Ok(ok) => return Ok(ok),
                 Err(AttemptError::Fatal(e)) => {
                     crate::trace::event!(warn, addr = %self.addr, error = %e, "store: the server refused the connection");
                     return Err(e);
                 }
-                Err(AttemptError::Full(e)) => Err(e),
-                Err(AttemptError::Io(e)) => Ok(e),
-            };
-            let Some(left) = deadline.remaining() else {
-                crate::trace::event!(warn, addr = %self.addr, attempts, "store: giving up connecting");
-                return Err(match last {
-                    Err(full) => full,
-                    Ok(source) => StoreError::Connect {
+                Err(AttemptError::Full(e)) => (e, true),
+                Err(AttemptError::Unanswered(e)) => (e, retry_unreachable),
+                Err(AttemptError::Io(source)) => {
+                    let e = StoreError::Connect {
                         addr: self.addr.clone(),
                         attempts,
                         waited: deadline.elapsed(),
                         source,
-                    },
-                });
+                    };
+                    (e, retry_unreachable)
+                }
             };
-            if let Ok(source) = last
-                && !retry_unreachable
-            {
-                return Err(StoreError::Connect {
-                    addr: self.addr.clone(),
-                    attempts,
-                    waited: deadline.elapsed(),
-                    source,
-                });
-            }
+            let Some(left) = deadline.remaining().filter(|_| retry) else {
+                crate::trace::event!(warn, addr = %self.addr, attempts, "store: giving up connecting");
+                return Err(last);
+            };
             crate::trace::event!(debug, addr = %self.addr, attempts, retry_in = ?backoff.min(left), "store: connecting failed, retrying");
             thread::sleep(backoff.min(left));
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
     }
 
-    /// Runs the handshake on a fresh connection.
-    fn handshake(&self, mut stream: TcpStream) -> Result<(Connection, Limits), AttemptError> {
-        let margin = self.margin();
+    /// Runs the handshake on a fresh connection, each step within the I/O
+    /// margin and `within`.
+    fn handshake(
+        &self,
+        mut stream: TcpStream,
+        within: Duration,
+    ) -> Result<(Connection, Limits), AttemptError> {
+        let margin = self.margin().min(within);
         let setup = stream
             .set_nodelay(true)
             .and_then(|()| stream.set_write_timeout(Some(margin)))
@@ -181,7 +183,7 @@ impl TcpStore {
             ))),
             Err(HandshakeError::Io(e)) => match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                    Err(AttemptError::Fatal(self.io_error(op, e, margin)))
+                    Err(AttemptError::Unanswered(self.io_error(op, e, margin)))
                 }
                 _ => Err(AttemptError::Io(e)),
             },
@@ -215,20 +217,16 @@ impl TcpStore {
     /// I/O margin.
     pub(super) fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
         let frame = request.encode();
-        let seal = if self.options.secret.is_some() {
-            wire::TAG_LEN
-        } else {
-            0
-        };
-        let sealed_len = frame.payload_len() + seal;
+        let mut connection = self.checkout()?;
+        let sealed_len = frame.payload_len() + connection.session.outbound_overhead();
         if sealed_len > self.send_max {
+            self.checkin(connection);
             return Err(StoreError::FrameTooLarge {
                 context: format!("{op} on the {}", self.describe()),
                 len: sealed_len as u64,
                 max: self.send_max as u64,
             });
         }
-        let mut connection = self.checkout()?;
         let read_timeout = wait.min(MAX_WAIT).saturating_add(self.margin());
         connection
             .stream
@@ -258,15 +256,15 @@ impl TcpStore {
             // The server may have answered (e.g. a size error) and closed
             // before taking the whole frame: prefer its answer.
             let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-            if let Ok(payload) = wire::read_frame(stream, self.options.max_frame_size, None)
-                && let Ok(body) = session.open(payload)
-                && let Ok(response @ Response::Error { .. }) = Response::decode(&body)
+            if let Ok(payload) = wire::read_frame(stream, self.options.max_frame_size)
+                && let Ok(opened) = session.open(payload)
+                && let Ok(response @ Response::Error { .. }) = Response::decode(&opened.body)
             {
                 return Err(self.remote_error(op, response));
             }
             return Err(self.io_error(op, write_err, read_timeout));
         }
-        let payload = match wire::read_frame(stream, self.options.max_frame_size, None) {
+        let payload = match wire::read_frame(stream, self.options.max_frame_size) {
             Ok(payload) => payload,
             Err(FrameError::Closed) => {
                 return Err(StoreError::ConnectionClosed {
@@ -282,18 +280,12 @@ impl TcpStore {
                 });
             }
             Err(FrameError::Io(e)) => return Err(self.io_error(op, e, read_timeout)),
-            Err(FrameError::Refused(detail)) => {
-                return Err(StoreError::Protocol {
-                    addr: self.addr.clone(),
-                    detail,
-                });
-            }
         };
-        let body = session.open(payload).map_err(|_| StoreError::Integrity {
+        let opened = session.open(payload).map_err(|_| StoreError::Integrity {
             addr: self.addr.clone(),
             detail: format!("the answer to {op} does not carry the session's tag"),
         })?;
-        let response = Response::decode(&body).map_err(|detail| StoreError::Protocol {
+        let response = Response::decode(&opened.body).map_err(|detail| StoreError::Protocol {
             addr: self.addr.clone(),
             detail: format!("answer to {op}: {detail}"),
         })?;
@@ -317,6 +309,10 @@ impl TcpStore {
             code::AUTH => StoreError::Auth {
                 addr: self.addr.clone(),
                 detail: message,
+            },
+            code::INTEGRITY => StoreError::Integrity {
+                addr: self.addr.clone(),
+                detail: format!("the server refused {op}: {message}"),
             },
             code::TOO_MANY_CONNECTIONS => StoreError::TooManyConnections {
                 addr: self.addr.clone(),
@@ -349,38 +345,31 @@ impl TcpStore {
         }
     }
 
-    /// Refuses, before sending, a request the server's limits refuse.
+    /// Refuses, before sending, a request the limits the server announced
+    /// refuse (it refuses the same, in the same words).
     pub(super) fn check_limits(&self, op: &str, keys: &[&str], values: &[&[u8]]) -> Result<()> {
         let limits = &self.limits;
-        let over = |detail: String| StoreError::OverLimit {
-            op: op.to_owned(),
-            store: self.describe(),
-            detail,
-        };
-        if keys.len() as u64 > limits.max_keys {
-            return Err(over(format!(
-                "a request naming {} keys is over the server's max_keys_per_request of {}",
-                keys.len(),
-                limits.max_keys
-            )));
+        let lengths = |items: &mut dyn Iterator<Item = usize>| items.max().unwrap_or(0) as u64;
+        let checks = [
+            (Limit::Keys, keys.len() as u64, limits.max_keys),
+            (
+                Limit::KeyLen,
+                lengths(&mut keys.iter().map(|k| k.len())),
+                limits.max_key_len,
+            ),
+            (
+                Limit::ValueLen,
+                lengths(&mut values.iter().map(|v| v.len())),
+                limits.max_value_len,
+            ),
+        ];
+        match checks.into_iter().find(|&(_, given, max)| given > max) {
+            Some((limit, given, max)) => Err(StoreError::OverLimit {
+                op: op.to_owned(),
+                store: self.describe(),
+                detail: limit.refusal(given, max),
+            }),
+            None => Ok(()),
         }
-        if let Some(key) = keys.iter().find(|k| k.len() as u64 > limits.max_key_len) {
-            return Err(over(format!(
-                "a key of {} bytes is over the server's max_key_len of {}",
-                key.len(),
-                limits.max_key_len
-            )));
-        }
-        if let Some(value) = values
-            .iter()
-            .find(|v| v.len() as u64 > limits.max_value_len)
-        {
-            return Err(over(format!(
-                "a value of {} bytes is over the server's max_value_len of {}",
-                value.len(),
-                limits.max_value_len
-            )));
-        }
-        Ok(())
     }
 }

@@ -2,12 +2,12 @@
 //! fresh nonce, the server's proof checked before the client proves
 //! anything, then the session both sides seal frames with.
 
-use std::io;
+use std::io::{self, Write};
 use std::time::Duration;
 
 use crate::tcp::wire::{
-    self, DecodeError, FrameError, FrameSink, FrameSource, HANDSHAKE_MAX_FRAME, Limits, Proofs,
-    Request, Response, Session,
+    self, DecodeError, FrameError, FrameSource, HANDSHAKE_MAX_FRAME, Limits, Proofs, Request,
+    Response, Session,
 };
 
 /// Why a handshake failed, before it is told in a [`StoreError`](crate::StoreError)
@@ -31,7 +31,7 @@ pub(crate) enum HandshakeError {
 /// Runs the handshake on a fresh connection and returns the session and
 /// the server's limits. The stream's own read and write timeouts bound
 /// each step.
-pub(crate) fn client_handshake<S: FrameSource + FrameSink + ?Sized>(
+pub(crate) fn client_handshake<S: FrameSource + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&[u8]>,
 ) -> Result<(Session, Limits), HandshakeError> {
@@ -100,7 +100,7 @@ pub(crate) fn client_handshake<S: FrameSource + FrameSink + ?Sized>(
                 .into(),
         )
     })?;
-    match decode(&opened)? {
+    match decode(&opened.body)? {
         Response::Ok => Ok((session, limits)),
         other => Err(HandshakeError::Protocol(format!(
             "unexpected {} answer to PROOF",
@@ -112,7 +112,7 @@ pub(crate) fn client_handshake<S: FrameSource + FrameSink + ?Sized>(
 /// Writes a handshake frame and reads the answer. When the write fails, the
 /// server may already have answered (a refusal) and closed: that answer is
 /// the better error.
-fn send_and_read<S: FrameSource + FrameSink + ?Sized>(
+fn send_and_read<S: FrameSource + Write + ?Sized>(
     stream: &mut S,
     frame: &wire::Frame,
 ) -> Result<Vec<u8>, HandshakeError> {
@@ -121,13 +121,12 @@ fn send_and_read<S: FrameSource + FrameSink + ?Sized>(
         // Its answer is already here, or not coming.
         let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     }
-    match (wire::read_frame(stream, HANDSHAKE_MAX_FRAME, None), written) {
+    match (wire::read_frame(stream, HANDSHAKE_MAX_FRAME), written) {
         (Ok(payload), _) => Ok(payload),
         (Err(_), Err(write_error)) => Err(HandshakeError::Io(write_error)),
         (Err(FrameError::Closed), Ok(())) => Err(HandshakeError::Closed),
         (Err(FrameError::TooLarge(len)), Ok(())) => Err(HandshakeError::TooLarge(len)),
         (Err(FrameError::Io(e)), Ok(())) => Err(HandshakeError::Io(e)),
-        (Err(FrameError::Refused(detail)), Ok(())) => Err(HandshakeError::Protocol(detail)),
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::server::{TcpStoreServer, TcpStoreServerOptions};
 use super::wire::{Limits, Request, Response};
-use crate::{CompareSet, Result, Store, StoreError};
+use crate::{CompareSet, Deadline, Result, Store, StoreError};
 use connection::Connection;
 
 #[cfg(any(test, feature = "fuzzing"))]
@@ -29,6 +29,14 @@ pub use options::TcpStoreOptions;
 /// that proves both sides hold it (the secret never crosses the wire), and
 /// every frame after that carries an authentication tag; see the README's
 /// security section.
+///
+/// A call that fails with a timeout or a lost connection may still have
+/// been applied: the request may have reached the server before its answer
+/// was lost, or be held up on the way. With a secret, every request carries
+/// the client's time since the handshake, and the server refuses, unapplied,
+/// one that arrives more than its `io_timeout` late
+/// ([`TcpStoreServerOptions::io_timeout`]); without one, nothing bounds how
+/// late a held-up request is applied.
 ///
 /// ```
 /// use nccl_rendezvous::{Store, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions};
@@ -83,7 +91,9 @@ impl TcpStore {
     ///
     /// Fails with [`StoreError::Connect`] when the server cannot be reached
     /// in time, with [`StoreError::TooManyConnections`] when it stayed full
-    /// that long, and at once with [`StoreError::Auth`] when the two sides
+    /// that long, with [`StoreError::Unresponsive`] when it took connections
+    /// but never answered the handshake (each try waits up to the I/O
+    /// margin: a stopped server), and at once with [`StoreError::Auth`] when the two sides
     /// do not hold the same secret (or the server takes no client from
     /// another host without one), with [`StoreError::Protocol`] when it
     /// speaks another protocol version, and with [`StoreError::Io`] when
@@ -160,17 +170,41 @@ impl TcpStore {
         format!("TCP store at {}", self.addr)
     }
 
-    fn timeout_error(
+    /// Sends the blocking request `request(time left)` until it is
+    /// answered or `timeout` has passed: the server may end a wait at its
+    /// own `max_wait`, and is then asked again for the rest. Returns any
+    /// answer but a timeout; a timeout once the time is up is
+    /// [`StoreError::Timeout`] (`kind` names the operation).
+    fn call_for(
         &self,
-        op: &'static str,
-        missing: Vec<String>,
-        waited: Duration,
-    ) -> StoreError {
-        StoreError::Timeout {
-            op,
-            keys: missing,
-            store: self.describe(),
-            waited,
+        kind: &'static str,
+        op: &str,
+        timeout: Duration,
+        request: impl Fn(Duration) -> Request,
+    ) -> Result<Response> {
+        let deadline = Deadline::after(timeout);
+        loop {
+            // The protocol counts whole milliseconds: round up, so that a
+            // timeout answer comes once the caller's time is up.
+            let left = deadline.remaining().map_or(Duration::ZERO, |left| {
+                Duration::from_millis(
+                    u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+                )
+            });
+            match self.call(op, &request(left), left)? {
+                Response::Timeout { missing, .. } => {
+                    if deadline.remaining().is_some() {
+                        continue;
+                    }
+                    return Err(StoreError::Timeout {
+                        op: kind,
+                        keys: missing,
+                        store: self.describe(),
+                        waited: deadline.elapsed(),
+                    });
+                }
+                answer => return Ok(answer),
+            }
         }
     }
 }
@@ -196,15 +230,12 @@ impl Store for TcpStore {
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         let op = op_name("get", key);
         self.check_limits(&op, &[key], &[])?;
-        let req = Request::Get {
+        let request = |timeout| Request::Get {
             key: key.to_owned(),
             timeout,
         };
-        match self.call(&op, &req, timeout)? {
+        match self.call_for("get", &op, timeout, request)? {
             Response::Value(v) => Ok(v),
-            Response::Timeout { missing, waited } => {
-                Err(self.timeout_error("get", missing, waited))
-            }
             other => Err(self.unexpected(&op, &other)),
         }
     }
@@ -264,15 +295,12 @@ impl Store for TcpStore {
             _ => format!("wait for {} keys", keys.len()),
         };
         self.check_limits(&op, keys, &[])?;
-        let req = Request::Wait {
+        let request = |timeout| Request::Wait {
             keys: keys.iter().map(|k| (*k).to_owned()).collect(),
             timeout,
         };
-        match self.call(&op, &req, timeout)? {
+        match self.call_for("wait", &op, timeout, request)? {
             Response::Ok => Ok(()),
-            Response::Timeout { missing, waited } => {
-                Err(self.timeout_error("wait", missing, waited))
-            }
             other => Err(self.unexpected(&op, &other)),
         }
     }

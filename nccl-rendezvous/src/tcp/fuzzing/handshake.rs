@@ -5,12 +5,11 @@ use std::io::{self, Read, Write};
 use std::time::Duration;
 
 use super::super::client::{HandshakeError, client_handshake};
-use super::super::server::{HandshakeFailure, server_handshake};
+use super::super::server::{Handshake, Step, oversized};
 use super::super::wire::{
-    self, FrameSink, FrameSource, HANDSHAKE_MAX_FRAME, Request, Response, code,
+    self, FrameError, FrameSource, HANDSHAKE_MAX_FRAME, Limits, Request, Response, Session, code,
 };
 use super::{Pieces, SAMPLE_LIMITS};
-use crate::Deadline;
 
 /// The secret of the fuzzed sides that hold one.
 const SECRET: &[u8] = b"fuzzed-secret";
@@ -52,8 +51,7 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
     let first_frame = first_frame(input);
 
     let mut server = Duplex::new(input, piece);
-    let deadline = Deadline::after(Duration::from_secs(3600));
-    match server_handshake(&mut server, server_secret, SAMPLE_LIMITS, &deadline) {
+    match server_handshake(&mut server, server_secret, SAMPLE_LIMITS) {
         Ok(session) => {
             if server_secret.is_some() || session.is_sealed() {
                 return Err(format!(
@@ -144,6 +142,46 @@ pub fn handshake(data: &[u8]) -> Result<HandshakeReport, String> {
         }
     }
     Ok(report)
+}
+
+/// Why the server's side of a handshake ended without a session.
+#[derive(Debug, PartialEq, Eq)]
+enum HandshakeFailure {
+    /// The client is refused: the server would send this error frame.
+    Refuse { code: u8, message: String },
+    /// The client went away or the stream failed: nobody to answer.
+    Gone,
+}
+
+/// The server's handshake (the state machine its gate feeds) over a
+/// blocking stream: frames of at most [`HANDSHAKE_MAX_FRAME`] bytes.
+fn server_handshake<S: Read + Write>(
+    stream: &mut S,
+    secret: Option<&[u8]>,
+    limits: Limits,
+) -> Result<Session, HandshakeFailure> {
+    let mut handshake = Handshake::Hello;
+    loop {
+        let payload = match wire::read_frame(stream, HANDSHAKE_MAX_FRAME) {
+            Ok(payload) => payload,
+            Err(FrameError::TooLarge(len)) => {
+                return Err(HandshakeFailure::Refuse {
+                    code: code::TOO_LARGE,
+                    message: oversized(len),
+                });
+            }
+            Err(FrameError::Closed | FrameError::Io(_)) => return Err(HandshakeFailure::Gone),
+        };
+        let (frame, session) = match handshake.step(payload, secret, limits) {
+            Step::Reply(frame) => (frame, None),
+            Step::Done(frame, session) => (frame, Some(*session)),
+            Step::Refuse(code, message) => return Err(HandshakeFailure::Refuse { code, message }),
+        };
+        wire::write_frame(stream, &frame).map_err(|_| HandshakeFailure::Gone)?;
+        if let Some(session) = session {
+            return Ok(session);
+        }
+    }
 }
 
 /// Seeds for a corpus: a control byte, then the frames a real peer sends
@@ -251,12 +289,6 @@ impl Write for Duplex<'_> {
         Ok(buf.len())
     }
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl FrameSink for Duplex<'_> {
-    fn set_write_timeout(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
         Ok(())
     }
 }

@@ -12,7 +12,10 @@ mod handshake;
 use std::io::{self, Read};
 use std::time::Duration;
 
-use super::wire::{self, FrameError, FrameSource, FrameTimeouts, Limits, Request, Response};
+use super::wire::{
+    self, DecodeError, Incoming, IncomingError, Limits, Request, RequestLimits, Response, Rules,
+    Scan,
+};
 
 pub use handshake::{HandshakeReport, handshake, handshake_samples};
 
@@ -31,73 +34,46 @@ pub struct Report {
     pub responses: usize,
 }
 
-/// Feeds `data` to the frame reader and to the request and response
-/// decoders, and checks what they produce.
+/// Feeds `data` to the server's frame assembler and to the request and
+/// response decoders, and checks what they produce.
 ///
-/// The whole input goes to both decoders as one payload. Then the input
-/// after its first byte is read as a stream of frames, the way the server
-/// reads a connection, until the reader stops (end of input, a frame over
-/// [`MAX_FRAME`], or a frame cut short); the first byte sets how many bytes
-/// each read returns (1 to 16), since a peer's bytes arrive in pieces. Each
-/// frame's payload goes to both decoders.
+/// The whole input goes to both decoders, and to the request scan the
+/// server checks requests with as they arrive, as one payload. Then the
+/// input after its first byte is fed to the assembler the way the server
+/// feeds it a connection's bytes, until it refuses a frame over
+/// [`MAX_FRAME`] or the input ends; the first byte sets how many bytes
+/// each read gives (1 to 16), since a peer's bytes arrive in pieces. Each
+/// frame's payload goes to the decoders and the scan.
 ///
 /// Never panics: a panic from inside is a bug the fuzzer found. Returns
 /// `Err` with a description when an invariant breaks, which is a bug too: a
 /// decoded request that encodes to other bytes, a decoded response that
-/// does not decode the same after encoding, a frame over the maximum, a
-/// frame whose bytes are not the input's, or the reader stopping for a
-/// reason the input does not explain.
+/// does not decode the same after encoding, a scan that refuses what the
+/// decoder takes or refuses a limit differently, a frame over the maximum,
+/// a frame whose bytes are not the input's, or the assembler stopping for
+/// a reason the input does not explain.
 pub fn decode_frame(data: &[u8]) -> Result<Report, String> {
     let mut report = Report::default();
     check_payload(data, &mut report)?;
     let Some((&control, stream)) = data.split_first() else {
         return Ok(report);
     };
-    let mut source = Pieces {
-        data: stream,
-        pos: 0,
-        piece: usize::from(control % 16) + 1,
+    let piece = usize::from(control % 16) + 1;
+    let rules = Rules {
+        max: MAX_FRAME,
+        requests: None,
     };
-    // The server's mode: a deadline per frame (far off here).
-    let timeouts = FrameTimeouts {
-        first_byte: None,
-        whole_frame: Duration::from_secs(3600),
-    };
-    loop {
-        let start = source.pos;
-        let left = &stream[start..];
-        let declared = left
-            .get(..4)
+    let mut incoming = Incoming::default();
+    // Where the frame under way starts, and how far the input was fed.
+    let (mut start, mut fed) = (0, 0);
+    while fed < stream.len() {
+        let declared = stream
+            .get(start..start + 4)
             .map(|h| u32::from_be_bytes([h[0], h[1], h[2], h[3]]));
-        match wire::read_frame(&mut source, MAX_FRAME, Some(timeouts)) {
-            Ok(payload) => {
-                let expected = left.get(4..4 + payload.len());
-                if declared != u32::try_from(payload.len()).ok()
-                    || expected != Some(payload.as_slice())
-                    || source.pos != start + 4 + payload.len()
-                    || payload.len() > MAX_FRAME
-                {
-                    return Err(format!(
-                        "frame at offset {start}: the reader returned {} payload bytes and \
-                         stopped at offset {}, but the header declares {declared:?}",
-                        payload.len(),
-                        source.pos
-                    ));
-                }
-                report.frames += 1;
-                check_payload(&payload, &mut report)?;
-            }
-            Err(FrameError::Closed) => {
-                return if left.is_empty() {
-                    Ok(report)
-                } else {
-                    Err(format!(
-                        "the reader reported a clean close at offset {start} with {} bytes left",
-                        left.len()
-                    ))
-                };
-            }
-            Err(FrameError::TooLarge(len)) => {
+        let read = &stream[fed..(fed + piece).min(stream.len())];
+        let (taken, whole) = match incoming.push(read, &rules) {
+            Ok(progress) => progress,
+            Err(IncomingError::TooLarge(len)) => {
                 return if declared.map(u64::from) == Some(len) && len > MAX_FRAME as u64 {
                     Ok(report)
                 } else {
@@ -107,25 +83,47 @@ pub fn decode_frame(data: &[u8]) -> Result<Report, String> {
                     ))
                 };
             }
-            Err(FrameError::Refused(detail)) => {
+            Err(IncomingError::Refused(e)) => {
                 return Err(format!(
-                    "frame at offset {start}: refused ({detail}) though nothing inspects it"
+                    "frame at offset {start}: refused ({e}) though nothing inspects it"
                 ));
             }
-            Err(FrameError::Io(e)) => {
-                let needed = declared.map_or(4, |len| (len as usize).saturating_add(4));
-                return if e.kind() == io::ErrorKind::UnexpectedEof && left.len() < needed {
-                    Ok(report)
-                } else {
-                    Err(format!(
-                        "frame at offset {start}: read error {e} with {} bytes left and {needed} \
-                         needed",
-                        left.len()
-                    ))
-                };
-            }
+        };
+        if taken == 0 {
+            return Err(format!("the assembler took nothing at offset {fed}"));
         }
+        fed += taken;
+        let Some(payload) = whole else {
+            continue;
+        };
+        let expected = stream.get(start + 4..start + 4 + payload.len());
+        if declared != u32::try_from(payload.len()).ok()
+            || expected != Some(payload.as_slice())
+            || fed != start + 4 + payload.len()
+            || payload.len() > MAX_FRAME
+        {
+            return Err(format!(
+                "frame at offset {start}: the assembler returned {} payload bytes and stopped at \
+                 offset {fed}, but the header declares {declared:?}",
+                payload.len()
+            ));
+        }
+        report.frames += 1;
+        check_payload(&payload, &mut report)?;
+        start = fed;
     }
+    // The input ended: a frame under way must be one it cut short.
+    let left = stream.len() - start;
+    let needed = stream.get(start..start + 4).map_or(4, |h| {
+        4 + u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize
+    });
+    if !incoming.is_idle() && left >= needed {
+        return Err(format!(
+            "the assembler holds an unfinished frame at offset {start}, though all {needed} of \
+             its bytes were fed"
+        ));
+    }
+    Ok(report)
 }
 
 /// The limits the sample `HELLO`s announce, and the fuzzed server's.
@@ -219,7 +217,14 @@ pub fn sample_frames() -> Vec<Vec<u8>> {
     requests.chain(responses).collect()
 }
 
-/// Decodes one payload both ways and checks that what decodes round-trips.
+/// The limits the scan and the decoder check fuzzed requests against.
+const SAMPLE_REQUEST_LIMITS: RequestLimits = RequestLimits {
+    announced: SAMPLE_LIMITS,
+    max_key_bytes: 64,
+};
+
+/// Decodes one payload both ways and checks that what decodes round-trips,
+/// and that the server's scan agrees with the request decoder.
 fn check_payload(payload: &[u8], report: &mut Report) -> Result<(), String> {
     if let Ok(request) = Request::decode(payload) {
         let frame = request.encode();
@@ -231,6 +236,7 @@ fn check_payload(payload: &[u8], report: &mut Report) -> Result<(), String> {
         }
         report.requests += 1;
     }
+    check_scan(payload)?;
     if let Ok(response) = Response::decode(payload) {
         let frame = response.encode();
         let again = frame.as_bytes().get(4..).map(Response::decode);
@@ -243,6 +249,26 @@ fn check_payload(payload: &[u8], report: &mut Report) -> Result<(), String> {
         report.responses += 1;
     }
     Ok(())
+}
+
+/// The scan passes every request the decoder takes, and refuses a limit
+/// exactly where, and in the words, the decoder does.
+fn check_scan(payload: &[u8]) -> Result<(), String> {
+    let limits = &SAMPLE_REQUEST_LIMITS;
+    let scanned = Scan::new(payload.len()).advance(payload, Some(limits));
+    match (Request::decode_within(payload, limits), scanned) {
+        (Ok(request), Err(e)) => Err(format!(
+            "the scan refuses {request:?} ({e}), which decodes from {payload:02x?}"
+        )),
+        (Err(DecodeError::OverLimit(decoded)), scanned)
+            if scanned != Err(DecodeError::OverLimit(decoded.clone())) =>
+        {
+            Err(format!(
+                "the decoder refuses {payload:02x?} with \"{decoded}\", the scan with {scanned:?}"
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// An in-memory byte stream that hands out at most `piece` bytes per read.
@@ -259,11 +285,5 @@ impl Read for Pieces<'_> {
         buf[..n].copy_from_slice(&rest[..n]);
         self.pos += n;
         Ok(n)
-    }
-}
-
-impl FrameSource for Pieces<'_> {
-    fn set_read_timeout(&mut self, _timeout: Option<Duration>) -> io::Result<()> {
-        Ok(())
     }
 }

@@ -1,96 +1,77 @@
-//! The TCP store server: binding, accepting connections within the
-//! connection and file descriptor limits, and shutting down. Each
-//! connection is served by `connection`; the settings are in `options`.
+//! The TCP store server: binding, its event loops' threads, and shutting
+//! down. The gate (`gate`) accepts connections, decides who gets a slot
+//! (`admission`) and runs the handshakes (`handshake`); the sessions loops
+//! (`sessions`) serve authenticated connections, each its share, on one
+//! table and its parked requests (`table`). What the loops share is in
+//! `core` (one connection's state in `conn`), the settings in `options`.
 
-mod connection;
+mod admission;
+mod conn;
+mod core;
+mod gate;
+mod handshake;
 mod options;
+mod sessions;
+mod table;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{
-    IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs,
-};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::descriptors;
-use super::wire::{Frame, Limits, Response, code};
-use crate::memory::{Quota, Table};
+use super::wire::RequestLimits;
+use crate::memory::Quota;
 use crate::{Result, StoreError};
+use admission::Counts;
+use gate::{GateLoop, Handoff};
+use sessions::{Peer, SessionsLoop, Shards};
+use table::Table;
 
-pub(crate) use connection::serve_connection;
 #[cfg(feature = "fuzzing")]
-pub(crate) use connection::{HandshakeFailure, server_handshake};
+pub(crate) use handshake::{Handshake, Step, oversized};
 pub use options::TcpStoreServerOptions;
 
-/// Live connections, so that shutdown can close them.
-#[derive(Default)]
-struct Conns {
-    shutdown: bool,
-    accept_exited: bool,
-    next_id: u64,
-    live: HashMap<u64, TcpStream>,
+/// What the sessions loop publishes for [`TcpStoreServer::stats`] after
+/// each round of events.
+#[derive(Debug, Default)]
+struct Published {
+    parked_requests: AtomicUsize,
+    in_flight_bytes: AtomicUsize,
 }
 
-/// What every connection thread of one server shares.
-pub(crate) struct Shared {
-    table: Table,
+/// What the server's threads and its handle share.
+struct Shared {
     options: TcpStoreServerOptions,
-    limits: Limits,
+    limits: RequestLimits,
+    /// `options.max_frame_size`, at most the largest request.
+    frame_limit: usize,
     /// `options.max_connections`, lowered to fit the file descriptor limit.
     max_connections: usize,
-    /// Why `max_connections` is below the option, for refusals.
-    lowered: Option<String>,
-    conns: Mutex<Conns>,
-    conns_changed: Condvar,
-    /// Refusals being answered on threads of their own.
-    refusing: AtomicUsize,
+    /// The connections holding a slot, counted as they come and go.
+    counts: Counts,
+    stop: AtomicBool,
+    published: Published,
+    /// The loops still running; each counts itself out as it ends.
+    running: Mutex<usize>,
+    running_changed: Condvar,
 }
 
 impl Shared {
-    /// The state of a server with these (checked) options; raises the
-    /// process's soft file descriptor limit to its hard limit and fits
-    /// `max_connections` under it.
-    pub(crate) fn new(options: TcpStoreServerOptions) -> Result<Self> {
-        options.check()?;
-        let (max_connections, lowered) = fit_connections(options.max_connections);
-        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        let limits = Limits {
-            max_frame: as_u64(options.max_frame_size),
-            max_key_len: as_u64(options.max_key_len),
-            max_value_len: as_u64(options.max_value_len),
-            max_keys: as_u64(options.max_keys_per_request),
-        };
-        let quota = Quota {
-            max_keys: options.max_stored_keys,
-            max_bytes: options.max_stored_bytes,
-        };
-        Ok(Shared {
-            table: Table::with_quota(quota),
-            options,
-            limits,
-            max_connections,
-            lowered,
-            conns: Mutex::default(),
-            conns_changed: Condvar::new(),
-            refusing: AtomicUsize::new(0),
-        })
-    }
-
-    fn conns(&self) -> MutexGuard<'_, Conns> {
-        self.conns.lock().unwrap_or_else(PoisonError::into_inner)
+    fn loop_ended(&self) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        self.running_changed.notify_all();
     }
 }
 
-/// File descriptors kept for everything else the process does.
+/// File descriptors kept for everything else the process does (the
+/// loop's own among them, and connections being told they are refused).
 const RESERVED_DESCRIPTORS: u64 = 64;
-/// Descriptors one connection takes: its socket, and the clone shutdown
-/// closes it through.
-const DESCRIPTORS_PER_CONNECTION: u64 = 2;
+/// Descriptors one connection takes: its socket.
+const DESCRIPTORS_PER_CONNECTION: u64 = 1;
 
 /// `requested` connections, or fewer when the file descriptor limit (after
 /// raising it to the hard limit) has no room for them; then also why.
@@ -119,22 +100,46 @@ fn fit_connections(requested: usize) -> (usize, Option<String>) {
     (room, Some(why))
 }
 
-/// The server side of the TCP store: a listening socket and one thread per
-/// client connection, all sharing one in-memory table.
+/// What a [`TcpStoreServer`] holds at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TcpStoreServerStats {
+    /// Connections holding a slot, in their handshake or after it
+    /// ([`TcpStoreServer::num_connections`]).
+    pub connections: usize,
+    /// Of those, the ones still in their handshake.
+    pub unauthenticated: usize,
+    /// `get`s and `wait`s waiting for their keys.
+    pub parked_requests: usize,
+    /// Bytes held for requests in progress: frames being read, answers
+    /// not yet taken, parked requests
+    /// ([`TcpStoreServerOptions::max_in_flight_bytes`] bounds them).
+    pub in_flight_bytes: usize,
+}
+
+/// The server side of the TCP store: a listening socket and a fixed number
+/// of threads, whatever the number of connections: a gate that accepts
+/// connections and runs their handshakes, and a few loops that serve the
+/// authenticated ones on one in-memory table
+/// ([`TcpStoreServerOptions::serving_threads`]). A flood of connections
+/// that never authenticate costs the gate alone.
 ///
 /// A rank can host it in-process (see [`TcpStore::host`](super::TcpStore::host))
 /// or a separate process can run it (see the `tcp_store_server` example).
-/// Blocking `get`/`wait` requests sleep on a condition variable in their
-/// connection's thread, so they never hold up other clients.
+/// Blocking `get`/`wait` requests are parked in the table and answered by
+/// the write that sets their keys, or at their deadline; they hold no
+/// thread and never hold up other clients.
 ///
 /// Dropping the server (or calling [`TcpStoreServer::shutdown`]) stops
-/// accepting, wakes every blocked request, closes every client connection
-/// (clients see an error at once) and releases the port; it waits a bounded
-/// time for its threads and never hangs.
+/// accepting, answers every parked request with an error, closes every
+/// client connection (clients see an error at once, after any answer
+/// already on its way) and releases the port; it waits a bounded time for
+/// its threads and never hangs.
 pub struct TcpStoreServer {
     local_addr: SocketAddr,
     shared: Arc<Shared>,
-    accept_thread: Option<JoinHandle<()>>,
+    wakers: Vec<Arc<mio::Waker>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl fmt::Debug for TcpStoreServer {
@@ -146,8 +151,9 @@ impl fmt::Debug for TcpStoreServer {
     }
 }
 
-/// How long drop waits for the server's threads.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long a stopping server still sends the answers already on their
+/// way; drop waits a second more for its thread.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 impl TcpStoreServer {
     /// Binds to `addr` (port 0 picks a free port; see
@@ -159,40 +165,112 @@ impl TcpStoreServer {
     ///
     /// Fails with [`StoreError::Bind`] when the address cannot be bound, and
     /// with [`StoreError::InvalidArgument`] naming the setting for a
-    /// `max_frame_size` under 64 bytes, an `io_timeout` or
-    /// `handshake_timeout` over 10 years, an empty secret, or a count or
-    /// size limit of 0.
+    /// `max_frame_size` under 64 bytes, an `io_timeout`,
+    /// `handshake_timeout` or `max_wait` over 10 years, an empty secret, or
+    /// a count or size limit of 0.
     pub fn bind(
         addr: impl ToSocketAddrs + fmt::Debug,
         options: TcpStoreServerOptions,
     ) -> Result<Self> {
+        options.check()?;
         let shown = format!("{addr:?}").trim_matches('"').to_owned();
-        let shared = Arc::new(Shared::new(options)?);
-        let listener = TcpListener::bind(addr).map_err(|source| StoreError::Bind {
+        let bind_error = |source| StoreError::Bind {
             addr: shown.clone(),
             source,
-        })?;
-        let local_addr = listener.local_addr().map_err(|source| StoreError::Bind {
-            addr: shown.clone(),
-            source,
-        })?;
-        let accept_shared = Arc::clone(&shared);
-        let accept_thread = thread::Builder::new()
-            .name(format!("nccl-store-accept-{}", local_addr.port()))
-            .spawn(move || {
-                accept_loop(&listener, &accept_shared);
-                drop(listener);
-                accept_shared.conns().accept_exited = true;
-                accept_shared.conns_changed.notify_all();
-            })
-            .map_err(|e| {
-                StoreError::io(format!("starting the TCP store server on {local_addr}"), e)
-            })?;
-        Ok(TcpStoreServer {
+        };
+        let listener = TcpListener::bind(addr).map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
+        listener.set_nonblocking(true).map_err(bind_error)?;
+        let starting =
+            |e| StoreError::io(format!("starting the TCP store server on {local_addr}"), e);
+        let (max_connections, lowered) = fit_connections(options.max_connections);
+        let shared = Arc::new(Shared {
+            limits: options.request_limits(),
+            frame_limit: options.frame_limit(),
+            max_connections,
+            options,
+            counts: Counts::default(),
+            stop: AtomicBool::new(false),
+            published: Published::default(),
+            running: Mutex::new(0),
+            running_changed: Condvar::new(),
+        });
+        // Each sessions loop serves its share of the authenticated
+        // connections in parallel with the others; the table they share is
+        // locked only to run a request on it.
+        let shard_count = shared.options.serving_loops();
+        let polls = (0..=shard_count)
+            .map(|_| mio::Poll::new())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(starting)?;
+        let wakers = polls
+            .iter()
+            .map(|poll| mio::Waker::new(poll.registry(), core::WAKER).map(Arc::new))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(starting)?;
+        let (inboxes, handed_over): (Vec<_>, Vec<_>) =
+            (0..shard_count).map(|_| mpsc::channel()).unzip();
+        let (answer_senders, answers): (Vec<_>, Vec<_>) =
+            (0..shard_count).map(|_| mpsc::channel()).unzip();
+        let shard_wakers = &wakers[1..];
+        let shards = Shards {
+            table: Arc::new(Mutex::new(Table::new(
+                Quota {
+                    max_keys: shared.options.max_stored_keys,
+                    max_bytes: shared.options.max_stored_bytes,
+                },
+                shared.options.in_flight_limit() / 2,
+                shared.options.max_wait,
+            ))),
+            held: Arc::default(),
+            peers: answer_senders
+                .into_iter()
+                .zip(shard_wakers)
+                .map(|(answers, waker)| Peer {
+                    answers,
+                    waker: Arc::clone(waker),
+                })
+                .collect(),
+        };
+        let handoff = Handoff {
+            shards: inboxes
+                .into_iter()
+                .zip(shard_wakers.iter().cloned())
+                .collect(),
+            next: 0,
+        };
+        let mut polls = polls.into_iter();
+        let gate_poll = polls
+            .next()
+            .ok_or_else(|| starting(std::io::ErrorKind::Other.into()))?;
+        let mut gate = GateLoop::new(
+            Arc::clone(&shared),
+            gate_poll,
+            mio::net::TcpListener::from_std(listener),
+            lowered,
+            handoff,
+        )
+        .map_err(starting)?;
+        let mut server = TcpStoreServer {
             local_addr,
-            shared,
-            accept_thread: Some(accept_thread),
-        })
+            shared: Arc::clone(&shared),
+            wakers,
+            threads: Vec::with_capacity(shard_count + 1),
+        };
+        let port = local_addr.port();
+        server.spawn(format!("nccl-store-gate-{port}"), move || {
+            gate::yield_to_sessions();
+            core::run(&mut gate)
+        })?;
+        let channels = handed_over.into_iter().zip(answers);
+        for (me, (poll, channels)) in polls.zip(channels).enumerate() {
+            let shards = shards.clone();
+            let mut sessions = SessionsLoop::new(Arc::clone(&shared), poll, shards, me, channels);
+            server.spawn(format!("nccl-store-{port}-{me}"), move || {
+                core::run(&mut sessions)
+            })?;
+        }
+        Ok(server)
     }
 
     /// The address the server listens on (with the real port when bound to
@@ -207,11 +285,26 @@ impl TcpStoreServer {
         loopback_if_unspecified(self.local_addr)
     }
 
-    /// How many client connections are open now (never more than
-    /// [`TcpStoreServer::max_connections`]; refused connections are not
-    /// counted).
+    /// How many client connections hold a slot now, in their handshake or
+    /// after it (never more than [`TcpStoreServer::max_connections`];
+    /// connections refused at once are not counted).
     pub fn num_connections(&self) -> usize {
-        self.shared.conns().live.len()
+        self.stats().connections
+    }
+
+    /// What the server holds now: connections (counted as they come and
+    /// go), parked requests and bytes in flight (as of the serving loop's
+    /// last round of events).
+    pub fn stats(&self) -> TcpStoreServerStats {
+        let published = &self.shared.published;
+        let counts = &self.shared.counts;
+        let unauthenticated = counts.handshaking.load(Ordering::Acquire);
+        TcpStoreServerStats {
+            connections: unauthenticated + counts.authenticated.load(Ordering::Acquire),
+            unauthenticated,
+            parked_requests: published.parked_requests.load(Ordering::Relaxed),
+            in_flight_bytes: published.in_flight_bytes.load(Ordering::Relaxed),
+        }
     }
 
     /// The most connections this server keeps open:
@@ -221,46 +314,73 @@ impl TcpStoreServer {
         self.shared.max_connections
     }
 
+    /// The largest frame this server takes after the handshake:
+    /// [`TcpStoreServerOptions::max_frame_size`], or the largest request the
+    /// other limits allow when that is smaller or unset.
+    pub fn max_frame_size(&self) -> usize {
+        self.shared.frame_limit
+    }
+
     /// Stops the server; the same as dropping it.
     pub fn shutdown(self) {
         drop(self);
     }
 
+    /// Starts a loop's thread, counted as running until it ends.
+    fn spawn(&mut self, name: String, run: impl FnOnce() + Send + 'static) -> Result<()> {
+        let shared = Arc::clone(&self.shared);
+        *shared
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            run();
+            shared.loop_ended();
+        });
+        match spawned {
+            Ok(thread) => {
+                self.threads.push(thread);
+                Ok(())
+            }
+            Err(e) => {
+                // Not started: not running. Dropping `self` stops the other.
+                self.shared.loop_ended();
+                Err(StoreError::io(
+                    format!("starting the TCP store server on {}", self.local_addr),
+                    e,
+                ))
+            }
+        }
+    }
+
     fn stop(&mut self) {
-        self.shared.table.close();
-        {
-            let mut conns = self.shared.conns();
-            conns.shutdown = true;
-            // Only the read half: a connection thread that is answering a
-            // request it already applied still sends the answer (a client
-            // must not see a closed connection for a `set` that took
-            // effect), then reads end-of-stream and exits.
-            for stream in conns.live.values() {
-                let _ = stream.shutdown(Shutdown::Read);
+        self.shared.stop.store(true, Ordering::Release);
+        for waker in &self.wakers {
+            if waker.wake().is_err() {
+                crate::trace::event!(
+                    warn,
+                    "store server: could not wake an event loop to stop it"
+                );
             }
         }
-        // Wake the accept loop, which then sees the flag.
-        let _ = TcpStream::connect_timeout(&self.connect_addr(), Duration::from_millis(500));
-        // Wait (bounded) for the accept loop, which owns the listener, and
-        // for the connection threads.
-        let deadline = Instant::now() + SHUTDOWN_GRACE;
-        let mut conns = self.shared.conns();
-        while !(conns.accept_exited && conns.live.is_empty()) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+        // The loops answer, close and release the port within their own
+        // grace; wait a little longer for them, never forever.
+        let running = self
+            .shared
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let limit = SHUTDOWN_GRACE + Duration::from_secs(1);
+        let (running, _) = self
+            .shared
+            .running_changed
+            .wait_timeout_while(running, limit, |running| *running > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        if *running == 0 {
+            drop(running);
+            for thread in self.threads.drain(..) {
+                let _ = thread.join();
             }
-            conns = self
-                .shared
-                .conns_changed
-                .wait_timeout(conns, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        let accept_exited = conns.accept_exited;
-        drop(conns);
-        if accept_exited && let Some(handle) = self.accept_thread.take() {
-            let _ = handle.join();
         }
     }
 }
@@ -276,155 +396,5 @@ pub(crate) fn loopback_if_unspecified(addr: SocketAddr) -> SocketAddr {
         IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
         IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
         _ => addr,
-    }
-}
-
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    // A descriptor held back for the moment the process has none left: freed,
-    // it lets the loop accept the waiting client and tell it why, instead of
-    // leaving it to time out in the backlog.
-    let mut spare = File::open("/dev/null").ok();
-    loop {
-        if spare.is_none() {
-            spare = File::open("/dev/null").ok();
-        }
-        let accepted = listener.accept();
-        let mut conns = shared.conns();
-        if conns.shutdown {
-            return;
-        }
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(e) if descriptors::is_exhausted(&e) => {
-                drop(conns);
-                drop(spare.take());
-                if let Ok((stream, _)) = listener.accept() {
-                    refuse(shared, stream, out_of_descriptors());
-                }
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-            Err(_) => {
-                // E.g. a connection reset before it was accepted: keep serving.
-                drop(conns);
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let max = shared.max_connections;
-        if conns.live.len() >= max {
-            drop(conns);
-            let mut message = format!(
-                "the server already has {max} client connections open, its max_connections limit"
-            );
-            match &shared.lowered {
-                Some(why) => message.push_str(&format!(" ({why})")),
-                None => message.push_str(
-                    "; close clients that are no longer needed, or raise max_connections on the \
-                     server",
-                ),
-            }
-            refuse(shared, stream, message);
-            continue;
-        }
-        let Ok(clone) = stream.try_clone() else {
-            drop(conns);
-            refuse(shared, stream, out_of_descriptors());
-            continue;
-        };
-        let id = conns.next_id;
-        conns.next_id += 1;
-        conns.live.insert(id, clone);
-        drop(conns);
-
-        let conn_shared = Arc::clone(shared);
-        let spawned = thread::Builder::new()
-            .name(format!("nccl-store-conn-{id}"))
-            .spawn(move || {
-                serve_connection(&conn_shared, stream, peer);
-                conn_shared.conns().live.remove(&id);
-                conn_shared.conns_changed.notify_all();
-            });
-        if spawned.is_err() {
-            // Out of threads: drop this client (its stream closes), keep serving.
-            if let Some(s) = shared.conns().live.remove(&id) {
-                let _ = s.shutdown(Shutdown::Both);
-            }
-        }
-    }
-}
-
-fn out_of_descriptors() -> String {
-    format!(
-        "the server has no file descriptor left for another connection ({}); raise the limit \
-         (ulimit -n) where the server runs, or close clients that are no longer needed",
-        descriptors::exhausted_note()
-    )
-}
-
-/// The most refusals answered at once on threads of their own; past it a
-/// refusal is answered without waiting for the client (best effort).
-const MAX_REFUSING: usize = 8;
-/// How long a refusal waits for what the client sends first (its HELLO).
-const REFUSAL_DRAIN: Duration = Duration::from_millis(200);
-
-/// Answers a connection the server will not serve (over `max_connections`,
-/// or no descriptor left) with an error frame and closes it, without ever
-/// blocking the accept loop: on a thread of its own, which waits a moment
-/// for the client's first bytes, since closing a socket with unread data
-/// resets the connection and could destroy the error frame before the
-/// client reads it.
-fn refuse(shared: &Arc<Shared>, stream: TcpStream, message: String) {
-    crate::trace::event!(warn, %message, "store server: refusing a connection");
-    let frame = Response::Error {
-        code: code::TOO_MANY_CONNECTIONS,
-        message,
-    }
-    .encode();
-    let taken = shared
-        .refusing
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < MAX_REFUSING).then_some(n + 1)
-        })
-        .is_ok();
-    let (stream, frame) = (Arc::new(stream), Arc::new(frame));
-    if taken {
-        let (thread_stream, thread_frame) = (Arc::clone(&stream), Arc::clone(&frame));
-        let refusing = Arc::clone(shared);
-        let spawned = thread::Builder::new()
-            .name("nccl-store-refuse".into())
-            .spawn(move || {
-                answer_refusal(&thread_stream, &thread_frame, true);
-                refusing.refusing.fetch_sub(1, Ordering::AcqRel);
-            });
-        if spawned.is_ok() {
-            return;
-        }
-        // Out of threads: the closure, and its count, went with the error.
-        shared.refusing.fetch_sub(1, Ordering::AcqRel);
-    }
-    answer_refusal(&stream, &frame, false);
-}
-
-/// Sends `frame`, half-closes, and discards what the client sends until it
-/// closes: for up to [`REFUSAL_DRAIN`] when `wait`, else only what is
-/// already there.
-fn answer_refusal(stream: &TcpStream, frame: &Frame, wait: bool) {
-    let limit = if wait { Some(REFUSAL_DRAIN) } else { None };
-    if stream.set_write_timeout(Some(REFUSAL_DRAIN)).is_err()
-        || stream.set_nonblocking(!wait).is_err()
-        || stream.set_read_timeout(limit).is_err()
-    {
-        return;
-    }
-    let _ = (&*stream).write_all(frame.as_bytes());
-    let _ = stream.shutdown(Shutdown::Write);
-    let start = Instant::now();
-    let mut buf = [0u8; 4096];
-    for _ in 0..16 {
-        match (&*stream).read(&mut buf) {
-            Ok(n) if n > 0 && start.elapsed() < REFUSAL_DRAIN => {}
-            _ => break,
-        }
     }
 }

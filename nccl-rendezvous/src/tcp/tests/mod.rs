@@ -1,9 +1,11 @@
 //! TCP store tests: real sockets on 127.0.0.1 only. `auth` has the
-//! handshake's and the limits' tests.
+//! handshake's and the limits' tests, `parked` those of blocking requests. No test bounds how long anything
+//! takes: [`PATIENCE`] only keeps a broken one from hanging.
 
 mod auth;
+mod parked;
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -11,6 +13,22 @@ use std::time::{Duration, Instant};
 use super::wire::{self, Request, Response, code};
 use super::*;
 use crate::{Store, StoreError};
+
+/// How long anything that must happen may take before a test fails: a
+/// hang guard, not a bound on speed.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Polls `condition` until it holds; fails the test after [`PATIENCE`].
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{what}: still not true after {PATIENCE:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
 
 fn server() -> TcpStoreServer {
     TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap()
@@ -38,9 +56,7 @@ fn assert_serves(server: &TcpStoreServer, options: TcpStoreOptions) {
 
 /// Reads one raw frame's payload (test side), with a timeout.
 fn read_raw_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).ok()?;
     let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
@@ -48,15 +64,23 @@ fn read_raw_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
     Some(body)
 }
 
-/// Asserts that the server closed `stream` (read returns 0 or an error).
+/// Asserts that the server closes `stream` (read returns 0 or a reset),
+/// within [`PATIENCE`].
 fn assert_closed(stream: &mut TcpStream) {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut buf = [0u8; 16];
     match stream.read(&mut buf) {
-        Ok(0) | Err(_) => {}
+        Ok(0) => {}
         Ok(n) => panic!("expected the connection closed, read {n} more bytes"),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            panic!("the server kept the connection open for {PATIENCE:?}")
+        }
+        Err(_) => {}
     }
 }
 
@@ -108,13 +132,12 @@ fn two_clients_see_each_other_and_blocking_get_does_not_block_others() {
     let a = client(&server);
     let b = client(&server);
     thread::scope(|s| {
-        let waiter = s.spawn(|| a.get("from-b", Duration::from_secs(5)));
-        thread::sleep(Duration::from_millis(100));
-        // Meanwhile b is served at once.
-        let t0 = Instant::now();
+        let waiter = s.spawn(|| a.get("from-b", PATIENCE));
+        eventually("a's get is parked", || server.stats().parked_requests == 1);
+        // Meanwhile b is served, a still waiting.
         assert_eq!(b.add("n", 1).unwrap(), 1);
         assert_eq!(b.try_get("n").unwrap().unwrap(), b"1");
-        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert!(!waiter.is_finished());
         b.set("from-b", b"hi").unwrap();
         assert_eq!(waiter.join().unwrap().unwrap(), b"hi");
     });
@@ -125,8 +148,8 @@ fn one_client_shared_by_threads_uses_several_connections() {
     let server = server();
     let store = client(&server);
     thread::scope(|s| {
-        let waiter = s.spawn(|| store.wait(&["go"], Duration::from_secs(5)));
-        thread::sleep(Duration::from_millis(100));
+        let waiter = s.spawn(|| store.wait(&["go"], PATIENCE));
+        eventually("the wait is parked", || server.stats().parked_requests == 1);
         // The same client sets the key while another thread of it waits.
         store.set("go", b"").unwrap();
         waiter.join().unwrap().unwrap();
@@ -138,12 +161,12 @@ fn one_client_shared_by_threads_uses_several_connections() {
 fn get_timeout_names_key_and_server_address() {
     let server = server();
     let store = client(&server);
-    let t0 = Instant::now();
-    let err = store
-        .get("rank1/uid", Duration::from_millis(200))
-        .unwrap_err();
-    assert!(t0.elapsed() >= Duration::from_millis(200));
-    assert!(t0.elapsed() < Duration::from_secs(2));
+    let timeout = Duration::from_millis(200);
+    let err = store.get("rank1/uid", timeout).unwrap_err();
+    let StoreError::Timeout { waited, .. } = err else {
+        panic!("expected a timeout, got {err:?}");
+    };
+    assert!(waited >= timeout, "the client counts {waited:?} waited");
     let msg = err.to_string();
     assert!(err.is_timeout(), "{err:?}");
     assert!(msg.contains("\"rank1/uid\""), "{msg}");
@@ -153,45 +176,20 @@ fn get_timeout_names_key_and_server_address() {
 }
 
 #[test]
-fn server_dropped_while_client_waits_gives_an_error_quickly() {
-    let server = server();
-    let addr = server.local_addr();
-    let store = client(&server);
-    let waiter = thread::spawn(move || {
-        let t0 = Instant::now();
-        let r = store.get("never", Duration::from_secs(30));
-        (r, t0.elapsed())
-    });
-    thread::sleep(Duration::from_millis(200));
-    let t_drop = Instant::now();
-    drop(server);
-    assert!(
-        t_drop.elapsed() < Duration::from_secs(3),
-        "drop took {:?}",
-        t_drop.elapsed()
-    );
-    let (result, took) = waiter.join().unwrap();
-    let err = result.unwrap_err();
-    assert!(took < Duration::from_secs(5), "took {took:?}");
-    assert!(
-        matches!(err, StoreError::ConnectionClosed { .. }),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains(&addr.to_string()), "{err}");
-    // The port is released.
-    TcpListener::bind(addr).unwrap();
-}
-
-#[test]
 fn calls_after_server_death_fail_fast() {
     let server = server();
     let store = client(&server);
     store.set("k", b"v").unwrap();
     drop(server);
-    let t0 = Instant::now();
-    assert!(store.set("k", b"w").is_err());
-    assert!(store.get("k", Duration::from_secs(30)).is_err());
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // The pooled connection is found closed; a new one is refused: no
+    // call waits for a server that is gone.
+    let err = store.set("k", b"w").unwrap_err();
+    assert!(
+        matches!(err, StoreError::ConnectionClosed { .. }),
+        "{err:?}"
+    );
+    let err = store.get("k", Duration::from_secs(600)).unwrap_err();
+    assert!(matches!(err, StoreError::Connect { .. }), "{err:?}");
 }
 
 #[test]
@@ -203,12 +201,7 @@ fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
     .unwrap();
     let addr = server.local_addr();
 
-    let t0 = Instant::now();
     let err = TcpStore::connect_to(addr, opts().with_secret(b"wrong".to_vec())).unwrap_err();
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "auth errors are not retried"
-    );
     assert!(matches!(err, StoreError::Auth { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -264,9 +257,14 @@ fn garbage_bytes_close_only_that_connection() {
     raw.shutdown(Shutdown::Write).unwrap();
     assert_closed(&mut raw);
 
-    // A HELLO of another version (999), and one of version 2, whose
-    // clients sent the secret itself.
-    for (version, rest) in [(999u16, &[][..]), (2, &[1, 0, 0, 0, 2, b's', b'3'][..])] {
+    // A HELLO of another version (999), one of version 2, whose clients
+    // sent the secret itself, and one of version 3, whose sealed requests
+    // carried no stamp.
+    for (version, rest) in [
+        (999u16, &[][..]),
+        (2, &[1, 0, 0, 0, 2, b's', b'3'][..]),
+        (3, &[][..]),
+    ] {
         let mut raw = TcpStream::connect(addr).unwrap();
         let mut payload = vec![0x01];
         payload.extend_from_slice(b"NCRS");
@@ -278,7 +276,7 @@ fn garbage_bytes_close_only_that_connection() {
         let message = expect_error_frame(&mut raw, code::PROTOCOL);
         assert!(
             message.contains(&format!("protocol version {version} is not supported"))
-                && message.contains("version 3"),
+                && message.contains("version 4"),
             "{message}"
         );
     }
@@ -352,11 +350,10 @@ fn stalled_frame_body_is_dropped_after_io_timeout() {
     )
     .unwrap();
     let mut raw = raw_plain_session(server.local_addr());
-    // Announce 10 bytes, send 2, stall.
-    raw.write_all(&[0, 0, 0, 10, 1, 2]).unwrap();
-    let t0 = Instant::now();
+    // A SET of key "k" and an empty value announces 10 bytes; send 6, stall.
+    raw.write_all(&[0, 0, 0, 10, 0x02, 0, 0, 0, 1, b'k'])
+        .unwrap();
     assert_closed(&mut raw);
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_serves(&server, opts());
 }
 
@@ -382,7 +379,6 @@ fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
     }
     .encode();
     unproven.write_all(hello.as_bytes()).unwrap();
-    let t0 = Instant::now();
     for raw in [&mut silent, &mut partial] {
         assert_closed(raw);
     }
@@ -392,16 +388,7 @@ fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
         Ok(Response::Hello { proof: Some(_), .. })
     ));
     assert_closed(&mut unproven);
-    let took = t0.elapsed();
-    assert!(
-        took >= deadline / 2 && took < Duration::from_secs(3),
-        "closed after {took:?}"
-    );
-    let start = Instant::now();
-    while server.num_connections() > 0 {
-        assert!(start.elapsed() < Duration::from_secs(3), "slots still held");
-        thread::sleep(Duration::from_millis(10));
-    }
+    eventually("the slots are freed", || server.num_connections() == 0);
     assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
 }
 
@@ -418,15 +405,9 @@ fn connect_retries_until_the_server_comes_up() {
         thread::sleep(Duration::from_millis(300));
         TcpStoreServer::bind(("127.0.0.1", port), TcpStoreServerOptions::default()).unwrap()
     });
-    let t0 = Instant::now();
-    let store = TcpStore::connect("127.0.0.1", port, opts()).unwrap();
-    let took = t0.elapsed();
+    let store = TcpStore::connect("127.0.0.1", port, opts().with_connect_timeout(PATIENCE));
     let server = starter.join().unwrap();
-    assert!(
-        took >= Duration::from_millis(250),
-        "connected after {took:?}"
-    );
-    assert!(took < Duration::from_secs(4), "connected after {took:?}");
+    let store = store.unwrap();
     store.set("k", b"v").unwrap();
     assert_eq!(store.get("k", Duration::from_secs(1)).unwrap(), b"v");
     drop(store);
@@ -440,21 +421,22 @@ fn connect_gives_up_after_the_connect_timeout() {
         .local_addr()
         .unwrap()
         .port();
-    let t0 = Instant::now();
+    let connect_timeout = Duration::from_millis(300);
     let err = TcpStore::connect(
         "127.0.0.1",
         port,
-        opts().with_connect_timeout(Duration::from_millis(300)),
+        opts().with_connect_timeout(connect_timeout),
     )
     .unwrap_err();
-    let took = t0.elapsed();
-    assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
     match &err {
-        StoreError::Connect { attempts, addr, .. } => {
+        StoreError::Connect {
+            attempts,
+            addr,
+            waited,
+            ..
+        } => {
             assert!(*attempts > 1, "{attempts}");
+            assert!(*waited >= connect_timeout, "{waited:?}");
             assert_eq!(addr, &format!("127.0.0.1:{port}"));
         }
         other => panic!("expected a connect error, got {other:?}"),
@@ -530,25 +512,19 @@ fn hello_answer_carries_the_servers_max_frame() {
 }
 
 #[test]
-fn a_waiting_client_that_disconnects_frees_its_server_thread() {
-    let server = server();
-    let mut raw = raw_plain_session(server.local_addr());
-    let get = Request::Get {
-        key: "never".into(),
-        timeout: Duration::from_secs(60),
-    }
-    .encode();
-    raw.write_all(get.as_bytes()).unwrap();
-    thread::sleep(Duration::from_millis(100));
-    assert_eq!(server.num_connections(), 1);
-    drop(raw);
-    // The server notices within about one liveness-check interval.
-    let t0 = Instant::now();
-    while server.num_connections() > 0 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(4),
-            "server thread still waiting"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+fn a_frozen_server_is_tried_again_until_the_connect_timeout() {
+    // A listener nobody accepts on: the kernel takes connections into its
+    // backlog and nothing ever answers, as with a stopped (SIGSTOP) server.
+    let frozen = TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = TcpStore::connect_to(
+        frozen.local_addr().unwrap(),
+        opts()
+            .with_io_margin(Duration::from_millis(100))
+            .with_connect_timeout(Duration::from_secs(1)),
+    )
+    .unwrap_err();
+    assert!(matches!(err, StoreError::Unresponsive { .. }), "{err:?}");
+    frozen.set_nonblocking(true).unwrap();
+    let attempts = frozen.incoming().map_while(Result::ok).count();
+    assert!(attempts > 1, "the handshake was tried {attempts} time(s)");
 }

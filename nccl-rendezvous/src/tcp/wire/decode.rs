@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Limits, MAGIC, Request, Response, VERSION, op, resp};
+use super::{Limit, Limits, MAGIC, Request, RequestLimits, Response, VERSION, op, resp};
 
 /// Why a payload did not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ fn malformed(detail: String) -> DecodeError {
 /// are checked against the limits (when given) before their bytes.
 struct Decoder<'a> {
     buf: &'a [u8],
-    limits: Option<&'a Limits>,
+    limits: Option<&'a RequestLimits>,
 }
 
 type DecodeResult<T> = std::result::Result<T, DecodeError>;
@@ -85,16 +85,11 @@ impl<'a> Decoder<'a> {
             other => Err(malformed(format!("{what}: expected 0 or 1, got {other}"))),
         }
     }
-    /// A length, refused when over `limit` (read from the limits, if any):
-    /// `noun` and `option` name it in the message.
-    fn length(&mut self, what: &str, limit: Option<(u64, &str, &str)>) -> DecodeResult<usize> {
+    /// A length, refused when over `limit` (when the decoder has limits).
+    fn length(&mut self, what: &str, limit: Option<Limit>) -> DecodeResult<usize> {
         let n = self.u32(what)?;
-        if let Some((max, noun, option)) = limit
-            && u64::from(n) > max
-        {
-            return Err(DecodeError::OverLimit(format!(
-                "{noun} of {n} is over this server's {option} of {max}"
-            )));
+        if let (Some(limit), Some(limits)) = (limit, self.limits) {
+            limits.check(limit, u64::from(n))?;
         }
         usize::try_from(n).map_err(|_| malformed(format!("{what}: length {n} too large")))
     }
@@ -104,33 +99,32 @@ impl<'a> Decoder<'a> {
     }
     /// A value, within the value limit.
     fn value(&mut self, what: &str) -> DecodeResult<Vec<u8>> {
-        let limit = self
-            .limits
-            .map(|l| (l.max_value_len, "a value of bytes", "max_value_len"));
-        let n = self.length(what, limit)?;
+        let n = self.length(what, Some(Limit::ValueLen))?;
         Ok(self.take(n, what)?.to_vec())
     }
     /// A key, within the key limit.
     fn key(&mut self, what: &str) -> DecodeResult<String> {
-        let limit = self
-            .limits
-            .map(|l| (l.max_key_len, "a key of bytes", "max_key_len"));
-        let n = self.length(what, limit)?;
+        let n = self.length(what, Some(Limit::KeyLen))?;
         utf8(self.take(n, what)?.to_vec(), what)
     }
     fn duration(&mut self, what: &str) -> DecodeResult<Duration> {
         Ok(Duration::from_millis(self.u64(what)?))
     }
-    /// A list of keys, its count within the keys-per-request limit.
+    /// A list of keys, its count within the keys-per-request limit and
+    /// their bytes within the key-bytes-per-request limit.
     fn keys(&mut self, what: &str) -> DecodeResult<Vec<String>> {
-        let limit = self
-            .limits
-            .map(|l| (l.max_keys, "a request naming keys", "max_keys_per_request"));
-        let n = self.length(what, limit)?;
+        let n = self.length(what, Some(Limit::Keys))?;
         // Never trust a count for allocation: each entry takes >= 4 bytes.
         let mut out = Vec::with_capacity((self.buf.len() / 4).min(n));
+        let mut key_bytes = 0u64;
         for _ in 0..n {
-            out.push(self.key(what)?);
+            // The checks in the order the server's scan makes them.
+            let len = self.length(what, Some(Limit::KeyLen))?;
+            key_bytes += len as u64;
+            if let Some(limits) = self.limits {
+                limits.check(Limit::KeyBytes, key_bytes)?;
+            }
+            out.push(utf8(self.take(len, what)?.to_vec(), what)?);
         }
         Ok(out)
     }
@@ -176,14 +170,12 @@ impl Request {
     }
 
     /// Parses a payload, refusing with [`DecodeError::OverLimit`] any key,
-    /// value or key count over `limits`. On a prefix of a payload, a
-    /// length over the limits is found before the truncation, so a server
-    /// can refuse a frame from its first bytes.
-    pub(crate) fn decode_within(payload: &[u8], limits: &Limits) -> DecodeResult<Request> {
+    /// value, key count or bytes of keys over `limits`.
+    pub(crate) fn decode_within(payload: &[u8], limits: &RequestLimits) -> DecodeResult<Request> {
         Self::decode_with(payload, Some(limits))
     }
 
-    fn decode_with(payload: &[u8], limits: Option<&Limits>) -> DecodeResult<Request> {
+    fn decode_with(payload: &[u8], limits: Option<&RequestLimits>) -> DecodeResult<Request> {
         let mut d = Decoder {
             buf: payload,
             limits,
@@ -353,12 +345,15 @@ mod tests {
     }
 
     #[test]
-    fn limits_refuse_from_the_first_bytes() {
-        let limits = Limits {
-            max_frame: 1 << 20,
-            max_key_len: 4,
-            max_value_len: 8,
-            max_keys: 2,
+    fn limits_refuse_with_a_message_that_reads_right() {
+        let limits = RequestLimits {
+            announced: Limits {
+                max_frame: 1 << 20,
+                max_key_len: 4,
+                max_value_len: 8,
+                max_keys: 2,
+            },
+            max_key_bytes: 6,
         };
         let over = |payload: &[u8]| match Request::decode_within(payload, &limits) {
             Err(DecodeError::OverLimit(message)) => message,
@@ -368,26 +363,35 @@ mod tests {
         let mut wait = vec![op::WAIT];
         wait.extend(0u64.to_be_bytes());
         wait.extend(12_000_000u32.to_be_bytes());
-        let message = over(&wait);
-        assert!(
-            message.contains("12000000") && message.contains("max_keys_per_request of 2"),
-            "{message}"
+        assert_eq!(
+            over(&wait),
+            "a request naming 12000000 keys is over the server's max_keys_per_request of 2"
         );
         // A long key and a long value, from their lengths alone.
-        let message = over(&[op::GET, 0, 0, 0, 5]);
-        assert!(message.contains("max_key_len of 4"), "{message}");
-        let message = over(&[op::SET, 0, 0, 0, 1, b'k', 0, 0, 0, 9]);
-        assert!(message.contains("max_value_len of 8"), "{message}");
-        // Within the limits, a prefix is merely truncated, the whole decodes.
+        assert_eq!(
+            over(&[op::GET, 0xff, 0xff, 0xff, 0xf0]),
+            "a key of 4294967280 bytes is over the server's max_key_len of 4"
+        );
+        assert_eq!(
+            over(&[op::SET, 0, 0, 0, 1, b'k', 0, 0, 0, 9]),
+            "a value of 9 bytes is over the server's max_value_len of 8"
+        );
+        // Two keys of 4 bytes each: 8 bytes of keys, over 6.
+        let two = Request::Wait {
+            keys: vec!["abcd".into(), "efgh".into()],
+            timeout: Duration::ZERO,
+        }
+        .encode();
+        assert_eq!(
+            over(two.payload()),
+            "a request naming 8 bytes of keys is over the server's max_key_bytes_per_request of 6"
+        );
+        // Within the limits, the whole decodes.
         let frame = Request::Set {
             key: "k".into(),
             value: b"v".to_vec(),
         }
         .encode();
-        assert!(matches!(
-            Request::decode_within(&frame.payload()[..3], &limits),
-            Err(DecodeError::Malformed(_))
-        ));
         assert!(Request::decode_within(frame.payload(), &limits).is_ok());
         // Without limits the same lengths are only checked against the bytes.
         assert!(matches!(

@@ -1,4 +1,4 @@
-//! The TCP store's wire protocol, version 3.
+//! The TCP store's wire protocol, version 4.
 //!
 //! Every message is a frame: a `u32` big-endian payload length, then the
 //! payload. A payload is one opcode byte followed by fields; integers are
@@ -31,6 +31,15 @@
 //! reordered, altered, reflected or injected fails its tag, and the
 //! connection is closed. Payloads are authenticated, not encrypted.
 //!
+//! A sealed request also carries, between its fields and its tag, the
+//! client's milliseconds since its side of the handshake ended (a `u64`,
+//! under the tag). The server refuses a request whose stamp lags its own
+//! time since the handshake by more than its I/O timeout: a request held
+//! back on the way (by a relay) past the client's patience is not applied
+//! long after a newer write. Both clocks are monotonic; they need no
+//! synchronisation, since each only measures from its own end of the same
+//! handshake.
+//!
 //! Without a secret on either side, step 2 carries no proof, step 3 is
 //! skipped and frames are not sealed. A server without a secret then
 //! accepts only peers on its own host, unless told to accept anyone.
@@ -43,14 +52,22 @@
 //! (code `TOO_MANY_CONNECTIONS`) and is closed before any frame is read.
 //! A request over a per-request limit or over the store's quota gets an
 //! `ERROR` frame (code `LIMIT`), changes nothing, and closes the connection.
+//! The server checks each length field as it arrives, and the length the
+//! fields add up to against the length the frame declares (`scan`), so a
+//! frame over a limit, or one whose fields do not fill it, is refused
+//! before its body is buffered.
 //!
 //! This module holds the messages ([`Request`], [`Response`]) and their
-//! opcodes; `encode` builds frames, `decode` parses them, `stream` reads
-//! and writes them within the size and time limits, and `seal` holds the
-//! handshake's proofs and the per-frame tags.
+//! opcodes; `encode` builds frames, `decode` parses them, `scan` checks a
+//! request's shape as it arrives, `incoming` assembles frames from the
+//! bytes a non-blocking socket gives, `stream` reads and writes them on a
+//! blocking one, and `seal` holds the handshake's proofs, the per-frame
+//! tags and the requests' stamps.
 
 mod decode;
 mod encode;
+mod incoming;
+mod scan;
 mod seal;
 mod stream;
 
@@ -58,21 +75,21 @@ use std::time::Duration;
 
 pub(crate) use decode::DecodeError;
 pub(crate) use encode::Frame;
-#[cfg(any(test, feature = "fuzzing"))]
-pub(crate) use seal::NONCE_LEN;
-pub(crate) use seal::{Nonce, Proofs, Session, TAG_LEN, Tag, fresh_nonce};
-pub(crate) use stream::{
-    FrameError, FrameSink, FrameSource, FrameTimeouts, read_frame, read_frame_inspected,
-    write_frame, write_frame_within,
-};
+pub(crate) use incoming::{Incoming, IncomingError, Rules};
+pub(crate) use scan::Scan;
+pub(crate) use seal::{NONCE_LEN, Nonce, Proofs, STAMP_LEN, Session, TAG_LEN, Tag, fresh_nonce};
+pub(crate) use stream::{FrameError, FrameSource, read_frame, write_frame};
 
 /// Identifies the protocol in `HELLO`.
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
-/// The protocol version in `HELLO`. Version 3 authenticates by challenge
-/// and response and seals every frame (version 2 sent the secret itself);
-/// version 2 answered `COMPARE_SET` with whether it swapped (version 1 sent
-/// one value).
-pub(crate) const VERSION: u16 = 3;
+/// The protocol version in `HELLO`. Version 4 stamps every sealed request
+/// with the client's time since the handshake, and answers a tampered
+/// frame with its own code (`INTEGRITY`); version 3 authenticated by
+/// challenge and response and sealed every frame (version 2 sent the
+/// secret itself); version 2 answered `COMPARE_SET` with whether it
+/// swapped (version 1 sent one value). Two sides of different versions
+/// refuse each other in `HELLO`, naming both.
+pub(crate) const VERSION: u16 = 4;
 
 /// The largest frame either side accepts before the handshake is done: a
 /// client's `HELLO` is 40 bytes, the server's 68 (100 with its proof), an
@@ -121,6 +138,9 @@ pub(crate) mod code {
     pub const TOO_MANY_CONNECTIONS: u8 = 5;
     /// A request over a per-request limit or over the store's quota.
     pub const LIMIT: u8 = 6;
+    /// A sealed frame that failed its tag, or a request stamped too long
+    /// before it arrived: altered, replayed or held back on the way.
+    pub const INTEGRITY: u8 = 7;
 }
 
 /// The server's per-request limits, announced in its `HELLO` so that a
@@ -135,6 +155,69 @@ pub(crate) struct Limits {
     pub(crate) max_value_len: u64,
     /// The most keys one request names (a `wait`).
     pub(crate) max_keys: u64,
+}
+
+/// What the server checks in each request: the limits its `HELLO`
+/// announces, and the bytes of keys one request may name (not announced:
+/// a client learns it from a refusal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RequestLimits {
+    pub(crate) announced: Limits,
+    pub(crate) max_key_bytes: u64,
+}
+
+/// A per-request limit, named alike by the server's refusals and the
+/// client's own checks before sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    KeyLen,
+    ValueLen,
+    Keys,
+    KeyBytes,
+}
+
+impl Limit {
+    /// The server setting of this limit.
+    fn option(self) -> &'static str {
+        match self {
+            Limit::KeyLen => "max_key_len",
+            Limit::ValueLen => "max_value_len",
+            Limit::Keys => "max_keys_per_request",
+            Limit::KeyBytes => "max_key_bytes_per_request",
+        }
+    }
+
+    /// Why `given` is refused under `max`, e.g. "a key of 9 bytes is over
+    /// the server's max_key_len of 8".
+    pub(crate) fn refusal(self, given: u64, max: u64) -> String {
+        let what = match self {
+            Limit::KeyLen => format!("a key of {given} bytes"),
+            Limit::ValueLen => format!("a value of {given} bytes"),
+            Limit::Keys => format!("a request naming {given} keys"),
+            Limit::KeyBytes => format!("a request naming {given} bytes of keys"),
+        };
+        format!("{what} is over the server's {} of {max}", self.option())
+    }
+}
+
+impl RequestLimits {
+    fn max(&self, limit: Limit) -> u64 {
+        match limit {
+            Limit::KeyLen => self.announced.max_key_len,
+            Limit::ValueLen => self.announced.max_value_len,
+            Limit::Keys => self.announced.max_keys,
+            Limit::KeyBytes => self.max_key_bytes,
+        }
+    }
+
+    /// Refuses `given` when it is over `limit`.
+    pub(crate) fn check(&self, limit: Limit, given: u64) -> Result<(), DecodeError> {
+        let max = self.max(limit);
+        if given > max {
+            return Err(DecodeError::OverLimit(limit.refusal(given, max)));
+        }
+        Ok(())
+    }
 }
 
 /// A client's request.

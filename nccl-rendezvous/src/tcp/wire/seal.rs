@@ -5,8 +5,13 @@
 //! computes is ever accepted as another: a server's proof is not a
 //! client's, a tag from the client to the server is not valid the other
 //! way. Tags are compared in constant time (`Mac::verify_slice`).
+//!
+//! A request also carries its stamp (the client's milliseconds since its
+//! end of the handshake) under the tag, for the server to refuse requests
+//! held back on the way.
 
 use std::io;
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
@@ -17,6 +22,8 @@ use super::Frame;
 pub(crate) const NONCE_LEN: usize = 32;
 /// The length of a proof or a frame's tag (a whole HMAC-SHA256).
 pub(crate) const TAG_LEN: usize = 32;
+/// The length of a request's stamp: milliseconds, a big-endian `u64`.
+pub(crate) const STAMP_LEN: usize = 8;
 
 /// A fresh random value from one side of a handshake.
 pub(crate) type Nonce = [u8; NONCE_LEN];
@@ -118,20 +125,25 @@ impl<'a> Proofs<'a> {
             .is_ok()
     }
 
-    /// The client's side of the session: it seals with the client-to-server
-    /// key and opens with the other.
+    /// The client's side of the session: it seals (and stamps) with the
+    /// client-to-server key and opens with the other. Its clock starts now,
+    /// when the handshake has ended for the client.
     pub(crate) fn client_session(&self) -> Session {
         Session::sealed(
             tag_of(self.secret, &self.parts(TO_SERVER_KEY)),
             tag_of(self.secret, &self.parts(TO_CLIENT_KEY)),
+            Side::Client,
         )
     }
 
-    /// The server's side of the session.
+    /// The server's side of the session. Its clock starts now, before the
+    /// server confirms the handshake: a client's clock starts later, so an
+    /// honest stamp never lags by more than the way from one to the other.
     pub(crate) fn server_session(&self) -> Session {
         Session::sealed(
             tag_of(self.secret, &self.parts(TO_CLIENT_KEY)),
             tag_of(self.secret, &self.parts(TO_SERVER_KEY)),
+            Side::Server,
         )
     }
 }
@@ -165,10 +177,37 @@ impl Direction {
     }
 }
 
+/// Which end of a session: the client stamps what it seals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+/// The state of a sealed session.
+struct Sealed {
+    send: Direction,
+    receive: Direction,
+    side: Side,
+    /// When this side's end of the handshake was.
+    started: Instant,
+}
+
 /// How frames are protected on one connection after its handshake: sealed
-/// (a tag on every frame, each way) with a secret, plain without one.
+/// (a tag on every frame, each way; a stamp on every request) with a
+/// secret, plain without one.
 pub(crate) struct Session {
-    sealed: Option<(Direction, Direction)>,
+    sealed: Option<Sealed>,
+}
+
+/// An incoming payload whose tag checked out.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Opened {
+    /// The message, without its seal.
+    pub(crate) body: Vec<u8>,
+    /// On the server's side of a sealed session: the request's stamp, the
+    /// client's time since the handshake when it sealed the request.
+    pub(crate) stamp: Option<Duration>,
 }
 
 /// A frame that failed its tag: altered, replayed, reordered, injected, or
@@ -182,46 +221,116 @@ impl Session {
         Session { sealed: None }
     }
 
-    fn sealed(send_key: Tag, receive_key: Tag) -> Self {
+    fn sealed(send_key: Tag, receive_key: Tag, side: Side) -> Self {
         Session {
-            sealed: Some((Direction::new(send_key), Direction::new(receive_key))),
+            sealed: Some(Sealed {
+                send: Direction::new(send_key),
+                receive: Direction::new(receive_key),
+                side,
+                started: Instant::now(),
+            }),
         }
     }
 
     /// Whether frames carry tags.
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn is_sealed(&self) -> bool {
         self.sealed.is_some()
     }
 
-    /// The bytes a seal adds to each frame's payload.
-    pub(crate) fn overhead(&self) -> usize {
-        if self.is_sealed() { TAG_LEN } else { 0 }
+    /// The bytes a seal adds to the payload of each frame that `side`
+    /// sends: the tag, and a request's stamp.
+    fn seal_len(&self, side: Side) -> usize {
+        match &self.sealed {
+            None => 0,
+            Some(_) if side == Side::Client => STAMP_LEN + TAG_LEN,
+            Some(_) => TAG_LEN,
+        }
     }
 
-    /// Seals an outgoing frame: appends the tag of its payload.
+    /// The bytes a seal adds to each frame this side sends.
+    pub(crate) fn outbound_overhead(&self) -> usize {
+        self.sealed.as_ref().map_or(0, |s| self.seal_len(s.side))
+    }
+
+    /// The bytes a seal adds to each frame this side receives.
+    pub(crate) fn inbound_overhead(&self) -> usize {
+        let other = |side| match side {
+            Side::Client => Side::Server,
+            Side::Server => Side::Client,
+        };
+        self.sealed
+            .as_ref()
+            .map_or(0, |s| self.seal_len(other(s.side)))
+    }
+
+    /// How long ago this side's end of the handshake was (zero for a plain
+    /// session).
+    pub(crate) fn age(&self) -> Duration {
+        self.sealed
+            .as_ref()
+            .map_or(Duration::ZERO, |s| s.started.elapsed())
+    }
+
+    /// Seals an outgoing frame: the client appends its stamp, then either
+    /// side the tag of the payload.
     pub(crate) fn seal(&mut self, frame: Frame) -> Frame {
-        let Some((send, _)) = &mut self.sealed else {
+        let Some(sealed) = &mut self.sealed else {
             return frame;
         };
-        let tag: Tag = send.mac(frame.payload()).finalize().into_bytes().into();
-        send.advance();
+        let frame = match sealed.side {
+            Side::Client => {
+                let millis =
+                    u64::try_from(sealed.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                frame.with_trailer(&millis.to_be_bytes())
+            }
+            Side::Server => frame,
+        };
+        let tag: Tag = sealed
+            .send
+            .mac(frame.payload())
+            .finalize()
+            .into_bytes()
+            .into();
+        sealed.send.advance();
         frame.with_trailer(&tag)
     }
 
     /// Checks an incoming payload's tag (in constant time) and returns the
-    /// payload without it.
-    pub(crate) fn open(&mut self, mut payload: Vec<u8>) -> Result<Vec<u8>, BadTag> {
-        let Some((_, receive)) = &mut self.sealed else {
-            return Ok(payload);
+    /// message without its seal, with the request's stamp on the server's
+    /// side. A payload too short for its seal fails as a wrong tag would.
+    pub(crate) fn open(&mut self, mut payload: Vec<u8>) -> Result<Opened, BadTag> {
+        let Some(sealed) = &mut self.sealed else {
+            return Ok(Opened {
+                body: payload,
+                stamp: None,
+            });
         };
-        let Some(body_len) = payload.len().checked_sub(TAG_LEN) else {
+        let Some(signed_len) = payload.len().checked_sub(TAG_LEN) else {
             return Err(BadTag);
         };
-        let (body, tag) = payload.split_at(body_len);
-        receive.mac(body).verify_slice(tag).map_err(|_| BadTag)?;
-        receive.advance();
+        let (signed, tag) = payload.split_at(signed_len);
+        sealed
+            .receive
+            .mac(signed)
+            .verify_slice(tag)
+            .map_err(|_| BadTag)?;
+        sealed.receive.advance();
+        let (body_len, stamp) = match sealed.side {
+            Side::Client => (signed_len, None),
+            Side::Server => {
+                let body_len = signed_len.checked_sub(STAMP_LEN).ok_or(BadTag)?;
+                let mut millis = [0u8; STAMP_LEN];
+                millis.copy_from_slice(&signed[body_len..]);
+                let stamp = Duration::from_millis(u64::from_be_bytes(millis));
+                (body_len, Some(stamp))
+            }
+        };
         payload.truncate(body_len);
-        Ok(payload)
+        Ok(Opened {
+            body: payload,
+            stamp,
+        })
     }
 }
 
@@ -230,9 +339,12 @@ mod tests {
     use super::super::{Request, Response};
     use super::*;
 
+    /// Both ends of one session, the server's started first (as in a
+    /// handshake).
     fn pair(secret: &[u8]) -> (Session, Session) {
         let proofs = Proofs::new(secret, b"client hello", b"server hello");
-        (proofs.client_session(), proofs.server_session())
+        let server = proofs.server_session();
+        (proofs.client_session(), server)
     }
 
     fn payload(frame: &Frame) -> Vec<u8> {
@@ -248,12 +360,20 @@ mod tests {
         assert!(server.open(payload(&second)).is_err());
         let (mut client, mut server) = pair(b"s3cret");
         let first_again = client.seal(Request::TryGet { key: "a".into() }.encode());
-        assert_eq!(payload(&first), payload(&first_again), "deterministic");
+        assert_eq!(
+            payload(&first).len(),
+            payload(&first_again).len(),
+            "the same shape"
+        );
         let opened = server.open(payload(&first_again)).unwrap();
         assert_eq!(
-            Request::decode(&opened).unwrap(),
+            Request::decode(&opened.body).unwrap(),
             Request::TryGet { key: "a".into() }
         );
+        // The client's clock started after the server's: its stamp cannot
+        // be ahead of the server's time since the handshake.
+        let stamp = opened.stamp.expect("a request carries its stamp");
+        assert!(stamp <= server.age(), "{stamp:?} > {:?}", server.age());
         // Replayed: the same frame again fails.
         assert!(server.open(payload(&first_again)).is_err());
         // Altered: one bit of the next frame flipped.

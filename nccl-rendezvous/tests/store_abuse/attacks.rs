@@ -1,0 +1,211 @@
+//! The attacks a review found against the thread-per-connection server:
+//! an abandoned `wait` that lived on while others wrote, a `wait` naming
+//! tens of MiB of keys, unauthenticated peers that reconnect as soon as
+//! they are dropped to keep every slot, and frames in progress holding
+//! memory without a server-wide bound.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nccl_rendezvous::{Store, TcpStore, TcpStoreServerOptions};
+use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
+
+use crate::bounds::park_a_131072_key_wait;
+use crate::wire::{
+    CODE_LIMIT, PATIENCE, answers_until_closed, assert_connections_return_to, assert_serves,
+    bind as bind_server, client_options, connect as connect_client, eventually, expect_refusal,
+    session_connect,
+};
+
+#[test]
+fn an_abandoned_wait_is_reaped_while_others_write() {
+    let server = bind_server(TcpStoreServerOptions::default());
+    let writer = connect_client(&server);
+    let waiter = park_a_131072_key_wait(server.local_addr());
+    assert_connections_return_to(&server, 2);
+    drop(waiter);
+    // Writes without a pause: the waiter's connection is noticed gone all
+    // the same.
+    let start = Instant::now();
+    let mut writes = 0u64;
+    while server.num_connections() > 1 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the abandoned wait still holds its connection after {writes} writes"
+        );
+        writer.set(&format!("busy/{}", writes % 64), b"x").unwrap();
+        writes += 1;
+    }
+}
+
+#[test]
+fn a_wait_naming_more_key_bytes_than_allowed_is_refused_from_its_first_bytes() {
+    let server = bind_server(TcpStoreServerOptions::default());
+    // 131072 keys of 40 bytes: 5 MiB of keys, over the 4 MiB a request
+    // may name. Only the first 4.5 MiB of the frame are sent.
+    let mut payload = vec![0x07];
+    payload.extend(600_000u64.to_be_bytes());
+    payload.extend(131_072u32.to_be_bytes());
+    for i in 0..131_072u32 {
+        payload.extend(40u32.to_be_bytes());
+        payload.extend(format!("{i:040}").as_bytes());
+    }
+    let mut raw = session_connect(server.local_addr());
+    raw.set_write_timeout(Some(PATIENCE)).unwrap();
+    let sent = 4 + (9 << 19);
+    let mut frame = u32::try_from(payload.len()).unwrap().to_be_bytes().to_vec();
+    frame.extend(&payload[..sent - 4]);
+    let _ = raw.write_all(&frame);
+    let message = expect_refusal(&mut raw, CODE_LIMIT);
+    assert!(
+        message.contains("max_key_bytes_per_request"),
+        "the refusal names the setting: {message}"
+    );
+    assert_serves(&server);
+}
+
+/// A connection to `server` from the local address `from`.
+fn connect_from(from: IpAddr, server: SocketAddr) -> std::io::Result<TcpStream> {
+    let fd = socket(AddressFamily::INET, SocketType::STREAM, None)?;
+    bind(&fd, &SocketAddr::new(from, 0))?;
+    connect(&fd, &server)?;
+    Ok(TcpStream::from(fd))
+}
+
+#[test]
+fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
+    const MAX: usize = 64;
+    const ATTACKERS_PER_ADDRESS: usize = 40;
+    const RANKS: usize = 10;
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_secret(secret.clone())
+            .with_max_connections(MAX),
+    );
+    let addr = server.local_addr();
+    let attacking = AtomicBool::new(true);
+    let (joined, most_open) = thread::scope(|s| {
+        // Silent peers from two addresses of their own, each reconnecting
+        // the moment the server drops it.
+        for host in [2, 3] {
+            for _ in 0..ATTACKERS_PER_ADDRESS {
+                let attacking = &attacking;
+                s.spawn(move || {
+                    let from = IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
+                    while attacking.load(Ordering::Relaxed) {
+                        let Ok(mut stream) = connect_from(from, addr) else {
+                            thread::sleep(Duration::from_millis(1));
+                            continue;
+                        };
+                        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                        let mut buf = [0u8; 512];
+                        while attacking.load(Ordering::Relaxed) {
+                            match stream.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(_) => {}
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                });
+            }
+        }
+        thread::sleep(Duration::from_millis(500));
+        let options = client_options()
+            .with_secret(secret.clone())
+            .with_connect_timeout(Duration::from_secs(5));
+        let mut joined = 0;
+        let mut most_open = 0;
+        for rank in 0..RANKS {
+            let store = TcpStore::connect_to(addr, options.clone());
+            if store
+                .and_then(|s| s.set(&format!("rank/{rank}"), b"in"))
+                .is_ok()
+            {
+                joined += 1;
+            }
+            most_open = most_open.max(server.num_connections());
+        }
+        attacking.store(false, Ordering::Relaxed);
+        (joined, most_open)
+    });
+    assert_eq!(
+        joined, RANKS,
+        "ranks that got in past the reconnecting peers"
+    );
+    assert!(most_open <= MAX, "{most_open} connections open");
+}
+
+#[test]
+fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
+    const HOLDERS: usize = 5;
+    const VALUE: usize = 256 << 10;
+    const SENT: usize = 200 << 10;
+    const HEAD: usize = 4 + 10;
+    // Frames of at most about 512 KiB (a compare_set of two values), at
+    // most 1 MiB of them in flight.
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_max_value_len(VALUE)
+            .with_max_keys_per_request(16)
+            .with_max_key_bytes_per_request(1024)
+            .with_max_in_flight_bytes(1 << 20)
+            .with_io_timeout(Duration::from_secs(2)),
+    );
+    let limit = (1usize << 20).max(2 * server.max_frame_size());
+    let addr = server.local_addr();
+    // The head of a SET of a 256 KiB value, within every limit, then 200
+    // KiB of the value.
+    let mut frame = (10 + VALUE as u32).to_be_bytes().to_vec();
+    frame.extend([crate::wire::SET, 0, 0, 0, 1, b'k']);
+    frame.extend((VALUE as u32).to_be_bytes());
+    frame.resize(HEAD + SENT, 0x5a);
+    let in_flight_reaches = |bytes: usize| {
+        eventually(&format!("{bytes} bytes in flight"), || {
+            server.stats().in_flight_bytes >= bytes
+        });
+    };
+    // The victim's frame begins first: its head is taken in, its
+    // io_timeout runs. Then holders fill the bytes in flight with frames
+    // that never end, and the victim's value finds no room.
+    let mut victim = session_connect(addr);
+    victim.write_all(&frame[..HEAD]).unwrap();
+    in_flight_reaches(HEAD - 4);
+    let mut holders: Vec<TcpStream> = (0..HOLDERS)
+        .map(|_| {
+            let mut raw = session_connect(addr);
+            raw.write_all(&frame).unwrap();
+            raw
+        })
+        .collect();
+    in_flight_reaches(limit - VALUE);
+    victim.write_all(&frame[HEAD..]).unwrap();
+    // However long they stay, the server holds no more than its limit
+    // (and one read past it).
+    let mut most = 0;
+    for _ in 0..50 {
+        most = most.max(server.stats().in_flight_bytes);
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        most <= limit + (64 << 10),
+        "{most} bytes in flight, limit {limit}"
+    );
+    // The victim's io_timeout ends first, its frame still short of room:
+    // it is refused, naming the limit. The holders' frames are closed at
+    // theirs.
+    let refusal = answers_until_closed(&mut victim);
+    let refusal = String::from_utf8_lossy(refusal.first().expect("a refusal")).into_owned();
+    assert!(refusal.contains("max_in_flight_bytes"), "{refusal}");
+    for holder in &mut holders {
+        answers_until_closed(holder);
+    }
+    assert_connections_return_to(&server, 0);
+    eventually("no byte in flight", || server.stats().in_flight_bytes == 0);
+    assert_serves(&server);
+}
