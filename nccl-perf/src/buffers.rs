@@ -185,6 +185,17 @@ pub enum Memory {
 }
 
 impl Memory {
+    /// What nccl-tests 2.19 allocates with: `ncclMemAlloc` where the loaded
+    /// libnccl has it (2.19 and later), else `cudaMalloc`'s stand-in,
+    /// cudarc. Without a loadable libnccl, cudarc (the run then fails at
+    /// loading, with the library's own error).
+    pub fn as_nccl_tests() -> Self {
+        match nccl_core::version() {
+            Ok(version) if version.at_least(2, 19) => Memory::Nccl,
+            _ => Memory::Cudarc,
+        }
+    }
+
     /// The allocating call, as the output names it.
     pub const fn call(self) -> &'static str {
         match self {

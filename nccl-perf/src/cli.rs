@@ -287,7 +287,8 @@ pub struct Args {
 
     /// Who allocates the send and receive buffers: cudarc (cuMemAllocAsync, from the
     /// stream's memory pool) or nccl (ncclMemAlloc, as nccl-tests 2.19 does; registered
-    /// only with -R 1) [default: cudarc; nccl with -R 1].
+    /// only with -R 1) [default: nccl where the loaded NCCL is 2.19 or later, as
+    /// nccl-tests; else cudarc].
     #[arg(long, value_enum, value_name = "ALLOCATOR")]
     pub alloc: Option<Memory>,
 

@@ -139,7 +139,7 @@ impl Args {
             }
             (Some(memory), _) => memory,
             (None, true) => Memory::Nccl,
-            (None, false) => Memory::Cudarc,
+            (None, false) => Memory::as_nccl_tests(),
         };
         if register && group_layers {
             notes.push(

@@ -122,7 +122,7 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
         )
     } else {
         format!(
-            "# timing: {batches}; each batch is {calls} back-to-back call(s), then one stream synchronisation{rotation}"
+            "# timing: {batches}; -w warm-up calls of every size first, then per size and mode one waited call and batches of {calls} back-to-back call(s), then one stream synchronisation (nccl-tests' order){rotation}"
         )
     }];
     // cudarc's allocator, the default, goes unsaid: the preamble stays
@@ -293,7 +293,7 @@ mod tests {
         let recorded = [
             "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
             "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0 unalign: 0",
-            "# timing: median of 5 batch(es) per size, mode and layer; each batch is 50 back-to-back call(s), then one stream synchronisation; each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)",
+            "# timing: median of 5 batch(es) per size, mode and layer; -w warm-up calls of every size first, then per size and mode one waited call and batches of 50 back-to-back call(s), then one stream synchronisation (nccl-tests' order); each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)",
             "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
             "#",
             "# Using devices",
@@ -411,7 +411,7 @@ mod tests {
         );
         let text = lines.join("\n");
         assert!(
-            text.contains("each batch is 80 back-to-back call(s)"),
+            text.contains("batches of 80 back-to-back call(s)"),
             "{text}"
         );
         assert!(text.contains("(nccl-tests' rotation)"), "{text}");

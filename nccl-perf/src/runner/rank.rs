@@ -234,9 +234,8 @@ impl<'a> Measuring<'a> {
                 }
             };
             let (send_base, recv_base) = buffers.addresses(stream);
-            let rotation = self.rotation(spec, *capacity);
-            for mode in Mode::BOTH {
-                let call = Call::new(
+            let call_of = |spec: &RowSpec, mode: Mode| {
+                Call::new(
                     collective,
                     mode,
                     &spec.counts,
@@ -248,7 +247,19 @@ impl<'a> Measuring<'a> {
                     self.rank,
                     plan.world,
                 )
-                .rotated(rotation);
+                .rotated(self.rotation(spec, *capacity))
+            };
+            if row_index == 0 || rows[row_index - 1].dtype != spec.dtype {
+                let same_type = rows[row_index..]
+                    .iter()
+                    .take_while(|row| row.dtype == spec.dtype);
+                let calls: Vec<Call> = same_type
+                    .map(|row| call_of(row, Mode::OutOfPlace))
+                    .collect();
+                self.warm_up(&calls, layers, buffers)?;
+            }
+            for mode in Mode::BOTH {
+                let call = call_of(spec, mode);
                 let setup = CheckSetup {
                     collective,
                     mode,
@@ -354,7 +365,36 @@ impl<'a> Measuring<'a> {
         Waiter::new(self.stream, self.plan.method.timeout)
     }
 
-    /// Checks, warms up, (captures) and times one call through every layer
+    /// nccl-tests' warm-up: `-w` out-of-place launches of each of `calls`
+    /// (every size of one element type, smallest first) through every
+    /// layer that supports them, then one wait; done once before the
+    /// first row of the type is timed, as nccl-tests warms every size
+    /// before its first timed one. Warming each size right before timing
+    /// it instead reads faster than nccl-tests where launches bound the
+    /// time (1 to 8 MiB on one H200).
+    fn warm_up(
+        &self,
+        calls: &[Call],
+        layers: &[Box<dyn Layer + '_>],
+        buffers: &mut DeviceBuffers,
+    ) -> Result<(), BenchError> {
+        let warmup = self.plan.warmup as usize;
+        for call in calls {
+            let shifts = call.rotation.shifts(warmup);
+            for layer in layers
+                .iter()
+                .filter(|layer| layer.supports(call.collective, call.mode))
+            {
+                let mut launch = layer.bind(call, buffers)?;
+                for shift in &shifts {
+                    launch(std::slice::from_ref(shift))?;
+                }
+            }
+        }
+        self.waiter()?.wait("synchronizing after the warm-up")
+    }
+
+    /// Checks, (captures) and times one call through every layer
     /// of the plan: per layer, the median time per call (`None` where the
     /// layer cannot issue the call) and this rank's wrong elements. Each
     /// launch is at the next place of the call's rotation, computed here
@@ -382,8 +422,7 @@ impl<'a> Measuring<'a> {
         };
         let waiter = self.waiter()?;
         let calls = self.timed_calls() as usize;
-        let warmup = plan.warmup as usize;
-        let shifts = call.rotation.shifts(warmup.max(calls));
+        let shifts = call.rotation.shifts(calls.max(1));
         let mut wrong = vec![None; layers.len()];
         if method.checks_results()
             && let Some(data) = setup.data()
@@ -392,13 +431,13 @@ impl<'a> Measuring<'a> {
                 wrong[slot] = Some(self.check(layer, call, setup, &data, buffers, &waiter)?);
             }
         }
+        // nccl-tests' "sync" call: one launch, waited for, right before
+        // the timed ones (the warm-up ran before the first row).
         for (_, layer) in active() {
             let mut launch = layer.bind(call, buffers)?;
-            for shift in &shifts[..warmup] {
-                launch(std::slice::from_ref(shift))?;
-            }
+            launch(&shifts[..1])?;
         }
-        waiter.wait("synchronizing after the warm-up")?;
+        waiter.wait("synchronizing after the sync call")?;
         let agg = method.agg_iters as usize;
         let mut graphs: Vec<Option<Captured>> = (0..layers.len()).map(|_| None).collect();
         if plan.graph > 0 {
