@@ -109,8 +109,10 @@ pub enum GroupError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A communicator operation failed (NCCL, CUDA, or an argument check).
+    /// (A host read that refuses a group operation's result converts to
+    /// the group's own error instead: see the `From` impl.)
     #[error(transparent)]
-    Tensor(#[from] nccl_tensor::Error),
+    Tensor(nccl_tensor::Error),
     /// Another rank did not publish a communicator's unique id in time.
     #[error(
         "timed out after {waited:?} waiting for the NCCL unique id under store key {key:?} from rank {creator} \
@@ -344,6 +346,37 @@ impl<B: fmt::Debug> std::error::Error for OpError<B> {
 /// Shorthand for this crate's results.
 pub type Result<T, E = GroupError> = std::result::Result<T, E>;
 
+impl From<nccl_tensor::Error> for GroupError {
+    /// Wraps the error, except a host read's refusal of a result that a
+    /// group's operation produced ([`nccl_tensor::Error::ProducerFailed`]
+    /// from [`Tensor::to_vec`](nccl_tensor::Tensor::to_vec)), which becomes
+    /// the group's own error again ([`GroupError::Failed`], ...), so that
+    /// `tensor.to_vec(&stream)?` in a function returning `GroupError`
+    /// matches as the failure it is.
+    fn from(error: nccl_tensor::Error) -> Self {
+        if let nccl_tensor::Error::ProducerFailed { source } = &error
+            && let Some(group) = source.downcast_ref::<GroupError>()
+            && let Some(same) = group.clone_failure()
+        {
+            return same;
+        }
+        GroupError::Tensor(error)
+    }
+}
+
+impl GroupError {
+    /// A copy of a failure that ends a group (`Failed`, `Aborted`,
+    /// `Destroyed`), which are what a group's result check reports.
+    fn clone_failure(&self) -> Option<Self> {
+        Some(match self {
+            GroupError::Failed(failure) => GroupError::Failed(Arc::clone(failure)),
+            GroupError::Aborted { name } => GroupError::Aborted { name: name.clone() },
+            GroupError::Destroyed { name } => GroupError::Destroyed { name: name.clone() },
+            _ => return None,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +390,7 @@ mod tests {
             2,
             cause,
             None,
+            Vec::new(),
         )))
     }
 

@@ -175,6 +175,14 @@ pub struct Failure {
     /// when no operation was involved, e.g. an asynchronous error between
     /// operations, or when the record was overwritten).
     pub op: Option<OpRecord>,
+    /// The operations whose end was seen but not yet followed by a clean
+    /// check of the communicators when the group failed, oldest first:
+    /// they may have ended because a peer died, over partial data, so
+    /// work the GPU ran on their results (a kernel queued after
+    /// [`Work::wait`](crate::Work::wait)) read suspect values. Host reads
+    /// of their tensors fail instead. The flight recorder marks them
+    /// [`OpState::Suspect`](crate::OpState::Suspect).
+    pub suspects: Vec<OpRecord>,
     details: OnceLock<FailureDetails>,
     /// Signalled when the details are set.
     details_set: (Mutex<()>, Condvar),
@@ -188,6 +196,7 @@ impl Failure {
         world_size: usize,
         cause: FailureCause,
         op: Option<OpRecord>,
+        suspects: Vec<OpRecord>,
     ) -> Self {
         Self {
             group,
@@ -196,6 +205,7 @@ impl Failure {
             world_size,
             cause,
             op,
+            suspects,
             details: OnceLock::new(),
             details_set: (Mutex::new(()), Condvar::new()),
         }
@@ -262,6 +272,32 @@ fn describe(op: &OpRecord, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     write!(f, " on devices {:?})", op.devices)
 }
 
+/// How many suspect operations a failure's message names.
+const SUSPECTS_NAMED: usize = 4;
+
+/// `; the results of 2 operations that ended since the last clean check
+/// may be wrong: all_reduce #56 (...), all_reduce #57 (...)`.
+fn write_suspects(suspects: &[OpRecord], f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let Some((first, rest)) = suspects.split_first() else {
+        return Ok(());
+    };
+    write!(
+        f,
+        "; the results of {} operation(s) that ended since the last clean check of the communicators \
+         may be wrong (work the GPU ran on them read suspect values): ",
+        suspects.len()
+    )?;
+    describe(first, f)?;
+    for op in rest.iter().take(SUSPECTS_NAMED - 1) {
+        write!(f, ", ")?;
+        describe(op, f)?;
+    }
+    if suspects.len() > SUSPECTS_NAMED {
+        write!(f, " and {} more", suspects.len() - SUSPECTS_NAMED)?;
+    }
+    Ok(())
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -274,6 +310,7 @@ impl fmt::Display for Failure {
             None => write!(f, "a communicator")?,
         }
         write!(f, " {}", self.cause)?;
+        write_suspects(&self.suspects, f)?;
         let Some(details) = self.details() else {
             return write!(
                 f,
@@ -330,6 +367,7 @@ mod tests {
             enqueued_us: 10,
             finished_us: None,
             state: OpState::Failed,
+            end_stamp: 0,
         }
     }
 
@@ -345,6 +383,7 @@ mod tests {
                 ran: Duration::from_millis(5020),
             },
             Some(record()),
+            Vec::new(),
         );
         let early = failure.to_string();
         assert!(
@@ -384,6 +423,7 @@ mod tests {
                 blocked: Duration::from_millis(2040),
             },
             None,
+            Vec::new(),
         ));
         let text = failure.to_string();
         assert!(
@@ -429,6 +469,7 @@ mod tests {
                 error: "remote process exited".into(),
             },
             Some(send),
+            Vec::new(),
         );
         failure.set_details(FailureDetails {
             abort: AbortOutcome::Stalled(Duration::from_secs(10)),
@@ -447,10 +488,43 @@ mod tests {
             text.contains("could not be written: permission denied"),
             "{text}"
         );
-        let none = Failure::new("g".into(), 0, 0, 1, FailureCause::Dropped, None);
+        let none = Failure::new("g".into(), 0, 0, 1, FailureCause::Dropped, None, Vec::new());
         assert!(
             none.to_string()
                 .contains("a communicator was pending when the group was dropped")
         );
+    }
+
+    #[test]
+    fn suspect_operations_are_named_up_to_a_few() {
+        let suspects: Vec<OpRecord> = (0..6)
+            .map(|n| {
+                let mut op = record();
+                op.seq = 50 + n;
+                op.collective_seq = Some(40 + n);
+                op.state = OpState::Suspect;
+                op
+            })
+            .collect();
+        let failure = Failure::new(
+            "g".into(),
+            0,
+            1,
+            4,
+            FailureCause::AsyncError {
+                error: "remote process exited".into(),
+            },
+            None,
+            suspects,
+        );
+        let text = failure.to_string();
+        assert!(
+            text.contains("the results of 6 operation(s) that ended since the last clean check"),
+            "{text}"
+        );
+        assert!(text.contains("all_reduce #50 (collective #40"), "{text}");
+        assert!(text.contains("all_reduce #53 (collective #43"), "{text}");
+        assert!(!text.contains("all_reduce #54"), "{text}");
+        assert!(text.contains(" and 2 more"), "{text}");
     }
 }

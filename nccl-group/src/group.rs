@@ -43,6 +43,7 @@ use crate::comms::{CommCache, Membership};
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::Failure;
 use crate::recorder::{FlightDump, FlightRecorder};
+use crate::verify::Verification;
 use crate::store::{RendezvousConfig, Store};
 use crate::watchdog::Tracker;
 use crate::work::Work;
@@ -59,6 +60,8 @@ struct Inner {
     tracker: Tracker,
     recorder: FlightRecorder,
     captures: capture::Captures,
+    /// The clean checks that verify operations' ends (`crate::verify`).
+    verification: Arc<Verification>,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -159,6 +162,7 @@ impl ProcessGroup {
             pools: OnceMap::new(),
             options,
         };
+        let verification = Arc::new(Verification::new(&membership.name));
         let inner = Arc::new(Inner {
             cache: CommCache::new(membership, factory),
             state: AtomicU8::new(LIVE),
@@ -166,6 +170,7 @@ impl ProcessGroup {
             tracker: Tracker::default(),
             recorder,
             captures: capture::Captures::default(),
+            verification,
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));

@@ -49,6 +49,7 @@ mod key;
 mod pool;
 pub mod recorder;
 mod trace;
+mod verify;
 mod watchdog;
 mod work;
 

@@ -20,11 +20,17 @@ use crate::key::DeviceList;
 /// What became of a recorded operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OpState {
     /// Enqueued; the watchdog has not yet seen it finish.
     Pending,
-    /// Its end event completed on every device.
+    /// Its end event completed on every device (and, once the group has
+    /// failed, a check of the communicators found no error after that).
     Completed,
+    /// Its end event completed, but the group failed before a check of
+    /// its communicators followed: it may have ended because a peer died,
+    /// over partial data. Work the GPU ran on its results is suspect.
+    Suspect,
     /// The group failed (timeout, asynchronous error, abort) before it finished.
     Failed,
 }
@@ -75,6 +81,9 @@ pub struct OpRecord {
     pub finished_us: Option<u64>,
     /// What became of it.
     pub state: OpState,
+    /// The verification stamp of its end (`crate::verify`), 0 before.
+    #[serde(skip)]
+    pub(crate) end_stamp: u64,
 }
 
 fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::Ok, S::Error> {
@@ -225,6 +234,7 @@ impl FlightRecorder {
             enqueued_us: self.micros(at),
             finished_us: None,
             state: OpState::Pending,
+            end_stamp: 0,
         };
         let slot = (seq % self.capacity as u64) as usize;
         if slot < ring.records.len() {
@@ -235,8 +245,9 @@ impl FlightRecorder {
         record
     }
 
-    /// Marks operation `seq` finished at `at` (if it is still in the ring).
-    pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant) {
+    /// Marks operation `seq` finished at `at` (if it is still in the
+    /// ring), its end stamped `end_stamp` (`crate::verify`).
+    pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant, end_stamp: u64) {
         let finished = self.micros(at);
         let mut ring = self.ring();
         let slot = (seq % self.capacity as u64) as usize;
@@ -245,6 +256,7 @@ impl FlightRecorder {
         };
         record.state = state;
         record.finished_us = Some(finished);
+        record.end_stamp = end_stamp;
         let collective = record.collective_seq;
         if state == OpState::Completed
             && let Some(n) = collective
@@ -275,6 +287,24 @@ impl FlightRecorder {
             record.state = OpState::Failed;
             record.finished_us = Some(finished);
         }
+    }
+
+    /// Marks every completed operation whose end `verified` does not cover
+    /// as [`OpState::Suspect`] (when the group fails); returns them,
+    /// oldest first.
+    pub(crate) fn mark_suspect(&self, verified: impl Fn(u64) -> bool) -> Vec<OpRecord> {
+        let mut suspects: Vec<OpRecord> = self
+            .ring()
+            .records
+            .iter_mut()
+            .filter(|r| r.state == OpState::Completed && !verified(r.end_stamp))
+            .map(|record| {
+                record.state = OpState::Suspect;
+                *record
+            })
+            .collect();
+        suspects.sort_unstable_by_key(|r| r.seq);
+        suspects
     }
 
     /// `(last collective enqueued, last collective completed)`.
@@ -344,10 +374,10 @@ mod tests {
         assert_eq!((s.seq, s.collective_seq), (1, None));
         assert_eq!((b.seq, b.collective_seq), (2, Some(1)));
         assert_eq!(recorder.progress(), (Some(1), None));
-        recorder.finish(0, OpState::Completed, now);
+        recorder.finish(0, OpState::Completed, now, 1);
         assert_eq!(recorder.progress(), (Some(1), Some(0)));
         // A finished point-to-point op does not move the collective progress.
-        recorder.finish(1, OpState::Completed, now);
+        recorder.finish(1, OpState::Completed, now, 1);
         assert_eq!(recorder.progress(), (Some(1), Some(0)));
     }
 
@@ -365,8 +395,8 @@ mod tests {
             vec![2, 3, 4]
         );
         // Finishing an overwritten op is a no-op; a live one is updated.
-        recorder.finish(0, OpState::Completed, now);
-        recorder.finish(3, OpState::Completed, now);
+        recorder.finish(0, OpState::Completed, now, 1);
+        recorder.finish(3, OpState::Completed, now, 1);
         let (records, _) = recorder.snapshot();
         assert_eq!(records[1].state, OpState::Completed);
         assert!(records[1].finished_us.is_some());
@@ -459,5 +489,35 @@ mod tests {
         assert_eq!(lagging_ranks(Some(9), &peers, 5, 2), vec![1, 3, 4]);
         // Stuck on nothing collective (e.g. a recv): only the silent ones.
         assert_eq!(lagging_ranks(None, &peers, 5, 2), vec![4]);
+    }
+
+    #[test]
+    fn unverified_completions_become_suspect_when_the_group_fails() {
+        let recorder = FlightRecorder::new(8);
+        let now = Instant::now();
+        for n in 0..4 {
+            recorder.record(&description("all_reduce", true), now);
+            let _ = n;
+        }
+        // Ends stamped 1 and 1 (verified), 2 (not), and one still pending.
+        recorder.finish(0, OpState::Completed, now, 1);
+        recorder.finish(1, OpState::Completed, now, 1);
+        recorder.finish(2, OpState::Completed, now, 2);
+        let suspects = recorder.mark_suspect(|stamp| stamp < 2);
+        assert_eq!(suspects.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(suspects[0].state, OpState::Suspect);
+        let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
+        assert_eq!(
+            states,
+            vec![
+                OpState::Completed,
+                OpState::Completed,
+                OpState::Suspect,
+                OpState::Pending
+            ]
+        );
+        let json = serde_json::to_string(&recorder.snapshot().0[2]).unwrap();
+        assert!(json.contains("\"state\":\"suspect\""), "{json}");
+        assert!(!json.contains("end_stamp"), "{json}");
     }
 }

@@ -2,16 +2,17 @@
 //! operation's buffers until the GPU is done with them, or of a captured
 //! one, which hands them back at once.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaEvent, CudaStream, DriverError};
-use nccl_tensor::{Access, AnyTensor, NcclType, Tensor, TypedBuffer};
+use nccl_tensor::{Access, AnyTensor, HoldsResult, NcclType, ResultCheck, Tensor, TypedBuffer};
 
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
 use crate::group::{GroupRegistered, Keeper};
 use crate::pool::DevicePool;
+use crate::verify::Outcome;
 use crate::watchdog::{Completion, Progress};
 
 /// Buffers an operation holds until its work is done. Owned (`'static`):
@@ -35,6 +36,15 @@ pub trait WorkBuffers: Send + 'static {
         let _ = (stream, access);
         true
     }
+
+    /// Leaves the operation's result check on the buffers, so that reading
+    /// them on the host fails when the operation may have run with a failed
+    /// peer ([`nccl_tensor::producer`]). Buffers of your own (for
+    /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) carry none:
+    /// check with [`Work::synchronize`] before reading them.
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        let _ = check;
+    }
 }
 
 impl WorkBuffers for () {
@@ -52,6 +62,10 @@ impl<T: NcclType> WorkBuffers for Tensor<T> {
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         TypedBuffer::is_settled_on(self, stream, access)
     }
+
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, Arc::clone(check));
+    }
 }
 
 impl WorkBuffers for AnyTensor {
@@ -62,15 +76,23 @@ impl WorkBuffers for AnyTensor {
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         AnyTensor::is_settled_on(self, stream, access)
     }
+
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, Arc::clone(check));
+    }
 }
 
-impl<B: WorkBuffers> WorkBuffers for GroupRegistered<B> {
+impl<B: WorkBuffers + HoldsResult> WorkBuffers for GroupRegistered<B> {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         (**self).order_after(event)
     }
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         (**self).is_settled_on(stream, access)
+    }
+
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, Arc::clone(check));
     }
 }
 
@@ -83,6 +105,11 @@ impl<A: WorkBuffers, B: WorkBuffers> WorkBuffers for (A, B) {
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         self.0.is_settled_on(stream, access) && self.1.is_settled_on(stream, Access::Read)
     }
+
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        self.0.set_producer(check);
+        self.1.set_producer(check);
+    }
 }
 
 impl<B: WorkBuffers> WorkBuffers for Vec<B> {
@@ -94,6 +121,11 @@ impl<B: WorkBuffers> WorkBuffers for Vec<B> {
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         self.iter()
             .all(|buffers| buffers.is_settled_on(stream, access))
+    }
+
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        self.iter_mut()
+            .for_each(|buffers| buffers.set_producer(check));
     }
 }
 
@@ -126,26 +158,29 @@ impl Ends {
 }
 
 /// What a [`Work`] and the watchdog share about one operation: its end
-/// events (given back to their pools once both are done with them) and,
-/// if its group failed before it finished, why.
+/// events (given back to their pools once both are done with them) and
+/// its [`Outcome`] (whether its group failed before it finished, whether
+/// its end was verified), which the tensors it hands back keep.
 pub(crate) struct Tracked {
     ends: Ends,
-    failure: OnceLock<Arc<Failure>>,
+    outcome: Arc<Outcome>,
+    /// [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait)
+    /// when it was issued.
+    blocking_wait: bool,
 }
 
 impl Tracked {
-    pub(crate) fn new(ends: Ends) -> Self {
+    pub(crate) fn new(ends: Ends, outcome: Outcome, blocking_wait: bool) -> Self {
         Self {
             ends,
-            failure: OnceLock::new(),
+            outcome: Arc::new(outcome),
+            blocking_wait,
         }
     }
 
     /// The error of an operation its group failed under, if it did.
     fn failed(&self) -> Option<GroupError> {
-        self.failure
-            .get()
-            .map(|failure| GroupError::Failed(Arc::clone(failure)))
+        self.outcome.failed()
     }
 }
 
@@ -158,6 +193,7 @@ impl Completion for Tracked {
                 Err(error) => return Progress::Broken(error),
             }
         }
+        self.outcome.saw_end();
         Progress::Done
     }
 
@@ -169,7 +205,7 @@ impl Completion for Tracked {
     }
 
     fn fail(&self, failure: &Arc<Failure>) {
-        let _ = self.failure.set(Arc::clone(failure));
+        self.outcome.fail(failure);
     }
 }
 
@@ -294,16 +330,22 @@ impl<B: WorkBuffers> Work<B> {
     /// one is complete at once.
     pub fn is_completed(&self) -> bool {
         match &self.state {
-            State::Tracked(op) => op.failure.get().is_some() || op.poll() == Progress::Done,
+            State::Tracked(op) => op.failed().is_some() || op.poll() == Progress::Done,
             State::Captured(_) => true,
         }
     }
 
-    /// Blocks the CPU until the operation has finished, at most `timeout`.
+    /// Blocks the CPU until the operation has finished, at most `timeout`,
+    /// then checks that it produced its result: that no communicator of
+    /// the group reported an error by the time it was seen to end (as
+    /// PyTorch's `WorkNCCL::isCompleted` does). After `Ok`, the results
+    /// are the operation's, on the GPU and on the host.
     ///
     /// # Errors
     /// [`GroupError::Failed`] as soon as the group fails (the watchdog saw
-    /// this or another operation time out, or an asynchronous error);
+    /// this or another operation time out, or an asynchronous error), and
+    /// when a communicator reports an error as the operation ends (a peer
+    /// died: its results may be partial);
     /// [`GroupError::Timeout`] past `timeout` (the work keeps running; the
     /// `Work` and its buffers stay valid); or a CUDA error the operation
     /// raised. A captured operation returns at once.
@@ -317,7 +359,7 @@ impl<B: WorkBuffers> Work<B> {
                 return Err(error);
             }
             match op.poll() {
-                Progress::Done => return op.failed().map_or(Ok(()), Err),
+                Progress::Done => return op.outcome.verify(),
                 Progress::Broken(source) => {
                     return Err(nccl_core::Error::cuda("waiting for the operation")(source).into());
                 }
@@ -342,16 +384,34 @@ impl<B: WorkBuffers> Work<B> {
     /// wait) and returns the buffers. Work queued on that stream afterwards
     /// sees the results.
     ///
+    /// The tensors come back carrying the operation's result check
+    /// ([`WorkBuffers::set_producer`]): reading one on the host
+    /// ([`Tensor::to_vec`]) fails with the group's failure when the
+    /// operation may have run with a failed peer, instead of returning
+    /// partial data. Work the GPU runs on them afterwards (a kernel queued
+    /// on the caller's stream) cannot be checked before it reads: the
+    /// group's [`Failure::suspects`](crate::Failure::suspects) names such
+    /// operations, or use [`Work::synchronize`] (or
+    /// [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait))
+    /// first.
+    ///
+    /// With [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait)
+    /// the CPU waits too: as [`Work::synchronize`] without a timeout of its
+    /// own (the operation's timeout bounds it), checked.
+    ///
     /// # Errors
     /// [`GroupError::Failed`] if the group already failed under this
     /// operation (its results are not valid), or a CUDA failure; the
     /// buffers are then released as on drop. A captured operation hands
     /// its buffers back at once.
     pub fn wait(mut self) -> Result<B> {
-        if let State::Tracked(op) = &self.state
-            && let Some(error) = op.failed()
-        {
-            return Err(error);
+        if let State::Tracked(op) = &self.state {
+            if let Some(error) = op.failed() {
+                return Err(error);
+            }
+            if op.blocking_wait {
+                self.synchronize(Duration::MAX)?;
+            }
         }
         for end in self.ends() {
             if let Some(caller) = &end.caller {
@@ -361,13 +421,19 @@ impl<B: WorkBuffers> Work<B> {
             }
         }
         // `buffers` is only taken here or in drop.
-        self.buffers
+        let mut buffers = self
+            .buffers
             .take()
             .ok_or_else(|| GroupError::InvalidArgument {
                 argument: "work",
                 expected: "a work that still holds its buffers".to_string(),
                 given: "one already waited on".to_string(),
-            })
+            })?;
+        if let State::Tracked(op) = &self.state {
+            let check: Arc<dyn ResultCheck> = Arc::clone(&op.outcome) as Arc<dyn ResultCheck>;
+            buffers.set_producer(&check);
+        }
+        Ok(buffers)
     }
 }
 

@@ -13,6 +13,7 @@ use nccl_core::DataType;
 
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
+use crate::producer::ResultCheck;
 use crate::tracked::{Access, TrackedSlice};
 
 /// What an operation needs to know about a buffer to check its arguments,
@@ -159,16 +160,33 @@ typed_buffer_mut!(CudaSlice<T>, CudaViewMut<'_, T>);
 /// ```
 pub struct Tensor<T: NcclType> {
     data: TrackedSlice<T>,
-    /// Boxed, not a `Vec`: a tensor stays small enough to be passed back
-    /// by value in errors.
+    /// Boxed: a tensor stays small enough to be passed back by value in
+    /// errors.
+    meta: Box<Meta>,
+}
+
+/// What a tensor holds besides its memory.
+struct Meta {
     shape: Box<[usize]>,
+    /// The check of the asynchronous operation that last wrote the
+    /// contents, which host reads run ([`crate::producer`]).
+    producer: Option<Arc<dyn ResultCheck>>,
+}
+
+impl Meta {
+    fn new(shape: &[usize]) -> Box<Self> {
+        Box::new(Self {
+            shape: shape.into(),
+            producer: None,
+        })
+    }
 }
 
 impl<T: NcclType> std::fmt::Debug for Tensor<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tensor")
             .field("dtype", &T::DATA_TYPE)
-            .field("shape", &self.shape)
+            .field("shape", &self.meta.shape)
             .field("device", &self.device())
             .finish()
     }
@@ -227,7 +245,7 @@ impl<T: NcclType> Tensor<T> {
         check_shape(shape, data.len())?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.into(),
+            meta: Meta::new(shape),
         })
     }
 
@@ -242,7 +260,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(nccl_core::Error::cuda("copying a tensor to the device"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.into(),
+            meta: Meta::new(shape),
         })
     }
 
@@ -261,7 +279,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(nccl_core::Error::cuda("allocating a tensor"))?;
         Ok(Self {
             data: TrackedSlice::new(data),
-            shape: shape.into(),
+            meta: Meta::new(shape),
         })
     }
 
@@ -300,7 +318,7 @@ impl<T: NcclType> Tensor<T> {
             .map_err(nccl_core::Error::cuda("zeroing a tensor in NCCL memory"))?;
         Ok(Self {
             data,
-            shape: shape.into(),
+            meta: Meta::new(shape),
         })
     }
 
@@ -309,14 +327,44 @@ impl<T: NcclType> Tensor<T> {
         self.data.is_nccl_memory()
     }
 
-    /// Copies the tensor back to the host (synchronising `stream`).
+    /// Copies the tensor back to the host (synchronising `stream`), then
+    /// runs the check its last asynchronous producer left on it, if any
+    /// ([`Tensor::set_producer`]).
     ///
     /// # Errors
-    /// A CUDA failure.
+    /// A CUDA failure, or [`Error::ProducerFailed`]: the operation that
+    /// wrote the contents (a process group's, say) may have run with a
+    /// failed peer, so the values read are not its result.
     pub fn to_vec(&self, stream: &Arc<CudaStream>) -> Result<Vec<T>> {
-        Ok(stream
+        let values = stream
             .clone_dtoh(self.data.slice())
-            .map_err(nccl_core::Error::cuda("copying a tensor to the host"))?)
+            .map_err(nccl_core::Error::cuda("copying a tensor to the host"))?;
+        self.check_producer()?;
+        Ok(values)
+    }
+
+    /// Leaves `check` on the tensor as the check of the asynchronous
+    /// operation that last wrote it: host reads ([`Tensor::to_vec`]) run
+    /// it and fail when it fails. For producers, such as a process group
+    /// handing its operation's tensors back; it replaces any earlier one.
+    pub fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
+        self.meta.producer = Some(check);
+    }
+
+    /// Runs the producer's check, if the tensor has one: what
+    /// [`Tensor::to_vec`] runs after its copy, for callers that read the
+    /// memory another way (through [`Tensor::as_slice`], say) and want
+    /// the same guarantee once they have synchronized with it.
+    ///
+    /// # Errors
+    /// [`Error::ProducerFailed`] when the check fails.
+    pub fn check_producer(&self) -> Result<()> {
+        match &self.meta.producer {
+            Some(check) => check
+                .check()
+                .map_err(|source| Error::ProducerFailed { source }),
+            None => Ok(()),
+        }
     }
 
     /// Overwrites the tensor with `values` (the same number of elements).
@@ -333,14 +381,17 @@ impl<T: NcclType> Tensor<T> {
                 rule: "the tensor's number of elements",
             });
         }
-        Ok(stream
+        stream
             .memcpy_htod(values, &mut self.data.slice_mut())
-            .map_err(nccl_core::Error::cuda("copying to a tensor"))?)
+            .map_err(nccl_core::Error::cuda("copying to a tensor"))?;
+        // Every element was overwritten: no earlier producer's result is left.
+        self.meta.producer = None;
+        Ok(())
     }
 
     /// The shape.
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        &self.meta.shape
     }
 
     /// The number of elements.
@@ -430,10 +481,10 @@ impl<T: NcclType> Tensor<T> {
     /// shape; `Err(self)` for a tensor in NCCL's memory
     /// ([`Tensor::nccl_zeros`]), which cudarc must not free.
     pub fn into_parts(self) -> std::result::Result<(CudaSlice<T>, Vec<usize>), Self> {
-        let Self { data, shape } = self;
+        let Self { data, meta } = self;
         match data.into_inner() {
-            Ok(slice) => Ok((slice, shape.into_vec())),
-            Err(data) => Err(Self { data, shape }),
+            Ok(slice) => Ok((slice, meta.shape.into_vec())),
+            Err(data) => Err(Self { data, meta }),
         }
     }
 

@@ -121,6 +121,11 @@ impl AnyTensor {
         with_typed!(self, t => t.as_slice().stream())
     }
 
+    /// [`Tensor::set_producer`] on the typed tensor inside.
+    pub fn set_producer(&mut self, check: Arc<dyn crate::ResultCheck>) {
+        with_typed!(self, t => t.set_producer(check))
+    }
+
     /// [`TypedBuffer::is_settled_on`] of the typed tensor inside.
     pub fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         with_typed!(self, t => t.is_settled_on(stream, access))

@@ -277,6 +277,15 @@ pub enum Error {
         /// The tensor's number of elements.
         len: usize,
     },
+    /// The asynchronous operation that last wrote the tensor (a process
+    /// group's, say) may have run with a failed peer: the values read are
+    /// not its result ([`crate::producer`]).
+    #[error("the operation that produced this tensor's contents failed, so they are not its result")]
+    ProducerFailed {
+        /// The producer's error (a `nccl_group::GroupError` from a process
+        /// group: downcast it to branch on it).
+        source: crate::producer::ProducerError,
+    },
     /// A typed access to a cell of another data type.
     #[error("the tensor holds {actual}, not {requested}")]
     WrongType {
@@ -298,6 +307,7 @@ impl Error {
     /// | `WrongDevice` | [`ErrorKind::WrongDevice`] |
     /// | `RankOutOfRange` | [`ErrorKind::RankOutOfRange`] |
     /// | `UnsupportedDataType`, `UnsupportedReduction` | [`ErrorKind::Unsupported`] |
+    /// | `ProducerFailed` | [`ErrorKind::Aborted`] (its producer's communicators were aborted) |
     /// | every other variant (a length, a data type, a shape, an alias, a range, a layout, a batch's pairing, split sizes) | [`ErrorKind::InvalidArgument`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -308,6 +318,7 @@ impl Error {
             Error::UnsupportedDataType { .. } | Error::UnsupportedReduction { .. } => {
                 ErrorKind::Unsupported
             }
+            Error::ProducerFailed { .. } => ErrorKind::Aborted,
             Error::DtypeMismatch { .. }
             | Error::WrongLength { .. }
             | Error::NotDivisible { .. }

@@ -280,6 +280,12 @@ impl<H: CommAccess, B> Registered<H, B> {
     }
 }
 
+impl<H: CommAccess, B: crate::HoldsResult> crate::HoldsResult for Registered<H, B> {
+    fn set_producer(&mut self, check: std::sync::Arc<dyn crate::ResultCheck>) {
+        self.buffer.set_producer(check);
+    }
+}
+
 impl<H: CommAccess, B> std::ops::Deref for Registered<H, B> {
     type Target = B;
 

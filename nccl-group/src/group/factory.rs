@@ -115,6 +115,31 @@ impl Member {
     }
 }
 
+/// What reading communicators' asynchronous errors found.
+pub(crate) enum CommHealth {
+    /// Every one was read, and none has an error.
+    Clean,
+    /// None has an error, but one could not be read (in use).
+    Busy,
+    /// One has this error.
+    Error(nccl_core::Error),
+}
+
+impl CommHealth {
+    /// The health of all of `comms`: the first error, else busy if any is.
+    pub(crate) fn of(comms: &[Arc<LocalComms>]) -> Self {
+        let mut health = CommHealth::Clean;
+        for comms in comms {
+            match comms.health() {
+                CommHealth::Clean => {}
+                CommHealth::Busy => health = CommHealth::Busy,
+                error @ CommHealth::Error(_) => return error,
+            }
+        }
+        health
+    }
+}
+
 /// The communicators of one key on this process, one per local device.
 pub struct LocalComms {
     pub(super) members: Vec<Member>,
@@ -142,14 +167,24 @@ impl LocalComms {
         })
     }
 
-    /// The first asynchronous error of any communicator whose lock is free
-    /// (a busy one is being used by an operation and is looked at next
-    /// time: the watchdog never waits for a lock).
-    pub(super) fn async_error(&self) -> Option<nccl_core::Error> {
-        self.members.iter().find_map(|member| {
-            let comm = member.comm.try_lock()?;
-            comm.core().async_error().err()
-        })
+    /// The communicators' asynchronous errors, read without waiting for
+    /// a lock: a communicator being used by an operation (locked, or in
+    /// the middle of a nonblocking call) is [`CommHealth::Busy`], looked at
+    /// next time (the watchdog never waits for a lock).
+    pub(super) fn health(&self) -> CommHealth {
+        let mut health = CommHealth::Clean;
+        for member in &self.members {
+            let Some(comm) = member.comm.try_lock() else {
+                health = CommHealth::Busy;
+                continue;
+            };
+            match comm.core().async_error() {
+                Ok(nccl_core::Status::Success) => {}
+                Ok(_) => health = CommHealth::Busy,
+                Err(error) => return CommHealth::Error(error),
+            }
+        }
+        health
     }
 
     /// Finalizes every communicator together (see

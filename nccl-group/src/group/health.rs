@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::factory::CommHealth;
 use super::{ABORTED, FAILED, Inner, LIVE, LocalComms};
 use crate::error::{GroupError, Result};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-use crate::recorder::{FlightDump, OpState, PeerProgress, lagging_ranks};
+use crate::recorder::{FlightDump, OpRecord, OpState, PeerProgress, lagging_ranks};
+use crate::verify::GroupChecks;
 use crate::watchdog::{Bounded, Verdict, Watched, run_bounded};
 
 /// How long a failing rank waits, in all, for the other ranks' progress.
@@ -79,7 +81,6 @@ impl Inner {
             FailureCause::Creation { .. } => Exchange::No,
             _ => Exchange::WithPeers,
         };
-        let failure = self.new_failure(cause, seq);
         if self
             .state
             .compare_exchange(LIVE, FAILED, Ordering::AcqRel, Ordering::Acquire)
@@ -87,6 +88,9 @@ impl Inner {
         {
             return;
         }
+        // No clean check passes once the group is not live: the suspects
+        // are final.
+        let failure = self.new_failure(cause, seq, self.suspects());
         self.cache.close();
         crate::trace::event!(error, %failure, "the group failed: failing its pending operations, aborting its communicators");
         let _ = self.failure.set(Arc::clone(&failure));
@@ -114,7 +118,12 @@ impl Inner {
         self.finish_termination(&failure, exchange);
     }
 
-    pub(super) fn new_failure(&self, cause: FailureCause, seq: Option<u64>) -> Arc<Failure> {
+    pub(super) fn new_failure(
+        &self,
+        cause: FailureCause,
+        seq: Option<u64>,
+        suspects: Vec<OpRecord>,
+    ) -> Arc<Failure> {
         let m = self.cache.membership();
         let op = seq.and_then(|seq| self.recorder.get(seq));
         Arc::new(Failure::new(
@@ -124,7 +133,47 @@ impl Inner {
             m.world_size,
             cause,
             op,
+            suspects,
         ))
+    }
+
+    /// Marks the operations whose end no clean check has verified as
+    /// suspect in the flight recorder, and returns them.
+    fn suspects(&self) -> Vec<OpRecord> {
+        self.recorder
+            .mark_suspect(|stamp| self.verification.covers(stamp))
+    }
+
+    /// One clean check of every communicator (`crate::verify`): `Clean`
+    /// verifies every end seen before it. Not while the group is failing:
+    /// the caller checks the state.
+    fn clean_check(&self) -> CommHealth {
+        let epoch = self.verification.begin();
+        let health = CommHealth::of(&self.cache.all());
+        if matches!(health, CommHealth::Clean) {
+            self.verification.passed(epoch);
+        }
+        health
+    }
+
+    /// The last clean check, when the group ends without a failure (an
+    /// abort, a drop, a destroy): the pending operations that have ended
+    /// are seen first, so it verifies them (their tensors stay readable).
+    pub(super) fn check_ended(&self) {
+        let ended = self.tracker.take_ended();
+        let stamp = self.verification.stamp();
+        let now = Instant::now();
+        for seq in ended {
+            self.recorder.finish(seq, OpState::Completed, now, stamp);
+        }
+        let _ = self.clean_check();
+    }
+
+    /// [`Inner::check_ended`], then the operations it could not verify,
+    /// marked suspect (an abort, a drop).
+    fn last_check(&self) -> Vec<OpRecord> {
+        self.check_ended();
+        self.suspects()
     }
 
     /// The first step after a failure or an abort: every pending operation
@@ -249,7 +298,8 @@ impl Inner {
     pub(super) fn abort(&self) -> AbortOutcome {
         self.cache.close();
         crate::trace::event!(warn, group = %self.cache.membership().name, "aborting the group (ProcessGroup::abort)");
-        let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest());
+        let suspects = self.last_check();
+        let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest(), suspects);
         let _ = self.failure.set(Arc::clone(&failure));
         self.fail_pending(&failure);
         self.finish_termination(&failure, Exchange::No)
@@ -303,7 +353,8 @@ impl Watched for Inner {
             let _ = nccl_core::exempt_thread_from_global_captures();
         }
         let verdict = self.tracker.scan(now, |seq| {
-            self.recorder.finish(seq, OpState::Completed, now);
+            let stamp = self.verification.stamp();
+            self.recorder.finish(seq, OpState::Completed, now, stamp);
         });
         let (cause, seq) = match verdict {
             Some(Verdict::TimedOut { seq, ran, timeout }) => {
@@ -324,7 +375,7 @@ impl Watched for Inner {
                         blocked: blocked.blocked,
                     };
                     (cause, None)
-                } else if let Some(error) = comms.iter().find_map(|c| c.async_error()) {
+                } else if let CommHealth::Error(error) = self.clean_check() {
                     let cause = FailureCause::AsyncError {
                         error: nccl_core::ErrorChain(&error).to_string(),
                     };
@@ -345,6 +396,26 @@ impl Watched for Inner {
     }
 }
 
+impl GroupChecks for Inner {
+    fn check_now(self: Arc<Self>) -> Option<Result<()>> {
+        if let Err(error) = self.check_live() {
+            return Some(Err(error));
+        }
+        match self.clean_check() {
+            CommHealth::Clean => Some(Ok(())),
+            CommHealth::Busy => None,
+            CommHealth::Error(error) => {
+                let cause = FailureCause::AsyncError {
+                    error: nccl_core::ErrorChain(&error).to_string(),
+                };
+                self.fail(cause, self.tracker.oldest(), Finish::OwnThread);
+                // This failure, or one that won the race to fail the group.
+                Some(self.check_live())
+            }
+        }
+    }
+}
+
 impl Drop for Inner {
     /// Fails what is still pending (its waiters get an error, not a hang)
     /// and aborts the communicators off this thread, bounded: dropping a
@@ -352,8 +423,12 @@ impl Drop for Inner {
     fn drop(&mut self) {
         if self.state.load(Ordering::Acquire) == LIVE {
             self.cache.close();
+            // Operations that have ended are verified by the last check
+            // (their tensors stay readable); the others fail.
+            let suspects = self.last_check();
             let failure = (!self.tracker.is_empty()).then(|| {
-                let failure = self.new_failure(FailureCause::Dropped, self.tracker.oldest());
+                let failure =
+                    self.new_failure(FailureCause::Dropped, self.tracker.oldest(), suspects);
                 for pending in self.tracker.drain() {
                     pending.completion.fail(&failure);
                 }

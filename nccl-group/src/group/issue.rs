@@ -22,6 +22,7 @@ use crate::failure::FailureCause;
 use crate::key::{CommKey, DeviceList};
 use crate::pool::DevicePool;
 use crate::recorder::{OpDescription, OpState};
+use crate::verify::{GroupChecks, Outcome};
 use crate::watchdog::PendingOp;
 use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
 
@@ -276,7 +277,13 @@ impl ProcessGroup {
         let mut reaped_at = None;
         let op = inner.tracker.push_with::<_, GroupError>(
             || {
-                let op = Arc::new(Tracked::new(record_ends()?));
+                let group: std::sync::Weak<dyn GroupChecks> = Arc::downgrade(&self.inner) as _;
+                let outcome = Outcome::new(Arc::clone(&inner.verification), group);
+                let op = Arc::new(Tracked::new(
+                    record_ends()?,
+                    outcome,
+                    self.options().blocking_wait,
+                ));
                 let pending = PendingOp {
                     seq,
                     enqueued,
@@ -288,7 +295,8 @@ impl ProcessGroup {
             // One timestamp for every operation one reap finds finished.
             |done| {
                 let at = *reaped_at.get_or_insert_with(Instant::now);
-                inner.recorder.finish(done, OpState::Completed, at)
+                let stamp = inner.verification.stamp();
+                inner.recorder.finish(done, OpState::Completed, at, stamp)
             },
         )?;
         // A failure that drained the tracker just before the push missed
@@ -500,7 +508,7 @@ impl ProcessGroup {
     ) -> Box<OpError<B>> {
         self.inner
             .recorder
-            .finish(seq, OpState::Failed, Instant::now());
+            .finish(seq, OpState::Failed, Instant::now(), 0);
         let cause = FailureCause::Enqueue {
             error: ErrorChain(&error).to_string(),
         };

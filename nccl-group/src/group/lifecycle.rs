@@ -74,7 +74,10 @@ impl ProcessGroup {
 
     /// Finalizes and destroys every communicator, together with the other
     /// processes (collective: all must call it). Afterwards every call
-    /// fails with [`GroupError::Destroyed`]. Each finalize is bounded by
+    /// fails with [`GroupError::Destroyed`]. A clean finalize waits for
+    /// every operation, so the tensors of every operation stay readable
+    /// afterwards; after a failed one, those of operations not yet seen
+    /// to end refuse host reads (their results are not verified). Each finalize is bounded by
     /// [`GroupOptions::timeout`](super::GroupOptions::timeout) (a blocking communicator's runs on a
     /// helper thread for that); past it the communicator is aborted.
     ///
@@ -100,6 +103,7 @@ impl ProcessGroup {
             return self.check_live();
         }
         self.inner.cache.close();
+        self.inner.check_ended();
         let options = self.options();
         // In store-key order, the same on every process, so blocking
         // finalizes meet their peers.
@@ -126,6 +130,12 @@ impl ProcessGroup {
                 first_error.get_or_insert(error);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        match first_error {
+            Some(error) => Err(error),
+            None => {
+                self.inner.verification.seal();
+                Ok(())
+            }
+        }
     }
 }

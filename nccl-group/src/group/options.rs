@@ -52,6 +52,15 @@ pub struct GroupOptions {
     /// fails or is aborted (`None`: not written). Default: the folder in
     /// `NCCL_GROUP_DUMP_DIR`, else the system's temporary folder.
     pub dump_dir: Option<PathBuf>,
+    /// Strict waits, as PyTorch's `TORCH_NCCL_BLOCKING_WAIT`:
+    /// [`Work::wait`](crate::Work::wait) blocks the CPU until the operation
+    /// has ended and checks that it produced its result
+    /// ([`Work::synchronize`](crate::Work::synchronize)), so that even work
+    /// the GPU runs on its tensors afterwards reads a checked result. It
+    /// costs the overlap of the CPU with the GPU. Default `false`: `wait`
+    /// only orders the caller's stream, and host reads of the tensors
+    /// are checked instead.
+    pub blocking_wait: bool,
 }
 
 impl Default for GroupOptions {
@@ -69,6 +78,7 @@ impl Default for GroupOptions {
             dump_dir: Some(
                 std::env::var_os(DUMP_DIR_VARIABLE).map_or_else(std::env::temp_dir, PathBuf::from),
             ),
+            blocking_wait: false,
         }
     }
 }
@@ -189,6 +199,12 @@ impl GroupOptions {
     /// Writing flight-recorder dumps to `dir` (`None`: not at all).
     pub fn with_dump_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.dump_dir = dir;
+        self
+    }
+
+    /// Sets [`GroupOptions::blocking_wait`].
+    pub fn with_blocking_wait(mut self, blocking: bool) -> Self {
+        self.blocking_wait = blocking;
         self
     }
 

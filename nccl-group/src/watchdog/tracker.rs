@@ -157,6 +157,23 @@ impl Tracker {
         verdict
     }
 
+    /// Removes the pending operations that have ended (polling each) and
+    /// returns their sequence numbers, oldest first: when the group ends
+    /// without a failure, so that only the others fail.
+    pub fn take_ended(&self) -> Vec<u64> {
+        let mut pending = self.pending();
+        let mut ended = Vec::new();
+        pending.ops.retain(|op| {
+            let done = op.completion.poll() == Progress::Done;
+            if done {
+                ended.push(op.seq);
+            }
+            !done
+        });
+        pending.settle();
+        ended
+    }
+
     /// Removes and returns every pending operation (when the group fails).
     pub fn drain(&self) -> Vec<PendingOp> {
         let mut pending = self.pending();
