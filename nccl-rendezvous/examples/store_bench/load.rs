@@ -186,6 +186,22 @@ pub struct Attack {
     /// Flood connections a second, all flooders together; `None`: each
     /// reconnects as soon as it is done.
     pub rate: Option<f64>,
+    /// The attacking threads' nice value (`None`: this process's).
+    pub nice: Option<i32>,
+}
+
+/// Sets the calling thread's nice value (Linux threads have their own);
+/// a system that refuses leaves it as it was, which the table then shows.
+fn set_thread_nice(nice: Option<i32>) {
+    #[cfg(target_os = "linux")]
+    if let Some(nice) = nice {
+        let thread = Some(rustix::thread::gettid());
+        if let Err(e) = rustix::process::setpriority_process(thread, nice) {
+            eprintln!("store_bench: could not set an attacker's nice value to {nice}: {e}");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
 }
 
 const FLOOD_FRAME: u32 = 64 << 20;
@@ -214,7 +230,9 @@ pub fn probe_phase(
                 .map(|rate| Duration::from_secs_f64(attack.flooders as f64 / rate.max(1e-3)));
             for _ in 0..attack.flooders {
                 let (running, floods, body) = (&running, &floods, &body);
+                let nice = attack.nice;
                 s.spawn(move || {
+                    set_thread_nice(nice);
                     let start = Instant::now();
                     for round in 0u32.. {
                         if !running.load(Ordering::Relaxed) {
@@ -238,8 +256,9 @@ pub fn probe_phase(
             }
             if let Some(waiter) = &waiter {
                 let keys = vec!["k"; attack.wait_keys];
-                let running = &running;
+                let (running, nice) = (&running, attack.nice);
                 s.spawn(move || {
+                    set_thread_nice(nice);
                     while running.load(Ordering::Relaxed) {
                         let _ = waiter.wait(&keys, Duration::from_secs(60));
                         thread::sleep(Duration::from_millis(10));

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p nccl-rendezvous --example store_bench -- \
 //!     [--idle 10000] [--clients 64] [--rounds 300] [--phase-secs 3] [--flood-rate 500] \
-//!     [--no-torch]
+//!     [--attackers-nice 19] [--no-torch]
 //! ```
 //!
 //! Each server runs in a child process of its own, so that its threads,
@@ -28,6 +28,9 @@
 //!    The attackers run on the same cores as the server and the probes,
 //!    so an attack the server takes faster also costs the probes more of
 //!    their own CPU: the paced row compares servers under the same load.
+//!    `--attackers-nice N` runs the attacking threads at nice N (19: the
+//!    lowest priority), standing in for attackers on other machines, whose
+//!    CPU the probes would not share.
 //!
 //! Without torch (`python3 -c 'import torch'` fails) its rows are replaced
 //! by the line `torch: not installed here, skipped`.
@@ -47,6 +50,7 @@ struct Args {
     rounds: usize,
     phase: Duration,
     flood_rate: f64,
+    attackers_nice: Option<i32>,
     torch: bool,
 }
 
@@ -57,6 +61,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         rounds: 300,
         phase: Duration::from_secs(3),
         flood_rate: 500.0,
+        attackers_nice: None,
         torch: true,
     };
     while let Some(arg) = args.next() {
@@ -71,6 +76,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--rounds" => parsed.rounds = number("--rounds")?.max(1),
             "--phase-secs" => parsed.phase = Duration::from_secs(number("--phase-secs")? as u64),
             "--flood-rate" => parsed.flood_rate = number("--flood-rate")?.max(1) as f64,
+            "--attackers-nice" => {
+                parsed.attackers_nice = Some(number("--attackers-nice")?.min(19) as i32)
+            }
             "--no-torch" => parsed.torch = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -197,6 +205,7 @@ fn run(args: &Args) -> Result<(), String> {
         flooders: 24,
         wait_keys: 12_000_000,
         rate,
+        nice: args.attackers_nice,
     };
     let mut idle = load::probe_phase(&server, 4, args.phase, None)?;
     let paced = attack(Some(args.flood_rate));
