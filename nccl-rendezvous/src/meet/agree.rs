@@ -63,10 +63,12 @@
 //! - **Deadline and store.** Every wait is bounded by the timeout; past
 //!   it, a rank reads the arrivals once more and commits, each a store
 //!   call bounded by the store's own timeouts. A store error ends the call
-//!   at once with that error (a dead TCP store: [`ErrorKind::Store`]). A
-//!   rank that gets one does not know the decision and must not go on
-//!   into g + 1; calling again with the same arguments once the store
-//!   answers returns the decision.
+//!   with that error as soon as the store's client gives up (a dead TCP
+//!   store: [`ErrorKind::Store`], after the client's connect timeout at
+//!   most). A rank that gets one does not know the decision and must not
+//!   go on into g + 1; calling again with the same arguments once the
+//!   store answers returns the decision (each call logs one more arrival;
+//!   a log longer than 64 per rank is refused as not an agreement's).
 //! - **Keys.** Everything lives under `agree/{g}/` in the store given
 //!   (scope it to the group with a [`PrefixStore`]), so successive
 //!   agreements (g, g + 1, g + 2) never collide. The keys stay, so that a
@@ -190,21 +192,21 @@ pub fn agree_survivors<S: Store + ?Sized>(
     check_arguments(generation, rank, world_size, suspects, options)?;
     let keys = Keys::new(generation);
     let deadline = Deadline::after(options.timeout);
-    let adopt = |decision: Decision| adopt(decision, rank, options.min_survivors);
+    let min = options.min_survivors;
     if let Some(decision) = committed(store, &keys, generation, world_size)? {
-        return adopt(decision);
+        return adopt(decision, rank, min);
     }
     arrive(store, &keys, rank, suspects)?;
     let mut view = View::new(world_size);
     loop {
         if let Some(decision) = committed(store, &keys, generation, world_size)? {
-            return adopt(decision);
+            return adopt(decision, rank, min);
         }
         view.refresh(store, &keys)?;
         let left = deadline.remaining();
-        if left.is_none() || view.ready(options.min_survivors) {
-            let proposal = view.decide(generation, options.min_survivors, rank);
-            return adopt(commit(store, &keys, proposal, world_size)?);
+        if left.is_none() || view.ready(min) {
+            let proposal = view.decide(generation, min, rank);
+            return adopt(commit(store, &keys, proposal, world_size)?, rank, min);
         }
         let slice = left.map_or(Duration::ZERO, |left| left.min(WATCH_SLICE));
         match store.wait(&[&view.next_entry(&keys)], slice) {
@@ -245,7 +247,7 @@ fn check_arguments(
         if let Some(expected) = wrong {
             return Err(StoreError::InvalidArgument {
                 what: "suspects",
-                given: format!("{suspects:?} (rank {suspect})"),
+                given: format!("{} (rank {suspect})", show_ranks(suspects)),
                 expected,
             });
         }
@@ -258,6 +260,15 @@ fn check_arguments(
         });
     }
     Ok(())
+}
+
+/// `ranks` as `[1, 2]`, the first 16 only.
+fn show_ranks(ranks: &[usize]) -> String {
+    const SHOWN: usize = 16;
+    match ranks.len() {
+        0..=SHOWN => format!("{ranks:?}"),
+        n => format!("{:?} and {} more", &ranks[..SHOWN], n - SHOWN),
+    }
 }
 
 /// The committed decision, if there is one.
@@ -294,7 +305,7 @@ fn arrive<S: Store + ?Sized>(
     };
     let bytes = serde_json::to_vec(&arrival).map_err(|error| StoreError::InvalidArgument {
         what: "suspects",
-        given: format!("{suspects:?}"),
+        given: show_ranks(suspects),
         expected: format!("ranks that serialise ({error})"),
     })?;
     store.set(&keys.entry(seq), &bytes)

@@ -107,6 +107,12 @@ impl Decision {
     }
 }
 
+/// The most calls per rank an agreement's log takes (each call logs an
+/// arrival; a rank calls again only after a store error): a longer log
+/// was not written by agreements, and reading it could outlast any
+/// deadline.
+const MAX_CALLS_PER_RANK: u64 = 64;
+
 /// What one rank has read of the arrivals so far.
 #[derive(Debug)]
 pub(super) struct View {
@@ -133,11 +139,18 @@ impl View {
     /// Reads the arrivals logged since the last refresh, and the slots
     /// that were unwritten then.
     pub(super) fn refresh<S: Store + ?Sized>(&mut self, store: &S, keys: &Keys) -> Result<()> {
+        let limit = u64::try_from(self.world_size)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(MAX_CALLS_PER_RANK);
         let count = match store.try_get(&keys.count)? {
             None => 0,
             Some(bytes) => parse_counter(&bytes)
                 .and_then(|count| u64::try_from(count).ok())
-                .ok_or_else(|| unreadable(&keys.count, &bytes, "a count of arrivals"))?,
+                .filter(|count| *count <= limit)
+                .ok_or_else(|| {
+                    let expected = format!("a count of arrivals of at most {limit}");
+                    unreadable(&keys.count, &bytes, &expected)
+                })?,
         };
         let unread: Vec<u64> = self
             .holes

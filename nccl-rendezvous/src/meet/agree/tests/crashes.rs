@@ -110,8 +110,8 @@ pub(super) fn partial_writes_of_a_dead_rank(backend: Backend) {
         );
     }
 
-    // A decision no agreement wrote (another program's): a clear error
-    // for every rank, no decision and no panic.
+    // Records no agreement wrote (another program's): a clear error for
+    // every rank, no decision and no panic. A decision that is not one:
     raw.set(&Keys::new(3).decision, br#"{"survivors":"all"}"#)
         .unwrap();
     for outcome in agree_all(&ranks(&backend, &[0, 1], &[], &long), 3, 2) {
@@ -121,6 +121,18 @@ pub(super) fn partial_writes_of_a_dead_rank(backend: Backend) {
             error
                 .to_string()
                 .starts_with("invalid agreement record \"agree/3/decision\" = "),
+            "{error}"
+        );
+    }
+    // A counter of arrivals no rank could have reached, which would take
+    // longer than any deadline to read:
+    raw.set(&Keys::new(4).count, b"1000000").unwrap();
+    for outcome in agree_all(&ranks(&backend, &[0, 1], &[], &long), 4, 2) {
+        let error = outcome.unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("invalid agreement record \"agree/4/arrivals\" = \"100000")
+                && message.contains("expected a count of arrivals of at most 128"),
             "{error}"
         );
     }

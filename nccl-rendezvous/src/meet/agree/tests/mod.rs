@@ -376,6 +376,13 @@ fn refusals_name_what_was_expected_and_given() {
             ["min_survivors 5", "expected 1 to the world size 4"],
         ),
         (
+            refused(0, 30, 40, &(0..20).chain([3]).collect::<Vec<_>>(), 1),
+            [
+                "suspects [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] and 5 more (rank 3)",
+                "expected each rank once",
+            ],
+        ),
+        (
             refused(u64::MAX, 0, 4, &[], 1),
             [
                 "generation 18446744073709551615",
