@@ -48,8 +48,8 @@
 //!   lose: a rank that dies before its write leaves the decision to the
 //!   others (their readiness or their deadline); one that dies after it
 //!   has decided for everyone. A rank that dies after arriving is in the
-//!   decision; it is lost again in the next step, and the next agreement
-//!   leaves it out.
+//!   decision, and so is one that stops after arriving; the next step
+//!   fails or times out with it, and the next agreement leaves it out.
 //! - **Too few.** A decision with fewer than `min_survivors` survivors is
 //!   committed like any other, and every rank that reads it, survivors and
 //!   late ranks alike, gets [`StoreError::TooFewSurvivors`]: generation
@@ -78,9 +78,10 @@
 //!   and `min_survivors`; a rank whose world size or minimum differs from
 //!   the committed decision's gets [`StoreError::InvalidArgument`].
 //!
-//! Waits look at the store in slices of [`WATCH_SLICE`]; a rank wakes at
-//! once when another arrives. Published failures ([`Meeting::fail`]) do
-//! not end an agreement's waits: the agreement is what comes after one.
+//! Waits look at the store in slices of [`WATCH_SLICE`]; a rank also
+//! wakes as soon as as many more ranks have arrived as could make the
+//! decision due. Published failures ([`Meeting::fail`]) do not end an
+//! agreement's waits: the agreement is what comes after one.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -209,7 +210,7 @@ pub fn agree_survivors<S: Store + ?Sized>(
             return adopt(commit(store, &keys, proposal, world_size)?, rank, min);
         }
         let slice = left.map_or(Duration::ZERO, |left| left.min(WATCH_SLICE));
-        match store.wait(&[&view.next_entry(&keys)], slice) {
+        match store.wait(&[&view.wake_entry(&keys, min)], slice) {
             Ok(()) => {}
             Err(error) if error.is_timeout() => {}
             Err(error) => return Err(error),

@@ -175,9 +175,24 @@ impl View {
         Ok(())
     }
 
-    /// The key of the next arrival to be logged, to wait for.
-    pub(super) fn next_entry(&self, keys: &Keys) -> String {
-        keys.entry(self.read_upto.saturating_add(1))
+    /// The key to wait for while the decision is not due: the log slot of
+    /// the fewest more arrivals that could make it due (each arrival logs
+    /// one slot at least), so that a rank wakes once, not at every
+    /// arrival. An arrival whose suspicions make it due sooner, or one
+    /// written to a slot claimed earlier, is seen at the end of the
+    /// wait's slice.
+    pub(super) fn wake_entry(&self, keys: &Keys, min_survivors: usize) -> String {
+        let arrived = self.arrived.len();
+        let unsuspected = self
+            .world_size
+            .saturating_sub(arrived + self.suspicions().len());
+        let needed = unsuspected
+            .max(min_survivors.saturating_sub(arrived))
+            .max(1);
+        let slot = self
+            .read_upto
+            .saturating_add(u64::try_from(needed).unwrap_or(u64::MAX));
+        keys.entry(slot)
     }
 
     /// The ranks that have not arrived but that arrived ranks suspect,
