@@ -5,6 +5,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::meet::agree::ExclusionReason;
+
 /// What kind of failure a [`StoreError`] is, for callers that react by
 /// kind rather than by variant (retry a timeout, fix a setting, give up on
 /// an unreachable store). The crates above map these onto their own kinds.
@@ -25,6 +27,12 @@ pub enum ErrorKind {
     /// the connection, did not answer, refused the client, or its file or
     /// socket I/O failed.
     Store,
+    /// The survivors' agreement left this rank out of the group's next
+    /// generation ([`StoreError::Excluded`]): it must not take part in it.
+    Excluded,
+    /// Too few ranks came to the survivors' agreement for the group to go
+    /// on ([`StoreError::TooFewSurvivors`]).
+    TooFewSurvivors,
 }
 
 /// A `Result` whose error defaults to [`StoreError`].
@@ -321,6 +329,49 @@ pub enum StoreError {
         code: i32,
     },
 
+    /// The survivors' agreement
+    /// ([`agree_survivors`](crate::meet::agree::agree_survivors)) left this
+    /// rank out of the next generation: it came after the decision. Final:
+    /// calling again gives the same error.
+    #[error(
+        "rank {rank} was excluded from generation {generation}: {reason}; {} went on as \
+         generation {generation} without it. This rank must not take part in generation \
+         {generation} (its collectives would hang or disturb the survivors'): leave the job, \
+         or join again as a new rank (a grow, or a fresh group)",
+        RankList(.survivors)
+    )]
+    Excluded {
+        /// This rank, in the generation that failed.
+        rank: usize,
+        /// The generation it was left out of (the failed one + 1).
+        generation: u64,
+        /// Why it was left out.
+        reason: ExclusionReason,
+        /// The survivors' old ranks, in order.
+        survivors: Vec<usize>,
+    },
+
+    /// Fewer ranks than the caller's minimum came to the survivors'
+    /// agreement ([`agree_survivors`](crate::meet::agree::agree_survivors))
+    /// in time; every rank that reads the decision gets this.
+    #[error(
+        "only {} of {world_size} came to the agreement on generation {generation} in time, \
+         fewer than the {min_survivors} the group needs (min_survivors); generation \
+         {generation} was not formed and the group cannot go on: restart the job, or accept \
+         fewer survivors",
+        RankList(.survivors)
+    )]
+    TooFewSurvivors {
+        /// The generation that was not formed (the failed one + 1).
+        generation: u64,
+        /// The ranks that came, in order.
+        survivors: Vec<usize>,
+        /// The fewest survivors asked for.
+        min_survivors: usize,
+        /// The world size of the generation that failed.
+        world_size: usize,
+    },
+
     /// A launch environment variable is missing or malformed.
     #[error("{message}")]
     Config {
@@ -377,6 +428,8 @@ impl StoreError {
     /// | `PeerFailed` | [`ErrorKind::PeerFailed`] |
     /// | `NotAnInteger`, `Overflow`, `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
     /// | `Config` | [`ErrorKind::Config`] |
+    /// | `Excluded` | [`ErrorKind::Excluded`] |
+    /// | `TooFewSurvivors` | [`ErrorKind::TooFewSurvivors`] |
     /// | every other variant (connection, server, authentication, limits, protocol, I/O, lock) | [`ErrorKind::Store`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -386,6 +439,8 @@ impl StoreError {
             | StoreError::Overflow { .. }
             | StoreError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             StoreError::Config { .. } => ErrorKind::Config,
+            StoreError::Excluded { .. } => ErrorKind::Excluded,
+            StoreError::TooFewSurvivors { .. } => ErrorKind::TooFewSurvivors,
             StoreError::Connect { .. }
             | StoreError::Bind { .. }
             | StoreError::ConnectionClosed { .. }
@@ -414,7 +469,7 @@ impl StoreError {
 }
 
 /// Formats a list of ranks for messages: `rank 3` or `ranks 1, 3`.
-struct RankList<'a>(&'a [usize]);
+pub(crate) struct RankList<'a>(pub(crate) &'a [usize]);
 
 impl fmt::Display for RankList<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

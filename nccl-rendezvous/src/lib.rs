@@ -22,7 +22,9 @@
 //!
 //! - [`meet`]: what ranks do together over a store (a barrier, a value
 //!   one rank publishes once, a gather of every rank's value, a failure
-//!   that ends every rank's wait), naming the ranks that did not come.
+//!   that ends every rank's wait), naming the ranks that did not come;
+//!   [`meet::agree`]: after a failure, the survivors' agreement on who is
+//!   lost and on the next generation's ranks.
 //!
 //! Every blocking call has a timeout; no call panics.
 //!

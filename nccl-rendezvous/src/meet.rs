@@ -5,7 +5,8 @@
 //! waited for elsewhere (NCCL's init), barriers of other participants
 //! (several threads per rank), a failure one rank publishes for all, and
 //! leaving in an order that keeps the store's host up until the others
-//! are done with it.
+//! are done with it; and, after a failure, the survivors' agreement on
+//! who is lost ([`agree`]).
 //!
 //! Every wait is bounded by the meeting's timeout and, when it runs out,
 //! fails with [`StoreError::Absent`] naming the ranks that did not come. A
@@ -41,6 +42,8 @@
 //! }
 //! # Ok::<(), nccl_rendezvous::StoreError>(())
 //! ```
+
+pub mod agree;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

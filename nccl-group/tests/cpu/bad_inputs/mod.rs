@@ -1,16 +1,18 @@
 //! One table of bad inputs across the whole CPU-reachable API: every
 //! argument check of every operation (`nccl_tensor::checks`), the core
 //! types (`Config`, `UniqueId`, `scalar_bytes`, the library loader), the
-//! group's keys, membership and stores, and every launch environment
-//! variable `RendezvousConfig` reads. Each row runs one bad call and checks
-//! that the error names both what was expected and what was given.
+//! group's keys, membership and stores, every launch environment
+//! variable `RendezvousConfig` reads, and the survivors' agreement. Each
+//! row runs one bad call and checks that the error names both what was
+//! expected and what was given.
 //!
 //! The table is also written to `docs/bad-inputs.md`: run with
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
-//! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows` and
-//! `store_rows`.
+//! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
+//! `store_rows` and `agree_rows`.
 
+mod agree_rows;
 mod batch_rows;
 mod core_rows;
 mod group_rows;
@@ -61,6 +63,7 @@ fn rows() -> Vec<Row> {
         core_rows::rows(),
         group_rows::rows(),
         store_rows::rows(),
+        agree_rows::rows(),
     ]
     .into_iter()
     .flatten()
