@@ -178,6 +178,12 @@ pub fn run(fault: Fault) {
     let Some(error) = error else {
         panic!("rank {rank}: every operation completed although rank {victim} was lost");
     };
+    // Exiting while the failure's abort still runs on its thread can
+    // crash the process in NCCL's teardown: wait for it, as
+    // `Failure::wait_details` documents, then drop the group.
+    if let GroupError::Failed(failure) = &error {
+        let _ = failure.wait_details(Duration::from_secs(30));
+    }
     if rank == victim {
         println!("lost-rank victim: failed cleanly: {error}");
         return;
@@ -199,6 +205,7 @@ pub fn run(fault: Fault) {
         "lost-rank report: ok_ops={ok_ops} silent_wrong={silent_wrong} gpu_wrong={} gpu_named={named} error={error}",
         gpu_wrong.len()
     );
+    drop(me);
     publish(&dir, &format!("done.{rank}"), "");
     if rank == 0 {
         // The others' failure reports go through the store this rank hosts.
