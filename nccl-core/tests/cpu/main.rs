@@ -3,6 +3,7 @@
 //! driver).
 
 mod config;
+mod config_releases;
 mod errors;
 mod no_gpu;
 mod ops;
