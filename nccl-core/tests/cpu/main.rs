@@ -2,6 +2,7 @@
 //! errors, operations, element types, unique ids, and every call without a
 //! driver).
 
+mod capabilities;
 mod config;
 mod config_releases;
 mod errors;
