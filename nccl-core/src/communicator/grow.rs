@@ -100,15 +100,37 @@ impl Communicator {
                 config_ptr,
             )
         };
-        check_accepted(lib, "ncclCommGrow", result)?;
+        let issued = check_accepted(lib, "ncclCommGrow", result);
         crate::trace::event!(
             debug,
             rank = self.rank,
             new_world_size,
             "ncclCommGrow issued"
         );
-        self.adopt_child(&mut raw, config, "ncclCommGrow")?
-            .ok_or_else(|| no_communicator("ncclCommGrow"))
+        // Unlike split and shrink, NCCL writes the new handle before
+        // returning and runs the grow as the new communicator's job, not
+        // the parent's: the new one is waited for, the parent is not.
+        if raw.is_null() {
+            return Err(issued
+                .err()
+                .unwrap_or_else(|| no_communicator("ncclCommGrow")));
+        }
+        let blocking = config
+            .and_then(Config::blocking_option)
+            .unwrap_or(self.blocking);
+        let timeout = config.map_or(self.timeout, Config::wait_timeout);
+        // Owned from here: an error below drops (and so aborts) it.
+        let grown = Self::wrap(
+            raw,
+            lib,
+            self.device.clone(),
+            self.rank,
+            new_world_size,
+            blocking,
+            timeout,
+        );
+        issued?;
+        grown.finish_child("ncclCommGrow")
     }
 
     /// `ncclCommGrow` (NCCL 2.29.2) on a new rank: joins the grow of a

@@ -106,8 +106,8 @@ impl Communicator {
     /// without revoke, shrink with [`ShrinkMode::AbortInFlight`]. Either
     /// way the parent stays this rank's to drop (which aborts it).
     ///
-    /// Checks: every excluded rank in `0..world_size`, none twice, and not
-    /// this rank.
+    /// Checks: at least one excluded rank, each in `0..world_size`, none
+    /// twice, and not this rank.
     ///
     /// # Errors
     /// Bad ranks; [`Error::Unsupported`] naming 2.27.3 on an older libnccl;
@@ -119,6 +119,13 @@ impl Communicator {
         mode: ShrinkMode,
         config: Option<&Config>,
     ) -> Result<Self> {
+        if exclude.is_empty() {
+            return Err(Error::InvalidArgument {
+                argument: "exclude",
+                expected: "at least one rank to leave out (NCCL refuses none)".to_string(),
+                given: "no rank".to_string(),
+            });
+        }
         for (index, &rank) in exclude.iter().enumerate() {
             if !(0..self.world_size).contains(&rank) {
                 return Err(Error::RankOutOfRange {
@@ -164,9 +171,9 @@ impl Communicator {
         self.device.bind_to_thread()?;
         let mut raw: ncclComm_t = std::ptr::null_mut();
         // SAFETY: `parent` is live (or revoked, which NCCL allows);
-        // `excluded` holds `count` ranks and NCCL only reads them; `raw` is
-        // writable; `config_ptr` is null or points into `raw_config`; all
-        // outlive the call.
+        // `excluded` holds `count` ranks (NCCL sorts them in place and
+        // copies them for its job); `raw` is writable; `config_ptr` is null
+        // or points into `raw_config`; all outlive the call.
         let result = unsafe {
             shrink(
                 parent,

@@ -111,9 +111,9 @@ impl Communicator {
         self.adopt_child(&mut raw, config, "ncclCommSplit")
     }
 
-    /// Takes the communicator `raw` that `operation` (split, shrink or
-    /// grow) on this parent writes: waits for a nonblocking parent or child
-    /// before reading it (NCCL writes it from its own thread when done),
+    /// Takes the communicator `raw` that `operation` (split or shrink) on
+    /// this parent writes: waits for a nonblocking parent or child before
+    /// reading it (NCCL runs it as the parent's job and writes it when done),
     /// then owns it, waits until it is ready and reads its rank and size.
     /// `None` when NCCL made no communicator for this rank.
     pub(super) fn adopt_child(

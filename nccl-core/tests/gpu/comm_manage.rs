@@ -192,6 +192,8 @@ fn gpu_grow_unique_id_or_the_release_that_has_it() {
     // Argument checks come before NCCL.
     let error = comm.grow(1, None, None).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+    let error = comm.shrink(&[], Default::default(), None).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
     let error = comm.shrink(&[0], Default::default(), None).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
     let error = comm.shrink(&[1], Default::default(), None).unwrap_err();
