@@ -2,7 +2,8 @@
 //! accessors and pre-multiplied sums. Creation is in `init`, splitting in
 //! `split`, the nonblocking waits in `wait`, finalize, abort and drop in
 //! `shutdown`, user-buffer registration in `register`, adopting and
-//! handing back a raw handle in `raw`.
+//! handing back a raw handle in `raw`, revoke and shrink in `revoke`,
+//! grow in `grow`, suspend, resume and memory statistics in `suspend`.
 
 use std::cell::Cell;
 use std::fmt;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use nccl_sys::{NcclLibrary, ncclComm_t};
 
+use crate::capabilities::Capabilities;
 use crate::datatype::DataType;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -20,12 +22,17 @@ use crate::library::check;
 use crate::reduce_op::PreMulSum;
 
 pub use register::{DetachedRegistration, Registration};
+pub use revoke::ShrinkMode;
+pub use suspend::{MemStats, Suspended};
 
+mod grow;
 mod init;
 mod raw;
 mod register;
+mod revoke;
 mod shutdown;
 mod split;
+mod suspend;
 mod wait;
 
 const LIVE: u8 = 0;
@@ -34,6 +41,12 @@ const ABORTED: u8 = 2;
 const DESTROYED: u8 = 3;
 /// Handed back by `into_raw`: the caller owns the handle now.
 const RELEASED: u8 = 4;
+/// `ncclCommRevoke` was called: no more operations; shrink, split or
+/// grow it, and release it by abort (never destroy, see `revoke`).
+const REVOKED: u8 = 5;
+/// `ncclCommSuspend` succeeded and no resume did since: no calls but
+/// resume and memory statistics; released by abort.
+const SUSPENDED: u8 = 6;
 
 /// What the communicator and its abort handles share.
 struct Shared {
@@ -45,9 +58,10 @@ struct Shared {
 // SAFETY: `raw` is an opaque handle that NCCL lets any thread use; the only
 // call made through `Shared` from other threads is ncclCommAbort, which NCCL
 // documents as the way to stop a communicator blocked in another thread.
-// `state` serialises who tears the handle down: exactly one CAS out of
-// LIVE/FINALIZED wins, so the handle is freed once, and no call that loads
-// the state after that CAS uses it. What the state cannot exclude: a call
+// `state` serialises who tears the handle down: exactly one CAS out of the
+// states that hold NCCL's resources (LIVE, FINALIZED, REVOKED, SUSPENDED)
+// wins, so the handle is freed once, and no call that loads the state
+// after that CAS uses it. What the state cannot exclude: a call
 // on the owning thread that loaded LIVE in `raw_for_call` just before
 // another thread's abort reaches NCCL with the handle while, or after, the
 // abort tears it down. A call already inside NCCL is the case NCCL's abort
@@ -62,9 +76,15 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
-    /// Moves LIVE or FINALIZED to `to`; true if this call did it.
+    /// Moves a state that still holds NCCL's resources (LIVE, FINALIZED,
+    /// REVOKED, SUSPENDED) to `to`; true if this call did it.
     fn claim(&self, to: u8) -> bool {
-        [LIVE, FINALIZED].into_iter().any(|from| {
+        self.claim_from(&[LIVE, FINALIZED, REVOKED, SUSPENDED], to)
+    }
+
+    /// Moves one of the states `from` to `to`; true if this call did it.
+    fn claim_from(&self, from: &[u8], to: u8) -> bool {
+        from.iter().any(|&from| {
             self.state
                 .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -97,7 +117,9 @@ impl Shared {
 /// Dropping never blocks on other ranks: a communicator that was
 /// [`finalize`](Communicator::finalize)d is destroyed (`ncclCommDestroy`),
 /// any other is aborted (`ncclCommAbort`), which also cancels work still
-/// queued on the GPU. Finalize first for an orderly shutdown.
+/// queued on the GPU. Finalize first for an orderly shutdown. A
+/// [`revoke`](Communicator::revoke)d communicator cannot be finalized and
+/// is always aborted: see there why it must never be destroyed.
 pub struct Communicator {
     shared: Arc<Shared>,
     device: Device,
@@ -182,13 +204,44 @@ impl Communicator {
     pub(crate) fn raw_for_call(&self) -> Result<ncclComm_t> {
         match self.shared.state.load(Ordering::Acquire) {
             LIVE => Ok(self.shared.raw),
-            FINALIZED => Err(Error::Finalized),
-            _ => Err(Error::Aborted),
+            state => Err(Self::unusable(state)),
         }
     }
 
-    /// The handle while NCCL still holds the communicator's resources
-    /// (live or finalized, not yet aborted or destroyed), else `None`.
+    /// The handle for managing the communicator (split, shrink, grow, its
+    /// asynchronous error), which NCCL allows after a revoke too.
+    pub(crate) fn raw_for_management(&self) -> Result<ncclComm_t> {
+        match self.shared.state.load(Ordering::Acquire) {
+            LIVE | REVOKED => Ok(self.shared.raw),
+            state => Err(Self::unusable(state)),
+        }
+    }
+
+    /// The handle while NCCL holds the communicator and a call on it may
+    /// still be in progress (live, revoked or suspended): for the waits of
+    /// those calls, resume and memory statistics.
+    pub(crate) fn raw_held(&self) -> Result<ncclComm_t> {
+        match self.shared.state.load(Ordering::Acquire) {
+            LIVE | REVOKED | SUSPENDED => Ok(self.shared.raw),
+            state => Err(Self::unusable(state)),
+        }
+    }
+
+    /// Why a communicator in `state` takes no call.
+    #[cold]
+    fn unusable(state: u8) -> Error {
+        match state {
+            FINALIZED => Error::Finalized,
+            REVOKED => Error::Revoked,
+            SUSPENDED => Error::Suspended,
+            _ => Error::Aborted,
+        }
+    }
+
+    /// The handle while NCCL still holds the communicator's resources and
+    /// takes calls that release them (live or finalized), else `None`:
+    /// after a revoke or a suspend, what is registered is left to the
+    /// abort that releases the communicator.
     #[inline]
     pub(crate) fn raw_until_teardown(&self) -> Option<ncclComm_t> {
         matches!(self.shared.state.load(Ordering::Acquire), LIVE | FINALIZED)
@@ -210,6 +263,17 @@ impl Communicator {
     /// The library this communicator was created with.
     pub fn library(&self) -> &'static NcclLibrary {
         self.shared.lib
+    }
+
+    /// What that library can do of revoke, shrink, grow, suspend/resume and
+    /// memory statistics.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities::of(self.shared.lib)
+    }
+
+    /// Whether the communicator was revoked ([`Communicator::revoke`]).
+    pub fn is_revoked(&self) -> bool {
+        self.shared.state.load(Ordering::Acquire) == REVOKED
     }
 
     /// This rank, in `0..world_size()`.

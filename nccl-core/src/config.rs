@@ -1,21 +1,30 @@
-//! A builder over `ncclConfig_t`, with owned strings.
+//! A builder over `ncclConfig_t`, with owned strings. Which NCCL release
+//! knows each option, and the C struct itself, are in `config/raw.rs`.
 
-use std::ffi::CString;
 use std::time::Duration;
-
-use nccl_sys::{NCCL_VERSION_CODE, ncclConfig_t};
 
 use crate::error::{Error, Result};
 
-/// `NCCL_CONFIG_UNDEF_INT`: leave the attribute to NCCL's default.
-const UNDEF_INT: i32 = i32::MIN;
-/// `NCCL_CONFIG_INITIALIZER`'s magic.
-const CONFIG_MAGIC: u32 = 0xcafe_beef;
+pub use raw::RawConfig;
+
+mod raw;
+
 /// How long a nonblocking init, split or finalize may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// `NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO`: every bit of a
+/// CTA policy NCCL accepts.
+const CTA_POLICY_BITS: i32 = 0b11;
+
 /// Communicator options (`ncclConfig_t`). Unset options keep NCCL's default,
 /// which also honours the matching `NCCL_*` environment variables.
+///
+/// `ncclConfig_t` grew over NCCL's releases, and a library ignores the
+/// fields after the ones its own release knows. So every option names the
+/// release that introduced it, and an option set for an older library is
+/// an [`Error::Unsupported`] naming the option and that release, never an
+/// option silently dropped: [`Config::check_release`] checks, and the
+/// communicator constructors check against the loaded library.
 ///
 /// ```
 /// # use nccl_core::Config;
@@ -33,7 +42,18 @@ pub struct Config {
     max_ctas: Option<i32>,
     net_name: Option<String>,
     split_share: Option<bool>,
+    traffic_class: Option<i32>,
     comm_name: Option<String>,
+    collnet: Option<bool>,
+    cta_policy: Option<i32>,
+    shrink_share: Option<bool>,
+    nvls_ctas: Option<i32>,
+    channels_per_net_peer: Option<i32>,
+    nvlink_centric_sched: Option<bool>,
+    max_p2p_peers: Option<i32>,
+    graph_stream_ordering: Option<bool>,
+    launch_order_implicit: Option<bool>,
+    nvls_host_mode: Option<i32>,
     timeout: Duration,
 }
 
@@ -53,47 +73,143 @@ impl Config {
             max_ctas: None,
             net_name: None,
             split_share: None,
+            traffic_class: None,
             comm_name: None,
+            collnet: None,
+            cta_policy: None,
+            shrink_share: None,
+            nvls_ctas: None,
+            channels_per_net_peer: None,
+            nvlink_centric_sched: None,
+            max_p2p_peers: None,
+            graph_stream_ordering: None,
+            launch_order_implicit: None,
+            nvls_host_mode: None,
             timeout: DEFAULT_TIMEOUT,
         }
     }
 
-    /// Blocking (the default) or nonblocking communicator. A nonblocking
-    /// communicator's init, split and finalize return at once; this crate
-    /// then polls `ncclCommGetAsyncError` until done or [`Config::timeout`].
+    /// Blocking (the default) or nonblocking communicator (`blocking`,
+    /// NCCL 2.14.3). A nonblocking communicator's init, split and finalize
+    /// return at once; this crate then polls `ncclCommGetAsyncError` until
+    /// done or [`Config::timeout`].
     pub fn blocking(mut self, blocking: bool) -> Self {
         self.blocking = Some(blocking);
         self
     }
 
-    /// CGA cluster size (0 to 8; 0 disables clusters).
+    /// CGA cluster size, 0 to 8; 0 disables clusters (`cgaClusterSize`,
+    /// NCCL 2.17.1).
     pub fn cga_cluster_size(mut self, size: i32) -> Self {
         self.cga_cluster_size = Some(size);
         self
     }
 
-    /// The fewest and most CTAs (thread blocks) NCCL may use per collective.
+    /// The fewest and most CTAs (thread blocks) NCCL may use per collective
+    /// (`minCTAs`, `maxCTAs`, NCCL 2.17.1).
     pub fn ctas(mut self, min: i32, max: i32) -> Self {
         self.min_ctas = Some(min);
         self.max_ctas = Some(max);
         self
     }
 
-    /// The network module to use ("IB", "Socket", ...).
+    /// The network module to use: "IB", "Socket", ... (`netName`, NCCL 2.17.1).
     pub fn net_name(mut self, name: impl Into<String>) -> Self {
         self.net_name = Some(name.into());
         self
     }
 
-    /// Whether communicators split from this one share its resources.
+    /// Whether communicators split from this one share its resources
+    /// (`splitShare`, NCCL 2.18.1).
     pub fn split_share(mut self, share: bool) -> Self {
         self.split_share = Some(share);
         self
     }
 
-    /// A name that shows in NCCL's logs and profilers.
+    /// The network traffic class, 0 or more, for quality of service
+    /// (`trafficClass`, NCCL 2.26.2).
+    pub fn traffic_class(mut self, class: i32) -> Self {
+        self.traffic_class = Some(class);
+        self
+    }
+
+    /// A name that shows in NCCL's logs and profilers (`commName`,
+    /// NCCL 2.27.3).
     pub fn comm_name(mut self, name: impl Into<String>) -> Self {
         self.comm_name = Some(name.into());
+        self
+    }
+
+    /// Whether CollNet (in-network reductions) may be used
+    /// (`collnetEnable`, NCCL 2.27.3).
+    pub fn collnet(mut self, enable: bool) -> Self {
+        self.collnet = Some(enable);
+        self
+    }
+
+    /// The CTA policy: `NCCL_CTA_POLICY_*` bits, 0 to 3 (`CTAPolicy`,
+    /// NCCL 2.27.3).
+    pub fn cta_policy(mut self, policy: i32) -> Self {
+        self.cta_policy = Some(policy);
+        self
+    }
+
+    /// Whether communicators shrunk from this one share its resources
+    /// (`shrinkShare`, NCCL 2.27.3).
+    pub fn shrink_share(mut self, share: bool) -> Self {
+        self.shrink_share = Some(share);
+        self
+    }
+
+    /// The most CTAs NVLink SHARP may use, at least 1 (`nvlsCTAs`,
+    /// NCCL 2.27.3).
+    pub fn nvls_ctas(mut self, ctas: i32) -> Self {
+        self.nvls_ctas = Some(ctas);
+        self
+    }
+
+    /// Channels per network peer, at least 1 (`nChannelsPerNetPeer`,
+    /// NCCL 2.28.3).
+    pub fn channels_per_net_peer(mut self, channels: i32) -> Self {
+        self.channels_per_net_peer = Some(channels);
+        self
+    }
+
+    /// Whether NCCL schedules around NVLink first (`nvlinkCentricSched`,
+    /// NCCL 2.28.3).
+    pub fn nvlink_centric_sched(mut self, enable: bool) -> Self {
+        self.nvlink_centric_sched = Some(enable);
+        self
+    }
+
+    /// The most peers a rank keeps point-to-point connections to, at least
+    /// 1 (`maxP2pPeers`, NCCL 2.30.3).
+    pub fn max_p2p_peers(mut self, peers: i32) -> Self {
+        self.max_p2p_peers = Some(peers);
+        self
+    }
+
+    /// Whether operations captured in a CUDA graph keep the stream order
+    /// of their capture (`graphStreamOrdering`, NCCL 2.30.7).
+    pub fn graph_stream_ordering(mut self, enable: bool) -> Self {
+        self.graph_stream_ordering = Some(enable);
+        self
+    }
+
+    /// Whether kernels of different communicators are ordered implicitly by
+    /// their launch order (`launchOrderImplicit`, NCCL 2.31.2; what
+    /// `NCCL_LAUNCH_ORDER_IMPLICIT` sets for the whole process).
+    pub fn launch_order_implicit(mut self, enable: bool) -> Self {
+        self.launch_order_implicit = Some(enable);
+        self
+    }
+
+    /// Which host-side NVLink SHARP components are disabled
+    /// (`nvlsHostMode`, NCCL 2.32.3): 0 enables all, bit 0 disables the
+    /// NVLS transport, bit 1 the multimem of symmetric kernels, `i32::MAX`
+    /// every present and future component.
+    pub fn nvls_host_mode(mut self, mode: i32) -> Self {
+        self.nvls_host_mode = Some(mode);
         self
     }
 
@@ -119,7 +235,8 @@ impl Config {
         self.timeout
     }
 
-    /// Checks every option against what NCCL accepts.
+    /// Checks every option against what NCCL accepts. Which release knows
+    /// each option is [`Config::check_release`]'s part.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the option, what it accepts and
@@ -147,77 +264,37 @@ impl Config {
         {
             return invalid("max_ctas", "at least min_ctas", format!("{max} < {min}"));
         }
+        let at_least = |argument, least: i32, value: Option<i32>| match value {
+            Some(value) if value < least => {
+                invalid(argument, &format!("at least {least}"), value.to_string())
+            }
+            _ => Ok(()),
+        };
+        at_least("traffic_class", 0, self.traffic_class)?;
+        at_least("nvls_ctas", 1, self.nvls_ctas)?;
+        at_least("channels_per_net_peer", 1, self.channels_per_net_peer)?;
+        at_least("max_p2p_peers", 1, self.max_p2p_peers)?;
+        if let Some(policy) = self.cta_policy
+            && !(0..=CTA_POLICY_BITS).contains(&policy)
+        {
+            return invalid(
+                "cta_policy",
+                "NCCL_CTA_POLICY_* bits, 0 to 3",
+                policy.to_string(),
+            );
+        }
+        if let Some(mode) = self.nvls_host_mode
+            && !((0..=3).contains(&mode) || mode == i32::MAX)
+        {
+            return invalid(
+                "nvls_host_mode",
+                "0 to 3 (ncclNvlsHostMode_t bits) or i32::MAX (ncclNvlsHostModeDisable)",
+                mode.to_string(),
+            );
+        }
         if self.timeout.is_zero() {
             return invalid("timeout", "a positive duration", "0s".to_string());
         }
         Ok(())
-    }
-
-    /// Builds the C struct (validating first). The strings it points to live in the returned
-    /// [`RawConfig`], which must outlive the NCCL call.
-    ///
-    /// # Errors
-    /// As [`Config::validate`], and a name that contains a NUL byte.
-    pub fn to_raw(&self) -> Result<RawConfig> {
-        self.validate()?;
-        let c_string = |argument, text: &Option<String>| {
-            text.as_deref()
-                .map(|t| {
-                    CString::new(t).map_err(|_| Error::InvalidArgument {
-                        argument,
-                        expected: "text without NUL bytes".to_string(),
-                        given: format!("{t:?}"),
-                    })
-                })
-                .transpose()
-        };
-        let net_name = c_string("net_name", &self.net_name)?;
-        let comm_name = c_string("comm_name", &self.comm_name)?;
-        let int = |value: Option<i32>| value.unwrap_or(UNDEF_INT);
-        let flag = |value: Option<bool>| value.map(i32::from).unwrap_or(UNDEF_INT);
-        let raw = ncclConfig_t {
-            size: std::mem::size_of::<ncclConfig_t>(),
-            magic: CONFIG_MAGIC,
-            version: NCCL_VERSION_CODE,
-            blocking: flag(self.blocking),
-            cgaClusterSize: int(self.cga_cluster_size),
-            minCTAs: int(self.min_ctas),
-            maxCTAs: int(self.max_ctas),
-            netName: net_name.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-            splitShare: flag(self.split_share),
-            trafficClass: UNDEF_INT,
-            commName: comm_name.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
-            collnetEnable: UNDEF_INT,
-            CTAPolicy: UNDEF_INT,
-            shrinkShare: UNDEF_INT,
-            nvlsCTAs: UNDEF_INT,
-            nChannelsPerNetPeer: UNDEF_INT,
-            nvlinkCentricSched: UNDEF_INT,
-        };
-        Ok(RawConfig {
-            raw,
-            _net_name: net_name,
-            _comm_name: comm_name,
-        })
-    }
-}
-
-/// A filled-in `ncclConfig_t` and the strings it points to.
-#[derive(Debug)]
-pub struct RawConfig {
-    raw: ncclConfig_t,
-    _net_name: Option<CString>,
-    _comm_name: Option<CString>,
-}
-
-impl RawConfig {
-    /// The C struct (valid while `self` lives).
-    pub fn as_raw(&self) -> &ncclConfig_t {
-        &self.raw
-    }
-
-    /// A pointer for NCCL calls that take `ncclConfig_t*` (NCCL only reads it).
-    pub fn as_mut_ptr(&mut self) -> *mut ncclConfig_t {
-        &mut self.raw
     }
 }

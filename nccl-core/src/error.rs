@@ -23,6 +23,7 @@ impl ResultCode {
             ncclResult_t::ncclInvalidUsage => "ncclInvalidUsage",
             ncclResult_t::ncclRemoteError => "ncclRemoteError",
             ncclResult_t::ncclInProgress => "ncclInProgress",
+            ncclResult_t::ncclTimeout => "ncclTimeout",
             _ => return None,
         })
     }
@@ -40,6 +41,7 @@ impl ResultCode {
             ncclResult_t::ncclInvalidArgument => "an argument was rejected by NCCL",
             ncclResult_t::ncclInvalidUsage => "NCCL was called in a way it does not allow",
             ncclResult_t::ncclRemoteError => "a remote rank failed or went away",
+            ncclResult_t::ncclTimeout => "a wait inside NCCL ran out of time (NCCL 2.30.3+)",
             _ => "a result code this binding does not know (newer libnccl?)",
         }
     }
@@ -99,9 +101,11 @@ pub enum ErrorKind {
     /// A wait ran past its deadline: a NCCL call, a communicator's
     /// creation, an abort.
     Timeout,
-    /// The communicator was aborted; create a new one.
+    /// The communicator was aborted or revoked; create a new one (from a
+    /// revoked one: shrink or split it).
     Aborted,
-    /// The communicator was finalized or destroyed; create a new one.
+    /// The communicator was finalized or destroyed, or left suspended;
+    /// create a new one.
     Closed,
     /// An operating-system request outside NCCL failed: starting a
     /// thread, writing a file.
@@ -221,6 +225,21 @@ pub enum Error {
     /// The communicator was finalized; only dropping it remains.
     #[error("the communicator was finalized; create a new one")]
     Finalized,
+    /// The communicator was revoked (`ncclCommRevoke`): it issues no more
+    /// operations; shrink or split it, or drop it (which aborts it).
+    #[error(
+        "the communicator was revoked; shrink or split it into a new one, or drop it (revoked communicators are released by abort)"
+    )]
+    Revoked,
+    /// The communicator was left suspended (`ncclCommSuspend`): its
+    /// [`Suspended`](crate::Suspended) guard was dropped without a
+    /// successful [`resume`](crate::Suspended::resume), or a suspend failed
+    /// part way; resuming is collective, so only dropping it (which aborts
+    /// it) remains.
+    #[error(
+        "the communicator was left suspended (not resumed, or its suspend or resume failed); create a new one"
+    )]
+    Suspended,
     /// A wait ran past its deadline.
     #[error(
         "{operation} did not complete within {waited:?}; the communicator was aborted (are all ranks running and reachable?)"
@@ -264,8 +283,8 @@ impl Error {
     /// | `RankOutOfRange` | [`ErrorKind::RankOutOfRange`] |
     /// | `WrongDevice` | [`ErrorKind::WrongDevice`] |
     /// | `InvalidArgument` | [`ErrorKind::InvalidArgument`] |
-    /// | `Aborted` | [`ErrorKind::Aborted`] |
-    /// | `Finalized` | [`ErrorKind::Closed`] |
+    /// | `Aborted`, `Revoked` | [`ErrorKind::Aborted`] |
+    /// | `Finalized`, `Suspended` | [`ErrorKind::Closed`] |
     /// | `Timeout` | [`ErrorKind::Timeout`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -277,8 +296,8 @@ impl Error {
             Error::RankOutOfRange { .. } => ErrorKind::RankOutOfRange,
             Error::WrongDevice { .. } => ErrorKind::WrongDevice,
             Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
-            Error::Aborted => ErrorKind::Aborted,
-            Error::Finalized => ErrorKind::Closed,
+            Error::Aborted | Error::Revoked => ErrorKind::Aborted,
+            Error::Finalized | Error::Suspended => ErrorKind::Closed,
             Error::Timeout { .. } => ErrorKind::Timeout,
         }
     }

@@ -6,6 +6,12 @@
 //!   [`Communicator::split_all`], [`Communicator::split_from`]); finalized;
 //!   aborted from any thread through an [`AbortHandle`]. Drop never blocks
 //!   on other ranks.
+//! * Where the loaded libnccl has them ([`Capabilities`]): revoke and
+//!   shrink ([`Communicator::revoke`], [`Communicator::shrink`]), grow
+//!   ([`Communicator::grow`], [`Communicator::join_grow`]), suspend and
+//!   resume ([`Communicator::suspend`], [`Suspended`]) and memory
+//!   statistics ([`Communicator::mem_stats`]); with an older one they are
+//!   [`Error::Unsupported`] naming the release that introduced them.
 //! * [`Error`] carries NCCL's code, its description and the last-error text;
 //!   a missing library, a function the loaded libnccl lacks, a missing CUDA
 //!   driver and CUDA errors are errors too, never panics. [`Status`] keeps
@@ -38,6 +44,7 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod capabilities;
 mod capture;
 mod collectives;
 mod communicator;
@@ -53,8 +60,11 @@ mod reduce_op;
 mod trace;
 mod unique_id;
 
+pub use capabilities::{Capabilities, Capability};
 pub use capture::{CaptureStatus, capture_status, exempt_thread_from_global_captures};
-pub use communicator::{AbortHandle, Communicator, DetachedRegistration, Registration};
+pub use communicator::{
+    AbortHandle, Communicator, DetachedRegistration, MemStats, Registration, ShrinkMode, Suspended,
+};
 pub use config::{Config, DEFAULT_TIMEOUT, RawConfig};
 pub use cudarc;
 pub use cudarc::driver::{CudaEvent, CudaStream};

@@ -70,7 +70,7 @@ pub struct MissingSymbol {
     /// The C name of the function.
     pub function: &'static str,
     /// The NCCL release that introduced it, where known.
-    pub introduced_in: Option<&'static str>,
+    pub introduced_in: Option<Version>,
     /// The version of the library that was loaded.
     pub loaded: Version,
 }

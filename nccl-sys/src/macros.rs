@@ -59,6 +59,19 @@ macro_rules! nccl_functions {
                 }
             }
 
+            /// The error the accessor of `name` returns: `Some` when `name`
+            /// is a function of these bindings that the loaded library does
+            /// not export, `None` when it exports it or when `name` is no
+            /// function of the bindings ([`has`](Self::has) tells which).
+            pub fn missing(&self, name: &str) -> Option<crate::MissingSymbol> {
+                match name {
+                    $(stringify!($name) => self.$name.is_none().then(|| {
+                        crate::MissingSymbol::new(stringify!($name), self.loaded_version)
+                    }),)*
+                    _ => None,
+                }
+            }
+
             $(
                 $(#[doc = $doc])*
                 ///

@@ -4,9 +4,14 @@
 //! to use another compiler), each into its own temporary folder, so tests
 //! share nothing and may run in any order. No test changes the environment.
 //!
-//! With `NCCL_SYS_TEST_REAL_LIBRARY` set to the path of a real libnccl (CI
-//! points it at the pinned `nvidia-nccl-cu13` wheel's `libnccl.so.2`), one
-//! test also checks that library against the committed bindings.
+//! Two variables name real libraries (a libnccl loads without a GPU), each
+//! checked against the committed bindings when set; `.ci/run` sets both:
+//! * `NCCL_SYS_TEST_REAL_LIBRARY`: the pinned release's (the
+//!   `nvidia-nccl-cu13` wheel of [`PINNED_HEADER_VERSION`]), which must
+//!   export every function;
+//! * `NCCL_SYS_TEST_OLD_LIBRARY`: an older release's (CI: 2.28.3), which
+//!   must export exactly the functions introduced up to its version, and
+//!   report each newer one as missing with the release that introduced it.
 
 use std::ffi::{CStr, OsString};
 use std::path::{Path, PathBuf};
@@ -136,20 +141,40 @@ fn a_missing_symbol_names_the_function_its_release_and_the_loaded_version() {
         error,
         MissingSymbol {
             function: "ncclAlltoAll",
-            introduced_in: Some("2.28"),
+            introduced_in: Some(Version::new(2, 28, 3)),
             loaded: Version::new(2, 27, 3),
         }
     );
     let message = error.to_string();
-    for part in ["ncclAlltoAll", "2.28", "2.27.3"] {
+    for part in ["ncclAlltoAll", "introduced in NCCL 2.28.3", "2.27.3"] {
         assert!(message.contains(part), "{part:?} missing from {message:?}");
     }
     // The other 2.28 functions fail the same way.
     let gather = nccl.functions().ncclGather().unwrap_err();
     assert_eq!(
         (gather.function, gather.introduced_in),
-        ("ncclGather", Some("2.28"))
+        ("ncclGather", Some(Version::new(2, 28, 3)))
     );
+    // So do the functions of the newest releases, each naming its own.
+    for (function, release) in [
+        ("ncclCommRevoke", Version::new(2, 28, 7)),
+        ("ncclCommGrow", Version::new(2, 29, 2)),
+        ("ncclCommGetUniqueId", Version::new(2, 29, 2)),
+        ("ncclCommSuspend", Version::new(2, 29, 7)),
+        ("ncclCommResume", Version::new(2, 29, 7)),
+        ("ncclCommMemStats", Version::new(2, 29, 7)),
+        ("ncclAllReduceConfig", Version::new(2, 31, 2)),
+        ("ncclSetEncryption", Version::new(2, 32, 3)),
+    ] {
+        let error = missing_function(nccl, function);
+        assert_eq!(error.introduced_in, Some(release), "{function}");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("introduced in NCCL {release}")),
+            "{error}"
+        );
+    }
 }
 
 #[test]
@@ -299,30 +324,98 @@ fn every_function_has_the_release_that_introduced_it() {
     // Every release named is one the pinned header is at least as new as.
     for name in FUNCTION_NAMES {
         let release = introduced_in(name).unwrap();
-        let (major, minor) = release.split_once('.').unwrap();
-        let (major, minor) = (major.parse().unwrap(), minor.parse().unwrap());
         assert!(
-            PINNED_HEADER_VERSION.at_least(major, minor),
+            release <= PINNED_HEADER_VERSION,
             "{name} introduced in {release}, after the pinned header {PINNED_HEADER_VERSION}"
         );
     }
 }
 
+/// The error of `function`'s accessor: the library must lack it.
+fn missing_function(nccl: &NcclLibrary, function: &str) -> MissingSymbol {
+    let error = nccl
+        .functions()
+        .missing(function)
+        .unwrap_or_else(|| panic!("{} exports {function}", nccl.path()));
+    assert_eq!(error.function, function);
+    assert_eq!(error.loaded, nccl.version());
+    error
+}
+
+#[test]
+fn missing_agrees_with_the_accessors() {
+    let (_dir, path) = compile_shared_library("libnccl.so.2", FAKE_NCCL_2_27_3);
+    let functions = NcclLibrary::open(&path).unwrap().functions();
+    assert_eq!(functions.missing("ncclGetVersion"), None);
+    assert_eq!(
+        functions.missing("ncclAlltoAll"),
+        functions.ncclAlltoAll().err()
+    );
+    assert_eq!(
+        functions.missing("ncclCommRevoke"),
+        functions.ncclCommRevoke().err()
+    );
+    assert_eq!(functions.missing("ncclNoSuchFunction"), None);
+}
+
+/// Opens the real library named by `variable`, or says why not and
+/// returns `None` when the variable is not set.
+fn real_library(variable: &str) -> Option<&'static NcclLibrary> {
+    let Some(path) = std::env::var_os(variable).filter(|p| !p.is_empty()) else {
+        println!("{variable} is not set: that real libnccl was not checked against the bindings");
+        return None;
+    };
+    Some(
+        NcclLibrary::open(&path)
+            .unwrap_or_else(|error| panic!("{variable}={}: {error}", Path::new(&path).display())),
+    )
+}
+
+/// Checks that `nccl` exports exactly the functions introduced up to its
+/// version, and that each newer one is missing with its release named.
+fn check_functions_against_releases(nccl: &NcclLibrary) {
+    let loaded = nccl.version();
+    let mut wrong = Vec::new();
+    let mut missing = Vec::new();
+    for name in FUNCTION_NAMES.iter().copied() {
+        let release = introduced_in(name).expect("every function has its release");
+        let present = nccl.functions().has(name);
+        if present != (release <= loaded) {
+            wrong.push(format!(
+                "{name} (introduced in {release}) is {}",
+                if present { "exported" } else { "missing" }
+            ));
+        }
+        if !present {
+            let error = missing_function(nccl, name);
+            assert_eq!(error.introduced_in, Some(release), "{name}");
+            let message = error.to_string();
+            assert!(
+                message.contains(&format!("introduced in NCCL {release}"))
+                    && message.contains(&loaded.to_string()),
+                "{message}"
+            );
+            missing.push(name);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} (NCCL {loaded}) disagrees with nccl-sys/src/introduced.rs: {wrong:?}",
+        nccl.path()
+    );
+    println!(
+        "checked {} (NCCL {loaded}): {} of {} functions present, missing as their releases say: {missing:?}",
+        nccl.path(),
+        FUNCTION_NAMES.len() - missing.len(),
+        FUNCTION_NAMES.len()
+    );
+}
+
 #[test]
 fn the_real_library_matches_the_pinned_header() {
-    let Some(path) = std::env::var_os("NCCL_SYS_TEST_REAL_LIBRARY").filter(|p| !p.is_empty())
-    else {
-        println!(
-            "NCCL_SYS_TEST_REAL_LIBRARY is not set: a real libnccl was not checked against the bindings"
-        );
+    let Some(nccl) = real_library("NCCL_SYS_TEST_REAL_LIBRARY") else {
         return;
     };
-    let nccl = NcclLibrary::open(&path).unwrap_or_else(|error| {
-        panic!(
-            "NCCL_SYS_TEST_REAL_LIBRARY={}: {error}",
-            Path::new(&path).display()
-        )
-    });
     assert_eq!(
         nccl.version(),
         PINNED_HEADER_VERSION,
@@ -335,10 +428,29 @@ fn the_real_library_matches_the_pinned_header() {
         .filter(|name| !nccl.functions().has(name))
         .collect();
     assert!(missing.is_empty(), "{} lacks {missing:?}", nccl.path());
-    println!(
-        "checked {} (NCCL {}): all {} functions present",
+    check_functions_against_releases(nccl);
+}
+
+#[test]
+fn an_older_real_library_lacks_exactly_the_newer_functions() {
+    let Some(nccl) = real_library("NCCL_SYS_TEST_OLD_LIBRARY") else {
+        return;
+    };
+    assert!(
+        nccl.version() < PINNED_HEADER_VERSION,
+        "NCCL_SYS_TEST_OLD_LIBRARY={} is NCCL {}, not older than the pinned {PINNED_HEADER_VERSION}",
         nccl.path(),
-        nccl.version(),
-        FUNCTION_NAMES.len()
+        nccl.version()
     );
+    check_functions_against_releases(nccl);
+    // What every caller relies on: the older library still answers.
+    let get_version = nccl
+        .functions()
+        .ncclGetVersion()
+        .expect("every release has it");
+    let mut code = 0;
+    // SAFETY: `code` is a valid, writable int for the call.
+    let result = unsafe { get_version(&mut code) };
+    assert_eq!(result, nccl_sys::ncclResult_t::ncclSuccess);
+    assert_eq!(Version::from_code(code), nccl.version());
 }

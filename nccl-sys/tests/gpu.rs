@@ -1,7 +1,8 @@
 //! GPU-machine tests of the raw bindings: the system libnccl loads through
-//! the default search, exports every function of the pinned header, and a
-//! communicator over the local GPUs can be created, queried and destroyed
-//! through the raw entry points (no CUDA buffers needed).
+//! the default search, exports every function of the pinned header that its
+//! release has (and none newer), and a communicator over the local GPUs can
+//! be created, queried and destroyed through the raw entry points (no CUDA
+//! buffers needed).
 //!
 //! Without the GPUs a test needs it prints `SKIP: needs n GPU(s), found m`
 //! and returns; with `NCCL_TEST_REQUIRE_GPU=1` (as `run.sh` of
@@ -10,7 +11,7 @@
 use std::os::raw::c_int;
 use std::process::Command;
 
-use nccl_sys::{FUNCTION_NAMES, ncclComm_t, ncclResult_t};
+use nccl_sys::{FUNCTION_NAMES, introduced_in, ncclComm_t, ncclResult_t};
 
 /// GPUs listed by `nvidia-smi -L`, at most as many as `CUDA_VISIBLE_DEVICES`
 /// names when it is set; 0 without nvidia-smi.
@@ -90,7 +91,7 @@ fn init_all_query_destroy(n: usize) {
 }
 
 #[test]
-fn system_library_loads_with_every_function() {
+fn system_library_loads_with_every_function_of_its_release() {
     if require_gpus(1).is_none() {
         return;
     }
@@ -98,14 +99,26 @@ fn system_library_loads_with_every_function() {
     println!("loaded libnccl {} from {}", nccl.version(), nccl.path());
     assert!(
         nccl.version().at_least(2, 28),
-        "the GPU machine's libnccl is 2.28.3"
+        "the GPU machine's libnccls are 2.28.3 and newer"
     );
-    let missing: Vec<&str> = FUNCTION_NAMES
+    // Every function its release has is there; the newer ones are not,
+    // each with its release named.
+    let (older, newer): (Vec<&str>, Vec<&str>) = FUNCTION_NAMES
         .iter()
         .copied()
+        .partition(|name| introduced_in(name).is_some_and(|release| release <= nccl.version()));
+    let missing: Vec<&str> = older
+        .into_iter()
         .filter(|name| !nccl.functions().has(name))
         .collect();
     assert!(missing.is_empty(), "{} lacks {missing:?}", nccl.path());
+    for name in newer {
+        let error = nccl
+            .functions()
+            .missing(name)
+            .unwrap_or_else(|| panic!("{} exports {name}, newer than itself", nccl.path()));
+        assert_eq!(error.introduced_in, introduced_in(name));
+    }
 }
 
 #[test]

@@ -8,17 +8,19 @@ use crate::{Result, workspace_root};
 
 /// The NCCL release the committed bindings come from; `.ci/run` installs the
 /// `nvidia-nccl-cu13` wheel of this version for the check.
-pub const PINNED_NCCL_VERSION: &str = "2.28.3";
+pub const PINNED_NCCL_VERSION: &str = "2.32.3";
 
 const BINDINGS: &str = "nccl-sys/src/bindings.rs";
 const FUNCTIONS: &str = "nccl-sys/src/functions.rs";
 
 /// Minimal stand-ins for the CUDA headers nccl.h includes: the bindings need
-/// only `cudaStream_t`, so no CUDA toolkit is required to generate them.
+/// only `cudaStream_t` and `cudaEvent_t` (`ncclCollConfig_t`'s
+/// `launchCompletionEvent`, NCCL 2.32), so no CUDA toolkit is required to
+/// generate them.
 const CUDA_STUBS: &[(&str, &str)] = &[
     (
         "cuda_runtime.h",
-        "#include <stddef.h>\ntypedef struct CUstream_st *cudaStream_t;\n",
+        "#include <stddef.h>\ntypedef struct CUstream_st *cudaStream_t;\ntypedef struct CUevent_st *cudaEvent_t;\n",
     ),
     ("cuda_fp16.h", ""),
     ("cuda_bf16.h", ""),

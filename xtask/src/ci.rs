@@ -10,7 +10,9 @@
 //! 4. the same for the crates with a `tracing` feature, with it on (off,
 //!    its macros expand to nothing, so step 3 never compiles the events)
 //! 5. `cargo test --workspace` (the README's code blocks are nccl-group's
-//!    doctests)
+//!    doctests; with `NCCL_SYS_TEST_REAL_LIBRARY` and
+//!    `NCCL_SYS_TEST_OLD_LIBRARY`, which `.ci/run` sets, nccl-sys and
+//!    nccl-core also check the pinned and an older real libnccl)
 //! 6. `cargo xtask bindgen --check` (in process; needs libclang and the
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
 //! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`

@@ -128,9 +128,10 @@ impl Communicator {
             device = device.ordinal(),
             blocking = config.is_blocking()
         );
-        let mut raw_config = config.to_raw()?;
+        config.validate()?;
         let lib = library()?;
         require_version(lib, 2, 14, || "a communicator config".to_string())?;
+        let mut raw_config = config.to_raw_for(lib.version())?;
         let init = lib.functions().ncclCommInitRankConfig()?;
         device.bind_to_thread()?;
         let mut raw: ncclComm_t = std::ptr::null_mut();

@@ -6,7 +6,7 @@ use std::ffi::c_int;
 
 use nccl_sys::{NcclLibrary, ncclComm_t, ncclResult_t};
 
-use super::{Communicator, RELEASED};
+use super::{Communicator, FINALIZED, LIVE, RELEASED, REVOKED, SUSPENDED};
 use crate::config::Config;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -131,9 +131,11 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::Aborted`] if it was aborted (by an abort handle, say): the
-    /// handle is gone, and nothing is handed back.
+    /// handle is gone, and nothing is handed back. [`Error::Revoked`] or
+    /// [`Error::Suspended`] for a communicator that only an abort may
+    /// release: it is aborted, as a drop would.
     pub fn into_raw(self) -> Result<ncclComm_t> {
-        if self.shared.claim(RELEASED) {
+        if self.shared.claim_from(&[LIVE, FINALIZED], RELEASED) {
             crate::trace::event!(
                 debug,
                 rank = self.rank,
@@ -142,7 +144,10 @@ impl Communicator {
             );
             Ok(self.shared.raw)
         } else {
-            Err(Error::Aborted)
+            match self.shared.state.load(std::sync::atomic::Ordering::Acquire) {
+                state @ (REVOKED | SUSPENDED) => Err(Self::unusable(state)),
+                _ => Err(Error::Aborted),
+            }
         }
     }
 }

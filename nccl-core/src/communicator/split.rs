@@ -86,11 +86,13 @@ impl Communicator {
         let lib = self.shared.lib;
         require_version(lib, 2, 18, || "ncclCommSplit".to_string())?;
         let split = lib.functions().ncclCommSplit()?;
-        let mut raw_config = config.map(Config::to_raw).transpose()?;
+        let mut raw_config = config
+            .map(|config| config.to_raw_for(lib.version()))
+            .transpose()?;
         let config_ptr = raw_config
             .as_mut()
             .map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
-        let parent = self.raw_for_call()?;
+        let parent = self.raw_for_management()?;
         self.device.bind_to_thread()?;
         let mut raw: ncclComm_t = std::ptr::null_mut();
         // SAFETY: `parent` is live, `raw` writable, `config_ptr` null or
@@ -106,26 +108,51 @@ impl Communicator {
         };
         check_accepted(lib, "ncclCommSplit", result)?;
         crate::trace::event!(debug, parent_rank = self.rank, color = ?color, key, "ncclCommSplit issued");
+        self.adopt_child(&mut raw, config, "ncclCommSplit")
+    }
+
+    /// Takes the communicator `raw` that `operation` (split or shrink) on
+    /// this parent writes: waits for a nonblocking parent or child before
+    /// reading it (NCCL runs it as the parent's job and writes it when done),
+    /// then owns it, waits until it is ready and reads its rank and size.
+    /// `None` when NCCL made no communicator for this rank.
+    pub(super) fn adopt_child(
+        &self,
+        raw: &mut ncclComm_t,
+        config: Option<&Config>,
+        operation: &'static str,
+    ) -> Result<Option<Self>> {
         let blocking = config
             .and_then(Config::blocking_option)
             .unwrap_or(self.blocking);
         if !self.blocking || !blocking {
-            // A nonblocking split writes `raw` from NCCL's own thread when it
-            // is done: wait on the parent before reading it (and before
-            // `raw` goes out of scope).
-            self.wait_ready("ncclCommSplit")?;
+            self.wait_ready(operation)?;
         }
         if raw.is_null() {
             return Ok(None);
         }
         let timeout = config.map_or(self.timeout, Config::wait_timeout);
-        let mut child = Self::wrap(raw, lib, self.device.clone(), 0, 1, blocking, timeout);
-        if !blocking {
-            child.wait_ready("ncclCommSplit")?;
+        let child = Self::wrap(
+            *raw,
+            self.shared.lib,
+            self.device.clone(),
+            0,
+            1,
+            blocking,
+            timeout,
+        );
+        child.finish_child(operation).map(Some)
+    }
+
+    /// Waits until a new communicator made by `operation` is ready and
+    /// reads its rank and size (owned already: an error aborts it).
+    pub(super) fn finish_child(mut self, operation: &'static str) -> Result<Self> {
+        if !self.blocking {
+            self.wait_ready(operation)?;
         }
-        child.rank = child.query("ncclCommUserRank", |f| f.ncclCommUserRank())?;
-        child.world_size = child.query("ncclCommCount", |f| f.ncclCommCount())?;
-        Ok(Some(child))
+        self.rank = self.query("ncclCommUserRank", |f| f.ncclCommUserRank())?;
+        self.world_size = self.query("ncclCommCount", |f| f.ncclCommCount())?;
+        Ok(self)
     }
 
     /// Reads one integer attribute through `ncclCommUserRank`-like calls.

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nccl_sys::ncclResult_t;
+use nccl_sys::{ncclComm_t, ncclResult_t};
 
 use super::Communicator;
 use crate::error::{Error, Result, Status};
@@ -40,10 +40,18 @@ impl Communicator {
     /// `Err` with the asynchronous error otherwise (a remote rank failed,
     /// a network error).
     ///
+    /// Answers for a revoked communicator too: `InProgress` until the
+    /// revoke has quiesced it.
+    ///
     /// # Errors
     /// The asynchronous error, or [`Error::Aborted`].
     pub fn async_error(&self) -> Result<Status> {
-        let raw = self.raw_for_call()?;
+        self.async_error_of(self.raw_for_management()?)
+    }
+
+    /// `ncclCommGetAsyncError` on `raw`, this communicator's handle while
+    /// NCCL holds it (see `raw_held`).
+    fn async_error_of(&self, raw: ncclComm_t) -> Result<Status> {
         let get = self.shared.lib.functions().ncclCommGetAsyncError()?;
         let mut state = ncclResult_t::ncclSuccess;
         // SAFETY: `raw` is live and `state` is writable.
@@ -89,7 +97,9 @@ impl Communicator {
         let waiting = Instant::now();
         let mut pause = POLL_FIRST_SLEEP;
         loop {
-            match self.async_error() {
+            // Held rather than live: a revoke, suspend or resume is waited
+            // for here too.
+            match self.raw_held().and_then(|raw| self.async_error_of(raw)) {
                 Ok(Status::Success) => return Ok(()),
                 Ok(Status::InProgress) if started.elapsed() < timeout => {
                     if waiting.elapsed() < POLL_SPIN {

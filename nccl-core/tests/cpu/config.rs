@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nccl_test_support::assert_invalid;
 
-use nccl_core::nccl_sys::{NCCL_VERSION_CODE, ncclConfig_t};
+use nccl_core::nccl_sys::{NCCL_API_MAGIC, NCCL_VERSION_CODE, ncclConfig_t};
 use nccl_core::{Config, DEFAULT_TIMEOUT};
 
 /// `NCCL_CONFIG_UNDEF_INT`.
@@ -61,6 +61,7 @@ fn default_raw_config_leaves_everything_to_nccl() {
     let raw = raw_config.as_raw();
     assert_eq!(raw.size, std::mem::size_of::<ncclConfig_t>());
     assert_eq!(raw.magic, 0xcafe_beef);
+    assert_eq!(raw.magic, NCCL_API_MAGIC);
     assert_eq!(raw.version, NCCL_VERSION_CODE);
     for (field, value) in [
         ("blocking", raw.blocking),
@@ -75,6 +76,15 @@ fn default_raw_config_leaves_everything_to_nccl() {
         ("nvlsCTAs", raw.nvlsCTAs),
         ("nChannelsPerNetPeer", raw.nChannelsPerNetPeer),
         ("nvlinkCentricSched", raw.nvlinkCentricSched),
+        ("graphUsageMode", raw.graphUsageMode),
+        ("numRmaCtx", raw.numRmaCtx),
+        ("maxP2pPeers", raw.maxP2pPeers),
+        ("graphStreamOrdering", raw.graphStreamOrdering),
+        ("launchOrderImplicit", raw.launchOrderImplicit),
+        ("numRmaSig", raw.numRmaSig),
+        ("rmaEagerInit", raw.rmaEagerInit),
+        ("hostCftMode", raw.hostCftMode),
+        ("nvlsHostMode", raw.nvlsHostMode),
     ] {
         assert_eq!(value, UNDEF, "{field}");
     }
@@ -103,7 +113,7 @@ fn raw_config_carries_every_option() {
     assert_eq!(raw.splitShare, 1);
     assert_eq!(c_text(raw.netName).as_deref(), Some("Socket"));
     assert_eq!(c_text(raw.commName).as_deref(), Some("trainer.dp"));
-    // Options this builder does not expose stay undefined.
+    // Options not set stay undefined.
     assert_eq!(raw.trafficClass, UNDEF);
     assert_eq!(raw.collnetEnable, UNDEF);
     assert_eq!(raw.CTAPolicy, UNDEF);
@@ -111,6 +121,47 @@ fn raw_config_carries_every_option() {
     assert_eq!(raw.nvlsCTAs, UNDEF);
     assert_eq!(raw.nChannelsPerNetPeer, UNDEF);
     assert_eq!(raw.nvlinkCentricSched, UNDEF);
+    assert_eq!(raw.nvlsHostMode, UNDEF);
+}
+
+#[test]
+fn raw_config_carries_every_newer_option() {
+    let config = Config::new()
+        .traffic_class(3)
+        .collnet(true)
+        .cta_policy(2)
+        .shrink_share(false)
+        .nvls_ctas(16)
+        .channels_per_net_peer(4)
+        .nvlink_centric_sched(true)
+        .max_p2p_peers(8)
+        .graph_stream_ordering(false)
+        .launch_order_implicit(true)
+        .nvls_host_mode(i32::MAX);
+    let raw_config = config.to_raw().unwrap();
+    let raw = raw_config.as_raw();
+    assert_eq!(raw.trafficClass, 3);
+    assert_eq!(raw.collnetEnable, 1);
+    assert_eq!(raw.CTAPolicy, 2);
+    assert_eq!(raw.shrinkShare, 0);
+    assert_eq!(raw.nvlsCTAs, 16);
+    assert_eq!(raw.nChannelsPerNetPeer, 4);
+    assert_eq!(raw.nvlinkCentricSched, 1);
+    assert_eq!(raw.maxP2pPeers, 8);
+    assert_eq!(raw.graphStreamOrdering, 0);
+    assert_eq!(raw.launchOrderImplicit, 1);
+    assert_eq!(raw.nvlsHostMode, i32::MAX);
+    // What no builder method sets stays NCCL's.
+    for value in [
+        raw.blocking,
+        raw.graphUsageMode,
+        raw.numRmaCtx,
+        raw.numRmaSig,
+        raw.rmaEagerInit,
+        raw.hostCftMode,
+    ] {
+        assert_eq!(value, UNDEF);
+    }
 }
 
 #[test]
@@ -248,6 +299,65 @@ fn nul_inside_a_name_is_rejected_by_to_raw() {
         "comm_name",
         "text without NUL bytes",
         "\"a\\0\"",
+    );
+}
+
+#[test]
+fn newer_options_out_of_range_are_rejected() {
+    let cases = [
+        (
+            Config::new().traffic_class(-1),
+            "traffic_class",
+            "at least 0",
+            "-1",
+        ),
+        (Config::new().nvls_ctas(0), "nvls_ctas", "at least 1", "0"),
+        (
+            Config::new().channels_per_net_peer(0),
+            "channels_per_net_peer",
+            "at least 1",
+            "0",
+        ),
+        (
+            Config::new().max_p2p_peers(-2),
+            "max_p2p_peers",
+            "at least 1",
+            "-2",
+        ),
+        (
+            Config::new().cta_policy(4),
+            "cta_policy",
+            "NCCL_CTA_POLICY_* bits, 0 to 3",
+            "4",
+        ),
+        (
+            Config::new().cta_policy(-1),
+            "cta_policy",
+            "NCCL_CTA_POLICY_* bits, 0 to 3",
+            "-1",
+        ),
+    ];
+    for (config, argument, expected, given) in cases {
+        assert_rejected(&config, argument, expected, given);
+    }
+    let nvls = "0 to 3 (ncclNvlsHostMode_t bits) or i32::MAX (ncclNvlsHostModeDisable)";
+    for mode in [-1, 4, i32::MAX - 1, i32::MIN] {
+        assert_rejected(
+            &Config::new().nvls_host_mode(mode),
+            "nvls_host_mode",
+            nvls,
+            &mode.to_string(),
+        );
+    }
+    for mode in [0, 1, 2, 3, i32::MAX] {
+        assert!(Config::new().nvls_host_mode(mode).validate().is_ok());
+    }
+    assert!(
+        Config::new()
+            .traffic_class(0)
+            .cta_policy(3)
+            .validate()
+            .is_ok()
     );
 }
 

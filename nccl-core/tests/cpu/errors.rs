@@ -39,8 +39,8 @@ const ERROR_CODES: [(u32, &str, &str); 6] = [
     (6, "ncclRemoteError", "a remote rank failed or went away"),
 ];
 
-/// Codes no header version of ours defines (8 is `ncclNumResults`, a count).
-const UNKNOWN_CODES: [u32; 5] = [8, 9, 42, 1000, u32::MAX];
+/// Codes no header version of ours defines (9 is `ncclNumResults`, a count).
+const UNKNOWN_CODES: [u32; 4] = [9, 42, 1000, u32::MAX];
 
 #[test]
 fn result_code_names_match_the_header() {
@@ -49,6 +49,7 @@ fn result_code_names_match_the_header() {
     for (code, name, _) in ERROR_CODES {
         assert_eq!(ResultCode(code).name(), Some(name), "code {code}");
     }
+    assert_eq!(ResultCode(8).name(), Some("ncclTimeout"));
     for code in UNKNOWN_CODES {
         assert_eq!(ResultCode(code).name(), None, "code {code}");
     }
@@ -69,6 +70,7 @@ fn result_code_names_agree_with_nccl_sys_constants() {
         (ncclResult_t::ncclInvalidUsage, "ncclInvalidUsage"),
         (ncclResult_t::ncclRemoteError, "ncclRemoteError"),
         (ncclResult_t::ncclInProgress, "ncclInProgress"),
+        (ncclResult_t::ncclTimeout, "ncclTimeout"),
     ];
     for (constant, name) in constants {
         assert_eq!(ResultCode(constant.0).name(), Some(name));
@@ -107,7 +109,11 @@ fn result_code_display_names_the_code_and_its_number() {
     for (code, name, _) in ERROR_CODES {
         assert_eq!(ResultCode(code).to_string(), format!("{name} ({code})"));
     }
-    assert_eq!(ResultCode(8).to_string(), "unknown NCCL result 8");
+    assert_eq!(ResultCode(8).to_string(), "ncclTimeout (8)");
+    assert_eq!(
+        ResultCode(8).hint(),
+        "a wait inside NCCL ran out of time (NCCL 2.30.3+)"
+    );
     assert_eq!(ResultCode(9).to_string(), "unknown NCCL result 9");
     assert_eq!(ResultCode(42).to_string(), "unknown NCCL result 42");
     assert_eq!(
@@ -354,7 +360,7 @@ fn library_error_is_transparent() {
 fn missing_function_error_is_transparent() {
     let missing = MissingSymbol {
         function: "ncclAlltoAll",
-        introduced_in: Some("2.28.0"),
+        introduced_in: Some(Version::new(2, 28, 3)),
         loaded: Version::new(2, 27, 3),
     };
     let error = Error::from(missing.clone());
@@ -362,7 +368,7 @@ fn missing_function_error_is_transparent() {
     assert_eq!(
         error.to_string(),
         "ncclAlltoAll is not exported by the loaded libnccl 2.27.3: it was introduced in NCCL \
-         2.28.0; load a newer libnccl (set NCCL_LIBRARY to its full path)"
+         2.28.3; load a newer libnccl (set NCCL_LIBRARY to its full path)"
     );
     assert_eq!(error.nccl_code(), None);
 }
@@ -402,7 +408,7 @@ fn one_of_each_variant() -> Vec<(Error, ErrorKind)> {
         (
             Error::MissingFunction(MissingSymbol {
                 function: "ncclGather",
-                introduced_in: Some("2.28.0"),
+                introduced_in: Some(Version::new(2, 28, 3)),
                 loaded: Version::new(2, 27, 3),
             }),
             ErrorKind::MissingFunction,
@@ -441,6 +447,8 @@ fn one_of_each_variant() -> Vec<(Error, ErrorKind)> {
         ),
         (Error::Aborted, ErrorKind::Aborted),
         (Error::Finalized, ErrorKind::Closed),
+        (Error::Revoked, ErrorKind::Aborted),
+        (Error::Suspended, ErrorKind::Closed),
         (
             Error::Timeout {
                 operation: "ncclCommInitRankConfig",

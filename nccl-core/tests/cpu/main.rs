@@ -2,7 +2,9 @@
 //! errors, operations, element types, unique ids, and every call without a
 //! driver).
 
+mod capabilities;
 mod config;
+mod config_releases;
 mod errors;
 mod no_gpu;
 mod ops;

@@ -11,8 +11,8 @@
 //! `Group: !Send`.
 
 use nccl_core::{
-    AbortHandle, Communicator, Config, DataType, Device, Error, Group, ReduceOp, UniqueId,
-    cuda_driver_available, group_depth, library, version,
+    AbortHandle, Capabilities, Capability, Communicator, Config, DataType, Device, Error, Group,
+    ReduceOp, UniqueId, cuda_driver_available, group_depth, library, version,
 };
 
 /// Whether the dynamic loader could find a CUDA driver library: in its
@@ -145,6 +145,25 @@ fn library_loads_or_names_what_to_do() {
             // The failure is cached: the second call gives the same answer.
             assert_eq!(library().unwrap_err().to_string(), text);
             assert_eq!(version().unwrap_err().to_string(), text);
+        }
+    }
+}
+
+#[test]
+fn capabilities_need_the_library_and_nothing_else() {
+    match (library(), Capabilities::loaded()) {
+        (Ok(lib), Ok(capabilities)) => {
+            assert_eq!(capabilities.version(), lib.version());
+            for capability in Capability::ALL {
+                let has = capabilities.has(capability);
+                assert_eq!(capabilities.require(capability).is_ok(), has);
+            }
+        }
+        (Err(library_error), Err(error)) => {
+            assert_eq!(error.to_string(), library_error.to_string());
+        }
+        (library, capabilities) => {
+            panic!("library() gave {library:?} but Capabilities::loaded() {capabilities:?}")
         }
     }
 }

@@ -3,6 +3,7 @@
 //! unless `NCCL_TEST_REQUIRE_GPU=1` (the GPU bundle's run.sh sets it).
 
 mod comm;
+mod comm_manage;
 mod comm_ops;
 mod comm_raw;
 mod comm_register;
