@@ -42,6 +42,7 @@
 
 mod cache;
 mod comms;
+pub mod dumps;
 mod error;
 mod failure;
 mod group;

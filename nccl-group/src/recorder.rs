@@ -7,10 +7,12 @@
 //! ([`FlightDump`]) is a JSON document: the group, this process's rank,
 //! why it was taken, how far this process got (and, after a timeout, how
 //! far every other rank got, exchanged through the store), and the records
-//! oldest first.
+//! oldest first. [`crate::dumps`] writes dumps to files (and in PyTorch's
+//! format); [`crate::analysis`] reads them back.
 
+use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nccl_core::DataType;
 use serde::{Serialize, Serializer};
@@ -44,8 +46,14 @@ pub struct OpDescription {
     pub dtype: Option<DataType>,
     /// Elements of the (first) input on each device.
     pub count: usize,
+    /// Elements of the (first) output on each device.
+    pub output_count: usize,
+    /// The reduction, as nccl-tests names it (`"sum"`, `"premulsum"`, ...).
+    pub reduction: Option<&'static str>,
     /// The root of broadcast and reduce, the peer rank of send and recv.
     pub peer: Option<usize>,
+    /// How long it may run before the watchdog fails the group.
+    pub timeout: Duration,
     /// The local devices it ran on, in call order.
     pub devices: DeviceList,
     /// Whether every rank issues it (a collective) or only a pair (send, recv).
@@ -62,15 +70,31 @@ pub struct OpRecord {
     /// on every rank for the same collective (`None` for send and recv,
     /// which only two ranks issue).
     pub collective_seq: Option<u64>,
+    /// Its number among this process's point-to-point operations on the
+    /// group (send, recv and batches of them), from 0 (`None` for a
+    /// collective). Every operation has one of the two numbers.
+    pub p2p_seq: Option<u64>,
     /// The operation (`"all_reduce"`, `"send"`, ...).
     pub op: &'static str,
-    /// The element type, as NCCL names it.
+    /// The element type, as nccl-tests names it (`"float"`).
     #[serde(serialize_with = "serialize_dtype")]
     pub dtype: Option<DataType>,
     /// Elements of the (first) input on each device.
     pub count: usize,
+    /// Elements of the (first) output on each device.
+    pub output_count: usize,
+    /// The reduction, as nccl-tests names it (`"sum"`, ...).
+    pub reduction: Option<&'static str>,
     /// The root of broadcast and reduce, the peer rank of send and recv.
     pub peer: Option<usize>,
+    /// How long it could run before the watchdog would fail the group (in
+    /// the JSON: `timeout_ms`).
+    #[serde(rename = "timeout_ms", serialize_with = "serialize_millis")]
+    pub timeout: Duration,
+    /// The operating system's id of the thread that issued it (Linux's
+    /// thread id, as `top -H` and `gdb` show it; 0 where it is unknown).
+    /// [`FlightDump::threads`] names it.
+    pub thread: u64,
     /// The local devices, in call order.
     #[serde(serialize_with = "serialize_devices")]
     pub devices: DeviceList,
@@ -95,6 +119,30 @@ fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::O
 
 fn serialize_devices<S: Serializer>(devices: &DeviceList, s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(devices.iter())
+}
+
+fn serialize_millis<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
+thread_local! {
+    /// The calling thread's id as the operating system knows it: read once
+    /// per thread, so recording an operation costs a thread-local read.
+    static OS_THREAD_ID: u64 = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|link| link.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(0);
+}
+
+/// The name of this process's thread `thread` (an [`OpRecord::thread`]),
+/// as the operating system has it (`/proc`), or `None` for a thread that
+/// has ended or an id that is unknown.
+pub fn thread_name(thread: u64) -> Option<String> {
+    if thread == 0 {
+        return None;
+    }
+    let name = std::fs::read_to_string(format!("/proc/self/task/{thread}/comm")).ok()?;
+    Some(name.trim_end_matches('\n').to_string())
 }
 
 /// How far one rank got, as it reported through the store after a timeout.
@@ -126,6 +174,10 @@ pub struct FlightDump {
     pub epoch_unix_us: u64,
     /// When the dump was taken, on the records' clock.
     pub dumped_us: u64,
+    /// This process's id.
+    pub pid: u32,
+    /// The loaded libnccl's version (`None`: none was loaded).
+    pub nccl_version: Option<String>,
     /// The last collective this process enqueued.
     pub last_enqueued: Option<u64>,
     /// The last collective this process saw complete.
@@ -140,9 +192,23 @@ pub struct FlightDump {
     pub total_recorded: u64,
     /// The last operations, oldest first.
     pub ops: Vec<OpRecord>,
+    /// The names of the threads that issued them, by [`OpRecord::thread`],
+    /// as they were when the dump was taken (a thread that had ended by
+    /// then is missing).
+    pub threads: BTreeMap<u64, String>,
 }
 
 impl FlightDump {
+    /// The names of the threads of `ops` that still run ([`thread_name`]).
+    pub fn thread_names(ops: &[OpRecord]) -> BTreeMap<u64, String> {
+        ops.iter()
+            .map(|op| op.thread)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|thread| Some((thread, thread_name(thread)?)))
+            .collect()
+    }
+
     /// The dump as pretty-printed JSON.
     pub fn to_json(&self) -> String {
         // Every field serialises infallibly (numbers, strings, lists).
@@ -162,6 +228,7 @@ struct Ring {
     records: Vec<OpRecord>,
     next_seq: u64,
     next_collective: u64,
+    next_p2p: u64,
     last_completed: Option<u64>,
 }
 
@@ -195,6 +262,7 @@ impl FlightRecorder {
                 records: Vec::with_capacity(capacity),
                 next_seq: 0,
                 next_collective: 0,
+                next_p2p: 0,
                 last_completed: None,
             }),
             capacity,
@@ -215,21 +283,34 @@ impl FlightRecorder {
     /// Records an operation about to be enqueued; returns its record
     /// (with its sequence numbers). Allocates nothing once the ring is full.
     pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+        let thread = OS_THREAD_ID.with(|id| *id);
         let mut ring = self.ring();
         let seq = ring.next_seq;
         ring.next_seq += 1;
-        let collective_seq = description.collective.then(|| {
-            let n = ring.next_collective;
-            ring.next_collective += 1;
-            n
-        });
+        let counter = if description.collective {
+            &mut ring.next_collective
+        } else {
+            &mut ring.next_p2p
+        };
+        let n = *counter;
+        *counter += 1;
+        let (collective_seq, p2p_seq) = if description.collective {
+            (Some(n), None)
+        } else {
+            (None, Some(n))
+        };
         let record = OpRecord {
             seq,
             collective_seq,
+            p2p_seq,
             op: description.op,
             dtype: description.dtype,
             count: description.count,
+            output_count: description.output_count,
+            reduction: description.reduction,
             peer: description.peer,
+            timeout: description.timeout,
+            thread,
             devices: description.devices,
             enqueued_us: self.micros(at),
             finished_us: None,
@@ -357,7 +438,10 @@ mod tests {
             op,
             dtype: Some(DataType::Float32),
             count: 4,
+            output_count: 4,
+            reduction: None,
             peer: None,
+            timeout: Duration::from_secs(5),
             devices: DeviceList::one(0).unwrap(),
             collective,
         }
@@ -370,9 +454,9 @@ mod tests {
         let a = recorder.record(&description("all_reduce", true), now);
         let s = recorder.record(&description("send", false), now);
         let b = recorder.record(&description("broadcast", true), now);
-        assert_eq!((a.seq, a.collective_seq), (0, Some(0)));
-        assert_eq!((s.seq, s.collective_seq), (1, None));
-        assert_eq!((b.seq, b.collective_seq), (2, Some(1)));
+        assert_eq!((a.seq, a.collective_seq, a.p2p_seq), (0, Some(0), None));
+        assert_eq!((s.seq, s.collective_seq, s.p2p_seq), (1, None, Some(0)));
+        assert_eq!((b.seq, b.collective_seq, b.p2p_seq), (2, Some(1), None));
         assert_eq!(recorder.progress(), (Some(1), None));
         recorder.finish(0, OpState::Completed, now, 1);
         assert_eq!(recorder.progress(), (Some(1), Some(0)));
@@ -446,6 +530,8 @@ mod tests {
             reason: "on request".into(),
             epoch_unix_us: recorder.epoch_unix_us(),
             dumped_us: recorder.micros(Instant::now()),
+            pid: std::process::id(),
+            nccl_version: None,
             last_enqueued: None,
             last_completed: None,
             peers: vec![PeerProgress {
@@ -455,6 +541,7 @@ mod tests {
             }],
             lagging: vec![1, 3],
             total_recorded: total,
+            threads: FlightDump::thread_names(&ops),
             ops,
         };
         let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
@@ -468,6 +555,12 @@ mod tests {
         assert_eq!(op["peer"], 3);
         assert_eq!(op["devices"], serde_json::json!([2, 5]));
         assert_eq!(op["state"], "pending");
+        assert_eq!(op["timeout_ms"], 5000);
+        assert_eq!(op["p2p_seq"], 0);
+        // The issuing thread (this test's), named as the system has it.
+        let thread = op["thread"].as_u64().unwrap();
+        assert_ne!(thread, 0, "Linux has /proc/thread-self");
+        assert!(json["threads"][thread.to_string()].is_string(), "{json}");
         assert_eq!(op["collective_seq"], serde_json::Value::Null);
         assert_eq!(op["finished_us"], serde_json::Value::Null);
     }
