@@ -65,7 +65,7 @@ pub enum DumpError {
     )]
     NoFolder,
     /// Creating, writing or linking a file failed.
-    #[error("writing the flight-recorder dump {}: {source}", path.display())]
+    #[error("could not write the flight-recorder dump {}", path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,

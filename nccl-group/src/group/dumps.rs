@@ -51,7 +51,7 @@ impl Inner {
     ) -> std::result::Result<PathBuf, String> {
         dumps::write_incident(dir, FAILURE_LABEL, dump)
             .map(|files| files.json)
-            .map_err(|error| error.to_string())
+            .map_err(|error| nccl_core::ErrorChain(&error).to_string())
     }
 
     /// Serves a request of the file trigger (the watchdog calls this each
