@@ -121,8 +121,13 @@ fn serialize_devices<S: Serializer>(devices: &DeviceList, s: S) -> Result<S::Ok,
     s.collect_seq(devices.iter())
 }
 
+/// Whole milliseconds of `duration` (saturating), as dumps write timeouts.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn serialize_millis<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+    s.serialize_u64(millis(*duration))
 }
 
 thread_local! {

@@ -46,7 +46,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::DumpError;
-use crate::recorder::{FlightDump, OpRecord, OpState};
+use crate::recorder::{FlightDump, OpRecord, OpState, millis};
 
 /// The version of PyTorch's flight-recorder schema that dumps follow.
 pub const VERSION: &str = "2.10";
@@ -152,7 +152,7 @@ fn entry<'a>(dump: &'a FlightDump, desc: &'a str, record: &OpRecord) -> Entry<'a
         op_id: record.seq,
         profiling_name: profiling_name(record, dump.rank),
         time_created_ns: nanos(record.enqueued_us),
-        timeout_ms: u64::try_from(record.timeout.as_millis()).unwrap_or(u64::MAX),
+        timeout_ms: millis(record.timeout),
         input_sizes: vec![vec![record.count]; devices],
         input_dtypes: dtypes.clone(),
         output_sizes: vec![vec![record.output_count]; devices],
