@@ -46,8 +46,8 @@ use crate::dumps::request::RequestWatch;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::Failure;
 use crate::recorder::{FlightDump, FlightRecorder};
-use crate::verify::Verification;
 use crate::store::{RendezvousConfig, Store};
+use crate::verify::Verification;
 use crate::watchdog::Tracker;
 use crate::work::Work;
 

@@ -1,16 +1,12 @@
 //! The analysis of recorded dumps (`nccl_group::analysis`, the
 //! `nccl-frtrace` binary) on synthetic ones: each kind of mismatch, a
 //! skipped collective, a missing rank, a truncated file, rings that forgot
-//! different amounts, and the writer's own output read back.
+//! different amounts, and a dump folder of several incidents. (That the
+//! analysis reads what the writer writes is a unit test of the crate.)
 
 use std::path::Path;
-use std::time::Duration;
 
-use nccl_core::DataType;
 use nccl_group::analysis::{self, Issued, first_divergence};
-use nccl_group::dumps::write_incident;
-use nccl_group::testing::DeviceList;
-use nccl_group::{FlightDump, OpRecord, OpState};
 use serde_json::{Value, json};
 
 const WORLD: usize = 4;
@@ -310,63 +306,26 @@ fn first_divergence_takes_records_from_anywhere() {
     assert_eq!(first_divergence(&Default::default()), None);
 }
 
-/// A record as the recorder makes it.
-fn record(seq: u64, op: &'static str, count: usize, peer: Option<usize>) -> OpRecord {
-    OpRecord {
-        seq,
-        collective_seq: Some(seq),
-        p2p_seq: None,
-        op,
-        dtype: Some(DataType::Float32),
-        count,
-        output_count: count,
-        reduction: (op == "all_reduce").then_some("sum"),
-        peer,
-        timeout: Duration::from_secs(5),
-        thread: 0,
-        devices: DeviceList::one(0).unwrap(),
-        enqueued_us: seq,
-        finished_us: None,
-        state: OpState::Pending,
-    }
-}
-
-fn flight_dump(rank: usize, ops: Vec<OpRecord>) -> FlightDump {
-    FlightDump {
-        group: "trainer".into(),
-        generation: 0,
-        rank,
-        world_size: 2,
-        reason: "on request".into(),
-        epoch_unix_us: 0,
-        dumped_us: 0,
-        pid: std::process::id(),
-        nccl_version: None,
-        last_enqueued: None,
-        last_completed: None,
-        peers: Vec::new(),
-        lagging: Vec::new(),
-        total_recorded: ops.len() as u64,
-        ops,
-        threads: Default::default(),
-    }
-}
-
-/// The writer's incident folders, read back by the `nccl-frtrace`
-/// binary: its exit status says whether the ranks agree.
+/// Incident folders as the writer lays them out, read by the
+/// `nccl-frtrace` binary: its exit status says whether the ranks agree.
 #[test]
-fn nccl_frtrace_reads_the_writers_incidents() {
+fn nccl_frtrace_reads_a_dump_folder_incident_by_incident() {
     let dir = tempfile::tempdir().unwrap();
-    let ops = |count| {
-        vec![
-            record(0, "all_reduce", 1024, None),
-            record(1, "broadcast", count, Some(0)),
-        ]
+    let write = |incident: &str, rank: usize, ops: &[Op]| {
+        let folder = dir.path().join(incident);
+        std::fs::create_dir_all(&folder).unwrap();
+        let dump = serde_json::to_string(&rank_dump(rank, 0, ops, 2)).unwrap();
+        std::fs::write(folder.join(format!("rank{rank}.json")), dump).unwrap();
     };
-    write_incident(dir.path(), "clean", &flight_dump(0, ops(16))).unwrap();
-    write_incident(dir.path(), "clean", &flight_dump(1, ops(16))).unwrap();
-    write_incident(dir.path(), "odd", &flight_dump(0, ops(16))).unwrap();
-    write_incident(dir.path(), "odd", &flight_dump(1, ops(17))).unwrap();
+    for rank in 0..WORLD {
+        write("trainer-g0-clean", rank, &[all_reduce(1024), broadcast(0)]);
+        let odd = if rank == 1 {
+            all_reduce(1025)
+        } else {
+            all_reduce(1024)
+        };
+        write("trainer-g0-odd", rank, &[odd, broadcast(0)]);
+    }
     let run = |folder: &Path| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_nccl-frtrace"))
             .arg(folder)
@@ -379,15 +338,15 @@ fn nccl_frtrace_reads_the_writers_incidents() {
     };
     let (status, clean) = run(&dir.path().join("trainer-g0-clean"));
     assert_eq!(status, Some(0), "{clean}");
-    assert!(clean.contains("no mismatch among ranks 0-1"), "{clean}");
+    assert!(clean.contains("no mismatch among ranks 0-3"), "{clean}");
     // The dump folder: each incident in turn.
     let (status, both) = run(dir.path());
     assert_eq!(status, Some(1), "{both}");
     assert!(both.contains("trainer-g0-clean:"), "{both}");
     assert!(
         both.contains(
-            "first mismatch: rank 1 issued broadcast(float x 17, root 0) as collective #1; \
-             rank 0 issued broadcast(float x 16, root 0) (the element count differs)"
+            "first mismatch: rank 1 issued all_reduce(float x 1025, sum) as collective #0; \
+             ranks 0, 2-3 issued all_reduce(float x 1024, sum) (the element count differs)"
         ),
         "{both}"
     );

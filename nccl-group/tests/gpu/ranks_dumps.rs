@@ -12,15 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nccl_core::{DataType, ReduceOp};
+use nccl_core::ReduceOp;
 use nccl_group::analysis;
 use nccl_group::dumps::write_incident;
-use nccl_group::testing::DeviceList;
-use nccl_group::{FlightDump, OpRecord, OpState, ProcessGroup};
+use nccl_group::{CommMode, ProcessGroup};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, options, tcp_store};
-use nccl_test_support::group::{destroy, done};
+use nccl_test_support::group::{destroy, done, world_of_one};
 
 /// How long the watchdog may take to see finished operations.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -148,63 +147,48 @@ fn ranks_dumps_of_every_rank_read_by_the_analysis_and_torchfrtrace() {
     }
 }
 
-/// A record of collective `seq` as the recorder makes it.
-fn record(seq: u64, count: usize) -> OpRecord {
-    OpRecord {
-        seq,
-        collective_seq: Some(seq),
-        p2p_seq: None,
-        op: "all_reduce",
-        dtype: Some(DataType::Float32),
-        count,
-        output_count: count,
-        reduction: Some("sum"),
-        peer: None,
-        timeout: Duration::from_secs(5),
-        thread: 0,
-        devices: DeviceList::one(0).expect("one device"),
-        enqueued_us: seq,
-        finished_us: Some(seq + 1),
-        state: OpState::Completed,
-    }
-}
-
 /// torchfrtrace on dumps where rank 3 of 4 passed 1025 elements to
 /// collective #57 and the others 1024: it names collective 57 (numbered
 /// from 0, as this crate's errors) and the sizes, as the analysis does.
 /// (Its culprit is whichever rank differs from the first file it loaded,
-/// in directory order: rank 3, unless rank 3's file came first.)
+/// in directory order: rank 3, unless rank 3's file came first.) The
+/// records are real (a world of one issued 60 all_reduces); the dumps of
+/// four ranks are made from them.
 #[test]
-fn gpu_torchfrtrace_names_the_rank_and_collective_of_a_mismatch() {
-    let Some(_) = support::require_gpus(1) else {
+fn gpu_torchfrtrace_names_the_collective_of_a_mismatch() {
+    let Some(devices) = support::require_gpus(1) else {
         return;
     };
+    let stream = devices[0].new_stream().expect("stream");
+    let group = world_of_one("fr-mismatch", options(CommMode::Blocking));
+    for _ in 0..60 {
+        let tensor = Tensor::<f32>::zeros(&stream, &[1024]).expect("a tensor");
+        done(
+            group.all_reduce(tensor, ReduceOp::Sum, &stream),
+            "all_reduce",
+        );
+    }
+    stream.synchronize().expect("synchronize");
+    let start = Instant::now();
+    while group.pending_operations() > 0 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the watchdog did not see the ends"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let recorded = group.flight_record();
     let dir = tempfile::tempdir().expect("a temporary folder");
     for rank in 0..4 {
-        let ops: Vec<OpRecord> = (0..60)
-            .map(|seq| record(seq, if rank == 3 && seq == 57 { 1025 } else { 1024 }))
-            .collect();
-        let dump = FlightDump {
-            group: "trainer".into(),
-            generation: 0,
-            rank,
-            world_size: 4,
-            reason: "synthetic".into(),
-            epoch_unix_us: 1_700_000_000_000_000,
-            dumped_us: 60,
-            pid: std::process::id(),
-            nccl_version: Some(nccl_core::version().map_or(String::new(), |v| v.to_string())),
-            last_enqueued: Some(59),
-            last_completed: Some(59),
-            peers: Vec::new(),
-            lagging: Vec::new(),
-            total_recorded: 60,
-            ops,
-            threads: Default::default(),
-        };
+        let mut dump = recorded.clone();
+        (dump.rank, dump.world_size) = (rank, 4);
+        if rank == 3 {
+            dump.ops[57].count = 1025;
+            dump.ops[57].output_count = 1025;
+        }
         write_incident(dir.path(), "mismatch", &dump).expect("the dump");
     }
-    let folder = dir.path().join("trainer-g0-mismatch");
+    let folder = dir.path().join("fr-mismatch-g0-mismatch");
     let analysis = analysis::analyze(&folder).expect("the folder");
     let divergence = analysis.reports[0].comparison.divergence.clone();
     assert_eq!(divergence.map(|d| d.collective_seq), Some(57), "{analysis}");
