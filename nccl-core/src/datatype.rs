@@ -19,7 +19,7 @@ use nccl_sys::{Version, ncclDataType_t};
 ///
 /// ```text
 /// Variant { raw: ncclName, rust: RustType, kind: int|float|fp8, bytes: 4,
-///           since: (2, 0, 0), short: "name", doc: "..." }
+///           since: (2, 0, 0), short: "name", torch: "Name", doc: "..." }
 /// ```
 ///
 /// * `raw`: the `ncclDataType_t` constant, whose name is the C name;
@@ -33,6 +33,9 @@ use nccl_sys::{Version, ncclDataType_t};
 ///   type's at compile time);
 /// * `since`: the first NCCL release with the type;
 /// * `short`: the name nccl-tests prints;
+/// * `torch`: PyTorch's name of the scalar type (`c10::toString` of the
+///   `at::ScalarType` that PyTorch maps to this NCCL type), as its flight
+///   recorder writes it;
 /// * `doc`: a description.
 ///
 /// ```
@@ -50,18 +53,18 @@ macro_rules! for_each_data_type {
     ($($callback:ident)::+ $(, $($extra:tt)*)?) => {
         $($callback)::+! {
             [$($($extra)*)?]
-            Int8 {       raw: ncclInt8,       rust: i8,               kind: int,   bytes: 1, since: (2, 0, 0),  short: "int8",     doc: "Signed 8-bit integer" }
-            Uint8 {      raw: ncclUint8,      rust: u8,               kind: int,   bytes: 1, since: (2, 0, 0),  short: "uint8",    doc: "Unsigned 8-bit integer" }
-            Int32 {      raw: ncclInt32,      rust: i32,              kind: int,   bytes: 4, since: (2, 0, 0),  short: "int32",    doc: "Signed 32-bit integer" }
-            Uint32 {     raw: ncclUint32,     rust: u32,              kind: int,   bytes: 4, since: (2, 0, 0),  short: "uint32",   doc: "Unsigned 32-bit integer" }
-            Int64 {      raw: ncclInt64,      rust: i64,              kind: int,   bytes: 8, since: (2, 0, 0),  short: "int64",    doc: "Signed 64-bit integer" }
-            Uint64 {     raw: ncclUint64,     rust: u64,              kind: int,   bytes: 8, since: (2, 0, 0),  short: "uint64",   doc: "Unsigned 64-bit integer" }
-            Float16 {    raw: ncclFloat16,    rust: ::half::f16,      kind: float, bytes: 2, since: (2, 0, 0),  short: "half",     doc: "16-bit IEEE float" }
-            Float32 {    raw: ncclFloat32,    rust: f32,              kind: float, bytes: 4, since: (2, 0, 0),  short: "float",    doc: "32-bit IEEE float" }
-            Float64 {    raw: ncclFloat64,    rust: f64,              kind: float, bytes: 8, since: (2, 0, 0),  short: "double",   doc: "64-bit IEEE float" }
-            Bfloat16 {   raw: ncclBfloat16,   rust: ::half::bf16,     kind: float, bytes: 2, since: (2, 10, 0), short: "bfloat16", doc: "16-bit brain float" }
-            Float8E4M3 { raw: ncclFloat8e4m3, rust: ::float8::F8E4M3, kind: fp8,   bytes: 1, since: (2, 24, 0), short: "f8e4m3",   doc: "8-bit float with 4 exponent bits; reductions need compute capability 9.0" }
-            Float8E5M2 { raw: ncclFloat8e5m2, rust: ::float8::F8E5M2, kind: fp8,   bytes: 1, since: (2, 24, 0), short: "f8e5m2",   doc: "8-bit float with 5 exponent bits; reductions need compute capability 9.0" }
+            Int8 {       raw: ncclInt8,       rust: i8,               kind: int,   bytes: 1, since: (2, 0, 0),  short: "int8",     torch: "Char",           doc: "Signed 8-bit integer" }
+            Uint8 {      raw: ncclUint8,      rust: u8,               kind: int,   bytes: 1, since: (2, 0, 0),  short: "uint8",    torch: "Byte",           doc: "Unsigned 8-bit integer" }
+            Int32 {      raw: ncclInt32,      rust: i32,              kind: int,   bytes: 4, since: (2, 0, 0),  short: "int32",    torch: "Int",            doc: "Signed 32-bit integer" }
+            Uint32 {     raw: ncclUint32,     rust: u32,              kind: int,   bytes: 4, since: (2, 0, 0),  short: "uint32",   torch: "UInt32",         doc: "Unsigned 32-bit integer" }
+            Int64 {      raw: ncclInt64,      rust: i64,              kind: int,   bytes: 8, since: (2, 0, 0),  short: "int64",    torch: "Long",           doc: "Signed 64-bit integer" }
+            Uint64 {     raw: ncclUint64,     rust: u64,              kind: int,   bytes: 8, since: (2, 0, 0),  short: "uint64",   torch: "UInt64",         doc: "Unsigned 64-bit integer" }
+            Float16 {    raw: ncclFloat16,    rust: ::half::f16,      kind: float, bytes: 2, since: (2, 0, 0),  short: "half",     torch: "Half",           doc: "16-bit IEEE float" }
+            Float32 {    raw: ncclFloat32,    rust: f32,              kind: float, bytes: 4, since: (2, 0, 0),  short: "float",    torch: "Float",          doc: "32-bit IEEE float" }
+            Float64 {    raw: ncclFloat64,    rust: f64,              kind: float, bytes: 8, since: (2, 0, 0),  short: "double",   torch: "Double",         doc: "64-bit IEEE float" }
+            Bfloat16 {   raw: ncclBfloat16,   rust: ::half::bf16,     kind: float, bytes: 2, since: (2, 10, 0), short: "bfloat16", torch: "BFloat16",       doc: "16-bit brain float" }
+            Float8E4M3 { raw: ncclFloat8e4m3, rust: ::float8::F8E4M3, kind: fp8,   bytes: 1, since: (2, 24, 0), short: "f8e4m3",   torch: "Float8_e4m3fn",  doc: "8-bit float with 4 exponent bits; reductions need compute capability 9.0" }
+            Float8E5M2 { raw: ncclFloat8e5m2, rust: ::float8::F8E5M2, kind: fp8,   bytes: 1, since: (2, 24, 0), short: "f8e5m2",   torch: "Float8_e5m2",    doc: "8-bit float with 5 exponent bits; reductions need compute capability 9.0" }
         }
     };
 }
@@ -129,6 +132,7 @@ macro_rules! define_data_type {
             bytes: $bytes:literal,
             since: ($major:literal, $minor:literal, $patch:literal),
             short: $short:literal,
+            torch: $torch:literal,
             doc: $doc:literal
         })*
     ) => {
@@ -197,6 +201,14 @@ macro_rules! define_data_type {
             pub const fn short_name(self) -> &'static str {
                 match self {
                     $(DataType::$variant => $short,)*
+                }
+            }
+
+            /// PyTorch's name of the scalar type (`Float`, `Half`, `BFloat16`,
+            /// `Long`, ...), as its flight recorder writes data types.
+            pub const fn torch_name(self) -> &'static str {
+                match self {
+                    $(DataType::$variant => $torch,)*
                 }
             }
 

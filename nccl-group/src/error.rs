@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use nccl_core::ResultCode;
 
+use crate::dumps::DumpError;
 use crate::failure::Failure;
 use crate::group::Uncapturable;
 use crate::store::StoreError;
@@ -237,6 +238,10 @@ pub enum GroupError {
         #[source]
         source: std::io::Error,
     },
+    /// A flight-recorder dump asked for was not written
+    /// ([`ProcessGroup::dump_flight_recorder`](crate::ProcessGroup::dump_flight_recorder)).
+    #[error(transparent)]
+    Dump(#[from] DumpError),
 }
 
 impl From<nccl_core::Error> for GroupError {
@@ -259,6 +264,7 @@ impl GroupError {
     /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
     /// | `WatchdogStart` | [`ErrorKind::Io`] |
+    /// | `Dump` | [`ErrorKind::InvalidArgument`] for [`DumpError::NoFolder`], else [`ErrorKind::Io`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
             GroupError::Store(error) => error.kind().into(),
@@ -275,6 +281,8 @@ impl GroupError {
             }
             GroupError::Capture { .. } => ErrorKind::Unsupported,
             GroupError::WatchdogStart { .. } => ErrorKind::Io,
+            GroupError::Dump(DumpError::NoFolder) => ErrorKind::InvalidArgument,
+            GroupError::Dump(_) => ErrorKind::Io,
         }
     }
 

@@ -10,12 +10,14 @@
 //! share: routing, stream handoff, recorder, watchdog tracking, errors),
 //! `capture` and `graph` (operations captured in CUDA graphs, the graphs'
 //! replays), `register` (buffers registered with the communicators), `lifecycle` (abort and destroy), `factory` (creating
-//! communicators) and `health` (failing the group, the watchdog's view).
+//! communicators), `health` (failing the group, the watchdog's view) and
+//! `dumps` (the flight recorder's dumps: on failure, on request).
 
 mod batch;
 mod buffers;
 mod capture;
 mod deprecated;
+mod dumps;
 mod factory;
 mod graph;
 mod health;
@@ -27,7 +29,7 @@ mod register;
 
 use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use batch::{Coalesced, P2POp};
 pub use buffers::{GroupBuffers, GroupTensor};
@@ -40,11 +42,12 @@ pub use register::GroupRegistered;
 
 use crate::cache::OnceMap;
 use crate::comms::{CommCache, Membership};
+use crate::dumps::request::RequestWatch;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::Failure;
 use crate::recorder::{FlightDump, FlightRecorder};
-use crate::verify::Verification;
 use crate::store::{RendezvousConfig, Store};
+use crate::verify::Verification;
 use crate::watchdog::Tracker;
 use crate::work::Work;
 
@@ -62,6 +65,8 @@ struct Inner {
     captures: capture::Captures,
     /// The clean checks that verify operations' ends (`crate::verify`).
     verification: Arc<Verification>,
+    /// The file trigger of on-demand dumps.
+    requests: RequestWatch,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -87,7 +92,10 @@ struct Inner {
 ///   [`GroupError::Failed`], which names the operation, its sequence
 ///   number, the rank, the sizes, how long it ran and which ranks lag.
 /// * A flight recorder keeps the last operations ([`ProcessGroup::flight_record`]),
-///   written as JSON on failure and abort ([`GroupOptions::dump_dir`]).
+///   written on failure and abort, and on request
+///   ([`ProcessGroup::dump_flight_recorder`], or the file
+///   [`crate::dumps::REQUEST_FILE`]), to [`GroupOptions::dump_dir`]: one
+///   folder per incident, as JSON and in PyTorch's format ([`crate::dumps`]).
 /// * Operations issued with [`StreamMode::Caller`] on a stream being
 ///   captured into a CUDA graph are captured ([`Work`]'s "Captured
 ///   operations"); [`ProcessGroup::begin_capture`] captures into a
@@ -158,6 +166,7 @@ impl ProcessGroup {
         )?;
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
         let recorder = FlightRecorder::new(options.recorder_capacity);
+        let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
         let factory = NcclFactory {
             pools: OnceMap::new(),
             options,
@@ -171,6 +180,7 @@ impl ProcessGroup {
             recorder,
             captures: capture::Captures::default(),
             verification,
+            requests,
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));

@@ -40,8 +40,10 @@
 //! names what was expected, what was seen and what to do.
 #![forbid(unsafe_code)]
 
+pub mod analysis;
 mod cache;
 mod comms;
+pub mod dumps;
 mod error;
 mod failure;
 mod group;

@@ -7,10 +7,12 @@
 //! ([`FlightDump`]) is a JSON document: the group, this process's rank,
 //! why it was taken, how far this process got (and, after a timeout, how
 //! far every other rank got, exchanged through the store), and the records
-//! oldest first.
+//! oldest first. [`crate::dumps`] writes dumps to files (and in PyTorch's
+//! format); [`crate::analysis`] reads them back.
 
+use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nccl_core::DataType;
 use serde::{Serialize, Serializer};
@@ -44,8 +46,14 @@ pub struct OpDescription {
     pub dtype: Option<DataType>,
     /// Elements of the (first) input on each device.
     pub count: usize,
+    /// Elements of the (first) output on each device.
+    pub output_count: usize,
+    /// The reduction, as nccl-tests names it (`"sum"`, `"premulsum"`, ...).
+    pub reduction: Option<&'static str>,
     /// The root of broadcast and reduce, the peer rank of send and recv.
     pub peer: Option<usize>,
+    /// How long it may run before the watchdog fails the group.
+    pub timeout: Duration,
     /// The local devices it ran on, in call order.
     pub devices: DeviceList,
     /// Whether every rank issues it (a collective) or only a pair (send, recv).
@@ -62,15 +70,31 @@ pub struct OpRecord {
     /// on every rank for the same collective (`None` for send and recv,
     /// which only two ranks issue).
     pub collective_seq: Option<u64>,
+    /// Its number among this process's point-to-point operations on the
+    /// group (send, recv and batches of them), from 0 (`None` for a
+    /// collective). Every operation has one of the two numbers.
+    pub p2p_seq: Option<u64>,
     /// The operation (`"all_reduce"`, `"send"`, ...).
     pub op: &'static str,
-    /// The element type, as NCCL names it.
+    /// The element type, as nccl-tests names it (`"float"`).
     #[serde(serialize_with = "serialize_dtype")]
     pub dtype: Option<DataType>,
     /// Elements of the (first) input on each device.
     pub count: usize,
+    /// Elements of the (first) output on each device.
+    pub output_count: usize,
+    /// The reduction, as nccl-tests names it (`"sum"`, ...).
+    pub reduction: Option<&'static str>,
     /// The root of broadcast and reduce, the peer rank of send and recv.
     pub peer: Option<usize>,
+    /// How long it could run before the watchdog would fail the group (in
+    /// the JSON: `timeout_ms`).
+    #[serde(rename = "timeout_ms", serialize_with = "serialize_millis")]
+    pub timeout: Duration,
+    /// The operating system's id of the thread that issued it (Linux's
+    /// thread id, as `top -H` and `gdb` show it; 0 where it is unknown).
+    /// [`FlightDump::threads`] names it.
+    pub thread: u64,
     /// The local devices, in call order.
     #[serde(serialize_with = "serialize_devices")]
     pub devices: DeviceList,
@@ -95,6 +119,35 @@ fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::O
 
 fn serialize_devices<S: Serializer>(devices: &DeviceList, s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(devices.iter())
+}
+
+/// Whole milliseconds of `duration` (saturating), as dumps write timeouts.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn serialize_millis<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(millis(*duration))
+}
+
+thread_local! {
+    /// The calling thread's id as the operating system knows it: read once
+    /// per thread, so recording an operation costs a thread-local read.
+    static OS_THREAD_ID: u64 = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|link| link.file_name()?.to_str()?.parse().ok())
+        .unwrap_or(0);
+}
+
+/// The name of this process's thread `thread` (an [`OpRecord::thread`]),
+/// as the operating system has it (`/proc`), or `None` for a thread that
+/// has ended or an id that is unknown.
+pub fn thread_name(thread: u64) -> Option<String> {
+    if thread == 0 {
+        return None;
+    }
+    let name = std::fs::read_to_string(format!("/proc/self/task/{thread}/comm")).ok()?;
+    Some(name.trim_end_matches('\n').to_string())
 }
 
 /// How far one rank got, as it reported through the store after a timeout.
@@ -126,6 +179,10 @@ pub struct FlightDump {
     pub epoch_unix_us: u64,
     /// When the dump was taken, on the records' clock.
     pub dumped_us: u64,
+    /// This process's id.
+    pub pid: u32,
+    /// The loaded libnccl's version (`None`: none was loaded).
+    pub nccl_version: Option<String>,
     /// The last collective this process enqueued.
     pub last_enqueued: Option<u64>,
     /// The last collective this process saw complete.
@@ -140,9 +197,23 @@ pub struct FlightDump {
     pub total_recorded: u64,
     /// The last operations, oldest first.
     pub ops: Vec<OpRecord>,
+    /// The names of the threads that issued them, by [`OpRecord::thread`],
+    /// as they were when the dump was taken (a thread that had ended by
+    /// then is missing).
+    pub threads: BTreeMap<u64, String>,
 }
 
 impl FlightDump {
+    /// The names of the threads of `ops` that still run ([`thread_name`]).
+    pub fn thread_names(ops: &[OpRecord]) -> BTreeMap<u64, String> {
+        ops.iter()
+            .map(|op| op.thread)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|thread| Some((thread, thread_name(thread)?)))
+            .collect()
+    }
+
     /// The dump as pretty-printed JSON.
     pub fn to_json(&self) -> String {
         // Every field serialises infallibly (numbers, strings, lists).
@@ -162,6 +233,7 @@ struct Ring {
     records: Vec<OpRecord>,
     next_seq: u64,
     next_collective: u64,
+    next_p2p: u64,
     last_completed: Option<u64>,
 }
 
@@ -195,6 +267,7 @@ impl FlightRecorder {
                 records: Vec::with_capacity(capacity),
                 next_seq: 0,
                 next_collective: 0,
+                next_p2p: 0,
                 last_completed: None,
             }),
             capacity,
@@ -215,21 +288,34 @@ impl FlightRecorder {
     /// Records an operation about to be enqueued; returns its record
     /// (with its sequence numbers). Allocates nothing once the ring is full.
     pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+        let thread = OS_THREAD_ID.with(|id| *id);
         let mut ring = self.ring();
         let seq = ring.next_seq;
         ring.next_seq += 1;
-        let collective_seq = description.collective.then(|| {
-            let n = ring.next_collective;
-            ring.next_collective += 1;
-            n
-        });
+        let counter = if description.collective {
+            &mut ring.next_collective
+        } else {
+            &mut ring.next_p2p
+        };
+        let n = *counter;
+        *counter += 1;
+        let (collective_seq, p2p_seq) = if description.collective {
+            (Some(n), None)
+        } else {
+            (None, Some(n))
+        };
         let record = OpRecord {
             seq,
             collective_seq,
+            p2p_seq,
             op: description.op,
             dtype: description.dtype,
             count: description.count,
+            output_count: description.output_count,
+            reduction: description.reduction,
             peer: description.peer,
+            timeout: description.timeout,
+            thread,
             devices: description.devices,
             enqueued_us: self.micros(at),
             finished_us: None,
@@ -349,175 +435,4 @@ pub fn lagging_ranks(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn description(op: &'static str, collective: bool) -> OpDescription {
-        OpDescription {
-            op,
-            dtype: Some(DataType::Float32),
-            count: 4,
-            peer: None,
-            devices: DeviceList::one(0).unwrap(),
-            collective,
-        }
-    }
-
-    #[test]
-    fn sequence_numbers_count_collectives_apart_from_point_to_point() {
-        let recorder = FlightRecorder::new(8);
-        let now = Instant::now();
-        let a = recorder.record(&description("all_reduce", true), now);
-        let s = recorder.record(&description("send", false), now);
-        let b = recorder.record(&description("broadcast", true), now);
-        assert_eq!((a.seq, a.collective_seq), (0, Some(0)));
-        assert_eq!((s.seq, s.collective_seq), (1, None));
-        assert_eq!((b.seq, b.collective_seq), (2, Some(1)));
-        assert_eq!(recorder.progress(), (Some(1), None));
-        recorder.finish(0, OpState::Completed, now, 1);
-        assert_eq!(recorder.progress(), (Some(1), Some(0)));
-        // A finished point-to-point op does not move the collective progress.
-        recorder.finish(1, OpState::Completed, now, 1);
-        assert_eq!(recorder.progress(), (Some(1), Some(0)));
-    }
-
-    #[test]
-    fn the_ring_keeps_the_last_records_oldest_first() {
-        let recorder = FlightRecorder::new(3);
-        let now = Instant::now();
-        for _ in 0..5 {
-            recorder.record(&description("all_reduce", true), now);
-        }
-        let (records, total) = recorder.snapshot();
-        assert_eq!(total, 5);
-        assert_eq!(
-            records.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            vec![2, 3, 4]
-        );
-        // Finishing an overwritten op is a no-op; a live one is updated.
-        recorder.finish(0, OpState::Completed, now, 1);
-        recorder.finish(3, OpState::Completed, now, 1);
-        let (records, _) = recorder.snapshot();
-        assert_eq!(records[1].state, OpState::Completed);
-        assert!(records[1].finished_us.is_some());
-        assert!(
-            records
-                .iter()
-                .filter(|r| r.seq != 3)
-                .all(|r| r.state == OpState::Pending)
-        );
-        recorder.fail_pending(now);
-        let (records, _) = recorder.snapshot();
-        assert_eq!(
-            records.iter().map(|r| r.state).collect::<Vec<_>>(),
-            vec![OpState::Failed, OpState::Completed, OpState::Failed]
-        );
-    }
-
-    #[test]
-    fn a_record_allocates_nothing_once_the_ring_is_full() {
-        let recorder = FlightRecorder::new(2);
-        let now = Instant::now();
-        for _ in 0..4 {
-            recorder.record(&description("all_reduce", true), now);
-        }
-        let capacity = recorder.ring().records.capacity();
-        for _ in 0..100 {
-            recorder.record(&description("all_reduce", true), now);
-        }
-        assert_eq!(recorder.ring().records.capacity(), capacity);
-        assert_eq!(recorder.ring().records.len(), 2);
-    }
-
-    #[test]
-    fn dumps_are_json_with_every_field() {
-        let recorder = FlightRecorder::new(4);
-        let now = Instant::now();
-        let mut d = description("recv", false);
-        d.peer = Some(3);
-        d.devices = DeviceList::new([2, 5].into_iter()).unwrap();
-        recorder.record(&d, now);
-        let (ops, total) = recorder.snapshot();
-        let dump = FlightDump {
-            group: "trainer".into(),
-            generation: 1,
-            rank: 2,
-            world_size: 4,
-            reason: "on request".into(),
-            epoch_unix_us: recorder.epoch_unix_us(),
-            dumped_us: recorder.micros(Instant::now()),
-            last_enqueued: None,
-            last_completed: None,
-            peers: vec![PeerProgress {
-                rank: 0,
-                last_enqueued: Some(7),
-                last_completed: Some(6),
-            }],
-            lagging: vec![1, 3],
-            total_recorded: total,
-            ops,
-        };
-        let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
-        assert_eq!(json["group"], "trainer");
-        assert_eq!(json["rank"], 2);
-        assert_eq!(json["lagging"], serde_json::json!([1, 3]));
-        assert_eq!(json["peers"][0]["last_enqueued"], 7);
-        let op = &json["ops"][0];
-        assert_eq!(op["op"], "recv");
-        assert_eq!(op["dtype"], "float");
-        assert_eq!(op["peer"], 3);
-        assert_eq!(op["devices"], serde_json::json!([2, 5]));
-        assert_eq!(op["state"], "pending");
-        assert_eq!(op["collective_seq"], serde_json::Value::Null);
-        assert_eq!(op["finished_us"], serde_json::Value::Null);
-    }
-
-    #[test]
-    fn lagging_ranks_are_those_behind_or_silent() {
-        let progress = |rank, enqueued| PeerProgress {
-            rank,
-            last_enqueued: enqueued,
-            last_completed: None,
-        };
-        let peers = [
-            progress(0, Some(9)),
-            progress(1, Some(8)),
-            progress(3, None),
-        ];
-        // Rank 2 (me) is stuck on collective 9: rank 1 never issued it,
-        // rank 3 issued nothing, rank 4 did not answer.
-        assert_eq!(lagging_ranks(Some(9), &peers, 5, 2), vec![1, 3, 4]);
-        // Stuck on nothing collective (e.g. a recv): only the silent ones.
-        assert_eq!(lagging_ranks(None, &peers, 5, 2), vec![4]);
-    }
-
-    #[test]
-    fn unverified_completions_become_suspect_when_the_group_fails() {
-        let recorder = FlightRecorder::new(8);
-        let now = Instant::now();
-        for n in 0..4 {
-            recorder.record(&description("all_reduce", true), now);
-            let _ = n;
-        }
-        // Ends stamped 1 and 1 (verified), 2 (not), and one still pending.
-        recorder.finish(0, OpState::Completed, now, 1);
-        recorder.finish(1, OpState::Completed, now, 1);
-        recorder.finish(2, OpState::Completed, now, 2);
-        let suspects = recorder.mark_suspect(|stamp| stamp < 2);
-        assert_eq!(suspects.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
-        assert_eq!(suspects[0].state, OpState::Suspect);
-        let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
-        assert_eq!(
-            states,
-            vec![
-                OpState::Completed,
-                OpState::Completed,
-                OpState::Suspect,
-                OpState::Pending
-            ]
-        );
-        let json = serde_json::to_string(&recorder.snapshot().0[2]).unwrap();
-        assert!(json.contains("\"state\":\"suspect\""), "{json}");
-        assert!(!json.contains("end_stamp"), "{json}");
-    }
-}
+mod tests;

@@ -272,7 +272,9 @@ mod tests {
     #[test]
     fn a_busy_communicator_is_waited_out() {
         let (group, outcome) = scripted(&[Answer::Busy, Answer::Busy, Answer::Clean]);
-        outcome.verify().expect("verified once the communicator was free");
+        outcome
+            .verify()
+            .expect("verified once the communicator was free");
         assert_eq!(group.calls.load(Ordering::SeqCst), 3);
     }
 

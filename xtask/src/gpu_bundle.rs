@@ -2,8 +2,8 @@
 //!
 //! The GPU machine has no Rust toolchain, so this builds, in release mode,
 //! every GPU integration test target (`gpu`, `gpu_*`) in the workspace,
-//! every bench target, every binary of the `benches`, `nccl-launch` and
-//! `nccl-perf` packages, the `torchrun_*` examples and the examples the
+//! every bench target, every binary of the `benches`, `nccl-group`
+//! (`nccl-frtrace`), `nccl-launch` and `nccl-perf` packages, the `torchrun_*` examples and the examples the
 //! bundle's scripts run (`c10d_interop`, `launch_check`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
@@ -32,7 +32,7 @@ const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
 
 /// The packages whose binaries (`nccl-perf`, `nccl-launch`, ...) go into
 /// the bundle.
-const TOOL_PACKAGES: [&str; 3] = ["benches", "nccl-launch", "nccl-perf"];
+const TOOL_PACKAGES: [&str; 4] = ["benches", "nccl-group", "nccl-launch", "nccl-perf"];
 
 /// Examples with this prefix read torchrun's variables: run.sh launches
 /// them as every rank of a world of several.

@@ -156,6 +156,7 @@ struct MacroRow {
     bytes: usize,
     since: Version,
     short: &'static str,
+    torch: &'static str,
     doc: &'static str,
 }
 
@@ -169,6 +170,7 @@ macro_rules! macro_rows {
             bytes: $bytes:literal,
             since: ($major:literal, $minor:literal, $patch:literal),
             short: $short:literal,
+            torch: $torch:literal,
             doc: $doc:literal
         })*
     ) => {
@@ -182,6 +184,7 @@ macro_rules! macro_rows {
             bytes: $bytes,
             since: Version::new($major, $minor, $patch),
             short: $short,
+            torch: $torch,
             doc: $doc,
         }),*]
     };
@@ -202,6 +205,7 @@ fn the_table_macro_and_data_type_agree() {
         assert_eq!(DataType::from_raw(row.raw), Some(dtype), "{row:?}");
         assert_eq!(dtype.name(), row.raw_name, "{row:?}");
         assert_eq!(dtype.short_name(), row.short, "{row:?}");
+        assert_eq!(dtype.torch_name(), row.torch, "{row:?}");
         assert_eq!(dtype.description(), row.doc, "{row:?}");
         assert_eq!(dtype.min_version(), row.since, "{row:?}");
         let (is_float, is_fp8) = match row.kind {

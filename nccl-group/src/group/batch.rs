@@ -235,7 +235,7 @@ impl ProcessGroup {
     /// Issues `ops[i]` on `buffers[i]` for every `i`, in one NCCL group on
     /// the collective communicator of the caller's stream's device; the
     /// flight recorder notes it as `name`, with the elements of every
-    /// input and the first buffer's data type, and as a collective (one
+    /// input and output and the first buffer's data type, and as a collective (one
     /// that takes a sequence number every rank shares) unless it holds
     /// sends and receives only, which some ranks may not issue.
     fn issue_batch<B: GroupBuffers>(
@@ -252,6 +252,7 @@ impl ProcessGroup {
                 buffers.first().map(GroupBuffers::data_type),
                 buffers.iter().map(GroupBuffers::input_len).sum(),
             )
+            .with_output(buffers.iter().map(GroupBuffers::output_len).sum())
         };
         let device = stream.context().ordinal();
         self.run_one(
@@ -292,7 +293,8 @@ impl ProcessGroup {
         input_split_sizes: &[usize],
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
-        let info = OpInfo::collective("all_to_all_single_split", Some(T::DATA_TYPE), input.len());
+        let info = OpInfo::collective("all_to_all_single_split", Some(T::DATA_TYPE), input.len())
+            .with_output(output.len());
         let device = stream.context().ordinal();
         self.run_one(
             info,
@@ -334,7 +336,8 @@ impl ProcessGroup {
             "all_to_all",
             Some(T::DATA_TYPE),
             inputs.iter().map(Tensor::len).sum(),
-        );
+        )
+        .with_output(outputs.iter().map(Tensor::len).sum());
         let device = stream.context().ordinal();
         self.run_one(
             info,
@@ -365,7 +368,8 @@ impl ProcessGroup {
         input: Tensor<T>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<(Vec<Tensor<T>>, Tensor<T>)> {
-        let info = OpInfo::collective("all_gather", Some(T::DATA_TYPE), input.len());
+        let info = OpInfo::collective("all_gather", Some(T::DATA_TYPE), input.len())
+            .with_output(outputs.iter().map(Tensor::len).sum());
         let device = stream.context().ordinal();
         self.run_one(
             info,

@@ -34,6 +34,9 @@ pub trait GroupBuffers: WorkBuffers + sealed::Sealed {
     fn device(&self) -> usize;
     /// Elements of the input, for the flight recorder.
     fn input_len(&self) -> usize;
+    /// Elements of the output (the one buffer's, in place), for the
+    /// flight recorder.
+    fn output_len(&self) -> usize;
 }
 
 /// One tensor, as the group's named one-device operations take it (and,
@@ -63,6 +66,9 @@ macro_rules! group_buffers {
             fn input_len(&self) -> usize {
                 self.len()
             }
+            fn output_len(&self) -> usize {
+                self.len()
+            }
         }
 
         impl<$($generics)*> GroupBuffers for ($tensor, $tensor) {
@@ -82,6 +88,9 @@ macro_rules! group_buffers {
             }
             fn input_len(&self) -> usize {
                 self.1.len()
+            }
+            fn output_len(&self) -> usize {
+                self.0.len()
             }
         }
     )*};

@@ -1,7 +1,6 @@
 //! The group's side of the watchdog: what a tick checks, and how a group
 //! fails: poison, bounded abort, progress exchange, flight-recorder dump.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -10,7 +9,7 @@ use super::factory::CommHealth;
 use super::{ABORTED, FAILED, Inner, LIVE, LocalComms};
 use crate::error::{GroupError, Result};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-use crate::recorder::{FlightDump, OpRecord, OpState, PeerProgress, lagging_ranks};
+use crate::recorder::{OpRecord, OpState, PeerProgress, lagging_ranks};
 use crate::verify::GroupChecks;
 use crate::watchdog::{Bounded, Verdict, Watched, run_bounded};
 
@@ -256,43 +255,6 @@ impl Inner {
         peers
     }
 
-    /// The flight recorder's records with this process's context.
-    pub(super) fn dump(
-        &self,
-        reason: String,
-        peers: Vec<PeerProgress>,
-        lagging: Vec<usize>,
-    ) -> FlightDump {
-        let m = self.cache.membership();
-        let (ops, total_recorded) = self.recorder.snapshot();
-        let (last_enqueued, last_completed) = self.recorder.progress();
-        FlightDump {
-            group: m.name.clone(),
-            generation: m.generation,
-            rank: m.rank,
-            world_size: m.world_size,
-            reason,
-            epoch_unix_us: self.recorder.epoch_unix_us(),
-            dumped_us: self.recorder.micros(Instant::now()),
-            last_enqueued,
-            last_completed,
-            peers,
-            lagging,
-            total_recorded,
-            ops,
-        }
-    }
-
-    /// Writes `dump` to `dir/<group>-g<generation>-rank<rank>.json`.
-    fn write_dump(&self, dir: &Path, dump: &FlightDump) -> std::result::Result<PathBuf, String> {
-        let m = self.cache.membership();
-        let path = dir.join(dump_file_name(&m.name, m.generation, m.rank));
-        std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&path, dump.to_json()))
-            .map(|()| path.clone())
-            .map_err(|error| format!("{}: {error}", path.display()))
-    }
-
     /// Aborts the group from [`ProcessGroup::abort`](super::ProcessGroup::abort):
     /// the state is already `ABORTED`.
     pub(super) fn abort(&self) -> AbortOutcome {
@@ -304,26 +266,6 @@ impl Inner {
         self.fail_pending(&failure);
         self.finish_termination(&failure, Exchange::No)
     }
-}
-
-/// `trainer-g0-rank3-pid4242.json`, with anything but letters, digits,
-/// `-` and `_` in the name replaced, so a name cannot point elsewhere; the
-/// process id keeps two jobs that use the same name apart.
-fn dump_file_name(name: &str, generation: u64, rank: usize) -> String {
-    let safe: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!(
-        "{safe}-g{generation}-rank{rank}-pid{}.json",
-        std::process::id()
-    )
 }
 
 /// Aborts every communicator on a helper thread, waiting at most `bound`.
@@ -394,6 +336,10 @@ impl Watched for Inner {
         );
         self.fail(cause, seq, Finish::OwnThread);
     }
+
+    fn serve_requests(self: Arc<Self>, now: Instant) {
+        self.serve_dump_request(now);
+    }
 }
 
 impl GroupChecks for Inner {
@@ -444,27 +390,5 @@ impl Drop for Inner {
                 });
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dump_names_cannot_escape_their_folder() {
-        let pid = std::process::id();
-        assert_eq!(
-            dump_file_name("trainer", 0, 3),
-            format!("trainer-g0-rank3-pid{pid}.json")
-        );
-        assert_eq!(
-            dump_file_name("../../etc/passwd", 2, 0),
-            format!("______etc_passwd-g2-rank0-pid{pid}.json")
-        );
-        assert_eq!(
-            dump_file_name("a b/c", 1, 12),
-            format!("a_b_c-g1-rank12-pid{pid}.json")
-        );
     }
 }

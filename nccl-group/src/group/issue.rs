@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, ErrorChain, Group, Op, Status};
+use nccl_core::{DataType, ErrorChain, Group, Op, Reduction, Status};
 use nccl_tensor::{Communicator, checks};
 
 use super::GroupBuffers;
@@ -32,6 +32,8 @@ pub(super) struct OpInfo {
     pub(super) op: &'static str,
     pub(super) dtype: Option<DataType>,
     pub(super) count: usize,
+    pub(super) output_count: usize,
+    pub(super) reduction: Option<&'static str>,
     pub(super) peer: Option<usize>,
     /// Sends and receives only, which every rank need not issue: no
     /// collective sequence number, even on the collective communicator.
@@ -46,16 +48,26 @@ impl OpInfo {
         Self::collective(op, None, 0)
     }
 
-    /// A capturable collective with no peer, of `count` input elements
-    /// of `dtype`.
+    /// A capturable collective with no peer or reduction, of `count`
+    /// input elements of `dtype` (and as many output elements).
     pub(super) fn collective(op: &'static str, dtype: Option<DataType>, count: usize) -> Self {
         Self {
             op,
             dtype,
             count,
+            output_count: count,
+            reduction: None,
             peer: None,
             point_to_point: false,
             capturable: true,
+        }
+    }
+
+    /// The same, with `output_count` output elements.
+    pub(super) fn with_output(self, output_count: usize) -> Self {
+        Self {
+            output_count,
+            ..self
         }
     }
 }
@@ -129,12 +141,20 @@ impl ProcessGroup {
         }
     }
 
-    /// What the recorder notes: the root, or the peer process.
-    pub(super) fn op_info(op: &Op<'_>, dtype: Option<DataType>, count: usize) -> OpInfo {
+    /// What the recorder notes: the sizes, the reduction, the root or the
+    /// peer process.
+    pub(super) fn op_info(
+        op: &Op<'_>,
+        dtype: Option<DataType>,
+        count: usize,
+        output_count: usize,
+    ) -> OpInfo {
         OpInfo {
             op: op.name(),
             dtype,
             count,
+            output_count,
+            reduction: op.reduction().map(Reduction::name),
             peer: op
                 .rank_argument()
                 .and_then(|(_, rank)| usize::try_from(rank).ok()),
@@ -168,7 +188,12 @@ impl ProcessGroup {
             Ok(route) => route,
             Err(error) => return Err(Box::new(OpError { error, buffers })),
         };
-        let info = Self::op_info(&op, Some(buffers.data_type()), buffers.input_len());
+        let info = Self::op_info(
+            &op,
+            Some(buffers.data_type()),
+            buffers.input_len(),
+            buffers.output_len(),
+        );
         let device = buffers.device();
         let key = |devices| route.key(devices);
         self.run_one(
@@ -255,7 +280,10 @@ impl ProcessGroup {
             op: info.op,
             dtype: info.dtype,
             count: info.count,
+            output_count: info.output_count,
+            reduction: info.reduction,
             peer: info.peer,
+            timeout: self.op_timeout,
             devices: *key.devices(),
             collective: matches!(key, CommKey::Collective(_)) && !info.point_to_point,
         };
@@ -401,8 +429,9 @@ impl ProcessGroup {
             Err(error) => return Err(Box::new(OpError { error, buffers })),
         };
         let first_len = buffers.first().map_or(0, GroupBuffers::input_len);
+        let first_output = buffers.first().map_or(0, GroupBuffers::output_len);
         let dtype = buffers.first().map(GroupBuffers::data_type);
-        let info = Self::op_info(&op, dtype, first_len);
+        let info = Self::op_info(&op, dtype, first_len, first_output);
         // Set once the NCCL group is open (with the stream of each device's
         // part): from then on an error leaves a (partial) operation to NCCL.
         let mut issued: Option<(u64, Vec<Arc<CudaStream>>)> = None;

@@ -48,9 +48,11 @@ pub struct GroupOptions {
     /// most [`MAX_RECORDER_CAPACITY`] (2^20), which
     /// [`ProcessGroup::new`](super::ProcessGroup::new) checks. Default 2048.
     pub recorder_capacity: usize,
-    /// Where the flight recorder's JSON dump is written when the group
-    /// fails or is aborted (`None`: not written). Default: the folder in
-    /// `NCCL_GROUP_DUMP_DIR`, else the system's temporary folder.
+    /// Where the flight recorder's dumps are written, one folder per
+    /// incident ([`crate::dumps`]): when the group fails or is aborted, and
+    /// on request (`None`: never; no request file is watched). Default:
+    /// the folder in `NCCL_GROUP_DUMP_DIR`, else the system's temporary
+    /// folder.
     pub dump_dir: Option<PathBuf>,
     /// Strict waits, as PyTorch's `TORCH_NCCL_BLOCKING_WAIT`:
     /// [`Work::wait`](crate::Work::wait) blocks the CPU until the operation

@@ -11,6 +11,10 @@ pub trait Watched: Send + Sync {
     /// Checks the group once (with the group's own reference, so a failure
     /// it finds can finish on a thread of its own).
     fn tick(self: Arc<Self>, now: Instant);
+
+    /// Serves what was asked of the group from outside the process (a
+    /// flight-recorder dump), after each tick. None by default.
+    fn serve_requests(self: Arc<Self>, _now: Instant) {}
 }
 
 struct Registry {
@@ -76,7 +80,8 @@ fn run(registry: &'static Registry) {
             // A panic in one group's tick (a user's store, say) must not
             // end the watching of every group.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                Arc::clone(group).tick(now)
+                Arc::clone(group).tick(now);
+                Arc::clone(group).serve_requests(now);
             }));
         }
         // The groups are released before sleeping, so a group dropped by

@@ -256,6 +256,17 @@ fn one_of_each_group_variant() -> Vec<(GroupError, ErrorKind)> {
             },
             ErrorKind::InvalidArgument,
         ),
+        (
+            GroupError::Dump(nccl_group::dumps::DumpError::NoFolder),
+            ErrorKind::InvalidArgument,
+        ),
+        (
+            GroupError::Dump(nccl_group::dumps::DumpError::Io {
+                path: "/tmp/dumps/trainer-g0-failure/rank0.json".into(),
+                source: io::Error::other("no space left on device"),
+            }),
+            ErrorKind::Io,
+        ),
     ]
 }
 

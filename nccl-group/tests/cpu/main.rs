@@ -1,10 +1,13 @@
 //! nccl-group's CPU tests, one module per concern: the communicator cache and
-//! its rendezvous, keys, error kinds, settings that must never panic, and the
-//! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md).
+//! its rendezvous, keys, error kinds, settings that must never panic, the
+//! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md), the
+//! flight recorder's dumps and their analysis.
 
+mod analysis;
 mod bad_inputs;
 mod cache;
 mod cache_rendezvous;
+mod dumps;
 mod error_kinds;
 mod keys;
 mod once_map;

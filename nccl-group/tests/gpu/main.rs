@@ -12,6 +12,7 @@ mod lifecycle;
 mod one_gpu;
 mod ranks;
 mod ranks_batch;
+mod ranks_dumps;
 mod ranks_graphs;
 mod ranks_ops;
 mod ranks_register;

@@ -60,15 +60,17 @@ fn gpu_abort_process_policy_writes_the_dump_then_aborts() {
     );
     assert!(err.contains("did not complete within its timeout"), "{err}");
     assert!(!out.contains("child: the wait returned"), "{out}");
-    let dumped: Vec<_> = std::fs::read_dir(dumps.path())
-        .expect("the dump folder")
+    // The incident's folder, with the dump complete (its marker written).
+    let incident = dumps.path().join("abort-process-g0-failure");
+    let dumped: Vec<_> = std::fs::read_dir(&incident)
+        .expect("the incident's folder")
         .filter_map(|entry| entry.ok())
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .collect();
     assert!(
-        dumped
+        ["rank0.json", "rank0.done"]
             .iter()
-            .any(|name| name.starts_with("abort-process-g0-rank0-pid")),
+            .all(|name| dumped.iter().any(|file| file == name)),
         "{dumped:?}"
     );
 }

@@ -336,22 +336,33 @@ fn check(cell: Cell, outcome: &Outcome) -> Result<Report, String> {
     };
     let mut problems = Vec::new();
     if outcome.timed_out {
-        problems.push(format!("the launch ran past {LAUNCH_TIMEOUT:?} (a rank hung)"));
+        problems.push(format!(
+            "the launch ran past {LAUNCH_TIMEOUT:?} (a rank hung)"
+        ));
     }
     for r in &outcome.ranks {
         if r.rank == victim {
             let ok = match cell.fault {
                 Fault::Exits => r.succeeded(),
                 Fault::Killed => r.ending == Ending::Killed,
-                Fault::Stopped => r.succeeded() && r.stdout.contains("lost-rank victim: failed cleanly"),
+                Fault::Stopped => {
+                    r.succeeded() && r.stdout.contains("lost-rank victim: failed cleanly")
+                }
             };
             if !ok {
                 problems.push(format!("the victim ended {:?}", r.ending));
             }
             continue;
         }
-        let Some(line) = r.stdout.lines().find(|l| l.starts_with("lost-rank report:")) else {
-            problems.push(format!("rank {} ended {:?} without a report", r.rank, r.ending));
+        let Some(line) = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("lost-rank report:"))
+        else {
+            problems.push(format!(
+                "rank {} ended {:?} without a report",
+                r.rank, r.ending
+            ));
             continue;
         };
         let field = |name: &str| -> usize {
@@ -381,7 +392,10 @@ fn gpu_lost_rank_child() {
     let Some(_) = support::require_gpus(1) else {
         return;
     };
-    let Some(fault) = std::env::var(FAULT_VAR).ok().and_then(|f| Fault::from_name(&f)) else {
+    let Some(fault) = std::env::var(FAULT_VAR)
+        .ok()
+        .and_then(|f| Fault::from_name(&f))
+    else {
         println!("SKIP: {CHILD} runs only as a rank launched by the lost-rank matrix");
         return;
     };

@@ -105,7 +105,10 @@ pub fn run(fault: Fault) {
     } else {
         StreamMode::Caller
     };
-    let dir = ranks.dir.clone().expect("NCCL_LAUNCH_DIR is set by nccl-launch");
+    let dir = ranks
+        .dir
+        .clone()
+        .expect("NCCL_LAUNCH_DIR is set by nccl-launch");
     let options = GroupOptions::default()
         .with_comm_mode(comms)
         .with_stream_mode(streams)
