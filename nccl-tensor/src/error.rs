@@ -280,7 +280,9 @@ pub enum Error {
     /// The asynchronous operation that last wrote the tensor (a process
     /// group's, say) may have run with a failed peer: the values read are
     /// not its result ([`crate::producer`]).
-    #[error("the operation that produced this tensor's contents failed, so they are not its result")]
+    #[error(
+        "the operation that produced this tensor's contents failed, so they are not its result"
+    )]
     ProducerFailed {
         /// The producer's error (a `nccl_group::GroupError` from a process
         /// group: downcast it to branch on it).
