@@ -3,9 +3,9 @@
 //! NCCL 2.27.3).
 
 use std::ffi::c_int;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
-use nccl_sys::{NCCL_REVOKE_DEFAULT, NCCL_SHRINK_ABORT, NCCL_SHRINK_DEFAULT, ncclComm_t};
+use nccl_sys::{NCCL_REVOKE_DEFAULT, NCCL_SHRINK_ABORT, NCCL_SHRINK_DEFAULT, ncclComm};
 
 use super::{Communicator, LIVE, REVOKED};
 use crate::capabilities::{Capabilities, Capability};
@@ -169,24 +169,27 @@ impl Communicator {
         })?;
         let parent = self.raw_for_management()?;
         self.device.bind_to_thread()?;
-        let mut raw: ncclComm_t = std::ptr::null_mut();
+        let child = AtomicPtr::<ncclComm>::new(std::ptr::null_mut());
         // SAFETY: `parent` is live (or revoked, which NCCL allows);
         // `excluded` holds `count` ranks (NCCL sorts them in place and
-        // copies them for its job); `raw` is writable; `config_ptr` is null
-        // or points into `raw_config`; all outlive the call.
+        // copies them for its job); `child.as_ptr()` is a writable
+        // `ncclComm_t` (an `AtomicPtr` has the pointer's layout) that
+        // outlives the call and the job that may write it, which
+        // `adopt_child` waits for; `config_ptr` is null or points into
+        // `raw_config`; all outlive the call.
         let result = unsafe {
             shrink(
                 parent,
                 excluded.as_mut_ptr(),
                 count,
-                &mut raw,
+                child.as_ptr(),
                 config_ptr,
                 mode.flags(),
             )
         };
         check_accepted(lib, "ncclCommShrink", result)?;
         crate::trace::event!(debug, rank = self.rank, excluded = ?exclude, "ncclCommShrink issued");
-        self.adopt_child(&mut raw, config, "ncclCommShrink")?
+        self.adopt_child(&child, true, config, "ncclCommShrink")?
             .ok_or_else(|| no_communicator("ncclCommShrink"))
     }
 }

@@ -2,8 +2,10 @@
 //! same ranks, or for a list of ranks.
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::Instant;
 
-use nccl_sys::{NCCL_SPLIT_NOCOLOR, ncclComm_t, ncclResult_t};
+use nccl_sys::{NCCL_SPLIT_NOCOLOR, ncclComm, ncclComm_t, ncclResult_t};
 
 use super::Communicator;
 use crate::config::Config;
@@ -94,46 +96,66 @@ impl Communicator {
             .map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
         let parent = self.raw_for_management()?;
         self.device.bind_to_thread()?;
-        let mut raw: ncclComm_t = std::ptr::null_mut();
-        // SAFETY: `parent` is live, `raw` writable, `config_ptr` null or
-        // pointing into `raw_config`, which outlives the call.
+        let child = AtomicPtr::<ncclComm>::new(std::ptr::null_mut());
+        // SAFETY: `parent` is live; `child.as_ptr()` is a writable
+        // `ncclComm_t` (an `AtomicPtr` has the layout of the pointer) that
+        // outlives the call and the job NCCL may leave writing it, which
+        // `adopt_child` waits for; `config_ptr` is null or points into
+        // `raw_config`, which outlives the call.
         let result = unsafe {
             split(
                 parent,
                 color.unwrap_or(NCCL_SPLIT_NOCOLOR),
                 key,
-                &mut raw,
+                child.as_ptr(),
                 config_ptr,
             )
         };
         check_accepted(lib, "ncclCommSplit", result)?;
         crate::trace::event!(debug, parent_rank = self.rank, color = ?color, key, "ncclCommSplit issued");
-        self.adopt_child(&mut raw, config, "ncclCommSplit")
+        self.adopt_child(&child, color.is_some(), config, "ncclCommSplit")
     }
 
-    /// Takes the communicator `raw` that `operation` (split or shrink) on
-    /// this parent writes: waits for a nonblocking parent or child before
-    /// reading it (NCCL runs it as the parent's job and writes it when done),
-    /// then owns it, waits until it is ready and reads its rank and size.
-    /// `None` when NCCL made no communicator for this rank.
+    /// Takes the communicator `child` that `operation` (split or shrink)
+    /// on this parent writes: waits for a nonblocking parent or child
+    /// before reading it (NCCL runs it as the parent's job and writes it
+    /// when done), then owns it, waits until it is ready and reads its
+    /// rank and size. When this rank `expects` one, also waits (bounded by
+    /// the timeout) for the pointer itself: a revoked nonblocking parent
+    /// reports ready before its job has written it (seen on NCCL 2.28.9
+    /// and 2.30.7). `None` when NCCL made no communicator for this rank.
     pub(super) fn adopt_child(
         &self,
-        raw: &mut ncclComm_t,
+        child: &AtomicPtr<ncclComm>,
+        expects: bool,
         config: Option<&Config>,
         operation: &'static str,
     ) -> Result<Option<Self>> {
         let blocking = config
             .and_then(Config::blocking_option)
             .unwrap_or(self.blocking);
-        if !self.blocking || !blocking {
+        let waits = !self.blocking || !blocking;
+        if waits {
             self.wait_ready(operation)?;
+        }
+        let mut raw: ncclComm_t = child.load(Ordering::Acquire);
+        let started = Instant::now();
+        while raw.is_null() && expects && waits {
+            if started.elapsed() >= self.timeout {
+                return Err(Error::Timeout {
+                    operation,
+                    waited: started.elapsed(),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            raw = child.load(Ordering::Acquire);
         }
         if raw.is_null() {
             return Ok(None);
         }
         let timeout = config.map_or(self.timeout, Config::wait_timeout);
         let child = Self::wrap(
-            *raw,
+            raw,
             self.shared.lib,
             self.device.clone(),
             0,
