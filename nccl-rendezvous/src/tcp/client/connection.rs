@@ -97,6 +97,10 @@ impl TcpStore {
         let deadline = Deadline::after(timeout);
         let mut backoff = Duration::from_millis(10);
         let mut attempts = 0u32;
+        // A server that said it was full is why this connect fails, even
+        // when the last attempt, with only a sliver of the timeout left,
+        // ran out of time first: its refusal is the error to give.
+        let mut full: Option<String> = None;
         loop {
             attempts += 1;
             let per_attempt = deadline.remaining().unwrap_or(Duration::from_millis(1));
@@ -106,7 +110,12 @@ impl TcpStore {
                     crate::trace::event!(warn, addr = %self.addr, error = %e, "store: the server refused the connection");
                     return Err(e);
                 }
-                Err(AttemptError::Full(e)) => (e, true),
+                Err(AttemptError::Full(e)) => {
+                    if let StoreError::TooManyConnections { detail, .. } = &e {
+                        full = Some(detail.clone());
+                    }
+                    (e, true)
+                }
                 Err(AttemptError::Unanswered(e)) => (e, retry_unreachable),
                 Err(AttemptError::Io(source)) => {
                     let e = StoreError::Connect {
@@ -120,7 +129,15 @@ impl TcpStore {
             };
             let Some(left) = deadline.remaining().filter(|_| retry) else {
                 crate::trace::event!(warn, addr = %self.addr, attempts, "store: giving up connecting");
-                return Err(last);
+                return Err(match (full, last) {
+                    (Some(detail), StoreError::Unresponsive { .. } | StoreError::Connect { .. }) => {
+                        StoreError::TooManyConnections {
+                            addr: self.addr.clone(),
+                            detail,
+                        }
+                    }
+                    (_, last) => last,
+                });
             };
             crate::trace::event!(debug, addr = %self.addr, attempts, retry_in = ?backoff.min(left), "store: connecting failed, retrying");
             thread::sleep(backoff.min(left));
