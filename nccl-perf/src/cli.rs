@@ -228,6 +228,26 @@ pub struct Args {
     )]
     pub unalign: u32,
 
+    /// 1: time each iteration with CUDA events and add nccl-tests' per-iteration columns
+    /// (i_min, i_max, i_p99, i_cv%) and JSON fields (times_us, p50_us, ...); off with -G.
+    #[arg(short = 'I', allow_negative_numbers = true, long = "per_iter_timing", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub per_iter_timing: u8,
+
+    /// Leading iterations (of each batch) left out of -I's statistics (below -n).
+    #[arg(
+        short = 'K',
+        allow_negative_numbers = true,
+        long = "per_iter_skip",
+        value_name = "COUNT",
+        default_value_t = 0
+    )]
+    pub per_iter_skip: u32,
+
+    /// 1: report the GPU memory used by the communicators' initialization, the buffers and
+    /// the collectives, after the tables.
+    #[arg(short = 'M', allow_negative_numbers = true, long = "memory", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub memory: u8,
+
     /// nccl-tests flags accepted without effect.
     #[command(flatten)]
     pub unapplied: Unapplied,

@@ -53,7 +53,8 @@
 //! * `layer`: the [`Layer`] trait and one implementation per layer.
 //! * `check`: inputs, poison and host reference results for `#wrong`.
 //! * `timing`: timed batches, CUDA graph capture and replay, bounded
-//!   waits, medians.
+//!   waits, `-I`'s events, medians.
+//! * `per_iter`: `-I`'s per-iteration report from every rank's times.
 //! * `report`: the nccl-tests table (and its ratio column), the comment
 //!   lines that describe the run, JSON rows and nccl-tests' JSON document.
 //! * `plot`: the `--plot` SVG (feature `plot`).
@@ -83,6 +84,7 @@ mod env;
 mod error;
 mod layer;
 mod method;
+mod per_iter;
 #[cfg(feature = "plot")]
 mod plot;
 mod report;

@@ -301,6 +301,9 @@ mod tests {
             root: -1,
             out_of_place: Some(m(6.0)),
             in_place: (collective != "all_gather" || layer != "tensor").then(|| m(0.3)),
+            out_of_place_per_iter: None,
+            in_place_per_iter: None,
+            cpu_time: false,
             ratio: None,
             graph: 0,
         }

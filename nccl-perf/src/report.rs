@@ -25,6 +25,7 @@ mod table;
 use serde::Serialize;
 
 use crate::collective::Mode;
+use crate::per_iter::PerIter;
 pub use comments::{DeviceInfo, Machine, collective_header};
 #[cfg(feature = "plot")]
 pub use format::c_general;
@@ -70,6 +71,17 @@ pub struct Row {
     /// One buffer; `None` when the layer cannot issue this mode (the tensor
     /// layer's all_gather, reduce_scatter and all_to_all).
     pub in_place: Option<Measurement>,
+    /// `-I 1`: the out-of-place half's per-iteration report, under
+    /// nccl-tests' name; omitted without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_place_per_iter: Option<PerIter>,
+    /// `-I 1`: the in-place half's per-iteration report.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_place_per_iter: Option<PerIter>,
+    /// The times are the host's time to issue the calls (`-C 1`); omitted
+    /// when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub cpu_time: bool,
     /// With `--compare`: this layer's time over the baseline's (B's rows only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<Ratio>,
@@ -80,6 +92,10 @@ pub struct Row {
 
 fn is_zero(value: &u32) -> bool {
     *value == 0
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// `time / time of the baseline` for each mode, at the same size.
@@ -127,6 +143,14 @@ impl Row {
         }
     }
 
+    /// The per-iteration report of `mode` (`-I 1`), if any.
+    pub fn per_iter(&self, mode: Mode) -> Option<&PerIter> {
+        match mode {
+            Mode::OutOfPlace => self.out_of_place_per_iter.as_ref(),
+            Mode::InPlace => self.in_place_per_iter.as_ref(),
+        }
+    }
+
     /// The row as one line of JSON (no newline).
     ///
     /// # Errors
@@ -160,6 +184,9 @@ mod tests {
             root,
             out_of_place: Some(oop),
             in_place: Some(ip),
+            out_of_place_per_iter: None,
+            in_place_per_iter: None,
+            cpu_time: false,
             ratio: None,
             graph: 0,
         }

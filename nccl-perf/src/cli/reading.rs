@@ -51,8 +51,8 @@ impl Args {
     /// How the run measures and reports.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for `-b` above `-e`, `-N 0`, `-z 1`/`-z 2`
-    /// with `-G` (a graph capture cannot wait for the GPU), or the group
+    /// [`BenchError::Usage`] for `-b` above `-e`, `-K` not below `-n`,
+    /// `-z 1`/`-z 2` with `-G` (a graph capture cannot wait for the GPU), or the group
     /// layer with `-G` (the group does not capture operations on its own
     /// stream; `group-caller` it does).
     pub fn method(&self) -> Result<Method, BenchError> {
@@ -108,6 +108,7 @@ impl Args {
                 Blocking::None => {}
             }
         }
+        let per_iter = self.per_iter(&mut notes)?;
         if self.agg_iters > 1 && group_layers {
             notes.push(format!(
                 "# note: -m {}: the group layers issue each iteration's calls one after another (a process group's operations do not join one NCCL group)",
@@ -175,8 +176,42 @@ impl Args {
             register,
             timeout: (self.timeout > 0).then(|| Duration::from_secs(u64::from(self.timeout))),
             output_file,
+            per_iter,
+            memory_report: self.memory > 0,
             notes,
         })
+    }
+
+    /// `-I` and `-K`: the iterations `-I 1`'s statistics skip, or `None`
+    /// without per-iteration timing (`-I 0`, or `-G`, which turns it off
+    /// as nccl-tests does, with a note; so does `-K` without it).
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for `-K` not below `-n`.
+    fn per_iter(&self, notes: &mut Vec<String>) -> Result<Option<u32>, BenchError> {
+        if self.per_iter_skip >= self.iters {
+            return Err(BenchError::Usage(format!(
+                "-K/--per_iter_skip {} leaves no iteration for -I's statistics: it must be below \
+                 -n/--iters ({})",
+                self.per_iter_skip, self.iters
+            )));
+        }
+        let on = self.per_iter_timing > 0;
+        if on && self.graph > 0 {
+            notes.push(format!(
+                "# note: -I 1 is turned off with -G {}, as nccl-tests does (a graph replays the \
+                 iterations with no event between them)",
+                self.graph
+            ));
+        }
+        let per_iter = (on && self.graph == 0).then_some(self.per_iter_skip);
+        if per_iter.is_none() && self.per_iter_skip > 0 {
+            notes.push(format!(
+                "# note: -K {} has no effect without -I 1, as in nccl-tests",
+                self.per_iter_skip
+            ));
+        }
+        Ok(per_iter)
     }
 
     /// The element types, reductions, roots and cycles to run on `world`
@@ -235,6 +270,43 @@ fn is_json_name(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn method(flags: &[&str]) -> Result<Method, BenchError> {
+        Args::try_parse_from([&["nccl-perf"], flags].concat())
+            .unwrap()
+            .method()
+    }
+
+    #[test]
+    fn per_iteration_timing_and_its_skip() {
+        let off = method(&[]).unwrap();
+        assert_eq!((off.per_iter, off.memory_report), (None, false));
+        let on = method(&["-I", "1", "-K", "3", "-M", "1"]).unwrap();
+        assert_eq!((on.per_iter, on.memory_report), (Some(3), true));
+        assert!(on.notes.is_empty(), "{:?}", on.notes);
+        // -G turns -I off, as nccl-tests does, and -K with it: two notes.
+        let graph = method(&["-I", "1", "-K", "2", "-G", "10"]).unwrap();
+        assert_eq!(graph.per_iter, None);
+        assert_eq!(graph.notes.len(), 2, "{:?}", graph.notes);
+        assert!(graph.notes[0].starts_with("# note: -I 1 is turned off with -G 10"));
+        assert!(graph.notes[1].starts_with("# note: -K 2 has no effect without -I 1"));
+        // -K must leave an iteration to the statistics.
+        for flags in [&["-K", "20"][..], &["-I", "1", "-n", "5", "-K", "7"]] {
+            let error = method(flags).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            assert!(
+                error.to_string().starts_with("-K/--per_iter_skip ")
+                    && error.to_string().contains("below -n/--iters"),
+                "{error}"
+            );
+        }
+        for bad in [&["-I", "2"][..], &["-M", "2"], &["-K", "-1"], &["-I", "x"]] {
+            assert!(
+                Args::try_parse_from([&["nccl-perf"], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn json_names_as_nccl_tests_classifies_them() {

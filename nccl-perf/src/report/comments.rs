@@ -85,6 +85,7 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
         ),
     ];
     lines.extend(plan.method.blocking.header_line().map(str::to_string));
+    lines.extend(per_iter_line(plan));
     lines.extend(plan_notes(plan));
     lines.extend(["#".to_string(), "# Using devices".to_string()]);
     for device in &machine.devices {
@@ -100,6 +101,25 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// nccl-tests' line for `-I 1` (with `--batches` above 1, how the batches'
+/// iterations make one report).
+fn per_iter_line(plan: &Plan) -> Option<String> {
+    let skip = plan.method.per_iter?;
+    let mut line =
+        "# Per-Iteration Report: CUDA event timing; i_* uses max over process rows".to_string();
+    if skip > 0 {
+        line.push_str(&format!("; summary skips first {skip} iterations"));
+    }
+    if plan.batches > 1 {
+        line.push_str(&format!(
+            "; times_us holds the iterations of the {} batches in order, and the skip applies to each",
+            plan.batches
+        ));
+    }
+    line.push(' ');
+    Some(line)
 }
 
 /// Comment lines that say how the plan times and what its columns mean.
@@ -241,11 +261,7 @@ pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine)
         ),
         "#".to_string(),
     ];
-    lines.extend(table_header(&Columns {
-        ratio: plan.compare().is_some(),
-        cpu_time: plan.method.cpu_time,
-        timestamps: plan.method.timestamps,
-    }));
+    lines.extend(table_header(&Columns::of(plan)));
     lines
 }
 
@@ -423,6 +439,21 @@ mod tests {
         );
         let header = collective_header(Collective::AllReduce, &plan, &machine);
         assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
+        assert!(!text.contains("Per-Iteration"), "{text}");
+        // -I 1: nccl-tests' line after the blocking one, and its columns.
+        let timed = self::plan(&["-I", "1", "-K", "2", "-z", "3"], 1);
+        let lines = preamble(&timed, &machine);
+        assert_eq!(
+            lines[3],
+            "# Per-Iteration Report: CUDA event timing; i_* uses max over process rows; summary skips first 2 iterations "
+        );
+        let header = collective_header(Collective::AllReduce, &timed, &machine);
+        assert!(header[4].contains("#wrong    i_min    i_max"), "{header:?}");
+        let batches = self::plan(&["-I", "1", "--batches", "3"], 1);
+        assert!(
+            preamble(&batches, &machine)[2]
+                .ends_with("; times_us holds the iterations of the 3 batches in order, and the skip applies to each ")
+        );
         // Without rotation, the timing line says nothing of it.
         let fixed = self::plan(&["--no-rotate"], 1);
         let text = preamble(&fixed, &machine).join("\n");

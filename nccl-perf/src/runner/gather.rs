@@ -232,7 +232,8 @@ mod tests {
 
     /// Process `process` of `processes` with two ranks (threads that send
     /// what a rank thread sends, rank r's sample `r + 1` µs with `r`
-    /// wrong, or a failure of `failing_rank`), over `store`.
+    /// wrong and two iterations of `r` µs, or a failure of
+    /// `failing_rank`), over `store`.
     fn process(
         process: usize,
         processes: usize,
@@ -266,6 +267,7 @@ mod tests {
                 let sample = Sample {
                     time_us: Some(rank as f64 + 1.0),
                     wrong: Some(rank as u64),
+                    iter_us: Some(vec![rank as f64; 2]),
                 };
                 let _ = sender.send(Message::Measured {
                     rank,
@@ -330,9 +332,12 @@ mod tests {
             combined,
             Sample {
                 time_us: Some(3.5),
-                wrong: Some(15)
+                wrong: Some(15),
+                iter_us: None
             }
         );
+        // Each rank's per-iteration times cross the store with it.
+        assert_eq!(samples[5].iter_us, Some(vec![5.0, 5.0]));
         assert_eq!(*stopped, 0);
         for (result, _) in &results[1..] {
             let (devices, samples) = result.as_ref().unwrap();

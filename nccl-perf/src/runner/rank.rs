@@ -21,7 +21,7 @@ use crate::layer::{Call, Layer, Rotation, Shift, new_layer};
 use crate::report::DeviceInfo;
 use crate::selection::RowSpec;
 use crate::timing::{
-    Captured, Pacing, Timed, Waiter, capture, median, time_launches, time_replays,
+    Captured, IterEvents, Pacing, Timed, Waiter, capture, median, time_launches, time_replays,
 };
 
 /// The name of the group layers' process groups (one per layer and run),
@@ -396,7 +396,8 @@ impl<'a> Measuring<'a> {
 
     /// Checks, (captures) and times one call through every layer
     /// of the plan: per layer, the median time per call (`None` where the
-    /// layer cannot issue the call) and this rank's wrong elements. Each
+    /// layer cannot issue the call), with `-I 1` each timed iteration's
+    /// time, and this rank's wrong elements. Each
     /// launch is at the next place of the call's rotation, computed here
     /// before the loops.
     fn measure_mode(
@@ -459,13 +460,19 @@ impl<'a> Measuring<'a> {
             waiter.wait("synchronizing after the graph warm-up")?;
         }
         let meet = || barrier.wait("the barrier after a blocking iteration (-z)");
+        let events = method
+            .per_iter
+            .map(|_| IterEvents::new(stream, plan.iters as usize, method.blocking))
+            .transpose()?;
         let pacing = Pacing {
             agg,
             blocking: method.blocking,
             meet: &meet,
+            events: events.as_ref(),
         };
         let mut times: Vec<Vec<f64>> =
             vec![Vec::with_capacity(plan.batches as usize); layers.len()];
+        let mut iter_us: Vec<Vec<f64>> = vec![Vec::new(); layers.len()];
         for _ in 0..plan.batches {
             for (slot, layer) in active() {
                 let timed: Timed = match &graphs[slot] {
@@ -476,7 +483,11 @@ impl<'a> Measuring<'a> {
                     None => {
                         let mut launch = layer.bind(call, buffers)?;
                         barrier.wait(BEFORE_BATCH)?;
-                        time_launches(&mut launch, &shifts[..calls], &pacing, &waiter)?
+                        let timed = time_launches(&mut launch, &shifts[..calls], &pacing, &waiter)?;
+                        if let Some(events) = &events {
+                            iter_us[slot].extend(events.iteration_us(agg)?);
+                        }
+                        timed
                     }
                 };
                 times[slot].push(if method.cpu_time {
@@ -489,9 +500,11 @@ impl<'a> Measuring<'a> {
         Ok(times
             .iter()
             .zip(wrong)
-            .map(|(times, wrong)| Sample {
+            .zip(iter_us)
+            .map(|((times, wrong), iter_us)| Sample {
                 time_us: median(times),
                 wrong,
+                iter_us: (events.is_some() && !times.is_empty()).then_some(iter_us),
             })
             .collect())
     }

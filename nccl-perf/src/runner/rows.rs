@@ -11,6 +11,7 @@ use super::protocol::{RowKey, Sample};
 use super::reduce::combine;
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
+use crate::per_iter::PerIter;
 use crate::report::{
     Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header, compare_footer,
     table_footer,
@@ -97,8 +98,10 @@ where
                     mode,
                     layer: slot,
                 };
-                let out_of_place = self.measurement(collective, spec, key(Mode::OutOfPlace))?;
-                let in_place = self.measurement(collective, spec, key(Mode::InPlace))?;
+                let (out_of_place, out_of_place_per_iter) =
+                    self.measurement(collective, spec, key(Mode::OutOfPlace))?;
+                let (in_place, in_place_per_iter) =
+                    self.measurement(collective, spec, key(Mode::InPlace))?;
                 wrong_total += [out_of_place, in_place]
                     .iter()
                     .flatten()
@@ -115,6 +118,9 @@ where
                     root: collective.root_column(spec.root),
                     out_of_place,
                     in_place,
+                    out_of_place_per_iter,
+                    in_place_per_iter,
+                    cpu_time: plan.method.cpu_time,
                     ratio: None,
                     graph: plan.graph,
                 });
@@ -146,16 +152,25 @@ where
     }
 
     /// Every rank's measurement of `key`, of `collective`'s row `spec`,
-    /// with its bandwidths; `None` where the layer cannot issue that mode.
+    /// with its bandwidths (`None` where the layer cannot issue that mode),
+    /// and with `-I 1` its per-iteration report.
     fn measurement(
         &mut self,
         collective: Collective,
         spec: &RowSpec,
         key: RowKey,
-    ) -> Result<Option<Measurement>, BenchError> {
+    ) -> Result<(Option<Measurement>, Option<PerIter>), BenchError> {
         let plan = self.plan;
-        let Sample { time_us, wrong } = combine(&(self.samples)(key)?, plan.average);
-        Ok(time_us.map(|time_us| {
+        let samples = (self.samples)(key)?;
+        let Sample { time_us, wrong, .. } = combine(&samples, plan.average);
+        let per_iter = plan.method.per_iter.and_then(|skip| {
+            let ranks: Vec<Option<&[f64]>> = samples
+                .iter()
+                .map(|sample| sample.iter_us.as_deref())
+                .collect();
+            PerIter::of_ranks(&ranks, plan.ranks_per_process(), plan.iters as usize, skip)
+        });
+        let measurement = time_us.map(|time_us| {
             let bandwidth = bandwidths(
                 collective,
                 &spec.counts,
@@ -169,7 +184,8 @@ where
                 busbw: bandwidth.busbw,
                 wrong,
             }
-        }))
+        });
+        Ok((measurement, per_iter))
     }
 }
 
@@ -215,6 +231,7 @@ mod tests {
                     .map(|rank| Sample {
                         time_us: Some(rank as f64 + 1.0),
                         wrong: Some(wrong[rank]),
+                        iter_us: Some(vec![rank as f64 + 1.0; 20]),
                     })
                     .collect())
             },
@@ -236,6 +253,17 @@ mod tests {
         assert_eq!(summary.rows[0].world_size, 4);
         assert!(
             text.contains("#  Rank  3 Group  0 Pid    103 on      host3 device  0"),
+            "{text}"
+        );
+        // Without -I, no per-iteration report; with it, the slowest rank's
+        // times, in the table and the rows.
+        assert_eq!(summary.rows[0].out_of_place_per_iter, None);
+        let (text, per_iter) = tables(&[&flags[..], &["-I", "1", "-K", "2"]].concat(), [0; 4]);
+        let report = per_iter.rows[1].in_place_per_iter.clone().unwrap();
+        assert_eq!(report.times_us, [4.0; 20]);
+        assert_eq!((report.skipped_iterations, report.stats.p99_us), (2, 4.0));
+        assert!(
+            text.contains("  i_min    i_max    i_p99    i_cv%"),
             "{text}"
         );
         for (flag, expected) in [("0", 1.0), ("1", 2.5), ("2", 1.0), ("3", 4.0)] {
