@@ -55,6 +55,7 @@
 //! * `timing`: timed batches, CUDA graph capture and replay, bounded
 //!   waits, `-I`'s events, medians.
 //! * `per_iter`: `-I`'s per-iteration report from every rank's times.
+//! * `memory`: `-M`'s GPU memory report.
 //! * `report`: the nccl-tests table (and its ratio column), the comment
 //!   lines that describe the run, JSON rows and nccl-tests' JSON document.
 //! * `plot`: the `--plot` SVG (feature `plot`).
@@ -83,6 +84,7 @@ mod collective;
 mod env;
 mod error;
 mod layer;
+mod memory;
 mod method;
 mod per_iter;
 #[cfg(feature = "plot")]

@@ -56,7 +56,7 @@ pub use layout::Layout;
 use meeting::Meeting;
 pub use plan::Plan;
 use rank::{RankPlace, rank_thread};
-use rows::{Summary, Tables};
+use rows::{Summary, Tables, finish};
 
 /// How long process 0 waits for the others to leave after a failure,
 /// before it exits and takes a launch's TCP store with it.
@@ -198,8 +198,9 @@ pub fn run(
 }
 
 /// The main thread's part: process 0 writes the tables as the rows
-/// complete, the others share their ranks' samples; then every process
-/// waits for its ranks and learns the run's wrong elements.
+/// complete (and `-M`'s report after them), the others share their ranks'
+/// samples (and memory usage); then every process waits for its ranks and
+/// learns the run's wrong elements.
 fn gather(
     gatherer: &mut Gatherer,
     plan: &Plan,
@@ -210,9 +211,13 @@ fn gather(
 ) -> Result<Summary, BenchError> {
     let devices = gatherer.devices()?;
     let mut summary = Summary::default();
+    let memory_report = plan.method.memory_report;
     if gatherer.meeting().process() != 0 {
         for key in plan.row_keys() {
             gatherer.samples(key)?;
+        }
+        if memory_report {
+            gatherer.memory()?;
         }
     } else {
         let mut reporter = Reporter::new(out, json).with_progress(progress.clone());
@@ -223,6 +228,8 @@ fn gather(
             samples: |key| gatherer.samples(key),
         }
         .write(&Machine::new(env, devices))?;
+        let memory = memory_report.then(|| gatherer.memory()).transpose()?;
+        finish(&mut reporter, memory.as_deref())?;
     }
     gatherer.finished()?;
     summary.wrong = gatherer.meeting().conclude(summary.wrong)?;

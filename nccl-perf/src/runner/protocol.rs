@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::collective::Mode;
 use crate::error::BenchError;
+use crate::memory::MemoryUsage;
 use crate::report::DeviceInfo;
 
 /// Stops a rank that may be blocked inside NCCL: aborts its communicator
@@ -33,6 +34,13 @@ pub enum Message {
         key: RowKey,
         /// What the rank measured.
         sample: Sample,
+    },
+    /// The GPU memory the rank used (`-M 1`), after its last row.
+    Memory {
+        /// The rank.
+        rank: usize,
+        /// What it used.
+        usage: MemoryUsage,
     },
     /// The rank is done.
     Finished,

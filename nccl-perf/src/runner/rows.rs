@@ -11,6 +11,7 @@ use super::protocol::{RowKey, Sample};
 use super::reduce::combine;
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
+use crate::memory::MemoryUsage;
 use crate::per_iter::PerIter;
 use crate::report::{
     Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header, compare_footer,
@@ -36,6 +37,25 @@ fn io_error(source: std::io::Error) -> BenchError {
     }
 }
 
+/// The end of the output after the tables: with `-M 1` the memory report
+/// of every rank's `memory`, then the last comment line, and `-J`'s
+/// document closed.
+///
+/// # Errors
+/// Output that cannot be written.
+pub fn finish<W: Write>(
+    reporter: &mut Reporter<W>,
+    memory: Option<&[MemoryUsage]>,
+) -> Result<(), BenchError> {
+    if let Some(memory) = memory {
+        reporter
+            .line(&MemoryUsage::max(memory).line())
+            .map_err(io_error)?;
+    }
+    reporter.line("#").map_err(io_error)?;
+    reporter.finish().map_err(io_error)
+}
+
 /// Writes the tables of `plan` on `machine` to `reporter`, one row after
 /// another as `samples` gives every rank's samples of each key (in rank
 /// order); `progress` counts the rows.
@@ -55,8 +75,8 @@ where
     W: Write,
     F: FnMut(RowKey) -> Result<Vec<Sample>, BenchError>,
 {
-    /// The whole output on `machine`: the preamble, then per collective
-    /// its header, its rows and its footer.
+    /// The output on `machine` up to [`finish`]: the preamble, then per
+    /// collective its header, its rows and its footer.
     ///
     /// # Errors
     /// A failing or absent rank, or output that cannot be written.
@@ -70,8 +90,6 @@ where
                 .map_err(io_error)?;
             self.collective_table(index, collective, &mut summary)?;
         }
-        self.reporter.line("#").map_err(io_error)?;
-        self.reporter.finish().map_err(io_error)?;
         Ok(summary)
     }
 
@@ -271,5 +289,23 @@ mod tests {
             assert_eq!(time(&summary), expected, "-a {flag}");
             assert_eq!(summary.wrong, 0);
         }
+    }
+
+    #[test]
+    fn the_memory_report_ends_the_output_before_the_last_line() {
+        let usage = |init| MemoryUsage {
+            init,
+            buffers: 1 << 20,
+            collective: 0,
+        };
+        let mut out = Vec::new();
+        let mut reporter = Reporter::new(&mut out, None);
+        finish(&mut reporter, Some(&[usage(3 << 20), usage(5 << 20)])).unwrap();
+        finish(&mut Reporter::new(Vec::new(), None), None).unwrap();
+        drop(reporter);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "# GPU memory usage     : Initialization 5.00 MB | User-Allocated 1.00 MB | Collective 0.00 B | Total  6.00 MB\n#\n"
+        );
     }
 }
