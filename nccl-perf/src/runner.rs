@@ -181,18 +181,7 @@ pub fn run(
     }
     #[cfg(feature = "plot")]
     if let (Some(path), true) = (&args.plot, lead) {
-        let title = format!(
-            "nccl-perf {}: {} world {} {}",
-            plan.layers_title(),
-            plan.selection.dtype_names(),
-            plan.world,
-            if plan.graph > 0 {
-                format!("(CUDA graph x{})", plan.graph)
-            } else {
-                String::new()
-            }
-        );
-        crate::plot::write_svg(path, &summary.rows, title.trim_end())?;
+        crate::plot::write_svg(path, &summary.rows)?;
     }
     Ok(summary)
 }
@@ -239,9 +228,19 @@ fn gather(
 /// The whole command, in this process: meets the launch (if any), checks
 /// the machine, runs, and maps the outcome to an exit status (0 ok, 1
 /// failed or wrong results, 2 usage or missing driver/GPU/NCCL), the same
-/// in every process. Errors are one line on stderr, after `nccl-perf:`
+/// in every process. With `--report` it only redraws the saved rows (2
+/// for a file that is not rows). Errors are one line on stderr, after `nccl-perf:`
 /// and, in a launch, the process (`process 1/4:`).
 pub fn main_with(args: &Args) -> u8 {
+    if let Some(rows) = &args.report {
+        return match crate::redraw::redraw(rows, args.plot.as_deref(), io::stdout()) {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("nccl-perf: error: {}", error.one_line());
+                error.exit_code()
+            }
+        };
+    }
     let world = match World::from_env("nccl-perf") {
         Ok(world) => world,
         Err(error) => {

@@ -7,7 +7,8 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 use super::Args;
 use crate::buffers::Memory;
@@ -23,13 +24,13 @@ impl Args {
     ///
     /// # Errors
     /// clap's error for a bad flag or value, or for flags that cannot run
-    /// together ([`Args::method`], [`Args::selection`]).
+    /// together ([`Args::method`], [`Args::selection`], and any but
+    /// `--plot` with `--report`).
     pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let args = Self::try_parse_from(args)?;
         let usage = |error: BenchError| {
             clap::Error::raw(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -37,6 +38,11 @@ impl Args {
             )
             .with_cmd(&Self::command())
         };
+        let mut matches = Self::command().try_get_matches_from(args)?;
+        // Before the values are taken out of `matches`.
+        report_alone(&matches).map_err(usage)?;
+        let args = Self::from_arg_matches_mut(&mut matches)
+            .map_err(|error| error.format(&mut Self::command()))?;
         args.method().map_err(usage)?;
         args.selection(None).map_err(usage)?;
         Ok(args)
@@ -59,11 +65,7 @@ impl Args {
         if let Some(path) = &self.plot
             && !cfg!(feature = "plot")
         {
-            return Err(BenchError::Usage(format!(
-                "--plot {}: this nccl-perf was built without its `plot` feature (on by default); \
-                 build it with `--features plot` to draw plots",
-                path.display()
-            )));
+            return Err(without_plot_feature(path));
         }
         if self.min_bytes > self.max_bytes {
             return Err(BenchError::Usage(format!(
@@ -258,6 +260,42 @@ impl Args {
     }
 }
 
+/// `--plot path` refused by an nccl-perf built without its `plot` feature.
+pub fn without_plot_feature(path: &Path) -> BenchError {
+    BenchError::Usage(format!(
+        "--plot {}: this nccl-perf was built without its `plot` feature (on by default); \
+         build it with `--features plot` to draw plots",
+        path.display()
+    ))
+}
+
+/// `--report` runs nothing, so no flag but `--plot` can go with it: with
+/// `--report`, an error naming the others given on the command line.
+fn report_alone(matches: &ArgMatches) -> Result<(), BenchError> {
+    let given_here = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    if !given_here("report") {
+        return Ok(());
+    }
+    let command = Args::command();
+    let given: Vec<String> = command
+        .get_arguments()
+        .filter(|arg| !matches!(arg.get_id().as_str(), "report" | "plot"))
+        .filter(|arg| given_here(arg.get_id().as_str()))
+        .map(|arg| match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => arg.get_id().as_str().to_uppercase(),
+        })
+        .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(BenchError::Usage(format!(
+        "--report redraws saved rows and runs nothing: only --plot can go with it, given {}",
+        given.join(", ")
+    )))
+}
+
 /// Whether nccl-tests would write JSON to `path`: the text after its last
 /// `.` (with no `/` after that `.`, and not empty) is `json`, in any case.
 fn is_json_name(path: &Path) -> bool {
@@ -269,12 +307,44 @@ fn is_json_name(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
     fn method(flags: &[&str]) -> Result<Method, BenchError> {
         Args::try_parse_from([&["nccl-perf"], flags].concat())
             .unwrap()
             .method()
+    }
+
+    #[test]
+    fn report_takes_plot_and_nothing_else() {
+        let alone = Args::try_parse_checked(["nccl-perf", "--report", "rows.jsonl"]).unwrap();
+        assert_eq!(alone.report.as_deref(), Some(Path::new("rows.jsonl")));
+        if cfg!(feature = "plot") {
+            let plot = ["nccl-perf", "--report", "r.jsonl", "--plot", "bw.svg"];
+            assert!(Args::try_parse_checked(plot).is_ok());
+        }
+        for (flags, named) in [
+            (&["--layer", "raw"][..], "given --layer"),
+            (&["-n", "5", "all_reduce"], "given --iters, COLLECTIVE"),
+            (&["-I", "1"], "given --per_iter_timing"),
+            (&["-R", "1"], "given --local_register"),
+        ] {
+            let args = [&["nccl-perf", "--report", "r.jsonl"][..], flags].concat();
+            let error = Args::try_parse_checked(args).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            let text = error.to_string();
+            assert!(
+                text.contains(
+                    "--report redraws saved rows and runs nothing: only --plot can go with it"
+                ) && text.contains(named),
+                "{flags:?}: {text}"
+            );
+        }
+        // A collective as the positional argument still runs it.
+        let run = Args::try_parse_checked(["nccl-perf", "all_reduce"]).unwrap();
+        assert!(run.report.is_none() && run.collectives().len() == 1);
     }
 
     #[test]

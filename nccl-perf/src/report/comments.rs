@@ -231,38 +231,73 @@ fn missing_notes(name: &str, layer: LayerKind, collectives: &[Collective]) -> Ve
     lines
 }
 
-/// The comment lines naming one collective's table, then its column headers.
-pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine) -> Vec<String> {
-    let devices = &machine.devices;
-    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    names.dedup();
-    let gpus = if names.len() == 1 {
-        format!("{} x {}", devices.len(), names[0])
-    } else {
-        devices
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let baseline = plan
-        .compare()
-        .map(|(a, _)| format!(" baseline {}", a.name()))
+/// What names a table: its collective, the layer of its rows (and the
+/// baseline of `--compare`), the world size and, for a run, the machine.
+pub struct TableTitle<'a> {
+    /// The collective (`all_reduce`).
+    pub collective: &'a str,
+    /// The layer of the rows.
+    pub layer: &'a str,
+    /// A of `--compare A,B`.
+    pub baseline: Option<&'a str>,
+    /// The number of ranks.
+    pub world: usize,
+    /// Where the run was (its libnccl and GPUs); `None` for rows redrawn
+    /// by `--report`, which do not say.
+    pub machine: Option<&'a Machine>,
+}
+
+/// The comment lines naming a table ([`TableTitle`]), then its column
+/// headers with `columns`.
+pub fn table_heading(title: &TableTitle<'_>, columns: &Columns) -> Vec<String> {
+    let baseline = title
+        .baseline
+        .map(|a| format!(" baseline {a}"))
         .unwrap_or_default();
+    let (nccl, gpus) = match title.machine {
+        Some(machine) => {
+            let devices = &machine.devices;
+            let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+            names.dedup();
+            let gpus = if names.len() == 1 {
+                format!("{} x {}", devices.len(), names[0])
+            } else {
+                devices
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            (
+                format!(" nccl {}", machine.nccl_version),
+                format!(" gpus {gpus}"),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
     let mut lines = vec![
         "#".to_string(),
         format!(
-            "# Collective {} layer {}{baseline} nccl {} world {} gpus {}",
-            collective.name(),
-            plan.table_layer().name(),
-            machine.nccl_version,
-            plan.world,
-            gpus
+            "# Collective {} layer {}{baseline}{nccl} world {}{gpus}",
+            title.collective, title.layer, title.world
         ),
         "#".to_string(),
     ];
-    lines.extend(table_header(&Columns::of(plan)));
+    lines.extend(table_header(columns));
     lines
+}
+
+/// The comment lines naming one collective's table of `plan` on
+/// `machine`, then its column headers.
+pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine) -> Vec<String> {
+    let title = TableTitle {
+        collective: collective.name(),
+        layer: plan.table_layer().name(),
+        baseline: plan.compare().map(|(a, _)| a.name()),
+        world: plan.world,
+        machine: Some(machine),
+    };
+    table_heading(&title, &Columns::of(plan))
 }
 
 #[cfg(test)]

@@ -65,6 +65,12 @@ impl<W: Write> Reporter<W> {
         self.lines(lines)
     }
 
+    /// Sets the columns of the rows to come (those of a plan's tables
+    /// once [`Reporter::begin`] ran).
+    pub fn set_columns(&mut self, columns: Columns) {
+        self.columns = columns;
+    }
+
     /// Closes `-J`'s document after the last row.
     ///
     /// # Errors

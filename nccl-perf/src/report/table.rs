@@ -4,7 +4,6 @@
 use super::Row;
 use super::format::{c_general, fixed_width, ratio_column};
 use crate::collective::Mode;
-use crate::layer::LayerKind;
 use crate::runner::Plan;
 use crate::timing::median;
 
@@ -160,8 +159,30 @@ pub fn table_row(row: &Row, columns: &Columns) -> String {
     line
 }
 
+/// The wrong elements of every mode of `rows`.
+pub fn wrong_elements(rows: &[Row]) -> u64 {
+    rows.iter()
+        .flat_map(|row| [row.out_of_place, row.in_place])
+        .flatten()
+        .filter_map(|m| m.wrong)
+        .sum()
+}
+
+/// The lines after a collective's table of `shown` rows: nccl-tests'
+/// summary (its wrong elements counting those of the `baseline` rows of
+/// `--compare`, if any, too) and with a baseline the comparison's.
+pub fn collective_footer(shown: &[Row], baseline: Option<&[Row]>) -> Vec<String> {
+    let wrong = wrong_elements(shown) + baseline.map_or(0, wrong_elements);
+    let mut lines = table_footer(wrong, average_busbw(shown)).to_vec();
+    if let Some(baseline) = baseline {
+        let name = |rows: &[Row]| rows.first().map_or("?", |row| row.layer);
+        lines.extend(compare_footer(name(baseline), name(shown), baseline, shown));
+    }
+    lines
+}
+
 /// The summary lines after a collective's table.
-pub fn table_footer(wrong: u64, avg_busbw: f64) -> [String; 2] {
+fn table_footer(wrong: u64, avg_busbw: f64) -> [String; 2] {
     [
         format!(
             "# {:<20} : {} {}",
@@ -175,7 +196,7 @@ pub fn table_footer(wrong: u64, avg_busbw: f64) -> [String; 2] {
 
 /// nccl-tests' average bus bandwidth: the mean of the busbw of every row,
 /// out-of-place and in-place alike. 0 with no rows.
-pub fn average_busbw(rows: &[Row]) -> f64 {
+fn average_busbw(rows: &[Row]) -> f64 {
     let values: Vec<f64> = rows
         .iter()
         .flat_map(|r| [r.out_of_place, r.in_place])
@@ -189,9 +210,10 @@ pub fn average_busbw(rows: &[Row]) -> f64 {
     }
 }
 
-/// The comment lines after a `--compare` table: the baseline's average bus
-/// bandwidth and the median ratio of each mode over the sizes.
-pub fn compare_footer(a: LayerKind, b: LayerKind, baseline: &[Row], shown: &[Row]) -> [String; 2] {
+/// The comment lines after a `--compare` table of layer `b` against `a`:
+/// the baseline's average bus bandwidth and the median ratio of each mode
+/// over the sizes.
+fn compare_footer(a: &str, b: &str, baseline: &[Row], shown: &[Row]) -> [String; 2] {
     let median_ratio = |mode| {
         let ratios: Vec<f64> = shown
             .iter()
@@ -202,12 +224,12 @@ pub fn compare_footer(a: LayerKind, b: LayerKind, baseline: &[Row], shown: &[Row
     [
         format!(
             "# {:<20} : {} ",
-            format!("Avg bus bandwidth ({})", a.name()),
+            format!("Avg bus bandwidth ({a})"),
             c_general(average_busbw(baseline))
         ),
         format!(
             "# {:<20} : out-of-place {} in-place {}",
-            format!("Median ratio {}/{}", b.name(), a.name()),
+            format!("Median ratio {b}/{a}"),
             median_ratio(Mode::OutOfPlace),
             median_ratio(Mode::InPlace)
         ),
@@ -525,6 +547,14 @@ mod tests {
             table_footer(2, 0.25)[0],
             "# Out of bounds values : 2 FAILED"
         );
+        assert_eq!(collective_footer(&rows, None), table_footer(0, 5.0));
+        // A baseline's wrong elements count too.
+        let mut failing = rows.clone();
+        failing[1].in_place = Some(m(1.0, 1.0, 8.0, Some(3)));
+        assert_eq!(wrong_elements(&failing), 3);
+        let lines = collective_footer(&rows, Some(&failing));
+        assert_eq!(lines[0], "# Out of bounds values : 3 FAILED");
+        assert_eq!(lines.len(), 4);
     }
 
     #[test]
@@ -557,7 +587,9 @@ mod tests {
         for (b, a) in tensor.iter_mut().zip(&raw) {
             b.ratio = Some(Ratio::between(a, b));
         }
-        let [avg, ratio] = compare_footer(LayerKind::Raw, LayerKind::Tensor, &raw, &tensor);
+        let lines = collective_footer(&tensor, Some(&raw));
+        assert_eq!(lines[0], "# Out of bounds values : 0 OK");
+        let [avg, ratio] = [&lines[2], &lines[3]];
         assert_eq!(avg, "# Avg bus bandwidth (raw) : 2 ");
         assert_eq!(
             ratio,

@@ -14,8 +14,8 @@ use crate::error::BenchError;
 use crate::memory::MemoryUsage;
 use crate::per_iter::PerIter;
 use crate::report::{
-    Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header, compare_footer,
-    table_footer,
+    Machine, Measurement, Ratio, Reporter, Row, collective_footer, collective_header,
+    wrong_elements,
 };
 use crate::selection::RowSpec;
 use crate::sizes::bandwidths;
@@ -105,7 +105,6 @@ where
         let specs = plan.rows(collective);
         let mut table_rows = Vec::with_capacity(specs.len());
         let mut baseline_rows = Vec::new();
-        let mut wrong_total = 0;
         for (row_index, spec) in specs.iter().enumerate() {
             let counts = &spec.counts;
             let mut rows = Vec::with_capacity(plan.layers.len());
@@ -120,11 +119,6 @@ where
                     self.measurement(collective, spec, key(Mode::OutOfPlace))?;
                 let (in_place, in_place_per_iter) =
                     self.measurement(collective, spec, key(Mode::InPlace))?;
-                wrong_total += [out_of_place, in_place]
-                    .iter()
-                    .flatten()
-                    .filter_map(|m| m.wrong)
-                    .sum::<u64>();
                 rows.push(Row {
                     collective: collective.name(),
                     layer: layer.name(),
@@ -157,15 +151,11 @@ where
             summary.rows.push(shown.clone());
             table_rows.push(shown);
         }
+        let baseline = plan.compare().map(|_| baseline_rows.as_slice());
         self.reporter
-            .lines(table_footer(wrong_total, average_busbw(&table_rows)))
+            .lines(collective_footer(&table_rows, baseline))
             .map_err(io_error)?;
-        if let Some((a, b)) = plan.compare() {
-            self.reporter
-                .lines(compare_footer(a, b, &baseline_rows, &table_rows))
-                .map_err(io_error)?;
-        }
-        summary.wrong += wrong_total;
+        summary.wrong += wrong_elements(&table_rows) + wrong_elements(&baseline_rows);
         Ok(())
     }
 
