@@ -27,6 +27,8 @@ mod values;
 mod tests;
 
 use compare::{Compare, parse_compare_arg};
+#[cfg(not(feature = "plot"))]
+pub use reading::without_plot_feature;
 pub use size::{SizeError, parse_size};
 use size::{parse_nonzero_size_arg, parse_size_arg};
 pub use unapplied::Unapplied;
@@ -80,6 +82,7 @@ pub use values::{DataTypeArg, ReduceOpArg, RootArg};
                   nccl-perf --layer raw -b 8 -e 1G -f 4 -n 200 -w 20 -J all_reduce.json all_reduce\n  \
                   nccl-perf -d all -o all -c 3 reduce\n  \
                   nccl-perf --compare raw,tensor --json rows.jsonl --plot bw.svg all_reduce\n  \
+                  nccl-perf --report rows.jsonl --plot bw.svg\n  \
                   nccl-perf --compare raw,group -b 8 -e 128M -f 2\n  \
                   nccl-perf --compare raw,core -G 100 -b 8 -e 1M sendrecv\n  \
                   torchrun --nproc-per-node 8 --no-python nccl-perf -b 8 -e 1G -f 2\n  \
@@ -228,6 +231,26 @@ pub struct Args {
     )]
     pub unalign: u32,
 
+    /// 1: time each iteration with CUDA events and add nccl-tests' per-iteration columns
+    /// (i_min, i_max, i_p99, i_cv%) and JSON fields (times_us, p50_us, ...); off with -G.
+    #[arg(short = 'I', allow_negative_numbers = true, long = "per_iter_timing", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub per_iter_timing: u8,
+
+    /// Leading iterations (of each batch) left out of -I's statistics (below -n).
+    #[arg(
+        short = 'K',
+        allow_negative_numbers = true,
+        long = "per_iter_skip",
+        value_name = "COUNT",
+        default_value_t = 0
+    )]
+    pub per_iter_skip: u32,
+
+    /// 1: report the GPU memory used by the communicators' initialization, the buffers and
+    /// the collectives, after the tables.
+    #[arg(short = 'M', allow_negative_numbers = true, long = "memory", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub memory: u8,
+
     /// nccl-tests flags accepted without effect.
     #[command(flatten)]
     pub unapplied: Unapplied,
@@ -284,6 +307,11 @@ pub struct Args {
     /// per layer and mode, to FILE as SVG (needs the `plot` feature, on by default).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+
+    /// Run nothing: redraw the tables of the rows a run wrote with --json to ROWS (and with
+    /// --plot the plot), without a GPU, a CUDA driver or NCCL. Only --plot goes with it.
+    #[arg(long, value_name = "ROWS.jsonl")]
+    pub report: Option<PathBuf>,
 
     /// Who allocates the send and receive buffers: cudarc (cuMemAllocAsync, from the
     /// stream's memory pool) or nccl (ncclMemAlloc, as nccl-tests 2.19 does; registered

@@ -112,6 +112,16 @@ pub enum BenchError {
         /// How long this one waited.
         waited: std::time::Duration,
     },
+    /// The rows file given to `--report` cannot be read, or a line of it
+    /// is not a row (the message names the line, what was expected and
+    /// what was given). Exit status 2.
+    #[error("--report {path}: {message}")]
+    Rows {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Every rank thread ended without reporting the rest of the run.
     #[error("the rank threads ended without reporting (a rank thread panicked?)")]
     Lost,
@@ -128,6 +138,7 @@ impl BenchError {
         match self {
             BenchError::Environment(_)
             | BenchError::Usage(_)
+            | BenchError::Rows { .. }
             | BenchError::Store(nccl_group::StoreError::Config { .. }) => 2,
             BenchError::Rank { source, .. }
             | BenchError::Capture { source, .. }
@@ -145,7 +156,7 @@ impl BenchError {
     /// | `Nccl`, `Tensor`, `Group`, `Store`, `Rank`, `Capture`, `Row` | the wrapped error's `kind()` |
     /// | `MissingFunction` | [`ErrorKind::MissingFunction`] |
     /// | `Environment` | [`ErrorKind::Unavailable`] |
-    /// | `Usage` | [`ErrorKind::InvalidArgument`] |
+    /// | `Usage`, `Rows` | [`ErrorKind::InvalidArgument`] |
     /// | `Io`, `Plot` | [`ErrorKind::Io`] |
     /// | `Peer` | [`ErrorKind::Aborted`] |
     /// | `Absent` | [`ErrorKind::Timeout`] |
@@ -161,7 +172,7 @@ impl BenchError {
             | BenchError::Row { source, .. } => source.kind(),
             BenchError::MissingFunction(_) => ErrorKind::MissingFunction,
             BenchError::Environment(_) => ErrorKind::Unavailable,
-            BenchError::Usage(_) => ErrorKind::InvalidArgument,
+            BenchError::Usage(_) | BenchError::Rows { .. } => ErrorKind::InvalidArgument,
             BenchError::Io { .. } | BenchError::Plot { .. } => ErrorKind::Io,
             BenchError::Peer { .. } => ErrorKind::Aborted,
             BenchError::Absent { .. } => ErrorKind::Timeout,
@@ -393,6 +404,13 @@ mod tests {
             ),
             (
                 BenchError::Usage("bad root".into()),
+                ErrorKind::InvalidArgument,
+            ),
+            (
+                BenchError::Rows {
+                    path: "rows.jsonl".into(),
+                    message: "line 2: bad".into(),
+                },
                 ErrorKind::InvalidArgument,
             ),
             (BenchError::Lost, ErrorKind::Other),

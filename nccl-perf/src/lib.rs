@@ -27,8 +27,10 @@
 //! `-G N` captures each timed loop in a CUDA graph and replays it N times;
 //! `--json FILE` writes every row of every layer; `--plot FILE.svg` (the
 //! `plot` feature, on by default) draws algbw and busbw against size on log
-//! axes; a progress bar goes to stderr when it is a terminal, while the
-//! table on stdout stays machine-readable.
+//! axes; `--report FILE` redraws the tables (and `--plot`) of saved rows
+//! without running anything; a progress bar goes to stderr when it is a
+//! terminal, while the table on stdout stays machine-readable. `-I 1` adds
+//! nccl-tests' per-iteration timing, `-M 1` its GPU memory report.
 //!
 //! Features: `plot` (default) draws `--plot` with plotters; without it
 //! (`--no-default-features`) `--plot` is a usage error naming the feature.
@@ -53,10 +55,13 @@
 //! * `layer`: the [`Layer`] trait and one implementation per layer.
 //! * `check`: inputs, poison and host reference results for `#wrong`.
 //! * `timing`: timed batches, CUDA graph capture and replay, bounded
-//!   waits, medians.
+//!   waits, `-I`'s events, medians.
+//! * `per_iter`: `-I`'s per-iteration report from every rank's times.
+//! * `memory`: `-M`'s GPU memory report.
 //! * `report`: the nccl-tests table (and its ratio column), the comment
 //!   lines that describe the run, JSON rows and nccl-tests' JSON document.
 //! * `plot`: the `--plot` SVG (feature `plot`).
+//! * `redraw`: `--report ROWS.jsonl`, the tables and plot of saved rows.
 //! * `env`: the CUDA driver, GPU and NCCL checks done before anything else.
 //! * `runner`: which ranks and GPUs a process has, the plan, the rank
 //!   threads, where the processes meet (barriers, failures, results), and
@@ -82,9 +87,12 @@ mod collective;
 mod env;
 mod error;
 mod layer;
+mod memory;
 mod method;
+mod per_iter;
 #[cfg(feature = "plot")]
 mod plot;
+mod redraw;
 mod report;
 mod rotation;
 mod runner;

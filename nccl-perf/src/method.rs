@@ -1,7 +1,8 @@
 //! How a run measures and reports, beyond what it runs: nccl-tests'
 //! rotation, aggregation (`-m`), blocking (`-z`), checks (`-c`), CPU time
 //! (`-C`), timestamps (`-S`), the NULL stream (`-y`), the timeout (`-T`),
-//! misalignment (`-u`) and JSON file (`-J`), read from the flags once
+//! misalignment (`-u`), JSON file (`-J`), per-iteration timing (`-I`,
+//! `-K`) and memory report (`-M`), read from the flags once
 //! ([`crate::cli::Args::method`]), plus the one-line notes on the flags
 //! that cannot apply here; and how a row's time comes from the ranks'
 //! (`-a`, [`Average`]).
@@ -175,6 +176,12 @@ pub struct Method {
     /// Where nccl-tests' JSON document goes (`-J`); `None` without `-J` or
     /// when its name does not end in `.json` (nccl-tests writes nothing then).
     pub output_file: Option<PathBuf>,
+    /// `-I 1`: each timed iteration is timed with CUDA events, and this
+    /// many leading iterations (`-K`) are left out of the statistics;
+    /// `None` without `-I 1` (and with `-G`, which turns it off).
+    pub per_iter: Option<u32>,
+    /// Report the GPU memory used (`-M 1`).
+    pub memory_report: bool,
     /// One line per flag that is accepted but cannot apply as it does in
     /// nccl-tests, each starting with `# note:`.
     pub notes: Vec<String>,
@@ -198,6 +205,8 @@ impl Default for Method {
             register: false,
             timeout: None,
             output_file: None,
+            per_iter: None,
+            memory_report: false,
             notes: Vec::new(),
         }
     }

@@ -267,12 +267,47 @@ fn draw(path: &Path, rows: &[Row], title: &str) -> PlotResult<()> {
     root.present().map_err(|e| e.to_string())
 }
 
-/// Draws `rows` (any layers and collectives) to `path` as SVG under `title`.
+/// The distinct values of `values`, in order of first appearance, joined
+/// by commas.
+fn distinct<T: PartialEq + ToString>(values: impl Iterator<Item = T>) -> String {
+    let mut seen: Vec<T> = Vec::new();
+    for value in values {
+        if !seen.contains(&value) {
+            seen.push(value);
+        }
+    }
+    seen.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The plot's title, from its rows: `nccl-perf <layers>: <types> world
+/// <ranks>`, the layers `B vs A` for `--compare`'s rows, and the CUDA
+/// graph replays of `-G` after them.
+pub fn title(rows: &[Row]) -> String {
+    let layers = match rows.iter().find_map(|row| Some((row.layer, row.ratio?))) {
+        Some((subject, ratio)) => format!("{subject} vs {}", ratio.baseline),
+        None => distinct(rows.iter().map(|row| row.layer)),
+    };
+    let graph = match rows.iter().map(|row| row.graph).max() {
+        Some(replays) if replays > 0 => format!(" (CUDA graph x{replays})"),
+        _ => String::new(),
+    };
+    format!(
+        "nccl-perf {layers}: {} world {}{graph}",
+        distinct(rows.iter().map(|row| row.dtype)),
+        distinct(rows.iter().map(|row| row.world_size))
+    )
+}
+
+/// Draws `rows` (any layers and collectives) to `path` as SVG under their
+/// [`title`].
 ///
 /// # Errors
 /// [`BenchError::Plot`] when the file cannot be written.
-pub fn write_svg(path: &Path, rows: &[Row], title: &str) -> Result<(), BenchError> {
-    draw(path, rows, title).map_err(|message| BenchError::Plot {
+pub fn write_svg(path: &Path, rows: &[Row]) -> Result<(), BenchError> {
+    draw(path, rows, &title(rows)).map_err(|message| BenchError::Plot {
         path: path.display().to_string(),
         message,
     })
@@ -301,6 +336,9 @@ mod tests {
             root: -1,
             out_of_place: Some(m(6.0)),
             in_place: (collective != "all_gather" || layer != "tensor").then(|| m(0.3)),
+            out_of_place_per_iter: None,
+            in_place_per_iter: None,
+            cpu_time: false,
             ratio: None,
             graph: 0,
         }
@@ -364,7 +402,7 @@ mod tests {
     fn writes_an_svg_naming_every_series() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bw.svg");
-        write_svg(&path, &rows(), "nccl-perf: tensor vs raw").unwrap();
+        write_svg(&path, &rows()).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
         assert!(svg.trim_end().ends_with("</svg>"));
@@ -374,7 +412,7 @@ mod tests {
             "raw in-place",
             "tensor out-of-place",
             "tensor in-place",
-            "nccl-perf: tensor vs raw",
+            "nccl-perf raw,tensor: float world 1",
             "all_reduce: algbw (GB/s) vs size (B)",
             "all_gather: busbw (GB/s) vs size (B)",
             "no positive busbw",
@@ -386,8 +424,7 @@ mod tests {
 
     #[test]
     fn an_unwritable_path_is_an_error() {
-        let error =
-            write_svg(Path::new("/nonexistent-dir/for/sure/bw.svg"), &rows(), "x").unwrap_err();
+        let error = write_svg(Path::new("/nonexistent-dir/for/sure/bw.svg"), &rows()).unwrap_err();
         assert_eq!(error.exit_code(), 1);
         assert!(
             error
@@ -400,7 +437,25 @@ mod tests {
     fn empty_rows_still_make_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("empty.svg");
-        write_svg(&path, &[], "nothing").unwrap();
+        write_svg(&path, &[]).unwrap();
         assert!(std::fs::read_to_string(&path).unwrap().contains("</svg>"));
+    }
+
+    #[test]
+    fn titles_name_the_layers_types_and_world() {
+        let mut rows = rows();
+        assert_eq!(title(&rows), "nccl-perf raw,tensor: float world 1");
+        // --compare's rows: B vs A; -G's replays; every type.
+        let baseline = rows[0].clone();
+        for row in rows.iter_mut().filter(|row| row.layer == "tensor") {
+            row.ratio = Some(crate::report::Ratio::between(&baseline, row));
+            row.graph = 100;
+            row.dtype = "half";
+        }
+        assert_eq!(
+            title(&rows),
+            "nccl-perf tensor vs raw: float,half world 1 (CUDA graph x100)"
+        );
+        assert_eq!(title(&[]), "nccl-perf :  world ");
     }
 }

@@ -12,27 +12,31 @@
 //! prints numbers as nccl-tests' C code does, `clock` its timestamps,
 //! `table` lays out the column headers, rows and footers, `comments`
 //! writes the comment lines that describe the run, `nccl_tests_json`
-//! writes nccl-tests' JSON document (`-J`), and `reporter` sends lines to
-//! stdout and rows to the JSON files.
+//! writes nccl-tests' JSON document (`-J`), `reporter` sends lines to
+//! stdout and rows to the JSON files, and `rows_file` reads `--json`'s rows
+//! back (`--report`).
 
 mod clock;
 mod comments;
 mod format;
 mod nccl_tests_json;
 mod reporter;
+mod rows_file;
 mod table;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::collective::Mode;
-pub use comments::{DeviceInfo, Machine, collective_header};
+use crate::per_iter::PerIter;
+pub use comments::{DeviceInfo, Machine, TableTitle, collective_header, table_heading};
 #[cfg(feature = "plot")]
 pub use format::c_general;
 pub use reporter::Reporter;
-pub use table::{average_busbw, compare_footer, table_footer};
+pub use rows_file::read_rows;
+pub use table::{Columns, collective_footer, wrong_elements};
 
 /// One timed mode of one row.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
     /// Time per operation in microseconds (averaged over the ranks).
     pub time_us: f64,
@@ -44,12 +48,15 @@ pub struct Measurement {
     pub wrong: Option<u64>,
 }
 
-/// One line of the table: a size, out-of-place then in-place.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// One line of the table: a size, out-of-place then in-place; one line
+/// of `--json`'s file, read back by `--report` ([`read_rows`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Row {
     /// The collective (`all_reduce`).
+    #[serde(deserialize_with = "rows_file::collective")]
     pub collective: &'static str,
     /// The layer that issued the calls (`raw`, `core`).
+    #[serde(deserialize_with = "rows_file::layer")]
     pub layer: &'static str,
     /// The number of ranks.
     pub world_size: usize,
@@ -58,9 +65,10 @@ pub struct Row {
     /// The `count` column: the element count passed to NCCL.
     pub count: usize,
     /// The `type` column (`float`).
-    #[serde(rename = "type")]
+    #[serde(rename = "type", deserialize_with = "rows_file::dtype")]
     pub dtype: &'static str,
     /// The `redop` column (`sum`, or `none`).
+    #[serde(deserialize_with = "rows_file::redop")]
     pub redop: &'static str,
     /// The `root` column (-1 when the collective has none).
     pub root: i32,
@@ -70,11 +78,22 @@ pub struct Row {
     /// One buffer; `None` when the layer cannot issue this mode (the tensor
     /// layer's all_gather, reduce_scatter and all_to_all).
     pub in_place: Option<Measurement>,
+    /// `-I 1`: the out-of-place half's per-iteration report, under
+    /// nccl-tests' name; omitted without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_of_place_per_iter: Option<PerIter>,
+    /// `-I 1`: the in-place half's per-iteration report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place_per_iter: Option<PerIter>,
+    /// The times are the host's time to issue the calls (`-C 1`); omitted
+    /// when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cpu_time: bool,
     /// With `--compare`: this layer's time over the baseline's (B's rows only).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ratio: Option<Ratio>,
     /// Graph replays per batch (`-G`); omitted when 0.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub graph: u32,
 }
 
@@ -82,10 +101,15 @@ fn is_zero(value: &u32) -> bool {
     *value == 0
 }
 
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
 /// `time / time of the baseline` for each mode, at the same size.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Ratio {
     /// The layer divided by (A of `--compare A,B`).
+    #[serde(deserialize_with = "rows_file::layer")]
     pub baseline: &'static str,
     /// Out-of-place ratio; `None` when either layer has no time.
     pub out_of_place: Option<f64>,
@@ -127,6 +151,14 @@ impl Row {
         }
     }
 
+    /// The per-iteration report of `mode` (`-I 1`), if any.
+    pub fn per_iter(&self, mode: Mode) -> Option<&PerIter> {
+        match mode {
+            Mode::OutOfPlace => self.out_of_place_per_iter.as_ref(),
+            Mode::InPlace => self.in_place_per_iter.as_ref(),
+        }
+    }
+
     /// The row as one line of JSON (no newline).
     ///
     /// # Errors
@@ -160,6 +192,9 @@ mod tests {
             root,
             out_of_place: Some(oop),
             in_place: Some(ip),
+            out_of_place_per_iter: None,
+            in_place_per_iter: None,
+            cpu_time: false,
             ratio: None,
             graph: 0,
         }

@@ -56,7 +56,7 @@ pub use layout::Layout;
 use meeting::Meeting;
 pub use plan::Plan;
 use rank::{RankPlace, rank_thread};
-use rows::{Summary, Tables};
+use rows::{Summary, Tables, finish};
 
 /// How long process 0 waits for the others to leave after a failure,
 /// before it exits and takes a launch's TCP store with it.
@@ -181,25 +181,15 @@ pub fn run(
     }
     #[cfg(feature = "plot")]
     if let (Some(path), true) = (&args.plot, lead) {
-        let title = format!(
-            "nccl-perf {}: {} world {} {}",
-            plan.layers_title(),
-            plan.selection.dtype_names(),
-            plan.world,
-            if plan.graph > 0 {
-                format!("(CUDA graph x{})", plan.graph)
-            } else {
-                String::new()
-            }
-        );
-        crate::plot::write_svg(path, &summary.rows, title.trim_end())?;
+        crate::plot::write_svg(path, &summary.rows)?;
     }
     Ok(summary)
 }
 
 /// The main thread's part: process 0 writes the tables as the rows
-/// complete, the others share their ranks' samples; then every process
-/// waits for its ranks and learns the run's wrong elements.
+/// complete (and `-M`'s report after them), the others share their ranks'
+/// samples (and memory usage); then every process waits for its ranks and
+/// learns the run's wrong elements.
 fn gather(
     gatherer: &mut Gatherer,
     plan: &Plan,
@@ -210,9 +200,13 @@ fn gather(
 ) -> Result<Summary, BenchError> {
     let devices = gatherer.devices()?;
     let mut summary = Summary::default();
+    let memory_report = plan.method.memory_report;
     if gatherer.meeting().process() != 0 {
         for key in plan.row_keys() {
             gatherer.samples(key)?;
+        }
+        if memory_report {
+            gatherer.memory()?;
         }
     } else {
         let mut reporter = Reporter::new(out, json).with_progress(progress.clone());
@@ -223,6 +217,8 @@ fn gather(
             samples: |key| gatherer.samples(key),
         }
         .write(&Machine::new(env, devices))?;
+        let memory = memory_report.then(|| gatherer.memory()).transpose()?;
+        finish(&mut reporter, memory.as_deref())?;
     }
     gatherer.finished()?;
     summary.wrong = gatherer.meeting().conclude(summary.wrong)?;
@@ -232,9 +228,19 @@ fn gather(
 /// The whole command, in this process: meets the launch (if any), checks
 /// the machine, runs, and maps the outcome to an exit status (0 ok, 1
 /// failed or wrong results, 2 usage or missing driver/GPU/NCCL), the same
-/// in every process. Errors are one line on stderr, after `nccl-perf:`
+/// in every process. With `--report` it only redraws the saved rows (2
+/// for a file that is not rows). Errors are one line on stderr, after `nccl-perf:`
 /// and, in a launch, the process (`process 1/4:`).
 pub fn main_with(args: &Args) -> u8 {
+    if let Some(rows) = &args.report {
+        return match crate::redraw::redraw(rows, args.plot.as_deref(), io::stdout()) {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("nccl-perf: error: {}", error.one_line());
+                error.exit_code()
+            }
+        };
+    }
     let world = match World::from_env("nccl-perf") {
         Ok(world) => world,
         Err(error) => {

@@ -82,15 +82,6 @@ impl Selection {
         }
         rows
     }
-
-    /// `float`, or the types joined by commas, as a title names them.
-    pub fn dtype_names(&self) -> String {
-        self.dtypes
-            .iter()
-            .map(|dtype| dtype.short_name())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
 }
 
 #[cfg(test)]
@@ -155,6 +146,5 @@ mod tests {
             all.rows(Collective::SendRecv, &sizes, 2).len(),
             2 * 2 * 2 * 2
         );
-        assert_eq!(all.dtype_names(), "int8,float");
     }
 }

@@ -2,12 +2,13 @@
 //! places of nccl-tests' rotation, `-m` calls in one NCCL group) and one
 //! stream synchronisation, waiting and meeting the other ranks in between
 //! as `-z` says, or replays of a CUDA graph that captured the launches
-//! (`-G`); every wait bounded by `-T`; and the median over batches.
+//! (`-G`); every wait bounded by `-T`; with `-I 1` each iteration between
+//! CUDA events ([`IterEvents`]); and the median over batches.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
 
 use crate::error::BenchError;
@@ -76,6 +77,116 @@ impl<'a> Waiter<'a> {
     }
 }
 
+/// `-I 1`: CUDA events that time each iteration of a timed loop on the
+/// GPU, as nccl-tests' `recordEvents` and `getElapsedTimes` do: an event
+/// before each iteration and one after the last, or with `-z 3` a start
+/// and a stop event per iteration, the stop recorded after the wait, so
+/// that the meeting of the ranks is left out. Made before the loop and
+/// read after its wait.
+pub struct IterEvents<'a> {
+    stream: &'a CudaStream,
+    /// Start and stop events are separate (`-z 3`).
+    paired: bool,
+    events: Vec<CudaEvent>,
+}
+
+impl<'a> IterEvents<'a> {
+    /// The events of a loop of `iterations` iterations on `stream`, paired
+    /// with `blocking`'s untimed meetings (`-z 3`).
+    ///
+    /// # Errors
+    /// The driver's error creating an event.
+    pub fn new(
+        stream: &'a CudaStream,
+        iterations: usize,
+        blocking: Blocking,
+    ) -> Result<Self, BenchError> {
+        let paired = blocking == Blocking::WaitAndBarrierUntimed;
+        let count = if paired {
+            2 * iterations
+        } else {
+            iterations + 1
+        };
+        let context = stream.context();
+        let events = (0..count)
+            .map(|_| {
+                context
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(nccl_core::Error::cuda("creating the events of -I"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            stream,
+            paired,
+            events,
+        })
+    }
+
+    /// Records event `index` on the stream.
+    fn record(&self, index: usize) -> Result<(), BenchError> {
+        let event = self.events.get(index).ok_or_else(|| {
+            BenchError::Usage(format!(
+                "internal error: -I has {} events, iteration event {index} asked",
+                self.events.len()
+            ))
+        })?;
+        Ok(event
+            .record(self.stream)
+            .map_err(nccl_core::Error::cuda("recording an event of -I"))?)
+    }
+
+    /// Marks the start of iteration `iteration`.
+    fn start(&self, iteration: usize) -> Result<(), BenchError> {
+        self.record(if self.paired {
+            2 * iteration
+        } else {
+            iteration
+        })
+    }
+
+    /// Marks the end of iteration `iteration`, after its wait; with
+    /// shared events the next start marks it instead.
+    fn stop(&self, iteration: usize) -> Result<(), BenchError> {
+        if self.paired {
+            self.record(2 * iteration + 1)?;
+        }
+        Ok(())
+    }
+
+    /// Marks the end of the loop of `iterations` iterations.
+    fn end(&self, iterations: usize) -> Result<(), BenchError> {
+        if self.paired {
+            Ok(())
+        } else {
+            self.record(iterations)
+        }
+    }
+
+    /// Each iteration's time per call in microseconds (`agg` calls per
+    /// iteration), once the loop's work is done.
+    ///
+    /// # Errors
+    /// The driver's error reading an event.
+    pub fn iteration_us(&self, agg: usize) -> Result<Vec<f64>, BenchError> {
+        let step = if self.paired { 2 } else { 1 };
+        let iterations = if self.paired {
+            self.events.len() / 2
+        } else {
+            self.events.len().saturating_sub(1)
+        };
+        (0..iterations)
+            .map(|iteration| {
+                let start = &self.events[step * iteration];
+                let stop = &self.events[step * iteration + 1];
+                let ms = start
+                    .elapsed_ms(stop)
+                    .map_err(nccl_core::Error::cuda("reading the events of -I"))?;
+                Ok(f64::from(ms / agg.max(1) as f32) * 1.0e3)
+            })
+            .collect()
+    }
+}
+
 /// How a timed loop paces its iterations.
 pub struct Pacing<'a> {
     /// Calls per iteration (`-m`): each launch gets this many places.
@@ -84,6 +195,8 @@ pub struct Pacing<'a> {
     pub blocking: Blocking,
     /// Meets the other ranks.
     pub meet: &'a dyn Fn() -> Result<(), BenchError>,
+    /// Times each iteration (`-I 1`).
+    pub events: Option<&'a IterEvents<'a>>,
 }
 
 /// One timed batch, per call, in microseconds.
@@ -118,7 +231,9 @@ pub fn per_call_us(seconds: f64, calls: u64) -> f64 {
 
 /// Launches the calls at `shifts` (one per call, computed before the
 /// loop), `pacing.agg` per iteration, then waits: the time per call.
-/// With `-z 3` the meetings after each iteration are left out of it.
+/// With `-z 3` the meetings after each iteration are left out of it; with
+/// `pacing.events` (`-I 1`) each iteration is marked with them, inside the
+/// timed loop as in nccl-tests.
 ///
 /// # Errors
 /// A failed launch, wait or meeting.
@@ -130,12 +245,20 @@ pub fn time_launches(
 ) -> Result<Timed, BenchError> {
     let blocking = pacing.blocking;
     let mut left_out = Duration::ZERO;
+    let mut iterations = 0;
     let start = Instant::now();
     for iteration in shifts.chunks(pacing.agg.max(1)) {
+        if let Some(events) = pacing.events {
+            events.start(iterations)?;
+        }
         launch(iteration)?;
         if blocking.waits() {
             waiter.wait("waiting for an iteration's calls (-z)")?;
         }
+        if let Some(events) = pacing.events {
+            events.stop(iterations)?;
+        }
+        iterations += 1;
         if blocking.meets() {
             let meeting = Instant::now();
             (pacing.meet)()?;
@@ -143,6 +266,9 @@ pub fn time_launches(
                 left_out += meeting.elapsed();
             }
         }
+    }
+    if let Some(events) = pacing.events {
+        events.end(iterations)?;
     }
     let issued = start.elapsed().saturating_sub(left_out);
     waiter.wait("waiting for the timed calls")?;

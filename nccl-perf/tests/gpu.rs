@@ -1,8 +1,9 @@
 //! nccl-perf on the GPU with nccl-tests' method and flags: every layer
 //! with the rotation (and without), CUDA graphs, aggregation, blocking
-//! modes, misalignment, `-d`/`-o`/`-r all`, repeated checks and `-J`; each
-//! run must end with exit status 0 (every check right). Without a GPU the
-//! test prints `SKIP:` and passes, unless `NCCL_TEST_REQUIRE_GPU=1`.
+//! modes, misalignment, `-d`/`-o`/`-r all`, repeated checks, `-I`, `-M`
+//! and `-J`; each run must end with exit status 0 (every check right).
+//! Without a GPU the test prints `SKIP:` and passes, unless
+//! `NCCL_TEST_REQUIRE_GPU=1`.
 
 use nccl_perf::{Args, main_with};
 
@@ -81,6 +82,32 @@ fn gpu_nccl_tests_method_flags_run() {
             "group",
             "all_reduce",
         ],
+        // -I with every blocking mode (-z 3: paired events), -M, and a layer
+        // on the group's own stream.
+        &[
+            "-I",
+            "1",
+            "-K",
+            "1",
+            "-M",
+            "1",
+            "--layer",
+            "raw",
+            "all_reduce",
+        ],
+        &[
+            "-I",
+            "1",
+            "-z",
+            "3",
+            "-m",
+            "2",
+            "--layer",
+            "core",
+            "all_gather",
+        ],
+        &["-I", "1", "-z", "1", "--layer", "tensor", "sendrecv"],
+        &["-I", "1", "--compare", "raw,group", "-M", "1", "reduce"],
     ] {
         assert_runs(flags);
     }
@@ -107,4 +134,45 @@ fn gpu_output_file_is_nccl_tests_json() {
             .all(|result| result["out_of_place"]["nwrong"] == 0.0)
     );
     assert_eq!(document["out_of_bounds"]["okay"], "true");
+}
+
+#[test]
+fn gpu_per_iteration_timing_is_in_the_json_document() {
+    if !have_gpu() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("per-iter.json");
+    let path_text = path.to_str().expect("a UTF-8 path");
+    assert_runs(&[
+        "-I",
+        "1",
+        "-K",
+        "1",
+        "-J",
+        path_text,
+        "--layer",
+        "raw",
+        "all_reduce",
+    ]);
+    let text = std::fs::read_to_string(&path).expect("the -J file");
+    let document: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    assert_eq!(document["config"]["per_iter_timing"], "true");
+    assert_eq!(document["config"]["per_iter_skip"], 1);
+    for result in document["results"].as_array().expect("results") {
+        for key in ["out_of_place_per_iter", "in_place_per_iter"] {
+            let report = &result[key];
+            let times = report["times_us"].as_array().expect("times_us");
+            // -n 5 iterations of one batch, each timed.
+            assert_eq!(times.len(), 5, "{key}: {report}");
+            assert!(
+                times
+                    .iter()
+                    .all(|time| time.as_f64().is_some_and(|t| t >= 0.0))
+            );
+            assert_eq!(report["skipped_iterations"], 1);
+            let (p50, p99) = (report["p50_us"].as_f64(), report["p99_us"].as_f64());
+            assert!(p50.is_some() && p99 >= p50, "{report}");
+        }
+    }
 }

@@ -7,7 +7,8 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
 
 use super::Args;
 use crate::buffers::Memory;
@@ -23,13 +24,13 @@ impl Args {
     ///
     /// # Errors
     /// clap's error for a bad flag or value, or for flags that cannot run
-    /// together ([`Args::method`], [`Args::selection`]).
+    /// together ([`Args::method`], [`Args::selection`], and any but
+    /// `--plot` with `--report`).
     pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let args = Self::try_parse_from(args)?;
         let usage = |error: BenchError| {
             clap::Error::raw(
                 clap::error::ErrorKind::ArgumentConflict,
@@ -37,6 +38,11 @@ impl Args {
             )
             .with_cmd(&Self::command())
         };
+        let mut matches = Self::command().try_get_matches_from(args)?;
+        // Before the values are taken out of `matches`.
+        report_alone(&matches).map_err(usage)?;
+        let args = Self::from_arg_matches_mut(&mut matches)
+            .map_err(|error| error.format(&mut Self::command()))?;
         args.method().map_err(usage)?;
         args.selection(None).map_err(usage)?;
         Ok(args)
@@ -51,19 +57,15 @@ impl Args {
     /// How the run measures and reports.
     ///
     /// # Errors
-    /// [`BenchError::Usage`] for `-b` above `-e`, `-N 0`, `-z 1`/`-z 2`
-    /// with `-G` (a graph capture cannot wait for the GPU), or the group
+    /// [`BenchError::Usage`] for `-b` above `-e`, `-K` not below `-n`,
+    /// `-z 1`/`-z 2` with `-G` (a graph capture cannot wait for the GPU), or the group
     /// layer with `-G` (the group does not capture operations on its own
     /// stream; `group-caller` it does).
     pub fn method(&self) -> Result<Method, BenchError> {
         if let Some(path) = &self.plot
             && !cfg!(feature = "plot")
         {
-            return Err(BenchError::Usage(format!(
-                "--plot {}: this nccl-perf was built without its `plot` feature (on by default); \
-                 build it with `--features plot` to draw plots",
-                path.display()
-            )));
+            return Err(without_plot_feature(path));
         }
         if self.min_bytes > self.max_bytes {
             return Err(BenchError::Usage(format!(
@@ -108,6 +110,7 @@ impl Args {
                 Blocking::None => {}
             }
         }
+        let per_iter = self.per_iter(&mut notes)?;
         if self.agg_iters > 1 && group_layers {
             notes.push(format!(
                 "# note: -m {}: the group layers issue each iteration's calls one after another (a process group's operations do not join one NCCL group)",
@@ -175,8 +178,42 @@ impl Args {
             register,
             timeout: (self.timeout > 0).then(|| Duration::from_secs(u64::from(self.timeout))),
             output_file,
+            per_iter,
+            memory_report: self.memory > 0,
             notes,
         })
+    }
+
+    /// `-I` and `-K`: the iterations `-I 1`'s statistics skip, or `None`
+    /// without per-iteration timing (`-I 0`, or `-G`, which turns it off
+    /// as nccl-tests does, with a note; so does `-K` without it).
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] for `-K` not below `-n`.
+    fn per_iter(&self, notes: &mut Vec<String>) -> Result<Option<u32>, BenchError> {
+        if self.per_iter_skip >= self.iters {
+            return Err(BenchError::Usage(format!(
+                "-K/--per_iter_skip {} leaves no iteration for -I's statistics: it must be below \
+                 -n/--iters ({})",
+                self.per_iter_skip, self.iters
+            )));
+        }
+        let on = self.per_iter_timing > 0;
+        if on && self.graph > 0 {
+            notes.push(format!(
+                "# note: -I 1 is turned off with -G {}, as nccl-tests does (a graph replays the \
+                 iterations with no event between them)",
+                self.graph
+            ));
+        }
+        let per_iter = (on && self.graph == 0).then_some(self.per_iter_skip);
+        if per_iter.is_none() && self.per_iter_skip > 0 {
+            notes.push(format!(
+                "# note: -K {} has no effect without -I 1, as in nccl-tests",
+                self.per_iter_skip
+            ));
+        }
+        Ok(per_iter)
     }
 
     /// The element types, reductions, roots and cycles to run on `world`
@@ -223,6 +260,42 @@ impl Args {
     }
 }
 
+/// `--plot path` refused by an nccl-perf built without its `plot` feature.
+pub fn without_plot_feature(path: &Path) -> BenchError {
+    BenchError::Usage(format!(
+        "--plot {}: this nccl-perf was built without its `plot` feature (on by default); \
+         build it with `--features plot` to draw plots",
+        path.display()
+    ))
+}
+
+/// `--report` runs nothing, so no flag but `--plot` can go with it: with
+/// `--report`, an error naming the others given on the command line.
+fn report_alone(matches: &ArgMatches) -> Result<(), BenchError> {
+    let given_here = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    if !given_here("report") {
+        return Ok(());
+    }
+    let command = Args::command();
+    let given: Vec<String> = command
+        .get_arguments()
+        .filter(|arg| !matches!(arg.get_id().as_str(), "report" | "plot"))
+        .filter(|arg| given_here(arg.get_id().as_str()))
+        .map(|arg| match (arg.get_long(), arg.get_short()) {
+            (Some(long), _) => format!("--{long}"),
+            (None, Some(short)) => format!("-{short}"),
+            (None, None) => arg.get_id().as_str().to_uppercase(),
+        })
+        .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(BenchError::Usage(format!(
+        "--report redraws saved rows and runs nothing: only --plot can go with it, given {}",
+        given.join(", ")
+    )))
+}
+
 /// Whether nccl-tests would write JSON to `path`: the text after its last
 /// `.` (with no `/` after that `.`, and not empty) is `json`, in any case.
 fn is_json_name(path: &Path) -> bool {
@@ -234,7 +307,76 @@ fn is_json_name(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    fn method(flags: &[&str]) -> Result<Method, BenchError> {
+        Args::try_parse_from([&["nccl-perf"], flags].concat())
+            .unwrap()
+            .method()
+    }
+
+    #[test]
+    fn report_takes_plot_and_nothing_else() {
+        let alone = Args::try_parse_checked(["nccl-perf", "--report", "rows.jsonl"]).unwrap();
+        assert_eq!(alone.report.as_deref(), Some(Path::new("rows.jsonl")));
+        if cfg!(feature = "plot") {
+            let plot = ["nccl-perf", "--report", "r.jsonl", "--plot", "bw.svg"];
+            assert!(Args::try_parse_checked(plot).is_ok());
+        }
+        for (flags, named) in [
+            (&["--layer", "raw"][..], "given --layer"),
+            (&["-n", "5", "all_reduce"], "given --iters, COLLECTIVE"),
+            (&["-I", "1"], "given --per_iter_timing"),
+            (&["-R", "1"], "given --local_register"),
+        ] {
+            let args = [&["nccl-perf", "--report", "r.jsonl"][..], flags].concat();
+            let error = Args::try_parse_checked(args).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            let text = error.to_string();
+            assert!(
+                text.contains(
+                    "--report redraws saved rows and runs nothing: only --plot can go with it"
+                ) && text.contains(named),
+                "{flags:?}: {text}"
+            );
+        }
+        // A collective as the positional argument still runs it.
+        let run = Args::try_parse_checked(["nccl-perf", "all_reduce"]).unwrap();
+        assert!(run.report.is_none() && run.collectives().len() == 1);
+    }
+
+    #[test]
+    fn per_iteration_timing_and_its_skip() {
+        let off = method(&[]).unwrap();
+        assert_eq!((off.per_iter, off.memory_report), (None, false));
+        let on = method(&["-I", "1", "-K", "3", "-M", "1"]).unwrap();
+        assert_eq!((on.per_iter, on.memory_report), (Some(3), true));
+        assert!(on.notes.is_empty(), "{:?}", on.notes);
+        // -G turns -I off, as nccl-tests does, and -K with it: two notes.
+        let graph = method(&["-I", "1", "-K", "2", "-G", "10"]).unwrap();
+        assert_eq!(graph.per_iter, None);
+        assert_eq!(graph.notes.len(), 2, "{:?}", graph.notes);
+        assert!(graph.notes[0].starts_with("# note: -I 1 is turned off with -G 10"));
+        assert!(graph.notes[1].starts_with("# note: -K 2 has no effect without -I 1"));
+        // -K must leave an iteration to the statistics.
+        for flags in [&["-K", "20"][..], &["-I", "1", "-n", "5", "-K", "7"]] {
+            let error = method(flags).unwrap_err();
+            assert_eq!(error.exit_code(), 2);
+            assert!(
+                error.to_string().starts_with("-K/--per_iter_skip ")
+                    && error.to_string().contains("below -n/--iters"),
+                "{error}"
+            );
+        }
+        for bad in [&["-I", "2"][..], &["-M", "2"], &["-K", "-1"], &["-I", "x"]] {
+            assert!(
+                Args::try_parse_from([&["nccl-perf"], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn json_names_as_nccl_tests_classifies_them() {

@@ -104,14 +104,10 @@ fn every_nccl_tests_flag_by_letter_and_by_name() {
         ("-V", "--device_cta_count", "16", |a| {
             a.unapplied.device_cta_count == Some(16)
         }),
-        ("-M", "--memory", "1", |a| a.unapplied.memory == Some(1)),
+        ("-M", "--memory", "1", |a| a.memory == 1),
         ("-u", "--unalign", "3", |a| a.unalign == 3),
-        ("-I", "--per_iter_timing", "1", |a| {
-            a.unapplied.per_iter_timing == Some(1)
-        }),
-        ("-K", "--per_iter_skip", "4", |a| {
-            a.unapplied.per_iter_skip == Some(4)
-        }),
+        ("-I", "--per_iter_timing", "1", |a| a.per_iter_timing == 1),
+        ("-K", "--per_iter_skip", "4", |a| a.per_iter_skip == 4),
     ];
     for (short, long, value, check) in flags {
         // -z 2 cannot go with -G: each flag is parsed on its own.
@@ -315,7 +311,8 @@ fn method_flags_mean_what_they_mean_in_nccl_tests() {
         "1",
         "--no-rotate",
     ]);
-    assert_eq!(noisy.notes.len(), 11, "{:?}", noisy.notes);
+    // -M, -I and -K are applied: no note.
+    assert_eq!(noisy.notes.len(), 8, "{:?}", noisy.notes);
     for note in &noisy.notes {
         assert!(
             note.starts_with("# note: ") && !note.contains('\n'),

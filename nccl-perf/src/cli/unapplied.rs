@@ -34,23 +34,6 @@ pub struct Unapplied {
     /// nccl-tests: CTAs of the device-API kernels of -D (1 to 128). Not applied (no -D).
     #[arg(short = 'V', allow_negative_numbers = true, long = "device_cta_count", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=128))]
     pub device_cta_count: Option<u32>,
-
-    /// nccl-tests: report the GPU memory used (1). Not implemented.
-    #[arg(short = 'M', allow_negative_numbers = true, long = "memory", value_name = "0|1", value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub memory: Option<u8>,
-
-    /// nccl-tests: per-iteration CUDA event timing and its i_* columns (1). Not implemented.
-    #[arg(short = 'I', allow_negative_numbers = true, long = "per_iter_timing", value_name = "0|1", value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub per_iter_timing: Option<u8>,
-
-    /// nccl-tests: leading iterations left out of the -I statistics. Not applied (no -I).
-    #[arg(
-        short = 'K',
-        allow_negative_numbers = true,
-        long = "per_iter_skip",
-        value_name = "COUNT"
-    )]
-    pub per_iter_skip: Option<u32>,
 }
 
 impl Unapplied {
@@ -64,7 +47,6 @@ impl Unapplied {
                 notes.push(format!("# note: -{flag} {value} has no effect here: {why}"));
             }
         };
-        let on = |value: Option<u8>| value.filter(|&v| v > 0).map(|v| v.to_string());
         note(
             "p",
             self.parallel_init.map(|v| v.to_string()),
@@ -93,21 +75,6 @@ impl Unapplied {
             "V",
             self.device_cta_count.map(|v| v.to_string()),
             "it sets the CTAs of nccl-tests' device-API kernels (-D), which are not implemented",
-        );
-        note(
-            "M",
-            on(self.memory),
-            "the GPU memory usage report is not implemented",
-        );
-        note(
-            "I",
-            on(self.per_iter_timing),
-            "per-iteration CUDA event timing is not implemented; the table has no i_* columns",
-        );
-        note(
-            "K",
-            self.per_iter_skip.filter(|&v| v > 0).map(|v| v.to_string()),
-            "it trims the statistics of -I, which is not implemented",
         );
         notes
     }
@@ -146,15 +113,6 @@ mod tests {
                 "-D 3 has no effect here: nccl-tests' device-API kernels",
             ),
             (&["-V", "16"], "-V 16 has no effect here: it sets the CTAs"),
-            (
-                &["-M", "1"],
-                "-M 1 has no effect here: the GPU memory usage report",
-            ),
-            (
-                &["-I", "1"],
-                "-I 1 has no effect here: per-iteration CUDA event timing",
-            ),
-            (&["-K", "5"], "-K 5 has no effect here: it trims"),
         ] {
             let notes = notes(flags);
             assert_eq!(notes.len(), 1, "{flags:?}: {notes:?}");
@@ -164,23 +122,12 @@ mod tests {
         }
         // Off values change nothing in nccl-tests either: no note; -R 1
         // is applied.
-        for flags in [
-            &["-R", "0"][..],
-            &["-R", "1"],
-            &["-D", "0"],
-            &["-M", "0"],
-            &["-I", "0"],
-            &["-K", "0"],
-        ] {
+        for flags in [&["-R", "0"][..], &["-R", "1"], &["-D", "0"]] {
             assert!(notes(flags).is_empty(), "{flags:?}");
         }
         assert_eq!(
-            notes(&[
-                "-p", "1", "-R", "2", "-x", "1", "-D", "1", "-V", "8", "-M", "1", "-I", "1", "-K",
-                "2"
-            ])
-            .len(),
-            8
+            notes(&["-p", "1", "-R", "2", "-x", "1", "-D", "1", "-V", "8"]).len(),
+            5
         );
     }
 
@@ -193,9 +140,6 @@ mod tests {
             (&["-D", "-1"], "--device_implementation"),
             (&["-V", "0"], "--device_cta_count"),
             (&["-V", "129"], "--device_cta_count"),
-            (&["-M", "2"], "--memory"),
-            (&["-I", "x"], "--per_iter_timing"),
-            (&["-K", "1.5"], "--per_iter_skip"),
         ] {
             let error = Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap_err();
             assert_eq!(error.exit_code(), 2, "{flags:?}");

@@ -85,6 +85,7 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
         ),
     ];
     lines.extend(plan.method.blocking.header_line().map(str::to_string));
+    lines.extend(per_iter_line(plan));
     lines.extend(plan_notes(plan));
     lines.extend(["#".to_string(), "# Using devices".to_string()]);
     for device in &machine.devices {
@@ -100,6 +101,25 @@ pub fn preamble(plan: &Plan, machine: &Machine) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// nccl-tests' line for `-I 1` (with `--batches` above 1, how the batches'
+/// iterations make one report).
+fn per_iter_line(plan: &Plan) -> Option<String> {
+    let skip = plan.method.per_iter?;
+    let mut line =
+        "# Per-Iteration Report: CUDA event timing; i_* uses max over process rows".to_string();
+    if skip > 0 {
+        line.push_str(&format!("; summary skips first {skip} iterations"));
+    }
+    if plan.batches > 1 {
+        line.push_str(&format!(
+            "; times_us holds the iterations of the {} batches in order, and the skip applies to each",
+            plan.batches
+        ));
+    }
+    line.push(' ');
+    Some(line)
 }
 
 /// Comment lines that say how the plan times and what its columns mean.
@@ -211,42 +231,73 @@ fn missing_notes(name: &str, layer: LayerKind, collectives: &[Collective]) -> Ve
     lines
 }
 
-/// The comment lines naming one collective's table, then its column headers.
-pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine) -> Vec<String> {
-    let devices = &machine.devices;
-    let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-    names.dedup();
-    let gpus = if names.len() == 1 {
-        format!("{} x {}", devices.len(), names[0])
-    } else {
-        devices
-            .iter()
-            .map(|d| d.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let baseline = plan
-        .compare()
-        .map(|(a, _)| format!(" baseline {}", a.name()))
+/// What names a table: its collective, the layer of its rows (and the
+/// baseline of `--compare`), the world size and, for a run, the machine.
+pub struct TableTitle<'a> {
+    /// The collective (`all_reduce`).
+    pub collective: &'a str,
+    /// The layer of the rows.
+    pub layer: &'a str,
+    /// A of `--compare A,B`.
+    pub baseline: Option<&'a str>,
+    /// The number of ranks.
+    pub world: usize,
+    /// Where the run was (its libnccl and GPUs); `None` for rows redrawn
+    /// by `--report`, which do not say.
+    pub machine: Option<&'a Machine>,
+}
+
+/// The comment lines naming a table ([`TableTitle`]), then its column
+/// headers with `columns`.
+pub fn table_heading(title: &TableTitle<'_>, columns: &Columns) -> Vec<String> {
+    let baseline = title
+        .baseline
+        .map(|a| format!(" baseline {a}"))
         .unwrap_or_default();
+    let (nccl, gpus) = match title.machine {
+        Some(machine) => {
+            let devices = &machine.devices;
+            let mut names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+            names.dedup();
+            let gpus = if names.len() == 1 {
+                format!("{} x {}", devices.len(), names[0])
+            } else {
+                devices
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            (
+                format!(" nccl {}", machine.nccl_version),
+                format!(" gpus {gpus}"),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
     let mut lines = vec![
         "#".to_string(),
         format!(
-            "# Collective {} layer {}{baseline} nccl {} world {} gpus {}",
-            collective.name(),
-            plan.table_layer().name(),
-            machine.nccl_version,
-            plan.world,
-            gpus
+            "# Collective {} layer {}{baseline}{nccl} world {}{gpus}",
+            title.collective, title.layer, title.world
         ),
         "#".to_string(),
     ];
-    lines.extend(table_header(&Columns {
-        ratio: plan.compare().is_some(),
-        cpu_time: plan.method.cpu_time,
-        timestamps: plan.method.timestamps,
-    }));
+    lines.extend(table_header(columns));
     lines
+}
+
+/// The comment lines naming one collective's table of `plan` on
+/// `machine`, then its column headers.
+pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine) -> Vec<String> {
+    let title = TableTitle {
+        collective: collective.name(),
+        layer: plan.table_layer().name(),
+        baseline: plan.compare().map(|(a, _)| a.name()),
+        world: plan.world,
+        machine: Some(machine),
+    };
+    table_heading(&title, &Columns::of(plan))
 }
 
 #[cfg(test)]
@@ -423,6 +474,21 @@ mod tests {
         );
         let header = collective_header(Collective::AllReduce, &plan, &machine);
         assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
+        assert!(!text.contains("Per-Iteration"), "{text}");
+        // -I 1: nccl-tests' line after the blocking one, and its columns.
+        let timed = self::plan(&["-I", "1", "-K", "2", "-z", "3"], 1);
+        let lines = preamble(&timed, &machine);
+        assert_eq!(
+            lines[3],
+            "# Per-Iteration Report: CUDA event timing; i_* uses max over process rows; summary skips first 2 iterations "
+        );
+        let header = collective_header(Collective::AllReduce, &timed, &machine);
+        assert!(header[4].contains("#wrong    i_min    i_max"), "{header:?}");
+        let batches = self::plan(&["-I", "1", "--batches", "3"], 1);
+        assert!(
+            preamble(&batches, &machine)[2]
+                .ends_with("; times_us holds the iterations of the 3 batches in order, and the skip applies to each ")
+        );
         // Without rotation, the timing line says nothing of it.
         let fixed = self::plan(&["--no-rotate"], 1);
         let text = preamble(&fixed, &machine).join("\n");

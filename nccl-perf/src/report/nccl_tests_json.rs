@@ -3,6 +3,11 @@
 //! environment and the NCCL version; the run's configuration and devices;
 //! one result per table row; the totals; the errors and the end time.
 //!
+//! With `-I 1` each mode of a result is followed by its per-iteration
+//! report (`out_of_place_per_iter`, `in_place_per_iter`: the statistics,
+//! `times_us` and, with several processes, `per_process_max_times_us`),
+//! which nccl-tests' `tools/analyze_perf_json.py` reads.
+//!
 //! The keys, their order and their value forms are nccl-tests' (doubles
 //! with six decimals, `"nan"` for NaN, booleans as the strings `"true"`
 //! and `"false"`, the root as `printf("%6i")`, a mode without a
@@ -17,6 +22,7 @@ use std::path::{Path, PathBuf};
 use super::comments::Machine;
 use super::{Measurement, Row, clock};
 use crate::method::Step;
+use crate::per_iter::PerIter;
 use crate::runner::Plan;
 
 /// nccl-tests' `JSON_FILE_VERSION`.
@@ -77,7 +83,13 @@ pub struct JsonHead {
     pub parallel_init: bool,
     /// Whether times are CPU times (`-C 1`: the key is `cpu_time`).
     pub cpu_time: bool,
-    /// The GPUs, in rank order.
+    /// `-I 1`.
+    pub per_iter_timing: bool,
+    /// `-K` (0 without `-I 1`).
+    pub per_iter_skip: u32,
+    /// The first GPU of each process, in rank order: nccl-tests lists one
+    /// per process (`parseRankInfo` reads a process's first rank line),
+    /// and its `analyze_perf_json.py` groups process rows by their hosts.
     pub devices: Vec<JsonDevice>,
 }
 
@@ -109,9 +121,12 @@ impl JsonHead {
             blocking: plan.method.blocking.waits(),
             parallel_init: true,
             cpu_time: plan.method.cpu_time,
+            per_iter_timing: plan.method.per_iter.is_some(),
+            per_iter_skip: plan.method.per_iter.unwrap_or(0),
             devices: machine
                 .devices
                 .iter()
+                .step_by(plan.ranks_per_process().max(1))
                 .map(|device| JsonDevice {
                     rank: device.rank,
                     pid: device.pid,
@@ -196,7 +211,7 @@ pub fn head_text(head: &JsonHead, start_time: &str) -> String {
         "{{\"version\":{SCHEMA_VERSION},\"start_time\":{},\"args\":{},\"env\":{},\"nccl_version\":{},\
          \"config\":{{\"nthreads\":{},\"ngpus\":{},\"minimum_bytes\":{},\"maximum_bytes\":{},{step},\
          \"warmup_iters\":{},\"iterations\":{},\"aggregated_iterations\":{},\"validation\":{},\"graph\":{},\
-         \"blocking_collectives\":{},\"per_iter_timing\":{},\"per_iter_skip\":0,\"parallel_init\":{},\
+         \"blocking_collectives\":{},\"per_iter_timing\":{},\"per_iter_skip\":{},\"parallel_init\":{},\
          \"devices\":[{}]}},\"results\":[",
         string(start_time),
         strings(&head.args),
@@ -212,7 +227,8 @@ pub fn head_text(head: &JsonHead, start_time: &str) -> String {
         head.validation,
         head.graph,
         boolean(head.blocking),
-        boolean(false),
+        boolean(head.per_iter_timing),
+        head.per_iter_skip,
         boolean(head.parallel_init),
         devices.join(",")
     );
@@ -234,11 +250,49 @@ fn mode_text(measurement: Option<&Measurement>, time_key: &str) -> String {
     }
 }
 
+/// A mode's per-iteration report (`-I 1`), after the mode's object under
+/// `key` (`out_of_place_per_iter`, `in_place_per_iter`), as nccl-tests'
+/// `writePerIterReport` writes it: `,"key":{...}`, or nothing without one.
+fn per_iter_text(key: &str, per_iter: Option<&PerIter>) -> String {
+    let Some(report) = per_iter else {
+        return String::new();
+    };
+    let list = |times: &[f64]| {
+        let items: Vec<String> = times.iter().map(|&time| double(time)).collect();
+        format!("[{}]", items.join(","))
+    };
+    let stats = &report.stats;
+    let mut text = format!(
+        ",\"{key}\":{{\"skipped_iterations\":{}",
+        report.skipped_iterations
+    );
+    for (name, value) in [
+        ("min_us", stats.min_us),
+        ("max_us", stats.max_us),
+        ("avg_us", stats.avg_us),
+        ("p50_us", stats.p50_us),
+        ("p95_us", stats.p95_us),
+        ("p99_us", stats.p99_us),
+        ("stdev_us", stats.stdev_us),
+        ("cv_pct", stats.cv_pct),
+    ] {
+        let _ = write!(text, ",\"{name}\":{}", double(value));
+    }
+    let _ = write!(text, ",\"times_us\":{}", list(&report.times_us));
+    if let Some(processes) = &report.per_process_max_times_us {
+        let rows: Vec<String> = processes.iter().map(|times| list(times)).collect();
+        let _ = write!(text, ",\"per_process_max_times_us\":[{}]", rows.join(","));
+    }
+    text.push('}');
+    text
+}
+
 /// One result: a row of the table (`time_key` names its times;
-/// `iterations` is `-n`).
+/// `iterations` is `-n`), each mode followed by its per-iteration report
+/// when it has one.
 pub fn result_text(row: &Row, time_key: &str, iterations: u32) -> String {
     format!(
-        "{{\"size\":{},\"count\":{},\"type\":{},\"redop\":{},\"root\":{},\"out_of_place\":{},\"in_place\":{},\
+        "{{\"size\":{},\"count\":{},\"type\":{},\"redop\":{},\"root\":{},\"out_of_place\":{}{},\"in_place\":{}{},\
          \"actual_iterations\":{iterations},\"experiment_name\":\"\",\"collective\":{}}}",
         row.size,
         row.count,
@@ -246,7 +300,9 @@ pub fn result_text(row: &Row, time_key: &str, iterations: u32) -> String {
         string(row.redop),
         string(&format!("{:6}", row.root)),
         mode_text(row.out_of_place.as_ref(), time_key),
+        per_iter_text("out_of_place_per_iter", row.out_of_place_per_iter.as_ref()),
         mode_text(row.in_place.as_ref(), time_key),
+        per_iter_text("in_place_per_iter", row.in_place_per_iter.as_ref()),
         string(row.collective)
     )
 }
@@ -368,203 +424,4 @@ impl Drop for JsonDocument {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::{Value, json};
-
-    use super::super::tests::{m, row};
-    use super::*;
-
-    fn head() -> JsonHead {
-        JsonHead {
-            args: vec!["nccl-perf".into(), "-J".into(), "a \"b\".json".into()],
-            env: vec!["PATH=/usr/bin".into()],
-            nccl_version: 22803,
-            nthreads: 1,
-            ngpus: 1,
-            minimum_bytes: 8,
-            maximum_bytes: 128 << 20,
-            step: Step::Factor(2),
-            warmup_iters: 5,
-            iterations: 20,
-            aggregated_iterations: 1,
-            validation: 1,
-            graph: 0,
-            blocking: false,
-            parallel_init: true,
-            cpu_time: false,
-            devices: vec![JsonDevice {
-                rank: 0,
-                pid: 42,
-                hostname: "vm".into(),
-                device: 0,
-                device_hex: "0000:00:06".into(),
-                device_info: "NVIDIA H200".into(),
-            }],
-        }
-    }
-
-    /// The keys of `value`'s object, in the order the text has them.
-    fn keys(text: &str) -> Vec<String> {
-        let value: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();
-        let mut keys: Vec<(usize, String)> = value
-            .keys()
-            .map(|key| (text.find(&format!("\"{key}\":")).unwrap(), key.clone()))
-            .collect();
-        keys.sort();
-        keys.into_iter().map(|(_, key)| key).collect()
-    }
-
-    #[test]
-    fn the_document_has_nccl_tests_schema() {
-        let r = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, None),
-        );
-        let gather = Row {
-            collective: "all_gather",
-            in_place: None,
-            ..r.clone()
-        };
-        let text = head_text(&head(), "2026-12-03 10:00:00")
-            + &result_text(&r, "time", 20)
-            + ","
-            + &result_text(&gather, "time", 20)
-            + &tail_text(0, 8.0, &[], "2026-12-03 10:00:05");
-        assert_eq!(
-            keys(&text),
-            [
-                "version",
-                "start_time",
-                "args",
-                "env",
-                "nccl_version",
-                "config",
-                "results",
-                "out_of_bounds",
-                "average_bus_bandwidth",
-                "errors",
-                "end_time"
-            ]
-        );
-        let value: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(value["version"], 3);
-        assert_eq!(value["args"][2], "a \"b\".json");
-        assert_eq!(value["nccl_version"], 22803);
-        let config = &value["config"];
-        assert_eq!(config["step_factor"], 2);
-        assert!(config.get("step_bytes").is_none());
-        assert_eq!(config["blocking_collectives"], "false");
-        assert_eq!(config["parallel_init"], "true");
-        assert_eq!(
-            config["devices"][0],
-            json!({"rank": 0, "group": 0, "pid": 42, "hostname": "vm", "device": 0,
-                   "device_hex": "0000:00:06", "device_info": "NVIDIA H200"})
-        );
-        let results = value["results"].as_array().unwrap();
-        assert_eq!(results.len(), 2);
-        assert_eq!(
-            results[0],
-            json!({"size": 8, "count": 2, "type": "float", "redop": "sum", "root": "    -1",
-                   "out_of_place": {"time": 6.5, "alg_bw": 0.5, "bus_bw": 0.0, "nwrong": 0.0},
-                   "in_place": {"time": 0.25, "alg_bw": 32.0, "bus_bw": 0.0, "nwrong": null},
-                   "actual_iterations": 20, "experiment_name": "", "collective": "all_reduce"})
-        );
-        assert_eq!(results[1]["in_place"], Value::Null);
-        assert_eq!(results[1]["collective"], "all_gather");
-        assert_eq!(value["out_of_bounds"], json!({"count": 0, "okay": "true"}));
-        assert_eq!(
-            value["average_bus_bandwidth"],
-            json!({"bandwidth": 8.0, "okay": "unchecked"})
-        );
-        assert_eq!(value["errors"], json!([]));
-        // nccl-tests' number forms, byte for byte.
-        assert!(
-            text.contains("\"time\":6.500000,\"alg_bw\":0.500000"),
-            "{text}"
-        );
-        assert!(text.contains("\"nwrong\":0.000000}"), "{text}");
-    }
-
-    #[test]
-    fn cpu_time_bytes_steps_and_nan() {
-        let head = JsonHead {
-            step: Step::Bytes(1 << 20),
-            blocking: true,
-            cpu_time: true,
-            ..head()
-        };
-        let text = head_text(&head, "t")
-            + &result_text(
-                &row(
-                    8,
-                    2,
-                    "max",
-                    3,
-                    m(f64::NAN, 1.0, 1.0, Some(2)),
-                    m(1.0, 1.0, 1.0, Some(0)),
-                ),
-                "cpu_time",
-                50,
-            )
-            + &tail_text(2, 1.0, &["boom".to_string()], "t");
-        let value: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(value["config"]["step_bytes"], 1 << 20);
-        assert_eq!(value["config"]["blocking_collectives"], "true");
-        let result = &value["results"][0];
-        assert_eq!(result["out_of_place"]["cpu_time"], "nan");
-        assert_eq!(double(f64::INFINITY), "\"inf\"");
-        assert_eq!(double(-f64::INFINITY), "\"-inf\"");
-        assert_eq!(double(2.5), "2.500000");
-        assert_eq!(result["in_place"]["cpu_time"], 1.0);
-        assert_eq!(result["root"], "     3");
-        assert_eq!(result["actual_iterations"], 50);
-        assert_eq!(value["out_of_bounds"], json!({"count": 2, "okay": "false"}));
-        assert_eq!(value["errors"], json!(["boom"]));
-    }
-
-    #[test]
-    fn files_are_never_replaced_and_always_closed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out.json");
-        std::fs::write(&path, "kept").unwrap();
-        let first = {
-            let mut document = JsonDocument::create(&path, &head()).unwrap();
-            let r = row(
-                8,
-                2,
-                "sum",
-                -1,
-                m(1.0, 1.0, 0.0, Some(1)),
-                m(1.0, 1.0, 2.0, Some(0)),
-            );
-            document.result(&r).unwrap();
-            document.result(&r).unwrap();
-            document.finish(&[]).unwrap();
-            document.path().to_path_buf()
-        };
-        assert_eq!(first, dir.path().join("out.json.0"));
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept");
-        let value: Value = serde_json::from_str(&std::fs::read_to_string(&first).unwrap()).unwrap();
-        assert_eq!(value["results"].as_array().unwrap().len(), 2);
-        assert_eq!(value["out_of_bounds"]["count"], 2);
-        assert_eq!(value["average_bus_bandwidth"]["bandwidth"], 1.0);
-        // A run that stops early still leaves valid JSON, with its error.
-        let second = JsonDocument::create(&path, &head()).unwrap();
-        let second_path = second.path().to_path_buf();
-        drop(second);
-        assert_eq!(second_path, dir.path().join("out.json.1"));
-        let value: Value =
-            serde_json::from_str(&std::fs::read_to_string(&second_path).unwrap()).unwrap();
-        assert_eq!(value["results"], json!([]));
-        assert_eq!(
-            value["errors"][0],
-            "nccl-perf stopped before the end of the run"
-        );
-        // A directory that does not exist is an error, not a panic.
-        assert!(JsonDocument::create(&dir.path().join("no/such/out.json"), &head()).is_err());
-    }
-}
+mod tests;

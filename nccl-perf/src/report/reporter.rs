@@ -8,7 +8,7 @@ use indicatif::ProgressBar;
 
 use super::comments::{Machine, preamble};
 use super::nccl_tests_json::{JsonDocument, JsonHead};
-use super::table::{table_row, timestamp_column};
+use super::table::{Columns, table_row, timestamp_column};
 use super::{Row, clock};
 use crate::runner::Plan;
 
@@ -22,8 +22,8 @@ pub struct Reporter<W: Write> {
     progress: Option<ProgressBar>,
     /// `-J`'s document, once [`Reporter::begin`] opened it.
     document: Option<JsonDocument>,
-    /// Whether rows end in a timestamp (`-S 1`).
-    timestamps: bool,
+    /// The columns of the rows (set by [`Reporter::begin`]).
+    columns: Columns,
 }
 
 impl<W: Write> Reporter<W> {
@@ -34,7 +34,7 @@ impl<W: Write> Reporter<W> {
             json,
             progress: None,
             document: None,
-            timestamps: false,
+            columns: Columns::default(),
         }
     }
 
@@ -45,7 +45,7 @@ impl<W: Write> Reporter<W> {
     /// # Errors
     /// Writing failed.
     pub fn begin(&mut self, plan: &Plan, machine: &Machine) -> io::Result<()> {
-        self.timestamps = plan.method.timestamps;
+        self.columns = Columns::of(plan);
         let mut lines = preamble(plan, machine);
         if let Some(path) = &plan.method.output_file {
             match JsonDocument::create(path, &JsonHead::new(plan, machine)) {
@@ -63,6 +63,12 @@ impl<W: Write> Reporter<W> {
             }
         }
         self.lines(lines)
+    }
+
+    /// Sets the columns of the rows to come (those of a plan's tables
+    /// once [`Reporter::begin`] ran).
+    pub fn set_columns(&mut self, columns: Columns) {
+        self.columns = columns;
     }
 
     /// Closes `-J`'s document after the last row.
@@ -104,8 +110,8 @@ impl<W: Write> Reporter<W> {
     /// # Errors
     /// Writing failed.
     pub fn row(&mut self, row: &Row) -> io::Result<()> {
-        let mut line = table_row(row);
-        if self.timestamps {
+        let mut line = table_row(row, &self.columns);
+        if self.columns.timestamps {
             line.push_str(&timestamp_column(&clock::utc_now()));
         }
         self.line(&line)?;
@@ -239,7 +245,7 @@ mod tests {
         let row_line = table.lines().last().unwrap();
         // The row, then two spaces and `YYYY-MM-DD HH:MM:SS`.
         let (body, stamp) = row_line.split_at(row_line.len() - 21);
-        assert_eq!(body, table_row(&r));
+        assert_eq!(body, table_row(&r, &Columns::of(&plan)));
         assert_eq!(&stamp[..2], "  ");
         assert_eq!(stamp[2..].len(), "YYYY-MM-DD HH:MM:SS".len());
         let document: serde_json::Value =

@@ -4,7 +4,7 @@
 use super::Row;
 use super::format::{c_general, fixed_width, ratio_column};
 use crate::collective::Mode;
-use crate::layer::LayerKind;
+use crate::runner::Plan;
 use crate::timing::median;
 
 /// The columns of a table beyond nccl-tests' default ones.
@@ -16,6 +16,21 @@ pub struct Columns {
     pub cpu_time: bool,
     /// Each row ends in a timestamp (`-S 1`).
     pub timestamps: bool,
+    /// Each half has nccl-tests' per-iteration columns `i_min`, `i_max`,
+    /// `i_p99` and `i_cv%` after `#wrong` (`-I 1`).
+    pub per_iter: bool,
+}
+
+impl Columns {
+    /// The columns of `plan`'s tables.
+    pub fn of(plan: &Plan) -> Self {
+        Self {
+            ratio: plan.compare().is_some(),
+            cpu_time: plan.method.cpu_time,
+            timestamps: plan.method.timestamps,
+            per_iter: plan.method.per_iter.is_some(),
+        }
+    }
 }
 
 /// The format of a row's timestamp, as the header's unit line shows it.
@@ -27,18 +42,31 @@ pub fn table_header(columns: &Columns) -> [String; 3] {
         ratio,
         cpu_time,
         timestamps,
+        per_iter,
     } = *columns;
     let e = "";
     let time_name = if cpu_time { "cputime" } else { "time" };
-    let half = |time: &str, algbw: &str, busbw: &str, wrong: &str, ratio_name: &str| {
+    let half = |names: [&str; 5], per_iter_names: [&str; 4]| {
+        let [time, algbw, busbw, wrong, ratio_name] = names;
         let mut text = format!("  {time:>7}  {algbw:>6}  {busbw:>6}  {wrong:>6}");
+        if per_iter {
+            for name in per_iter_names {
+                text.push_str(&format!("  {name:>7}"));
+            }
+        }
         if ratio {
             text.push_str(&format!("  {ratio_name:>6}"));
         }
         text
     };
-    let names = half(time_name, "algbw", "busbw", "#wrong", "ratio");
-    let units = half("(us)", "(GB/s)", "(GB/s)", e, "(B/A)");
+    let names = half(
+        [time_name, "algbw", "busbw", "#wrong", "ratio"],
+        ["i_min", "i_max", "i_p99", "i_cv%"],
+    );
+    let units = half(
+        ["(us)", "(GB/s)", "(GB/s)", e, "(B/A)"],
+        ["(us)", "(us)", "(us)", "(%)"],
+    );
     // nccl-tests' `%*s` after the halves: 19 wide with timestamps, else empty.
     let (stamp_name, stamp_unit) = if timestamps {
         (
@@ -48,15 +76,26 @@ pub fn table_header(columns: &Columns) -> [String; 3] {
     } else {
         (String::new(), String::new())
     };
-    let top = if ratio {
-        format!(
-            "# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}{:^41}{:^41} ",
-            "out-of-place", "in-place"
+    let lead = format!("# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}");
+    let (out_of_place, in_place) = if per_iter {
+        (
+            "out-of-place (+ per-iteration)",
+            "in-place (+ per-iteration)",
         )
     } else {
-        format!(
-            "# {e:>10}  {e:>12}  {e:>8}  {e:>6}  {e:>6}           out-of-place                       in-place          "
-        )
+        ("out-of-place", "in-place")
+    };
+    let top = match (ratio, per_iter) {
+        (true, _) => format!(
+            "{lead}{out_of_place:^width$}{in_place:^width$} ",
+            width = names.len()
+        ),
+        (false, true) => {
+            format!("{lead}              {out_of_place}                                {in_place}")
+        }
+        (false, false) => {
+            format!("{lead}           {out_of_place}                       {in_place}          ")
+        }
     };
     [
         top,
@@ -77,9 +116,10 @@ pub fn timestamp_column(timestamp: &str) -> String {
     format!("{timestamp:>21}")
 }
 
-/// One row in nccl-tests' layout; with a ratio (`--compare`), each half
-/// ends in the ratio column.
-pub fn table_row(row: &Row) -> String {
+/// One row in nccl-tests' layout, with `columns` (its timestamp aside):
+/// with `-I 1` each half has its per-iteration columns after `#wrong`,
+/// with `--compare` it ends in the ratio column.
+pub fn table_row(row: &Row, columns: &Columns) -> String {
     let mut line = format!(
         "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
         row.size, row.count, row.dtype, row.redop, row.root
@@ -100,16 +140,49 @@ pub fn table_row(row: &Row) -> String {
             }
             None => line.push_str(&format!("  {0:>7}  {0:>6}  {0:>6}  {0:>6}", "N/A")),
         }
-        if let Some(ratio) = &row.ratio {
+        if columns.per_iter {
+            match row.per_iter(mode) {
+                Some(report) => {
+                    let stats = &report.stats;
+                    for value in [stats.min_us, stats.max_us, stats.p99_us, stats.cv_pct] {
+                        line.push_str(&format!("  {:>7}", fixed_width(value, 7)));
+                    }
+                }
+                None => line.push_str(&format!("  {0:>7}  {0:>7}  {0:>7}  {0:>7}", "N/A")),
+            }
+        }
+        if columns.ratio {
             line.push_str("  ");
-            line.push_str(&ratio_column(ratio.of(mode)));
+            line.push_str(&ratio_column(row.ratio.and_then(|ratio| ratio.of(mode))));
         }
     }
     line
 }
 
+/// The wrong elements of every mode of `rows`.
+pub fn wrong_elements(rows: &[Row]) -> u64 {
+    rows.iter()
+        .flat_map(|row| [row.out_of_place, row.in_place])
+        .flatten()
+        .filter_map(|m| m.wrong)
+        .sum()
+}
+
+/// The lines after a collective's table of `shown` rows: nccl-tests'
+/// summary (its wrong elements counting those of the `baseline` rows of
+/// `--compare`, if any, too) and with a baseline the comparison's.
+pub fn collective_footer(shown: &[Row], baseline: Option<&[Row]>) -> Vec<String> {
+    let wrong = wrong_elements(shown) + baseline.map_or(0, wrong_elements);
+    let mut lines = table_footer(wrong, average_busbw(shown)).to_vec();
+    if let Some(baseline) = baseline {
+        let name = |rows: &[Row]| rows.first().map_or("?", |row| row.layer);
+        lines.extend(compare_footer(name(baseline), name(shown), baseline, shown));
+    }
+    lines
+}
+
 /// The summary lines after a collective's table.
-pub fn table_footer(wrong: u64, avg_busbw: f64) -> [String; 2] {
+fn table_footer(wrong: u64, avg_busbw: f64) -> [String; 2] {
     [
         format!(
             "# {:<20} : {} {}",
@@ -123,7 +196,7 @@ pub fn table_footer(wrong: u64, avg_busbw: f64) -> [String; 2] {
 
 /// nccl-tests' average bus bandwidth: the mean of the busbw of every row,
 /// out-of-place and in-place alike. 0 with no rows.
-pub fn average_busbw(rows: &[Row]) -> f64 {
+fn average_busbw(rows: &[Row]) -> f64 {
     let values: Vec<f64> = rows
         .iter()
         .flat_map(|r| [r.out_of_place, r.in_place])
@@ -137,9 +210,10 @@ pub fn average_busbw(rows: &[Row]) -> f64 {
     }
 }
 
-/// The comment lines after a `--compare` table: the baseline's average bus
-/// bandwidth and the median ratio of each mode over the sizes.
-pub fn compare_footer(a: LayerKind, b: LayerKind, baseline: &[Row], shown: &[Row]) -> [String; 2] {
+/// The comment lines after a `--compare` table of layer `b` against `a`:
+/// the baseline's average bus bandwidth and the median ratio of each mode
+/// over the sizes.
+fn compare_footer(a: &str, b: &str, baseline: &[Row], shown: &[Row]) -> [String; 2] {
     let median_ratio = |mode| {
         let ratios: Vec<f64> = shown
             .iter()
@@ -150,12 +224,12 @@ pub fn compare_footer(a: LayerKind, b: LayerKind, baseline: &[Row], shown: &[Row
     [
         format!(
             "# {:<20} : {} ",
-            format!("Avg bus bandwidth ({})", a.name()),
+            format!("Avg bus bandwidth ({a})"),
             c_general(average_busbw(baseline))
         ),
         format!(
             "# {:<20} : out-of-place {} in-place {}",
-            format!("Median ratio {}/{}", b.name(), a.name()),
+            format!("Median ratio {b}/{a}"),
             median_ratio(Mode::OutOfPlace),
             median_ratio(Mode::InPlace)
         ),
@@ -167,6 +241,7 @@ mod tests {
     use super::super::tests::{m, row};
     use super::super::{Measurement, Ratio};
     use super::*;
+    use crate::per_iter::{IterStats, PerIter};
 
     #[test]
     fn header_matches_nccl_tests_byte_for_byte() {
@@ -208,70 +283,159 @@ mod tests {
 
     #[test]
     fn rows_match_the_baselines() {
+        let plain = Columns::default();
         // Lines of /work/shared/baselines/h200-1gpu.md (nccl-tests 2.19.6).
         assert_eq!(
-            table_row(&row(
-                8,
-                2,
-                "sum",
-                -1,
-                m(6.30, 0.00127, 0.0, Some(0)),
-                m(0.31, 0.0258, 0.0, Some(0))
-            )),
+            table_row(
+                &row(
+                    8,
+                    2,
+                    "sum",
+                    -1,
+                    m(6.30, 0.00127, 0.0, Some(0)),
+                    m(0.31, 0.0258, 0.0, Some(0))
+                ),
+                &plain
+            ),
             "           8             2     float     sum      -1     6.30    0.00    0.00       0     0.31    0.03    0.00       0"
         );
         assert_eq!(
-            table_row(&row(
-                524288,
-                131072,
-                "sum",
-                -1,
-                m(6.36, 82.40, 0.0, Some(0)),
-                m(0.42, 1255.3, 0.0, Some(0))
-            )),
+            table_row(
+                &row(
+                    524288,
+                    131072,
+                    "sum",
+                    -1,
+                    m(6.36, 82.40, 0.0, Some(0)),
+                    m(0.42, 1255.3, 0.0, Some(0))
+                ),
+                &plain
+            ),
             "      524288        131072     float     sum      -1     6.36   82.40    0.00       0     0.42  1255.3    0.00       0"
         );
         assert_eq!(
-            table_row(&row(
-                536870912,
-                134217728,
-                "none",
-                0,
-                m(255.59, 2100.5, 2100.5, Some(0)),
-                m(0.35, 1.53e6, 1.53e6, Some(0))
-            )),
+            table_row(
+                &row(
+                    536870912,
+                    134217728,
+                    "none",
+                    0,
+                    m(255.59, 2100.5, 2100.5, Some(0)),
+                    m(0.35, 1.53e6, 1.53e6, Some(0))
+                ),
+                &plain
+            ),
             "   536870912     134217728     float    none       0   255.59  2100.5  2100.5       0     0.35   2e+06   2e+06       0"
         );
         assert_eq!(
-            table_row(&row(
-                32,
-                8,
-                "none",
-                -1,
-                m(5.05, 0.01, 0.0, Some(0)),
-                m(0.22, 0.14, 0.0, None)
-            )),
+            table_row(
+                &row(
+                    32,
+                    8,
+                    "none",
+                    -1,
+                    m(5.05, 0.01, 0.0, Some(0)),
+                    m(0.22, 0.14, 0.0, None)
+                ),
+                &plain
+            ),
             "          32             8     float    none      -1     5.05    0.01    0.00       0     0.22    0.14    0.00    N/A"
         );
         assert_eq!(
-            table_row(&row(
-                8,
-                2,
-                "sum",
-                -1,
-                m(1.0, 18711.0, 308023.0, Some(3)),
-                m(0.1, 76164.4, 0.0, Some(1234567))
-            )),
+            table_row(
+                &row(
+                    8,
+                    2,
+                    "sum",
+                    -1,
+                    m(1.0, 18711.0, 308023.0, Some(3)),
+                    m(0.1, 76164.4, 0.0, Some(1234567))
+                ),
+                &plain
+            ),
             "           8             2     float     sum      -1     1.00   18711  308023       3     0.10   76164    0.00  1.23457e+06"
         );
     }
 
+    /// A per-iteration report with these statistics (the rest 0).
+    fn per_iter(min_us: f64, max_us: f64, p99_us: f64, cv_pct: f64) -> PerIter {
+        PerIter {
+            skipped_iterations: 0,
+            stats: IterStats {
+                min_us,
+                max_us,
+                avg_us: 0.0,
+                p50_us: 0.0,
+                p95_us: 0.0,
+                p99_us,
+                stdev_us: 0.0,
+                cv_pct,
+            },
+            times_us: Vec::new(),
+            per_process_max_times_us: None,
+        }
+    }
+
+    #[test]
+    fn per_iteration_columns_as_nccl_tests_prints_them() {
+        // nccl-tests 2.19.6's printf formats of writeResultHeader and
+        // writePerIterReport, evaluated by C's rules.
+        let columns = Columns {
+            per_iter: true,
+            ..Columns::default()
+        };
+        let [top, names, units] = table_header(&columns);
+        assert_eq!(
+            top,
+            "#                                                                 out-of-place (+ per-iteration)                                in-place (+ per-iteration)"
+        );
+        assert_eq!(
+            names,
+            "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv% "
+        );
+        assert_eq!(
+            units,
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%) "
+        );
+        let mut r = row(
+            8,
+            2,
+            "sum",
+            -1,
+            m(6.5, 0.5, 0.0, Some(0)),
+            m(0.25, 32.0, 0.0, Some(0)),
+        );
+        r.out_of_place_per_iter = Some(per_iter(6.1, 12.25, 12.25, 33.3333));
+        r.in_place_per_iter = Some(per_iter(0.2, 1234567.8, 0.3, 0.0));
+        assert_eq!(
+            table_row(&r, &columns),
+            "           8             2     float     sum      -1     6.50    0.50    0.00       0     6.10    12.25    12.25    33.33     0.25   32.00    0.00       0     0.20  1234568     0.30     0.00"
+        );
+        // A half without a report, and with --compare the ratio after
+        // the per-iteration columns: every row keeps the header's fields.
+        let both = Columns {
+            ratio: true,
+            ..columns
+        };
+        r.in_place_per_iter = None;
+        let line = table_row(&r, &both);
+        assert!(
+            line.ends_with("      N/A      N/A      N/A      N/A     N/A"),
+            "{line}"
+        );
+        let [top, names, _] = table_header(&both);
+        assert_eq!(top.len(), names.len());
+        let fields = |text: &str| text.split_whitespace().count();
+        assert_eq!(fields(&line), fields(&names) - 1, "one header field is '#'");
+    }
+
     #[test]
     fn compare_rows_and_header_stay_machine_readable() {
-        let [top, names, units] = table_header(&Columns {
+        let ratio = Columns {
             ratio: true,
             ..Columns::default()
-        });
+        };
+        let [top, names, units] = table_header(&ratio);
         assert_eq!(
             names,
             "#       size         count      type   redop    root     time   algbw   busbw  #wrong   ratio     time   algbw   busbw  #wrong   ratio "
@@ -307,7 +471,7 @@ mod tests {
         };
         tensor.ratio = Some(Ratio::between(&raw, &tensor));
         assert_eq!(
-            table_row(&tensor),
+            table_row(&tensor, &ratio),
             "           8             2     float     sum      -1     5.50    0.00    0.00       0   1.100     0.50    0.02    0.00       0   2.500"
         );
         // A mode the layer cannot issue: N/A in every column, same field count.
@@ -336,17 +500,17 @@ mod tests {
             )
         };
         gather.ratio = Some(Ratio::between(&baseline, &gather));
-        let line = table_row(&gather);
+        let line = table_row(&gather, &ratio);
         assert_eq!(
             line,
             "          32             8     float    none      -1     6.00    0.01    0.00       0   1.200      N/A     N/A     N/A     N/A     N/A"
         );
         let fields = |text: &str| text.split_whitespace().count();
-        assert_eq!(fields(&line), fields(&table_row(&tensor)));
+        assert_eq!(fields(&line), fields(&table_row(&tensor, &ratio)));
         assert_eq!(fields(&line), fields(&names) - 1, "one header field is '#'");
         // Without --compare the table is nccl-tests' own.
         gather.ratio = None;
-        assert_eq!(fields(&table_row(&gather)), 13);
+        assert_eq!(fields(&table_row(&gather, &Columns::default())), 13);
         assert_eq!(average_busbw(&[gather]), 0.0);
     }
 
@@ -383,6 +547,14 @@ mod tests {
             table_footer(2, 0.25)[0],
             "# Out of bounds values : 2 FAILED"
         );
+        assert_eq!(collective_footer(&rows, None), table_footer(0, 5.0));
+        // A baseline's wrong elements count too.
+        let mut failing = rows.clone();
+        failing[1].in_place = Some(m(1.0, 1.0, 8.0, Some(3)));
+        assert_eq!(wrong_elements(&failing), 3);
+        let lines = collective_footer(&rows, Some(&failing));
+        assert_eq!(lines[0], "# Out of bounds values : 3 FAILED");
+        assert_eq!(lines.len(), 4);
     }
 
     #[test]
@@ -404,6 +576,9 @@ mod tests {
             root: -1,
             out_of_place: Some(m(oop)),
             in_place: ip.map(m),
+            out_of_place_per_iter: None,
+            in_place_per_iter: None,
+            cpu_time: false,
             ratio: None,
             graph: 0,
         };
@@ -412,7 +587,9 @@ mod tests {
         for (b, a) in tensor.iter_mut().zip(&raw) {
             b.ratio = Some(Ratio::between(a, b));
         }
-        let [avg, ratio] = compare_footer(LayerKind::Raw, LayerKind::Tensor, &raw, &tensor);
+        let lines = collective_footer(&tensor, Some(&raw));
+        assert_eq!(lines[0], "# Out of bounds values : 0 OK");
+        let [avg, ratio] = [&lines[2], &lines[3]];
         assert_eq!(avg, "# Avg bus bandwidth (raw) : 2 ");
         assert_eq!(
             ratio,

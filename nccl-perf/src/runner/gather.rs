@@ -16,6 +16,7 @@ use super::layout::Layout;
 use super::meeting::Meeting;
 use super::protocol::{Message, RowKey, Sample, Stop};
 use crate::error::BenchError;
+use crate::memory::MemoryUsage;
 use crate::report::DeviceInfo;
 
 /// Gathers the messages of one process's rank threads, and what it takes
@@ -24,6 +25,7 @@ pub struct Gatherer {
     receiver: Receiver<Message>,
     pending: HashMap<RowKey, Vec<(usize, Sample)>>,
     devices: Vec<DeviceInfo>,
+    memory: Vec<(usize, MemoryUsage)>,
     stops: Vec<Stop>,
     finished: usize,
     layout: Layout,
@@ -57,6 +59,7 @@ impl Gatherer {
             receiver,
             pending: HashMap::new(),
             devices: Vec::new(),
+            memory: Vec::new(),
             stops: Vec::new(),
             finished: 0,
             layout,
@@ -106,6 +109,7 @@ impl Gatherer {
             Message::Measured { rank, key, sample } => {
                 self.pending.entry(key).or_default().push((rank, sample));
             }
+            Message::Memory { rank, usage } => self.memory.push((rank, usage)),
             Message::Finished => self.finished += 1,
             Message::Failed(error) => return Err(error),
         }
@@ -180,6 +184,21 @@ impl Gatherer {
         Ok(all)
     }
 
+    /// Every rank's memory usage (`-M 1`), in rank order (on process 0; an
+    /// empty list elsewhere, once this process's are shared).
+    ///
+    /// # Errors
+    /// As [`Gatherer::devices`].
+    pub fn memory(&mut self) -> Result<Vec<MemoryUsage>, BenchError> {
+        while self.memory.len() < self.layout.per_process() {
+            self.receive()?;
+        }
+        let mut local = std::mem::take(&mut self.memory);
+        local.sort_by_key(|(rank, _)| *rank);
+        let local: Vec<MemoryUsage> = local.into_iter().map(|(_, usage)| usage).collect();
+        self.everyone(local, "memory", "the exchange of the memory report")
+    }
+
     /// Waits until every rank of this process is done.
     ///
     /// # Errors
@@ -217,7 +236,10 @@ mod tests {
 
     /// What a process's gatherer returned (its devices and the row), and
     /// how often its ranks were stopped.
-    type Ended = (Result<(Vec<DeviceInfo>, Vec<Sample>), BenchError>, usize);
+    type Ended = (
+        Result<(Vec<DeviceInfo>, Vec<Sample>, Vec<MemoryUsage>), BenchError>,
+        usize,
+    );
 
     fn device(rank: usize) -> DeviceInfo {
         DeviceInfo {
@@ -232,7 +254,8 @@ mod tests {
 
     /// Process `process` of `processes` with two ranks (threads that send
     /// what a rank thread sends, rank r's sample `r + 1` µs with `r`
-    /// wrong, or a failure of `failing_rank`), over `store`.
+    /// wrong, two iterations of `r` µs and `r` bytes of initialization,
+    /// or a failure of `failing_rank`), over `store`.
     fn process(
         process: usize,
         processes: usize,
@@ -266,12 +289,18 @@ mod tests {
                 let sample = Sample {
                     time_us: Some(rank as f64 + 1.0),
                     wrong: Some(rank as u64),
+                    iter_us: Some(vec![rank as f64; 2]),
                 };
                 let _ = sender.send(Message::Measured {
                     rank,
                     key: KEY,
                     sample,
                 });
+                let usage = MemoryUsage {
+                    init: rank as i64,
+                    ..MemoryUsage::default()
+                };
+                let _ = sender.send(Message::Memory { rank, usage });
                 let _ = sender.send(Message::Finished);
             });
         }
@@ -280,10 +309,11 @@ mod tests {
         let result = (|| {
             let devices = gatherer.devices()?;
             let samples = gatherer.samples(KEY)?;
+            let memory = gatherer.memory()?;
             gatherer.finished()?;
             let wrong: u64 = samples.iter().filter_map(|s| s.wrong).sum();
             meeting.conclude(wrong)?;
-            Ok((devices, samples))
+            Ok((devices, samples, memory))
         })();
         let result = result.map_err(|error| {
             let error = meeting.fail(error);
@@ -317,7 +347,7 @@ mod tests {
     fn process_0_gets_every_rank_in_rank_order() {
         let results = run_processes(3, PATIENCE, None);
         let (first, stopped) = &results[0];
-        let (devices, samples) = first.as_ref().unwrap();
+        let (devices, samples, memory) = first.as_ref().unwrap();
         assert_eq!(
             devices.iter().map(|d| d.rank).collect::<Vec<_>>(),
             (0..6).collect::<Vec<_>>()
@@ -330,17 +360,23 @@ mod tests {
             combined,
             Sample {
                 time_us: Some(3.5),
-                wrong: Some(15)
+                wrong: Some(15),
+                iter_us: None
             }
         );
+        // Each rank's per-iteration times cross the store with it, and
+        // so does its memory usage.
+        assert_eq!(samples[5].iter_us, Some(vec![5.0, 5.0]));
+        let inits: Vec<i64> = memory.iter().map(|usage| usage.init).collect();
+        assert_eq!(inits, [0, 1, 2, 3, 4, 5]);
         assert_eq!(*stopped, 0);
         for (result, _) in &results[1..] {
-            let (devices, samples) = result.as_ref().unwrap();
-            assert!(devices.is_empty() && samples.is_empty());
+            let (devices, samples, memory) = result.as_ref().unwrap();
+            assert!(devices.is_empty() && samples.is_empty() && memory.is_empty());
         }
         // Alone, a process's own ranks are every rank.
         let alone = run_processes(1, PATIENCE, None);
-        let (_, samples) = alone[0].0.as_ref().unwrap();
+        let (_, samples, _) = alone[0].0.as_ref().unwrap();
         assert_eq!(samples.len(), 2);
     }
 

@@ -82,6 +82,11 @@ impl Plan {
         self.selection.rows(collective, &self.sizes, self.world)
     }
 
+    /// The ranks of each process (`-t` × `-g`), consecutive in rank order.
+    pub fn ranks_per_process(&self) -> usize {
+        self.threads * self.gpus_per_thread
+    }
+
     /// `(A, B)` of `--compare`.
     pub fn compare(&self) -> Option<(LayerKind, LayerKind)> {
         match self.layers[..] {
@@ -183,6 +188,7 @@ mod tests {
             (plan.threads, plan.gpus_per_thread, plan.average),
             (1, 2, Average::Mean)
         );
+        assert_eq!(plan.ranks_per_process(), 2);
         let error = Plan::new(&args, &Layout::single_process(1)).unwrap_err();
         assert_eq!(error.exit_code(), 2);
         assert_eq!(

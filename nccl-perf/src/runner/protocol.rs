@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::collective::Mode;
 use crate::error::BenchError;
+use crate::memory::MemoryUsage;
 use crate::report::DeviceInfo;
 
 /// Stops a rank that may be blocked inside NCCL: aborts its communicator
@@ -33,6 +34,13 @@ pub enum Message {
         key: RowKey,
         /// What the rank measured.
         sample: Sample,
+    },
+    /// The GPU memory the rank used (`-M 1`), after its last row.
+    Memory {
+        /// The rank.
+        rank: usize,
+        /// What it used.
+        usage: MemoryUsage,
     },
     /// The rank is done.
     Finished,
@@ -70,11 +78,16 @@ impl RowKey {
 
 /// One rank's result for one mode of one layer (or, combined, every
 /// rank's).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     /// The median time per call in microseconds; `None` where the layer
     /// cannot issue the call.
     pub time_us: Option<f64>,
     /// The wrong elements; `None` when not checked.
     pub wrong: Option<u64>,
+    /// `-I 1`: each timed iteration's time per call in microseconds, the
+    /// batches' iterations in order; `None` without `-I 1` or where the
+    /// layer cannot issue the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iter_us: Option<Vec<f64>>,
 }

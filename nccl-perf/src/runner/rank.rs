@@ -18,10 +18,11 @@ use crate::check::{CheckData, CheckSetup, count_wrong};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
 use crate::layer::{Call, Layer, Rotation, Shift, new_layer};
+use crate::memory::MemoryWatch;
 use crate::report::DeviceInfo;
 use crate::selection::RowSpec;
 use crate::timing::{
-    Captured, Pacing, Timed, Waiter, capture, median, time_launches, time_replays,
+    Captured, IterEvents, Pacing, Timed, Waiter, capture, median, time_launches, time_replays,
 };
 
 /// The name of the group layers' process groups (one per layer and run),
@@ -79,6 +80,9 @@ fn run_rank(
     // NCCL's creation waits for every rank without a bound: meet first, so
     // that a rank that never comes is named instead.
     barrier.wait("the creation of the communicators")?;
+    let mut memory = (plan.method.memory_report)
+        .then(|| MemoryWatch::new(device.context().clone()))
+        .transpose()?;
     let core = Communicator::new(device.clone(), plan.world as i32, id, rank as i32)?;
     let abort = core.abort_handle();
     // The tensor layer needs nccl-tensor's communicator; the raw and core
@@ -116,6 +120,9 @@ fn run_rank(
         // graph captures, whatever -w and -c are.
         group.barrier(&stream)?.wait()?;
     }
+    if let Some(memory) = &mut memory {
+        memory.initialized()?;
+    }
     {
         let layers = plan
             .layers
@@ -129,6 +136,7 @@ fn run_rank(
             stream: &stream,
             barrier: &barrier,
             sender,
+            memory: memory.as_ref(),
         };
         for (index, &collective) in plan.collectives.iter().enumerate() {
             measuring.run_collective(index, collective, &layers)?;
@@ -137,6 +145,10 @@ fn run_rank(
     stream.synchronize().map_err(nccl_core::Error::cuda(
         "synchronizing the stream at the end",
     ))?;
+    if let Some(memory) = &memory {
+        let usage = memory.usage(&stream)?;
+        let _ = sender.send(Message::Memory { rank, usage });
+    }
     // Collective, like the finalize below: every rank gets here.
     for group in &groups {
         group.destroy()?;
@@ -203,6 +215,8 @@ struct Measuring<'a> {
     stream: &'a Arc<CudaStream>,
     barrier: &'a RankBarrier<'a>,
     sender: &'a Sender<Message>,
+    /// Counts the buffers' memory (`-M 1`).
+    memory: Option<&'a MemoryWatch>,
 }
 
 impl<'a> Measuring<'a> {
@@ -293,11 +307,19 @@ impl<'a> Measuring<'a> {
         Ok(())
     }
 
+    /// [`Measuring::allocate`], counted for `-M 1`.
+    fn alloc(&self, rows: &[RowSpec], spec: &RowSpec) -> Result<Held<'a>, BenchError> {
+        match self.memory {
+            Some(memory) => memory.allocation(self.stream, || self.allocate(rows, spec)),
+            None => self.allocate(rows, spec),
+        }
+    }
+
     /// Buffers for the rows of `spec`'s element type among `rows`, and
     /// the elements each holds for the rotation (without `-u`'s), from the
     /// plan's allocator (`--alloc`); with `-R 1`, registered with the
     /// rank's communicator.
-    fn alloc(&self, rows: &[RowSpec], spec: &RowSpec) -> Result<Held<'a>, BenchError> {
+    fn allocate(&self, rows: &[RowSpec], spec: &RowSpec) -> Result<Held<'a>, BenchError> {
         let method = &self.plan.method;
         let largest = rows
             .iter()
@@ -396,7 +418,8 @@ impl<'a> Measuring<'a> {
 
     /// Checks, (captures) and times one call through every layer
     /// of the plan: per layer, the median time per call (`None` where the
-    /// layer cannot issue the call) and this rank's wrong elements. Each
+    /// layer cannot issue the call), with `-I 1` each timed iteration's
+    /// time, and this rank's wrong elements. Each
     /// launch is at the next place of the call's rotation, computed here
     /// before the loops.
     fn measure_mode(
@@ -459,13 +482,19 @@ impl<'a> Measuring<'a> {
             waiter.wait("synchronizing after the graph warm-up")?;
         }
         let meet = || barrier.wait("the barrier after a blocking iteration (-z)");
+        let events = method
+            .per_iter
+            .map(|_| IterEvents::new(stream, plan.iters as usize, method.blocking))
+            .transpose()?;
         let pacing = Pacing {
             agg,
             blocking: method.blocking,
             meet: &meet,
+            events: events.as_ref(),
         };
         let mut times: Vec<Vec<f64>> =
             vec![Vec::with_capacity(plan.batches as usize); layers.len()];
+        let mut iter_us: Vec<Vec<f64>> = vec![Vec::new(); layers.len()];
         for _ in 0..plan.batches {
             for (slot, layer) in active() {
                 let timed: Timed = match &graphs[slot] {
@@ -476,7 +505,11 @@ impl<'a> Measuring<'a> {
                     None => {
                         let mut launch = layer.bind(call, buffers)?;
                         barrier.wait(BEFORE_BATCH)?;
-                        time_launches(&mut launch, &shifts[..calls], &pacing, &waiter)?
+                        let timed = time_launches(&mut launch, &shifts[..calls], &pacing, &waiter)?;
+                        if let Some(events) = &events {
+                            iter_us[slot].extend(events.iteration_us(agg)?);
+                        }
+                        timed
                     }
                 };
                 times[slot].push(if method.cpu_time {
@@ -489,9 +522,11 @@ impl<'a> Measuring<'a> {
         Ok(times
             .iter()
             .zip(wrong)
-            .map(|(times, wrong)| Sample {
+            .zip(iter_us)
+            .map(|((times, wrong), iter_us)| Sample {
                 time_us: median(times),
                 wrong,
+                iter_us: (events.is_some() && !times.is_empty()).then_some(iter_us),
             })
             .collect())
     }

@@ -6,7 +6,8 @@ use crate::method::Average;
 
 /// Every rank's sample of one mode (in rank order) as one: the time
 /// reduced by `average` (`None` unless every rank has one) and the wrong
-/// elements summed (`None` unless every rank checked).
+/// elements summed (`None` unless every rank checked); the per-iteration
+/// times are `PerIter::of_ranks`'s to combine, and left out here.
 pub fn combine(samples: &[Sample], average: Average) -> Sample {
     let times: Option<Vec<f64>> = samples.iter().map(|sample| sample.time_us).collect();
     let wrong = samples
@@ -16,6 +17,7 @@ pub fn combine(samples: &[Sample], average: Average) -> Sample {
     Sample {
         time_us: times.and_then(|times| average.of(&times)),
         wrong,
+        iter_us: None,
     }
 }
 
@@ -24,7 +26,11 @@ mod tests {
     use super::*;
 
     fn sample(time_us: Option<f64>, wrong: Option<u64>) -> Sample {
-        Sample { time_us, wrong }
+        Sample {
+            time_us,
+            wrong,
+            iter_us: None,
+        }
     }
 
     #[test]

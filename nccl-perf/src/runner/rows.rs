@@ -11,9 +11,11 @@ use super::protocol::{RowKey, Sample};
 use super::reduce::combine;
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
+use crate::memory::MemoryUsage;
+use crate::per_iter::PerIter;
 use crate::report::{
-    Machine, Measurement, Ratio, Reporter, Row, average_busbw, collective_header, compare_footer,
-    table_footer,
+    Machine, Measurement, Ratio, Reporter, Row, collective_footer, collective_header,
+    wrong_elements,
 };
 use crate::selection::RowSpec;
 use crate::sizes::bandwidths;
@@ -35,6 +37,25 @@ fn io_error(source: std::io::Error) -> BenchError {
     }
 }
 
+/// The end of the output after the tables: with `-M 1` the memory report
+/// of every rank's `memory`, then the last comment line, and `-J`'s
+/// document closed.
+///
+/// # Errors
+/// Output that cannot be written.
+pub fn finish<W: Write>(
+    reporter: &mut Reporter<W>,
+    memory: Option<&[MemoryUsage]>,
+) -> Result<(), BenchError> {
+    if let Some(memory) = memory {
+        reporter
+            .line(&MemoryUsage::max(memory).line())
+            .map_err(io_error)?;
+    }
+    reporter.line("#").map_err(io_error)?;
+    reporter.finish().map_err(io_error)
+}
+
 /// Writes the tables of `plan` on `machine` to `reporter`, one row after
 /// another as `samples` gives every rank's samples of each key (in rank
 /// order); `progress` counts the rows.
@@ -54,8 +75,8 @@ where
     W: Write,
     F: FnMut(RowKey) -> Result<Vec<Sample>, BenchError>,
 {
-    /// The whole output on `machine`: the preamble, then per collective
-    /// its header, its rows and its footer.
+    /// The output on `machine` up to [`finish`]: the preamble, then per
+    /// collective its header, its rows and its footer.
     ///
     /// # Errors
     /// A failing or absent rank, or output that cannot be written.
@@ -69,8 +90,6 @@ where
                 .map_err(io_error)?;
             self.collective_table(index, collective, &mut summary)?;
         }
-        self.reporter.line("#").map_err(io_error)?;
-        self.reporter.finish().map_err(io_error)?;
         Ok(summary)
     }
 
@@ -86,7 +105,6 @@ where
         let specs = plan.rows(collective);
         let mut table_rows = Vec::with_capacity(specs.len());
         let mut baseline_rows = Vec::new();
-        let mut wrong_total = 0;
         for (row_index, spec) in specs.iter().enumerate() {
             let counts = &spec.counts;
             let mut rows = Vec::with_capacity(plan.layers.len());
@@ -97,13 +115,10 @@ where
                     mode,
                     layer: slot,
                 };
-                let out_of_place = self.measurement(collective, spec, key(Mode::OutOfPlace))?;
-                let in_place = self.measurement(collective, spec, key(Mode::InPlace))?;
-                wrong_total += [out_of_place, in_place]
-                    .iter()
-                    .flatten()
-                    .filter_map(|m| m.wrong)
-                    .sum::<u64>();
+                let (out_of_place, out_of_place_per_iter) =
+                    self.measurement(collective, spec, key(Mode::OutOfPlace))?;
+                let (in_place, in_place_per_iter) =
+                    self.measurement(collective, spec, key(Mode::InPlace))?;
                 rows.push(Row {
                     collective: collective.name(),
                     layer: layer.name(),
@@ -115,6 +130,9 @@ where
                     root: collective.root_column(spec.root),
                     out_of_place,
                     in_place,
+                    out_of_place_per_iter,
+                    in_place_per_iter,
+                    cpu_time: plan.method.cpu_time,
                     ratio: None,
                     graph: plan.graph,
                 });
@@ -133,29 +151,34 @@ where
             summary.rows.push(shown.clone());
             table_rows.push(shown);
         }
+        let baseline = plan.compare().map(|_| baseline_rows.as_slice());
         self.reporter
-            .lines(table_footer(wrong_total, average_busbw(&table_rows)))
+            .lines(collective_footer(&table_rows, baseline))
             .map_err(io_error)?;
-        if let Some((a, b)) = plan.compare() {
-            self.reporter
-                .lines(compare_footer(a, b, &baseline_rows, &table_rows))
-                .map_err(io_error)?;
-        }
-        summary.wrong += wrong_total;
+        summary.wrong += wrong_elements(&table_rows) + wrong_elements(&baseline_rows);
         Ok(())
     }
 
     /// Every rank's measurement of `key`, of `collective`'s row `spec`,
-    /// with its bandwidths; `None` where the layer cannot issue that mode.
+    /// with its bandwidths (`None` where the layer cannot issue that mode),
+    /// and with `-I 1` its per-iteration report.
     fn measurement(
         &mut self,
         collective: Collective,
         spec: &RowSpec,
         key: RowKey,
-    ) -> Result<Option<Measurement>, BenchError> {
+    ) -> Result<(Option<Measurement>, Option<PerIter>), BenchError> {
         let plan = self.plan;
-        let Sample { time_us, wrong } = combine(&(self.samples)(key)?, plan.average);
-        Ok(time_us.map(|time_us| {
+        let samples = (self.samples)(key)?;
+        let Sample { time_us, wrong, .. } = combine(&samples, plan.average);
+        let per_iter = plan.method.per_iter.and_then(|skip| {
+            let ranks: Vec<Option<&[f64]>> = samples
+                .iter()
+                .map(|sample| sample.iter_us.as_deref())
+                .collect();
+            PerIter::of_ranks(&ranks, plan.ranks_per_process(), plan.iters as usize, skip)
+        });
+        let measurement = time_us.map(|time_us| {
             let bandwidth = bandwidths(
                 collective,
                 &spec.counts,
@@ -169,7 +192,8 @@ where
                 busbw: bandwidth.busbw,
                 wrong,
             }
-        }))
+        });
+        Ok((measurement, per_iter))
     }
 }
 
@@ -215,6 +239,7 @@ mod tests {
                     .map(|rank| Sample {
                         time_us: Some(rank as f64 + 1.0),
                         wrong: Some(wrong[rank]),
+                        iter_us: Some(vec![rank as f64 + 1.0; 20]),
                     })
                     .collect())
             },
@@ -238,10 +263,39 @@ mod tests {
             text.contains("#  Rank  3 Group  0 Pid    103 on      host3 device  0"),
             "{text}"
         );
+        // Without -I, no per-iteration report; with it, the slowest rank's
+        // times, in the table and the rows.
+        assert_eq!(summary.rows[0].out_of_place_per_iter, None);
+        let (text, per_iter) = tables(&[&flags[..], &["-I", "1", "-K", "2"]].concat(), [0; 4]);
+        let report = per_iter.rows[1].in_place_per_iter.clone().unwrap();
+        assert_eq!(report.times_us, [4.0; 20]);
+        assert_eq!((report.skipped_iterations, report.stats.p99_us), (2, 4.0));
+        assert!(
+            text.contains("  i_min    i_max    i_p99    i_cv%"),
+            "{text}"
+        );
         for (flag, expected) in [("0", 1.0), ("1", 2.5), ("2", 1.0), ("3", 4.0)] {
             let (_, summary) = tables(&[&flags[..], &["-a", flag]].concat(), [0; 4]);
             assert_eq!(time(&summary), expected, "-a {flag}");
             assert_eq!(summary.wrong, 0);
         }
+    }
+
+    #[test]
+    fn the_memory_report_ends_the_output_before_the_last_line() {
+        let usage = |init| MemoryUsage {
+            init,
+            buffers: 1 << 20,
+            collective: 0,
+        };
+        let mut out = Vec::new();
+        let mut reporter = Reporter::new(&mut out, None);
+        finish(&mut reporter, Some(&[usage(3 << 20), usage(5 << 20)])).unwrap();
+        finish(&mut Reporter::new(Vec::new(), None), None).unwrap();
+        drop(reporter);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "# GPU memory usage     : Initialization 5.00 MB | User-Allocated 1.00 MB | Collective 0.00 B | Total  6.00 MB\n#\n"
+        );
     }
 }

@@ -113,6 +113,9 @@ fn usage_errors_need_no_gpu_and_name_the_flag() {
             "--alloc cudarc with -R 1",
         ),
         (&["--alloc", "pool"], "--alloc"),
+        (&["-K", "20"], "-K/--per_iter_skip 20"),
+        (&["-I", "2"], "--per_iter_timing"),
+        (&["-M", "2"], "--memory"),
     ] {
         let output = nccl_perf(args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
