@@ -130,12 +130,13 @@ impl TcpStore {
             let Some(left) = deadline.remaining().filter(|_| retry) else {
                 crate::trace::event!(warn, addr = %self.addr, attempts, "store: giving up connecting");
                 return Err(match (full, last) {
-                    (Some(detail), StoreError::Unresponsive { .. } | StoreError::Connect { .. }) => {
-                        StoreError::TooManyConnections {
-                            addr: self.addr.clone(),
-                            detail,
-                        }
-                    }
+                    (
+                        Some(detail),
+                        StoreError::Unresponsive { .. } | StoreError::Connect { .. },
+                    ) => StoreError::TooManyConnections {
+                        addr: self.addr.clone(),
+                        detail,
+                    },
                     (_, last) => last,
                 });
             };
