@@ -75,10 +75,14 @@ pub use store::{
 pub use work::{Work, WorkBuffers};
 pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
-/// What most programs name: nccl-tensor's prelude and the group's own
-/// types, `use nccl_group::prelude::*;`.
+/// What most programs name: nccl-tensor's prelude (the tensor types,
+/// `bf16` and `f16`, cudarc's slices) and the group's own types and
+/// errors, `use nccl_group::prelude::*;`.
 pub mod prelude {
-    pub use crate::{GroupOptions, ProcessGroup, RendezvousConfig, Store, StreamMode, Work};
+    pub use crate::{
+        ErrorKind, FailureCause, GroupError, GroupOptions, ProcessGroup, RendezvousConfig, Store,
+        StreamMode, Work,
+    };
     pub use nccl_tensor::prelude::*;
 }
 
