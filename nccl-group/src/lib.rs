@@ -27,7 +27,7 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let group = ProcessGroup::from_env("trainer")?; // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-//! let local_rank = RendezvousConfig::from_env()?.local_rank; // one GPU per process
+//! let local_rank = group.local_rank().unwrap_or(0); // LOCAL_RANK: one GPU per process
 //! let device = Device::new(local_rank)?;
 //! let stream = device.new_stream()?;
 //! let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
@@ -41,6 +41,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+mod bare;
 mod cache;
 mod comms;
 pub mod dumps;
@@ -55,6 +56,7 @@ mod verify;
 mod watchdog;
 mod work;
 
+pub use bare::communicator;
 pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
