@@ -179,7 +179,7 @@ impl AnyTensor {
     /// tensor.
     pub fn into_typed<T: IntoAnyTensor>(self) -> std::result::Result<Tensor<T>, IntoTypedError> {
         T::from_any(self).map_err(|tensor| IntoTypedError {
-            tensor,
+            tensor: Box::new(tensor),
             requested: T::DATA_TYPE,
         })
     }
@@ -192,7 +192,8 @@ impl AnyTensor {
 #[derive(thiserror::Error)]
 #[error("the tensor holds {}, not {requested}", tensor.dtype())]
 pub struct IntoTypedError {
-    tensor: AnyTensor,
+    /// Boxed: failures are rare, and the success path stays small.
+    tensor: Box<AnyTensor>,
     requested: DataType,
 }
 
@@ -209,7 +210,7 @@ impl IntoTypedError {
 
     /// The tensor, as it was.
     pub fn into_tensor(self) -> AnyTensor {
-        self.tensor
+        *self.tensor
     }
 }
 
