@@ -28,7 +28,7 @@ const SCOPE: &str = "communicator";
 /// let comm = nccl_group::communicator(&config, &device, "tensor-parallel")?;
 /// let stream = device.new_stream()?;
 /// let mut grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
-/// comm.all_reduce(&mut grads, ReduceOp::Sum, &stream)?;
+/// let _ = comm.all_reduce(&mut grads, ReduceOp::Sum, &stream)?; // a blocking communicator: Success
 /// # Ok(()) }
 /// ```
 ///
