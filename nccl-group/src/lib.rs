@@ -17,6 +17,10 @@
 //!   ([`ProcessGroup::begin_capture`], [`GroupGraph`]).
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
 //!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
+//! * [`communicator`]: a bare nccl-tensor `Communicator` from those
+//!   variables, for programs that issue its operations themselves.
+//! * One error type, [`GroupError`], for every call (`?` takes an
+//!   operation's refusal into it too), matched by [`GroupError::kind`].
 //!
 //! The crate re-exports [`nccl_tensor`] and [`nccl_core`], and its
 //! [`prelude`] extends nccl-tensor's, so nccl-group is the one dependency

@@ -28,9 +28,10 @@
 //!   list form [`Communicator::all_to_all`] move blocks of any sizes.
 //!
 //!
-//! The crate re-exports [`nccl_core`] (and through it `cudarc`), and its
-//! [`prelude`] has what most programs name, so nccl-tensor is the one
-//! dependency a program needs:
+//! The crate re-exports [`nccl_core`] (and through it `cudarc`), [`half`]
+//! and [`float8`], and its [`prelude`] has what most programs name
+//! (`bf16`, `f16` and cudarc's slices among them), so nccl-tensor is the
+//! one dependency a program needs:
 //!
 //! ```no_run
 //! # fn main() -> nccl_tensor::Result<()> {
