@@ -28,6 +28,12 @@ impl ResultCode {
         })
     }
 
+    /// Whether the code is `ncclRemoteError`: a remote rank failed or went
+    /// away ([`ErrorKind::PeerLost`]).
+    pub fn is_remote_error(self) -> bool {
+        ncclResult_t(self.0) == ncclResult_t::ncclRemoteError
+    }
+
     /// What the code usually means and what to look at, for error messages.
     pub fn hint(self) -> &'static str {
         match ncclResult_t(self.0) {
@@ -61,7 +67,8 @@ impl fmt::Display for ResultCode {
 /// [`Communicator::wait_ready`](crate::Communicator::wait_ready) or
 /// [`Communicator::async_error`](crate::Communicator::async_error) tell
 /// when it is done.
-#[must_use]
+#[must_use = "an `InProgress` status means a nonblocking communicator is still working on the call: \
+              wait for it (`Communicator::wait_ready`) before using its result or issuing the next call"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Status {
     /// The call finished (for collectives: was enqueued on the stream).
@@ -95,7 +102,13 @@ pub enum ErrorKind {
     /// or a loadable NCCL library.
     Unavailable,
     /// NCCL returned an error code; `nccl_code()` says which.
+    /// (`ncclRemoteError` is [`ErrorKind::PeerLost`] instead.)
     Nccl,
+    /// A remote rank failed or went away: NCCL returned
+    /// `ncclRemoteError` (a peer's process exited, or its connection
+    /// broke); `nccl_code()` keeps the code. Create a new communicator
+    /// without it (shrink, or meet again).
+    PeerLost,
     /// A CUDA driver call failed.
     Cuda,
     /// A wait ran past its deadline: a NCCL call, a communicator's
@@ -275,7 +288,8 @@ impl Error {
     ///
     /// | Variant | Kind |
     /// |---|---|
-    /// | `Nccl` | [`ErrorKind::Nccl`] ([`Error::nccl_code`] says which code) |
+    /// | `Nccl` with `ncclRemoteError` | [`ErrorKind::PeerLost`] |
+    /// | `Nccl`, any other code | [`ErrorKind::Nccl`] ([`Error::nccl_code`] says which code) |
     /// | `Library`, `NoCudaDriver` | [`ErrorKind::Unavailable`] |
     /// | `MissingFunction` | [`ErrorKind::MissingFunction`] |
     /// | `Unsupported` | [`ErrorKind::Unsupported`] |
@@ -288,6 +302,7 @@ impl Error {
     /// | `Timeout` | [`ErrorKind::Timeout`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Error::Nccl { code, .. } if code.is_remote_error() => ErrorKind::PeerLost,
             Error::Nccl { .. } => ErrorKind::Nccl,
             Error::Library(_) | Error::NoCudaDriver => ErrorKind::Unavailable,
             Error::MissingFunction(_) => ErrorKind::MissingFunction,

@@ -47,8 +47,16 @@ pub enum ErrorKind {
     /// longer creates communicators; create a new one.
     Closed,
     /// Another rank failed and said so: it published its failure at a
-    /// meeting this rank waited at.
+    /// meeting this rank waited at. ([`ErrorKind::PeerLost`] is NCCL's
+    /// word for a rank that went away without saying so; match both for
+    /// "a rank is gone".)
     PeerFailed,
+    /// A remote rank failed or went away: NCCL reported `ncclRemoteError`,
+    /// from a call or as the asynchronous error that failed the group
+    /// ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost));
+    /// `nccl_code()` keeps the code and [`GroupError::failure`] the
+    /// group's failure. Create a new group without it.
+    PeerLost,
     /// The group's watchdog failed the group (an operation timed out, or
     /// NCCL or CUDA reported an error); `is_timeout()` says whether it was
     /// a timeout. Create a new group.
@@ -78,6 +86,7 @@ impl From<nccl_core::ErrorKind> for ErrorKind {
             Core::MissingFunction => ErrorKind::MissingFunction,
             Core::Unavailable => ErrorKind::Unavailable,
             Core::Nccl => ErrorKind::Nccl,
+            Core::PeerLost => ErrorKind::PeerLost,
             Core::Cuda => ErrorKind::Cuda,
             Core::Timeout => ErrorKind::Timeout,
             Core::Aborted => ErrorKind::Aborted,
@@ -102,9 +111,56 @@ impl From<nccl_rendezvous::ErrorKind> for ErrorKind {
     }
 }
 
-/// Everything a process-group call can fail with.
+/// Everything a process-group call can fail with: one error type for
+/// every call, with [`GroupError::kind`] to branch on. An operation's
+/// refusal ([`OpError`], which gives its buffers back) converts into it
+/// with `?`, dropping the buffers; so does [`nccl_tensor::Error`].
+/// `Debug` leads with the message, so `fn main() -> Result<(), GroupError>`
+/// prints the sentence.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use nccl_group::prelude::*;
+///
+/// /// One step: `?` takes the refusal of `all_reduce` and the failure
+/// /// `wait` reports alike.
+/// fn step(group: &ProcessGroup, grads: Tensor<f32>, stream: &Arc<CudaStream>) -> Result<Tensor<f32>, GroupError> {
+///     let work = group.all_reduce(grads, ReduceOp::Sum, stream)?;
+///     work.wait()
+/// }
+///
+/// fn main() -> Result<(), GroupError> {
+///     let group = ProcessGroup::from_env("trainer")?;
+///     let device = Device::new(group.local_rank().unwrap_or(0))?;
+///     let stream = device.new_stream()?;
+///     let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
+///     match step(&group, grads, &stream) {
+///         Ok(_) => Ok(()),
+///         Err(error) => match error.kind() {
+///             // A rank is gone: NCCL saw it go, or it said so at a meeting.
+///             ErrorKind::PeerLost | ErrorKind::PeerFailed => {
+///                 eprintln!("a peer is gone; meeting again without it: {error}");
+///                 Ok(())
+///             }
+///             // Something ran past its deadline; `failure()` says what.
+///             _ if error.is_timeout() => {
+///                 if let Some(failure) = error.failure() {
+///                     eprintln!("{} {}", failure.group, failure.cause);
+///                 }
+///                 Err(error)
+///             }
+///             // A bug in this program: a shape, a device, a rank.
+///             ErrorKind::InvalidArgument | ErrorKind::WrongDevice | ErrorKind::RankOutOfRange => {
+///                 Err(error)
+///             }
+///             // Kinds may be added: always keep a wildcard arm.
+///             _ => Err(error),
+///         },
+///     }
+/// }
+/// ```
 #[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum GroupError {
     /// The rendezvous store failed.
     #[error(transparent)]
@@ -259,7 +315,8 @@ impl GroupError {
     /// | `Store(error)`, `Tensor(error)` | `error.kind()` |
     /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled` | [`ErrorKind::Timeout`] |
     /// | `Aborted` | [`ErrorKind::Aborted`] |
-    /// | `Failed` | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
+    /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) | [`ErrorKind::PeerLost`] |
+    /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
@@ -274,6 +331,7 @@ impl GroupError {
             | GroupError::Timeout { .. }
             | GroupError::AbortStalled { .. } => ErrorKind::Timeout,
             GroupError::Aborted { .. } => ErrorKind::Aborted,
+            GroupError::Failed(failure) if failure.cause.is_peer_lost() => ErrorKind::PeerLost,
             GroupError::Failed(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
             GroupError::InvalidArgument { .. } | GroupError::GraphsAlive { .. } => {
@@ -287,14 +345,51 @@ impl GroupError {
     }
 
     /// The NCCL result code behind this error at any depth: a wrapped
-    /// tensor (core) error's, or the one under a communicator's timed-out
-    /// creation. `None` for [`GroupError::Failed`]: the failure keeps
-    /// NCCL's error as text.
+    /// tensor (core) error's, the one under a communicator's timed-out
+    /// creation, or the asynchronous error's that failed the group
+    /// ([`FailureCause::nccl_code`](crate::FailureCause::nccl_code)).
     pub fn nccl_code(&self) -> Option<ResultCode> {
         match self {
             GroupError::Tensor(error) => error.nccl_code(),
             GroupError::InitTimeout { source, .. } => source.nccl_code(),
+            GroupError::Failed(failure) => failure.cause.nccl_code(),
             _ => None,
+        }
+    }
+
+    /// The group's failure behind this error, when the watchdog failed
+    /// the group ([`GroupError::Failed`], also when a host read of a
+    /// result refused it): which operation, why
+    /// ([`Failure::cause`]), which ranks lag, where the flight recorder
+    /// was written.
+    pub fn failure(&self) -> Option<&Arc<Failure>> {
+        match self {
+            GroupError::Failed(failure) => Some(failure),
+            GroupError::Tensor(nccl_tensor::Error::ProducerFailed { source }) => {
+                source.downcast_ref::<GroupError>()?.failure()
+            }
+            _ => None,
+        }
+    }
+
+    /// The variant's name, for `Debug`.
+    fn variant(&self) -> &'static str {
+        match self {
+            GroupError::Store(_) => "Store",
+            GroupError::Tensor(_) => "Tensor",
+            GroupError::Rendezvous { .. } => "Rendezvous",
+            GroupError::Aborted { .. } => "Aborted",
+            GroupError::Failed(_) => "Failed",
+            GroupError::AbortStalled { .. } => "AbortStalled",
+            GroupError::InitTimeout { .. } => "InitTimeout",
+            GroupError::Closed { .. } => "Closed",
+            GroupError::Destroyed { .. } => "Destroyed",
+            GroupError::InvalidArgument { .. } => "InvalidArgument",
+            GroupError::Timeout { .. } => "Timeout",
+            GroupError::Capture { .. } => "Capture",
+            GroupError::GraphsAlive { .. } => "GraphsAlive",
+            GroupError::WatchdogStart { .. } => "WatchdogStart",
+            GroupError::Dump(_) => "Dump",
         }
     }
 
@@ -310,11 +405,30 @@ impl GroupError {
     }
 }
 
+impl fmt::Debug for GroupError {
+    /// `process group "trainer" was aborted; ... (nccl_group::GroupError::Aborted,
+    /// kind Aborted)`: the message and its sources on one line, then the
+    /// variant and the kind.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (nccl_group::GroupError::{}, kind {:?})",
+            nccl_core::ErrorChain(self),
+            self.variant(),
+            self.kind()
+        )
+    }
+}
+
 /// An operation that failed before its work was enqueued, with the buffers
 /// it was given, so the caller keeps them. Transparent: its message and
 /// `source()` are its error's, and so are its `kind()`, `nccl_code()` and
 /// `is_timeout()`.
-#[derive(Debug)]
+///
+/// `?` converts it (boxed, as [`OpResult`](crate::OpResult) has it, or
+/// not) into its [`GroupError`], dropping the buffers: NCCL never saw
+/// them, and their memory is freed as any dropped tensor's. To keep them,
+/// match the `Err` instead: `Err(refused) => (refused.error, refused.buffers)`.
 pub struct OpError<B> {
     /// What went wrong.
     pub error: GroupError,
@@ -345,9 +459,39 @@ impl<B> fmt::Display for OpError<B> {
     }
 }
 
-impl<B: fmt::Debug> std::error::Error for OpError<B> {
+/// The error's `Debug` (the message first), without the buffers.
+impl<B> fmt::Debug for OpError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}, refused with its buffers", self.error)
+    }
+}
+
+impl<B> std::error::Error for OpError<B> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         std::error::Error::source(&self.error)
+    }
+}
+
+impl<B> From<OpError<B>> for GroupError {
+    /// The error; the buffers are dropped.
+    fn from(refused: OpError<B>) -> Self {
+        refused.error
+    }
+}
+
+impl<B> From<Box<OpError<B>>> for GroupError {
+    /// The error of an [`OpResult`](crate::OpResult)'s refusal, so that
+    /// `group.all_reduce(...)?` works in a function returning
+    /// [`GroupError`]; the buffers are dropped.
+    fn from(refused: Box<OpError<B>>) -> Self {
+        refused.error
+    }
+}
+
+impl From<nccl_tensor::IntoTypedError> for GroupError {
+    /// [`nccl_tensor::Error::WrongType`]; the tensor is dropped.
+    fn from(error: nccl_tensor::IntoTypedError) -> Self {
+        GroupError::Tensor(error.into())
     }
 }
 
@@ -386,63 +530,4 @@ impl GroupError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::failure::FailureCause;
-
-    fn failed(cause: FailureCause) -> GroupError {
-        GroupError::Failed(Arc::new(Failure::new(
-            "trainer".into(),
-            0,
-            0,
-            2,
-            cause,
-            None,
-            Vec::new(),
-        )))
-    }
-
-    #[test]
-    fn a_failed_group_is_a_timeout_only_when_something_ran_past_its_timeout() {
-        let timeout = Duration::from_secs(2);
-        let timeouts = [
-            FailureCause::Timeout {
-                timeout,
-                ran: Duration::from_millis(2010),
-            },
-            FailureCause::EnqueueBlocked {
-                device: 0,
-                timeout,
-                blocked: Duration::from_millis(2010),
-            },
-            FailureCause::Creation {
-                error: "creating the communicator did not finish".into(),
-            },
-        ];
-        let others = [
-            FailureCause::AsyncError {
-                error: "remote process exited".into(),
-            },
-            FailureCause::Cuda {
-                error: "an illegal address".into(),
-            },
-            FailureCause::Aborted,
-            FailureCause::Dropped,
-            FailureCause::Enqueue {
-                error: "an event record failed".into(),
-            },
-        ];
-        for (causes, is_timeout) in [(timeouts.to_vec(), true), (others.to_vec(), false)] {
-            for cause in causes {
-                assert_eq!(cause.is_timeout(), is_timeout, "{cause}");
-                let error = failed(cause);
-                assert_eq!(error.kind(), ErrorKind::GroupFailed, "{error}");
-                assert_eq!(error.is_timeout(), is_timeout, "{error}");
-                assert_eq!(error.nccl_code(), None, "{error}");
-                let op_error = OpError { error, buffers: () };
-                assert_eq!(op_error.is_timeout(), is_timeout, "{op_error}");
-                assert!(std::error::Error::source(&op_error).is_none());
-            }
-        }
-    }
-}
+mod tests;

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use nccl_core::ResultCode;
+
 use crate::recorder::{OpRecord, PeerProgress};
 
 /// The longest single sleep of [`Failure::wait_details`]: it sleeps again
@@ -41,9 +43,13 @@ pub enum FailureCause {
     },
     /// NCCL reported an asynchronous error on one of the group's
     /// communicators (a peer failed, a network error, an abort).
+    /// `ncclRemoteError` is a lost peer ([`FailureCause::is_peer_lost`]).
     AsyncError {
-        /// NCCL's error.
+        /// NCCL's error, with its sources, on one line.
         error: String,
+        /// NCCL's result code (`None` when the error was not a NCCL
+        /// code: a CUDA error, a library that could not be asked).
+        nccl_code: Option<ResultCode>,
     },
     /// CUDA failed to report an operation's end (the device is in error).
     Cuda {
@@ -96,6 +102,21 @@ impl FailureCause {
                 | FailureCause::Creation { .. }
         )
     }
+
+    /// The NCCL result code behind the failure: an asynchronous error's.
+    pub fn nccl_code(&self) -> Option<ResultCode> {
+        match self {
+            FailureCause::AsyncError { nccl_code, .. } => *nccl_code,
+            _ => None,
+        }
+    }
+
+    /// True when NCCL reported a lost peer: a remote rank failed or went
+    /// away (`ncclRemoteError`). [`GroupError::kind`](crate::GroupError::kind)
+    /// is then [`ErrorKind::PeerLost`](crate::ErrorKind::PeerLost).
+    pub fn is_peer_lost(&self) -> bool {
+        self.nccl_code().is_some_and(ResultCode::is_remote_error)
+    }
 }
 
 impl fmt::Display for FailureCause {
@@ -107,7 +128,7 @@ impl fmt::Display for FailureCause {
                     "did not complete within its timeout of {timeout:?} (it had run {ran:?})"
                 )
             }
-            FailureCause::AsyncError { error } => {
+            FailureCause::AsyncError { error, .. } => {
                 write!(f, "failed: NCCL reported an asynchronous error: {error}")
             }
             FailureCause::Cuda { error } => write!(f, "failed: CUDA error: {error}"),
@@ -472,6 +493,7 @@ mod tests {
             4,
             FailureCause::AsyncError {
                 error: "remote process exited".into(),
+                nccl_code: Some(ResultCode(6)),
             },
             Some(send),
             Vec::new(),
@@ -518,6 +540,7 @@ mod tests {
             4,
             FailureCause::AsyncError {
                 error: "remote process exited".into(),
+                nccl_code: Some(ResultCode(6)),
             },
             None,
             suspects,

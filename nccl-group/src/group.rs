@@ -67,6 +67,9 @@ struct Inner {
     verification: Arc<Verification>,
     /// The file trigger of on-demand dumps.
     requests: RequestWatch,
+    /// This process's rank on its host, when the group was made from a
+    /// launch configuration.
+    local_rank: Option<usize>,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -140,6 +143,10 @@ impl ProcessGroup {
     /// the others in `store`. `store_address` only appears in error
     /// messages (for the TCP store: rank 0's address).
     ///
+    /// A group made this way does not know its local rank
+    /// ([`ProcessGroup::local_rank`] is `None`); [`ProcessGroup::from_config`]
+    /// takes it from a [`RendezvousConfig`].
+    ///
     /// # Errors
     /// A store failure; [`GroupError::InvalidArgument`] for a world size
     /// of 0 or above `i32::MAX`, a rank outside it, or a group name that
@@ -155,13 +162,32 @@ impl ProcessGroup {
         store_address: impl Into<String>,
         options: GroupOptions,
     ) -> Result<Self> {
+        Self::join(
+            name,
+            (rank, world_size, None),
+            store,
+            store_address.into(),
+            options,
+        )
+    }
+
+    /// [`ProcessGroup::new`], knowing this process's local rank when
+    /// `place.2` has it.
+    fn join(
+        name: &str,
+        place: (usize, usize, Option<usize>),
+        store: Arc<dyn Store>,
+        store_address: String,
+        options: GroupOptions,
+    ) -> Result<Self> {
+        let (rank, world_size, local_rank) = place;
         options.validate()?;
         let membership = Membership::join(
             name,
             rank,
             world_size,
             store,
-            store_address.into(),
+            store_address,
             options.timeout,
         )?;
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
@@ -181,6 +207,7 @@ impl ProcessGroup {
             captures: capture::Captures::default(),
             verification,
             requests,
+            local_rank,
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));
@@ -209,15 +236,28 @@ impl ProcessGroup {
     /// # Errors
     /// As [`ProcessGroup::from_env`].
     pub fn from_env_with(name: &str, options: GroupOptions) -> Result<Self> {
-        let config = RendezvousConfig::from_env()?;
-        let address = config.store.to_string();
+        Self::from_config(name, &RendezvousConfig::from_env()?, options)
+    }
+
+    /// Joins the group `name` at the place `config` gives this process
+    /// (its rank, world size and local rank), meeting the others at the
+    /// store it names ([`RendezvousConfig::connect`]: rank 0 hosts the
+    /// TCP store). For a configuration read from the environment or
+    /// built in code ([`RendezvousConfig::new`]).
+    ///
+    /// # Errors
+    /// A store failure, or as [`ProcessGroup::new`].
+    pub fn from_config(
+        name: &str,
+        config: &RendezvousConfig,
+        options: GroupOptions,
+    ) -> Result<Self> {
         let store: Arc<dyn Store> = Arc::from(config.connect()?);
-        Self::new(
+        Self::join(
             name,
-            config.rank,
-            config.world_size,
+            (config.rank, config.world_size, Some(config.local_rank)),
             store,
-            address,
+            config.store.to_string(),
             options,
         )
     }
@@ -263,6 +303,15 @@ impl ProcessGroup {
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.inner.cache.membership().rank
+    }
+
+    /// This process's rank on its host (`LOCAL_RANK`): with one GPU per
+    /// process, the GPU to use (`Device::new(local_rank)`). Known for a
+    /// group made from a launch configuration ([`ProcessGroup::from_env`],
+    /// [`ProcessGroup::from_config`]); `None` for [`ProcessGroup::new`],
+    /// which is given a store and a rank, not a place on a host.
+    pub fn local_rank(&self) -> Option<usize> {
+        self.inner.local_rank
     }
 
     /// The number of processes.

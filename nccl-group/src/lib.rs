@@ -17,6 +17,10 @@
 //!   ([`ProcessGroup::begin_capture`], [`GroupGraph`]).
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
 //!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
+//! * [`communicator`]: a bare nccl-tensor `Communicator` from those
+//!   variables, for programs that issue its operations themselves.
+//! * One error type, [`GroupError`], for every call (`?` takes an
+//!   operation's refusal into it too), matched by [`GroupError::kind`].
 //!
 //! The crate re-exports [`nccl_tensor`] and [`nccl_core`], and its
 //! [`prelude`] extends nccl-tensor's, so nccl-group is the one dependency
@@ -27,7 +31,7 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let group = ProcessGroup::from_env("trainer")?; // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-//! let local_rank = RendezvousConfig::from_env()?.local_rank; // one GPU per process
+//! let local_rank = group.local_rank().unwrap_or(0); // LOCAL_RANK: one GPU per process
 //! let device = Device::new(local_rank)?;
 //! let stream = device.new_stream()?;
 //! let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
@@ -41,6 +45,7 @@
 #![forbid(unsafe_code)]
 
 pub mod analysis;
+mod bare;
 mod cache;
 mod comms;
 pub mod dumps;
@@ -55,6 +60,7 @@ mod verify;
 mod watchdog;
 mod work;
 
+pub use bare::communicator;
 pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
@@ -75,10 +81,14 @@ pub use store::{
 pub use work::{Work, WorkBuffers};
 pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
-/// What most programs name: nccl-tensor's prelude and the group's own
-/// types, `use nccl_group::prelude::*;`.
+/// What most programs name: nccl-tensor's prelude (the tensor types,
+/// `bf16` and `f16`, cudarc's slices) and the group's own types and
+/// errors, `use nccl_group::prelude::*;`.
 pub mod prelude {
-    pub use crate::{GroupOptions, ProcessGroup, RendezvousConfig, Store, StreamMode, Work};
+    pub use crate::{
+        ErrorKind, FailureCause, GroupError, GroupOptions, ProcessGroup, RendezvousConfig, Store,
+        StreamMode, Work,
+    };
     pub use nccl_tensor::prelude::*;
 }
 

@@ -222,6 +222,7 @@ mod tests {
             2,
             FailureCause::AsyncError {
                 error: "remote process exited".into(),
+                nccl_code: Some(nccl_core::ResultCode(6)),
             },
             None,
             Vec::new(),

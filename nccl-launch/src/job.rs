@@ -2,12 +2,16 @@
 //! what became of each.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+
 use crate::output::{Forwarder, Sink};
+use crate::signals::{self, Arrivals};
 use crate::{LaunchError, Placement};
 
 /// How often the ranks' processes are polled.
@@ -25,6 +29,8 @@ pub(crate) struct Plan {
     pub(crate) placement: Placement,
     pub(crate) master_port: u16,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) forward_signals: bool,
+    pub(crate) grace_period: Duration,
     pub(crate) extra_env: Vec<(OsString, OsString)>,
     pub(crate) keep_output: bool,
     pub(crate) dir: tempfile::TempDir,
@@ -51,6 +57,10 @@ pub enum Ending {
     EndedAfterFailureOf(usize),
     /// The launcher ended it at the launch's deadline.
     EndedAtDeadline,
+    /// The launcher ended it with SIGKILL because it was still running
+    /// after the grace period that followed a forwarded signal, or when
+    /// a second signal came ([`crate::Launch::forward_signals`]).
+    EndedAfterSignal,
     /// [`Job::kill`] ended it.
     Killed,
 }
@@ -90,6 +100,9 @@ pub struct Outcome {
     pub first_failure: Option<usize>,
     /// Whether the deadline passed with ranks still running.
     pub timed_out: bool,
+    /// The signal that stopped the launch, when it forwarded one
+    /// ([`crate::Launch::forward_signals`]).
+    pub signal: Option<i32>,
     /// From the start of the first rank to the end of the last.
     pub elapsed: Duration,
 }
@@ -105,10 +118,15 @@ impl Outcome {
         self.ranks.iter().find(|r| r.rank == rank)
     }
 
-    /// The launch's exit status as a shell reads it: the first failure's
-    /// (128 + the signal for a rank a signal ended), else 124 if the
-    /// deadline passed (as `timeout(1)`), else 0.
+    /// The launch's exit status as a shell reads it: 128 + the signal
+    /// when a forwarded signal stopped it (as for a process that signal
+    /// ended), else the first failure's (128 + the signal for a rank a
+    /// signal ended), else 124 if the deadline passed (as `timeout(1)`),
+    /// else 0.
     pub fn exit_code(&self) -> i32 {
+        if let Some(signal) = self.signal {
+            return 128 + signal;
+        }
         if let Some(status) = self
             .first_failure
             .and_then(|rank| self.rank(rank))
@@ -149,6 +167,10 @@ struct Running {
     stderr: Forwarder,
     ending: Option<Ending>,
     status: Option<ExitStatus>,
+    /// Whether it leads a process group of its own (a launch that
+    /// forwards signals): signals then go to the whole group, its own
+    /// children too.
+    own_group: bool,
 }
 
 impl Running {
@@ -162,8 +184,25 @@ impl Running {
         self.status
     }
 
-    /// Ends it by its own PID (SIGKILL), unless it has already exited, and
-    /// collects its status. Whether it was still running.
+    /// Sends `signal` to it (to its process group when it has its own),
+    /// unless it has exited: its status not yet collected, its PID is
+    /// still its own. Whether it was sent.
+    fn signal(&mut self, signal: Signal) -> bool {
+        if self.ending.is_some() || self.poll().is_some() {
+            return false;
+        }
+        let pid = Pid::from_child(&self.child);
+        let sent = if self.own_group {
+            kill_process_group(pid, signal)
+        } else {
+            kill_process(pid, signal)
+        };
+        sent.is_ok()
+    }
+
+    /// Ends it with SIGKILL by its own PID (and its process group when it
+    /// has its own), unless it has already exited, and collects its
+    /// status. Whether it was still running.
     fn end(&mut self, ending: Ending) -> bool {
         if self.ending.is_some() {
             return false;
@@ -171,6 +210,9 @@ impl Running {
         if let Some(status) = self.poll() {
             self.ending = Some(Ending::Exited(status));
             return false;
+        }
+        if self.own_group {
+            let _ = kill_process_group(Pid::from_child(&self.child), Signal::KILL);
         }
         let _ = self.child.kill();
         self.status = self.child.wait().ok();
@@ -185,6 +227,14 @@ pub struct Job {
     plan: Plan,
     ranks: Vec<Running>,
     started: Instant,
+    /// The signals to forward, when the launch forwards them.
+    arrivals: Option<Arrivals>,
+}
+
+/// A forwarded signal that is stopping the launch.
+struct Stop {
+    signal: Signal,
+    since: Instant,
 }
 
 impl std::fmt::Debug for Job {
@@ -212,10 +262,21 @@ impl Job {
         rank_env: impl Fn(usize) -> Vec<(String, String)>,
     ) -> Result<Self, LaunchError> {
         let width = (plan.world_size - 1).to_string().len();
+        // Before the first rank starts: a signal that comes while they
+        // start is forwarded to them once `wait` runs.
+        let arrivals = if plan.forward_signals {
+            Some(Arrivals::install().map_err(|source| LaunchError::Io {
+                what: "install the SIGTERM and SIGINT handlers that forward them".to_string(),
+                source,
+            })?)
+        } else {
+            None
+        };
         let mut job = Job {
             ranks: Vec::with_capacity(ranks.len()),
             started: Instant::now(),
             plan,
+            arrivals,
         };
         for &rank in ranks {
             let mut command = Command::new(&job.plan.program);
@@ -226,6 +287,13 @@ impl Job {
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
+            signals::die_with_parent(&mut command);
+            if job.plan.forward_signals {
+                // A group of its own: a terminal's Ctrl-C reaches it once,
+                // through the launcher, and the launcher's signals reach
+                // its children too.
+                command.process_group(0);
+            }
             // On failure the ranks already started are ended by `job`'s Drop.
             let mut child = command.spawn().map_err(|source| LaunchError::Spawn {
                 rank,
@@ -247,6 +315,7 @@ impl Job {
                 child,
                 ending: None,
                 status: None,
+                own_group: job.plan.forward_signals,
             });
         }
         Ok(job)
@@ -286,8 +355,9 @@ impl Job {
             .and_then(Running::poll)
     }
 
-    /// Ends `rank` with SIGKILL, by its PID (nothing if it has exited or
-    /// was not started).
+    /// Ends `rank` with SIGKILL, by its PID (and its process group when
+    /// the launch forwards signals; nothing if it has exited or was not
+    /// started).
     pub fn kill(&mut self, rank: usize) {
         if let Some(running) = self.ranks.iter_mut().find(|r| r.rank == rank) {
             let _ = running.end(Ending::Killed);
@@ -301,11 +371,33 @@ impl Job {
     /// Waits for every rank under `policy` and the launch's deadline, and
     /// reports what became of each. What the launcher does to a rank is
     /// said on its standard error, prefixed `nccl-launch:`.
+    ///
+    /// When the launch forwards signals, a SIGTERM or SIGINT that reaches
+    /// this process is sent on to every rank still running, which then
+    /// has the grace period to exit ([`crate::Launch::grace_period`]);
+    /// past it, or at a second signal, the ranks still running are ended
+    /// with SIGKILL. Ranks that exit after the signal are not failures:
+    /// the signal stopped the launch ([`Outcome::signal`]).
     pub fn wait(mut self, policy: WaitPolicy) -> Outcome {
         let deadline = self.plan.timeout.map(|t| self.started + t);
         let mut first_failure = None;
         let mut timed_out = false;
+        let mut stop: Option<Stop> = None;
         loop {
+            if let Some(signal) = self.arrivals.as_ref().and_then(Arrivals::take) {
+                if stop.is_none() {
+                    self.forward(signal);
+                    stop = Some(Stop {
+                        signal,
+                        since: Instant::now(),
+                    });
+                } else {
+                    self.end_after_signal(&format!(
+                        "at a second signal ({})",
+                        signals::name(signal)
+                    ));
+                }
+            }
             let mut running = 0;
             for index in 0..self.ranks.len() {
                 let r = &mut self.ranks[index];
@@ -317,7 +409,7 @@ impl Job {
                     continue;
                 };
                 r.ending = Some(Ending::Exited(status));
-                if !status.success() && first_failure.is_none() {
+                if !status.success() && first_failure.is_none() && stop.is_none() {
                     first_failure = Some(r.rank);
                     if policy == WaitPolicy::FailFast {
                         self.end_after_failure(index, status);
@@ -326,6 +418,12 @@ impl Job {
             }
             if running == 0 {
                 break;
+            }
+            if let Some(stop) = &stop
+                && stop.since.elapsed() >= self.plan.grace_period
+            {
+                let grace = self.plan.grace_period;
+                self.end_after_signal(&format!("{grace:.0?} after {}", signals::name(stop.signal)));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 timed_out = true;
@@ -351,7 +449,51 @@ impl Job {
             ranks,
             first_failure,
             timed_out,
+            signal: stop.map(|stop| stop.signal.as_raw()),
             elapsed,
+        }
+    }
+
+    /// Sends `signal`, which reached the launcher, to every rank still
+    /// running.
+    fn forward(&mut self, signal: Signal) {
+        let sent: Vec<String> = self
+            .ranks
+            .iter_mut()
+            .filter_map(|r| {
+                r.signal(signal)
+                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
+            })
+            .collect();
+        let name = signals::name(signal);
+        if sent.is_empty() {
+            eprintln!("nccl-launch: {name} received; no rank is still running");
+        } else {
+            eprintln!(
+                "nccl-launch: {name} received; forwarded to {}; SIGKILL to those still running after {:.0?} \
+                 (at once on a second signal)",
+                sent.join(", "),
+                self.plan.grace_period
+            );
+        }
+    }
+
+    /// Ends every rank still running, `when` (past the grace period, or
+    /// at a second signal).
+    fn end_after_signal(&mut self, when: &str) {
+        let ended: Vec<String> = self
+            .ranks
+            .iter_mut()
+            .filter_map(|r| {
+                r.end(Ending::EndedAfterSignal)
+                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
+            })
+            .collect();
+        if !ended.is_empty() {
+            eprintln!(
+                "nccl-launch: {} still running {when}; ended with SIGKILL",
+                ended.join(", ")
+            );
         }
     }
 

@@ -17,6 +17,12 @@
 //! The `nccl-launch` command prefixes each rank's output with its rank,
 //! ends the other ranks (each by its own PID) at the first failure, exits
 //! with that failure's status, and bounds the whole launch by a deadline.
+//! For operations: it forwards SIGTERM and SIGINT (what Slurm, Kubernetes
+//! and a terminal's Ctrl-C send) to the ranks and ends those still
+//! running a grace period later ([`Launch::forward_signals`],
+//! [`Launch::grace_period`]), and no rank outlives it: each rank gets
+//! SIGKILL when the launcher dies, even by SIGKILL (Linux's parent-death
+//! signal). Install it with `cargo install nccl-launch`.
 //! [`Launch`] is the same as a library, for tests that orchestrate ranks
 //! themselves (kill one, start all but one). The library needs no CUDA:
 //! it is told how many GPUs there are ([`Launch::visible_gpus`]); the
@@ -43,6 +49,7 @@
 mod error;
 mod job;
 mod output;
+mod signals;
 
 pub use error::LaunchError;
 pub use job::{Ending, Job, Outcome, RankOutcome, WaitPolicy};
@@ -66,6 +73,13 @@ pub const MAX_RANKS: usize = 1024;
 
 /// The default bound on a whole launch (see [`Launch::timeout`]).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The default time ranks get to exit after a forwarded signal (see
+/// [`Launch::grace_period`]): shorter than the 30 s that Slurm
+/// (`KillWait`) and Kubernetes (`terminationGracePeriodSeconds`) give the
+/// launcher by default, so the launcher ends its ranks before it is
+/// killed itself.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 
 /// Where the ranks run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,6 +116,8 @@ pub struct Launch {
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
+    forward_signals: bool,
+    grace_period: Duration,
     env: Vec<(OsString, OsString)>,
     keep_output: bool,
 }
@@ -109,7 +125,8 @@ pub struct Launch {
 impl Launch {
     /// A launch of `world_size` ranks: placement [`Placement::Auto`],
     /// `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`, the
-    /// [`DEFAULT_TIMEOUT`], output forwarded and not kept.
+    /// [`DEFAULT_TIMEOUT`], output forwarded and not kept, signals not
+    /// forwarded (the [`DEFAULT_GRACE_PERIOD`] once they are).
     ///
     /// # Errors
     /// [`LaunchError::InvalidArgument`] unless `1 <= world_size <= MAX_RANKS`.
@@ -128,6 +145,8 @@ impl Launch {
             master_addr: "127.0.0.1".to_string(),
             master_port: None,
             timeout: Some(DEFAULT_TIMEOUT),
+            forward_signals: false,
+            grace_period: DEFAULT_GRACE_PERIOD,
             env: Vec::new(),
             keep_output: false,
         })
@@ -164,6 +183,34 @@ impl Launch {
     /// ranks still running are ended and the launch reports a timeout.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Forwarding SIGTERM and SIGINT to the ranks (the `nccl-launch`
+    /// command does): a signal that reaches this process is sent on to
+    /// every rank still running, which then has the
+    /// [grace period](Launch::grace_period) to exit; past it, or at a
+    /// second signal, the ranks still running are ended with SIGKILL
+    /// ([`Job::wait`]), and the launch exits with 128 + the signal
+    /// ([`Outcome::exit_code`]). Each rank then runs in a process group
+    /// of its own, so a terminal's Ctrl-C reaches it once (through the
+    /// launcher), and the launcher's signals reach the rank's own
+    /// children too.
+    ///
+    /// The handlers are the process's from the first spawn on, for the
+    /// rest of its life: these signals no longer end it, they are noted
+    /// for a job to forward. So this is for a program whose job is the
+    /// launch, not for a library inside a larger one.
+    pub fn forward_signals(mut self, forward: bool) -> Self {
+        self.forward_signals = forward;
+        self
+    }
+
+    /// With this time for the ranks to exit after a forwarded signal
+    /// before they are ended with SIGKILL (default
+    /// [`DEFAULT_GRACE_PERIOD`]); see [`Launch::forward_signals`].
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace_period = grace;
         self
     }
 
@@ -217,7 +264,8 @@ impl Launch {
         }
     }
 
-    /// Starts every rank of `program` with `args`.
+    /// Starts every rank of `program` with `args` ([`Launch::spawn_ranks`]
+    /// has how long they may live).
     ///
     /// # Errors
     /// As [`Launch::spawn_ranks`].
@@ -231,6 +279,12 @@ impl Launch {
 
     /// Starts only `ranks` of the world (each once, in the order given):
     /// the others never come, as when a node fails to start.
+    ///
+    /// On Linux each rank gets SIGKILL when the thread that called this
+    /// ends (the kernel's parent-death signal is tied to that thread, not
+    /// to the process), so no rank outlives a launcher that was killed:
+    /// call it from a thread that lives as long as the ranks should, the
+    /// one that waits for them. (Dropping the [`Job`] ends its ranks too.)
     ///
     /// # Errors
     /// [`LaunchError::InvalidArgument`] for a rank out of range or given
@@ -296,6 +350,8 @@ impl Launch {
                 placement,
                 master_port: port,
                 timeout: self.timeout,
+                forward_signals: self.forward_signals,
+                grace_period: self.grace_period,
                 extra_env: self.env.clone(),
                 keep_output: self.keep_output,
                 dir,

@@ -19,6 +19,11 @@ use nccl_launch::{Launch, Placement, WaitPolicy};
 /// the others (SIGKILL, each by its PID) and its status is the launcher's
 /// (128 + N for signal N); past --timeout every rank still running is ended
 /// and the status is 124.
+///
+/// SIGTERM and SIGINT are forwarded to every rank (each runs in a process
+/// group of its own); ranks still running --grace-period seconds later, or
+/// at a second signal, are ended with SIGKILL, and the status is 128 + the
+/// signal. Each rank gets SIGKILL if the launcher dies, so none outlives it.
 #[derive(Parser, Debug)]
 #[command(name = "nccl-launch", version)]
 struct Cli {
@@ -43,6 +48,10 @@ struct Cli {
     /// Seconds the whole launch may take; 0 for no bound.
     #[arg(long, default_value_t = nccl_launch::DEFAULT_TIMEOUT.as_secs(), value_name = "SECS")]
     timeout: u64,
+    /// Seconds the ranks get to exit after a forwarded SIGTERM or SIGINT
+    /// before SIGKILL.
+    #[arg(long, default_value_t = nccl_launch::DEFAULT_GRACE_PERIOD.as_secs(), value_name = "SECS")]
+    grace_period: u64,
     /// The program to run as every rank.
     #[arg(required = true)]
     program: OsString,
@@ -80,7 +89,9 @@ fn main() -> ExitCode {
     }
     launch = launch
         .master_addr(cli.master_addr)
-        .timeout((cli.timeout > 0).then(|| Duration::from_secs(cli.timeout)));
+        .timeout((cli.timeout > 0).then(|| Duration::from_secs(cli.timeout)))
+        .forward_signals(true)
+        .grace_period(Duration::from_secs(cli.grace_period));
     if let Some(port) = cli.master_port {
         launch = launch.master_port(port);
     }

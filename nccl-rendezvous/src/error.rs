@@ -43,8 +43,10 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 ///
 /// Every message says what was expected, what was seen, and what the user can
 /// do about it. Match on the variants to react programmatically; the enum is
-/// `#[non_exhaustive]`, so keep a wildcard arm.
-#[derive(Debug, thiserror::Error)]
+/// `#[non_exhaustive]`, so keep a wildcard arm. `Debug` leads with the
+/// message and its sources, then names the variant and its kind, so
+/// `fn main() -> Result<(), StoreError>` prints the sentence.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// A blocking `get` or `wait` did not see its key(s) in time.
@@ -546,6 +548,8 @@ pub(crate) fn show_key(key: &str) -> String {
         format!("{key:?}")
     }
 }
+
+mod debug;
 
 #[cfg(test)]
 mod tests {

@@ -157,11 +157,77 @@ impl<T: IntoAnyTensor> From<Tensor<T>> for AnyTensor {
 }
 
 impl<T: IntoAnyTensor> TryFrom<AnyTensor> for Tensor<T> {
-    /// The tensor as it was, when it holds another type.
-    type Error = AnyTensor;
+    /// The tensor as it was, with the type asked for, when it holds
+    /// another type.
+    type Error = IntoTypedError;
 
-    fn try_from(any: AnyTensor) -> std::result::Result<Self, AnyTensor> {
-        T::from_any(any)
+    /// [`AnyTensor::into_typed`].
+    fn try_from(any: AnyTensor) -> std::result::Result<Self, IntoTypedError> {
+        any.into_typed()
+    }
+}
+
+impl AnyTensor {
+    /// The typed tensor inside, when it holds `T`:
+    /// `let grads: Tensor<f32> = any.into_typed()?;`.
+    ///
+    /// # Errors
+    /// [`IntoTypedError`], naming the type held and the type asked for,
+    /// when it holds another type; the error gives the tensor back
+    /// ([`IntoTypedError::into_tensor`]). `?` turns it into
+    /// [`Error::WrongType`] (or a process group's error), dropping the
+    /// tensor.
+    pub fn into_typed<T: IntoAnyTensor>(self) -> std::result::Result<Tensor<T>, IntoTypedError> {
+        T::from_any(self).map_err(|tensor| IntoTypedError {
+            tensor: Box::new(tensor),
+            requested: T::DATA_TYPE,
+        })
+    }
+}
+
+/// An [`AnyTensor`] that holds another element type than the one asked
+/// for ([`AnyTensor::into_typed`], `Tensor::<T>::try_from(any)`), with the
+/// tensor given back. It converts into [`Error::WrongType`], so `?` works
+/// in a function returning this crate's [`Result`].
+#[derive(thiserror::Error)]
+#[error("the tensor holds {}, not {requested}", tensor.dtype())]
+pub struct IntoTypedError {
+    /// Boxed: failures are rare, and the success path stays small.
+    tensor: Box<AnyTensor>,
+    requested: DataType,
+}
+
+impl IntoTypedError {
+    /// The data type the tensor holds.
+    pub fn held(&self) -> DataType {
+        self.tensor.dtype()
+    }
+
+    /// The data type asked for.
+    pub fn requested(&self) -> DataType {
+        self.requested
+    }
+
+    /// The tensor, as it was.
+    pub fn into_tensor(self) -> AnyTensor {
+        *self.tensor
+    }
+}
+
+/// The message first, so `unwrap` and `main`'s error print the sentence.
+impl std::fmt::Debug for IntoTypedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self} (nccl_tensor::IntoTypedError)")
+    }
+}
+
+impl From<IntoTypedError> for Error {
+    /// [`Error::WrongType`]; the tensor is dropped.
+    fn from(error: IntoTypedError) -> Self {
+        Error::WrongType {
+            actual: error.held(),
+            requested: error.requested,
+        }
     }
 }
 

@@ -3,9 +3,11 @@
 
 use nccl_core::{DataType, ErrorKind, ResultCode};
 
-/// Everything a tensor operation can fail with.
+/// Everything a tensor operation can fail with. `Debug` leads with the
+/// message (and its sources), then names the variant and its kind, so
+/// `fn main() -> Result<(), nccl_tensor::Error>` prints the sentence.
 #[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 pub enum Error {
     /// An error of the communicator layer (NCCL, CUDA, the library).
     #[error(transparent)]
@@ -288,7 +290,8 @@ pub enum Error {
         /// group: downcast it to branch on it).
         source: crate::producer::ProducerError,
     },
-    /// A typed access to a cell of another data type.
+    /// A typed access to a [`TensorCell`](crate::TensorCell) or an
+    /// [`AnyTensor`](crate::AnyTensor) of another data type.
     #[error("the tensor holds {actual}, not {requested}")]
     WrongType {
         /// The cell's data type.
@@ -354,6 +357,52 @@ impl Error {
     /// True when a wait ran past its deadline ([`ErrorKind::Timeout`]).
     pub fn is_timeout(&self) -> bool {
         self.kind() == ErrorKind::Timeout
+    }
+
+    /// The variant's name, for `Debug`.
+    fn variant(&self) -> &'static str {
+        match self {
+            Error::Core(_) => "Core",
+            Error::DtypeMismatch { .. } => "DtypeMismatch",
+            Error::WrongLength { .. } => "WrongLength",
+            Error::NotDivisible { .. } => "NotDivisible",
+            Error::WrongDevice { .. } => "WrongDevice",
+            Error::NotContiguous { .. } => "NotContiguous",
+            Error::RankOutOfRange { .. } => "RankOutOfRange",
+            Error::SelfPeerOutsideGroup { .. } => "SelfPeerOutsideGroup",
+            Error::UnsupportedDataType { .. } => "UnsupportedDataType",
+            Error::UnsupportedReduction { .. } => "UnsupportedReduction",
+            Error::AliasedCells { .. } => "AliasedCells",
+            Error::WrongLayout { .. } => "WrongLayout",
+            Error::InBatch { .. } => "InBatch",
+            Error::BatchTooLong { .. } => "BatchTooLong",
+            Error::CellTwiceInBatch { .. } => "CellTwiceInBatch",
+            Error::UnpairedSelfExchange { .. } => "UnpairedSelfExchange",
+            Error::SelfExchangeMismatch { .. } => "SelfExchangeMismatch",
+            Error::SplitCount { .. } => "SplitCount",
+            Error::SplitSum { .. } => "SplitSum",
+            Error::ShapeMismatch { .. } => "ShapeMismatch",
+            Error::ShapeOverflow { .. } => "ShapeOverflow",
+            Error::StridesOutOfBounds { .. } => "StridesOutOfBounds",
+            Error::RangeOutOfBounds { .. } => "RangeOutOfBounds",
+            Error::ProducerFailed { .. } => "ProducerFailed",
+            Error::WrongType { .. } => "WrongType",
+        }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    /// `all_reduce: the output has 3 elements, expected 4 (...)
+    /// (nccl_tensor::Error::WrongLength, kind InvalidArgument)`: the
+    /// message and its sources on one line, then the variant and kind.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (nccl_tensor::Error::{}, kind {:?})",
+            nccl_core::ErrorChain(self),
+            self.variant(),
+            self.kind()
+        )
     }
 }
 

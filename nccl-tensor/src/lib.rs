@@ -28,9 +28,10 @@
 //!   list form [`Communicator::all_to_all`] move blocks of any sizes.
 //!
 //!
-//! The crate re-exports [`nccl_core`] (and through it `cudarc`), and its
-//! [`prelude`] has what most programs name, so nccl-tensor is the one
-//! dependency a program needs:
+//! The crate re-exports [`nccl_core`] (and through it `cudarc`), [`half`]
+//! and [`float8`], and its [`prelude`] has what most programs name
+//! (`bf16`, `f16` and cudarc's slices among them), so nccl-tensor is the
+//! one dependency a program needs:
 //!
 //! ```no_run
 //! # fn main() -> nccl_tensor::Result<()> {
@@ -63,11 +64,21 @@ mod tracked;
 
 pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
-pub use cell::{AnyTensor, IntoAnyTensor, TensorCell, contiguous_strides, is_contiguous};
+pub use cell::{
+    AnyTensor, IntoAnyTensor, IntoTypedError, TensorCell, contiguous_strides, is_contiguous,
+};
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
 pub use exchange::exchange_calls;
+/// The fp8 element types ([`float8::F8E4M3`], [`float8::F8E5M2`]), as
+/// this crate's [`NcclType`] impls name them: use these, not a
+/// `float8` of another version.
+pub use float8;
+/// The 16-bit element types ([`half::f16`], [`half::bf16`]), as this
+/// crate's [`NcclType`] impls name them: use these, not a `half` of
+/// another version.
+pub use half;
 pub use nccl_core;
 pub use nccl_core::{ErrorKind, Op};
 pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
@@ -78,9 +89,13 @@ pub use registered::{CommAccess, Registered};
 pub use shared::{SharedComm, SharedCommGuard};
 pub use tracked::Access;
 
-/// What most programs name: `use nccl_tensor::prelude::*;`. The errors stay
-/// out (nccl-core's and this crate's are both `Error`); name them by path.
+/// What most programs name: `use nccl_tensor::prelude::*;`: the tensor
+/// types, the 16-bit element types, and cudarc's slices (the memory a
+/// framework owns, which every operation takes too). The errors stay out
+/// (nccl-core's and this crate's are both `Error`); name them by path.
 pub mod prelude {
-    pub use crate::{Communicator, NcclType, Tensor, TensorCell};
+    pub use crate::{AnyTensor, Communicator, NcclType, Tensor, TensorCell};
+    pub use half::{bf16, f16};
+    pub use nccl_core::cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
     pub use nccl_core::{CudaStream, DataType, Device, ReduceOp, UniqueId};
 }

@@ -78,6 +78,13 @@ pub struct ChildTest {
     stderr: JoinHandle<String>,
 }
 
+impl ChildTest {
+    /// Its process id (to send it a signal while it runs).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 /// How a [`ChildTest`] ended.
 #[derive(Debug)]
 pub struct Ended {

@@ -395,7 +395,7 @@ fn error_is_a_thread_safe_std_error() {
 fn one_of_each_variant() -> Vec<(Error, ErrorKind)> {
     vec![
         (
-            Error::from_code("ncclAllReduce", ResultCode(6), None, None),
+            Error::from_code("ncclAllReduce", ResultCode(3), None, None),
             ErrorKind::Nccl,
         ),
         (
@@ -474,13 +474,29 @@ fn every_variant_has_its_kind_and_only_timeouts_are_timeouts() {
     assert_eq!(cuda.nccl_code(), None);
 }
 
+/// `ncclRemoteError` is its own kind, one match arm for "a peer is
+/// gone", and keeps its code; every other NCCL code stays `Nccl`.
+#[test]
+fn a_remote_error_is_a_lost_peer_with_its_code() {
+    let remote = Error::from_code("ncclGroupEnd", ResultCode(6), None, None);
+    assert_eq!(remote.kind(), ErrorKind::PeerLost);
+    assert_eq!(remote.nccl_code(), Some(ResultCode(6)));
+    assert!(ResultCode(6).is_remote_error());
+    assert!(!remote.is_timeout());
+    for code in [1, 2, 3, 4, 5, 7, 8, 9, 99] {
+        assert!(!ResultCode(code).is_remote_error(), "{code}");
+        let error = Error::from_code("ncclAllReduce", ResultCode(code), None, None);
+        assert_eq!(error.kind(), ErrorKind::Nccl, "{error}");
+    }
+}
+
 #[test]
 fn nccl_code_is_the_nccl_calls_or_the_version_querys() {
     let codes: Vec<_> = one_of_each_variant()
         .iter()
         .map(|(error, _)| error.nccl_code())
         .collect();
-    assert_eq!(codes[0], Some(ResultCode(6)));
+    assert_eq!(codes[0], Some(ResultCode(3)));
     assert!(codes[1..].iter().all(Option::is_none), "{codes:?}");
     let version_query = Error::Library(LoadError::VersionQuery {
         path: "libnccl.so.2".to_string(),

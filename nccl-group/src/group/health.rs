@@ -281,6 +281,15 @@ fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
     }
 }
 
+/// The cause of a failure for a communicator's asynchronous error: its
+/// text, and NCCL's code kept as a code (a lost peer's `ncclRemoteError`).
+fn async_error(error: &nccl_core::Error) -> FailureCause {
+    FailureCause::AsyncError {
+        error: nccl_core::ErrorChain(error).to_string(),
+        nccl_code: error.nccl_code(),
+    }
+}
+
 impl Watched for Inner {
     fn tick(self: Arc<Self>, now: Instant) {
         if self.state.load(Ordering::Acquire) != LIVE {
@@ -318,10 +327,7 @@ impl Watched for Inner {
                     };
                     (cause, None)
                 } else if let CommHealth::Error(error) = self.clean_check() {
-                    let cause = FailureCause::AsyncError {
-                        error: nccl_core::ErrorChain(&error).to_string(),
-                    };
-                    (cause, self.tracker.oldest())
+                    (async_error(&error), self.tracker.oldest())
                 } else {
                     return;
                 }
@@ -351,10 +357,11 @@ impl GroupChecks for Inner {
             CommHealth::Clean => Some(Ok(())),
             CommHealth::Busy => None,
             CommHealth::Error(error) => {
-                let cause = FailureCause::AsyncError {
-                    error: nccl_core::ErrorChain(&error).to_string(),
-                };
-                self.fail(cause, self.tracker.oldest(), Finish::OwnThread);
+                self.fail(
+                    async_error(&error),
+                    self.tracker.oldest(),
+                    Finish::OwnThread,
+                );
                 // This failure, or one that won the race to fail the group.
                 Some(self.check_live())
             }

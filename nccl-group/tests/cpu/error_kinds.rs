@@ -332,9 +332,12 @@ fn a_core_error_three_layers_down_answers_at_the_top() {
     let timeout = GroupError::Tensor(nccl_tensor::Error::Core(core_timeout()));
     assert_eq!(timeout.kind(), ErrorKind::Timeout);
     assert!(timeout.is_timeout());
+    // ncclRemoteError is a lost peer, at every layer, with its code.
     let nccl = GroupError::from(core_nccl_error());
-    assert_eq!(nccl.kind(), ErrorKind::Nccl);
+    assert_eq!(nccl.kind(), ErrorKind::PeerLost);
     assert_eq!(nccl.nccl_code(), Some(ResultCode(6)));
+    let internal = nccl_core::Error::from_code("ncclAllReduce", ResultCode(3), None, None);
+    assert_eq!(GroupError::from(internal).kind(), ErrorKind::Nccl);
 }
 
 /// The tensor layer's wrong-device check reaches the group as it is.
@@ -462,5 +465,54 @@ fn store_messages_leave_the_os_error_to_the_source() {
     assert_eq!(
         ErrorChain(&error).to_string(),
         format!("{message}: connection refused (os error 111)")
+    );
+}
+
+/// `?` takes an operation's refusal (boxed, as `OpResult` has it) into
+/// `GroupError`, the error `wait` gives too: one error path.
+#[test]
+fn question_mark_takes_a_refusal_into_the_group_error() {
+    fn issue(refusal: GroupError) -> Result<Vec<f32>, Box<OpError<Vec<f32>>>> {
+        Err(Box::new(OpError {
+            error: refusal,
+            buffers: vec![1.0; 4],
+        }))
+    }
+    fn step(refusal: GroupError) -> Result<Vec<f32>, GroupError> {
+        let buffers = issue(refusal)?;
+        Ok(buffers)
+    }
+    for (error, kind) in one_of_each_group_variant() {
+        let text = error.to_string();
+        let converted = step(error).expect_err("refused");
+        assert_eq!(converted.kind(), kind, "{converted}");
+        assert_eq!(converted.to_string(), text);
+    }
+    let unboxed = GroupError::from(OpError {
+        error: GroupError::from(core_nccl_error()),
+        buffers: (),
+    });
+    assert_eq!(unboxed.nccl_code(), Some(ResultCode(6)));
+}
+
+/// `Debug` leads with the message and its sources, so `fn main() ->
+/// Result<(), GroupError>` prints the sentence, then names the variant
+/// and the kind.
+#[test]
+fn debug_prints_the_sentence_first() {
+    for (error, kind) in one_of_each_group_variant() {
+        let debug = format!("{error:?}");
+        let chain = ErrorChain(&error).to_string();
+        assert!(debug.starts_with(&chain), "{debug}");
+        assert!(debug.ends_with(&format!(", kind {kind:?})")), "{debug}");
+        assert!(debug.contains("(nccl_group::GroupError::"), "{debug}");
+    }
+    let config = GroupError::Store(StoreError::Config {
+        var: "WORLD_SIZE".to_string(),
+        message: "WORLD_SIZE is not set".to_string(),
+    });
+    assert!(
+        format!("{config:?}").starts_with("WORLD_SIZE is not set"),
+        "{config:?}"
     );
 }

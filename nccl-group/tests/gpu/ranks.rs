@@ -104,6 +104,64 @@ fn ranks_from_env_over_the_tcp_store() {
     from_env_scenario(&ctx, &group, "from_env");
 }
 
+/// `nccl_group::communicator`: a bare nccl-tensor communicator from the
+/// launch variables (rank 0's unique id met through the store), whose
+/// all_reduce every rank checks; then `ProcessGroup::from_config` over the
+/// same configuration, whose `local_rank` is the launch's (and `new`'s is
+/// unknown).
+#[test]
+fn ranks_bare_communicator_and_local_rank_from_the_launch_variables() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    let config = config_from(&ctx, launch_vars());
+    let comm = nccl_group::communicator(&config, &ctx.device, "bare")
+        .unwrap_or_else(|e| panic!("{}: nccl_group::communicator: {e}", ctx.label()));
+    assert_eq!(
+        (comm.rank(), comm.world_size()),
+        (ctx.rank() as i32, ctx.world() as i32),
+        "{}",
+        ctx.label()
+    );
+    let mut tensor = upload(&ctx.stream, &[ctx.rank() as f32 + 1.0; 16]);
+    let _ = comm
+        .all_reduce(&mut tensor, nccl_core::ReduceOp::Sum, &ctx.stream)
+        .unwrap_or_else(|e| panic!("{}: all_reduce: {e}", ctx.label()));
+    let world = ctx.world() as f32;
+    assert_eq!(
+        download(&ctx.stream, &tensor),
+        vec![world * (world + 1.0) / 2.0; 16],
+        "{}: the bare communicator's all_reduce",
+        ctx.label()
+    );
+    drop(comm);
+    ctx.meet("bare-done");
+
+    let group = ProcessGroup::from_config("from-config", &config, options(CommMode::Nonblocking))
+        .unwrap_or_else(|e| panic!("{}: ProcessGroup::from_config: {e}", ctx.label()));
+    assert_eq!(
+        group.local_rank(),
+        Some(ctx.ranks.local_rank),
+        "{}",
+        ctx.label()
+    );
+    from_env_scenario(&ctx, &group, "from_config");
+    drop(group);
+    if !launched() {
+        let store = tcp_store(&ctx);
+        let by_hand = ProcessGroup::new(
+            "by-hand",
+            0,
+            1,
+            store.store,
+            store.address,
+            options(CommMode::Nonblocking),
+        )
+        .expect("a world of one over the TCP store");
+        assert_eq!(by_hand.local_rank(), None);
+    }
+}
+
 /// `ProcessGroup::from_env_with` passes its options through: blocking
 /// communicators on the caller's stream, over the TCP store.
 #[test]

@@ -256,3 +256,26 @@ fn cuda_error_leaves_the_driver_error_to_its_source() {
         "the driver's error is the source"
     );
 }
+
+/// `Debug` leads with the message and its sources (so `fn main() ->
+/// Result<(), Error>` prints the sentence), then names the variant and
+/// the kind.
+#[test]
+fn debug_prints_the_sentence_first() {
+    for (error, kind) in one_of_each_own_variant() {
+        let debug = format!("{error:?}");
+        assert!(debug.starts_with(&error.to_string()), "{debug}");
+        assert!(debug.contains("(nccl_tensor::Error::"), "{debug}");
+        assert!(debug.ends_with(&format!(", kind {kind:?})")), "{debug}");
+    }
+    let core = Error::from(nccl_core::Error::from_code(
+        "ncclAllReduce",
+        ResultCode(6),
+        None,
+        None,
+    ));
+    assert!(
+        format!("{core:?}").ends_with("(nccl_tensor::Error::Core, kind PeerLost)"),
+        "{core:?}"
+    );
+}

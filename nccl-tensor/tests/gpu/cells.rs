@@ -308,3 +308,46 @@ fn gpu_cell_shared_between_threads() {
         "reduced on another thread",
     );
 }
+
+/// `AnyTensor::into_typed` (and `try_from`): the tensor when the type
+/// matches; otherwise an error naming both types that gives the tensor
+/// back and converts into `Error::WrongType` for `?`.
+#[test]
+fn gpu_any_tensor_into_typed_names_both_types_and_gives_the_tensor_back() {
+    let Some(devices) = support::require_gpus(1) else {
+        return;
+    };
+    let device = first(devices);
+    let stream = device.new_stream().expect("stream");
+    let data = f32s(11, 8);
+    let any = nccl_tensor::AnyTensor::from(upload(&stream, &data));
+
+    let refused = any.into_typed::<half::bf16>().expect_err("f32, not bf16");
+    assert_eq!(
+        (refused.held(), refused.requested()),
+        (DataType::Float32, DataType::Bfloat16)
+    );
+    assert_eq!(refused.to_string(), "the tensor holds float, not bfloat16");
+    assert!(
+        format!("{refused:?}").starts_with("the tensor holds float, not bfloat16"),
+        "{refused:?}"
+    );
+    let any = refused.into_tensor();
+    let typed = Tensor::<f32>::try_from(any).expect("the type it was made with");
+    assert_same(&download(&stream, &typed), &data, "into_typed gave it back");
+
+    let question_mark = || -> nccl_tensor::Result<Tensor<i64>> {
+        Ok(nccl_tensor::AnyTensor::from(typed).into_typed::<i64>()?)
+    };
+    let error = question_mark().expect_err("f32, not i64");
+    assert!(
+        matches!(
+            error,
+            Error::WrongType {
+                actual: DataType::Float32,
+                requested: DataType::Int64
+            }
+        ),
+        "{error}"
+    );
+}

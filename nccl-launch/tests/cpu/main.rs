@@ -1,6 +1,9 @@
 //! The launcher on the CPU: shell programs as ranks. The variables each
 //! rank gets, the prefixed output, the first failure ending the others,
-//! exit statuses, the deadline, and the library's partial launches.
+//! exit statuses, the deadline, and the library's partial launches;
+//! `signals`: the signals it forwards and its ranks' parent-death signal.
+
+mod signals;
 
 use std::process::{Command, Output};
 use std::time::Duration;
