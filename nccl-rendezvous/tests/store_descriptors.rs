@@ -93,22 +93,28 @@ fn child_low_descriptor_limit() {
     // The process runs out of descriptors with the server well under its
     // limit: the server, unable to accept, still tells the client why.
     let mut hog = Vec::new();
-    // A descriptor the server frees after the hog has filled (a dropped
-    // client's connection it closes late, on a loaded machine) lets it
-    // accept after all: keep that connection too, fill again, retry.
+    // The server and this test share one descriptor table, and on a
+    // loaded machine the server may still be settling it: a dropped
+    // client's connection closed late lets it accept after all (keep that
+    // connection), or its spare descriptor, reopened late, takes the one
+    // freed for the client (the client then has none). Either way the
+    // precondition did not hold: fill again and retry, a bounded number
+    // of times.
     let mut accepted = Vec::new();
+    let mut settling = 0;
     let err = loop {
         while let Ok(file) = File::open("/dev/null") {
             hog.push(file);
         }
         hog.pop();
         match try_connect(&server) {
-            Err(err) => break err,
-            Ok(store) => {
-                accepted.push(store);
-                assert!(accepted.len() < LIMIT as usize, "the server never ran out");
-            }
+            Err(err @ StoreError::TooManyConnections { .. }) => break err,
+            Ok(store) => accepted.push(store),
+            Err(StoreError::Io { .. }) => {}
+            Err(other) => panic!("{other:?}"),
         }
+        settling += 1;
+        assert!(settling < 32, "the descriptor table never settled");
     };
     assert!(
         matches!(err, StoreError::TooManyConnections { .. }),
