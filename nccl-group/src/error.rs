@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use nccl_core::ResultCode;
 
+use crate::checks::Mismatch;
 use crate::dumps::DumpError;
 use crate::failure::Failure;
 use crate::group::Uncapturable;
@@ -50,8 +51,9 @@ pub enum ErrorKind {
     /// meeting this rank waited at.
     PeerFailed,
     /// The group's watchdog failed the group (an operation timed out, or
-    /// NCCL or CUDA reported an error); `is_timeout()` says whether it was
-    /// a timeout. Create a new group.
+    /// NCCL or CUDA reported an error), or its collective check found a
+    /// mismatch; `is_timeout()` says whether it was a timeout. Create a
+    /// new group.
     GroupFailed,
     /// The rendezvous store failed other than by a timeout: it could not
     /// be reached or bound, closed the connection, did not answer, refused
@@ -142,6 +144,14 @@ pub enum GroupError {
     /// which ranks lag and where the flight recorder was written.
     #[error("{0}")]
     Failed(Arc<Failure>),
+    /// The collective check
+    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks))
+    /// found that the ranks did not issue the same collectives: the
+    /// [`Mismatch`] names the rank, the collective and what each issued.
+    /// The collective was not enqueued and the group failed: later calls
+    /// get [`GroupError::Failed`].
+    #[error("{0}")]
+    Mismatch(Arc<Mismatch>),
     /// Aborting the group's communicators had not finished in time; it was
     /// left running on its own thread.
     #[error(
@@ -260,6 +270,7 @@ impl GroupError {
     /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled` | [`ErrorKind::Timeout`] |
     /// | `Aborted` | [`ErrorKind::Aborted`] |
     /// | `Failed` | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
+    /// | `Mismatch` | [`ErrorKind::GroupFailed`] |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
@@ -274,7 +285,7 @@ impl GroupError {
             | GroupError::Timeout { .. }
             | GroupError::AbortStalled { .. } => ErrorKind::Timeout,
             GroupError::Aborted { .. } => ErrorKind::Aborted,
-            GroupError::Failed(_) => ErrorKind::GroupFailed,
+            GroupError::Failed(_) | GroupError::Mismatch(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
             GroupError::InvalidArgument { .. } | GroupError::GraphsAlive { .. } => {
                 ErrorKind::InvalidArgument

@@ -42,19 +42,23 @@
 
 pub mod analysis;
 mod cache;
+mod checks;
 mod comms;
 pub mod dumps;
 mod error;
 mod failure;
 mod group;
 mod key;
+mod peers;
 mod pool;
+pub mod ras;
 pub mod recorder;
 mod trace;
 mod verify;
 mod watchdog;
 mod work;
 
+pub use checks::{MAX_CHECK_INTERVAL, Mismatch};
 pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{

@@ -107,6 +107,8 @@ fn dumps_are_json_with_every_field() {
             last_completed: Some(6),
         }],
         lagging: vec![1, 3],
+        divergence: None,
+        ras: None,
         total_recorded: total,
         threads: FlightDump::thread_names(&ops),
         ops,
