@@ -267,9 +267,14 @@ impl ProcessGroup {
     }
 
     /// An error of a call that raced with `abort`, `destroy` or a failure
-    /// is reported as that, not as the communicator error it caused.
+    /// is reported as that, not as the communicator error it caused. A
+    /// creation timeout and a mismatch failed the group themselves and
+    /// say more than the failure.
     fn classify(&self, error: GroupError) -> GroupError {
-        if matches!(error, GroupError::InitTimeout { .. }) {
+        if matches!(
+            error,
+            GroupError::InitTimeout { .. } | GroupError::Mismatch(_)
+        ) {
             return error;
         }
         self.check_live().err().unwrap_or(error)
