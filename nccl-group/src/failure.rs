@@ -294,9 +294,10 @@ impl Failure {
         }
     }
 
-    /// The abort's outcome, the peers' progress and the dump, once the
-    /// watchdog has them (they follow the failure by at most the abort
-    /// timeout plus the exchange's few seconds).
+    /// The abort's outcome, the peers' progress, the divergence, RAS's
+    /// view and the dump, once the failure has them (they follow the
+    /// failure by at most the abort timeout plus a few seconds for the
+    /// exchange with the other ranks and about 4 for RAS).
     pub fn details(&self) -> Option<&FailureDetails> {
         self.details.get()
     }

@@ -17,6 +17,12 @@
 //!   ([`ProcessGroup::begin_capture`], [`GroupGraph`]).
 //! * [`store`]: the key-value stores where the ranks meet (in-process, TCP,
 //!   file, torch's c10d TCPStore), and the launch configuration from torchrun / Slurm variables.
+//! * When ranks do not issue the same collectives: a failure's report
+//!   names the first collective they did not issue alike, the opt-in
+//!   collective check ([`GroupOptions::collective_checks`]) stops it
+//!   before NCCL hangs or mixes the data ([`GroupError::Mismatch`]), and
+//!   [`analysis`] reads dumps back; [`ras`] asks NCCL's RAS service which
+//!   ranks are dead or unresponsive, as failure reports do.
 //!
 //! The crate re-exports [`nccl_tensor`] and [`nccl_core`], and its
 //! [`prelude`] extends nccl-tensor's, so nccl-group is the one dependency
