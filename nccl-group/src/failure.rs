@@ -230,9 +230,11 @@ pub struct FailureDetails {
     /// `lagging`), or no rank was asked.
     pub divergence: Option<Divergence>,
     /// NCCL's RAS view of the job's dead and unresponsive ranks, or why
-    /// there is none (`None`: not asked, as after an abort, or
-    /// [`GroupOptions::ras_report`](crate::GroupOptions::ras_report) is
-    /// off).
+    /// there is none. `None`: not asked: after an abort, with
+    /// [`GroupOptions::ras_report`](crate::GroupOptions::ras_report) off,
+    /// or when the watchdog's own thread finished the failure (under
+    /// [`FailurePolicy::AbortProcess`], or when no thread could be
+    /// started), which must not wait for RAS.
     pub ras: Option<RasReport>,
     /// Where the flight recorder's dump was written, or why it was not
     /// (`None`: dumps are off).

@@ -48,6 +48,10 @@ enum Exchange {
     /// The ranks through the store, bounded by [`EXCHANGE_WAIT`]; RAS
     /// bounded by [`RasLimits`].
     WithPeers,
+    /// The ranks only: the termination runs on the watchdog's thread (no
+    /// thread to spare, or a process about to abort), which looks after
+    /// every group and must not wait for RAS too.
+    PeersOnly,
     /// Not: an abort or a drop must not wait on other processes, and a
     /// creation timeout has no operation to ask about.
     No,
@@ -109,8 +113,14 @@ impl Inner {
         self.cache.close();
         crate::trace::event!(error, %failure, "the group failed: failing its pending operations, aborting its communicators");
         let _ = self.failure.set(Arc::clone(&failure));
+        // What the calling thread may wait for: the watchdog's (finish on
+        // a thread of its own) does not ask RAS.
+        let here = match (finish, exchange) {
+            (Finish::OwnThread, Exchange::WithPeers) => Exchange::PeersOnly,
+            _ => exchange,
+        };
         if self.options().on_failure == FailurePolicy::AbortProcess {
-            self.finish_termination(&failure, exchange);
+            self.finish_termination(&failure, here);
             eprintln!("nccl-group: aborting the process (FailurePolicy::AbortProcess): {failure}");
             std::process::abort();
         }
@@ -130,7 +140,7 @@ impl Inner {
             }
         }
         // Here, or without a thread to spare.
-        self.finish_termination(&failure, exchange);
+        self.finish_termination(&failure, here);
     }
 
     pub(super) fn new_failure(
@@ -209,14 +219,15 @@ impl Inner {
     fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
         let m = self.cache.membership();
         let scope = format!("{}/{}", m.name, m.generation);
-        let mine = (exchange == Exchange::WithPeers && m.world_size > 1).then(|| {
+        let asking = matches!(exchange, Exchange::WithPeers | Exchange::PeersOnly);
+        let mine = (asking && m.world_size > 1).then(|| {
             let mine = self.report();
             peers::publish(&*m.store, &scope, &mine);
             mine
         });
         let ras = match exchange {
             Exchange::WithPeers => self.ras_view(),
-            Exchange::No => None,
+            Exchange::PeersOnly | Exchange::No => None,
         };
         let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
         crate::trace::event!(warn, group = %m.name, outcome = ?abort, "communicators aborted");
