@@ -213,46 +213,6 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "group",
-            call: "ProcessGroup::new",
-            input: "collective_checks Some(0)",
-            expect: &[
-                "collective_checks",
-                "a check every 1 to 1024 collectives",
-                "got 0",
-            ],
-            run: || {
-                err(ProcessGroup::new(
-                    "bad-inputs",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default().with_collective_checks(0),
-                ))
-            },
-        },
-        Row {
-            area: "group",
-            call: "ProcessGroup::new",
-            input: "collective_checks Some(1025)",
-            expect: &[
-                "collective_checks",
-                "a check every 1 to 1024 collectives",
-                "got 1025",
-            ],
-            run: || {
-                err(ProcessGroup::new(
-                    "bad-inputs",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default().with_collective_checks(1025),
-                ))
-            },
-        },
-        Row {
-            area: "group",
             call: "RendezvousConfig::new",
             input: "world size 0",
             expect: &["world_size 0", "positive integer"],
