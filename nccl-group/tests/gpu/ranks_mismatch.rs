@@ -350,7 +350,8 @@ fn ranks_mismatch_unchecked_timeout_report_names_the_divergence() {
 /// Rank 1 stops itself (SIGSTOP) before collective 20; the others time
 /// out, and their report carries RAS's view of it, or says why not
 /// (several simulated hosts share RAS's port unless each has its own
-/// `NCCL_RAS_ADDR`: docs/process-group.md). Rank 0 then continues it.
+/// `NCCL_RAS_ADDR`: docs/process-group.md). Rank 0 continues it once its
+/// report is complete; rank 1 then aborts its group.
 #[test]
 fn ranks_ras_view_of_a_stopped_rank() {
     let Some(ctx) = RankContext::new() else {
@@ -384,9 +385,17 @@ fn ranks_ras_view_of_a_stopped_rank() {
     let GroupError::Failed(failure) = error else {
         panic!("{what}: {error}");
     };
-    let details = failure
-        .wait_details(PATIENCE)
-        .expect("the failure's details");
+    let details = failure.wait_details(PATIENCE);
+    if ctx.rank() == 0 {
+        // First, so that no failed check below leaves it stopped.
+        let pid = await_mark(&dir, "stopped-pid", PATIENCE).expect("rank 1's pid");
+        let continued = std::process::Command::new("kill")
+            .args(["-CONT", pid.trim()])
+            .status()
+            .expect("kill -CONT");
+        assert!(continued.success(), "{what}: kill -CONT: {continued}");
+    }
+    let details = details.expect("the failure's details");
     println!("{what}: {failure}");
     assert!(details.lagging.contains(&1), "{what}: {failure}");
     let ras = details
@@ -405,13 +414,5 @@ fn ranks_ras_view_of_a_stopped_rank() {
         _ => assert!(line.starts_with("RAS unavailable: "), "{what}: {line}"),
     }
     assert!(failure.to_string().contains(&line), "{what}: {failure}");
-    if ctx.rank() == 0 {
-        let pid = await_mark(&dir, "stopped-pid", PATIENCE).expect("rank 1's pid");
-        let continued = std::process::Command::new("kill")
-            .args(["-CONT", pid.trim()])
-            .status()
-            .expect("kill -CONT");
-        assert!(continued.success(), "{what}: kill -CONT: {continued}");
-    }
     let _ = group.abort();
 }
