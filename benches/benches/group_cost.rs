@@ -37,6 +37,17 @@
 //!   over rounds and the ratio of the medians. Needs a GPU (`SKIP:`
 //!   without).
 //!
+//! * `group_checks/{off,1,16,64}`: what the collective check
+//!   (`GroupOptions::collective_checks`, every K collectives) costs the
+//!   host per all_reduce of 2 `f32` plus its `Work::wait`, against the
+//!   same group without it. Each K is a group of its own. At world size 1
+//!   there is nothing to compare and the check is off whatever K (the
+//!   variants measure that it costs nothing); as every rank of
+//!   `nccl-launch -n N benches-group_cost --bench` the rounds of every
+//!   variant run after a barrier, [`CHECKED_OPS`] all_reduces each, and
+//!   rank 0 prints the median and min per all_reduce and the difference
+//!   to off. Needs a GPU (`SKIP:` without).
+//!
 //! The group's whole per-operation host cost (`ProcessGroup` op +
 //! `Work::wait`, against raw NCCL and the other layers in the same run) is
 //! the `group` entry of the `host_cost` bench.
@@ -245,21 +256,50 @@ fn time_batches(
     total
 }
 
-/// This process's group and stream: every rank of a launch (`RANK`,
-/// `WORLD_SIZE`, ...), or a world of one on an in-process store.
-fn coalescing_group(launched: bool) -> (ProcessGroup, Arc<CudaStream>) {
-    let options = GroupOptions::default().with_dump_dir(None);
-    let (group, device) = if launched {
+/// Every rank of a launch (`RANK`, `WORLD_SIZE`, ...): its place and the
+/// launch's store, connected once (rank 0 hosts it) and shared by every
+/// group of the bench.
+struct Launched {
+    config: RendezvousConfig,
+    store: Arc<dyn Store>,
+}
+
+impl Launched {
+    fn connect() -> Self {
         let config = RendezvousConfig::from_env().expect("the launch's variables");
-        let device = nccl_core::Device::new(config.local_rank).expect("this rank's GPU");
-        let group = ProcessGroup::from_env_with("group-cost", options.with_timeout(config.timeout))
+        let store = Arc::from(config.connect().expect("the launch's store"));
+        Self { config, store }
+    }
+}
+
+/// This process's group `name` with `options` and a stream: as every
+/// rank of `launched`, or a world of one on an in-process store.
+fn bench_group(
+    name: &str,
+    options: GroupOptions,
+    launched: Option<&Launched>,
+) -> (ProcessGroup, Arc<CudaStream>) {
+    let (group, device) = match launched {
+        Some(Launched { config, store }) => {
+            let device = nccl_core::Device::new(config.local_rank).expect("this rank's GPU");
+            let options = options.with_timeout(config.timeout);
+            let group = ProcessGroup::new(
+                name,
+                config.rank,
+                config.world_size,
+                Arc::clone(store),
+                config.store.to_string(),
+                options,
+            )
             .expect("join the launch's group");
-        (group, device)
-    } else {
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        let group = ProcessGroup::new("group-cost", 0, 1, store, "in-process", options)
-            .expect("a group of one");
-        (group, nccl_core::Device::new(0).expect("device 0"))
+            (group, device)
+        }
+        None => {
+            let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+            let group = ProcessGroup::new(name, 0, 1, store, "in-process", options)
+                .expect("a group of one");
+            (group, nccl_core::Device::new(0).expect("device 0"))
+        }
     };
     let stream = device.new_stream().expect("stream");
     (group, stream)
@@ -274,7 +314,8 @@ fn tensors(n: usize, stream: &Arc<CudaStream>) -> Vec<Tensor<f32>> {
 
 /// `group_coalescing` at world size 1, through criterion.
 fn coalescing(criterion: &mut Criterion) {
-    let (group, stream) = coalescing_group(false);
+    let options = GroupOptions::default().with_dump_dir(None);
+    let (group, stream) = bench_group("group-cost", options, None);
     let mut bench = criterion.benchmark_group("group_coalescing");
     for n in BATCH_SIZES {
         for issue in Issue::BOTH {
@@ -292,8 +333,9 @@ fn coalescing(criterion: &mut Criterion) {
 
 /// `group_coalescing` as every rank of a launch: fixed counts, rounds of
 /// every variant after a barrier; rank 0 prints.
-fn coalescing_launched() {
-    let (group, stream) = coalescing_group(true);
+fn coalescing_launched(launched: &Launched) {
+    let options = GroupOptions::default().with_dump_dir(None);
+    let (group, stream) = bench_group("group-cost", options, Some(launched));
     let (rank, world) = (group.rank(), group.world_size());
     let barrier = || {
         group
@@ -343,6 +385,125 @@ fn coalescing_launched() {
     group.destroy().expect("destroy the group");
 }
 
+/// The check intervals of `group_checks` (`None`: off).
+const CHECK_INTERVALS: [Option<u32>; 4] = [None, Some(1), Some(16), Some(64)];
+/// All_reduces per variant and round of `group_checks` at world size N:
+/// whole windows of every K.
+const CHECKED_OPS: u64 = 256;
+
+fn check_name(every: Option<u32>) -> String {
+    every.map_or_else(|| "off".to_string(), |every| every.to_string())
+}
+
+/// The host time of `ops` all_reduces of `tensor` (sum), each waited for,
+/// synchronising the stream every [`CHUNK`] outside the timed part.
+fn time_all_reduces(
+    group: &ProcessGroup,
+    tensor: &mut Option<Tensor<f32>>,
+    ops: u64,
+    stream: &Arc<CudaStream>,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = ops;
+    while left > 0 {
+        let chunk = left.min(CHUNK);
+        let start = Instant::now();
+        for _ in 0..chunk {
+            let input = tensor.take().expect("the tensor is back after each wait");
+            let work = group
+                .all_reduce(input, ReduceOp::Sum, stream)
+                .unwrap_or_else(|e| panic!("all_reduce: {}", e.error));
+            *tensor = Some(work.wait().expect("Work::wait"));
+        }
+        total += start.elapsed();
+        stream.synchronize().expect("synchronize");
+        left -= chunk;
+    }
+    total
+}
+
+/// The group of `group_checks` with the check every `every` collectives.
+fn checks_group(
+    every: Option<u32>,
+    launched: Option<&Launched>,
+) -> (ProcessGroup, Arc<CudaStream>) {
+    let mut options = GroupOptions::default().with_dump_dir(None);
+    options.collective_checks = every;
+    bench_group(
+        &format!("group-checks-{}", check_name(every)),
+        options,
+        launched,
+    )
+}
+
+/// `group_checks` at world size 1, through criterion.
+fn checks(criterion: &mut Criterion) {
+    let mut bench = criterion.benchmark_group("group_checks");
+    for every in CHECK_INTERVALS {
+        let (group, stream) = checks_group(every, None);
+        let mut tensor = tensors(1, &stream).pop();
+        // The first operation creates the communicator.
+        let _ = time_all_reduces(&group, &mut tensor, 1, &stream);
+        bench.bench_function(check_name(every), |bencher| {
+            bencher.iter_custom(|iters| time_all_reduces(&group, &mut tensor, iters, &stream))
+        });
+        group.destroy().expect("destroy the group");
+    }
+    bench.finish();
+}
+
+/// `group_checks` as every rank of a launch: fixed counts, rounds of
+/// every variant after a barrier; rank 0 prints.
+fn checks_launched(launched: &Launched) {
+    let mut variants: Vec<_> = CHECK_INTERVALS
+        .into_iter()
+        .map(|every| {
+            let (group, stream) = checks_group(every, Some(launched));
+            let tensor = tensors(1, &stream).pop();
+            (every, group, stream, tensor)
+        })
+        .collect();
+    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    for (_, group, stream, tensor) in &mut variants {
+        let _ = time_all_reduces(group, tensor, WARMUP * CHUNK, stream);
+    }
+    for _ in 0..ROUNDS {
+        for ((_, group, stream, tensor), times) in variants.iter_mut().zip(&mut rounds) {
+            group
+                .barrier(stream)
+                .expect("barrier")
+                .wait()
+                .expect("barrier wait");
+            stream.synchronize().expect("synchronize");
+            let took = time_all_reduces(group, tensor, CHECKED_OPS, stream);
+            times.push(nccl_perf::per_call_us(took.as_secs_f64(), CHECKED_OPS));
+        }
+    }
+    let (rank, world) = (variants[0].1.rank(), variants[0].1.world_size());
+    let median_off = nccl_perf::median(&rounds[0]).unwrap_or(f64::NAN);
+    for ((every, _, _, _), times) in variants.iter().zip(&rounds) {
+        let median = nccl_perf::median(times).unwrap_or(f64::NAN);
+        let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+        if rank == 0 {
+            println!(
+                "group_checks/{} (world size {world}): median {median:.2} us per all_reduce \
+                 ({:+.2} us over off), min {min:.2} us, over {ROUNDS} rounds of {CHECKED_OPS}",
+                check_name(*every),
+                median - median_off,
+            );
+        }
+    }
+    for (_, group, stream, _) in &variants {
+        group
+            .barrier(stream)
+            .expect("barrier")
+            .wait()
+            .expect("barrier wait");
+        stream.synchronize().expect("synchronize");
+        group.destroy().expect("destroy the group");
+    }
+}
+
 /// Whether a GPU is there for the benches that need one.
 fn has_gpu() -> bool {
     nccl_core::cuda_driver_available() && nccl_core::Device::count().unwrap_or(0) > 0
@@ -352,10 +513,12 @@ fn main() {
     let launched = std::env::var("WORLD_SIZE").is_ok_and(|world| world != "1");
     if launched {
         if !has_gpu() {
-            println!("SKIP: group_coalescing needs 1 GPU(s), found 0");
+            println!("SKIP: group_coalescing and group_checks need 1 GPU(s), found 0");
             return;
         }
-        coalescing_launched();
+        let launched = Launched::connect();
+        coalescing_launched(&launched);
+        checks_launched(&launched);
         return;
     }
     let mut criterion = Criterion::default()
@@ -365,8 +528,9 @@ fn main() {
     group_parts(&mut criterion);
     if has_gpu() {
         coalescing(&mut criterion);
+        checks(&mut criterion);
     } else {
-        println!("SKIP: group_coalescing needs 1 GPU(s), found 0");
+        println!("SKIP: group_coalescing and group_checks need 1 GPU(s), found 0");
     }
     criterion.final_summary();
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use nccl_core::ResultCode;
 
+use crate::checks::Mismatch;
 use crate::dumps::DumpError;
 use crate::failure::Failure;
 use crate::group::Uncapturable;
@@ -58,8 +59,9 @@ pub enum ErrorKind {
     /// group's failure. Create a new group without it.
     PeerLost,
     /// The group's watchdog failed the group (an operation timed out, or
-    /// NCCL or CUDA reported an error); `is_timeout()` says whether it was
-    /// a timeout. Create a new group.
+    /// NCCL or CUDA reported an error), or its collective check found a
+    /// mismatch; `is_timeout()` says whether it was a timeout. Create a
+    /// new group.
     GroupFailed,
     /// The rendezvous store failed other than by a timeout: it could not
     /// be reached or bound, closed the connection, did not answer, refused
@@ -198,6 +200,14 @@ pub enum GroupError {
     /// which ranks lag and where the flight recorder was written.
     #[error("{0}")]
     Failed(Arc<Failure>),
+    /// The collective check
+    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks))
+    /// found that the ranks did not issue the same collectives: the
+    /// [`Mismatch`] names the rank, the collective and what each issued.
+    /// The collective was not enqueued and the group failed: later calls
+    /// get [`GroupError::Failed`].
+    #[error("{0}")]
+    Mismatch(Arc<Mismatch>),
     /// Aborting the group's communicators had not finished in time; it was
     /// left running on its own thread.
     #[error(
@@ -317,6 +327,7 @@ impl GroupError {
     /// | `Aborted` | [`ErrorKind::Aborted`] |
     /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) | [`ErrorKind::PeerLost`] |
     /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
+    /// | `Mismatch` | [`ErrorKind::GroupFailed`] |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
@@ -332,7 +343,7 @@ impl GroupError {
             | GroupError::AbortStalled { .. } => ErrorKind::Timeout,
             GroupError::Aborted { .. } => ErrorKind::Aborted,
             GroupError::Failed(failure) if failure.cause.is_peer_lost() => ErrorKind::PeerLost,
-            GroupError::Failed(_) => ErrorKind::GroupFailed,
+            GroupError::Failed(_) | GroupError::Mismatch(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
             GroupError::InvalidArgument { .. } | GroupError::GraphsAlive { .. } => {
                 ErrorKind::InvalidArgument
@@ -365,6 +376,7 @@ impl GroupError {
     pub fn failure(&self) -> Option<&Arc<Failure>> {
         match self {
             GroupError::Failed(failure) => Some(failure),
+            GroupError::Mismatch(mismatch) => Some(&mismatch.failure),
             GroupError::Tensor(nccl_tensor::Error::ProducerFailed { source }) => {
                 source.downcast_ref::<GroupError>()?.failure()
             }
@@ -390,6 +402,7 @@ impl GroupError {
             GroupError::GraphsAlive { .. } => "GraphsAlive",
             GroupError::WatchdogStart { .. } => "WatchdogStart",
             GroupError::Dump(_) => "Dump",
+            GroupError::Mismatch(_) => "Mismatch",
         }
     }
 

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use nccl_core::ResultCode;
-
+use crate::analysis::{Divergence, Ranks};
+use crate::checks::Collectives;
+use crate::ras::RasReport;
 use crate::recorder::{OpRecord, PeerProgress};
+use nccl_core::ResultCode;
 
 /// The longest single sleep of [`Failure::wait_details`]: it sleeps again
 /// until its deadline, so a timeout of any length is waited out in these.
@@ -87,19 +89,47 @@ pub enum FailureCause {
         /// The error.
         error: String,
     },
+    /// The collective check
+    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks))
+    /// found that the ranks did not issue the same collectives
+    /// ([`GroupError::Mismatch`](crate::GroupError::Mismatch) on the
+    /// calling thread).
+    Mismatch {
+        /// The first collective the ranks did not issue alike.
+        divergence: Divergence,
+    },
+    /// The collective check of collectives `first..=last` could not
+    /// compare them with every rank's: the ranks `absent` had not issued
+    /// them within the operation's timeout (they skipped a collective,
+    /// stopped or lag), or the store failed (`error`).
+    CheckIncomplete {
+        /// The first collective the check covered.
+        first: u64,
+        /// The last, which was not enqueued.
+        last: u64,
+        /// The ranks whose fingerprints did not come.
+        absent: Vec<usize>,
+        /// How long the check waited.
+        waited: Duration,
+        /// The store's error, if it failed.
+        error: Option<String>,
+    },
 }
 
 impl FailureCause {
     /// True when something ran past its timeout: an operation
     /// ([`FailureCause::Timeout`]), an enqueue
     /// ([`FailureCause::EnqueueBlocked`]) or a communicator's creation
-    /// ([`FailureCause::Creation`], which only a timed-out creation causes).
+    /// ([`FailureCause::Creation`], which only a timed-out creation causes),
+    /// or the collective check's wait for other ranks
+    /// ([`FailureCause::CheckIncomplete`] without a store error).
     pub fn is_timeout(&self) -> bool {
         matches!(
             self,
             FailureCause::Timeout { .. }
                 | FailureCause::EnqueueBlocked { .. }
                 | FailureCause::Creation { .. }
+                | FailureCause::CheckIncomplete { error: None, .. }
         )
     }
 
@@ -116,6 +146,17 @@ impl FailureCause {
     /// is then [`ErrorKind::PeerLost`](crate::ErrorKind::PeerLost).
     pub fn is_peer_lost(&self) -> bool {
         self.nccl_code().is_some_and(ResultCode::is_remote_error)
+    }
+
+    /// What failed when no operation did: the collective check, or a
+    /// communicator.
+    fn subject(&self) -> &'static str {
+        match self {
+            FailureCause::Mismatch { .. } | FailureCause::CheckIncomplete { .. } => {
+                "the collective check"
+            }
+            _ => "a communicator",
+        }
     }
 }
 
@@ -147,6 +188,34 @@ impl fmt::Display for FailureCause {
                 "on device {device} was stuck enqueueing an operation for {blocked:?}, past its timeout of \
                  {timeout:?} (a peer that never connects?)"
             ),
+            FailureCause::Mismatch { divergence } => write!(
+                f,
+                "found that the ranks did not issue the same collectives: {divergence}"
+            ),
+            FailureCause::CheckIncomplete {
+                first,
+                last,
+                absent,
+                waited,
+                error,
+            } => {
+                write!(f, "of {} ", Collectives(*first, *last))?;
+                if !absent.is_empty() {
+                    write!(
+                        f,
+                        "had no fingerprints from {} after {waited:?}: they had not issued these \
+                         collectives (a skipped collective, a stopped or lagging rank)",
+                        Ranks(absent)
+                    )?;
+                }
+                match error {
+                    Some(error) if absent.is_empty() => {
+                        write!(f, "failed: the store failed: {error}")
+                    }
+                    Some(error) => write!(f, "; the store failed: {error}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -162,8 +231,10 @@ pub enum AbortOutcome {
 }
 
 /// What was learnt after the failure: the abort, the other ranks'
-/// progress and the flight recorder's dump.
+/// progress and last collectives, NCCL's RAS view and the flight
+/// recorder's dump.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct FailureDetails {
     /// How the abort went.
     pub abort: AbortOutcome,
@@ -172,6 +243,19 @@ pub struct FailureDetails {
     /// Ranks that had not issued the collective this rank was stuck on, or
     /// that did not answer: the likely culprits.
     pub lagging: Vec<usize>,
+    /// The first collective that the ranks which answered did not issue
+    /// alike, among the last ones every one of them issued (each
+    /// publishes its last 128): which rank issued what as which
+    /// collective. `None`: they agree (a rank that issued fewer is in
+    /// `lagging`), or no rank was asked.
+    pub divergence: Option<Divergence>,
+    /// NCCL's RAS view of the job's dead and unresponsive ranks, or why
+    /// there is none. `None`: not asked: after an abort, with
+    /// [`GroupOptions::ras_report`](crate::GroupOptions::ras_report) off,
+    /// or when the watchdog's own thread finished the failure (under
+    /// [`FailurePolicy::AbortProcess`], or when no thread could be
+    /// started), which must not wait for RAS.
+    pub ras: Option<RasReport>,
     /// Where the flight recorder's dump was written, or why it was not
     /// (`None`: dumps are off).
     pub dump: Option<Result<PathBuf, String>>,
@@ -232,9 +316,10 @@ impl Failure {
         }
     }
 
-    /// The abort's outcome, the peers' progress and the dump, once the
-    /// watchdog has them (they follow the failure by at most the abort
-    /// timeout plus the exchange's few seconds).
+    /// The abort's outcome, the peers' progress, the divergence, RAS's
+    /// view and the dump, once the failure has them (they follow the
+    /// failure by at most the abort timeout plus a few seconds for the
+    /// exchange with the other ranks and about 4 for RAS).
     pub fn details(&self) -> Option<&FailureDetails> {
         self.details.get()
     }
@@ -328,7 +413,7 @@ impl fmt::Display for Failure {
         )?;
         match &self.op {
             Some(op) => describe(op, f)?,
-            None => write!(f, "a communicator")?,
+            None => f.write_str(self.cause.subject())?,
         }
         write!(f, " {}", self.cause)?;
         write_suspects(&self.suspects, f)?;
@@ -358,6 +443,22 @@ impl fmt::Display for Failure {
                 None => write!(f, "; ranks {:?} did not answer", details.lagging)?,
             }
         }
+        let found_by_check = match &self.cause {
+            FailureCause::Mismatch { divergence } => Some(divergence),
+            _ => None,
+        };
+        if let Some(divergence) = &details.divergence
+            && found_by_check != Some(divergence)
+        {
+            write!(
+                f,
+                "; the ranks' last records part at collective #{}: {divergence}",
+                divergence.collective_seq
+            )?;
+        }
+        if let Some(ras) = &details.ras {
+            write!(f, "; {ras}")?;
+        }
         match &details.dump {
             Some(Ok(path)) => write!(f, "; flight recorder: {}", path.display())?,
             Some(Err(error)) => write!(f, "; the flight recorder could not be written: {error}")?,
@@ -368,191 +469,4 @@ impl fmt::Display for Failure {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::key::DeviceList;
-    use crate::recorder::OpState;
-    use nccl_core::DataType;
-
-    fn record() -> OpRecord {
-        OpRecord {
-            seq: 57,
-            collective_seq: Some(41),
-            p2p_seq: None,
-            op: "all_reduce",
-            dtype: Some(DataType::Float32),
-            count: 1024,
-            output_count: 1024,
-            reduction: Some("sum"),
-            peer: None,
-            timeout: Duration::from_secs(5),
-            thread: 0,
-            devices: DeviceList::one(0).unwrap(),
-            enqueued_us: 10,
-            finished_us: None,
-            state: OpState::Failed,
-            end_stamp: 0,
-        }
-    }
-
-    #[test]
-    fn the_report_names_op_cause_culprits_and_dump() {
-        let failure = Failure::new(
-            "trainer".into(),
-            0,
-            2,
-            4,
-            FailureCause::Timeout {
-                timeout: Duration::from_secs(5),
-                ran: Duration::from_millis(5020),
-            },
-            Some(record()),
-            Vec::new(),
-        );
-        let early = failure.to_string();
-        assert!(
-            early.contains("process group \"trainer\" (rank 2 of 4) failed: all_reduce #57 (collective #41, 1024 x float on devices [0]) did not complete within its timeout of 5s (it had run 5.02s)"),
-            "{early}"
-        );
-        assert!(early.contains("being aborted"), "{early}");
-        failure.set_details(FailureDetails {
-            abort: AbortOutcome::Aborted(Duration::from_millis(3)),
-            peers: Vec::new(),
-            lagging: vec![1],
-            dump: Some(Ok(PathBuf::from("/tmp/trainer-g0-rank2.json"))),
-        });
-        let full = failure.to_string();
-        assert!(full.contains("aborted in 3ms"), "{full}");
-        assert!(
-            full.contains("ranks [1] had not issued collective #41 or did not answer"),
-            "{full}"
-        );
-        assert!(
-            full.contains("flight recorder: /tmp/trainer-g0-rank2.json"),
-            "{full}"
-        );
-        assert!(full.ends_with("Create a new group to continue."), "{full}");
-    }
-
-    #[test]
-    fn details_can_be_waited_for() {
-        let failure = Arc::new(Failure::new(
-            "g".into(),
-            0,
-            0,
-            1,
-            FailureCause::EnqueueBlocked {
-                device: 3,
-                timeout: Duration::from_secs(2),
-                blocked: Duration::from_millis(2040),
-            },
-            None,
-            Vec::new(),
-        ));
-        let text = failure.to_string();
-        assert!(
-            text.contains("failed: a communicator on device 3 was stuck enqueueing an operation for 2.04s, past its timeout of 2s"),
-            "{text}"
-        );
-        assert!(failure.wait_details(Duration::from_millis(20)).is_none());
-        let setter = {
-            let failure = Arc::clone(&failure);
-            std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(50));
-                failure.set_details(FailureDetails {
-                    abort: AbortOutcome::Aborted(Duration::from_millis(1)),
-                    peers: Vec::new(),
-                    lagging: Vec::new(),
-                    dump: None,
-                });
-            })
-        };
-        // The longest timeout there is waits, and returns once they are set.
-        let details = failure
-            .wait_details(Duration::MAX)
-            .expect("set by the other thread");
-        assert_eq!(
-            details.abort,
-            AbortOutcome::Aborted(Duration::from_millis(1))
-        );
-        setter.join().unwrap();
-    }
-
-    #[test]
-    fn causes_read_as_sentences() {
-        let mut send = record();
-        send.op = "send";
-        send.collective_seq = None;
-        send.peer = Some(3);
-        let failure = Failure::new(
-            "g".into(),
-            1,
-            0,
-            4,
-            FailureCause::AsyncError {
-                error: "remote process exited".into(),
-                nccl_code: Some(ResultCode(6)),
-            },
-            Some(send),
-            Vec::new(),
-        );
-        failure.set_details(FailureDetails {
-            abort: AbortOutcome::Stalled(Duration::from_secs(10)),
-            peers: Vec::new(),
-            lagging: vec![3],
-            dump: Some(Err("permission denied".into())),
-        });
-        let text = failure.to_string();
-        assert!(text.contains("send #57 (1024 x float, peer 3 on devices [0]) failed: NCCL reported an asynchronous error: remote process exited"), "{text}");
-        assert!(
-            text.contains("had not finished after 10s and was left running"),
-            "{text}"
-        );
-        assert!(text.contains("ranks [3] did not answer"), "{text}");
-        assert!(
-            text.contains("could not be written: permission denied"),
-            "{text}"
-        );
-        let none = Failure::new("g".into(), 0, 0, 1, FailureCause::Dropped, None, Vec::new());
-        assert!(
-            none.to_string()
-                .contains("a communicator was pending when the group was dropped")
-        );
-    }
-
-    #[test]
-    fn suspect_operations_are_named_up_to_a_few() {
-        let suspects: Vec<OpRecord> = (0..6)
-            .map(|n| {
-                let mut op = record();
-                op.seq = 50 + n;
-                op.collective_seq = Some(40 + n);
-                op.state = OpState::Suspect;
-                op
-            })
-            .collect();
-        let failure = Failure::new(
-            "g".into(),
-            0,
-            1,
-            4,
-            FailureCause::AsyncError {
-                error: "remote process exited".into(),
-                nccl_code: Some(ResultCode(6)),
-            },
-            None,
-            suspects,
-        );
-        let text = failure.to_string();
-        assert!(
-            text.contains("the results of 6 operation(s) that ended since the last clean check"),
-            "{text}"
-        );
-        assert!(text.contains("all_reduce #50 (collective #40"), "{text}");
-        assert!(text.contains("all_reduce #53 (collective #43"), "{text}");
-        assert!(!text.contains("all_reduce #54"), "{text}");
-        assert!(text.contains(" and 2 more"), "{text}");
-    }
-}
+mod tests;

@@ -7,7 +7,8 @@
 //! operations in one NCCL group: batched point-to-point, coalesced
 //! collectives, all_to_all of any sizes), `buffers` (the buffers an
 //! operation owns), `issue` (the engine they
-//! share: routing, stream handoff, recorder, watchdog tracking, errors),
+//! share: routing, recorder, watchdog tracking, errors), `handoff` (the
+//! stream handoff and end events), `checking` (the collective check),
 //! `capture` and `graph` (operations captured in CUDA graphs, the graphs'
 //! replays), `register` (buffers registered with the communicators), `lifecycle` (abort and destroy), `factory` (creating
 //! communicators), `health` (failing the group, the watchdog's view) and
@@ -16,10 +17,12 @@
 mod batch;
 mod buffers;
 mod capture;
+mod checking;
 mod deprecated;
 mod dumps;
 mod factory;
 mod graph;
+mod handoff;
 mod health;
 mod issue;
 mod lifecycle;
@@ -41,6 +44,7 @@ pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions,
 pub use register::GroupRegistered;
 
 use crate::cache::OnceMap;
+use crate::checks::Checker;
 use crate::comms::{CommCache, Membership};
 use crate::dumps::request::RequestWatch;
 use crate::error::{GroupError, OpError, Result};
@@ -70,6 +74,8 @@ struct Inner {
     /// This process's rank on its host, when the group was made from a
     /// launch configuration.
     local_rank: Option<usize>,
+    /// The collective check, when it is on.
+    checks: Option<Checker>,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -152,8 +158,10 @@ impl ProcessGroup {
     /// of 0 or above `i32::MAX`, a rank outside it, or a group name that
     /// is empty or has an empty `/`-separated part; an option out of
     /// range (a `recorder_capacity` above
-    /// [`MAX_RECORDER_CAPACITY`](crate::recorder::MAX_RECORDER_CAPACITY)),
-    /// or no watchdog thread.
+    /// [`MAX_RECORDER_CAPACITY`](crate::recorder::MAX_RECORDER_CAPACITY),
+    /// `collective_checks` of 0 or above
+    /// [`MAX_CHECK_INTERVAL`](crate::MAX_CHECK_INTERVAL)), or no watchdog
+    /// thread.
     pub fn new(
         name: &str,
         rank: usize,
@@ -191,6 +199,7 @@ impl ProcessGroup {
             options.timeout,
         )?;
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
+        let checks = checking::checker(options.collective_checks, &membership);
         let recorder = FlightRecorder::new(options.recorder_capacity);
         let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
         let factory = NcclFactory {
@@ -208,6 +217,7 @@ impl ProcessGroup {
             verification,
             requests,
             local_rank,
+            checks,
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));
@@ -339,7 +349,7 @@ impl ProcessGroup {
     /// The flight recorder's records now, with this process's progress.
     pub fn flight_record(&self) -> FlightDump {
         self.inner
-            .dump("on request".to_string(), Vec::new(), Vec::new())
+            .dump("on request".to_string(), health::Findings::default())
     }
 
     /// How many operations the watchdog is still waiting for.

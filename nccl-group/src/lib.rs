@@ -21,6 +21,12 @@
 //!   variables, for programs that issue its operations themselves.
 //! * One error type, [`GroupError`], for every call (`?` takes an
 //!   operation's refusal into it too), matched by [`GroupError::kind`].
+//! * When ranks do not issue the same collectives: a failure's report
+//!   names the first collective they did not issue alike, the opt-in
+//!   collective check ([`GroupOptions::collective_checks`]) stops it
+//!   before NCCL hangs or mixes the data ([`GroupError::Mismatch`]), and
+//!   [`analysis`] reads dumps back; [`ras`] asks NCCL's RAS service which
+//!   ranks are dead or unresponsive, as failure reports do.
 //!
 //! The crate re-exports [`nccl_tensor`] and [`nccl_core`], and its
 //! [`prelude`] extends nccl-tensor's, so nccl-group is the one dependency
@@ -47,13 +53,16 @@
 pub mod analysis;
 mod bare;
 mod cache;
+mod checks;
 mod comms;
 pub mod dumps;
 mod error;
 mod failure;
 mod group;
 mod key;
+mod peers;
 mod pool;
+pub mod ras;
 pub mod recorder;
 mod trace;
 mod verify;
@@ -61,6 +70,7 @@ mod watchdog;
 mod work;
 
 pub use bare::communicator;
+pub use checks::{MAX_CHECK_INTERVAL, Mismatch};
 pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{

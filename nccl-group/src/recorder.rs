@@ -17,7 +17,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nccl_core::DataType;
 use serde::{Serialize, Serializer};
 
+use crate::analysis::Divergence;
 use crate::key::DeviceList;
+use crate::ras::RasReport;
 
 /// What became of a recorded operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -117,6 +119,25 @@ fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::O
     }
 }
 
+fn serialize_divergence<S: Serializer>(
+    divergence: &Option<Divergence>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct WithMessage<'a> {
+        #[serde(flatten)]
+        divergence: &'a Divergence,
+        message: String,
+    }
+    divergence
+        .as_ref()
+        .map(|divergence| WithMessage {
+            divergence,
+            message: divergence.to_string(),
+        })
+        .serialize(s)
+}
+
 fn serialize_devices<S: Serializer>(devices: &DeviceList, s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(devices.iter())
 }
@@ -193,6 +214,16 @@ pub struct FlightDump {
     /// The ranks that had not enqueued the collective this process was
     /// stuck on, or did not answer: the likely culprits.
     pub lagging: Vec<usize>,
+    /// After a failure, the first collective the ranks that answered did
+    /// not issue alike ([`FailureDetails::divergence`](crate::FailureDetails::divergence);
+    /// in the JSON with `message`, its text); `null` otherwise.
+    #[serde(serialize_with = "serialize_divergence")]
+    pub divergence: Option<Divergence>,
+    /// After a failure, NCCL's RAS view of the job
+    /// ([`FailureDetails::ras`](crate::FailureDetails::ras); in the JSON
+    /// with `format`: `json`, `text` or `unavailable`); `null` when not
+    /// asked.
+    pub ras: Option<RasReport>,
     /// How many operations were recorded in all (older ones were overwritten).
     pub total_recorded: u64,
     /// The last operations, oldest first.

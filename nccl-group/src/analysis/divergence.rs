@@ -4,10 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use serde::Serialize;
+
 use super::{Issued, Ranks};
 
 /// A rank that did not issue what most ranks issued as a collective.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Deviation {
     /// The rank.
     pub rank: usize,
@@ -18,8 +20,9 @@ pub struct Deviation {
     pub last_collective: Option<u64>,
 }
 
-/// The first collective the ranks did not issue alike.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The first collective the ranks did not issue alike (in a dump's JSON:
+/// these fields, and `message`, its `Display`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Divergence {
     /// The collective's number.
     pub collective_seq: u64,

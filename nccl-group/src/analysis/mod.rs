@@ -15,6 +15,7 @@ mod folder;
 use std::borrow::Cow;
 use std::fmt;
 
+use nccl_core::DataType;
 use serde::{Deserialize, Serialize};
 
 use crate::recorder::OpRecord;
@@ -47,14 +48,35 @@ pub struct Issued {
 impl Issued {
     /// The collective `record` is (`None` for a point-to-point operation).
     pub fn from_record(record: &OpRecord) -> Option<Self> {
-        Some(Self {
-            collective_seq: record.collective_seq?,
-            op: Cow::Borrowed(record.op),
-            dtype: record.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
-            count: record.count,
-            root: record.peer,
-            reduction: record.reduction.map(Cow::Borrowed),
-        })
+        Some(Self::described(
+            record.collective_seq?,
+            record.op,
+            record.dtype,
+            record.count,
+            record.peer,
+            record.reduction,
+        ))
+    }
+
+    /// Collective `collective_seq` as the flight recorder describes an
+    /// operation: its name, element type, input elements, root and
+    /// reduction.
+    pub(crate) fn described(
+        collective_seq: u64,
+        op: &'static str,
+        dtype: Option<DataType>,
+        count: usize,
+        root: Option<usize>,
+        reduction: Option<&'static str>,
+    ) -> Self {
+        Self {
+            collective_seq,
+            op: Cow::Borrowed(op),
+            dtype: dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
+            count,
+            root,
+            reduction: reduction.map(Cow::Borrowed),
+        }
     }
 
     /// What differs between this and `other` (`operation`, `data type`,

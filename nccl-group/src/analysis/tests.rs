@@ -41,6 +41,8 @@ fn the_analysis_reads_the_recorders_json() {
         last_completed: None,
         peers: Vec::new(),
         lagging: Vec::new(),
+        divergence: None,
+        ras: None,
         total_recorded,
         threads: Default::default(),
         ops,

@@ -66,6 +66,8 @@ fn dump(rank: usize) -> FlightDump {
         last_completed: Some(0),
         peers: Vec::new(),
         lagging: Vec::new(),
+        divergence: None,
+        ras: None,
         total_recorded,
         threads: FlightDump::thread_names(&ops),
         ops,

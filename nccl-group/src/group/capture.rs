@@ -15,7 +15,8 @@ use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
 use nccl_core::{CaptureStatus, Status};
 use nccl_tensor::{Access, Communicator};
 
-use super::issue::{OpInfo, check_stream};
+use super::handoff::check_stream;
+use super::issue::OpInfo;
 use super::{GroupGraph, OpResult, ProcessGroup, StreamMode};
 use crate::error::{GroupError, OpError, Result};
 use crate::key::{CommKey, DeviceList};

@@ -6,19 +6,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::health::Findings;
 use super::{Inner, ProcessGroup};
 use crate::dumps::{self, DumpError, DumpFiles, FAILURE_LABEL};
 use crate::error::Result;
-use crate::recorder::{FlightDump, PeerProgress};
+use crate::recorder::FlightDump;
 
 impl Inner {
-    /// The flight recorder's records with this process's context.
-    pub(super) fn dump(
-        &self,
-        reason: String,
-        peers: Vec<PeerProgress>,
-        lagging: Vec<usize>,
-    ) -> FlightDump {
+    /// The flight recorder's records with this process's context (and,
+    /// after a failure, what was learnt from the other ranks and RAS).
+    pub(super) fn dump(&self, reason: String, findings: Findings) -> FlightDump {
         let m = self.cache.membership();
         let (ops, total_recorded) = self.recorder.snapshot();
         let (last_enqueued, last_completed) = self.recorder.progress();
@@ -34,8 +31,10 @@ impl Inner {
             nccl_version: nccl_core::version().ok().map(|v| v.to_string()),
             last_enqueued,
             last_completed,
-            peers,
-            lagging,
+            peers: findings.peers,
+            lagging: findings.lagging,
+            divergence: findings.divergence,
+            ras: findings.ras,
             total_recorded,
             threads: FlightDump::thread_names(&ops),
             ops,
@@ -68,7 +67,7 @@ impl Inner {
         let inner = Arc::clone(self);
         let write = move || {
             let reason = format!("requested through {}: {label:?}", dumps::REQUEST_FILE);
-            let dump = inner.dump(reason, Vec::new(), Vec::new());
+            let dump = inner.dump(reason, Findings::default());
             // The marker file (or its absence) is the outcome a script sees.
             let _written = dumps::write_incident(&dir, &label, &dump);
             crate::trace::event!(info, written = ?_written, "flight recorder dumped on request");
@@ -104,7 +103,7 @@ impl ProcessGroup {
             .ok_or(DumpError::NoFolder)?;
         let dump = self
             .inner
-            .dump(format!("on request: {label:?}"), Vec::new(), Vec::new());
+            .dump(format!("on request: {label:?}"), Findings::default());
         Ok(dumps::write_incident(dir, label, &dump)?)
     }
 }

@@ -8,7 +8,8 @@ use cudarc::driver::{CudaGraph, CudaStream};
 
 use super::ProcessGroup;
 use super::capture::{Keeper, LiveGraph, Uncapturable, refused};
-use super::issue::{OpInfo, end_event_in};
+use super::handoff::end_event_in;
+use super::issue::OpInfo;
 use crate::error::{GroupError, OpError, Result};
 use crate::key::{CommKey, DeviceList};
 use crate::pool::DevicePool;
@@ -100,13 +101,14 @@ impl<B: WorkBuffers> GroupGraph<B> {
         let Some(graph) = &self.graph else {
             return Ok(());
         };
+        let info = OpInfo::untyped("graph_replay");
+        let key = CommKey::Collective(DeviceList::one(self.stream.context().ordinal())?);
+        let checked = self.group.check_collective(&info, &key)?;
         graph
             .launch()
             .map_err(nccl_core::Error::cuda("launching the captured CUDA graph"))?;
-        let info = OpInfo::untyped("graph_replay");
-        let key = CommKey::Collective(DeviceList::one(self.stream.context().ordinal())?);
         let enqueued = Instant::now();
-        let seq = self.group.record(info, &key, enqueued);
+        let seq = self.group.record(info, &key, enqueued, checked);
         let watched = self.group.track(seq, enqueued, || {
             end_event_in(&self.pool, &self.stream, &self.stream).map(Ends::One)
         });

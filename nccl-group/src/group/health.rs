@@ -1,5 +1,6 @@
 //! The group's side of the watchdog: what a tick checks, and how a group
-//! fails: poison, bounded abort, progress exchange, flight-recorder dump.
+//! fails: poison, bounded abort, the exchange of the ranks' progress and
+//! last collectives, NCCL's RAS view, flight-recorder dump.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,14 +8,27 @@ use std::time::{Duration, Instant};
 
 use super::factory::CommHealth;
 use super::{ABORTED, FAILED, Inner, LIVE, LocalComms};
+use crate::analysis::Divergence;
 use crate::error::{GroupError, Result};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
+use crate::peers::{self, PeerReport};
+use crate::ras::{self, RasLimits, RasReport};
 use crate::recorder::{OpRecord, OpState, PeerProgress, lagging_ranks};
 use crate::verify::GroupChecks;
 use crate::watchdog::{Bounded, Verdict, Watched, run_bounded};
 
-/// How long a failing rank waits, in all, for the other ranks' progress.
+/// How long a failing rank waits, in all, for the other ranks' reports.
 pub(super) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
+
+/// What a failure learnt from the other ranks and from NCCL's RAS (empty
+/// for an abort and for dumps on request).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Findings {
+    pub(super) peers: Vec<PeerProgress>,
+    pub(super) lagging: Vec<usize>,
+    pub(super) divergence: Option<Divergence>,
+    pub(super) ras: Option<RasReport>,
+}
 
 /// Where the slower part of a failure runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -27,11 +41,17 @@ pub(super) enum Finish {
     Here,
 }
 
-/// Whether a termination asks the other ranks how far they got.
+/// Whether a termination asks the other ranks how far they got and what
+/// they issued last, and NCCL's RAS service what it sees.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Exchange {
-    /// Through the store, bounded by [`EXCHANGE_WAIT`].
+    /// The ranks through the store, bounded by [`EXCHANGE_WAIT`]; RAS
+    /// bounded by [`RasLimits`].
     WithPeers,
+    /// The ranks only: the termination runs on the watchdog's thread (no
+    /// thread to spare, or a process about to abort), which looks after
+    /// every group and must not wait for RAS too.
+    PeersOnly,
     /// Not: an abort or a drop must not wait on other processes, and a
     /// creation timeout has no operation to ask about.
     No,
@@ -93,8 +113,14 @@ impl Inner {
         self.cache.close();
         crate::trace::event!(error, %failure, "the group failed: failing its pending operations, aborting its communicators");
         let _ = self.failure.set(Arc::clone(&failure));
+        // What the calling thread may wait for: the watchdog's (finish on
+        // a thread of its own) does not ask RAS.
+        let here = match (finish, exchange) {
+            (Finish::OwnThread, Exchange::WithPeers) => Exchange::PeersOnly,
+            _ => exchange,
+        };
         if self.options().on_failure == FailurePolicy::AbortProcess {
-            self.finish_termination(&failure, exchange);
+            self.finish_termination(&failure, here);
             eprintln!("nccl-group: aborting the process (FailurePolicy::AbortProcess): {failure}");
             std::process::abort();
         }
@@ -114,7 +140,7 @@ impl Inner {
             }
         }
         // Here, or without a thread to spare.
-        self.finish_termination(&failure, exchange);
+        self.finish_termination(&failure, here);
     }
 
     pub(super) fn new_failure(
@@ -184,75 +210,88 @@ impl Inner {
         self.recorder.fail_pending(Instant::now());
     }
 
-    /// The rest, once pending operations have failed: the communicators are
-    /// aborted (bounded), the other ranks' progress is exchanged if asked,
-    /// the flight recorder is dumped and the failure's details are set.
-    /// Returns how the abort went.
+    /// The rest, once pending operations have failed: this rank's report
+    /// is published for the others, RAS is asked (before the abort: it
+    /// lists a communicator only until it is aborted), the communicators
+    /// are aborted (bounded), the other ranks' reports are read, the
+    /// flight recorder is dumped and the failure's details are set, as
+    /// `exchange` asks. Returns how the abort went.
     fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
-        let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
-        crate::trace::event!(warn, group = %self.cache.membership().name, outcome = ?abort, "communicators aborted");
-        let (peers, lagging) = match exchange {
-            Exchange::WithPeers if self.cache.membership().world_size > 1 => {
-                let stuck = failure.op.and_then(|op| op.collective_seq);
-                let peers = self.exchange_progress();
-                let m = self.cache.membership();
-                let lagging = lagging_ranks(stuck, &peers, m.world_size, m.rank);
-                (peers, lagging)
-            }
-            _ => (Vec::new(), Vec::new()),
+        let m = self.cache.membership();
+        let scope = format!("{}/{}", m.name, m.generation);
+        let asking = matches!(exchange, Exchange::WithPeers | Exchange::PeersOnly);
+        let mine = (asking && m.world_size > 1).then(|| {
+            let mine = self.report();
+            peers::publish(&*m.store, &scope, &mine);
+            mine
+        });
+        let ras = match exchange {
+            Exchange::WithPeers => self.ras_view(),
+            Exchange::PeersOnly | Exchange::No => None,
         };
+        let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
+        crate::trace::event!(warn, group = %m.name, outcome = ?abort, "communicators aborted");
+        let mut findings = Findings {
+            ras,
+            ..Findings::default()
+        };
+        if let Some(mine) = mine {
+            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT);
+            let stuck = failure.op.and_then(|op| op.collective_seq);
+            findings.peers = reports.iter().map(|r| r.progress.clone()).collect();
+            findings.lagging = lagging_ranks(stuck, &findings.peers, m.world_size, m.rank);
+            findings.divergence = peers::divergence(&reports);
+        }
         let dump = self.options().dump_dir.as_deref().map(|dir| {
-            let dump = self.dump(failure.to_string(), peers.clone(), lagging.clone());
+            let dump = self.dump(failure.to_string(), findings.clone());
             let written = self.write_dump(dir, &dump);
             crate::trace::event!(info, written = ?written, "flight recorder dumped");
             written
         });
         failure.set_details(FailureDetails {
             abort: abort.clone(),
-            peers,
-            lagging,
+            peers: findings.peers,
+            lagging: findings.lagging,
+            divergence: findings.divergence,
+            ras: findings.ras,
             dump,
         });
         abort
     }
 
-    /// Publishes this rank's progress and reads every other rank's, within
-    /// [`EXCHANGE_WAIT`] in all; ranks that do not answer are left out.
-    fn exchange_progress(&self) -> Vec<PeerProgress> {
-        let m = self.cache.membership();
-        let key = |rank: usize| format!("{}/{}/progress/{rank}", m.name, m.generation);
+    /// This rank's progress and last collectives, for the other ranks.
+    fn report(&self) -> PeerReport {
         let (last_enqueued, last_completed) = self.recorder.progress();
-        let mine = PeerProgress {
-            rank: m.rank,
+        let progress = PeerProgress {
+            rank: self.cache.membership().rank,
             last_enqueued,
             last_completed,
         };
-        if let Ok(bytes) = serde_json::to_vec(&mine) {
-            // A store that fails here leaves the others without our answer;
-            // they name us as silent, which is the truth as they see it.
-            let _ = m.store.set(&key(m.rank), &bytes);
+        PeerReport::new(progress, &self.recorder.snapshot().0)
+    }
+
+    /// NCCL's RAS view ([`crate::ras`]), or why there is none; `None`
+    /// when [`GroupOptions::ras_report`](super::GroupOptions::ras_report)
+    /// is off.
+    fn ras_view(&self) -> Option<RasReport> {
+        if !self.options().ras_report {
+            return None;
         }
-        let deadline = Instant::now() + EXCHANGE_WAIT;
-        let mut peers = vec![mine];
-        for rank in (0..m.world_size).filter(|&r| r != m.rank) {
-            // Past the deadline, or once the store fails (each further
-            // request could take the store's own timeouts), stop asking:
-            // the ranks not asked count as silent.
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            match m.store.get(&key(rank), left) {
-                Ok(bytes) => {
-                    if let Ok(progress) = serde_json::from_slice::<PeerProgress>(&bytes) {
-                        peers.push(progress);
-                    }
+        let reason = if self.cache.all().is_empty() {
+            "not asked: the group created no communicator, so NCCL's RAS may not run in this process"
+                .to_string()
+        } else {
+            match nccl_core::version() {
+                Ok(version) if version.at_least(2, 24) => {
+                    return Some(ras::query_from_env(&RasLimits::default()));
                 }
-                Err(error) if error.is_timeout() => {}
-                Err(_) => break,
+                Ok(version) => {
+                    format!("the loaded NCCL {version} has no RAS service (NCCL 2.24 and later)")
+                }
+                Err(_) => "no NCCL library is loaded".to_string(),
             }
-        }
-        peers
+        };
+        Some(RasReport::unavailable(reason))
     }
 
     /// Aborts the group from [`ProcessGroup::abort`](super::ProcessGroup::abort):
@@ -393,6 +432,8 @@ impl Drop for Inner {
                     abort,
                     peers: Vec::new(),
                     lagging: Vec::new(),
+                    divergence: None,
+                    ras: None,
                     dump: None,
                 });
             }

@@ -11,22 +11,25 @@ use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{DataType, ErrorChain, Group, Op, Reduction, Status};
-use nccl_tensor::{Communicator, checks};
+use nccl_tensor::Communicator;
 
 use super::GroupBuffers;
 use super::capture::{self, Uncapturable};
+use super::checking::is_collective;
+use super::handoff::{check_stream, end_event, order_after_stream, sync_start};
 use super::health::Finish;
 use super::{CommMode, LocalComms, Member, OpResult, ProcessGroup, StreamMode};
+use crate::checks::Checked;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::FailureCause;
 use crate::key::{CommKey, DeviceList};
-use crate::pool::DevicePool;
 use crate::recorder::{OpDescription, OpState};
 use crate::verify::{GroupChecks, Outcome};
 use crate::watchdog::PendingOp;
-use crate::work::{End, Ends, Tracked, Work, WorkBuffers};
+use crate::work::{Ends, Tracked, Work, WorkBuffers};
 
-/// What the flight recorder notes about an operation before it is issued.
+/// What the flight recorder notes about an operation before it is issued
+/// (and the collective check fingerprints).
 #[derive(Clone, Copy)]
 pub(super) struct OpInfo {
     pub(super) op: &'static str,
@@ -264,18 +267,33 @@ impl ProcessGroup {
     }
 
     /// An error of a call that raced with `abort`, `destroy` or a failure
-    /// is reported as that, not as the communicator error it caused.
+    /// is reported as that, not as the communicator error it caused. A
+    /// creation timeout and a mismatch failed the group themselves and
+    /// say more than the failure.
     fn classify(&self, error: GroupError) -> GroupError {
-        if matches!(error, GroupError::InitTimeout { .. }) {
+        if matches!(
+            error,
+            GroupError::InitTimeout { .. } | GroupError::Mismatch(_)
+        ) {
             return error;
         }
         self.check_live().err().unwrap_or(error)
     }
 
     /// Notes an operation NCCL accepted, issued at `now`, in the flight
-    /// recorder (its sequence numbers). Operations refused by a check are
-    /// not recorded, so every rank numbers the same collectives alike.
-    pub(super) fn record(&self, info: OpInfo, key: &CommKey, now: Instant) -> u64 {
+    /// recorder (its sequence numbers), and keeps its collective check.
+    /// Operations refused by a check are not recorded, so every rank
+    /// numbers the same collectives alike.
+    pub(super) fn record(
+        &self,
+        info: OpInfo,
+        key: &CommKey,
+        now: Instant,
+        checked: Option<Checked<'_>>,
+    ) -> u64 {
+        if let Some(checked) = checked {
+            checked.keep();
+        }
         let description = OpDescription {
             op: info.op,
             dtype: info.dtype,
@@ -285,7 +303,7 @@ impl ProcessGroup {
             peer: info.peer,
             timeout: self.op_timeout,
             devices: *key.devices(),
-            collective: matches!(key, CommKey::Collective(_)) && !info.point_to_point,
+            collective: is_collective(&info, key),
         };
         self.inner.recorder.record(&description, now).seq
     }
@@ -362,6 +380,7 @@ impl ProcessGroup {
             check_stream(info.op, caller, device)?;
             let key = key(DeviceList::one(device)?);
             let comms = self.comms_for(&key)?;
+            let checked = self.check_collective(&info, &key)?;
             let member = &comms.members[0];
             let stream = self.op_stream(member, caller)?;
             let enqueued = Instant::now();
@@ -372,13 +391,13 @@ impl ProcessGroup {
                     Ok(status) => status,
                     Err(error) => {
                         if self.may_have_launched(&error) {
-                            let seq = self.record(info, &key, enqueued);
+                            let seq = self.record(info, &key, enqueued, checked);
                             issued = Some((seq, Arc::clone(stream)));
                         }
                         return Err(error.into());
                     }
                 };
-                let seq = self.record(info, &key, enqueued);
+                let seq = self.record(info, &key, enqueued, checked);
                 issued = Some((seq, Arc::clone(stream)));
                 if status == Status::InProgress {
                     comm.core().wait_ready_within(info.op, self.op_timeout)?;
@@ -454,6 +473,7 @@ impl ProcessGroup {
             let count = devices.len();
             let key = route.key(devices);
             let comms = self.comms_for(&key)?;
+            let checked = self.check_collective(&info, &key)?;
             let (seq, enqueued, streams) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
                 let started = Instant::now();
@@ -478,7 +498,7 @@ impl ProcessGroup {
                     .map(|(member, caller)| self.op_stream(member, caller))
                     .collect::<Result<Vec<_>>>()?;
                 let enqueued = Instant::now();
-                let seq = self.record(info, &key, enqueued);
+                let seq = self.record(info, &key, enqueued, checked);
                 issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
                 let group = Group::start()?;
                 for (part, stream) in planned.into_iter().zip(&streams) {
@@ -543,65 +563,5 @@ impl ProcessGroup {
         };
         self.inner.fail(cause, Some(seq), Finish::Here);
         self.failed_op(error, buffers)
-    }
-}
-
-/// Makes every stream that may free `buffers` wait for what `stream` has
-/// queued so far (best effort: if CUDA cannot even record an event, the
-/// stream is broken and nothing queued after it runs either).
-fn order_after_stream<B: WorkBuffers>(buffers: &B, stream: &CudaStream) {
-    if let Ok(event) = stream.context().new_event(None)
-        && event.record(stream).is_ok()
-    {
-        let _ = buffers.order_after(&event);
-    }
-}
-
-/// The caller's stream must be on the buffers' device (nccl-tensor's
-/// check and error: the stream is used for the event handoff before the
-/// operation is planned).
-pub(super) fn check_stream(op: &'static str, caller: &CudaStream, device: usize) -> Result<()> {
-    Ok(checks::stream(op, caller.context().ordinal(), device)?)
-}
-
-/// The NCCL stream waits for what the caller's stream has queued so far.
-fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
-    let start = member.pool.event()?;
-    let synced = start
-        .record(caller)
-        .and_then(|()| member.stream.wait(&start))
-        .map_err(nccl_core::Error::cuda(
-            "making the NCCL stream wait for the caller's stream",
-        ));
-    // The wait has captured the event; it can be recorded again.
-    member.pool.give_back(start);
-    Ok(synced?)
-}
-
-/// Records the end of the operation on `stream`, the stream it ran on;
-/// the caller's stream waits for it in [`Work::wait`] unless it is that
-/// stream.
-fn end_event(member: &Member, stream: &Arc<CudaStream>, caller: &Arc<CudaStream>) -> Result<End> {
-    end_event_in(&member.pool, stream, caller)
-}
-
-/// [`end_event`] with an event of `pool`.
-pub(super) fn end_event_in(
-    pool: &Arc<DevicePool>,
-    stream: &Arc<CudaStream>,
-    caller: &Arc<CudaStream>,
-) -> Result<End> {
-    let event = pool.event()?;
-    match event.record(stream) {
-        Ok(()) => Ok(End {
-            pool: Arc::clone(pool),
-            event,
-            stream: Arc::clone(stream),
-            caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
-        }),
-        Err(error) => {
-            pool.give_back(event);
-            Err(nccl_core::Error::cuda("recording the end event")(error).into())
-        }
     }
 }

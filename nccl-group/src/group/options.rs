@@ -1,9 +1,11 @@
 //! The options of a [`ProcessGroup`](super::ProcessGroup): streams,
-//! communicator kind, timeouts, failure policy and flight recorder.
+//! communicator kind, timeouts, failure policy, flight recorder, the
+//! collective check and NCCL's RAS in failure reports.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::checks::MAX_CHECK_INTERVAL;
 use crate::error::{GroupError, Result};
 use crate::failure::FailurePolicy;
 use crate::recorder::MAX_RECORDER_CAPACITY;
@@ -63,6 +65,31 @@ pub struct GroupOptions {
     /// only orders the caller's stream, and host reads of the tensors
     /// are checked instead.
     pub blocking_wait: bool,
+    /// The collective check, like PyTorch's `TORCH_DISTRIBUTED_DEBUG=DETAIL`
+    /// but cheap: every `K` collectives (`Some(K)`, 1 to
+    /// [`MAX_CHECK_INTERVAL`]), the ranks compare a fingerprint of each of
+    /// them (operation, data type, element count, root, reduction and
+    /// collective number) through the rendezvous store before the `K`-th
+    /// is enqueued; ranks that did not issue the same collectives get
+    /// [`GroupError::Mismatch`] (the rank whose check found it) and the
+    /// group fails ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)),
+    /// instead of a hang or mixed data. With `K = 1` every collective is
+    /// checked before it is enqueued; with `K > 1` up to `K - 1`
+    /// collectives may run mismatched before the error, and collectives
+    /// after the last full window are not checked. Point-to-point
+    /// operations (send, recv, batches of them alone) are not: only pairs
+    /// issue them. A group of one process has nothing to compare. Each
+    /// check costs a store round trip per rank (the `group_checks` bench
+    /// of `group_cost` measures it); `docs/process-group.md` has the
+    /// rules. Default `None`: off, at the cost of one branch per
+    /// operation.
+    pub collective_checks: Option<u32>,
+    /// When the group fails, ask the loaded NCCL's RAS service for its
+    /// view of dead and unresponsive ranks ([`crate::ras`]) and put it in
+    /// the failure's report and dump, or one line saying why there is
+    /// none; at most a few seconds, before the communicators are aborted
+    /// (while RAS still lists them). Default `true`.
+    pub ras_report: bool,
 }
 
 impl Default for GroupOptions {
@@ -81,6 +108,8 @@ impl Default for GroupOptions {
                 std::env::var_os(DUMP_DIR_VARIABLE).map_or_else(std::env::temp_dir, PathBuf::from),
             ),
             blocking_wait: false,
+            collective_checks: None,
+            ras_report: true,
         }
     }
 }
@@ -210,8 +239,35 @@ impl GroupOptions {
         self
     }
 
+    /// With the collective check every `every` collectives
+    /// ([`GroupOptions::collective_checks`]; 1 checks each before it is
+    /// enqueued). [`ProcessGroup::new`](super::ProcessGroup::new) refuses
+    /// 0 and more than [`MAX_CHECK_INTERVAL`].
+    pub fn with_collective_checks(mut self, every: u32) -> Self {
+        self.collective_checks = Some(every);
+        self
+    }
+
+    /// Sets [`GroupOptions::ras_report`].
+    pub fn with_ras_report(mut self, ask: bool) -> Self {
+        self.ras_report = ask;
+        self
+    }
+
     /// Refuses settings that cannot be honoured, before anything is built.
     pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(every) = self
+            .collective_checks
+            .filter(|&every| every == 0 || every > MAX_CHECK_INTERVAL)
+        {
+            return Err(GroupError::InvalidArgument {
+                argument: "collective_checks",
+                expected: format!(
+                    "a check every 1 to {MAX_CHECK_INTERVAL} collectives (None: no check)"
+                ),
+                given: every.to_string(),
+            });
+        }
         if self.recorder_capacity > MAX_RECORDER_CAPACITY {
             return Err(GroupError::InvalidArgument {
                 argument: "recorder_capacity",

@@ -107,6 +107,8 @@ fn dumps_are_json_with_every_field() {
             last_completed: Some(6),
         }],
         lagging: vec![1, 3],
+        divergence: None,
+        ras: None,
         total_recorded: total,
         threads: FlightDump::thread_names(&ops),
         ops,
@@ -130,6 +132,64 @@ fn dumps_are_json_with_every_field() {
     assert!(json["threads"][thread.to_string()].is_string(), "{json}");
     assert_eq!(op["collective_seq"], serde_json::Value::Null);
     assert_eq!(op["finished_us"], serde_json::Value::Null);
+    assert_eq!(json["divergence"], serde_json::Value::Null);
+    assert_eq!(json["ras"], serde_json::Value::Null);
+}
+
+/// After a failure the dump holds the divergence (its fields and its
+/// text) and RAS's view.
+#[test]
+fn a_failure_dump_holds_the_divergence_and_ras() {
+    use crate::analysis::{Deviation, Divergence, Issued};
+    use crate::ras::RasReport;
+    let issued = |count| Issued {
+        collective_seq: 57,
+        op: "all_reduce".into(),
+        dtype: Some("float".into()),
+        count,
+        root: None,
+        reduction: Some("sum".into()),
+    };
+    let divergence = Divergence {
+        collective_seq: 57,
+        expected: issued(1024),
+        expected_ranks: vec![0, 1, 2],
+        others: vec![Deviation {
+            rank: 3,
+            issued: Some(issued(1025)),
+            last_collective: Some(57),
+        }],
+    };
+    let recorder = FlightRecorder::new(4);
+    let dump = FlightDump {
+        group: "trainer".into(),
+        generation: 0,
+        rank: 0,
+        world_size: 4,
+        reason: "failed".into(),
+        epoch_unix_us: recorder.epoch_unix_us(),
+        dumped_us: 0,
+        pid: 1,
+        nccl_version: None,
+        last_enqueued: None,
+        last_completed: None,
+        peers: Vec::new(),
+        lagging: Vec::new(),
+        divergence: Some(divergence.clone()),
+        ras: Some(RasReport::unavailable("RAS is off (NCCL_RAS_ENABLE=0)")),
+        total_recorded: 0,
+        threads: Default::default(),
+        ops: Vec::new(),
+    };
+    let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
+    let dumped = &json["divergence"];
+    assert_eq!(dumped["collective_seq"], 57);
+    assert_eq!(dumped["others"][0]["rank"], 3);
+    assert_eq!(dumped["others"][0]["issued"]["count"], 1025);
+    assert_eq!(dumped["expected_ranks"], serde_json::json!([0, 1, 2]));
+    assert_eq!(dumped["message"], divergence.to_string());
+    assert_eq!(json["ras"]["format"], "unavailable");
+    assert_eq!(json["ras"]["reason"], "RAS is off (NCCL_RAS_ENABLE=0)");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! nccl-group's CPU tests, one module per concern: the communicator cache and
 //! its rendezvous, keys, error kinds, settings that must never panic, the
 //! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md), the
-//! flight recorder's dumps and their analysis.
+//! flight recorder's dumps and their analysis, the client of NCCL's RAS.
 
 mod analysis;
 mod bad_inputs;
@@ -11,4 +11,5 @@ mod dumps;
 mod error_kinds;
 mod keys;
 mod once_map;
+mod ras;
 mod settings_never_panic;

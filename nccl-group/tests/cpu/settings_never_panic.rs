@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use nccl_group::recorder::MAX_RECORDER_CAPACITY;
 use nccl_group::{
-    FileStore, GroupError, GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, Store,
-    StoreError, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
+    FileStore, GroupError, GroupOptions, InProcessStore, MAX_CHECK_INTERVAL, ProcessGroup,
+    RendezvousConfig, Store, StoreError, TcpStore, TcpStoreOptions, TcpStoreServer,
+    TcpStoreServerOptions,
 };
 
 const BOUNDARIES: [Duration; 6] = [
@@ -412,6 +413,46 @@ fn a_huge_recorder_capacity_is_refused_by_name() {
             }
             other => panic!("{what}: expected a refusal, got {:?}", other.map(|_| ())),
         }
+    }
+}
+
+#[test]
+fn collective_checks_outside_1_to_1024_are_refused_by_name() {
+    let join = |every: u32| {
+        let what = format!("collective_checks {every}");
+        let options = GroupOptions::default()
+            .with_collective_checks(every)
+            .with_dump_dir(None);
+        let made = no_panic(&what, || {
+            ProcessGroup::new(
+                "checks",
+                0,
+                1,
+                Arc::new(InProcessStore::new()),
+                "in-process",
+                options,
+            )
+        });
+        (what, made)
+    };
+    for every in [0, MAX_CHECK_INTERVAL + 1, u32::MAX] {
+        match join(every) {
+            (
+                _,
+                Err(GroupError::InvalidArgument {
+                    argument, given, ..
+                }),
+            ) => {
+                assert_eq!(argument, "collective_checks");
+                assert_eq!(given, every.to_string());
+            }
+            (what, other) => panic!("{what}: expected a refusal, got {:?}", other.map(|_| ())),
+        }
+    }
+    for every in [1, 16, MAX_CHECK_INTERVAL] {
+        let (what, made) = join(every);
+        let group = made.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(group.options().collective_checks, Some(every));
     }
 }
 

@@ -14,5 +14,6 @@ mod ranks;
 mod ranks_batch;
 mod ranks_dumps;
 mod ranks_graphs;
+mod ranks_mismatch;
 mod ranks_ops;
 mod ranks_register;

@@ -10,12 +10,13 @@
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
 //! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
-//! `store_rows` and `agree_rows`.
+//! `options_rows`, `store_rows` and `agree_rows`.
 
 mod agree_rows;
 mod batch_rows;
 mod core_rows;
 mod group_rows;
+mod options_rows;
 mod store_rows;
 mod tensor_rows;
 
@@ -61,6 +62,7 @@ fn rows() -> Vec<Row> {
         tensor_rows::rows(),
         batch_rows::rows(),
         core_rows::rows(),
+        options_rows::rows(),
         group_rows::rows(),
         store_rows::rows(),
         agree_rows::rows(),

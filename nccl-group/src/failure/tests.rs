@@ -1,0 +1,324 @@
+//! Failure reports as they read: the operation, the cause, the culprits,
+//! the dump, the divergence and RAS's view.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::analysis::{Deviation, Issued};
+use crate::key::DeviceList;
+use crate::recorder::OpState;
+use nccl_core::DataType;
+
+fn record() -> OpRecord {
+    OpRecord {
+        seq: 57,
+        collective_seq: Some(41),
+        p2p_seq: None,
+        op: "all_reduce",
+        dtype: Some(DataType::Float32),
+        count: 1024,
+        output_count: 1024,
+        reduction: Some("sum"),
+        peer: None,
+        timeout: Duration::from_secs(5),
+        thread: 0,
+        devices: DeviceList::one(0).unwrap(),
+        enqueued_us: 10,
+        finished_us: None,
+        state: OpState::Failed,
+        end_stamp: 0,
+    }
+}
+
+#[test]
+fn the_report_names_op_cause_culprits_and_dump() {
+    let failure = Failure::new(
+        "trainer".into(),
+        0,
+        2,
+        4,
+        FailureCause::Timeout {
+            timeout: Duration::from_secs(5),
+            ran: Duration::from_millis(5020),
+        },
+        Some(record()),
+        Vec::new(),
+    );
+    let early = failure.to_string();
+    assert!(
+        early.contains("process group \"trainer\" (rank 2 of 4) failed: all_reduce #57 (collective #41, 1024 x float on devices [0]) did not complete within its timeout of 5s (it had run 5.02s)"),
+        "{early}"
+    );
+    assert!(early.contains("being aborted"), "{early}");
+    failure.set_details(FailureDetails {
+        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
+        peers: Vec::new(),
+        lagging: vec![1],
+        divergence: None,
+        ras: Some(RasReport::Unavailable {
+            reason: "RAS is off (NCCL_RAS_ENABLE=0)".into(),
+        }),
+        dump: Some(Ok(PathBuf::from("/tmp/trainer-g0-rank2.json"))),
+    });
+    let full = failure.to_string();
+    assert!(full.contains("aborted in 3ms"), "{full}");
+    assert!(
+        full.contains("ranks [1] had not issued collective #41 or did not answer"),
+        "{full}"
+    );
+    assert!(
+        full.contains("flight recorder: /tmp/trainer-g0-rank2.json"),
+        "{full}"
+    );
+    assert!(
+        full.contains("; RAS unavailable: RAS is off (NCCL_RAS_ENABLE=0); flight recorder"),
+        "{full}"
+    );
+    assert!(full.ends_with("Create a new group to continue."), "{full}");
+}
+
+#[test]
+fn details_can_be_waited_for() {
+    let failure = Arc::new(Failure::new(
+        "g".into(),
+        0,
+        0,
+        1,
+        FailureCause::EnqueueBlocked {
+            device: 3,
+            timeout: Duration::from_secs(2),
+            blocked: Duration::from_millis(2040),
+        },
+        None,
+        Vec::new(),
+    ));
+    let text = failure.to_string();
+    assert!(
+        text.contains("failed: a communicator on device 3 was stuck enqueueing an operation for 2.04s, past its timeout of 2s"),
+        "{text}"
+    );
+    assert!(failure.wait_details(Duration::from_millis(20)).is_none());
+    let setter = {
+        let failure = Arc::clone(&failure);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            failure.set_details(FailureDetails {
+                abort: AbortOutcome::Aborted(Duration::from_millis(1)),
+                peers: Vec::new(),
+                lagging: Vec::new(),
+                divergence: None,
+                ras: None,
+                dump: None,
+            });
+        })
+    };
+    // The longest timeout there is waits, and returns once they are set.
+    let details = failure
+        .wait_details(Duration::MAX)
+        .expect("set by the other thread");
+    assert_eq!(
+        details.abort,
+        AbortOutcome::Aborted(Duration::from_millis(1))
+    );
+    setter.join().unwrap();
+}
+
+#[test]
+fn causes_read_as_sentences() {
+    let mut send = record();
+    send.op = "send";
+    send.collective_seq = None;
+    send.peer = Some(3);
+    let failure = Failure::new(
+        "g".into(),
+        1,
+        0,
+        4,
+        FailureCause::AsyncError {
+            error: "remote process exited".into(),
+            nccl_code: Some(ResultCode(6)),
+        },
+        Some(send),
+        Vec::new(),
+    );
+    failure.set_details(FailureDetails {
+        abort: AbortOutcome::Stalled(Duration::from_secs(10)),
+        peers: Vec::new(),
+        lagging: vec![3],
+        divergence: None,
+        ras: None,
+        dump: Some(Err("permission denied".into())),
+    });
+    let text = failure.to_string();
+    assert!(text.contains("send #57 (1024 x float, peer 3 on devices [0]) failed: NCCL reported an asynchronous error: remote process exited"), "{text}");
+    assert!(
+        text.contains("had not finished after 10s and was left running"),
+        "{text}"
+    );
+    assert!(text.contains("ranks [3] did not answer"), "{text}");
+    assert!(
+        text.contains("could not be written: permission denied"),
+        "{text}"
+    );
+    let none = Failure::new("g".into(), 0, 0, 1, FailureCause::Dropped, None, Vec::new());
+    assert!(
+        none.to_string()
+            .contains("a communicator was pending when the group was dropped")
+    );
+}
+
+#[test]
+fn suspect_operations_are_named_up_to_a_few() {
+    let suspects: Vec<OpRecord> = (0..6)
+        .map(|n| {
+            let mut op = record();
+            op.seq = 50 + n;
+            op.collective_seq = Some(40 + n);
+            op.state = OpState::Suspect;
+            op
+        })
+        .collect();
+    let failure = Failure::new(
+        "g".into(),
+        0,
+        1,
+        4,
+        FailureCause::AsyncError {
+            error: "remote process exited".into(),
+            nccl_code: Some(ResultCode(6)),
+        },
+        None,
+        suspects,
+    );
+    let text = failure.to_string();
+    assert!(
+        text.contains("the results of 6 operation(s) that ended since the last clean check"),
+        "{text}"
+    );
+    assert!(text.contains("all_reduce #50 (collective #40"), "{text}");
+    assert!(text.contains("all_reduce #53 (collective #43"), "{text}");
+    assert!(!text.contains("all_reduce #54"), "{text}");
+    assert!(text.contains(" and 2 more"), "{text}");
+}
+
+fn divergence(count: usize) -> Divergence {
+    let issued = |count| Issued {
+        collective_seq: 57,
+        op: "all_reduce".into(),
+        dtype: Some("float".into()),
+        count,
+        root: None,
+        reduction: Some("sum".into()),
+    };
+    Divergence {
+        collective_seq: 57,
+        expected: issued(1024),
+        expected_ranks: vec![0, 1, 2],
+        others: vec![Deviation {
+            rank: 3,
+            issued: Some(issued(count)),
+            last_collective: Some(57),
+        }],
+    }
+}
+
+#[test]
+fn a_timeout_report_names_the_divergence_of_the_ranks_records() {
+    let failure = Failure::new(
+        "trainer".into(),
+        0,
+        0,
+        4,
+        FailureCause::Timeout {
+            timeout: Duration::from_secs(5),
+            ran: Duration::from_millis(5020),
+        },
+        Some(record()),
+        Vec::new(),
+    );
+    failure.set_details(FailureDetails {
+        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
+        peers: Vec::new(),
+        lagging: Vec::new(),
+        divergence: Some(divergence(1025)),
+        ras: None,
+        dump: None,
+    });
+    let text = failure.to_string();
+    assert!(
+        text.contains(
+            "; the ranks' last records part at collective #57: rank 3 issued all_reduce(float x 1025, sum) \
+             as collective #57; ranks 0-2 issued all_reduce(float x 1024, sum) (the element count differs). \
+             Create a new group"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("culprits"), "{text}");
+}
+
+#[test]
+fn the_collective_checks_failures_name_the_check() {
+    let mismatch = Failure::new(
+        "trainer".into(),
+        0,
+        2,
+        4,
+        FailureCause::Mismatch {
+            divergence: divergence(1025),
+        },
+        None,
+        Vec::new(),
+    );
+    mismatch.set_details(FailureDetails {
+        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
+        peers: Vec::new(),
+        lagging: Vec::new(),
+        divergence: Some(divergence(1025)),
+        ras: None,
+        dump: None,
+    });
+    let text = mismatch.to_string();
+    assert!(
+        text.starts_with(
+            "process group \"trainer\" (rank 2 of 4) failed: the collective check found that the ranks did \
+             not issue the same collectives: rank 3 issued all_reduce(float x 1025, sum) as collective #57"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("rank 3 issued").count(),
+        1,
+        "said once: {text}"
+    );
+    assert!(!mismatch.cause.is_timeout());
+    let incomplete = FailureCause::CheckIncomplete {
+        first: 112,
+        last: 119,
+        absent: vec![3],
+        waited: Duration::from_secs(5),
+        error: None,
+    };
+    assert!(incomplete.is_timeout());
+    let text = Failure::new("g".into(), 0, 0, 4, incomplete, None, Vec::new()).to_string();
+    assert!(
+        text.contains(
+            "failed: the collective check of collectives #112-#119 had no fingerprints from rank 3 after 5s: \
+             they had not issued these collectives"
+        ),
+        "{text}"
+    );
+    let store = FailureCause::CheckIncomplete {
+        first: 4,
+        last: 4,
+        absent: Vec::new(),
+        waited: Duration::ZERO,
+        error: Some("connection refused".into()),
+    };
+    assert!(!store.is_timeout());
+    assert!(
+        store
+            .to_string()
+            .starts_with("of collective #4 failed: the store failed: connection refused"),
+        "{store}"
+    );
+}
