@@ -5,7 +5,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::meet::agree::ExclusionReason;
+use crate::meet::agree::reason::ExclusionReason;
+use crate::rank_list::RankList;
 
 /// What kind of failure a [`StoreError`] is, for callers that react by
 /// kind rather than by variant (retry a timeout, fix a setting, give up on
@@ -467,27 +468,6 @@ impl StoreError {
     /// timeout: waiting longer for other ranks would not help.
     pub fn is_timeout(&self) -> bool {
         self.kind() == ErrorKind::Timeout
-    }
-}
-
-/// Formats a list of ranks for messages: `rank 3` or `ranks 1, 3`.
-pub(crate) struct RankList<'a>(pub(crate) &'a [usize]);
-
-impl fmt::Display for RankList<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SHOWN: usize = 16;
-        let noun = if self.0.len() == 1 { "rank" } else { "ranks" };
-        write!(f, "{noun} ")?;
-        for (i, rank) in self.0.iter().take(SHOWN).enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            write!(f, "{rank}")?;
-        }
-        if self.0.len() > SHOWN {
-            write!(f, " and {} more", self.0.len() - SHOWN)?;
-        }
-        Ok(())
     }
 }
 

@@ -42,6 +42,7 @@ mod error;
 mod file;
 pub mod meet;
 mod memory;
+mod rank_list;
 mod rendezvous;
 mod tcp;
 mod trace;

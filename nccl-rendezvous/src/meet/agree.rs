@@ -117,12 +117,14 @@
 //! [`Meeting::fail`]: super::Meeting::fail
 
 mod outcome;
+pub(crate) mod reason;
 mod records;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-pub use outcome::{Agreement, Exclusion, ExclusionReason};
+pub use outcome::{Agreement, Exclusion};
+pub use reason::ExclusionReason;
 
 use super::{WATCH_SLICE, check_place};
 use crate::{Deadline, Result, Store, StoreError};
