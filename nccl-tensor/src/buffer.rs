@@ -13,7 +13,7 @@ use nccl_core::DataType;
 
 use crate::dtype::NcclType;
 use crate::error::{Error, Result};
-use crate::producer::ResultCheck;
+use crate::producer::Meta;
 use crate::tracked::{Access, TrackedSlice};
 
 /// What an operation needs to know about a buffer to check its arguments,
@@ -162,24 +162,7 @@ pub struct Tensor<T: NcclType> {
     data: TrackedSlice<T>,
     /// Boxed: a tensor stays small enough to be passed back by value in
     /// errors.
-    meta: Box<Meta>,
-}
-
-/// What a tensor holds besides its memory.
-struct Meta {
-    shape: Box<[usize]>,
-    /// The check of the asynchronous operation that last wrote the
-    /// contents, which host reads run ([`crate::producer`]).
-    producer: Option<Arc<dyn ResultCheck>>,
-}
-
-impl Meta {
-    fn new(shape: &[usize]) -> Box<Self> {
-        Box::new(Self {
-            shape: shape.into(),
-            producer: None,
-        })
-    }
+    pub(crate) meta: Box<Meta>,
 }
 
 impl<T: NcclType> std::fmt::Debug for Tensor<T> {
@@ -341,30 +324,6 @@ impl<T: NcclType> Tensor<T> {
             .map_err(nccl_core::Error::cuda("copying a tensor to the host"))?;
         self.check_producer()?;
         Ok(values)
-    }
-
-    /// Leaves `check` on the tensor as the check of the asynchronous
-    /// operation that last wrote it: host reads ([`Tensor::to_vec`]) run
-    /// it and fail when it fails. For producers, such as a process group
-    /// handing its operation's tensors back; it replaces any earlier one.
-    pub fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
-        self.meta.producer = Some(check);
-    }
-
-    /// Runs the producer's check, if the tensor has one: what
-    /// [`Tensor::to_vec`] runs after its copy, for callers that read the
-    /// memory another way (through [`Tensor::as_slice`], say) and want
-    /// the same guarantee once they have synchronized with it.
-    ///
-    /// # Errors
-    /// [`Error::ProducerFailed`] when the check fails.
-    pub fn check_producer(&self) -> Result<()> {
-        match &self.meta.producer {
-            Some(check) => check
-                .check()
-                .map_err(|source| Error::ProducerFailed { source }),
-            None => Ok(()),
-        }
     }
 
     /// Overwrites the tensor with `values` (the same number of elements).

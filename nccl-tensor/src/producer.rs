@@ -19,6 +19,9 @@
 
 use std::sync::Arc;
 
+use crate::error::{Error, Result};
+use crate::{NcclType, Tensor};
+
 /// The error a [`ResultCheck`] reports: the producer's own error, shared,
 /// so a caller that knows the producer can downcast it.
 pub type ProducerError = Arc<dyn std::error::Error + Send + Sync + 'static>;
@@ -54,5 +57,48 @@ impl<T: crate::NcclType> HoldsResult for crate::Tensor<T> {
 impl HoldsResult for crate::AnyTensor {
     fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
         crate::AnyTensor::set_producer(self, check);
+    }
+}
+
+/// What a tensor holds besides its memory.
+pub(crate) struct Meta {
+    pub(crate) shape: Box<[usize]>,
+    /// The check of the asynchronous operation that last wrote the
+    /// contents, which host reads run ([`crate::producer`]).
+    pub(crate) producer: Option<Arc<dyn ResultCheck>>,
+}
+
+impl Meta {
+    pub(crate) fn new(shape: &[usize]) -> Box<Self> {
+        Box::new(Self {
+            shape: shape.into(),
+            producer: None,
+        })
+    }
+}
+
+impl<T: NcclType> Tensor<T> {
+    /// Leaves `check` on the tensor as the check of the asynchronous
+    /// operation that last wrote it: host reads ([`Tensor::to_vec`]) run
+    /// it and fail when it fails. For producers, such as a process group
+    /// handing its operation's tensors back; it replaces any earlier one.
+    pub fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
+        self.meta.producer = Some(check);
+    }
+
+    /// Runs the producer's check, if the tensor has one: what
+    /// [`Tensor::to_vec`] runs after its copy, for callers that read the
+    /// memory another way (through [`Tensor::as_slice`], say) and want
+    /// the same guarantee once they have synchronized with it.
+    ///
+    /// # Errors
+    /// [`Error::ProducerFailed`] when the check fails.
+    pub fn check_producer(&self) -> Result<()> {
+        match &self.meta.producer {
+            Some(check) => check
+                .check()
+                .map_err(|source| Error::ProducerFailed { source }),
+            None => Ok(()),
+        }
     }
 }
