@@ -8,7 +8,7 @@
 //! can: it knows whether its communicators reported an error by the time
 //! the operation was seen to end. [`Tensor::to_vec`](crate::Tensor::to_vec)
 //! runs the check after the copy has reached the host and returns
-//! [`Error::ProducerFailed`](crate::Error::ProducerFailed) when it fails.
+//! [`Error::ProducerFailed`] when it fails.
 //!
 //! What is checked and what is not: a host read of the tensor
 //! ([`Tensor::to_vec`](crate::Tensor::to_vec), and
@@ -39,7 +39,7 @@ pub trait ResultCheck: Send + Sync {
     fn check(&self) -> Result<(), ProducerError>;
 }
 
-/// Memory that carries its producer's [`ResultCheck`]: [`Tensor`](crate::Tensor),
+/// Memory that carries its producer's [`ResultCheck`]: [`Tensor`],
 /// [`AnyTensor`](crate::AnyTensor), and a [`Registered`](crate::Registered)
 /// buffer of either.
 pub trait HoldsResult {
