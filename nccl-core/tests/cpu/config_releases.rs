@@ -92,6 +92,18 @@ fn every_option() -> Vec<(Config, &'static str, &'static str, Version)> {
             v(2, 28, 3),
         ),
         (
+            Config::new().graph_usage_mode(1),
+            "graph_usage_mode",
+            "graphUsageMode",
+            v(2, 29, 2),
+        ),
+        (
+            Config::new().rma_ctxs(0),
+            "rma_ctxs",
+            "numRmaCtx",
+            v(2, 29, 2),
+        ),
+        (
             Config::new().max_p2p_peers(4),
             "max_p2p_peers",
             "maxP2pPeers",
@@ -107,6 +119,24 @@ fn every_option() -> Vec<(Config, &'static str, &'static str, Version)> {
             Config::new().launch_order_implicit(true),
             "launch_order_implicit",
             "launchOrderImplicit",
+            v(2, 31, 2),
+        ),
+        (
+            Config::new().rma_signals(1),
+            "rma_signals",
+            "numRmaSig",
+            v(2, 31, 2),
+        ),
+        (
+            Config::new().rma_eager_init(1),
+            "rma_eager_init",
+            "rmaEagerInit",
+            v(2, 31, 2),
+        ),
+        (
+            Config::new().host_cft_mode(0),
+            "host_cft_mode",
+            "hostCftMode",
             v(2, 31, 2),
         ),
         (
@@ -193,12 +223,32 @@ fn the_pinned_header_knows_every_option() {
         .nvls_ctas(1)
         .channels_per_net_peer(1)
         .nvlink_centric_sched(false)
+        .graph_usage_mode(2)
+        .rma_ctxs(1)
         .max_p2p_peers(1)
         .graph_stream_ordering(false)
         .launch_order_implicit(false)
+        .rma_signals(1)
+        .rma_eager_init(0)
+        .host_cft_mode(0)
         .nvls_host_mode(0);
     assert!(everything.check_release(PINNED_HEADER_VERSION).is_ok());
-    assert!(everything.to_raw().is_ok());
+    let raw_config = everything.to_raw().unwrap();
+    let raw = raw_config.as_raw();
+    assert_eq!(
+        (
+            raw.graphUsageMode,
+            raw.numRmaCtx,
+            raw.numRmaSig,
+            raw.rmaEagerInit,
+            raw.hostCftMode
+        ),
+        (2, 1, 1, 0, 0)
+    );
+    // An option left unset stays NCCL_CONFIG_UNDEF_INT.
+    let unset = Config::new().to_raw().unwrap();
+    assert_eq!(unset.as_raw().graphUsageMode, i32::MIN);
+    assert_eq!(unset.as_raw().hostCftMode, i32::MIN);
     // The newest option decides.
     assert_unsupported(
         everything
