@@ -50,9 +50,14 @@ pub struct Config {
     nvls_ctas: Option<i32>,
     channels_per_net_peer: Option<i32>,
     nvlink_centric_sched: Option<bool>,
+    graph_usage_mode: Option<i32>,
+    rma_ctxs: Option<i32>,
     max_p2p_peers: Option<i32>,
     graph_stream_ordering: Option<bool>,
     launch_order_implicit: Option<bool>,
+    rma_signals: Option<i32>,
+    rma_eager_init: Option<i32>,
+    host_cft_mode: Option<i32>,
     nvls_host_mode: Option<i32>,
     timeout: Duration,
 }
@@ -81,9 +86,14 @@ impl Config {
             nvls_ctas: None,
             channels_per_net_peer: None,
             nvlink_centric_sched: None,
+            graph_usage_mode: None,
+            rma_ctxs: None,
             max_p2p_peers: None,
             graph_stream_ordering: None,
             launch_order_implicit: None,
+            rma_signals: None,
+            rma_eager_init: None,
+            host_cft_mode: None,
             nvls_host_mode: None,
             timeout: DEFAULT_TIMEOUT,
         }
@@ -182,6 +192,23 @@ impl Config {
         self
     }
 
+    /// How the communicator is used with CUDA graphs (`graphUsageMode`,
+    /// NCCL 2.29.2): 0 never captured, 1 captured into one graph, 2 several
+    /// graphs or a mix of captured and uncaptured operations (NCCL's
+    /// default). `NCCL_GRAPH_MIXING_SUPPORT` overrides it at init.
+    pub fn graph_usage_mode(mut self, mode: i32) -> Self {
+        self.graph_usage_mode = Some(mode);
+        self
+    }
+
+    /// How many RMA contexts the communicator creates, 0 or more; 0
+    /// disables RMA for it (`numRmaCtx`, NCCL 2.29.2; what `NCCL_NUM_RMA_CTX`
+    /// sets, which overrides it at init).
+    pub fn rma_ctxs(mut self, contexts: i32) -> Self {
+        self.rma_ctxs = Some(contexts);
+        self
+    }
+
     /// The most peers a rank keeps point-to-point connections to, at least
     /// 1 (`maxP2pPeers`, NCCL 2.30.3).
     pub fn max_p2p_peers(mut self, peers: i32) -> Self {
@@ -201,6 +228,30 @@ impl Config {
     /// `NCCL_LAUNCH_ORDER_IMPLICIT` sets for the whole process).
     pub fn launch_order_implicit(mut self, enable: bool) -> Self {
         self.launch_order_implicit = Some(enable);
+        self
+    }
+
+    /// The number of RMA signals (`numRmaSig`, NCCL 2.31.2). Passed to NCCL
+    /// as given: NCCL's headers document no range, and NCCL checks it at
+    /// init.
+    pub fn rma_signals(mut self, signals: i32) -> Self {
+        self.rma_signals = Some(signals);
+        self
+    }
+
+    /// The RMA eager-init setting (`rmaEagerInit`, NCCL 2.31.2). Passed to
+    /// NCCL as given: NCCL's headers document no values, and NCCL checks it
+    /// at init.
+    pub fn rma_eager_init(mut self, mode: i32) -> Self {
+        self.rma_eager_init = Some(mode);
+        self
+    }
+
+    /// The host CFT mode (`hostCftMode`, NCCL 2.31.2). Passed to NCCL as
+    /// given: NCCL's headers document no values, and NCCL checks it at
+    /// init.
+    pub fn host_cft_mode(mut self, mode: i32) -> Self {
+        self.host_cft_mode = Some(mode);
         self
     }
 
@@ -274,6 +325,16 @@ impl Config {
         at_least("nvls_ctas", 1, self.nvls_ctas)?;
         at_least("channels_per_net_peer", 1, self.channels_per_net_peer)?;
         at_least("max_p2p_peers", 1, self.max_p2p_peers)?;
+        at_least("rma_ctxs", 0, self.rma_ctxs)?;
+        if let Some(mode) = self.graph_usage_mode
+            && !(0..=2).contains(&mode)
+        {
+            return invalid(
+                "graph_usage_mode",
+                "0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
+                mode.to_string(),
+            );
+        }
         if let Some(policy) = self.cta_policy
             && !(0..=CTA_POLICY_BITS).contains(&policy)
         {

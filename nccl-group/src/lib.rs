@@ -79,6 +79,8 @@ pub use group::{
     StreamMode, Uncapturable,
 };
 pub use key::MAX_LOCAL_DEVICES;
+/// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
+pub use nccl_core::Config;
 /// The rendezvous stores, the launch environment and the meetings:
 /// [`nccl_rendezvous`], under the name this crate has always given them.
 pub use nccl_rendezvous as store;

@@ -12,6 +12,8 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser};
 
+use nccl_core::Config;
+
 use crate::buffers::Memory;
 use crate::collective::Collective;
 use crate::layer::LayerKind;
@@ -251,6 +253,12 @@ pub struct Args {
     #[arg(short = 'M', allow_negative_numbers = true, long = "memory", value_name = "0|1", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
     pub memory: u8,
 
+    /// nccl-tests: the communicators' CTA policy, `NCCL_CTA_POLICY_*` (0 default, 1
+    /// efficiency, 2 zero), set as `Config::cta_policy` on every communicator nccl-perf
+    /// creates, in every layer.
+    #[arg(short = 'x', allow_negative_numbers = true, long = "cta_policy", value_name = "0|1|2", value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub cta_policy: Option<u8>,
+
     /// nccl-tests flags accepted without effect.
     #[command(flatten)]
     pub unapplied: Unapplied,
@@ -355,5 +363,43 @@ impl Args {
     pub fn batches(&self) -> u32 {
         self.batches
             .unwrap_or(if self.compare.is_some() { 5 } else { 1 })
+    }
+
+    /// The NCCL config of every communicator the run creates, in every
+    /// layer: `-x` as its CTA policy; every other option at NCCL's default.
+    pub fn config(&self) -> Config {
+        let config = Config::new();
+        match self.cta_policy {
+            Some(policy) => config.cta_policy(i32::from(policy)),
+            None => config,
+        }
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use clap::Parser;
+
+    use super::Args;
+
+    /// The `ncclConfig_t` field each config flag sets, through the config
+    /// every communicator of the run is created with.
+    #[test]
+    fn config_flags_map_to_the_communicators_config() {
+        let cta_policy = |flags: &[&str]| {
+            let args = Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap();
+            args.config().to_raw().unwrap().as_raw().CTAPolicy
+        };
+        for (flags, raw) in [
+            (&["-x", "0"][..], 0),
+            (&["-x", "1"], 1),
+            (&["--cta_policy", "2"], 2),
+            // Unset: NCCL_CONFIG_UNDEF_INT, NCCL's default.
+            (&[], i32::MIN),
+        ] {
+            assert_eq!(cta_policy(flags), raw, "{flags:?}");
+        }
+        let args = Args::try_parse_from(["nccl-perf"]).unwrap();
+        assert_eq!(args.config(), nccl_core::Config::new());
     }
 }

@@ -39,6 +39,8 @@
 
 pub mod alloc;
 #[cfg(feature = "gpu")]
+pub mod config;
+#[cfg(feature = "gpu")]
 mod gpus;
 #[cfg(feature = "group")]
 pub mod group;

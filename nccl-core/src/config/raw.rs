@@ -32,7 +32,9 @@ const UNDEF_INT: i32 = i32::MIN;
 /// One option as set: its builder method, its `ncclConfig_t` field, and the
 /// first release whose `ncclConfig_t` has that field (the first
 /// `vX.Y.Z-1` tag of NVIDIA/nccl whose `nccl.h.in` declares it; 2.31.2 and
-/// 2.32.3 from the `nvidia-nccl-cu13` wheels' headers).
+/// 2.32.3 from the `nvidia-nccl-cu13` wheels' headers; 2.29.2, the first
+/// 2.29 release, from 2.30.7's `parseCommConfig`, which resets
+/// `graphUsageMode` and `numRmaCtx` for a struct older than 2.29.0).
 struct KnownOption {
     set: bool,
     method: &'static str,
@@ -56,7 +58,7 @@ const fn option(
 
 impl Config {
     /// Every option with whether it is set.
-    fn options(&self) -> [KnownOption; 17] {
+    fn options(&self) -> [KnownOption; 22] {
         let v = Version::new;
         [
             option(self.blocking.is_some(), "blocking", "blocking", v(2, 14, 3)),
@@ -128,6 +130,18 @@ impl Config {
                 v(2, 28, 3),
             ),
             option(
+                self.graph_usage_mode.is_some(),
+                "graph_usage_mode",
+                "graphUsageMode",
+                v(2, 29, 2),
+            ),
+            option(
+                self.rma_ctxs.is_some(),
+                "rma_ctxs",
+                "numRmaCtx",
+                v(2, 29, 2),
+            ),
+            option(
                 self.max_p2p_peers.is_some(),
                 "max_p2p_peers",
                 "maxP2pPeers",
@@ -143,6 +157,24 @@ impl Config {
                 self.launch_order_implicit.is_some(),
                 "launch_order_implicit",
                 "launchOrderImplicit",
+                v(2, 31, 2),
+            ),
+            option(
+                self.rma_signals.is_some(),
+                "rma_signals",
+                "numRmaSig",
+                v(2, 31, 2),
+            ),
+            option(
+                self.rma_eager_init.is_some(),
+                "rma_eager_init",
+                "rmaEagerInit",
+                v(2, 31, 2),
+            ),
+            option(
+                self.host_cft_mode.is_some(),
+                "host_cft_mode",
+                "hostCftMode",
                 v(2, 31, 2),
             ),
             option(
@@ -218,9 +250,14 @@ impl Config {
         raw.nvlsCTAs = int(self.nvls_ctas);
         raw.nChannelsPerNetPeer = int(self.channels_per_net_peer);
         raw.nvlinkCentricSched = flag(self.nvlink_centric_sched);
+        raw.graphUsageMode = int(self.graph_usage_mode);
+        raw.numRmaCtx = int(self.rma_ctxs);
         raw.maxP2pPeers = int(self.max_p2p_peers);
         raw.graphStreamOrdering = flag(self.graph_stream_ordering);
         raw.launchOrderImplicit = flag(self.launch_order_implicit);
+        raw.numRmaSig = int(self.rma_signals);
+        raw.rmaEagerInit = int(self.rma_eager_init);
+        raw.hostCftMode = int(self.host_cft_mode);
         raw.nvlsHostMode = int(self.nvls_host_mode);
         Ok(RawConfig {
             raw,

@@ -324,6 +324,19 @@ fn newer_options_out_of_range_are_rejected() {
             "at least 1",
             "-2",
         ),
+        (Config::new().rma_ctxs(-1), "rma_ctxs", "at least 0", "-1"),
+        (
+            Config::new().graph_usage_mode(3),
+            "graph_usage_mode",
+            "0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
+            "3",
+        ),
+        (
+            Config::new().graph_usage_mode(-1),
+            "graph_usage_mode",
+            "0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
+            "-1",
+        ),
         (
             Config::new().cta_policy(4),
             "cta_policy",

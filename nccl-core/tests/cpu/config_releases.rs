@@ -5,118 +5,7 @@ use std::mem::offset_of;
 
 use nccl_core::nccl_sys::{NCCL_VERSION_CODE, PINNED_HEADER_VERSION, ncclConfig_t};
 use nccl_core::{Config, Error, ErrorKind, Version};
-
-/// Every option: a config with only it set, its builder method, its
-/// `ncclConfig_t` field, and the first release whose `ncclConfig_t` has
-/// the field (the first NVIDIA/nccl tag whose `nccl.h.in` declares it;
-/// 2.31.2 and 2.32.3 from the wheels' headers).
-fn every_option() -> Vec<(Config, &'static str, &'static str, Version)> {
-    let v = Version::new;
-    vec![
-        (
-            Config::new().blocking(false),
-            "blocking",
-            "blocking",
-            v(2, 14, 3),
-        ),
-        (
-            Config::new().cga_cluster_size(2),
-            "cga_cluster_size",
-            "cgaClusterSize",
-            v(2, 17, 1),
-        ),
-        (
-            Config::new().ctas(1, 2),
-            "ctas",
-            "minCTAs and maxCTAs",
-            v(2, 17, 1),
-        ),
-        (
-            Config::new().net_name("IB"),
-            "net_name",
-            "netName",
-            v(2, 17, 1),
-        ),
-        (
-            Config::new().split_share(true),
-            "split_share",
-            "splitShare",
-            v(2, 18, 1),
-        ),
-        (
-            Config::new().traffic_class(1),
-            "traffic_class",
-            "trafficClass",
-            v(2, 26, 2),
-        ),
-        (
-            Config::new().comm_name("dp"),
-            "comm_name",
-            "commName",
-            v(2, 27, 3),
-        ),
-        (
-            Config::new().collnet(true),
-            "collnet",
-            "collnetEnable",
-            v(2, 27, 3),
-        ),
-        (
-            Config::new().cta_policy(1),
-            "cta_policy",
-            "CTAPolicy",
-            v(2, 27, 3),
-        ),
-        (
-            Config::new().shrink_share(true),
-            "shrink_share",
-            "shrinkShare",
-            v(2, 27, 3),
-        ),
-        (
-            Config::new().nvls_ctas(4),
-            "nvls_ctas",
-            "nvlsCTAs",
-            v(2, 27, 3),
-        ),
-        (
-            Config::new().channels_per_net_peer(2),
-            "channels_per_net_peer",
-            "nChannelsPerNetPeer",
-            v(2, 28, 3),
-        ),
-        (
-            Config::new().nvlink_centric_sched(true),
-            "nvlink_centric_sched",
-            "nvlinkCentricSched",
-            v(2, 28, 3),
-        ),
-        (
-            Config::new().max_p2p_peers(4),
-            "max_p2p_peers",
-            "maxP2pPeers",
-            v(2, 30, 3),
-        ),
-        (
-            Config::new().graph_stream_ordering(true),
-            "graph_stream_ordering",
-            "graphStreamOrdering",
-            v(2, 30, 7),
-        ),
-        (
-            Config::new().launch_order_implicit(true),
-            "launch_order_implicit",
-            "launchOrderImplicit",
-            v(2, 31, 2),
-        ),
-        (
-            Config::new().nvls_host_mode(1),
-            "nvls_host_mode",
-            "nvlsHostMode",
-            v(2, 32, 3),
-        ),
-    ]
-}
+use nccl_test_support::config::every_option;
 
 /// The release just before `release`.
 fn just_before(release: Version) -> Version {
@@ -193,12 +82,32 @@ fn the_pinned_header_knows_every_option() {
         .nvls_ctas(1)
         .channels_per_net_peer(1)
         .nvlink_centric_sched(false)
+        .graph_usage_mode(2)
+        .rma_ctxs(1)
         .max_p2p_peers(1)
         .graph_stream_ordering(false)
         .launch_order_implicit(false)
+        .rma_signals(1)
+        .rma_eager_init(0)
+        .host_cft_mode(0)
         .nvls_host_mode(0);
     assert!(everything.check_release(PINNED_HEADER_VERSION).is_ok());
-    assert!(everything.to_raw().is_ok());
+    let raw_config = everything.to_raw().unwrap();
+    let raw = raw_config.as_raw();
+    assert_eq!(
+        (
+            raw.graphUsageMode,
+            raw.numRmaCtx,
+            raw.numRmaSig,
+            raw.rmaEagerInit,
+            raw.hostCftMode
+        ),
+        (2, 1, 1, 0, 0)
+    );
+    // An option left unset stays NCCL_CONFIG_UNDEF_INT.
+    let unset = Config::new().to_raw().unwrap();
+    assert_eq!(unset.as_raw().graphUsageMode, i32::MIN);
+    assert_eq!(unset.as_raw().hostCftMode, i32::MIN);
     // The newest option decides.
     assert_unsupported(
         everything

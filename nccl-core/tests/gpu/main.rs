@@ -7,3 +7,4 @@ mod comm_manage;
 mod comm_ops;
 mod comm_raw;
 mod comm_register;
+mod config_fields;

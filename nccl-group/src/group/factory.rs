@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use nccl_core::{AbortHandle, Config, Device, UniqueId};
+use nccl_core::{AbortHandle, Device, UniqueId};
 use nccl_tensor::{Communicator, SharedComm, SharedCommGuard};
 
 use super::{CommMode, GroupOptions};
@@ -247,11 +247,11 @@ impl CommFactory for NcclFactory {
             .collect::<Result<Vec<_>>>()?;
         let devices: Vec<Device> = pools.iter().map(|pool| pool.device().clone()).collect();
         let timeout = self.options.timeout;
+        let config = self.options.comm_config()?;
         let comms = match self.options.comm_mode {
             CommMode::Blocking => {
                 let started = Instant::now();
                 let init = move || {
-                    let config = Config::new().blocking(true);
                     nccl_core::Communicator::init_local_ranks(
                         &devices, world_size, id, first_rank, &config,
                     )
@@ -267,12 +267,9 @@ impl CommFactory for NcclFactory {
                     }
                 }
             }
-            CommMode::Nonblocking => {
-                let config = Config::new().blocking(false).timeout(timeout);
-                nccl_core::Communicator::init_local_ranks(
-                    &devices, world_size, id, first_rank, &config,
-                )?
-            }
+            CommMode::Nonblocking => nccl_core::Communicator::init_local_ranks(
+                &devices, world_size, id, first_rank, &config,
+            )?,
         };
         let members = comms
             .into_iter()

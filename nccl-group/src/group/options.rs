@@ -1,9 +1,12 @@
 //! The options of a [`ProcessGroup`](super::ProcessGroup): streams,
 //! communicator kind, timeouts, failure policy, flight recorder, the
-//! collective check and NCCL's RAS in failure reports.
+//! collective check, NCCL's RAS in failure reports and the NCCL
+//! configuration of the group's communicators.
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use nccl_core::Config;
 
 use crate::checks::MAX_CHECK_INTERVAL;
 use crate::error::{GroupError, Result};
@@ -90,6 +93,18 @@ pub struct GroupOptions {
     /// none; at most a few seconds, before the communicators are aborted
     /// (while RAS still lists them). Default `true`.
     pub ras_report: bool,
+    /// NCCL's options (`ncclConfig_t`) for every communicator the group
+    /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
+    /// the rest of [`Config`]. The group sets two of them itself: `blocking`
+    /// follows [`GroupOptions::comm_mode`] (a `Config::blocking` that
+    /// contradicts it is refused by
+    /// [`ProcessGroup::new`](super::ProcessGroup::new), naming both; one
+    /// left unset or equal is fine), and a nonblocking creation waits
+    /// [`GroupOptions::timeout`], which wins over `Config::timeout`. An
+    /// option the loaded NCCL is too old for is refused when the first
+    /// communicator is created, naming the option and its release.
+    /// Default [`Config::new`]: every option at NCCL's default.
+    pub config: Config,
 }
 
 impl Default for GroupOptions {
@@ -110,6 +125,7 @@ impl Default for GroupOptions {
             blocking_wait: false,
             collective_checks: None,
             ras_report: true,
+            config: Config::new(),
         }
     }
 }
@@ -254,8 +270,48 @@ impl GroupOptions {
         self
     }
 
+    /// With these NCCL options for every communicator the group creates
+    /// ([`GroupOptions::config`]).
+    pub fn with_config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The config each communicator of the group is created with:
+    /// [`GroupOptions::config`], with `blocking` from
+    /// [`GroupOptions::comm_mode`] and, for nonblocking communicators, the
+    /// wait of [`GroupOptions::timeout`] (a blocking creation is bounded by
+    /// the group itself). nccl-core validates it at creation.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidArgument`] when the config's `blocking`
+    /// contradicts the communicator mode, naming both.
+    pub(crate) fn comm_config(&self) -> Result<Config> {
+        let blocking = self.comm_mode == CommMode::Blocking;
+        if let Some(given) = self.config.blocking_option()
+            && given != blocking
+        {
+            return Err(GroupError::InvalidArgument {
+                argument: "config",
+                expected: format!(
+                    "Config::blocking unset or {blocking}, as comm_mode is CommMode::{:?}",
+                    self.comm_mode
+                ),
+                given: format!("Config::blocking({given})"),
+            });
+        }
+        let config = self.config.clone().blocking(blocking);
+        Ok(if blocking {
+            config
+        } else {
+            config.timeout(self.timeout)
+        })
+    }
+
     /// Refuses settings that cannot be honoured, before anything is built.
     pub(crate) fn validate(&self) -> Result<()> {
+        self.comm_config()?;
+        self.config.validate()?;
         if let Some(every) = self
             .collective_checks
             .filter(|&every| every == 0 || every > MAX_CHECK_INTERVAL)
@@ -276,5 +332,67 @@ impl GroupOptions {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seam between the options and NCCL: the `ncclConfig_t` each
+    /// communicator of the group is created with.
+    #[test]
+    fn the_group_s_config_reaches_the_raw_config_of_its_communicators() {
+        let options = GroupOptions::default()
+            .with_comm_mode(CommMode::Nonblocking)
+            .with_timeout(Duration::from_secs(7))
+            .with_config(
+                Config::new()
+                    .cta_policy(1)
+                    .ctas(2, 8)
+                    .nvls_ctas(4)
+                    .comm_name("dp")
+                    .timeout(Duration::from_secs(99)),
+            );
+        let config = options.comm_config().unwrap();
+        // The group's timeout wins over the config's.
+        assert_eq!(config.wait_timeout(), Duration::from_secs(7));
+        let raw_config = config.to_raw().unwrap();
+        let raw = raw_config.as_raw();
+        assert_eq!(
+            (raw.blocking, raw.CTAPolicy, raw.minCTAs, raw.maxCTAs),
+            (0, 1, 2, 8)
+        );
+        assert_eq!(raw.nvlsCTAs, 4);
+        assert!(!raw.commName.is_null());
+        // Unset options stay NCCL_CONFIG_UNDEF_INT.
+        assert_eq!(raw.trafficClass, i32::MIN);
+
+        let blocking = GroupOptions::default().with_config(Config::new().blocking(true));
+        let raw_config = blocking.comm_config().unwrap().to_raw().unwrap();
+        assert_eq!(raw_config.as_raw().blocking, 1);
+        let default = GroupOptions::default().comm_config().unwrap();
+        assert_eq!(default.blocking_option(), Some(true));
+    }
+
+    #[test]
+    fn a_config_that_contradicts_the_comm_mode_is_refused_naming_both() {
+        let options = GroupOptions::default().with_config(Config::new().blocking(false));
+        let error = options.validate().unwrap_err().to_string();
+        for says in [
+            "config",
+            "Config::blocking unset or true, as comm_mode is CommMode::Blocking",
+            "Config::blocking(false)",
+        ] {
+            assert!(error.contains(says), "{says:?} in {error}");
+        }
+        let options = GroupOptions::default()
+            .with_comm_mode(CommMode::Nonblocking)
+            .with_config(Config::new().blocking(true));
+        assert!(options.validate().is_err());
+        // An option out of range is refused before anything is built.
+        let options = GroupOptions::default().with_config(Config::new().graph_usage_mode(5));
+        let error = options.validate().unwrap_err().to_string();
+        assert!(error.contains("graph_usage_mode"), "{error}");
     }
 }

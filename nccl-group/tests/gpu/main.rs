@@ -7,6 +7,7 @@
 
 mod abort_race;
 mod blocking_init;
+mod config;
 mod faults;
 mod lifecycle;
 mod one_gpu;

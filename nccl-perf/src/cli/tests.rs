@@ -95,9 +95,7 @@ fn every_nccl_tests_flag_by_letter_and_by_name() {
         ("-R", "--local_register", "2", |a| {
             a.unapplied.local_register == Some(2)
         }),
-        ("-x", "--cta_policy", "1", |a| {
-            a.unapplied.cta_policy == Some(1)
-        }),
+        ("-x", "--cta_policy", "1", |a| a.cta_policy == Some(1)),
         ("-D", "--device_implementation", "2", |a| {
             a.unapplied.device_implementation == Some(2)
         }),
@@ -311,8 +309,8 @@ fn method_flags_mean_what_they_mean_in_nccl_tests() {
         "1",
         "--no-rotate",
     ]);
-    // -M, -I and -K are applied: no note.
-    assert_eq!(noisy.notes.len(), 8, "{:?}", noisy.notes);
+    // -M, -I, -K and -x are applied: no note.
+    assert_eq!(noisy.notes.len(), 7, "{:?}", noisy.notes);
     for note in &noisy.notes {
         assert!(
             note.starts_with("# note: ") && !note.contains('\n'),

@@ -16,11 +16,6 @@ pub struct Unapplied {
     #[arg(short = 'R', allow_negative_numbers = true, long = "local_register", value_name = "0|1|2", value_parser = clap::value_parser!(u8).range(0..=2))]
     pub local_register: Option<u8>,
 
-    /// nccl-tests: the communicators' CTA policy. Not applied: nccl-core's communicator
-    /// config has no CTA policy yet.
-    #[arg(short = 'x', allow_negative_numbers = true, long = "cta_policy", value_name = "0|1|2", value_parser = clap::value_parser!(u8).range(0..=2))]
-    pub cta_policy: Option<u8>,
-
     /// nccl-tests: run its own device-API kernel instead of NCCL's (0: NCCL's). Not
     /// implemented: NCCL's implementation is measured.
     #[arg(
@@ -58,11 +53,6 @@ impl Unapplied {
                 .filter(|&v| v == 2)
                 .map(|v| v.to_string()),
             "symmetric registration (ncclCommWindowRegister) is not implemented; the buffers are not registered",
-        );
-        note(
-            "x",
-            self.cta_policy.map(|v| v.to_string()),
-            "nccl-core's communicator config has no CTA policy yet; NCCL's default is used",
         );
         note(
             "D",
@@ -105,10 +95,6 @@ mod tests {
                 "-R 2 has no effect here: symmetric registration (ncclCommWindowRegister)",
             ),
             (
-                &["-x", "0"],
-                "-x 0 has no effect here: nccl-core's communicator config",
-            ),
-            (
                 &["-D", "3"],
                 "-D 3 has no effect here: nccl-tests' device-API kernels",
             ),
@@ -121,13 +107,13 @@ mod tests {
             assert!(!notes[0].contains('\n'));
         }
         // Off values change nothing in nccl-tests either: no note; -R 1
-        // is applied.
-        for flags in [&["-R", "0"][..], &["-R", "1"], &["-D", "0"]] {
+        // and -x are applied.
+        for flags in [&["-R", "0"][..], &["-R", "1"], &["-D", "0"], &["-x", "1"]] {
             assert!(notes(flags).is_empty(), "{flags:?}");
         }
         assert_eq!(
             notes(&["-p", "1", "-R", "2", "-x", "1", "-D", "1", "-V", "8"]).len(),
-            5
+            4
         );
     }
 

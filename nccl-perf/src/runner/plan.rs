@@ -1,6 +1,7 @@
 //! What every rank runs: the collectives, sizes, layers and timing of one
 //! nccl-perf invocation, read from its flags, and the ranks it runs on.
 
+use nccl_core::Config;
 use nccl_group::CommMode;
 
 use super::layout::Layout;
@@ -44,6 +45,8 @@ pub struct Plan {
     pub average: Average,
     /// The group layers' communicator kind (`--group-comms`).
     pub group_comms: CommMode,
+    /// The NCCL config of every communicator, in every layer (`-x`).
+    pub config: Config,
 }
 
 impl Plan {
@@ -74,6 +77,7 @@ impl Plan {
             gpus_per_thread: layout.gpus_per_thread,
             average: args.average(),
             group_comms: args.group_comms.comm_mode(),
+            config: args.config(),
         })
     }
 
@@ -163,6 +167,7 @@ impl Plan {
                 "group communicators (--group-comms)",
                 format!("{:?}", self.group_comms),
             ),
+            ("communicator config (-x)", format!("{:?}", self.config)),
             ("plan", format!("{self:?}")),
         ]
         .into_iter()
@@ -308,6 +313,10 @@ mod tests {
         assert_eq!(
             first_difference(plan(&["-a", "2"], 2)).as_deref(),
             Some("average (-a)")
+        );
+        assert_eq!(
+            first_difference(plan(&["-x", "1"], 2)).as_deref(),
+            Some("communicator config (-x)")
         );
         assert_eq!(
             first_difference(plan(&["-e", "1K"], 2)).as_deref(),

@@ -83,7 +83,13 @@ fn run_rank(
     let mut memory = (plan.method.memory_report)
         .then(|| MemoryWatch::new(device.context().clone()))
         .transpose()?;
-    let core = Communicator::new(device.clone(), plan.world as i32, id, rank as i32)?;
+    let core = Communicator::with_config(
+        device.clone(),
+        plan.world as i32,
+        id,
+        rank as i32,
+        &plan.config,
+    )?;
     let abort = core.abort_handle();
     // The tensor layer needs nccl-tensor's communicator; the raw and core
     // layers use the nccl-core communicator inside it.
@@ -99,7 +105,8 @@ fn run_rank(
                 plan.world,
                 GroupOptions::default()
                     .with_stream_mode(mode)
-                    .with_comm_mode(plan.group_comms),
+                    .with_comm_mode(plan.group_comms)
+                    .with_config(plan.config.clone()),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;

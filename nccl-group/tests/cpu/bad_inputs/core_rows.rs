@@ -55,6 +55,32 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "core",
+            call: "Config::validate",
+            input: "graph_usage_mode(3)",
+            expect: &[
+                "graph_usage_mode",
+                "expected 0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
+                "got 3",
+            ],
+            run: || err(Config::new().graph_usage_mode(3).validate()),
+        },
+        Row {
+            area: "core",
+            call: "Config::to_raw_for(2.28.3)",
+            input: "max_p2p_peers(2)",
+            expect: &[
+                "Config::max_p2p_peers (ncclConfig_t's maxP2pPeers)",
+                "needs NCCL 2.30.3",
+                "loaded libnccl is 2.28.3",
+            ],
+            run: || {
+                err(Config::new()
+                    .max_p2p_peers(2)
+                    .to_raw_for(nccl_core::Version::new(2, 28, 3)))
+            },
+        },
+        Row {
+            area: "core",
             call: "Config::to_raw",
             input: "net_name with a NUL byte",
             expect: &[

@@ -1,10 +1,11 @@
 //! The bad-input rows of the group's options that `ProcessGroup::new`
 //! refuses besides the recorder's capacity (in `group_rows`): the
-//! collective check's interval.
+//! collective check's interval, and an NCCL config that contradicts the
+//! group's communicator mode.
 
 use std::sync::Arc;
 
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup};
+use nccl_group::{Config, GroupOptions, InProcessStore, ProcessGroup};
 
 use super::{Row, err};
 
@@ -48,6 +49,26 @@ pub fn rows() -> Vec<Row> {
                     Arc::new(InProcessStore::new()),
                     "in-process",
                     GroupOptions::default().with_collective_checks(1025),
+                ))
+            },
+        },
+        Row {
+            area: "group",
+            call: "ProcessGroup::new",
+            input: "config Config::blocking(false) with CommMode::Blocking",
+            expect: &[
+                "config",
+                "Config::blocking unset or true, as comm_mode is CommMode::Blocking",
+                "got Config::blocking(false)",
+            ],
+            run: || {
+                err(ProcessGroup::new(
+                    "bad-inputs",
+                    0,
+                    1,
+                    Arc::new(InProcessStore::new()),
+                    "in-process",
+                    GroupOptions::default().with_config(Config::new().blocking(false)),
                 ))
             },
         },
