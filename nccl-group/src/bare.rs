@@ -3,7 +3,7 @@
 //! process group.
 
 use nccl_core::{Device, UniqueId};
-use nccl_tensor::Communicator;
+use nccl_tensor::{Communicator, nccl_rank};
 
 use crate::error::{GroupError, Result};
 use crate::store::RendezvousConfig;
@@ -43,19 +43,21 @@ const SCOPE: &str = "communicator";
 /// re-exports nccl-tensor, so it is the one dependency this needs.
 ///
 /// # Errors
-/// [`GroupError::InvalidArgument`] for a rank or world size NCCL cannot
-/// take (above `i32::MAX`); [`GroupError::Store`] for a `name` that is
-/// empty or has `/`, a store that cannot be reached, or an id that did
-/// not come in time (naming rank 0; a failure rank 0 published ends the
-/// wait early); NCCL's or CUDA's error from creating the id or the
-/// communicator.
+/// An error of kind [`InvalidArgument`](crate::ErrorKind::InvalidArgument)
+/// for a rank or world size NCCL cannot take (above `i32::MAX`, refused by
+/// [`nccl_tensor::nccl_rank`] before the store is reached);
+/// [`GroupError::Store`] for a `name` that is empty or has `/`, a store
+/// that cannot be reached, or an id that did not come in time (naming rank
+/// 0; a failure rank 0 published ends the wait early); NCCL's or CUDA's
+/// error from creating the id or the communicator.
 pub fn communicator(
     config: &RendezvousConfig,
     device: &Device,
     name: &str,
 ) -> Result<Communicator> {
-    let rank = nccl_rank("rank", config.rank)?;
-    let world_size = nccl_rank("world size", config.world_size)?;
+    // Refused before the store is reached, so no other rank waits for this one.
+    nccl_rank("rank", config.rank)?;
+    nccl_rank("world size", config.world_size)?;
     let store = config.connect()?;
     let meeting = Meeting::new(store, config.rank, config.world_size)?
         .with_timeout(config.timeout)
@@ -74,14 +76,10 @@ pub fn communicator(
     let id = UniqueId::try_from_slice(&id)?;
     // Rank 0 hosts a TCP store: it leaves last, once every rank has the id.
     meeting.leave(0)?;
-    Ok(Communicator::new(device.clone(), world_size, id, rank)?)
-}
-
-/// `value` as NCCL's `int`.
-fn nccl_rank(argument: &'static str, value: usize) -> Result<i32> {
-    i32::try_from(value).map_err(|_| GroupError::InvalidArgument {
-        argument,
-        expected: format!("at most {} (NCCL's ranks are C ints)", i32::MAX),
-        given: value.to_string(),
-    })
+    Ok(Communicator::new(
+        device.clone(),
+        config.world_size,
+        id,
+        config.rank,
+    )?)
 }

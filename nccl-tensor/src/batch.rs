@@ -110,14 +110,14 @@ fn cells_once(entries: &[BatchEntry<'_, '_>]) -> Result<()> {
 
 /// The k-th send to this rank itself matches the k-th receive from it
 /// (each plan already checked its own peer).
-fn self_exchanges_pair(rank: i32, plans: &[Plan<'_>]) -> Result<()> {
+fn self_exchanges_pair(rank: usize, plans: &[Plan<'_>]) -> Result<()> {
     let to_self = |sending: bool| {
         plans
             .iter()
             .enumerate()
             .filter(move |(_, plan)| match plan.op {
-                Op::Send { peer } => sending && peer == rank,
-                Op::Recv { peer } => !sending && peer == rank,
+                Op::Send { peer } => sending && checks::from_nccl(peer) == rank,
+                Op::Recv { peer } => !sending && checks::from_nccl(peer) == rank,
                 _ => false,
             })
     };
@@ -331,6 +331,9 @@ pub struct Batch<'a> {
     comm: &'a Communicator,
     stream: &'a Arc<CudaStream>,
     parts: Vec<(Op<'a>, BatchOperands<'a>)>,
+    /// The first operation refused as it was added (a rank past
+    /// `i32::MAX`), reported by [`Batch::enqueue`].
+    refused: Option<Error>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -349,6 +352,7 @@ impl Communicator {
             comm: self,
             stream,
             parts: Vec::new(),
+            refused: None,
         }
     }
 }
@@ -362,13 +366,33 @@ impl<'a> Batch<'a> {
 
     /// Adds a send of `tensor` to rank `dst` (`torch.distributed.isend`
     /// in a batch).
-    pub fn send(&mut self, tensor: impl Input + 'a, dst: i32) -> &mut Self {
-        self.push(Op::Send { peer: dst }, ReadOnly(tensor))
+    /// A `dst` above `i32::MAX` is refused by [`Batch::enqueue`].
+    pub fn send(&mut self, tensor: impl Input + 'a, dst: usize) -> &mut Self {
+        match checks::nccl_rank("dst", dst) {
+            Ok(peer) => self.push(Op::Send { peer }, ReadOnly(tensor)),
+            Err(error) => self.refuse(error),
+        }
     }
 
-    /// Adds a receive into `tensor` from rank `src`.
-    pub fn recv(&mut self, tensor: impl Output + 'a, src: i32) -> &mut Self {
-        self.push(Op::Recv { peer: src }, Single(tensor))
+    /// Adds a receive into `tensor` from rank `src` (a `src` above
+    /// `i32::MAX` is refused by [`Batch::enqueue`]).
+    pub fn recv(&mut self, tensor: impl Output + 'a, src: usize) -> &mut Self {
+        match checks::nccl_rank("src", src) {
+            Ok(peer) => self.push(Op::Recv { peer }, Single(tensor)),
+            Err(error) => self.refuse(error),
+        }
+    }
+
+    /// Notes the first operation refused as it was added, at the position
+    /// it would have had.
+    fn refuse(&mut self, error: Error) -> &mut Self {
+        if self.refused.is_none() {
+            self.refused = Some(Error::InBatch {
+                index: self.parts.len(),
+                error: Box::new(error),
+            });
+        }
+        self
     }
 
     /// The number of operations.
@@ -412,7 +436,11 @@ impl<'a> Batch<'a> {
             comm,
             stream: planned_on,
             parts,
+            refused,
         } = self;
+        if let Some(error) = refused {
+            return Err(error);
+        }
         let plans = {
             let entries: Vec<_> = parts
                 .iter()

@@ -14,9 +14,9 @@ use crate::error::{Error, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CommInfo {
     /// This rank.
-    pub rank: i32,
+    pub rank: usize,
     /// The number of ranks.
-    pub world_size: i32,
+    pub world_size: usize,
     /// The communicator's device ordinal.
     pub device: usize,
     /// The loaded NCCL.
@@ -111,9 +111,34 @@ pub fn length(
     }
 }
 
+/// A rank or world size of this crate's API (`usize`) as nccl-core's
+/// `i32`, NCCL's C `int`. Whether a rank is in range is the operation's
+/// check; here only the conversion is refused, naming the argument and
+/// the value given.
+///
+/// # Errors
+/// [`nccl_core::Error::InvalidArgument`] (kind
+/// [`InvalidArgument`](nccl_core::ErrorKind::InvalidArgument)) for a value
+/// above `i32::MAX`.
+pub fn nccl_rank(argument: &'static str, value: usize) -> Result<i32> {
+    i32::try_from(value).map_err(|_| {
+        Error::Core(nccl_core::Error::InvalidArgument {
+            argument,
+            expected: format!("at most {} (NCCL's ranks are C ints)", i32::MAX),
+            given: value.to_string(),
+        })
+    })
+}
+
+/// A rank or world size of nccl-core (`i32`, never negative on a
+/// communicator) as this crate's `usize`.
+pub(crate) fn from_nccl(value: i32) -> usize {
+    usize::try_from(value).unwrap_or_default()
+}
+
 /// A root or peer in `0..world_size`.
 pub fn rank(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -> Result<()> {
-    if (0..info.world_size).contains(&given) {
+    if usize::try_from(given).is_ok_and(|given| given < info.world_size) {
         Ok(())
     } else {
         Err(Error::RankOutOfRange {
@@ -129,8 +154,11 @@ pub fn rank(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -
 /// group is open (NCCL would wait forever for the other half).
 pub fn peer(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -> Result<()> {
     rank(op, what, given, info)?;
-    if given == info.rank && !info.in_group {
-        return Err(Error::SelfPeerOutsideGroup { op, peer: given });
+    if from_nccl(given) == info.rank && !info.in_group {
+        return Err(Error::SelfPeerOutsideGroup {
+            op,
+            peer: info.rank,
+        });
     }
     Ok(())
 }
@@ -199,7 +227,7 @@ pub fn all_gather_list<'a>(
     length(
         OP,
         "output list",
-        info.world_size as usize,
+        info.world_size,
         outputs.len(),
         "one output per rank",
     )?;
@@ -248,8 +276,7 @@ pub fn all_to_all_splits(
         "output",
         output.len,
     )?;
-    let rank = usize::try_from(info.rank).unwrap_or(usize::MAX);
-    match (input_splits.get(rank), output_splits.get(rank)) {
+    match (input_splits.get(info.rank), output_splits.get(info.rank)) {
         (Some(&sent), Some(&received)) => length(
             OP,
             "output_split_sizes[this rank]",
@@ -271,7 +298,7 @@ fn split_sizes(
     buffer: &'static str,
     len: usize,
 ) -> Result<()> {
-    if i32::try_from(splits.len()).ok() != Some(info.world_size) {
+    if splits.len() != info.world_size {
         return Err(Error::SplitCount {
             op,
             what,
@@ -301,7 +328,7 @@ pub fn all_to_all_list(
     outputs: &[BufferDesc<'_>],
 ) -> Result<()> {
     const OP: &str = "all_to_all";
-    let world = usize::try_from(info.world_size).unwrap_or(0);
+    let world = info.world_size;
     length(OP, "input list", world, inputs.len(), "one input per rank")?;
     length(
         OP,

@@ -67,9 +67,20 @@ impl Communicator {
     /// Creates this rank's communicator; every rank calls it with the same
     /// `unique_id` and `world_size` (see [`nccl_core::Communicator::new`]).
     ///
+    /// Ranks and world sizes are `usize` here, as in nccl-group and
+    /// nccl-rendezvous; they become NCCL's C `int` ([`checks::nccl_rank`]).
+    ///
     /// # Errors
-    /// Bad arguments, no driver or library, or NCCL's failure.
-    pub fn new(device: Device, world_size: i32, unique_id: UniqueId, rank: i32) -> Result<Self> {
+    /// Bad arguments (a rank or world size above `i32::MAX` among them), no
+    /// driver or library, or NCCL's failure.
+    pub fn new(
+        device: Device,
+        world_size: usize,
+        unique_id: UniqueId,
+        rank: usize,
+    ) -> Result<Self> {
+        let world_size = checks::nccl_rank("world size", world_size)?;
+        let rank = checks::nccl_rank("rank", rank)?;
         Self::from_core(nccl_core::Communicator::new(
             device, world_size, unique_id, rank,
         )?)
@@ -78,14 +89,16 @@ impl Communicator {
     /// Like [`Communicator::new`] with a [`Config`].
     ///
     /// # Errors
-    /// As [`nccl_core::Communicator::with_config`].
+    /// As [`Communicator::new`] and [`nccl_core::Communicator::with_config`].
     pub fn with_config(
         device: Device,
-        world_size: i32,
+        world_size: usize,
         unique_id: UniqueId,
-        rank: i32,
+        rank: usize,
         config: &Config,
     ) -> Result<Self> {
+        let world_size = checks::nccl_rank("world size", world_size)?;
+        let rank = checks::nccl_rank("rank", rank)?;
         Self::from_core(nccl_core::Communicator::with_config(
             device, world_size, unique_id, rank, config,
         )?)
@@ -123,13 +136,13 @@ impl Communicator {
     }
 
     /// This rank.
-    pub fn rank(&self) -> i32 {
-        self.core.rank()
+    pub fn rank(&self) -> usize {
+        checks::from_nccl(self.core.rank())
     }
 
     /// The number of ranks.
-    pub fn world_size(&self) -> i32 {
-        self.core.world_size()
+    pub fn world_size(&self) -> usize {
+        checks::from_nccl(self.core.world_size())
     }
 
     /// The device.
@@ -146,8 +159,8 @@ impl Communicator {
     #[inline]
     pub fn info(&self) -> CommInfo {
         CommInfo {
-            rank: self.core.rank(),
-            world_size: self.core.world_size(),
+            rank: self.rank(),
+            world_size: self.world_size(),
             device: self.core.device().ordinal(),
             nccl_version: self.core.library().version(),
             compute_capability: self.compute_capability,
@@ -175,10 +188,14 @@ impl Communicator {
     /// it; an empty list means `NCCL_SPLIT_NOCOLOR`). Collective.
     ///
     /// # Errors
-    /// As [`nccl_core::Communicator::split_from`].
-    pub fn split_from(&self, ranks: &[i32], config: Option<&Config>) -> Result<Option<Self>> {
+    /// A rank above `i32::MAX`, or as [`nccl_core::Communicator::split_from`].
+    pub fn split_from(&self, ranks: &[usize], config: Option<&Config>) -> Result<Option<Self>> {
+        let ranks = ranks
+            .iter()
+            .map(|&rank| checks::nccl_rank("ranks", rank))
+            .collect::<Result<Vec<i32>>>()?;
         self.core
-            .split_from(ranks, config)?
+            .split_from(&ranks, config)?
             .map(|core| self.derive(core))
             .transpose()
     }
@@ -238,10 +255,10 @@ impl Communicator {
         if count == 0 {
             return Ok(status);
         }
-        for root in 0..self.world_size() {
+        for (root, index) in (0..self.core.world_size()).zip(0..) {
             let op = Op::Broadcast { root };
             let written = input.read(stream, |send| {
-                outputs.write_at(root as usize, stream, |recv| {
+                outputs.write_at(index, stream, |recv| {
                     let call = Call {
                         op,
                         send,
@@ -364,25 +381,25 @@ operations! {
     /// let _ = comm.broadcast(&mut weights, 0, stream)?;
     /// # Ok(()) }
     /// ```
-    fn broadcast(tensor: impl Output, root: i32) => Op::Broadcast { root }, Single(tensor);
+    fn broadcast(tensor: impl Output, root: usize) => Op::Broadcast { root: checks::nccl_rank("root", root)? }, Single(tensor);
 
     /// Out-of-place [`Communicator::broadcast`]: `output` on every rank
     /// gets `input` of `root` (`input` is read on the root only).
     ///
     /// Checks: as `broadcast`, plus the same data type and length for both.
-    fn broadcast_into(input: impl Input, output: impl Output, root: i32) => Op::Broadcast { root }, Pair { input, output };
+    fn broadcast_into(input: impl Input, output: impl Output, root: usize) => Op::Broadcast { root: checks::nccl_rank("root", root)? }, Pair { input, output };
 
     /// Reduces `tensor` across ranks into `tensor` on rank `root`, in place
     /// (`torch.distributed.reduce`; other ranks' tensors are left as they are).
     ///
     /// Checks: `root` in range; the buffer and reduction as in `all_reduce`.
-    fn reduce<'r>(tensor: impl Output, op: impl Into<Reduction<'r>>, root: i32) => Op::Reduce { op: op.into(), root }, Single(tensor);
+    fn reduce<'r>(tensor: impl Output, op: impl Into<Reduction<'r>>, root: usize) => Op::Reduce { op: op.into(), root: checks::nccl_rank("root", root)? }, Single(tensor);
 
     /// Out-of-place [`Communicator::reduce`]: `output` on `root` gets the
     /// reduction of every rank's `input`.
     ///
     /// Checks: as `reduce`, plus the same data type and length for both.
-    fn reduce_into<'r>(input: impl Input, output: impl Output, op: impl Into<Reduction<'r>>, root: i32) => Op::Reduce { op: op.into(), root }, Pair { input, output };
+    fn reduce_into<'r>(input: impl Input, output: impl Output, op: impl Into<Reduction<'r>>, root: usize) => Op::Reduce { op: op.into(), root: checks::nccl_rank("root", root)? }, Pair { input, output };
 
     /// Gathers every rank's `input` into one `output` of world size x input
     /// elements, in rank order (`torch.distributed.all_gather_into_tensor`).
@@ -404,12 +421,12 @@ operations! {
     ///
     /// Checks: `dst` in range and, outside a [`Group`](nccl_core::Group), not this rank
     /// (NCCL would hang); the buffer as in `all_reduce`.
-    fn send(tensor: impl Input, dst: i32) => Op::Send { peer: dst }, ReadOnly(tensor);
+    fn send(tensor: impl Input, dst: usize) => Op::Send { peer: checks::nccl_rank("dst", dst)? }, ReadOnly(tensor);
 
     /// Receives into `tensor` from rank `src`.
     ///
     /// Checks: as [`Communicator::send`].
-    fn recv(tensor: impl Output, src: i32) => Op::Recv { peer: src }, Single(tensor);
+    fn recv(tensor: impl Output, src: usize) => Op::Recv { peer: checks::nccl_rank("src", src)? }, Single(tensor);
 
     /// Splits `input` into world size blocks, sends block `j` to rank `j`
     /// and concatenates the received blocks in rank order into `output`
@@ -429,7 +446,7 @@ operations! {
     ///
     /// Checks: `root` in range; on the root, output length = world size x
     /// input length; the same data type; the buffers as in `all_reduce`.
-    fn gather(output: impl Output, input: impl Input, root: i32) => Op::Gather { root }, Pair { input, output };
+    fn gather(output: impl Output, input: impl Input, root: usize) => Op::Gather { root: checks::nccl_rank("root", root)? }, Pair { input, output };
 
     /// Scatters `input` of rank `root` (world size x output elements):
     /// rank `r` gets block `r` in `output` (`torch.distributed.scatter`,
@@ -439,7 +456,7 @@ operations! {
     ///
     /// Checks: `root` in range; on the root, input length = world size x
     /// output length; the same data type; the buffers as in `all_reduce`.
-    fn scatter(output: impl Output, input: impl Input, root: i32) => Op::Scatter { root }, Pair { input, output };
+    fn scatter(output: impl Output, input: impl Input, root: usize) => Op::Scatter { root: checks::nccl_rank("root", root)? }, Pair { input, output };
 }
 
 /// An iterator with a known length, for the list checks.

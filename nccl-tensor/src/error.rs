@@ -50,7 +50,7 @@ pub enum Error {
         /// Its number of elements.
         given: usize,
         /// The communicator's world size.
-        world_size: i32,
+        world_size: usize,
     },
     /// A buffer on another device than the communicator's.
     #[error("{op}: {what} is on device {given}, but the communicator is on device {expected}")]
@@ -85,10 +85,11 @@ pub enum Error {
         op: &'static str,
         /// "root", "dst" or "src".
         what: &'static str,
-        /// The rank given.
+        /// The rank given, as the nccl-core [`Op`](nccl_core::Op) carries
+        /// it (NCCL's C `int`: a hand-made `Op` may hold a negative one).
         given: i32,
         /// The communicator's world size.
-        world_size: i32,
+        world_size: usize,
     },
     /// A send or receive to this rank itself outside a group, which NCCL
     /// would never complete.
@@ -99,7 +100,7 @@ pub enum Error {
         /// The operation.
         op: &'static str,
         /// The peer (this rank).
-        peer: i32,
+        peer: usize,
     },
     /// A data type the loaded NCCL does not know.
     #[error(
@@ -185,7 +186,7 @@ pub enum Error {
     )]
     UnpairedSelfExchange {
         /// This rank.
-        rank: i32,
+        rank: usize,
         /// Sends to it.
         sends: usize,
         /// Receives from it.
@@ -221,7 +222,7 @@ pub enum Error {
         /// Its number of entries.
         given: usize,
         /// The communicator's world size.
-        world_size: i32,
+        world_size: usize,
     },
     /// Split sizes that do not add up to their buffer's length.
     #[error(

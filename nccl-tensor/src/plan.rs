@@ -218,7 +218,7 @@ impl<'r> Plan<'r> {
                 checks::buffer(name, "output", &output, info)?;
                 checks::same_dtype(name, &input, &output)?;
                 let on_root = match op.rank_argument() {
-                    Some((_, root)) => root == info.rank,
+                    Some((_, root)) => checks::from_nccl(root) == info.rank,
                     None => true,
                 };
                 let check_spread = on_root || !rules.spread_on_root_only;
@@ -249,7 +249,7 @@ fn sized(
     info: &CommInfo,
     check_spread: bool,
 ) -> Result<usize> {
-    let world = info.world_size.max(1) as usize;
+    let world = info.world_size.max(1);
     // The reference is the first buffer of one block, else the input,
     // which then holds one block per rank.
     let input_is_reference = sizes.input == Extent::Block || sizes.output == Extent::World;

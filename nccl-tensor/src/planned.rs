@@ -72,7 +72,7 @@ impl Communicator {
         };
         if self.all_to_all == AllToAllMethod::SendRecv
             && matches!(plan.op, Op::AllToAll)
-            && let Some(parts) = call.point_to_point_parts(self.rank(), self.world_size())
+            && let Some(parts) = call.point_to_point_parts(self.core.rank(), self.core.world_size())
         {
             // SAFETY: each part lies within the planned buffers and
             // addresses a peer in range; the rest as below.

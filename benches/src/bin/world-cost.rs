@@ -310,9 +310,9 @@ fn communicator(
     let config = Config::new().blocking(blocking);
     Ok(Communicator::with_config(
         device.clone(),
-        world.size as i32,
+        world.size,
         id,
-        world.rank as i32,
+        world.rank,
         &config,
     )?)
 }

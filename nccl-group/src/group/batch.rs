@@ -13,10 +13,9 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use nccl_core::Op;
-use nccl_tensor::{NcclType, Tensor};
+use nccl_tensor::{NcclType, Tensor, nccl_rank};
 
 use super::issue::OpInfo;
-use super::ops::nccl_rank;
 use super::{GroupBuffers, OpResult, ProcessGroup};
 use crate::error::{GroupError, OpError};
 use crate::key::CommKey;
@@ -66,7 +65,8 @@ impl<B: GroupBuffers> P2POp<B> {
     /// The operation, with the peer as nccl-core's `i32`.
     ///
     /// # Errors
-    /// [`GroupError::InvalidArgument`] for a peer past `i32::MAX`.
+    /// An error of kind [`InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// for a peer past `i32::MAX` ([`nccl_tensor::nccl_rank`]).
     pub fn op(&self) -> crate::Result<Op<'static>> {
         Ok(if self.send {
             Op::Send {

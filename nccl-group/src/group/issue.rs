@@ -206,7 +206,7 @@ impl ProcessGroup {
             buffers,
             caller,
             |comm, stream, buffers| {
-                let op = route.op_on(op, comm.rank(), 1);
+                let op = route.op_on(op, comm.core().rank(), 1);
                 comm.plan(op, buffers.operands(), caller)?
                     .enqueue_on(stream)
             },
@@ -487,7 +487,7 @@ impl ProcessGroup {
                     .zip(buffers.iter_mut())
                     .zip(callers)
                     .map(|((comm, part), caller)| {
-                        let op = route.op_on(op, comm.rank(), count);
+                        let op = route.op_on(op, comm.core().rank(), count);
                         comm.plan(op, part.operands(), caller)
                     })
                     .collect::<nccl_tensor::Result<Vec<_>>>()?;

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{Group, Op, ReduceOp, Status};
-use nccl_tensor::{Communicator, NcclType, Tensor};
+use nccl_tensor::{Communicator, NcclType, Tensor, nccl_rank};
 
 use super::issue::OpInfo;
 use super::{Coalesced, GroupBuffers, GroupTensor, OpResult, ProcessGroup};
-use crate::error::{GroupError, OpError, Result};
+use crate::error::{OpError, Result};
 use crate::key::CommKey;
 use crate::work::{Work, WorkBuffers};
 
@@ -114,18 +114,6 @@ impl ProcessGroup {
             Err(error) => Err(Box::new(OpError { error, buffers })),
         }
     }
-}
-
-/// A rank of the group's API (`usize`, as [`ProcessGroup::rank`] gives)
-/// as nccl-core's `i32`: a root is a global rank, a peer a process's
-/// rank. Whether it is in range is the operation's check; here only the
-/// conversion is refused, naming the argument and the value given.
-pub(crate) fn nccl_rank(argument: &'static str, rank: usize) -> Result<i32> {
-    i32::try_from(rank).map_err(|_| GroupError::InvalidArgument {
-        argument,
-        expected: "a rank of the group (NCCL's ranks are C ints, at most 2147483647)".to_string(),
-        given: rank.to_string(),
-    })
 }
 
 /// The group's operations on one local GPU: each row is the whole
@@ -344,22 +332,4 @@ coalesced_operations! {
     /// Adds [`ProcessGroup::scatter`] on `buffers` (`(output, input)`) to
     /// the batch.
     fn scatter(buffers: B, root: usize) => Op::Scatter { root: nccl_rank("root", root)? };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::nccl_rank;
-
-    #[test]
-    fn a_rank_past_i32_is_refused_naming_the_argument_and_the_value() {
-        assert_eq!(nccl_rank("root", 3).unwrap(), 3);
-        assert_eq!(nccl_rank("dst", i32::MAX as usize).unwrap(), i32::MAX);
-        let error = nccl_rank("src", 1 << 31).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "invalid src: expected a rank of the group (NCCL's ranks are C ints, at most \
-             2147483647), got 2147483648"
-        );
-        assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument);
-    }
 }

@@ -119,7 +119,7 @@ fn ranks_bare_communicator_and_local_rank_from_the_launch_variables() {
         .unwrap_or_else(|e| panic!("{}: nccl_group::communicator: {e}", ctx.label()));
     assert_eq!(
         (comm.rank(), comm.world_size()),
-        (ctx.rank() as i32, ctx.world() as i32),
+        (ctx.rank(), ctx.world()),
         "{}",
         ctx.label()
     );

@@ -179,3 +179,20 @@ fn order_point_to_point_peer_before_buffer() {
         "recv: tensor is not contiguous (shape [2, 4], strides [1, 2]); make a contiguous copy first",
     );
 }
+
+/// The API's `usize` ranks become NCCL's C `int`; a value past `i32::MAX`
+/// is refused, naming the argument and the value given.
+#[test]
+fn a_rank_past_i32_is_refused_naming_the_argument_and_the_value() {
+    assert_eq!(nccl_tensor::nccl_rank("root", 3).unwrap(), 3);
+    assert_eq!(
+        nccl_tensor::nccl_rank("dst", i32::MAX as usize).unwrap(),
+        i32::MAX
+    );
+    let error = nccl_tensor::nccl_rank("src", 1 << 31).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid src: expected at most 2147483647 (NCCL's ranks are C ints), got 2147483648"
+    );
+    assert_eq!(error.kind(), nccl_tensor::ErrorKind::InvalidArgument);
+}

@@ -39,7 +39,7 @@ fn assert_rank_error(
     op: &'static str,
     what: &'static str,
     given: i32,
-    world_size: i32,
+    world_size: usize,
 ) {
     match result {
         Err(Error::RankOutOfRange {
@@ -136,10 +136,10 @@ fn gpu_root_and_peer_out_of_range() {
         1,
     );
     assert_rank_error(
-        comm.broadcast(&target_cell, -1, &stream),
+        comm.broadcast(&target_cell, 7, &stream),
         "broadcast",
         "root",
-        -1,
+        7,
         1,
     );
     assert_rank_error(
@@ -157,14 +157,33 @@ fn gpu_root_and_peer_out_of_range() {
         1,
     );
     assert_rank_error(
-        comm.reduce_into(&source, &target_cell, sum, i32::MAX, &stream),
+        comm.reduce_into(&source, &target_cell, sum, i32::MAX as usize, &stream),
         "reduce",
         "root",
         i32::MAX,
         1,
     );
     assert_rank_error(comm.send(&source, 1, &stream), "send", "dst", 1, 1);
-    assert_rank_error(comm.recv(&mut target, -1, &stream), "recv", "src", -1, 1);
+    assert_rank_error(comm.recv(&mut target, 3, &stream), "recv", "src", 3, 1);
+    // Past NCCL's C int: refused naming the argument and the value.
+    let past = comm
+        .broadcast(&mut target, 1 << 31, &stream)
+        .expect_err("a root past i32::MAX");
+    assert_eq!(past.kind(), nccl_tensor::ErrorKind::InvalidArgument);
+    assert!(
+        past.to_string().starts_with("invalid root: ")
+            && past.to_string().ends_with("got 2147483648"),
+        "{past}"
+    );
+    let mut batch = comm.batch(&stream);
+    batch.recv(&mut target, 0).send(&source, 1 << 31);
+    let past = batch.enqueue().expect_err("a batch's dst past i32::MAX");
+    assert_eq!(past.kind(), nccl_tensor::ErrorKind::InvalidArgument);
+    assert!(
+        past.to_string()
+            .starts_with("operation 1 of the batch: invalid dst: "),
+        "{past}"
+    );
     assert_rank_error(comm.recv(&target_cell, 1, &stream), "recv", "src", 1, 1);
     // Out of range inside a group too.
     {

@@ -45,7 +45,7 @@ fn multi_gpu_all_reduce_sum() {
     };
     let world = devices.len();
     let results = per_rank(devices, |comm, stream| {
-        let rank = comm.rank() as usize;
+        let rank = comm.rank();
         let mut tensor = upload(&stream, &input(rank, LEN));
         ok(
             comm.all_reduce(&mut tensor, ReduceOp::Sum, &stream),
@@ -102,7 +102,7 @@ fn multi_gpu_broadcast_from_root_1() {
         return;
     };
     let results = per_rank(devices, |comm, stream| {
-        let rank = comm.rank() as usize;
+        let rank = comm.rank();
         let mut tensor = upload(&stream, &input(rank, LEN));
         ok(
             comm.broadcast(&mut tensor, 1, &stream),
@@ -141,7 +141,7 @@ fn multi_gpu_reduce_to_root_1() {
     };
     let world = devices.len();
     let results = per_rank(devices, |comm, stream| {
-        let rank = comm.rank() as usize;
+        let rank = comm.rank();
         let source = upload(&stream, &input(rank, LEN));
         let mut target = poisoned::<f32>(&stream, LEN);
         ok(
@@ -183,7 +183,7 @@ fn multi_gpu_all_gather_into_tensor_and_list() {
     };
     let world = devices.len();
     let results = per_rank(devices, move |comm, stream| {
-        let rank = comm.rank() as usize;
+        let rank = comm.rank();
         let source = upload(&stream, &input(rank, LEN));
         let mut gathered = poisoned::<f32>(&stream, world * LEN);
         ok(
@@ -244,7 +244,7 @@ fn multi_gpu_reduce_scatter_tensor() {
     };
     let world = devices.len();
     let results = per_rank(devices, move |comm, stream| {
-        let rank = comm.rank() as usize;
+        let rank = comm.rank();
         let source = upload(&stream, &input(rank, world * BLOCK));
         let mut target = poisoned::<f32>(&stream, BLOCK);
         ok(
@@ -285,7 +285,7 @@ fn multi_gpu_all_to_all_single_both_methods() {
     };
     let world = devices.len();
     let results = per_rank(devices, move |mut comm, stream| {
-        let rank = comm.rank() as usize;
+        let rank = comm.rank();
         let mut outputs = Vec::new();
         for method in [AllToAllMethod::Auto, AllToAllMethod::SendRecv] {
             comm.set_all_to_all_method(method);
@@ -336,9 +336,9 @@ fn multi_gpu_send_recv_ring() {
     };
     let world = devices.len();
     let results = per_rank(devices, move |comm, stream| {
-        let rank = comm.rank() as usize;
-        let next = ((rank + 1) % world) as i32;
-        let previous = ((rank + world - 1) % world) as i32;
+        let rank = comm.rank();
+        let next = (rank + 1) % world;
+        let previous = (rank + world - 1) % world;
         let source = upload(&stream, &input(rank, LEN));
         let mut target = poisoned::<f32>(&stream, LEN);
         let group = Group::start().expect("group");
@@ -389,8 +389,8 @@ fn multi_gpu_all_gather_same_cell_twice_is_refused() {
         return;
     };
     let results = per_rank(devices, |comm, stream| {
-        let world = comm.world_size() as usize;
-        let rank = comm.rank() as usize;
+        let world = comm.world_size();
+        let rank = comm.rank();
         let source = upload(&stream, &input(rank, LEN));
         let shared = poisoned_cell::<f32>(&stream, LEN);
         let mut list = vec![shared.clone(), shared];

@@ -126,7 +126,7 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
         let label = |form: &str| label(&format!("{form} root {root}"));
         let mut tensor = upload(stream, mine);
         ok(
-            comm.reduce(&mut tensor, op.reduction, root as i32, stream),
+            comm.reduce(&mut tensor, op.reduction, root, stream),
             &label("reduce"),
         );
         // Off the root an in-place reduce leaves the buffer as it was.
@@ -135,7 +135,7 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
 
         let mut target = poisoned::<T>(stream, len);
         ok(
-            comm.reduce_into(&source, &mut target, op.reduction, root as i32, stream),
+            comm.reduce_into(&source, &mut target, op.reduction, root, stream),
             &label("reduce_into"),
         );
         let untouched = poison_values::<T>(len);
@@ -170,14 +170,14 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
         for root in [0, world - 1] {
             let label = rank.what::<T>(len, &format!("broadcast root {root}"));
             let mut tensor = upload(stream, mine);
-            ok(comm.broadcast(&mut tensor, root as i32, stream), &label);
+            ok(comm.broadcast(&mut tensor, root, stream), &label);
             assert_same(&download(stream, &tensor), &data[root], &label);
 
             let label = rank.what::<T>(len, &format!("broadcast_into root {root}"));
             let source = upload(stream, mine);
             let mut target = poisoned::<T>(stream, len);
             ok(
-                comm.broadcast_into(&source, &mut target, root as i32, stream),
+                comm.broadcast_into(&source, &mut target, root, stream),
                 &label,
             );
             assert_same(&download(stream, &target), &data[root], &label);
@@ -199,10 +199,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             let on_root = me == root;
             let label = rank.what::<T>(len, &format!("gather root {root}"));
             let mut target = poisoned::<T>(stream, if on_root { world * len } else { 0 });
-            ok(
-                comm.gather(&mut target, &source, root as i32, stream),
-                &label,
-            );
+            ok(comm.gather(&mut target, &source, root, stream), &label);
             if on_root {
                 assert_same(&download(stream, &target), &gathered, &label);
             }
@@ -210,10 +207,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             let label = rank.what::<T>(len, &format!("scatter root {root}"));
             let spread = upload(stream, if on_root { &gathered[..] } else { &[] });
             let mut target = poisoned::<T>(stream, len);
-            ok(
-                comm.scatter(&mut target, &spread, root as i32, stream),
-                &label,
-            );
+            ok(comm.scatter(&mut target, &spread, root, stream), &label);
             assert_same(&download(stream, &target), mine, &label);
         }
 
@@ -232,8 +226,8 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             len,
             "send to the next rank, recv from the previous, one Group",
         );
-        let next = ((me + 1) % world) as i32;
-        let previous = ((me + world - 1) % world) as i32;
+        let next = (me + 1) % world;
+        let previous = (me + world - 1) % world;
         let mut target = poisoned::<T>(stream, len);
         ok(
             (|| -> Result<Status> {
@@ -244,7 +238,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             })(),
             &label,
         );
-        assert_same(&download(stream, &target), &data[previous as usize], &label);
+        assert_same(&download(stream, &target), &data[previous], &label);
         assert_eq!(nccl_core::group_depth(), 0, "{label}: the group was closed");
 
         ok(comm.barrier(stream), &rank.what::<T>(len, "barrier"));
@@ -294,7 +288,7 @@ fn large<T: Elem>(rank: &Rank) {
     let root = world - 1;
     let label = rank.what::<T>(len, &format!("broadcast root {root} (64 MiB)"));
     ok(
-        comm.broadcast_into(&source, &mut target, root as i32, stream),
+        comm.broadcast_into(&source, &mut target, root, stream),
         &label,
     );
     assert_same(&download(stream, &target), &data[root], &label);

@@ -101,9 +101,7 @@ fn rings(rank: &Rank) {
     let source = upload(stream, &data[me]);
     let mut target = poisoned::<f32>(stream, len);
     let mut batch = comm.batch(stream);
-    batch
-        .send(&source, next as i32)
-        .recv(&mut target, previous as i32);
+    batch.send(&source, next).recv(&mut target, previous);
     ok(batch.enqueue(), &what);
     assert_same(&download(stream, &target), &data[previous], &what);
 
@@ -113,9 +111,7 @@ fn rings(rank: &Rank) {
         poisoned_cell::<f32>(stream, len),
     );
     let mut batch = comm.batch(stream);
-    batch
-        .recv(&target, previous as i32)
-        .send(&source, next as i32);
+    batch.recv(&target, previous).send(&source, next);
     ok(batch.enqueue(), &what);
     assert_same(
         &download_cell::<f32>(stream, &target),
@@ -127,9 +123,7 @@ fn rings(rank: &Rank) {
     let source = stream.clone_htod(&data[me]).expect("upload a slice");
     let mut target = stream.alloc_zeros::<f32>(len).expect("a slice");
     let mut batch = comm.batch(stream);
-    batch
-        .send(&source, next as i32)
-        .recv(&mut target, previous as i32);
+    batch.send(&source, next).recv(&mut target, previous);
     ok(batch.enqueue(), &what);
     let got = stream.clone_dtoh(&target).expect("download a slice");
     assert_same(&got, &data[previous], &what);
@@ -222,7 +216,7 @@ fn refusals(rank: &Rank) {
     let source = upload(stream, &rank_values::<f32>(31, me, 8));
     let mut target = poisoned::<f32>(stream, 8);
     let mut batch = comm.batch(stream);
-    batch.send(&source, me as i32);
+    batch.send(&source, me);
     let error = batch
         .enqueue()
         .expect_err("a send to itself with no receive");
@@ -239,13 +233,13 @@ fn refusals(rank: &Rank) {
     );
 
     let mut batch = comm.batch(stream);
-    batch.send(&source, world as i32).recv(&mut target, 0);
+    batch.send(&source, world).recv(&mut target, 0);
     let error = batch.enqueue().expect_err("a peer out of range");
     assert!(matches!(error, Error::InBatch { index: 0, .. }), "{error}");
 
     let cell = upload_cell(stream, &rank_values::<f32>(32, me, 8));
     let mut batch = comm.batch(stream);
-    batch.send(&cell, me as i32).recv(&cell, me as i32);
+    batch.send(&cell, me).recv(&cell, me);
     let error = batch.enqueue().expect_err("one cell sent and received");
     assert!(
         matches!(
@@ -259,7 +253,7 @@ fn refusals(rank: &Rank) {
     );
 
     let mut batch = comm.batch(stream);
-    batch.send(&source, me as i32).recv(&mut target, me as i32);
+    batch.send(&source, me).recv(&mut target, me);
     ok(
         batch.enqueue(),
         &rank.what::<f32>(8, "a send to itself after refusals"),

@@ -40,10 +40,7 @@ fn ranks_split_all() {
         .comm
         .split_all(None)
         .unwrap_or_else(|e| panic!("{}: split_all: {e}", rank.ranks.label()));
-    assert_eq!(
-        (child.rank(), child.world_size()),
-        (me as i32, world as i32)
-    );
+    assert_eq!((child.rank(), child.world_size()), (me, world));
     let everyone: Vec<usize> = (0..world).collect();
     sum_of_members(&child, &rank.stream, me, &everyone);
     sum_of_members(&rank.comm, &rank.stream, me, &everyone);
@@ -65,10 +62,9 @@ fn ranks_split_from_subset_and_excluded_ranks() {
     } else {
         (0..world).filter(|r| r % 2 == 1).rev().collect()
     };
-    let listed: Vec<i32> = members.iter().map(|&r| r as i32).collect();
     for nocolor in [false, true] {
         let member = members.contains(&me);
-        let list: &[i32] = if nocolor && !member { &[] } else { &listed };
+        let list: &[usize] = if nocolor && !member { &[] } else { &members };
         let how = if nocolor {
             "excluded ranks NOCOLOR"
         } else {
@@ -83,7 +79,7 @@ fn ranks_split_from_subset_and_excluded_ranks() {
                 let position = members.iter().position(|&r| r == me).unwrap();
                 assert_eq!(
                     (child.rank(), child.world_size()),
-                    (position as i32, members.len() as i32),
+                    (position, members.len()),
                     "{}: split_from {list:?} ({how})",
                     rank.ranks.label()
                 );
@@ -118,9 +114,9 @@ fn ranks_nonblocking_init_with_config_and_finalize() {
         .timeout(std::time::Duration::from_secs(120));
     let comm = Communicator::with_config(
         device.clone(),
-        ranks.world as i32,
+        ranks.world,
         ranks.unique_id("nonblocking"),
-        ranks.rank as i32,
+        ranks.rank,
         &config,
     )
     .unwrap_or_else(|e| panic!("{}: nonblocking init: {e}", ranks.label()));

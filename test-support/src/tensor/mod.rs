@@ -308,7 +308,7 @@ pub fn per_rank<R: Send + 'static>(
     body: impl Fn(Communicator, Arc<CudaStream>) -> R + Send + Sync + 'static,
 ) -> Vec<R> {
     let id = UniqueId::new().expect("unique id");
-    let world = devices.len() as i32;
+    let world = devices.len();
     let body = Arc::new(body);
     let threads: Vec<_> = devices
         .into_iter()
@@ -318,9 +318,9 @@ pub fn per_rank<R: Send + 'static>(
             std::thread::Builder::new()
                 .name(format!("rank-{rank}"))
                 .spawn(move || {
-                    let comm = Communicator::new(device.clone(), world, id, rank as i32)
+                    let comm = Communicator::new(device.clone(), world, id, rank)
                         .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
-                    assert_eq!((comm.rank(), comm.world_size()), (rank as i32, world));
+                    assert_eq!((comm.rank(), comm.world_size()), (rank, world));
                     let stream = device.new_stream().expect("stream");
                     body(comm, stream)
                 })

@@ -34,15 +34,12 @@ impl Rank {
         let device = ranks.device();
         let comm = Communicator::new(
             device.clone(),
-            ranks.world as i32,
+            ranks.world,
             ranks.unique_id(tag),
-            ranks.rank as i32,
+            ranks.rank,
         )
         .unwrap_or_else(|e| panic!("{}: init: {e}", ranks.label()));
-        assert_eq!(
-            (comm.rank(), comm.world_size()),
-            (ranks.rank as i32, ranks.world as i32)
-        );
+        assert_eq!((comm.rank(), comm.world_size()), (ranks.rank, ranks.world));
         let stream = device.new_stream().expect("stream");
         Some(Self {
             ranks,

@@ -128,6 +128,13 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "checks",
+            call: "checks::nccl_rank",
+            input: "root 2^31 (past NCCL's C int)",
+            expect: &["invalid root", "at most 2147483647", "got 2147483648"],
+            run: || err(checks::nccl_rank("root", 1 << 31)),
+        },
+        Row {
+            area: "checks",
             call: "checks::reduction",
             input: "fp8 max on compute capability 8.0",
             expect: &["max on f8e4m3", "9.0 or newer, this one is 8.0"],

@@ -51,7 +51,7 @@ pub const SELF_2_TEXT: &str = "peer 2 is this rank; a send or receive to itself 
 pub fn info() -> CommInfo {
     CommInfo {
         rank: 0,
-        world_size: WORLD as i32,
+        world_size: WORLD,
         device: 0,
         nccl_version: Version::new(2, 28, 3),
         compute_capability: (9, 0),
@@ -254,11 +254,9 @@ impl TwoBuffers {
     ) -> Result<()> {
         match self.op(reduction) {
             Some(op) => plan(op, info, pair(*input, *output)).map(drop),
-            None => checks::all_gather_list(
-                info,
-                input,
-                vec![*output; info.world_size as usize].into_iter(),
-            ),
+            None => {
+                checks::all_gather_list(info, input, vec![*output; info.world_size].into_iter())
+            }
         }
     }
 }
@@ -390,7 +388,7 @@ pub fn not_divisible<T: Debug>(
     result: Result<T>,
     (op, what): (&str, &str),
     given: usize,
-    world_size: i32,
+    world_size: usize,
     text: &str,
 ) {
     match expect_err(result, text) {
@@ -450,7 +448,7 @@ pub fn rank_out_of_range<T: Debug>(
     result: Result<T>,
     (op, what): (&str, &str),
     given: i32,
-    world_size: i32,
+    world_size: usize,
     text: &str,
 ) {
     match expect_err(result, text) {
@@ -465,7 +463,7 @@ pub fn rank_out_of_range<T: Debug>(
 }
 
 #[track_caller]
-pub fn self_peer<T: Debug>(result: Result<T>, op: &str, peer: i32, text: &str) {
+pub fn self_peer<T: Debug>(result: Result<T>, op: &str, peer: usize, text: &str) {
     match expect_err(result, text) {
         Error::SelfPeerOutsideGroup { op: o, peer: p } => assert_eq!((o, p), (op, peer)),
         other => panic!("expected SelfPeerOutsideGroup, got {other:?}"),
