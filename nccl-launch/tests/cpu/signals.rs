@@ -114,6 +114,20 @@ fn still_running_after_patience(pids: &[Pid]) -> Vec<Pid> {
     }
 }
 
+/// Checks that the launch exited with `code` and said `said` on stderr,
+/// and that none of `ranks` is left running.
+fn assert_ended(ended: &Ended, code: i32, said: &str, ranks: &[Pid]) {
+    assert_eq!(
+        ended.status.and_then(|s| s.code()),
+        Some(code),
+        "{}",
+        ended.stderr
+    );
+    assert!(ended.stderr.contains(said), "{}", ended.stderr);
+    let running = still_running_after_patience(ranks);
+    assert!(running.is_empty(), "still running: {running:?}");
+}
+
 #[test]
 fn sigterm_reaches_every_rank_before_the_grace_period_ends() {
     let dir = tempfile::tempdir().expect("a folder for the pids");
@@ -121,18 +135,11 @@ fn sigterm_reaches_every_rank_before_the_grace_period_ends() {
     let (launcher, ranks) = Launcher::start(dir.path(), &["--grace-period", LONG_GRACE], &script);
     launcher.signal(Signal::TERM);
     let ended = launcher.wait();
-    assert_eq!(
-        ended.status.and_then(|s| s.code()),
-        Some(128 + 15),
-        "{}",
-        ended.stderr
-    );
-    assert!(
-        ended
-            .stderr
-            .contains("SIGTERM received; forwarded to rank 0 (pid "),
-        "{}",
-        ended.stderr
+    assert_ended(
+        &ended,
+        128 + 15,
+        "SIGTERM received; forwarded to rank 0 (pid ",
+        &ranks,
     );
     // They ended by the forwarded SIGTERM: none was left for SIGKILL.
     assert!(
@@ -140,8 +147,6 @@ fn sigterm_reaches_every_rank_before_the_grace_period_ends() {
         "{}",
         ended.stderr
     );
-    let running = still_running_after_patience(&ranks);
-    assert!(running.is_empty(), "still running: {running:?}");
 }
 
 #[test]
@@ -151,21 +156,12 @@ fn ranks_that_ignore_sigterm_are_killed_after_the_grace_period() {
     let (launcher, ranks) = Launcher::start(dir.path(), &["--grace-period", "1"], &script);
     launcher.signal(Signal::TERM);
     let ended = launcher.wait();
-    assert_eq!(
-        ended.status.and_then(|s| s.code()),
-        Some(128 + 15),
-        "{}",
-        ended.stderr
+    assert_ended(
+        &ended,
+        128 + 15,
+        "still running 1s after SIGTERM; ended with SIGKILL",
+        &ranks,
     );
-    assert!(
-        ended
-            .stderr
-            .contains("still running 1s after SIGTERM; ended with SIGKILL"),
-        "{}",
-        ended.stderr
-    );
-    let running = still_running_after_patience(&ranks);
-    assert!(running.is_empty(), "still running: {running:?}");
 }
 
 #[test]
@@ -187,21 +183,12 @@ fn a_second_sigint_ends_the_ranks_at_once() {
     }
     launcher.signal(Signal::INT);
     let ended = launcher.wait();
-    assert_eq!(
-        ended.status.and_then(|s| s.code()),
-        Some(128 + 2),
-        "{}",
-        ended.stderr
+    assert_ended(
+        &ended,
+        128 + 2,
+        "still running at a second signal (SIGINT); ended with SIGKILL",
+        &ranks,
     );
-    assert!(
-        ended
-            .stderr
-            .contains("still running at a second signal (SIGINT); ended with SIGKILL"),
-        "{}",
-        ended.stderr
-    );
-    let running = still_running_after_patience(&ranks);
-    assert!(running.is_empty(), "still running: {running:?}");
 }
 
 #[test]
