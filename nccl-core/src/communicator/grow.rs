@@ -76,12 +76,8 @@ impl Communicator {
         let lib = self.shared.lib;
         Capabilities::of(lib).require(Capability::Grow)?;
         let grow = lib.functions().ncclCommGrow()?;
-        let mut raw_config = config
-            .map(|config| config.to_raw_for(lib.version()))
-            .transpose()?;
-        let config_ptr = raw_config
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        let mut raw_config = self.raw_config(config)?;
+        let config_ptr = super::split::config_ptr(&mut raw_config);
         let id = unique_id.map(|id| id.to_raw());
         let parent = self.raw_for_management()?;
         self.device.bind_to_thread()?;

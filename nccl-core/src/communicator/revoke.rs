@@ -126,22 +126,7 @@ impl Communicator {
                 given: "no rank".to_string(),
             });
         }
-        for (index, &rank) in exclude.iter().enumerate() {
-            if !(0..self.world_size).contains(&rank) {
-                return Err(Error::RankOutOfRange {
-                    what: "excluded rank",
-                    given: rank,
-                    world_size: self.world_size,
-                });
-            }
-            if exclude[..index].contains(&rank) {
-                return Err(Error::InvalidArgument {
-                    argument: "exclude",
-                    expected: "distinct ranks".to_string(),
-                    given: format!("rank {rank} twice"),
-                });
-            }
-        }
+        self.check_distinct_ranks(exclude, "exclude", "excluded rank")?;
         if exclude.contains(&self.rank) {
             return Err(Error::InvalidArgument {
                 argument: "exclude",
@@ -155,12 +140,8 @@ impl Communicator {
         let lib = self.shared.lib;
         Capabilities::of(lib).require(Capability::Shrink)?;
         let shrink = lib.functions().ncclCommShrink()?;
-        let mut raw_config = config
-            .map(|config| config.to_raw_for(lib.version()))
-            .transpose()?;
-        let config_ptr = raw_config
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        let mut raw_config = self.raw_config(config)?;
+        let config_ptr = super::split::config_ptr(&mut raw_config);
         let mut excluded: Vec<c_int> = exclude.to_vec();
         let count = c_int::try_from(excluded.len()).map_err(|_| Error::InvalidArgument {
             argument: "exclude",

@@ -5,10 +5,10 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Instant;
 
-use nccl_sys::{NCCL_SPLIT_NOCOLOR, ncclComm, ncclComm_t, ncclResult_t};
+use nccl_sys::{NCCL_SPLIT_NOCOLOR, ncclComm, ncclComm_t, ncclConfig_t, ncclResult_t};
 
 use super::Communicator;
-use crate::config::Config;
+use crate::config::{Config, RawConfig};
 use crate::error::{Error, Result};
 use crate::library::{check_accepted, require_version};
 
@@ -40,22 +40,7 @@ impl Communicator {
     /// # Errors
     /// Bad ranks, or as [`Communicator::split`].
     pub fn split_from(&self, ranks: &[i32], config: Option<&Config>) -> Result<Option<Self>> {
-        for (index, &rank) in ranks.iter().enumerate() {
-            if !(0..self.world_size).contains(&rank) {
-                return Err(Error::RankOutOfRange {
-                    what: "rank in split_from",
-                    given: rank,
-                    world_size: self.world_size,
-                });
-            }
-            if ranks[..index].contains(&rank) {
-                return Err(Error::InvalidArgument {
-                    argument: "ranks",
-                    expected: "distinct ranks".to_string(),
-                    given: format!("rank {rank} twice"),
-                });
-            }
-        }
+        self.check_distinct_ranks(ranks, "ranks", "rank in split_from")?;
         match ranks.iter().position(|&rank| rank == self.rank) {
             Some(position) => self.split(Some(0), position as i32, config),
             None => self.split(None, 0, config),
@@ -88,12 +73,8 @@ impl Communicator {
         let lib = self.shared.lib;
         require_version(lib, 2, 18, || "ncclCommSplit".to_string())?;
         let split = lib.functions().ncclCommSplit()?;
-        let mut raw_config = config
-            .map(|config| config.to_raw_for(lib.version()))
-            .transpose()?;
-        let config_ptr = raw_config
-            .as_mut()
-            .map_or(std::ptr::null_mut(), |c| c.as_mut_ptr());
+        let mut raw_config = self.raw_config(config)?;
+        let config_ptr = config_ptr(&mut raw_config);
         let parent = self.raw_for_management()?;
         self.device.bind_to_thread()?;
         let child = AtomicPtr::<ncclComm>::new(std::ptr::null_mut());
@@ -114,6 +95,42 @@ impl Communicator {
         check_accepted(lib, "ncclCommSplit", result)?;
         crate::trace::event!(debug, parent_rank = self.rank, color = ?color, key, "ncclCommSplit issued");
         self.adopt_child(&child, color.is_some(), config, "ncclCommSplit")
+    }
+
+    /// Checks that `ranks` (the argument `argument`) are distinct ranks of
+    /// this communicator, each `what` in an error.
+    pub(super) fn check_distinct_ranks(
+        &self,
+        ranks: &[i32],
+        argument: &'static str,
+        what: &'static str,
+    ) -> Result<()> {
+        for (index, &rank) in ranks.iter().enumerate() {
+            if !(0..self.world_size).contains(&rank) {
+                return Err(Error::RankOutOfRange {
+                    what,
+                    given: rank,
+                    world_size: self.world_size,
+                });
+            }
+            if ranks[..index].contains(&rank) {
+                return Err(Error::InvalidArgument {
+                    argument,
+                    expected: "distinct ranks".to_string(),
+                    given: format!("rank {rank} twice"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `config` as the loaded library's `ncclConfig_t` (checked against
+    /// its release), or `None` for NCCL's defaults: what split, shrink and
+    /// grow pass to NCCL, through [`config_ptr`].
+    pub(super) fn raw_config(&self, config: Option<&Config>) -> Result<Option<RawConfig>> {
+        config
+            .map(|config| config.to_raw_for(self.shared.lib.version()))
+            .transpose()
     }
 
     /// Takes the communicator `child` that `operation` (split or shrink)
@@ -193,4 +210,11 @@ impl Communicator {
         // SAFETY: `raw` is live, a communicator of this library.
         unsafe { super::raw::query(self.shared.lib, name, get, raw) }
     }
+}
+
+/// The pointer NCCL takes for `raw` ([`Communicator::raw_config`]): null
+/// for NCCL's defaults.
+pub(super) fn config_ptr(raw: &mut Option<RawConfig>) -> *mut ncclConfig_t {
+    raw.as_mut()
+        .map_or(std::ptr::null_mut(), RawConfig::as_mut_ptr)
 }
