@@ -40,6 +40,36 @@ pub fn tail(text: &str, max: usize) -> &str {
     &text[start..]
 }
 
+/// One launched rank's output, as [`rank_outputs`] prints it.
+pub struct RankOutput<'a> {
+    /// The rank.
+    pub rank: usize,
+    /// How it ended, as the launcher says it.
+    pub ending: String,
+    /// Its standard output.
+    pub stdout: &'a str,
+    /// Its standard error.
+    pub stderr: &'a str,
+}
+
+/// The last 3000 bytes of every rank's stdout and stderr, for a failure
+/// message of a test that launched them.
+pub fn rank_outputs<'a>(ranks: impl IntoIterator<Item = RankOutput<'a>>) -> String {
+    ranks
+        .into_iter()
+        .map(|r| {
+            format!(
+                "\n----- rank {} ({}) stdout (end) -----\n{}\n----- rank {} stderr (end) -----\n{}",
+                r.rank,
+                r.ending,
+                tail(r.stdout, 3000),
+                r.rank,
+                tail(r.stderr, 3000)
+            )
+        })
+        .collect()
+}
+
 /// Microseconds since the Unix epoch (processes on one host share the clock).
 pub fn unix_us() -> u64 {
     SystemTime::now()

@@ -26,7 +26,9 @@ use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
 use nccl_test_support::group::faults::{Gate, never_completes, serial};
 use nccl_test_support::group::{enqueued, world_of_one};
-use nccl_test_support::processes::{publish, spawn_child_test, tail, unix_us, wait_children};
+use nccl_test_support::processes::{
+    RankOutput, publish, rank_outputs, spawn_child_test, unix_us, wait_children,
+};
 
 const ABORT_CHILD: &str = "gpu_abort_process_child";
 
@@ -271,20 +273,12 @@ fn launch_fault(
 
 /// Every rank's output, for a failure message.
 fn outputs(outcome: &Outcome) -> String {
-    outcome
-        .ranks
-        .iter()
-        .map(|r| {
-            format!(
-                "\n----- rank {} ({:?}) stdout (end) -----\n{}\n----- rank {} stderr (end) -----\n{}",
-                r.rank,
-                r.ending,
-                tail(&r.stdout, 3000),
-                r.rank,
-                tail(&r.stderr, 3000)
-            )
-        })
-        .collect()
+    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
+        rank: r.rank,
+        ending: format!("{:?}", r.ending),
+        stdout: &r.stdout,
+        stderr: &r.stderr,
+    }))
 }
 
 /// What each rank must have done: the faulty one its fault, every other

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use nccl_group::{CommMode, StreamMode};
 use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
-use nccl_test_support::processes::{await_mark, publish, tail};
+use nccl_test_support::processes::{RankOutput, await_mark, publish, rank_outputs};
 
 /// What happens to the last rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,19 +309,12 @@ fn signal(pid: Option<u32>, signal: &str) -> Result<(), String> {
 }
 
 fn outputs(outcome: &Outcome) -> String {
-    outcome
-        .ranks
-        .iter()
-        .map(|r| {
-            format!(
-                "\n----- rank {} ({:?}) stdout -----\n{}\n----- stderr -----\n{}",
-                r.rank,
-                r.ending,
-                tail(&r.stdout, 2500),
-                tail(&r.stderr, 2500)
-            )
-        })
-        .collect()
+    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
+        rank: r.rank,
+        ending: format!("{:?}", r.ending),
+        stdout: &r.stdout,
+        stderr: &r.stderr,
+    }))
 }
 
 /// Sums the survivors' `lost-rank report` lines; any rank that did not
