@@ -241,13 +241,21 @@ fn time_batches(
     batches: u64,
     stream: &Arc<CudaStream>,
 ) -> Duration {
+    timed_in_chunks(batches, stream, || {
+        *tensors = issue.run(group, std::mem::take(tensors), stream);
+    })
+}
+
+/// The host time of `calls` calls of `call`, synchronising `stream` every
+/// [`CHUNK`] calls outside the timed part.
+fn timed_in_chunks(calls: u64, stream: &Arc<CudaStream>, mut call: impl FnMut()) -> Duration {
     let mut total = Duration::ZERO;
-    let mut left = batches;
+    let mut left = calls;
     while left > 0 {
         let chunk = left.min(CHUNK);
         let start = Instant::now();
         for _ in 0..chunk {
-            *tensors = issue.run(group, std::mem::take(tensors), stream);
+            call();
         }
         total += start.elapsed();
         stream.synchronize().expect("synchronize");
@@ -403,23 +411,13 @@ fn time_all_reduces(
     ops: u64,
     stream: &Arc<CudaStream>,
 ) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut left = ops;
-    while left > 0 {
-        let chunk = left.min(CHUNK);
-        let start = Instant::now();
-        for _ in 0..chunk {
-            let input = tensor.take().expect("the tensor is back after each wait");
-            let work = group
-                .all_reduce(input, ReduceOp::Sum, stream)
-                .unwrap_or_else(|e| panic!("all_reduce: {}", e.error));
-            *tensor = Some(work.wait().expect("Work::wait"));
-        }
-        total += start.elapsed();
-        stream.synchronize().expect("synchronize");
-        left -= chunk;
-    }
-    total
+    timed_in_chunks(ops, stream, || {
+        let input = tensor.take().expect("the tensor is back after each wait");
+        let work = group
+            .all_reduce(input, ReduceOp::Sum, stream)
+            .unwrap_or_else(|e| panic!("all_reduce: {}", e.error));
+        *tensor = Some(work.wait().expect("Work::wait"));
+    })
 }
 
 /// The group of `group_checks` with the check every `every` collectives.
