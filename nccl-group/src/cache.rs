@@ -126,6 +126,17 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
         Ok(value)
     }
 
+    /// Adds `value` under `key`, made elsewhere (a communicator a heal
+    /// shrank), replacing any value there; returns it shared.
+    pub fn insert(&self, key: K, value: V) -> Arc<V> {
+        let value = Arc::new(value);
+        self.ready
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, Arc::clone(&value));
+        value
+    }
+
     /// Removes every value (they are dropped when the last user lets go).
     /// A value still being created when this runs is added afterwards.
     pub fn clear(&self) -> Vec<Arc<V>> {

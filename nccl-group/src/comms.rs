@@ -135,13 +135,21 @@ impl Membership {
         index: usize,
         processes: usize,
     ) -> Result<Meeting<Arc<dyn Store>>> {
-        let scoped = store_key
-            .split('/')
-            .try_fold(Arc::clone(&self.store), |store, part| {
-                PrefixStore::new(store, part).map(|scoped| Arc::new(scoped) as Arc<dyn Store>)
-            })?;
+        let scoped = scoped_store(&self.store, store_key)?;
         Ok(Meeting::new(scoped, index, processes)?.with_timeout(self.timeout))
     }
+}
+
+/// `store` under `scope`, each of its `/`-separated parts a prefix.
+///
+/// # Errors
+/// An empty part.
+pub(crate) fn scoped_store(store: &Arc<dyn Store>, scope: &str) -> Result<Arc<dyn Store>> {
+    Ok(scope
+        .split('/')
+        .try_fold(Arc::clone(store), |store, part| {
+            PrefixStore::new(store, part).map(|scoped| Arc::new(scoped) as Arc<dyn Store>)
+        })?)
 }
 
 /// Numbers the keys of each class in order of first use. A key keeps its
@@ -240,6 +248,33 @@ impl<F: CommFactory> CommCache<F> {
             .values()
             .filter_map(|key| self.comms.get(key))
             .collect()
+    }
+
+    /// Every key created so far with its store key and communicators,
+    /// ordered by store key (the same order on every process).
+    pub fn keyed(&self) -> Vec<(String, CommKey, Arc<F::Comms>)> {
+        let created = self.created.lock().unwrap_or_else(PoisonError::into_inner);
+        created
+            .iter()
+            .filter_map(|(store_key, key)| Some((store_key.clone(), *key, self.comms.get(key)?)))
+            .collect()
+    }
+
+    /// Takes `comms`, made without a rendezvous (shrunk by a heal), as
+    /// `key`'s: numbered in its class like a created key, so processes
+    /// that adopt the same keys in the same order agree on the numbers.
+    pub fn adopt(&self, key: CommKey, comms: F::Comms) {
+        let m = &self.membership;
+        let sequence = self
+            .sequences
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .of(&key);
+        self.comms.insert(key, comms);
+        self.created
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.store_key(&m.name, m.generation, sequence), key);
     }
 
     /// Forgets every communicator, returning them ordered as [`CommCache::all`]

@@ -63,6 +63,17 @@ pub enum ErrorKind {
     /// mismatch; `is_timeout()` says whether it was a timeout. Create a
     /// new group.
     GroupFailed,
+    /// This rank was left out of the survivors' agreement on the next
+    /// generation ([`ProcessGroup::heal`](crate::ProcessGroup::heal)): it
+    /// came after the decision (stopped, slow) or was suspected and
+    /// absent. It must not take part in the healed group.
+    Excluded,
+    /// The survivors' agreement found fewer ranks than the heal's
+    /// minimum: the next generation was not formed.
+    TooFewSurvivors,
+    /// A handle of a group that was healed
+    /// ([`GroupError::Healed`]): use the group the heal returned.
+    Healed,
     /// The rendezvous store failed other than by a timeout: it could not
     /// be reached or bound, closed the connection, did not answer, refused
     /// the client, or its file or socket I/O failed.
@@ -108,6 +119,8 @@ impl From<nccl_rendezvous::ErrorKind> for ErrorKind {
             Rendezvous::InvalidArgument => ErrorKind::InvalidArgument,
             Rendezvous::Config => ErrorKind::Config,
             Rendezvous::Store => ErrorKind::Store,
+            Rendezvous::Excluded => ErrorKind::Excluded,
+            Rendezvous::TooFewSurvivors => ErrorKind::TooFewSurvivors,
             _ => ErrorKind::Other,
         }
     }
@@ -281,14 +294,17 @@ pub enum GroupError {
     },
     /// [`ProcessGroup::destroy`](crate::ProcessGroup::destroy) while
     /// graphs of the group live.
+    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) likewise.
     #[error(
-        "process group {name:?} cannot be destroyed while {graphs} of its CUDA graphs live: NCCL frees a \
-         communicator only once every graph that captured it is destroyed, so the finalize would wait for them; \
-         drop the GroupGraphs first"
+        "process group {name:?} cannot be {action} while {graphs} of its CUDA graphs live: NCCL frees a \
+         communicator only once every graph that captured it is destroyed, so releasing the group's \
+         communicators would wait for them; drop the GroupGraphs first"
     )]
     GraphsAlive {
         /// The group's name.
         name: String,
+        /// What was refused: `"destroyed"` or `"healed"`.
+        action: &'static str,
         /// How many graphs live.
         graphs: usize,
     },
@@ -303,6 +319,23 @@ pub enum GroupError {
         /// The operating system's error.
         #[source]
         source: std::io::Error,
+    },
+    /// A handle of generation `generation` of a group that
+    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) replaced: its
+    /// communicators were shrunk or released. Use the group the heal
+    /// returned ([`Healed::group`](crate::Healed::group)).
+    #[error(
+        "process group {name:?} generation {generation} was healed into generation {successor}; use the \
+         group ProcessGroup::heal returned (its handles, Works and registrations of generation {generation} \
+         are no longer usable)"
+    )]
+    Healed {
+        /// The group's name.
+        name: String,
+        /// This handle's generation.
+        generation: u64,
+        /// The generation that replaced it.
+        successor: u64,
     },
     /// A flight-recorder dump asked for was not written
     /// ([`ProcessGroup::dump_flight_recorder`](crate::ProcessGroup::dump_flight_recorder)).
@@ -330,6 +363,7 @@ impl GroupError {
     /// | `Mismatch` | [`ErrorKind::GroupFailed`] |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
+    /// | `Healed` | [`ErrorKind::Healed`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
     /// | `WatchdogStart` | [`ErrorKind::Io`] |
     /// | `Dump` | [`ErrorKind::InvalidArgument`] for [`DumpError::NoFolder`], else [`ErrorKind::Io`] |
@@ -349,6 +383,7 @@ impl GroupError {
                 ErrorKind::InvalidArgument
             }
             GroupError::Capture { .. } => ErrorKind::Unsupported,
+            GroupError::Healed { .. } => ErrorKind::Healed,
             GroupError::WatchdogStart { .. } => ErrorKind::Io,
             GroupError::Dump(DumpError::NoFolder) => ErrorKind::InvalidArgument,
             GroupError::Dump(_) => ErrorKind::Io,
@@ -403,6 +438,7 @@ impl GroupError {
             GroupError::WatchdogStart { .. } => "WatchdogStart",
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",
+            GroupError::Healed { .. } => "Healed",
         }
     }
 

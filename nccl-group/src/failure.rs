@@ -63,6 +63,11 @@ pub enum FailureCause {
     Aborted,
     /// The group was dropped while operations were pending.
     Dropped,
+    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) was called on
+    /// the live group (another rank saw the failure first): its pending
+    /// operations failed, and the survivors went on as the next
+    /// generation.
+    Healing,
     /// NCCL accepted the operation, then something failed before its end
     /// could be tracked (waiting for a nonblocking communicator, recording
     /// its end event): it was left in flight, so the group cannot go on.
@@ -175,6 +180,7 @@ impl fmt::Display for FailureCause {
             FailureCause::Cuda { error } => write!(f, "failed: CUDA error: {error}"),
             FailureCause::Aborted => write!(f, "was pending when the group was aborted"),
             FailureCause::Dropped => write!(f, "was pending when the group was dropped"),
+            FailureCause::Healing => write!(f, "was pending when the group was healed"),
             FailureCause::Enqueue { error } => {
                 write!(f, "failed after NCCL accepted it: {error}")
             }

@@ -23,6 +23,7 @@ mod dumps;
 mod factory;
 mod graph;
 mod handoff;
+mod heal;
 mod health;
 mod issue;
 mod lifecycle;
@@ -31,7 +32,7 @@ pub mod options;
 mod register;
 
 use std::sync::atomic::AtomicU8;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use batch::{Coalesced, P2POp};
@@ -40,6 +41,7 @@ pub(crate) use capture::Keeper;
 pub use capture::{GraphCapture, Uncapturable};
 pub(crate) use factory::{LocalComms, Member, NcclFactory};
 pub use graph::GroupGraph;
+pub use heal::{HealOptions, HealPath, Healed};
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 pub use register::GroupRegistered;
 
@@ -59,6 +61,8 @@ const LIVE: u8 = 0;
 const ABORTED: u8 = 1;
 const DESTROYED: u8 = 2;
 const FAILED: u8 = 3;
+/// Replaced by the generation a heal made ([`GroupError::Healed`]).
+const HEALED: u8 = 4;
 
 struct Inner {
     cache: CommCache<NcclFactory>,
@@ -76,6 +80,11 @@ struct Inner {
     local_rank: Option<usize>,
     /// The collective check, when it is on.
     checks: Option<Checker>,
+    /// The heal of this generation, once done: every later heal returns
+    /// it (the lock also makes concurrent heals one).
+    healed: Mutex<Option<heal::HealRecord>>,
+    /// The generation that replaced this one (set with `HEALED`).
+    successor: OnceLock<u64>,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -198,14 +207,23 @@ impl ProcessGroup {
             store_address,
             options.timeout,
         )?;
+        Self::start(membership, options, local_rank, Arc::new(OnceMap::new()))
+    }
+
+    /// A group of `membership`, watched by the process's watchdog, with
+    /// the device pools `pools` (a heal's new generation keeps the old
+    /// one's).
+    fn start(
+        membership: Membership,
+        options: GroupOptions,
+        local_rank: Option<usize>,
+        pools: Arc<OnceMap<usize, crate::pool::DevicePool>>,
+    ) -> Result<Self> {
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
         let checks = checking::checker(options.collective_checks, &membership);
         let recorder = FlightRecorder::new(options.recorder_capacity);
         let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
-        let factory = NcclFactory {
-            pools: OnceMap::new(),
-            options,
-        };
+        let factory = NcclFactory { pools, options };
         let verification = Arc::new(Verification::new(&membership.name));
         let inner = Arc::new(Inner {
             cache: CommCache::new(membership, factory),
@@ -218,6 +236,8 @@ impl ProcessGroup {
             requests,
             local_rank,
             checks,
+            healed: Mutex::new(None),
+            successor: OnceLock::new(),
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));
@@ -332,6 +352,12 @@ impl ProcessGroup {
     /// The options the group was created with.
     pub fn options(&self) -> &GroupOptions {
         &self.inner.cache.factory().options
+    }
+
+    /// The group's generation: its instance's number among groups of the
+    /// same name, one more after each [`heal`](Self::heal).
+    pub fn generation(&self) -> u64 {
+        self.inner.cache.membership().generation
     }
 
     /// The group's name.

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use nccl_core::{AbortHandle, Device, UniqueId};
+use nccl_core::{AbortHandle, Capability, Device, ShrinkMode, UniqueId};
 use nccl_tensor::{Communicator, SharedComm, SharedCommGuard};
 
 use super::{CommMode, GroupOptions};
@@ -105,6 +105,16 @@ impl Member {
         self.comm.lock()
     }
 
+    /// Revokes the communicator if NCCL can and no thread is in a NCCL
+    /// call on it; whether it is revoked now.
+    fn try_revoke(&self) -> bool {
+        let Some(comm) = self.comm.try_lock() else {
+            return false;
+        };
+        let core = comm.core();
+        core.capabilities().has(Capability::Revoke) && core.revoke().is_ok()
+    }
+
     /// Notes that the lock holder started enqueueing at `started`, with
     /// `timeout`, until the guard drops: an enqueue that blocks past it
     /// (NCCL waiting for a peer that never connects, a custom operation
@@ -154,6 +164,78 @@ impl LocalComms {
         }
     }
 
+    /// Stops every communicator for good: revoked when `revoke` asks, the
+    /// loaded NCCL can ([`Capability::Revoke`]) and no thread is inside a
+    /// NCCL call on it (its lock is free: a revoke must not overlap
+    /// another call, where an abort may); aborted otherwise, and after a
+    /// failed revoke.
+    pub(super) fn release(&self, revoke: bool) {
+        for member in &self.members {
+            if revoke && member.try_revoke() {
+                continue;
+            }
+            let _ = member.abort.abort();
+        }
+    }
+
+    /// Whether a heal can shrink these communicators: one device, revoked
+    /// by the failure (not aborted), on a NCCL with `ncclCommShrink`.
+    pub(super) fn shrinkable(&self) -> bool {
+        let [member] = self.members.as_slice() else {
+            return false;
+        };
+        let Some(comm) = member.comm.try_lock() else {
+            return false;
+        };
+        let core = comm.core();
+        core.is_revoked() && core.capabilities().has(Capability::Shrink)
+    }
+
+    /// `ncclCommShrink` of a [`shrinkable`](Self::shrinkable) set,
+    /// leaving out the NCCL ranks `exclude`, bounded by `timeout` (a
+    /// blocking shrink waits for every survivor on a helper thread; a
+    /// nonblocking one is polled). The new communicator keeps the
+    /// parent's device pool and NCCL stream; the parent stays revoked,
+    /// for its owner to drop (which aborts it).
+    pub(super) fn shrink(&self, exclude: &[i32], timeout: Duration) -> Result<LocalComms> {
+        let [member] = self.members.as_slice() else {
+            return Err(crate::error::GroupError::InvalidArgument {
+                argument: "communicators to shrink",
+                expected: "the communicators of one device".to_string(),
+                given: format!("{} devices", self.members.len()),
+            });
+        };
+        let comm = Arc::clone(&member.comm);
+        let exclude = exclude.to_vec();
+        let started = Instant::now();
+        let shrunk = match run_bounded("nccl-group-shrink", timeout, move || {
+            comm.lock()
+                .core()
+                .shrink(&exclude, ShrinkMode::Default, None)
+        }) {
+            Bounded::Returned(shrunk) => shrunk?,
+            Bounded::Stalled => {
+                // The abort releases the parent's blocked shrink.
+                let _ = member.abort.abort();
+                return Err(nccl_core::Error::Timeout {
+                    operation: "ncclCommShrink",
+                    waited: started.elapsed(),
+                }
+                .into());
+            }
+        };
+        let abort = shrunk.abort_handle();
+        Ok(LocalComms {
+            members: vec![Member {
+                comm: Arc::new(SharedComm::new(Communicator::from_core(shrunk)?)),
+                abort,
+                pool: Arc::clone(&member.pool),
+                stream: Arc::clone(&member.stream),
+                enqueue: EnqueueWatch::default(),
+            }],
+        })
+    }
+
     /// An enqueue on one of these communicators that has run past its
     /// timeout at `now`, if any.
     pub(super) fn blocked_enqueue(&self, now: Instant) -> Option<BlockedEnqueue> {
@@ -198,7 +280,8 @@ impl LocalComms {
 
 /// Creates real NCCL communicators, with one [`DevicePool`] per device.
 pub struct NcclFactory {
-    pub(super) pools: OnceMap<usize, DevicePool>,
+    /// Shared with the generations a heal makes of the group.
+    pub(super) pools: Arc<OnceMap<usize, DevicePool>>,
     pub(super) options: GroupOptions,
 }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::factory::CommHealth;
-use super::{ABORTED, FAILED, Inner, LIVE, LocalComms};
+use super::{ABORTED, FAILED, HEALED, Inner, LIVE, LocalComms};
 use crate::analysis::Divergence;
 use crate::error::{GroupError, Result};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
@@ -69,6 +69,11 @@ impl Inner {
             LIVE => Ok(()),
             ABORTED => Err(GroupError::Aborted { name: name() }),
             FAILED => Err(GroupError::Failed(self.stored_failure())),
+            HEALED => Err(GroupError::Healed {
+                name: name(),
+                generation: self.cache.membership().generation,
+                successor: self.successor.get().copied().unwrap_or_default(),
+            }),
             _ => Err(GroupError::Destroyed { name: name() }),
         }
     }
@@ -96,8 +101,11 @@ impl Inner {
     pub(super) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>, finish: Finish) {
         // No operation is stuck when creation timed out, and the ranks that
         // never joined are named already: nothing to ask the others.
+        // A heal asks its peers only for their progress: it does not wait
+        // for RAS's view.
         let exchange = match cause {
             FailureCause::Creation { .. } => Exchange::No,
+            FailureCause::Healing => Exchange::PeersOnly,
             _ => Exchange::WithPeers,
         };
         if self
@@ -229,8 +237,10 @@ impl Inner {
             Exchange::WithPeers => self.ras_view(),
             Exchange::PeersOnly | Exchange::No => None,
         };
-        let abort = abort_bounded(self.cache.all(), self.options().abort_timeout);
-        crate::trace::event!(warn, group = %m.name, outcome = ?abort, "communicators aborted");
+        // A failure keeps what a heal can shrink; an abort keeps nothing.
+        let revoke = self.options().revoke_on_failure && failure.cause != FailureCause::Aborted;
+        let abort = release_bounded(self.cache.all(), self.options().abort_timeout, revoke);
+        crate::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
         let mut findings = Findings {
             ras,
             ..Findings::default()
@@ -308,11 +318,18 @@ impl Inner {
 }
 
 /// Aborts every communicator on a helper thread, waiting at most `bound`.
-fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
+pub(super) fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
+    release_bounded(comms, bound, false)
+}
+
+/// Releases every communicator ([`LocalComms::release`]: revoked where
+/// `revoke` asks and NCCL can, else aborted) on a helper thread, waiting
+/// at most `bound`.
+fn release_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration, revoke: bool) -> AbortOutcome {
     let started = Instant::now();
     match run_bounded("nccl-group-abort", bound, move || {
         for comms in &comms {
-            comms.abort();
+            comms.release(revoke);
         }
     }) {
         Bounded::Returned(()) => AbortOutcome::Aborted(started.elapsed()),

@@ -91,6 +91,7 @@ impl ProcessGroup {
         if graphs > 0 {
             return Err(GroupError::GraphsAlive {
                 name: self.name().to_string(),
+                action: "destroyed",
                 graphs,
             });
         }

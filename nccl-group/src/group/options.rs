@@ -47,6 +47,16 @@ pub struct GroupOptions {
     /// How long an abort may take before it is left running on its own
     /// thread and reported as stalled. Default 10 s.
     pub abort_timeout: Duration,
+    /// When the group fails, revoke its communicators
+    /// (`ncclCommRevoke`, NCCL 2.28.7) instead of aborting them, where the
+    /// loaded NCCL can and no thread is inside a NCCL call on them: a
+    /// revoked communicator stops its work but stays allocated, so that
+    /// [`ProcessGroup::heal`](super::ProcessGroup::heal) can shrink it
+    /// (`ncclCommShrink`) instead of making a new one. Either way the
+    /// group is failed and every later call gets the failure. Default
+    /// `true`; `false` always aborts (the heal then creates fresh
+    /// communicators).
+    pub revoke_on_failure: bool,
     /// What the watchdog does after it fails the group.
     pub on_failure: FailurePolicy,
     /// How many operations the flight recorder keeps (0 counts as 1). At
@@ -117,6 +127,7 @@ impl Default for GroupOptions {
             timeout: crate::store::DEFAULT_TIMEOUT,
             op_timeout: DEFAULT_OP_TIMEOUT,
             abort_timeout: Duration::from_secs(10),
+            revoke_on_failure: true,
             on_failure: FailurePolicy::ReturnErrors,
             recorder_capacity: 2048,
             dump_dir: Some(
@@ -227,6 +238,13 @@ impl GroupOptions {
     /// With this bound on aborts.
     pub fn with_abort_timeout(mut self, timeout: Duration) -> Self {
         self.abort_timeout = timeout;
+        self
+    }
+
+    /// With or without revoking the communicators when the group fails
+    /// ([`GroupOptions::revoke_on_failure`]).
+    pub fn with_revoke_on_failure(mut self, revoke: bool) -> Self {
+        self.revoke_on_failure = revoke;
         self
     }
 

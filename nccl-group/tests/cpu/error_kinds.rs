@@ -121,6 +121,24 @@ fn one_of_each_store_variant() -> Vec<(StoreError, ErrorKind)> {
             failed,
         ),
         (
+            StoreError::Excluded {
+                rank: 2,
+                generation: 1,
+                reason: nccl_group::store::meet::agree::ExclusionReason::NotArrived,
+                survivors: vec![0, 1, 3],
+            },
+            ErrorKind::Excluded,
+        ),
+        (
+            StoreError::TooFewSurvivors {
+                generation: 1,
+                survivors: vec![0],
+                min_survivors: 2,
+                world_size: 4,
+            },
+            ErrorKind::TooFewSurvivors,
+        ),
+        (
             StoreError::Protocol {
                 addr: addr(),
                 detail: "bad magic".to_string(),
@@ -252,9 +270,18 @@ fn one_of_each_group_variant() -> Vec<(GroupError, ErrorKind)> {
         (
             GroupError::GraphsAlive {
                 name: name(),
+                action: "healed",
                 graphs: 2,
             },
             ErrorKind::InvalidArgument,
+        ),
+        (
+            GroupError::Healed {
+                name: name(),
+                generation: 0,
+                successor: 1,
+            },
+            ErrorKind::Healed,
         ),
         (
             GroupError::Dump(nccl_group::dumps::DumpError::NoFolder),

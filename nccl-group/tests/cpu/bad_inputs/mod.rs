@@ -2,7 +2,8 @@
 //! argument check of every operation (`nccl_tensor::checks`), the core
 //! types (`Config`, `UniqueId`, `scalar_bytes`, the library loader), the
 //! group's keys, membership and stores, every launch environment
-//! variable `RendezvousConfig` reads, and the survivors' agreement. Each
+//! variable `RendezvousConfig` reads, the survivors' agreement and the
+//! heal. Each
 //! row runs one bad call and checks that the error names both what was
 //! expected and what was given.
 //!
@@ -10,12 +11,13 @@
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
 //! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
-//! `options_rows`, `store_rows` and `agree_rows`.
+//! `options_rows`, `store_rows`, `agree_rows` and `heal_rows`.
 
 mod agree_rows;
 mod batch_rows;
 mod core_rows;
 mod group_rows;
+mod heal_rows;
 mod options_rows;
 mod store_rows;
 mod tensor_rows;
@@ -66,6 +68,7 @@ fn rows() -> Vec<Row> {
         group_rows::rows(),
         store_rows::rows(),
         agree_rows::rows(),
+        heal_rows::rows(),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,160 @@
+//! Healing in place after lost ranks ([`ProcessGroup::heal`]), on the
+//! NCCL the run loads (`NCCL_LIBRARY`): with revoke and shrink (2.28.7 and
+//! later) the survivors shrink the revoked communicators; without, they
+//! make fresh ones. Each launch is simulated hosts on GPU 0 when there
+//! are fewer GPUs than ranks.
+//!
+//! * `gpu_heal_loses_two_ranks_and_goes_on`: world 4; rank 3 exits
+//!   between operations while each survivor has operations outstanding;
+//!   the survivors heal from 8 threads at once to 3, then run 100 rounds
+//!   of all_reduce, all_gather, a batched send/recv ring and a ring on
+//!   pair communicators, every element checked against the members' old
+//!   ranks; then (old) rank 2 is SIGKILLed with an operation in flight,
+//!   and the last two heal to 2 and run 100 rounds more. On both
+//!   communicator modes, shrinking and re-creating
+//!   (`HealOptions::with_shrink(false)`).
+//! * `gpu_heal_excludes_a_stopped_rank`: world 3; rank 2 stops itself
+//!   (SIGSTOP) with an operation in flight; the others time out, heal to
+//!   2 and run 20 rounds; rank 0 then continues rank 2, which must get a
+//!   clear error from its operation and `Excluded` from its own heal,
+//!   while the two run 20 rounds more undisturbed.
+
+mod rank;
+
+use std::path::Path;
+use std::time::Duration;
+
+use nccl_group::CommMode;
+use nccl_launch::{Launch, Outcome, Placement, WaitPolicy};
+use nccl_test_support as support;
+use nccl_test_support::processes::{RankOutput, rank_outputs};
+
+const SCENARIO_VAR: &str = "HEAL_SCENARIO";
+const COMMS_VAR: &str = "HEAL_COMMS";
+const SHRINK_VAR: &str = "HEAL_SHRINK";
+const CHILD: &str = "gpu_heal_child";
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// What a launch does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scenario {
+    LoseTwo,
+    Stopped,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::LoseTwo => "lose-two",
+            Scenario::Stopped => "stopped",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        [Scenario::LoseTwo, Scenario::Stopped]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+fn launch(exe: &Path, world: usize, scenario: Scenario, comms: CommMode, shrink: bool) -> Outcome {
+    let comms = if comms == CommMode::Nonblocking {
+        "nonblocking"
+    } else {
+        "blocking"
+    };
+    let launch = Launch::new(world)
+        .expect("a launch")
+        .placement(Placement::Auto)
+        .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
+        .timeout(Some(LAUNCH_TIMEOUT))
+        .keep_output(true)
+        .env(SCENARIO_VAR, scenario.name())
+        .env(COMMS_VAR, comms)
+        .env(SHRINK_VAR, if shrink { "1" } else { "0" })
+        .env("NCCL_RS_STORE", "tcp")
+        .env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
+    let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
+    let job = launch.spawn(exe, args).expect("spawn the ranks");
+    job.wait(WaitPolicy::All)
+}
+
+fn outputs(outcome: &Outcome) -> String {
+    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
+        rank: r.rank,
+        ending: format!("{:?}", r.ending),
+        stdout: &r.stdout,
+        stderr: &r.stderr,
+    }))
+}
+
+/// Every rank succeeded but those `dies` names, which must not have,
+/// and each survivor's `heal ...` lines are echoed.
+fn check(label: &str, outcome: &Outcome, dies: impl Fn(usize) -> bool) {
+    let mut problems = Vec::new();
+    if outcome.timed_out {
+        problems.push(format!("the launch ran past {LAUNCH_TIMEOUT:?}"));
+    }
+    for r in &outcome.ranks {
+        if r.succeeded() == dies(r.rank) {
+            problems.push(format!("rank {} ended {:?}", r.rank, r.ending));
+        }
+        for line in r.stdout.lines().filter(|l| l.starts_with("heal ")) {
+            println!("{label}: rank {}: {line}", r.rank);
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{label}: {}{}",
+        problems.join("; "),
+        outputs(outcome)
+    );
+}
+
+#[test]
+fn gpu_heal_loses_two_ranks_and_goes_on() {
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let exe = std::env::current_exe().expect("the test binary");
+    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+        for shrink in [true, false] {
+            let label = format!("world 4 -> 3 -> 2, {comms:?}, shrink {shrink}");
+            let outcome = launch(&exe, 4, Scenario::LoseTwo, comms, shrink);
+            // Rank 3 exits with status 0; rank 2 kills itself.
+            check(&label, &outcome, |rank| rank == 2);
+        }
+    }
+}
+
+#[test]
+fn gpu_heal_excludes_a_stopped_rank() {
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let exe = std::env::current_exe().expect("the test binary");
+    let outcome = launch(&exe, 3, Scenario::Stopped, CommMode::Blocking, true);
+    check("world 3, rank 2 stopped", &outcome, |_| false);
+    let stopped = &outcome.ranks[2].stdout;
+    assert!(
+        stopped.contains("heal stopped rank: excluded"),
+        "the stopped rank's heal{}",
+        outputs(&outcome)
+    );
+}
+
+/// One rank of a launch (SKIP unless launched by the tests above).
+#[test]
+fn gpu_heal_child() {
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let Some(scenario) = std::env::var(SCENARIO_VAR)
+        .ok()
+        .and_then(|s| Scenario::from_name(&s))
+    else {
+        println!("SKIP: {CHILD} runs only as a rank launched by the heal tests");
+        return;
+    };
+    rank::run(scenario);
+}
