@@ -179,7 +179,13 @@ impl LocalComms {
     }
 
     /// Whether a heal can shrink these communicators: one device, revoked
-    /// by the failure (not aborted), on a NCCL with `ncclCommShrink`.
+    /// by the failure (not aborted), on a NCCL with `ncclCommShrink`, and
+    /// no asynchronous error left on it. NCCL's shrink starts with
+    /// `ncclCommEnsureReady`, which refuses a communicator with one, and a
+    /// revoke clears the communicator's own error but not its proxy's: a
+    /// peer's closed socket (`ncclRemoteError`) stays, so a shrink after a
+    /// rank's death fails in NCCL 2.28.9 and 2.30.7, where one after a
+    /// timeout (a stopped rank) works.
     pub(super) fn shrinkable(&self) -> bool {
         let [member] = self.members.as_slice() else {
             return false;
@@ -188,7 +194,9 @@ impl LocalComms {
             return false;
         };
         let core = comm.core();
-        core.is_revoked() && core.capabilities().has(Capability::Shrink)
+        core.is_revoked()
+            && core.capabilities().has(Capability::Shrink)
+            && matches!(core.async_error(), Ok(nccl_core::Status::Success))
     }
 
     /// `ncclCommShrink` of a [`shrinkable`](Self::shrinkable) set,

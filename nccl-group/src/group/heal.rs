@@ -349,21 +349,26 @@ impl ProcessGroup {
             .collect();
         if common.is_empty() {
             return recreated(
-                "no communicator every survivor could shrink (the failure aborted them: a thread \
-                 was in a NCCL call, or GroupOptions::revoke_on_failure is off)"
+                "no communicator every survivor could shrink: the failure aborted them (a thread \
+                 was in a NCCL call, or GroupOptions::revoke_on_failure is off), or NCCL still \
+                 reports the lost peer's error on them (a closed socket survives a revoke, and \
+                 ncclCommShrink refuses a communicator with an error)"
                     .into(),
             );
         }
+        let mut first_error = None;
         let shrunk: Vec<Option<LocalComms>> = common
             .iter()
-            .map(|(_name, _, comms)| {
-                comms
-                    .shrink(&lost, options.timeout)
-                    .inspect_err(|_error| {
-                        crate::trace::event!(warn, key = %_name, error = %_error, "shrink failed");
-                    })
-                    .ok()
-            })
+            .map(
+                |(name, _, comms)| match comms.shrink(&lost, options.timeout) {
+                    Ok(shrunk) => Some(shrunk),
+                    Err(error) => {
+                        crate::trace::event!(warn, key = %name, %error, "shrink failed");
+                        first_error.get_or_insert_with(|| format!("{name}: {error}"));
+                        None
+                    }
+                },
+            )
             .collect();
         let flags: Vec<u8> = shrunk.iter().map(|s| u8::from(s.is_some())).collect();
         let everyone = meeting.all_gather("shrunk", &flags)?;
@@ -378,6 +383,12 @@ impl ProcessGroup {
                 Some(comms) => comms.abort(),
                 None => {}
             }
+        }
+        if carried == 0 {
+            return recreated(format!(
+                "ncclCommShrink failed on a survivor ({})",
+                first_error.as_deref().unwrap_or("on another rank")
+            ));
         }
         Ok(HealPath::Shrunk {
             shrunk: carried,
