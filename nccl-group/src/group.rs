@@ -6,7 +6,7 @@
 //! operations, one nccl-tensor operation each), `batch` (several
 //! operations in one NCCL group: batched point-to-point, coalesced
 //! collectives, all_to_all of any sizes), `buffers` (the buffers an
-//! operation owns), `issue` (the engine they
+//! operation owns or borrows), `issue` (the engine they
 //! share: routing, recorder, watchdog tracking, errors), `handoff` (the
 //! stream handoff and end events), `checking` (the collective check),
 //! `capture` and `graph` (operations captured in CUDA graphs, the graphs'
@@ -128,6 +128,57 @@ struct Inner {
 /// Operations take tensors by value and give them back from
 /// [`Work::wait`]; when they fail before enqueueing, the [`OpError`]
 /// carries them back.
+///
+/// # Borrowed memory
+/// Memory a framework owns (candle's `CudaSlice`s) is passed as a borrow,
+/// without a copy and without giving it up: every one-device operation
+/// (`all_reduce`, `broadcast`, `reduce`, `all_gather_into_tensor`,
+/// `reduce_scatter_tensor`, `all_to_all_single`, `gather`, `scatter`,
+/// `send`, `recv`, [`issue`](Self::issue), [`coalesced`](Self::coalesced)
+/// batches and [`batch_isend_irecv`](Self::batch_isend_irecv)) takes
+/// `&mut CudaSlice<T>` or a `CudaViewMut<T>` where it takes a tensor, and
+/// the out-of-place forms take an `(output, input)` of `&mut CudaSlice<T>`
+/// and `&CudaSlice<T>`, or of `CudaViewMut<T>` and `CudaView<T>` (a part
+/// of a slice: `slice.slice_mut(range)`, `slice.slice(range)`). The rules:
+///
+/// * The [`Work`] holds the borrow (`Work<&'a mut CudaSlice<T>>`): the
+///   memory cannot be read, written or freed until the work is waited
+///   for, which hands the borrow back, or dropped.
+/// * The operation is the same as on a tensor: the same checks (a wrong
+///   length, type or device is an `Err` with the borrow handed back), the
+///   deadline and the watchdog, the stream handoff, and a flight record
+///   with the slices' element counts.
+/// * [`Work::wait`] makes the caller's stream wait for the operation.
+///   Dropping the work unwaited does that too, and makes the memory's own
+///   stream (where cudarc frees it) wait; the CPU waits for neither. Uses
+///   on any other stream are ordered by cudarc's event tracking (its
+///   default), which the operation's access recorded; with the tracking
+///   disabled (cudarc's `unsafe` `disable_event_tracking`), ordering them,
+///   and a work given to `std::mem::forget`, are yours, as cudarc's
+///   contract says.
+/// * It is never captured in a CUDA graph, which would use the memory
+///   after the borrow ends ([`Uncapturable::BorrowedMemory`]): capture
+///   owned tensors ([`Tensor::from_slice`](nccl_tensor::Tensor::from_slice)
+///   takes a `CudaSlice` over without a copy).
+/// * The memory comes back without a result check: call
+///   [`Work::synchronize`] before reading it on the host when a failed
+///   peer must not go unnoticed.
+/// * The refusal ([`OpError`]) holds the borrow, so `?` takes it into a
+///   [`GroupError`], not directly into a `Box<dyn Error>`
+///   (`.map_err(GroupError::from)?` does).
+///
+/// ```no_run
+/// use nccl_group::prelude::*;
+///
+/// /// Memory owned the way candle owns it, lent out as `&mut`.
+/// struct Grads(CudaSlice<bf16>);
+///
+/// fn sum(group: &ProcessGroup, grads: &mut Grads, stream: &std::sync::Arc<CudaStream>) -> nccl_group::Result<()> {
+///     let work = group.all_reduce(&mut grads.0, ReduceOp::Sum, stream)?; // borrows grads.0
+///     work.wait()?; // the borrow ends; `stream` waits for the all-reduce
+///     Ok(())
+/// }
+/// ```
 #[derive(Clone)]
 pub struct ProcessGroup {
     inner: Arc<Inner>,

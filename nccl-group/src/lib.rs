@@ -6,7 +6,9 @@
 //!   several local GPUs, over communicators cached per device list (and
 //!   per process pair for send/recv), with two-way event synchronisation
 //!   between the caller's streams and the NCCL streams, and [`Work`]
-//!   handles that own the tensors until the GPU is done with them; several
+//!   handles that own the tensors until the GPU is done with them (or
+//!   hold the borrow of memory a framework owns, a `&mut CudaSlice`:
+//!   [`ProcessGroup`]'s "Borrowed memory"); several
 //!   operations in one NCCL group with one `Work`
 //!   ([`ProcessGroup::batch_isend_irecv`], [`ProcessGroup::coalesced`],
 //!   [`ProcessGroup::all_to_all_single_split`], [`ProcessGroup::all_to_all`],

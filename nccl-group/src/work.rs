@@ -1,11 +1,14 @@
 //! [`Work`]: the handle of an enqueued operation, which owns the
-//! operation's buffers until the GPU is done with them, or of a captured
-//! one, which hands them back at once.
+//! operation's buffers (or holds the caller's borrow of them) until the
+//! GPU is done with them, or of a captured one, which hands them back at
+//! once.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaEvent, CudaStream, DriverError};
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceSlice, DriverError,
+};
 use nccl_tensor::{Access, AnyTensor, HoldsResult, NcclType, ResultCheck, Tensor, TypedBuffer};
 
 use crate::error::{GroupError, Result};
@@ -15,9 +18,15 @@ use crate::pool::DevicePool;
 use crate::verify::Outcome;
 use crate::watchdog::{Completion, Progress};
 
-/// Buffers an operation holds until its work is done. Owned (`'static`):
-/// a [`Work`] may keep them after every borrow of the caller has ended.
-pub trait WorkBuffers: Send + 'static {
+/// Buffers an operation holds until its work is done: owned ones, which a
+/// [`Work`] may keep after every borrow of the caller has ended (and
+/// which a CUDA graph keeps: [`GraphCapture::end`](crate::GraphCapture::end)
+/// and [`ProcessGroup::custom`](crate::ProcessGroup::custom) take
+/// `'static` buffers), or borrowed cudarc memory (`&mut CudaSlice<T>`,
+/// `&CudaSlice<T>`, `CudaViewMut<T>`, `CudaView<T>`), which ties the work
+/// to the borrow (see [`ProcessGroup`](crate::ProcessGroup)'s "Borrowed
+/// memory").
+pub trait WorkBuffers: Send {
     /// Makes every stream that may free these buffers wait for `event`, so
     /// dropping them cannot free memory the operation still uses.
     ///
@@ -94,6 +103,42 @@ impl<B: WorkBuffers + HoldsResult> WorkBuffers for GroupRegistered<B> {
     fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
         HoldsResult::set_producer(self, Arc::clone(check));
     }
+}
+
+/// Borrowed cudarc memory: dropping a borrow frees nothing, but the
+/// caller may free the memory once the borrow ends, on the stream cudarc
+/// frees it on. The work of borrowed memory is never captured, and carries
+/// no result check: see [`Work::synchronize`].
+macro_rules! borrowed_work_buffers {
+    ($($ty:ty),*) => {$(
+        impl<T: NcclType> WorkBuffers for $ty {
+            fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
+                // cudarc frees a slice on the stream it was allocated on
+                // (a view's: its slice's).
+                self.stream().wait(event)
+            }
+        }
+    )*};
+}
+
+borrowed_work_buffers!(
+    &mut CudaSlice<T>,
+    &CudaSlice<T>,
+    CudaViewMut<'_, T>,
+    CudaView<'_, T>
+);
+
+/// Boxes owned buffers dropped unwaited in a captured work, to live as
+/// long as the graph ([`boxed`]).
+pub(crate) type Boxer<B> = fn(B) -> Box<dyn WorkBuffers>;
+
+/// How a captured work keeps its buffers: `None` for borrowed buffers,
+/// which are never captured.
+pub(crate) type Keep<B> = Option<Boxer<B>>;
+
+/// Boxes owned buffers for a graph's keeper (a [`Boxer`]).
+pub(crate) fn boxed<B: WorkBuffers + 'static>(buffers: B) -> Box<dyn WorkBuffers> {
+    Box::new(buffers)
 }
 
 impl<A: WorkBuffers, B: WorkBuffers> WorkBuffers for (A, B) {
@@ -268,18 +313,54 @@ impl Drop for Tracked {
 ///   which keeps them with the graph. A captured work dropped without
 ///   `wait` keeps its buffers with the capture's graph until that graph
 ///   is dropped (with the group, for a capture the group did not begin).
+///
+/// # Borrowed memory
+/// The work of an operation on borrowed cudarc memory (`&mut
+/// CudaSlice<T>`, `CudaViewMut<T>` and their pairs: see
+/// [`ProcessGroup`](crate::ProcessGroup)'s "Borrowed memory") holds the
+/// borrow, so the memory cannot be read, written or freed until the work
+/// is waited for or dropped:
+///
+/// ```compile_fail,E0502
+/// # fn f(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>) {
+/// let mut grads = stream.alloc_zeros::<f32>(4).unwrap();
+/// let work = group.all_reduce(&mut grads, nccl_core::ReduceOp::Sum, stream).unwrap();
+/// let values = stream.clone_dtoh(&grads); // error: `grads` is borrowed by the work
+/// work.wait().unwrap();
+/// # }
+/// ```
+///
+/// ```
+/// # fn f(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_group::Result<()> {
+/// let mut grads = stream.alloc_zeros::<f32>(4).map_err(nccl_core::Error::cuda("alloc"))?;
+/// let work = group.all_reduce(&mut grads, nccl_core::ReduceOp::Sum, stream)?;
+/// work.wait()?; // the caller's stream now waits for the all-reduce
+/// let values = stream.clone_dtoh(&grads).map_err(nccl_core::Error::cuda("copy"))?;
+/// # Ok(()) }
+/// ```
+///
+/// Dropping such a work without waiting does on the GPU what
+/// [`wait`](Work::wait) does, and orders the memory's own stream (where
+/// cudarc frees it) after the operation too; the CPU does not wait. Such
+/// a work is never captured ([`Uncapturable::BorrowedMemory`](crate::Uncapturable::BorrowedMemory)),
+/// and its buffers come back without a result check: call
+/// [`synchronize`](Work::synchronize) before reading them on the host
+/// when a failed peer must not go unnoticed.
 #[must_use = "a Work holds the operation's buffers: call wait() to get them back"]
 pub struct Work<B: WorkBuffers> {
     buffers: Option<B>,
-    state: State,
+    state: State<B>,
 }
 
 /// Where the operation of a [`Work`] stands.
-enum State {
-    /// Enqueued, its end watched.
-    Tracked(Arc<Tracked>),
-    /// Captured in a CUDA graph: buffers dropped unwaited are parked here.
-    Captured(Arc<Keeper>),
+enum State<B> {
+    /// Enqueued, its end watched. `borrowed`: the buffers borrow the
+    /// caller's memory, which the caller may use as soon as the work
+    /// drops, so dropping it orders the caller's stream as `wait` does.
+    Tracked { op: Arc<Tracked>, borrowed: bool },
+    /// Captured in a CUDA graph: owned buffers dropped unwaited are boxed
+    /// by `keep` and parked in `keeper`.
+    Captured { keeper: Arc<Keeper>, keep: Boxer<B> },
 }
 
 impl<B: WorkBuffers> std::fmt::Debug for Work<B> {
@@ -297,33 +378,46 @@ const SPIN: Duration = Duration::from_micros(50);
 const POLL: Duration = Duration::from_micros(20);
 
 impl<B: WorkBuffers> Work<B> {
-    pub(crate) fn new(buffers: B, op: Arc<Tracked>) -> Self {
+    /// The work of an enqueued operation; `borrowed`: `buffers` borrow
+    /// the caller's memory.
+    pub(crate) fn new(buffers: B, op: Arc<Tracked>, borrowed: bool) -> Self {
         Self {
             buffers: Some(buffers),
-            state: State::Tracked(op),
+            state: State::Tracked { op, borrowed },
         }
     }
 
-    /// The work of an operation captured in a CUDA graph, whose buffers,
-    /// if dropped unwaited, go to `keeper`.
-    pub(crate) fn captured(buffers: B, keeper: Arc<Keeper>) -> Self {
+    /// The work of an operation captured in a CUDA graph, whose owned
+    /// buffers, if dropped unwaited, `keep` boxes for `keeper`.
+    pub(crate) fn captured(buffers: B, keeper: Arc<Keeper>, keep: Boxer<B>) -> Self {
         Self {
             buffers: Some(buffers),
-            state: State::Captured(keeper),
+            state: State::Captured { keeper, keep },
         }
     }
 
     fn ends(&self) -> &[End] {
         match &self.state {
-            State::Tracked(op) => op.ends.as_slice(),
-            State::Captured(_) => &[],
+            State::Tracked { op, .. } => op.ends.as_slice(),
+            State::Captured { .. } => &[],
         }
+    }
+
+    /// Makes the caller's stream wait for the end of the operation on
+    /// each device where it ran on another stream.
+    fn order_callers(&self) -> std::result::Result<(), DriverError> {
+        for end in self.ends() {
+            if let Some(caller) = &end.caller {
+                caller.wait(&end.event)?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the operation was captured in a CUDA graph rather than
     /// enqueued (see "Captured operations" above).
     pub fn is_captured(&self) -> bool {
-        matches!(self.state, State::Captured(_))
+        matches!(self.state, State::Captured { .. })
     }
 
     /// Whether the operation has finished on every device, or failed
@@ -331,8 +425,8 @@ impl<B: WorkBuffers> Work<B> {
     /// one is complete at once.
     pub fn is_completed(&self) -> bool {
         match &self.state {
-            State::Tracked(op) => op.failed().is_some() || op.poll() == Progress::Done,
-            State::Captured(_) => true,
+            State::Tracked { op, .. } => op.failed().is_some() || op.poll() == Progress::Done,
+            State::Captured { .. } => true,
         }
     }
 
@@ -351,7 +445,7 @@ impl<B: WorkBuffers> Work<B> {
     /// `Work` and its buffers stay valid); or a CUDA error the operation
     /// raised. A captured operation returns at once.
     pub fn synchronize(&self, timeout: Duration) -> Result<()> {
-        let State::Tracked(op) = &self.state else {
+        let State::Tracked { op, .. } = &self.state else {
             return Ok(());
         };
         let start = Instant::now();
@@ -394,7 +488,8 @@ impl<B: WorkBuffers> Work<B> {
     /// group's [`Failure::suspects`](crate::Failure::suspects) names such
     /// operations, or use [`Work::synchronize`] (or
     /// [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait))
-    /// first.
+    /// first. Borrowed memory carries no result check (see "Borrowed
+    /// memory" above).
     ///
     /// With [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait)
     /// the CPU waits too: as [`Work::synchronize`] without a timeout of its
@@ -406,7 +501,7 @@ impl<B: WorkBuffers> Work<B> {
     /// buffers are then released as on drop. A captured operation hands
     /// its buffers back at once.
     pub fn wait(mut self) -> Result<B> {
-        if let State::Tracked(op) = &self.state {
+        if let State::Tracked { op, .. } = &self.state {
             if let Some(error) = op.failed() {
                 return Err(error);
             }
@@ -414,13 +509,8 @@ impl<B: WorkBuffers> Work<B> {
                 self.synchronize(Duration::MAX)?;
             }
         }
-        for end in self.ends() {
-            if let Some(caller) = &end.caller {
-                caller
-                    .wait(&end.event)
-                    .map_err(nccl_core::Error::cuda("making the caller's stream wait"))?;
-            }
-        }
+        self.order_callers()
+            .map_err(nccl_core::Error::cuda("making the caller's stream wait"))?;
         // `buffers` is only taken here or in drop.
         let mut buffers = self
             .buffers
@@ -430,7 +520,7 @@ impl<B: WorkBuffers> Work<B> {
                 expected: "a work that still holds its buffers".to_string(),
                 given: "one already waited on".to_string(),
             })?;
-        if let State::Tracked(op) = &self.state {
+        if let State::Tracked { op, .. } = &self.state {
             let check: Arc<dyn ResultCheck> = Arc::clone(&op.outcome) as Arc<dyn ResultCheck>;
             buffers.set_producer(&check);
         }
@@ -444,16 +534,20 @@ impl<B: WorkBuffers> Drop for Work<B> {
             return;
         };
         match &self.state {
-            State::Tracked(_) => {
+            State::Tracked { borrowed, .. } => {
+                // If a wait fails the stream is broken and no later work
+                // (or free) on it runs either.
+                if *borrowed {
+                    // The caller may use the memory once the borrow ends.
+                    let _ = self.order_callers();
+                }
                 for end in self.ends() {
-                    // If this fails the stream is broken and no later work
-                    // (or free) on it runs either.
                     let _ = buffers.order_after(&end.event);
                 }
                 drop(buffers);
             }
             // The graph uses them at each replay: they live as long as it.
-            State::Captured(keeper) => keeper.park(Box::new(buffers)),
+            State::Captured { keeper, keep } => keeper.park(keep(buffers)),
         }
     }
 }

@@ -17,8 +17,10 @@
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
 //! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
 //! 8. `cargo check` of each consumer crate in `xtask/consumers/` (outside
-//!    the workspace, each picking cudarc's features its own way), in the
-//!    workspace's target folder
+//!    the workspace, each picking cudarc's features its own way; one,
+//!    `candle-like`, reduces memory it owns as candle does through the
+//!    group's borrowed-memory operations), in the workspace's target
+//!    folder
 //! 9. `cargo package` of every publishable crate, verified against the
 //!    others' packages: `cargo package --workspace` would also package the
 //!    `publish = false` crates, and cannot verify benches, which depends
@@ -37,7 +39,7 @@ use crate::{Result, bindgen, manifests, workspace_root};
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
-const CONSUMERS: [&str; 2] = ["candle-linking", "cuda13-loading"];
+const CONSUMERS: [&str; 3] = ["candle-linking", "cuda13-loading", "candle-like"];
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -15,10 +15,12 @@ use cudarc::driver::CudaStream;
 use nccl_core::Op;
 use nccl_tensor::{NcclType, Tensor, nccl_rank};
 
+use super::buffers::keep_all;
 use super::issue::OpInfo;
 use super::{GroupBuffers, OpResult, ProcessGroup};
 use crate::error::{GroupError, OpError};
 use crate::key::CommKey;
+use crate::work::{Boxer, boxed};
 
 /// `(outputs, inputs)` of [`ProcessGroup::all_to_all`].
 pub(super) type Lists<T> = (Vec<Tensor<T>>, Vec<Tensor<T>>);
@@ -94,7 +96,9 @@ impl<B: GroupBuffers> P2POp<B> {
 /// buffer type for the whole batch: a [`Tensor`] for one element type,
 /// [`AnyTensor`](nccl_tensor::AnyTensor) to mix element types, and the
 /// `(output, input)` pairs of either for the operations that take two
-/// (a pair works for all_reduce, broadcast and reduce too). Mixed element
+/// (a pair works for all_reduce, broadcast and reduce too), or lent
+/// cudarc memory (`&mut CudaSlice<T>`, `CudaViewMut<T>` and their pairs:
+/// [`ProcessGroup`]'s "Borrowed memory"). Mixed element
 /// types in one batch take [`AnyTensor`](nccl_tensor::AnyTensor)s:
 /// `group.coalesced::<AnyTensor>()`.
 ///
@@ -210,8 +214,8 @@ impl ProcessGroup {
     /// ([`nccl_tensor::Plan::new`]: a peer in `0..world_size`, the tensor
     /// on the stream's device, contiguous, of a data type the loaded NCCL
     /// knows) and the batch's ([`nccl_tensor::plan_batch`]). The tensors
-    /// are owned, so none can be received into twice, or sent and
-    /// received in one batch.
+    /// are owned or mutably borrowed (lent cudarc memory), so none can be
+    /// received into twice, or sent and received in one batch.
     ///
     /// # Errors
     /// As [`ProcessGroup::issue`]; a check names the operation's position
@@ -259,7 +263,7 @@ impl ProcessGroup {
             info,
             CommKey::Collective,
             device,
-            buffers,
+            (buffers, keep_all::<B>()),
             stream,
             |comm, nccl_stream, buffers| {
                 let mut batch = comm.batch(stream);
@@ -300,7 +304,7 @@ impl ProcessGroup {
             info,
             CommKey::Collective,
             device,
-            (output, input),
+            ((output, input), Some(boxed as Boxer<_>)),
             stream,
             |comm, nccl_stream, (output, input)| {
                 comm.all_to_all_single_split(
@@ -343,7 +347,7 @@ impl ProcessGroup {
             info,
             CommKey::Collective,
             device,
-            (outputs, inputs),
+            ((outputs, inputs), Some(boxed as Boxer<_>)),
             stream,
             |comm, nccl_stream, (outputs, inputs)| {
                 comm.all_to_all(outputs.iter_mut(), inputs.iter(), nccl_stream)
@@ -375,7 +379,7 @@ impl ProcessGroup {
             info,
             CommKey::Collective,
             device,
-            (outputs, input),
+            ((outputs, input), Some(boxed as Boxer<_>)),
             stream,
             |comm, nccl_stream, (outputs, input)| {
                 comm.all_gather(outputs.as_mut_slice(), &*input, nccl_stream)

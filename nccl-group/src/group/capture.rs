@@ -20,7 +20,7 @@ use super::issue::OpInfo;
 use super::{GroupGraph, OpResult, ProcessGroup, StreamMode};
 use crate::error::{GroupError, OpError, Result};
 use crate::key::{CommKey, DeviceList};
-use crate::work::{Work, WorkBuffers};
+use crate::work::{Boxer, Work, WorkBuffers};
 
 /// Why an operation (or a step of a capture) cannot be captured in a CUDA
 /// graph; each says what to do instead.
@@ -49,6 +49,9 @@ pub enum Uncapturable {
     FailedOperation,
     /// [`GroupGraph::replay`](super::GroupGraph::replay) on a stream being captured.
     ReplayWhileCapturing,
+    /// An operation on borrowed memory (`&mut CudaSlice<T>`, `CudaViewMut<T>`):
+    /// the graph would use it at every replay, after the borrow ends.
+    BorrowedMemory,
 }
 
 impl fmt::Display for Uncapturable {
@@ -94,6 +97,11 @@ impl fmt::Display for Uncapturable {
             Uncapturable::ReplayWhileCapturing => f.write_str(
                 "the stream is being captured, so the replay would be captured too, and its end event, which the \
                  watchdog polls, with it; replay on a stream that is not being captured",
+            ),
+            Uncapturable::BorrowedMemory => f.write_str(
+                "its buffers are borrowed (a &mut CudaSlice or a CudaViewMut), and the graph would use them at \
+                 every replay, after the borrow has ended; capture owned tensors, which the graph keeps \
+                 (Tensor::from_slice takes a CudaSlice over without a copy), or issue it outside the capture",
             ),
         }
     }
@@ -245,7 +253,7 @@ impl ProcessGroup {
         info: OpInfo,
         key: impl FnOnce(DeviceList) -> CommKey,
         device: usize,
-        mut buffers: B,
+        (mut buffers, keep): (B, Boxer<B>),
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<B> {
@@ -286,7 +294,7 @@ impl ProcessGroup {
             Ok(())
         })();
         match attempt {
-            Ok(()) => Ok(Work::captured(buffers, keeper)),
+            Ok(()) => Ok(Work::captured(buffers, keeper, keep)),
             Err(error) => Err(self.failed_op(error, buffers)),
         }
     }
@@ -399,7 +407,25 @@ impl GraphCapture {
     /// invalidated capture), or an operation that failed during the
     /// capture ([`Uncapturable::FailedOperation`]); the capture is over
     /// either way.
-    pub fn end<B: WorkBuffers>(mut self, buffers: B) -> Result<GroupGraph<B>, Box<OpError<B>>> {
+    ///
+    /// The graph owns its buffers: borrowed memory, which it would use
+    /// after the borrow ends, does not compile here (and an operation on
+    /// it is not captured: [`Uncapturable::BorrowedMemory`]):
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_group::Result<()> {
+    /// let graph = {
+    ///     let mut grads = stream.alloc_zeros::<f32>(4).map_err(nccl_core::Error::cuda("alloc"))?;
+    ///     let capture = group.begin_capture(stream)?;
+    ///     capture.end(&mut grads)? // error: the graph would outlive `grads`
+    /// };
+    /// graph.replay()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn end<B: WorkBuffers + 'static>(
+        mut self,
+        buffers: B,
+    ) -> Result<GroupGraph<B>, Box<OpError<B>>> {
         let ended = self.finish().and_then(|graph| {
             if self.keeper.failed.load(Ordering::Acquire) {
                 Err(refused("GraphCapture::end", Uncapturable::FailedOperation))
@@ -474,6 +500,7 @@ mod tests {
             (Uncapturable::AlreadyCapturing, "end that capture first"),
             (Uncapturable::FailedOperation, "capture again"),
             (Uncapturable::ReplayWhileCapturing, "not being captured"),
+            (Uncapturable::BorrowedMemory, "capture owned tensors"),
         ];
         for (reason, fix) in cases {
             let error = refused("all_reduce", reason.clone());

@@ -25,12 +25,12 @@ impl ProcessGroup {
     pub fn reduce_scatter<B: GroupTensor>(
         &self,
         output: B,
-        input: B,
+        input: B::Input,
         op: ReduceOp,
         stream: &Arc<CudaStream>,
-    ) -> OpResult<(B, B)>
+    ) -> OpResult<(B, B::Input)>
     where
-        (B, B): GroupBuffers,
+        (B, B::Input): GroupBuffers,
     {
         self.reduce_scatter_tensor(output, input, op, stream)
     }

@@ -38,7 +38,7 @@ use crate::work::{Ends, WorkBuffers};
 ///   group, which frees them when it is dropped.
 ///
 /// Not `Send`: a CUDA graph is not synchronised for use from several threads.
-pub struct GroupGraph<B: WorkBuffers> {
+pub struct GroupGraph<B: WorkBuffers + 'static> {
     graph: Option<CudaGraph>,
     buffers: Option<B>,
     keeper: Arc<Keeper>,
@@ -48,7 +48,7 @@ pub struct GroupGraph<B: WorkBuffers> {
     _live: LiveGraph,
 }
 
-impl<B: WorkBuffers> std::fmt::Debug for GroupGraph<B> {
+impl<B: WorkBuffers + 'static> std::fmt::Debug for GroupGraph<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GroupGraph")
             .field("group", &self.group.name())
@@ -58,7 +58,7 @@ impl<B: WorkBuffers> std::fmt::Debug for GroupGraph<B> {
     }
 }
 
-impl<B: WorkBuffers> GroupGraph<B> {
+impl<B: WorkBuffers + 'static> GroupGraph<B> {
     /// The graph `graph` (`None`: nothing was captured) of the capture on
     /// `stream`, owning `buffers` and the captured works' `keeper`.
     pub(super) fn new(
@@ -154,7 +154,7 @@ impl<B: WorkBuffers> GroupGraph<B> {
     }
 }
 
-impl<B: WorkBuffers> Drop for GroupGraph<B> {
+impl<B: WorkBuffers + 'static> Drop for GroupGraph<B> {
     fn drop(&mut self) {
         // CUDA frees a graph still running once it is done.
         drop(self.graph.take());

@@ -13,13 +13,22 @@ use crate::pool::DevicePool;
 use crate::work::{End, WorkBuffers};
 
 /// Makes every stream that may free `buffers` wait for what `stream` has
-/// queued so far (best effort: if CUDA cannot even record an event, the
-/// stream is broken and nothing queued after it runs either).
-pub(super) fn order_after_stream<B: WorkBuffers>(buffers: &B, stream: &CudaStream) {
+/// queued so far, and `caller` too when the buffers borrow its memory,
+/// which it may use again once they are handed back (best effort: if CUDA
+/// cannot even record an event, the stream is broken and nothing queued
+/// after it runs either).
+pub(super) fn order_after_stream<B: WorkBuffers>(
+    buffers: &B,
+    stream: &CudaStream,
+    caller: Option<&CudaStream>,
+) {
     if let Ok(event) = stream.context().new_event(None)
         && event.record(stream).is_ok()
     {
         let _ = buffers.order_after(&event);
+        if let Some(caller) = caller {
+            let _ = caller.wait(&event);
+        }
     }
 }
 

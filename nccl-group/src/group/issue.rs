@@ -14,6 +14,7 @@ use nccl_core::{DataType, ErrorChain, Group, Op, Reduction, Status};
 use nccl_tensor::Communicator;
 
 use super::GroupBuffers;
+use super::buffers::keep;
 use super::capture::{self, Uncapturable};
 use super::checking::is_collective;
 use super::handoff::{check_stream, end_event, order_after_stream, sync_start};
@@ -26,7 +27,7 @@ use crate::key::{CommKey, DeviceList};
 use crate::recorder::{OpDescription, OpState};
 use crate::verify::{GroupChecks, Outcome};
 use crate::watchdog::PendingOp;
-use crate::work::{Ends, Tracked, Work, WorkBuffers};
+use crate::work::{Ends, Keep, Tracked, Work, WorkBuffers};
 
 /// What the flight recorder notes about an operation before it is issued
 /// (and the collective check fingerprints).
@@ -203,7 +204,7 @@ impl ProcessGroup {
             info,
             key,
             device,
-            buffers,
+            (buffers, keep::<B>()),
             caller,
             |comm, stream, buffers| {
                 let op = route.op_on(op, comm.core().rank(), 1);
@@ -355,7 +356,9 @@ impl ProcessGroup {
 
     /// Enqueues one operation on one local device: the NCCL stream waits
     /// for the caller's stream (unless the operation runs on the caller's
-    /// stream), `issue` enqueues, an end event is recorded. On a caller's
+    /// stream), `issue` enqueues, an end event is recorded. `keep` says
+    /// how a captured work keeps the buffers; `None`, buffers that borrow
+    /// the caller's memory, which are never captured. On a caller's
     /// stream being captured, the operation is captured instead
     /// ([`ProcessGroup::run_captured`]).
     pub(super) fn run_one<B: WorkBuffers>(
@@ -363,15 +366,22 @@ impl ProcessGroup {
         info: OpInfo,
         key: impl FnOnce(DeviceList) -> CommKey,
         device: usize,
-        mut buffers: B,
+        (mut buffers, keep): (B, Keep<B>),
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
     ) -> OpResult<B> {
-        match self.capture_status(info.op, caller) {
-            Ok(false) => {}
-            Ok(true) => return self.run_captured(info, key, device, buffers, caller, issue),
-            Err(error) => return Err(self.failed_op(error, buffers)),
+        match (self.capture_status(info.op, caller), keep) {
+            (Ok(false), _) => {}
+            (Ok(true), Some(keep)) => {
+                return self.run_captured(info, key, device, (buffers, keep), caller, issue);
+            }
+            (Ok(true), None) => {
+                let error = capture::refused(info.op, Uncapturable::BorrowedMemory);
+                return Err(self.failed_op(error, buffers));
+            }
+            (Err(error), _) => return Err(self.failed_op(error, buffers)),
         }
+        let borrowed = keep.is_none();
         // Set once NCCL accepted the operation: its sequence number and the
         // stream it is on.
         let mut issued: Option<(u64, Arc<CudaStream>)> = None;
@@ -409,11 +419,11 @@ impl ProcessGroup {
             })
         })();
         match attempt {
-            Ok(op) => Ok(Work::new(buffers, op)),
+            Ok(op) => Ok(Work::new(buffers, op, borrowed)),
             Err(error) => match issued {
                 None => Err(self.failed_op(error, buffers)),
                 Some((seq, stream)) => {
-                    order_after_stream(&buffers, &stream);
+                    order_after_stream(&buffers, &stream, borrowed.then_some(&**caller));
                     Err(self.failed_in_flight(error, seq, buffers))
                 }
             },
@@ -451,6 +461,7 @@ impl ProcessGroup {
         let first_output = buffers.first().map_or(0, GroupBuffers::output_len);
         let dtype = buffers.first().map(GroupBuffers::data_type);
         let info = Self::op_info(&op, dtype, first_len, first_output);
+        let borrowed = keep::<B>().is_none();
         // Set once the NCCL group is open (with the stream of each device's
         // part): from then on an error leaves a (partial) operation to NCCL.
         let mut issued: Option<(u64, Vec<Arc<CudaStream>>)> = None;
@@ -523,12 +534,12 @@ impl ProcessGroup {
             })
         })();
         match attempt {
-            Ok(op) => Ok(Work::new(buffers, op)),
+            Ok(op) => Ok(Work::new(buffers, op, borrowed)),
             Err(error) => match issued {
                 None => Err(self.failed_op(error, buffers)),
                 Some((seq, streams)) => {
-                    for (stream, part) in streams.iter().zip(&buffers) {
-                        order_after_stream(part, stream);
+                    for ((stream, part), caller) in streams.iter().zip(&buffers).zip(callers) {
+                        order_after_stream(part, stream, borrowed.then_some(&**caller));
                     }
                     Err(self.failed_in_flight(error, seq, buffers))
                 }

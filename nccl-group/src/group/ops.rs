@@ -19,7 +19,7 @@ use super::issue::OpInfo;
 use super::{Coalesced, GroupBuffers, GroupTensor, OpResult, ProcessGroup};
 use crate::error::{OpError, Result};
 use crate::key::CommKey;
-use crate::work::{Work, WorkBuffers};
+use crate::work::{Boxer, Work, WorkBuffers, boxed};
 
 /// One tensor per local GPU, for the list forms.
 type Parts<T> = Vec<Tensor<T>>;
@@ -40,11 +40,18 @@ impl ProcessGroup {
     /// communicator ([`CommMode::Nonblocking`](super::CommMode::Nonblocking))
     /// NCCL may answer `ncclInProgress`, and the group's end is waited for.
     ///
+    /// The buffers are owned (`'static`), and the flight record names no
+    /// data type and no element counts. For memory a framework owns (a
+    /// `&mut CudaSlice<T>` or a `CudaViewMut<T>`), call the named
+    /// operations on the borrow instead: they check it, record its counts
+    /// and return a [`Work`] that holds the borrow
+    /// ([`ProcessGroup`]'s "Borrowed memory").
+    ///
     /// # Errors
     /// As the group's operations: an aborted or failed group, a stream on
     /// another device, a failed rendezvous, or `issue`'s error, with the
     /// buffers handed back.
-    pub fn custom<B: WorkBuffers>(
+    pub fn custom<B: WorkBuffers + 'static>(
         &self,
         name: &'static str,
         device: usize,
@@ -66,7 +73,8 @@ impl ProcessGroup {
             )
         };
         let info = OpInfo::untyped(name);
-        self.run_one(info, CommKey::Collective, device, buffers, stream, grouped)
+        let owned = (buffers, Some(boxed::<B> as Boxer<B>));
+        self.run_one(info, CommKey::Collective, device, owned, stream, grouped)
     }
 
     /// Synchronises every process: work queued on `stream` after the
@@ -82,9 +90,15 @@ impl ProcessGroup {
             capturable: false,
             ..OpInfo::untyped("barrier")
         };
-        self.run_one(info, CommKey::Collective, device, (), stream, |c, s, _| {
-            c.barrier(s)
-        })
+        let nothing = ((), Some(boxed::<()> as Boxer<()>));
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            nothing,
+            stream,
+            |c, s, _| c.barrier(s),
+        )
         .map_err(|e| e.error)
     }
 
@@ -212,34 +226,34 @@ single_operations! {
     /// Gathers every rank's `input` into `output` (world x input elements),
     /// in rank order (`torch.distributed.all_gather_into_tensor`). The
     /// work holds `(output, input)`.
-    fn all_gather_into_tensor<B: GroupTensor>(output: B, input: B) -> (B, B)
-        where (B, B): GroupBuffers => Op::AllGather, (output, input);
+    fn all_gather_into_tensor<B: GroupTensor>(output: B, input: B::Input) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::AllGather, (output, input);
 
     /// Reduces `input` (world x output elements) and scatters it: each rank
     /// gets its block in `output` (`torch.distributed.reduce_scatter_tensor`).
     /// The work holds `(output, input)`.
-    fn reduce_scatter_tensor<B: GroupTensor>(output: B, input: B, op: ReduceOp) -> (B, B)
-        where (B, B): GroupBuffers => Op::ReduceScatter(op.into()), (output, input);
+    fn reduce_scatter_tensor<B: GroupTensor>(output: B, input: B::Input, op: ReduceOp) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::ReduceScatter(op.into()), (output, input);
 
     /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
     /// rank order (`torch.distributed.all_to_all_single` with equal
     /// splits). The work holds `(output, input)`.
-    fn all_to_all_single<B: GroupTensor>(output: B, input: B) -> (B, B)
-        where (B, B): GroupBuffers => Op::AllToAll, (output, input);
+    fn all_to_all_single<B: GroupTensor>(output: B, input: B::Input) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::AllToAll, (output, input);
 
     /// Gathers every rank's `input` into `output` (world x input elements)
     /// on global rank `root`, in rank order (`torch.distributed.gather`
     /// into one tensor); elsewhere `output` is not touched and may be
     /// empty. The work holds `(output, input)`.
-    fn gather<B: GroupTensor>(output: B, input: B, root: usize) -> (B, B)
-        where (B, B): GroupBuffers => Op::Gather { root: nccl_rank("root", root)? }, (output, input);
+    fn gather<B: GroupTensor>(output: B, input: B::Input, root: usize) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::Gather { root: nccl_rank("root", root)? }, (output, input);
 
     /// Scatters `input` (world x output elements) of global rank `root`:
     /// each rank gets its block in `output` (`torch.distributed.scatter`
     /// from one tensor); elsewhere `input` is not read and may be empty.
     /// The work holds `(output, input)`.
-    fn scatter<B: GroupTensor>(output: B, input: B, root: usize) -> (B, B)
-        where (B, B): GroupBuffers => Op::Scatter { root: nccl_rank("root", root)? }, (output, input);
+    fn scatter<B: GroupTensor>(output: B, input: B::Input, root: usize) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::Scatter { root: nccl_rank("root", root)? }, (output, input);
 
     /// Sends `tensor` to process `dst` over the pair's own communicator
     /// (`torch.distributed.send`). Checks: `dst` another process's rank.

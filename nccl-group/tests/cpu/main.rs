@@ -1,10 +1,12 @@
 //! nccl-group's CPU tests, one module per concern: the communicator cache and
 //! its rendezvous, keys, error kinds, settings that must never panic, the
 //! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md), the
-//! flight recorder's dumps and their analysis, the client of NCCL's RAS.
+//! flight recorder's dumps and their analysis, the client of NCCL's RAS,
+//! the types of operations on borrowed cudarc memory (`borrowed`).
 
 mod analysis;
 mod bad_inputs;
+mod borrowed;
 mod cache;
 mod cache_rendezvous;
 mod dumps;

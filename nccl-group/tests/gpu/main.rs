@@ -13,6 +13,7 @@ mod lifecycle;
 mod one_gpu;
 mod ranks;
 mod ranks_batch;
+mod ranks_borrowed;
 mod ranks_dumps;
 mod ranks_graphs;
 mod ranks_mismatch;
