@@ -503,6 +503,9 @@ fn render_run_sh(
 ///   document per operation (`cargo xtask nccl-tests-compare` sets them
 ///   side by side here);
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
+/// * heal.sh: the recovery figures (heal-cost's modes at world sizes 4
+///   and 8, and torch.distributed.shrink_group's through
+///   scripts/torch_heal_cost.py);
 /// * interop.sh: nccl-rendezvous's C10dStore against a real torch TCPStore
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
 ///   torchrun launches of the `torchrun_all_reduce` example joining the
@@ -513,7 +516,7 @@ fn render_run_sh(
 /// * bundle-bin.sh: sourced by every script: unpacks bin.tar.gz once;
 /// * perf-rows.sh: sourced by perf-procs.sh and mpirun.sh: counts nccl-perf's
 ///   table rows and those with #wrong > 0.
-const SCRIPTS: [(&str, &str); 10] = [
+const SCRIPTS: [(&str, &str); 12] = [
     ("bundle-bin.sh", include_str!("gpu_bundle/bundle-bin.sh")),
     ("perf-rows.sh", include_str!("gpu_bundle/perf-rows.sh")),
     ("mpirun.sh", include_str!("gpu_bundle/mpirun.sh")),
@@ -524,6 +527,11 @@ const SCRIPTS: [(&str, &str); 10] = [
     (
         "scripts/torch_world_cost.py",
         include_str!("../../benches/scripts/torch_world_cost.py"),
+    ),
+    ("heal.sh", include_str!("gpu_bundle/heal.sh")),
+    (
+        "scripts/torch_heal_cost.py",
+        include_str!("../../benches/scripts/torch_heal_cost.py"),
     ),
     ("interop.sh", include_str!("gpu_bundle/interop.sh")),
     (

@@ -176,7 +176,10 @@ impl ProcessGroup {
     ///    collective communicator of the same key and NCCL has
     ///    `ncclCommShrink` (2.27.3), it is shrunk to the survivors
     ///    ([`HealPath::Shrunk`]); a shrink that fails anywhere is dropped
-    ///    everywhere. Everything else is made afresh, through the store
+    ///    everywhere. NCCL refuses to shrink a communicator that still
+    ///    reports an error, which a dead peer's closed socket leaves even
+    ///    after a revoke: after a death the heal re-creates, after a
+    ///    timeout (a stopped rank) it shrinks. Everything else is made afresh, through the store
     ///    under the new generation, when first used
     ///    ([`HealPath::Recreated`]). The revoked parents are then released
     ///    by abort, never destroy (NCCL's revoke-then-destroy

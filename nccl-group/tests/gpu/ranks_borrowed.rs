@@ -493,7 +493,9 @@ fn ranks_borrowed_refusals_hand_the_borrow_back() {
         let graph = capture
             .end(())
             .unwrap_or_else(|e| panic!("{w}: end: {}", e.error));
-        assert_eq!((graph.operations(), graph.is_empty()), (0, true), "{w}");
+        // No operation captured (the graph may still hold the capture's
+        // own stream ordering).
+        assert_eq!(graph.operations(), 0, "{w}");
         drop(graph);
 
         let w = what("the memory after the refusals");
@@ -510,7 +512,7 @@ fn ranks_borrowed_refusals_hand_the_borrow_back() {
 /// Lent memory on one device with the caller's stream on another: refused
 /// (world size 1, two GPUs), in place and as a pair split across devices.
 #[test]
-fn borrowed_memory_on_another_device_than_the_stream_is_refused() {
+fn multi_gpu_borrowed_memory_on_another_device_than_the_stream_is_refused() {
     let Some(devices) = require_gpus(2) else {
         return;
     };

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Recovery figures, on the GPU machine:
+#   heal.sh [OUT_DIR]     (default: $OUT/heal, or ./heal)
+# For each world size in WORLDS (default "4 8") and each mode in MODES
+# (default "shrink recreate full"), REPEATS launches (default 3) of
+# heal-cost: the last rank dies, and the survivors' time from its death to
+# their first correct all_reduce is printed and appended to
+# OUT_DIR/heal-cost.jsonl; then torch.distributed.shrink_group's figure
+# for the same loss (scripts/torch_heal_cost.py), once per world size. The
+# NCCL under test is NCCL_LIBRARY's (the loader's default without it).
+set -uo pipefail
+here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=bundle-bin.sh
+source "$here/bundle-bin.sh"
+bin="$(bundle_bin "$here")" || exit 2
+out="${1:-${OUT:-.}/heal}"
+mkdir -p -- "$out"
+export NCCL_NVLS_ENABLE=0
+launch="$bin/nccl-launch-nccl-launch"
+python="${PYTHON:-python3}"
+read -r -a worlds <<<"${WORLDS:-4 8}"
+read -r -a modes <<<"${MODES:-shrink recreate full}"
+failed=()
+for world in "${worlds[@]}"; do
+    for mode in "${modes[@]}"; do
+        for repeat in $(seq "${REPEATS:-3}"); do
+            echo "==> heal-cost --mode $mode, world size $world, run $repeat"
+            "$launch" -n "$world" --timeout 120 "$bin/benches-heal-cost" --mode "$mode" \
+                --json "$out/heal-cost.jsonl" 2>&1 | grep -v '^\[rank' | tee -a "$out/heal-cost.txt" ||
+                failed+=("heal-cost $mode $world")
+        done
+    done
+    echo "==> torch.distributed.shrink_group, world size $world"
+    "$launch" -n "$world" --timeout 120 "$python" "$here/scripts/torch_heal_cost.py" \
+        --json "$out/heal-cost.jsonl" 2>&1 | tee -a "$out/torch-heal.txt" || failed+=("torch $world")
+done
+if ((${#failed[@]})); then
+    echo "heal.sh: failed: ${failed[*]}"
+    exit 1
+fi
+echo "heal.sh: every run passed; figures in $out/heal-cost.jsonl"
