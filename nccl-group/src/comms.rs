@@ -58,7 +58,15 @@ pub struct Membership {
     pub rank: usize,
     /// The number of processes.
     pub world_size: usize,
-    /// The rendezvous store.
+    /// The store the group was created with: a heal's or a grow's next
+    /// generation scopes its keys from here, and a process joining a grow
+    /// ([`ProcessGroup::join_grown`](crate::ProcessGroup::join_grown))
+    /// finds the grow's offers here by the group's name alone.
+    pub root: Arc<dyn Store>,
+    /// Where this generation's keys live under `root`: `/`-separated
+    /// prefixes, empty for a group made by [`Membership::join`].
+    pub scope: String,
+    /// The rendezvous store: `root` under `scope`.
     pub store: Arc<dyn Store>,
     /// The store's address, for error messages.
     pub store_address: String,
@@ -97,13 +105,7 @@ impl Membership {
                 given: rank.to_string(),
             });
         }
-        if name.split('/').any(str::is_empty) {
-            return Err(GroupError::InvalidArgument {
-                argument: "group name",
-                expected: "a non-empty name whose '/'-separated parts are non-empty".to_string(),
-                given: format!("{name:?}"),
-            });
-        }
+        check_name(name)?;
         let joined = store.add(&format!("{name}/instances"), 1)?;
         let generation = (joined.max(1) as u64 - 1) / world_size as u64;
         crate::trace::event!(
@@ -120,10 +122,46 @@ impl Membership {
             generation,
             rank,
             world_size,
+            root: Arc::clone(&store),
+            scope: String::new(),
             store,
             store_address,
             timeout,
         })
+    }
+
+    /// The membership of a later generation of this group (a heal's or a
+    /// grow's), its keys under `root` at `scope`.
+    ///
+    /// # Errors
+    /// A scope with an empty `/`-separated part.
+    pub(crate) fn successor(
+        &self,
+        generation: u64,
+        rank: usize,
+        world_size: usize,
+        scope: String,
+    ) -> Result<Self> {
+        Ok(Self {
+            name: self.name.clone(),
+            generation,
+            rank,
+            world_size,
+            root: Arc::clone(&self.root),
+            store: scoped_store(&self.root, &scope)?,
+            scope,
+            store_address: self.store_address.clone(),
+            timeout: self.timeout,
+        })
+    }
+
+    /// `scope` under this generation's scope, as a path from `root`.
+    pub(crate) fn nested_scope(&self, scope: &str) -> String {
+        if self.scope.is_empty() {
+            scope.to_string()
+        } else {
+            format!("{}/{scope}", self.scope)
+        }
     }
 
     /// The meeting of a key's `processes` under `store_key` (each of its
@@ -140,11 +178,31 @@ impl Membership {
     }
 }
 
-/// `store` under `scope`, each of its `/`-separated parts a prefix.
+/// Refuses a group name that is empty or has an empty `/`-separated part
+/// (the store keys nest under each part).
 ///
 /// # Errors
-/// An empty part.
+/// [`GroupError::InvalidArgument`] naming the name.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.split('/').any(str::is_empty) {
+        return Err(GroupError::InvalidArgument {
+            argument: "group name",
+            expected: "a non-empty name whose '/'-separated parts are non-empty".to_string(),
+            given: format!("{name:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// `store` under `scope`, each of its `/`-separated parts a prefix; the
+/// store itself for an empty scope.
+///
+/// # Errors
+/// An empty part of a non-empty scope.
 pub(crate) fn scoped_store(store: &Arc<dyn Store>, scope: &str) -> Result<Arc<dyn Store>> {
+    if scope.is_empty() {
+        return Ok(Arc::clone(store));
+    }
     Ok(scope
         .split('/')
         .try_fold(Arc::clone(store), |store, part| {
@@ -260,7 +318,8 @@ impl<F: CommFactory> CommCache<F> {
             .collect()
     }
 
-    /// Takes `comms`, made without a rendezvous (shrunk by a heal), as
+    /// Takes `comms`, made without a rendezvous (shrunk by a heal, grown
+    /// by a grow), as
     /// `key`'s: numbered in its class like a created key, so processes
     /// that adopt the same keys in the same order agree on the numbers.
     pub fn adopt(&self, key: CommKey, comms: F::Comms) {

@@ -12,6 +12,10 @@ use crate::failure::Failure;
 use crate::group::Uncapturable;
 use crate::store::StoreError;
 
+mod op;
+
+pub use op::OpError;
+
 /// What kind of failure a process-group error is: every kind of
 /// nccl-core's [`ErrorKind`](nccl_core::ErrorKind) (which nccl-tensor's
 /// errors answer too), and the kinds only a group and its rendezvous know.
@@ -71,8 +75,8 @@ pub enum ErrorKind {
     /// The survivors' agreement found fewer ranks than the heal's
     /// minimum: the next generation was not formed.
     TooFewSurvivors,
-    /// A handle of a group that was healed
-    /// ([`GroupError::Healed`]): use the group the heal returned.
+    /// A handle of a group that a heal or a grow replaced
+    /// ([`GroupError::Healed`]): use the group the heal or grow returned.
     Healed,
     /// The rendezvous store failed other than by a timeout: it could not
     /// be reached or bound, closed the connection, did not answer, refused
@@ -294,7 +298,8 @@ pub enum GroupError {
     },
     /// [`ProcessGroup::destroy`](crate::ProcessGroup::destroy) while
     /// graphs of the group live.
-    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) likewise.
+    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) and
+    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) likewise.
     #[error(
         "process group {name:?} cannot be {action} while {graphs} of its CUDA graphs live: NCCL frees a \
          communicator only once every graph that captured it is destroyed, so releasing the group's \
@@ -303,7 +308,7 @@ pub enum GroupError {
     GraphsAlive {
         /// The group's name.
         name: String,
-        /// What was refused: `"destroyed"` or `"healed"`.
+        /// What was refused: `"destroyed"`, `"healed"` or `"grown"`.
         action: &'static str,
         /// How many graphs live.
         graphs: usize,
@@ -321,13 +326,15 @@ pub enum GroupError {
         source: std::io::Error,
     },
     /// A handle of generation `generation` of a group that
-    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) replaced: its
-    /// communicators were shrunk or released. Use the group the heal
-    /// returned ([`Healed::group`](crate::Healed::group)).
+    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) or
+    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) replaced: its
+    /// communicators were shrunk, grown or released. Use the group the
+    /// heal or grow returned ([`Healed::group`](crate::Healed::group),
+    /// [`Grown::group`](crate::Grown::group)).
     #[error(
-        "process group {name:?} generation {generation} was healed into generation {successor}; use the \
-         group ProcessGroup::heal returned (its handles, Works and registrations of generation {generation} \
-         are no longer usable)"
+        "process group {name:?} generation {generation} was replaced by generation {successor} \
+         (ProcessGroup::heal or grow); use the group the heal or grow returned (its handles, Works and \
+         registrations of generation {generation} are no longer usable)"
     )]
     Healed {
         /// The group's name.
@@ -336,6 +343,26 @@ pub enum GroupError {
         generation: u64,
         /// The generation that replaced it.
         successor: u64,
+    },
+    /// A process joining a grown group
+    /// ([`ProcessGroup::join_grown`](crate::ProcessGroup::join_grown))
+    /// found no grow that offered its ticket a place in time.
+    #[error(
+        "joining process group {name:?} with ticket {ticket}: no ProcessGroup::grow offered that ticket a place \
+         within its timeout of {timeout:?} (store at {store}; {offers} offers read); the group's ranks must call grow with as \
+         many new ranks as processes join, and the joining processes must use the group's name and root store"
+    )]
+    NotOffered {
+        /// The group's name.
+        name: String,
+        /// This process's place in the queue of joining processes.
+        ticket: i64,
+        /// Where the store is.
+        store: String,
+        /// How many grows' offers were read, none covering the ticket.
+        offers: u64,
+        /// How long this process waited for a grow to cover its ticket.
+        timeout: Duration,
     },
     /// A flight-recorder dump asked for was not written
     /// ([`ProcessGroup::dump_flight_recorder`](crate::ProcessGroup::dump_flight_recorder)).
@@ -356,7 +383,7 @@ impl GroupError {
     /// | Variant | Kind |
     /// |---|---|
     /// | `Store(error)`, `Tensor(error)` | `error.kind()` |
-    /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled` | [`ErrorKind::Timeout`] |
+    /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled`, `NotOffered` | [`ErrorKind::Timeout`] |
     /// | `Aborted` | [`ErrorKind::Aborted`] |
     /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) | [`ErrorKind::PeerLost`] |
     /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
@@ -374,7 +401,8 @@ impl GroupError {
             GroupError::Rendezvous { .. }
             | GroupError::InitTimeout { .. }
             | GroupError::Timeout { .. }
-            | GroupError::AbortStalled { .. } => ErrorKind::Timeout,
+            | GroupError::AbortStalled { .. }
+            | GroupError::NotOffered { .. } => ErrorKind::Timeout,
             GroupError::Aborted { .. } => ErrorKind::Aborted,
             GroupError::Failed(failure) if failure.cause.is_peer_lost() => ErrorKind::PeerLost,
             GroupError::Failed(_) | GroupError::Mismatch(_) => ErrorKind::GroupFailed,
@@ -439,6 +467,7 @@ impl GroupError {
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",
             GroupError::Healed { .. } => "Healed",
+            GroupError::NotOffered { .. } => "NotOffered",
         }
     }
 
@@ -466,74 +495,6 @@ impl fmt::Debug for GroupError {
             self.variant(),
             self.kind()
         )
-    }
-}
-
-/// An operation that failed before its work was enqueued, with the buffers
-/// it was given, so the caller keeps them. Transparent: its message and
-/// `source()` are its error's, and so are its `kind()`, `nccl_code()` and
-/// `is_timeout()`.
-///
-/// `?` converts it (boxed, as [`OpResult`](crate::OpResult) has it, or
-/// not) into its [`GroupError`], dropping the buffers: NCCL never saw
-/// them, and their memory is freed as any dropped tensor's. To keep them,
-/// match the `Err` instead: `Err(refused) => (refused.error, refused.buffers)`.
-pub struct OpError<B> {
-    /// What went wrong.
-    pub error: GroupError,
-    /// The buffers passed to the operation, untouched by NCCL.
-    pub buffers: B,
-}
-
-impl<B> OpError<B> {
-    /// [`GroupError::kind`] of the error.
-    pub fn kind(&self) -> ErrorKind {
-        self.error.kind()
-    }
-
-    /// [`GroupError::nccl_code`] of the error.
-    pub fn nccl_code(&self) -> Option<ResultCode> {
-        self.error.nccl_code()
-    }
-
-    /// [`GroupError::is_timeout`] of the error.
-    pub fn is_timeout(&self) -> bool {
-        self.error.is_timeout()
-    }
-}
-
-impl<B> fmt::Display for OpError<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
-    }
-}
-
-/// The error's `Debug` (the message first), without the buffers.
-impl<B> fmt::Debug for OpError<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}, refused with its buffers", self.error)
-    }
-}
-
-impl<B> std::error::Error for OpError<B> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        std::error::Error::source(&self.error)
-    }
-}
-
-impl<B> From<OpError<B>> for GroupError {
-    /// The error; the buffers are dropped.
-    fn from(refused: OpError<B>) -> Self {
-        refused.error
-    }
-}
-
-impl<B> From<Box<OpError<B>>> for GroupError {
-    /// The error of an [`OpResult`](crate::OpResult)'s refusal, so that
-    /// `group.all_reduce(...)?` works in a function returning
-    /// [`GroupError`]; the buffers are dropped.
-    fn from(refused: Box<OpError<B>>) -> Self {
-        refused.error
     }
 }
 

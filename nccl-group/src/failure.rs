@@ -68,6 +68,11 @@ pub enum FailureCause {
     /// operations failed, and the survivors went on as the next
     /// generation.
     Healing,
+    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) replaced the
+    /// group while another thread's operation on it was pending (a grow
+    /// waits for the operations issued before it; this one came during
+    /// it): the old generation's communicators were released.
+    Grown,
     /// NCCL accepted the operation, then something failed before its end
     /// could be tracked (waiting for a nonblocking communicator, recording
     /// its end event): it was left in flight, so the group cannot go on.
@@ -181,6 +186,7 @@ impl fmt::Display for FailureCause {
             FailureCause::Aborted => write!(f, "was pending when the group was aborted"),
             FailureCause::Dropped => write!(f, "was pending when the group was dropped"),
             FailureCause::Healing => write!(f, "was pending when the group was healed"),
+            FailureCause::Grown => write!(f, "was pending when the group grew"),
             FailureCause::Enqueue { error } => {
                 write!(f, "failed after NCCL accepted it: {error}")
             }

@@ -11,8 +11,10 @@
 //! stream handoff and end events), `checking` (the collective check),
 //! `capture` and `graph` (operations captured in CUDA graphs, the graphs'
 //! replays), `register` (buffers registered with the communicators), `lifecycle` (abort and destroy), `factory` (creating
-//! communicators), `health` (failing the group, the watchdog's view) and
-//! `dumps` (the flight recorder's dumps: on failure, on request).
+//! communicators), `health` (failing the group, the watchdog's view),
+//! `dumps` (the flight recorder's dumps: on failure, on request), `heal`
+//! and `grow` (the next generation: without the lost ranks, with new
+//! processes) and `succession` (the old generation's retirement).
 
 mod batch;
 mod buffers;
@@ -22,6 +24,7 @@ mod deprecated;
 mod dumps;
 mod factory;
 mod graph;
+mod grow;
 mod handoff;
 mod heal;
 mod health;
@@ -30,6 +33,7 @@ mod lifecycle;
 mod ops;
 pub mod options;
 mod register;
+mod succession;
 
 use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -41,6 +45,7 @@ pub(crate) use capture::Keeper;
 pub use capture::{GraphCapture, Uncapturable};
 pub(crate) use factory::{LocalComms, Member, NcclFactory};
 pub use graph::GroupGraph;
+pub use grow::{GrowOptions, GrowPath, Grown};
 pub use heal::{HealOptions, HealPath, Healed};
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 pub use register::GroupRegistered;
@@ -61,7 +66,7 @@ const LIVE: u8 = 0;
 const ABORTED: u8 = 1;
 const DESTROYED: u8 = 2;
 const FAILED: u8 = 3;
-/// Replaced by the generation a heal made ([`GroupError::Healed`]).
+/// Replaced by the generation a heal or a grow made ([`GroupError::Healed`]).
 const HEALED: u8 = 4;
 
 struct Inner {
@@ -80,9 +85,9 @@ struct Inner {
     local_rank: Option<usize>,
     /// The collective check, when it is on.
     checks: Option<Checker>,
-    /// The heal of this generation, once done: every later heal returns
-    /// it (the lock also makes concurrent heals one).
-    healed: Mutex<Option<heal::HealRecord>>,
+    /// The heal or grow of this generation, once done: every later heal
+    /// or grow returns it (the lock also makes concurrent ones one).
+    succession: Mutex<succession::Succession>,
     /// The generation that replaced this one (set with `HEALED`).
     successor: OnceLock<u64>,
 }
@@ -287,7 +292,7 @@ impl ProcessGroup {
             requests,
             local_rank,
             checks,
-            healed: Mutex::new(None),
+            succession: Mutex::default(),
             successor: OnceLock::new(),
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
@@ -406,7 +411,8 @@ impl ProcessGroup {
     }
 
     /// The group's generation: its instance's number among groups of the
-    /// same name, one more after each [`heal`](Self::heal).
+    /// same name, one more after each [`heal`](Self::heal) or
+    /// [`grow`](Self::grow).
     pub fn generation(&self) -> u64 {
         self.inner.cache.membership().generation
     }

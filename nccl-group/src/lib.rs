@@ -77,8 +77,8 @@ pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use group::{
     Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
-    GroupGraph, GroupOptions, GroupRegistered, GroupTensor, HealOptions, HealPath, Healed,
-    OpResult, P2POp, ProcessGroup, StreamMode, Uncapturable,
+    GroupGraph, GroupOptions, GroupRegistered, GroupTensor, GrowOptions, GrowPath, Grown,
+    HealOptions, HealPath, Healed, OpResult, P2POp, ProcessGroup, StreamMode, Uncapturable,
 };
 pub use key::MAX_LOCAL_DEVICES;
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.

@@ -100,6 +100,25 @@ pub(super) struct BlockedEnqueue {
 }
 
 impl Member {
+    /// The member of `core`, on `pool`'s device with NCCL stream `stream`.
+    ///
+    /// # Errors
+    /// nccl-tensor's wrapping of the communicator.
+    fn new(
+        core: nccl_core::Communicator,
+        pool: Arc<DevicePool>,
+        stream: Arc<CudaStream>,
+    ) -> Result<Self> {
+        let abort = core.abort_handle();
+        Ok(Member {
+            comm: Arc::new(SharedComm::new(Communicator::from_core(core)?)),
+            abort,
+            pool,
+            stream,
+            enqueue: EnqueueWatch::default(),
+        })
+    }
+
     /// The communicator, locked (NCCL calls on one communicator must not overlap).
     pub(super) fn lock(&self) -> SharedCommGuard<'_> {
         self.comm.lock()
@@ -206,41 +225,86 @@ impl LocalComms {
     /// parent's device pool and NCCL stream; the parent stays revoked,
     /// for its owner to drop (which aborts it).
     pub(super) fn shrink(&self, exclude: &[i32], timeout: Duration) -> Result<LocalComms> {
-        let [member] = self.members.as_slice() else {
-            return Err(crate::error::GroupError::InvalidArgument {
-                argument: "communicators to shrink",
-                expected: "the communicators of one device".to_string(),
-                given: format!("{} devices", self.members.len()),
-            });
-        };
-        let comm = Arc::clone(&member.comm);
         let exclude = exclude.to_vec();
+        self.child("ncclCommShrink", timeout, move |parent| {
+            parent.shrink(&exclude, ShrinkMode::Default, None)
+        })
+    }
+
+    /// `ncclCommGetUniqueId` of the one communicator: the id of its next
+    /// [`grow`](Self::grow), made by the grow's root.
+    pub(super) fn grow_unique_id(&self) -> Result<UniqueId> {
+        let member = self.only("communicators to grow")?;
+        Ok(member.lock().core().grow_unique_id()?)
+    }
+
+    /// `ncclCommGrow` of the one communicator (a one-device set) to
+    /// `world_size` ranks, this rank keeping its own; the grow's root
+    /// passes the id of its [`grow_unique_id`](Self::grow_unique_id), the
+    /// others `None`. Bounded by `timeout` as [`shrink`](Self::shrink),
+    /// and like it the new communicator keeps the parent's device pool and
+    /// NCCL stream; the parent stays live, for its owner to release.
+    pub(super) fn grow(
+        &self,
+        world_size: i32,
+        id: Option<UniqueId>,
+        timeout: Duration,
+    ) -> Result<LocalComms> {
+        self.child("ncclCommGrow", timeout, move |parent| {
+            parent.grow(world_size, id.as_ref(), None)
+        })
+    }
+
+    /// The one member of a one-device set (`what` names the set in the
+    /// refusal of any other).
+    fn only(&self, what: &'static str) -> Result<&Member> {
+        match self.members.as_slice() {
+            [member] => Ok(member),
+            members => Err(crate::error::GroupError::InvalidArgument {
+                argument: what,
+                expected: "the communicators of one device".to_string(),
+                given: format!("{} devices", members.len()),
+            }),
+        }
+    }
+
+    /// The communicator `make` (NCCL's `operation`) derives from the one
+    /// communicator of a one-device set, bounded by `timeout`: `make` runs
+    /// on a helper thread with the parent locked, and a call still blocked
+    /// at the bound (a blocking communicator waits for every rank) is
+    /// released by aborting the parent. The child keeps the parent's
+    /// device pool and NCCL stream.
+    fn child(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        make: impl FnOnce(&nccl_core::Communicator) -> nccl_core::Result<nccl_core::Communicator>
+        + Send
+        + 'static,
+    ) -> Result<LocalComms> {
+        let member = self.only("communicators to derive from")?;
+        let comm = Arc::clone(&member.comm);
         let started = Instant::now();
-        let shrunk = match run_bounded("nccl-group-shrink", timeout, move || {
-            comm.lock()
-                .core()
-                .shrink(&exclude, ShrinkMode::Default, None)
+        let child = match run_bounded("nccl-group-derive", timeout, move || {
+            make(comm.lock().core())
         }) {
-            Bounded::Returned(shrunk) => shrunk?,
+            Bounded::Returned(child) => child?,
             Bounded::Stalled => {
-                // The abort releases the parent's blocked shrink.
+                // The abort releases the parent's blocked call.
                 let _ = member.abort.abort();
                 return Err(nccl_core::Error::Timeout {
-                    operation: "ncclCommShrink",
+                    operation,
                     waited: started.elapsed(),
                 }
                 .into());
             }
         };
-        let abort = shrunk.abort_handle();
         Ok(LocalComms {
-            members: vec![Member {
-                comm: Arc::new(SharedComm::new(Communicator::from_core(shrunk)?)),
-                abort,
-                pool: Arc::clone(&member.pool),
-                stream: Arc::clone(&member.stream),
-                enqueue: EnqueueWatch::default(),
-            }],
+            members: vec![Member::new(
+                child,
+                Arc::clone(&member.pool),
+                Arc::clone(&member.stream),
+            )?],
         })
     }
 
@@ -337,46 +401,63 @@ impl CommFactory for NcclFactory {
             .map(|ordinal| self.pool(ordinal))
             .collect::<Result<Vec<_>>>()?;
         let devices: Vec<Device> = pools.iter().map(|pool| pool.device().clone()).collect();
-        let timeout = self.options.timeout;
         let config = self.options.comm_config()?;
-        let comms = match self.options.comm_mode {
-            CommMode::Blocking => {
-                let started = Instant::now();
-                let init = move || {
-                    nccl_core::Communicator::init_local_ranks(
-                        &devices, world_size, id, first_rank, &config,
-                    )
-                };
-                match run_bounded("nccl-group-init", timeout, init) {
-                    Bounded::Returned(comms) => comms?,
-                    Bounded::Stalled => {
-                        return Err(nccl_core::Error::Timeout {
-                            operation: "ncclCommInitRankConfig",
-                            waited: started.elapsed(),
-                        }
-                        .into());
-                    }
-                }
-            }
-            CommMode::Nonblocking => nccl_core::Communicator::init_local_ranks(
-                &devices, world_size, id, first_rank, &config,
-            )?,
-        };
+        let comms = self.bounded("ncclCommInitRankConfig", move || {
+            nccl_core::Communicator::init_local_ranks(&devices, world_size, id, first_rank, &config)
+        })?;
         let members = comms
             .into_iter()
             .zip(pools)
-            .map(|(core, pool)| {
-                let abort = core.abort_handle();
-                Ok(Member {
-                    comm: Arc::new(SharedComm::new(Communicator::from_core(core)?)),
-                    abort,
-                    stream: pool.stream(),
-                    pool,
-                    enqueue: EnqueueWatch::default(),
-                })
-            })
+            .map(|(core, pool)| Member::new(core, Arc::clone(&pool), pool.stream()))
             .collect::<Result<Vec<_>>>()?;
         Ok(LocalComms { members })
+    }
+}
+
+impl NcclFactory {
+    /// `call` (NCCL's `operation`, making communicators) within the
+    /// group's timeout either way: a nonblocking one is polled, a
+    /// blocking one runs on a helper thread that is waited for at most
+    /// that long.
+    fn bounded<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        call: impl FnOnce() -> nccl_core::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        if self.options.comm_mode == CommMode::Nonblocking {
+            return Ok(call()?);
+        }
+        let started = Instant::now();
+        match run_bounded("nccl-group-init", self.options.timeout, call) {
+            Bounded::Returned(made) => Ok(made?),
+            Bounded::Stalled => Err(nccl_core::Error::Timeout {
+                operation,
+                waited: started.elapsed(),
+            }
+            .into()),
+        }
+    }
+
+    /// A new process's communicator of a grow (`ncclCommGrow` without a
+    /// parent): rank `rank` of `world_size` on device `ordinal`, with the
+    /// grow root's id, within the group's timeout.
+    pub(super) fn join_grow(
+        &self,
+        ordinal: usize,
+        world_size: i32,
+        id: UniqueId,
+        rank: i32,
+    ) -> Result<LocalComms> {
+        let pool = self.pool(ordinal)?;
+        let device = pool.device().clone();
+        let config = self.options.comm_config()?;
+        let core = self.bounded("ncclCommGrow", move || {
+            nccl_core::Communicator::join_grow(device, world_size, &id, rank, &config)
+        })?;
+        let stream = pool.stream();
+        Ok(LocalComms {
+            members: vec![Member::new(core, pool, stream)?],
+        })
     }
 }
 

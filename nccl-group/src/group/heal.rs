@@ -3,14 +3,15 @@
 //! revoked (or make fresh ones), and go on as the next generation.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use nccl_core::{Capabilities, Capability};
 
-use super::health::{EXCHANGE_WAIT, Finish, abort_bounded};
-use super::{DESTROYED, HEALED, Inner, LIVE, LocalComms, ProcessGroup};
-use crate::comms::{Membership, scoped_store};
+use super::health::{EXCHANGE_WAIT, Finish};
+use super::succession::{Record, Replacement};
+use super::{DESTROYED, Inner, LIVE, LocalComms, ProcessGroup};
+use crate::comms::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::{FailureCause, FailureDetails};
 use crate::key::{CommClass, CommKey};
@@ -147,15 +148,6 @@ impl Healed {
     }
 }
 
-/// A heal done, kept by the old generation for later callers. The group
-/// is weak: the old generation must not keep the new one alive.
-pub(super) struct HealRecord {
-    group: Weak<Inner>,
-    handle: (Duration, super::StreamMode),
-    agreement: Agreement,
-    path: HealPath,
-}
-
 impl ProcessGroup {
     /// Heals the group after a failure: the surviving ranks all call it,
     /// and go on together as the next generation, without the lost ranks
@@ -196,8 +188,9 @@ impl ProcessGroup {
     /// # Errors
     /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
     ///   of this generation lives (drop it first; nothing changed).
-    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] when the group
-    ///   this generation was healed into was dropped.
+    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] when this
+    ///   generation was grown ([`ProcessGroup::grow`]), or the group it was
+    ///   healed into was dropped.
     /// - [`GroupError::InvalidArgument`] for a `min_survivors` of 0 or
     ///   above the world size, or a suspect outside the world or this rank.
     /// - [`ErrorKind::Excluded`](crate::ErrorKind::Excluded): this rank
@@ -206,13 +199,13 @@ impl ProcessGroup {
     /// - A store error: the decision is unknown to this rank; calling
     ///   again once the store answers returns it.
     pub fn heal(&self, options: &HealOptions) -> Result<Healed> {
-        let mut record = self
+        let mut succession = self
             .inner
-            .healed
+            .succession
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(record) = record.as_ref() {
-            return self.inner.healed_from(record);
+        if let Some(record) = succession.record.as_ref() {
+            return healed_from(&self.inner, record);
         }
         let graphs = self.inner.captures.live_graphs();
         if graphs > 0 {
@@ -239,12 +232,25 @@ impl ProcessGroup {
         let group = self.next_generation(&agreement)?;
         let path = self.carry_communicators(&group, &agreement, options)?;
         crate::trace::event!(info, group = %m.name, generation = agreement.generation(), path = ?path, "healed");
-        self.inner.retire(&agreement, &path);
-        *record = Some(HealRecord {
+        self.inner
+            .retire(agreement.generation(), FailureCause::Healing, || {
+                format!(
+                    "healed into generation {} as rank {} of {}: survivors {:?}, lost {:?}, {path:?}",
+                    agreement.generation(),
+                    agreement.rank(),
+                    agreement.world_size(),
+                    agreement.survivors(),
+                    agreement.excluded().map(|e| e.rank).collect::<Vec<_>>(),
+                )
+            });
+        succession.record = Some(Record {
             group: Arc::downgrade(&group.inner),
             handle: (self.op_timeout, self.stream_mode),
-            agreement: agreement.clone(),
-            path: path.clone(),
+            generation: agreement.generation(),
+            replacement: Replacement::Healed {
+                agreement: agreement.clone(),
+                path: path.clone(),
+            },
         });
         Ok(Healed {
             group,
@@ -279,27 +285,14 @@ impl ProcessGroup {
     /// name can meet them).
     fn next_generation(&self, agreement: &Agreement) -> Result<ProcessGroup> {
         let m = self.inner.cache.membership();
-        let store = scoped_store(&m.store, &format!("{}/{}/healed", m.name, m.generation))?;
-        let membership = Membership {
-            name: m.name.clone(),
-            generation: agreement.generation(),
-            rank: agreement.rank(),
-            world_size: agreement.world_size(),
-            store,
-            store_address: m.store_address.clone(),
-            timeout: m.timeout,
-        };
-        let group = Self::start(
-            membership,
-            self.options().clone(),
-            self.inner.local_rank,
-            Arc::clone(&self.inner.cache.factory().pools),
+        let scope = m.nested_scope(&format!("{}/{}/healed", m.name, m.generation));
+        let membership = m.successor(
+            agreement.generation(),
+            agreement.rank(),
+            agreement.world_size(),
+            scope,
         )?;
-        Ok(ProcessGroup {
-            op_timeout: self.op_timeout,
-            stream_mode: self.stream_mode,
-            ..group
-        })
+        self.successor_group(membership)
     }
 
     /// Step 3: shrinks into `group` what every survivor can shrink.
@@ -400,52 +393,17 @@ impl ProcessGroup {
     }
 }
 
-impl Inner {
-    /// The [`Healed`] a finished heal recorded, for a later caller.
-    fn healed_from(&self, record: &HealRecord) -> Result<Healed> {
-        let Some(inner) = record.group.upgrade() else {
-            return Err(GroupError::Healed {
-                name: self.cache.membership().name.clone(),
-                generation: self.cache.membership().generation,
-                successor: record.agreement.generation(),
-            });
-        };
-        let (op_timeout, stream_mode) = record.handle;
-        Ok(Healed {
-            group: ProcessGroup {
-                inner,
-                op_timeout,
-                stream_mode,
-            },
-            agreement: record.agreement.clone(),
-            path: record.path.clone(),
-        })
-    }
-
-    /// Step 4: this generation refuses every call from now on, its
-    /// communicators are released (the revoked parents by abort), and the
-    /// flight recorder writes the heal.
-    fn retire(&self, agreement: &Agreement, path: &HealPath) {
-        let _ = self.successor.set(agreement.generation());
-        self.state.store(HEALED, Ordering::Release);
-        let _ = abort_bounded(
-            self.cache.clear(),
-            self.cache.factory().options.abort_timeout,
-        );
-        if let Some(dir) = self.cache.factory().options.dump_dir.as_deref() {
-            let lost: Vec<usize> = agreement.excluded().map(|e| e.rank).collect();
-            let reason = format!(
-                "healed into generation {} as rank {} of {}: survivors {:?}, lost {lost:?}, {path:?}",
-                agreement.generation(),
-                agreement.rank(),
-                agreement.world_size(),
-                agreement.survivors(),
-            );
-            let dump = self.dump(reason, super::health::Findings::default());
-            let _written = self.write_dump(dir, &dump);
-            crate::trace::event!(info, written = ?_written, "heal recorded");
-        }
-    }
+/// The [`Healed`] a finished heal recorded, for a later caller; a grow's
+/// record refuses, naming the generation that replaced this one.
+fn healed_from(old: &Inner, record: &Record) -> Result<Healed> {
+    let Replacement::Healed { agreement, path } = &record.replacement else {
+        return Err(old.replaced(record.generation));
+    };
+    Ok(Healed {
+        group: record.handle_on(old)?,
+        agreement: agreement.clone(),
+        path: path.clone(),
+    })
 }
 
 /// Why the loaded NCCL cannot shrink, if it cannot.

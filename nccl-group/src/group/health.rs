@@ -211,7 +211,7 @@ impl Inner {
 
     /// The first step after a failure or an abort: every pending operation
     /// fails with `failure`, so its waiters return at once.
-    fn fail_pending(&self, failure: &Arc<Failure>) {
+    pub(super) fn fail_pending(&self, failure: &Arc<Failure>) {
         for pending in self.tracker.drain() {
             pending.completion.fail(failure);
         }

@@ -284,6 +284,16 @@ fn one_of_each_group_variant() -> Vec<(GroupError, ErrorKind)> {
             ErrorKind::Healed,
         ),
         (
+            GroupError::NotOffered {
+                name: name(),
+                ticket: 3,
+                store: "127.0.0.1:29500".into(),
+                offers: 2,
+                timeout: Duration::from_secs(60),
+            },
+            ErrorKind::Timeout,
+        ),
+        (
             GroupError::Dump(nccl_group::dumps::DumpError::NoFolder),
             ErrorKind::InvalidArgument,
         ),

@@ -18,7 +18,22 @@
 //!   2 and run 20 rounds; rank 0 then continues rank 2, which must get a
 //!   clear error from its operation and `Excluded` from its own heal,
 //!   while the two run 20 rounds more undisturbed.
+//! * `gpu_heal_grows_back`: world 4 on simulated hosts; rank 3 exits; the
+//!   survivors heal to 3 and run 20 rounds; rank 0 starts one more process
+//!   of this binary on the same GPU (a simulated host of its own), which
+//!   joins as the survivors grow by 1 ([`ProcessGroup::grow`],
+//!   [`ProcessGroup::join_grown`]); then 100 rounds at world 4, the new
+//!   process's values checked as member 4's, and a destroy. With NCCL
+//!   2.29.2 and later the group's communicator grows
+//!   (`GrowPath::Grown`); with an older one the grow is refused with
+//!   `Unsupported` naming 2.29.2 and done again with
+//!   `GrowOptions::with_grow(false)` (`GrowPath::Recreated`). On both
+//!   communicator modes.
+//!
+//! [`ProcessGroup::grow`]: nccl_group::ProcessGroup::grow
+//! [`ProcessGroup::join_grown`]: nccl_group::ProcessGroup::join_grown
 
+mod grow;
 mod rank;
 
 use std::path::Path;
@@ -40,6 +55,9 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(150);
 enum Scenario {
     LoseTwo,
     Stopped,
+    GrowBack,
+    /// The process rank 0 of `GrowBack` starts, which joins the grow.
+    GrowJoiner,
 }
 
 impl Scenario {
@@ -47,13 +65,20 @@ impl Scenario {
         match self {
             Scenario::LoseTwo => "lose-two",
             Scenario::Stopped => "stopped",
+            Scenario::GrowBack => "grow-back",
+            Scenario::GrowJoiner => "grow-joiner",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [Scenario::LoseTwo, Scenario::Stopped]
-            .into_iter()
-            .find(|s| s.name() == name)
+        [
+            Scenario::LoseTwo,
+            Scenario::Stopped,
+            Scenario::GrowBack,
+            Scenario::GrowJoiner,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 }
 
@@ -63,9 +88,16 @@ fn launch(exe: &Path, world: usize, scenario: Scenario, comms: CommMode, shrink:
     } else {
         "blocking"
     };
+    // The process that joins a grow shares GPU 0 as a simulated host of
+    // its own, which the ranks must be too for NCCL to take it for one.
+    let placement = if scenario == Scenario::GrowBack {
+        Placement::SimulatedHosts
+    } else {
+        Placement::Auto
+    };
     let launch = Launch::new(world)
         .expect("a launch")
-        .placement(Placement::Auto)
+        .placement(placement)
         .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
         .timeout(Some(LAUNCH_TIMEOUT))
         .keep_output(true)
@@ -141,6 +173,26 @@ fn gpu_heal_excludes_a_stopped_rank() {
         "the stopped rank's heal{}",
         outputs(&outcome)
     );
+}
+
+#[test]
+fn gpu_heal_grows_back() {
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let exe = std::env::current_exe().expect("the test binary");
+    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+        let label = format!("world 4 -> 3 -> 4, {comms:?}");
+        let outcome = launch(&exe, 4, Scenario::GrowBack, comms, true);
+        // Rank 3 exits with status 0; rank 0 checks the new process's end.
+        check(&label, &outcome, |_| false);
+        let grown = &outcome.ranks[0].stdout;
+        assert!(
+            grown.contains("heal grow: the new process ended: ok"),
+            "{label}: rank 0 saw no clean end of the new process{}",
+            outputs(&outcome)
+        );
+    }
 }
 
 /// One rank of a launch (SKIP unless launched by the tests above).

@@ -23,32 +23,35 @@ const GATHER: usize = 256;
 /// Rounds before the first fault.
 const FAULT_AT: usize = 10;
 /// Checked rounds after each heal.
-const ROUNDS: usize = 100;
+pub(super) const ROUNDS: usize = 100;
 /// Rounds before and after the stopped rank is continued.
 const STOPPED_ROUNDS: usize = 20;
 const OP_TIMEOUT: Duration = Duration::from_secs(3);
-const PATIENCE: Duration = Duration::from_secs(90);
+pub(super) const PATIENCE: Duration = Duration::from_secs(90);
 
 type Result<T> = std::result::Result<T, GroupError>;
 
 /// This process in the current generation: its group, and every
-/// member's rank in generation 0 (by its current rank).
-struct Member {
-    group: ProcessGroup,
-    olds: Vec<usize>,
-    stream: Arc<CudaStream>,
+/// member's rank in generation 0 (by its current rank; a process that
+/// joined a grow has an id past generation 0's ranks).
+pub(super) struct Member {
+    pub(super) group: ProcessGroup,
+    pub(super) olds: Vec<usize>,
+    pub(super) stream: Arc<CudaStream>,
 }
 
-fn refused<B: nccl_group::WorkBuffers>(result: nccl_group::OpResult<B>) -> Result<Work<B>> {
+pub(super) fn refused<B: nccl_group::WorkBuffers>(
+    result: nccl_group::OpResult<B>,
+) -> Result<Work<B>> {
     result.map_err(|refusal| refusal.error)
 }
 
 impl Member {
-    fn old(&self) -> usize {
+    pub(super) fn old(&self) -> usize {
         self.olds[self.group.rank()]
     }
 
-    fn filled(&self, len: usize, value: f32) -> Tensor<f32> {
+    pub(super) fn filled(&self, len: usize, value: f32) -> Tensor<f32> {
         Tensor::from_host(&self.stream, &vec![value; len], &[len]).expect("upload")
     }
 
@@ -59,7 +62,7 @@ impl Member {
     /// One checked round: an all_reduce, an all_gather, a batched ring and
     /// a ring on pair communicators, each value compared with what the
     /// members' old ranks make it. A wrong value panics.
-    fn round(&self, n: usize) -> Result<()> {
+    pub(super) fn round(&self, n: usize) -> Result<()> {
         let (rank, world) = (self.group.rank(), self.group.world_size());
         let mine = (self.old() + 1) as f32;
         let what = |op: &str| format!("round {n}: {op} as rank {rank} of {world}");
@@ -133,7 +136,7 @@ impl Member {
     }
 
     /// Rounds until one fails (a member was lost); its error.
-    fn until_failure(&self) -> GroupError {
+    pub(super) fn until_failure(&self) -> GroupError {
         for n in 0.. {
             if let Err(error) = self.round(n) {
                 return error;
@@ -147,7 +150,7 @@ impl Member {
     /// and goes on in the new generation. `shrinks`: whether NCCL can
     /// shrink after this fault (not after a death: the closed socket's
     /// error survives the revoke, and ncclCommShrink refuses it).
-    fn heal(self, shrink: bool, shrinks: bool, label: &str) -> Member {
+    pub(super) fn heal(self, shrink: bool, shrinks: bool, label: &str) -> Member {
         let options = HealOptions::new()
             .with_timeout(Duration::from_secs(60))
             .with_shrink(shrink);
@@ -223,26 +226,34 @@ fn kill_self(signal: &str) {
     assert!(status.success(), "kill {signal}: {status}");
 }
 
+/// The options of every rank's group, and of a process joining a grow:
+/// the communicator mode the launch names.
+pub(super) fn group_options() -> GroupOptions {
+    let comms = if std::env::var(COMMS_VAR).as_deref() == Ok("nonblocking") {
+        CommMode::Nonblocking
+    } else {
+        CommMode::Blocking
+    };
+    GroupOptions::default()
+        .with_comm_mode(comms)
+        .with_timeout(Duration::from_secs(60))
+        .with_op_timeout(OP_TIMEOUT)
+        .with_dump_dir(None)
+}
+
 /// This process's part of `scenario`.
 pub fn run(scenario: Scenario) {
+    if scenario == Scenario::GrowJoiner {
+        return super::grow::join();
+    }
     let ranks = support::ranks();
     let dir = ranks
         .dir
         .clone()
         .expect("NCCL_LAUNCH_DIR is set by nccl-launch");
     let var = |name: &str| std::env::var(name).unwrap_or_default();
-    let comms = if var(COMMS_VAR) == "nonblocking" {
-        CommMode::Nonblocking
-    } else {
-        CommMode::Blocking
-    };
-    let options = GroupOptions::default()
-        .with_comm_mode(comms)
-        .with_timeout(Duration::from_secs(60))
-        .with_op_timeout(OP_TIMEOUT)
-        .with_dump_dir(None);
     let me = Member {
-        group: ProcessGroup::from_env_with("heal", options).expect("the group"),
+        group: ProcessGroup::from_env_with("heal", group_options()).expect("the group"),
         olds: (0..ranks.world).collect(),
         stream: ranks.device().new_stream().expect("a stream"),
     };
@@ -253,6 +264,8 @@ pub fn run(scenario: Scenario) {
     match scenario {
         Scenario::LoseTwo => lose_two(me, shrink, &dir),
         Scenario::Stopped => stopped(me, &dir),
+        Scenario::GrowBack => super::grow::grow_back(me, &dir),
+        Scenario::GrowJoiner => unreachable!("a joining process runs its own part above"),
     }
 }
 
@@ -358,7 +371,7 @@ fn stopped(me: Member, dir: &Path) {
 }
 
 /// Rank 0 hosts the store: it leaves last.
-fn finish(dir: &Path, old: usize, others: &[usize]) {
+pub(super) fn finish(dir: &Path, old: usize, others: &[usize]) {
     publish(dir, &format!("done.{old}"), "");
     if old == 0 {
         for &other in others.iter().filter(|&&o| o != 0) {

@@ -2,8 +2,8 @@
 //! argument check of every operation (`nccl_tensor::checks`), the core
 //! types (`Config`, `UniqueId`, `scalar_bytes`, the library loader), the
 //! group's keys, membership and stores, every launch environment
-//! variable `RendezvousConfig` reads, the survivors' agreement and the
-//! heal. Each
+//! variable `RendezvousConfig` reads, the survivors' agreement, the
+//! heal and the grow. Each
 //! row runs one bad call and checks that the error names both what was
 //! expected and what was given.
 //!
@@ -11,12 +11,14 @@
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
 //! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
-//! `options_rows`, `store_rows`, `agree_rows` and `heal_rows`.
+//! `options_rows`, `store_rows`, `agree_rows`, `heal_rows` and
+//! `grow_rows`.
 
 mod agree_rows;
 mod batch_rows;
 mod core_rows;
 mod group_rows;
+mod grow_rows;
 mod heal_rows;
 mod options_rows;
 mod store_rows;
@@ -69,6 +71,7 @@ fn rows() -> Vec<Row> {
         store_rows::rows(),
         agree_rows::rows(),
         heal_rows::rows(),
+        grow_rows::rows(),
     ]
     .into_iter()
     .flatten()

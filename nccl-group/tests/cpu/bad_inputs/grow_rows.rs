@@ -1,0 +1,120 @@
+//! The bad-input rows of `ProcessGroup::grow` and
+//! `ProcessGroup::join_grown`: counts and groups a grow refuses before
+//! anything changes, and a new process's bad arguments or missing offer.
+//! Groups that never made a communicator need no GPU.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nccl_group::store::Store;
+use nccl_group::{GroupOptions, GrowOptions, InProcessStore, ProcessGroup};
+
+use super::{Row, err};
+
+fn options() -> GroupOptions {
+    GroupOptions::default().with_dump_dir(None)
+}
+
+/// Rank 0 of a world of 1 on a fresh in-process store.
+fn group() -> ProcessGroup {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    ProcessGroup::new("grow-rows", 0, 1, store, "in-process", options())
+        .expect("a group without communicators")
+}
+
+/// `grow` by `new_ranks` of a fresh group.
+fn grow(new_ranks: usize) -> String {
+    err(group().grow(new_ranks, &GrowOptions::new()))
+}
+
+/// `join_grown` of `name` on a fresh store, on device `local_rank`,
+/// waiting 100 ms for an offer.
+fn join(name: &str, local_rank: usize) -> String {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    err(ProcessGroup::join_grown(
+        name,
+        store,
+        "in-process",
+        local_rank,
+        options(),
+        Duration::from_millis(100),
+    ))
+}
+
+pub(super) fn rows() -> Vec<Row> {
+    vec![
+        Row {
+            area: "grow",
+            call: "ProcessGroup::grow",
+            input: "new_ranks 0",
+            expect: &["invalid new_ranks", "expected 1..=2147483646", "got 0"],
+            run: || grow(0),
+        },
+        Row {
+            area: "grow",
+            call: "ProcessGroup::grow",
+            input: "new_ranks past NCCL's C int ranks",
+            expect: &[
+                "invalid new_ranks",
+                "at most 2147483647 ranks in all",
+                "got 18446744073709551615",
+            ],
+            run: || grow(usize::MAX),
+        },
+        Row {
+            area: "grow",
+            call: "ProcessGroup::grow",
+            input: "an aborted group",
+            expect: &[
+                "invalid process group to grow",
+                "heal a failed one first",
+                "\"grow-rows\" generation 0, which aborted",
+            ],
+            run: || {
+                let group = group();
+                if let Err(error) = group.abort() {
+                    return format!("<abort failed: {error}>");
+                }
+                err(group.grow(1, &GrowOptions::new()))
+            },
+        },
+        Row {
+            area: "grow",
+            call: "ProcessGroup::grow",
+            input: "a destroyed group",
+            expect: &["process group \"grow-rows\"", "was destroyed"],
+            run: || {
+                let group = group();
+                if let Err(error) = group.destroy() {
+                    return format!("<destroy failed: {error}>");
+                }
+                err(group.grow(1, &GrowOptions::new()))
+            },
+        },
+        Row {
+            area: "grow",
+            call: "ProcessGroup::join_grown",
+            input: "an empty group name",
+            expect: &["invalid group name", "non-empty", "got \"\""],
+            run: || join("", 0),
+        },
+        Row {
+            area: "grow",
+            call: "ProcessGroup::join_grown",
+            input: "device 70000",
+            expect: &["invalid device list", "ordinals up to 65535", "got 70000"],
+            run: || join("grow-rows", 70_000),
+        },
+        Row {
+            area: "grow",
+            call: "ProcessGroup::join_grown",
+            input: "no grow within 100 ms",
+            expect: &[
+                "joining process group \"grow-rows\" with ticket 1",
+                "no ProcessGroup::grow offered",
+                "0 offers read",
+            ],
+            run: || join("grow-rows", 0),
+        },
+    ]
+}
