@@ -14,7 +14,8 @@ death in the launch folder (NCCL_LAUNCH_DIR); the others run all_reduces of
 waits with an operation timeout of --op-timeout-ms, and no teardown of the
 process: TORCH_NCCL_BLOCKING_WAIT=1, TORCH_NCCL_ASYNC_ERROR_HANDLING=0),
 then call shrink_group on the default group and time its first correct
-all_reduce. Rank 0 prints heal-cost's fields; a torch without
+all_reduce. Every rank prints each phase as it reaches it (so a hang
+shows where it stopped); rank 0 prints heal-cost's fields; a torch without
 shrink_group prints one line saying so and exits 0.
 """
 
@@ -32,6 +33,10 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 LEN = 1024
+
+
+def say(text):
+    print(text, flush=True)
 
 
 def now_us():
@@ -74,6 +79,7 @@ def main():
         with open(died_file, "w") as f:
             f.write(str(now_us()))
         os._exit(0)
+    say(f"rank {rank}: warm, rank {world - 1} is gone")
     while True:
         try:
             all_reduce(x, rank + 1, total)
@@ -81,10 +87,13 @@ def main():
             failed = now_us()
             message = str(error).splitlines()[0][:160]
             break
+    say(f"rank {rank}: failed: {message}; calling shrink_group([{world - 1}])")
     group = shrink([world - 1])
     healed = now_us()
+    say(f"rank {rank}: shrink_group returned; first all_reduce")
     all_reduce(x, rank + 1, total - world, group=group)
     first = now_us()
+    say(f"rank {rank}: first all_reduce correct")
     with open(died_file) as f:
         died = int(f.read().strip())
     ms = lambda a, b: (b - a) / 1000.0  # noqa: E731
