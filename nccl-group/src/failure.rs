@@ -302,6 +302,10 @@ pub struct Failure {
     pub suspects: Vec<OpRecord>,
     details: OnceLock<FailureDetails>,
     /// Signalled when the details are set.
+    /// How the release of the communicators went, once it has: before
+    /// the details, which wait for the other ranks too.
+    released: OnceLock<AbortOutcome>,
+    /// Signalled when `details` or `released` is set.
     details_set: (Mutex<()>, Condvar),
 }
 
@@ -324,6 +328,7 @@ impl Failure {
             op,
             suspects,
             details: OnceLock::new(),
+            released: OnceLock::new(),
             details_set: (Mutex::new(()), Condvar::new()),
         }
     }
@@ -340,13 +345,31 @@ impl Failure {
     /// before a process exits, so that the flight recorder's dump is
     /// written).
     pub fn wait_details(&self, timeout: Duration) -> Option<&FailureDetails> {
+        self.wait_for(timeout, |failure| failure.details.get())
+    }
+
+    /// How the release of the group's communicators (revoke or abort)
+    /// went, waiting for it at most `timeout`: it comes before the
+    /// details, which also wait for the other ranks' reports.
+    pub(crate) fn wait_released(&self, timeout: Duration) -> Option<&AbortOutcome> {
+        self.wait_for(timeout, |failure| {
+            (failure.released.get()).or_else(|| failure.details.get().map(|d| &d.abort))
+        })
+    }
+
+    /// What `get` finds, waiting for it at most `timeout`.
+    fn wait_for<'a, T>(
+        &'a self,
+        timeout: Duration,
+        get: impl Fn(&'a Self) -> Option<&'a T>,
+    ) -> Option<&'a T> {
         // A timeout past what `Instant` can hold waits as long as it takes.
         let deadline = Instant::now().checked_add(timeout);
         let (lock, set) = &self.details_set;
         let mut guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            if let Some(details) = self.details.get() {
-                return Some(details);
+            if let Some(found) = get(self) {
+                return Some(found);
             }
             let left = deadline.map_or(LONGEST_SLEEP, |deadline| {
                 deadline.saturating_duration_since(Instant::now())
@@ -359,6 +382,14 @@ impl Failure {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Records how the release of the communicators went.
+    pub(crate) fn set_released(&self, outcome: AbortOutcome) {
+        let (lock, set) = &self.details_set;
+        let _guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = self.released.set(outcome);
+        set.notify_all();
     }
 
     pub(crate) fn set_details(&self, details: FailureDetails) {

@@ -19,7 +19,7 @@
 //! Each launch measures one death: repeat launches for a spread.
 //!
 //! ```text
-//! heal-cost --mode shrink|recreate|full [--warmup 20] [--op-timeout-ms 3000] [--json FILE]
+//! heal-cost --mode shrink|recreate|full [--tell] [--warmup 20] [--op-timeout-ms 3000] [--json FILE]
 //! ```
 
 use std::io::Write;
@@ -56,6 +56,11 @@ struct Args {
     /// The group's operation timeout, in ms.
     #[arg(long, default_value_t = 3000)]
     op_timeout_ms: u64,
+    /// The survivors are told who is lost (`HealOptions::with_suspects`,
+    /// as a launcher that saw the exit would): the heal skips the
+    /// failure's exchange of reports.
+    #[arg(long)]
+    tell: bool,
     /// Append rank 0's JSON line to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -144,7 +149,12 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .heal(
                 &HealOptions::new()
                     .with_timeout(Duration::from_secs(60))
-                    .with_shrink(args.mode == Mode::Shrink),
+                    .with_shrink(args.mode == Mode::Shrink)
+                    .with_suspects(if args.tell {
+                        vec![world - 1]
+                    } else {
+                        Vec::new()
+                    }),
             )?
             .into_group(),
         Mode::Full => {
@@ -165,6 +175,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let line = serde_json::json!({
             "tool": "heal-cost",
             "mode": format!("{:?}", args.mode).to_lowercase(),
+            "told": args.tell,
             "world": world,
             "nccl": nccl,
             "detect_ms": ms(died, failed),

@@ -64,7 +64,9 @@ impl HealOptions {
 
     /// Ranks this process knows to be lost (its launcher saw them exit,
     /// say), added to those the failure's exchange found silent: the
-    /// agreement does not wait for them.
+    /// agreement does not wait for them, and the heal does not wait for
+    /// that exchange (which waits up to 3 s for a dead rank's report):
+    /// only for the release of the failed communicators.
     pub fn with_suspects(mut self, suspects: Vec<usize>) -> Self {
         self.suspects = suspects;
         self
@@ -217,7 +219,7 @@ impl ProcessGroup {
         }
         let m = self.inner.cache.membership();
         check_options(options, m.rank, m.world_size)?;
-        let details = self.stop_for_heal()?;
+        let details = self.stop_for_heal(options)?;
         let suspects = suspects(&details, options, m.rank, m.world_size);
         let agree_store = scoped_store(&m.store, &format!("{}/{}", m.name, m.generation))?;
         let agreement = agree_survivors(
@@ -261,23 +263,35 @@ impl ProcessGroup {
 
     /// Step 1: the group failed (failing it now if it is live), and its
     /// communicators released; the failure's details, if they came.
-    fn stop_for_heal(&self) -> Result<Option<FailureDetails>> {
+    fn stop_for_heal(&self, options: &HealOptions) -> Result<Option<FailureDetails>> {
+        // Told who is lost, the heal needs only the release of the
+        // communicators, not the failure's exchange with the other ranks,
+        // which waits for a dead rank's report until EXCHANGE_WAIT.
+        let told = !options.suspects.is_empty();
         match self.inner.state.load(Ordering::Acquire) {
-            LIVE => self.inner.fail(
-                FailureCause::Healing,
-                self.inner.tracker.oldest(),
-                Finish::Here,
-            ),
+            LIVE => {
+                let finish = if told {
+                    Finish::OwnThread
+                } else {
+                    Finish::Here
+                };
+                self.inner
+                    .fail(FailureCause::Healing, self.inner.tracker.oldest(), finish)
+            }
             DESTROYED => self.check_live()?,
             _ => {}
         }
         let Some(failure) = self.inner.failure.get() else {
             return Ok(None);
         };
-        let bound = (self.options().abort_timeout)
-            .saturating_add(EXCHANGE_WAIT)
-            .saturating_add(Duration::from_secs(1));
-        Ok(failure.wait_details(bound).cloned())
+        let bound = (self.options().abort_timeout).saturating_add(Duration::from_secs(1));
+        if told {
+            failure.wait_released(bound);
+            return Ok(failure.details().cloned());
+        }
+        Ok(failure
+            .wait_details(bound.saturating_add(EXCHANGE_WAIT))
+            .cloned())
     }
 
     /// The group of the agreed generation, with no communicator yet, its

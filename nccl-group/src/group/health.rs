@@ -241,6 +241,7 @@ impl Inner {
         let revoke = self.options().revoke_on_failure && failure.cause != FailureCause::Aborted;
         let abort = release_bounded(self.cache.all(), self.options().abort_timeout, revoke);
         crate::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
+        failure.set_released(abort.clone());
         let mut findings = Findings {
             ras,
             ..Findings::default()

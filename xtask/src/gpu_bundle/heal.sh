@@ -8,6 +8,7 @@
 # OUT_DIR/heal-cost.jsonl; then torch.distributed.shrink_group's figure
 # for the same loss (scripts/torch_heal_cost.py), once per world size. The
 # NCCL under test is NCCL_LIBRARY's (the loader's default without it).
+# TELL=1 tells the survivors who is lost (heal-cost --tell).
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
@@ -25,7 +26,7 @@ for world in "${worlds[@]}"; do
     for mode in "${modes[@]}"; do
         for repeat in $(seq "${REPEATS:-3}"); do
             echo "==> heal-cost --mode $mode, world size $world, run $repeat"
-            "$launch" -n "$world" --timeout 120 "$bin/benches-heal-cost" --mode "$mode" \
+            "$launch" -n "$world" --timeout 120 "$bin/benches-heal-cost" --mode "$mode" ${TELL:+--tell} \
                 --json "$out/heal-cost.jsonl" 2>&1 | grep -v '^\[rank' | tee -a "$out/heal-cost.txt" ||
                 failed+=("heal-cost $mode $world")
         done
