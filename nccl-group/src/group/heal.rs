@@ -484,4 +484,4 @@ fn check_options(options: &HealOptions, rank: usize, world_size: usize) -> Resul
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -8,32 +8,12 @@ use std::time::Duration;
 
 use super::*;
 use crate::ErrorKind;
-use crate::group::{GroupOptions, HealOptions, Healed};
+use crate::group::heal::tests::{options, world_on};
+use crate::group::{HealOptions, Healed};
 use crate::store::InProcessStore;
 
 /// Longer than any wait here that must end: a hang guard.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-fn options() -> GroupOptions {
-    GroupOptions::default().with_dump_dir(None)
-}
-
-/// Ranks `0..world` of group `name` on `store`, each a handle of its own.
-fn world_on(store: &Arc<dyn Store>, name: &str, world: usize) -> Vec<ProcessGroup> {
-    (0..world)
-        .map(|rank| {
-            ProcessGroup::new(
-                name,
-                rank,
-                world,
-                Arc::clone(store),
-                "in-process",
-                options(),
-            )
-            .expect("a group that makes no communicator needs no GPU")
-        })
-        .collect()
-}
 
 /// `grow` by `new_ranks` on each of `groups` at once, from a thread each,
 /// while `joiners` processes join from threads of their own, one after

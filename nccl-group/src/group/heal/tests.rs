@@ -10,26 +10,39 @@ use crate::ErrorKind;
 use crate::group::GroupOptions;
 use crate::store::{InProcessStore, Store};
 
-fn options() -> GroupOptions {
+/// Options for groups that write no dumps.
+pub(in crate::group) fn options() -> GroupOptions {
     GroupOptions::default().with_dump_dir(None)
 }
 
-/// Ranks `0..world` of group `name`, each a handle of its own.
-fn world(name: &str, world: usize) -> Vec<ProcessGroup> {
-    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+/// Ranks `0..world` of group `name` on `store`, each a handle of its own.
+pub(in crate::group) fn world_on(
+    store: &Arc<dyn Store>,
+    name: &str,
+    world: usize,
+) -> Vec<ProcessGroup> {
     (0..world)
         .map(|rank| {
             ProcessGroup::new(
                 name,
                 rank,
                 world,
-                Arc::clone(&store),
+                Arc::clone(store),
                 "in-process",
                 options(),
             )
             .expect("a group that makes no communicator needs no GPU")
         })
         .collect()
+}
+
+/// Ranks `0..world` of group `name` on a store of their own.
+fn world(name: &str, world: usize) -> Vec<ProcessGroup> {
+    world_on(
+        &(Arc::new(InProcessStore::new()) as Arc<dyn Store>),
+        name,
+        world,
+    )
 }
 
 /// `heal` on each of `groups` at once, from a thread each.
