@@ -51,6 +51,7 @@
 //! Every blocking call takes a timeout and every failure is an error that
 //! names what was expected, what was seen and what to do.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod analysis;
 mod bare;

@@ -45,6 +45,7 @@
 //! let host = grads.to_vec(&stream)?;
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
 mod buffer;
