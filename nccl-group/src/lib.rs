@@ -52,6 +52,8 @@
 //! names what was expected, what was seen and what to do.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// Examples compile without warnings: one that calls a deprecated item fails its doctest.
+#![doc(test(attr(deny(warnings), allow(unused))))]
 
 pub mod analysis;
 mod bare;
