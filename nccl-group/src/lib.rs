@@ -115,6 +115,12 @@ pub mod prelude {
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
+/// docs/framework-authors.md's code blocks, compiled as this crate's
+/// doctests, so the page stays true of the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/framework-authors.md")]
+pub struct FrameworkAuthorsDoctests;
+
 /// The group's inner parts, exported for its own tests and benches only:
 /// the communicator cache and its factory seam, the membership handshake,
 /// the cache keys and the event pool. Not a stable API.
