@@ -140,42 +140,51 @@ impl From<nccl_rendezvous::ErrorKind> for ErrorKind {
 /// ```no_run
 /// use std::sync::Arc;
 /// use nccl_group::prelude::*;
+/// use nccl_group::HealOptions;
 ///
 /// /// One step: `?` takes the refusal of `all_reduce` and the failure
 /// /// `wait` reports alike.
 /// fn step(group: &ProcessGroup, grads: Tensor<f32>, stream: &Arc<CudaStream>) -> Result<Tensor<f32>, GroupError> {
-///     let work = group.all_reduce(grads, ReduceOp::Sum, stream)?;
-///     work.wait()
+///     group.all_reduce(grads, ReduceOp::Avg, stream)?.wait()
+/// }
+///
+/// fn train(mut group: ProcessGroup, stream: &Arc<CudaStream>) -> Result<(), GroupError> {
+///     for _ in 0..100 {
+///         let grads = Tensor::from_host(stream, &[1.0f32; 1024], &[1024])?;
+///         let Err(error) = step(&group, grads, stream) else { continue };
+///         match error.kind() {
+///             // A rank is gone (NCCL saw it go), or the group failed otherwise (an
+///             // operation past its timeout, a collective mismatch): `failure()` says
+///             // which operation and why, and the survivors go on without a restart.
+///             ErrorKind::PeerLost | ErrorKind::GroupFailed => {
+///                 if let Some(failure) = error.failure() {
+///                     eprintln!("{} failed: {}; healing", failure.group, failure.cause);
+///                 }
+///                 // `ErrorKind::Excluded` here: the others went on without this rank.
+///                 group = group.heal(&HealOptions::new())?.into_group();
+///             }
+///             // A bug in this program (a shape, a device, a rank): retrying will not help.
+///             ErrorKind::InvalidArgument | ErrorKind::WrongDevice | ErrorKind::RankOutOfRange => {
+///                 return Err(error);
+///             }
+///             // Kinds may be added: always keep a wildcard arm.
+///             _ => return Err(error),
+///         }
+///     }
+///     group.destroy()
 /// }
 ///
 /// fn main() -> Result<(), GroupError> {
 ///     let group = ProcessGroup::from_env("trainer")?;
-///     let device = Device::new(group.local_rank().unwrap_or(0))?;
-///     let stream = device.new_stream()?;
-///     let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
-///     match step(&group, grads, &stream) {
-///         Ok(_) => Ok(()),
-///         Err(error) => match error.kind() {
-///             // A rank is gone: NCCL saw it go, or it said so at a meeting.
-///             ErrorKind::PeerLost | ErrorKind::PeerFailed => {
-///                 eprintln!("a peer is gone; meeting again without it: {error}");
-///                 Ok(())
-///             }
-///             // Something ran past its deadline; `failure()` says what.
-///             _ if error.is_timeout() => {
-///                 if let Some(failure) = error.failure() {
-///                     eprintln!("{} {}", failure.group, failure.cause);
-///                 }
-///                 Err(error)
-///             }
-///             // A bug in this program: a shape, a device, a rank.
-///             ErrorKind::InvalidArgument | ErrorKind::WrongDevice | ErrorKind::RankOutOfRange => {
-///                 Err(error)
-///             }
-///             // Kinds may be added: always keep a wildcard arm.
-///             _ => Err(error),
-///         },
-///     }
+///     let device = match Device::new(group.local_rank().unwrap_or(0)).map_err(GroupError::from) {
+///         // No CUDA driver on this machine (a missing libnccl is `Unavailable` too).
+///         Err(error) if error.kind() == ErrorKind::Unavailable => {
+///             eprintln!("{error}");
+///             std::process::exit(2);
+///         }
+///         device => device?,
+///     };
+///     train(group, &device.new_stream()?)
 /// }
 /// ```
 #[non_exhaustive]

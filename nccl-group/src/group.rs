@@ -95,6 +95,26 @@ struct Inner {
 /// A group of processes running collectives on GPU tensors: the
 /// multi-device cached process group of the spec, with its TODOs solved.
 ///
+/// ```no_run
+/// use std::time::Duration;
+/// use nccl_group::prelude::*;
+///
+/// fn main() -> Result<(), GroupError> {
+///     // torchrun's, srun's or mpirun's variables; an operation still running after 2 min fails the group.
+///     let options = GroupOptions::default().with_op_timeout(Duration::from_secs(120));
+///     let group = ProcessGroup::from_env_with("trainer", options)?;
+///     let device = Device::new(group.local_rank().unwrap_or(0))?; // a GPU per process
+///     let stream = device.new_stream()?;
+///     let weights = Tensor::<f32>::zeros(&stream, &[1024])?;
+///     let weights = group.broadcast(weights, 0, &stream)?.wait()?; // rank 0's weights on every rank
+///     let grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?; // a backward pass's gradients
+///     let grads = group.all_reduce(grads, ReduceOp::Avg, &stream)?.wait()?; // `stream` waits; the CPU does not
+///     // A host read is checked: a peer lost under the all-reduce is an `Err`, never partial data.
+///     println!("rank {}: {:?} {:?}", group.rank(), &weights.to_vec(&stream)?[..2], &grads.to_vec(&stream)?[..2]);
+///     group.destroy() // collective: every rank leaves together
+/// }
+/// ```
+///
 /// * Communicators are cached per ordered list of local devices (and per
 ///   pair of processes for send/recv); each key is created exactly once
 ///   even when many threads ask at once. Rank 0 (or the lower rank of a

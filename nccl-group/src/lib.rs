@@ -51,6 +51,9 @@
 //! Every blocking call takes a timeout and every failure is an error that
 //! names what was expected, what was seen and what to do.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// Examples compile without warnings: one that calls a deprecated item fails its doctest.
+#![doc(test(attr(deny(warnings), allow(unused))))]
 
 pub mod analysis;
 mod bare;
@@ -111,6 +114,12 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// docs/framework-authors.md's code blocks, compiled as this crate's
+/// doctests, so the page stays true of the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/framework-authors.md")]
+pub struct FrameworkAuthorsDoctests;
 
 /// The group's inner parts, exported for its own tests and benches only:
 /// the communicator cache and its factory seam, the membership handshake,

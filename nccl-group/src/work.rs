@@ -276,6 +276,22 @@ impl Drop for Tracked {
 /// without waiting orders the buffers' release after the operation, so the
 /// memory is never freed early either.
 ///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use nccl_group::prelude::*;
+///
+/// fn step(group: &ProcessGroup, grads: Tensor<f32>, stream: &Arc<CudaStream>) -> Result<Tensor<f32>, GroupError> {
+///     // On the group's own stream, so that work queued on `stream` meanwhile overlaps it.
+///     let work = group.with_stream_mode(StreamMode::Separate).all_reduce(grads, ReduceOp::Avg, stream)?;
+///     // ... queue compute that does not read `grads` on `stream` ...
+///     // The CPU waits, at most 60 s, and checks that no peer failed under the operation
+///     // (`is_completed()` polls instead, unchecked).
+///     work.synchronize(Duration::from_secs(60))?;
+///     work.wait() // `stream` waits for the all-reduce, and the tensor comes back
+/// }
+/// ```
+///
 /// A buffer passed to an operation is moved, so using it before the work
 /// ends does not compile:
 ///

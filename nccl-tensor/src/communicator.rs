@@ -31,6 +31,30 @@ pub enum AllToAllMethod {
 /// `c10d::ProcessGroup` (see `torch.distributed` for each operation's
 /// meaning).
 ///
+/// ```no_run
+/// use nccl_tensor::prelude::*;
+///
+/// /// Rank `rank` of `world_size`, on this host's GPU `gpu`. `id` is rank 0's
+/// /// `UniqueId::new()`, handed to every rank by the program's own means
+/// /// (`id.as_bytes()`, then `UniqueId::try_from_slice`); nccl-group's
+/// /// `communicator` does that from torchrun's, srun's or mpirun's variables.
+/// fn run(rank: usize, world_size: usize, gpu: usize, id: UniqueId) -> nccl_tensor::Result<()> {
+///     let device = Device::new(gpu)?;
+///     let comm = Communicator::new(device.clone(), world_size, id, rank)?;
+///     let stream = device.new_stream()?;
+///     // A tensor of this crate, reduced in place...
+///     let mut grads = Tensor::from_host(&stream, &[1.0f32; 1024], &[1024])?;
+///     let _ = comm.all_reduce(&mut grads, ReduceOp::Sum, &stream)?; // blocking: `Status::Success`
+///     // ... or memory the program owns, cudarc's slices, borrowed for the call.
+///     let cuda = nccl_tensor::nccl_core::Error::cuda;
+///     let shard: CudaSlice<bf16> = stream.alloc_zeros(256).map_err(cuda("alloc"))?;
+///     let mut all: CudaSlice<bf16> = stream.alloc_zeros(256 * world_size).map_err(cuda("alloc"))?;
+///     let _ = comm.all_gather_into_tensor(&mut all, &shard, &stream)?; // every length checked first
+///     println!("{:?}", &grads.to_vec(&stream)?[..4]); // the stream's work, then the copy
+///     Ok(())
+/// }
+/// ```
+///
 /// Every operation takes the stream to enqueue on and returns
 /// `Result<Status, Error>`. Buffers are typed ([`Tensor`](crate::Tensor),
 /// cudarc's `CudaSlice`, `CudaView`, `CudaViewMut`: `&buffer` to read,

@@ -45,6 +45,9 @@
 //! let host = grads.to_vec(&stream)?;
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
+// Examples compile without warnings: one that calls a deprecated item fails its doctest.
+#![doc(test(attr(deny(warnings), allow(unused))))]
 
 mod batch;
 mod buffer;

@@ -25,6 +25,7 @@
 //! created last and lists the files of the dump: a script waits for it.
 
 #[cfg(feature = "torch-dumps")]
+#[cfg_attr(docsrs, doc(cfg(feature = "torch-dumps")))]
 pub mod torch;
 
 pub(crate) mod request;

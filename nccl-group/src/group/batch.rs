@@ -102,15 +102,29 @@ impl<B: GroupBuffers> P2POp<B> {
 /// types in one batch take [`AnyTensor`](nccl_tensor::AnyTensor)s:
 /// `group.coalesced::<AnyTensor>()`.
 ///
+/// A DDP bucket of f32 and bf16 gradients, averaged in one NCCL group:
+///
 /// ```no_run
-/// # fn bucket(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>,
-/// #           grads: Vec<nccl_tensor::AnyTensor>) -> Result<(), Box<dyn std::error::Error>> {
-/// let mut batch = group.coalesced();
-/// for grad in grads {
-///     batch.all_reduce(grad, nccl_core::ReduceOp::Avg);
+/// use std::sync::Arc;
+/// use nccl_group::prelude::*;
+///
+/// fn average_bucket(
+///     group: &ProcessGroup,
+///     f32_grads: Vec<Tensor<f32>>,
+///     bf16_grads: Vec<Tensor<bf16>>,
+///     stream: &Arc<CudaStream>,
+/// ) -> Result<(Vec<Tensor<f32>>, Vec<Tensor<bf16>>), GroupError> {
+///     let split = f32_grads.len();
+///     let mut bucket = group.coalesced::<AnyTensor>();
+///     let f32s = f32_grads.into_iter().map(AnyTensor::from);
+///     for grad in f32s.chain(bf16_grads.into_iter().map(AnyTensor::from)) {
+///         bucket.all_reduce(grad, ReduceOp::Avg);
+///     }
+///     let mut grads = bucket.issue(stream)?.wait()?; // in the order they were added
+///     let bf16_grads = grads.split_off(split).into_iter().map(AnyTensor::into_typed);
+///     let f32_grads = grads.into_iter().map(AnyTensor::into_typed);
+///     Ok((f32_grads.collect::<Result<_, _>>()?, bf16_grads.collect::<Result<_, _>>()?))
 /// }
-/// let grads = batch.issue(stream)?.wait()?; // in the order they were added
-/// # Ok(()) }
 /// ```
 #[must_use = "a coalesced batch does nothing until it is issued"]
 pub struct Coalesced<'g, B> {
