@@ -281,6 +281,12 @@ impl Config {
         self.blocking
     }
 
+    /// The `split_share` option as set (`None`: left to NCCL, which reads
+    /// `NCCL_COMM_SPLIT_SHARE_RESOURCES` and otherwise does not share).
+    pub fn split_share_option(&self) -> Option<bool> {
+        self.split_share
+    }
+
     /// The timeout for nonblocking waits.
     pub fn wait_timeout(&self) -> Duration {
         self.timeout

@@ -322,6 +322,20 @@ pub enum GroupError {
         /// How many graphs live.
         graphs: usize,
     },
+    /// [`ProcessGroup::destroy`](crate::ProcessGroup::destroy) (or
+    /// `shutdown`) while sub-groups split from the group
+    /// ([`ProcessGroup::split_group`](crate::ProcessGroup::split_group),
+    /// `new_group`) are live on this process. Nothing changed.
+    #[error(
+        "process group {name:?} cannot be destroyed while its sub-groups {subgroups:?} are live on this rank: \
+         destroy them first on every rank (a failed, aborted or dropped sub-group does not count)"
+    )]
+    SubGroupsAlive {
+        /// The group's name.
+        name: String,
+        /// The names of its live sub-groups.
+        subgroups: Vec<String>,
+    },
     /// The process could not start the watchdog thread that every group
     /// needs (it tracks operations' ends and timeouts); the operating
     /// system's error is the `source()`.
@@ -398,7 +412,7 @@ impl GroupError {
     /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
     /// | `Mismatch` | [`ErrorKind::GroupFailed`] |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
-    /// | `InvalidArgument`, `GraphsAlive` | [`ErrorKind::InvalidArgument`] |
+    /// | `InvalidArgument`, `GraphsAlive`, `SubGroupsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Healed` | [`ErrorKind::Healed`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
     /// | `WatchdogStart` | [`ErrorKind::Io`] |
@@ -416,9 +430,9 @@ impl GroupError {
             GroupError::Failed(failure) if failure.cause.is_peer_lost() => ErrorKind::PeerLost,
             GroupError::Failed(_) | GroupError::Mismatch(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
-            GroupError::InvalidArgument { .. } | GroupError::GraphsAlive { .. } => {
-                ErrorKind::InvalidArgument
-            }
+            GroupError::InvalidArgument { .. }
+            | GroupError::GraphsAlive { .. }
+            | GroupError::SubGroupsAlive { .. } => ErrorKind::InvalidArgument,
             GroupError::Capture { .. } => ErrorKind::Unsupported,
             GroupError::Healed { .. } => ErrorKind::Healed,
             GroupError::WatchdogStart { .. } => ErrorKind::Io,
@@ -472,6 +486,7 @@ impl GroupError {
             GroupError::Timeout { .. } => "Timeout",
             GroupError::Capture { .. } => "Capture",
             GroupError::GraphsAlive { .. } => "GraphsAlive",
+            GroupError::SubGroupsAlive { .. } => "SubGroupsAlive",
             GroupError::WatchdogStart { .. } => "WatchdogStart",
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",

@@ -2,11 +2,12 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::analysis::{Divergence, Ranks};
 use crate::checks::Collectives;
+use crate::group::SubGroup;
 use crate::ras::RasReport;
 use crate::recorder::{OpRecord, PeerProgress};
 use nccl_core::ResultCode;
@@ -99,6 +100,19 @@ pub enum FailureCause {
         /// The error.
         error: String,
     },
+    /// `ncclCommSplit` of the group's communicator into its sub-groups
+    /// ([`ProcessGroup::split_group`](crate::ProcessGroup::split_group),
+    /// `new_group`) failed or ran past the group's timeout on this rank or
+    /// another: NCCL's split runs over the group's communicator, which is
+    /// then in an unknown state.
+    Split {
+        /// Which split of the group ([`SubGroup::index`](crate::SubGroup::index)).
+        index: u64,
+        /// Whether it ran past the timeout.
+        timed_out: bool,
+        /// The error, on this rank or as another rank published it.
+        error: String,
+    },
     /// The collective check
     /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks))
     /// found that the ranks did not issue the same collectives
@@ -129,16 +143,21 @@ pub enum FailureCause {
 impl FailureCause {
     /// True when something ran past its timeout: an operation
     /// ([`FailureCause::Timeout`]), an enqueue
-    /// ([`FailureCause::EnqueueBlocked`]) or a communicator's creation
-    /// ([`FailureCause::Creation`], which only a timed-out creation causes),
-    /// or the collective check's wait for other ranks
-    /// ([`FailureCause::CheckIncomplete`] without a store error).
+    /// ([`FailureCause::EnqueueBlocked`]), a communicator's creation
+    /// ([`FailureCause::Creation`], which only a timed-out creation causes)
+    /// or split ([`FailureCause::Split`] that timed out), or the collective
+    /// check's wait for other ranks ([`FailureCause::CheckIncomplete`]
+    /// without a store error).
     pub fn is_timeout(&self) -> bool {
         matches!(
             self,
             FailureCause::Timeout { .. }
                 | FailureCause::EnqueueBlocked { .. }
                 | FailureCause::Creation { .. }
+                | FailureCause::Split {
+                    timed_out: true,
+                    ..
+                }
                 | FailureCause::CheckIncomplete { error: None, .. }
         )
     }
@@ -191,6 +210,10 @@ impl fmt::Display for FailureCause {
                 write!(f, "failed after NCCL accepted it: {error}")
             }
             FailureCause::Creation { error } => write!(f, "could not be created: {error}"),
+            FailureCause::Split { index, error, .. } => write!(
+                f,
+                "could not be split into the group's sub-groups (split #{index}, ncclCommSplit): {error}"
+            ),
             FailureCause::EnqueueBlocked {
                 device,
                 timeout,
@@ -300,6 +323,10 @@ pub struct Failure {
     /// of their tensors fail instead. The flight recorder marks them
     /// [`OpState::Suspect`](crate::OpState::Suspect).
     pub suspects: Vec<OpRecord>,
+    /// Where the group sits in the group it was split from, for a
+    /// sub-group ([`ProcessGroup::split_group`](crate::ProcessGroup::split_group)):
+    /// the report names this rank's and the lagging ranks' global ranks.
+    pub subgroup: Option<Arc<SubGroup>>,
     details: OnceLock<FailureDetails>,
     /// Signalled when the details are set.
     /// How the release of the communicators went, once it has: before
@@ -327,10 +354,17 @@ impl Failure {
             cause,
             op,
             suspects,
+            subgroup: None,
             details: OnceLock::new(),
             released: OnceLock::new(),
             details_set: (Mutex::new(()), Condvar::new()),
         }
+    }
+
+    /// This failure of a sub-group placed by `subgroup`.
+    pub(crate) fn in_subgroup(mut self, subgroup: Option<Arc<SubGroup>>) -> Self {
+        self.subgroup = subgroup;
+        self
     }
 
     /// The abort's outcome, the peers' progress, the divergence, RAS's
@@ -451,9 +485,13 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "process group {:?} (rank {} of {}) failed: ",
+            "process group {:?} (rank {} of {}",
             self.group, self.rank, self.world_size
         )?;
+        if let Some(sub) = &self.subgroup {
+            write!(f, "; {}", sub.place(self.rank))?;
+        }
+        f.write_str(") failed: ")?;
         match &self.op {
             Some(op) => describe(op, f)?,
             None => f.write_str(self.cause.subject())?,
@@ -477,13 +515,21 @@ impl fmt::Display for Failure {
         }
         if !details.lagging.is_empty() {
             let stuck = self.op.and_then(|op| op.collective_seq);
+            write!(f, "; ranks {:?}", details.lagging)?;
+            if let Some(sub) = &self.subgroup {
+                write!(
+                    f,
+                    " (global ranks {:?} of {:?})",
+                    sub.global_of(&details.lagging),
+                    sub.root_name()
+                )?;
+            }
             match stuck {
                 Some(n) => write!(
                     f,
-                    "; ranks {:?} had not issued collective #{n} or did not answer (the likely culprits)",
-                    details.lagging
+                    " had not issued collective #{n} or did not answer (the likely culprits)"
                 )?,
-                None => write!(f, "; ranks {:?} did not answer", details.lagging)?,
+                None => write!(f, " did not answer")?,
             }
         }
         let found_by_check = match &self.cause {

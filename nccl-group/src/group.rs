@@ -14,7 +14,8 @@
 //! communicators), `health` (failing the group, the watchdog's view),
 //! `dumps` (the flight recorder's dumps: on failure, on request), `heal`
 //! and `grow` (the next generation: without the lost ranks, with new
-//! processes) and `succession` (the old generation's retirement).
+//! processes), `succession` (the old generation's retirement) and
+//! `subgroups` (groups of some of the ranks, split from this one).
 
 mod batch;
 mod buffers;
@@ -33,6 +34,7 @@ mod lifecycle;
 mod ops;
 pub mod options;
 mod register;
+mod subgroups;
 mod succession;
 
 use std::sync::atomic::AtomicU8;
@@ -49,6 +51,7 @@ pub use grow::{GrowOptions, GrowPath, Grown};
 pub use heal::{HealOptions, HealPath, Healed};
 pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 pub use register::GroupRegistered;
+pub use subgroups::{SplitPath, SubGroup};
 
 use crate::cache::OnceMap;
 use crate::checks::Checker;
@@ -90,6 +93,11 @@ struct Inner {
     succession: Mutex<succession::Succession>,
     /// The generation that replaced this one (set with `HEALED`).
     successor: OnceLock<u64>,
+    /// Where this group sits in the group it was split from (`None`: a
+    /// root group).
+    lineage: Option<Arc<SubGroup>>,
+    /// The sub-groups split from this group.
+    children: Mutex<subgroups::Children>,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -283,17 +291,24 @@ impl ProcessGroup {
             store_address,
             options.timeout,
         )?;
-        Self::start(membership, options, local_rank, Arc::new(OnceMap::new()))
+        Self::start(
+            membership,
+            options,
+            local_rank,
+            Arc::new(OnceMap::new()),
+            None,
+        )
     }
 
     /// A group of `membership`, watched by the process's watchdog, with
-    /// the device pools `pools` (a heal's new generation keeps the old
-    /// one's).
+    /// the device pools `pools` (a heal's new generation and a sub-group
+    /// keep the group's), split from a parent where `lineage` says.
     fn start(
         membership: Membership,
         options: GroupOptions,
         local_rank: Option<usize>,
         pools: Arc<OnceMap<usize, crate::pool::DevicePool>>,
+        lineage: Option<Arc<SubGroup>>,
     ) -> Result<Self> {
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
         let checks = checking::checker(options.collective_checks, &membership);
@@ -314,6 +329,8 @@ impl ProcessGroup {
             checks,
             succession: Mutex::default(),
             successor: OnceLock::new(),
+            lineage,
+            children: Mutex::default(),
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));

@@ -81,7 +81,8 @@ pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePo
 pub use group::{
     Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
     GroupGraph, GroupOptions, GroupRegistered, GroupTensor, GrowOptions, GrowPath, Grown,
-    HealOptions, HealPath, Healed, OpResult, P2POp, ProcessGroup, StreamMode, Uncapturable,
+    HealOptions, HealPath, Healed, OpResult, P2POp, ProcessGroup, SplitPath, StreamMode, SubGroup,
+    Uncapturable,
 };
 pub use key::MAX_LOCAL_DEVICES;
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.

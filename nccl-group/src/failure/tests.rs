@@ -322,3 +322,71 @@ fn the_collective_checks_failures_name_the_check() {
         "{store}"
     );
 }
+
+#[test]
+fn a_sub_groups_report_names_global_ranks() {
+    let subgroup = crate::group::SubGroup {
+        parent: "world/sub0.0".into(),
+        parent_generation: 0,
+        index: 1,
+        color: 0,
+        parent_ranks: vec![2, 0],
+        root: "world".into(),
+        global_ranks: vec![5, 1],
+        path: crate::group::SplitPath::Split,
+    };
+    let failure = Failure::new(
+        "world/sub0.0/sub1.0".into(),
+        0,
+        1,
+        2,
+        FailureCause::Timeout {
+            timeout: Duration::from_secs(5),
+            ran: Duration::from_secs(6),
+        },
+        Some(record()),
+        Vec::new(),
+    )
+    .in_subgroup(Some(Arc::new(subgroup)));
+    failure.set_details(FailureDetails {
+        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
+        peers: Vec::new(),
+        lagging: vec![0],
+        divergence: None,
+        ras: None,
+        dump: None,
+    });
+    let text = failure.to_string();
+    assert!(
+        text.starts_with(
+            "process group \"world/sub0.0/sub1.0\" (rank 1 of 2; rank 0 of its parent \"world/sub0.0\"; \
+             global rank 1 of \"world\") failed: all_reduce #57"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "; ranks [0] (global ranks [5] of \"world\") had not issued collective #41 or did not answer"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_failed_split_reads_as_one_and_counts_as_a_timeout_only_when_it_was() {
+    let split = |timed_out| FailureCause::Split {
+        index: 2,
+        timed_out,
+        error: "ncclCommSplit did not complete within 60s".into(),
+    };
+    let text = Failure::new("g".into(), 0, 0, 4, split(true), None, Vec::new()).to_string();
+    assert!(
+        text.contains(
+            "failed: a communicator could not be split into the group's sub-groups (split #2, \
+             ncclCommSplit): ncclCommSplit did not complete within 60s"
+        ),
+        "{text}"
+    );
+    assert!(split(true).is_timeout());
+    assert!(!split(false).is_timeout());
+}

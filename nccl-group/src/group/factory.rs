@@ -269,11 +269,9 @@ impl LocalComms {
     }
 
     /// The communicator `make` (NCCL's `operation`) derives from the one
-    /// communicator of a one-device set, bounded by `timeout`: `make` runs
-    /// on a helper thread with the parent locked, and a call still blocked
-    /// at the bound (a blocking communicator waits for every rank) is
-    /// released by aborting the parent. The child keeps the parent's
-    /// device pool and NCCL stream.
+    /// communicator of a one-device set, bounded by `timeout` as
+    /// [`derive`](Self::derive). The child keeps the parent's device pool
+    /// and NCCL stream.
     fn child(
         &self,
         operation: &'static str,
@@ -282,29 +280,71 @@ impl LocalComms {
         + Send
         + 'static,
     ) -> Result<LocalComms> {
+        let (child, member) = self.derive(operation, timeout, make)?;
+        LocalComms::of_child(child, member, Arc::clone(&member.stream))
+    }
+
+    /// `ncclCommSplit` of the one communicator of a one-device set: this
+    /// rank joins the communicator of `color` as its rank `key`, or none
+    /// (`color` of `None`, `NCCL_SPLIT_NOCOLOR`, which returns `None`), with
+    /// `config`. Collective over every rank of the parent; bounded by
+    /// `timeout` as [`derive`](Self::derive). The child keeps the parent's
+    /// device pool and takes the pool's next NCCL stream, as a
+    /// communicator created afresh would.
+    pub(super) fn split(
+        &self,
+        color: Option<i32>,
+        key: i32,
+        config: nccl_core::Config,
+        timeout: Duration,
+    ) -> Result<Option<LocalComms>> {
+        let (child, member) = self.derive("ncclCommSplit", timeout, move |parent| {
+            parent.split(color, key, Some(&config))
+        })?;
+        child
+            .map(|child| LocalComms::of_child(child, member, member.pool.stream()))
+            .transpose()
+    }
+
+    /// What `make` (NCCL's `operation`) derives from the one communicator
+    /// of a one-device set, with that set's member, bounded by `timeout`:
+    /// `make` runs on a helper thread with the parent locked, and a call
+    /// still blocked at the bound (a blocking communicator waits for every
+    /// rank) is released by aborting the parent.
+    fn derive<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        make: impl FnOnce(&nccl_core::Communicator) -> nccl_core::Result<T> + Send + 'static,
+    ) -> Result<(T, &Member)> {
         let member = self.only("communicators to derive from")?;
         let comm = Arc::clone(&member.comm);
         let started = Instant::now();
-        let child = match run_bounded("nccl-group-derive", timeout, move || {
+        match run_bounded("nccl-group-derive", timeout, move || {
             make(comm.lock().core())
         }) {
-            Bounded::Returned(child) => child?,
+            Bounded::Returned(child) => Ok((child?, member)),
             Bounded::Stalled => {
                 // The abort releases the parent's blocked call.
                 let _ = member.abort.abort();
-                return Err(nccl_core::Error::Timeout {
+                Err(nccl_core::Error::Timeout {
                     operation,
                     waited: started.elapsed(),
                 }
-                .into());
+                .into())
             }
-        };
+        }
+    }
+
+    /// The set of `child`, derived from `parent`'s communicator: on its
+    /// device pool, with NCCL stream `stream`.
+    fn of_child(
+        child: nccl_core::Communicator,
+        parent: &Member,
+        stream: Arc<CudaStream>,
+    ) -> Result<LocalComms> {
         Ok(LocalComms {
-            members: vec![Member::new(
-                child,
-                Arc::clone(&member.pool),
-                Arc::clone(&member.stream),
-            )?],
+            members: vec![Member::new(child, Arc::clone(&parent.pool), stream)?],
         })
     }
 

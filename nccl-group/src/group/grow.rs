@@ -221,7 +221,9 @@ impl ProcessGroup {
     /// - [`GroupError::InvalidArgument`] for `new_ranks` of 0 or a world
     ///   size past [`MAX_RANKS`], and for a group that failed or was
     ///   aborted: heal it first ([`ProcessGroup::heal`]), then grow the
-    ///   group the heal returns.
+    ///   group the heal returns; and for a sub-group
+    ///   ([`ProcessGroup::split_group`]: grow the root group, then split
+    ///   the grown group again).
     /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
     ///   of this generation lives.
     /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] for a
@@ -246,6 +248,7 @@ impl ProcessGroup {
         }
         let m = self.inner.cache.membership();
         let world_size = grown_size(m.world_size, new_ranks)?;
+        self.refuse_subgroup("process group to grow", "grow")?;
         self.check_growable()?;
         let graphs = self.inner.captures.live_graphs();
         if graphs > 0 {

@@ -194,7 +194,9 @@ impl ProcessGroup {
     ///   generation was grown ([`ProcessGroup::grow`]), or the group it was
     ///   healed into was dropped.
     /// - [`GroupError::InvalidArgument`] for a `min_survivors` of 0 or
-    ///   above the world size, or a suspect outside the world or this rank.
+    ///   above the world size, a suspect outside the world or this rank, or
+    ///   a sub-group ([`ProcessGroup::split_group`]: heal the root group,
+    ///   then split the healed group again).
     /// - [`ErrorKind::Excluded`](crate::ErrorKind::Excluded): this rank
     ///   came after the decision (it was stopped or slow); it must leave.
     /// - [`ErrorKind::TooFewSurvivors`](crate::ErrorKind::TooFewSurvivors).
@@ -209,6 +211,7 @@ impl ProcessGroup {
         if let Some(record) = succession.record.as_ref() {
             return healed_from(&self.inner, record);
         }
+        self.refuse_subgroup("process group to heal", "heal")?;
         let graphs = self.inner.captures.live_graphs();
         if graphs > 0 {
             return Err(GroupError::GraphsAlive {

@@ -99,12 +99,13 @@ impl Inner {
     /// runs here, before pending operations fail (nobody can act on an
     /// error before the dump is written), and the process aborts.
     pub(super) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>, finish: Finish) {
-        // No operation is stuck when creation timed out, and the ranks that
-        // never joined are named already: nothing to ask the others.
+        // No operation is stuck when creation or a split failed, and the
+        // ranks that never joined are named already: nothing to ask the
+        // others.
         // A heal asks its peers only for their progress: it does not wait
         // for RAS's view.
         let exchange = match cause {
-            FailureCause::Creation { .. } => Exchange::No,
+            FailureCause::Creation { .. } | FailureCause::Split { .. } => Exchange::No,
             FailureCause::Healing => Exchange::PeersOnly,
             _ => Exchange::WithPeers,
         };
@@ -159,15 +160,18 @@ impl Inner {
     ) -> Arc<Failure> {
         let m = self.cache.membership();
         let op = seq.and_then(|seq| self.recorder.get(seq));
-        Arc::new(Failure::new(
-            m.name.clone(),
-            m.generation,
-            m.rank,
-            m.world_size,
-            cause,
-            op,
-            suspects,
-        ))
+        Arc::new(
+            Failure::new(
+                m.name.clone(),
+                m.generation,
+                m.rank,
+                m.world_size,
+                cause,
+                op,
+                suspects,
+            )
+            .in_subgroup(self.lineage.clone()),
+        )
     }
 
     /// Marks the operations whose end no clean check has verified as

@@ -1,13 +1,15 @@
-//! The end of a group: [`ProcessGroup::abort`] from any thread and the
-//! collective [`ProcessGroup::destroy`].
+//! The end of a group: [`ProcessGroup::abort`] from any thread, the
+//! collective [`ProcessGroup::destroy`] and [`ProcessGroup::shutdown`].
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{ABORTED, CommMode, DESTROYED, FAILED, LIVE, ProcessGroup, health};
+use crate::comms::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
+use crate::store::meet::Meeting;
 use crate::watchdog::{Bounded, run_bounded};
 
 impl ProcessGroup {
@@ -81,12 +83,27 @@ impl ProcessGroup {
     /// [`GroupOptions::timeout`](super::GroupOptions::timeout) (a blocking communicator's runs on a
     /// helper thread for that); past it the communicator is aborted.
     ///
+    /// A group split into sub-groups ([`ProcessGroup::split_group`],
+    /// `new_group`) is destroyed after them: NCCL finalizes each
+    /// communicator on its own (no rank waits for another's destroy), so
+    /// the ranks may destroy in any order and from any threads, as long as
+    /// each rank destroys a group's sub-groups before the group.
+    ///
     /// # Errors
     /// An aborted group, graphs of the group still alive
     /// ([`GroupError::GraphsAlive`]: drop them first; the group stays
+    /// live), sub-groups of it still live on this rank
+    /// ([`GroupError::SubGroupsAlive`]: destroy them first; the group stays
     /// live), or a communicator failing to finalize in time (it is then
     /// aborted).
     pub fn destroy(&self) -> Result<()> {
+        let subgroups = self.inner.live_subgroups();
+        if !subgroups.is_empty() {
+            return Err(GroupError::SubGroupsAlive {
+                name: self.name().to_string(),
+                subgroups,
+            });
+        }
         let graphs = self.inner.captures.live_graphs();
         if graphs > 0 {
             return Err(GroupError::GraphsAlive {
@@ -138,5 +155,43 @@ impl ProcessGroup {
                 Ok(())
             }
         }
+    }
+
+    /// The end of a root group on every rank, in an order no rank can
+    /// race: [`destroy`](Self::destroy) (after the group's sub-groups:
+    /// refused while one is live), then every rank leaves the group's
+    /// store so that rank 0, which hosts the TCP store of a group made
+    /// from a launch ([`ProcessGroup::from_env`], `from_config`), leaves
+    /// last: its call returns once every rank has called `shutdown`
+    /// (bounded by [`GroupOptions::timeout`](super::GroupOptions::timeout)),
+    /// so no rank still making a communicator, or reporting a failure,
+    /// loses the store. Collective: every rank calls it. On an already
+    /// destroyed group it only leaves; on a sub-group it is
+    /// [`destroy`](Self::destroy) (the store's host is the root's rank 0,
+    /// which the root's `shutdown` keeps).
+    ///
+    /// # Errors
+    /// [`GroupError::GraphsAlive`], [`GroupError::SubGroupsAlive`] (nothing
+    /// changed, nothing left); otherwise, after leaving, destroy's error
+    /// (a failed or aborted group, a finalize that failed), or on rank 0
+    /// [`StoreError::Absent`](crate::StoreError::Absent) naming the ranks
+    /// that did not shut down in time.
+    pub fn shutdown(&self) -> Result<()> {
+        let destroyed = match self.destroy() {
+            Err(error @ (GroupError::GraphsAlive { .. } | GroupError::SubGroupsAlive { .. })) => {
+                return Err(error);
+            }
+            Err(GroupError::Destroyed { .. }) => Ok(()),
+            other => other,
+        };
+        if self.subgroup().is_some() {
+            return destroyed;
+        }
+        let m = self.inner.cache.membership();
+        let store = scoped_store(&m.store, &format!("{}/{}/shutdown", m.name, m.generation))?;
+        let left = Meeting::new(store, m.rank, m.world_size)
+            .and_then(|meeting| meeting.with_timeout(m.timeout).leave(0))
+            .map_err(GroupError::from);
+        destroyed.and(left)
     }
 }

@@ -85,6 +85,7 @@ impl ProcessGroup {
             self.options().clone(),
             self.inner.local_rank,
             Arc::clone(&self.inner.cache.factory().pools),
+            None,
         )?;
         Ok(ProcessGroup {
             op_timeout: self.op_timeout,

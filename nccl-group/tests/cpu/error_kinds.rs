@@ -276,6 +276,13 @@ fn one_of_each_group_variant() -> Vec<(GroupError, ErrorKind)> {
             ErrorKind::InvalidArgument,
         ),
         (
+            GroupError::SubGroupsAlive {
+                name: name(),
+                subgroups: vec!["trainer/sub0".into()],
+            },
+            ErrorKind::InvalidArgument,
+        ),
+        (
             GroupError::Healed {
                 name: name(),
                 generation: 0,

@@ -2,7 +2,8 @@
 //! its rendezvous, keys, error kinds, settings that must never panic, the
 //! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md), the
 //! flight recorder's dumps and their analysis, the client of NCCL's RAS,
-//! the types of operations on borrowed cudarc memory (`borrowed`).
+//! the types of operations on borrowed cudarc memory (`borrowed`), sub-groups
+//! of groups without communicators (`subgroups`).
 
 mod analysis;
 mod bad_inputs;
@@ -15,3 +16,4 @@ mod keys;
 mod once_map;
 mod ras;
 mod settings_never_panic;
+mod subgroups;

@@ -3,7 +3,8 @@
 //! starts with `require_gpus(n)`: without the GPUs it prints `SKIP: ...` and
 //! passes, unless `NCCL_TEST_REQUIRE_GPU=1`. Binaries of their own:
 //! `gpu_group_multi` and `gpu_group_faults_processes` start copies of
-//! themselves as child processes.
+//! themselves as child processes; `gpu_heal`, `gpu_lost_rank` and
+//! `gpu_subgroup_loss` launch ranks that die.
 
 mod abort_race;
 mod blocking_init;
@@ -19,3 +20,4 @@ mod ranks_graphs;
 mod ranks_mismatch;
 mod ranks_ops;
 mod ranks_register;
+mod ranks_subgroups;

@@ -59,14 +59,16 @@ fn every_op(ctx: &RankContext, mode: CommMode) {
     ctx.meet(&format!("every-op-{mode:?}-done"));
 }
 
-fn single_forms(
+/// Every operation's single form on `group`, its values by the group's
+/// own ranks (a sub-group's too: `gpu/ranks_subgroups.rs`).
+pub(crate) fn single_forms(
     ctx: &RankContext,
     group: &ProcessGroup,
     len: usize,
     seeds: &mut Seeds,
     what: &dyn Fn(&str) -> String,
 ) {
-    let (rank, world, stream) = (ctx.rank(), ctx.world(), &ctx.stream);
+    let (rank, world, stream) = (group.rank(), group.world_size(), &ctx.stream);
 
     // all_reduce, each reduction, f32 and (but the average) i32.
     for op in ReduceOp::ALL {
@@ -279,15 +281,16 @@ fn single_forms(
     assert_same_values(&download(stream, &out), &convert(&expected), &w);
 }
 
-/// The list forms (`*_multi`) with this process's one GPU.
-fn list_forms(
+/// The list forms (`*_multi`) with this process's one GPU, on `group`
+/// as [`single_forms`].
+pub(crate) fn list_forms(
     ctx: &RankContext,
     group: &ProcessGroup,
     len: usize,
     seeds: &mut Seeds,
     what: &dyn Fn(&str) -> String,
 ) {
-    let (rank, world, stream) = (ctx.rank(), ctx.world(), &ctx.stream);
+    let (rank, world, stream) = (group.rank(), group.world_size(), &ctx.stream);
     let streams = std::slice::from_ref(stream);
     let one = |values: &[f64]| vec![upload(stream, &convert::<f32>(values))];
     let pair = |out: usize, input: &[f64]| {

@@ -35,6 +35,13 @@ pub const STREAM_MODES: [StreamMode; 2] = [StreamMode::Separate, StreamMode::Cal
 pub struct Seeds(u64);
 
 impl Seeds {
+    /// Numbers that start after `first`: groups whose operations run side
+    /// by side (sub-groups of one split) take ranges far apart, so values
+    /// that cross from one to the other show.
+    pub fn after(first: u64) -> Self {
+        Self(first)
+    }
+
     /// The next operation's number.
     pub fn next_op(&mut self) -> u64 {
         self.0 += 1;

@@ -77,6 +77,7 @@ impl ProcessGroup {
             options,
             Some(local_rank),
             Arc::new(OnceMap::new()),
+            None,
         )?;
         if can_grow && everyone_can {
             let id = share_grow_id(&meeting, || {

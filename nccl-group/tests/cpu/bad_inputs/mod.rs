@@ -3,7 +3,7 @@
 //! types (`Config`, `UniqueId`, `scalar_bytes`, the library loader), the
 //! group's keys, membership and stores, every launch environment
 //! variable `RendezvousConfig` reads, the survivors' agreement, the
-//! heal and the grow. Each
+//! heal, the grow and the sub-groups. Each
 //! row runs one bad call and checks that the error names both what was
 //! expected and what was given.
 //!
@@ -11,8 +11,8 @@
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
 //! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
-//! `options_rows`, `store_rows`, `agree_rows`, `heal_rows` and
-//! `grow_rows`.
+//! `options_rows`, `store_rows`, `agree_rows`, `heal_rows`, `grow_rows`
+//! and `subgroup_rows`.
 
 mod agree_rows;
 mod batch_rows;
@@ -22,6 +22,7 @@ mod grow_rows;
 mod heal_rows;
 mod options_rows;
 mod store_rows;
+mod subgroup_rows;
 mod tensor_rows;
 
 use std::fmt::Display;
@@ -72,6 +73,7 @@ fn rows() -> Vec<Row> {
         agree_rows::rows(),
         heal_rows::rows(),
         grow_rows::rows(),
+        subgroup_rows::rows(),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,194 @@
+//! The bad-input rows of `ProcessGroup::split_group` and `new_group`:
+//! rank lists a split refuses, lists that differ between ranks, the
+//! destroy of a group whose sub-group lives, and a heal or grow of a
+//! sub-group. Groups that never made a communicator need no GPU.
+
+use std::sync::Arc;
+use std::thread;
+
+use nccl_group::store::Store;
+use nccl_group::{GroupOptions, GrowOptions, HealOptions, InProcessStore, ProcessGroup};
+
+use super::{Row, err};
+
+/// Rank `rank` of `world` of the group "rows" on `store`.
+fn rank_of(store: &Arc<dyn Store>, rank: usize, world: usize) -> ProcessGroup {
+    let options = GroupOptions::default().with_dump_dir(None);
+    ProcessGroup::new(
+        "rows",
+        rank,
+        world,
+        Arc::clone(store),
+        "in-process",
+        options,
+    )
+    .expect("a group without communicators")
+}
+
+/// Rank 0 of a world of 1 on a fresh in-process store.
+fn group() -> ProcessGroup {
+    rank_of(&(Arc::new(InProcessStore::new()) as Arc<dyn Store>), 0, 1)
+}
+
+/// `split_group(lists)` of a world of 1.
+fn split(lists: &[&[usize]]) -> String {
+    err(group().split_group(lists))
+}
+
+/// `new_group(ranks)` of a world of 1.
+fn new_group(ranks: &[usize]) -> String {
+    err(group().new_group(ranks))
+}
+
+/// The sub-group of the whole world of 1, with its parent.
+fn sub() -> Result<(ProcessGroup, ProcessGroup), String> {
+    let parent = group();
+    match parent.new_group(&[0]) {
+        Ok(Some(sub)) => Ok((parent, sub)),
+        Ok(None) => Err("<no sub-group>".to_string()),
+        Err(error) => Err(format!("<new_group failed: {error}>")),
+    }
+}
+
+pub(super) fn rows() -> Vec<Row> {
+    vec![
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::split_group",
+            input: "no list",
+            expect: &[
+                "invalid rank lists",
+                "at least one rank list",
+                "got no list",
+            ],
+            run: || split(&[]),
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::split_group",
+            input: "an empty list",
+            expect: &[
+                "invalid rank lists",
+                "non-empty rank lists",
+                "(list 1 is empty)",
+            ],
+            run: || split(&[&[0], &[]]),
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::split_group",
+            input: "rank 1 of world size 1",
+            expect: &["ranks of the parent group, 0..1", "got rank 1 in [0, 1]"],
+            run: || split(&[&[0, 1]]),
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::split_group",
+            input: "a rank in two lists",
+            expect: &[
+                "each rank in one list at most",
+                "got rank 0 in both [0] and [0]",
+            ],
+            run: || split(&[&[0], &[0]]),
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::new_group",
+            input: "no rank",
+            expect: &["invalid ranks", "at least one rank", "got []"],
+            run: || new_group(&[]),
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::new_group",
+            input: "a rank twice",
+            expect: &["distinct ranks in each list", "got rank 0 twice in [0, 0]"],
+            run: || new_group(&[0, 0]),
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::split_group",
+            input: "ranks 0 and 1 pass different lists",
+            expect: &[
+                "the same rank lists on every rank of the parent (rank 0 passed [[0], [1]])",
+                "got rank 1 passed [[1], [0]]",
+            ],
+            run: || {
+                let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+                let groups = [rank_of(&store, 0, 2), rank_of(&store, 1, 2)];
+                let mut errors = thread::scope(|scope| {
+                    let ranks: Vec<_> = groups
+                        .iter()
+                        .map(|g| {
+                            scope.spawn(move || {
+                                let (a, b) = ([g.rank()], [1 - g.rank()]);
+                                err(g.split_group(&[&a[..], &b[..]]))
+                            })
+                        })
+                        .collect();
+                    ranks
+                        .into_iter()
+                        .map(|rank| rank.join().unwrap_or_else(|_| "<panicked>".to_string()))
+                        .collect::<Vec<_>>()
+                });
+                // Every rank gets the same refusal; rank 0's stands for all.
+                errors.swap_remove(0)
+            },
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::destroy",
+            input: "a live sub-group",
+            expect: &[
+                "process group \"rows\" cannot be destroyed",
+                "its sub-groups [\"rows/sub0.0\"] are live",
+                "destroy them first",
+            ],
+            run: || match sub() {
+                Ok((parent, _sub)) => err(parent.destroy()),
+                Err(error) => error,
+            },
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::heal",
+            input: "a sub-group",
+            expect: &[
+                "invalid process group to heal",
+                "a root group (heal the root group",
+                "got \"rows/sub0.0\", a sub-group of \"rows\"",
+            ],
+            run: || match sub() {
+                Ok((_parent, sub)) => err(sub.heal(&HealOptions::new())),
+                Err(error) => error,
+            },
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::grow",
+            input: "a sub-group",
+            expect: &[
+                "invalid process group to grow",
+                "a root group (grow the root group",
+                "got \"rows/sub0.0\", a sub-group of \"rows\"",
+            ],
+            run: || match sub() {
+                Ok((_parent, sub)) => err(sub.grow(1, &GrowOptions::new())),
+                Err(error) => error,
+            },
+        },
+        Row {
+            area: "sub-groups",
+            call: "ProcessGroup::new_group",
+            input: "a destroyed group",
+            expect: &["process group \"rows\"", "was destroyed"],
+            run: || {
+                let group = group();
+                if let Err(error) = group.destroy() {
+                    return format!("<destroy failed: {error}>");
+                }
+                err(group.new_group(&[0]))
+            },
+        },
+    ]
+}

@@ -1,0 +1,413 @@
+//! Sub-groups at world size N (`ProcessGroup::split_group`, `new_group`):
+//! the `ranks_*` tests that run.sh runs on their own (world size 1) and
+//! under `nccl-launch -n 2` and `-n 4` (see `gpu/ranks.rs`).
+//!
+//! * TP x DP: the world split into tensor-parallel groups of 2 (of 1 at
+//!   an odd world size) and data-parallel groups across them (2 x 2 at
+//!   world size 4), split from the parent's communicator
+//!   (`SplitPath::Split`) and made lazily (`SplitPath::Lazy`), on blocking
+//!   and nonblocking communicators: every operation, single and list
+//!   forms, on both sub-groups of each rank, every element checked, each
+//!   sub-group's values from its own range of seeds (values that cross
+//!   from one sub-group to another show), and the parent's after;
+//! * `new_group` of every rank but 0 (3 of 4 at world size 4): rank 0 gets
+//!   `None` and goes on with the parent; the members run collectives and a
+//!   ring on pair communicators, which meet through the sub-group's store;
+//! * destroy races: the parent's destroy refused while its sub-groups
+//!   live; the sub-groups destroyed from several threads at once, the
+//!   ranks in different orders; then `shutdown`, rank 0 leaving last.
+//!
+//! A sub-group whose member is killed is `gpu_subgroup_loss` (a binary of
+//! its own: it launches ranks that die).
+//!
+//! Without a GPU every test prints `SKIP: ...` and passes, unless
+//! `NCCL_TEST_REQUIRE_GPU=1`.
+
+use std::thread;
+
+use nccl_core::ReduceOp;
+use nccl_group::{CommMode, GroupError, ProcessGroup, SplitPath};
+use nccl_test_support::assert_same_values;
+use nccl_test_support::group::ranks::{
+    COMM_MODES, RankContext, STREAM_MODES, Seeds, join, tcp_store,
+};
+use nccl_test_support::group::{SIZES, convert, done, every_rank_values, rank_values, reduce_host};
+use nccl_test_support::tensor::{download, poison_values, upload};
+
+use super::ranks_ops::{list_forms, single_forms};
+
+/// Where each seed range of a sub-group starts: far apart, per sub-group.
+const SEED_RANGE: u64 = 1_000_000;
+
+/// The variable that makes NCCL share a split's resources, which the
+/// group answers with lazy sub-groups.
+const SHARE_VARIABLE: &str = "NCCL_COMM_SPLIT_SHARE_RESOURCES";
+
+/// The tensor-parallel size: 2, or 1 at an odd world size.
+fn tp_size(world: usize) -> usize {
+    if world.is_multiple_of(2) { 2 } else { 1 }
+}
+
+/// The tensor-parallel lists of a world: groups of [`tp_size`]
+/// consecutive ranks.
+fn tp_lists(world: usize) -> Vec<Vec<usize>> {
+    let tp = tp_size(world);
+    (0..world / tp)
+        .map(|d| (d * tp..(d + 1) * tp).collect())
+        .collect()
+}
+
+/// The data-parallel lists across the tensor-parallel ones: the ranks at
+/// the same place in each.
+fn dp_lists(world: usize) -> Vec<Vec<usize>> {
+    let tp = tp_size(world);
+    (0..tp).map(|t| (t..world).step_by(tp).collect()).collect()
+}
+
+/// The sub-group of `lists` this rank got, checked against its list.
+fn split(
+    ctx: &RankContext,
+    parent: &ProcessGroup,
+    lists: &[Vec<usize>],
+    what: &str,
+) -> ProcessGroup {
+    let rank = ctx.rank();
+    let sub = parent
+        .split_group(lists)
+        .unwrap_or_else(|e| panic!("{}: {what}: split_group: {e}", ctx.label()))
+        .unwrap_or_else(|| panic!("{}: {what}: every rank is in one list", ctx.label()));
+    let list = lists
+        .iter()
+        .find(|list| list.contains(&rank))
+        .expect("every rank is in one list");
+    assert_eq!(sub.global_ranks(), *list, "{}: {what}", ctx.label());
+    assert_eq!(
+        (sub.rank(), sub.world_size()),
+        (
+            list.iter().position(|&r| r == rank).expect("in its list"),
+            list.len()
+        ),
+        "{}: {what}",
+        ctx.label()
+    );
+    assert_eq!(sub.global_rank(sub.rank()), Some(rank));
+    assert_eq!(sub.group_rank(rank), Some(sub.rank()));
+    sub
+}
+
+/// Whether the sub-group's path is the one its parent allows: a split
+/// when the parent had a communicator everywhere (and NCCL does not share
+/// a split's resources), lazy otherwise.
+fn check_path(ctx: &RankContext, sub: &ProcessGroup, parent_had_comm: bool) {
+    let path = sub.subgroup().expect("a sub-group").path();
+    let splits = parent_had_comm && std::env::var_os(SHARE_VARIABLE).is_none();
+    match path {
+        SplitPath::Split => assert!(splits, "{}: split without a communicator", ctx.label()),
+        other => assert!(
+            !splits,
+            "{}: {other:?} although the parent could split",
+            ctx.label()
+        ),
+    }
+}
+
+/// An all_reduce on `group` checked against its ranks' values.
+fn checked_all_reduce(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: &str) {
+    let (rank, world, stream) = (group.rank(), group.world_size(), &ctx.stream);
+    let len = 1031;
+    let t = done(
+        group.all_reduce(
+            upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
+            ReduceOp::Sum,
+            stream,
+        ),
+        what,
+    );
+    let expected = reduce_host(ReduceOp::Sum, &every_rank_values(seed, world, len));
+    assert_same_values(&download(stream, &t), &convert::<f32>(&expected), what);
+}
+
+/// TP x DP on `mode` communicators, split from the parent's communicator
+/// (`first_collective`: after the parent's first all_reduce) or lazily.
+fn tp_by_dp(ctx: &RankContext, mode: CommMode, first_collective: bool) {
+    let world = ctx.world();
+    let store = tcp_store(ctx);
+    let name = format!("tpdp-{mode:?}-{first_collective}");
+    let parent = join(ctx, &name, &store, mode);
+    let label = format!(
+        "{} ({mode:?}, split after a collective: {first_collective})",
+        ctx.label()
+    );
+    if first_collective {
+        checked_all_reduce(
+            ctx,
+            &parent,
+            1,
+            &format!("{label}: the parent's first all_reduce"),
+        );
+    }
+    let (tp_lists, dp_lists) = (tp_lists(world), dp_lists(world));
+    let tp = split(ctx, &parent, &tp_lists, "tensor parallel");
+    let dp = split(ctx, &parent, &dp_lists, "data parallel");
+    check_path(ctx, &tp, first_collective);
+    check_path(ctx, &dp, first_collective);
+    let color = |sub: &ProcessGroup| sub.subgroup().expect("a sub-group").color() as u64;
+    let mut tp_seeds = Seeds::after((1 + color(&tp)) * SEED_RANGE);
+    let mut dp_seeds = Seeds::after((10 + color(&dp)) * SEED_RANGE);
+    for &len in &SIZES {
+        for stream_mode in STREAM_MODES {
+            for (sub, seeds, kind) in [(&tp, &mut tp_seeds, "TP"), (&dp, &mut dp_seeds, "DP")] {
+                let g = sub.with_stream_mode(stream_mode);
+                let what = |op: &str| {
+                    format!(
+                        "{label}: {kind} {} rank {} of {}: {op} ({stream_mode:?} stream, {len} elements)",
+                        g.name(),
+                        g.rank(),
+                        g.world_size()
+                    )
+                };
+                single_forms(ctx, &g, len, seeds, &what);
+                list_forms(ctx, &g, len, seeds, &what);
+            }
+        }
+    }
+    // The parent goes on beside its sub-groups.
+    checked_all_reduce(
+        ctx,
+        &parent,
+        2,
+        &format!("{label}: the parent after its sub-groups"),
+    );
+    ctx.stream.synchronize().expect("synchronize");
+    for sub in [&tp, &dp] {
+        sub.destroy()
+            .unwrap_or_else(|e| panic!("{label}: destroy {}: {e}", sub.name()));
+    }
+    parent
+        .shutdown()
+        .unwrap_or_else(|e| panic!("{label}: shutdown: {e}"));
+    ctx.meet(&format!("{name}-done"));
+}
+
+#[test]
+fn ranks_subgroups_tp_by_dp_split_from_the_parent() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    for mode in COMM_MODES {
+        tp_by_dp(&ctx, mode, true);
+    }
+}
+
+#[test]
+fn ranks_subgroups_tp_by_dp_made_lazily() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    for mode in COMM_MODES {
+        tp_by_dp(&ctx, mode, false);
+    }
+}
+
+/// A ring of sends and receives on the pair communicators of `group`,
+/// which meet through its store: even ranks send first, odd ones
+/// receive first, so no cycle of waits forms.
+fn pair_ring(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: &str) {
+    let (rank, world, stream) = (group.rank(), group.world_size(), &ctx.stream);
+    if world < 2 {
+        return;
+    }
+    let len = 515;
+    let (next, prev) = ((rank + 1) % world, (rank + world - 1) % world);
+    let send = || {
+        done(
+            group.send(
+                upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
+                next,
+                stream,
+            ),
+            &format!("{what}: send to {next}"),
+        );
+    };
+    let recv = || {
+        done(
+            group.recv(upload(stream, &poison_values::<f32>(len)), prev, stream),
+            &format!("{what}: recv from {prev}"),
+        )
+    };
+    let received = if rank % 2 == 0 {
+        send();
+        recv()
+    } else {
+        let received = recv();
+        send();
+        received
+    };
+    assert_same_values(
+        &download(stream, &received),
+        &convert::<f32>(&rank_values(seed, prev, len)),
+        &format!("{what}: recv from {prev}"),
+    );
+}
+
+#[test]
+fn ranks_subgroups_new_group_leaves_rank_0_out() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    let (rank, world) = (ctx.rank(), ctx.world());
+    if world < 2 {
+        println!("SKIP: new_group of every rank but 0 needs world size 2 or more (it is {world})");
+        return;
+    }
+    let store = tcp_store(&ctx);
+    for mode in COMM_MODES {
+        let name = format!("all-but-0-{mode:?}");
+        let parent = join(&ctx, &name, &store, mode);
+        let label = format!("{} ({mode:?})", ctx.label());
+        checked_all_reduce(
+            &ctx,
+            &parent,
+            3,
+            &format!("{label}: the parent's first all_reduce"),
+        );
+        let members: Vec<usize> = (1..world).collect();
+        let sub = parent
+            .new_group(&members)
+            .unwrap_or_else(|e| panic!("{label}: new_group: {e}"));
+        match (rank, &sub) {
+            (0, None) => {}
+            (0, Some(sub)) => panic!("{label}: rank 0 got {}", sub.name()),
+            (_, None) => panic!("{label}: a member got no sub-group"),
+            (_, Some(sub)) => {
+                assert_eq!((sub.rank(), sub.world_size()), (rank - 1, world - 1));
+                assert_eq!(sub.global_ranks(), members);
+                assert_eq!(sub.group_rank(0), None);
+                check_path(&ctx, sub, true);
+                for n in 0..3 {
+                    let seed = 20_000 + n;
+                    checked_all_reduce(
+                        &ctx,
+                        sub,
+                        seed,
+                        &format!("{label}: sub-group all_reduce {n}"),
+                    );
+                    pair_ring(
+                        &ctx,
+                        sub,
+                        seed,
+                        &format!("{label}: sub-group pair ring {n}"),
+                    );
+                }
+            }
+        }
+        // Every rank, rank 0 included, goes on with the parent.
+        checked_all_reduce(
+            &ctx,
+            &parent,
+            4,
+            &format!("{label}: the parent after new_group"),
+        );
+        pair_ring(
+            &ctx,
+            &parent,
+            5,
+            &format!("{label}: the parent's pair ring"),
+        );
+        if let Some(sub) = &sub {
+            sub.destroy()
+                .unwrap_or_else(|e| panic!("{label}: destroy the sub-group: {e}"));
+        }
+        parent
+            .shutdown()
+            .unwrap_or_else(|e| panic!("{label}: shutdown: {e}"));
+        ctx.meet(&format!("{name}-done"));
+    }
+}
+
+#[test]
+fn ranks_subgroups_destroy_races() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    let (rank, world) = (ctx.rank(), ctx.world());
+    let store = tcp_store(&ctx);
+    for mode in COMM_MODES {
+        let name = format!("destroy-race-{mode:?}");
+        let parent = join(&ctx, &name, &store, mode);
+        let label = format!("{} ({mode:?})", ctx.label());
+        checked_all_reduce(
+            &ctx,
+            &parent,
+            6,
+            &format!("{label}: the parent's first all_reduce"),
+        );
+        let tp = split(&ctx, &parent, &tp_lists(world), "tensor parallel");
+        let dp = split(&ctx, &parent, &dp_lists(world), "data parallel");
+        checked_all_reduce(&ctx, &tp, 7, &format!("{label}: TP all_reduce"));
+        checked_all_reduce(&ctx, &dp, 8, &format!("{label}: DP all_reduce"));
+        ctx.stream.synchronize().expect("synchronize");
+
+        let refused = parent.destroy().expect_err("its sub-groups live");
+        assert!(
+            matches!(&refused, GroupError::SubGroupsAlive { subgroups, .. } if subgroups.len() == 2),
+            "{label}: {refused:?}"
+        );
+        // The ranks destroy in different orders: even ranks DP then TP on
+        // one thread, odd ranks both at once from four threads.
+        if rank % 2 == 0 {
+            for sub in [&dp, &tp] {
+                sub.destroy()
+                    .unwrap_or_else(|e| panic!("{label}: destroy {}: {e}", sub.name()));
+            }
+        } else {
+            let outcomes: Vec<(String, Result<(), GroupError>)> = thread::scope(|scope| {
+                let threads: Vec<_> = [&tp, &dp, &tp, &dp]
+                    .into_iter()
+                    .map(|sub| scope.spawn(move || (sub.name().to_string(), sub.destroy())))
+                    .collect();
+                threads
+                    .into_iter()
+                    .map(|t| t.join().expect("a destroy thread"))
+                    .collect()
+            });
+            for sub in [&tp, &dp] {
+                let mine: Vec<_> = outcomes.iter().filter(|(n, _)| n == sub.name()).collect();
+                assert_eq!(
+                    mine.iter().filter(|(_, o)| o.is_ok()).count(),
+                    1,
+                    "{label}: {} destroyed once: {mine:?}",
+                    sub.name()
+                );
+                assert!(
+                    mine.iter()
+                        .all(|(_, o)| matches!(o, Ok(()) | Err(GroupError::Destroyed { .. }))),
+                    "{label}: {mine:?}"
+                );
+            }
+        }
+        match tp.all_reduce(
+            upload(&ctx.stream, &[1.0f32; 8]),
+            ReduceOp::Sum,
+            &ctx.stream,
+        ) {
+            Ok(_) => panic!("{label}: a destroyed sub-group issued an all_reduce"),
+            Err(stale) => assert!(
+                matches!(stale.error, GroupError::Destroyed { .. }),
+                "{label}: {}",
+                stale.error
+            ),
+        }
+        // The parent still works, and ends last.
+        checked_all_reduce(
+            &ctx,
+            &parent,
+            9,
+            &format!("{label}: the parent after its sub-groups"),
+        );
+        parent
+            .shutdown()
+            .unwrap_or_else(|e| panic!("{label}: shutdown: {e}"));
+        ctx.meet(&format!("{name}-done"));
+    }
+}
