@@ -70,6 +70,12 @@ pub struct RasLimits {
 }
 
 impl RasLimits {
+    /// The longest a query can take: the connection and the handshake's
+    /// three answers (`connect` each), then the report (`answer`).
+    pub(crate) fn bound(&self) -> Duration {
+        self.connect.saturating_mul(4).saturating_add(self.answer)
+    }
+
     /// With this bound on connecting and on each answer of the handshake.
     pub fn with_connect(mut self, bound: Duration) -> Self {
         self.connect = bound;

@@ -246,6 +246,11 @@ impl ProcessGroup {
         if let Some(record) = succession.record.as_ref() {
             return grown_from(&self.inner, record, new_ranks);
         }
+        // Counted before any refusal, so that every rank's n-th call meets
+        // under the same attempt's keys even when one rank refused alone
+        // (a graph alive there) and the others timed out.
+        let attempt = succession.grow_attempts;
+        succession.grow_attempts += 1;
         let m = self.inner.cache.membership();
         let world_size = grown_size(m.world_size, new_ranks)?;
         self.refuse_subgroup("process group to grow", "grow")?;
@@ -266,8 +271,6 @@ impl ProcessGroup {
         if candidate.is_some() {
             Capabilities::loaded()?.require(Capability::Grow)?;
         }
-        let attempt = succession.grow_attempts;
-        succession.grow_attempts += 1;
         self.quiesce(options.timeout)?;
         let (offer, plan) = self.offer(new_ranks, attempt, candidate, options)?;
         let membership = m.successor(

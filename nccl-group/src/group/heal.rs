@@ -222,6 +222,15 @@ impl ProcessGroup {
         }
         let m = self.inner.cache.membership();
         check_options(options, m.rank, m.world_size)?;
+        if self.options().on_failure == crate::failure::FailurePolicy::AbortProcess {
+            return Err(GroupError::InvalidArgument {
+                argument: "failure policy",
+                expected: "FailurePolicy::ReturnErrors to heal (a heal fails the live group \
+                           first, which would abort the process)"
+                    .to_string(),
+                given: "FailurePolicy::AbortProcess".to_string(),
+            });
+        }
         let details = self.stop_for_heal(options)?;
         let suspects = suspects(&details, options, m.rank, m.world_size);
         let agree_store = scoped_store(&m.store, &format!("{}/{}", m.name, m.generation))?;
@@ -235,7 +244,16 @@ impl ProcessGroup {
         )?;
         crate::trace::event!(info, group = %m.name, survivors = ?agreement.survivors(), "survivors agreed");
         let group = self.next_generation(&agreement)?;
-        let path = self.carry_communicators(&group, &agreement, options)?;
+        // Best effort once the decision is committed: a survivor that died
+        // after it must not leave generation g impossible to heal (a retry
+        // reads the same decision). Without a carry, everything is made
+        // afresh and generation g + 1 fails on the dead member, for the
+        // next heal to leave it out.
+        let path = self
+            .carry_communicators(&group, &agreement, options)
+            .unwrap_or_else(|error| HealPath::Recreated {
+                reason: format!("carrying the communicators over failed ({error})"),
+            });
         crate::trace::event!(info, group = %m.name, generation = agreement.generation(), path = ?path, "healed");
         self.inner
             .retire(agreement.generation(), FailureCause::Healing, || {
@@ -287,14 +305,24 @@ impl ProcessGroup {
         let Some(failure) = self.inner.failure.get() else {
             return Ok(None);
         };
-        let bound = (self.options().abort_timeout).saturating_add(Duration::from_secs(1));
+        // The failure's thread publishes its report and asks RAS before it
+        // releases the communicators: the bound covers all three.
+        let bound = (self.options().abort_timeout)
+            .saturating_add(crate::ras::RasLimits::default().bound())
+            .saturating_add(EXCHANGE_WAIT)
+            .saturating_add(Duration::from_secs(1));
+        // Retiring generation g aborts its communicators: never while the
+        // failure's release (a revoke) may still run on them.
+        if failure.wait_released(bound).is_none() {
+            return Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: bound,
+            });
+        }
         if told {
-            failure.wait_released(bound);
             return Ok(failure.details().cloned());
         }
-        Ok(failure
-            .wait_details(bound.saturating_add(EXCHANGE_WAIT))
-            .cloned())
+        Ok(failure.wait_details(bound).cloned())
     }
 
     /// The group of the agreed generation, with no communicator yet, its

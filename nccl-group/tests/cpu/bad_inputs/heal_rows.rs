@@ -67,6 +67,26 @@ pub(super) fn rows() -> Vec<Row> {
         Row {
             area: "heal",
             call: "ProcessGroup::heal",
+            input: "a group under FailurePolicy::AbortProcess",
+            expect: &[
+                "invalid failure policy",
+                "expected FailurePolicy::ReturnErrors to heal",
+                "got FailurePolicy::AbortProcess",
+            ],
+            run: || {
+                let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+                let options = GroupOptions::default()
+                    .with_dump_dir(None)
+                    .with_failure_policy(nccl_group::FailurePolicy::AbortProcess);
+                match ProcessGroup::new("heal-rows", 0, 2, store, "in-process", options) {
+                    Ok(group) => err(group.heal(&HealOptions::new())),
+                    Err(error) => format!("<the group: {error}>"),
+                }
+            },
+        },
+        Row {
+            area: "heal",
+            call: "ProcessGroup::heal",
             input: "a destroyed group",
             expect: &["process group \"heal-rows\"", "was destroyed"],
             run: || {
