@@ -271,7 +271,11 @@ impl ProcessGroup {
             lists: layout.text(),
             candidate: self.candidate(),
         };
-        let gathered = meeting.gather(0, "plan", &encode(&mine))?;
+        // Rank 0's gather names the rank that did not come: published,
+        // the others stop waiting for the verdict at once, with that name.
+        let gathered = meeting
+            .gather(0, "plan", &encode(&mine))
+            .inspect_err(|error| publish_root_failure(meeting, error))?;
         let verdict = meeting.share_from(0, "verdict", || {
             gathered
                 .iter()
@@ -359,9 +363,12 @@ impl ProcessGroup {
                 return Err(self.fail_split(index, error.is_timeout(), text));
             }
         };
-        let everywhere = meeting.gather(0, "split", b"").and_then(|_| {
-            meeting.share_from(0, "outcome", || Ok::<_, crate::StoreError>(Vec::new()))
-        });
+        let everywhere = meeting
+            .gather(0, "split", b"")
+            .inspect_err(|error| publish_root_failure(meeting, error))
+            .and_then(|_| {
+                meeting.share_from(0, "outcome", || Ok::<_, crate::StoreError>(Vec::new()))
+            });
         match everywhere {
             Ok(_) => Ok(child),
             Err(error) => {
@@ -445,5 +452,13 @@ impl ProcessGroup {
             stream_mode: self.stream_mode,
             ..group
         })
+    }
+}
+
+/// On rank 0, publishes the error of its gather (which names the ranks
+/// that did not come) so that the others stop waiting for its answer.
+fn publish_root_failure(meeting: &Meeting<Arc<dyn Store>>, error: &crate::StoreError) {
+    if meeting.rank() == 0 {
+        let _ = meeting.fail(&error.to_string(), 1);
     }
 }
