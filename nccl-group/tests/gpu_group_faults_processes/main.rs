@@ -16,6 +16,9 @@
 
 mod rank;
 
+#[path = "../common/launched.rs"]
+mod launched;
+use launched::outputs;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
@@ -26,9 +29,7 @@ use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
 use nccl_test_support::group::faults::{Gate, never_completes, serial};
 use nccl_test_support::group::{enqueued, world_of_one};
-use nccl_test_support::processes::{
-    RankOutput, publish, rank_outputs, spawn_child_test, unix_us, wait_children,
-};
+use nccl_test_support::processes::{publish, spawn_child_test, unix_us, wait_children};
 
 const ABORT_CHILD: &str = "gpu_abort_process_child";
 
@@ -272,15 +273,6 @@ fn launch_fault(
 }
 
 /// Every rank's output, for a failure message.
-fn outputs(outcome: &Outcome) -> String {
-    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
-        rank: r.rank,
-        ending: format!("{:?}", r.ending),
-        stdout: &r.stdout,
-        stderr: &r.stderr,
-    }))
-}
-
 /// What each rank must have done: the faulty one its fault, every other
 /// rank failed as expected (its own checks passed) and exited with 0.
 fn check_outcome(

@@ -36,13 +36,15 @@
 mod grow;
 mod rank;
 
+#[path = "../common/launched.rs"]
+mod launched;
+use launched::outputs;
 use std::path::Path;
 use std::time::Duration;
 
 use nccl_group::CommMode;
 use nccl_launch::{Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
-use nccl_test_support::processes::{RankOutput, rank_outputs};
 
 const SCENARIO_VAR: &str = "HEAL_SCENARIO";
 const COMMS_VAR: &str = "HEAL_COMMS";
@@ -109,15 +111,6 @@ fn launch(exe: &Path, world: usize, scenario: Scenario, comms: CommMode, shrink:
     let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
     let job = launch.spawn(exe, args).expect("spawn the ranks");
     job.wait(WaitPolicy::All)
-}
-
-fn outputs(outcome: &Outcome) -> String {
-    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
-        rank: r.rank,
-        ending: format!("{:?}", r.ending),
-        stdout: &r.stdout,
-        stderr: &r.stderr,
-    }))
 }
 
 /// Every rank succeeded but those `dies` names, which must not have,

@@ -23,6 +23,9 @@
 
 mod rank;
 
+#[path = "../common/launched.rs"]
+mod launched;
+use launched::outputs;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
@@ -31,7 +34,7 @@ use std::time::{Duration, Instant};
 use nccl_group::{CommMode, StreamMode};
 use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
-use nccl_test_support::processes::{RankOutput, await_mark, publish, rank_outputs};
+use nccl_test_support::processes::{await_mark, publish};
 
 /// What happens to the last rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,15 +309,6 @@ fn signal(pid: Option<u32>, signal: &str) -> Result<(), String> {
     } else {
         Err(format!("kill {signal} {pid}: {status}"))
     }
-}
-
-fn outputs(outcome: &Outcome) -> String {
-    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
-        rank: r.rank,
-        ending: format!("{:?}", r.ending),
-        stdout: &r.stdout,
-        stderr: &r.stderr,
-    }))
 }
 
 /// Sums the survivors' `lost-rank report` lines; any rank that did not

@@ -14,13 +14,15 @@
 
 mod rank;
 
+#[path = "../common/launched.rs"]
+mod launched;
+use launched::outputs;
 use std::path::Path;
 use std::time::Duration;
 
 use nccl_group::CommMode;
 use nccl_launch::{Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
-use nccl_test_support::processes::{RankOutput, rank_outputs};
 
 const COMMS_VAR: &str = "SUBGROUP_LOSS_COMMS";
 const CHILD: &str = "gpu_subgroup_loss_child";
@@ -44,15 +46,6 @@ fn launch(exe: &Path, comms: CommMode) -> Outcome {
     let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
     let job = launch.spawn(exe, args).expect("spawn the ranks");
     job.wait(WaitPolicy::All)
-}
-
-fn outputs(outcome: &Outcome) -> String {
-    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
-        rank: r.rank,
-        ending: format!("{:?}", r.ending),
-        stdout: &r.stdout,
-        stderr: &r.stderr,
-    }))
 }
 
 #[test]

@@ -1,0 +1,16 @@
+//! What the test binaries that launch their own ranks with nccl-launch
+//! share (included with `#[path]`: each is a crate of its own).
+
+use nccl_launch::Outcome;
+use nccl_test_support::processes::{RankOutput, rank_outputs};
+
+/// Every launched rank's ending and the tails of its output, for a
+/// failure message.
+pub fn outputs(outcome: &Outcome) -> String {
+    rank_outputs(outcome.ranks.iter().map(|r| RankOutput {
+        rank: r.rank,
+        ending: format!("{:?}", r.ending),
+        stdout: &r.stdout,
+        stderr: &r.stderr,
+    }))
+}
