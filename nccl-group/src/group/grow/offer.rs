@@ -52,6 +52,11 @@ pub(super) struct Draft {
     pub(super) grows: bool,
 }
 
+/// How long a joining process waits for an offer before it looks again
+/// whether a later one was numbered (the one it waits for then never
+/// comes).
+const OFFER_SLICE: Duration = Duration::from_millis(500);
+
 fn tickets_key(name: &str) -> String {
     format!("{name}/grow/tickets")
 }
@@ -147,8 +152,18 @@ pub(super) fn await_place(
     let mut index = 0;
     loop {
         let left = timeout.saturating_sub(started.elapsed());
-        let bytes = match root.get(&offer_key(name, index), left) {
+        // An offer numbered but never written (its rank 0 died between
+        // the two) must not block the joiners of later grows: once a later
+        // offer is numbered, the missing one never comes, and is skipped.
+        if root.try_get(&offer_key(name, index))?.is_none()
+            && u64::try_from(root.add(&offers_key(name), 0)?).unwrap_or(0) > index + 1
+        {
+            index += 1;
+            continue;
+        }
+        let bytes = match root.get(&offer_key(name, index), left.min(OFFER_SLICE)) {
             Ok(bytes) => bytes,
+            Err(error) if error.is_timeout() && !left.is_zero() => continue,
             Err(error) if error.is_timeout() => {
                 return Err(GroupError::NotOffered {
                     name: name.to_string(),

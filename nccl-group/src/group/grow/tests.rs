@@ -205,6 +205,26 @@ fn two_new_processes_get_their_ranks_in_ticket_order() {
 }
 
 #[test]
+fn an_offer_numbered_but_never_written_does_not_block_the_next_grows_joiner() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let groups = world_on(&store, "grow-hole", 2);
+    // An earlier grow's rank 0 died after numbering its offer (0) for
+    // ticket 1, taken by a process that is gone too.
+    for counter in ["tickets", "granted", "offers"] {
+        store
+            .add(&format!("grow-hole/grow/{counter}"), 1)
+            .expect("the in-process store counts");
+    }
+    let options = GrowOptions::new().with_timeout(PATIENCE);
+    let (grown, joined) = grow_all(&store, &groups, 1, 1, &options);
+    for grown in grown {
+        assert_eq!(grown.expect("grown").group().world_size(), 3);
+    }
+    let joined = joined.into_iter().next().expect("one joiner");
+    assert_eq!(joined.expect("joined past the missing offer").rank(), 2);
+}
+
+#[test]
 fn a_grow_without_its_new_process_changes_nothing_and_the_late_one_joins_the_next() {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let groups = world_on(&store, "grow-late", 2);
