@@ -237,12 +237,8 @@ fn a_timeout_report_names_the_divergence_of_the_ranks_records() {
         Vec::new(),
     );
     failure.set_details(FailureDetails {
-        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
-        peers: Vec::new(),
-        lagging: Vec::new(),
         divergence: Some(divergence(1025)),
-        ras: None,
-        dump: None,
+        ..aborted_quietly()
     });
     let text = failure.to_string();
     assert!(
@@ -270,12 +266,8 @@ fn the_collective_checks_failures_name_the_check() {
         Vec::new(),
     );
     mismatch.set_details(FailureDetails {
-        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
-        peers: Vec::new(),
-        lagging: Vec::new(),
         divergence: Some(divergence(1025)),
-        ras: None,
-        dump: None,
+        ..aborted_quietly()
     });
     let text = mismatch.to_string();
     assert!(
@@ -349,12 +341,8 @@ fn a_sub_groups_report_names_global_ranks() {
     )
     .in_subgroup(Some(Arc::new(subgroup)));
     failure.set_details(FailureDetails {
-        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
-        peers: Vec::new(),
         lagging: vec![0],
-        divergence: None,
-        ras: None,
-        dump: None,
+        ..aborted_quietly()
     });
     let text = failure.to_string();
     assert!(
@@ -389,4 +377,17 @@ fn a_failed_split_reads_as_one_and_counts_as_a_timeout_only_when_it_was() {
     );
     assert!(split(true).is_timeout());
     assert!(!split(false).is_timeout());
+}
+
+/// Details of a failure whose abort took 3 ms and that learnt nothing
+/// else: the base the tests above change one field of.
+fn aborted_quietly() -> FailureDetails {
+    FailureDetails {
+        abort: AbortOutcome::Aborted(Duration::from_millis(3)),
+        peers: Vec::new(),
+        lagging: Vec::new(),
+        divergence: None,
+        ras: None,
+        dump: None,
+    }
 }
