@@ -8,7 +8,7 @@ use nccl_core::ResultCode;
 
 use crate::checks::Mismatch;
 use crate::dumps::DumpError;
-use crate::failure::Failure;
+use crate::failure::{Failure, FailureCause};
 use crate::group::Uncapturable;
 use crate::store::StoreError;
 
@@ -52,7 +52,8 @@ pub enum ErrorKind {
     /// longer creates communicators; create a new one.
     Closed,
     /// Another rank failed and said so: it published its failure at a
-    /// meeting this rank waited at. ([`ErrorKind::PeerLost`] is NCCL's
+    /// meeting this rank waited at, or raised its group's failure alarm
+    /// ([`FailureCause::PeerFailed`](crate::FailureCause::PeerFailed)). ([`ErrorKind::PeerLost`] is NCCL's
     /// word for a rank that went away without saying so; match both for
     /// "a rank is gone".)
     PeerFailed,
@@ -409,6 +410,7 @@ impl GroupError {
     /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled`, `NotOffered` | [`ErrorKind::Timeout`] |
     /// | `Aborted` | [`ErrorKind::Aborted`] |
     /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) | [`ErrorKind::PeerLost`] |
+    /// | `Failed` by another rank's failure alarm ([`FailureCause::PeerFailed`]) | [`ErrorKind::PeerFailed`] |
     /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
     /// | `Mismatch` | [`ErrorKind::GroupFailed`] |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
@@ -428,6 +430,11 @@ impl GroupError {
             | GroupError::NotOffered { .. } => ErrorKind::Timeout,
             GroupError::Aborted { .. } => ErrorKind::Aborted,
             GroupError::Failed(failure) if failure.cause.is_peer_lost() => ErrorKind::PeerLost,
+            GroupError::Failed(failure)
+                if matches!(failure.cause, FailureCause::PeerFailed { .. }) =>
+            {
+                ErrorKind::PeerFailed
+            }
             GroupError::Failed(_) | GroupError::Mismatch(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
             GroupError::InvalidArgument { .. }

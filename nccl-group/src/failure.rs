@@ -74,6 +74,17 @@ pub enum FailureCause {
     /// waits for the operations issued before it; this one came during
     /// it): the old generation's communicators were released.
     Grown,
+    /// Another rank's group failed first, and its failure alarm reached
+    /// this rank through the store while an operation here waited (NCCL
+    /// tells only the ranks connected to a lost one; the others would
+    /// wait out their timeout). [`GroupError::kind`](crate::GroupError::kind)
+    /// is then [`ErrorKind::PeerFailed`](crate::ErrorKind::PeerFailed).
+    PeerFailed {
+        /// The rank that failed first (its rank in this group).
+        rank: usize,
+        /// Why, as that rank's failure said it.
+        cause: String,
+    },
     /// NCCL accepted the operation, then something failed before its end
     /// could be tracked (waiting for a nonblocking communicator, recording
     /// its end event): it was left in flight, so the group cannot go on.
@@ -206,6 +217,11 @@ impl fmt::Display for FailureCause {
             FailureCause::Dropped => write!(f, "was pending when the group was dropped"),
             FailureCause::Healing => write!(f, "was pending when the group was healed"),
             FailureCause::Grown => write!(f, "was pending when the group grew"),
+            FailureCause::PeerFailed { rank, cause } => write!(
+                f,
+                "failed: rank {rank} of the group failed first and raised the alarm through the \
+                 store: its operation {cause}"
+            ),
             FailureCause::Enqueue { error } => {
                 write!(f, "failed after NCCL accepted it: {error}")
             }

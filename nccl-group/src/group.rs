@@ -17,6 +17,7 @@
 //! processes), `succession` (the old generation's retirement) and
 //! `subgroups` (groups of some of the ranks, split from this one).
 
+mod alarm;
 mod batch;
 mod buffers;
 mod capture;
@@ -98,6 +99,8 @@ struct Inner {
     lineage: Option<Arc<SubGroup>>,
     /// The sub-groups split from this group.
     children: Mutex<subgroups::Children>,
+    /// Reading the other ranks' failure alarm (`alarm`).
+    listener: alarm::Listener,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -331,6 +334,7 @@ impl ProcessGroup {
             successor: OnceLock::new(),
             lineage,
             children: Mutex::default(),
+            listener: alarm::Listener::default(),
         });
         let watched: std::sync::Weak<dyn crate::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::watchdog::Watched>));

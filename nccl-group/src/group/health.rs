@@ -232,6 +232,9 @@ impl Inner {
         let m = self.cache.membership();
         let scope = format!("{}/{}", m.name, m.generation);
         let asking = matches!(exchange, Exchange::WithPeers | Exchange::PeersOnly);
+        if asking {
+            self.raise_alarm(failure);
+        }
         let mine = (asking && m.world_size > 1).then(|| {
             let mine = self.report();
             peers::publish(&*m.store, &scope, &mine);
@@ -390,6 +393,7 @@ impl Watched for Inner {
                 } else if let CommHealth::Error(error) = self.clean_check() {
                     (async_error(&error), self.tracker.oldest())
                 } else {
+                    self.listen_for_alarm(now);
                     return;
                 }
             }

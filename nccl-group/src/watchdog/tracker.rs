@@ -104,6 +104,11 @@ impl Tracker {
         self.pending().ops.front().map(|op| op.seq)
     }
 
+    /// When the oldest outstanding operation was enqueued.
+    pub fn oldest_enqueued(&self) -> Option<Instant> {
+        self.pending().ops.front().map(|op| op.enqueued)
+    }
+
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
         self.pending().ops.is_empty()

@@ -10,7 +10,7 @@ use nccl_core::{Capabilities, Capability, Device};
 use nccl_group::{ErrorKind, GrowOptions, GrowPath, Grown, ProcessGroup, RendezvousConfig, Store};
 use nccl_test_support::processes::{spawn_child_test, wait_children};
 
-use super::rank::{Member, PATIENCE, ROUNDS, finish, group_options};
+use super::rank::{Member, OP_TIMEOUT, PATIENCE, ROUNDS, finish, group_options};
 use super::{CHILD, SCENARIO_VAR, Scenario};
 
 /// Rounds at world 3, between the heal and the grow: the healed group's
@@ -161,7 +161,7 @@ pub(super) fn join() {
         store,
         config.store.to_string(),
         config.local_rank,
-        group_options(),
+        group_options(OP_TIMEOUT),
         JOIN_WAIT,
     )
     .expect("joined the grow");

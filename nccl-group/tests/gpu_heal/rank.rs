@@ -26,7 +26,12 @@ const FAULT_AT: usize = 10;
 pub(super) const ROUNDS: usize = 100;
 /// Rounds before and after the stopped rank is continued.
 const STOPPED_ROUNDS: usize = 20;
-const OP_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const OP_TIMEOUT: Duration = Duration::from_secs(3);
+/// The operation timeout where ranks die: longer than the failure's
+/// exchange and a heal, so a survivor NCCL told nothing (not connected to
+/// the lost rank) fails only by the other ranks' failure alarm, in time
+/// to report, and is not left out of the heal as silent.
+const LOSS_OP_TIMEOUT: Duration = Duration::from_secs(60);
 pub(super) const PATIENCE: Duration = Duration::from_secs(90);
 
 type Result<T> = std::result::Result<T, GroupError>;
@@ -227,8 +232,8 @@ fn kill_self(signal: &str) {
 }
 
 /// The options of every rank's group, and of a process joining a grow:
-/// the communicator mode the launch names.
-pub(super) fn group_options() -> GroupOptions {
+/// the communicator mode the launch names, and `op_timeout`.
+pub(super) fn group_options(op_timeout: Duration) -> GroupOptions {
     let comms = if std::env::var(COMMS_VAR).as_deref() == Ok("nonblocking") {
         CommMode::Nonblocking
     } else {
@@ -237,7 +242,7 @@ pub(super) fn group_options() -> GroupOptions {
     GroupOptions::default()
         .with_comm_mode(comms)
         .with_timeout(Duration::from_secs(60))
-        .with_op_timeout(OP_TIMEOUT)
+        .with_op_timeout(op_timeout)
         .with_dump_dir(None)
 }
 
@@ -252,8 +257,12 @@ pub fn run(scenario: Scenario) {
         .clone()
         .expect("NCCL_LAUNCH_DIR is set by nccl-launch");
     let var = |name: &str| std::env::var(name).unwrap_or_default();
+    let op_timeout = match scenario {
+        Scenario::LoseTwo => LOSS_OP_TIMEOUT,
+        _ => OP_TIMEOUT,
+    };
     let me = Member {
-        group: ProcessGroup::from_env_with("heal", group_options()).expect("the group"),
+        group: ProcessGroup::from_env_with("heal", group_options(op_timeout)).expect("the group"),
         olds: (0..ranks.world).collect(),
         stream: ranks.device().new_stream().expect("a stream"),
     };
@@ -289,7 +298,7 @@ fn lose_two(me: Member, shrink: bool, dir: &Path) {
         })
         .collect();
     let error = me.until_failure();
-    println!("heal phase 0 failed: {error}");
+    println!("heal phase 0 failed ({:?}): {error}", error.kind());
     for work in outstanding {
         work.synchronize(PATIENCE)
             .expect_err("an all_reduce that rank 3 never joined cannot succeed");
@@ -309,7 +318,7 @@ fn lose_two(me: Member, shrink: bool, dir: &Path) {
         panic!("not killed");
     }
     let error = me.until_failure();
-    println!("heal phase 1 failed: {error}");
+    println!("heal phase 1 failed ({:?}): {error}", error.kind());
     let me = me.heal(shrink, false, "3 -> 2");
     for n in 0..ROUNDS {
         me.round(n)
@@ -347,7 +356,7 @@ fn stopped(me: Member, dir: &Path) {
         return;
     }
     let error = me.until_failure();
-    println!("heal phase 0 failed: {error}");
+    println!("heal phase 0 failed ({:?}): {error}", error.kind());
     let me = me.heal(true, true, "3 -> 2 (stopped)");
     for n in 0..STOPPED_ROUNDS {
         me.round(n)
