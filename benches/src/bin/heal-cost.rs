@@ -9,17 +9,21 @@
 //! | `full` | no agreement: drop the failed group and create a new one of the survivors under a new name, ranks known in advance (a restart of the group without the processes' start) |
 //!
 //! Run it as every rank: `nccl-launch -n 4 heal-cost --mode shrink`. The
-//! last rank exits after `--warmup` all_reduces, writing the time of its
-//! death in the launch folder (`NCCL_LAUNCH_DIR`: same host, same clock);
-//! the others run all_reduces of 1024 f32 (each result read and checked)
-//! until one fails, go on as the mode says, and time the first correct
-//! all_reduce. Rank 0 prints the phases in ms (`detect`: death to the
+//! last rank is lost after `--warmup` all_reduces, writing the time in
+//! the launch folder (`NCCL_LAUNCH_DIR`: same host, same clock): with
+//! `--fault exit` it exits (a death: NCCL's peers see its sockets close);
+//! with `--fault stop` it stops itself (a hang: the survivors' operation
+//! runs to `--op-timeout-ms`, and a heal can shrink), and rank 0
+//! continues it once done, when it exits. The others run all_reduces of
+//! 1024 f32 (each result read and checked) until one fails, go on as the
+//! mode says, and time the first correct all_reduce. Rank 0 prints the phases in ms (`detect`: death to the
 //! error; `heal`: the error to a new group; `first`: its first
 //! all_reduce; `total`) and one JSON line, also appended to `--json FILE`.
 //! Each launch measures one death: repeat launches for a spread.
 //!
 //! ```text
-//! heal-cost --mode shrink|recreate|full [--tell] [--warmup 20] [--op-timeout-ms 3000] [--json FILE]
+//! heal-cost --mode shrink|recreate|full [--fault exit|stop] [--tell] [--no-ras]
+//!           [--warmup 20] [--op-timeout-ms 3000] [--json FILE]
 //! ```
 
 use std::io::Write;
@@ -44,13 +48,30 @@ enum Mode {
     Full,
 }
 
+/// How the last rank is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Fault {
+    /// It exits between operations.
+    Exit,
+    /// It stops (SIGSTOP) between operations.
+    Stop,
+}
+
 #[derive(Parser, Debug)]
 #[command(about = "Time from a lost rank to the survivors' first correct all_reduce")]
 struct Args {
     /// How the survivors go on.
     #[arg(long, value_enum)]
     mode: Mode,
-    /// All_reduces before the last rank exits.
+    /// How the last rank is lost.
+    #[arg(long, value_enum, default_value_t = Fault::Exit)]
+    fault: Fault,
+    /// The failure does not ask NCCL's RAS service for its view
+    /// (`GroupOptions::with_ras_report(false)`), which waits up to about
+    /// a second for a dead process.
+    #[arg(long)]
+    no_ras: bool,
+    /// All_reduces before the last rank is lost.
     #[arg(long, default_value_t = 20)]
     warmup: usize,
     /// The group's operation timeout, in ms.
@@ -120,6 +141,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let options = GroupOptions::default()
         .with_timeout(Duration::from_secs(60))
         .with_op_timeout(Duration::from_millis(args.op_timeout_ms))
+        .with_ras_report(!args.no_ras)
         .with_dump_dir(None);
     let address = config.store.to_string();
     let group = ProcessGroup::new(
@@ -137,16 +159,23 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         all_reduce(&group, &stream, mine, sum)?;
     }
     let died_file = dir.join("heal-cost-died");
+    let stopped_file = dir.join("heal-cost-stopped-pid");
     if rank == world - 1 {
+        if args.fault == Fault::Stop {
+            std::fs::write(&stopped_file, std::process::id().to_string())?;
+        }
         std::fs::write(&died_file, now_us().to_string())?;
+        if args.fault == Fault::Stop {
+            signal(&std::process::id().to_string(), "-STOP")?;
+        }
         std::process::exit(0);
     }
     while all_reduce(&group, &stream, mine, sum).is_ok() {}
     let failed = now_us();
     let survivors_sum = sum - world as f32;
-    let next = match args.mode {
-        Mode::Shrink | Mode::Recreate => group
-            .heal(
+    let (next, path) = match args.mode {
+        Mode::Shrink | Mode::Recreate => {
+            let healed = group.heal(
                 &HealOptions::new()
                     .with_timeout(Duration::from_secs(60))
                     .with_shrink(args.mode == Mode::Shrink)
@@ -155,11 +184,15 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     } else {
                         Vec::new()
                     }),
-            )?
-            .into_group(),
+            )?;
+            let path = format!("{:?}", healed.path());
+            (healed.into_group(), path)
+        }
         Mode::Full => {
             drop(group);
-            ProcessGroup::new("heal-cost-full", rank, world - 1, store, address, options)?
+            let next =
+                ProcessGroup::new("heal-cost-full", rank, world - 1, store, address, options)?;
+            (next, "a new group".to_string())
         }
     };
     let healed = now_us();
@@ -176,22 +209,27 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             "tool": "heal-cost",
             "mode": format!("{:?}", args.mode).to_lowercase(),
             "told": args.tell,
+            "fault": format!("{:?}", args.fault).to_lowercase(),
+            "ras": !args.no_ras,
             "world": world,
             "nccl": nccl,
             "detect_ms": ms(died, failed),
             "heal_ms": ms(failed, healed),
             "first_ms": ms(healed, first),
             "total_ms": ms(died, first),
+            "path": path,
         });
         println!(
-            "heal-cost {:?} world {world} -> {} (NCCL {nccl}): detect {:.1} ms, heal {:.1} ms, first all_reduce {:.1} ms, total {:.1} ms",
+            "heal-cost {:?} after {:?} world {world} -> {} (NCCL {nccl}): detect {:.1} ms, heal {:.1} ms, first all_reduce {:.1} ms, total {:.1} ms",
             args.mode,
+            args.fault,
             world - 1,
             ms(died, failed),
             ms(failed, healed),
             ms(healed, first),
             ms(died, first)
         );
+        println!("heal-cost path: {path}");
         println!("{line}");
         if let Some(path) = &args.json {
             let mut file = std::fs::OpenOptions::new()
@@ -202,7 +240,22 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     next.destroy()?;
+    if rank == 0 && args.fault == Fault::Stop {
+        signal(std::fs::read_to_string(&stopped_file)?.trim(), "-CONT")?;
+    }
     Ok(())
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to process `pid` with kill(1).
+fn signal(pid: &str, signal: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let status = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill {signal} {pid}: {status}").into())
+    }
 }
 
 fn main() -> ExitCode {

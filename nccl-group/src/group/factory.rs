@@ -197,28 +197,48 @@ impl LocalComms {
         }
     }
 
-    /// Whether a heal can shrink these communicators: one device, revoked
-    /// by the failure (not aborted), on a NCCL with `ncclCommShrink`, and
-    /// no asynchronous error left on it. NCCL's shrink starts with
-    /// `ncclCommEnsureReady`, which refuses a communicator with one, and a
-    /// revoke clears the communicator's own error but not its proxy's: a
-    /// peer's closed socket (`ncclRemoteError`) stays, so a shrink after a
-    /// rank's death fails in NCCL 2.28.9 and 2.30.7, where one after a
-    /// timeout (a stopped rank) works.
-    pub(super) fn shrinkable(&self) -> bool {
+    /// Why a heal cannot shrink these communicators, or `None` when it
+    /// can: one device, revoked by the failure (not aborted), on a NCCL
+    /// with `ncclCommShrink`, and no asynchronous error left on it. NCCL's
+    /// shrink starts with `ncclCommEnsureReady`, which refuses a
+    /// communicator with one, and a revoke clears the communicator's own
+    /// error but not its proxy's: a peer's closed socket
+    /// (`ncclRemoteError`) stays, so a shrink after a rank's death fails
+    /// in NCCL 2.28.9 and 2.30.7, where one after a timeout (a stopped
+    /// rank) works.
+    pub(super) fn unshrinkable(&self) -> Option<String> {
         let [member] = self.members.as_slice() else {
-            return false;
+            return Some(format!("it spans {} devices", self.members.len()));
         };
         let Some(comm) = member.comm.try_lock() else {
-            return false;
+            return Some("a thread is inside a NCCL call on it".to_string());
         };
         let core = comm.core();
-        core.is_revoked()
-            && core.capabilities().has(Capability::Shrink)
-            && matches!(core.async_error(), Ok(nccl_core::Status::Success))
+        if !core.is_revoked() {
+            return Some(
+                "the failure aborted it instead of revoking it (a thread was in a NCCL call on \
+                 it, GroupOptions::revoke_on_failure is off, or NCCL has no ncclCommRevoke)"
+                    .to_string(),
+            );
+        }
+        if !core.capabilities().has(Capability::Shrink) {
+            return Some("the loaded NCCL has no ncclCommShrink".to_string());
+        }
+        match core.async_error() {
+            Ok(nccl_core::Status::Success) => None,
+            Ok(nccl_core::Status::InProgress) => {
+                Some("NCCL still reports its revoke in progress".to_string())
+            }
+            Err(error) => Some(format!(
+                "NCCL reports an error on it, which ncclCommShrink refuses (a lost peer's closed \
+                 socket survives a revoke): {}",
+                nccl_core::ErrorChain(&error)
+            )),
+        }
     }
 
-    /// `ncclCommShrink` of a [`shrinkable`](Self::shrinkable) set,
+    /// `ncclCommShrink` of a set with no [`unshrinkable`](Self::unshrinkable)
+    /// reason,
     /// leaving out the NCCL ranks `exclude`, bounded by `timeout` (a
     /// blocking shrink waits for every survivor on a helper thread; a
     /// nonblocking one is polled). The new communicator keeps the

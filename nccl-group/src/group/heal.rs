@@ -363,10 +363,22 @@ impl ProcessGroup {
         if let Some(reason) = no_shrink_reason() {
             return recreated(reason);
         }
+        // The one-device collective communicators this rank can shrink,
+        // and why not, for each it cannot.
+        let mut refused = Vec::new();
         let mine: Vec<&(String, CommKey, Arc<LocalComms>)> = created
             .iter()
-            .filter(|(_, key, comms)| {
-                key.class() == (CommClass::Collective { devices: 1 }) && comms.shrinkable()
+            .filter(|(name, key, comms)| {
+                if key.class() != (CommClass::Collective { devices: 1 }) {
+                    return false;
+                }
+                match comms.unshrinkable() {
+                    None => true,
+                    Some(why) => {
+                        refused.push(format!("{name}: {why}"));
+                        false
+                    }
+                }
             })
             .collect();
         let g = group.inner.cache.membership();
@@ -389,13 +401,13 @@ impl ProcessGroup {
             })
             .collect();
         if common.is_empty() {
-            return recreated(
-                "no communicator every survivor could shrink: the failure aborted them (a thread \
-                 was in a NCCL call, or GroupOptions::revoke_on_failure is off), or NCCL still \
-                 reports the lost peer's error on them (a closed socket survives a revoke, and \
-                 ncclCommShrink refuses a communicator with an error)"
-                    .into(),
-            );
+            let here = match refused.is_empty() {
+                true => "every one was shrinkable on this rank, not on another".to_string(),
+                false => format!("on this rank, {}", refused.join("; ")),
+            };
+            return recreated(format!(
+                "no communicator every survivor could shrink: {here}"
+            ));
         }
         let mut first_error = None;
         let shrunk: Vec<Option<LocalComms>> = common

@@ -61,7 +61,7 @@ pub(super) fn grow_back(me: Member, dir: &Path) {
         );
         println!("heal grow: the new process ended: ok");
     }
-    finish(dir, old, &[0, 1, 2]);
+    finish(dir, old, &["done.1", "done.2"]);
 }
 
 /// Starts the new process: this test binary as a rank of no launch, on
