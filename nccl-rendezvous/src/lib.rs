@@ -59,8 +59,8 @@ pub use rendezvous::{Launcher, RendezvousConfig, StoreSpec};
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub use tcp::fuzzing;
 pub use tcp::{
-    DEFAULT_MAX_FRAME_SIZE, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
-    TcpStoreServerStats,
+    DEFAULT_MAX_FRAME_SIZE, GatePriority, TcpStore, TcpStoreOptions, TcpStoreServer,
+    TcpStoreServerOptions, TcpStoreServerStats,
 };
 
 /// The default timeout of blocking store operations: 300 s, as in torch.

@@ -188,11 +188,27 @@ pub struct Attack {
     pub rate: Option<f64>,
     /// The attacking threads' nice value (`None`: this process's).
     pub nice: Option<i32>,
+    /// The attacking threads under `SCHED_IDLE` (over `nice`).
+    pub idle: bool,
 }
 
-/// Sets the calling thread's nice value (Linux threads have their own);
-/// a system that refuses leaves it as it was, which the table then shows.
-fn set_thread_nice(nice: Option<i32>) {
+/// Sets the calling thread's nice value (Linux threads have their own),
+/// or puts it under `SCHED_IDLE`; a system that refuses leaves it as it
+/// was, which the table then shows.
+fn set_thread_nice(nice: Option<i32>, idle: bool) {
+    #[cfg(target_os = "linux")]
+    if idle {
+        use thread_priority::unix::{
+            NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy,
+            thread_native_id,
+        };
+        let policy = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        let min = thread_priority::ThreadPriority::Min;
+        if let Err(e) = set_thread_priority_and_policy(thread_native_id(), min, policy) {
+            eprintln!("store_bench: could not put an attacker under SCHED_IDLE: {e:?}");
+        }
+        return;
+    }
     #[cfg(target_os = "linux")]
     if let Some(nice) = nice {
         let thread = Some(rustix::thread::gettid());
@@ -201,7 +217,7 @@ fn set_thread_nice(nice: Option<i32>) {
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = nice;
+    let _ = (nice, idle);
 }
 
 const FLOOD_FRAME: u32 = 64 << 20;
@@ -230,9 +246,9 @@ pub fn probe_phase(
                 .map(|rate| Duration::from_secs_f64(attack.flooders as f64 / rate.max(1e-3)));
             for _ in 0..attack.flooders {
                 let (running, floods, body) = (&running, &floods, &body);
-                let nice = attack.nice;
+                let (nice, idle) = (attack.nice, attack.idle);
                 s.spawn(move || {
-                    set_thread_nice(nice);
+                    set_thread_nice(nice, idle);
                     let start = Instant::now();
                     for round in 0u32.. {
                         if !running.load(Ordering::Relaxed) {
@@ -256,9 +272,9 @@ pub fn probe_phase(
             }
             if let Some(waiter) = &waiter {
                 let keys = vec!["k"; attack.wait_keys];
-                let (running, nice) = (&running, attack.nice);
+                let (running, nice, idle) = (&running, attack.nice, attack.idle);
                 s.spawn(move || {
-                    set_thread_nice(nice);
+                    set_thread_nice(nice, idle);
                     while running.load(Ordering::Relaxed) {
                         let _ = waiter.wait(&keys, Duration::from_secs(60));
                         thread::sleep(Duration::from_millis(10));

@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p nccl-rendezvous --example store_bench -- \
 //!     [--idle 10000] [--clients 64] [--rounds 300] [--phase-secs 3] [--flood-rate 500] \
-//!     [--attackers-nice 19] [--no-torch]
+//!     [--attackers-nice 19 | --attackers-idle] [--gate-idle] [--no-torch]
 //! ```
 //!
 //! Each server runs in a child process of its own, so that its threads,
@@ -30,7 +30,10 @@
 //!    their own CPU: the paced row compares servers under the same load.
 //!    `--attackers-nice N` runs the attacking threads at nice N (19: the
 //!    lowest priority), standing in for attackers on other machines, whose
-//!    CPU the probes would not share.
+//!    CPU the probes would not share. `--attackers-idle` runs them under
+//!    Linux's `SCHED_IDLE` instead (they get a CPU only when nothing else
+//!    wants it). `--gate-idle` starts this crate's server with
+//!    `GatePriority::Idle` (its gate under `SCHED_IDLE`).
 //!
 //! Without torch (`python3 -c 'import torch'` fails) its rows are replaced
 //! by the line `torch: not installed here, skipped`.
@@ -51,6 +54,8 @@ struct Args {
     phase: Duration,
     flood_rate: f64,
     attackers_nice: Option<i32>,
+    attackers_idle: bool,
+    idle_gate: bool,
     torch: bool,
 }
 
@@ -62,6 +67,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         phase: Duration::from_secs(3),
         flood_rate: 500.0,
         attackers_nice: None,
+        attackers_idle: false,
+        idle_gate: false,
         torch: true,
     };
     while let Some(arg) = args.next() {
@@ -79,6 +86,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--attackers-nice" => {
                 parsed.attackers_nice = Some(number("--attackers-nice")?.min(19) as i32)
             }
+            "--attackers-idle" => parsed.attackers_idle = true,
+            "--gate-idle" => parsed.idle_gate = true,
             "--no-torch" => parsed.torch = false,
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -89,7 +98,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some(servers::SERVE_ARG) {
-        return match servers::serve() {
+        let idle_gate = args.any(|arg| arg == servers::IDLE_GATE_ARG);
+        return match servers::serve(idle_gate) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("store_bench serve: {e}");
@@ -145,7 +155,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!("|---|---|---|---|---|---|---|");
     let mut stopped_notes = Vec::new();
     for &kind in &kinds {
-        let server = ServerProcess::start(kind)?;
+        let server = ServerProcess::start(kind, args.idle_gate)?;
         let idle = load::idle_connections(&server, args.idle)?;
         let grown = idle.after.rss_kib.saturating_sub(idle.before.rss_kib);
         println!(
@@ -177,7 +187,7 @@ fn run(args: &Args) -> Result<(), String> {
     println!("| server | op | p50 (µs) | p99 (µs) | ops/s (all three) |");
     println!("|---|---|---|---|---|");
     for &kind in &kinds {
-        let server = ServerProcess::start(kind)?;
+        let server = ServerProcess::start(kind, args.idle_gate)?;
         let mut mixed = load::mixed_clients(&server, args.clients, args.rounds)?;
         let total = mixed.set.len() + mixed.get.len() + mixed.add.len();
         let rate = total as f64 / mixed.wall.as_secs_f64();
@@ -200,12 +210,13 @@ fn run(args: &Args) -> Result<(), String> {
         args.phase.as_secs(),
         Kind::Ours.name()
     );
-    let server = ServerProcess::start(Kind::Ours)?;
+    let server = ServerProcess::start(Kind::Ours, args.idle_gate)?;
     let attack = |rate| Attack {
         flooders: 24,
         wait_keys: 12_000_000,
         rate,
         nice: args.attackers_nice,
+        idle: args.attackers_idle,
     };
     let mut idle = load::probe_phase(&server, 4, args.phase, None)?;
     let paced = attack(Some(args.flood_rate));

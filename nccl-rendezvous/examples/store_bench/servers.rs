@@ -8,7 +8,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
 use nccl_rendezvous::{
-    C10dStore, C10dStoreOptions, Store, TcpStore, TcpStoreOptions, TcpStoreServer,
+    C10dStore, C10dStoreOptions, GatePriority, Store, TcpStore, TcpStoreOptions, TcpStoreServer,
     TcpStoreServerOptions,
 };
 
@@ -16,6 +16,8 @@ use nccl_rendezvous::{
 pub const SECRET: &[u8] = b"store-bench-secret";
 /// Selects the child role of this binary.
 pub const SERVE_ARG: &str = "serve";
+/// The child role's flag for `GatePriority::Idle`.
+pub const IDLE_GATE_ARG: &str = "--gate-idle";
 const TORCH_SERVER: &str = include_str!("torch_server.py");
 
 /// Which server a child process runs.
@@ -47,11 +49,17 @@ pub fn torch_available() -> bool {
         .is_ok_and(|status| status.success())
 }
 
-/// The child role: serves until stdin closes, after printing the port.
-pub fn serve() -> Result<(), Box<dyn std::error::Error>> {
+/// The child role: serves until stdin closes, after printing the port;
+/// its gate under `SCHED_IDLE` when `idle_gate`.
+pub fn serve(idle_gate: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let gate = match idle_gate {
+        true => GatePriority::Idle,
+        false => GatePriority::Lowered,
+    };
     let options = TcpStoreServerOptions::default()
         .with_secret(SECRET.to_vec())
-        .with_max_connections(65536);
+        .with_max_connections(65536)
+        .with_gate_priority(gate);
     let server = TcpStoreServer::bind("127.0.0.1:0", options)?;
     println!("{}", server.local_addr().port());
     std::io::stdout().flush()?;
@@ -80,13 +88,17 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts a server of `kind` and waits for its port.
-    pub fn start(kind: Kind) -> Result<Self, String> {
+    /// Starts a server of `kind` (ours with its gate under `SCHED_IDLE`
+    /// when `idle_gate`) and waits for its port.
+    pub fn start(kind: Kind, idle_gate: bool) -> Result<Self, String> {
         let mut command = match kind {
             Kind::Ours => {
                 let exe = std::env::current_exe().map_err(|e| e.to_string())?;
                 let mut command = Command::new(exe);
                 command.arg(SERVE_ARG);
+                if idle_gate {
+                    command.arg(IDLE_GATE_ARG);
+                }
                 command
             }
             Kind::Torch => {

@@ -11,7 +11,7 @@ mod server;
 mod wire;
 
 pub use client::{TcpStore, TcpStoreOptions};
-pub use server::{TcpStoreServer, TcpStoreServerOptions, TcpStoreServerStats};
+pub use server::{GatePriority, TcpStoreServer, TcpStoreServerOptions, TcpStoreServerStats};
 
 /// The default maximum frame size of a [`TcpStore`] client: 64 MiB, for
 /// what it sends and what it accepts. A server's default is the largest

@@ -22,6 +22,7 @@ use super::admission::{Admission, Slots, Source, same_host_unless_secret};
 use super::conn::{Conn, Phase, Timer};
 use super::core::{Core, DRAIN_BEFORE_HANDSHAKE, FIRST_ID, Handler, LISTENER, Reactor};
 use super::handshake::{Handshake, Step};
+use super::options::GatePriority;
 
 /// Connections accepted in one round before the others' events are
 /// served: peers that reconnect as fast as they can must not keep the gate
@@ -41,13 +42,17 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 #[cfg(target_os = "linux")]
 const GATE_NICENESS: i32 = 10;
 
-/// Lowers the calling thread's scheduling priority (on Linux: its own nice
-/// value, +10), so that work for peers that have not authenticated yields
-/// the CPU to the ranks' requests when both want it. Best effort: a
-/// system that refuses leaves the priority as it was.
-pub(super) fn yield_to_sessions() {
+/// Lowers the calling thread's scheduling priority as `priority` says (on
+/// Linux: its own nice value +10, or `SCHED_IDLE`), so that work for peers
+/// that have not authenticated yields the CPU to the ranks' requests when
+/// both want it. Best effort: a system that refuses `SCHED_IDLE` gets the
+/// nice value, and one that refuses that leaves the priority as it was.
+pub(super) fn yield_to_sessions(priority: GatePriority) {
     #[cfg(target_os = "linux")]
     {
+        if priority == GatePriority::Idle && schedule_idle().is_ok() {
+            return;
+        }
         use rustix::process::{getpriority_process, setpriority_process};
         let thread = Some(rustix::thread::gettid());
         // Nice values stop at 19, the lowest priority.
@@ -62,6 +67,23 @@ pub(super) fn yield_to_sessions() {
             );
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = priority;
+}
+
+/// Puts the calling thread under `SCHED_IDLE` (any thread may lower its
+/// own policy so, without privileges).
+#[cfg(target_os = "linux")]
+fn schedule_idle() -> Result<(), thread_priority::Error> {
+    use thread_priority::unix::{
+        NormalThreadSchedulePolicy, ThreadSchedulePolicy, set_thread_priority_and_policy,
+        thread_native_id,
+    };
+    set_thread_priority_and_policy(
+        thread_native_id(),
+        thread_priority::ThreadPriority::Min,
+        ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle),
+    )
 }
 
 /// Where authenticated connections go: each sessions loop's inbox and the

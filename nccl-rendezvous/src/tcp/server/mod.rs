@@ -32,7 +32,7 @@ use table::Table;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) use handshake::{Handshake, Step, oversized};
-pub use options::TcpStoreServerOptions;
+pub use options::{GatePriority, TcpStoreServerOptions};
 
 /// What the sessions loop publishes for [`TcpStoreServer::stats`] after
 /// each round of events.
@@ -258,8 +258,9 @@ impl TcpStoreServer {
             threads: Vec::with_capacity(shard_count + 1),
         };
         let port = local_addr.port();
+        let priority = shared.options.gate_priority;
         server.spawn(format!("nccl-store-gate-{port}"), move || {
-            gate::yield_to_sessions();
+            gate::yield_to_sessions(priority);
             core::run(&mut gate)
         })?;
         let channels = handed_over.into_iter().zip(answers);

@@ -11,6 +11,29 @@ use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 /// The most threads [`TcpStoreServerOptions::serving_threads`] takes.
 const MAX_SERVING_THREADS: usize = 64;
 
+/// How the gate (the thread that accepts connections and runs their
+/// handshakes) is scheduled against the loops that serve the
+/// authenticated clients ([`TcpStoreServerOptions::gate_priority`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GatePriority {
+    /// Nice +10 over the server's other threads (the default): under a
+    /// flood of connections that never authenticate, the gate yields the
+    /// CPU to the serving loops most of the time, and still gets about a
+    /// tenth of a CPU that busy processes share, so ranks joining a
+    /// loaded host are let in promptly.
+    #[default]
+    Lowered,
+    /// Linux's `SCHED_IDLE` (elsewhere, as [`GatePriority::Lowered`]): the
+    /// gate runs only when no other thread wants the CPU, and a waking
+    /// serving loop or client preempts it at once, so a flood costs the
+    /// authenticated clients least. But on a host whose CPUs are all busy
+    /// (rank 0's own training, data loaders) the gate gets almost no CPU:
+    /// handshakes, so ranks joining, wait. For stores on hosts with CPU to
+    /// spare, facing untrusted networks.
+    Idle,
+}
+
 /// Settings of a [`TcpStoreServer`](super::TcpStoreServer).
 ///
 /// Start from `TcpStoreServerOptions::default()` and change what you need:
@@ -34,7 +57,7 @@ const MAX_SERVING_THREADS: usize = 64;
 ///
 /// The server runs a fixed number of threads whatever the number of
 /// connections: a gate that accepts connections and runs their handshakes
-/// (at a lower scheduling priority), and [`serving_threads`](Self::serving_threads)
+/// (at a lower scheduling priority, [`gate_priority`](Self::gate_priority)), and [`serving_threads`](Self::serving_threads)
 /// loops that serve the authenticated ones.
 ///
 /// - Each open connection costs one file descriptor and a few hundred
@@ -167,6 +190,9 @@ pub struct TcpStoreServerOptions {
     /// share of them, all on one table. `None` (the default): one for
     /// every 4 CPUs, 1 to 4. At most 64.
     pub serving_threads: Option<usize>,
+    /// How the gate is scheduled against the serving loops. Default
+    /// [`GatePriority::Lowered`].
+    pub gate_priority: GatePriority,
 }
 
 impl Default for TcpStoreServerOptions {
@@ -189,6 +215,7 @@ impl Default for TcpStoreServerOptions {
             max_unauthenticated: 256,
             max_unauthenticated_per_address: 8,
             serving_threads: None,
+            gate_priority: GatePriority::Lowered,
         }
     }
 }
@@ -253,6 +280,8 @@ impl TcpStoreServerOptions {
         /// Sets [`TcpStoreServerOptions::max_unauthenticated_per_address`]
         /// (at least 1).
         with_max_unauthenticated_per_address: max_unauthenticated_per_address: usize;
+        /// Sets [`TcpStoreServerOptions::gate_priority`].
+        with_gate_priority: gate_priority: GatePriority;
     }
 
     /// Refuses settings the server cannot run with, naming the setting.
@@ -410,6 +439,7 @@ impl fmt::Debug for TcpStoreServerOptions {
                 &self.max_unauthenticated_per_address,
             )
             .field("serving_threads", &self.serving_threads)
+            .field("gate_priority", &self.gate_priority)
             .finish()
     }
 }

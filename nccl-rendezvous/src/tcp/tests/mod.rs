@@ -4,6 +4,8 @@
 
 mod auth;
 mod parked;
+#[cfg(target_os = "linux")]
+mod priority;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
