@@ -5,7 +5,7 @@
 //! one) and under `nccl-launch -n 2` and `-n 4`, one process per rank
 //! running only that test; every helper here works at any world size.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nccl_core::{CudaStream, Device};
@@ -138,6 +138,7 @@ pub fn config_from(ctx: &RankContext, vars: impl Fn(&str) -> Option<String>) -> 
 }
 
 /// A rendezvous store and its address, for messages.
+#[derive(Clone)]
 pub struct StoreAt {
     /// The store.
     pub store: Arc<dyn Store>,
@@ -162,9 +163,17 @@ pub fn connect(ctx: &RankContext, config: &RendezvousConfig) -> StoreAt {
 }
 
 /// The launch's TCP store: one per test process (rank 0 binds
-/// `MASTER_PORT`), shared by every group of the test.
+/// `MASTER_PORT` once), shared by every group of the test, however many
+/// times it is asked for. A second server on the same port would race
+/// the first: the other ranks, reconnecting as soon as they can, may
+/// reach the first before rank 0 drops it, and then lose their requests
+/// with it (a sub-group test's second communicator mode failed so, 4
+/// times in 7 at world size 4).
 pub fn tcp_store(ctx: &RankContext) -> StoreAt {
-    connect(ctx, &config_from(ctx, launch_vars()))
+    static STORE: OnceLock<StoreAt> = OnceLock::new();
+    STORE
+        .get_or_init(|| connect(ctx, &config_from(ctx, launch_vars())))
+        .clone()
 }
 
 /// The tests' group options on `mode` communicators.
