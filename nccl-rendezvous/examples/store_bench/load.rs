@@ -190,6 +190,26 @@ pub struct Attack {
     pub nice: Option<i32>,
     /// The attacking threads under `SCHED_IDLE` (over `nice`).
     pub idle: bool,
+    /// The one CPU the attacking threads run on (`None`: any).
+    pub cpu: Option<usize>,
+}
+
+/// Keeps the calling thread (and the threads and processes it starts
+/// later) on the CPUs `keep` accepts, of the first 1024; a system that
+/// refuses leaves it as it was, which the table then shows.
+pub fn pin_thread(keep: impl Fn(usize) -> bool) {
+    #[cfg(target_os = "linux")]
+    {
+        let mut set = rustix::thread::CpuSet::new();
+        (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&cpu| keep(cpu))
+            .for_each(|cpu| set.set(cpu));
+        if let Err(e) = rustix::thread::sched_setaffinity(None, &set) {
+            eprintln!("store_bench: could not pin a thread: {e}");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = keep;
 }
 
 /// Sets the calling thread's nice value (Linux threads have their own),
@@ -246,9 +266,12 @@ pub fn probe_phase(
                 .map(|rate| Duration::from_secs_f64(attack.flooders as f64 / rate.max(1e-3)));
             for _ in 0..attack.flooders {
                 let (running, floods, body) = (&running, &floods, &body);
-                let (nice, idle) = (attack.nice, attack.idle);
+                let (nice, idle, cpu) = (attack.nice, attack.idle, attack.cpu);
                 s.spawn(move || {
                     set_thread_nice(nice, idle);
+                    if let Some(cpu) = cpu {
+                        pin_thread(|c| c == cpu);
+                    }
                     let start = Instant::now();
                     for round in 0u32.. {
                         if !running.load(Ordering::Relaxed) {
@@ -272,9 +295,12 @@ pub fn probe_phase(
             }
             if let Some(waiter) = &waiter {
                 let keys = vec!["k"; attack.wait_keys];
-                let (running, nice, idle) = (&running, attack.nice, attack.idle);
+                let (running, nice, idle, cpu) = (&running, attack.nice, attack.idle, attack.cpu);
                 s.spawn(move || {
                     set_thread_nice(nice, idle);
+                    if let Some(cpu) = cpu {
+                        pin_thread(|c| c == cpu);
+                    }
                     while running.load(Ordering::Relaxed) {
                         let _ = waiter.wait(&keys, Duration::from_secs(60));
                         thread::sleep(Duration::from_millis(10));

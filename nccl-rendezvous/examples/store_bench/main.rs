@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release -p nccl-rendezvous --example store_bench -- \
 //!     [--idle 10000] [--clients 64] [--rounds 300] [--phase-secs 3] [--flood-rate 500] \
-//!     [--attackers-nice 19 | --attackers-idle] [--gate-idle] [--no-torch]
+//!     [--attackers-nice 19 | --attackers-idle] [--attackers-cpu N] [--gate-idle] [--no-torch]
 //! ```
 //!
 //! Each server runs in a child process of its own, so that its threads,
@@ -33,7 +33,10 @@
 //!    CPU the probes would not share. `--attackers-idle` runs them under
 //!    Linux's `SCHED_IDLE` instead (they get a CPU only when nothing else
 //!    wants it). `--gate-idle` starts this crate's server with
-//!    `GatePriority::Idle` (its gate under `SCHED_IDLE`).
+//!    `GatePriority::Idle` (its gate under `SCHED_IDLE`). `--attackers-cpu
+//!    N` keeps the attacking threads on CPU N and everything else (the
+//!    probes, the server's process) off it: attackers on a machine of
+//!    their own, as far as one host can stand in for that.
 //!
 //! Without torch (`python3 -c 'import torch'` fails) its rows are replaced
 //! by the line `torch: not installed here, skipped`.
@@ -55,6 +58,7 @@ struct Args {
     flood_rate: f64,
     attackers_nice: Option<i32>,
     attackers_idle: bool,
+    attackers_cpu: Option<usize>,
     idle_gate: bool,
     torch: bool,
 }
@@ -68,6 +72,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         flood_rate: 500.0,
         attackers_nice: None,
         attackers_idle: false,
+        attackers_cpu: None,
         idle_gate: false,
         torch: true,
     };
@@ -87,6 +92,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 parsed.attackers_nice = Some(number("--attackers-nice")?.min(19) as i32)
             }
             "--attackers-idle" => parsed.attackers_idle = true,
+            "--attackers-cpu" => parsed.attackers_cpu = Some(number("--attackers-cpu")?),
             "--gate-idle" => parsed.idle_gate = true,
             "--no-torch" => parsed.torch = false,
             other => return Err(format!("unknown argument {other:?}")),
@@ -132,6 +138,10 @@ fn raise_descriptor_limit() -> u64 {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if let Some(cpu) = args.attackers_cpu {
+        // Inherited by every thread and server process started from here.
+        load::pin_thread(|c| c != cpu);
+    }
     let limit = raise_descriptor_limit();
     let kinds = if !args.torch {
         println!("torch: not asked for (--no-torch), skipped\n");
@@ -217,6 +227,7 @@ fn run(args: &Args) -> Result<(), String> {
         rate,
         nice: args.attackers_nice,
         idle: args.attackers_idle,
+        cpu: args.attackers_cpu,
     };
     let mut idle = load::probe_phase(&server, 4, args.phase, None)?;
     let paced = attack(Some(args.flood_rate));
