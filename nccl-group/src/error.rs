@@ -154,10 +154,11 @@ impl From<nccl_rendezvous::ErrorKind> for ErrorKind {
 ///         let grads = Tensor::from_host(stream, &[1.0f32; 1024], &[1024])?;
 ///         let Err(error) = step(&group, grads, stream) else { continue };
 ///         match error.kind() {
-///             // A rank is gone (NCCL saw it go), or the group failed otherwise (an
-///             // operation past its timeout, a collective mismatch): `failure()` says
-///             // which operation and why, and the survivors go on without a restart.
-///             ErrorKind::PeerLost | ErrorKind::GroupFailed => {
+///             // A rank is gone (NCCL saw it go, or another rank's failure reached this
+///             // one through the store), or the group failed otherwise (an operation past
+///             // its timeout, a collective mismatch): `failure()` says which operation and
+///             // why, and the survivors go on without a restart.
+///             ErrorKind::PeerLost | ErrorKind::PeerFailed | ErrorKind::GroupFailed => {
 ///                 if let Some(failure) = error.failure() {
 ///                     eprintln!("{} failed: {}; healing", failure.group, failure.cause);
 ///                 }

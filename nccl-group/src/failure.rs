@@ -220,7 +220,7 @@ impl fmt::Display for FailureCause {
             FailureCause::PeerFailed { rank, cause } => write!(
                 f,
                 "failed: rank {rank} of the group failed first and raised the alarm through the \
-                 store: its operation {cause}"
+                 store (its failure: {cause})"
             ),
             FailureCause::Enqueue { error } => {
                 write!(f, "failed after NCCL accepted it: {error}")

@@ -1,6 +1,6 @@
 //! The failure alarm: a failing rank tells every other rank through the
-//! store, so that a rank NCCL told nothing fails within about a second
-//! and joins the failure's exchange of reports.
+//! store, so that a rank NCCL told nothing fails within about 1.5 s and
+//! joins the failure's exchange of reports.
 //!
 //! Why: when a rank dies, NCCL reports `ncclRemoteError` only to the
 //! ranks that had a connection to it. The others wait in their next
@@ -10,13 +10,19 @@
 //! lost: a healthy rank would be excluded for being blocked.
 //!
 //! How: the first failing rank of a generation writes
-//! `<group>/<generation>/failed` (later ones find it written). A rank
-//! reads that key only while one of its operations has been pending for
-//! [`LISTEN_AFTER`], every [`LISTEN_EVERY`], with one non-blocking read
-//! on a thread of its own (one at a time per group): a healthy group that
-//! is not waiting never reads it, and the watchdog, which looks after
-//! every group of the process, never waits for the store. A rank that
-//! finds the alarm fails with [`FailureCause::PeerFailed`].
+//! `<group>/<generation>/failed` (later ones find it written); a heal
+//! called on a live group raises it too. A rank reads that key only while
+//! one of its operations has been pending for [`LISTEN_AFTER`], every
+//! [`LISTEN_EVERY`], with one read that does not wait for the key (it
+//! waits for the store's answer, up to the store's I/O timeout) on a
+//! thread of its own, one at a time per group: a group that is not
+//! waiting never reads it (a waiting one reads twice a second: a store
+//! round trip per waiting rank), the watchdog, which looks after every
+//! group of the process, never waits for the store, and the thread holds
+//! the group only weakly, so it keeps no dropped group alive. A rank that
+//! finds the alarm fails with [`FailureCause::PeerFailed`]. A thread
+//! stuck inside an enqueue has no tracked operation and does not listen:
+//! the enqueue's own timeout ends it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -110,12 +116,23 @@ impl Inner {
             }
             *last = Some(now);
         }
-        let inner = Arc::clone(self);
+        let group = Arc::downgrade(self);
         let spawned = std::thread::Builder::new()
             .name("nccl-group-alarm".to_string())
             .spawn(move || {
-                inner.read_alarm();
-                inner.listener.reading.store(false, Ordering::Release);
+                let Some(inner) = group.upgrade() else {
+                    return;
+                };
+                // Released however the read ends (a user's store may panic).
+                let _reading = ReadingFlag(&inner.listener.reading);
+                let found = inner.read_alarm();
+                // Only a group still held by its owner fails on the alarm:
+                // a dropped one fails its pending operations itself.
+                if let Some(raised) = found
+                    && Arc::strong_count(&inner) > 1
+                {
+                    inner.fail_by_alarm(raised);
+                }
             });
         if spawned.is_err() {
             // No thread to spare: the next tick tries again.
@@ -123,24 +140,27 @@ impl Inner {
         }
     }
 
-    /// Reads the alarm once; fails the group if another rank raised it.
-    /// A store error reads as no alarm: the operation's own timeout
-    /// still bounds the wait.
-    fn read_alarm(self: &Arc<Self>) {
+    /// Reads the alarm once: another rank's, if it raised one. A store
+    /// error reads as no alarm: the operation's own timeout still bounds
+    /// the wait.
+    fn read_alarm(&self) -> Option<Raised> {
         let m = self.cache.membership();
         let Ok(Some(bytes)) = m.store.try_get(&key(&m.name, m.generation)) else {
-            return;
+            return None;
         };
         // Only this crate writes the key; what it cannot read is not an
         // alarm it raised.
-        let Ok(raised) = serde_json::from_slice::<Raised>(&bytes) else {
-            return;
-        };
-        if raised.rank == m.rank || self.state.load(Ordering::Acquire) != LIVE {
+        let raised = serde_json::from_slice::<Raised>(&bytes).ok()?;
+        (raised.rank != m.rank).then_some(raised)
+    }
+
+    /// Fails the group, if it is still live, on another rank's alarm. On
+    /// the alarm's thread of its own, the failure can finish here.
+    fn fail_by_alarm(self: &Arc<Self>, raised: Raised) {
+        if self.state.load(Ordering::Acquire) != LIVE {
             return;
         }
-        crate::trace::event!(error, group = %m.name, rank = raised.rank, "another rank's failure alarm: failing the group");
-        // On this thread of its own, the failure can finish here.
+        crate::trace::event!(error, group = %self.cache.membership().name, rank = raised.rank, "another rank's failure alarm: failing the group");
         self.fail(
             FailureCause::PeerFailed {
                 rank: raised.rank,
@@ -149,6 +169,16 @@ impl Inner {
             self.tracker.oldest(),
             Finish::Here,
         );
+    }
+}
+
+/// Clears the group's `reading` flag when the read ends, by return or by
+/// panic.
+struct ReadingFlag<'a>(&'a AtomicBool);
+
+impl Drop for ReadingFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

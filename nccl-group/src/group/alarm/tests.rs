@@ -4,7 +4,7 @@
 //! the `now` each call is given.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -56,11 +56,15 @@ fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
         .expect("pushed");
 }
 
-/// The in-process store, counting the reads of the alarm.
+/// The in-process store, counting the reads of the alarm; while `held`
+/// is set a read of the alarm waits for it to clear, and with `panics` it
+/// panics (a user's store may).
 #[derive(Default)]
 struct Counting {
     store: InProcessStore,
     alarm_reads: AtomicUsize,
+    held: AtomicBool,
+    panics: AtomicBool,
 }
 
 impl Store for Counting {
@@ -73,6 +77,10 @@ impl Store for Counting {
     fn try_get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
         if key.ends_with("/failed") {
             self.alarm_reads.fetch_add(1, Ordering::SeqCst);
+            while self.held.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(!self.panics.load(Ordering::SeqCst), "a store that panics");
         }
         self.store.try_get(key)
     }
@@ -96,6 +104,36 @@ impl Store for Counting {
     fn default_timeout(&self) -> Duration {
         self.store.default_timeout()
     }
+}
+
+/// Whether `group` ever started a read of the alarm (the start is
+/// recorded before the read's thread is spawned).
+fn started_a_read(group: &ProcessGroup) -> bool {
+    group.inner.listener.last.lock().unwrap().is_some()
+}
+
+/// Waits until `group`'s read of the alarm has ended.
+fn read_ended(group: &ProcessGroup) {
+    within("the read to end", PATIENCE, {
+        let inner = Arc::clone(&group.inner);
+        move || {
+            while inner.listener.reading.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+}
+
+/// Waits until `counting` has seen `n` reads of the alarm.
+fn reads_reach(counting: &Arc<Counting>, n: usize) {
+    within("the reads", PATIENCE, {
+        let counting = Arc::clone(counting);
+        move || {
+            while counting.alarm_reads.load(Ordering::SeqCst) < n {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
 }
 
 /// Fails `group` as the watchdog would on an operation's timeout, on a
@@ -130,12 +168,15 @@ fn a_waiting_rank_finds_the_first_ranks_alarm_and_fails_naming_it() {
     });
     let reads = || counting.alarm_reads.load(Ordering::SeqCst);
     let before = reads();
-    // Waiting less than LISTEN_AFTER: nothing is read.
+    // Waiting less than LISTEN_AFTER: no read starts.
     groups[2].inner.listen_for_alarm(start + LISTEN_AFTER / 2);
-    assert_eq!(reads(), before, "a short wait reads nothing");
+    assert!(!started_a_read(&groups[2]), "a short wait reads nothing");
     // Rank 1 waits for nothing: it never reads.
     groups[1].inner.listen_for_alarm(start + LISTEN_AFTER * 10);
-    assert_eq!(reads(), before, "a rank with nothing pending reads nothing");
+    assert!(
+        !started_a_read(&groups[1]),
+        "a rank with nothing pending reads nothing"
+    );
     groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
     let failure = within("rank 2 failing by the alarm", PATIENCE, {
         let group = groups[2].clone();
@@ -181,36 +222,81 @@ fn reads_are_spaced_and_one_at_a_time() {
     wait_in_collective(&groups[1], start);
     let reads = || counting.alarm_reads.load(Ordering::SeqCst);
     let at = start + LISTEN_AFTER;
+    // The first read is held in the store.
+    counting.held.store(true, Ordering::SeqCst);
     groups[1].inner.listen_for_alarm(at);
-    within("the first read", PATIENCE, {
-        let counting = Arc::clone(&counting);
-        move || {
-            while counting.alarm_reads.load(Ordering::SeqCst) == 0 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
-    // Within LISTEN_EVERY of the last read, none starts.
+    reads_reach(&counting, 1);
+    // Within LISTEN_EVERY of it, none starts; past it, none while the
+    // first still runs.
     groups[1].inner.listen_for_alarm(at + LISTEN_EVERY / 2);
+    groups[1].inner.listen_for_alarm(at + LISTEN_EVERY * 3);
+    assert!(groups[1].inner.listener.reading.load(Ordering::Acquire));
+    assert_eq!(reads(), 1, "one read at a time");
+    counting.held.store(false, Ordering::SeqCst);
+    read_ended(&groups[1]);
     assert_eq!(reads(), 1);
-    within("the reader to finish", PATIENCE, {
-        let inner = Arc::clone(&groups[1].inner);
-        move || {
-            while inner.listener.reading.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
-    groups[1].inner.listen_for_alarm(at + LISTEN_EVERY);
-    within("the second read", PATIENCE, {
-        let counting = Arc::clone(&counting);
-        move || {
-            while counting.alarm_reads.load(Ordering::SeqCst) < 2 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
+    groups[1].inner.listen_for_alarm(at + LISTEN_EVERY * 4);
+    reads_reach(&counting, 2);
+    read_ended(&groups[1]);
     assert!(groups[1].failure().is_none(), "no alarm, no failure");
+}
+
+#[test]
+fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
+    let counting = Arc::new(Counting::default());
+    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
+    let groups = world_on(&store, "panics", 2);
+    let start = later();
+    wait_in_collective(&groups[1], start);
+    counting.panics.store(true, Ordering::SeqCst);
+    groups[1].inner.listen_for_alarm(start + LISTEN_AFTER);
+    reads_reach(&counting, 1);
+    read_ended(&groups[1]);
+    counting.panics.store(false, Ordering::SeqCst);
+    // This rank's own alarm (a failure of its own, seen late) is not
+    // another rank's.
+    let own = serde_json::to_vec(&Raised {
+        rank: 1,
+        cause: "its own".into(),
+    })
+    .unwrap();
+    store.set("panics/0/failed", &own).unwrap();
+    groups[1]
+        .inner
+        .listen_for_alarm(start + LISTEN_AFTER + LISTEN_EVERY);
+    reads_reach(&counting, 2);
+    read_ended(&groups[1]);
+    assert!(groups[1].failure().is_none(), "{:?}", groups[1].failure());
+}
+
+/// A dropped group is not failed by the alarm its read found, nor kept
+/// alive by the read.
+#[test]
+fn a_read_keeps_no_dropped_group_alive() {
+    let counting = Arc::new(Counting::default());
+    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
+    let mut groups = world_on(&store, "dropped", 2);
+    let start = later();
+    wait_in_collective(&groups[1], start);
+    let other = serde_json::to_vec(&Raised {
+        rank: 0,
+        cause: "did not complete".into(),
+    })
+    .unwrap();
+    store.set("dropped/0/failed", &other).unwrap();
+    counting.held.store(true, Ordering::SeqCst);
+    groups[1].inner.listen_for_alarm(start + LISTEN_AFTER);
+    reads_reach(&counting, 1);
+    let held = Arc::downgrade(&groups[1].inner);
+    drop(groups.pop());
+    counting.held.store(false, Ordering::SeqCst);
+    within("the dropped group to go", PATIENCE, move || {
+        while held.strong_count() > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    // A failure would have published this rank's report for the others.
+    assert_eq!(store.try_get("dropped/0/progress/1").unwrap(), None);
 }
 
 #[test]
