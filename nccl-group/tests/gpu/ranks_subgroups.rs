@@ -179,7 +179,20 @@ fn tp_by_dp(ctx: &RankContext, mode: CommMode, first_collective: bool) {
         &format!("{label}: the parent after its sub-groups"),
     );
     ctx.stream.synchronize().expect("synchronize");
-    for sub in [&tp, &dp] {
+    leave(ctx, &label, &name, &parent, &[&tp, &dp]);
+}
+
+/// The end of a test's group `name`: its sub-groups `subs` destroyed,
+/// then the parent shut down (the store's host leaves last), then every
+/// rank meets.
+fn leave(
+    ctx: &RankContext,
+    label: &str,
+    name: &str,
+    parent: &ProcessGroup,
+    subs: &[&ProcessGroup],
+) {
+    for sub in subs {
         sub.destroy()
             .unwrap_or_else(|e| panic!("{label}: destroy {}: {e}", sub.name()));
     }
@@ -314,14 +327,8 @@ fn ranks_subgroups_new_group_leaves_rank_0_out() {
             5,
             &format!("{label}: the parent's pair ring"),
         );
-        if let Some(sub) = &sub {
-            sub.destroy()
-                .unwrap_or_else(|e| panic!("{label}: destroy the sub-group: {e}"));
-        }
-        parent
-            .shutdown()
-            .unwrap_or_else(|e| panic!("{label}: shutdown: {e}"));
-        ctx.meet(&format!("{name}-done"));
+        let subs: Vec<&ProcessGroup> = sub.iter().collect();
+        leave(&ctx, &label, &name, &parent, &subs);
     }
 }
 
@@ -405,9 +412,6 @@ fn ranks_subgroups_destroy_races() {
             9,
             &format!("{label}: the parent after its sub-groups"),
         );
-        parent
-            .shutdown()
-            .unwrap_or_else(|e| panic!("{label}: shutdown: {e}"));
-        ctx.meet(&format!("{name}-done"));
+        leave(&ctx, &label, &name, &parent, &[]);
     }
 }
