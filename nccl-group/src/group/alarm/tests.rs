@@ -56,6 +56,21 @@ fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
         .expect("pushed");
 }
 
+/// Ranks `0..world` of group `name` on a [`Counting`] store of their
+/// own, rank `waiter` waiting in a collective since the returned instant.
+fn waiting_world(
+    name: &str,
+    world: usize,
+    waiter: usize,
+) -> (Arc<Counting>, Arc<dyn Store>, Vec<ProcessGroup>, Instant) {
+    let counting = Arc::new(Counting::default());
+    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
+    let groups = world_on(&store, name, world);
+    let start = later();
+    wait_in_collective(&groups[waiter], start);
+    (counting, store, groups, start)
+}
+
 /// The in-process store, counting the reads of the alarm; while `held`
 /// is set a read of the alarm waits for it to clear, and with `panics` it
 /// panics (a user's store may).
@@ -114,26 +129,33 @@ fn started_a_read(group: &ProcessGroup) -> bool {
 
 /// Waits until `group`'s read of the alarm has ended.
 fn read_ended(group: &ProcessGroup) {
-    within("the read to end", PATIENCE, {
-        let inner = Arc::clone(&group.inner);
-        move || {
-            while inner.listener.reading.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
+    let inner = Arc::clone(&group.inner);
+    until("the read to end", move || {
+        !inner.listener.reading.load(Ordering::Acquire)
     });
 }
 
 /// Waits until `counting` has seen `n` reads of the alarm.
 fn reads_reach(counting: &Arc<Counting>, n: usize) {
-    within("the reads", PATIENCE, {
-        let counting = Arc::clone(counting);
-        move || {
-            while counting.alarm_reads.load(Ordering::SeqCst) < n {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+    let counting = Arc::clone(counting);
+    until("the reads", move || {
+        counting.alarm_reads.load(Ordering::SeqCst) >= n
+    });
+}
+
+/// Waits until `holds`; fails the test after [`PATIENCE`].
+fn until(what: &str, holds: impl Fn() -> bool + Send + 'static) {
+    within(what, PATIENCE, move || {
+        while !holds() {
+            std::thread::sleep(Duration::from_millis(1));
         }
     });
+}
+
+/// Waits until `store` holds `key`.
+fn until_set(store: &Arc<dyn Store>, key: &'static str) {
+    let store = Arc::clone(store);
+    until(key, move || store.try_get(key).unwrap().is_some());
 }
 
 /// Fails `group` as the watchdog would on an operation's timeout, on a
@@ -151,21 +173,10 @@ fn fail_by_timeout(group: &ProcessGroup) -> std::thread::JoinHandle<()> {
 
 #[test]
 fn a_waiting_rank_finds_the_first_ranks_alarm_and_fails_naming_it() {
-    let counting = Arc::new(Counting::default());
-    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
-    let groups = world_on(&store, "alarm", 3);
-    let start = later();
-    wait_in_collective(&groups[2], start);
+    let (counting, store, groups, start) = waiting_world("alarm", 3, 2);
     let failing = fail_by_timeout(&groups[0]);
     // Rank 0 raises the alarm before anything else it does.
-    within("rank 0's alarm", PATIENCE, {
-        let store = Arc::clone(&store);
-        move || {
-            while store.try_get("alarm/0/failed").unwrap().is_none() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
+    until_set(&store, "alarm/0/failed");
     let reads = || counting.alarm_reads.load(Ordering::SeqCst);
     let before = reads();
     // Waiting less than LISTEN_AFTER: no read starts.
@@ -215,11 +226,7 @@ fn a_waiting_rank_finds_the_first_ranks_alarm_and_fails_naming_it() {
 
 #[test]
 fn reads_are_spaced_and_one_at_a_time() {
-    let counting = Arc::new(Counting::default());
-    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
-    let groups = world_on(&store, "spaced", 2);
-    let start = later();
-    wait_in_collective(&groups[1], start);
+    let (counting, _store, groups, start) = waiting_world("spaced", 2, 1);
     let reads = || counting.alarm_reads.load(Ordering::SeqCst);
     let at = start + LISTEN_AFTER;
     // The first read is held in the store.
@@ -243,11 +250,7 @@ fn reads_are_spaced_and_one_at_a_time() {
 
 #[test]
 fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
-    let counting = Arc::new(Counting::default());
-    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
-    let groups = world_on(&store, "panics", 2);
-    let start = later();
-    wait_in_collective(&groups[1], start);
+    let (counting, store, groups, start) = waiting_world("panics", 2, 1);
     counting.panics.store(true, Ordering::SeqCst);
     groups[1].inner.listen_for_alarm(start + LISTEN_AFTER);
     reads_reach(&counting, 1);
@@ -273,11 +276,7 @@ fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
 /// alive by the read.
 #[test]
 fn a_read_keeps_no_dropped_group_alive() {
-    let counting = Arc::new(Counting::default());
-    let store: Arc<dyn Store> = Arc::clone(&counting) as _;
-    let mut groups = world_on(&store, "dropped", 2);
-    let start = later();
-    wait_in_collective(&groups[1], start);
+    let (counting, store, mut groups, start) = waiting_world("dropped", 2, 1);
     let other = serde_json::to_vec(&Raised {
         rank: 0,
         cause: "did not complete".into(),
@@ -290,11 +289,7 @@ fn a_read_keeps_no_dropped_group_alive() {
     let held = Arc::downgrade(&groups[1].inner);
     drop(groups.pop());
     counting.held.store(false, Ordering::SeqCst);
-    within("the dropped group to go", PATIENCE, move || {
-        while held.strong_count() > 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    until("the dropped group to go", move || held.strong_count() == 0);
     // A failure would have published this rank's report for the others.
     assert_eq!(store.try_get("dropped/0/progress/1").unwrap(), None);
 }
@@ -322,14 +317,7 @@ fn an_alarmed_rank_and_a_lone_rank_raise_none() {
         std::thread::spawn(move || inner.fail(peer, None, Finish::Here))
     };
     // Rank 1 publishes its report after the point where it would raise.
-    within("rank 1's report", PATIENCE, {
-        let store = Arc::clone(&store);
-        move || {
-            while store.try_get("pair/0/progress/1").unwrap().is_none() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-    });
+    until_set(&store, "pair/0/progress/1");
     assert_eq!(
         store.try_get("pair/0/failed").unwrap(),
         None,
