@@ -80,7 +80,9 @@ impl Membership {
     ///
     /// # Errors
     /// [`GroupError::InvalidArgument`] for a world size of 0 or above
-    /// `i32::MAX` (NCCL's ranks are C `int`s), `rank >= world_size`, or a
+    /// `i32::MAX` (NCCL's ranks are C `int`s), `rank >= world_size`, a
+    /// world size other than the one the name's first instance on this
+    /// store had (the generations count instances in that size), or a
     /// name that is empty or has an empty `/`-separated part (the store
     /// keys nest under each part); or a store failure.
     pub fn join(
@@ -106,6 +108,7 @@ impl Membership {
             });
         }
         check_name(name)?;
+        same_world_size(&*store, name, world_size)?;
         let joined = store.add(&format!("{name}/instances"), 1)?;
         let generation = (joined.max(1) as u64 - 1) / world_size as u64;
         crate::trace::event!(
@@ -176,6 +179,29 @@ impl Membership {
         let scoped = scoped_store(&self.store, store_key)?;
         Ok(Meeting::new(scoped, index, processes)?.with_timeout(self.timeout))
     }
+}
+
+/// Refuses `world_size` for group `name` on `store` unless it is the world
+/// size of the name's first instance there, which the first rank to join
+/// records. Generations are counted as `instances / world_size`: an
+/// instance of another size would give its ranks different generations,
+/// which never meet.
+fn same_world_size(store: &dyn Store, name: &str, world_size: usize) -> Result<()> {
+    let mine = world_size.to_string();
+    let recorded = store.compare_set(&format!("{name}/world_size"), None, mine.as_bytes())?;
+    let first = recorded.current.unwrap_or_default();
+    if recorded.swapped || first == mine.as_bytes() {
+        return Ok(());
+    }
+    Err(GroupError::InvalidArgument {
+        argument: "world size",
+        expected: format!(
+            "{}, the world size of group {name:?}'s first instance on this store (each instance \
+             of a name must have the same size: give a group of another size another name)",
+            String::from_utf8_lossy(&first)
+        ),
+        given: mine,
+    })
 }
 
 /// Refuses a group name that is empty or has an empty `/`-separated part

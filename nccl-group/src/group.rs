@@ -251,8 +251,9 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// A store failure; [`GroupError::InvalidArgument`] for a world size
-    /// of 0 or above `i32::MAX`, a rank outside it, or a group name that
-    /// is empty or has an empty `/`-separated part; an option out of
+    /// of 0 or above `i32::MAX` or other than the name's first instance's
+    /// on this store, a rank outside it, or a group name that is empty or
+    /// has an empty `/`-separated part; an option out of
     /// range (a `recorder_capacity` above
     /// [`MAX_RECORDER_CAPACITY`](crate::recorder::MAX_RECORDER_CAPACITY),
     /// `collective_checks` of 0 or above
@@ -453,7 +454,9 @@ impl ProcessGroup {
 
     /// The group's generation: its instance's number among groups of the
     /// same name, one more after each [`heal`](Self::heal) or
-    /// [`grow`](Self::grow).
+    /// [`grow`](Self::grow). Instances are counted in the world size of
+    /// the name's first instance on the store, so [`ProcessGroup::new`]
+    /// refuses another size for that name.
     pub fn generation(&self) -> u64 {
         self.inner.cache.membership().generation
     }

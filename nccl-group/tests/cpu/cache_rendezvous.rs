@@ -366,3 +366,41 @@ fn a_group_name_with_an_empty_part_is_refused() {
     let nested = process(&store, "job/sub", 0, 1, SHORT, FakeFactory::new(&ids));
     nested.get(&CommKey::Collective(devices(&[0]))).unwrap();
 }
+
+/// Generations count a name's instances in its first world size: an
+/// instance of another size is refused where it joins, naming both sizes,
+/// instead of giving its ranks generations that never meet.
+#[test]
+fn an_instance_of_another_world_size_is_refused() {
+    let store = new_store();
+    let join = |rank, world| {
+        Membership::join(
+            "sized",
+            rank,
+            world,
+            Arc::clone(&store),
+            "in-process".into(),
+            SHORT,
+        )
+    };
+    for rank in 0..4 {
+        assert_eq!(join(rank, 4).unwrap().generation, 0);
+    }
+    let Err(error) = join(0, 3) else {
+        panic!("a world of 3 was joined after one of 4");
+    };
+    assert!(
+        matches!(&error, GroupError::InvalidArgument { argument: "world size", given, .. } if given == "3"),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("4, the world size of group \"sized\"'s first instance"),
+        "{error}"
+    );
+    // The refusal counted nothing: the next instance of 4 is generation 1.
+    for rank in 0..4 {
+        assert_eq!(join(rank, 4).unwrap().generation, 1);
+    }
+}

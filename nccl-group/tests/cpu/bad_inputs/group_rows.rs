@@ -136,6 +136,34 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "group",
+            call: "ProcessGroup::new",
+            input: "world size 3 for a name whose first instance had 4",
+            expect: &[
+                "invalid world size",
+                "expected 4, the world size of group \"resized\"'s first instance",
+                "give a group of another size another name",
+                "got 3",
+            ],
+            run: || {
+                let store: Arc<dyn nccl_group::Store> = Arc::new(InProcessStore::new());
+                let options = GroupOptions::default().with_dump_dir(None);
+                let new = |rank, world| {
+                    ProcessGroup::new(
+                        "resized",
+                        rank,
+                        world,
+                        Arc::clone(&store),
+                        "in-process",
+                        options.clone(),
+                    )
+                };
+                let first: Vec<_> = (0..4).map(|rank| new(rank, 4)).collect();
+                assert!(first.iter().all(Result::is_ok), "the first instance of 4");
+                err(new(0, 3))
+            },
+        },
+        Row {
+            area: "group",
             call: "PrefixStore::new",
             input: "empty prefix",
             expect: &["store prefix", "expected a non-empty name without '/'"],
