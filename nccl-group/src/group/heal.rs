@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability};
 
@@ -47,8 +47,9 @@ impl HealOptions {
     }
 
     /// The bound on the agreement (ranks neither arrived nor suspected are
-    /// waited for this long: give every rank the same) and on each
-    /// communicator's shrink.
+    /// waited for this long: give every rank the same), on each exchange
+    /// of the carrying step, and on the shrinks of this rank's
+    /// communicators together (one deadline for all of them).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -410,18 +411,21 @@ impl ProcessGroup {
             ));
         }
         let mut first_error = None;
+        // One deadline for every shrink: a rank with several communicators
+        // to shrink must not wait several timeouts where the others wait one.
+        let deadline = Instant::now() + options.timeout;
         let shrunk: Vec<Option<LocalComms>> = common
             .iter()
-            .map(
-                |(name, _, comms)| match comms.shrink(&lost, options.timeout) {
+            .map(|(name, _, comms)| {
+                match comms.shrink(&lost, deadline.saturating_duration_since(Instant::now())) {
                     Ok(shrunk) => Some(shrunk),
                     Err(error) => {
                         crate::trace::event!(warn, key = %name, %error, "shrink failed");
                         first_error.get_or_insert_with(|| format!("{name}: {error}"));
                         None
                     }
-                },
-            )
+                }
+            })
             .collect();
         let flags: Vec<u8> = shrunk.iter().map(|s| u8::from(s.is_some())).collect();
         let everyone = meeting.all_gather("shrunk", &flags)?;
