@@ -16,11 +16,11 @@
 //! 6. `cargo xtask bindgen --check` (in process; needs libclang and the
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
 //! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
-//! 8. `cargo check` of each consumer crate in `xtask/consumers/` (outside
-//!    the workspace, each picking cudarc's features its own way; one,
-//!    `candle-like`, reduces memory it owns as candle does through the
-//!    group's borrowed-memory operations), in the workspace's target
-//!    folder
+//! 8. `cargo check --all-targets` of each consumer crate in
+//!    `xtask/consumers/` (outside the workspace, each picking cudarc's
+//!    features its own way; one, `candle-like`, reduces memory it owns as
+//!    candle does through the group's borrowed-memory operations, and its
+//!    GPU test runs in the GPU bundle), in the workspace's target folder
 //! 9. `cargo package` of every publishable crate, verified against the
 //!    others' packages: `cargo package --workspace` would also package the
 //!    `publish = false` crates, and cannot verify benches, which depends
@@ -140,13 +140,15 @@ pub fn run(args: Args) -> Result<()> {
             .join("xtask/consumers")
             .join(consumer)
             .join("Cargo.toml");
-        let mut args = os_strings(&["check", "--manifest-path"]);
+        let mut args = os_strings(&["check", "--all-targets", "--manifest-path"]);
         args.push(manifest.into());
         // The workspace's target folder: the consumers add no folder of
         // their own, and share the dependencies that did not change.
         args.extend([OsString::from("--target-dir"), root.join("target").into()]);
         steps.push(Step {
-            name: format!("cargo check --manifest-path xtask/consumers/{consumer}/Cargo.toml"),
+            name: format!(
+                "cargo check --all-targets --manifest-path xtask/consumers/{consumer}/Cargo.toml"
+            ),
             action: Action::Cargo { args, env: vec![] },
         });
     }

@@ -13,9 +13,13 @@
 //! `target/gpu-bundle/nccl-tests-src` (`nccl_tests`), which nccl-tests.sh
 //! builds there to run next to nccl-perf, and, where apt-get is at hand,
 //! Debian's Open MPI packages to `target/gpu-bundle/openmpi` (`openmpi`),
-//! which mpirun.sh unpacks there.
+//! which mpirun.sh unpacks there. The consumer crates that have GPU tests
+//! (`candle-like`, which links the CUDA driver as candle does) are built
+//! too, outside the workspace, against a link stub of the driver
+//! (`cuda_stub`); run.sh runs them like the workspace's.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -24,6 +28,7 @@ use serde_json::Value;
 
 use crate::{Result, on_path, workspace_root};
 
+mod cuda_stub;
 mod nccl_tests;
 mod openmpi;
 
@@ -41,6 +46,10 @@ const LAUNCHED_EXAMPLE_PREFIX: &str = "torchrun_";
 /// Examples a bundled script runs (interop.sh: `c10d_interop`; mpirun.sh:
 /// `launch_check`), bundled like tools: run.sh does not launch them.
 const SCRIPT_EXAMPLES: [&str; 2] = ["c10d_interop", "launch_check"];
+
+/// The consumer crates of `xtask/consumers/` whose GPU tests go into the
+/// bundle.
+const GPU_CONSUMERS: [&str; 1] = ["candle-like"];
 
 /// Whether the integration test target `name` is a GPU test: a crate's
 /// `tests/gpu/main.rs` (target `gpu`), or one that must stand alone
@@ -110,7 +119,7 @@ struct Workspace {
 pub fn run(args: Args) -> Result<()> {
     let root = workspace_root();
     let snapshot = nccl_tests::locate(args.nccl_tests, &root.join("target"))?;
-    let workspace = workspace(&root)?;
+    let mut workspace = workspace(&root)?;
 
     let mut artifacts = Vec::new();
     if workspace.has_gpu_tests {
@@ -119,6 +128,7 @@ pub fn run(args: Args) -> Result<()> {
             build(
                 &root,
                 &workspace,
+                &[],
                 &[
                     "test",
                     "--workspace",
@@ -140,6 +150,7 @@ pub fn run(args: Args) -> Result<()> {
             build(
                 &root,
                 &workspace,
+                &[],
                 &["bench", "--workspace", "--no-run", "--bench", "*"],
             )?
             .into_iter()
@@ -154,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
             build(
                 &root,
                 &workspace,
+                &[],
                 &["build", "-p", package, "--release", "--bins"],
             )?
             .into_iter()
@@ -166,6 +178,7 @@ pub fn run(args: Args) -> Result<()> {
             build(
                 &root,
                 &workspace,
+                &[],
                 &["build", "-p", package, "--release", "--examples"],
             )?
             .into_iter()
@@ -179,14 +192,73 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
 
+    for consumer in GPU_CONSUMERS {
+        artifacts.extend(build_consumer(&root, &mut workspace, consumer)?);
+    }
+
     let bundle = workspace.target_dir.join("gpu-bundle");
     write_bundle(&bundle, artifacts, snapshot.as_deref())
 }
 
-/// Reads `cargo metadata` for the workspace members' names and targets.
-fn workspace(root: &Path) -> Result<Workspace> {
+/// Builds the GPU tests of the consumer crate `xtask/consumers/<name>` in
+/// the workspace's target folder, linked against a stub of the CUDA
+/// driver ([`cuda_stub`]) that cudarc's build script finds through
+/// `CUDA_ROOT`.
+fn build_consumer(root: &Path, workspace: &mut Workspace, name: &str) -> Result<Vec<Artifact>> {
+    let manifest = root.join("xtask/consumers").join(name).join("Cargo.toml");
+    let metadata = metadata(root, &[OsStr::new("--manifest-path"), manifest.as_os_str()])?;
+    let mut cudarc_dir = None;
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        let (Some(package_name), Some(package_manifest)) =
+            (package["name"].as_str(), package["manifest_path"].as_str())
+        else {
+            continue;
+        };
+        let package_manifest = PathBuf::from(package_manifest);
+        if package_name == "cudarc" {
+            cudarc_dir = package_manifest.parent().map(Path::to_path_buf);
+        } else if package_manifest.canonicalize().ok() == manifest.canonicalize().ok() {
+            workspace
+                .packages
+                .insert(package_manifest, package_name.to_string());
+        }
+    }
+    let cudarc_dir =
+        cudarc_dir.ok_or_else(|| format!("{} does not depend on cudarc", manifest.display()))?;
+    let stub = cuda_stub::write(&cudarc_dir, &workspace.target_dir.join("cuda-link-stub"))?;
+    let target_dir = workspace.target_dir.clone();
+    let manifest_arg = manifest.to_string_lossy().into_owned();
+    let target_arg = target_dir.to_string_lossy().into_owned();
+    println!(
+        "==> cargo test --release --no-run --test 'gpu*' --manifest-path xtask/consumers/{name}/Cargo.toml (CUDA_ROOT={})",
+        stub.display()
+    );
+    Ok(build(
+        root,
+        workspace,
+        &[("CUDA_ROOT", stub.as_os_str())],
+        &[
+            "test",
+            "--release",
+            "--no-run",
+            "--test",
+            "gpu*",
+            "--manifest-path",
+            &manifest_arg,
+            "--target-dir",
+            &target_arg,
+        ],
+    )?
+    .into_iter()
+    .filter(|a| a.role == Role::Test && is_gpu_test(&a.target))
+    .collect())
+}
+
+/// `cargo metadata --format-version 1` with `args`, as JSON.
+fn metadata(root: &Path, args: &[&OsStr]) -> Result<Value> {
     let output = Command::new(cargo_binary())
-        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .args(["metadata", "--format-version", "1"])
+        .args(args)
         .current_dir(root)
         .stderr(Stdio::inherit())
         .output()
@@ -194,7 +266,12 @@ fn workspace(root: &Path) -> Result<Workspace> {
     if !output.status.success() {
         return Err(format!("cargo metadata failed ({})", output.status).into());
     }
-    let metadata: Value = serde_json::from_slice(&output.stdout)?;
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+/// Reads `cargo metadata` for the workspace members' names and targets.
+fn workspace(root: &Path) -> Result<Workspace> {
+    let metadata = metadata(root, &[OsStr::new("--no-deps")])?;
     let target_dir = metadata["target_directory"]
         .as_str()
         .ok_or("cargo metadata gave no target_directory")?
@@ -248,11 +325,18 @@ fn cargo_binary() -> std::ffi::OsString {
 }
 
 /// Runs cargo with `--message-format=json` and returns every executable of
-/// a workspace member it reports, with the role its target kind gives it.
-fn build(root: &Path, workspace: &Workspace, args: &[&str]) -> Result<Vec<Artifact>> {
+/// a package of `workspace.packages` it reports, with the role its target
+/// kind gives it; `env` is added to cargo's environment.
+fn build(
+    root: &Path,
+    workspace: &Workspace,
+    env: &[(&str, &OsStr)],
+    args: &[&str],
+) -> Result<Vec<Artifact>> {
     let command = format!("cargo {}", args.join(" "));
     let mut child = Command::new(cargo_binary())
         .args(args)
+        .envs(env.iter().copied())
         .arg("--message-format=json")
         .current_dir(root)
         .stdout(Stdio::piped())
