@@ -230,8 +230,9 @@ impl LocalComms {
                 Some("NCCL still reports its revoke in progress".to_string())
             }
             Err(error) => Some(format!(
-                "NCCL reports an error on it, which ncclCommShrink refuses (a lost peer's closed \
-                 socket survives a revoke): {}",
+                "NCCL reports an error on it, which ncclCommShrink refuses (a socket closed under \
+                 an operation, by a lost peer or by another survivor's revoke, survives a revoke): \
+                 {}",
                 nccl_core::ErrorChain(&error)
             )),
         }

@@ -174,7 +174,11 @@ impl ProcessGroup {
     ///    everywhere. NCCL refuses to shrink a communicator that still
     ///    reports an error, which a dead peer's closed socket leaves even
     ///    after a revoke: after a death the heal re-creates, after a
-    ///    timeout (a stopped rank) it shrinks. Everything else is made afresh, through the store
+    ///    timeout (a stopped rank) it shrinks, unless a survivor's own
+    ///    revoke (which stops its proxy and closes its sockets from NCCL
+    ///    2.30) cut an operation still in flight on another survivor, which
+    ///    then has that error too and re-creates with the rest (the reason
+    ///    names each rank's refusal). Everything else is made afresh, through the store
     ///    under the new generation, when first used
     ///    ([`HealPath::Recreated`]). The revoked parents are then released
     ///    by abort, never destroy (NCCL's revoke-then-destroy
@@ -389,25 +393,45 @@ impl ProcessGroup {
             g.world_size,
         )?
         .with_timeout(options.timeout);
+        // Each rank's shrinkable names, then a NUL, then why it refused the
+        // others: every rank can then say why a shrink did not happen.
         let names: Vec<&str> = mine.iter().map(|(name, _, _)| name.as_str()).collect();
-        let everyone = meeting.all_gather("shrinkable", names.join("\n").as_bytes())?;
+        let offered = format!("{}\0{}", names.join("\n"), refused.join("; "));
+        let everyone: Vec<(String, String)> = meeting
+            .all_gather("shrinkable", offered.as_bytes())?
+            .iter()
+            .map(|theirs| {
+                let theirs = String::from_utf8_lossy(theirs);
+                let (names, refused) = theirs.split_once('\0').unwrap_or((&theirs, ""));
+                (names.to_string(), refused.to_string())
+            })
+            .collect();
         let common: Vec<_> = mine
             .into_iter()
             .filter(|(name, _, _)| {
-                everyone.iter().all(|theirs| {
-                    String::from_utf8_lossy(theirs)
-                        .split('\n')
-                        .any(|n| n == name)
-                })
+                everyone
+                    .iter()
+                    .all(|(theirs, _)| theirs.split('\n').any(|n| n == name))
             })
             .collect();
         if common.is_empty() {
-            let here = match refused.is_empty() {
-                true => "every one was shrinkable on this rank, not on another".to_string(),
-                false => format!("on this rank, {}", refused.join("; ")),
+            let refusals: Vec<String> = everyone
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, refused))| !refused.is_empty())
+                .map(
+                    |(new_rank, (_, refused))| match agreement.survivors().get(new_rank) {
+                        Some(old_rank) => format!("on rank {old_rank}, {refused}"),
+                        None => format!("on new rank {new_rank}, {refused}"),
+                    },
+                )
+                .collect();
+            let why = match refusals.is_empty() {
+                true => "no rank refused one, but they had none in common".to_string(),
+                false => refusals.join("; "),
             };
             return recreated(format!(
-                "no communicator every survivor could shrink: {here}"
+                "no communicator every survivor could shrink: {why}"
             ));
         }
         let mut first_error = None;
