@@ -233,7 +233,9 @@ pub fn per_call_us(seconds: f64, calls: u64) -> f64 {
 /// loop), `pacing.agg` per iteration, then waits: the time per call.
 /// With `-z 3` the meetings after each iteration are left out of it; with
 /// `pacing.events` (`-I 1`) each iteration is marked with them, inside the
-/// timed loop as in nccl-tests.
+/// timed loop as in nccl-tests. The loop is nccl-tests' `BenchTime` loop
+/// step for step, its clock read at the start of every iteration included
+/// ([`timed_loop`]).
 ///
 /// # Errors
 /// A failed launch, wait or meeting.
@@ -243,41 +245,100 @@ pub fn time_launches(
     pacing: &Pacing<'_>,
     waiter: &Waiter<'_>,
 ) -> Result<Timed, BenchError> {
-    let blocking = pacing.blocking;
-    let mut left_out = Duration::ZERO;
-    let mut iterations = 0;
+    let mark = |mark: Mark| match (pacing.events, mark) {
+        (None, _) => Ok(()),
+        (Some(events), Mark::Start(iteration)) => events.start(iteration),
+        (Some(events), Mark::Stop(iteration)) => events.stop(iteration),
+        (Some(events), Mark::End(iterations)) => events.end(iterations),
+    };
+    let steps = LoopSteps {
+        launch,
+        wait: &|during| waiter.wait(during),
+        meet: pacing.meet,
+        mark: &mark,
+    };
     let start = Instant::now();
-    for iteration in shifts.chunks(pacing.agg.max(1)) {
-        if let Some(events) = pacing.events {
-            events.start(iterations)?;
-        }
-        launch(iteration)?;
-        if blocking.waits() {
-            waiter.wait("waiting for an iteration's calls (-z)")?;
-        }
-        if let Some(events) = pacing.events {
-            events.stop(iterations)?;
-        }
-        iterations += 1;
-        if blocking.meets() {
-            let meeting = Instant::now();
-            (pacing.meet)()?;
-            if blocking == Blocking::WaitAndBarrierUntimed {
-                left_out += meeting.elapsed();
-            }
-        }
-    }
-    if let Some(events) = pacing.events {
-        events.end(iterations)?;
-    }
-    let issued = start.elapsed().saturating_sub(left_out);
-    waiter.wait("waiting for the timed calls")?;
-    let done = start.elapsed().saturating_sub(left_out);
+    let (issued, done) = timed_loop(
+        shifts,
+        pacing.agg,
+        pacing.blocking,
+        &mut || start.elapsed(),
+        steps,
+    )?;
     let calls = shifts.len() as u64;
     Ok(Timed {
         wall_us: per_call_us(done.as_secs_f64(), calls),
         cpu_us: per_call_us(issued.as_secs_f64(), calls),
     })
+}
+
+/// A point of a timed loop that `-I 1` marks with an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// Before iteration `i`'s launches.
+    Start(usize),
+    /// After iteration `i`'s wait (only `-z 3` records an event there).
+    Stop(usize),
+    /// After the last of `n` iterations.
+    End(usize),
+}
+
+/// What a timed loop does besides reading its clock: launch an
+/// iteration's calls, wait for the GPU, meet the other ranks, mark a
+/// point with an event.
+struct LoopSteps<'s, L> {
+    launch: L,
+    wait: &'s dyn Fn(&'static str) -> Result<(), BenchError>,
+    meet: &'s dyn Fn() -> Result<(), BenchError>,
+    mark: &'s dyn Fn(Mark) -> Result<(), BenchError>,
+}
+
+/// nccl-tests' timed loop (`BenchTime`, common.cu), on a clock `now` that
+/// gives the time since the loop's start: per iteration of `agg` calls,
+/// the clock is read (nccl-tests' `t0 = tim.elapsed()`, read whatever
+/// `-z` is: where the host bounds the time, as for a world-size-1 copy of
+/// a few MiB, this read is part of what an iteration costs there), the
+/// start is marked, the calls are launched, and as `blocking` says the
+/// GPU is waited for, the stop marked and the ranks met; after the loop
+/// the end is marked and the GPU waited for. Returns the time until the
+/// calls were issued and until they were done (nccl-tests' `cputime` and
+/// `time` before the division); with `-z 3` both are nccl-tests'
+/// `collOnlySec`, each iteration from its clock read to after its wait
+/// and stop mark, the meetings left out.
+fn timed_loop<L>(
+    shifts: &[Shift],
+    agg: usize,
+    blocking: Blocking,
+    now: &mut dyn FnMut() -> Duration,
+    mut steps: LoopSteps<'_, L>,
+) -> Result<(Duration, Duration), BenchError>
+where
+    L: FnMut(&[Shift]) -> Result<(), BenchError>,
+{
+    let untimed_meetings = blocking == Blocking::WaitAndBarrierUntimed;
+    let mut coll_only = Duration::ZERO;
+    let mut iterations = 0;
+    for iteration in shifts.chunks(agg.max(1)) {
+        let began = now();
+        (steps.mark)(Mark::Start(iterations))?;
+        (steps.launch)(iteration)?;
+        if blocking.waits() {
+            (steps.wait)("waiting for an iteration's calls (-z)")?;
+        }
+        (steps.mark)(Mark::Stop(iterations))?;
+        iterations += 1;
+        if untimed_meetings {
+            coll_only += now().saturating_sub(began);
+        }
+        if blocking.meets() {
+            (steps.meet)()?;
+        }
+    }
+    (steps.mark)(Mark::End(iterations))?;
+    let issued = if untimed_meetings { coll_only } else { now() };
+    (steps.wait)("waiting for the timed calls")?;
+    let done = if untimed_meetings { coll_only } else { now() };
+    Ok((issued, done))
 }
 
 /// A CUDA graph of a loop's launches; `Empty` when they enqueued nothing
@@ -384,6 +445,7 @@ pub fn time_replays(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rotation::Rotation;
 
     #[test]
     fn medians() {
@@ -392,6 +454,100 @@ mod tests {
         assert_eq!(median(&[5.0, 1.0, 3.0]), Some(3.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[1.0, 100.0, 2.0, 2.5, 1.5]), Some(2.0));
+    }
+
+    /// `timed_loop` on a fake clock and GPU: a launched call takes 3 µs
+    /// of the host's time, a wait 1 µs, a meeting 100 µs; every step and
+    /// clock read is logged, in order.
+    fn fake_loop(shifts: &[Shift], agg: usize, blocking: Blocking) -> (Vec<String>, (u64, u64)) {
+        use std::cell::{Cell, RefCell};
+        let clock = Cell::new(Duration::ZERO);
+        let log = RefCell::new(Vec::new());
+        let pass = |step: String, took: u64| {
+            log.borrow_mut().push(step);
+            clock.set(clock.get() + Duration::from_micros(took));
+            Ok(())
+        };
+        let steps = LoopSteps {
+            launch: |calls: &[Shift]| {
+                let at: Vec<usize> = calls.iter().map(|shift| shift.elems).collect();
+                pass(format!("launch {at:?}"), 3 * calls.len() as u64)
+            },
+            wait: &|_| pass("wait".to_string(), 1),
+            meet: &|| pass("meet".to_string(), 100),
+            mark: &|mark| pass(format!("{mark:?}"), 0),
+        };
+        let mut now = || {
+            log.borrow_mut().push("now".to_string());
+            clock.get()
+        };
+        let (issued, done) = timed_loop(shifts, agg, blocking, &mut now, steps).unwrap();
+        let micros = |time: Duration| u64::try_from(time.as_micros()).unwrap();
+        (log.into_inner(), (micros(issued), micros(done)))
+    }
+
+    #[test]
+    fn the_timed_loop_is_nccl_tests_loop() {
+        let shifts = Rotation::new(4, 8, 0, 20).shifts(4);
+        // -z 0: the clock read at the start of every iteration (nccl-tests'
+        // t0), the start marked, the calls launched; after the loop the end
+        // marked, the issue time read, one wait, the completion time read.
+        let (log, times) = fake_loop(&shifts[..2], 1, Blocking::None);
+        assert_eq!(
+            log,
+            [
+                "now",
+                "Start(0)",
+                "launch [0]",
+                "Stop(0)",
+                "now",
+                "Start(1)",
+                "launch [4]",
+                "Stop(1)",
+                "End(2)",
+                "now",
+                "wait",
+                "now"
+            ]
+        );
+        assert_eq!(times, (6, 7));
+        // -m 2: one read per iteration of two calls.
+        let (log, times) = fake_loop(&shifts, 2, Blocking::None);
+        assert_eq!(log.iter().filter(|step| *step == "now").count(), 2 + 2);
+        assert_eq!(times, (12, 13));
+        // -z 1: the wait and meeting of each iteration are in the time.
+        let (log, times) = fake_loop(&shifts[..2], 1, Blocking::WaitAndBarrier);
+        assert_eq!(
+            &log[..6],
+            ["now", "Start(0)", "launch [0]", "wait", "Stop(0)", "meet"]
+        );
+        assert_eq!(times, (2 * (3 + 1 + 100), 2 * (3 + 1 + 100) + 1));
+        // -z 3: nccl-tests' collOnlySec, each iteration from its first
+        // clock read to a second one after its wait and stop mark, the
+        // meetings left out, for both times.
+        let (log, times) = fake_loop(&shifts[..2], 1, Blocking::WaitAndBarrierUntimed);
+        assert_eq!(
+            log,
+            [
+                "now",
+                "Start(0)",
+                "launch [0]",
+                "wait",
+                "Stop(0)",
+                "now",
+                "meet",
+                "now",
+                "Start(1)",
+                "launch [4]",
+                "wait",
+                "Stop(1)",
+                "now",
+                "meet",
+                "End(2)",
+                "wait"
+            ]
+        );
+        assert_eq!(times, (2 * (3 + 1), 2 * (3 + 1)));
     }
 
     #[test]

@@ -25,6 +25,18 @@
 # percent from that many bytes on, and a summary line.
 # NCCL_TESTS_BUILD: where nccl-tests is built, and an earlier build there is
 # reused (default: $TMPDIR/nccl-tests-build, outside OUT_DIR).
+# PIN: the CPUs both programs run on (taskset -c), the same for both, so
+# that neither runs on cores or a NUMA node the other did not: "gpu" (the
+# default) for the GPU's local CPUs (sysfs local_cpulist of nvidia-smi's
+# GPU ${CUDA_VISIBLE_DEVICES:-0}), a taskset list such as "8-15", or "none".
+# Where a list cannot be found or taskset is missing, both run unpinned and
+# build.txt says so; a VM without NUMA lists every CPU as the GPU's, so give
+# a short list there. From 1 to 8 MiB at world size 1 each call is one
+# launch-bound copy whose time depends on the host: unpinned runs of either
+# program differed by up to 60 % from run to run there.
+# FIRST: which program runs first for each OP, nccl-tests (the default) or
+# nccl-perf: alternate it between repeated runs so that neither always
+# follows the other.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
@@ -38,6 +50,12 @@ src="$here/nccl-tests-src"
 read -r -a ops <<<"${OPS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv}"
 read -r -a flags <<<"${FLAGS:--b 8 -e 1G -f 4 -g 1 -w 20 -n 200 -c 1}"
 read -r -a perf_flags <<<"${PERF_FLAGS:-}"
+pin="${PIN:-gpu}"
+first="${FIRST:-nccl-tests}"
+[[ "$first" == nccl-tests || "$first" == nccl-perf ]] || {
+    echo "nccl-tests.sh: error: FIRST is nccl-tests or nccl-perf, not $first" >&2
+    exit 2
+}
 python="${PYTHON:-python3}"
 
 die() {
@@ -48,6 +66,17 @@ die() {
 # The folder of python's nvidia/nccl package, if there is one.
 python_nccl() {
     "$python" -c 'import os, nvidia.nccl as n; print(os.path.dirname(n.__file__) if n.__file__ else list(n.__path__)[0])' 2>/dev/null
+}
+
+# The CPUs local to the GPU both programs use (nvidia-smi's GPU
+# ${CUDA_VISIBLE_DEVICES:-0}, its first entry), from sysfs; nothing when
+# either does not say.
+gpu_cpus() {
+    local gpu="${CUDA_VISIBLE_DEVICES:-0}" bus
+    bus="$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i "${gpu%%,*}" 2>/dev/null | head -1)"
+    # nvidia-smi's 00000000:1B:00.0 is sysfs' 0000:1b:00.0.
+    bus="${bus: -12}"
+    [[ -n "$bus" ]] && cat "/sys/bus/pci/devices/${bus,,}/local_cpulist" 2>/dev/null
 }
 
 # The first existing file among the arguments.
@@ -88,6 +117,30 @@ build="${NCCL_TESTS_BUILD:-${TMPDIR:-/tmp}/nccl-tests-build}"
     echo "libnccl: $library"
     nvidia-smi -L 2>&1
 } | tee "$out/build.txt"
+
+# Both programs on the same CPUs (PIN), and what the host's timing depends on.
+pin_cmd=()
+case "$pin" in
+none) pinned="none (PIN=none)" ;;
+*)
+    cpus="$pin"
+    [[ "$pin" == gpu ]] && cpus="$(gpu_cpus || true)"
+    if [[ -z "$cpus" ]]; then
+        pinned="none (no local_cpulist found for the GPU)"
+    elif ! command -v taskset >/dev/null; then
+        pinned="none (no taskset)"
+    else
+        pin_cmd=(taskset -c "$cpus")
+        pinned="taskset -c $cpus (PIN=$pin)"
+    fi
+    ;;
+esac
+{
+    echo "pinned: $pinned"
+    echo "order: $first first"
+    echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
+    echo "cpu: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null) ($(nproc) online)"
+} | tee -a "$out/build.txt"
 if [[ ! -x "$build/all_reduce_perf" ]]; then
     # nccl-tests links -lnccl from NCCL_HOME/lib and includes NCCL_HOME/include:
     # a folder of links to the header and library found above.
@@ -105,18 +158,34 @@ fi
 
 perf="$bin/nccl-perf-nccl-perf"
 failed=()
-for op in "${ops[@]}"; do
-    # nccl-perf names alltoall all_to_all.
-    collective="${op/alltoall/all_to_all}"
-    # -J never replaces a file (both tools write FILE.0 instead): clear the last run's.
-    rm -f -- "$out/$op.nccl-tests.json" "$out/$op.nccl-perf.json"
+# nccl-tests' OP_perf for one OP.
+run_nccl_tests() {
+    local op="$1"
     echo "==> $op: nccl-tests ${op}_perf ${flags[*]} -J $op.nccl-tests.json"
     LD_LIBRARY_PATH="$(dirname -- "$library"):$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        "$build/${op}_perf" "${flags[@]}" -J "$out/$op.nccl-tests.json" >"$out/$op.nccl-tests.txt" 2>&1 ||
-        failed+=("${op}_perf")
+        "${pin_cmd[@]}" "$build/${op}_perf" "${flags[@]}" -J "$out/$op.nccl-tests.json" \
+        >"$out/$op.nccl-tests.txt" 2>&1 || failed+=("${op}_perf")
+}
+# nccl-perf's raw layer for one OP.
+run_nccl_perf() {
+    local op="$1"
+    # nccl-perf names alltoall all_to_all.
+    local collective="${op/alltoall/all_to_all}"
     echo "==> $op: nccl-perf --layer raw ${flags[*]} ${perf_flags[*]} -J $op.nccl-perf.json $collective"
-    NCCL_LIBRARY="$library" "$perf" --layer raw "${flags[@]}" "${perf_flags[@]}" -J "$out/$op.nccl-perf.json" \
-        "$collective" >"$out/$op.nccl-perf.txt" 2>&1 || failed+=("nccl-perf $collective")
+    NCCL_LIBRARY="$library" "${pin_cmd[@]}" "$perf" --layer raw "${flags[@]}" "${perf_flags[@]}" \
+        -J "$out/$op.nccl-perf.json" "$collective" >"$out/$op.nccl-perf.txt" 2>&1 ||
+        failed+=("nccl-perf $collective")
+}
+for op in "${ops[@]}"; do
+    # -J never replaces a file (both tools write FILE.0 instead): clear the last run's.
+    rm -f -- "$out/$op.nccl-tests.json" "$out/$op.nccl-perf.json"
+    if [[ "$first" == nccl-perf ]]; then
+        run_nccl_perf "$op"
+        run_nccl_tests "$op"
+    else
+        run_nccl_tests "$op"
+        run_nccl_perf "$op"
+    fi
 done
 if [[ ${#failed[@]} -eq 0 ]]; then
     echo "nccl-tests.sh: every run passed; results in $out (compare: cargo xtask nccl-tests-compare OUT_DIR)"
