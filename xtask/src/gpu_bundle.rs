@@ -207,6 +207,7 @@ pub fn run(args: Args) -> Result<()> {
 fn build_consumer(root: &Path, workspace: &mut Workspace, name: &str) -> Result<Vec<Artifact>> {
     let manifest = root.join("xtask/consumers").join(name).join("Cargo.toml");
     let metadata = metadata(root, &[OsStr::new("--manifest-path"), manifest.as_os_str()])?;
+    let canonical = manifest.canonicalize().ok();
     let mut cudarc_dir = None;
     for package in metadata["packages"].as_array().into_iter().flatten() {
         let (Some(package_name), Some(package_manifest)) =
@@ -217,7 +218,7 @@ fn build_consumer(root: &Path, workspace: &mut Workspace, name: &str) -> Result<
         let package_manifest = PathBuf::from(package_manifest);
         if package_name == "cudarc" {
             cudarc_dir = package_manifest.parent().map(Path::to_path_buf);
-        } else if package_manifest.canonicalize().ok() == manifest.canonicalize().ok() {
+        } else if package_manifest.canonicalize().ok() == canonical {
             workspace
                 .packages
                 .insert(package_manifest, package_name.to_string());
@@ -225,10 +226,10 @@ fn build_consumer(root: &Path, workspace: &mut Workspace, name: &str) -> Result<
     }
     let cudarc_dir =
         cudarc_dir.ok_or_else(|| format!("{} does not depend on cudarc", manifest.display()))?;
-    let stub = cuda_stub::write(&cudarc_dir, &workspace.target_dir.join("cuda-link-stub"))?;
-    let target_dir = workspace.target_dir.clone();
+    let stub = workspace.target_dir.join("cuda-link-stub");
+    cuda_stub::write(&cudarc_dir, &stub)?;
     let manifest_arg = manifest.to_string_lossy().into_owned();
-    let target_arg = target_dir.to_string_lossy().into_owned();
+    let target_arg = workspace.target_dir.to_string_lossy().into_owned();
     println!(
         "==> cargo test --release --no-run --test 'gpu*' --manifest-path xtask/consumers/{name}/Cargo.toml (CUDA_ROOT={})",
         stub.display()

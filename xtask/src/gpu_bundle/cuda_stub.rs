@@ -9,7 +9,7 @@
 //! call to the real driver; the stub's functions are never called.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::Result;
@@ -43,9 +43,9 @@ fn stub_source(names: &[&str]) -> String {
 }
 
 /// Writes `root/lib64/stubs/libcuda.so`, the stub for cudarc's package
-/// at `cudarc_dir`, and returns `root`: the folder to give cudarc's build
-/// script as `CUDA_ROOT`, where it looks for `lib64/stubs`.
-pub fn write(cudarc_dir: &Path, root: &Path) -> Result<PathBuf> {
+/// at `cudarc_dir`: `root` is the folder to give cudarc's build script as
+/// `CUDA_ROOT`, where it looks for `lib64/stubs`.
+pub fn write(cudarc_dir: &Path, root: &Path) -> Result<()> {
     let bindings_path = cudarc_dir.join(DRIVER_SYS);
     let bindings = std::fs::read_to_string(&bindings_path).map_err(|e| {
         format!(
@@ -81,7 +81,7 @@ pub fn write(cudarc_dir: &Path, root: &Path) -> Result<PathBuf> {
         library.display(),
         names.len()
     );
-    Ok(root.to_path_buf())
+    Ok(())
 }
 
 #[cfg(test)]
