@@ -72,7 +72,8 @@ pub use values::{DataTypeArg, ReduceOpArg, RootArg};
                   and receive buffers of -e bytes, so consecutive calls do not find their data in the \
                   L2 cache (--no-rotate: every call on the same buffers). With -G N the -n iterations \
                   are captured once in a CUDA graph and each batch replays it N times (time = batch / \
-                  (N * n * m)).\n\n\
+                  (N * n * m)); as in nccl-tests, the first replay uploads the graph inside the \
+                  first batch.\n\n\
                   --compare A,B runs layer A and layer B on the same buffers at each size, interleaved \
                   (A warm-up, B warm-up, then timed batches A, B, A, B, ...), prints B's table with a \
                   'ratio' column (time B / time A) at the end of each half, and writes both layers' \

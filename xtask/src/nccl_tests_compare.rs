@@ -10,6 +10,12 @@
 //! task fails when an operation missed the target or a document cannot be
 //! read.
 //!
+//! Given several folders (nccl-tests.sh's `runK` folders, with `REPEAT`),
+//! it compares each, then prints per operation and size each program's own
+//! spread over the runs (slowest / fastest - 1) and the ratio of their
+//! medians: where a program differs from itself by more than the target
+//! from one process to the next, no single run can show the target met.
+//!
 //! Rows pair by collective, size, type, reduction and root, in order (so
 //! the repeats of `-N` pair one by one); each row has its out-of-place and
 //! in-place halves. nccl-tests names its collective only by its program
@@ -29,8 +35,10 @@ const NCCL_PERF_SUFFIX: &str = ".nccl-perf.json";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The folder nccl-tests.sh wrote: OP.nccl-tests.json and OP.nccl-perf.json per operation.
-    out_dir: PathBuf,
+    /// The folders nccl-tests.sh wrote (OP.nccl-tests.json and OP.nccl-perf.json per
+    /// operation): one, or each runK folder of a run with REPEAT.
+    #[arg(required = true, value_name = "OUT_DIR")]
+    out_dirs: Vec<PathBuf>,
 
     /// The target: each ratio within this many percent of 1.
     #[arg(long, value_name = "PERCENT", default_value_t = 3.0)]
@@ -39,6 +47,11 @@ pub struct Args {
     /// Judge rows from this size on (bytes; suffixes K, M, G); smaller rows print '-'.
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_bytes)]
     from: u64,
+
+    /// Judge only the out-of-place halves (in place at world size 1, NCCL copies nothing and
+    /// both programs time an empty loop); the in-place halves still print, marked '-'.
+    #[arg(long)]
+    out_of_place_only: bool,
 }
 
 /// `text` in bytes: digits, then optionally `K`, `M` or `G` (powers of
@@ -242,6 +255,8 @@ pub struct Judgement {
     pub target: f64,
     /// Rows from this size on are judged; smaller ones print `-`.
     pub from_bytes: u64,
+    /// Whether the in-place halves are judged too.
+    pub in_place: bool,
 }
 
 /// What [`render`] found: judged halves, and those within the target.
@@ -275,8 +290,14 @@ pub fn render(rows: &[PairedRow], judgement: &Judgement) -> (String, Verdict) {
     let _ = writeln!(
         text,
         "# {}: nccl-tests and nccl-perf, time in us; ratio = nccl-perf / nccl-tests; \
-         target: within {percent} % from {} B",
-        judgement.operation, judgement.from_bytes
+         target: within {percent} % from {} B{}",
+        judgement.operation,
+        judgement.from_bytes,
+        if judgement.in_place {
+            ""
+        } else {
+            ", out of place"
+        }
     );
     let half = |place: &str| {
         format!(
@@ -290,8 +311,8 @@ pub fn render(rows: &[PairedRow], judgement: &Judgement) -> (String, Verdict) {
     let _ = writeln!(text, "# {:>10}{}{}", "size", half("oop"), half("ip"));
     for row in rows {
         let mut line = format!("{:>12}", row.size);
-        for pair in &row.halves {
-            let judged = row.size >= judgement.from_bytes;
+        for (place, pair) in row.halves.iter().enumerate() {
+            let judged = row.size >= judgement.from_bytes && (place == 0 || judgement.in_place);
             let meets = match (judged, pair.within(judgement.target)) {
                 (false, _) => "-",
                 (true, None) => {
@@ -370,8 +391,8 @@ fn operations(dir: &Path) -> Result<Vec<String>> {
     Ok(operations)
 }
 
-/// The comparison of one operation in `dir`: its text and verdict.
-fn compare_operation(dir: &Path, operation: &str, args: &Args) -> Result<(String, Verdict)> {
+/// nccl-tests' and nccl-perf's rows of one operation in `dir`, paired.
+fn paired_rows(dir: &Path, operation: &str) -> Result<Vec<PairedRow>> {
     let reference_path = dir.join(format!("{operation}{NCCL_TESTS_SUFFIX}"));
     let subject_path = dir.join(format!("{operation}{NCCL_PERF_SUFFIX}"));
     let named = |path: &Path, error: Box<dyn std::error::Error>| -> Box<dyn std::error::Error> {
@@ -382,12 +403,106 @@ fn compare_operation(dir: &Path, operation: &str, args: &Args) -> Result<(String
     let reference = rows(&reference, Some(&collective)).map_err(|e| named(&reference_path, e))?;
     let subject =
         rows(&read_document(&subject_path)?, None).map_err(|e| named(&subject_path, e))?;
-    let judgement = Judgement {
+    Ok(pair(&reference, &subject))
+}
+
+/// How `args` judges `operation`.
+fn judgement(operation: &str, args: &Args) -> Judgement {
+    Judgement {
         operation: operation.to_string(),
         target: args.target_percent / 100.0,
         from_bytes: args.from,
+        in_place: !args.out_of_place_only,
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count);
+/// `None` for none.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    match values.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(values[middle]),
+        _ => Some((values[middle - 1] + values[middle]) / 2.0),
+    }
+}
+
+/// How much the slowest of `times` exceeds the fastest, in percent, as a
+/// column; `N/A` for fewer than two times.
+fn spread_column(times: &[f64]) -> String {
+    let fastest = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest = times.iter().copied().fold(0.0, f64::max);
+    if times.len() < 2 || fastest <= 0.0 {
+        return format!("{:>10}", "N/A");
+    }
+    format!("{:>9.1}%", (slowest / fastest - 1.0) * 100.0)
+}
+
+/// The table of `operation` over repeated runs (`runs`, each the paired
+/// rows of one folder): per size and half, nccl-tests' and nccl-perf's
+/// own spread over the runs and the ratio of their median times.
+///
+/// # Errors
+/// Runs whose rows are not the same sizes in the same order (the runs of
+/// one nccl-tests.sh call always are).
+pub fn render_spread(operation: &str, runs: &[Vec<PairedRow>]) -> Result<String> {
+    let first = runs.first().map(Vec::as_slice).unwrap_or_default();
+    for (index, run) in runs.iter().enumerate() {
+        let sizes = |rows: &[PairedRow]| rows.iter().map(|row| row.size).collect::<Vec<_>>();
+        if sizes(run) != sizes(first) {
+            return Err(format!(
+                "{operation}: run {} has the sizes {:?} but run 1 has {:?}: compare runs of one \
+                 nccl-tests.sh call",
+                index + 1,
+                sizes(run),
+                sizes(first)
+            )
+            .into());
+        }
+    }
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "# {operation} over {} runs: each program's spread (slowest / fastest - 1) and the ratio \
+         of the median times (nccl-perf / nccl-tests)",
+        runs.len()
+    );
+    let half = |place: &str| {
+        format!(
+            "  {:>10}  {:>10}  {:>12}",
+            format!("{place}_tests"),
+            format!("{place}_perf"),
+            "median_ratio"
+        )
     };
-    Ok(render(&pair(&reference, &subject), &judgement))
+    let _ = writeln!(text, "# {:>10}{}{}", "size", half("oop"), half("ip"));
+    for (at, row) in first.iter().enumerate() {
+        let mut line = format!("{:>12}", row.size);
+        for place in 0..2 {
+            let times = |pick: fn(&HalfPair) -> Option<f64>| -> Vec<f64> {
+                runs.iter()
+                    .filter_map(|run| pick(&run[at].halves[place]))
+                    .collect()
+            };
+            let tests = times(|half| half.reference_us);
+            let perf = times(|half| half.subject_us);
+            let ratio = HalfPair {
+                reference_us: median(tests.clone()),
+                subject_us: median(perf.clone()),
+            }
+            .ratio()
+            .map_or_else(|| "N/A".to_string(), |ratio| format!("{ratio:.3}"));
+            let _ = write!(
+                line,
+                "  {}  {}  {ratio:>12}",
+                spread_column(&tests),
+                spread_column(&perf)
+            );
+        }
+        let _ = writeln!(text, "{line}");
+    }
+    Ok(text)
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -398,13 +513,34 @@ pub fn run(args: Args) -> Result<()> {
         )
         .into());
     }
+    let several = args.out_dirs.len() > 1;
     let mut missed = Vec::new();
-    for operation in operations(&args.out_dir)? {
-        let (text, verdict) = compare_operation(&args.out_dir, &operation, &args)?;
-        print!("{text}");
-        if !verdict.all_met() {
-            missed.push(operation);
+    let mut runs_of: Vec<(String, Vec<Vec<PairedRow>>)> = Vec::new();
+    for dir in &args.out_dirs {
+        if several {
+            println!("## {}", dir.display());
         }
+        for operation in operations(dir)? {
+            let rows = paired_rows(dir, &operation)?;
+            let (text, verdict) = render(&rows, &judgement(&operation, &args));
+            print!("{text}");
+            if !verdict.all_met() {
+                missed.push(if several {
+                    format!("{operation} in {}", dir.display())
+                } else {
+                    operation.clone()
+                });
+            }
+            if several {
+                match runs_of.iter_mut().find(|(name, _)| *name == operation) {
+                    Some((_, runs)) => runs.push(rows),
+                    None => runs_of.push((operation, vec![rows])),
+                }
+            }
+        }
+    }
+    for (operation, runs) in &runs_of {
+        print!("{}", render_spread(operation, runs)?);
     }
     let target = format!("target {} % from {} B", args.target_percent, args.from);
     if missed.is_empty() {

@@ -131,6 +131,7 @@ fn rows_pair_by_collective_size_type_redop_and_root() {
         operation: "all_reduce".into(),
         target: 0.03,
         from_bytes: 1 << 20,
+        in_place: true,
     };
     let (text, verdict) = render(&rows, &judgement);
     assert_eq!(
@@ -177,6 +178,34 @@ fn rows_pair_by_collective_size_type_redop_and_root() {
             .all(|line| fields(line) == fields(lines[1]) - 1),
         "{text}"
     );
+    // Out of place only: the in-place halves print but are not judged.
+    let out_of_place = Judgement {
+        in_place: false,
+        ..judgement
+    };
+    let (text, verdict) = render(&rows, &out_of_place);
+    assert_eq!(
+        verdict,
+        Verdict {
+            judged: 3,
+            met: 1,
+            missing: 0
+        },
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .ends_with("from 1048576 B, out of place")
+    );
+    assert!(
+        text.lines()
+            .nth(3)
+            .unwrap()
+            .ends_with("1.020    yes          0.40          0.20   0.500      -"),
+        "{text}"
+    );
 }
 
 /// Writes `document` as `dir/name`.
@@ -186,10 +215,19 @@ fn write(dir: &Path, name: &str, document: &Value) {
 
 fn args(dir: &Path, target_percent: f64) -> Args {
     Args {
-        out_dir: dir.to_path_buf(),
+        out_dirs: vec![dir.to_path_buf()],
         target_percent,
         from: 1 << 20,
+        out_of_place_only: false,
     }
+}
+
+/// The table and verdict of `operation` in `dir`, as `run` prints it.
+fn compare_operation(dir: &Path, operation: &str, args: &Args) -> (String, Verdict) {
+    render(
+        &paired_rows(dir, operation).unwrap(),
+        &judgement(operation, args),
+    )
 }
 
 #[test]
@@ -233,8 +271,7 @@ fn a_folder_of_both_documents_per_operation() {
     );
     std::fs::write(dir.path().join("all_reduce.nccl-tests.txt"), "a log").unwrap();
     assert_eq!(operations(dir.path()).unwrap(), ["all_reduce", "alltoall"]);
-    let (text, verdict) =
-        compare_operation(dir.path(), "alltoall", &args(dir.path(), 3.0)).unwrap();
+    let (text, verdict) = compare_operation(dir.path(), "alltoall", &args(dir.path(), 3.0));
     assert_eq!(
         verdict,
         Verdict {
@@ -283,12 +320,79 @@ fn what_cannot_be_compared_is_named() {
         "reduce.nccl-perf.json",
         &nccl_perf("reduce", vec![]),
     );
-    let (_, verdict) = compare_operation(dir.path(), "reduce", &args(dir.path(), 3.0)).unwrap();
+    let (_, verdict) = compare_operation(dir.path(), "reduce", &args(dir.path(), 3.0));
     assert_eq!(verdict.missing, 0, "8 B is below --from");
     let lacking = Args {
         from: 0,
         ..args(dir.path(), 3.0)
     };
-    let (_, verdict) = compare_operation(dir.path(), "reduce", &lacking).unwrap();
+    let (_, verdict) = compare_operation(dir.path(), "reduce", &lacking);
     assert_eq!(verdict.missing, 2);
+}
+
+#[test]
+fn repeated_runs_show_each_programs_spread() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // nccl-tests reads 10, 13, 10 us at 1 MiB from run to run, nccl-perf
+    // 10, 10, 12: neither within 3 % of itself; at 2 MiB both steady.
+    for (dir, (tests, perf)) in dirs.iter().zip([(10.0, 10.0), (13.0, 10.0), (10.0, 12.0)]) {
+        write(
+            dir.path(),
+            "all_reduce.nccl-tests.json",
+            &nccl_tests(
+                "all_reduce_perf",
+                vec![
+                    result(1 << 20, Some(tests), None),
+                    result(2 << 20, Some(20.0), None),
+                ],
+            ),
+        );
+        write(
+            dir.path(),
+            "all_reduce.nccl-perf.json",
+            &nccl_perf(
+                "all_reduce",
+                vec![
+                    result(1 << 20, Some(perf), None),
+                    result(2 << 20, Some(20.2), None),
+                ],
+            ),
+        );
+    }
+    let runs: Vec<_> = dirs
+        .iter()
+        .map(|dir| paired_rows(dir.path(), "all_reduce").unwrap())
+        .collect();
+    let text = render_spread("all_reduce", &runs).unwrap();
+    assert!(text.starts_with("# all_reduce over 3 runs"), "{text}");
+    assert!(
+        text.contains(
+            "     1048576       30.0%       20.0%         1.000         N/A         N/A           N/A"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "     2097152        0.0%        0.0%         1.010         N/A         N/A           N/A"
+        ),
+        "{text}"
+    );
+    // The second run misses the target at 1 MiB, and the error says which.
+    let all = Args {
+        out_dirs: dirs.iter().map(|dir| dir.path().to_path_buf()).collect(),
+        ..args(dirs[0].path(), 3.0)
+    };
+    let missed = run(all).unwrap_err().to_string();
+    let second = dirs[1].path().display().to_string();
+    assert!(
+        missed.contains(&format!("all_reduce in {second}")),
+        "{missed}"
+    );
+    // Runs of different sizes are refused, naming both.
+    let short = vec![runs[0][..1].to_vec(), runs[1].clone()];
+    let refused = render_spread("all_reduce", &short).unwrap_err().to_string();
+    assert!(
+        refused.contains("run 2 has the sizes [1048576, 2097152] but run 1 has [1048576]"),
+        "{refused}"
+    );
 }

@@ -35,8 +35,13 @@
 # launch-bound copy whose time depends on the host: unpinned runs of either
 # program differed by up to 60 % from run to run there.
 # FIRST: which program runs first for each OP, nccl-tests (the default) or
-# nccl-perf: alternate it between repeated runs so that neither always
-# follows the other.
+# nccl-perf.
+# REPEAT: how many times to run every pair (default 1). With more than 1,
+# run K writes OUT_DIR/runK/ (each a folder the compare reads) and the
+# order alternates, FIRST's in odd runs and the other in even ones; give
+# every folder to the compare at once to see each program's own spread
+# from process to process next to the ratios (a launch-bound row cannot
+# match more closely than either program matches itself).
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
@@ -54,6 +59,11 @@ pin="${PIN:-gpu}"
 first="${FIRST:-nccl-tests}"
 [[ "$first" == nccl-tests || "$first" == nccl-perf ]] || {
     echo "nccl-tests.sh: error: FIRST is nccl-tests or nccl-perf, not $first" >&2
+    exit 2
+}
+repeat="${REPEAT:-1}"
+[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || {
+    echo "nccl-tests.sh: error: REPEAT is a count of runs, 1 or more, not $repeat" >&2
     exit 2
 }
 python="${PYTHON:-python3}"
@@ -137,7 +147,7 @@ none) pinned="none (PIN=none)" ;;
 esac
 {
     echo "pinned: $pinned"
-    echo "order: $first first"
+    echo "order: $first first$([[ "$repeat" -gt 1 ]] && echo " in odd runs, the other in even ones ($repeat runs)")"
     echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
     echo "cpu: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo 2>/dev/null) ($(nproc) online)"
 } | tee -a "$out/build.txt"
@@ -158,37 +168,48 @@ fi
 
 perf="$bin/nccl-perf-nccl-perf"
 failed=()
-# nccl-tests' OP_perf for one OP.
+# nccl-tests' OP_perf for one OP, into folder DIR.
 run_nccl_tests() {
-    local op="$1"
-    echo "==> $op: nccl-tests ${op}_perf ${flags[*]} -J $op.nccl-tests.json"
+    local op="$1" dir="$2"
+    echo "==> $op: nccl-tests ${op}_perf ${flags[*]} -J $dir/$op.nccl-tests.json"
     LD_LIBRARY_PATH="$(dirname -- "$library"):$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        "${pin_cmd[@]}" "$build/${op}_perf" "${flags[@]}" -J "$out/$op.nccl-tests.json" \
-        >"$out/$op.nccl-tests.txt" 2>&1 || failed+=("${op}_perf")
+        "${pin_cmd[@]}" "$build/${op}_perf" "${flags[@]}" -J "$dir/$op.nccl-tests.json" \
+        >"$dir/$op.nccl-tests.txt" 2>&1 || failed+=("${op}_perf in $dir")
 }
-# nccl-perf's raw layer for one OP.
+# nccl-perf's raw layer for one OP, into folder DIR.
 run_nccl_perf() {
-    local op="$1"
+    local op="$1" dir="$2"
     # nccl-perf names alltoall all_to_all.
     local collective="${op/alltoall/all_to_all}"
-    echo "==> $op: nccl-perf --layer raw ${flags[*]} ${perf_flags[*]} -J $op.nccl-perf.json $collective"
+    echo "==> $op: nccl-perf --layer raw ${flags[*]} ${perf_flags[*]} -J $dir/$op.nccl-perf.json $collective"
     NCCL_LIBRARY="$library" "${pin_cmd[@]}" "$perf" --layer raw "${flags[@]}" "${perf_flags[@]}" \
-        -J "$out/$op.nccl-perf.json" "$collective" >"$out/$op.nccl-perf.txt" 2>&1 ||
-        failed+=("nccl-perf $collective")
+        -J "$dir/$op.nccl-perf.json" "$collective" >"$dir/$op.nccl-perf.txt" 2>&1 ||
+        failed+=("nccl-perf $collective in $dir")
 }
-for op in "${ops[@]}"; do
-    # -J never replaces a file (both tools write FILE.0 instead): clear the last run's.
-    rm -f -- "$out/$op.nccl-tests.json" "$out/$op.nccl-perf.json"
-    if [[ "$first" == nccl-perf ]]; then
-        run_nccl_perf "$op"
-        run_nccl_tests "$op"
-    else
-        run_nccl_tests "$op"
-        run_nccl_perf "$op"
+other=nccl-perf
+[[ "$first" == nccl-perf ]] && other=nccl-tests
+for run in $(seq 1 "$repeat"); do
+    dir="$out"
+    order="$first"
+    if [[ "$repeat" -gt 1 ]]; then
+        dir="$out/run$run"
+        mkdir -p -- "$dir"
+        ((run % 2 == 0)) && order="$other"
     fi
+    for op in "${ops[@]}"; do
+        # -J never replaces a file (both tools write FILE.0 instead): clear the last run's.
+        rm -f -- "$dir/$op.nccl-tests.json" "$dir/$op.nccl-perf.json"
+        if [[ "$order" == nccl-perf ]]; then
+            run_nccl_perf "$op" "$dir"
+            run_nccl_tests "$op" "$dir"
+        else
+            run_nccl_tests "$op" "$dir"
+            run_nccl_perf "$op" "$dir"
+        fi
+    done
 done
 if [[ ${#failed[@]} -eq 0 ]]; then
-    echo "nccl-tests.sh: every run passed; results in $out (compare: cargo xtask nccl-tests-compare OUT_DIR)"
+    echo "nccl-tests.sh: every run passed; results in $out (compare: cargo xtask nccl-tests-compare OUT_DIR$([[ "$repeat" -gt 1 ]] && echo "/run*"))"
 else
     echo "nccl-tests.sh: failed: ${failed[*]}; results in $out"
 fi
