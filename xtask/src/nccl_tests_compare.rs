@@ -22,6 +22,7 @@
 //! (`args[0]`, `all_reduce_perf`); nccl-perf names it in every result
 //! (`collective`), and its `all_to_all` is nccl-tests' `alltoall`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -448,8 +449,8 @@ fn spread_column(times: &[f64]) -> String {
 /// one nccl-tests.sh call always are).
 pub fn render_spread(operation: &str, runs: &[Vec<PairedRow>]) -> Result<String> {
     let first = runs.first().map(Vec::as_slice).unwrap_or_default();
+    let sizes = |rows: &[PairedRow]| rows.iter().map(|row| row.size).collect::<Vec<_>>();
     for (index, run) in runs.iter().enumerate() {
-        let sizes = |rows: &[PairedRow]| rows.iter().map(|row| row.size).collect::<Vec<_>>();
         if sizes(run) != sizes(first) {
             return Err(format!(
                 "{operation}: run {} has the sizes {:?} but run 1 has {:?}: compare runs of one \
@@ -515,7 +516,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let several = args.out_dirs.len() > 1;
     let mut missed = Vec::new();
-    let mut runs_of: Vec<(String, Vec<Vec<PairedRow>>)> = Vec::new();
+    let mut runs_of: BTreeMap<String, Vec<Vec<PairedRow>>> = BTreeMap::new();
     for dir in &args.out_dirs {
         if several {
             println!("## {}", dir.display());
@@ -532,10 +533,7 @@ pub fn run(args: Args) -> Result<()> {
                 });
             }
             if several {
-                match runs_of.iter_mut().find(|(name, _)| *name == operation) {
-                    Some((_, runs)) => runs.push(rows),
-                    None => runs_of.push((operation, vec![rows])),
-                }
+                runs_of.entry(operation).or_default().push(rows);
             }
         }
     }

@@ -335,29 +335,17 @@ fn repeated_runs_show_each_programs_spread() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     // nccl-tests reads 10, 13, 10 us at 1 MiB from run to run, nccl-perf
     // 10, 10, 12: neither within 3 % of itself; at 2 MiB both steady.
+    let two_sizes = |one_mib: f64, two_mib: f64| {
+        vec![
+            result(1 << 20, Some(one_mib), None),
+            result(2 << 20, Some(two_mib), None),
+        ]
+    };
     for (dir, (tests, perf)) in dirs.iter().zip([(10.0, 10.0), (13.0, 10.0), (10.0, 12.0)]) {
-        write(
-            dir.path(),
-            "all_reduce.nccl-tests.json",
-            &nccl_tests(
-                "all_reduce_perf",
-                vec![
-                    result(1 << 20, Some(tests), None),
-                    result(2 << 20, Some(20.0), None),
-                ],
-            ),
-        );
-        write(
-            dir.path(),
-            "all_reduce.nccl-perf.json",
-            &nccl_perf(
-                "all_reduce",
-                vec![
-                    result(1 << 20, Some(perf), None),
-                    result(2 << 20, Some(20.2), None),
-                ],
-            ),
-        );
+        let tests = nccl_tests("all_reduce_perf", two_sizes(tests, 20.0));
+        write(dir.path(), "all_reduce.nccl-tests.json", &tests);
+        let perf = nccl_perf("all_reduce", two_sizes(perf, 20.2));
+        write(dir.path(), "all_reduce.nccl-perf.json", &perf);
     }
     let runs: Vec<_> = dirs
         .iter()
