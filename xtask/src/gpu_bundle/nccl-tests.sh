@@ -34,6 +34,10 @@
 # a short list there. From 1 to 8 MiB at world size 1 each call is one
 # launch-bound copy whose time depends on the host: unpinned runs of either
 # program differed by up to 60 % from run to run there.
+# To compare from 1 MiB at world size 1 give FLAGS="-b 1M -e 256M -f 2 -g 1 -w 20
+# -n 200 -G 10 -c 0": -G takes the host's enqueue out of the time, and -c 0 turns
+# off nccl-tests' check, whose set-up slows every later copy of its process
+# (docs/nccl-perf.md, "Comparing with nccl-tests").
 # FIRST: which program runs first for each OP, nccl-tests (the default) or
 # nccl-perf.
 # REPEAT: how many times to run every pair (default 1). With more than 1,
