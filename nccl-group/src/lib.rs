@@ -67,6 +67,7 @@ mod group;
 mod key;
 mod peers;
 mod pool;
+pub mod ranks;
 pub mod ras;
 pub mod recorder;
 mod trace;
@@ -90,6 +91,7 @@ pub use nccl_core::Config;
 /// The rendezvous stores, the launch environment and the meetings:
 /// [`nccl_rendezvous`], under the name this crate has always given them.
 pub use nccl_rendezvous as store;
+pub use ranks::{GlobalRank, GroupRank, Rank};
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
@@ -104,8 +106,8 @@ pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 /// errors, `use nccl_group::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        ErrorKind, FailureCause, GroupError, GroupOptions, ProcessGroup, RendezvousConfig, Store,
-        StreamMode, Work,
+        ErrorKind, FailureCause, GlobalRank, GroupError, GroupOptions, GroupRank, ProcessGroup,
+        RendezvousConfig, Store, StreamMode, Work,
     };
     pub use nccl_tensor::prelude::*;
 }

@@ -13,43 +13,45 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use nccl_core::Op;
-use nccl_tensor::{NcclType, Tensor, nccl_rank};
+use nccl_tensor::{NcclType, Tensor};
 
 use super::buffers::keep_all;
 use super::issue::OpInfo;
 use super::{GroupBuffers, OpResult, ProcessGroup};
 use crate::error::{GroupError, OpError};
 use crate::key::CommKey;
+use crate::ranks::{Numbering, Rank};
 use crate::work::{Boxer, boxed};
 
 /// `(outputs, inputs)` of [`ProcessGroup::all_to_all`].
 pub(super) type Lists<T> = (Vec<Tensor<T>>, Vec<Tensor<T>>);
 
 /// One send or receive of [`ProcessGroup::batch_isend_irecv`]
-/// (`torch.distributed.P2POp`): a tensor and the process it goes to or
-/// comes from.
+/// (`torch.distributed.P2POp`): a tensor and the member it goes to or
+/// comes from, a global rank (`usize`, torch's `peer=`) or a
+/// [`GroupRank`](crate::GroupRank) (torch's `group_peer=`).
 #[derive(Debug)]
 pub struct P2POp<B> {
     send: bool,
-    peer: usize,
+    peer: Rank,
     tensor: B,
 }
 
 impl<B: GroupBuffers> P2POp<B> {
-    /// Sends `tensor` to process `dst` (`torch.distributed.isend`).
-    pub fn send(tensor: B, dst: usize) -> Self {
+    /// Sends `tensor` to `dst` (`torch.distributed.isend`).
+    pub fn send(tensor: B, dst: impl Into<Rank>) -> Self {
         Self {
             send: true,
-            peer: dst,
+            peer: dst.into(),
             tensor,
         }
     }
 
-    /// Receives into `tensor` from process `src` (`torch.distributed.irecv`).
-    pub fn recv(tensor: B, src: usize) -> Self {
+    /// Receives into `tensor` from `src` (`torch.distributed.irecv`).
+    pub fn recv(tensor: B, src: impl Into<Rank>) -> Self {
         Self {
             send: false,
-            peer: src,
+            peer: src.into(),
             tensor,
         }
     }
@@ -59,24 +61,21 @@ impl<B: GroupBuffers> P2POp<B> {
         self.send
     }
 
-    /// The process it goes to or comes from.
-    pub fn peer(&self) -> usize {
+    /// The member it goes to or comes from, as given.
+    pub fn peer(&self) -> Rank {
         self.peer
     }
 
-    /// The operation, with the peer as nccl-core's `i32`.
-    ///
-    /// # Errors
-    /// An error of kind [`InvalidArgument`](crate::ErrorKind::InvalidArgument)
-    /// for a peer past `i32::MAX` ([`nccl_tensor::nccl_rank`]).
-    pub fn op(&self) -> crate::Result<Op<'static>> {
+    /// The operation on a group of `ranks`, with the peer as the group's
+    /// NCCL rank.
+    fn op(&self, ranks: &Numbering<'_>) -> crate::Result<Op<'static>> {
         Ok(if self.send {
             Op::Send {
-                peer: nccl_rank("dst", self.peer)?,
+                peer: ranks.nccl("dst", self.peer)?,
             }
         } else {
             Op::Recv {
-                peer: nccl_rank("src", self.peer)?,
+                peer: ranks.nccl("src", self.peer)?,
             }
         })
     }
@@ -128,7 +127,7 @@ impl<B: GroupBuffers> P2POp<B> {
 /// ```
 #[must_use = "a coalesced batch does nothing until it is issued"]
 pub struct Coalesced<'g, B> {
-    group: &'g ProcessGroup,
+    pub(super) group: &'g ProcessGroup,
     ops: Vec<Op<'static>>,
     buffers: Vec<B>,
     /// The first operation that could not be made (a rank past
@@ -145,8 +144,9 @@ impl<B> std::fmt::Debug for Coalesced<'_, B> {
 }
 
 impl<B: GroupBuffers> Coalesced<'_, B> {
-    /// Adds `op` on `buffers` (a root is a global rank, a send's or
-    /// receive's peer a process's rank).
+    /// Adds nccl-core's `op` on `buffers`: its root or peer is a rank of
+    /// this group's communicator (the group rank on one device per
+    /// process), not a global rank; the named methods take either.
     pub fn push(&mut self, op: Op<'static>, buffers: B) -> &mut Self {
         self.ops.push(op);
         self.buffers.push(buffers);
@@ -239,7 +239,8 @@ impl ProcessGroup {
         ops: Vec<P2POp<B>>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Vec<B>> {
-        let made: crate::Result<Vec<Op<'static>>> = ops.iter().map(P2POp::op).collect();
+        let ranks = self.numbering(1);
+        let made: crate::Result<Vec<Op<'static>>> = ops.iter().map(|op| op.op(&ranks)).collect();
         let tensors = ops.into_iter().map(P2POp::into_tensor).collect();
         match made {
             Ok(ops) => self.issue_batch("batch_isend_irecv", ops, tensors, stream),

@@ -3,7 +3,8 @@
 //! GPU, one part per local GPU, a method of [`Coalesced`]), issued by
 //! [`ProcessGroup::issue`] on one local device or by
 //! [`ProcessGroup::issue_multi`] on one part per local device (the spec's
-//! list forms; global rank = process rank x devices + index, and
+//! list forms; a member's device `i` is NCCL rank member x devices + `i`
+//! in either numbering of [`crate::ranks`], and
 //! `streams[i]` is the caller's stream on part `i`'s device). The argument
 //! rules are nccl-tensor's ([`nccl_tensor::rules`], checked once per
 //! device by its plan step); the group adds the device list, the stream
@@ -13,12 +14,13 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{Group, Op, ReduceOp, Status};
-use nccl_tensor::{Communicator, NcclType, Tensor, nccl_rank};
+use nccl_tensor::{Communicator, NcclType, Tensor};
 
 use super::issue::OpInfo;
 use super::{Coalesced, GroupBuffers, GroupTensor, OpResult, ProcessGroup};
 use crate::error::{OpError, Result};
 use crate::key::CommKey;
+use crate::ranks::Rank;
 use crate::work::{Boxer, Work, WorkBuffers, boxed};
 
 /// One tensor per local GPU, for the list forms.
@@ -134,7 +136,7 @@ impl ProcessGroup {
 /// signature, after `&self` and before the caller's `stream`, then the
 /// operation and the buffers it is issued on.
 macro_rules! single_operations {
-    ($(
+    (numbering $ranks:ident; $(
         $(#[$doc:meta])*
         fn $name:ident<$b:ident: $bound:ident>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
             $(where $wt:ty: $wb:ident)? => $op:expr, $buffers:expr;
@@ -143,7 +145,9 @@ macro_rules! single_operations {
             $(#[$doc])*
             ///
             /// # Errors
-            /// A rank past `i32::MAX`; otherwise as [`ProcessGroup::issue`].
+            /// A root or peer that is not a member of the group (both
+            /// numberings named) or past `i32::MAX`; otherwise as
+            /// [`ProcessGroup::issue`].
             pub fn $name<$b: $bound>(
                 &self,
                 $($arg: $ty,)*
@@ -151,6 +155,9 @@ macro_rules! single_operations {
             ) -> OpResult<$ret>
             $(where $wt: $wb)?
             {
+                // Rows without a root or peer leave it unused.
+                #[allow(unused_variables)]
+                let $ranks = self.numbering(1);
                 // The closure scopes a row's `?` (a rank conversion) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
@@ -164,7 +171,7 @@ macro_rules! single_operations {
 /// forms): each row as in `single_operations!`, before the callers'
 /// `streams` (one per part).
 macro_rules! multi_operations {
-    ($(
+    (numbering $ranks:ident; $(
         $(#[$doc:meta])*
         fn $name:ident<$t:ident: NcclType>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $op:expr, $buffers:expr;
     )*) => {
@@ -172,12 +179,17 @@ macro_rules! multi_operations {
             $(#[$doc])*
             ///
             /// # Errors
-            /// A rank past `i32::MAX`; otherwise as [`ProcessGroup::issue_multi`].
+            /// A root or peer that is not a member of the group (both
+            /// numberings named) or past `i32::MAX`; otherwise as
+            /// [`ProcessGroup::issue_multi`].
             pub fn $name<$t: NcclType>(
                 &self,
                 $($arg: $ty,)*
                 streams: &[Arc<CudaStream>],
             ) -> OpResult<$ret> {
+                // Rows without a root or peer leave it unused.
+                #[allow(unused_variables)]
+                let $ranks = self.numbering(streams.len());
                 // The closure scopes a row's `?` (a rank conversion) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
@@ -189,16 +201,19 @@ macro_rules! multi_operations {
 
 /// The collectives a [`Coalesced`] batch takes: each row the whole
 /// signature after `&mut self`; the method adds the operation on
-/// `buffers` to the batch. A rank past `i32::MAX` is refused when the
-/// batch is issued.
+/// `buffers` to the batch. A root that is not a member of the group, or
+/// past `i32::MAX`, is refused when the batch is issued.
 macro_rules! coalesced_operations {
-    ($(
+    (numbering $ranks:ident; $(
         $(#[$doc:meta])*
         fn $name:ident(buffers: B $(, $arg:ident: $ty:ty)* $(,)?) => $op:expr;
     )*) => {
         impl<B: GroupBuffers> Coalesced<'_, B> {$(
             $(#[$doc])*
             pub fn $name(&mut self, buffers: B $(, $arg: $ty)*) -> &mut Self {
+                // Rows without a root or peer leave it unused.
+                #[allow(unused_variables)]
+                let $ranks = self.group.numbering(1);
                 // The closure scopes a row's `?` (a rank conversion) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
@@ -209,19 +224,24 @@ macro_rules! coalesced_operations {
 }
 
 single_operations! {
+    numbering ranks;
+
     /// Reduces `tensor` across every process, in place
     /// (`torch.distributed.all_reduce`).
     fn all_reduce<B: GroupTensor>(tensor: B, op: ReduceOp) -> B => Op::AllReduce(op.into()), tensor;
 
-    /// Copies `tensor` from global rank `root` to every rank, in place
-    /// (`torch.distributed.broadcast`).
-    fn broadcast<B: GroupTensor>(tensor: B, root: usize) -> B
-        => Op::Broadcast { root: nccl_rank("root", root)? }, tensor;
+    /// Copies `tensor` from `root` to every rank, in place
+    /// (`torch.distributed.broadcast`). `root` is a global rank (a
+    /// `usize`, torch's `src=`) or a [`GroupRank`](crate::GroupRank)
+    /// (torch's `group_src=`): the [`ranks`](crate::ranks) page.
+    fn broadcast<B: GroupTensor>(tensor: B, root: impl Into<Rank>) -> B
+        => Op::Broadcast { root: ranks.nccl("root", root)? }, tensor;
 
-    /// Reduces `tensor` across every process into global rank `root`, in
-    /// place (`torch.distributed.reduce`).
-    fn reduce<B: GroupTensor>(tensor: B, op: ReduceOp, root: usize) -> B
-        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? }, tensor;
+    /// Reduces `tensor` across every process into `root`, in place
+    /// (`torch.distributed.reduce`). `root` is a global rank or a
+    /// [`GroupRank`](crate::GroupRank), as for `broadcast`.
+    fn reduce<B: GroupTensor>(tensor: B, op: ReduceOp, root: impl Into<Rank>) -> B
+        => Op::Reduce { op: op.into(), root: ranks.nccl("root", root)? }, tensor;
 
     /// Gathers every rank's `input` into `output` (world x input elements),
     /// in rank order (`torch.distributed.all_gather_into_tensor`). The
@@ -242,43 +262,48 @@ single_operations! {
         where (B, B::Input): GroupBuffers => Op::AllToAll, (output, input);
 
     /// Gathers every rank's `input` into `output` (world x input elements)
-    /// on global rank `root`, in rank order (`torch.distributed.gather`
+    /// on `root` (a global rank or a [`GroupRank`](crate::GroupRank)), in
+    /// rank order (`torch.distributed.gather`
     /// into one tensor); elsewhere `output` is not touched and may be
     /// empty. The work holds `(output, input)`.
-    fn gather<B: GroupTensor>(output: B, input: B::Input, root: usize) -> (B, B::Input)
-        where (B, B::Input): GroupBuffers => Op::Gather { root: nccl_rank("root", root)? }, (output, input);
+    fn gather<B: GroupTensor>(output: B, input: B::Input, root: impl Into<Rank>) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::Gather { root: ranks.nccl("root", root)? }, (output, input);
 
-    /// Scatters `input` (world x output elements) of global rank `root`:
+    /// Scatters `input` (world x output elements) of `root` (a global rank
+    /// or a [`GroupRank`](crate::GroupRank)):
     /// each rank gets its block in `output` (`torch.distributed.scatter`
     /// from one tensor); elsewhere `input` is not read and may be empty.
     /// The work holds `(output, input)`.
-    fn scatter<B: GroupTensor>(output: B, input: B::Input, root: usize) -> (B, B::Input)
-        where (B, B::Input): GroupBuffers => Op::Scatter { root: nccl_rank("root", root)? }, (output, input);
+    fn scatter<B: GroupTensor>(output: B, input: B::Input, root: impl Into<Rank>) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::Scatter { root: ranks.nccl("root", root)? }, (output, input);
 
-    /// Sends `tensor` to process `dst` over the pair's own communicator
-    /// (`torch.distributed.send`). Checks: `dst` another process's rank.
-    fn send<B: GroupTensor>(tensor: B, dst: usize) -> B
-        => Op::Send { peer: nccl_rank("dst", dst)? }, tensor;
+    /// Sends `tensor` to `dst` over the pair's own communicator
+    /// (`torch.distributed.send`). `dst` is a global rank or a
+    /// [`GroupRank`](crate::GroupRank). Checks: `dst` another member.
+    fn send<B: GroupTensor>(tensor: B, dst: impl Into<Rank>) -> B
+        => Op::Send { peer: ranks.member("dst", dst)? }, tensor;
 
-    /// Receives into `tensor` from process `src` over the pair's own
-    /// communicator (`torch.distributed.recv`). Checks: `src` another
-    /// process's rank.
-    fn recv<B: GroupTensor>(tensor: B, src: usize) -> B
-        => Op::Recv { peer: nccl_rank("src", src)? }, tensor;
+    /// Receives into `tensor` from `src` over the pair's own communicator
+    /// (`torch.distributed.recv`). `src` is a global rank or a
+    /// [`GroupRank`](crate::GroupRank). Checks: `src` another member.
+    fn recv<B: GroupTensor>(tensor: B, src: impl Into<Rank>) -> B
+        => Op::Recv { peer: ranks.member("src", src)? }, tensor;
 }
 
 multi_operations! {
+    numbering ranks;
+
     /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
     fn all_reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp) -> Parts<T>
         => Op::AllReduce(op.into()), tensors;
 
     /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
-    fn broadcast_multi<T: NcclType>(tensors: Parts<T>, root: usize) -> Parts<T>
-        => Op::Broadcast { root: nccl_rank("root", root)? }, tensors;
+    fn broadcast_multi<T: NcclType>(tensors: Parts<T>, root: impl Into<Rank>) -> Parts<T>
+        => Op::Broadcast { root: ranks.nccl("root", root)? }, tensors;
 
     /// [`ProcessGroup::reduce`] over one tensor per local GPU.
-    fn reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: usize) -> Parts<T>
-        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? }, tensors;
+    fn reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: impl Into<Rank>) -> Parts<T>
+        => Op::Reduce { op: op.into(), root: ranks.nccl("root", root)? }, tensors;
 
     /// [`ProcessGroup::all_gather_into_tensor`] with one `(output, input)`
     /// per local GPU.
@@ -296,36 +321,38 @@ multi_operations! {
         => Op::AllToAll, pairs;
 
     /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
-    fn gather_multi<T: NcclType>(pairs: PairParts<T>, root: usize) -> PairParts<T>
-        => Op::Gather { root: nccl_rank("root", root)? }, pairs;
+    fn gather_multi<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
+        => Op::Gather { root: ranks.nccl("root", root)? }, pairs;
 
     /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
-    fn scatter_multi<T: NcclType>(pairs: PairParts<T>, root: usize) -> PairParts<T>
-        => Op::Scatter { root: nccl_rank("root", root)? }, pairs;
+    fn scatter_multi<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
+        => Op::Scatter { root: ranks.nccl("root", root)? }, pairs;
 
     /// [`ProcessGroup::send`] from one tensor per local GPU: local device
-    /// `i` sends to process `dst`'s device `i` (both processes pass the
+    /// `i` sends to member `dst`'s device `i` (both processes pass the
     /// same number of tensors), over the pair's own communicator, in one
     /// group.
-    fn send_multi<T: NcclType>(tensors: Parts<T>, dst: usize) -> Parts<T>
-        => Op::Send { peer: nccl_rank("dst", dst)? }, tensors;
+    fn send_multi<T: NcclType>(tensors: Parts<T>, dst: impl Into<Rank>) -> Parts<T>
+        => Op::Send { peer: ranks.member("dst", dst)? }, tensors;
 
     /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
-    /// `i` receives from process `src`'s device `i`.
-    fn recv_multi<T: NcclType>(tensors: Parts<T>, src: usize) -> Parts<T>
-        => Op::Recv { peer: nccl_rank("src", src)? }, tensors;
+    /// `i` receives from member `src`'s device `i`.
+    fn recv_multi<T: NcclType>(tensors: Parts<T>, src: impl Into<Rank>) -> Parts<T>
+        => Op::Recv { peer: ranks.member("src", src)? }, tensors;
 }
 
 coalesced_operations! {
+    numbering ranks;
+
     /// Adds [`ProcessGroup::all_reduce`] on `buffers` to the batch.
     fn all_reduce(buffers: B, op: ReduceOp) => Op::AllReduce(op.into());
 
     /// Adds [`ProcessGroup::broadcast`] on `buffers` to the batch.
-    fn broadcast(buffers: B, root: usize) => Op::Broadcast { root: nccl_rank("root", root)? };
+    fn broadcast(buffers: B, root: impl Into<Rank>) => Op::Broadcast { root: ranks.nccl("root", root)? };
 
     /// Adds [`ProcessGroup::reduce`] on `buffers` to the batch.
-    fn reduce(buffers: B, op: ReduceOp, root: usize)
-        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? };
+    fn reduce(buffers: B, op: ReduceOp, root: impl Into<Rank>)
+        => Op::Reduce { op: op.into(), root: ranks.nccl("root", root)? };
 
     /// Adds [`ProcessGroup::all_gather_into_tensor`] on `buffers`
     /// (`(output, input)`) to the batch.
@@ -341,9 +368,9 @@ coalesced_operations! {
 
     /// Adds [`ProcessGroup::gather`] on `buffers` (`(output, input)`) to
     /// the batch.
-    fn gather(buffers: B, root: usize) => Op::Gather { root: nccl_rank("root", root)? };
+    fn gather(buffers: B, root: impl Into<Rank>) => Op::Gather { root: ranks.nccl("root", root)? };
 
     /// Adds [`ProcessGroup::scatter`] on `buffers` (`(output, input)`) to
     /// the batch.
-    fn scatter(buffers: B, root: usize) => Op::Scatter { root: nccl_rank("root", root)? };
+    fn scatter(buffers: B, root: impl Into<Rank>) => Op::Scatter { root: ranks.nccl("root", root)? };
 }

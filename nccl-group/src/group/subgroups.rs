@@ -19,6 +19,7 @@ use crate::comms::{Membership, scoped_store};
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
 use crate::key::{CommClass, CommKey};
+use crate::ranks::{GroupRank, Members, Numbering, Rank};
 use crate::store::Store;
 use crate::store::meet::Meeting;
 
@@ -56,6 +57,18 @@ impl Inner {
 /// A communicator split from the parent's, under the cache key it takes
 /// in the sub-group.
 type Child = Option<(CommKey, LocalComms)>;
+
+impl Rank {
+    /// The rank of `group` this names, checked as every root and peer
+    /// argument is: a global rank must be a member's, a group rank below
+    /// the group's size.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidArgument`] naming both numberings.
+    pub fn in_group(self, group: &ProcessGroup) -> Result<GroupRank> {
+        group.numbering(1).resolve("rank", self).map(GroupRank)
+    }
+}
 
 impl ProcessGroup {
     /// Splits the group into sub-groups, torch's `split_group`: every rank
@@ -170,6 +183,18 @@ impl ProcessGroup {
             || (0..self.world_size()).collect(),
             |sub| sub.global_ranks.clone(),
         )
+    }
+
+    /// This group's numberings, for an operation on `devices` NCCL ranks
+    /// per member to resolve its root or peer.
+    pub(crate) fn numbering(&self, devices: usize) -> Numbering<'_> {
+        Numbering {
+            members: match self.subgroup() {
+                Some(sub) => Members::Sub(&sub.global_ranks),
+                None => Members::Root(self.world_size()),
+            },
+            devices,
+        }
     }
 
     /// The parent's rank of each of this group's ranks, in rank order;

@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 
 use nccl_group::{
-    ErrorKind, GroupError, GroupOptions, InProcessStore, ProcessGroup, SplitPath, Store, StoreError,
+    ErrorKind, GlobalRank, GroupError, GroupOptions, GroupRank, InProcessStore, ProcessGroup, Rank,
+    SplitPath, Store, StoreError,
 };
 use nccl_test_support::group::cache::{DEADLINE, LONG};
 use nccl_test_support::within;
@@ -120,6 +121,49 @@ fn split_group_places_every_rank_by_position_and_maps_its_ranks() {
     assert_eq!(groups[1].global_ranks(), vec![0, 1, 2, 3]);
     assert_eq!(groups[1].global_rank(3), Some(3));
     assert_eq!(groups[1].group_rank(4), None);
+}
+
+#[test]
+fn a_root_or_peer_is_a_global_rank_or_a_group_rank_and_a_non_member_is_refused() {
+    let groups = world("roots", 4);
+    let subs = on_every_rank("split_group", &groups, |g| g.split_group(&[[0, 2], [1, 3]]));
+    let dp = member(&subs[1], 1);
+    assert_eq!(dp.global_ranks(), [1, 3]);
+    // torch's `src=`: a plain usize is the root group's rank.
+    assert_eq!(Rank::from(1).in_group(&dp).unwrap(), GroupRank(0));
+    assert_eq!(Rank::from(3).in_group(&dp).unwrap(), GroupRank(1));
+    assert_eq!(
+        Rank::from(GlobalRank(3)).in_group(&dp).unwrap(),
+        GroupRank(1)
+    );
+    // torch's `group_src=`.
+    assert_eq!(
+        Rank::from(GroupRank(1)).in_group(&dp).unwrap(),
+        GroupRank(1)
+    );
+    for (rank, given) in [
+        (Rank::from(0), "global rank 0, not a member of this group"),
+        (Rank::from(2), "global rank 2, not a member of this group"),
+        (
+            Rank::from(GroupRank(2)),
+            "group rank 2, past the group's size",
+        ),
+    ] {
+        let error = rank.in_group(&dp).expect_err("refused");
+        assert_eq!(error.kind(), ErrorKind::InvalidArgument);
+        let message = error.to_string();
+        for part in ["GroupRank in 0..2", "members [1, 3]", given] {
+            assert!(message.contains(part), "{rank}: {message}");
+        }
+    }
+    // On a root group the two numberings coincide.
+    for rank in 0..4 {
+        assert_eq!(
+            Rank::from(rank).in_group(&groups[0]).unwrap(),
+            GroupRank(rank)
+        );
+    }
+    assert!(Rank::from(4).in_group(&groups[0]).is_err());
 }
 
 #[test]

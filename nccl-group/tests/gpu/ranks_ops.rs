@@ -20,7 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nccl_core::ReduceOp;
-use nccl_group::{CommMode, ProcessGroup};
+use nccl_group::{CommMode, GroupRank, ProcessGroup, Rank};
 use nccl_test_support as support;
 use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{RankContext, STREAM_MODES, Seeds, join, tcp_store};
@@ -59,8 +59,22 @@ fn every_op(ctx: &RankContext, mode: CommMode) {
     ctx.meet(&format!("every-op-{mode:?}-done"));
 }
 
+/// Group rank `root` of `group` as a root argument in one numbering or
+/// the other, by turns: an even root as its global rank (a plain
+/// `usize`, torch's `src=`), an odd one as a [`GroupRank`]. On a
+/// sub-group (`gpu/ranks_subgroups.rs`) the two differ, and a root read
+/// in the wrong numbering shows as wrong values.
+pub(crate) fn root_arg(group: &ProcessGroup, root: usize) -> Rank {
+    if root.is_multiple_of(2) {
+        Rank::from(group.global_rank(root).expect("a root in the group"))
+    } else {
+        GroupRank(root).into()
+    }
+}
+
 /// Every operation's single form on `group`, its values by the group's
-/// own ranks (a sub-group's too: `gpu/ranks_subgroups.rs`).
+/// own ranks (a sub-group's too: `gpu/ranks_subgroups.rs`), each root
+/// given by [`root_arg`].
 pub(crate) fn single_forms(
     ctx: &RankContext,
     group: &ProcessGroup,
@@ -131,7 +145,10 @@ pub(crate) fn single_forms(
             poison_values(len)
         };
         let w = what(&format!("broadcast from root {root}"));
-        let t = done(group.broadcast(upload(stream, &start), root, stream), &w);
+        let t = done(
+            group.broadcast(upload(stream, &start), root_arg(group, root), stream),
+            &w,
+        );
         assert_same_values(
             &download(stream, &t),
             &convert(&rank_values(seed, root, len)),
@@ -152,7 +169,7 @@ pub(crate) fn single_forms(
             group.reduce(
                 upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
                 op,
-                root,
+                root_arg(group, root),
                 stream,
             ),
             &w,
@@ -211,7 +228,7 @@ pub(crate) fn single_forms(
             group.gather(
                 upload(stream, &spread(poison_values::<f32>(world * len))),
                 upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
-                root,
+                root_arg(group, root),
                 stream,
             ),
             &w,
@@ -229,7 +246,7 @@ pub(crate) fn single_forms(
                     stream,
                     &spread(convert(&every_rank_values(seed, world, len).concat())),
                 ),
-                root,
+                root_arg(group, root),
                 stream,
             ),
             &w,
@@ -320,7 +337,10 @@ pub(crate) fn list_forms(
         } else {
             vec![f64::from(support::POISON); len]
         };
-        let ts = done(group.broadcast_multi(one(&start), root, streams), &w);
+        let ts = done(
+            group.broadcast_multi(one(&start), root_arg(group, root), streams),
+            &w,
+        );
         assert_same_values(
             &download(stream, &ts[0]),
             &convert(&rank_values(seed, root, len)),
@@ -333,7 +353,7 @@ pub(crate) fn list_forms(
             group.reduce_multi(
                 one(&rank_values(seed, rank, len)),
                 ReduceOp::Max,
-                root,
+                root_arg(group, root),
                 streams,
             ),
             &w,
@@ -367,7 +387,7 @@ pub(crate) fn list_forms(
     let ps = done(
         group.gather_multi(
             pair(on_root(world * len), &rank_values(seed, rank, len)),
-            root,
+            root_arg(group, root),
             streams,
         ),
         &w,
@@ -380,7 +400,11 @@ pub(crate) fn list_forms(
     let w = what("scatter_multi from the last rank");
     let spread = every_rank_values(seed, world, len).concat();
     let ps = done(
-        group.scatter_multi(pair(len, &spread[..on_root(spread.len())]), root, streams),
+        group.scatter_multi(
+            pair(len, &spread[..on_root(spread.len())]),
+            root_arg(group, root),
+            streams,
+        ),
         &w,
     );
     let expected = convert(&rank_values(seed, rank, len));

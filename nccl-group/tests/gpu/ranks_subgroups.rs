@@ -13,6 +13,9 @@
 //! * `new_group` of every rank but 0 (3 of 4 at world size 4): rank 0 gets
 //!   `None` and goes on with the parent; the members run collectives and a
 //!   ring on pair communicators, which meet through the sub-group's store;
+//! * roots and peers named by global rank and by `GroupRank` on the
+//!   sub-groups of even and odd ranks (`[1, 3]` at world size 4), every
+//!   element checked, and a non-member root refused on every rank;
 //! * destroy races: the parent's destroy refused while its sub-groups
 //!   live; the sub-groups destroyed from several threads at once, the
 //!   ranks in different orders; then `shutdown`, rank 0 leaving last.
@@ -26,12 +29,14 @@
 use std::thread;
 
 use nccl_core::ReduceOp;
-use nccl_group::{CommMode, GroupError, ProcessGroup, SplitPath};
+use nccl_group::{CommMode, ErrorKind, GroupError, GroupRank, ProcessGroup, SplitPath};
 use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{
     COMM_MODES, RankContext, STREAM_MODES, Seeds, join, tcp_store,
 };
-use nccl_test_support::group::{SIZES, convert, done, every_rank_values, rank_values, reduce_host};
+use nccl_test_support::group::{
+    SIZES, convert, done, every_rank_values, rank_values, reduce_host, refused,
+};
 use nccl_test_support::tensor::{download, poison_values, upload};
 
 use super::ranks_ops::{list_forms, single_forms};
@@ -224,7 +229,8 @@ fn ranks_subgroups_tp_by_dp_made_lazily() {
 
 /// A ring of sends and receives on the pair communicators of `group`,
 /// which meet through its store: even ranks send first, odd ones
-/// receive first, so no cycle of waits forms.
+/// receive first, so no cycle of waits forms. The next rank is named by
+/// its global rank (a plain `usize`), the previous by its `GroupRank`.
 fn pair_ring(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: &str) {
     let (rank, world, stream) = (group.rank(), group.world_size(), &ctx.stream);
     if world < 2 {
@@ -236,7 +242,7 @@ fn pair_ring(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: &str) {
         done(
             group.send(
                 upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
-                next,
+                group.global_rank(next).expect("a member"),
                 stream,
             ),
             &format!("{what}: send to {next}"),
@@ -244,7 +250,11 @@ fn pair_ring(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: &str) {
     };
     let recv = || {
         done(
-            group.recv(upload(stream, &poison_values::<f32>(len)), prev, stream),
+            group.recv(
+                upload(stream, &poison_values::<f32>(len)),
+                GroupRank(prev),
+                stream,
+            ),
             &format!("{what}: recv from {prev}"),
         )
     };
@@ -413,5 +423,186 @@ fn ranks_subgroups_destroy_races() {
             &format!("{label}: the parent after its sub-groups"),
         );
         leave(&ctx, &label, &name, &parent, &[]);
+    }
+}
+
+/// Every root and peer of a sub-group named both ways: each operation
+/// from each member as root, once by its global rank (a plain `usize`,
+/// torch's `src=`) and once by its [`GroupRank`] (torch's `group_src=`),
+/// every element checked against the values of the member meant; and a
+/// rank that is not a member refused on every rank, the tensor handed
+/// back. At world size 4 the sub-groups are `[0, 2]` and `[1, 3]`, where
+/// global rank 3 is group rank 1: reading one numbering as the other
+/// would take the wrong rank's data or be refused.
+fn roots_and_peers_by_either_numbering(ctx: &RankContext, mode: CommMode) {
+    let world = ctx.world();
+    let store = tcp_store(ctx);
+    let name = format!("numberings-{mode:?}");
+    let parent = join(ctx, &name, &store, mode);
+    let label = format!("{} ({mode:?})", ctx.label());
+    checked_all_reduce(
+        ctx,
+        &parent,
+        11,
+        &format!("{label}: the parent's all_reduce"),
+    );
+    let lists: Vec<Vec<usize>> = [(0..world).step_by(2), (1..world).step_by(2)]
+        .into_iter()
+        .map(Iterator::collect)
+        .filter(|list: &Vec<usize>| !list.is_empty())
+        .collect();
+    let sub = split(ctx, &parent, &lists, "even and odd ranks");
+    let (rank, size, stream) = (sub.rank(), sub.world_size(), &ctx.stream);
+    let globals = sub.global_ranks();
+    let len = 257;
+    let mut seed = 2_000;
+    for root in 0..size {
+        let numberings: [(nccl_group::Rank, String); 2] = [
+            (
+                globals[root].into(),
+                format!("global rank {}", globals[root]),
+            ),
+            (GroupRank(root).into(), format!("GroupRank({root})")),
+        ];
+        for (arg, named) in numberings {
+            let what = |op: &str| format!("{label}: {op} with root {named} of {globals:?}");
+            seed += 10;
+            let start = if rank == root {
+                convert::<f32>(&rank_values(seed, root, len))
+            } else {
+                poison_values(len)
+            };
+            let w = what("broadcast");
+            let t = done(sub.broadcast(upload(stream, &start), arg, stream), &w);
+            assert_same_values(
+                &download(stream, &t),
+                &convert::<f32>(&rank_values(seed, root, len)),
+                &w,
+            );
+
+            let w = what("reduce");
+            let t = done(
+                sub.reduce(
+                    upload(stream, &convert::<f32>(&rank_values(seed + 1, rank, len))),
+                    ReduceOp::Sum,
+                    arg,
+                    stream,
+                ),
+                &w,
+            );
+            if rank == root {
+                let expected = reduce_host(ReduceOp::Sum, &every_rank_values(seed + 1, size, len));
+                assert_same_values(&download(stream, &t), &convert::<f32>(&expected), &w);
+            }
+
+            let spread = |values: Vec<f32>| if rank == root { values } else { Vec::new() };
+            let w = what("gather");
+            let (out, _) = done(
+                sub.gather(
+                    upload(stream, &spread(poison_values::<f32>(size * len))),
+                    upload(stream, &convert::<f32>(&rank_values(seed + 2, rank, len))),
+                    arg,
+                    stream,
+                ),
+                &w,
+            );
+            if rank == root {
+                let expected = every_rank_values(seed + 2, size, len).concat();
+                assert_same_values(&download(stream, &out), &convert::<f32>(&expected), &w);
+            }
+
+            let w = what("scatter");
+            let blocks = every_rank_values(seed + 3, size, len).concat();
+            let (out, _) = done(
+                sub.scatter(
+                    upload(stream, &poison_values::<f32>(len)),
+                    upload(stream, &spread(convert::<f32>(&blocks))),
+                    arg,
+                    stream,
+                ),
+                &w,
+            );
+            assert_same_values(
+                &download(stream, &out),
+                &convert::<f32>(&rank_values(seed + 3, rank, len)),
+                &w,
+            );
+        }
+    }
+    // Sends between the first two members: to the peer by its global rank,
+    // from it by its group rank.
+    if size >= 2 && rank < 2 {
+        let peer = 1 - rank;
+        let sent = convert::<f32>(&rank_values(seed + 4, rank, len));
+        let w = format!(
+            "{label}: send to global rank {}, recv from GroupRank({peer})",
+            globals[peer]
+        );
+        let exchange = |first_send: bool| {
+            let send = || done(sub.send(upload(stream, &sent), globals[peer], stream), &w);
+            let recv = || {
+                done(
+                    sub.recv(
+                        upload(stream, &poison_values::<f32>(len)),
+                        GroupRank(peer),
+                        stream,
+                    ),
+                    &w,
+                )
+            };
+            if first_send {
+                send();
+                recv()
+            } else {
+                let received = recv();
+                send();
+                received
+            }
+        };
+        let received = exchange(rank == 0);
+        assert_same_values(
+            &download(stream, &received),
+            &convert::<f32>(&rank_values(seed + 4, peer, len)),
+            &w,
+        );
+    }
+    // A global rank that is not a member (the other list's first, or one
+    // past the world at world size 1), and a group rank past the size.
+    let outsider = lists
+        .iter()
+        .find(|list| !list.contains(&ctx.rank()))
+        .map_or(world, |list| list[0]);
+    for (arg, given) in [
+        (
+            nccl_group::Rank::from(outsider),
+            format!("global rank {outsider}, not a member"),
+        ),
+        (
+            GroupRank(size).into(),
+            format!("group rank {size}, past the group's size"),
+        ),
+    ] {
+        let w = format!("{label}: broadcast with root {arg}");
+        let error = refused(
+            sub.broadcast(upload(stream, &poison_values::<f32>(len)), arg, stream),
+            &w,
+        );
+        assert_eq!(error.error.kind(), ErrorKind::InvalidArgument, "{w}");
+        let message = error.error.to_string();
+        assert!(message.contains(&given), "{w}: {message}");
+        assert!(message.contains(&format!("{globals:?}")), "{w}: {message}");
+        assert_eq!(error.buffers.len(), len, "{w}: the tensor is handed back");
+    }
+    ctx.stream.synchronize().expect("synchronize");
+    leave(ctx, &label, &name, &parent, &[&sub]);
+}
+
+#[test]
+fn ranks_subgroups_roots_and_peers_by_either_numbering() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    for mode in COMM_MODES {
+        roots_and_peers_by_either_numbering(&ctx, mode);
     }
 }

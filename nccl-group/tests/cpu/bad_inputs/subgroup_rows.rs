@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::thread;
 
 use nccl_group::store::Store;
-use nccl_group::{GroupOptions, GrowOptions, HealOptions, InProcessStore, ProcessGroup};
+use nccl_group::{
+    GroupOptions, GroupRank, GrowOptions, HealOptions, InProcessStore, ProcessGroup, Rank,
+};
 
 use super::{Row, err};
 
@@ -50,8 +52,51 @@ fn sub() -> Result<(ProcessGroup, ProcessGroup), String> {
     }
 }
 
+/// `rank` resolved in the sub-group `[1, 3]` of a world of 4 (ranks on
+/// threads; only global rank 1's sub-group is asked).
+fn in_dp_group(rank: Rank) -> String {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let ranks: Vec<_> = (0..4)
+        .map(|r| {
+            let store = Arc::clone(&store);
+            thread::spawn(move || {
+                let group = rank_of(&store, r, 4);
+                let sub = group.split_group(&[[0, 2], [1, 3]]);
+                (group, sub)
+            })
+        })
+        .collect();
+    let mut answer = "<rank 1 got no sub-group>".to_string();
+    for (r, handle) in ranks.into_iter().enumerate() {
+        match handle.join() {
+            Ok((_, Ok(Some(sub)))) if r == 1 => answer = err(rank.in_group(&sub)),
+            Ok((_, Ok(_))) => {}
+            Ok((_, Err(error))) => return format!("<split failed on rank {r}: {error}>"),
+            Err(_) => return format!("<rank {r} panicked>"),
+        }
+    }
+    answer
+}
+
 pub(super) fn rows() -> Vec<Row> {
     vec![
+        Row {
+            area: "sub-groups",
+            call: "Rank::in_group (every root and peer)",
+            input: "global rank 0 on the sub-group [1, 3]",
+            expect: &[
+                "a GroupRank in 0..2 or a global rank (usize or GlobalRank) of the members [1, 3]",
+                "global rank 0, not a member of this group",
+            ],
+            run: || in_dp_group(Rank::Global(0)),
+        },
+        Row {
+            area: "sub-groups",
+            call: "Rank::in_group (every root and peer)",
+            input: "GroupRank(2) on the sub-group [1, 3]",
+            expect: &["a GroupRank in 0..2", "group rank 2, past the group's size"],
+            run: || in_dp_group(GroupRank(2).into()),
+        },
         Row {
             area: "sub-groups",
             call: "ProcessGroup::split_group",
