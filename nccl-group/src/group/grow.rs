@@ -177,7 +177,7 @@ impl ProcessGroup {
     /// Grows the group by `new_ranks` new processes, which call
     /// [`ProcessGroup::join_grown`]: every current rank calls it, and the
     /// ranks go on together, the new ones included, as the next
-    /// generation. (`docs/process-group.md`, "Growing back", has the
+    /// generation. (`docs/group/recovery.md`, "Growing back", has the
     /// protocol and an example.)
     ///
     /// 1. **Quiesce.** The operations issued on this generation are waited

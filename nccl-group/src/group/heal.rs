@@ -154,8 +154,8 @@ impl Healed {
 impl ProcessGroup {
     /// Heals the group after a failure: the surviving ranks all call it,
     /// and go on together as the next generation, without the lost ranks
-    /// and without a restart. (`docs/process-group.md`, "Surviving
-    /// failures", has the rules and a full example.)
+    /// and without a restart. (`docs/group/recovery.md`, "Healing in
+    /// place", has the rules and a full example.)
     ///
     /// 1. **Stop.** A live group (another rank saw the failure first) is
     ///    failed now ([`FailureCause::Healing`]): its pending operations

@@ -93,7 +93,7 @@ pub struct GroupOptions {
     /// operations (send, recv, batches of them alone) are not: only pairs
     /// issue them. A group of one process has nothing to compare. Each
     /// check costs a store round trip per rank (the `group_checks` bench
-    /// of `group_cost` measures it); `docs/process-group.md` has the
+    /// of `group_cost` measures it); `docs/group/mismatches.md` has the
     /// rules. Default `None`: off, at the cost of one branch per
     /// operation.
     pub collective_checks: Option<u32>,

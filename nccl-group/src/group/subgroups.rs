@@ -75,7 +75,7 @@ impl ProcessGroup {
     /// of this group calls it with the same rank lists (ranks of this
     /// group); each rank gets the sub-group of the list that holds it,
     /// ranked by its position there, or `None` when no list does.
-    /// `docs/process-group.md`, "Sub-groups", has the rules and an
+    /// `docs/group/sub-groups.md` has the rules and an
     /// example.
     ///
     /// * **Communicators.** Where every rank has a one-device collective

@@ -350,7 +350,7 @@ fn ranks_mismatch_unchecked_timeout_report_names_the_divergence() {
 /// Rank 1 stops itself (SIGSTOP) before collective 20; the others time
 /// out, and their report carries RAS's view of it, or says why not
 /// (several simulated hosts share RAS's port unless each has its own
-/// `NCCL_RAS_ADDR`: docs/process-group.md). Rank 0 continues it once its
+/// `NCCL_RAS_ADDR`: docs/group/ras.md). Rank 0 continues it once its
 /// report is complete; rank 1 then aborts its group.
 #[test]
 fn ranks_ras_view_of_a_stopped_rank() {
