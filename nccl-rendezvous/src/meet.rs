@@ -44,6 +44,9 @@
 //! ```
 
 pub mod agree;
+mod scope;
+
+pub use scope::Scope;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
