@@ -3,7 +3,7 @@
 //!
 //! Each rank is a process of its own with torchrun's variables set
 //! (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
-//! `MASTER_ADDR`, `MASTER_PORT`). Where the host has a GPU per rank, rank
+//! `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_RESTART_COUNT`). Where the host has a GPU per rank, rank
 //! `r` is local rank `r` and uses GPU `r`. Where it has fewer, every rank
 //! runs on GPU 0 as a **simulated host** of its own: a distinct
 //! `NCCL_HOSTID` (`simhost<rank>`), NCCL's socket transport on loopback
@@ -27,8 +27,9 @@
 //! [`Launch::grace_period`]), and no rank outlives it: each rank gets
 //! SIGKILL when the launcher dies, even by SIGKILL (Linux's parent-death
 //! signal). Install it with `cargo install nccl-launch`.
-//! [`Launch`] is the same as a library, for tests that orchestrate ranks
-//! themselves (kill one, start all but one). The library needs no CUDA:
+//! [`Launch`] is the same as a library: [`Launch::run`] as the command
+//! runs, [`Launch::spawn`] and [`Launch::spawn_ranks`] one attempt, for
+//! tests that orchestrate ranks themselves (kill one, start all but one). The library needs no CUDA:
 //! it is told how many GPUs there are ([`Launch::visible_gpus`]); the
 //! command counts them (feature `count-gpus`, on by default). The
 //! variables come from nccl-rendezvous
@@ -134,7 +135,8 @@ impl Placement {
 }
 
 /// How to start the ranks of one launch. Build with [`Launch::new`], then
-/// [`Launch::spawn`].
+/// [`Launch::run`] (every attempt, to the end) or [`Launch::spawn`] (one
+/// attempt, to wait for or act on).
 #[derive(Clone, Debug)]
 pub struct Launch {
     world_size: usize,

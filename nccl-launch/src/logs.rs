@@ -128,3 +128,66 @@ pub(crate) fn rank_files(attempt: &Path, rank: usize) -> Result<[File; 2], Launc
     };
     Ok([create("stdout.log")?, create("stderr.log")?])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_or_log_that_exists_is_refused_and_left_as_it_was() {
+        let base = tempfile::tempdir().expect("a folder");
+        let run = new_run_dir(base.path()).expect("a run folder");
+        assert_eq!(run, base.path().join("run_0"));
+        let attempt = new_attempt_dir(&run, 0).expect("an attempt folder");
+        let logged = attempt.join("0/stdout.log");
+        drop(rank_files(&attempt, 0).expect("rank 0's logs"));
+        fs::write(&logged, "kept\n").expect("write a log");
+        let again = new_attempt_dir(&run, 0).expect_err("the attempt folder exists");
+        assert!(
+            again
+                .to_string()
+                .starts_with("could not create the attempt's log folder"),
+            "{again}"
+        );
+        let again = rank_files(&attempt, 0).expect_err("rank 0's folder exists");
+        assert!(
+            again
+                .to_string()
+                .starts_with("could not create rank 0's log folder"),
+            "{again}"
+        );
+        assert_eq!(fs::read_to_string(&logged).expect("read the log"), "kept\n");
+        assert_eq!(
+            new_run_dir(base.path()).expect("a second run folder"),
+            base.path().join("run_1")
+        );
+    }
+
+    #[test]
+    fn streams_are_torchruns_numbers_and_nothing_else() {
+        let parsed: Vec<Streams> = ["0", "1", "2", "3"]
+            .iter()
+            .map(|value| value.parse().expect("a torchrun number"))
+            .collect();
+        assert_eq!(
+            parsed,
+            [
+                Streams::Neither,
+                Streams::Stdout,
+                Streams::Stderr,
+                Streams::Both
+            ]
+        );
+        assert!(Streams::Both.stdout() && Streams::Both.stderr());
+        assert!(!Streams::Stdout.stderr() && !Streams::Stderr.stdout());
+        for bad in ["4", "-1", "0:1,1:2", ""] {
+            let error = bad.parse::<Streams>().expect_err("not 0 to 3");
+            assert!(
+                error
+                    .to_string()
+                    .contains("expected 0 (neither), 1 (stdout), 2 (stderr) or 3 (both)"),
+                "{error}"
+            );
+        }
+    }
+}
