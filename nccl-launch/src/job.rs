@@ -3,16 +3,18 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 
-use crate::output::{Forwarder, Sink};
+use crate::clock::Clock;
+use crate::output::{Forwarder, Route, Sink};
 use crate::signals::{self, Arrivals};
-use crate::{LaunchError, Placement};
+use crate::{LaunchError, Placement, Streams, logs};
 
 /// How often the ranks' processes are polled.
 const POLL: Duration = Duration::from_millis(5);
@@ -21,14 +23,24 @@ const POLL: Duration = Duration::from_millis(5);
 /// a rank left behind may hold its pipes open).
 const OUTPUT_GRACE: Duration = Duration::from_secs(2);
 
-/// What a launch was given, as [`crate::Launch`] resolved it.
+/// What one attempt of a launch was given, as [`crate::Launch`] resolved
+/// it.
 pub(crate) struct Plan {
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
     pub(crate) world_size: usize,
     pub(crate) placement: Placement,
     pub(crate) master_port: u16,
+    /// The bound on the whole launch, as set.
     pub(crate) timeout: Option<Duration>,
+    /// When the launch's bound runs out, on `clock`.
+    pub(crate) deadline: Option<Duration>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// The restarts before this attempt (`TORCHELASTIC_RESTART_COUNT`).
+    pub(crate) restart_count: usize,
+    /// This attempt's log folder and the streams also shown on the
+    /// console, when the launch logs to files.
+    pub(crate) logs: Option<(PathBuf, Streams)>,
     pub(crate) forward_signals: bool,
     pub(crate) grace_period: Duration,
     pub(crate) extra_env: Vec<(OsString, OsString)>,
@@ -100,10 +112,14 @@ pub struct Outcome {
     pub first_failure: Option<usize>,
     /// Whether the deadline passed with ranks still running.
     pub timed_out: bool,
+    /// The restarts made before the attempt these ranks are of (its
+    /// `TORCHELASTIC_RESTART_COUNT`; see [`crate::Launch::max_restarts`]).
+    pub restarts: usize,
     /// The signal that stopped the launch, when it forwarded one
     /// ([`crate::Launch::forward_signals`]).
     pub signal: Option<i32>,
-    /// From the start of the first rank to the end of the last.
+    /// From the start of the first rank to the end of the last (of every
+    /// attempt, from [`crate::Launch::run`]).
     pub elapsed: Duration,
 }
 
@@ -226,7 +242,8 @@ impl Running {
 pub struct Job {
     plan: Plan,
     ranks: Vec<Running>,
-    started: Instant,
+    /// When the first rank started, on the plan's clock.
+    started: Duration,
     /// The signals to forward, when the launch forwards them.
     arrivals: Option<Arrivals>,
 }
@@ -234,7 +251,8 @@ pub struct Job {
 /// A forwarded signal that is stopping the launch.
 struct Stop {
     signal: Signal,
-    since: Instant,
+    /// When it came, on the plan's clock.
+    since: Duration,
 }
 
 impl std::fmt::Debug for Job {
@@ -274,7 +292,7 @@ impl Job {
         };
         let mut job = Job {
             ranks: Vec::with_capacity(ranks.len()),
-            started: Instant::now(),
+            started: plan.clock.now(),
             plan,
             arrivals,
         };
@@ -294,14 +312,14 @@ impl Job {
                 // its children too.
                 command.process_group(0);
             }
+            let prefix = format!("[rank {rank:>width$}] ");
+            let [out_route, err_route] = job.routes(rank, &prefix, job.plan.keep_output)?;
             // On failure the ranks already started are ended by `job`'s Drop.
             let mut child = command.spawn().map_err(|source| LaunchError::Spawn {
                 rank,
                 program: job.plan.program.clone(),
                 source,
             })?;
-            let prefix = format!("[rank {rank:>width$}] ");
-            let keep = job.plan.keep_output;
             let pipe_missing = || LaunchError::Io {
                 what: format!("read rank {rank}'s output"),
                 source: std::io::Error::other("the child has no pipe"),
@@ -310,8 +328,8 @@ impl Job {
             let stderr = child.stderr.take().ok_or_else(pipe_missing)?;
             job.ranks.push(Running {
                 rank,
-                stdout: Forwarder::start(stdout, prefix.clone(), Sink::Stdout, keep),
-                stderr: Forwarder::start(stderr, prefix, Sink::Stderr, keep),
+                stdout: Forwarder::start(stdout, format!("rank {rank} stdout"), out_route),
+                stderr: Forwarder::start(stderr, format!("rank {rank} stderr"), err_route),
                 child,
                 ending: None,
                 status: None,
@@ -319,6 +337,33 @@ impl Job {
             });
         }
         Ok(job)
+    }
+
+    /// Where `rank`'s two streams go: the console (unless the launch logs
+    /// to files and does not tee that stream) and its log files.
+    fn routes(&self, rank: usize, prefix: &str, keep: bool) -> Result<[Route; 2], LaunchError> {
+        let (files, tee) = match &self.plan.logs {
+            Some((attempt, tee)) => (Some(logs::rank_files(attempt, rank)?), *tee),
+            // Without files, the console has both.
+            None => (None, Streams::Both),
+        };
+        let [out_file, err_file] = match files {
+            Some([out, err]) => [Some(out), Some(err)],
+            None => [None, None],
+        };
+        let console = |sink, shown: bool| shown.then(|| (sink, prefix.to_string()));
+        Ok([
+            Route {
+                console: console(Sink::Stdout, tee.stdout()),
+                file: out_file,
+                keep,
+            },
+            Route {
+                console: console(Sink::Stderr, tee.stderr()),
+                file: err_file,
+                keep,
+            },
+        ])
     }
 
     /// The number of ranks in the world (started or not).
@@ -339,6 +384,19 @@ impl Job {
     /// The folder the ranks share (`NCCL_LAUNCH_DIR`).
     pub fn dir(&self) -> &Path {
         self.plan.dir.path()
+    }
+
+    /// The restarts before this attempt (the ranks'
+    /// `TORCHELASTIC_RESTART_COUNT`).
+    pub fn restart_count(&self) -> usize {
+        self.plan.restart_count
+    }
+
+    /// This attempt's log folder, holding a folder per rank with its
+    /// `stdout.log` and `stderr.log`, when the launch logs to files
+    /// ([`crate::Launch::log_dir`]).
+    pub fn log_dir(&self) -> Option<&Path> {
+        self.plan.logs.as_ref().map(|(dir, _)| dir.as_path())
     }
 
     /// The process id of `rank`, if it was started.
@@ -379,7 +437,7 @@ impl Job {
     /// with SIGKILL. Ranks that exit after the signal are not failures:
     /// the signal stopped the launch ([`Outcome::signal`]).
     pub fn wait(mut self, policy: WaitPolicy) -> Outcome {
-        let deadline = self.plan.timeout.map(|t| self.started + t);
+        let clock = Arc::clone(&self.plan.clock);
         let mut first_failure = None;
         let mut timed_out = false;
         let mut stop: Option<Stop> = None;
@@ -389,7 +447,7 @@ impl Job {
                     self.forward(signal);
                     stop = Some(Stop {
                         signal,
-                        since: Instant::now(),
+                        since: clock.now(),
                     });
                 } else {
                     self.end_after_signal(&format!(
@@ -419,20 +477,23 @@ impl Job {
             if running == 0 {
                 break;
             }
+            // Read every round, bound or not: the grace period and the
+            // deadline go by this one reading.
+            let now = clock.now();
             if let Some(stop) = &stop
-                && stop.since.elapsed() >= self.plan.grace_period
+                && now.saturating_sub(stop.since) >= self.plan.grace_period
             {
                 let grace = self.plan.grace_period;
                 self.end_after_signal(&format!("{grace:.0?} after {}", signals::name(stop.signal)));
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.plan.deadline.is_some_and(|deadline| now >= deadline) {
                 timed_out = true;
                 self.end_at_deadline();
                 break;
             }
             thread::sleep(POLL);
         }
-        let elapsed = self.started.elapsed();
+        let elapsed = clock.now().saturating_sub(self.started);
         let output_deadline = Instant::now() + OUTPUT_GRACE;
         let ranks = std::mem::take(&mut self.ranks)
             .into_iter()
@@ -449,6 +510,7 @@ impl Job {
             ranks,
             first_failure,
             timed_out,
+            restarts: self.plan.restart_count,
             signal: stop.map(|stop| stop.signal.as_raw()),
             elapsed,
         }

@@ -3,7 +3,7 @@
 //!
 //! Each rank is a process of its own with torchrun's variables set
 //! (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `GROUP_RANK`,
-//! `MASTER_ADDR`, `MASTER_PORT`). Where the host has a GPU per rank, rank
+//! `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_RESTART_COUNT`). Where the host has a GPU per rank, rank
 //! `r` is local rank `r` and uses GPU `r`. Where it has fewer, every rank
 //! runs on GPU 0 as a **simulated host** of its own: a distinct
 //! `NCCL_HOSTID` (`simhost<rank>`), NCCL's socket transport on loopback
@@ -14,17 +14,22 @@
 //! faults, host cost per call); its GPU time and bandwidth at N > 1 mean
 //! nothing (sockets, one GPU time-sliced).
 //!
-//! The `nccl-launch` command prefixes each rank's output with its rank,
-//! ends the other ranks (each by its own PID) at the first failure, exits
-//! with that failure's status, and bounds the whole launch by a deadline.
+//! The `nccl-launch` command prefixes each rank's output with its rank
+//! (or writes it to files, [`Launch::log_dir`]), ends the other ranks
+//! (each by its own PID) at the first failure, and then starts every rank
+//! again, up to [`Launch::max_restarts`] times, with the next
+//! `TORCHELASTIC_RESTART_COUNT`; it exits with the last attempt's status.
+//! As torchrun, it puts no bound on the launch unless asked
+//! ([`Launch::timeout`]).
 //! For operations: it forwards SIGTERM and SIGINT (what Slurm, Kubernetes
 //! and a terminal's Ctrl-C send) to the ranks and ends those still
 //! running a grace period later ([`Launch::forward_signals`],
 //! [`Launch::grace_period`]), and no rank outlives it: each rank gets
 //! SIGKILL when the launcher dies, even by SIGKILL (Linux's parent-death
 //! signal). Install it with `cargo install nccl-launch`.
-//! [`Launch`] is the same as a library, for tests that orchestrate ranks
-//! themselves (kill one, start all but one). The library needs no CUDA:
+//! [`Launch`] is the same as a library: [`Launch::run`] as the command
+//! runs, [`Launch::spawn`] and [`Launch::spawn_ranks`] one attempt, for
+//! tests that orchestrate ranks themselves (kill one, start all but one). The library needs no CUDA:
 //! it is told how many GPUs there are ([`Launch::visible_gpus`]); the
 //! command counts them (feature `count-gpus`, on by default). The
 //! variables come from nccl-rendezvous
@@ -33,7 +38,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use nccl_launch::{Launch, Placement, WaitPolicy};
+//! use nccl_launch::{Launch, Placement, Streams, WaitPolicy};
 //!
 //! # fn main() -> Result<(), nccl_launch::LaunchError> {
 //! let launch = Launch::new(4)?
@@ -42,21 +47,39 @@
 //!     .timeout(Some(Duration::from_secs(120)));
 //! let job = launch.spawn("./my_trainer", ["--steps", "10"])?;
 //! let outcome = job.wait(WaitPolicy::FailFast);
+//! assert_eq!(outcome.restarts, 0);
+//!
+//! // The command's way: restarts, and each rank's output in files.
+//! let outcome = Launch::new(4)?
+//!     .visible_gpus(4)
+//!     .max_restarts(3)
+//!     .log_dir("logs", Streams::Stderr) // stderr also on the console
+//!     .run("./my_trainer", ["--steps", "10"], |_job| {})?;
 //! std::process::exit(outcome.exit_code());
 //! # }
 //! ```
 
+mod clock;
 mod error;
 mod job;
+mod logs;
 mod output;
+mod restarts;
 mod signals;
+#[cfg(test)]
+mod tests;
 
 pub use error::LaunchError;
 pub use job::{Ending, Job, Outcome, RankOutcome, WaitPolicy};
+pub use logs::Streams;
 
 use std::ffi::{OsStr, OsString};
 use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use clock::{Clock, MonotonicClock};
 
 use nccl_rendezvous::{RendezvousConfig, StoreSpec};
 
@@ -71,8 +94,13 @@ pub const DIR_VAR: &str = "NCCL_LAUNCH_DIR";
 /// The most ranks one launch starts.
 pub const MAX_RANKS: usize = 1024;
 
-/// The default bound on a whole launch (see [`Launch::timeout`]).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(900);
+/// Set in every rank's environment, as torchrun does: the restarts made
+/// before this attempt (0 on the first; see [`Launch::max_restarts`]).
+pub const RESTART_COUNT_VAR: &str = "TORCHELASTIC_RESTART_COUNT";
+
+/// Set in every rank's environment, as torchrun does: the most restarts
+/// the launch makes ([`Launch::max_restarts`]).
+pub const MAX_RESTARTS_VAR: &str = "TORCHELASTIC_MAX_RESTARTS";
 
 /// The default time ranks get to exit after a forwarded signal (see
 /// [`Launch::grace_period`]): shorter than the 30 s that Slurm
@@ -107,7 +135,8 @@ impl Placement {
 }
 
 /// How to start the ranks of one launch. Build with [`Launch::new`], then
-/// [`Launch::spawn`].
+/// [`Launch::run`] (every attempt, to the end) or [`Launch::spawn`] (one
+/// attempt, to wait for or act on).
 #[derive(Clone, Debug)]
 pub struct Launch {
     world_size: usize,
@@ -116,17 +145,31 @@ pub struct Launch {
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
+    max_restarts: usize,
+    /// The base log folder and the streams also shown on the console.
+    logs: Option<(PathBuf, Streams)>,
     forward_signals: bool,
     grace_period: Duration,
     env: Vec<(OsString, OsString)>,
     keep_output: bool,
+    clock: Arc<dyn Clock>,
+}
+
+/// Which attempt a start is, and what the attempts of one launch share.
+pub(crate) struct Attempt {
+    /// The restarts before it (`TORCHELASTIC_RESTART_COUNT`).
+    pub(crate) restart_count: usize,
+    /// When the launch's bound runs out, on the launch's clock.
+    pub(crate) deadline: Option<Duration>,
+    /// The launch's run folder in the log folder, when it logs to files.
+    pub(crate) run_dir: Option<PathBuf>,
 }
 
 impl Launch {
     /// A launch of `world_size` ranks: placement [`Placement::Auto`],
-    /// `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`, the
-    /// [`DEFAULT_TIMEOUT`], output forwarded and not kept, signals not
-    /// forwarded (the [`DEFAULT_GRACE_PERIOD`] once they are).
+    /// `MASTER_ADDR=127.0.0.1`, a free `MASTER_PORT`, no bound on its
+    /// time, no restarts, output forwarded to the console and not kept,
+    /// signals not forwarded (the [`DEFAULT_GRACE_PERIOD`] once they are).
     ///
     /// # Errors
     /// [`LaunchError::InvalidArgument`] unless `1 <= world_size <= MAX_RANKS`.
@@ -144,11 +187,14 @@ impl Launch {
             visible_gpus: None,
             master_addr: "127.0.0.1".to_string(),
             master_port: None,
-            timeout: Some(DEFAULT_TIMEOUT),
+            timeout: None,
+            max_restarts: 0,
+            logs: None,
             forward_signals: false,
             grace_period: DEFAULT_GRACE_PERIOD,
             env: Vec::new(),
             keep_output: false,
+            clock: Arc::new(MonotonicClock::new()),
         })
     }
 
@@ -173,16 +219,52 @@ impl Launch {
         self
     }
 
-    /// With this `MASTER_PORT` (default: one the system reports free).
+    /// With this `MASTER_PORT` on every attempt (default: one the system
+    /// reports free, chosen again for each attempt).
     pub fn master_port(mut self, port: u16) -> Self {
         self.master_port = Some(port);
         self
     }
 
-    /// With this bound on the whole launch (`None`: unbounded). Past it the
-    /// ranks still running are ended and the launch reports a timeout.
+    /// With this bound on the whole launch, every attempt together
+    /// (`None`, the default: unbounded, as torchrun). Past it the ranks
+    /// still running are ended, the launch reports a timeout and makes no
+    /// further restart.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// With up to `restarts` restarts (default 0), as torchrun's
+    /// `--max-restarts`: when a rank fails, [`Launch::run`] ends every
+    /// other rank and starts every rank again, with the next
+    /// `TORCHELASTIC_RESTART_COUNT` ([`RESTART_COUNT_VAR`]), a fresh
+    /// `NCCL_LAUNCH_DIR`, and a fresh `MASTER_PORT` unless one was set.
+    /// A launch stopped by a forwarded signal or its timeout is not
+    /// restarted.
+    pub fn max_restarts(mut self, restarts: usize) -> Self {
+        self.max_restarts = restarts;
+        self
+    }
+
+    /// Writing each rank's standard output and error to files under `dir`
+    /// (created if need be), as torchrun's `--log-dir`: every launch gets
+    /// a fresh run folder there, `dir/run_<k>` (the first `k` from 0 not
+    /// yet taken), and in it `attempt_<n>/<rank>/stdout.log` and
+    /// `stderr.log` for each attempt `n` (its `TORCHELASTIC_RESTART_COUNT`)
+    /// and rank; no file is ever overwritten. The streams in `tee` also
+    /// go to the console, prefixed, as torchrun's `--tee`; the others only
+    /// to the files.
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>, tee: Streams) -> Self {
+        self.logs = Some((dir.into(), tee));
+        self
+    }
+
+    /// With `clock` as the time the supervisor reads, for tests of long
+    /// launches.
+    #[cfg(test)]
+    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -264,8 +346,9 @@ impl Launch {
         }
     }
 
-    /// Starts every rank of `program` with `args` ([`Launch::spawn_ranks`]
-    /// has how long they may live).
+    /// Starts every rank of `program` with `args`, once: restarts are
+    /// [`Launch::run`]'s ([`Launch::spawn_ranks`] has how long the ranks
+    /// may live).
     ///
     /// # Errors
     /// As [`Launch::spawn_ranks`].
@@ -289,9 +372,9 @@ impl Launch {
     /// # Errors
     /// [`LaunchError::InvalidArgument`] for a rank out of range or given
     /// twice, or a placement [`Launch::resolved_placement`] refuses;
-    /// [`LaunchError::Io`] when no port or scratch folder can be had;
-    /// [`LaunchError::Spawn`] when a rank cannot be started (the ranks
-    /// already started are ended).
+    /// [`LaunchError::Io`] when no port, scratch folder or log folder can
+    /// be had; [`LaunchError::Spawn`] when a rank cannot be started (the
+    /// ranks already started are ended).
     pub fn spawn_ranks<I, S>(
         &self,
         program: impl AsRef<OsStr>,
@@ -302,6 +385,7 @@ impl Launch {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
         let ranks: Vec<usize> = ranks.into_iter().collect();
         for (index, &rank) in ranks.iter().enumerate() {
             if rank >= self.world_size || ranks[..index].contains(&rank) {
@@ -312,6 +396,34 @@ impl Launch {
                 });
             }
         }
+        let attempt = self.first_attempt()?;
+        self.start_attempt(program.as_ref(), &args, &ranks, &attempt)
+    }
+
+    /// The first attempt of a launch starting now: its deadline and its
+    /// run folder.
+    pub(crate) fn first_attempt(&self) -> Result<Attempt, LaunchError> {
+        // Refused before a log folder is made for it.
+        self.resolved_placement()?;
+        let run_dir = match &self.logs {
+            Some((base, _)) => Some(logs::new_run_dir(base)?),
+            None => None,
+        };
+        Ok(Attempt {
+            restart_count: 0,
+            deadline: self.timeout.map(|timeout| self.clock.now() + timeout),
+            run_dir,
+        })
+    }
+
+    /// Starts `ranks` (distinct, below the world size) as `attempt`.
+    pub(crate) fn start_attempt(
+        &self,
+        program: &OsStr,
+        args: &[OsString],
+        ranks: &[usize],
+        attempt: &Attempt,
+    ) -> Result<Job, LaunchError> {
         let placement = self.resolved_placement()?;
         let port = match self.master_port {
             Some(port) => port,
@@ -327,7 +439,12 @@ impl Launch {
                 what: "create the launch's shared folder".to_string(),
                 source,
             })?;
-        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let logs = match (&attempt.run_dir, &self.logs) {
+            (Some(run), Some((_, tee))) => {
+                Some((logs::new_attempt_dir(run, attempt.restart_count)?, *tee))
+            }
+            _ => None,
+        };
         let dir_path = dir.path().display().to_string();
         let mut envs = Vec::with_capacity(self.world_size);
         for rank in 0..self.world_size {
@@ -339,24 +456,33 @@ impl Launch {
                 port,
             )?;
             env.push((DIR_VAR.to_string(), dir_path.clone()));
+            env.push((
+                RESTART_COUNT_VAR.to_string(),
+                attempt.restart_count.to_string(),
+            ));
+            env.push((MAX_RESTARTS_VAR.to_string(), self.max_restarts.to_string()));
             envs.push(env);
         }
         let rank_env = |rank: usize| envs.get(rank).cloned().unwrap_or_default();
         job::Job::start(
             job::Plan {
-                program: program.as_ref().to_owned(),
-                args,
+                program: program.to_owned(),
+                args: args.to_vec(),
                 world_size: self.world_size,
                 placement,
                 master_port: port,
                 timeout: self.timeout,
+                deadline: attempt.deadline,
+                clock: Arc::clone(&self.clock),
+                restart_count: attempt.restart_count,
+                logs,
                 forward_signals: self.forward_signals,
                 grace_period: self.grace_period,
                 extra_env: self.env.clone(),
                 keep_output: self.keep_output,
                 dir,
             },
-            &ranks,
+            ranks,
             rank_env,
         )
     }

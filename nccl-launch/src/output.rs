@@ -1,6 +1,8 @@
-//! Forwarding a rank's output line by line, each line prefixed with the
-//! rank, so the ranks' lines never mix mid-line.
+//! Forwarding a rank's output line by line: to the console, each line
+//! prefixed with the rank so the ranks' lines never mix mid-line, to its
+//! log file, or both.
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::mpsc::{self, Receiver};
 use std::thread;
@@ -13,6 +15,16 @@ pub(crate) enum Sink {
     Stderr,
 }
 
+/// Where one of a rank's pipes goes.
+pub(crate) struct Route {
+    /// The launcher's stream and the prefix of each line there, if any.
+    pub(crate) console: Option<(Sink, String)>,
+    /// Its log file (lines as the rank wrote them), if any.
+    pub(crate) file: Option<File>,
+    /// Whether a copy is kept for the rank's outcome.
+    pub(crate) keep: bool,
+}
+
 /// A thread forwarding one pipe; its text (when kept) comes back once the
 /// pipe closes.
 pub(crate) struct Forwarder {
@@ -20,21 +32,17 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    /// Forwards `pipe` to `sink`, each line prefixed with `prefix`; keeps a
-    /// copy (without the prefixes) when `keep`.
-    pub(crate) fn start(
-        pipe: impl Read + Send + 'static,
-        prefix: String,
-        sink: Sink,
-        keep: bool,
-    ) -> Self {
+    /// Forwards `pipe` along `route`; `name` names it in the thread's name
+    /// and in messages (`rank 3 stdout`).
+    pub(crate) fn start(pipe: impl Read + Send + 'static, name: String, route: Route) -> Self {
         let (tx, done) = mpsc::channel();
         // A thread that cannot start leaves the pipe unread: the rank then
-        // blocks once the pipe fills and the launch's deadline ends it.
+        // blocks once the pipe fills (and a launch deadline, if any, ends
+        // it).
         let _ = thread::Builder::new()
-            .name(format!("{}output", prefix.trim()))
+            .name(name.replace(' ', "-"))
             .spawn(move || {
-                let kept = forward(pipe, prefix.as_bytes(), sink, keep);
+                let kept = forward(pipe, &name, route);
                 let _ = tx.send(kept);
             });
         Self { done }
@@ -50,7 +58,7 @@ impl Forwarder {
     }
 }
 
-fn forward(pipe: impl Read, prefix: &[u8], sink: Sink, keep: bool) -> String {
+fn forward(pipe: impl Read, name: &str, mut route: Route) -> String {
     let mut reader = BufReader::new(pipe);
     let mut kept = Vec::new();
     let mut line = Vec::new();
@@ -65,11 +73,23 @@ fn forward(pipe: impl Read, prefix: &[u8], sink: Sink, keep: bool) -> String {
         }
         // A closed or full launcher output must not stop the rank: write
         // errors are ignored and reading goes on.
-        let _ = match sink {
-            Sink::Stdout => write_line(&mut std::io::stdout().lock(), prefix, &line),
-            Sink::Stderr => write_line(&mut std::io::stderr().lock(), prefix, &line),
+        let _ = match &route.console {
+            Some((Sink::Stdout, prefix)) => {
+                write_line(&mut std::io::stdout().lock(), prefix.as_bytes(), &line)
+            }
+            Some((Sink::Stderr, prefix)) => {
+                write_line(&mut std::io::stderr().lock(), prefix.as_bytes(), &line)
+            }
+            None => Ok(()),
         };
-        if keep {
+        // Nor a full disk: the log stops, said once, and the rank goes on.
+        if let Some(file) = &mut route.file
+            && let Err(error) = file.write_all(&line)
+        {
+            eprintln!("nccl-launch: {name}'s log could not be written ({error}); it stops here");
+            route.file = None;
+        }
+        if route.keep {
             kept.extend_from_slice(&line);
         }
     }

@@ -1,9 +1,14 @@
 //! The launcher on the CPU: shell programs as ranks. The variables each
 //! rank gets, the prefixed output, the first failure ending the others,
 //! exit statuses, the deadline, and the library's partial launches;
-//! `signals`: the signals it forwards and its ranks' parent-death signal.
+//! `signals`: the signals it forwards and its ranks' parent-death signal;
+//! `restarts`: `--max-restarts`; `logs`: `--log-dir` and `--tee`;
+//! `torchrun_flags`: torchrun's spellings and the flags it refuses.
 
+mod logs;
+mod restarts;
 mod signals;
+mod torchrun_flags;
 
 use std::process::{Command, Output};
 use std::time::Duration;

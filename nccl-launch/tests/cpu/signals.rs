@@ -207,3 +207,18 @@ fn no_rank_outlives_a_killed_launcher() {
     let running = still_running_after_patience(&ranks);
     assert!(running.is_empty(), "still running: {running:?}");
 }
+
+#[test]
+fn a_launch_a_signal_stopped_is_not_restarted() {
+    let dir = tempfile::tempdir().expect("a folder for the pids");
+    let script = rank_script("", "exec sleep 600");
+    let (launcher, ranks) = Launcher::start(
+        dir.path(),
+        &["--max-restarts", "3", "--grace-period", LONG_GRACE],
+        &script,
+    );
+    launcher.signal(Signal::TERM);
+    let ended = launcher.wait();
+    assert_ended(&ended, 128 + 15, "SIGTERM received; forwarded", &ranks);
+    assert!(!ended.stderr.contains("restart"), "{}", ended.stderr);
+}
