@@ -50,6 +50,7 @@
 #![doc(test(attr(deny(warnings), allow(unused))))]
 
 mod batch;
+mod buckets;
 mod buffer;
 mod cell;
 pub mod checks;
@@ -66,6 +67,7 @@ mod shared;
 mod tracked;
 
 pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
+pub use buckets::{MAX_BUCKETS, with_buckets};
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{
     AnyTensor, IntoAnyTensor, IntoTypedError, TensorCell, contiguous_strides, is_contiguous,

@@ -15,6 +15,7 @@ mod one_gpu;
 mod ranks;
 mod ranks_batch;
 mod ranks_borrowed;
+mod ranks_buckets;
 mod ranks_dumps;
 mod ranks_graphs;
 mod ranks_mismatch;
