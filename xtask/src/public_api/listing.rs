@@ -566,12 +566,14 @@ impl<'a> Lister<'a> {
     }
 
     /// A type's inherent associated items, as member lines, and the lines
-    /// of its trait implementations.
+    /// of its implementations: every trait implementation, and the inherent
+    /// ones whose generics or bounds say more than `impl Type`.
     fn own_impls(&self, id: &str, full: &str, impls: &Value) -> Result<(Vec<Member>, Vec<String>)> {
         let mut members = Vec::new();
         let mut lines = Vec::new();
         for implementation in impls.as_array().ok_or("a type's impls")? {
             let implementation = &self.get(&id_of(implementation)?)?["inner"]["impl"];
+            let line = self.implementation(implementation, Some((id, full)))?;
             if implementation["trait"].is_null() {
                 for member in implementation["items"]
                     .as_array()
@@ -579,35 +581,46 @@ impl<'a> Lister<'a> {
                 {
                     members.extend(self.associated(full, self.get(&id_of(member)?)?)?);
                 }
+                lines.extend(line.filter(|line| *line != format!("impl {full}")));
             } else {
-                lines.extend(self.implementation(implementation, Some((id, full)))?);
+                lines.extend(line);
             }
         }
         Ok((members, lines))
     }
 
     /// `impl<T> Trait for Type<T> where ... { type Error = E }` of a trait
-    /// implementation; `None` for a blanket one or an unstable auto trait.
-    /// `own_type` (its id and public path) writes the implementing type
-    /// by that path.
+    /// implementation, `impl<T: Bound> Type<T>` of an inherent one;
+    /// `None` for a blanket one or an unstable auto trait. `own_type` (its
+    /// id and public path) writes the implementing type by that path.
     fn implementation(
         &self,
         implementation: &Value,
         own_type: Option<(&str, &str)>,
     ) -> Result<Option<String>> {
-        if !implementation["blanket_impl"].is_null() || implementation["trait"].is_null() {
+        if !implementation["blanket_impl"].is_null() {
             return Ok(None);
         }
-        let trait_path = &implementation["trait"];
-        let trait_name = self.names.path(trait_path)?;
-        let unstable = if implementation["is_synthetic"] == true {
-            !STABLE_AUTO_TRAITS.contains(&trait_name.as_str())
-        } else {
-            DERIVE_INTERNALS.contains(&trait_name.as_str())
+        let trait_part = match &implementation["trait"] {
+            Value::Null => String::new(),
+            trait_path => {
+                let trait_name = self.names.path(trait_path)?;
+                let unstable = if implementation["is_synthetic"] == true {
+                    !STABLE_AUTO_TRAITS.contains(&trait_name.as_str())
+                } else {
+                    DERIVE_INTERNALS.contains(&trait_name.as_str())
+                };
+                if unstable {
+                    return Ok(None);
+                }
+                let negation = if implementation["is_negative"] == true {
+                    "!"
+                } else {
+                    ""
+                };
+                format!("{negation}{trait_name} for ")
+            }
         };
-        if unstable {
-            return Ok(None);
-        }
         let for_type = &implementation["for"]["resolved_path"];
         let implementor = match own_type {
             Some((id, full)) if id_of(&for_type["id"]).is_ok_and(|for_id| for_id == id) => {
@@ -615,19 +628,14 @@ impl<'a> Lister<'a> {
             }
             _ => self.names.ty(&implementation["for"])?,
         };
+        let unsafety = if implementation["is_unsafe"] == true {
+            "unsafe "
+        } else {
+            ""
+        };
         let mut text = format!(
-            "{}impl{} {}{trait_name} for {implementor}{}",
-            if implementation["is_unsafe"] == true {
-                "unsafe "
-            } else {
-                ""
-            },
+            "{unsafety}impl{} {trait_part}{implementor}{}",
             self.names.generic_params(&implementation["generics"])?,
-            if implementation["is_negative"] == true {
-                "!"
-            } else {
-                ""
-            },
             self.names.where_clause(&implementation["generics"])?,
         );
         let mut associated_types = Vec::new();

@@ -357,3 +357,25 @@ fn a_document_without_its_parts_is_refused_by_name() {
         "{error}"
     );
 }
+
+#[test]
+fn an_inherent_impl_with_bounds_is_listed_and_a_plain_one_is_not() {
+    let mut bounded = document();
+    let implementation = &mut bounded["index"]["12"]["inner"]["impl"];
+    implementation["generics"]["params"] = json!([{ "name": "T", "kind": { "type": {
+        "bounds": [{ "trait_bound": { "trait": trait_path("Clone", 60, Value::Null),
+                                      "generic_params": [], "modifier": "none" } }],
+        "default": null, "is_synthetic": false } } }]);
+    implementation["for"]["resolved_path"]["args"] = json!({ "angle_bracketed": {
+        "args": [{ "type": { "generic": "T" } }], "constraints": [] } });
+    let lines = listing(&bounded).unwrap();
+    assert!(
+        lines.contains(&"impl<T: Clone> demo::Foo<T>".to_string()),
+        "{lines:#?}"
+    );
+    let plain = listing(&document()).unwrap();
+    assert!(
+        !plain.iter().any(|line| line == "impl demo::Foo"),
+        "{plain:#?}"
+    );
+}
