@@ -21,11 +21,14 @@
 //!    features its own way; one, `candle-like`, reduces memory it owns as
 //!    candle does through the group's borrowed-memory operations, and its
 //!    GPU test runs in the GPU bundle), in the workspace's target folder
-//! 9. `cargo package` of every publishable crate, verified against the
-//!    others' packages: `cargo package --workspace` would also package the
-//!    `publish = false` crates, and cannot verify benches, which depends
-//!    on one of them (test-support) that no registry, not even cargo's
-//!    temporary one, has
+//! 9. `cargo xtask public-api --check` (in process): each publishable
+//!    crate's public API, from rustdoc's JSON, against its snapshot in
+//!    `api/`, so that the surface changes only on purpose
+//! 10. `cargo package` of every publishable crate, verified against the
+//!     others' packages: `cargo package --workspace` would also package the
+//!     `publish = false` crates, and cannot verify benches, which depends
+//!     on one of them (test-support) that no registry, not even cargo's
+//!     temporary one, has
 //!
 //! Fuzzing is not a step: it needs cargo-fuzz and a nightly toolchain (or
 //! `RUSTC_BOOTSTRAP`). Run `cargo xtask fuzz [--seconds N]` by hand; CI runs
@@ -35,7 +38,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{Result, bindgen, manifests, workspace_root};
+use crate::{Result, bindgen, manifests, public_api, workspace_root};
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
@@ -62,6 +65,8 @@ enum Action {
     BindgenCheck,
     /// The MSRV and cudarc-feature checks over `cargo metadata`.
     ManifestChecks,
+    /// `cargo xtask public-api --check`, called in this process.
+    PublicApiCheck,
     /// `cargo package -p ...` of every publishable member.
     Package,
 }
@@ -152,6 +157,10 @@ pub fn run(args: Args) -> Result<()> {
             action: Action::Cargo { args, env: vec![] },
         });
     }
+    steps.push(Step {
+        name: "cargo xtask public-api --check".into(),
+        action: Action::PublicApiCheck,
+    });
     steps.push(Step {
         name: "cargo package -p <each publishable crate>".into(),
         action: Action::Package,
@@ -371,6 +380,10 @@ fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
     match &step.action {
         Action::BindgenCheck => bindgen::run(bindgen::Args { check: true }),
         Action::ManifestChecks => manifest_checks(),
+        Action::PublicApiCheck => public_api::run(public_api::Args {
+            check: true,
+            count: None,
+        }),
         Action::Package => package(),
         Action::CargoTest { args } => {
             use std::io::BufRead;

@@ -7,6 +7,7 @@ mod gpu_bundle;
 mod launchers;
 mod manifests;
 mod nccl_tests_compare;
+mod public_api;
 
 use std::path::PathBuf;
 
@@ -29,7 +30,8 @@ enum Task {
     /// Regenerate nccl-sys's bindings from the pinned nccl.h (or --check them).
     Bindgen(bindgen::Args),
     /// Run every check CI runs: fmt, the MSRV and feature checks, clippy,
-    /// tests, bindgen --check, docs, the consumer crates, cargo package.
+    /// tests, bindgen --check, docs, the consumer crates, the public-API
+    /// check, cargo package.
     Ci(ci::Args),
     /// Fuzz the TCP store's frame decoding or handshake with cargo-fuzz for a bounded
     /// time (needs `cargo install cargo-fuzz`; not part of ci).
@@ -44,6 +46,9 @@ enum Task {
     /// Set nccl-tests' and nccl-perf's JSON documents of one nccl-tests.sh run
     /// side by side: per operation and size, both times, their ratio and the target.
     NcclTestsCompare(nccl_tests_compare::Args),
+    /// Write each publishable crate's public API to `api/<crate>.txt` (or
+    /// --check it, or --count a type's inherent functions).
+    PublicApi(public_api::Args),
 }
 
 /// The workspace root (the parent of this crate's folder).
@@ -70,6 +75,7 @@ fn main() {
         Task::GpuBundle(args) => gpu_bundle::run(args),
         Task::Launchers(args) => launchers::run(args),
         Task::NcclTestsCompare(args) => nccl_tests_compare::run(args),
+        Task::PublicApi(args) => public_api::run(args),
     };
     if let Err(error) = result {
         eprintln!("error: {error}");

@@ -6,7 +6,8 @@
 //! * the cudarc features: every publishable crate that reaches cudarc
 //!   offers each of cudarc's CUDA versions and linking modes, and passes it
 //!   down, so an application picks them once through any of our crates;
-//! * the publishable crates, for `cargo package`.
+//! * the publishable crates, for `cargo package`, and the features that
+//!   add to their API, for `cargo xtask public-api`.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -243,6 +244,27 @@ pub fn publishable_members(metadata: &Value) -> Result<Vec<String>> {
         .iter()
         .filter(|package| package.member && package.publishable)
         .map(|package| package.name.to_string())
+        .collect())
+}
+
+/// The features of the member `name` that add to its API: all but
+/// `default` and those that choose cudarc's CUDA version (`cuda-*`) or
+/// linking mode, of which a build takes exactly one (its defaults'), so
+/// that with them all on every public item is compiled.
+pub fn api_features(metadata: &Value, name: &str) -> Result<Vec<String>> {
+    let packages = packages(metadata)?;
+    let package = packages
+        .iter()
+        .find(|package| package.member && package.name == name)
+        .ok_or_else(|| format!("no workspace member named {name:?} in cargo metadata"))?;
+    Ok(features(package.value)
+        .map(|(feature, _)| feature)
+        .filter(|feature| {
+            *feature != "default"
+                && !feature.starts_with("cuda-")
+                && !LINKING_MODES.contains(feature)
+        })
+        .map(str::to_string)
         .collect())
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::{forwarding_gaps, msrv_violations, publishable_members};
+use super::{api_features, forwarding_gaps, msrv_violations, publishable_members};
 
 /// A package of a metadata sample.
 fn package(name: &str, version: &str, rust_version: Option<&str>) -> Value {
@@ -200,4 +200,25 @@ fn publish_false_members_are_not_packaged() {
         names,
         ["nccl-core", "nccl-tensor", "nccl-group", "nccl-sys"]
     );
+}
+
+#[test]
+fn api_features_leave_out_cudarc_choices_and_default() {
+    let mut group = package("nccl-group", "0.1.0", Some("1.88"));
+    group["features"] = json!({
+        "default": ["cuda-12080", "dynamic-loading", "torch-dumps"],
+        "torch-dumps": ["dep:serde-pickle"],
+        "tracing": ["dep:tracing"],
+        "cuda-12080": ["nccl-tensor/cuda-12080"],
+        "cuda-version-from-build-system": [],
+        "dynamic-loading": [],
+        "static-linking": [],
+    });
+    let sample = metadata(vec![group], &["nccl-group"]);
+    assert_eq!(
+        api_features(&sample, "nccl-group").unwrap(),
+        ["torch-dumps", "tracing"]
+    );
+    let error = api_features(&sample, "nccl-gruop").unwrap_err().to_string();
+    assert!(error.contains("\"nccl-gruop\""), "{error}");
 }
