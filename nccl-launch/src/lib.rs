@@ -74,6 +74,7 @@ pub use job::{Ending, Job, Outcome, RankOutcome, WaitPolicy};
 pub use logs::Streams;
 
 use std::ffi::{OsStr, OsString};
+use std::hash::{BuildHasher, Hasher};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -544,8 +545,36 @@ pub fn rank_variables(
     Ok(env)
 }
 
-/// A port the system reports free on loopback now (another process may
-/// still take it before rank 0 binds it).
+/// Where the kernel's ephemeral ports are listed: the range it hands to
+/// every outgoing connection and to every `bind` of port 0.
+const EPHEMERAL_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+/// The lowest port picked outside the ephemeral range (below it, the
+/// well-known services).
+const LOWEST_PICKED: u16 = 10_000;
+/// How many ports outside the ephemeral range are tried before falling
+/// back to one the system hands out.
+const PICK_TRIES: u32 = 64;
+
+/// A port free on loopback now, for rank 0's store. Taken outside the
+/// kernel's ephemeral range where it can: a port from that range (what
+/// `bind` to port 0 returns) is also what NCCL's sockets and every
+/// outgoing connection are given, so another process could take it
+/// between this check and rank 0's bind; outside it, only an explicit
+/// bind to that very port can.
 fn free_port() -> std::io::Result<u16> {
+    let ephemeral_low = std::fs::read_to_string(EPHEMERAL_RANGE)
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok());
+    if let Some(low) = ephemeral_low.filter(|&low| low > LOWEST_PICKED + 1) {
+        let span = u64::from(low - LOWEST_PICKED);
+        let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+        for attempt in 0..PICK_TRIES {
+            random.write_u32(attempt);
+            let port = LOWEST_PICKED + (random.finish() % span) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
 }

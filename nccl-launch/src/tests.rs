@@ -122,3 +122,21 @@ fn a_bound_that_is_asked_for_ends_the_same_job_on_the_same_clock() {
         assert_eq!(rank.ending, Ending::EndedAtDeadline, "{rank:?}");
     }
 }
+
+#[test]
+fn master_port_is_picked_outside_the_ephemeral_range_and_binds() {
+    let low = std::fs::read_to_string(super::EPHEMERAL_RANGE)
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok());
+    for _ in 0..16 {
+        let port = super::free_port().expect("a free port");
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port binds");
+        if let Some(low) = low.filter(|&low| low > super::LOWEST_PICKED + 1) {
+            assert!(
+                (super::LOWEST_PICKED..low).contains(&port),
+                "{port} outside {}..{low}",
+                super::LOWEST_PICKED
+            );
+        }
+    }
+}

@@ -194,7 +194,7 @@ fn gpu_lost_rank_never_passes_a_wrong_result_as_a_success() {
                         streams_name(cell.streams),
                         cell.fault.name()
                     );
-                    let result = launch(&exe, cell, run);
+                    let result = launch_with_a_free_port(&exe, cell, run);
                     let mut tallies = tallies.lock().unwrap();
                     let tally = match tallies.iter().position(|(l, _)| *l == label) {
                         Some(i) => &mut tallies[i].1,
@@ -248,6 +248,28 @@ struct Report {
     gpu_wrong: usize,
     gpu_named: usize,
     text: String,
+}
+
+/// How many launches of one run a port taken between nccl-launch's pick
+/// and rank 0's bind may cost.
+const PORT_TRIES: usize = 3;
+/// What a rank prints when its store's port was taken.
+const PORT_TAKEN: &str = "Address already in use";
+
+/// [`launch`], launched again when rank 0 could not bind its store's
+/// port (another launch running beside it took it first): the run
+/// never reached its fault, so it is the harness's, not the group's.
+fn launch_with_a_free_port(exe: &Path, cell: Cell, run: usize) -> Result<Report, String> {
+    let mut tries = 1;
+    loop {
+        match launch(exe, cell, run) {
+            Err(problem) if problem.contains(PORT_TAKEN) && tries < PORT_TRIES => {
+                println!("run {run}: rank 0's store port was taken: launching again");
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 /// One launch of `cell`, run `run`: the fault, then every rank's report.
@@ -315,6 +337,13 @@ fn signal(pid: Option<u32>, signal: &str) -> Result<(), String> {
 /// end as its part says is a problem.
 fn check(cell: Cell, outcome: &Outcome) -> Result<Report, String> {
     let victim = cell.world - 1;
+    if let Some(r) = outcome
+        .ranks
+        .iter()
+        .find(|r| format!("{}{}", r.stdout, r.stderr).contains(PORT_TAKEN))
+    {
+        return Err(format!("rank {}: {PORT_TAKEN}", r.rank));
+    }
     let mut report = Report {
         silent_wrong: 0,
         gpu_wrong: 0,
