@@ -284,7 +284,7 @@ pub enum Error {
     /// group's, say) may have run with a failed peer: the values read are
     /// not its result ([`crate::producer`]).
     #[error(
-        "the operation that produced this tensor's contents failed, so they are not its result"
+        "the operation that produced this tensor's contents failed, so they are not its result: {source}"
     )]
     ProducerFailed {
         /// The producer's error (a `nccl_group::GroupError` from a process

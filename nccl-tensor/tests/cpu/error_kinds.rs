@@ -279,3 +279,18 @@ fn debug_prints_the_sentence_first() {
         "{core:?}"
     );
 }
+
+#[test]
+fn a_refused_read_says_why_its_producer_failed() {
+    let cause = std::io::Error::other("rank 3 left during all_reduce #57 (ncclRemoteError)");
+    let error = Error::ProducerFailed {
+        source: std::sync::Arc::new(cause),
+    };
+    assert_eq!(error.kind(), ErrorKind::Aborted);
+    let message = error.to_string();
+    assert!(message.starts_with("the operation that produced this tensor's contents failed"));
+    assert!(
+        message.ends_with(": rank 3 left during all_reduce #57 (ncclRemoteError)"),
+        "{message}"
+    );
+}
