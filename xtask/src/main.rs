@@ -7,6 +7,7 @@ mod gpu_bundle;
 mod launchers;
 mod manifests;
 mod nccl_tests_compare;
+mod packaged;
 
 use std::path::PathBuf;
 
@@ -29,7 +30,8 @@ enum Task {
     /// Regenerate nccl-sys's bindings from the pinned nccl.h (or --check them).
     Bindgen(bindgen::Args),
     /// Run every check CI runs: fmt, the MSRV and feature checks, clippy,
-    /// tests, bindgen --check, docs, the consumer crates, cargo package.
+    /// tests, bindgen --check, docs, the consumer crates, cargo package and
+    /// a consumer of the packages.
     Ci(ci::Args),
     /// Fuzz the TCP store's frame decoding or handshake with cargo-fuzz for a bounded
     /// time (needs `cargo install cargo-fuzz`; not part of ci).
