@@ -28,8 +28,8 @@
 //!    `publish = false` crates, and cannot verify benches, which depends
 //!    on one of them (test-support) that no registry, not even cargo's
 //!    temporary one, has (cargo packages them in dependency order)
-//! 10. `cargo build --all-targets` of `xtask/consumers/packaged`, which
-//!     depends on nccl-group and nccl-tensor by version, against the
+//! 10. `cargo build --offline --all-targets` of `xtask/consumers/packaged`,
+//!     which depends on nccl-group and nccl-tensor by version, against the
 //!     `.crate` files of step 9 (unpacked, patched in for crates.io's),
 //!     not the workspace's folders: [`packaged`]
 //!
@@ -309,7 +309,7 @@ fn target_directory(metadata: &serde_json::Value) -> Result<PathBuf> {
 fn packaged_consumer_step() -> Step {
     Step {
         name: format!(
-            "cargo build --all-targets --manifest-path xtask/consumers/{}/Cargo.toml against the packaged .crate files",
+            "cargo build --offline --all-targets --manifest-path xtask/consumers/{}/Cargo.toml against the packaged .crate files",
             packaged::CONSUMER
         ),
         action: Action::PackagedConsumer,

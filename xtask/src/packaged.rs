@@ -163,10 +163,12 @@ fn crate_file(package_target: &Path, published: &Published) -> PathBuf {
 }
 
 /// Unpacks `file` (a gzipped tar whose one folder is `<name>-<version>`)
-/// into `into`, and returns that folder.
+/// into `into`, and returns that folder. The files are dated now, not as
+/// the archive dates them, so cargo never takes a build of an earlier
+/// package's sources as up to date.
 fn unpack(file: &Path, into: &Path, published: &Published) -> Result<PathBuf> {
     let output = Command::new("tar")
-        .arg("-xzf")
+        .arg("-xzmf")
         .arg(file)
         .arg("-C")
         .arg(into)
@@ -174,7 +176,7 @@ fn unpack(file: &Path, into: &Path, published: &Published) -> Result<PathBuf> {
         .map_err(|e| format!("could not run tar to unpack {}: {e}", file.display()))?;
     if !output.status.success() {
         return Err(format!(
-            "tar -xzf {} exited with {}: {}",
+            "tar -xzmf {} exited with {}: {}",
             file.display(),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()

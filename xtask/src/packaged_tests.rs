@@ -120,5 +120,5 @@ fn a_file_that_is_no_gzipped_tar_is_refused() {
     let error = unpack(&file, scratch.path(), &nccl_group())
         .unwrap_err()
         .to_string();
-    assert!(error.starts_with("tar -xzf "), "{error}");
+    assert!(error.starts_with("tar -xzmf "), "{error}");
 }
