@@ -1,11 +1,13 @@
-//! `cargo xtask ci [--skip-bindgen]`: every check CI runs, in order,
-//! stopping at the first failure.
+//! `cargo xtask ci [--skip-bindgen] [--only TEXT]`: every check CI runs,
+//! in order, stopping at the first failure.
 //!
 //! 1. `cargo fmt --all -- --check`
 //! 2. the manifest checks (in process, over `cargo metadata`): no locked
 //!    dependency needs a newer Rust than the workspace's `rust-version`,
-//!    and every publishable crate over cudarc forwards cudarc's CUDA
-//!    versions and linking modes
+//!    every publishable crate over cudarc forwards cudarc's CUDA
+//!    versions and linking modes, and every publishable crate has the
+//!    fields of its registry page (description, license, repository,
+//!    homepage, its docs.rs page as documentation)
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`
 //! 4. the same for the crates with a `tracing` feature, with it on (off,
 //!    its macros expand to nothing, so step 3 never compiles the events)
@@ -28,7 +30,11 @@
 //!     others' packages: `cargo package --workspace` would also package the
 //!     `publish = false` crates, and cannot verify benches, which depends
 //!     on one of them (test-support) that no registry, not even cargo's
-//!     temporary one, has
+//!     temporary one, has (cargo packages them in dependency order)
+//! 11. `cargo build --offline --all-targets` of `xtask/consumers/packaged`,
+//!     which depends on nccl-group and nccl-tensor by version, against the
+//!     `.crate` files of step 10 (unpacked, patched in for crates.io's),
+//!     not the workspace's folders: [`packaged`]
 //!
 //! Fuzzing is not a step: it needs cargo-fuzz and a nightly toolchain (or
 //! `RUSTC_BOOTSTRAP`). Run `cargo xtask fuzz [--seconds N]` by hand; CI runs
@@ -38,7 +44,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{Result, bindgen, manifests, public_api, workspace_root};
+use crate::{Result, bindgen, manifests, packaged, public_api, workspace_root};
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
@@ -50,6 +56,10 @@ pub struct Args {
     /// the nvidia-nccl-cu13 wheel).
     #[arg(long)]
     skip_bindgen: bool,
+    /// Run only the steps whose name contains TEXT (`--only package`: the
+    /// packaging and the packaged consumer).
+    #[arg(long, value_name = "TEXT")]
+    only: Option<String>,
 }
 
 /// What one step runs.
@@ -69,6 +79,8 @@ enum Action {
     PublicApiCheck,
     /// `cargo package -p ...` of every publishable member.
     Package,
+    /// The packaged consumer, built against step `Package`'s `.crate` files.
+    PackagedConsumer,
 }
 
 struct Step {
@@ -84,7 +96,7 @@ pub fn run(args: Args) -> Result<()> {
             action: cargo(&["fmt", "--all", "--", "--check"]),
         },
         Step {
-            name: "manifest checks: MSRV of the locked dependencies, cudarc features forwarded"
+            name: "manifest checks: MSRV of the locked dependencies, cudarc features forwarded, registry fields"
                 .into(),
             action: Action::ManifestChecks,
         },
@@ -165,6 +177,10 @@ pub fn run(args: Args) -> Result<()> {
         name: "cargo package -p <each publishable crate>".into(),
         action: Action::Package,
     });
+    steps.push(packaged_consumer_step());
+    if let Some(only) = &args.only {
+        steps = only_steps(steps, only)?;
+    }
 
     let total = steps.len();
     let mut tests = TestTotals::default();
@@ -178,7 +194,9 @@ pub fn run(args: Args) -> Result<()> {
             )
         })?;
     }
-    if args.skip_bindgen {
+    if let Some(only) = &args.only {
+        println!("==> ci passed ({total} steps, those naming {only:?})");
+    } else if args.skip_bindgen {
         println!("==> ci passed ({total} steps; `cargo xtask bindgen --check` skipped)");
     } else {
         println!("==> ci passed ({total} steps)");
@@ -258,6 +276,7 @@ fn manifest_checks() -> Result<()> {
     let metadata = manifests::load()?;
     let mut problems = manifests::msrv_violations(&metadata)?;
     problems.extend(manifests::forwarding_gaps(&metadata)?);
+    problems.extend(manifests::missing_published_fields(&metadata)?);
     if problems.is_empty() {
         return Ok(());
     }
@@ -276,10 +295,7 @@ fn manifest_checks() -> Result<()> {
 fn package() -> Result<()> {
     let metadata = manifests::load()?;
     let names = manifests::publishable_members(&metadata)?;
-    let target = metadata["target_directory"]
-        .as_str()
-        .map(PathBuf::from)
-        .ok_or("cargo metadata names no target_directory")?;
+    let target = target_directory(&metadata)?;
     forget_earlier_packages(&target, &names)?;
     let mut args = os_strings(&["package", "--target-dir"]);
     args.push(target.join(PACKAGE_TARGET).into_os_string());
@@ -288,6 +304,42 @@ fn package() -> Result<()> {
     }
     println!("cargo {}", args.join(" ".as_ref()).to_string_lossy());
     run_cargo(&args, &[])
+}
+
+/// The workspace's target folder, as `cargo metadata` names it.
+fn target_directory(metadata: &serde_json::Value) -> Result<PathBuf> {
+    metadata["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata names no target_directory".into())
+}
+
+/// The step after `cargo package`: the packaged consumer.
+fn packaged_consumer_step() -> Step {
+    Step {
+        name: format!(
+            "cargo build --offline --all-targets --manifest-path xtask/consumers/{}/Cargo.toml against the packaged .crate files",
+            packaged::CONSUMER
+        ),
+        action: Action::PackagedConsumer,
+    }
+}
+
+/// The steps whose name contains `only`; none is an error naming them all.
+fn only_steps(steps: Vec<Step>, only: &str) -> Result<Vec<Step>> {
+    let names: Vec<String> = steps.iter().map(|step| step.name.clone()).collect();
+    let chosen: Vec<Step> = steps
+        .into_iter()
+        .filter(|step| step.name.contains(only))
+        .collect();
+    if chosen.is_empty() {
+        return Err(format!(
+            "no ci step's name contains {only:?}; the steps are:\n  {}",
+            names.join("\n  ")
+        )
+        .into());
+    }
+    Ok(chosen)
 }
 
 /// The target folder `cargo package` verifies in: its own, so that what it
@@ -385,6 +437,10 @@ fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
             count: None,
         }),
         Action::Package => package(),
+        Action::PackagedConsumer => {
+            let metadata = manifests::load()?;
+            packaged::build(&target_directory(&metadata)?.join(PACKAGE_TARGET))
+        }
         Action::CargoTest { args } => {
             use std::io::BufRead;
             let (cargo, mut command) = cargo_command();
@@ -412,7 +468,45 @@ fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::TestTotals;
+    use super::{Action, Step, TestTotals, only_steps};
+
+    fn named(name: &str) -> Step {
+        Step {
+            name: name.into(),
+            action: Action::Package,
+        }
+    }
+
+    #[test]
+    fn only_keeps_the_steps_naming_the_text_in_order() {
+        let steps = vec![
+            named("cargo fmt --all -- --check"),
+            named("cargo package -p <each publishable crate>"),
+            named("cargo build ... against the packaged .crate files"),
+        ];
+        let chosen: Vec<String> = only_steps(steps, "package")
+            .unwrap()
+            .into_iter()
+            .map(|step| step.name)
+            .collect();
+        assert_eq!(
+            chosen,
+            [
+                "cargo package -p <each publishable crate>",
+                "cargo build ... against the packaged .crate files"
+            ]
+        );
+    }
+
+    #[test]
+    fn only_without_a_match_names_every_step() {
+        let steps = vec![named("cargo fmt --all -- --check"), named("cargo doc")];
+        let error = only_steps(steps, "bench").err().unwrap().to_string();
+        assert_eq!(
+            error,
+            "no ci step's name contains \"bench\"; the steps are:\n  cargo fmt --all -- --check\n  cargo doc"
+        );
+    }
 
     #[test]
     fn libtest_summaries_add_up() {

@@ -7,6 +7,7 @@ mod gpu_bundle;
 mod launchers;
 mod manifests;
 mod nccl_tests_compare;
+mod packaged;
 mod public_api;
 
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ enum Task {
     Bindgen(bindgen::Args),
     /// Run every check CI runs: fmt, the MSRV and feature checks, clippy,
     /// tests, bindgen --check, docs, the consumer crates, the public-API
-    /// check, cargo package.
+    /// check, cargo package and a consumer of the packages.
     Ci(ci::Args),
     /// Fuzz the TCP store's frame decoding or handshake with cargo-fuzz for a bounded
     /// time (needs `cargo install cargo-fuzz`; not part of ci).

@@ -6,8 +6,9 @@
 //! * the cudarc features: every publishable crate that reaches cudarc
 //!   offers each of cudarc's CUDA versions and linking modes, and passes it
 //!   down, so an application picks them once through any of our crates;
-//! * the publishable crates, for `cargo package`, and the features that
-//!   add to their API, for `cargo xtask public-api`.
+//! * the publishable crates, for `cargo package` (the fields a registry
+//!   page shows, and which of them a consumer of the packages reaches),
+//!   and the features that add to their API, for `cargo xtask public-api`.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -265,6 +266,104 @@ pub fn api_features(metadata: &Value, name: &str) -> Result<Vec<String>> {
                 && !LINKING_MODES.contains(feature)
         })
         .map(str::to_string)
+        .collect())
+}
+
+/// The manifest fields every published crate needs for its registry page
+/// (cargo package warns without the last three).
+const PUBLISHED_FIELDS: [&str; 5] = [
+    "description",
+    "license",
+    "repository",
+    "homepage",
+    "documentation",
+];
+
+/// What the publishable members lack for their registry pages, one line
+/// each (empty when nothing is): a field of [`PUBLISHED_FIELDS`] missing
+/// or empty, or a `documentation` other than the crate's docs.rs page.
+pub fn missing_published_fields(metadata: &Value) -> Result<Vec<String>> {
+    let mut missing = Vec::new();
+    for package in packages(metadata)?
+        .iter()
+        .filter(|package| package.member && package.publishable)
+    {
+        for field in PUBLISHED_FIELDS {
+            if package.value[field].as_str().is_none_or(str::is_empty) {
+                missing.push(format!(
+                    "{} has no `{field}` (add it to its [package], or `{field}.workspace = true`)",
+                    package.name
+                ));
+            }
+        }
+        let docs_rs = format!("https://docs.rs/{}", package.name);
+        if let Some(documentation) = package.value["documentation"].as_str()
+            && !documentation.is_empty()
+            && documentation != docs_rs
+        {
+            missing.push(format!(
+                "{}'s `documentation` is {documentation:?}, expected {docs_rs:?}",
+                package.name
+            ));
+        }
+    }
+    Ok(missing)
+}
+
+/// A publishable member, as its package file names it.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Published {
+    pub name: String,
+    pub version: String,
+}
+
+/// The publishable members a crate that depends on `roots` builds:
+/// `roots` and the publishable members they reach through normal and
+/// build dependencies, by name. A root that is no publishable member is
+/// an error naming the ones there are.
+pub fn published_closure(metadata: &Value, roots: &[&str]) -> Result<Vec<Published>> {
+    let packages = packages(metadata)?;
+    let publishable: Vec<&Package<'_>> = packages
+        .iter()
+        .filter(|package| package.member && package.publishable)
+        .collect();
+    let find = |name: &str| publishable.iter().find(|package| package.name == name);
+    let mut reached: BTreeSet<&str> = BTreeSet::new();
+    let mut pending: Vec<&str> = Vec::new();
+    for &root in roots {
+        if find(root).is_none() {
+            let names: Vec<&str> = publishable.iter().map(|package| package.name).collect();
+            return Err(format!(
+                "{root} is no publishable workspace member (those are: {})",
+                names.join(", ")
+            )
+            .into());
+        }
+        pending.push(root);
+    }
+    while let Some(name) = pending.pop() {
+        let Some(package) = find(name) else {
+            continue;
+        };
+        if !reached.insert(package.name) {
+            continue;
+        }
+        pending.extend(
+            package.value["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|dependency| dependency["kind"].as_str() != Some("dev"))
+                .filter_map(|dependency| dependency["name"].as_str()),
+        );
+    }
+    Ok(publishable
+        .iter()
+        .filter(|package| reached.contains(package.name))
+        .map(|package| Published {
+            name: package.name.to_string(),
+            version: package.version.to_string(),
+        })
         .collect())
 }
 

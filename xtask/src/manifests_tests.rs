@@ -2,7 +2,10 @@
 
 use serde_json::{Value, json};
 
-use super::{api_features, forwarding_gaps, msrv_violations, publishable_members};
+use super::{
+    Published, api_features, forwarding_gaps, missing_published_fields, msrv_violations,
+    publishable_members, published_closure,
+};
 
 /// A package of a metadata sample.
 fn package(name: &str, version: &str, rust_version: Option<&str>) -> Value {
@@ -221,4 +224,105 @@ fn api_features_leave_out_cudarc_choices_and_default() {
     );
     let error = api_features(&sample, "nccl-gruop").unwrap_err().to_string();
     assert!(error.contains("\"nccl-gruop\""), "{error}");
+}
+
+/// A publishable member with every registry field filled in.
+fn described(name: &str) -> Value {
+    let mut member = package(name, "0.2.0", Some("1.88"));
+    member["description"] = json!(format!("what {name} is"));
+    member["license"] = json!("MIT OR Apache-2.0");
+    member["repository"] = json!("https://github.com/nccl-rs/nccl-rs");
+    member["homepage"] = json!("https://github.com/nccl-rs/nccl-rs");
+    member["documentation"] = json!(format!("https://docs.rs/{name}"));
+    member
+}
+
+#[test]
+fn published_crates_with_every_registry_field_pass() {
+    let mut internal = package("benches", "0.2.0", Some("1.88"));
+    internal["publish"] = json!([]);
+    let sample = metadata(
+        vec![described("nccl-core"), described("nccl-group"), internal],
+        &["nccl-core", "nccl-group", "benches"],
+    );
+    assert_eq!(
+        missing_published_fields(&sample).unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_missing_registry_field_or_another_crates_docs_is_named() {
+    let mut core = described("nccl-core");
+    core["repository"] = Value::Null;
+    core["homepage"] = json!("");
+    let mut group = described("nccl-group");
+    group["documentation"] = json!("https://docs.rs/nccl-core");
+    let sample = metadata(vec![core, group], &["nccl-core", "nccl-group"]);
+    assert_eq!(
+        missing_published_fields(&sample).unwrap(),
+        [
+            "nccl-core has no `repository` (add it to its [package], or `repository.workspace = true`)",
+            "nccl-core has no `homepage` (add it to its [package], or `homepage.workspace = true`)",
+            "nccl-group's `documentation` is \"https://docs.rs/nccl-core\", expected \"https://docs.rs/nccl-group\"",
+        ]
+    );
+}
+
+fn published(name: &str, version: &str) -> Published {
+    Published {
+        name: name.into(),
+        version: version.into(),
+    }
+}
+
+#[test]
+fn the_closure_follows_normal_and_build_dependencies_not_dev_ones() {
+    // nccl-group -> nccl-tensor -> nccl-core -(build)-> nccl-sys; nccl-core
+    // also has a dev-dependency on nccl-perf, and benches (not published)
+    // depends on everything.
+    let mut sample = forwarding_sample(json!({}));
+    let mut perf = package("nccl-perf", "0.1.0", Some("1.88"));
+    perf["dependencies"] = json!([{ "name": "nccl-group", "kind": null }]);
+    let packages = sample["packages"].as_array_mut().unwrap();
+    for package in packages.iter_mut() {
+        if package["name"] == "nccl-core" {
+            package["dependencies"] = json!([
+                { "name": "cudarc", "kind": null },
+                { "name": "nccl-sys", "kind": "build" },
+                { "name": "nccl-perf", "kind": "dev" },
+            ]);
+        }
+    }
+    packages.push(perf.clone());
+    sample["workspace_members"]
+        .as_array_mut()
+        .unwrap()
+        .push(perf["id"].clone());
+
+    assert_eq!(
+        published_closure(&sample, &["nccl-group"]).unwrap(),
+        [
+            published("nccl-core", "0.1.0"),
+            published("nccl-tensor", "0.1.0"),
+            published("nccl-group", "0.1.0"),
+            published("nccl-sys", "0.1.0"),
+        ]
+    );
+    assert_eq!(
+        published_closure(&sample, &["nccl-sys"]).unwrap(),
+        [published("nccl-sys", "0.1.0")]
+    );
+}
+
+#[test]
+fn a_closure_root_that_is_not_published_is_refused() {
+    let sample = forwarding_sample(json!({}));
+    let error = published_closure(&sample, &["benches"])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        error,
+        "benches is no publishable workspace member (those are: nccl-core, nccl-tensor, nccl-group, nccl-sys)"
+    );
 }

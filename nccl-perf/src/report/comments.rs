@@ -340,9 +340,14 @@ mod tests {
         // The first lines of docs/measurements/h200-2026-12-02-tracking/tensor.txt,
         // `nccl-perf --compare raw,tensor -b 8 -e 128M -f 4 -w 10 -n 50` on one H200,
         // but for the N/A note, checked on its own below, and what was
-        // added since: nccl-tests 2.19's `unalign: 0` and the rotation.
+        // added since: nccl-tests 2.19's `unalign: 0` and the rotation. The
+        // run was nccl-perf 0.1.0's; the first line names the version built.
+        let first = format!(
+            "# nccl-perf {} (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
+            env!("CARGO_PKG_VERSION")
+        );
         let recorded = [
-            "# nccl-perf 0.1.0 (layer tensor vs raw) nccl-library 2.28.3 (libnccl.so.2)",
+            first.as_str(),
             "# nThread 1 nGpus 1 minBytes 8 maxBytes 134217728 step: 4(factor) warmup iters: 10 iters: 50 agg iters: 1 validation: 1 graph: 0 unalign: 0",
             "# timing: median of 5 batch(es) per size, mode and layer; -w warm-up calls of every size first, then per size and mode one waited call and batches of 50 back-to-back call(s), then one stream synchronisation (nccl-tests' order); each iteration at the next offset of buffers of -e bytes (nccl-tests' rotation)",
             "# compare: layers raw and tensor interleaved on the same buffers (warm-up raw, tensor, then batches raw, tensor, raw, ...); the table is tensor's; its 'ratio' column, last in each half, is time(tensor) / time(raw) at the same size and mode (< 1: tensor is faster); --json has both layers' rows",
@@ -403,7 +408,10 @@ mod tests {
         let lines = preamble(&plan, &machine);
         assert_eq!(
             lines[0],
-            "# nccl-perf 0.1.0 (layer raw) nccl-library 2.28.3 (libnccl.so.2)"
+            format!(
+                "# nccl-perf {} (layer raw) nccl-library 2.28.3 (libnccl.so.2)",
+                env!("CARGO_PKG_VERSION")
+            )
         );
         assert!(lines[1].starts_with("# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor)"));
         let devices: Vec<&String> = lines.iter().filter(|l| l.starts_with("#  Rank")).collect();
