@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use nccl_core::ResultCode;
 
-use crate::checks::Mismatch;
-use crate::dumps::DumpError;
+use crate::diagnostics::checks::Mismatch;
+use crate::diagnostics::dumps::DumpError;
+use crate::engine::capture::Uncapturable;
 use crate::failure::{Failure, FailureCause};
-use crate::group::Uncapturable;
-use crate::store::StoreError;
+use nccl_rendezvous::StoreError;
 
 mod op;
 

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::analysis::{Divergence, Ranks};
-use crate::checks::Collectives;
-use crate::group::SubGroup;
-use crate::ras::RasReport;
-use crate::recorder::{OpRecord, PeerProgress};
+use crate::diagnostics::analysis::{Divergence, Ranks};
+use crate::diagnostics::checks::Collectives;
+use crate::diagnostics::ras::RasReport;
+use crate::diagnostics::recorder::{OpRecord, PeerProgress};
+use crate::lineage::SubGroup;
 use nccl_core::ResultCode;
 
 /// The longest single sleep of [`Failure::wait_details`]: it sleeps again

@@ -55,48 +55,44 @@
 // Examples compile without warnings: one that calls a deprecated item fails its doctest.
 #![doc(test(attr(deny(warnings), allow(unused))))]
 
-pub mod analysis;
 mod bare;
-mod cache;
-mod checks;
-mod comms;
-pub mod dumps;
+mod diagnostics;
+mod engine;
 mod error;
 mod failure;
-mod group;
-mod key;
-mod peers;
-mod pool;
-pub mod ras;
-pub mod recorder;
-mod trace;
-mod verify;
-mod watchdog;
-mod work;
+mod generations;
+mod health;
+mod lineage;
+mod options;
 
 pub use bare::communicator;
-pub use checks::{MAX_CHECK_INTERVAL, Mismatch};
+pub use diagnostics::checks::{MAX_CHECK_INTERVAL, Mismatch};
+pub use diagnostics::{analysis, dumps, ras, recorder};
+pub use engine::batch::{Coalesced, P2POp};
+pub use engine::buffers::{GroupBuffers, GroupTensor};
+pub use engine::capture::{GraphCapture, Uncapturable};
+pub use engine::graph::GroupGraph;
+pub use engine::group::{OpResult, ProcessGroup};
+pub use engine::key::MAX_LOCAL_DEVICES;
+pub use engine::register::GroupRegistered;
+pub use engine::work::{Work, WorkBuffers};
 pub use error::{ErrorKind, GroupError, OpError, Result};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-pub use group::{
-    Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
-    GroupGraph, GroupOptions, GroupRegistered, GroupTensor, GrowOptions, GrowPath, Grown,
-    HealOptions, HealPath, Healed, OpResult, P2POp, ProcessGroup, SplitPath, StreamMode, SubGroup,
-    Uncapturable,
-};
-pub use key::MAX_LOCAL_DEVICES;
+pub use generations::grow::{GrowOptions, GrowPath, Grown};
+pub use generations::heal::{HealOptions, HealPath, Healed};
+pub use lineage::{SplitPath, SubGroup};
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
 pub use nccl_core::Config;
 /// The rendezvous stores, the launch environment and the meetings:
 /// [`nccl_rendezvous`], under the name this crate has always given them.
 pub use nccl_rendezvous as store;
+pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
     RendezvousConfig, Store, StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer,
     TcpStoreServerOptions,
 };
-pub use work::{Work, WorkBuffers};
 pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
 /// What most programs name: nccl-tensor's prelude (the tensor types,
@@ -127,8 +123,8 @@ pub struct FrameworkAuthorsDoctests;
 /// the cache keys and the event pool. Not a stable API.
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::cache::OnceMap;
-    pub use crate::comms::{CommCache, CommFactory, Membership};
-    pub use crate::key::{CommClass, CommKey, DeviceList, Members};
-    pub use crate::pool::DevicePool;
+    pub use crate::engine::cache::OnceMap;
+    pub use crate::engine::comms::{CommCache, CommFactory, Membership};
+    pub use crate::engine::key::{CommClass, CommKey, DeviceList, Members};
+    pub use crate::engine::pool::DevicePool;
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::analysis::{Deviation, Issued};
-use crate::key::DeviceList;
-use crate::recorder::OpState;
+use crate::diagnostics::analysis::{Deviation, Issued};
+use crate::diagnostics::recorder::OpState;
+use crate::engine::key::DeviceList;
 use nccl_core::DataType;
 
 fn record() -> OpRecord {
@@ -317,7 +317,7 @@ fn the_collective_checks_failures_name_the_check() {
 
 #[test]
 fn a_sub_groups_report_names_global_ranks() {
-    let subgroup = crate::group::SubGroup {
+    let subgroup = crate::lineage::SubGroup {
         parent: "world/sub0.0".into(),
         parent_generation: 0,
         index: 1,
@@ -325,7 +325,7 @@ fn a_sub_groups_report_names_global_ranks() {
         parent_ranks: vec![2, 0],
         root: "world".into(),
         global_ranks: vec![5, 1],
-        path: crate::group::SplitPath::Split,
+        path: crate::lineage::SplitPath::Split,
     };
     let failure = Failure::new(
         "world/sub0.0/sub1.0".into(),

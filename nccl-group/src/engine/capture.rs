@@ -1,0 +1,590 @@
+//! Operations on a stream that is being captured into a CUDA graph: what
+//! the group refuses to capture ([`Uncapturable`]), how it issues what it
+//! captures ([`ProcessGroup::run_captured`]: no end event, no watchdog, no
+//! record), where captured buffers wait for their graph ([`Keeper`]), and
+//! the capture the group begins itself ([`ProcessGroup::begin_capture`],
+//! [`GraphCapture`]), which ends in a [`GroupGraph`](super::GroupGraph).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream};
+use nccl_core::{CaptureStatus, Status};
+use nccl_tensor::{Access, Communicator};
+
+use crate::engine::graph::GroupGraph;
+use crate::engine::group::{OpResult, ProcessGroup};
+use crate::engine::handoff::check_stream;
+use crate::engine::issue::OpInfo;
+use crate::engine::key::{CommKey, DeviceList};
+use crate::engine::work::{Boxer, Work, WorkBuffers};
+use crate::error::{GroupError, OpError, Result};
+use crate::options::StreamMode;
+
+/// Why an operation (or a step of a capture) cannot be captured in a CUDA
+/// graph; each says what to do instead.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Uncapturable {
+    /// The operation runs on the group's own NCCL stream
+    /// ([`StreamMode::Separate`]).
+    SeparateStream,
+    /// A list form: one part per local GPU, on several streams.
+    SeveralDevices,
+    /// The group's barrier.
+    Barrier,
+    /// The communicator the operation needs does not exist yet.
+    NoCommunicator {
+        /// The device.
+        device: usize,
+    },
+    /// A buffer whose use on the capturing stream needs an event wait.
+    UnsettledBuffer,
+    /// The stream's capture was invalidated by an earlier call.
+    Invalidated,
+    /// [`ProcessGroup::begin_capture`] on a stream already being captured.
+    AlreadyCapturing,
+    /// An operation failed after NCCL saw it, during the capture.
+    FailedOperation,
+    /// [`GroupGraph::replay`](super::GroupGraph::replay) on a stream being captured.
+    ReplayWhileCapturing,
+    /// An operation on borrowed memory (`&mut CudaSlice<T>`, `CudaViewMut<T>`):
+    /// the graph would use it at every replay, after the borrow ends.
+    BorrowedMemory,
+}
+
+impl fmt::Display for Uncapturable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Uncapturable::SeparateStream => f.write_str(
+                "it runs on the group's own NCCL stream (StreamMode::Separate), and the event handoff would join \
+                 that stream, which every operation of the device shares, to the capture; issue it with \
+                 StreamMode::Caller (GraphCapture::group(), or group.with_stream_mode(StreamMode::Caller))",
+            ),
+            Uncapturable::SeveralDevices => f.write_str(
+                "a list form runs one part per local GPU in one NCCL group, on several streams, and the group \
+                 captures on one stream; issue it outside the capture",
+            ),
+            Uncapturable::Barrier => f.write_str(
+                "the barrier's cached buffer is ordered with events, which a capture cannot wait for (and a \
+                 barrier in a graph would hold every rank at each replay); capture an all_reduce of a one-element \
+                 tensor of your own instead",
+            ),
+            Uncapturable::NoCommunicator { device } => write!(
+                f,
+                "the group has no communicator for it on device {device} yet, and creating one meets the other \
+                 ranks and allocates GPU memory, which a capture forbids; issue one such operation (a warm-up) \
+                 before beginning the capture"
+            ),
+            Uncapturable::UnsettledBuffer => f.write_str(
+                "a buffer of it was last used on another stream, or read through cudarc, so using it on the \
+                 capturing stream needs an event wait, which a capture cannot record; issue one operation on it \
+                 on this stream before beginning the capture (a warm-up), and leave it alone until the capture",
+            ),
+            Uncapturable::Invalidated => f.write_str(
+                "the stream's capture was invalidated by an earlier call that captures forbid (a \
+                 synchronisation, an event query, a wait for an event recorded outside the capture); end it (its \
+                 graph is lost) and capture again",
+            ),
+            Uncapturable::AlreadyCapturing => {
+                f.write_str("the stream is already being captured; end that capture first")
+            }
+            Uncapturable::FailedOperation => f.write_str(
+                "an operation failed during the capture after NCCL saw it, so the graph may hold part of it, and \
+                 replaying it could leave the other ranks waiting; capture again",
+            ),
+            Uncapturable::ReplayWhileCapturing => f.write_str(
+                "the stream is being captured, so the replay would be captured too, and its end event, which the \
+                 watchdog polls, with it; replay on a stream that is not being captured",
+            ),
+            Uncapturable::BorrowedMemory => f.write_str(
+                "its buffers are borrowed (a &mut CudaSlice or a CudaViewMut), and the graph would use them at \
+                 every replay, after the borrow has ended; capture owned tensors, which the graph keeps \
+                 (Tensor::from_slice takes a CudaSlice over without a copy), or issue it outside the capture",
+            ),
+        }
+    }
+}
+
+/// Why an operation issued with `mode` (`capturable`: not the barrier)
+/// cannot be captured, checked before anything else.
+pub(crate) fn refusal(mode: StreamMode, capturable: bool) -> Option<Uncapturable> {
+    if !capturable {
+        Some(Uncapturable::Barrier)
+    } else if mode == StreamMode::Separate {
+        Some(Uncapturable::SeparateStream)
+    } else {
+        None
+    }
+}
+
+/// The error of `op` refused for `reason`.
+pub(crate) fn refused(op: &'static str, reason: Uncapturable) -> GroupError {
+    GroupError::Capture { op, reason }
+}
+
+/// Where the buffers of a capture's dropped works wait for its graph, and
+/// what the capture saw.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    parked: Mutex<Vec<Box<dyn WorkBuffers>>>,
+    operations: AtomicUsize,
+    failed: AtomicBool,
+}
+
+impl Keeper {
+    fn parked(&self) -> MutexGuard<'_, Vec<Box<dyn WorkBuffers>>> {
+        self.parked.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `buffers` as long as the keeper lives.
+    pub(crate) fn park(&self, buffers: Box<dyn WorkBuffers>) {
+        self.parked().push(buffers);
+    }
+
+    /// Makes the release of every parked buffer wait for `event`.
+    pub(crate) fn order_after(&self, event: &CudaEvent) {
+        for buffers in self.parked().iter() {
+            // A failure means a broken stream, on which nothing runs.
+            let _ = buffers.order_after(event);
+        }
+    }
+
+    /// Moves every buffer parked in `other` here.
+    fn take_from(&self, other: &Keeper) {
+        let moved = std::mem::take(&mut *other.parked());
+        self.parked().extend(moved);
+    }
+
+    /// The operations captured.
+    pub(crate) fn operations(&self) -> usize {
+        self.operations.load(Ordering::Relaxed)
+    }
+}
+
+/// The group's captures: the keeper of each capture it began, by stream;
+/// the keeper of works captured in captures it did not begin (kept until
+/// the group is dropped); and how many of its graphs live.
+#[derive(Default)]
+pub(crate) struct Captures {
+    active: Mutex<Vec<(usize, Arc<Keeper>)>>,
+    orphans: Arc<Keeper>,
+    live_graphs: Arc<AtomicUsize>,
+}
+
+/// A stream's identity while it lives.
+fn stream_key(stream: &CudaStream) -> usize {
+    stream.cu_stream() as usize
+}
+
+impl Captures {
+    fn active(&self) -> MutexGuard<'_, Vec<(usize, Arc<Keeper>)>> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The keeper of the capture on `stream`.
+    fn keeper_for(&self, stream: &CudaStream) -> Arc<Keeper> {
+        let key = stream_key(stream);
+        self.active().iter().find(|(of, _)| *of == key).map_or_else(
+            || Arc::clone(&self.orphans),
+            |(_, keeper)| Arc::clone(keeper),
+        )
+    }
+
+    fn begin(&self, stream: &CudaStream, keeper: Arc<Keeper>) {
+        self.active().push((stream_key(stream), keeper));
+    }
+
+    fn end(&self, keeper: &Arc<Keeper>) {
+        self.active()
+            .retain(|(_, active)| !Arc::ptr_eq(active, keeper));
+    }
+
+    /// Keeps `buffers` until the group is dropped.
+    pub(crate) fn adopt(&self, buffers: Box<dyn WorkBuffers>) {
+        self.orphans.park(buffers);
+    }
+
+    /// Keeps what `keeper` holds until the group is dropped.
+    pub(crate) fn adopt_parked(&self, keeper: &Keeper) {
+        self.orphans.take_from(keeper);
+    }
+
+    /// How many of the group's graphs live.
+    pub(crate) fn live_graphs(&self) -> usize {
+        self.live_graphs.load(Ordering::Acquire)
+    }
+
+    /// Counts a graph until the guard drops.
+    pub(crate) fn graph_alive(&self) -> LiveGraph {
+        self.live_graphs.fetch_add(1, Ordering::AcqRel);
+        LiveGraph(Arc::clone(&self.live_graphs))
+    }
+}
+
+/// Counts one live graph of the group until dropped.
+pub(crate) struct LiveGraph(Arc<AtomicUsize>);
+
+impl Drop for LiveGraph {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ProcessGroup {
+    /// Whether `caller` is being captured; an invalidated capture is an
+    /// error (nothing issued on it could run).
+    pub(crate) fn capture_status(&self, op: &'static str, caller: &CudaStream) -> Result<bool> {
+        match nccl_core::capture_status(caller)? {
+            CaptureStatus::None => Ok(false),
+            CaptureStatus::Active => Ok(true),
+            _ => Err(refused(op, Uncapturable::Invalidated)),
+        }
+    }
+
+    /// Issues one operation on one local device into the graph being
+    /// captured on `caller`: refused unless it runs on `caller`, its
+    /// communicator exists and its buffers need no event wait; enqueued
+    /// with no end event, no watchdog entry and no flight-recorder record
+    /// (the graph's replays get those); a captured [`Work`].
+    pub(crate) fn run_captured<B: WorkBuffers>(
+        &self,
+        info: OpInfo,
+        key: impl FnOnce(DeviceList) -> CommKey,
+        device: usize,
+        (mut buffers, keep): (B, Boxer<B>),
+        caller: &Arc<CudaStream>,
+        issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
+    ) -> OpResult<B> {
+        let keeper = self.inner.captures.keeper_for(caller);
+        let attempt = (|| {
+            self.check_live()?;
+            check_stream(info.op, caller, device)?;
+            if let Some(reason) = refusal(self.stream_mode, info.capturable) {
+                return Err(refused(info.op, reason));
+            }
+            let key = key(DeviceList::one(device)?);
+            let comms = self
+                .inner
+                .cache
+                .created(&key)
+                .ok_or_else(|| refused(info.op, Uncapturable::NoCommunicator { device }))?;
+            if !buffers.is_settled_on(caller, Access::Write) {
+                return Err(refused(info.op, Uncapturable::UnsettledBuffer));
+            }
+            let member = &comms.members[0];
+            let comm = member.lock();
+            let _enqueueing = member.enqueueing(Instant::now(), self.op_timeout);
+            let issued = || {
+                let status = issue(&comm, caller, &mut buffers)?;
+                if status == Status::InProgress {
+                    comm.core().wait_ready_within(info.op, self.op_timeout)?;
+                }
+                Ok::<_, GroupError>(())
+            };
+            issued().inspect_err(|error| {
+                // NCCL's own error (or a timeout waiting for it) may leave
+                // part of the operation in the graph.
+                if error.nccl_code().is_some() || error.is_timeout() {
+                    keeper.failed.store(true, Ordering::Release);
+                }
+            })?;
+            keeper.operations.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })();
+        match attempt {
+            Ok(()) => Ok(Work::captured(buffers, keeper, keep)),
+            Err(error) => Err(self.failed_op(error, buffers)),
+        }
+    }
+
+    /// Begins capturing `stream` into a CUDA graph
+    /// (`cuStreamBeginCapture`, in the thread-local capture mode, so other
+    /// threads' CUDA calls, the watchdog's included, are not restricted).
+    /// Issue the operations to capture on `stream` through
+    /// [`GraphCapture::group`] (or any handle of this group in
+    /// [`StreamMode::Caller`]), then [`GraphCapture::end`] with their
+    /// buffers: the [`GroupGraph`] replays them.
+    ///
+    /// Before the capture, issue each kind of operation once outside it
+    /// (a warm-up, as with any NCCL capture): that creates the
+    /// communicators, which a capture cannot, and leaves each tensor ready
+    /// for use on `stream` with no event wait, which a capture cannot
+    /// record either. Wait for the works issued before the capture
+    /// first: dropping one unwaited during the capture (or waiting for one
+    /// of [`StreamMode::Separate`]) makes a stream wait for an event
+    /// recorded outside the capture, which invalidates it. Every rank
+    /// captures the same operations in the same order, and replays the
+    /// graph as many times.
+    ///
+    /// ```no_run
+    /// # fn f(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>,
+    /// #      grads: nccl_tensor::Tensor<f32>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use nccl_core::ReduceOp;
+    /// let grads = group.all_reduce(grads, ReduceOp::Sum, stream)?.wait()?; // warm-up
+    /// let capture = group.begin_capture(stream)?;
+    /// let grads = capture.group().all_reduce(grads, ReduceOp::Sum, stream)?.wait()?; // captured
+    /// let graph = capture.end(grads)?;
+    /// for _ in 0..100 {
+    ///     graph.replay()?; // one all_reduce each, watched by the watchdog
+    /// }
+    /// let grads = graph.into_buffers()?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// An aborted, destroyed or failed group, a stream already being
+    /// captured ([`Uncapturable::AlreadyCapturing`]), or CUDA's refusal
+    /// (the legacy default stream cannot be captured).
+    pub fn begin_capture(&self, stream: &Arc<CudaStream>) -> Result<GraphCapture> {
+        self.check_live()?;
+        if nccl_core::capture_status(stream)? != CaptureStatus::None {
+            return Err(refused("begin_capture", Uncapturable::AlreadyCapturing));
+        }
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(nccl_core::Error::cuda("beginning a CUDA graph capture"))?;
+        let keeper = Arc::new(Keeper::default());
+        self.inner.captures.begin(stream, Arc::clone(&keeper));
+        Ok(GraphCapture {
+            group: self.with_stream_mode(StreamMode::Caller),
+            stream: Arc::clone(stream),
+            keeper,
+            open: true,
+        })
+    }
+}
+
+/// A CUDA graph capture the group began on a stream
+/// ([`ProcessGroup::begin_capture`]); [`GraphCapture::end`] ends it into a
+/// [`GroupGraph`]. Dropped unended, it ends the capture and discards the
+/// graph.
+#[must_use = "the capture ends, and its graph is discarded, when this is dropped: call end()"]
+pub struct GraphCapture {
+    group: ProcessGroup,
+    stream: Arc<CudaStream>,
+    keeper: Arc<Keeper>,
+    open: bool,
+}
+
+impl fmt::Debug for GraphCapture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GraphCapture")
+            .field("group", &self.group.name())
+            .field("operations", &self.keeper.operations())
+            .finish()
+    }
+}
+
+impl GraphCapture {
+    /// The group, as a handle whose operations run on the caller's stream
+    /// ([`StreamMode::Caller`]): the one to issue the captured operations
+    /// through.
+    pub fn group(&self) -> &ProcessGroup {
+        &self.group
+    }
+
+    /// The stream being captured.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// How many of the group's operations were captured so far.
+    pub fn operations(&self) -> usize {
+        self.keeper.operations()
+    }
+
+    /// Ends the capture and instantiates its graph, which keeps `buffers`
+    /// (every buffer of the captured operations that the caller holds)
+    /// until it is dropped or gives them back
+    /// ([`GroupGraph::into_buffers`]). A capture with nothing in it (an
+    /// in-place operation at world size 1 enqueues nothing) replays as
+    /// nothing.
+    ///
+    /// # Errors
+    /// With the buffers: CUDA's refusal to end or instantiate (an
+    /// invalidated capture), or an operation that failed during the
+    /// capture ([`Uncapturable::FailedOperation`]); the capture is over
+    /// either way.
+    ///
+    /// The graph owns its buffers: borrowed memory, which it would use
+    /// after the borrow ends, does not compile here (and an operation on
+    /// it is not captured: [`Uncapturable::BorrowedMemory`]):
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(group: &nccl_group::ProcessGroup, stream: &std::sync::Arc<nccl_core::CudaStream>) -> nccl_group::Result<()> {
+    /// let graph = {
+    ///     let mut grads = stream.alloc_zeros::<f32>(4).map_err(nccl_core::Error::cuda("alloc"))?;
+    ///     let capture = group.begin_capture(stream)?;
+    ///     capture.end(&mut grads)? // error: the graph would outlive `grads`
+    /// };
+    /// graph.replay()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn end<B: WorkBuffers + 'static>(
+        mut self,
+        buffers: B,
+    ) -> Result<GroupGraph<B>, Box<OpError<B>>> {
+        let ended = self.finish().and_then(|graph| {
+            if self.keeper.failed.load(Ordering::Acquire) {
+                Err(refused("GraphCapture::end", Uncapturable::FailedOperation))
+            } else {
+                Ok(graph)
+            }
+        });
+        match ended {
+            Ok(graph) => GroupGraph::new(
+                self.group.clone(),
+                Arc::clone(&self.stream),
+                graph,
+                buffers,
+                Arc::clone(&self.keeper),
+            ),
+            Err(error) => Err(Box::new(OpError { error, buffers })),
+        }
+    }
+
+    /// Ends the capture (once) and forgets its keeper in the group.
+    fn finish(&mut self) -> Result<Option<CudaGraph>> {
+        self.open = false;
+        self.group.inner.captures.end(&self.keeper);
+        Ok(self
+            .stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(nccl_core::Error::cuda("ending the CUDA graph capture"))?)
+    }
+}
+
+impl Drop for GraphCapture {
+    fn drop(&mut self) {
+        if self.open {
+            // Nothing of it ever ran: the graph and the buffers just go.
+            let _ = self.finish();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn only_operations_on_the_callers_stream_are_captured_and_never_the_barrier() {
+        assert_eq!(refusal(StreamMode::Caller, true), None);
+        assert_eq!(
+            refusal(StreamMode::Separate, true),
+            Some(Uncapturable::SeparateStream)
+        );
+        for mode in [StreamMode::Caller, StreamMode::Separate] {
+            assert_eq!(refusal(mode, false), Some(Uncapturable::Barrier));
+        }
+    }
+
+    #[test]
+    fn every_refusal_says_why_and_what_to_do() {
+        let cases = [
+            (Uncapturable::SeparateStream, "StreamMode::Caller"),
+            (Uncapturable::SeveralDevices, "outside the capture"),
+            (Uncapturable::Barrier, "all_reduce of a one-element tensor"),
+            (
+                Uncapturable::NoCommunicator { device: 3 },
+                "on device 3 yet",
+            ),
+            (
+                Uncapturable::UnsettledBuffer,
+                "before beginning the capture",
+            ),
+            (Uncapturable::Invalidated, "capture again"),
+            (Uncapturable::AlreadyCapturing, "end that capture first"),
+            (Uncapturable::FailedOperation, "capture again"),
+            (Uncapturable::ReplayWhileCapturing, "not being captured"),
+            (Uncapturable::BorrowedMemory, "capture owned tensors"),
+        ];
+        for (reason, fix) in cases {
+            let error = refused("all_reduce", reason.clone());
+            assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+            let text = error.to_string();
+            assert!(
+                text.starts_with("all_reduce in a CUDA graph capture: "),
+                "{text}"
+            );
+            assert!(text.contains(fix), "{reason:?}: {text}");
+            assert!(!error.is_timeout());
+        }
+    }
+
+    /// Buffers that hold a count, to see when they are dropped.
+    struct Held {
+        _count: Arc<()>,
+    }
+
+    impl WorkBuffers for Held {
+        fn order_after(
+            &self,
+            _event: &CudaEvent,
+        ) -> std::result::Result<(), cudarc::driver::DriverError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn parked_buffers_live_as_long_as_their_keeper() {
+        let held = Arc::new(());
+        let keeper = Arc::new(Keeper::default());
+        keeper.park(Box::new((
+            Held {
+                _count: Arc::clone(&held),
+            },
+            (),
+        )));
+        assert_eq!(Arc::strong_count(&held), 2, "parked, not dropped");
+        let graph = Arc::clone(&keeper);
+        drop(keeper);
+        assert_eq!(Arc::strong_count(&held), 2, "still kept by the graph");
+        drop(graph);
+        assert_eq!(Arc::strong_count(&held), 1, "released with the last keeper");
+    }
+
+    #[test]
+    fn the_group_adopts_what_a_graph_cannot_release() {
+        let captures = Captures::default();
+        let held = Arc::new(());
+        let graph = Keeper::default();
+        graph.park(Box::new(Held {
+            _count: Arc::clone(&held),
+        }));
+        captures.adopt_parked(&graph);
+        captures.adopt(Box::new(Held {
+            _count: Arc::clone(&held),
+        }));
+        drop(graph);
+        assert_eq!(Arc::strong_count(&held), 3, "both kept by the group");
+        drop(captures);
+        assert_eq!(Arc::strong_count(&held), 1);
+    }
+
+    #[test]
+    fn captures_find_their_keeper_by_stream_and_count_live_graphs() {
+        let captures = Captures::default();
+        assert_eq!(captures.live_graphs(), 0);
+        let first = captures.graph_alive();
+        let second = captures.graph_alive();
+        assert_eq!(captures.live_graphs(), 2);
+        drop(first);
+        assert_eq!(captures.live_graphs(), 1);
+        drop(second);
+        assert_eq!(captures.live_graphs(), 0);
+        let keeper = Arc::new(Keeper::default());
+        let other = Arc::new(Keeper::default());
+        captures.active().push((0xabc, Arc::clone(&keeper)));
+        captures.active().push((0xdef, Arc::clone(&other)));
+        captures.end(&keeper);
+        let active = captures.active();
+        assert_eq!(active.len(), 1);
+        assert!(Arc::ptr_eq(&active[0].1, &other));
+    }
+}

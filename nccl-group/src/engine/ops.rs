@@ -1,0 +1,351 @@
+//! The group's operations, with torch's names. Each is one nccl-core
+//! [`Op`] (the collectives as three tables of whole signatures: one local
+//! GPU, one part per local GPU, a method of [`Coalesced`]), issued by
+//! [`ProcessGroup::issue`] on one local device or by
+//! [`ProcessGroup::issue_multi`] on one part per local device (the spec's
+//! list forms; global rank = process rank x devices + index, and
+//! `streams[i]` is the caller's stream on part `i`'s device). The argument
+//! rules are nccl-tensor's ([`nccl_tensor::rules`], checked once per
+//! device by its plan step); the group adds the device list, the stream
+//! count and, for sends and receives, a peer that is another process.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nccl_core::{Group, Op, ReduceOp, Status};
+use nccl_tensor::{Communicator, NcclType, Tensor, nccl_rank};
+
+use crate::engine::batch::Coalesced;
+use crate::engine::buffers::{GroupBuffers, GroupTensor};
+use crate::engine::group::{OpResult, ProcessGroup};
+use crate::engine::issue::OpInfo;
+use crate::engine::key::CommKey;
+use crate::engine::work::{Boxer, Work, WorkBuffers, boxed};
+use crate::error::{OpError, Result};
+
+/// One tensor per local GPU, for the list forms.
+type Parts<T> = Vec<Tensor<T>>;
+/// One `(output, input)` pair per local GPU, for the list forms.
+type PairParts<T> = Vec<(Tensor<T>, Tensor<T>)>;
+
+impl ProcessGroup {
+    /// Runs NCCL calls of your own on the group's communicator for
+    /// `device` (its collective communicator, the one all_reduce uses),
+    /// with everything the group's own operations get: the two-way event
+    /// sync with `stream`, the deadline and watchdog, the flight recorder
+    /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
+    /// gets the communicator and the stream to enqueue on (the NCCL
+    /// stream, or `stream` itself with
+    /// [`StreamMode::Caller`](super::StreamMode::Caller)); every rank must
+    /// issue matching calls, as with any collective. `issue` runs inside
+    /// one NCCL group, so it may make several calls; on a nonblocking
+    /// communicator ([`CommMode::Nonblocking`](super::CommMode::Nonblocking))
+    /// NCCL may answer `ncclInProgress`, and the group's end is waited for.
+    ///
+    /// The buffers are owned (`'static`), and the flight record names no
+    /// data type and no element counts. For memory a framework owns (a
+    /// `&mut CudaSlice<T>` or a `CudaViewMut<T>`), call the named
+    /// operations on the borrow instead: they check it, record its counts
+    /// and return a [`Work`] that holds the borrow
+    /// ([`ProcessGroup`]'s "Borrowed memory").
+    ///
+    /// # Errors
+    /// As the group's operations: an aborted or failed group, a stream on
+    /// another device, a failed rendezvous, or `issue`'s error, with the
+    /// buffers handed back.
+    pub fn custom<B: WorkBuffers + 'static>(
+        &self,
+        name: &'static str,
+        device: usize,
+        buffers: B,
+        stream: &Arc<CudaStream>,
+        issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
+    ) -> OpResult<B> {
+        let grouped = |comm: &Communicator, nccl_stream: &Arc<CudaStream>, buffers: &mut B| {
+            let group = Group::start()?;
+            let issued = issue(comm, nccl_stream, buffers);
+            let ended = group.end();
+            let (issued, ended) = (issued?, ended?);
+            Ok(
+                if issued == Status::InProgress || ended == Status::InProgress {
+                    Status::InProgress
+                } else {
+                    Status::Success
+                },
+            )
+        };
+        let info = OpInfo::untyped(name);
+        let owned = (buffers, Some(boxed::<B> as Boxer<B>));
+        self.run_one(info, CommKey::Collective, device, owned, stream, grouped)
+    }
+
+    /// Synchronises every process: work queued on `stream` after the
+    /// returned work's `wait()` starts once all have reached the barrier.
+    /// Never captured in a CUDA graph
+    /// ([`Uncapturable::Barrier`](crate::Uncapturable::Barrier)).
+    ///
+    /// # Errors
+    /// As [`ProcessGroup::issue`].
+    pub fn barrier(&self, stream: &Arc<CudaStream>) -> Result<Work<()>> {
+        let device = stream.context().ordinal();
+        let info = OpInfo {
+            capturable: false,
+            ..OpInfo::untyped("barrier")
+        };
+        let nothing = ((), Some(boxed::<()> as Boxer<()>));
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            nothing,
+            stream,
+            |c, s, _| c.barrier(s),
+        )
+        .map_err(|e| e.error)
+    }
+
+    /// Issues the operation `op` makes (or hands `buffers` back with its
+    /// error: a rank nccl-core's `i32` cannot hold) on one local device.
+    fn issue_made<B: GroupBuffers>(
+        &self,
+        op: Result<Op<'static>>,
+        buffers: B,
+        stream: &Arc<CudaStream>,
+    ) -> OpResult<B> {
+        match op {
+            Ok(op) => self.issue(op, buffers, stream),
+            Err(error) => Err(Box::new(OpError { error, buffers })),
+        }
+    }
+
+    /// [`ProcessGroup::issue_made`] on one part per local device.
+    fn issue_multi_made<B: GroupBuffers>(
+        &self,
+        op: Result<Op<'static>>,
+        buffers: Vec<B>,
+        streams: &[Arc<CudaStream>],
+    ) -> OpResult<Vec<B>> {
+        match op {
+            Ok(op) => self.issue_multi(op, buffers, streams),
+            Err(error) => Err(Box::new(OpError { error, buffers })),
+        }
+    }
+}
+
+/// The group's operations on one local GPU: each row is the whole
+/// signature, after `&self` and before the caller's `stream`, then the
+/// operation and the buffers it is issued on.
+macro_rules! single_operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident<$b:ident: $bound:ident>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+            $(where $wt:ty: $wb:ident)? => $op:expr, $buffers:expr;
+    )*) => {
+        impl ProcessGroup {$(
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A rank past `i32::MAX`; otherwise as [`ProcessGroup::issue`].
+            pub fn $name<$b: $bound>(
+                &self,
+                $($arg: $ty,)*
+                stream: &Arc<CudaStream>,
+            ) -> OpResult<$ret>
+            $(where $wt: $wb)?
+            {
+                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                #[allow(clippy::redundant_closure_call)]
+                let op = (|| Ok($op))();
+                self.issue_made(op, $buffers, stream)
+            }
+        )*}
+    };
+}
+
+/// The group's operations on one part per local GPU (the spec's list
+/// forms): each row as in `single_operations!`, before the callers'
+/// `streams` (one per part).
+macro_rules! multi_operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident<$t:ident: NcclType>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $op:expr, $buffers:expr;
+    )*) => {
+        impl ProcessGroup {$(
+            $(#[$doc])*
+            ///
+            /// # Errors
+            /// A rank past `i32::MAX`; otherwise as [`ProcessGroup::issue_multi`].
+            pub fn $name<$t: NcclType>(
+                &self,
+                $($arg: $ty,)*
+                streams: &[Arc<CudaStream>],
+            ) -> OpResult<$ret> {
+                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                #[allow(clippy::redundant_closure_call)]
+                let op = (|| Ok($op))();
+                self.issue_multi_made(op, $buffers, streams)
+            }
+        )*}
+    };
+}
+
+/// The collectives a [`Coalesced`] batch takes: each row the whole
+/// signature after `&mut self`; the method adds the operation on
+/// `buffers` to the batch. A rank past `i32::MAX` is refused when the
+/// batch is issued.
+macro_rules! coalesced_operations {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident(buffers: B $(, $arg:ident: $ty:ty)* $(,)?) => $op:expr;
+    )*) => {
+        impl<B: GroupBuffers> Coalesced<'_, B> {$(
+            $(#[$doc])*
+            pub fn $name(&mut self, buffers: B $(, $arg: $ty)*) -> &mut Self {
+                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                #[allow(clippy::redundant_closure_call)]
+                let op = (|| Ok($op))();
+                self.push_made(op, buffers)
+            }
+        )*}
+    };
+}
+
+single_operations! {
+    /// Reduces `tensor` across every process, in place
+    /// (`torch.distributed.all_reduce`).
+    fn all_reduce<B: GroupTensor>(tensor: B, op: ReduceOp) -> B => Op::AllReduce(op.into()), tensor;
+
+    /// Copies `tensor` from global rank `root` to every rank, in place
+    /// (`torch.distributed.broadcast`).
+    fn broadcast<B: GroupTensor>(tensor: B, root: usize) -> B
+        => Op::Broadcast { root: nccl_rank("root", root)? }, tensor;
+
+    /// Reduces `tensor` across every process into global rank `root`, in
+    /// place (`torch.distributed.reduce`).
+    fn reduce<B: GroupTensor>(tensor: B, op: ReduceOp, root: usize) -> B
+        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? }, tensor;
+
+    /// Gathers every rank's `input` into `output` (world x input elements),
+    /// in rank order (`torch.distributed.all_gather_into_tensor`). The
+    /// work holds `(output, input)`.
+    fn all_gather_into_tensor<B: GroupTensor>(output: B, input: B::Input) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::AllGather, (output, input);
+
+    /// Reduces `input` (world x output elements) and scatters it: each rank
+    /// gets its block in `output` (`torch.distributed.reduce_scatter_tensor`).
+    /// The work holds `(output, input)`.
+    fn reduce_scatter_tensor<B: GroupTensor>(output: B, input: B::Input, op: ReduceOp) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::ReduceScatter(op.into()), (output, input);
+
+    /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
+    /// rank order (`torch.distributed.all_to_all_single` with equal
+    /// splits). The work holds `(output, input)`.
+    fn all_to_all_single<B: GroupTensor>(output: B, input: B::Input) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::AllToAll, (output, input);
+
+    /// Gathers every rank's `input` into `output` (world x input elements)
+    /// on global rank `root`, in rank order (`torch.distributed.gather`
+    /// into one tensor); elsewhere `output` is not touched and may be
+    /// empty. The work holds `(output, input)`.
+    fn gather<B: GroupTensor>(output: B, input: B::Input, root: usize) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::Gather { root: nccl_rank("root", root)? }, (output, input);
+
+    /// Scatters `input` (world x output elements) of global rank `root`:
+    /// each rank gets its block in `output` (`torch.distributed.scatter`
+    /// from one tensor); elsewhere `input` is not read and may be empty.
+    /// The work holds `(output, input)`.
+    fn scatter<B: GroupTensor>(output: B, input: B::Input, root: usize) -> (B, B::Input)
+        where (B, B::Input): GroupBuffers => Op::Scatter { root: nccl_rank("root", root)? }, (output, input);
+
+    /// Sends `tensor` to process `dst` over the pair's own communicator
+    /// (`torch.distributed.send`). Checks: `dst` another process's rank.
+    fn send<B: GroupTensor>(tensor: B, dst: usize) -> B
+        => Op::Send { peer: nccl_rank("dst", dst)? }, tensor;
+
+    /// Receives into `tensor` from process `src` over the pair's own
+    /// communicator (`torch.distributed.recv`). Checks: `src` another
+    /// process's rank.
+    fn recv<B: GroupTensor>(tensor: B, src: usize) -> B
+        => Op::Recv { peer: nccl_rank("src", src)? }, tensor;
+}
+
+multi_operations! {
+    /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
+    fn all_reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp) -> Parts<T>
+        => Op::AllReduce(op.into()), tensors;
+
+    /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
+    fn broadcast_multi<T: NcclType>(tensors: Parts<T>, root: usize) -> Parts<T>
+        => Op::Broadcast { root: nccl_rank("root", root)? }, tensors;
+
+    /// [`ProcessGroup::reduce`] over one tensor per local GPU.
+    fn reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: usize) -> Parts<T>
+        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? }, tensors;
+
+    /// [`ProcessGroup::all_gather_into_tensor`] with one `(output, input)`
+    /// per local GPU.
+    fn all_gather_into_tensor_multi<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
+        => Op::AllGather, pairs;
+
+    /// [`ProcessGroup::reduce_scatter_tensor`] with one `(output, input)`
+    /// per local GPU.
+    fn reduce_scatter_tensor_multi<T: NcclType>(pairs: PairParts<T>, op: ReduceOp) -> PairParts<T>
+        => Op::ReduceScatter(op.into()), pairs;
+
+    /// [`ProcessGroup::all_to_all_single`] with one `(output, input)` per
+    /// local GPU.
+    fn all_to_all_single_multi<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
+        => Op::AllToAll, pairs;
+
+    /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
+    fn gather_multi<T: NcclType>(pairs: PairParts<T>, root: usize) -> PairParts<T>
+        => Op::Gather { root: nccl_rank("root", root)? }, pairs;
+
+    /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
+    fn scatter_multi<T: NcclType>(pairs: PairParts<T>, root: usize) -> PairParts<T>
+        => Op::Scatter { root: nccl_rank("root", root)? }, pairs;
+
+    /// [`ProcessGroup::send`] from one tensor per local GPU: local device
+    /// `i` sends to process `dst`'s device `i` (both processes pass the
+    /// same number of tensors), over the pair's own communicator, in one
+    /// group.
+    fn send_multi<T: NcclType>(tensors: Parts<T>, dst: usize) -> Parts<T>
+        => Op::Send { peer: nccl_rank("dst", dst)? }, tensors;
+
+    /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
+    /// `i` receives from process `src`'s device `i`.
+    fn recv_multi<T: NcclType>(tensors: Parts<T>, src: usize) -> Parts<T>
+        => Op::Recv { peer: nccl_rank("src", src)? }, tensors;
+}
+
+coalesced_operations! {
+    /// Adds [`ProcessGroup::all_reduce`] on `buffers` to the batch.
+    fn all_reduce(buffers: B, op: ReduceOp) => Op::AllReduce(op.into());
+
+    /// Adds [`ProcessGroup::broadcast`] on `buffers` to the batch.
+    fn broadcast(buffers: B, root: usize) => Op::Broadcast { root: nccl_rank("root", root)? };
+
+    /// Adds [`ProcessGroup::reduce`] on `buffers` to the batch.
+    fn reduce(buffers: B, op: ReduceOp, root: usize)
+        => Op::Reduce { op: op.into(), root: nccl_rank("root", root)? };
+
+    /// Adds [`ProcessGroup::all_gather_into_tensor`] on `buffers`
+    /// (`(output, input)`) to the batch.
+    fn all_gather_into_tensor(buffers: B) => Op::AllGather;
+
+    /// Adds [`ProcessGroup::reduce_scatter_tensor`] on `buffers`
+    /// (`(output, input)`) to the batch.
+    fn reduce_scatter_tensor(buffers: B, op: ReduceOp) => Op::ReduceScatter(op.into());
+
+    /// Adds [`ProcessGroup::all_to_all_single`] on `buffers`
+    /// (`(output, input)`) to the batch.
+    fn all_to_all_single(buffers: B) => Op::AllToAll;
+
+    /// Adds [`ProcessGroup::gather`] on `buffers` (`(output, input)`) to
+    /// the batch.
+    fn gather(buffers: B, root: usize) => Op::Gather { root: nccl_rank("root", root)? };
+
+    /// Adds [`ProcessGroup::scatter`] on `buffers` (`(output, input)`) to
+    /// the batch.
+    fn scatter(buffers: B, root: usize) => Op::Scatter { root: nccl_rank("root", root)? };
+}
