@@ -6,15 +6,17 @@ use std::time::Duration;
 
 use nccl_core::ResultCode;
 
-use crate::diagnostics::checks::Mismatch;
 use crate::diagnostics::dumps::DumpError;
-use crate::engine::capture::Uncapturable;
 use crate::failure::{Failure, FailureCause};
 use nccl_rendezvous::StoreError;
 
+mod mismatch;
 mod op;
+mod uncapturable;
 
+pub use mismatch::Mismatch;
 pub use op::OpError;
+pub use uncapturable::Uncapturable;
 
 /// What kind of failure a process-group error is: every kind of
 /// nccl-core's [`ErrorKind`](nccl_core::ErrorKind) (which nccl-tensor's

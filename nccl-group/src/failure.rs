@@ -6,7 +6,6 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::{Divergence, Ranks};
-use crate::diagnostics::checks::Collectives;
 use crate::diagnostics::ras::RasReport;
 use crate::diagnostics::recorder::{OpRecord, PeerProgress};
 use crate::lineage::SubGroup;
@@ -570,6 +569,18 @@ impl fmt::Display for Failure {
             None => {}
         }
         write!(f, ". Create a new group to continue.")
+    }
+}
+
+/// `collective #57`, `collectives #48-#63`.
+pub(crate) struct Collectives(pub(crate) u64, pub(crate) u64);
+
+impl fmt::Display for Collectives {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 == self.1 {
+            true => write!(f, "collective #{}", self.0),
+            false => write!(f, "collectives #{}-#{}", self.0, self.1),
+        }
     }
 }
 

@@ -56,6 +56,7 @@
 #![doc(test(attr(deny(warnings), allow(unused))))]
 
 mod bare;
+mod devices;
 mod diagnostics;
 mod engine;
 mod error;
@@ -66,17 +67,18 @@ mod lineage;
 mod options;
 
 pub use bare::communicator;
-pub use diagnostics::checks::{MAX_CHECK_INTERVAL, Mismatch};
+pub use devices::MAX_LOCAL_DEVICES;
+pub use diagnostics::checks::MAX_CHECK_INTERVAL;
+pub use diagnostics::dumps::DUMP_DIR_VARIABLE;
 pub use diagnostics::{analysis, dumps, ras, recorder};
 pub use engine::batch::{Coalesced, P2POp};
 pub use engine::buffers::{GroupBuffers, GroupTensor};
-pub use engine::capture::{GraphCapture, Uncapturable};
+pub use engine::capture::GraphCapture;
 pub use engine::graph::GroupGraph;
 pub use engine::group::{OpResult, ProcessGroup};
-pub use engine::key::MAX_LOCAL_DEVICES;
 pub use engine::register::GroupRegistered;
 pub use engine::work::{Work, WorkBuffers};
-pub use error::{ErrorKind, GroupError, OpError, Result};
+pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use generations::grow::{GrowOptions, GrowPath, Grown};
 pub use generations::heal::{HealOptions, HealPath, Healed};
@@ -86,7 +88,7 @@ pub use nccl_core::Config;
 /// The rendezvous stores, the launch environment and the meetings:
 /// [`nccl_rendezvous`], under the name this crate has always given them.
 pub use nccl_rendezvous as store;
-pub use options::{CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GroupOptions, StreamMode};
+pub use options::{CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, StreamMode};
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
     C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
@@ -123,8 +125,9 @@ pub struct FrameworkAuthorsDoctests;
 /// the cache keys and the event pool. Not a stable API.
 #[doc(hidden)]
 pub mod testing {
+    pub use crate::devices::DeviceList;
     pub use crate::engine::cache::OnceMap;
     pub use crate::engine::comms::{CommCache, CommFactory, Membership};
-    pub use crate::engine::key::{CommClass, CommKey, DeviceList, Members};
+    pub use crate::engine::key::{CommClass, CommKey, Members};
     pub use crate::engine::pool::DevicePool;
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use nccl_core::Config;
 
 use crate::diagnostics::checks::MAX_CHECK_INTERVAL;
+use crate::diagnostics::dumps::DUMP_DIR_VARIABLE;
 use crate::diagnostics::recorder::MAX_RECORDER_CAPACITY;
 use crate::error::{GroupError, Result};
 use crate::failure::FailurePolicy;
@@ -194,9 +195,6 @@ pub enum CommMode {
 
 /// The default [`GroupOptions::op_timeout`] (as PyTorch's NCCL process group).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// The environment variable that sets the default [`GroupOptions::dump_dir`].
-pub const DUMP_DIR_VARIABLE: &str = "NCCL_GROUP_DUMP_DIR";
 
 impl GroupOptions {
     /// With `streams` NCCL streams per device.

@@ -19,12 +19,10 @@
 //! [`GroupOptions::collective_checks`]: crate::GroupOptions::collective_checks
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
-use crate::failure::Failure;
 use nccl_rendezvous::Store;
 
 /// The most collectives one check may cover
@@ -36,60 +34,6 @@ pub const MAX_CHECK_INTERVAL: u32 = 1024;
 /// How long one wait for the other ranks' fingerprints lasts before the
 /// check looks whether the group is still live.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
-
-/// What the collective check found: the ranks did not issue the same
-/// collectives. [`GroupError::Mismatch`](crate::GroupError::Mismatch)
-/// carries it to the rank whose check found it; the group failed
-/// ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)), so every
-/// later call and pending operation gets the failure.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Mismatch {
-    /// The first collective the ranks did not issue alike: which ranks
-    /// issued what.
-    pub divergence: Divergence,
-    /// The first and last collective the failed check covered, in this
-    /// rank's numbering. The last was not enqueued, on this rank nor on
-    /// any other (every rank checks before it enqueues it); with a check
-    /// every `K > 1` collectives, the others were.
-    pub checked: (u64, u64),
-    /// The group's failure.
-    pub failure: Arc<Failure>,
-}
-
-/// `process group "trainer" (rank 0 of 4): the collective check of
-/// collective #57 found that the ranks did not issue the same
-/// collectives: rank 3 issued ...; collective #57 was not enqueued, and
-/// the group failed. Create a new group to continue.`
-impl fmt::Display for Mismatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let failure = &self.failure;
-        write!(
-            f,
-            "process group {:?} (rank {} of {}): the collective check of {} found that the ranks did not \
-             issue the same collectives: {}; collective #{} was not enqueued, and the group failed. Create a \
-             new group to continue.",
-            failure.group,
-            failure.rank,
-            failure.world_size,
-            Collectives(self.checked.0, self.checked.1),
-            self.divergence,
-            self.checked.1
-        )
-    }
-}
-
-/// `collective #57`, `collectives #48-#63`.
-pub(crate) struct Collectives(pub(crate) u64, pub(crate) u64);
-
-impl fmt::Display for Collectives {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 == self.1 {
-            true => write!(f, "collective #{}", self.0),
-            false => write!(f, "collectives #{}-#{}", self.0, self.1),
-        }
-    }
-}
 
 /// Why a check stopped a collective.
 #[derive(Debug)]

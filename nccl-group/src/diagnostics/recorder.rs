@@ -17,9 +17,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nccl_core::DataType;
 use serde::{Serialize, Serializer};
 
+use crate::devices::DeviceList;
 use crate::diagnostics::analysis::Divergence;
 use crate::diagnostics::ras::RasReport;
-use crate::engine::key::DeviceList;
 
 /// What became of a recorded operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -70,7 +70,7 @@ impl<B: GroupBuffers> P2POp<B> {
     /// # Errors
     /// An error of kind [`InvalidArgument`](crate::ErrorKind::InvalidArgument)
     /// for a peer past `i32::MAX` ([`nccl_tensor::nccl_rank`]).
-    pub fn op(&self) -> crate::Result<Op<'static>> {
+    pub fn op(&self) -> crate::error::Result<Op<'static>> {
         Ok(if self.send {
             Op::Send {
                 peer: nccl_rank("dst", self.peer)?,
@@ -157,7 +157,11 @@ impl<B: GroupBuffers> Coalesced<'_, B> {
     /// Adds the operation `op` made, or keeps its error for
     /// [`Coalesced::issue`] (the buffers stay in the batch, to be handed
     /// back).
-    pub(crate) fn push_made(&mut self, op: crate::Result<Op<'static>>, buffers: B) -> &mut Self {
+    pub(crate) fn push_made(
+        &mut self,
+        op: crate::error::Result<Op<'static>>,
+        buffers: B,
+    ) -> &mut Self {
         match op {
             Ok(op) => self.push(op, buffers),
             Err(error) => {
@@ -240,7 +244,7 @@ impl ProcessGroup {
         ops: Vec<P2POp<B>>,
         stream: &Arc<CudaStream>,
     ) -> OpResult<Vec<B>> {
-        let made: crate::Result<Vec<Op<'static>>> = ops.iter().map(P2POp::op).collect();
+        let made: crate::error::Result<Vec<Op<'static>>> = ops.iter().map(P2POp::op).collect();
         let tensors = ops.into_iter().map(P2POp::into_tensor).collect();
         match made {
             Ok(ops) => self.issue_batch("batch_isend_irecv", ops, tensors, stream),

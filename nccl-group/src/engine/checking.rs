@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Issued;
-use crate::diagnostics::checks::{Checked, Checker, Mismatch, Stop};
+use crate::diagnostics::checks::{Checked, Checker, Stop};
 use crate::engine::comms::Membership;
 use crate::engine::failing::Finish;
 use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
+use crate::error::Mismatch;
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
 

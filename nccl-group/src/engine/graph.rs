@@ -6,13 +6,15 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaGraph, CudaStream};
 
-use crate::engine::capture::{Keeper, LiveGraph, Uncapturable, refused};
+use crate::devices::DeviceList;
+use crate::engine::capture::{Keeper, LiveGraph, refused};
 use crate::engine::group::ProcessGroup;
 use crate::engine::handoff::end_event_in;
 use crate::engine::issue::OpInfo;
-use crate::engine::key::{CommKey, DeviceList};
+use crate::engine::key::CommKey;
 use crate::engine::pool::DevicePool;
 use crate::engine::work::{Ends, WorkBuffers};
+use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 
 /// A CUDA graph of the group's operations, captured on one stream

@@ -502,7 +502,7 @@ mod tests {
             matches!(error, GroupError::GraphsAlive { graphs: 1, .. }),
             "{error}"
         );
-        assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument);
+        assert_eq!(error.kind(), crate::error::ErrorKind::InvalidArgument);
         assert!(
             error.to_string().contains("drop the GroupGraphs first"),
             "{error}"

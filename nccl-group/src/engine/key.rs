@@ -2,20 +2,11 @@
 //! communicators the pair of process ranks. Fixed-size and `Copy`, so a
 //! lookup allocates nothing.
 
-use std::fmt;
-
+use crate::devices::DeviceList;
 use crate::error::{GroupError, Result};
 
-/// The most local GPUs one process may drive in one call.
-pub const MAX_LOCAL_DEVICES: usize = 16;
-
-/// An ordered list of local device ordinals.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DeviceList {
-    len: u8,
-    ordinals: [u16; MAX_LOCAL_DEVICES],
-}
-
+/// The device lists a caller may give, refused with
+/// [`GroupError::InvalidArgument`] otherwise.
 impl DeviceList {
     /// One device.
     pub fn one(ordinal: usize) -> Result<Self> {
@@ -25,74 +16,14 @@ impl DeviceList {
     /// The devices in call order.
     ///
     /// # Errors
-    /// None, more than [`MAX_LOCAL_DEVICES`], a device twice, or an
+    /// None, more than [`MAX_LOCAL_DEVICES`](crate::MAX_LOCAL_DEVICES), a device twice, or an
     /// ordinal past `u16`.
     pub fn new(ordinals: impl ExactSizeIterator<Item = usize>) -> Result<Self> {
-        let count = ordinals.len();
-        let invalid = |expected: String, given: String| GroupError::InvalidArgument {
+        Self::checked(ordinals).map_err(|(expected, given)| GroupError::InvalidArgument {
             argument: "device list",
             expected,
             given,
-        };
-        if count == 0 || count > MAX_LOCAL_DEVICES {
-            return Err(invalid(
-                format!("1 to {MAX_LOCAL_DEVICES} tensors"),
-                format!("{count}"),
-            ));
-        }
-        let mut list = Self {
-            len: count as u8,
-            ordinals: [0; MAX_LOCAL_DEVICES],
-        };
-        for (index, ordinal) in ordinals.enumerate() {
-            let ordinal = u16::try_from(ordinal).map_err(|_| {
-                invalid(
-                    format!("device ordinals up to {}", u16::MAX),
-                    ordinal.to_string(),
-                )
-            })?;
-            if list.ordinals[..index].contains(&ordinal) {
-                return Err(invalid(
-                    "one tensor per device (NCCL allows one rank per GPU)".into(),
-                    format!("two tensors on device {ordinal}"),
-                ));
-            }
-            list.ordinals[index] = ordinal;
-        }
-        Ok(list)
-    }
-
-    /// The number of devices.
-    pub fn len(&self) -> usize {
-        self.len as usize
-    }
-
-    /// Always false: a list has at least one device.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The ordinals.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
-        self.ordinals[..self.len()].iter().map(|&o| o as usize)
-    }
-}
-
-impl fmt::Debug for DeviceList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl fmt::Display for DeviceList {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (index, ordinal) in self.iter().enumerate() {
-            if index > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{ordinal}")?;
-        }
-        Ok(())
+        })
     }
 }
 

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use nccl_tensor::{NcclType, Registered, SharedComm, Tensor};
 
+use crate::devices::DeviceList;
 use crate::engine::group::ProcessGroup;
-use crate::engine::key::{CommKey, DeviceList};
+use crate::engine::key::CommKey;
 use crate::error::Result;
 
 /// A tensor registered with a process group's communicator

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::devices::DeviceList;
 use crate::diagnostics::analysis::{Deviation, Issued};
 use crate::diagnostics::recorder::OpState;
-use crate::engine::key::DeviceList;
 use nccl_core::DataType;
 
 fn record() -> OpRecord {
@@ -390,4 +390,10 @@ fn aborted_quietly() -> FailureDetails {
         ras: None,
         dump: None,
     }
+}
+
+#[test]
+fn collectives_print_as_one_or_a_range() {
+    assert_eq!(Collectives(57, 57).to_string(), "collective #57");
+    assert_eq!(Collectives(48, 63).to_string(), "collectives #48-#63");
 }

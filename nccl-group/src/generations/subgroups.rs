@@ -106,13 +106,13 @@ impl ProcessGroup {
     /// - [`GroupError::InvalidArgument`] for no list, an empty list, a rank
     ///   outside the group, a rank twice in a list or in two lists (the
     ///   other ranks' calls then fail with
-    ///   [`StoreError::PeerFailed`](crate::StoreError::PeerFailed) naming
+    ///   [`StoreError::PeerFailed`](nccl_rendezvous::StoreError::PeerFailed) naming
     ///   this rank's error), and on every rank when the ranks passed
     ///   different lists (naming rank 0's and the first that differs).
     /// - The group's own state: [`GroupError::Failed`], `Aborted`,
     ///   `Destroyed`, `Healed`.
     /// - A store error: a rank did not come in time
-    ///   ([`StoreError::Absent`](crate::StoreError::Absent) naming it).
+    ///   ([`StoreError::Absent`](nccl_rendezvous::StoreError::Absent) naming it).
     /// - [`GroupError::Failed`] when the split failed or ran past the
     ///   timeout on any rank: NCCL's split runs over the group's
     ///   communicator, which is then in an unknown state, so the group
@@ -367,7 +367,9 @@ impl ProcessGroup {
             .gather(0, "split", b"")
             .inspect_err(|error| publish_root_failure(meeting, error))
             .and_then(|_| {
-                meeting.share_from(0, "outcome", || Ok::<_, crate::StoreError>(Vec::new()))
+                meeting.share_from(0, "outcome", || {
+                    Ok::<_, nccl_rendezvous::StoreError>(Vec::new())
+                })
             });
         match everywhere {
             Ok(_) => Ok(child),
@@ -457,7 +459,7 @@ impl ProcessGroup {
 
 /// On rank 0, publishes the error of its gather (which names the ranks
 /// that did not come) so that the others stop waiting for its answer.
-fn publish_root_failure(meeting: &Meeting<Arc<dyn Store>>, error: &crate::StoreError) {
+fn publish_root_failure(meeting: &Meeting<Arc<dyn Store>>, error: &nccl_rendezvous::StoreError) {
     if meeting.rank() == 0 {
         let _ = meeting.fail(&error.to_string(), 1);
     }

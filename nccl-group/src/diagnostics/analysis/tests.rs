@@ -3,8 +3,8 @@ use std::time::{Duration, Instant};
 use nccl_core::DataType;
 
 use super::*;
+use crate::devices::DeviceList;
 use crate::diagnostics::recorder::{FlightDump, FlightRecorder, OpDescription};
-use crate::engine::key::DeviceList;
 
 /// What the recorder writes is what the analysis reads: a dump's JSON
 /// gives the same collectives as its records.

@@ -320,9 +320,3 @@ fn a_wait_ends_when_the_group_stops() {
         "{stopped:?}"
     );
 }
-
-#[test]
-fn collectives_print_as_one_or_a_range() {
-    assert_eq!(Collectives(57, 57).to_string(), "collective #57");
-    assert_eq!(Collectives(48, 63).to_string(), "collectives #48-#63");
-}

@@ -34,7 +34,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::diagnostics::recorder::FlightDump;
-use crate::options::DUMP_DIR_VARIABLE;
+
+/// The environment variable that sets the default [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir).
+pub const DUMP_DIR_VARIABLE: &str = "NCCL_GROUP_DUMP_DIR";
 
 /// The label of the incident a failure (or an abort) of the group writes.
 pub const FAILURE_LABEL: &str = "failure";

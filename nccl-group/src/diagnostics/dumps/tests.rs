@@ -3,8 +3,8 @@ use std::time::{Duration, Instant};
 use nccl_core::DataType;
 
 use super::*;
+use crate::devices::DeviceList;
 use crate::diagnostics::recorder::{FlightRecorder, OpDescription, OpState};
-use crate::engine::key::DeviceList;
 
 fn description(op: &'static str, collective: bool) -> OpDescription {
     OpDescription {

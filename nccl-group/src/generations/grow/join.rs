@@ -7,10 +7,11 @@ use nccl_core::{Capabilities, Capability};
 
 use super::offer::await_place;
 use super::{arrive, as_c_int, carry, share_grow_id};
+use crate::devices::DeviceList;
 use crate::engine::cache::OnceMap;
 use crate::engine::comms::{Membership, check_name, scoped_store};
 use crate::engine::group::ProcessGroup;
-use crate::engine::key::{CommKey, DeviceList};
+use crate::engine::key::CommKey;
 use crate::error::{GroupError, Result};
 use crate::options::GroupOptions;
 use nccl_rendezvous::Store;

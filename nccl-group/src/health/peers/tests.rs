@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use nccl_core::DataType;
 
 use super::*;
+use crate::devices::DeviceList;
 use crate::diagnostics::recorder::{FlightRecorder, OpDescription, lagging_ranks};
-use crate::engine::key::DeviceList;
 use nccl_rendezvous::InProcessStore;
 
 /// The records of a rank that issued `ops` (name, element count), with a
