@@ -75,14 +75,14 @@ pub use engine::batch::{Coalesced, P2POp};
 pub use engine::buffers::{GroupBuffers, GroupTensor};
 pub use engine::capture::GraphCapture;
 pub use engine::graph::GroupGraph;
-pub use engine::group::{OpResult, ProcessGroup};
+pub use engine::group::ProcessGroup;
 pub use engine::register::GroupRegistered;
-pub use engine::work::{Work, WorkBuffers};
+pub use engine::work::{OpResult, Work, WorkBuffers};
 pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-pub use generations::grow::{GrowOptions, GrowPath, Grown};
-pub use generations::heal::{HealOptions, HealPath, Healed};
-pub use lineage::{SplitPath, SubGroup};
+pub use generations::grow::{GrowOptions, Grown};
+pub use generations::heal::{HealOptions, Healed};
+pub use lineage::{GrowPath, HealPath, SplitPath, SubGroup};
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
 pub use nccl_core::Config;
 /// The rendezvous stores, the launch environment and the meetings:

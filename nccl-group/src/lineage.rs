@@ -1,5 +1,7 @@
-//! Where a sub-group sits: its parent, its ranks there and in the root
-//! group, and how its communicators were made.
+//! Where a group comes from: a sub-group's place (its parent, its ranks
+//! there and in the root group) and how its communicators were made, and
+//! how a heal or a grow carried the communicators into the next
+//! generation.
 
 use std::fmt;
 
@@ -126,6 +128,50 @@ impl fmt::Display for Place<'_> {
         }
         write!(f, "global rank {global} of {:?}", g.root)
     }
+}
+
+/// How a heal carried the communicators into the new generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HealPath {
+    /// `ncclCommShrink` of the revoked communicators: `shrunk` of them
+    /// carried over; the others (several devices, pairs, or a shrink that
+    /// failed on a rank: `dropped`) are made afresh when first used.
+    Shrunk {
+        /// Communicators carried over by a shrink.
+        shrunk: usize,
+        /// Communicators left to be made afresh.
+        dropped: usize,
+    },
+    /// No shrink: every communicator is made afresh under the new
+    /// generation when first used, through the store.
+    Recreated {
+        /// Why not a shrink.
+        reason: String,
+    },
+}
+
+/// How a grow carried the communicators into the new generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GrowPath {
+    /// `ncclCommGrow` of the group's communicator: `grown` communicators
+    /// carried over with the new ranks in them (one, or none when the grow
+    /// failed on a rank, which drops it everywhere); the others (other
+    /// devices, several devices, pairs: `dropped`) are made afresh when
+    /// first used.
+    Grown {
+        /// Communicators carried over by a grow.
+        grown: usize,
+        /// Communicators left to be made afresh.
+        dropped: usize,
+    },
+    /// No grow: every communicator is made afresh under the new
+    /// generation when first used, through the store.
+    Recreated {
+        /// Why not a grow.
+        reason: String,
+    },
 }
 
 #[cfg(test)]

@@ -25,37 +25,21 @@
 //! the enqueue's own timeout ends it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::engine::failing::Finish;
 use crate::engine::group::{Inner, LIVE};
 use crate::failure::{Failure, FailureCause};
-
-/// How long an operation must have been pending before its rank looks
-/// for another rank's alarm: a healthy collective rarely waits that long,
-/// so a healthy group rarely reads the store for it.
-pub(crate) const LISTEN_AFTER: Duration = Duration::from_secs(1);
-
-/// How often a waiting rank reads the alarm.
-pub(crate) const LISTEN_EVERY: Duration = Duration::from_millis(500);
+use crate::health::alarm::{LISTEN_AFTER, LISTEN_EVERY};
 
 /// What the alarm says: which rank failed first, and why.
 #[derive(Debug, Serialize, Deserialize)]
 struct Raised {
     rank: usize,
     cause: String,
-}
-
-/// A group's listening state.
-#[derive(Default)]
-pub(crate) struct Listener {
-    /// When the alarm was last read.
-    last: Mutex<Option<Instant>>,
-    /// Whether a read is running.
-    reading: AtomicBool,
 }
 
 /// The alarm's key of generation `generation` of group `name`.

@@ -17,9 +17,10 @@ use nccl_tensor::{NcclType, Tensor, nccl_rank};
 
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep_all;
-use crate::engine::group::{OpResult, ProcessGroup};
+use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
+use crate::engine::work::OpResult;
 use crate::engine::work::{Boxer, boxed};
 use crate::error::{GroupError, OpError};
 

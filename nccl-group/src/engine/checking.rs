@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Issued;
-use crate::diagnostics::checks::{Checked, Checker, Stop};
-use crate::engine::comms::Membership;
+use crate::diagnostics::checks::{Checked, Stop};
 use crate::engine::failing::Finish;
 use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
@@ -26,20 +25,6 @@ const LONGEST_WAIT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// communicators (not a pair's), and it is not sends and receives alone.
 pub(crate) fn is_collective(info: &OpInfo, key: &CommKey) -> bool {
     matches!(key, CommKey::Collective(_)) && !info.point_to_point
-}
-
-/// The group's checker, when `every` asks for one and there is another
-/// rank to compare with.
-pub(crate) fn checker(every: Option<u32>, membership: &Membership) -> Option<Checker> {
-    let every = every.filter(|_| membership.world_size > 1)?;
-    let scope = format!("{}/{}/checks", membership.name, membership.generation);
-    Some(Checker::new(
-        every,
-        scope,
-        membership.rank,
-        membership.world_size,
-        Arc::clone(&membership.store),
-    ))
 }
 
 impl ProcessGroup {

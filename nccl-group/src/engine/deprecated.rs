@@ -13,7 +13,8 @@ use nccl_tensor::{NcclType, Tensor};
 use crate::engine::batch::Coalesced;
 use crate::engine::batch::Lists;
 use crate::engine::buffers::{GroupBuffers, GroupTensor};
-use crate::engine::group::{OpResult, ProcessGroup};
+use crate::engine::group::ProcessGroup;
+use crate::engine::work::OpResult;
 
 /// One `(output, input)` pair per local GPU.
 type PairParts<T> = Vec<(Tensor<T>, Tensor<T>)>;

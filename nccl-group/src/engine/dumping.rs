@@ -82,6 +82,12 @@ impl Inner {
 }
 
 impl ProcessGroup {
+    /// The flight recorder's records now, with this process's progress.
+    pub fn flight_record(&self) -> FlightDump {
+        self.inner
+            .dump("on request".to_string(), Findings::default())
+    }
+
     /// Writes the flight recorder now, as the incident `label` in
     /// [`GroupOptions::dump_dir`](super::GroupOptions::dump_dir)
     /// (`<dump dir>/<group>-g<generation>-<label>/`, see

@@ -420,7 +420,7 @@ pub struct NcclFactory {
 
 impl NcclFactory {
     /// The streams and events of device `ordinal`, made on first use.
-    fn pool(&self, ordinal: usize) -> Result<Arc<DevicePool>> {
+    pub(crate) fn pool(&self, ordinal: usize) -> Result<Arc<DevicePool>> {
         self.pools.get_or_create(&ordinal, |&ordinal| {
             DevicePool::new(
                 Device::new(ordinal)?,
@@ -428,13 +428,6 @@ impl NcclFactory {
                 self.options.high_priority,
             )
         })
-    }
-}
-
-impl crate::engine::group::ProcessGroup {
-    /// The group's streams and events of device `ordinal`.
-    pub(crate) fn device_pool(&self, ordinal: usize) -> Result<Arc<DevicePool>> {
-        self.inner.cache.factory().pool(ordinal)
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaGraph, CudaStream};
 
 use crate::devices::DeviceList;
-use crate::engine::capture::{Keeper, LiveGraph, refused};
+use crate::engine::captures::{Keeper, LiveGraph, refused};
 use crate::engine::group::ProcessGroup;
 use crate::engine::handoff::end_event_in;
 use crate::engine::issue::OpInfo;

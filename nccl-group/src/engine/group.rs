@@ -13,19 +13,16 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::checks::Checker;
 use crate::diagnostics::dumps::request::RequestWatch;
-use crate::diagnostics::recorder::{FlightDump, FlightRecorder};
-use crate::engine::alarm;
+use crate::diagnostics::recorder::FlightRecorder;
 use crate::engine::cache::OnceMap;
-use crate::engine::capture;
-use crate::engine::checking;
+use crate::engine::captures;
 use crate::engine::comms::{CommCache, Membership};
 use crate::engine::factory::NcclFactory;
-use crate::engine::failing;
-use crate::engine::succession;
-use crate::engine::work::Work;
-use crate::error::{GroupError, OpError, Result};
+use crate::engine::generation::{Children, Succession};
+use crate::engine::pool::DevicePool;
+use crate::error::{GroupError, Result};
 use crate::failure::Failure;
-use crate::generations::subgroups;
+use crate::health::alarm::Listener;
 use crate::health::verify::Verification;
 use crate::health::watchdog::Tracker;
 use crate::lineage::SubGroup;
@@ -45,7 +42,7 @@ pub(crate) struct Inner {
     pub(crate) failure: OnceLock<Arc<Failure>>,
     pub(crate) tracker: Tracker,
     pub(crate) recorder: FlightRecorder,
-    pub(crate) captures: capture::Captures,
+    pub(crate) captures: captures::Captures,
     /// The clean checks that verify operations' ends (`crate::verify`).
     pub(crate) verification: Arc<Verification>,
     /// The file trigger of on-demand dumps.
@@ -57,16 +54,16 @@ pub(crate) struct Inner {
     pub(crate) checks: Option<Checker>,
     /// The heal or grow of this generation, once done: every later heal
     /// or grow returns it (the lock also makes concurrent ones one).
-    pub(crate) succession: Mutex<succession::Succession>,
+    pub(crate) succession: Mutex<Succession>,
     /// The generation that replaced this one (set with `HEALED`).
     pub(crate) successor: OnceLock<u64>,
     /// Where this group sits in the group it was split from (`None`: a
     /// root group).
     pub(crate) lineage: Option<Arc<SubGroup>>,
     /// The sub-groups split from this group.
-    pub(crate) children: Mutex<subgroups::Children>,
+    pub(crate) children: Mutex<Children>,
     /// Reading the other ranks' failure alarm (`alarm`).
-    pub(crate) listener: alarm::Listener,
+    pub(crate) listener: Listener,
 }
 
 /// A group of processes running collectives on GPU tensors: the
@@ -202,10 +199,6 @@ impl std::fmt::Debug for ProcessGroup {
     }
 }
 
-/// The result of an operation: its [`Work`], or the error with the buffers
-/// (boxed: failures are rare, and the success path stays small).
-pub type OpResult<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
-
 impl ProcessGroup {
     /// Joins the group `name` as process `rank` of `world_size`, meeting
     /// the others in `store`. `store_address` only appears in error
@@ -277,11 +270,11 @@ impl ProcessGroup {
         membership: Membership,
         options: GroupOptions,
         local_rank: Option<usize>,
-        pools: Arc<OnceMap<usize, crate::engine::pool::DevicePool>>,
+        pools: Arc<OnceMap<usize, DevicePool>>,
         lineage: Option<Arc<SubGroup>>,
     ) -> Result<Self> {
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
-        let checks = checking::checker(options.collective_checks, &membership);
+        let checks = checker(options.collective_checks, &membership);
         let recorder = FlightRecorder::new(options.recorder_capacity);
         let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
         let factory = NcclFactory { pools, options };
@@ -292,7 +285,7 @@ impl ProcessGroup {
             failure: OnceLock::new(),
             tracker: Tracker::default(),
             recorder,
-            captures: capture::Captures::default(),
+            captures: captures::Captures::default(),
             verification,
             requests,
             local_rank,
@@ -301,7 +294,7 @@ impl ProcessGroup {
             successor: OnceLock::new(),
             lineage,
             children: Mutex::default(),
-            listener: alarm::Listener::default(),
+            listener: Listener::default(),
         });
         let watched: std::sync::Weak<dyn crate::health::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::health::watchdog::Watched>));
@@ -440,12 +433,6 @@ impl ProcessGroup {
         self.inner.failure.get().cloned()
     }
 
-    /// The flight recorder's records now, with this process's progress.
-    pub fn flight_record(&self) -> FlightDump {
-        self.inner
-            .dump("on request".to_string(), failing::Findings::default())
-    }
-
     /// How many operations the watchdog is still waiting for.
     pub fn pending_operations(&self) -> usize {
         self.inner.tracker.len()
@@ -454,6 +441,25 @@ impl ProcessGroup {
     pub(crate) fn check_live(&self) -> Result<()> {
         self.inner.check_live()
     }
+
+    /// The group's streams and events of device `ordinal`.
+    pub(crate) fn device_pool(&self, ordinal: usize) -> Result<Arc<DevicePool>> {
+        self.inner.cache.factory().pool(ordinal)
+    }
+}
+
+/// The group's checker, when `every` asks for one and there is another
+/// rank to compare with.
+fn checker(every: Option<u32>, membership: &Membership) -> Option<Checker> {
+    let every = every.filter(|_| membership.world_size > 1)?;
+    let scope = format!("{}/{}/checks", membership.name, membership.generation);
+    Some(Checker::new(
+        every,
+        scope,
+        membership.rank,
+        membership.world_size,
+        Arc::clone(&membership.store),
+    ))
 }
 
 #[cfg(test)]

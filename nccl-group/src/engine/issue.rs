@@ -18,13 +18,14 @@ use crate::diagnostics::checks::Checked;
 use crate::diagnostics::recorder::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep;
-use crate::engine::capture;
+use crate::engine::captures;
 use crate::engine::checking::is_collective;
 use crate::engine::factory::{LocalComms, Member};
 use crate::engine::failing::Finish;
-use crate::engine::group::{OpResult, ProcessGroup};
+use crate::engine::group::ProcessGroup;
 use crate::engine::handoff::{check_stream, end_event, order_after_stream, sync_start};
 use crate::engine::key::CommKey;
+use crate::engine::work::OpResult;
 use crate::engine::work::{Ends, Keep, Tracked, Work, WorkBuffers};
 use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
@@ -385,7 +386,7 @@ impl ProcessGroup {
                 return self.run_captured(info, key, device, (buffers, keep), caller, issue);
             }
             (Ok(true), None) => {
-                let error = capture::refused(info.op, Uncapturable::BorrowedMemory);
+                let error = captures::refused(info.op, Uncapturable::BorrowedMemory);
                 return Err(self.failed_op(error, buffers));
             }
             (Err(error), _) => return Err(self.failed_op(error, buffers)),
@@ -487,7 +488,7 @@ impl ProcessGroup {
             for (caller, device) in callers.iter().zip(devices.iter()) {
                 check_stream(info.op, caller, device)?;
                 if self.capture_status(info.op, caller)? {
-                    return Err(capture::refused(info.op, Uncapturable::SeveralDevices));
+                    return Err(captures::refused(info.op, Uncapturable::SeveralDevices));
                 }
             }
             let count = devices.len();

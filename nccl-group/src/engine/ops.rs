@@ -17,9 +17,10 @@ use nccl_tensor::{Communicator, NcclType, Tensor, nccl_rank};
 
 use crate::engine::batch::Coalesced;
 use crate::engine::buffers::{GroupBuffers, GroupTensor};
-use crate::engine::group::{OpResult, ProcessGroup};
+use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
+use crate::engine::work::OpResult;
 use crate::engine::work::{Boxer, Work, WorkBuffers, boxed};
 use crate::error::{OpError, Result};
 

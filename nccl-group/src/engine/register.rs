@@ -3,11 +3,14 @@
 
 use std::sync::Arc;
 
-use nccl_tensor::{NcclType, Registered, SharedComm, Tensor};
+use cudarc::driver::{CudaEvent, CudaStream, DriverError};
+
+use nccl_tensor::{Access, HoldsResult, NcclType, Registered, ResultCheck, SharedComm, Tensor};
 
 use crate::devices::DeviceList;
 use crate::engine::group::ProcessGroup;
 use crate::engine::key::CommKey;
+use crate::engine::work::WorkBuffers;
 use crate::error::Result;
 
 /// A tensor registered with a process group's communicator
@@ -34,6 +37,20 @@ use crate::error::Result;
 /// a registered tensor dropped there stays allocated (a leak, not a
 /// deadlock).
 pub type GroupRegistered<B> = Registered<Arc<SharedComm>, B>;
+
+impl<B: WorkBuffers + HoldsResult> WorkBuffers for GroupRegistered<B> {
+    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
+        (**self).order_after(event)
+    }
+
+    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
+        (**self).is_settled_on(stream, access)
+    }
+
+    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, Arc::clone(check));
+    }
+}
 
 impl ProcessGroup {
     /// Registers `tensor` (`ncclCommRegister`, NCCL 2.19+) with the

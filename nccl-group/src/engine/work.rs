@@ -11,13 +11,16 @@ use cudarc::driver::{
 };
 use nccl_tensor::{Access, AnyTensor, HoldsResult, NcclType, ResultCheck, Tensor, TypedBuffer};
 
-use crate::engine::capture::Keeper;
+use crate::engine::captures::Keeper;
 use crate::engine::pool::DevicePool;
-use crate::engine::register::GroupRegistered;
-use crate::error::{GroupError, Result};
+use crate::error::{GroupError, OpError, Result};
 use crate::failure::Failure;
 use crate::health::verify::Outcome;
 use crate::health::watchdog::{Completion, Progress};
+
+/// The result of an operation: its [`Work`], or the error with the buffers
+/// (boxed: failures are rare, and the success path stays small).
+pub type OpResult<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
 
 /// Buffers an operation holds until its work is done: owned ones, which a
 /// [`Work`] may keep after every borrow of the caller has ended (and
@@ -85,20 +88,6 @@ impl WorkBuffers for AnyTensor {
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         AnyTensor::is_settled_on(self, stream, access)
-    }
-
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        HoldsResult::set_producer(self, Arc::clone(check));
-    }
-}
-
-impl<B: WorkBuffers + HoldsResult> WorkBuffers for GroupRegistered<B> {
-    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
-        (**self).order_after(event)
-    }
-
-    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        (**self).is_settled_on(stream, access)
     }
 
     fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {

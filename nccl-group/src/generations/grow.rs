@@ -16,11 +16,12 @@ use nccl_core::{Capabilities, Capability, UniqueId};
 
 use crate::engine::comms::scoped_store;
 use crate::engine::factory::LocalComms;
+use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{ABORTED, FAILED, Inner, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
-use crate::engine::succession::{Record, Replacement};
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
+use crate::lineage::GrowPath;
 use nccl_rendezvous::meet::{MAX_RANKS, Meeting};
 use nccl_rendezvous::{Store, StoreError};
 use offer::{Draft, Offer};
@@ -83,29 +84,6 @@ impl GrowOptions {
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
-}
-
-/// How a grow carried the communicators into the new generation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum GrowPath {
-    /// `ncclCommGrow` of the group's communicator: `grown` communicators
-    /// carried over with the new ranks in them (one, or none when the grow
-    /// failed on a rank, which drops it everywhere); the others (other
-    /// devices, several devices, pairs: `dropped`) are made afresh when
-    /// first used.
-    Grown {
-        /// Communicators carried over by a grow.
-        grown: usize,
-        /// Communicators left to be made afresh.
-        dropped: usize,
-    },
-    /// No grow: every communicator is made afresh under the new
-    /// generation when first used, through the store.
-    Recreated {
-        /// Why not a grow.
-        reason: String,
-    },
 }
 
 /// What [`ProcessGroup::grow`] returns: the group of the next generation,

@@ -11,11 +11,12 @@ use nccl_core::{Capabilities, Capability};
 use crate::engine::comms::scoped_store;
 use crate::engine::factory::LocalComms;
 use crate::engine::failing::{EXCHANGE_WAIT, Finish};
+use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{DESTROYED, Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
-use crate::engine::succession::{Record, Replacement};
 use crate::error::{GroupError, Result};
 use crate::failure::{FailureCause, FailureDetails};
+use crate::lineage::HealPath;
 use nccl_rendezvous::meet::Meeting;
 use nccl_rendezvous::meet::agree::{AgreeOptions, Agreement, agree_survivors};
 
@@ -86,27 +87,6 @@ impl HealOptions {
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
-}
-
-/// How a heal carried the communicators into the new generation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum HealPath {
-    /// `ncclCommShrink` of the revoked communicators: `shrunk` of them
-    /// carried over; the others (several devices, pairs, or a shrink that
-    /// failed on a rank: `dropped`) are made afresh when first used.
-    Shrunk {
-        /// Communicators carried over by a shrink.
-        shrunk: usize,
-        /// Communicators left to be made afresh.
-        dropped: usize,
-    },
-    /// No shrink: every communicator is made afresh under the new
-    /// generation when first used, through the store.
-    Recreated {
-        /// Why not a shrink.
-        reason: String,
-    },
 }
 
 /// What [`ProcessGroup::heal`] returns: the group of the next generation,

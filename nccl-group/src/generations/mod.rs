@@ -6,3 +6,4 @@ pub(crate) mod grow;
 pub(crate) mod heal;
 pub(crate) mod lifecycle;
 pub(crate) mod subgroups;
+pub(crate) mod succession;

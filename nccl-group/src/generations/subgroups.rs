@@ -26,17 +26,6 @@ use nccl_rendezvous::meet::Meeting;
 /// parent is created (a value other than 0 or 1 counts as 0).
 const SPLIT_SHARE_VARIABLE: &str = "NCCL_COMM_SPLIT_SHARE_RESOURCES";
 
-/// The sub-groups split from a group.
-#[derive(Default)]
-pub(crate) struct Children {
-    /// How many splits the group made (each numbers its sub-groups' store
-    /// scope, alike on every rank).
-    made: u64,
-    /// The sub-groups this process got, weakly: a sub-group lives as long
-    /// as its handles.
-    groups: Vec<Weak<Inner>>,
-}
-
 impl Inner {
     /// The names of the sub-groups split from this group that are live
     /// here (not destroyed, failed or aborted, and not dropped).

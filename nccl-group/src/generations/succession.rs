@@ -3,57 +3,15 @@
 //! generation (its handles refuse every call, its communicators are
 //! released).
 
-use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use crate::engine::comms::Membership;
 use crate::engine::failing::{Findings, abort_bounded};
+use crate::engine::generation::Record;
 use crate::engine::group::{HEALED, Inner, ProcessGroup};
 use crate::error::GroupError;
 use crate::failure::FailureCause;
-use crate::generations::grow::GrowPath;
-use crate::generations::heal::HealPath;
-use crate::options::StreamMode;
-use nccl_rendezvous::meet::agree::Agreement;
-
-/// What replaced a generation.
-pub(crate) enum Replacement {
-    /// [`ProcessGroup::heal`](super::ProcessGroup::heal).
-    Healed {
-        agreement: Agreement,
-        path: HealPath,
-    },
-    /// [`ProcessGroup::grow`](super::ProcessGroup::grow): the ranks the
-    /// new processes got.
-    Grown {
-        new_ranks: Range<usize>,
-        path: GrowPath,
-    },
-}
-
-/// A heal or a grow done, kept by the old generation for later callers.
-/// The group is weak: the old generation must not keep the new one alive.
-pub(crate) struct Record {
-    pub(crate) group: Weak<Inner>,
-    pub(crate) handle: (Duration, StreamMode),
-    pub(crate) generation: u64,
-    pub(crate) replacement: Replacement,
-}
-
-/// A generation's succession, behind one lock: concurrent heals or grows
-/// of a generation are one, and a heal cannot overlap a grow.
-#[derive(Default)]
-pub(crate) struct Succession {
-    /// The heal or grow that replaced this generation, once done.
-    pub(crate) record: Option<Record>,
-    /// The grows of this generation that went to the store, each of which
-    /// meets the other ranks under its own number (a grow that failed
-    /// because a new process never came leaves keys behind that the next
-    /// attempt must not read).
-    pub(crate) grow_attempts: u64,
-}
 
 impl Record {
     /// What a heal or grow gives back: the successor's handle with the
