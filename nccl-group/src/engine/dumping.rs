@@ -89,7 +89,7 @@ impl ProcessGroup {
     }
 
     /// Writes the flight recorder now, as the incident `label` in
-    /// [`GroupOptions::dump_dir`](super::GroupOptions::dump_dir)
+    /// [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
     /// (`<dump dir>/<group>-g<generation>-<label>/`, see
     /// [`crate::dumps`]), and returns the files once they are complete.
     /// Every rank that dumps with the same label writes into the same

@@ -18,7 +18,7 @@ use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 
 /// A CUDA graph of the group's operations, captured on one stream
-/// ([`ProcessGroup::begin_capture`], [`GraphCapture::end`](super::GraphCapture::end)).
+/// ([`ProcessGroup::begin_capture`], [`GraphCapture::end`](crate::GraphCapture::end)).
 ///
 /// * [`replay`](Self::replay) launches it on that stream; each replay is
 ///   one operation for the watchdog (`graph_replay` in the flight

@@ -97,7 +97,7 @@ pub(crate) struct Inner {
 ///   [`GroupOptions::timeout`].
 /// * Every operation records an event on the caller's stream that the
 ///   NCCL stream waits for, enqueues inside one group call, records an end
-///   event, and returns a [`Work`] that owns the tensors until the GPU is
+///   event, and returns a [`Work`](crate::Work) that owns the tensors until the GPU is
 ///   done with them. ([`StreamMode::Caller`] runs operations on the
 ///   caller's stream instead, with no handoff, for the whole group or per
 ///   call with [`ProcessGroup::with_stream_mode`].)
@@ -114,9 +114,9 @@ pub(crate) struct Inner {
 ///   [`crate::dumps::REQUEST_FILE`]), to [`GroupOptions::dump_dir`]: one
 ///   folder per incident, as JSON and in PyTorch's format ([`crate::dumps`]).
 /// * Operations issued with [`StreamMode::Caller`] on a stream being
-///   captured into a CUDA graph are captured ([`Work`]'s "Captured
+///   captured into a CUDA graph are captured ([`Work`](crate::Work)'s "Captured
 ///   operations"); [`ProcessGroup::begin_capture`] captures into a
-///   [`GroupGraph`] whose replays the watchdog watches.
+///   [`GroupGraph`](crate::GroupGraph) whose replays the watchdog watches.
 /// * Thread-safe: any thread may issue operations (the communicator is
 ///   locked while they are enqueued). All processes must still issue the
 ///   group's collectives in the same order, as with any NCCL program.
@@ -125,7 +125,7 @@ pub(crate) struct Inner {
 ///   never blocks on other processes.
 ///
 /// Operations take tensors by value and give them back from
-/// [`Work::wait`]; when they fail before enqueueing, the [`OpError`]
+/// [`Work::wait`](crate::Work::wait); when they fail before enqueueing, the [`OpError`](crate::OpError)
 /// carries them back.
 ///
 /// # Borrowed memory
@@ -140,14 +140,14 @@ pub(crate) struct Inner {
 /// and `&CudaSlice<T>`, or of `CudaViewMut<T>` and `CudaView<T>` (a part
 /// of a slice: `slice.slice_mut(range)`, `slice.slice(range)`). The rules:
 ///
-/// * The [`Work`] holds the borrow (`Work<&'a mut CudaSlice<T>>`): the
+/// * The [`Work`](crate::Work) holds the borrow (`Work<&'a mut CudaSlice<T>>`): the
 ///   memory cannot be read, written or freed until the work is waited
 ///   for, which hands the borrow back, or dropped.
 /// * The operation is the same as on a tensor: the same checks (a wrong
 ///   length, type or device is an `Err` with the borrow handed back), the
 ///   deadline and the watchdog, the stream handoff, and a flight record
 ///   with the slices' element counts.
-/// * [`Work::wait`] makes the caller's stream wait for the operation.
+/// * [`Work::wait`](crate::Work::wait) makes the caller's stream wait for the operation.
 ///   Dropping the work unwaited does that too, and makes the memory's own
 ///   stream (where cudarc frees it) wait; the CPU waits for neither. Uses
 ///   on any other stream are ordered by cudarc's event tracking (its
@@ -156,13 +156,13 @@ pub(crate) struct Inner {
 ///   and a work given to `std::mem::forget`, are yours, as cudarc's
 ///   contract says.
 /// * It is never captured in a CUDA graph, which would use the memory
-///   after the borrow ends ([`Uncapturable::BorrowedMemory`]): capture
+///   after the borrow ends ([`Uncapturable::BorrowedMemory`](crate::Uncapturable::BorrowedMemory)): capture
 ///   owned tensors ([`Tensor::from_slice`](nccl_tensor::Tensor::from_slice)
 ///   takes a `CudaSlice` over without a copy).
 /// * The memory comes back without a result check: call
-///   [`Work::synchronize`] before reading it on the host when a failed
+///   [`Work::synchronize`](crate::Work::synchronize) before reading it on the host when a failed
 ///   peer must not go unnoticed.
-/// * The refusal ([`OpError`]) holds the borrow, so `?` takes it into a
+/// * The refusal ([`OpError`](crate::OpError)) holds the borrow, so `?` takes it into a
 ///   [`GroupError`], not directly into a `Box<dyn Error>`
 ///   (`.map_err(GroupError::from)?` does).
 ///
@@ -373,7 +373,7 @@ impl ProcessGroup {
     /// whose result the caller's stream needs next anyway (no handoff, and
     /// no cross-stream latency on the GPU), `StreamMode::Separate` for one
     /// that should overlap the compute queued after it. Mixing the two on
-    /// one caller's stream keeps the order: each [`Work::wait`] makes that
+    /// one caller's stream keeps the order: each [`Work::wait`](crate::Work::wait) makes that
     /// stream wait, and each operation on the NCCL stream waits for it.
     /// Cheap (one reference count).
     pub fn with_stream_mode(&self, mode: StreamMode) -> ProcessGroup {

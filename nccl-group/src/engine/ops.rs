@@ -37,10 +37,10 @@ impl ProcessGroup {
     /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
     /// gets the communicator and the stream to enqueue on (the NCCL
     /// stream, or `stream` itself with
-    /// [`StreamMode::Caller`](super::StreamMode::Caller)); every rank must
+    /// [`StreamMode::Caller`](crate::StreamMode::Caller)); every rank must
     /// issue matching calls, as with any collective. `issue` runs inside
     /// one NCCL group, so it may make several calls; on a nonblocking
-    /// communicator ([`CommMode::Nonblocking`](super::CommMode::Nonblocking))
+    /// communicator ([`CommMode::Nonblocking`](crate::CommMode::Nonblocking))
     /// NCCL may answer `ncclInProgress`, and the group's end is waited for.
     ///
     /// The buffers are owned (`'static`), and the flight record names no

@@ -8,7 +8,7 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Uncapturable {
     /// The operation runs on the group's own NCCL stream
-    /// ([`StreamMode::Separate`]).
+    /// ([`StreamMode::Separate`](crate::StreamMode::Separate)).
     SeparateStream,
     /// A list form: one part per local GPU, on several streams.
     SeveralDevices,
@@ -23,7 +23,7 @@ pub enum Uncapturable {
     UnsettledBuffer,
     /// The stream's capture was invalidated by an earlier call.
     Invalidated,
-    /// [`ProcessGroup::begin_capture`] on a stream already being captured.
+    /// [`ProcessGroup::begin_capture`](crate::ProcessGroup::begin_capture) on a stream already being captured.
     AlreadyCapturing,
     /// An operation failed after NCCL saw it, during the capture.
     FailedOperation,

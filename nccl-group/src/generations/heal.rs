@@ -141,7 +141,7 @@ impl ProcessGroup {
     /// 1. **Stop.** A live group (another rank saw the failure first) is
     ///    failed now ([`FailureCause::Healing`]): its pending operations
     ///    fail. The failure's release of the communicators is waited for:
-    ///    revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](super::GroupOptions::revoke_on_failure))
+    ///    revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure))
     ///    or aborted.
     /// 2. **Agree.** The ranks agree through the store on who goes on
     ///    ([`agree_survivors`]: arriving counts as alive; a rank neither
@@ -166,7 +166,7 @@ impl ProcessGroup {
     ///    use-after-free, NVIDIA/nccl PR 2251).
     /// 4. **Retire.** This generation's handles then refuse every call
     ///    with [`GroupError::Healed`] naming the new generation; its
-    ///    `Work`s have failed already. With [`GroupOptions::dump_dir`](super::GroupOptions::dump_dir)
+    ///    `Work`s have failed already. With [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
     ///    set, the flight recorder writes the heal as an incident.
     ///
     /// Threads: concurrent calls on one generation make one heal; every

@@ -18,7 +18,7 @@ impl ProcessGroup {
     /// Aborts every communicator of the group, from any thread; calls
     /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails. Afterwards
     /// every call fails with [`GroupError::Aborted`]; a new group may reuse
-    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](super::GroupOptions::dump_dir)).
+    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)).
     /// On a group that already failed, waits (bounded) until the failure's
     /// own abort of the communicators has finished; a no-op on a group
     /// already aborted or destroyed. NCCL finishes aborting a communicator
@@ -29,7 +29,7 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
-    /// [`GroupOptions::abort_timeout`](super::GroupOptions::abort_timeout); it was left running on its own
+    /// [`GroupOptions::abort_timeout`](crate::GroupOptions::abort_timeout); it was left running on its own
     /// thread and the group is unusable all the same.
     pub fn abort(&self) -> Result<()> {
         if self
@@ -82,7 +82,7 @@ impl ProcessGroup {
     /// every operation, so the tensors of every operation stay readable
     /// afterwards; after a failed one, those of operations not yet seen
     /// to end refuse host reads (their results are not verified). Each finalize is bounded by
-    /// [`GroupOptions::timeout`](super::GroupOptions::timeout) (a blocking communicator's runs on a
+    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout) (a blocking communicator's runs on a
     /// helper thread for that); past it the communicator is aborted.
     ///
     /// A group split into sub-groups ([`ProcessGroup::split_group`],
@@ -165,7 +165,7 @@ impl ProcessGroup {
     /// store so that rank 0, which hosts the TCP store of a group made
     /// from a launch ([`ProcessGroup::from_env`], `from_config`), leaves
     /// last: its call returns once every rank has called `shutdown`
-    /// (bounded by [`GroupOptions::timeout`](super::GroupOptions::timeout)),
+    /// (bounded by [`GroupOptions::timeout`](crate::GroupOptions::timeout)),
     /// so no rank still making a communicator, or reporting a failure,
     /// loses the store. Collective: every rank calls it. On an already
     /// destroyed group it only leaves; on a sub-group it is

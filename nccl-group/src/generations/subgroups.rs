@@ -58,7 +58,7 @@ impl ProcessGroup {
     ///   communicator (after the group's first collective on a process with
     ///   one GPU), it is split with one `ncclCommSplit` for all the lists
     ///   (`NCCL_SPLIT_NOCOLOR` for the ranks in none), bounded by
-    ///   [`GroupOptions::timeout`](super::GroupOptions::timeout), and each
+    ///   [`GroupOptions::timeout`](crate::GroupOptions::timeout), and each
     ///   sub-group starts with its part ([`SplitPath::Split`]). Otherwise,
     ///   and where the group's communicators would share their resources
     ///   with what is split from them (`Config::split_share`, or
