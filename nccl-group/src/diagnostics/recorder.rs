@@ -107,7 +107,7 @@ pub struct OpRecord {
     pub finished_us: Option<u64>,
     /// What became of it.
     pub state: OpState,
-    /// The verification stamp of its end (`crate::verify`), 0 before.
+    /// The verification stamp of its end (`crate::health::verify`), 0 before.
     #[serde(skip)]
     pub(crate) end_stamp: u64,
 }
@@ -363,7 +363,7 @@ impl FlightRecorder {
     }
 
     /// Marks operation `seq` finished at `at` (if it is still in the
-    /// ring), its end stamped `end_stamp` (`crate::verify`).
+    /// ring), its end stamped `end_stamp` (`crate::health::verify`).
     pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant, end_stamp: u64) {
         let finished = self.micros(at);
         let mut ring = self.ring();

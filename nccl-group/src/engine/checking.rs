@@ -1,6 +1,6 @@
 //! The collective check on the group's side
-//! ([`GroupOptions::collective_checks`](super::GroupOptions::collective_checks),
-//! [`crate::checks`]): which operations are fingerprinted, the deadline
+//! ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks),
+//! [`crate::diagnostics::checks`]): which operations are fingerprinted, the deadline
 //! of the wait, and how a failed check fails the group.
 
 use std::sync::Arc;

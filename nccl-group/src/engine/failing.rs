@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use crate::diagnostics::analysis::Divergence;
 use crate::diagnostics::ras::{self, RasLimits, RasReport};
 use crate::diagnostics::recorder::{OpRecord, OpState, PeerProgress, lagging_ranks};
-use crate::engine::factory::CommHealth;
-use crate::engine::factory::LocalComms;
 use crate::engine::group::{ABORTED, FAILED, HEALED, Inner, LIVE};
+use crate::engine::local_comms::CommHealth;
+use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
@@ -182,7 +182,7 @@ impl Inner {
             .mark_suspect(|stamp| self.verification.covers(stamp))
     }
 
-    /// One clean check of every communicator (`crate::verify`): `Clean`
+    /// One clean check of every communicator (`crate::health::verify`): `Clean`
     /// verifies every end seen before it. Not while the group is failing:
     /// the caller checks the state.
     fn clean_check(&self) -> CommHealth {
@@ -290,7 +290,7 @@ impl Inner {
     }
 
     /// NCCL's RAS view ([`crate::ras`]), or why there is none; `None`
-    /// when [`GroupOptions::ras_report`](super::GroupOptions::ras_report)
+    /// when [`GroupOptions::ras_report`](crate::GroupOptions::ras_report)
     /// is off.
     fn ras_view(&self) -> Option<RasReport> {
         if !self.options().ras_report {
@@ -313,7 +313,7 @@ impl Inner {
         Some(RasReport::unavailable(reason))
     }
 
-    /// Aborts the group from [`ProcessGroup::abort`](super::ProcessGroup::abort):
+    /// Aborts the group from [`ProcessGroup::abort`](crate::ProcessGroup::abort):
     /// the state is already `ABORTED`.
     pub(crate) fn abort(&self) -> AbortOutcome {
         self.cache.close();

@@ -15,12 +15,12 @@ use crate::options::StreamMode;
 
 /// What replaced a generation.
 pub(crate) enum Replacement {
-    /// [`ProcessGroup::heal`](super::ProcessGroup::heal).
+    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal).
     Healed {
         agreement: Agreement,
         path: HealPath,
     },
-    /// [`ProcessGroup::grow`](super::ProcessGroup::grow): the ranks the
+    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow): the ranks the
     /// new processes got.
     Grown {
         new_ranks: Range<usize>,

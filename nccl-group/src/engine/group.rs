@@ -43,7 +43,7 @@ pub(crate) struct Inner {
     pub(crate) tracker: Tracker,
     pub(crate) recorder: FlightRecorder,
     pub(crate) captures: captures::Captures,
-    /// The clean checks that verify operations' ends (`crate::verify`).
+    /// The clean checks that verify operations' ends (`crate::health::verify`).
     pub(crate) verification: Arc<Verification>,
     /// The file trigger of on-demand dumps.
     pub(crate) requests: RequestWatch,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use nccl_tensor::checks;
 
-use crate::engine::factory::Member;
+use crate::engine::member::Member;
 use crate::engine::pool::DevicePool;
 use crate::engine::work::{End, WorkBuffers};
 use crate::error::Result;
@@ -54,7 +54,7 @@ pub(crate) fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
 }
 
 /// Records the end of the operation on `stream`, the stream it ran on;
-/// the caller's stream waits for it in [`Work::wait`] unless it is that
+/// the caller's stream waits for it in [`Work::wait`](crate::Work::wait) unless it is that
 /// stream.
 pub(crate) fn end_event(
     member: &Member,

@@ -22,6 +22,8 @@ pub(crate) mod group;
 pub(crate) mod handoff;
 pub(crate) mod issue;
 pub(crate) mod key;
+pub(crate) mod local_comms;
+pub(crate) mod member;
 pub(crate) mod ops;
 pub(crate) mod pool;
 pub(crate) mod register;

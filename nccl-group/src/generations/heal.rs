@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use nccl_core::{Capabilities, Capability};
 
 use crate::engine::comms::scoped_store;
-use crate::engine::factory::LocalComms;
 use crate::engine::failing::{EXCHANGE_WAIT, Finish};
 use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{DESTROYED, Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
+use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
 use crate::failure::{FailureCause, FailureDetails};
 use crate::lineage::HealPath;

@@ -13,10 +13,10 @@ use crate::lineage::{SplitPath, SubGroup};
 use plan::{Candidate, Layout, Proposal, Verdict, decide, decode, encode};
 
 use crate::engine::comms::{Membership, scoped_store};
-use crate::engine::factory::LocalComms;
 use crate::engine::failing::Finish;
 use crate::engine::group::{Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
+use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
 use nccl_rendezvous::Store;
