@@ -21,7 +21,7 @@ use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
 use crate::engine::work::OpResult;
-use crate::engine::work::{Boxer, boxed};
+use crate::engine::work_buffers::{Boxer, boxed};
 use crate::error::{GroupError, OpError};
 
 /// `(outputs, inputs)` of [`ProcessGroup::all_to_all`].

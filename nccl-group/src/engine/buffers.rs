@@ -13,10 +13,10 @@ use nccl_tensor::{
 };
 
 use crate::engine::register::GroupRegistered;
-use crate::engine::work::{Boxer, Keep, WorkBuffers, boxed};
+use crate::engine::work_buffers::{Boxer, Keep, WorkBuffers, boxed};
 
 mod sealed {
-    use crate::engine::work::Keep;
+    use crate::engine::work_buffers::Keep;
 
     /// What the group does with the buffers that depends on whether they
     /// are owned: a captured work's owned buffers, dropped unwaited, are

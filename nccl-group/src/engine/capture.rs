@@ -23,7 +23,8 @@ use crate::engine::handoff::check_stream;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
 use crate::engine::work::OpResult;
-use crate::engine::work::{Boxer, Work, WorkBuffers};
+use crate::engine::work::Work;
+use crate::engine::work_buffers::{Boxer, WorkBuffers};
 use crate::error::{GroupError, OpError, Result, Uncapturable};
 use crate::options::StreamMode;
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
-use crate::engine::work::WorkBuffers;
+use crate::engine::work_buffers::WorkBuffers;
 use crate::error::{GroupError, Uncapturable};
 use crate::options::StreamMode;
 

@@ -13,7 +13,8 @@ use crate::engine::handoff::end_event_in;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
 use crate::engine::pool::DevicePool;
-use crate::engine::work::{Ends, WorkBuffers};
+use crate::engine::tracked::Ends;
+use crate::engine::work_buffers::WorkBuffers;
 use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 

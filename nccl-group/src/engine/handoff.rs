@@ -9,7 +9,8 @@ use nccl_tensor::checks;
 
 use crate::engine::member::Member;
 use crate::engine::pool::DevicePool;
-use crate::engine::work::{End, WorkBuffers};
+use crate::engine::tracked::End;
+use crate::engine::work_buffers::WorkBuffers;
 use crate::error::Result;
 
 /// Makes every stream that may free `buffers` wait for what `stream` has

@@ -26,8 +26,10 @@ use crate::engine::handoff::{check_stream, end_event, order_after_stream, sync_s
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::member::Member;
+use crate::engine::tracked::{Ends, Tracked};
 use crate::engine::work::OpResult;
-use crate::engine::work::{Ends, Keep, Tracked, Work, WorkBuffers};
+use crate::engine::work::Work;
+use crate::engine::work_buffers::{Keep, WorkBuffers};
 use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::FailureCause;

@@ -27,4 +27,6 @@ pub(crate) mod member;
 pub(crate) mod ops;
 pub(crate) mod pool;
 pub(crate) mod register;
+pub(crate) mod tracked;
 pub(crate) mod work;
+pub(crate) mod work_buffers;

@@ -21,7 +21,8 @@ use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
 use crate::engine::work::OpResult;
-use crate::engine::work::{Boxer, Work, WorkBuffers, boxed};
+use crate::engine::work::Work;
+use crate::engine::work_buffers::{Boxer, WorkBuffers, boxed};
 use crate::error::{OpError, Result};
 
 /// One tensor per local GPU, for the list forms.

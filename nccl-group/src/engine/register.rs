@@ -10,7 +10,7 @@ use nccl_tensor::{Access, HoldsResult, NcclType, Registered, ResultCheck, Shared
 use crate::devices::DeviceList;
 use crate::engine::group::ProcessGroup;
 use crate::engine::key::CommKey;
-use crate::engine::work::WorkBuffers;
+use crate::engine::work_buffers::WorkBuffers;
 use crate::error::Result;
 
 /// A tensor registered with a process group's communicator

@@ -6,255 +6,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    CudaEvent, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceSlice, DriverError,
-};
-use nccl_tensor::{Access, AnyTensor, HoldsResult, NcclType, ResultCheck, Tensor, TypedBuffer};
+use cudarc::driver::DriverError;
+use nccl_tensor::ResultCheck;
 
 use crate::engine::captures::Keeper;
-use crate::engine::pool::DevicePool;
+use crate::engine::tracked::{End, Tracked};
+use crate::engine::work_buffers::{Boxer, WorkBuffers};
 use crate::error::{GroupError, OpError, Result};
-use crate::failure::Failure;
-use crate::health::verify::Outcome;
 use crate::health::watchdog::{Completion, Progress};
 
 /// The result of an operation: its [`Work`], or the error with the buffers
 /// (boxed: failures are rare, and the success path stays small).
 pub type OpResult<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
-
-/// Buffers an operation holds until its work is done: owned ones, which a
-/// [`Work`] may keep after every borrow of the caller has ended (and
-/// which a CUDA graph keeps: [`GraphCapture::end`](crate::GraphCapture::end)
-/// and [`ProcessGroup::custom`](crate::ProcessGroup::custom) take
-/// `'static` buffers), or borrowed cudarc memory (`&mut CudaSlice<T>`,
-/// `&CudaSlice<T>`, `CudaViewMut<T>`, `CudaView<T>`), which ties the work
-/// to the borrow (see [`ProcessGroup`](crate::ProcessGroup)'s "Borrowed
-/// memory").
-pub trait WorkBuffers: Send {
-    /// Makes every stream that may free these buffers wait for `event`, so
-    /// dropping them cannot free memory the operation still uses.
-    ///
-    /// # Errors
-    /// A CUDA failure.
-    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError>;
-
-    /// Whether an operation on `stream` that uses these buffers as
-    /// `access` needs no driver call to order them
-    /// ([`TypedBuffer::is_settled_on`]): what an operation captured in a
-    /// CUDA graph needs. A pair is `(output, input)`: the output as
-    /// `access`, the input read. Buffers of your own (for
-    /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) answer `true`:
-    /// ordering them in a capture is yours to do.
-    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        let _ = (stream, access);
-        true
-    }
-
-    /// Leaves the operation's result check on the buffers, so that reading
-    /// them on the host fails when the operation may have run with a failed
-    /// peer ([`nccl_tensor::producer`]). Buffers of your own (for
-    /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) carry none:
-    /// check with [`Work::synchronize`] before reading them.
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        let _ = check;
-    }
-}
-
-impl WorkBuffers for () {
-    fn order_after(&self, _event: &CudaEvent) -> std::result::Result<(), DriverError> {
-        Ok(())
-    }
-}
-
-impl<T: NcclType> WorkBuffers for Tensor<T> {
-    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
-        // cudarc frees a slice on the stream it was allocated on.
-        self.as_slice().stream().wait(event)
-    }
-
-    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        TypedBuffer::is_settled_on(self, stream, access)
-    }
-
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        HoldsResult::set_producer(self, Arc::clone(check));
-    }
-}
-
-impl WorkBuffers for AnyTensor {
-    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
-        self.stream().wait(event)
-    }
-
-    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        AnyTensor::is_settled_on(self, stream, access)
-    }
-
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        HoldsResult::set_producer(self, Arc::clone(check));
-    }
-}
-
-/// Borrowed cudarc memory: dropping a borrow frees nothing, but the
-/// caller may free the memory once the borrow ends, on the stream cudarc
-/// frees it on. The work of borrowed memory is never captured, and carries
-/// no result check: see [`Work::synchronize`].
-macro_rules! borrowed_work_buffers {
-    ($($ty:ty),*) => {$(
-        impl<T: NcclType> WorkBuffers for $ty {
-            fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
-                // cudarc frees a slice on the stream it was allocated on
-                // (a view's: its slice's).
-                self.stream().wait(event)
-            }
-        }
-    )*};
-}
-
-borrowed_work_buffers!(
-    &mut CudaSlice<T>,
-    &CudaSlice<T>,
-    CudaViewMut<'_, T>,
-    CudaView<'_, T>
-);
-
-/// Boxes owned buffers dropped unwaited in a captured work, to live as
-/// long as the graph ([`boxed`]).
-pub(crate) type Boxer<B> = fn(B) -> Box<dyn WorkBuffers>;
-
-/// How a captured work keeps its buffers: `None` for borrowed buffers,
-/// which are never captured.
-pub(crate) type Keep<B> = Option<Boxer<B>>;
-
-/// Boxes owned buffers for a graph's keeper (a [`Boxer`]).
-pub(crate) fn boxed<B: WorkBuffers + 'static>(buffers: B) -> Box<dyn WorkBuffers> {
-    Box::new(buffers)
-}
-
-impl<A: WorkBuffers, B: WorkBuffers> WorkBuffers for (A, B) {
-    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
-        self.0.order_after(event)?;
-        self.1.order_after(event)
-    }
-
-    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        self.0.is_settled_on(stream, access) && self.1.is_settled_on(stream, Access::Read)
-    }
-
-    /// The output only: the operation read the input, so its contents are
-    /// still those of whatever wrote it before.
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        self.0.set_producer(check);
-    }
-}
-
-impl<B: WorkBuffers> WorkBuffers for Vec<B> {
-    fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
-        self.iter()
-            .try_for_each(|buffers| buffers.order_after(event))
-    }
-
-    fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
-        self.iter()
-            .all(|buffers| buffers.is_settled_on(stream, access))
-    }
-
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        self.iter_mut()
-            .for_each(|buffers| buffers.set_producer(check));
-    }
-}
-
-/// The end of the operation on one device.
-pub(crate) struct End {
-    pub(crate) pool: Arc<DevicePool>,
-    pub(crate) event: CudaEvent,
-    /// The stream the event is recorded on: kept alive with the end, so
-    /// that its address is a lane no other stream has meanwhile
-    /// ([`Completion::lane`]).
-    pub(crate) stream: Arc<CudaStream>,
-    /// The caller's stream, where it is not the stream the operation ran
-    /// on: [`Work::wait`] makes it wait for the end.
-    pub(crate) caller: Option<Arc<CudaStream>>,
-}
-
-/// One end event per device; a single device needs no allocation.
-pub(crate) enum Ends {
-    One(End),
-    Many(Vec<End>),
-}
-
-impl Ends {
-    fn as_slice(&self) -> &[End] {
-        match self {
-            Ends::One(end) => std::slice::from_ref(end),
-            Ends::Many(ends) => ends,
-        }
-    }
-}
-
-/// What a [`Work`] and the watchdog share about one operation: its end
-/// events (given back to their pools once both are done with them) and
-/// its [`Outcome`] (whether its group failed before it finished, whether
-/// its end was verified), which the tensors it hands back keep.
-pub(crate) struct Tracked {
-    ends: Ends,
-    outcome: Arc<Outcome>,
-    /// [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait)
-    /// when it was issued.
-    blocking_wait: bool,
-}
-
-impl Tracked {
-    pub(crate) fn new(ends: Ends, outcome: Outcome, blocking_wait: bool) -> Self {
-        Self {
-            ends,
-            outcome: Arc::new(outcome),
-            blocking_wait,
-        }
-    }
-
-    /// The error of an operation its group failed under, if it did.
-    fn failed(&self) -> Option<GroupError> {
-        self.outcome.failed()
-    }
-}
-
-impl Completion for Tracked {
-    fn poll(&self) -> Progress {
-        for end in self.ends.as_slice() {
-            match end.event.try_is_complete() {
-                Ok(true) => {}
-                Ok(false) => return Progress::Running,
-                Err(error) => return Progress::Broken(error),
-            }
-        }
-        self.outcome.saw_end();
-        Progress::Done
-    }
-
-    fn lane(&self) -> Option<usize> {
-        match &self.ends {
-            Ends::One(end) => Some(Arc::as_ptr(&end.stream) as usize),
-            Ends::Many(_) => None,
-        }
-    }
-
-    fn fail(&self, failure: &Arc<Failure>) {
-        self.outcome.fail(failure);
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        let ends = std::mem::replace(&mut self.ends, Ends::Many(Vec::new()));
-        let give = |end: End| end.pool.give_back(end.event);
-        match ends {
-            Ends::One(end) => give(end),
-            Ends::Many(ends) => ends.into_iter().for_each(give),
-        }
-    }
-}
 
 /// An operation enqueued on the group's NCCL streams (or the caller's).
 ///
@@ -487,7 +250,7 @@ impl<B: WorkBuffers> Work<B> {
     ///
     /// The tensors come back carrying the operation's result check
     /// ([`WorkBuffers::set_producer`]): reading one on the host
-    /// ([`Tensor::to_vec`]) fails with the group's failure when the
+    /// ([`Tensor::to_vec`](nccl_tensor::Tensor::to_vec)) fails with the group's failure when the
     /// operation may have run with a failed peer, instead of returning
     /// partial data. Work the GPU runs on them afterwards (a kernel queued
     /// on the caller's stream) cannot be checked before it reads: the
