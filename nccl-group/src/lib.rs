@@ -128,7 +128,8 @@ pub struct FrameworkAuthorsDoctests;
 pub mod testing {
     pub use crate::devices::DeviceList;
     pub use crate::engine::cache::OnceMap;
-    pub use crate::engine::comms::{CommCache, CommFactory, Membership};
+    pub use crate::engine::comms::{CommCache, CommFactory};
     pub use crate::engine::key::{CommClass, CommKey, Members};
+    pub use crate::engine::membership::Membership;
     pub use crate::engine::pool::DevicePool;
 }

@@ -24,6 +24,7 @@ pub(crate) mod issue;
 pub(crate) mod key;
 pub(crate) mod local_comms;
 pub(crate) mod member;
+pub(crate) mod membership;
 pub(crate) mod ops;
 pub(crate) mod pool;
 pub(crate) mod register;

@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability, UniqueId};
 
-use crate::engine::comms::scoped_store;
 use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{ABORTED, FAILED, Inner, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
+use crate::engine::membership::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
 use crate::lineage::GrowPath;

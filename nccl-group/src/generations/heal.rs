@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability};
 
-use crate::engine::comms::scoped_store;
 use crate::engine::failing::{EXCHANGE_WAIT, Finish};
 use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{DESTROYED, Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
+use crate::engine::membership::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::{FailureCause, FailureDetails};
 use crate::lineage::HealPath;

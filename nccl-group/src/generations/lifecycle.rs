@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::engine::comms::scoped_store;
 use crate::engine::failing;
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, LIVE, ProcessGroup};
+use crate::engine::membership::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
 use crate::health::watchdog::{Bounded, run_bounded};

@@ -12,11 +12,11 @@ use std::sync::{Arc, PoisonError, Weak};
 use crate::lineage::{SplitPath, SubGroup};
 use plan::{Candidate, Layout, Proposal, Verdict, decide, decode, encode};
 
-use crate::engine::comms::{Membership, scoped_store};
 use crate::engine::failing::Finish;
 use crate::engine::group::{Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
+use crate::engine::membership::{Membership, scoped_store};
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
 use nccl_rendezvous::Store;

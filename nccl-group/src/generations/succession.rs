@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::engine::comms::Membership;
 use crate::engine::failing::{Findings, abort_bounded};
 use crate::engine::generation::Record;
 use crate::engine::group::{HEALED, Inner, ProcessGroup};
+use crate::engine::membership::Membership;
 use crate::error::GroupError;
 use crate::failure::FailureCause;
 
