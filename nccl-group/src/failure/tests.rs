@@ -7,7 +7,7 @@ use super::*;
 use crate::devices::DeviceList;
 use crate::diagnostics::analysis::{Deviation, Issued};
 use crate::diagnostics::recorder::OpState;
-use nccl_core::DataType;
+use nccl_core::{DataType, ResultCode};
 
 fn record() -> OpRecord {
     OpRecord {
