@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Divergence;
 use crate::diagnostics::ras::RasReport;
-use crate::diagnostics::recorder::{OpRecord, PeerProgress};
+use crate::diagnostics::recorder::records::{OpRecord, PeerProgress};
 use crate::lineage::SubGroup;
 
 mod cause;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::diagnostics::dumps::{self, DumpError, DumpFiles, FAILURE_LABEL};
-use crate::diagnostics::recorder::FlightDump;
+use crate::diagnostics::recorder::records::FlightDump;
 use crate::engine::failing::Findings;
 use crate::engine::group::{Inner, ProcessGroup};
 use crate::error::Result;

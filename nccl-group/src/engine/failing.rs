@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Divergence;
 use crate::diagnostics::ras::{self, RasLimits, RasReport};
-use crate::diagnostics::recorder::{OpRecord, OpState, PeerProgress, lagging_ranks};
+use crate::diagnostics::recorder::records::{OpRecord, OpState, PeerProgress, lagging_ranks};
 use crate::engine::group::{ABORTED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::engine::local_comms::LocalComms;

@@ -15,7 +15,7 @@ use nccl_tensor::Communicator;
 
 use crate::devices::DeviceList;
 use crate::diagnostics::checks::Checked;
-use crate::diagnostics::recorder::{OpDescription, OpState};
+use crate::diagnostics::recorder::records::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep;
 use crate::engine::captures;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::*;
 use crate::devices::DeviceList;
 use crate::diagnostics::analysis::{Deviation, Issued};
-use crate::diagnostics::recorder::OpState;
+use crate::diagnostics::recorder::records::OpState;
 use nccl_core::{DataType, ResultCode};
 
 fn record() -> OpRecord {

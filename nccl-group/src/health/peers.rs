@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
-use crate::diagnostics::recorder::{OpRecord, PeerProgress};
+use crate::diagnostics::recorder::records::{OpRecord, PeerProgress};
 use nccl_rendezvous::Store;
 
 /// How many of its last collectives a failing rank publishes (about 100

@@ -18,7 +18,7 @@ use std::fmt;
 use nccl_core::DataType;
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostics::recorder::OpRecord;
+use crate::diagnostics::recorder::records::OpRecord;
 
 pub use divergence::{Comparison, Deviation, Divergence, compare, first_divergence};
 pub use folder::{FolderAnalysis, Report, Unreadable, analyze, analyze_tree};

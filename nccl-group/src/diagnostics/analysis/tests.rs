@@ -4,7 +4,8 @@ use nccl_core::DataType;
 
 use super::*;
 use crate::devices::DeviceList;
-use crate::diagnostics::recorder::{FlightDump, FlightRecorder, OpDescription};
+use crate::diagnostics::recorder::FlightRecorder;
+use crate::diagnostics::recorder::records::{FlightDump, OpDescription};
 
 /// What the recorder writes is what the analysis reads: a dump's JSON
 /// gives the same collectives as its records.

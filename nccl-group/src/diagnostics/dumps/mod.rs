@@ -33,7 +33,7 @@ pub(crate) mod request;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::diagnostics::recorder::FlightDump;
+use crate::diagnostics::recorder::records::FlightDump;
 
 /// The environment variable that sets the default [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir).
 pub const DUMP_DIR_VARIABLE: &str = "NCCL_GROUP_DUMP_DIR";

@@ -4,7 +4,8 @@ use nccl_core::DataType;
 
 use super::*;
 use crate::devices::DeviceList;
-use crate::diagnostics::recorder::{FlightRecorder, OpDescription, OpState};
+use crate::diagnostics::recorder::FlightRecorder;
+use crate::diagnostics::recorder::records::{OpDescription, OpState};
 
 fn description(op: &'static str, collective: bool) -> OpDescription {
     OpDescription {

@@ -46,7 +46,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::DumpError;
-use crate::diagnostics::recorder::{FlightDump, OpRecord, OpState, millis};
+use crate::diagnostics::recorder::records::{FlightDump, OpRecord, OpState, millis};
 
 /// The version of PyTorch's flight-recorder schema that dumps follow.
 pub const VERSION: &str = "2.10";

@@ -1,4 +1,9 @@
+use std::time::Duration;
+
+use nccl_core::DataType;
+
 use super::*;
+use crate::devices::DeviceList;
 
 fn description(op: &'static str, collective: bool) -> OpDescription {
     OpDescription {

@@ -10,7 +10,8 @@ use nccl_core::DataType;
 
 use super::*;
 use crate::devices::DeviceList;
-use crate::diagnostics::recorder::{FlightRecorder, OpDescription, lagging_ranks};
+use crate::diagnostics::recorder::FlightRecorder;
+use crate::diagnostics::recorder::records::{OpDescription, lagging_ranks};
 use nccl_rendezvous::InProcessStore;
 
 /// The records of a rank that issued `ops` (name, element count), with a
