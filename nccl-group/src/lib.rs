@@ -81,8 +81,8 @@ pub use engine::work::{OpResult, Work};
 pub use engine::work_buffers::WorkBuffers;
 pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-pub use generations::grow::{GrowOptions, Grown};
-pub use generations::heal::{HealOptions, Healed};
+pub use generations::grow::options::{GrowOptions, Grown};
+pub use generations::heal::options::{HealOptions, Healed};
 pub use lineage::{GrowPath, HealPath, SplitPath, SubGroup};
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
 pub use nccl_core::Config;
