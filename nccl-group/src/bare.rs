@@ -6,8 +6,8 @@ use nccl_core::{Device, UniqueId};
 use nccl_tensor::{Communicator, nccl_rank};
 
 use crate::error::{GroupError, Result};
-use crate::store::RendezvousConfig;
-use crate::store::meet::Meeting;
+use nccl_rendezvous::RendezvousConfig;
+use nccl_rendezvous::meet::Meeting;
 
 /// The store key under which every bare communicator's keys live.
 const SCOPE: &str = "communicator";

@@ -55,42 +55,42 @@
 // Examples compile without warnings: one that calls a deprecated item fails its doctest.
 #![doc(test(attr(deny(warnings), allow(unused))))]
 
-pub mod analysis;
 mod bare;
-mod cache;
-mod checks;
-mod comms;
-pub mod dumps;
+mod devices;
+mod diagnostics;
+mod engine;
 mod error;
 mod failure;
-mod group;
-mod key;
-mod peers;
-mod pool;
+mod generations;
+mod health;
+mod lineage;
+mod options;
 pub mod ranks;
-pub mod ras;
-pub mod recorder;
-mod trace;
-mod verify;
-mod watchdog;
-mod work;
 
 pub use bare::communicator;
-pub use checks::{MAX_CHECK_INTERVAL, Mismatch};
-pub use error::{ErrorKind, GroupError, OpError, Result};
+pub use devices::MAX_LOCAL_DEVICES;
+pub use diagnostics::checks::MAX_CHECK_INTERVAL;
+pub use diagnostics::dumps::DUMP_DIR_VARIABLE;
+pub use diagnostics::{analysis, dumps, ras, recorder};
+pub use engine::batch::{Coalesced, P2POp};
+pub use engine::buffers::{GroupBuffers, GroupTensor};
+pub use engine::capture::GraphCapture;
+pub use engine::graph::GroupGraph;
+pub use engine::group::ProcessGroup;
+pub use engine::register::GroupRegistered;
+pub use engine::work::{OpResult, Work};
+pub use engine::work_buffers::WorkBuffers;
+pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-pub use group::{
-    Coalesced, CommMode, DEFAULT_OP_TIMEOUT, DUMP_DIR_VARIABLE, GraphCapture, GroupBuffers,
-    GroupGraph, GroupOptions, GroupRegistered, GroupTensor, GrowOptions, GrowPath, Grown,
-    HealOptions, HealPath, Healed, OpResult, P2POp, ProcessGroup, SplitPath, StreamMode, SubGroup,
-    Uncapturable,
-};
-pub use key::MAX_LOCAL_DEVICES;
+pub use generations::grow::options::{GrowOptions, Grown};
+pub use generations::heal::options::{HealOptions, Healed};
+pub use lineage::{GrowPath, HealPath, SplitPath, SubGroup};
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
 pub use nccl_core::Config;
 /// The rendezvous stores, the launch environment and the meetings:
 /// [`nccl_rendezvous`], under the name this crate has always given them.
 pub use nccl_rendezvous as store;
+pub use options::{CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, StreamMode};
 pub use ranks::{GlobalRank, GroupRank, Rank};
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
 pub use store::{
@@ -98,7 +98,6 @@ pub use store::{
     RendezvousConfig, Store, StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer,
     TcpStoreServerOptions,
 };
-pub use work::{Work, WorkBuffers};
 pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
 /// What most programs name: nccl-tensor's prelude (the tensor types,
@@ -129,8 +128,10 @@ pub struct FrameworkAuthorsDoctests;
 /// the cache keys and the event pool. Not a stable API.
 #[doc(hidden)]
 pub mod testing {
-    pub use crate::cache::OnceMap;
-    pub use crate::comms::{CommCache, CommFactory, Membership};
-    pub use crate::key::{CommClass, CommKey, DeviceList, Members};
-    pub use crate::pool::DevicePool;
+    pub use crate::devices::DeviceList;
+    pub use crate::engine::cache::OnceMap;
+    pub use crate::engine::comms::{CommCache, CommFactory};
+    pub use crate::engine::key::{CommClass, CommKey, Members};
+    pub use crate::engine::membership::Membership;
+    pub use crate::engine::pool::DevicePool;
 }

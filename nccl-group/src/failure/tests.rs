@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::analysis::{Deviation, Issued};
-use crate::key::DeviceList;
-use crate::recorder::OpState;
-use nccl_core::DataType;
+use crate::devices::DeviceList;
+use crate::diagnostics::analysis::{Deviation, Issued};
+use crate::diagnostics::recorder::records::OpState;
+use nccl_core::{DataType, ResultCode};
 
 fn record() -> OpRecord {
     OpRecord {
@@ -317,7 +317,7 @@ fn the_collective_checks_failures_name_the_check() {
 
 #[test]
 fn a_sub_groups_report_names_global_ranks() {
-    let subgroup = crate::group::SubGroup {
+    let subgroup = crate::lineage::SubGroup {
         parent: "world/sub0.0".into(),
         parent_generation: 0,
         index: 1,
@@ -325,7 +325,7 @@ fn a_sub_groups_report_names_global_ranks() {
         parent_ranks: vec![2, 0],
         root: "world".into(),
         global_ranks: vec![5, 1],
-        path: crate::group::SplitPath::Split,
+        path: crate::lineage::SplitPath::Split,
     };
     let failure = Failure::new(
         "world/sub0.0/sub1.0".into(),
@@ -390,4 +390,10 @@ fn aborted_quietly() -> FailureDetails {
         ras: None,
         dump: None,
     }
+}
+
+#[test]
+fn collectives_print_as_one_or_a_range() {
+    assert_eq!(Collectives(57, 57).to_string(), "collective #57");
+    assert_eq!(Collectives(48, 63).to_string(), "collectives #48-#63");
 }

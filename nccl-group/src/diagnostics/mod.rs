@@ -1,0 +1,10 @@
+//! What the group tells about itself: the flight recorder, its dumps and
+//! their analysis, the collective check, NCCL's RAS view and the trace
+//! events.
+
+pub mod analysis;
+pub(crate) mod checks;
+pub mod dumps;
+pub mod ras;
+pub mod recorder;
+pub(crate) mod trace;

@@ -1,0 +1,247 @@
+use std::time::Duration;
+
+use nccl_core::DataType;
+
+use super::*;
+use crate::devices::DeviceList;
+
+fn description(op: &'static str, collective: bool) -> OpDescription {
+    OpDescription {
+        op,
+        dtype: Some(DataType::Float32),
+        count: 4,
+        output_count: 4,
+        reduction: None,
+        peer: None,
+        timeout: Duration::from_secs(5),
+        devices: DeviceList::one(0).unwrap(),
+        collective,
+    }
+}
+
+#[test]
+fn sequence_numbers_count_collectives_apart_from_point_to_point() {
+    let recorder = FlightRecorder::new(8);
+    let now = Instant::now();
+    let a = recorder.record(&description("all_reduce", true), now);
+    let s = recorder.record(&description("send", false), now);
+    let b = recorder.record(&description("broadcast", true), now);
+    assert_eq!((a.seq, a.collective_seq, a.p2p_seq), (0, Some(0), None));
+    assert_eq!((s.seq, s.collective_seq, s.p2p_seq), (1, None, Some(0)));
+    assert_eq!((b.seq, b.collective_seq, b.p2p_seq), (2, Some(1), None));
+    assert_eq!(recorder.progress(), (Some(1), None));
+    recorder.finish(0, OpState::Completed, now, 1);
+    assert_eq!(recorder.progress(), (Some(1), Some(0)));
+    // A finished point-to-point op does not move the collective progress.
+    recorder.finish(1, OpState::Completed, now, 1);
+    assert_eq!(recorder.progress(), (Some(1), Some(0)));
+}
+
+#[test]
+fn the_ring_keeps_the_last_records_oldest_first() {
+    let recorder = FlightRecorder::new(3);
+    let now = Instant::now();
+    for _ in 0..5 {
+        recorder.record(&description("all_reduce", true), now);
+    }
+    let (records, total) = recorder.snapshot();
+    assert_eq!(total, 5);
+    assert_eq!(
+        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    // Finishing an overwritten op is a no-op; a live one is updated.
+    recorder.finish(0, OpState::Completed, now, 1);
+    recorder.finish(3, OpState::Completed, now, 1);
+    let (records, _) = recorder.snapshot();
+    assert_eq!(records[1].state, OpState::Completed);
+    assert!(records[1].finished_us.is_some());
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.seq != 3)
+            .all(|r| r.state == OpState::Pending)
+    );
+    recorder.fail_pending(now);
+    let (records, _) = recorder.snapshot();
+    assert_eq!(
+        records.iter().map(|r| r.state).collect::<Vec<_>>(),
+        vec![OpState::Failed, OpState::Completed, OpState::Failed]
+    );
+}
+
+#[test]
+fn a_record_allocates_nothing_once_the_ring_is_full() {
+    let recorder = FlightRecorder::new(2);
+    let now = Instant::now();
+    for _ in 0..4 {
+        recorder.record(&description("all_reduce", true), now);
+    }
+    let capacity = recorder.ring().records.capacity();
+    for _ in 0..100 {
+        recorder.record(&description("all_reduce", true), now);
+    }
+    assert_eq!(recorder.ring().records.capacity(), capacity);
+    assert_eq!(recorder.ring().records.len(), 2);
+}
+
+#[test]
+fn dumps_are_json_with_every_field() {
+    let recorder = FlightRecorder::new(4);
+    let now = Instant::now();
+    let mut d = description("recv", false);
+    d.peer = Some(3);
+    d.devices = DeviceList::new([2, 5].into_iter()).unwrap();
+    recorder.record(&d, now);
+    let (ops, total) = recorder.snapshot();
+    let dump = FlightDump {
+        group: "trainer".into(),
+        generation: 1,
+        rank: 2,
+        world_size: 4,
+        reason: "on request".into(),
+        epoch_unix_us: recorder.epoch_unix_us(),
+        dumped_us: recorder.micros(Instant::now()),
+        pid: std::process::id(),
+        nccl_version: None,
+        last_enqueued: None,
+        last_completed: None,
+        peers: vec![PeerProgress {
+            rank: 0,
+            last_enqueued: Some(7),
+            last_completed: Some(6),
+        }],
+        lagging: vec![1, 3],
+        divergence: None,
+        ras: None,
+        total_recorded: total,
+        threads: FlightDump::thread_names(&ops),
+        ops,
+    };
+    let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
+    assert_eq!(json["group"], "trainer");
+    assert_eq!(json["rank"], 2);
+    assert_eq!(json["lagging"], serde_json::json!([1, 3]));
+    assert_eq!(json["peers"][0]["last_enqueued"], 7);
+    let op = &json["ops"][0];
+    assert_eq!(op["op"], "recv");
+    assert_eq!(op["dtype"], "float");
+    assert_eq!(op["peer"], 3);
+    assert_eq!(op["devices"], serde_json::json!([2, 5]));
+    assert_eq!(op["state"], "pending");
+    assert_eq!(op["timeout_ms"], 5000);
+    assert_eq!(op["p2p_seq"], 0);
+    // The issuing thread (this test's), named as the system has it.
+    let thread = op["thread"].as_u64().unwrap();
+    assert_ne!(thread, 0, "Linux has /proc/thread-self");
+    assert!(json["threads"][thread.to_string()].is_string(), "{json}");
+    assert_eq!(op["collective_seq"], serde_json::Value::Null);
+    assert_eq!(op["finished_us"], serde_json::Value::Null);
+    assert_eq!(json["divergence"], serde_json::Value::Null);
+    assert_eq!(json["ras"], serde_json::Value::Null);
+}
+
+/// After a failure the dump holds the divergence (its fields and its
+/// text) and RAS's view.
+#[test]
+fn a_failure_dump_holds_the_divergence_and_ras() {
+    use crate::diagnostics::analysis::{Deviation, Divergence, Issued};
+    use crate::diagnostics::ras::RasReport;
+    let issued = |count| Issued {
+        collective_seq: 57,
+        op: "all_reduce".into(),
+        dtype: Some("float".into()),
+        count,
+        root: None,
+        reduction: Some("sum".into()),
+    };
+    let divergence = Divergence {
+        collective_seq: 57,
+        expected: issued(1024),
+        expected_ranks: vec![0, 1, 2],
+        others: vec![Deviation {
+            rank: 3,
+            issued: Some(issued(1025)),
+            last_collective: Some(57),
+        }],
+    };
+    let recorder = FlightRecorder::new(4);
+    let dump = FlightDump {
+        group: "trainer".into(),
+        generation: 0,
+        rank: 0,
+        world_size: 4,
+        reason: "failed".into(),
+        epoch_unix_us: recorder.epoch_unix_us(),
+        dumped_us: 0,
+        pid: 1,
+        nccl_version: None,
+        last_enqueued: None,
+        last_completed: None,
+        peers: Vec::new(),
+        lagging: Vec::new(),
+        divergence: Some(divergence.clone()),
+        ras: Some(RasReport::unavailable("RAS is off (NCCL_RAS_ENABLE=0)")),
+        total_recorded: 0,
+        threads: Default::default(),
+        ops: Vec::new(),
+    };
+    let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
+    let dumped = &json["divergence"];
+    assert_eq!(dumped["collective_seq"], 57);
+    assert_eq!(dumped["others"][0]["rank"], 3);
+    assert_eq!(dumped["others"][0]["issued"]["count"], 1025);
+    assert_eq!(dumped["expected_ranks"], serde_json::json!([0, 1, 2]));
+    assert_eq!(dumped["message"], divergence.to_string());
+    assert_eq!(json["ras"]["format"], "unavailable");
+    assert_eq!(json["ras"]["reason"], "RAS is off (NCCL_RAS_ENABLE=0)");
+}
+
+#[test]
+fn lagging_ranks_are_those_behind_or_silent() {
+    let progress = |rank, enqueued| PeerProgress {
+        rank,
+        last_enqueued: enqueued,
+        last_completed: None,
+    };
+    let peers = [
+        progress(0, Some(9)),
+        progress(1, Some(8)),
+        progress(3, None),
+    ];
+    // Rank 2 (me) is stuck on collective 9: rank 1 never issued it,
+    // rank 3 issued nothing, rank 4 did not answer.
+    assert_eq!(lagging_ranks(Some(9), &peers, 5, 2), vec![1, 3, 4]);
+    // Stuck on nothing collective (e.g. a recv): only the silent ones.
+    assert_eq!(lagging_ranks(None, &peers, 5, 2), vec![4]);
+}
+
+#[test]
+fn unverified_completions_become_suspect_when_the_group_fails() {
+    let recorder = FlightRecorder::new(8);
+    let now = Instant::now();
+    for n in 0..4 {
+        recorder.record(&description("all_reduce", true), now);
+        let _ = n;
+    }
+    // Ends stamped 1 and 1 (verified), 2 (not), and one still pending.
+    recorder.finish(0, OpState::Completed, now, 1);
+    recorder.finish(1, OpState::Completed, now, 1);
+    recorder.finish(2, OpState::Completed, now, 2);
+    let suspects = recorder.mark_suspect(|stamp| stamp < 2);
+    assert_eq!(suspects.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(suspects[0].state, OpState::Suspect);
+    let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            OpState::Completed,
+            OpState::Completed,
+            OpState::Suspect,
+            OpState::Pending
+        ]
+    );
+    let json = serde_json::to_string(&recorder.snapshot().0[2]).unwrap();
+    assert!(json.contains("\"state\":\"suspect\""), "{json}");
+    assert!(!json.contains("end_stamp"), "{json}");
+}

@@ -1,0 +1,170 @@
+//! The failure alarm: a failing rank tells every other rank through the
+//! store, so that a rank NCCL told nothing fails within about 1.5 s and
+//! joins the failure's exchange of reports.
+//!
+//! Why: when a rank dies, NCCL reports `ncclRemoteError` only to the
+//! ranks that had a connection to it. The others wait in their next
+//! collective, with no error, until their operation timeout (minutes, by
+//! default). Meanwhile the ranks that saw the error exchange their
+//! reports within a few seconds, and a heal takes the silent ranks for
+//! lost: a healthy rank would be excluded for being blocked.
+//!
+//! How: the first failing rank of a generation writes
+//! `<group>/<generation>/failed` (later ones find it written); a heal
+//! called on a live group raises it too. A rank reads that key only while
+//! one of its operations has been pending for [`LISTEN_AFTER`], every
+//! [`LISTEN_EVERY`], with one read that does not wait for the key (it
+//! waits for the store's answer, up to the store's I/O timeout) on a
+//! thread of its own, one at a time per group: a group that is not
+//! waiting never reads it (a waiting one reads twice a second: a store
+//! round trip per waiting rank), the watchdog, which looks after every
+//! group of the process, never waits for the store, and the thread holds
+//! the group only weakly, so it keeps no dropped group alive. A rank that
+//! finds the alarm fails with [`FailureCause::PeerFailed`]. A thread
+//! stuck inside an enqueue has no tracked operation and does not listen:
+//! the enqueue's own timeout ends it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::failing::Finish;
+use crate::engine::group::{Inner, LIVE};
+use crate::failure::{Failure, FailureCause};
+use crate::health::alarm::{LISTEN_AFTER, LISTEN_EVERY};
+
+/// What the alarm says: which rank failed first, and why.
+#[derive(Debug, Serialize, Deserialize)]
+struct Raised {
+    rank: usize,
+    cause: String,
+}
+
+/// The alarm's key of generation `generation` of group `name`.
+fn key(name: &str, generation: u64) -> String {
+    format!("{name}/{generation}/failed")
+}
+
+impl Inner {
+    /// Raises the alarm for `failure` on this rank, unless the alarm
+    /// caused it. A store that fails leaves the others to their own
+    /// detection (as before the alarm): this rank's failure goes on.
+    pub(crate) fn raise_alarm(&self, failure: &Failure) {
+        let m = self.cache.membership();
+        if m.world_size < 2 || matches!(failure.cause, FailureCause::PeerFailed { .. }) {
+            return;
+        }
+        let raised = Raised {
+            rank: m.rank,
+            cause: failure.cause.to_string(),
+        };
+        let Ok(bytes) = serde_json::to_vec(&raised) else {
+            return;
+        };
+        // The first rank's alarm stays: it names where the failure began.
+        let _ = m
+            .store
+            .compare_set(&key(&m.name, m.generation), None, &bytes);
+        crate::diagnostics::trace::event!(info, group = %m.name, "failure alarm raised for the other ranks");
+    }
+
+    /// The watchdog's part, at each tick of a live group: starts a read of
+    /// the alarm when an operation has been pending for [`LISTEN_AFTER`]
+    /// at `now`, the last read is [`LISTEN_EVERY`] old and none is
+    /// running. The read runs on a thread of its own.
+    pub(crate) fn listen_for_alarm(self: &Arc<Self>, now: Instant) {
+        let m = self.cache.membership();
+        if m.world_size < 2 {
+            return;
+        }
+        let waiting = self
+            .tracker
+            .oldest_enqueued()
+            .is_some_and(|enqueued| now.saturating_duration_since(enqueued) >= LISTEN_AFTER);
+        if !waiting {
+            return;
+        }
+        {
+            let mut last = self
+                .listener
+                .last
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.is_some_and(|last| now.saturating_duration_since(last) < LISTEN_EVERY) {
+                return;
+            }
+            if self.listener.reading.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let group = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("nccl-group-alarm".to_string())
+            .spawn(move || {
+                let Some(inner) = group.upgrade() else {
+                    return;
+                };
+                // Released however the read ends (a user's store may panic).
+                let _reading = ReadingFlag(&inner.listener.reading);
+                let found = inner.read_alarm();
+                // Only a group still held by its owner fails on the alarm:
+                // a dropped one fails its pending operations itself.
+                if let Some(raised) = found
+                    && Arc::strong_count(&inner) > 1
+                {
+                    inner.fail_by_alarm(raised);
+                }
+            });
+        if spawned.is_err() {
+            // No thread to spare: the next tick tries again.
+            self.listener.reading.store(false, Ordering::Release);
+        }
+    }
+
+    /// Reads the alarm once: another rank's, if it raised one. A store
+    /// error reads as no alarm: the operation's own timeout still bounds
+    /// the wait.
+    fn read_alarm(&self) -> Option<Raised> {
+        let m = self.cache.membership();
+        let Ok(Some(bytes)) = m.store.try_get(&key(&m.name, m.generation)) else {
+            return None;
+        };
+        // Only this crate writes the key; what it cannot read is not an
+        // alarm it raised.
+        let raised = serde_json::from_slice::<Raised>(&bytes).ok()?;
+        (raised.rank != m.rank).then_some(raised)
+    }
+
+    /// Fails the group, if it is still live, on another rank's alarm. On
+    /// the alarm's thread of its own, the failure can finish here.
+    fn fail_by_alarm(self: &Arc<Self>, raised: Raised) {
+        if self.state.load(Ordering::Acquire) != LIVE {
+            return;
+        }
+        crate::diagnostics::trace::event!(error, group = %self.cache.membership().name, rank = raised.rank, "another rank's failure alarm: failing the group");
+        self.fail(
+            FailureCause::PeerFailed {
+                rank: raised.rank,
+                cause: raised.cause,
+            },
+            self.tracker.oldest(),
+            Finish::Here,
+        );
+    }
+}
+
+/// Clears the group's `reading` flag when the read ends, by return or by
+/// panic.
+struct ReadingFlag<'a>(&'a AtomicBool);
+
+impl Drop for ReadingFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests;

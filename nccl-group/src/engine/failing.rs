@@ -1,0 +1,469 @@
+//! The group's side of the watchdog: what a tick checks, and how a group
+//! fails: poison, bounded abort, the exchange of the ranks' progress and
+//! last collectives, NCCL's RAS view, flight-recorder dump.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::diagnostics::analysis::Divergence;
+use crate::diagnostics::ras::{self, RasLimits, RasReport};
+use crate::diagnostics::recorder::records::{OpRecord, OpState, PeerProgress, lagging_ranks};
+use crate::engine::group::{ABORTED, FAILED, HEALED, Inner, LIVE};
+use crate::engine::local_comms::CommHealth;
+use crate::engine::local_comms::LocalComms;
+use crate::error::{GroupError, Result};
+use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
+use crate::health::peers::{self, PeerReport};
+use crate::health::verify::GroupChecks;
+use crate::health::watchdog::{Bounded, Verdict, Watched, run_bounded};
+
+/// How long a failing rank waits, in all, for the other ranks' reports.
+pub(crate) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
+
+/// What a failure learnt from the other ranks and from NCCL's RAS (empty
+/// for an abort and for dumps on request).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Findings {
+    pub(crate) peers: Vec<PeerProgress>,
+    pub(crate) lagging: Vec<usize>,
+    pub(crate) divergence: Option<Divergence>,
+    pub(crate) ras: Option<RasReport>,
+}
+
+/// Where the slower part of a failure runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// On a thread of its own: the watchdog looks after every group of the
+    /// process and must not wait for one.
+    OwnThread,
+    /// On the calling thread, which returns the failure only once the
+    /// abort and the dump are done (a caller may exit on that error).
+    Here,
+}
+
+/// Whether a termination asks the other ranks how far they got and what
+/// they issued last, and NCCL's RAS service what it sees.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exchange {
+    /// The ranks through the store, bounded by [`EXCHANGE_WAIT`]; RAS
+    /// bounded by [`RasLimits`].
+    WithPeers,
+    /// The ranks only: the termination runs on the watchdog's thread (no
+    /// thread to spare, or a process about to abort), which looks after
+    /// every group and must not wait for RAS too.
+    PeersOnly,
+    /// Not: an abort or a drop must not wait on other processes, and a
+    /// creation timeout has no operation to ask about.
+    No,
+}
+
+impl Inner {
+    fn options(&self) -> &crate::options::GroupOptions {
+        &self.cache.factory().options
+    }
+
+    /// `Ok` while the group is live, else why not.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        let name = || self.cache.membership().name.clone();
+        match self.state.load(Ordering::Acquire) {
+            LIVE => Ok(()),
+            ABORTED => Err(GroupError::Aborted { name: name() }),
+            FAILED => Err(GroupError::Failed(self.stored_failure())),
+            HEALED => Err(GroupError::Healed {
+                name: name(),
+                generation: self.cache.membership().generation,
+                successor: self.successor.get().copied().unwrap_or_default(),
+            }),
+            _ => Err(GroupError::Destroyed { name: name() }),
+        }
+    }
+
+    /// The failure of a `FAILED` group: it is stored right after the
+    /// state changes, so this waits for nanoseconds at most.
+    fn stored_failure(&self) -> Arc<Failure> {
+        loop {
+            if let Some(failure) = self.failure.get() {
+                return Arc::clone(failure);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Fails a live group (the watchdog's verdict, an operation left in
+    /// flight by an error, a communicator not created in time); a no-op
+    /// otherwise. Every pending operation fails at once; then the
+    /// communicators are aborted (bounded), the ranks' progress exchanged
+    /// and the flight recorder dumped, after which the failure's
+    /// [`details`](Failure::details) are set. `finish` says where that
+    /// slower part runs. With [`FailurePolicy::AbortProcess`] all of it
+    /// runs here, before pending operations fail (nobody can act on an
+    /// error before the dump is written), and the process aborts.
+    pub(crate) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>, finish: Finish) {
+        // No operation is stuck when creation or a split failed, and the
+        // ranks that never joined are named already: nothing to ask the
+        // others.
+        // A heal asks its peers only for their progress: it does not wait
+        // for RAS's view.
+        let exchange = match cause {
+            FailureCause::Creation { .. } | FailureCause::Split { .. } => Exchange::No,
+            FailureCause::Healing => Exchange::PeersOnly,
+            _ => Exchange::WithPeers,
+        };
+        if self
+            .state
+            .compare_exchange(LIVE, FAILED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        // No clean check passes once the group is not live: the suspects
+        // are final.
+        let failure = self.new_failure(cause, seq, self.suspects());
+        self.cache.close();
+        crate::diagnostics::trace::event!(error, %failure, "the group failed: failing its pending operations, aborting its communicators");
+        let _ = self.failure.set(Arc::clone(&failure));
+        // What the calling thread may wait for: the watchdog's (finish on
+        // a thread of its own) does not ask RAS.
+        let here = match (finish, exchange) {
+            (Finish::OwnThread, Exchange::WithPeers) => Exchange::PeersOnly,
+            _ => exchange,
+        };
+        if self.options().on_failure == FailurePolicy::AbortProcess {
+            self.finish_termination(&failure, here);
+            eprintln!("nccl-group: aborting the process (FailurePolicy::AbortProcess): {failure}");
+            std::process::abort();
+        }
+        self.fail_pending(&failure);
+        if finish == Finish::OwnThread {
+            let spawned = {
+                let inner = Arc::clone(self);
+                let failure = Arc::clone(&failure);
+                std::thread::Builder::new()
+                    .name("nccl-group-failure".to_string())
+                    .spawn(move || {
+                        inner.finish_termination(&failure, exchange);
+                    })
+            };
+            if spawned.is_ok() {
+                return;
+            }
+        }
+        // Here, or without a thread to spare.
+        self.finish_termination(&failure, here);
+    }
+
+    pub(crate) fn new_failure(
+        &self,
+        cause: FailureCause,
+        seq: Option<u64>,
+        suspects: Vec<OpRecord>,
+    ) -> Arc<Failure> {
+        let m = self.cache.membership();
+        let op = seq.and_then(|seq| self.recorder.get(seq));
+        Arc::new(
+            Failure::new(
+                m.name.clone(),
+                m.generation,
+                m.rank,
+                m.world_size,
+                cause,
+                op,
+                suspects,
+            )
+            .in_subgroup(self.lineage.clone()),
+        )
+    }
+
+    /// Marks the operations whose end no clean check has verified as
+    /// suspect in the flight recorder, and returns them.
+    fn suspects(&self) -> Vec<OpRecord> {
+        self.recorder
+            .mark_suspect(|stamp| self.verification.covers(stamp))
+    }
+
+    /// One clean check of every communicator (`crate::health::verify`): `Clean`
+    /// verifies every end seen before it. Not while the group is failing:
+    /// the caller checks the state.
+    fn clean_check(&self) -> CommHealth {
+        let epoch = self.verification.begin();
+        let health = CommHealth::of(&self.cache.all());
+        if matches!(health, CommHealth::Clean) {
+            self.verification.passed(epoch);
+        }
+        health
+    }
+
+    /// The last clean check, when the group ends without a failure (an
+    /// abort, a drop, a destroy): the pending operations that have ended
+    /// are seen first, so it verifies them (their tensors stay readable).
+    pub(crate) fn check_ended(&self) {
+        let ended = self.tracker.take_ended();
+        let stamp = self.verification.stamp();
+        let now = Instant::now();
+        for seq in ended {
+            self.recorder.finish(seq, OpState::Completed, now, stamp);
+        }
+        let _ = self.clean_check();
+    }
+
+    /// [`Inner::check_ended`], then the operations it could not verify,
+    /// marked suspect (an abort, a drop).
+    fn last_check(&self) -> Vec<OpRecord> {
+        self.check_ended();
+        self.suspects()
+    }
+
+    /// The first step after a failure or an abort: every pending operation
+    /// fails with `failure`, so its waiters return at once.
+    pub(crate) fn fail_pending(&self, failure: &Arc<Failure>) {
+        for pending in self.tracker.drain() {
+            pending.completion.fail(failure);
+        }
+        self.recorder.fail_pending(Instant::now());
+    }
+
+    /// The rest, once pending operations have failed: this rank's report
+    /// is published for the others, RAS is asked (before the abort: it
+    /// lists a communicator only until it is aborted), the communicators
+    /// are aborted (bounded), the other ranks' reports are read, the
+    /// flight recorder is dumped and the failure's details are set, as
+    /// `exchange` asks. Returns how the abort went.
+    fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
+        let m = self.cache.membership();
+        let scope = format!("{}/{}", m.name, m.generation);
+        let asking = matches!(exchange, Exchange::WithPeers | Exchange::PeersOnly);
+        if asking {
+            self.raise_alarm(failure);
+        }
+        let mine = (asking && m.world_size > 1).then(|| {
+            let mine = self.report();
+            peers::publish(&*m.store, &scope, &mine);
+            mine
+        });
+        let ras = match exchange {
+            Exchange::WithPeers => self.ras_view(),
+            Exchange::PeersOnly | Exchange::No => None,
+        };
+        // A failure keeps what a heal can shrink; an abort keeps nothing.
+        let revoke = self.options().revoke_on_failure && failure.cause != FailureCause::Aborted;
+        let abort = release_bounded(self.cache.all(), self.options().abort_timeout, revoke);
+        crate::diagnostics::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
+        failure.set_released(abort.clone());
+        let mut findings = Findings {
+            ras,
+            ..Findings::default()
+        };
+        if let Some(mine) = mine {
+            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT);
+            let stuck = failure.op.and_then(|op| op.collective_seq);
+            findings.peers = reports.iter().map(|r| r.progress.clone()).collect();
+            findings.lagging = lagging_ranks(stuck, &findings.peers, m.world_size, m.rank);
+            findings.divergence = peers::divergence(&reports);
+        }
+        let dump = self.options().dump_dir.as_deref().map(|dir| {
+            let dump = self.dump(failure.to_string(), findings.clone());
+            let written = self.write_dump(dir, &dump);
+            crate::diagnostics::trace::event!(info, written = ?written, "flight recorder dumped");
+            written
+        });
+        failure.set_details(FailureDetails {
+            abort: abort.clone(),
+            peers: findings.peers,
+            lagging: findings.lagging,
+            divergence: findings.divergence,
+            ras: findings.ras,
+            dump,
+        });
+        abort
+    }
+
+    /// This rank's progress and last collectives, for the other ranks.
+    fn report(&self) -> PeerReport {
+        let (last_enqueued, last_completed) = self.recorder.progress();
+        let progress = PeerProgress {
+            rank: self.cache.membership().rank,
+            last_enqueued,
+            last_completed,
+        };
+        PeerReport::new(progress, &self.recorder.snapshot().0)
+    }
+
+    /// NCCL's RAS view ([`crate::ras`]), or why there is none; `None`
+    /// when [`GroupOptions::ras_report`](crate::GroupOptions::ras_report)
+    /// is off.
+    fn ras_view(&self) -> Option<RasReport> {
+        if !self.options().ras_report {
+            return None;
+        }
+        let reason = if self.cache.all().is_empty() {
+            "not asked: the group created no communicator, so NCCL's RAS may not run in this process"
+                .to_string()
+        } else {
+            match nccl_core::version() {
+                Ok(version) if version.at_least(2, 24) => {
+                    return Some(ras::query_from_env(&RasLimits::default()));
+                }
+                Ok(version) => {
+                    format!("the loaded NCCL {version} has no RAS service (NCCL 2.24 and later)")
+                }
+                Err(_) => "no NCCL library is loaded".to_string(),
+            }
+        };
+        Some(RasReport::unavailable(reason))
+    }
+
+    /// Aborts the group from [`ProcessGroup::abort`](crate::ProcessGroup::abort):
+    /// the state is already `ABORTED`.
+    pub(crate) fn abort(&self) -> AbortOutcome {
+        self.cache.close();
+        crate::diagnostics::trace::event!(warn, group = %self.cache.membership().name, "aborting the group (ProcessGroup::abort)");
+        let suspects = self.last_check();
+        let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest(), suspects);
+        let _ = self.failure.set(Arc::clone(&failure));
+        self.fail_pending(&failure);
+        self.finish_termination(&failure, Exchange::No)
+    }
+}
+
+/// Aborts every communicator on a helper thread, waiting at most `bound`.
+pub(crate) fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
+    release_bounded(comms, bound, false)
+}
+
+/// Releases every communicator ([`LocalComms::release`]: revoked where
+/// `revoke` asks and NCCL can, else aborted) on a helper thread, waiting
+/// at most `bound`.
+fn release_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration, revoke: bool) -> AbortOutcome {
+    let started = Instant::now();
+    match run_bounded("nccl-group-abort", bound, move || {
+        for comms in &comms {
+            comms.release(revoke);
+        }
+    }) {
+        Bounded::Returned(()) => AbortOutcome::Aborted(started.elapsed()),
+        Bounded::Stalled => AbortOutcome::Stalled(started.elapsed()),
+    }
+}
+
+/// The cause of a failure for a communicator's asynchronous error: its
+/// text, and NCCL's code kept as a code (a lost peer's `ncclRemoteError`).
+fn async_error(error: &nccl_core::Error) -> FailureCause {
+    FailureCause::AsyncError {
+        error: nccl_core::ErrorChain(error).to_string(),
+        nccl_code: error.nccl_code(),
+    }
+}
+
+impl Watched for Inner {
+    fn tick(self: Arc<Self>, now: Instant) {
+        if self.state.load(Ordering::Acquire) != LIVE {
+            return;
+        }
+        if !self.tracker.is_empty() {
+            // Polling an event while another thread captures a CUDA graph
+            // in the global mode would invalidate that capture; this
+            // thread opts out of it (once, and only once there is work to
+            // poll, so the driver is initialised by then). Failing, it
+            // polls all the same, as before graphs existed.
+            let _ = nccl_core::exempt_thread_from_global_captures();
+        }
+        let verdict = self.tracker.scan(now, |seq| {
+            let stamp = self.verification.stamp();
+            self.recorder.finish(seq, OpState::Completed, now, stamp);
+        });
+        let (cause, seq) = match verdict {
+            Some(Verdict::TimedOut { seq, ran, timeout }) => {
+                (FailureCause::Timeout { timeout, ran }, Some(seq))
+            }
+            Some(Verdict::Broken { seq, error }) => (
+                FailureCause::Cuda {
+                    error: nccl_core::ErrorChain(&error).to_string(),
+                },
+                Some(seq),
+            ),
+            None => {
+                let comms = self.cache.all();
+                if let Some(blocked) = comms.iter().find_map(|c| c.blocked_enqueue(now)) {
+                    let cause = FailureCause::EnqueueBlocked {
+                        device: blocked.device,
+                        timeout: blocked.timeout,
+                        blocked: blocked.blocked,
+                    };
+                    (cause, None)
+                } else if let CommHealth::Error(error) = self.clean_check() {
+                    (async_error(&error), self.tracker.oldest())
+                } else {
+                    self.listen_for_alarm(now);
+                    return;
+                }
+            }
+        };
+        crate::diagnostics::trace::event!(
+            error,
+            group = %self.cache.membership().name,
+            seq = ?seq,
+            cause = ?cause,
+            "watchdog: failing the group"
+        );
+        self.fail(cause, seq, Finish::OwnThread);
+    }
+
+    fn serve_requests(self: Arc<Self>, now: Instant) {
+        self.serve_dump_request(now);
+    }
+}
+
+impl GroupChecks for Inner {
+    fn check_now(self: Arc<Self>) -> Option<Result<()>> {
+        if let Err(error) = self.check_live() {
+            return Some(Err(error));
+        }
+        match self.clean_check() {
+            CommHealth::Clean => Some(Ok(())),
+            CommHealth::Busy => None,
+            CommHealth::Error(error) => {
+                self.fail(
+                    async_error(&error),
+                    self.tracker.oldest(),
+                    Finish::OwnThread,
+                );
+                // This failure, or one that won the race to fail the group.
+                Some(self.check_live())
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    /// Fails what is still pending (its waiters get an error, not a hang)
+    /// and aborts the communicators off this thread, bounded: dropping a
+    /// group never blocks on other processes or on a stalled abort.
+    fn drop(&mut self) {
+        if self.state.load(Ordering::Acquire) == LIVE {
+            self.cache.close();
+            // Operations that have ended are verified by the last check
+            // (their tensors stay readable); the others fail.
+            let suspects = self.last_check();
+            let failure = (!self.tracker.is_empty()).then(|| {
+                let failure =
+                    self.new_failure(FailureCause::Dropped, self.tracker.oldest(), suspects);
+                for pending in self.tracker.drain() {
+                    pending.completion.fail(&failure);
+                }
+                failure
+            });
+            let abort = abort_bounded(self.cache.clear(), self.options().abort_timeout);
+            if let Some(failure) = failure {
+                failure.set_details(FailureDetails {
+                    abort,
+                    peers: Vec::new(),
+                    lagging: Vec::new(),
+                    divergence: None,
+                    ras: None,
+                    dump: None,
+                });
+            }
+        }
+    }
+}

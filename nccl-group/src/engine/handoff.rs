@@ -1,0 +1,87 @@
+//! The stream handoff of an operation: the NCCL stream waits for the
+//! caller's, an end event is recorded after the operation, and buffers
+//! of an operation left in flight are released only after its stream.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nccl_tensor::checks;
+
+use crate::engine::member::Member;
+use crate::engine::pool::DevicePool;
+use crate::engine::tracked::End;
+use crate::engine::work_buffers::WorkBuffers;
+use crate::error::Result;
+
+/// Makes every stream that may free `buffers` wait for what `stream` has
+/// queued so far, and `caller` too when the buffers borrow its memory,
+/// which it may use again once they are handed back (best effort: if CUDA
+/// cannot even record an event, the stream is broken and nothing queued
+/// after it runs either).
+pub(crate) fn order_after_stream<B: WorkBuffers>(
+    buffers: &B,
+    stream: &CudaStream,
+    caller: Option<&CudaStream>,
+) {
+    if let Ok(event) = stream.context().new_event(None)
+        && event.record(stream).is_ok()
+    {
+        let _ = buffers.order_after(&event);
+        if let Some(caller) = caller {
+            let _ = caller.wait(&event);
+        }
+    }
+}
+
+/// The caller's stream must be on the buffers' device (nccl-tensor's
+/// check and error: the stream is used for the event handoff before the
+/// operation is planned).
+pub(crate) fn check_stream(op: &'static str, caller: &CudaStream, device: usize) -> Result<()> {
+    Ok(checks::stream(op, caller.context().ordinal(), device)?)
+}
+
+/// The NCCL stream waits for what the caller's stream has queued so far.
+pub(crate) fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
+    let start = member.pool.event()?;
+    let synced = start
+        .record(caller)
+        .and_then(|()| member.stream.wait(&start))
+        .map_err(nccl_core::Error::cuda(
+            "making the NCCL stream wait for the caller's stream",
+        ));
+    // The wait has captured the event; it can be recorded again.
+    member.pool.give_back(start);
+    Ok(synced?)
+}
+
+/// Records the end of the operation on `stream`, the stream it ran on;
+/// the caller's stream waits for it in [`Work::wait`](crate::Work::wait) unless it is that
+/// stream.
+pub(crate) fn end_event(
+    member: &Member,
+    stream: &Arc<CudaStream>,
+    caller: &Arc<CudaStream>,
+) -> Result<End> {
+    end_event_in(&member.pool, stream, caller)
+}
+
+/// [`end_event`] with an event of `pool`.
+pub(crate) fn end_event_in(
+    pool: &Arc<DevicePool>,
+    stream: &Arc<CudaStream>,
+    caller: &Arc<CudaStream>,
+) -> Result<End> {
+    let event = pool.event()?;
+    match event.record(stream) {
+        Ok(()) => Ok(End {
+            pool: Arc::clone(pool),
+            event,
+            stream: Arc::clone(stream),
+            caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
+        }),
+        Err(error) => {
+            pool.give_back(event);
+            Err(nccl_core::Error::cuda("recording the end event")(error).into())
+        }
+    }
+}

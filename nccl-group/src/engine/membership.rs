@@ -1,0 +1,200 @@
+//! [`Membership`]: where this process stands in its group (name,
+//! generation, rank, world size) and where the ranks meet, with the
+//! checks of a group name and a world size, and the store scoped to a
+//! group's keys.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{GroupError, Result};
+use nccl_rendezvous::meet::{MAX_RANKS, Meeting};
+use nccl_rendezvous::{PrefixStore, Store};
+
+/// Where this process stands in its group, and where the ranks meet.
+pub struct Membership {
+    /// The group's name (scopes every store key).
+    pub name: String,
+    /// This group instance's number among groups of the same name, so a
+    /// group re-created after an abort uses fresh keys.
+    pub generation: u64,
+    /// This process's rank.
+    pub rank: usize,
+    /// The number of processes.
+    pub world_size: usize,
+    /// The store the group was created with: a heal's or a grow's next
+    /// generation scopes its keys from here, and a process joining a grow
+    /// ([`ProcessGroup::join_grown`](crate::ProcessGroup::join_grown))
+    /// finds the grow's offers here by the group's name alone.
+    pub root: Arc<dyn Store>,
+    /// Where this generation's keys live under `root`: `/`-separated
+    /// prefixes, empty for a group made by [`Membership::join`].
+    pub scope: String,
+    /// The rendezvous store: `root` under `scope`.
+    pub store: Arc<dyn Store>,
+    /// The store's address, for error messages.
+    pub store_address: String,
+    /// How long to wait for another rank's unique id.
+    pub timeout: Duration,
+}
+
+impl Membership {
+    /// Joins the group `name`: counts this process in the store to learn
+    /// the generation (every process of an instance gets the same one).
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidArgument`] for a world size of 0 or above
+    /// `i32::MAX` (NCCL's ranks are C `int`s), `rank >= world_size`, a
+    /// world size other than the one the name's first instance on this
+    /// store had (the generations count instances in that size), or a
+    /// name that is empty or has an empty `/`-separated part (the store
+    /// keys nest under each part); or a store failure.
+    pub fn join(
+        name: &str,
+        rank: usize,
+        world_size: usize,
+        store: Arc<dyn Store>,
+        store_address: String,
+        timeout: Duration,
+    ) -> Result<Self> {
+        if world_size > MAX_RANKS {
+            return Err(GroupError::InvalidArgument {
+                argument: "world size",
+                expected: format!("at most {MAX_RANKS} processes (NCCL's ranks are C ints)"),
+                given: world_size.to_string(),
+            });
+        }
+        if world_size == 0 || rank >= world_size {
+            return Err(GroupError::InvalidArgument {
+                argument: "rank",
+                expected: format!("0..{world_size} (the world size)"),
+                given: rank.to_string(),
+            });
+        }
+        check_name(name)?;
+        same_world_size(&*store, name, world_size)?;
+        let joined = store.add(&format!("{name}/instances"), 1)?;
+        let generation = (joined.max(1) as u64 - 1) / world_size as u64;
+        crate::diagnostics::trace::event!(
+            info,
+            group = name,
+            rank,
+            world_size,
+            generation,
+            store = %store_address,
+            "joined the group in its store"
+        );
+        Ok(Self {
+            name: name.to_string(),
+            generation,
+            rank,
+            world_size,
+            root: Arc::clone(&store),
+            scope: String::new(),
+            store,
+            store_address,
+            timeout,
+        })
+    }
+
+    /// The membership of a later generation of this group (a heal's or a
+    /// grow's), its keys under `root` at `scope`.
+    ///
+    /// # Errors
+    /// A scope with an empty `/`-separated part.
+    pub(crate) fn successor(
+        &self,
+        generation: u64,
+        rank: usize,
+        world_size: usize,
+        scope: String,
+    ) -> Result<Self> {
+        Ok(Self {
+            name: self.name.clone(),
+            generation,
+            rank,
+            world_size,
+            root: Arc::clone(&self.root),
+            store: scoped_store(&self.root, &scope)?,
+            scope,
+            store_address: self.store_address.clone(),
+            timeout: self.timeout,
+        })
+    }
+
+    /// `scope` under this generation's scope, as a path from `root`.
+    pub(crate) fn nested_scope(&self, scope: &str) -> String {
+        if self.scope.is_empty() {
+            scope.to_string()
+        } else {
+            format!("{}/{scope}", self.scope)
+        }
+    }
+
+    /// The meeting of a key's `processes` under `store_key` (each of its
+    /// `/`-separated parts a scope), as the process at `index` among them,
+    /// its waits bounded by the group's timeout.
+    pub(crate) fn meeting(
+        &self,
+        store_key: &str,
+        index: usize,
+        processes: usize,
+    ) -> Result<Meeting<Arc<dyn Store>>> {
+        let scoped = scoped_store(&self.store, store_key)?;
+        Ok(Meeting::new(scoped, index, processes)?.with_timeout(self.timeout))
+    }
+}
+
+/// Refuses `world_size` for group `name` on `store` unless it is the world
+/// size of the name's first instance there, which the first rank to join
+/// records. Generations are counted as `instances / world_size`: an
+/// instance of another size would give its ranks different generations,
+/// which never meet.
+fn same_world_size(store: &dyn Store, name: &str, world_size: usize) -> Result<()> {
+    let mine = world_size.to_string();
+    let recorded = store.compare_set(&format!("{name}/world_size"), None, mine.as_bytes())?;
+    let first = recorded.current.unwrap_or_default();
+    if recorded.swapped || first == mine.as_bytes() {
+        return Ok(());
+    }
+    Err(GroupError::InvalidArgument {
+        argument: "world size",
+        expected: format!(
+            "{}, the world size of group {name:?}'s first instance on this store (each instance \
+             of a name must have the same size: give a group of another size another name)",
+            String::from_utf8_lossy(&first)
+        ),
+        given: mine,
+    })
+}
+
+/// Refuses a group name that is empty or has an empty `/`-separated part
+/// (the store keys nest under each part).
+///
+/// # Errors
+/// [`GroupError::InvalidArgument`] naming the name.
+pub(crate) fn check_name(name: &str) -> Result<()> {
+    if name.split('/').any(str::is_empty) {
+        return Err(GroupError::InvalidArgument {
+            argument: "group name",
+            expected: "a non-empty name whose '/'-separated parts are non-empty".to_string(),
+            given: format!("{name:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// `store` under `scope`, each of its `/`-separated parts a prefix; the
+/// store itself for an empty scope.
+///
+/// # Errors
+/// An empty part of a non-empty scope.
+pub(crate) fn scoped_store(store: &Arc<dyn Store>, scope: &str) -> Result<Arc<dyn Store>> {
+    if scope.is_empty() {
+        return Ok(Arc::clone(store));
+    }
+    Ok(scope
+        .split('/')
+        .try_fold(Arc::clone(store), |store, part| {
+            PrefixStore::new(store, part).map(|scoped| Arc::new(scoped) as Arc<dyn Store>)
+        })?)
+}

@@ -1,0 +1,33 @@
+//! The group and its issue path: [`ProcessGroup`](crate::ProcessGroup)
+//! and its state, the operation tables and batches, the buffers an
+//! operation owns or borrows, [`Work`](crate::Work), capture into CUDA
+//! graphs and their replays, registration, the communicator cache, and
+//! how the group fails, raises the alarm and dumps its records.
+
+pub(crate) mod alarm;
+pub(crate) mod batch;
+pub(crate) mod buffers;
+pub(crate) mod cache;
+pub(crate) mod capture;
+pub(crate) mod captures;
+pub(crate) mod checking;
+pub(crate) mod comms;
+mod deprecated;
+pub(crate) mod dumping;
+pub(crate) mod factory;
+pub(crate) mod failing;
+pub(crate) mod generation;
+pub(crate) mod graph;
+pub(crate) mod group;
+pub(crate) mod handoff;
+pub(crate) mod issue;
+pub(crate) mod key;
+pub(crate) mod local_comms;
+pub(crate) mod member;
+pub(crate) mod membership;
+pub(crate) mod ops;
+pub(crate) mod pool;
+pub(crate) mod register;
+pub(crate) mod tracked;
+pub(crate) mod work;
+pub(crate) mod work_buffers;

@@ -1,0 +1,50 @@
+//! [`Mismatch`]: what the collective check (`crate::diagnostics::checks`)
+//! found when the ranks did not issue the same collectives.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::diagnostics::analysis::Divergence;
+use crate::failure::{Collectives, Failure};
+
+/// What the collective check found: the ranks did not issue the same
+/// collectives. [`GroupError::Mismatch`](crate::GroupError::Mismatch)
+/// carries it to the rank whose check found it; the group failed
+/// ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)), so every
+/// later call and pending operation gets the failure.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Mismatch {
+    /// The first collective the ranks did not issue alike: which ranks
+    /// issued what.
+    pub divergence: Divergence,
+    /// The first and last collective the failed check covered, in this
+    /// rank's numbering. The last was not enqueued, on this rank nor on
+    /// any other (every rank checks before it enqueues it); with a check
+    /// every `K > 1` collectives, the others were.
+    pub checked: (u64, u64),
+    /// The group's failure.
+    pub failure: Arc<Failure>,
+}
+
+/// `process group "trainer" (rank 0 of 4): the collective check of
+/// collective #57 found that the ranks did not issue the same
+/// collectives: rank 3 issued ...; collective #57 was not enqueued, and
+/// the group failed. Create a new group to continue.`
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let failure = &self.failure;
+        write!(
+            f,
+            "process group {:?} (rank {} of {}): the collective check of {} found that the ranks did not \
+             issue the same collectives: {}; collective #{} was not enqueued, and the group failed. Create a \
+             new group to continue.",
+            failure.group,
+            failure.rank,
+            failure.world_size,
+            Collectives(self.checked.0, self.checked.1),
+            self.divergence,
+            self.checked.1
+        )
+    }
+}

@@ -1,0 +1,107 @@
+//! The new process's side of a grow ([`ProcessGroup::join_grown`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nccl_core::{Capabilities, Capability};
+
+use super::offer::await_place;
+use super::{arrive, as_c_int, carry, share_grow_id};
+use crate::devices::DeviceList;
+use crate::engine::cache::OnceMap;
+use crate::engine::group::ProcessGroup;
+use crate::engine::key::CommKey;
+use crate::engine::membership::{Membership, check_name, scoped_store};
+use crate::error::{GroupError, Result};
+use crate::options::GroupOptions;
+use nccl_rendezvous::Store;
+
+impl ProcessGroup {
+    /// Joins the group `name` as a new process when its ranks
+    /// [`grow`](ProcessGroup::grow) it: takes a ticket in the queue of
+    /// joining processes at `store` (the store the group was created
+    /// with: for a group from [`ProcessGroup::from_env`], the one
+    /// [`RendezvousConfig::connect`](crate::RendezvousConfig::connect)
+    /// returns with the same variables, as a rank other than 0), waits at
+    /// most `timeout` for a grow to offer the ticket a place, then takes
+    /// part in the grow: in the group's communicator, on device
+    /// `local_rank` (its rank on this host, the GPU it drives:
+    /// [`ProcessGroup::local_rank`]), where the grow has one. Returns the
+    /// group of the grown generation, this process at the rank the offer
+    /// gives its ticket (the old world size plus its place among the
+    /// offer's tickets). The grow's own waits and NCCL's are bounded by
+    /// [`GroupOptions::timeout`].
+    ///
+    /// A process that fails here must not retry with the same ticket: a
+    /// new call takes a new one, which the group's next grow covers.
+    ///
+    /// # Errors
+    /// - [`GroupError::InvalidArgument`](crate::GroupError::InvalidArgument)
+    ///   for a bad name or option, or a device ordinal past `u16`.
+    /// - [`GroupError::NotOffered`](crate::GroupError::NotOffered): no grow
+    ///   offered a place in time.
+    /// - A store error: the group's ranks or another new process did not
+    ///   meet in time, or the grow failed on a rank
+    ///   ([`StoreError::PeerFailed`](crate::StoreError::PeerFailed)); or
+    ///   no watchdog thread.
+    pub fn join_grown(
+        name: &str,
+        store: Arc<dyn Store>,
+        store_address: impl Into<String>,
+        local_rank: usize,
+        options: GroupOptions,
+        timeout: Duration,
+    ) -> Result<ProcessGroup> {
+        options.validate()?;
+        check_name(name)?;
+        let key = CommKey::Collective(DeviceList::one(local_rank)?);
+        let store_address = store_address.into();
+        let (offer, rank) = await_place(&*store, name, &store_address, timeout)?;
+        crate::diagnostics::trace::event!(info, group = name, rank, offer = ?offer, "offered a place");
+        let membership = Membership {
+            name: name.to_string(),
+            generation: offer.generation,
+            rank,
+            world_size: offer.world_size,
+            store: scoped_store(&store, &offer.scope)?,
+            root: store,
+            scope: offer.scope.clone(),
+            store_address,
+            timeout: options.timeout,
+        };
+        // A NCCL without the grow says so here, so the group's ranks do not
+        // wait in ncclCommGrow for this process.
+        let can_grow = offer.grows && Capabilities::loaded().is_ok_and(|c| c.has(Capability::Grow));
+        let place = (rank, offer.world_size);
+        let (meeting, everyone_can) = arrive(&membership.store, place, can_grow, options.timeout)?;
+        let group = Self::start(
+            membership,
+            options,
+            Some(local_rank),
+            Arc::new(OnceMap::new()),
+            None,
+        )?;
+        if can_grow && everyone_can {
+            let id = share_grow_id(&meeting, || {
+                Err(GroupError::InvalidArgument {
+                    argument: "grow root",
+                    expected: "rank 0, a rank of the group before the grow".to_string(),
+                    given: format!("new rank {rank}"),
+                })
+            })?;
+            let joined = id.and_then(|id| {
+                group
+                    .inner
+                    .cache
+                    .factory()
+                    .join_grow(local_rank, as_c_int(offer.world_size), id, as_c_int(rank))
+                    .inspect_err(|_error| {
+                        crate::diagnostics::trace::event!(warn, error = %_error, "joining ncclCommGrow failed");
+                    })
+                    .ok()
+            });
+            carry(&group, &meeting, key, joined)?;
+        }
+        Ok(group)
+    }
+}

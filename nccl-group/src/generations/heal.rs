@@ -1,0 +1,431 @@
+//! Healing a failed group in place ([`ProcessGroup::heal`]): the
+//! survivors agree on who is lost, shrink the communicators the failure
+//! revoked (or make fresh ones), and go on as the next generation.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use nccl_core::{Capabilities, Capability};
+
+use crate::engine::failing::{EXCHANGE_WAIT, Finish};
+use crate::engine::generation::{Record, Replacement};
+use crate::engine::group::{DESTROYED, Inner, LIVE, ProcessGroup};
+use crate::engine::key::{CommClass, CommKey};
+use crate::engine::local_comms::LocalComms;
+use crate::engine::membership::scoped_store;
+use crate::error::{GroupError, Result};
+use crate::failure::{FailureCause, FailureDetails};
+use crate::lineage::HealPath;
+use nccl_rendezvous::meet::Meeting;
+use nccl_rendezvous::meet::agree::{AgreeOptions, Agreement, agree_survivors};
+
+pub(crate) mod options;
+
+pub(crate) use options::{HealOptions, Healed};
+
+impl ProcessGroup {
+    /// Heals the group after a failure: the surviving ranks all call it,
+    /// and go on together as the next generation, without the lost ranks
+    /// and without a restart. (`docs/group/recovery.md`, "Healing in
+    /// place", has the rules and a full example.)
+    ///
+    /// 1. **Stop.** A live group (another rank saw the failure first) is
+    ///    failed now ([`FailureCause::Healing`]): its pending operations
+    ///    fail. The failure's release of the communicators is waited for:
+    ///    revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure))
+    ///    or aborted.
+    /// 2. **Agree.** The ranks agree through the store on who goes on
+    ///    ([`agree_survivors`]: arriving counts as alive; a rank neither
+    ///    arrived nor suspected is waited for until the timeout). Suspects:
+    ///    the ranks whose progress report the failure's exchange did not
+    ///    get, and [`HealOptions::with_suspects`].
+    /// 3. **Carry.** Where every survivor has a revoked one-device
+    ///    collective communicator of the same key and NCCL has
+    ///    `ncclCommShrink` (2.27.3), it is shrunk to the survivors
+    ///    ([`HealPath::Shrunk`]); a shrink that fails anywhere is dropped
+    ///    everywhere. NCCL refuses to shrink a communicator that still
+    ///    reports an error, which a dead peer's closed socket leaves even
+    ///    after a revoke: after a death the heal re-creates, after a
+    ///    timeout (a stopped rank) it shrinks, unless a survivor's own
+    ///    revoke (which stops its proxy and closes its sockets from NCCL
+    ///    2.30) cut an operation still in flight on another survivor, which
+    ///    then has that error too and re-creates with the rest (the reason
+    ///    names each rank's refusal). Everything else is made afresh, through the store
+    ///    under the new generation, when first used
+    ///    ([`HealPath::Recreated`]). The revoked parents are then released
+    ///    by abort, never destroy (NCCL's revoke-then-destroy
+    ///    use-after-free, NVIDIA/nccl PR 2251).
+    /// 4. **Retire.** This generation's handles then refuse every call
+    ///    with [`GroupError::Healed`] naming the new generation; its
+    ///    `Work`s have failed already. With [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
+    ///    set, the flight recorder writes the heal as an incident.
+    ///
+    /// Threads: concurrent calls on one generation make one heal; every
+    /// caller gets the same [`Healed`] (a later call too, while the new
+    /// group lives).
+    ///
+    /// # Errors
+    /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
+    ///   of this generation lives (drop it first; nothing changed).
+    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] when this
+    ///   generation was grown ([`ProcessGroup::grow`]), or the group it was
+    ///   healed into was dropped.
+    /// - [`GroupError::InvalidArgument`] for a `min_survivors` of 0 or
+    ///   above the world size, a suspect outside the world or this rank, or
+    ///   a sub-group ([`ProcessGroup::split_group`]: heal the root group,
+    ///   then split the healed group again).
+    /// - [`ErrorKind::Excluded`](crate::ErrorKind::Excluded): this rank
+    ///   came after the decision (it was stopped or slow); it must leave.
+    /// - [`ErrorKind::TooFewSurvivors`](crate::ErrorKind::TooFewSurvivors).
+    /// - A store error: the decision is unknown to this rank; calling
+    ///   again once the store answers returns it.
+    pub fn heal(&self, options: &HealOptions) -> Result<Healed> {
+        let mut succession = self
+            .inner
+            .succession
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(record) = succession.record.as_ref() {
+            return healed_from(&self.inner, record);
+        }
+        self.refuse_subgroup("process group to heal", "heal")?;
+        let graphs = self.inner.captures.live_graphs();
+        if graphs > 0 {
+            return Err(GroupError::GraphsAlive {
+                name: self.name().to_string(),
+                action: "healed",
+                graphs,
+            });
+        }
+        let m = self.inner.cache.membership();
+        check_options(options, m.rank, m.world_size)?;
+        if self.options().on_failure == crate::failure::FailurePolicy::AbortProcess {
+            return Err(GroupError::InvalidArgument {
+                argument: "failure policy",
+                expected: "FailurePolicy::ReturnErrors to heal (a heal fails the live group \
+                           first, which would abort the process)"
+                    .to_string(),
+                given: "FailurePolicy::AbortProcess".to_string(),
+            });
+        }
+        let details = self.stop_for_heal(options)?;
+        let suspects = suspects(&details, options, m.rank, m.world_size);
+        let agree_store = scoped_store(&m.store, &format!("{}/{}", m.name, m.generation))?;
+        let agreement = agree_survivors(
+            &*agree_store,
+            m.generation,
+            m.rank,
+            m.world_size,
+            &suspects,
+            &AgreeOptions::new(options.timeout).with_min_survivors(options.min_survivors),
+        )?;
+        crate::diagnostics::trace::event!(info, group = %m.name, survivors = ?agreement.survivors(), "survivors agreed");
+        let group = self.next_generation(&agreement)?;
+        // Best effort once the decision is committed: a survivor that died
+        // after it must not leave generation g impossible to heal (a retry
+        // reads the same decision). Without a carry, everything is made
+        // afresh and generation g + 1 fails on the dead member, for the
+        // next heal to leave it out.
+        let path = self
+            .carry_communicators(&group, &agreement, options)
+            .unwrap_or_else(|error| HealPath::Recreated {
+                reason: format!("carrying the communicators over failed ({error})"),
+            });
+        crate::diagnostics::trace::event!(info, group = %m.name, generation = agreement.generation(), path = ?path, "healed");
+        self.inner
+            .retire(agreement.generation(), FailureCause::Healing, || {
+                format!(
+                    "healed into generation {} as rank {} of {}: survivors {:?}, lost {:?}, {path:?}",
+                    agreement.generation(),
+                    agreement.rank(),
+                    agreement.world_size(),
+                    agreement.survivors(),
+                    agreement.excluded().map(|e| e.rank).collect::<Vec<_>>(),
+                )
+            });
+        succession.record = Some(Record {
+            group: Arc::downgrade(&group.inner),
+            handle: (self.op_timeout, self.stream_mode),
+            generation: agreement.generation(),
+            replacement: Replacement::Healed {
+                agreement: agreement.clone(),
+                path: path.clone(),
+            },
+        });
+        Ok(Healed {
+            group,
+            agreement,
+            path,
+        })
+    }
+
+    /// Step 1: the group failed (failing it now if it is live), and its
+    /// communicators released; the failure's details, if they came.
+    fn stop_for_heal(&self, options: &HealOptions) -> Result<Option<FailureDetails>> {
+        // Told who is lost, the heal needs only the release of the
+        // communicators, not the failure's exchange with the other ranks,
+        // which waits for a dead rank's report until EXCHANGE_WAIT.
+        let told = !options.suspects.is_empty();
+        match self.inner.state.load(Ordering::Acquire) {
+            LIVE => {
+                let finish = if told {
+                    Finish::OwnThread
+                } else {
+                    Finish::Here
+                };
+                self.inner
+                    .fail(FailureCause::Healing, self.inner.tracker.oldest(), finish)
+            }
+            DESTROYED => self.check_live()?,
+            _ => {}
+        }
+        let Some(failure) = self.inner.failure.get() else {
+            return Ok(None);
+        };
+        // The failure's thread publishes its report and asks RAS before it
+        // releases the communicators: the bound covers all three.
+        let bound = (self.options().abort_timeout)
+            .saturating_add(crate::diagnostics::ras::RasLimits::default().bound())
+            .saturating_add(EXCHANGE_WAIT)
+            .saturating_add(Duration::from_secs(1));
+        // Retiring generation g aborts its communicators: never while the
+        // failure's release (a revoke) may still run on them.
+        if failure.wait_released(bound).is_none() {
+            return Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: bound,
+            });
+        }
+        if told {
+            return Ok(failure.details().cloned());
+        }
+        Ok(failure.wait_details(bound).cloned())
+    }
+
+    /// The group of the agreed generation, with no communicator yet, its
+    /// keys under this generation's scope (so no other instance of the
+    /// name can meet them).
+    fn next_generation(&self, agreement: &Agreement) -> Result<ProcessGroup> {
+        let m = self.inner.cache.membership();
+        let scope = m.nested_scope(&format!("{}/{}/healed", m.name, m.generation));
+        let membership = m.successor(
+            agreement.generation(),
+            agreement.rank(),
+            agreement.world_size(),
+            scope,
+        )?;
+        self.successor_group(membership)
+    }
+
+    /// Step 3: shrinks into `group` what every survivor can shrink.
+    fn carry_communicators(
+        &self,
+        group: &ProcessGroup,
+        agreement: &Agreement,
+        options: &HealOptions,
+    ) -> Result<HealPath> {
+        let m = self.inner.cache.membership();
+        let lost: Vec<i32> = (0..m.world_size)
+            .filter(|&old| agreement.new_rank_of(old).is_none())
+            .filter_map(|old| i32::try_from(old).ok())
+            .collect();
+        let created = self.inner.cache.keyed();
+        let recreated = |reason: String| Ok(HealPath::Recreated { reason });
+        if lost.is_empty() {
+            return recreated("no rank was lost (ncclCommShrink needs one to leave out)".into());
+        }
+        if !options.shrink {
+            return recreated("HealOptions::with_shrink(false)".into());
+        }
+        if let Some(reason) = no_shrink_reason() {
+            return recreated(reason);
+        }
+        // The one-device collective communicators this rank can shrink,
+        // and why not, for each it cannot.
+        let mut refused = Vec::new();
+        let mine: Vec<&(String, CommKey, Arc<LocalComms>)> = created
+            .iter()
+            .filter(|(name, key, comms)| {
+                if key.class() != (CommClass::Collective { devices: 1 }) {
+                    return false;
+                }
+                match comms.unshrinkable() {
+                    None => true,
+                    Some(why) => {
+                        refused.push(format!("{name}: {why}"));
+                        false
+                    }
+                }
+            })
+            .collect();
+        let g = group.inner.cache.membership();
+        let meeting = Meeting::new(
+            scoped_store(&g.store, &format!("{}/{}/carry", g.name, g.generation))?,
+            g.rank,
+            g.world_size,
+        )?
+        .with_timeout(options.timeout);
+        // Each rank's shrinkable names, then a NUL, then why it refused the
+        // others: every rank can then say why a shrink did not happen.
+        let names: Vec<&str> = mine.iter().map(|(name, _, _)| name.as_str()).collect();
+        let offered = format!("{}\0{}", names.join("\n"), refused.join("; "));
+        let everyone: Vec<(String, String)> = meeting
+            .all_gather("shrinkable", offered.as_bytes())?
+            .iter()
+            .map(|theirs| {
+                let theirs = String::from_utf8_lossy(theirs);
+                let (names, refused) = theirs.split_once('\0').unwrap_or((&theirs, ""));
+                (names.to_string(), refused.to_string())
+            })
+            .collect();
+        let common: Vec<_> = mine
+            .into_iter()
+            .filter(|(name, _, _)| {
+                everyone
+                    .iter()
+                    .all(|(theirs, _)| theirs.split('\n').any(|n| n == name))
+            })
+            .collect();
+        if common.is_empty() {
+            let refusals: Vec<String> = everyone
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, refused))| !refused.is_empty())
+                .map(
+                    |(new_rank, (_, refused))| match agreement.survivors().get(new_rank) {
+                        Some(old_rank) => format!("on rank {old_rank}, {refused}"),
+                        None => format!("on new rank {new_rank}, {refused}"),
+                    },
+                )
+                .collect();
+            let why = match refusals.is_empty() {
+                true => "no rank refused one, but they had none in common".to_string(),
+                false => refusals.join("; "),
+            };
+            return recreated(format!(
+                "no communicator every survivor could shrink: {why}"
+            ));
+        }
+        let mut first_error = None;
+        // One deadline for every shrink: a rank with several communicators
+        // to shrink must not wait several timeouts where the others wait one.
+        let deadline = Instant::now() + options.timeout;
+        let shrunk: Vec<Option<LocalComms>> = common
+            .iter()
+            .map(|(name, _, comms)| {
+                match comms.shrink(&lost, deadline.saturating_duration_since(Instant::now())) {
+                    Ok(shrunk) => Some(shrunk),
+                    Err(error) => {
+                        crate::diagnostics::trace::event!(warn, key = %name, %error, "shrink failed");
+                        first_error.get_or_insert_with(|| format!("{name}: {error}"));
+                        None
+                    }
+                }
+            })
+            .collect();
+        let flags: Vec<u8> = shrunk.iter().map(|s| u8::from(s.is_some())).collect();
+        let everyone = meeting.all_gather("shrunk", &flags)?;
+        let mut carried = 0;
+        for (index, (comms, (_, key, _))) in shrunk.into_iter().zip(&common).enumerate() {
+            let everywhere = everyone.iter().all(|theirs| theirs.get(index) == Some(&1));
+            match comms {
+                Some(comms) if everywhere => {
+                    group.inner.cache.adopt(*key, comms);
+                    carried += 1;
+                }
+                Some(comms) => comms.abort(),
+                None => {}
+            }
+        }
+        if carried == 0 {
+            return recreated(format!(
+                "ncclCommShrink failed on a survivor ({})",
+                first_error.as_deref().unwrap_or("on another rank")
+            ));
+        }
+        Ok(HealPath::Shrunk {
+            shrunk: carried,
+            dropped: created.len() - carried,
+        })
+    }
+}
+
+/// The [`Healed`] a finished heal recorded, for a later caller; a grow's
+/// record refuses, naming the generation that replaced this one.
+fn healed_from(old: &Inner, record: &Record) -> Result<Healed> {
+    let Replacement::Healed { agreement, path } = &record.replacement else {
+        return Err(old.replaced(record.generation));
+    };
+    Ok(Healed {
+        group: record.handle_on(old)?,
+        agreement: agreement.clone(),
+        path: path.clone(),
+    })
+}
+
+/// Why the loaded NCCL cannot shrink, if it cannot.
+fn no_shrink_reason() -> Option<String> {
+    let capabilities = match Capabilities::loaded() {
+        Ok(capabilities) => capabilities,
+        Err(error) => return Some(format!("no NCCL library to ask: {error}")),
+    };
+    [Capability::Revoke, Capability::Shrink]
+        .into_iter()
+        .find(|&c| !capabilities.has(c))
+        .map(|missing| {
+            format!(
+                "the loaded NCCL {} has no {} ({} and later)",
+                capabilities.version(),
+                missing.name(),
+                missing.introduced_in()
+            )
+        })
+}
+
+/// The agreement's suspects: the caller's, and the ranks whose report the
+/// failure's exchange did not get (when it asked anyone).
+fn suspects(
+    details: &Option<FailureDetails>,
+    options: &HealOptions,
+    rank: usize,
+    world_size: usize,
+) -> Vec<usize> {
+    let mut suspects = options.suspects.clone();
+    if let Some(details) = details.as_ref().filter(|d| !d.peers.is_empty()) {
+        let silent =
+            (0..world_size).filter(|&r| r != rank && details.peers.iter().all(|p| p.rank != r));
+        suspects.extend(silent);
+    }
+    suspects.sort_unstable();
+    suspects.dedup();
+    suspects
+}
+
+/// Refuses options no heal of this place can take.
+fn check_options(options: &HealOptions, rank: usize, world_size: usize) -> Result<()> {
+    if options.min_survivors == 0 || options.min_survivors > world_size {
+        return Err(GroupError::InvalidArgument {
+            argument: "min_survivors",
+            expected: format!("1..={world_size} (the world size)"),
+            given: options.min_survivors.to_string(),
+        });
+    }
+    if let Some(&bad) = options
+        .suspects
+        .iter()
+        .find(|&&s| s >= world_size || s == rank)
+    {
+        return Err(GroupError::InvalidArgument {
+            argument: "suspects",
+            expected: format!(
+                "ranks below the world size {world_size}, other than this rank ({rank})"
+            ),
+            given: format!("{:?} (rank {bad})", options.suspects),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

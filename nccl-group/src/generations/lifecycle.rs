@@ -1,0 +1,199 @@
+//! The end of a group: [`ProcessGroup::abort`] from any thread, the
+//! collective [`ProcessGroup::destroy`] and [`ProcessGroup::shutdown`].
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::engine::failing;
+use crate::engine::group::{ABORTED, DESTROYED, FAILED, LIVE, ProcessGroup};
+use crate::engine::membership::scoped_store;
+use crate::error::{GroupError, Result};
+use crate::failure::AbortOutcome;
+use crate::health::watchdog::{Bounded, run_bounded};
+use crate::options::CommMode;
+use nccl_rendezvous::meet::Meeting;
+
+impl ProcessGroup {
+    /// Aborts every communicator of the group, from any thread; calls
+    /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails. Afterwards
+    /// every call fails with [`GroupError::Aborted`]; a new group may reuse
+    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)).
+    /// On a group that already failed, waits (bounded) until the failure's
+    /// own abort of the communicators has finished; a no-op on a group
+    /// already aborted or destroyed. NCCL finishes aborting a communicator
+    /// only once every CUDA graph that captured it is destroyed: with a
+    /// [`GroupGraph`](crate::GroupGraph) alive this reports
+    /// [`GroupError::AbortStalled`], and the abort completes when the graph
+    /// is dropped.
+    ///
+    /// # Errors
+    /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
+    /// [`GroupOptions::abort_timeout`](crate::GroupOptions::abort_timeout); it was left running on its own
+    /// thread and the group is unusable all the same.
+    pub fn abort(&self) -> Result<()> {
+        if self
+            .inner
+            .state
+            .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.await_failure_abort();
+        }
+        match self.inner.abort() {
+            AbortOutcome::Aborted(_) => Ok(()),
+            AbortOutcome::Stalled(waited) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited,
+            }),
+        }
+    }
+
+    /// `abort` on a group that is no longer live: a failed group's
+    /// failure is aborting its communicators (on the watchdog's helper
+    /// thread); wait for that, as long as it may take at most.
+    fn await_failure_abort(&self) -> Result<()> {
+        if self.inner.state.load(Ordering::Acquire) != FAILED {
+            return Ok(());
+        }
+        let Some(failure) = self.inner.failure.get() else {
+            return Ok(());
+        };
+        let bound = (self.options().abort_timeout)
+            .saturating_add(failing::EXCHANGE_WAIT)
+            .saturating_add(Duration::from_secs(1));
+        let started = Instant::now();
+        match failure.wait_details(bound).map(|details| &details.abort) {
+            Some(AbortOutcome::Aborted(_)) => Ok(()),
+            Some(AbortOutcome::Stalled(waited)) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: *waited,
+            }),
+            None => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited: started.elapsed(),
+            }),
+        }
+    }
+
+    /// Finalizes and destroys every communicator, together with the other
+    /// processes (collective: all must call it). Afterwards every call
+    /// fails with [`GroupError::Destroyed`]. A clean finalize waits for
+    /// every operation, so the tensors of every operation stay readable
+    /// afterwards; after a failed one, those of operations not yet seen
+    /// to end refuse host reads (their results are not verified). Each finalize is bounded by
+    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout) (a blocking communicator's runs on a
+    /// helper thread for that); past it the communicator is aborted.
+    ///
+    /// A group split into sub-groups ([`ProcessGroup::split_group`],
+    /// `new_group`) is destroyed after them: NCCL finalizes each
+    /// communicator on its own (no rank waits for another's destroy), so
+    /// the ranks may destroy in any order and from any threads, as long as
+    /// each rank destroys a group's sub-groups before the group.
+    ///
+    /// # Errors
+    /// An aborted group, graphs of the group still alive
+    /// ([`GroupError::GraphsAlive`]: drop them first; the group stays
+    /// live), sub-groups of it still live on this rank
+    /// ([`GroupError::SubGroupsAlive`]: destroy them first; the group stays
+    /// live), or a communicator failing to finalize in time (it is then
+    /// aborted).
+    pub fn destroy(&self) -> Result<()> {
+        let subgroups = self.inner.live_subgroups();
+        if !subgroups.is_empty() {
+            return Err(GroupError::SubGroupsAlive {
+                name: self.name().to_string(),
+                subgroups,
+            });
+        }
+        let graphs = self.inner.captures.live_graphs();
+        if graphs > 0 {
+            return Err(GroupError::GraphsAlive {
+                name: self.name().to_string(),
+                action: "destroyed",
+                graphs,
+            });
+        }
+        if self
+            .inner
+            .state
+            .compare_exchange(LIVE, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.check_live();
+        }
+        self.inner.cache.close();
+        self.inner.check_ended();
+        let options = self.options();
+        // In store-key order, the same on every process, so blocking
+        // finalizes meet their peers.
+        let mut first_error = None;
+        for comms in self.inner.cache.clear() {
+            let finalized = match options.comm_mode {
+                CommMode::Blocking => {
+                    let started = Instant::now();
+                    let finalizing = Arc::clone(&comms);
+                    match run_bounded("nccl-group-finalize", options.timeout, move || {
+                        finalizing.finalize()
+                    }) {
+                        Bounded::Returned(result) => result,
+                        Bounded::Stalled => Err(GroupError::Timeout {
+                            operation: "finalizing the group's communicators",
+                            waited: started.elapsed(),
+                        }),
+                    }
+                }
+                CommMode::Nonblocking => comms.finalize(),
+            };
+            if let Err(error) = finalized {
+                comms.abort();
+                first_error.get_or_insert(error);
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => {
+                self.inner.verification.seal();
+                Ok(())
+            }
+        }
+    }
+
+    /// The end of a root group on every rank, in an order no rank can
+    /// race: [`destroy`](Self::destroy) (after the group's sub-groups:
+    /// refused while one is live), then every rank leaves the group's
+    /// store so that rank 0, which hosts the TCP store of a group made
+    /// from a launch ([`ProcessGroup::from_env`], `from_config`), leaves
+    /// last: its call returns once every rank has called `shutdown`
+    /// (bounded by [`GroupOptions::timeout`](crate::GroupOptions::timeout)),
+    /// so no rank still making a communicator, or reporting a failure,
+    /// loses the store. Collective: every rank calls it. On an already
+    /// destroyed group it only leaves; on a sub-group it is
+    /// [`destroy`](Self::destroy) (the store's host is the root's rank 0,
+    /// which the root's `shutdown` keeps).
+    ///
+    /// # Errors
+    /// [`GroupError::GraphsAlive`], [`GroupError::SubGroupsAlive`] (nothing
+    /// changed, nothing left); otherwise, after leaving, destroy's error
+    /// (a failed or aborted group, a finalize that failed), or on rank 0
+    /// [`StoreError::Absent`](crate::StoreError::Absent) naming the ranks
+    /// that did not shut down in time.
+    pub fn shutdown(&self) -> Result<()> {
+        let destroyed = match self.destroy() {
+            Err(error @ (GroupError::GraphsAlive { .. } | GroupError::SubGroupsAlive { .. })) => {
+                return Err(error);
+            }
+            Err(GroupError::Destroyed { .. }) => Ok(()),
+            other => other,
+        };
+        if self.subgroup().is_some() {
+            return destroyed;
+        }
+        let m = self.inner.cache.membership();
+        let store = scoped_store(&m.store, &format!("{}/{}/shutdown", m.name, m.generation))?;
+        let left = Meeting::new(store, m.rank, m.world_size)
+            .and_then(|meeting| meeting.with_timeout(m.timeout).leave(0))
+            .map_err(GroupError::from);
+        destroyed.and(left)
+    }
+}

@@ -1,0 +1,414 @@
+//! The options of a [`ProcessGroup`](super::ProcessGroup): streams,
+//! communicator kind, timeouts, failure policy, flight recorder, the
+//! collective check, NCCL's RAS in failure reports and the NCCL
+//! configuration of the group's communicators.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nccl_core::Config;
+
+use crate::diagnostics::checks::MAX_CHECK_INTERVAL;
+use crate::diagnostics::dumps::DUMP_DIR_VARIABLE;
+use crate::diagnostics::recorder::MAX_RECORDER_CAPACITY;
+use crate::error::{GroupError, Result};
+use crate::failure::FailurePolicy;
+
+/// Options of a [`ProcessGroup`](super::ProcessGroup).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GroupOptions {
+    /// NCCL streams per device (round robin across communicators); used by
+    /// the operations issued with [`StreamMode::Separate`].
+    pub streams_per_device: usize,
+    /// Which stream operations run on. Default [`StreamMode::Caller`];
+    /// override per call with [`ProcessGroup::with_stream_mode`](super::ProcessGroup::with_stream_mode) (e.g.
+    /// [`StreamMode::Separate`] for an operation that should overlap
+    /// compute queued after it).
+    pub stream_mode: StreamMode,
+    /// Nonblocking or blocking NCCL communicators. Default
+    /// [`CommMode::Blocking`] (as PyTorch's), the one whose per-operation
+    /// cost stays near nccl-tensor's at world sizes above 1 (the world-size
+    /// table of `docs/measurements/README.md` has the figures).
+    pub comm_mode: CommMode,
+    /// Create the NCCL streams with the device's highest priority.
+    pub high_priority: bool,
+    /// How long each of the two steps of creating a communicator may take:
+    /// waiting in the store for another rank's unique id, then NCCL's
+    /// init, which waits for every rank to join. Past it the communicators
+    /// are aborted (with [`CommMode::Blocking`], the init is left to finish
+    /// or hang on a thread of its own), the error names the ranks that
+    /// never joined, and the group fails (the ranks no longer agree on what
+    /// to create next). Default 5 min (the stores' default timeout).
+    pub timeout: Duration,
+    /// How long each operation may run on the GPU before the watchdog
+    /// fails the group (override per call with
+    /// [`ProcessGroup::with_op_timeout`](super::ProcessGroup::with_op_timeout)). Default 10 min.
+    pub op_timeout: Duration,
+    /// How long an abort may take before it is left running on its own
+    /// thread and reported as stalled. Default 10 s.
+    pub abort_timeout: Duration,
+    /// When the group fails, revoke its communicators
+    /// (`ncclCommRevoke`, NCCL 2.28.7) instead of aborting them, where the
+    /// loaded NCCL can and no thread is inside a NCCL call on them: a
+    /// revoked communicator stops its work but stays allocated, so that
+    /// [`ProcessGroup::heal`](super::ProcessGroup::heal) can shrink it
+    /// (`ncclCommShrink`) instead of making a new one. Either way the
+    /// group is failed and every later call gets the failure. Default
+    /// `true`; `false` always aborts (the heal then creates fresh
+    /// communicators).
+    pub revoke_on_failure: bool,
+    /// What the watchdog does after it fails the group.
+    pub on_failure: FailurePolicy,
+    /// How many operations the flight recorder keeps (0 counts as 1). At
+    /// most [`MAX_RECORDER_CAPACITY`] (2^20), which
+    /// [`ProcessGroup::new`](super::ProcessGroup::new) checks. Default 2048.
+    pub recorder_capacity: usize,
+    /// Where the flight recorder's dumps are written, one folder per
+    /// incident ([`crate::dumps`]): when the group fails or is aborted, and
+    /// on request (`None`: never; no request file is watched). Default:
+    /// the folder in `NCCL_GROUP_DUMP_DIR`, else the system's temporary
+    /// folder.
+    pub dump_dir: Option<PathBuf>,
+    /// Strict waits, as PyTorch's `TORCH_NCCL_BLOCKING_WAIT`:
+    /// [`Work::wait`](crate::Work::wait) blocks the CPU until the operation
+    /// has ended and checks that it produced its result
+    /// ([`Work::synchronize`](crate::Work::synchronize)), so that even work
+    /// the GPU runs on its tensors afterwards reads a checked result. It
+    /// costs the overlap of the CPU with the GPU. Default `false`: `wait`
+    /// only orders the caller's stream, and host reads of the tensors
+    /// are checked instead.
+    pub blocking_wait: bool,
+    /// The collective check, like PyTorch's `TORCH_DISTRIBUTED_DEBUG=DETAIL`
+    /// but cheap: every `K` collectives (`Some(K)`, 1 to
+    /// [`MAX_CHECK_INTERVAL`]), the ranks compare a fingerprint of each of
+    /// them (operation, data type, element count, root, reduction and
+    /// collective number) through the rendezvous store before the `K`-th
+    /// is enqueued; ranks that did not issue the same collectives get
+    /// [`GroupError::Mismatch`] (the rank whose check found it) and the
+    /// group fails ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)),
+    /// instead of a hang or mixed data. With `K = 1` every collective is
+    /// checked before it is enqueued; with `K > 1` up to `K - 1`
+    /// collectives may run mismatched before the error, and collectives
+    /// after the last full window are not checked. Point-to-point
+    /// operations (send, recv, batches of them alone) are not: only pairs
+    /// issue them. A group of one process has nothing to compare. Each
+    /// check costs a store round trip per rank (the `group_checks` bench
+    /// of `group_cost` measures it); `docs/group/mismatches.md` has the
+    /// rules. Default `None`: off, at the cost of one branch per
+    /// operation.
+    pub collective_checks: Option<u32>,
+    /// When the group fails, ask the loaded NCCL's RAS service for its
+    /// view of dead and unresponsive ranks ([`crate::ras`]) and put it in
+    /// the failure's report and dump, or one line saying why there is
+    /// none; at most a few seconds, before the communicators are aborted
+    /// (while RAS still lists them). Default `true`.
+    pub ras_report: bool,
+    /// NCCL's options (`ncclConfig_t`) for every communicator the group
+    /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
+    /// the rest of [`Config`]. The group sets two of them itself: `blocking`
+    /// follows [`GroupOptions::comm_mode`] (a `Config::blocking` that
+    /// contradicts it is refused by
+    /// [`ProcessGroup::new`](super::ProcessGroup::new), naming both; one
+    /// left unset or equal is fine), and a nonblocking creation waits
+    /// [`GroupOptions::timeout`], which wins over `Config::timeout`. An
+    /// option the loaded NCCL is too old for is refused when the first
+    /// communicator is created, naming the option and its release.
+    /// Default [`Config::new`]: every option at NCCL's default.
+    pub config: Config,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        Self {
+            streams_per_device: 1,
+            stream_mode: StreamMode::Caller,
+            comm_mode: CommMode::Blocking,
+            high_priority: false,
+            timeout: nccl_rendezvous::DEFAULT_TIMEOUT,
+            op_timeout: DEFAULT_OP_TIMEOUT,
+            abort_timeout: Duration::from_secs(10),
+            revoke_on_failure: true,
+            on_failure: FailurePolicy::ReturnErrors,
+            recorder_capacity: 2048,
+            dump_dir: Some(
+                std::env::var_os(DUMP_DIR_VARIABLE).map_or_else(std::env::temp_dir, PathBuf::from),
+            ),
+            blocking_wait: false,
+            collective_checks: None,
+            ras_report: true,
+            config: Config::new(),
+        }
+    }
+}
+
+/// Which stream a group's operations run on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamMode {
+    /// On the group's own NCCL streams (the spec's design): the NCCL stream
+    /// waits for an event recorded on the caller's stream, and
+    /// [`Work::wait`](crate::Work::wait) makes the caller's stream wait for the operation's
+    /// end. The caller's stream is free for other work meanwhile (compute
+    /// overlaps communication), at the price of the handoff: two event
+    /// records and two stream waits per operation.
+    Separate,
+    /// On the caller's stream: no event handoff between streams (three
+    /// driver calls fewer per operation, and no cross-stream latency on
+    /// the GPU), [`Work::wait`](crate::Work::wait) has nothing to do, but everything queued
+    /// after the operation on that stream waits for it. For callers that
+    /// wait at once anyway (as PyTorch's `async_op=False`). The default:
+    /// the group's call then costs about what nccl-tensor's does.
+    #[default]
+    Caller,
+}
+
+/// Which kind of NCCL communicator a group creates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommMode {
+    /// Nonblocking communicators: NCCL never blocks the calling thread, so
+    /// every wait (creation, an operation's enqueue) is polled and bounded
+    /// by a deadline, and an abort interrupts any of them. But NCCL 2.28
+    /// ends every group that involves other ranks on a new thread of its
+    /// own and answers `ncclInProgress`, which the group then waits out:
+    /// each operation at world size 2 and above costs many times what it
+    /// costs on a blocking communicator (the world-size table of
+    /// `docs/measurements/README.md` has the figures). At world size 1 NCCL
+    /// shortcuts the collectives, so their cost there does not show it. For whoever needs an abort to
+    /// interrupt any call, even one stuck inside NCCL before its deadline.
+    Nonblocking,
+    /// Blocking communicators: operations are enqueued on the calling
+    /// thread at NCCL's normal cost. Creation is still bounded by
+    /// [`GroupOptions::timeout`]: the init runs on a helper thread, which a
+    /// timeout leaves behind (it ends when NCCL gives up or the missing
+    /// ranks come; each such timeout leaves one). An enqueue that blocks (a
+    /// peer that never connects) is seen by the watchdog once it passes
+    /// the operation's timeout: it fails the group, and the abort releases
+    /// the NCCL call (as PyTorch's watchdog does). An NCCL error returned
+    /// by an operation's calls fails the group as well, since part of the
+    /// operation may have launched. `destroy` runs each finalize on a
+    /// helper thread bounded by the timeout. The default.
+    #[default]
+    Blocking,
+}
+
+/// The default [`GroupOptions::op_timeout`] (as PyTorch's NCCL process group).
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl GroupOptions {
+    /// With `streams` NCCL streams per device.
+    pub fn with_streams_per_device(mut self, streams: usize) -> Self {
+        self.streams_per_device = streams;
+        self
+    }
+
+    /// With operations on this stream ([`StreamMode`]).
+    pub fn with_stream_mode(mut self, mode: StreamMode) -> Self {
+        self.stream_mode = mode;
+        self
+    }
+
+    /// With this kind of NCCL communicator ([`CommMode`]).
+    pub fn with_comm_mode(mut self, mode: CommMode) -> Self {
+        self.comm_mode = mode;
+        self
+    }
+
+    /// With high-priority NCCL streams.
+    pub fn with_high_priority(mut self, high: bool) -> Self {
+        self.high_priority = high;
+        self
+    }
+
+    /// With this communicator-creation timeout ([`GroupOptions::timeout`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// With this default per-operation timeout.
+    pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// With this bound on aborts.
+    pub fn with_abort_timeout(mut self, timeout: Duration) -> Self {
+        self.abort_timeout = timeout;
+        self
+    }
+
+    /// With or without revoking the communicators when the group fails
+    /// ([`GroupOptions::revoke_on_failure`]).
+    pub fn with_revoke_on_failure(mut self, revoke: bool) -> Self {
+        self.revoke_on_failure = revoke;
+        self
+    }
+
+    /// With this failure policy.
+    pub fn with_failure_policy(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
+        self
+    }
+
+    /// Keeping the last `capacity` operations in the flight recorder (at
+    /// most [`MAX_RECORDER_CAPACITY`]).
+    pub fn with_recorder_capacity(mut self, capacity: usize) -> Self {
+        self.recorder_capacity = capacity;
+        self
+    }
+
+    /// Writing flight-recorder dumps to `dir` (`None`: not at all).
+    pub fn with_dump_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.dump_dir = dir;
+        self
+    }
+
+    /// Sets [`GroupOptions::blocking_wait`].
+    pub fn with_blocking_wait(mut self, blocking: bool) -> Self {
+        self.blocking_wait = blocking;
+        self
+    }
+
+    /// With the collective check every `every` collectives
+    /// ([`GroupOptions::collective_checks`]; 1 checks each before it is
+    /// enqueued). [`ProcessGroup::new`](super::ProcessGroup::new) refuses
+    /// 0 and more than [`MAX_CHECK_INTERVAL`].
+    pub fn with_collective_checks(mut self, every: u32) -> Self {
+        self.collective_checks = Some(every);
+        self
+    }
+
+    /// Sets [`GroupOptions::ras_report`].
+    pub fn with_ras_report(mut self, ask: bool) -> Self {
+        self.ras_report = ask;
+        self
+    }
+
+    /// With these NCCL options for every communicator the group creates
+    /// ([`GroupOptions::config`]).
+    pub fn with_config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The config each communicator of the group is created with:
+    /// [`GroupOptions::config`], with `blocking` from
+    /// [`GroupOptions::comm_mode`] and, for nonblocking communicators, the
+    /// wait of [`GroupOptions::timeout`] (a blocking creation is bounded by
+    /// the group itself). nccl-core validates it at creation.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidArgument`] when the config's `blocking`
+    /// contradicts the communicator mode, naming both.
+    pub(crate) fn comm_config(&self) -> Result<Config> {
+        let blocking = self.comm_mode == CommMode::Blocking;
+        if let Some(given) = self.config.blocking_option()
+            && given != blocking
+        {
+            return Err(GroupError::InvalidArgument {
+                argument: "config",
+                expected: format!(
+                    "Config::blocking unset or {blocking}, as comm_mode is CommMode::{:?}",
+                    self.comm_mode
+                ),
+                given: format!("Config::blocking({given})"),
+            });
+        }
+        let config = self.config.clone().blocking(blocking);
+        Ok(if blocking {
+            config
+        } else {
+            config.timeout(self.timeout)
+        })
+    }
+
+    /// Refuses settings that cannot be honoured, before anything is built.
+    pub(crate) fn validate(&self) -> Result<()> {
+        self.comm_config()?;
+        self.config.validate()?;
+        if let Some(every) = self
+            .collective_checks
+            .filter(|&every| every == 0 || every > MAX_CHECK_INTERVAL)
+        {
+            return Err(GroupError::InvalidArgument {
+                argument: "collective_checks",
+                expected: format!(
+                    "a check every 1 to {MAX_CHECK_INTERVAL} collectives (None: no check)"
+                ),
+                given: every.to_string(),
+            });
+        }
+        if self.recorder_capacity > MAX_RECORDER_CAPACITY {
+            return Err(GroupError::InvalidArgument {
+                argument: "recorder_capacity",
+                expected: format!("at most {MAX_RECORDER_CAPACITY} records (default 2048)"),
+                given: self.recorder_capacity.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The seam between the options and NCCL: the `ncclConfig_t` each
+    /// communicator of the group is created with.
+    #[test]
+    fn the_group_s_config_reaches_the_raw_config_of_its_communicators() {
+        let options = GroupOptions::default()
+            .with_comm_mode(CommMode::Nonblocking)
+            .with_timeout(Duration::from_secs(7))
+            .with_config(
+                Config::new()
+                    .cta_policy(1)
+                    .ctas(2, 8)
+                    .nvls_ctas(4)
+                    .comm_name("dp")
+                    .timeout(Duration::from_secs(99)),
+            );
+        let config = options.comm_config().unwrap();
+        // The group's timeout wins over the config's.
+        assert_eq!(config.wait_timeout(), Duration::from_secs(7));
+        let raw_config = config.to_raw().unwrap();
+        let raw = raw_config.as_raw();
+        assert_eq!(
+            (raw.blocking, raw.CTAPolicy, raw.minCTAs, raw.maxCTAs),
+            (0, 1, 2, 8)
+        );
+        assert_eq!(raw.nvlsCTAs, 4);
+        assert!(!raw.commName.is_null());
+        // Unset options stay NCCL_CONFIG_UNDEF_INT.
+        assert_eq!(raw.trafficClass, i32::MIN);
+
+        let blocking = GroupOptions::default().with_config(Config::new().blocking(true));
+        let raw_config = blocking.comm_config().unwrap().to_raw().unwrap();
+        assert_eq!(raw_config.as_raw().blocking, 1);
+        let default = GroupOptions::default().comm_config().unwrap();
+        assert_eq!(default.blocking_option(), Some(true));
+    }
+
+    #[test]
+    fn a_config_that_contradicts_the_comm_mode_is_refused_naming_both() {
+        let options = GroupOptions::default().with_config(Config::new().blocking(false));
+        let error = options.validate().unwrap_err().to_string();
+        for says in [
+            "config",
+            "Config::blocking unset or true, as comm_mode is CommMode::Blocking",
+            "Config::blocking(false)",
+        ] {
+            assert!(error.contains(says), "{says:?} in {error}");
+        }
+        let options = GroupOptions::default()
+            .with_comm_mode(CommMode::Nonblocking)
+            .with_config(Config::new().blocking(true));
+        assert!(options.validate().is_err());
+        // An option out of range is refused before anything is built.
+        let options = GroupOptions::default().with_config(Config::new().graph_usage_mode(5));
+        let error = options.validate().unwrap_err().to_string();
+        assert!(error.contains("graph_usage_mode"), "{error}");
+    }
+}
