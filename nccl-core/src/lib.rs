@@ -56,6 +56,7 @@ mod group;
 mod library;
 mod memory;
 mod op;
+mod ranks;
 mod reduce_op;
 mod trace;
 mod unique_id;

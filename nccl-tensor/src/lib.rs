@@ -70,7 +70,6 @@ pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, Typ
 pub use cell::{
     AnyTensor, IntoAnyTensor, IntoTypedError, TensorCell, contiguous_strides, is_contiguous,
 };
-pub use checks::nccl_rank;
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};

@@ -120,9 +120,9 @@ impl Issuer {
             .map_err(|e| e.to_string())?;
         let core = nccl_core::Communicator::with_config(
             device.clone(),
-            world.size as i32,
+            world.size,
             id,
-            world.rank as i32,
+            world.rank,
             &config,
         )
         .map_err(|e| e.to_string())?;

@@ -207,8 +207,8 @@ impl State<'_> {
                     dtype: DataType::Float32,
                     op: ReduceOp::Sum,
                     root: 0,
-                    rank: world.rank as i32,
-                    world: world.size as i32,
+                    rank: world.rank,
+                    world: world.size,
                     rotation: Rotation::fixed(0),
                 };
                 layer.bind(&call, buffers)?

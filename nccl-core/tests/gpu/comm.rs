@@ -190,16 +190,14 @@ fn per_thread_ranks<T: Send + 'static>(
     body: impl Fn(Communicator) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
     let id = UniqueId::new().unwrap();
-    let world = devices.len() as i32;
+    let world = devices.len();
     let body = Arc::new(body);
     let threads: Vec<_> = devices
         .into_iter()
         .enumerate()
         .map(|(rank, device)| {
             let body = Arc::clone(&body);
-            std::thread::spawn(move || {
-                body(Communicator::new(device, world, id, rank as i32).unwrap())
-            })
+            std::thread::spawn(move || body(Communicator::new(device, world, id, rank).unwrap()))
         })
         .collect();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
@@ -283,14 +281,9 @@ fn multi_gpu_init_local_ranks_drives_every_device_from_one_thread() {
         let config = Config::new()
             .blocking(blocking)
             .timeout(Duration::from_secs(60));
-        let comms = Communicator::init_local_ranks(
-            &devices,
-            world as i32,
-            UniqueId::new().unwrap(),
-            0,
-            &config,
-        )
-        .unwrap();
+        let comms =
+            Communicator::init_local_ranks(&devices, world, UniqueId::new().unwrap(), 0, &config)
+                .unwrap();
         let streams: Vec<_> = devices.iter().map(|d| d.new_stream().unwrap()).collect();
         let mut buffers: Vec<_> = streams
             .iter()

@@ -245,7 +245,7 @@ impl LocalComms {
     /// nonblocking one is polled). The new communicator keeps the
     /// parent's device pool and NCCL stream; the parent stays revoked,
     /// for its owner to drop (which aborts it).
-    pub(super) fn shrink(&self, exclude: &[i32], timeout: Duration) -> Result<LocalComms> {
+    pub(super) fn shrink(&self, exclude: &[usize], timeout: Duration) -> Result<LocalComms> {
         let exclude = exclude.to_vec();
         self.child("ncclCommShrink", timeout, move |parent| {
             parent.shrink(&exclude, ShrinkMode::Default, None)
@@ -267,7 +267,7 @@ impl LocalComms {
     /// NCCL stream; the parent stays live, for its owner to release.
     pub(super) fn grow(
         &self,
-        world_size: i32,
+        world_size: usize,
         id: Option<UniqueId>,
         timeout: Duration,
     ) -> Result<LocalComms> {
@@ -315,7 +315,7 @@ impl LocalComms {
     pub(super) fn split(
         &self,
         color: Option<i32>,
-        key: i32,
+        key: usize,
         config: nccl_core::Config,
         timeout: Duration,
     ) -> Result<Option<LocalComms>> {
@@ -453,8 +453,8 @@ impl CommFactory for NcclFactory {
         &self,
         key: &CommKey,
         id: UniqueId,
-        world_size: i32,
-        first_rank: i32,
+        world_size: usize,
+        first_rank: usize,
     ) -> Result<LocalComms> {
         let pools = key
             .devices()
@@ -505,9 +505,9 @@ impl NcclFactory {
     pub(super) fn join_grow(
         &self,
         ordinal: usize,
-        world_size: i32,
+        world_size: usize,
         id: UniqueId,
-        rank: i32,
+        rank: usize,
     ) -> Result<LocalComms> {
         let pool = self.pool(ordinal)?;
         let device = pool.device().clone();

@@ -368,7 +368,7 @@ impl ProcessGroup {
             Some((_, key, comms)) => {
                 // Positions within a world already checked against i32::MAX.
                 let (color, rank) =
-                    place.map_or((None, 0), |(color, rank)| (Some(color as i32), rank as i32));
+                    place.map_or((None, 0), |(color, rank)| (Some(color as i32), rank));
                 self.options()
                     .comm_config()
                     .and_then(|config| comms.split(color, rank, config, m.timeout))

@@ -178,7 +178,7 @@ fn coalesced(rank: &Rank) {
                 output: &mut gathered,
             },
         )
-        .push(Op::Broadcast { root: root as i32 }, Single(&mut broadcast));
+        .push(Op::Broadcast { root }, Single(&mut broadcast));
     ok(batch.enqueue(), &what);
     let expected: Vec<f32> = sum(&as_f64(&floats))
         .into_iter()
