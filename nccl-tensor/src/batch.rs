@@ -21,6 +21,10 @@ use crate::error::{Error, Result};
 use crate::operand::{Form, Input, Output, Pair, ReadOnly, Single};
 use crate::plan::{Layout, Plan, rules};
 
+pub use methods::BatchMethod;
+
+mod methods;
+
 /// The most operations one [`Batch`] holds. Every operation's buffers stay
 /// borrowed (a cell stays locked) by a nested call until the NCCL group is
 /// enqueued, so the stack grows with the batch: about 0.8 KiB per buffer
@@ -354,21 +358,12 @@ impl Communicator {
 }
 
 impl<'a> Batch<'a> {
-    /// Adds `op` on `operands` (checked by [`Batch::enqueue`]).
+    /// Adds `op` on `operands` (checked by [`Batch::enqueue`]). The named
+    /// methods ([`Batch::all_reduce`], [`Batch::send`], ...) are this with
+    /// one operation each.
     pub fn push(&mut self, op: Op<'a>, operands: impl Into<BatchOperands<'a>>) -> &mut Self {
         self.parts.push((op, operands.into()));
         self
-    }
-
-    /// Adds a send of `tensor` to rank `dst` (`torch.distributed.isend`
-    /// in a batch).
-    pub fn send(&mut self, tensor: impl Input + 'a, dst: usize) -> &mut Self {
-        self.push(Op::Send { peer: dst }, ReadOnly(tensor))
-    }
-
-    /// Adds a receive into `tensor` from rank `src`.
-    pub fn recv(&mut self, tensor: impl Output + 'a, src: usize) -> &mut Self {
-        self.push(Op::Recv { peer: src }, Single(tensor))
     }
 
     /// The number of operations.

@@ -65,7 +65,7 @@ mod registered;
 mod shared;
 mod tracked;
 
-pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
+pub use batch::{Batch, BatchEntry, BatchMethod, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{
     AnyTensor, IntoAnyTensor, IntoTypedError, TensorCell, contiguous_strides, is_contiguous,
@@ -84,7 +84,7 @@ pub use float8;
 pub use half;
 pub use nccl_core;
 pub use nccl_core::{ErrorKind, Op};
-pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
+pub use operand::{Form, Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;
 pub use producer::{HoldsResult, ProducerError, ResultCheck};
