@@ -113,7 +113,7 @@ impl Issuer {
             Mode::TensorBlocking | Mode::Raw => true,
             Mode::TensorNonblocking => false,
         };
-        let config = nccl_core::Config::new().blocking(blocking);
+        let config = nccl_core::Config::new().with_blocking(blocking);
         // One id per mode: the baseline and the judged mode never share one.
         let id = world
             .unique_id(&format!("{mode:?}"))

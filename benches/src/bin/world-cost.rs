@@ -307,7 +307,7 @@ fn communicator(
 ) -> Result<Communicator, BenchError> {
     let name = if blocking { "blocking" } else { "nonblocking" };
     let id = world.unique_id(name)?;
-    let config = Config::new().blocking(blocking);
+    let config = Config::new().with_blocking(blocking);
     Ok(Communicator::with_config(
         device.clone(),
         world.size,

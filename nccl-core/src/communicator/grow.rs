@@ -136,7 +136,7 @@ impl Communicator {
     /// communicator whose existing ranks call [`Communicator::grow`], as
     /// `rank` of `new_world_size` on `device`, with the root's
     /// [`grow_unique_id`](Communicator::grow_unique_id). A nonblocking
-    /// `config` is waited for until ready, at most [`Config::timeout`].
+    /// `config` is waited for until ready, at most [`Config::with_timeout`].
     ///
     /// Checks: `rank` in `0..new_world_size`, `new_world_size` at most
     /// `i32::MAX`.

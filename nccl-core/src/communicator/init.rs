@@ -102,7 +102,7 @@ impl Communicator {
 
     /// Like [`Communicator::new`] with options (`ncclCommInitRankConfig`,
     /// NCCL 2.14+). A nonblocking config returns once NCCL reports the
-    /// communicator ready, polling until [`Config::timeout`]; past it the
+    /// communicator ready, polling until [`Config::with_timeout`]; past it the
     /// communicator is aborted and [`Error::Timeout`] returned.
     ///
     /// # Errors
@@ -188,7 +188,7 @@ impl Communicator {
     /// `first_rank + i` of `world_size`. Every process of the communicator
     /// calls this (or [`Communicator::with_config`]) with the same
     /// `unique_id`. A nonblocking `config` bounds the whole creation by
-    /// [`Config::timeout`]: past it every communicator is aborted and
+    /// [`Config::with_timeout`]: past it every communicator is aborted and
     /// [`Error::Timeout`] returned, so a rank that never joins cannot
     /// hang the caller.
     ///
