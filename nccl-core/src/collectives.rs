@@ -237,7 +237,7 @@ shorthands! {
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
-        root: i32,
+        root: usize,
     ) => Call { op: Op::Broadcast { root }, send, recv, count, dtype };
 
     /// `ncclReduce`: reduces `count` elements across ranks into `recv` on
@@ -249,7 +249,7 @@ shorthands! {
         count: usize,
         dtype: DataType,
         op: impl Into<Reduction<'a>>,
-        root: i32,
+        root: usize,
     ) => Call { op: Op::Reduce { op: op.into(), root }, send, recv, count, dtype };
 
     /// `ncclAllGather`: every rank contributes `send_count` elements; `recv`
@@ -287,7 +287,7 @@ shorthands! {
         send: *const c_void,
         count: usize,
         dtype: DataType,
-        peer: i32,
+        peer: usize,
     ) => Call { op: Op::Send { peer }, send, recv: std::ptr::null_mut(), count, dtype };
 
     /// `ncclRecv`: receives `count` elements from rank `peer`.
@@ -295,6 +295,6 @@ shorthands! {
         recv: *mut c_void,
         count: usize,
         dtype: DataType,
-        peer: i32,
+        peer: usize,
     ) => Call { op: Op::Recv { peer }, send: std::ptr::null(), recv, count, dtype };
 }

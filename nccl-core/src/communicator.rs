@@ -123,8 +123,8 @@ impl Shared {
 pub struct Communicator {
     shared: Arc<Shared>,
     device: Device,
-    rank: i32,
-    world_size: i32,
+    rank: usize,
+    world_size: usize,
     blocking: bool,
     timeout: Duration,
     _not_sync: PhantomData<Cell<()>>,
@@ -179,8 +179,8 @@ impl Communicator {
         raw: ncclComm_t,
         lib: &'static NcclLibrary,
         device: Device,
-        rank: i32,
-        world_size: i32,
+        rank: usize,
+        world_size: usize,
         blocking: bool,
         timeout: Duration,
     ) -> Self {
@@ -277,12 +277,12 @@ impl Communicator {
     }
 
     /// This rank, in `0..world_size()`.
-    pub fn rank(&self) -> i32 {
+    pub fn rank(&self) -> usize {
         self.rank
     }
 
     /// The number of ranks.
-    pub fn world_size(&self) -> i32 {
+    pub fn world_size(&self) -> usize {
         self.world_size
     }
 

@@ -5,16 +5,14 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+pub use modes::{CtaPolicy, GraphUsageMode, HostCftMode, NvlsHostMode};
 pub use raw::RawConfig;
 
+mod modes;
 mod raw;
 
 /// How long a nonblocking init, split or finalize may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// `NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO`: every bit of a
-/// CTA policy NCCL accepts.
-const CTA_POLICY_BITS: i32 = 0b11;
 
 /// Communicator options (`ncclConfig_t`). Unset options keep NCCL's default,
 /// which also honours the matching `NCCL_*` environment variables.
@@ -26,12 +24,17 @@ const CTA_POLICY_BITS: i32 = 0b11;
 /// option silently dropped: [`Config::check_release`] checks, and the
 /// communicator constructors check against the loaded library.
 ///
+/// Every setter is `with_*`; options for which NCCL defines named values
+/// take enums ([`CtaPolicy`], [`GraphUsageMode`], [`HostCftMode`],
+/// [`NvlsHostMode`]), the others their count, size or flag.
+///
 /// ```
-/// # use nccl_core::Config;
+/// # use nccl_core::{Config, CtaPolicy};
 /// let config = Config::new()
-///     .blocking(false)
-///     .ctas(4, 16)
-///     .comm_name("trainer.dp");
+///     .with_blocking(false)
+///     .with_ctas(4, 16)
+///     .with_cta_policy(CtaPolicy::Efficiency)
+///     .with_comm_name("trainer.dp");
 /// assert!(config.validate().is_ok());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,20 +48,20 @@ pub struct Config {
     traffic_class: Option<i32>,
     comm_name: Option<String>,
     collnet: Option<bool>,
-    cta_policy: Option<i32>,
+    cta_policy: Option<CtaPolicy>,
     shrink_share: Option<bool>,
     nvls_ctas: Option<i32>,
     channels_per_net_peer: Option<i32>,
     nvlink_centric_sched: Option<bool>,
-    graph_usage_mode: Option<i32>,
+    graph_usage_mode: Option<GraphUsageMode>,
     rma_ctxs: Option<i32>,
     max_p2p_peers: Option<i32>,
     graph_stream_ordering: Option<bool>,
     launch_order_implicit: Option<bool>,
     rma_signals: Option<i32>,
-    rma_eager_init: Option<i32>,
-    host_cft_mode: Option<i32>,
-    nvls_host_mode: Option<i32>,
+    rma_eager_init: Option<bool>,
+    host_cft_mode: Option<HostCftMode>,
+    nvls_host_mode: Option<NvlsHostMode>,
     timeout: Duration,
 }
 
@@ -102,101 +105,98 @@ impl Config {
     /// Blocking (the default) or nonblocking communicator (`blocking`,
     /// NCCL 2.14.3). A nonblocking communicator's init, split and finalize
     /// return at once; this crate then polls `ncclCommGetAsyncError` until
-    /// done or [`Config::timeout`].
-    pub fn blocking(mut self, blocking: bool) -> Self {
+    /// done or [`Config::wait_timeout`].
+    pub fn with_blocking(mut self, blocking: bool) -> Self {
         self.blocking = Some(blocking);
         self
     }
 
     /// CGA cluster size, 0 to 8; 0 disables clusters (`cgaClusterSize`,
     /// NCCL 2.17.1).
-    pub fn cga_cluster_size(mut self, size: i32) -> Self {
+    pub fn with_cga_cluster_size(mut self, size: i32) -> Self {
         self.cga_cluster_size = Some(size);
         self
     }
 
     /// The fewest and most CTAs (thread blocks) NCCL may use per collective
     /// (`minCTAs`, `maxCTAs`, NCCL 2.17.1).
-    pub fn ctas(mut self, min: i32, max: i32) -> Self {
+    pub fn with_ctas(mut self, min: i32, max: i32) -> Self {
         self.min_ctas = Some(min);
         self.max_ctas = Some(max);
         self
     }
 
     /// The network module to use: "IB", "Socket", ... (`netName`, NCCL 2.17.1).
-    pub fn net_name(mut self, name: impl Into<String>) -> Self {
+    pub fn with_net_name(mut self, name: impl Into<String>) -> Self {
         self.net_name = Some(name.into());
         self
     }
 
     /// Whether communicators split from this one share its resources
     /// (`splitShare`, NCCL 2.18.1).
-    pub fn split_share(mut self, share: bool) -> Self {
+    pub fn with_split_share(mut self, share: bool) -> Self {
         self.split_share = Some(share);
         self
     }
 
     /// The network traffic class, 0 or more, for quality of service
     /// (`trafficClass`, NCCL 2.26.2).
-    pub fn traffic_class(mut self, class: i32) -> Self {
+    pub fn with_traffic_class(mut self, class: i32) -> Self {
         self.traffic_class = Some(class);
         self
     }
 
     /// A name that shows in NCCL's logs and profilers (`commName`,
     /// NCCL 2.27.3).
-    pub fn comm_name(mut self, name: impl Into<String>) -> Self {
+    pub fn with_comm_name(mut self, name: impl Into<String>) -> Self {
         self.comm_name = Some(name.into());
         self
     }
 
     /// Whether CollNet (in-network reductions) may be used
     /// (`collnetEnable`, NCCL 2.27.3).
-    pub fn collnet(mut self, enable: bool) -> Self {
+    pub fn with_collnet(mut self, enable: bool) -> Self {
         self.collnet = Some(enable);
         self
     }
 
-    /// The CTA policy: `NCCL_CTA_POLICY_*` bits, 0 to 3 (`CTAPolicy`,
-    /// NCCL 2.27.3).
-    pub fn cta_policy(mut self, policy: i32) -> Self {
+    /// The CTA policy (`CTAPolicy`, NCCL 2.27.3).
+    pub fn with_cta_policy(mut self, policy: CtaPolicy) -> Self {
         self.cta_policy = Some(policy);
         self
     }
 
     /// Whether communicators shrunk from this one share its resources
     /// (`shrinkShare`, NCCL 2.27.3).
-    pub fn shrink_share(mut self, share: bool) -> Self {
+    pub fn with_shrink_share(mut self, share: bool) -> Self {
         self.shrink_share = Some(share);
         self
     }
 
     /// The most CTAs NVLink SHARP may use, at least 1 (`nvlsCTAs`,
     /// NCCL 2.27.3).
-    pub fn nvls_ctas(mut self, ctas: i32) -> Self {
+    pub fn with_nvls_ctas(mut self, ctas: i32) -> Self {
         self.nvls_ctas = Some(ctas);
         self
     }
 
     /// Channels per network peer, at least 1 (`nChannelsPerNetPeer`,
     /// NCCL 2.28.3).
-    pub fn channels_per_net_peer(mut self, channels: i32) -> Self {
+    pub fn with_channels_per_net_peer(mut self, channels: i32) -> Self {
         self.channels_per_net_peer = Some(channels);
         self
     }
 
     /// Whether NCCL schedules around NVLink first (`nvlinkCentricSched`,
     /// NCCL 2.28.3).
-    pub fn nvlink_centric_sched(mut self, enable: bool) -> Self {
+    pub fn with_nvlink_centric_sched(mut self, enable: bool) -> Self {
         self.nvlink_centric_sched = Some(enable);
         self
     }
 
     /// How the communicator is used with CUDA graphs (`graphUsageMode`,
-    /// NCCL 2.29.2): 0 never captured, 1 captured into one graph, 2 several
-    /// graphs or a mix of captured and uncaptured operations (NCCL's
-    /// default). `NCCL_GRAPH_MIXING_SUPPORT` overrides it at init.
-    pub fn graph_usage_mode(mut self, mode: i32) -> Self {
+    /// NCCL 2.29.2). `NCCL_GRAPH_MIXING_SUPPORT` overrides it at init.
+    pub fn with_graph_usage_mode(mut self, mode: GraphUsageMode) -> Self {
         self.graph_usage_mode = Some(mode);
         self
     }
@@ -204,21 +204,21 @@ impl Config {
     /// How many RMA contexts the communicator creates, 0 or more; 0
     /// disables RMA for it (`numRmaCtx`, NCCL 2.29.2; what `NCCL_NUM_RMA_CTX`
     /// sets, which overrides it at init).
-    pub fn rma_ctxs(mut self, contexts: i32) -> Self {
+    pub fn with_rma_ctxs(mut self, contexts: i32) -> Self {
         self.rma_ctxs = Some(contexts);
         self
     }
 
     /// The most peers a rank keeps point-to-point connections to, at least
     /// 1 (`maxP2pPeers`, NCCL 2.30.3).
-    pub fn max_p2p_peers(mut self, peers: i32) -> Self {
+    pub fn with_max_p2p_peers(mut self, peers: i32) -> Self {
         self.max_p2p_peers = Some(peers);
         self
     }
 
     /// Whether operations captured in a CUDA graph keep the stream order
     /// of their capture (`graphStreamOrdering`, NCCL 2.30.7).
-    pub fn graph_stream_ordering(mut self, enable: bool) -> Self {
+    pub fn with_graph_stream_ordering(mut self, enable: bool) -> Self {
         self.graph_stream_ordering = Some(enable);
         self
     }
@@ -226,7 +226,7 @@ impl Config {
     /// Whether kernels of different communicators are ordered implicitly by
     /// their launch order (`launchOrderImplicit`, NCCL 2.31.2; what
     /// `NCCL_LAUNCH_ORDER_IMPLICIT` sets for the whole process).
-    pub fn launch_order_implicit(mut self, enable: bool) -> Self {
+    pub fn with_launch_order_implicit(mut self, enable: bool) -> Self {
         self.launch_order_implicit = Some(enable);
         self
     }
@@ -234,39 +234,38 @@ impl Config {
     /// The number of RMA signals (`numRmaSig`, NCCL 2.31.2). Passed to NCCL
     /// as given: NCCL's headers document no range, and NCCL checks it at
     /// init.
-    pub fn rma_signals(mut self, signals: i32) -> Self {
+    pub fn with_rma_signals(mut self, signals: i32) -> Self {
         self.rma_signals = Some(signals);
         self
     }
 
-    /// The RMA eager-init setting (`rmaEagerInit`, NCCL 2.31.2). Passed to
-    /// NCCL as given: NCCL's headers document no values, and NCCL checks it
-    /// at init.
-    pub fn rma_eager_init(mut self, mode: i32) -> Self {
-        self.rma_eager_init = Some(mode);
+    /// Whether the one-sided RMA signals are set up when the communicator
+    /// is created (`true`) or at its first window registration (`false`,
+    /// NCCL's default) (`rmaEagerInit`, NCCL 2.31.2; what
+    /// `NCCL_RMA_EAGER_INIT` sets, which overrides it). Signalling without
+    /// a registered window needs `true`.
+    pub fn with_rma_eager_init(mut self, eager: bool) -> Self {
+        self.rma_eager_init = Some(eager);
         self
     }
 
-    /// The host CFT mode (`hostCftMode`, NCCL 2.31.2). Passed to NCCL as
-    /// given: NCCL's headers document no values, and NCCL checks it at
-    /// init.
-    pub fn host_cft_mode(mut self, mode: i32) -> Self {
+    /// Host-side Compute Fabric Transport queries (`hostCftMode`,
+    /// NCCL 2.31.2).
+    pub fn with_host_cft_mode(mut self, mode: HostCftMode) -> Self {
         self.host_cft_mode = Some(mode);
         self
     }
 
     /// Which host-side NVLink SHARP components are disabled
-    /// (`nvlsHostMode`, NCCL 2.32.3): 0 enables all, bit 0 disables the
-    /// NVLS transport, bit 1 the multimem of symmetric kernels, `i32::MAX`
-    /// every present and future component.
-    pub fn nvls_host_mode(mut self, mode: i32) -> Self {
+    /// (`nvlsHostMode`, NCCL 2.32.3).
+    pub fn with_nvls_host_mode(mut self, mode: NvlsHostMode) -> Self {
         self.nvls_host_mode = Some(mode);
         self
     }
 
     /// How long a nonblocking init, split or finalize may take before the
     /// communicator is aborted and [`Error::Timeout`] returned.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
@@ -332,33 +331,6 @@ impl Config {
         at_least("channels_per_net_peer", 1, self.channels_per_net_peer)?;
         at_least("max_p2p_peers", 1, self.max_p2p_peers)?;
         at_least("rma_ctxs", 0, self.rma_ctxs)?;
-        if let Some(mode) = self.graph_usage_mode
-            && !(0..=2).contains(&mode)
-        {
-            return invalid(
-                "graph_usage_mode",
-                "0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
-                mode.to_string(),
-            );
-        }
-        if let Some(policy) = self.cta_policy
-            && !(0..=CTA_POLICY_BITS).contains(&policy)
-        {
-            return invalid(
-                "cta_policy",
-                "NCCL_CTA_POLICY_* bits, 0 to 3",
-                policy.to_string(),
-            );
-        }
-        if let Some(mode) = self.nvls_host_mode
-            && !((0..=3).contains(&mode) || mode == i32::MAX)
-        {
-            return invalid(
-                "nvls_host_mode",
-                "0 to 3 (ncclNvlsHostMode_t bits) or i32::MAX (ncclNvlsHostModeDisable)",
-                mode.to_string(),
-            );
-        }
         if self.timeout.is_zero() {
             return invalid("timeout", "a positive duration", "0s".to_string());
         }

@@ -208,9 +208,9 @@ pub enum Error {
         /// Which argument ("rank", "root", "peer").
         what: &'static str,
         /// The value given.
-        given: i32,
+        given: usize,
         /// The communicator's world size.
-        world_size: i32,
+        world_size: usize,
     },
     /// A stream (or buffer) on another device than the communicator's.
     #[error("{what} is on device {given}, but the communicator is on device {expected}")]

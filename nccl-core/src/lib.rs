@@ -56,6 +56,7 @@ mod group;
 mod library;
 mod memory;
 mod op;
+mod ranks;
 mod reduce_op;
 mod trace;
 mod unique_id;
@@ -65,7 +66,9 @@ pub use capture::{CaptureStatus, capture_status, exempt_thread_from_global_captu
 pub use communicator::{
     AbortHandle, Communicator, DetachedRegistration, MemStats, Registration, ShrinkMode, Suspended,
 };
-pub use config::{Config, DEFAULT_TIMEOUT, RawConfig};
+pub use config::{
+    Config, CtaPolicy, DEFAULT_TIMEOUT, GraphUsageMode, HostCftMode, NvlsHostMode, RawConfig,
+};
 pub use cudarc;
 pub use cudarc::driver::{CudaEvent, CudaStream};
 pub use datatype::DataType;

@@ -12,6 +12,7 @@ use nccl_sys::{Functions, cudaStream_t, ncclComm_t, ncclResult_t};
 
 use crate::datatype::DataType;
 use crate::error::Result;
+use crate::ranks::to_c;
 use crate::reduce_op::Reduction;
 
 /// One NCCL operation and its scalar arguments: what a [`Call`] does.
@@ -26,14 +27,14 @@ pub enum Op<'r> {
     /// `ncclBroadcast`: every rank gets `root`'s data.
     Broadcast {
         /// The rank whose data is sent.
-        root: i32,
+        root: usize,
     },
     /// `ncclReduce`: `root` gets the reduction of every rank's data.
     Reduce {
         /// The reduction.
         op: Reduction<'r>,
         /// The rank that gets the result.
-        root: i32,
+        root: usize,
     },
     /// `ncclAllGather`: every rank gets every rank's data, in rank order.
     AllGather,
@@ -46,23 +47,23 @@ pub enum Op<'r> {
     /// order.
     Gather {
         /// The rank that gets the data.
-        root: i32,
+        root: usize,
     },
     /// `ncclScatter` (NCCL 2.28+): rank `r` gets block `r` of `root`'s
     /// data.
     Scatter {
         /// The rank whose data is scattered.
-        root: i32,
+        root: usize,
     },
     /// `ncclSend` to `peer`, which posts the matching [`Op::Recv`].
     Send {
         /// The receiving rank.
-        peer: i32,
+        peer: usize,
     },
     /// `ncclRecv` from `peer`.
     Recv {
         /// The sending rank.
-        peer: i32,
+        peer: usize,
     },
 }
 
@@ -110,7 +111,7 @@ impl<'r> Op<'r> {
     /// The root or peer, for the operations that have one, with what to
     /// call it in an error (`root`, `dst` for a send's peer, `src` for a
     /// receive's).
-    pub const fn rank_argument(&self) -> Option<(&'static str, i32)> {
+    pub const fn rank_argument(&self) -> Option<(&'static str, usize)> {
         match *self {
             Op::Broadcast { root }
             | Op::Reduce { root, .. }
@@ -171,6 +172,7 @@ impl<'r> Call<'r> {
     ///
     /// # Errors
     /// The loaded libnccl lacks the function ([`Error::MissingFunction`](crate::Error::MissingFunction));
+    /// a root or peer above `i32::MAX` ([`Error::InvalidArgument`](crate::Error::InvalidArgument));
     /// NCCL's own result is returned as it is.
     #[inline]
     pub unsafe fn issue_raw(
@@ -196,11 +198,13 @@ impl<'r> Call<'r> {
             }
             Op::Broadcast { root } => {
                 let f = functions.ncclBroadcast()?;
+                let root = to_c("root", root)?;
                 // SAFETY: see above.
                 unsafe { f(send, recv, count, dtype, root, comm, stream) }
             }
             Op::Reduce { op, root } => {
                 let f = functions.ncclReduce()?;
+                let root = to_c("root", root)?;
                 // SAFETY: see above.
                 unsafe { f(send, recv, count, dtype, op.to_raw(), root, comm, stream) }
             }
@@ -221,21 +225,25 @@ impl<'r> Call<'r> {
             }
             Op::Gather { root } => {
                 let f = functions.ncclGather()?;
+                let root = to_c("root", root)?;
                 // SAFETY: see above.
                 unsafe { f(send, recv, count, dtype, root, comm, stream) }
             }
             Op::Scatter { root } => {
                 let f = functions.ncclScatter()?;
+                let root = to_c("root", root)?;
                 // SAFETY: see above.
                 unsafe { f(send, recv, count, dtype, root, comm, stream) }
             }
             Op::Send { peer } => {
                 let f = functions.ncclSend()?;
+                let peer = to_c("dst", peer)?;
                 // SAFETY: see above.
                 unsafe { f(send, count, dtype, peer, comm, stream) }
             }
             Op::Recv { peer } => {
                 let f = functions.ncclRecv()?;
+                let peer = to_c("src", peer)?;
                 // SAFETY: see above.
                 unsafe { f(recv, count, dtype, peer, comm, stream) }
             }
@@ -250,17 +258,17 @@ impl<'r> Call<'r> {
     /// size; block `j` of a buffer of one block per rank starts `j` blocks in.
     pub fn point_to_point_parts(
         &self,
-        rank: i32,
-        world: i32,
+        rank: usize,
+        world: usize,
     ) -> Option<impl Iterator<Item = Call<'r>> + use<'r>> {
         if !self.op.has_point_to_point_form() {
             return None;
         }
         let call = *self;
         let block = call.count * call.dtype.size_bytes();
-        let at = move |index: i32| index as usize * block;
+        let at = move |index: usize| index * block;
         // Per peer: what this rank sends it and what it receives from it.
-        let parts = move |peer: i32| {
+        let parts = move |peer: usize| {
             let send = |offset| Call {
                 op: Op::Send { peer },
                 send: call.send.wrapping_byte_add(offset),

@@ -3,7 +3,7 @@
 //! process group.
 
 use nccl_core::{Device, UniqueId};
-use nccl_tensor::{Communicator, nccl_rank};
+use nccl_tensor::Communicator;
 
 use crate::error::{GroupError, Result};
 use nccl_rendezvous::RendezvousConfig;
@@ -44,8 +44,9 @@ const SCOPE: &str = "communicator";
 ///
 /// # Errors
 /// An error of kind [`InvalidArgument`](crate::ErrorKind::InvalidArgument)
-/// for a rank or world size NCCL cannot take (above `i32::MAX`, refused by
-/// [`nccl_tensor::nccl_rank`] before the store is reached);
+/// for a rank or world size NCCL cannot take (above `i32::MAX`, which
+/// [`RendezvousConfig::new`] refuses, and [`Communicator::new`] for a
+/// configuration built by hand);
 /// [`GroupError::Store`] for a `name` that is empty or has `/`, a store
 /// that cannot be reached, or an id that did not come in time (naming rank
 /// 0; a failure rank 0 published ends the wait early); NCCL's or CUDA's
@@ -55,9 +56,6 @@ pub fn communicator(
     device: &Device,
     name: &str,
 ) -> Result<Communicator> {
-    // Refused before the store is reached, so no other rank waits for this one.
-    nccl_rank("rank", config.rank)?;
-    nccl_rank("world size", config.world_size)?;
     let store = config.connect()?;
     let meeting = Meeting::new(store, config.rank, config.world_size)?
         .with_timeout(config.timeout)

@@ -107,11 +107,11 @@ pub struct GroupOptions {
     /// NCCL's options (`ncclConfig_t`) for every communicator the group
     /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
     /// the rest of [`Config`]. The group sets two of them itself: `blocking`
-    /// follows [`GroupOptions::comm_mode`] (a `Config::blocking` that
+    /// follows [`GroupOptions::comm_mode`] (a `Config::with_blocking` that
     /// contradicts it is refused by
     /// [`ProcessGroup::new`](super::ProcessGroup::new), naming both; one
     /// left unset or equal is fine), and a nonblocking creation waits
-    /// [`GroupOptions::timeout`], which wins over `Config::timeout`. An
+    /// [`GroupOptions::timeout`], which wins over `Config::with_timeout`. An
     /// option the loaded NCCL is too old for is refused when the first
     /// communicator is created, naming the option and its release.
     /// Default [`Config::new`]: every option at NCCL's default.
@@ -310,17 +310,17 @@ impl GroupOptions {
             return Err(GroupError::InvalidArgument {
                 argument: "config",
                 expected: format!(
-                    "Config::blocking unset or {blocking}, as comm_mode is CommMode::{:?}",
+                    "Config::with_blocking unset or {blocking}, as comm_mode is CommMode::{:?}",
                     self.comm_mode
                 ),
-                given: format!("Config::blocking({given})"),
+                given: format!("Config::with_blocking({given})"),
             });
         }
-        let config = self.config.clone().blocking(blocking);
+        let config = self.config.clone().with_blocking(blocking);
         Ok(if blocking {
             config
         } else {
-            config.timeout(self.timeout)
+            config.with_timeout(self.timeout)
         })
     }
 
@@ -364,11 +364,11 @@ mod tests {
             .with_timeout(Duration::from_secs(7))
             .with_config(
                 Config::new()
-                    .cta_policy(1)
-                    .ctas(2, 8)
-                    .nvls_ctas(4)
-                    .comm_name("dp")
-                    .timeout(Duration::from_secs(99)),
+                    .with_cta_policy(nccl_core::CtaPolicy::Efficiency)
+                    .with_ctas(2, 8)
+                    .with_nvls_ctas(4)
+                    .with_comm_name("dp")
+                    .with_timeout(Duration::from_secs(99)),
             );
         let config = options.comm_config().unwrap();
         // The group's timeout wins over the config's.
@@ -384,7 +384,7 @@ mod tests {
         // Unset options stay NCCL_CONFIG_UNDEF_INT.
         assert_eq!(raw.trafficClass, i32::MIN);
 
-        let blocking = GroupOptions::default().with_config(Config::new().blocking(true));
+        let blocking = GroupOptions::default().with_config(Config::new().with_blocking(true));
         let raw_config = blocking.comm_config().unwrap().to_raw().unwrap();
         assert_eq!(raw_config.as_raw().blocking, 1);
         let default = GroupOptions::default().comm_config().unwrap();
@@ -393,22 +393,22 @@ mod tests {
 
     #[test]
     fn a_config_that_contradicts_the_comm_mode_is_refused_naming_both() {
-        let options = GroupOptions::default().with_config(Config::new().blocking(false));
+        let options = GroupOptions::default().with_config(Config::new().with_blocking(false));
         let error = options.validate().unwrap_err().to_string();
         for says in [
             "config",
-            "Config::blocking unset or true, as comm_mode is CommMode::Blocking",
-            "Config::blocking(false)",
+            "Config::with_blocking unset or true, as comm_mode is CommMode::Blocking",
+            "Config::with_blocking(false)",
         ] {
             assert!(error.contains(says), "{says:?} in {error}");
         }
         let options = GroupOptions::default()
             .with_comm_mode(CommMode::Nonblocking)
-            .with_config(Config::new().blocking(true));
+            .with_config(Config::new().with_blocking(true));
         assert!(options.validate().is_err());
         // An option out of range is refused before anything is built.
-        let options = GroupOptions::default().with_config(Config::new().graph_usage_mode(5));
+        let options = GroupOptions::default().with_config(Config::new().with_nvls_ctas(0));
         let error = options.validate().unwrap_err().to_string();
-        assert!(error.contains("graph_usage_mode"), "{error}");
+        assert!(error.contains("nvls_ctas"), "{error}");
     }
 }

@@ -138,29 +138,28 @@ impl Numbering<'_> {
         })
     }
 
-    /// [`Numbering::resolve`] as nccl-core's rank (refusing one past
-    /// `i32::MAX`).
-    pub(crate) fn nccl(
+    /// [`Numbering::resolve`] of anything that is a [`Rank`]: the rank on
+    /// the group's communicator, as nccl-core's operations take it.
+    pub(crate) fn comm_rank(
         &self,
         argument: &'static str,
         rank: impl Into<Rank>,
-    ) -> Result<i32, GroupError> {
-        let resolved = self.resolve(argument, rank.into())?;
-        Ok(nccl_tensor::nccl_rank(argument, resolved)?)
+    ) -> Result<usize, GroupError> {
+        self.resolve(argument, rank.into())
     }
 
-    /// [`Numbering::nccl`] of a peer process (sends and receives go to
-    /// the same device of another member, whatever the device count).
+    /// [`Numbering::comm_rank`] of a peer process (sends and receives go
+    /// to the same device of another member, whatever the device count).
     pub(crate) fn member(
         &self,
         argument: &'static str,
         rank: impl Into<Rank>,
-    ) -> Result<i32, GroupError> {
+    ) -> Result<usize, GroupError> {
         Numbering {
             devices: 1,
             ..*self
         }
-        .nccl(argument, rank)
+        .comm_rank(argument, rank)
     }
 
     /// Both numberings, for a refusal.

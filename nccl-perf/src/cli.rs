@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use clap::{ArgAction, Parser};
 
-use nccl_core::Config;
+use nccl_core::{Config, CtaPolicy};
 
 use crate::buffers::Memory;
 use crate::collective::Collective;
@@ -255,7 +255,7 @@ pub struct Args {
     pub memory: u8,
 
     /// nccl-tests: the communicators' CTA policy, `NCCL_CTA_POLICY_*` (0 default, 1
-    /// efficiency, 2 zero), set as `Config::cta_policy` on every communicator nccl-perf
+    /// efficiency, 2 zero), set as `Config::with_cta_policy` on every communicator nccl-perf
     /// creates, in every layer.
     #[arg(short = 'x', allow_negative_numbers = true, long = "cta_policy", value_name = "0|1|2", value_parser = clap::value_parser!(u8).range(0..=2))]
     pub cta_policy: Option<u8>,
@@ -370,10 +370,14 @@ impl Args {
     /// layer: `-x` as its CTA policy; every other option at NCCL's default.
     pub fn config(&self) -> Config {
         let config = Config::new();
-        match self.cta_policy {
-            Some(policy) => config.cta_policy(i32::from(policy)),
-            None => config,
-        }
+        let policy = match self.cta_policy {
+            None => return config,
+            Some(0) => CtaPolicy::Default,
+            Some(1) => CtaPolicy::Efficiency,
+            // `-x` takes 0 to 2 (its value parser): this is 2.
+            Some(_) => CtaPolicy::Zero,
+        };
+        config.with_cta_policy(policy)
     }
 }
 

@@ -141,7 +141,12 @@ impl Collective {
     /// there are several), with the reduction `op`, the `root`, and the
     /// `ring` neighbours (next, previous) of sendrecv, which is a send to
     /// the next rank and a receive from the previous one.
-    pub fn ops(self, op: ReduceOp, root: i32, (next, previous): (i32, i32)) -> Vec<Op<'static>> {
+    pub fn ops(
+        self,
+        op: ReduceOp,
+        root: usize,
+        (next, previous): (usize, usize),
+    ) -> Vec<Op<'static>> {
         let op = Reduction::from(op);
         match self {
             Collective::AllReduce => vec![Op::AllReduce(op)],
@@ -199,8 +204,12 @@ impl Collective {
     }
 
     /// What nccl-tests prints in the `root` column: the root, or -1.
-    pub fn root_column(self, root: i32) -> i32 {
-        if self.has_root() { root } else { -1 }
+    /// Roots are ranks, at most `i32::MAX` (`-r` refuses more).
+    pub fn root_column(self, root: usize) -> i32 {
+        match i32::try_from(root) {
+            Ok(root) if self.has_root() => root,
+            _ => -1,
+        }
     }
 
     /// Whether the result of this mode can be checked (`checks_in_place` in [`Collective::facts`]);

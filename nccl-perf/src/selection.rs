@@ -17,7 +17,7 @@ pub struct Selection {
     /// `-o`: one reduction, or every one nccl-perf has.
     pub ops: Vec<ReduceOp>,
     /// `-r`: one root, or every rank.
-    pub roots: Vec<i32>,
+    pub roots: Vec<usize>,
     /// `-N`: how many times the sizes are run and printed.
     pub cycles: u32,
 }
@@ -42,7 +42,7 @@ pub struct RowSpec {
     /// The reduction (the first of `-o` for collectives that print none).
     pub op: ReduceOp,
     /// The root (the first of `-r` for collectives that have none).
-    pub root: i32,
+    pub root: usize,
     /// The size of the sweep, in bytes.
     pub size: u64,
     /// The element counts at that size.
@@ -53,7 +53,7 @@ impl Selection {
     /// The rows of `collective`'s table over `sizes` on `world` ranks, in
     /// the order nccl-tests runs and prints them.
     pub fn rows(&self, collective: Collective, sizes: &[u64], world: usize) -> Vec<RowSpec> {
-        let first = |values: &[i32]| values.first().copied().unwrap_or(0);
+        let first = |values: &[usize]| values.first().copied().unwrap_or(0);
         let ops = if collective.facts().prints_redop {
             self.ops.clone()
         } else {
@@ -88,7 +88,7 @@ impl Selection {
 mod tests {
     use super::*;
 
-    fn selection(dtypes: &[DataType], ops: &[ReduceOp], roots: &[i32], cycles: u32) -> Selection {
+    fn selection(dtypes: &[DataType], ops: &[ReduceOp], roots: &[usize], cycles: u32) -> Selection {
         Selection {
             dtypes: dtypes.to_vec(),
             ops: ops.to_vec(),

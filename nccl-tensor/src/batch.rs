@@ -21,6 +21,10 @@ use crate::error::{Error, Result};
 use crate::operand::{Form, Input, Output, Pair, ReadOnly, Single};
 use crate::plan::{Layout, Plan, rules};
 
+pub use methods::BatchMethod;
+
+mod methods;
+
 /// The most operations one [`Batch`] holds. Every operation's buffers stay
 /// borrowed (a cell stays locked) by a nested call until the NCCL group is
 /// enqueued, so the stack grows with the batch: about 0.8 KiB per buffer
@@ -116,8 +120,8 @@ fn self_exchanges_pair(rank: usize, plans: &[Plan<'_>]) -> Result<()> {
             .iter()
             .enumerate()
             .filter(move |(_, plan)| match plan.op {
-                Op::Send { peer } => sending && checks::from_nccl(peer) == rank,
-                Op::Recv { peer } => !sending && checks::from_nccl(peer) == rank,
+                Op::Send { peer } => sending && peer == rank,
+                Op::Recv { peer } => !sending && peer == rank,
                 _ => false,
             })
     };
@@ -331,9 +335,6 @@ pub struct Batch<'a> {
     comm: &'a Communicator,
     stream: &'a Arc<CudaStream>,
     parts: Vec<(Op<'a>, BatchOperands<'a>)>,
-    /// The first operation refused as it was added (a rank past
-    /// `i32::MAX`), reported by [`Batch::enqueue`].
-    refused: Option<Error>,
 }
 
 impl std::fmt::Debug for Batch<'_> {
@@ -352,46 +353,16 @@ impl Communicator {
             comm: self,
             stream,
             parts: Vec::new(),
-            refused: None,
         }
     }
 }
 
 impl<'a> Batch<'a> {
-    /// Adds `op` on `operands` (checked by [`Batch::enqueue`]).
+    /// Adds `op` on `operands` (checked by [`Batch::enqueue`]). The named
+    /// methods ([`Batch::all_reduce`], [`Batch::send`], ...) are this with
+    /// one operation each.
     pub fn push(&mut self, op: Op<'a>, operands: impl Into<BatchOperands<'a>>) -> &mut Self {
         self.parts.push((op, operands.into()));
-        self
-    }
-
-    /// Adds a send of `tensor` to rank `dst` (`torch.distributed.isend`
-    /// in a batch).
-    /// A `dst` above `i32::MAX` is refused by [`Batch::enqueue`].
-    pub fn send(&mut self, tensor: impl Input + 'a, dst: usize) -> &mut Self {
-        match checks::nccl_rank("dst", dst) {
-            Ok(peer) => self.push(Op::Send { peer }, ReadOnly(tensor)),
-            Err(error) => self.refuse(error),
-        }
-    }
-
-    /// Adds a receive into `tensor` from rank `src` (a `src` above
-    /// `i32::MAX` is refused by [`Batch::enqueue`]).
-    pub fn recv(&mut self, tensor: impl Output + 'a, src: usize) -> &mut Self {
-        match checks::nccl_rank("src", src) {
-            Ok(peer) => self.push(Op::Recv { peer }, Single(tensor)),
-            Err(error) => self.refuse(error),
-        }
-    }
-
-    /// Notes the first operation refused as it was added, at the position
-    /// it would have had.
-    fn refuse(&mut self, error: Error) -> &mut Self {
-        if self.refused.is_none() {
-            self.refused = Some(Error::InBatch {
-                index: self.parts.len(),
-                error: Box::new(error),
-            });
-        }
         self
     }
 
@@ -436,11 +407,7 @@ impl<'a> Batch<'a> {
             comm,
             stream: planned_on,
             parts,
-            refused,
         } = self;
-        if let Some(error) = refused {
-            return Err(error);
-        }
         let plans = {
             let entries: Vec<_> = parts
                 .iter()

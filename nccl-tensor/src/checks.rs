@@ -111,34 +111,9 @@ pub fn length(
     }
 }
 
-/// A rank or world size of this crate's API (`usize`) as nccl-core's
-/// `i32`, NCCL's C `int`. Whether a rank is in range is the operation's
-/// check; here only the conversion is refused, naming the argument and
-/// the value given.
-///
-/// # Errors
-/// [`nccl_core::Error::InvalidArgument`] (kind
-/// [`InvalidArgument`](nccl_core::ErrorKind::InvalidArgument)) for a value
-/// above `i32::MAX`.
-pub fn nccl_rank(argument: &'static str, value: usize) -> Result<i32> {
-    i32::try_from(value).map_err(|_| {
-        Error::Core(nccl_core::Error::InvalidArgument {
-            argument,
-            expected: format!("at most {} (NCCL's ranks are C ints)", i32::MAX),
-            given: value.to_string(),
-        })
-    })
-}
-
-/// A rank or world size of nccl-core (`i32`, never negative on a
-/// communicator) as this crate's `usize`.
-pub(crate) fn from_nccl(value: i32) -> usize {
-    usize::try_from(value).unwrap_or_default()
-}
-
 /// A root or peer in `0..world_size`.
-pub fn rank(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -> Result<()> {
-    if usize::try_from(given).is_ok_and(|given| given < info.world_size) {
+pub fn rank(op: &'static str, what: &'static str, given: usize, info: &CommInfo) -> Result<()> {
+    if given < info.world_size {
         Ok(())
     } else {
         Err(Error::RankOutOfRange {
@@ -152,9 +127,9 @@ pub fn rank(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -
 
 /// A peer for a send or receive: in range, and not this rank unless a
 /// group is open (NCCL would wait forever for the other half).
-pub fn peer(op: &'static str, what: &'static str, given: i32, info: &CommInfo) -> Result<()> {
+pub fn peer(op: &'static str, what: &'static str, given: usize, info: &CommInfo) -> Result<()> {
     rank(op, what, given, info)?;
-    if from_nccl(given) == info.rank && !info.in_group {
+    if given == info.rank && !info.in_group {
         return Err(Error::SelfPeerOutsideGroup {
             op,
             peer: info.rank,

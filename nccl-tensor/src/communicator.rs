@@ -91,9 +91,6 @@ impl Communicator {
     /// Creates this rank's communicator; every rank calls it with the same
     /// `unique_id` and `world_size` (see [`nccl_core::Communicator::new`]).
     ///
-    /// Ranks and world sizes are `usize` here, as in nccl-group and
-    /// nccl-rendezvous; they become NCCL's C `int` ([`checks::nccl_rank`]).
-    ///
     /// # Errors
     /// Bad arguments (a rank or world size above `i32::MAX` among them), no
     /// driver or library, or NCCL's failure.
@@ -103,8 +100,6 @@ impl Communicator {
         unique_id: UniqueId,
         rank: usize,
     ) -> Result<Self> {
-        let world_size = checks::nccl_rank("world size", world_size)?;
-        let rank = checks::nccl_rank("rank", rank)?;
         Self::from_core(nccl_core::Communicator::new(
             device, world_size, unique_id, rank,
         )?)
@@ -121,8 +116,6 @@ impl Communicator {
         rank: usize,
         config: &Config,
     ) -> Result<Self> {
-        let world_size = checks::nccl_rank("world size", world_size)?;
-        let rank = checks::nccl_rank("rank", rank)?;
         Self::from_core(nccl_core::Communicator::with_config(
             device, world_size, unique_id, rank, config,
         )?)
@@ -161,12 +154,12 @@ impl Communicator {
 
     /// This rank.
     pub fn rank(&self) -> usize {
-        checks::from_nccl(self.core.rank())
+        self.core.rank()
     }
 
     /// The number of ranks.
     pub fn world_size(&self) -> usize {
-        checks::from_nccl(self.core.world_size())
+        self.core.world_size()
     }
 
     /// The device.
@@ -212,14 +205,10 @@ impl Communicator {
     /// it; an empty list means `NCCL_SPLIT_NOCOLOR`). Collective.
     ///
     /// # Errors
-    /// A rank above `i32::MAX`, or as [`nccl_core::Communicator::split_from`].
+    /// As [`nccl_core::Communicator::split_from`].
     pub fn split_from(&self, ranks: &[usize], config: Option<&Config>) -> Result<Option<Self>> {
-        let ranks = ranks
-            .iter()
-            .map(|&rank| checks::nccl_rank("ranks", rank))
-            .collect::<Result<Vec<i32>>>()?;
         self.core
-            .split_from(&ranks, config)?
+            .split_from(ranks, config)?
             .map(|core| self.derive(core))
             .transpose()
     }
@@ -405,25 +394,25 @@ operations! {
     /// let _ = comm.broadcast(&mut weights, 0, stream)?;
     /// # Ok(()) }
     /// ```
-    fn broadcast(tensor: impl Output, root: usize) => Op::Broadcast { root: checks::nccl_rank("root", root)? }, Single(tensor);
+    fn broadcast(tensor: impl Output, root: usize) => Op::Broadcast { root }, Single(tensor);
 
     /// Out-of-place [`Communicator::broadcast`]: `output` on every rank
     /// gets `input` of `root` (`input` is read on the root only).
     ///
     /// Checks: as `broadcast`, plus the same data type and length for both.
-    fn broadcast_into(input: impl Input, output: impl Output, root: usize) => Op::Broadcast { root: checks::nccl_rank("root", root)? }, Pair { input, output };
+    fn broadcast_into(input: impl Input, output: impl Output, root: usize) => Op::Broadcast { root }, Pair { input, output };
 
     /// Reduces `tensor` across ranks into `tensor` on rank `root`, in place
     /// (`torch.distributed.reduce`; other ranks' tensors are left as they are).
     ///
     /// Checks: `root` in range; the buffer and reduction as in `all_reduce`.
-    fn reduce<'r>(tensor: impl Output, op: impl Into<Reduction<'r>>, root: usize) => Op::Reduce { op: op.into(), root: checks::nccl_rank("root", root)? }, Single(tensor);
+    fn reduce<'r>(tensor: impl Output, op: impl Into<Reduction<'r>>, root: usize) => Op::Reduce { op: op.into(), root }, Single(tensor);
 
     /// Out-of-place [`Communicator::reduce`]: `output` on `root` gets the
     /// reduction of every rank's `input`.
     ///
     /// Checks: as `reduce`, plus the same data type and length for both.
-    fn reduce_into<'r>(input: impl Input, output: impl Output, op: impl Into<Reduction<'r>>, root: usize) => Op::Reduce { op: op.into(), root: checks::nccl_rank("root", root)? }, Pair { input, output };
+    fn reduce_into<'r>(input: impl Input, output: impl Output, op: impl Into<Reduction<'r>>, root: usize) => Op::Reduce { op: op.into(), root }, Pair { input, output };
 
     /// Gathers every rank's `input` into one `output` of world size x input
     /// elements, in rank order (`torch.distributed.all_gather_into_tensor`).
@@ -445,12 +434,12 @@ operations! {
     ///
     /// Checks: `dst` in range and, outside a [`Group`](nccl_core::Group), not this rank
     /// (NCCL would hang); the buffer as in `all_reduce`.
-    fn send(tensor: impl Input, dst: usize) => Op::Send { peer: checks::nccl_rank("dst", dst)? }, ReadOnly(tensor);
+    fn send(tensor: impl Input, dst: usize) => Op::Send { peer: dst }, ReadOnly(tensor);
 
     /// Receives into `tensor` from rank `src`.
     ///
     /// Checks: as [`Communicator::send`].
-    fn recv(tensor: impl Output, src: usize) => Op::Recv { peer: checks::nccl_rank("src", src)? }, Single(tensor);
+    fn recv(tensor: impl Output, src: usize) => Op::Recv { peer: src }, Single(tensor);
 
     /// Splits `input` into world size blocks, sends block `j` to rank `j`
     /// and concatenates the received blocks in rank order into `output`
@@ -470,7 +459,7 @@ operations! {
     ///
     /// Checks: `root` in range; on the root, output length = world size x
     /// input length; the same data type; the buffers as in `all_reduce`.
-    fn gather(output: impl Output, input: impl Input, root: usize) => Op::Gather { root: checks::nccl_rank("root", root)? }, Pair { input, output };
+    fn gather(output: impl Output, input: impl Input, root: usize) => Op::Gather { root }, Pair { input, output };
 
     /// Scatters `input` of rank `root` (world size x output elements):
     /// rank `r` gets block `r` in `output` (`torch.distributed.scatter`,
@@ -480,7 +469,7 @@ operations! {
     ///
     /// Checks: `root` in range; on the root, input length = world size x
     /// output length; the same data type; the buffers as in `all_reduce`.
-    fn scatter(output: impl Output, input: impl Input, root: usize) => Op::Scatter { root: checks::nccl_rank("root", root)? }, Pair { input, output };
+    fn scatter(output: impl Output, input: impl Input, root: usize) => Op::Scatter { root }, Pair { input, output };
 }
 
 /// An iterator with a known length, for the list checks.

@@ -85,9 +85,8 @@ pub enum Error {
         op: &'static str,
         /// "root", "dst" or "src".
         what: &'static str,
-        /// The rank given, as the nccl-core [`Op`](nccl_core::Op) carries
-        /// it (NCCL's C `int`: a hand-made `Op` may hold a negative one).
-        given: i32,
+        /// The rank given.
+        given: usize,
         /// The communicator's world size.
         world_size: usize,
     },

@@ -66,13 +66,12 @@ mod registered;
 mod shared;
 mod tracked;
 
-pub use batch::{Batch, BatchEntry, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
+pub use batch::{Batch, BatchEntry, BatchMethod, BatchOperands, MAX_BATCH_OPERATIONS, plan_batch};
 pub use buckets::{MAX_BUCKETS, with_buckets};
 pub use buffer::{BufferDesc, Tensor, TensorPart, TensorPartMut, TypedBuffer, TypedBufferMut};
 pub use cell::{
     AnyTensor, IntoAnyTensor, IntoTypedError, TensorCell, contiguous_strides, is_contiguous,
 };
-pub use checks::nccl_rank;
 pub use communicator::{AllToAllMethod, Communicator};
 pub use dtype::NcclType;
 pub use error::{Error, Result};
@@ -87,7 +86,7 @@ pub use float8;
 pub use half;
 pub use nccl_core;
 pub use nccl_core::{ErrorKind, Op};
-pub use operand::{Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
+pub use operand::{Form, Input, Operands, Output, OutputList, Pair, ReadOnly, Single};
 pub use plan::{Extent, Layout, Layouts, Plan, Rules, Sizes, rules};
 pub use planned::Planned;
 pub use producer::{HoldsResult, ProducerError, ResultCheck};

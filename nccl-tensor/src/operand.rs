@@ -204,7 +204,8 @@ impl OutputList for &[TensorCell] {
 
 /// Which of the three [`Operands`] forms an operation's buffers come in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Form {
+#[non_exhaustive]
+pub enum Form {
     /// [`Single`].
     Single,
     /// [`ReadOnly`].
@@ -218,7 +219,7 @@ impl Form {
     /// takes `takes`: a single buffer is in place for an operation that
     /// takes either layout, and the input or output alone for one that
     /// takes only that. `output` is a pair's output (ignored otherwise).
-    pub(crate) fn layout<'d>(
+    pub fn layout<'d>(
         self,
         takes: Layouts,
         first: BufferDesc<'d>,

@@ -218,7 +218,7 @@ impl<'r> Plan<'r> {
                 checks::buffer(name, "output", &output, info)?;
                 checks::same_dtype(name, &input, &output)?;
                 let on_root = match op.rank_argument() {
-                    Some((_, root)) => checks::from_nccl(root) == info.rank,
+                    Some((_, root)) => root == info.rank,
                     None => true,
                 };
                 let check_spread = on_root || !rules.spread_on_root_only;

@@ -104,7 +104,7 @@ pub fn nonblocking_cost(criterion: &mut Criterion) -> Result<(), BenchError> {
         1,
         UniqueId::new()?,
         0,
-        &Config::default().blocking(false),
+        &Config::default().with_blocking(false),
     )?;
     let mut small = DeviceBuffers::alloc(DataType::Float32, 2, &stream)?;
     let mut failure: Option<BenchError> = None;

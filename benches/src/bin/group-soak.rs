@@ -113,16 +113,16 @@ impl Issuer {
             Mode::TensorBlocking | Mode::Raw => true,
             Mode::TensorNonblocking => false,
         };
-        let config = nccl_core::Config::new().blocking(blocking);
+        let config = nccl_core::Config::new().with_blocking(blocking);
         // One id per mode: the baseline and the judged mode never share one.
         let id = world
             .unique_id(&format!("{mode:?}"))
             .map_err(|e| e.to_string())?;
         let core = nccl_core::Communicator::with_config(
             device.clone(),
-            world.size as i32,
+            world.size,
             id,
-            world.rank as i32,
+            world.rank,
             &config,
         )
         .map_err(|e| e.to_string())?;

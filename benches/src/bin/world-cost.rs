@@ -207,8 +207,8 @@ impl State<'_> {
                     dtype: DataType::Float32,
                     op: ReduceOp::Sum,
                     root: 0,
-                    rank: world.rank as i32,
-                    world: world.size as i32,
+                    rank: world.rank,
+                    world: world.size,
                     rotation: Rotation::fixed(0),
                 };
                 layer.bind(&call, buffers)?
@@ -307,7 +307,7 @@ fn communicator(
 ) -> Result<Communicator, BenchError> {
     let name = if blocking { "blocking" } else { "nonblocking" };
     let id = world.unique_id(name)?;
-    let config = Config::new().blocking(blocking);
+    let config = Config::new().with_blocking(blocking);
     Ok(Communicator::with_config(
         device.clone(),
         world.size,

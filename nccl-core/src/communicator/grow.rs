@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::library::{check_accepted, library, require_version};
+use crate::ranks::to_c;
 use crate::unique_id::UniqueId;
 
 impl Communicator {
@@ -51,7 +52,8 @@ impl Communicator {
     /// communicator's options. This communicator stays as it was, this
     /// rank's to drop.
     ///
-    /// Checks: `new_world_size` above the current world size.
+    /// Checks: `new_world_size` above the current world size and at most
+    /// `i32::MAX`.
     ///
     /// # Errors
     /// A bad size; [`Error::Unsupported`] naming 2.29.2 on an older
@@ -59,7 +61,7 @@ impl Communicator {
     /// NCCL's failure, or a timeout of a nonblocking grow.
     pub fn grow(
         &self,
-        new_world_size: i32,
+        new_world_size: usize,
         unique_id: Option<&UniqueId>,
         config: Option<&Config>,
     ) -> Result<Self> {
@@ -70,6 +72,7 @@ impl Communicator {
                 given: new_world_size.to_string(),
             });
         }
+        let c_new_world_size = to_c("new_world_size", new_world_size)?;
         if let Some(config) = config {
             config.validate()?;
         }
@@ -89,7 +92,7 @@ impl Communicator {
         let result = unsafe {
             grow(
                 parent,
-                new_world_size,
+                c_new_world_size,
                 id.as_ref().map_or(std::ptr::null(), |id| id as *const _),
                 -1,
                 &mut raw,
@@ -133,9 +136,10 @@ impl Communicator {
     /// communicator whose existing ranks call [`Communicator::grow`], as
     /// `rank` of `new_world_size` on `device`, with the root's
     /// [`grow_unique_id`](Communicator::grow_unique_id). A nonblocking
-    /// `config` is waited for until ready, at most [`Config::timeout`].
+    /// `config` is waited for until ready, at most [`Config::with_timeout`].
     ///
-    /// Checks: `rank` in `0..new_world_size`.
+    /// Checks: `rank` in `0..new_world_size`, `new_world_size` at most
+    /// `i32::MAX`.
     ///
     /// # Errors
     /// A bad rank; no libnccl, or [`Error::Unsupported`] naming 2.29.2 on
@@ -143,18 +147,20 @@ impl Communicator {
     /// NCCL's failure, or a timeout.
     pub fn join_grow(
         device: Device,
-        new_world_size: i32,
+        new_world_size: usize,
         unique_id: &UniqueId,
-        rank: i32,
+        rank: usize,
         config: &Config,
     ) -> Result<Self> {
-        if !(0..new_world_size).contains(&rank) {
+        if rank >= new_world_size {
             return Err(Error::RankOutOfRange {
                 what: "rank",
                 given: rank,
                 world_size: new_world_size,
             });
         }
+        let c_new_world_size = to_c("new_world_size", new_world_size)?;
+        let c_rank = to_c("rank", rank)?;
         config.validate()?;
         let lib = library()?;
         require_version(lib, 2, 14, || "a communicator config".to_string())?;
@@ -170,9 +176,9 @@ impl Communicator {
         let result = unsafe {
             grow(
                 std::ptr::null_mut(),
-                new_world_size,
+                c_new_world_size,
                 &id,
-                rank,
+                c_rank,
                 &mut raw,
                 raw_config.as_mut_ptr(),
             )

@@ -13,6 +13,7 @@ use crate::device::Device;
 use crate::error::{Error, Result, ResultCode};
 use crate::group::Group;
 use crate::library::{check, check_accepted, library, require_version};
+use crate::ranks::to_c;
 use crate::unique_id::UniqueId;
 
 /// At least one device, none twice (NCCL allows one rank per GPU).
@@ -35,7 +36,9 @@ fn check_distinct(devices: &[Device]) -> Result<()> {
     }
 }
 
-fn check_world(world_size: i32, rank: i32) -> Result<()> {
+/// `world_size >= 1` and `rank` in `0..world_size`, as the C `int`s
+/// NCCL takes: `(world_size, rank)`.
+fn check_world(world_size: usize, rank: usize) -> Result<(c_int, c_int)> {
     if world_size < 1 {
         return Err(Error::InvalidArgument {
             argument: "world_size",
@@ -43,14 +46,15 @@ fn check_world(world_size: i32, rank: i32) -> Result<()> {
             given: world_size.to_string(),
         });
     }
-    if !(0..world_size).contains(&rank) {
+    let c_world_size = to_c("world_size", world_size)?;
+    if rank >= world_size {
         return Err(Error::RankOutOfRange {
             what: "rank",
             given: rank,
             world_size,
         });
     }
-    Ok(())
+    Ok((c_world_size, to_c("rank", rank)?))
 }
 
 impl Communicator {
@@ -62,8 +66,13 @@ impl Communicator {
     ///
     /// # Errors
     /// Bad arguments, no CUDA driver or NCCL library, or NCCL's failure.
-    pub fn new(device: Device, world_size: i32, unique_id: UniqueId, rank: i32) -> Result<Self> {
-        check_world(world_size, rank)?;
+    pub fn new(
+        device: Device,
+        world_size: usize,
+        unique_id: UniqueId,
+        rank: usize,
+    ) -> Result<Self> {
+        let (c_world_size, c_rank) = check_world(world_size, rank)?;
         let _span = crate::trace::enter_span!(
             debug,
             "ncclCommInitRank",
@@ -77,7 +86,7 @@ impl Communicator {
         let mut raw: ncclComm_t = std::ptr::null_mut();
         // SAFETY: `raw` is writable; the id is passed by value; the device's
         // context is current on this thread, as NCCL requires.
-        let result = unsafe { init(&mut raw, world_size, unique_id.to_raw(), rank) };
+        let result = unsafe { init(&mut raw, c_world_size, unique_id.to_raw(), c_rank) };
         check_accepted(lib, "ncclCommInitRank", result)?;
         crate::trace::event!(debug, "communicator created");
         Ok(Self::wrap(
@@ -93,16 +102,16 @@ impl Communicator {
 
     /// Like [`Communicator::new`] with options (`ncclCommInitRankConfig`,
     /// NCCL 2.14+). A nonblocking config returns once NCCL reports the
-    /// communicator ready, polling until [`Config::timeout`]; past it the
+    /// communicator ready, polling until [`Config::with_timeout`]; past it the
     /// communicator is aborted and [`Error::Timeout`] returned.
     ///
     /// # Errors
     /// As [`Communicator::new`], plus an invalid config or a timeout.
     pub fn with_config(
         device: Device,
-        world_size: i32,
+        world_size: usize,
         unique_id: UniqueId,
-        rank: i32,
+        rank: usize,
         config: &Config,
     ) -> Result<Self> {
         let communicator = Self::start_init(device, world_size, unique_id, rank, config)?;
@@ -114,12 +123,12 @@ impl Communicator {
     /// to finish (inside a group it only finishes at the group's end).
     fn start_init(
         device: Device,
-        world_size: i32,
+        world_size: usize,
         unique_id: UniqueId,
-        rank: i32,
+        rank: usize,
         config: &Config,
     ) -> Result<Self> {
-        check_world(world_size, rank)?;
+        let (c_world_size, c_rank) = check_world(world_size, rank)?;
         let _span = crate::trace::enter_span!(
             debug,
             "ncclCommInitRankConfig",
@@ -139,9 +148,9 @@ impl Communicator {
         let result = unsafe {
             init(
                 &mut raw,
-                world_size,
+                c_world_size,
                 unique_id.to_raw(),
-                rank,
+                c_rank,
                 raw_config.as_mut_ptr(),
             )
         };
@@ -179,7 +188,7 @@ impl Communicator {
     /// `first_rank + i` of `world_size`. Every process of the communicator
     /// calls this (or [`Communicator::with_config`]) with the same
     /// `unique_id`. A nonblocking `config` bounds the whole creation by
-    /// [`Config::timeout`]: past it every communicator is aborted and
+    /// [`Config::with_timeout`]: past it every communicator is aborted and
     /// [`Error::Timeout`] returned, so a rank that never joins cannot
     /// hang the caller.
     ///
@@ -190,16 +199,13 @@ impl Communicator {
     /// Bad arguments, an invalid config, a timeout, or NCCL's failure.
     pub fn init_local_ranks(
         devices: &[Device],
-        world_size: i32,
+        world_size: usize,
         unique_id: UniqueId,
-        first_rank: i32,
+        first_rank: usize,
         config: &Config,
     ) -> Result<Vec<Self>> {
         check_distinct(devices)?;
-        let last_rank = i32::try_from(devices.len() - 1)
-            .ok()
-            .and_then(|extra| first_rank.checked_add(extra))
-            .unwrap_or(i32::MAX);
+        let last_rank = first_rank.saturating_add(devices.len() - 1);
         check_world(world_size, first_rank)?;
         check_world(world_size, last_rank)?;
         if let [device] = devices {
@@ -238,16 +244,20 @@ impl Communicator {
     /// Bad arguments, or NCCL's failure.
     pub fn init_all(devices: &[Device]) -> Result<Vec<Self>> {
         check_distinct(devices)?;
-        let ordinals: Vec<c_int> = devices.iter().map(|d| d.ordinal() as c_int).collect();
+        let ordinals = devices
+            .iter()
+            .map(|device| to_c("devices", device.ordinal()))
+            .collect::<Result<Vec<c_int>>>()?;
         let _span = crate::trace::enter_span!(debug, "ncclCommInitAll", devices = ?ordinals);
         let lib = library()?;
         let init_all = lib.functions().ncclCommInitAll()?;
         devices[0].bind_to_thread()?;
-        let world_size = devices.len() as c_int;
+        let world_size = devices.len();
+        let c_world_size = to_c("devices", world_size)?;
         let mut raws: Vec<ncclComm_t> = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `raws` has room for `world_size` handles and `ordinals`
         // lists `world_size` distinct devices.
-        let result = unsafe { init_all(raws.as_mut_ptr(), world_size, ordinals.as_ptr()) };
+        let result = unsafe { init_all(raws.as_mut_ptr(), c_world_size, ordinals.as_ptr()) };
         check_accepted(lib, "ncclCommInitAll", result)?;
         Ok(raws
             .into_iter()
@@ -258,12 +268,53 @@ impl Communicator {
                     raw,
                     lib,
                     device.clone(),
-                    rank as i32,
+                    rank,
                     world_size,
                     true,
                     Config::new().wait_timeout(),
                 )
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_world;
+    use crate::error::Error;
+
+    #[test]
+    fn a_world_size_past_i32_is_refused_naming_it() {
+        match check_world(1 << 31, 0) {
+            Err(Error::InvalidArgument {
+                argument, given, ..
+            }) => assert_eq!((argument, given.as_str()), ("world_size", "2147483648")),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ranks_in_the_world_become_c_ints() {
+        assert_eq!(check_world(4, 3).unwrap(), (4, 3));
+        let largest = usize::try_from(i32::MAX).unwrap();
+        assert_eq!(
+            check_world(largest, largest - 1).unwrap(),
+            (i32::MAX, i32::MAX - 1)
+        );
+        assert!(matches!(
+            check_world(4, 4),
+            Err(Error::RankOutOfRange {
+                what: "rank",
+                given: 4,
+                world_size: 4
+            })
+        ));
+        assert!(matches!(
+            check_world(0, 0),
+            Err(Error::InvalidArgument {
+                argument: "world_size",
+                ..
+            })
+        ));
     }
 }

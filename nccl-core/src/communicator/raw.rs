@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::library::{check_accepted, library};
+use crate::ranks::from_c;
 
 /// Reads one `int` property of `raw` through `query`
 /// (`ncclCommUserRank`, `ncclCommCount`, `ncclCommCuDevice`).
@@ -102,8 +103,8 @@ impl Communicator {
             raw,
             lib,
             device?,
-            rank,
-            world_size,
+            from_c("ncclCommUserRank", rank)?,
+            from_c("ncclCommCount", world_size)?,
             config.is_blocking(),
             config.wait_timeout(),
         );

@@ -12,6 +12,7 @@ use crate::capabilities::{Capabilities, Capability};
 use crate::config::Config;
 use crate::error::{Error, Result, ResultCode};
 use crate::library::check_accepted;
+use crate::ranks::to_c;
 
 /// What [`Communicator::shrink`] does first with the parent's operations.
 #[non_exhaustive]
@@ -115,7 +116,7 @@ impl Communicator {
     /// failure, or a timeout of a nonblocking shrink.
     pub fn shrink(
         &self,
-        exclude: &[i32],
+        exclude: &[usize],
         mode: ShrinkMode,
         config: Option<&Config>,
     ) -> Result<Self> {
@@ -142,12 +143,11 @@ impl Communicator {
         let shrink = lib.functions().ncclCommShrink()?;
         let mut raw_config = self.raw_config(config)?;
         let config_ptr = super::split::config_ptr(&mut raw_config);
-        let mut excluded: Vec<c_int> = exclude.to_vec();
-        let count = c_int::try_from(excluded.len()).map_err(|_| Error::InvalidArgument {
-            argument: "exclude",
-            expected: format!("at most {} ranks", self.world_size),
-            given: format!("{} ranks", excluded.len()),
-        })?;
+        let mut excluded = exclude
+            .iter()
+            .map(|&rank| to_c("exclude", rank))
+            .collect::<Result<Vec<c_int>>>()?;
+        let count = to_c("exclude", excluded.len())?;
         let parent = self.raw_for_management()?;
         self.device.bind_to_thread()?;
         let child = AtomicPtr::<ncclComm>::new(std::ptr::null_mut());

@@ -11,6 +11,7 @@ use super::Communicator;
 use crate::config::{Config, RawConfig};
 use crate::error::{Error, Result};
 use crate::library::{check_accepted, require_version};
+use crate::ranks::{from_c, to_c};
 
 impl Communicator {
     /// Splits off a communicator of the same ranks (color 0, key = rank),
@@ -39,10 +40,10 @@ impl Communicator {
     ///
     /// # Errors
     /// Bad ranks, or as [`Communicator::split`].
-    pub fn split_from(&self, ranks: &[i32], config: Option<&Config>) -> Result<Option<Self>> {
+    pub fn split_from(&self, ranks: &[usize], config: Option<&Config>) -> Result<Option<Self>> {
         self.check_distinct_ranks(ranks, "ranks", "rank in split_from")?;
         match ranks.iter().position(|&rank| rank == self.rank) {
-            Some(position) => self.split(Some(0), position as i32, config),
+            Some(position) => self.split(Some(0), position, config),
             None => self.split(None, 0, config),
         }
     }
@@ -53,12 +54,12 @@ impl Communicator {
     /// `None`. Collective: every rank calls it.
     ///
     /// # Errors
-    /// A negative color, an invalid config, an old libnccl, NCCL's failure,
-    /// or a nonblocking split past its timeout.
+    /// A negative color, a key above `i32::MAX`, an invalid config, an old
+    /// libnccl, NCCL's failure, or a nonblocking split past its timeout.
     pub fn split(
         &self,
         color: Option<i32>,
-        key: i32,
+        key: usize,
         config: Option<&Config>,
     ) -> Result<Option<Self>> {
         if let Some(color) = color
@@ -70,6 +71,7 @@ impl Communicator {
                 given: color.to_string(),
             });
         }
+        let c_key = to_c("key", key)?;
         let lib = self.shared.lib;
         require_version(lib, 2, 18, || "ncclCommSplit".to_string())?;
         let split = lib.functions().ncclCommSplit()?;
@@ -87,7 +89,7 @@ impl Communicator {
             split(
                 parent,
                 color.unwrap_or(NCCL_SPLIT_NOCOLOR),
-                key,
+                c_key,
                 child.as_ptr(),
                 config_ptr,
             )
@@ -101,12 +103,12 @@ impl Communicator {
     /// this communicator, each `what` in an error.
     pub(super) fn check_distinct_ranks(
         &self,
-        ranks: &[i32],
+        ranks: &[usize],
         argument: &'static str,
         what: &'static str,
     ) -> Result<()> {
         for (index, &rank) in ranks.iter().enumerate() {
-            if !(0..self.world_size).contains(&rank) {
+            if rank >= self.world_size {
                 return Err(Error::RankOutOfRange {
                     what,
                     given: rank,
@@ -194,7 +196,7 @@ impl Communicator {
         Ok(self)
     }
 
-    /// Reads one integer attribute through `ncclCommUserRank`-like calls.
+    /// Reads one rank or count through `ncclCommUserRank`-like calls.
     fn query(
         &self,
         name: &'static str,
@@ -204,11 +206,12 @@ impl Communicator {
             unsafe extern "C" fn(ncclComm_t, *mut c_int) -> ncclResult_t,
             nccl_sys::MissingSymbol,
         >,
-    ) -> Result<i32> {
+    ) -> Result<usize> {
         let raw = self.raw_for_call()?;
         let get = function(self.shared.lib.functions())?;
         // SAFETY: `raw` is live, a communicator of this library.
-        unsafe { super::raw::query(self.shared.lib, name, get, raw) }
+        let value = unsafe { super::raw::query(self.shared.lib, name, get, raw) }?;
+        from_c(name, value)
     }
 }
 

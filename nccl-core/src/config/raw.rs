@@ -23,7 +23,7 @@ use std::ffi::CString;
 
 use nccl_sys::{NCCL_API_MAGIC, NCCL_VERSION_CODE, PINNED_HEADER_VERSION, Version, ncclConfig_t};
 
-use super::Config;
+use super::{Config, CtaPolicy, GraphUsageMode, HostCftMode, NvlsHostMode};
 use crate::error::{Error, Result};
 
 /// `NCCL_CONFIG_UNDEF_INT`: leave the attribute to NCCL's default.
@@ -61,125 +61,135 @@ impl Config {
     fn options(&self) -> [KnownOption; 22] {
         let v = Version::new;
         [
-            option(self.blocking.is_some(), "blocking", "blocking", v(2, 14, 3)),
+            option(
+                self.blocking.is_some(),
+                "with_blocking",
+                "blocking",
+                v(2, 14, 3),
+            ),
             option(
                 self.cga_cluster_size.is_some(),
-                "cga_cluster_size",
+                "with_cga_cluster_size",
                 "cgaClusterSize",
                 v(2, 17, 1),
             ),
             option(
                 self.min_ctas.is_some() || self.max_ctas.is_some(),
-                "ctas",
+                "with_ctas",
                 "minCTAs and maxCTAs",
                 v(2, 17, 1),
             ),
-            option(self.net_name.is_some(), "net_name", "netName", v(2, 17, 1)),
+            option(
+                self.net_name.is_some(),
+                "with_net_name",
+                "netName",
+                v(2, 17, 1),
+            ),
             option(
                 self.split_share.is_some(),
-                "split_share",
+                "with_split_share",
                 "splitShare",
                 v(2, 18, 1),
             ),
             option(
                 self.traffic_class.is_some(),
-                "traffic_class",
+                "with_traffic_class",
                 "trafficClass",
                 v(2, 26, 2),
             ),
             option(
                 self.comm_name.is_some(),
-                "comm_name",
+                "with_comm_name",
                 "commName",
                 v(2, 27, 3),
             ),
             option(
                 self.collnet.is_some(),
-                "collnet",
+                "with_collnet",
                 "collnetEnable",
                 v(2, 27, 3),
             ),
             option(
                 self.cta_policy.is_some(),
-                "cta_policy",
+                "with_cta_policy",
                 "CTAPolicy",
                 v(2, 27, 3),
             ),
             option(
                 self.shrink_share.is_some(),
-                "shrink_share",
+                "with_shrink_share",
                 "shrinkShare",
                 v(2, 27, 3),
             ),
             option(
                 self.nvls_ctas.is_some(),
-                "nvls_ctas",
+                "with_nvls_ctas",
                 "nvlsCTAs",
                 v(2, 27, 3),
             ),
             option(
                 self.channels_per_net_peer.is_some(),
-                "channels_per_net_peer",
+                "with_channels_per_net_peer",
                 "nChannelsPerNetPeer",
                 v(2, 28, 3),
             ),
             option(
                 self.nvlink_centric_sched.is_some(),
-                "nvlink_centric_sched",
+                "with_nvlink_centric_sched",
                 "nvlinkCentricSched",
                 v(2, 28, 3),
             ),
             option(
                 self.graph_usage_mode.is_some(),
-                "graph_usage_mode",
+                "with_graph_usage_mode",
                 "graphUsageMode",
                 v(2, 29, 2),
             ),
             option(
                 self.rma_ctxs.is_some(),
-                "rma_ctxs",
+                "with_rma_ctxs",
                 "numRmaCtx",
                 v(2, 29, 2),
             ),
             option(
                 self.max_p2p_peers.is_some(),
-                "max_p2p_peers",
+                "with_max_p2p_peers",
                 "maxP2pPeers",
                 v(2, 30, 3),
             ),
             option(
                 self.graph_stream_ordering.is_some(),
-                "graph_stream_ordering",
+                "with_graph_stream_ordering",
                 "graphStreamOrdering",
                 v(2, 30, 7),
             ),
             option(
                 self.launch_order_implicit.is_some(),
-                "launch_order_implicit",
+                "with_launch_order_implicit",
                 "launchOrderImplicit",
                 v(2, 31, 2),
             ),
             option(
                 self.rma_signals.is_some(),
-                "rma_signals",
+                "with_rma_signals",
                 "numRmaSig",
                 v(2, 31, 2),
             ),
             option(
                 self.rma_eager_init.is_some(),
-                "rma_eager_init",
+                "with_rma_eager_init",
                 "rmaEagerInit",
                 v(2, 31, 2),
             ),
             option(
                 self.host_cft_mode.is_some(),
-                "host_cft_mode",
+                "with_host_cft_mode",
                 "hostCftMode",
                 v(2, 31, 2),
             ),
             option(
                 self.nvls_host_mode.is_some(),
-                "nvls_host_mode",
+                "with_nvls_host_mode",
                 "nvlsHostMode",
                 v(2, 32, 3),
             ),
@@ -245,20 +255,20 @@ impl Config {
         raw.trafficClass = int(self.traffic_class);
         raw.commName = comm_name.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
         raw.collnetEnable = flag(self.collnet);
-        raw.CTAPolicy = int(self.cta_policy);
+        raw.CTAPolicy = self.cta_policy.map_or(UNDEF_INT, CtaPolicy::raw);
         raw.shrinkShare = flag(self.shrink_share);
         raw.nvlsCTAs = int(self.nvls_ctas);
         raw.nChannelsPerNetPeer = int(self.channels_per_net_peer);
         raw.nvlinkCentricSched = flag(self.nvlink_centric_sched);
-        raw.graphUsageMode = int(self.graph_usage_mode);
+        raw.graphUsageMode = self.graph_usage_mode.map_or(UNDEF_INT, GraphUsageMode::raw);
         raw.numRmaCtx = int(self.rma_ctxs);
         raw.maxP2pPeers = int(self.max_p2p_peers);
         raw.graphStreamOrdering = flag(self.graph_stream_ordering);
         raw.launchOrderImplicit = flag(self.launch_order_implicit);
         raw.numRmaSig = int(self.rma_signals);
-        raw.rmaEagerInit = int(self.rma_eager_init);
-        raw.hostCftMode = int(self.host_cft_mode);
-        raw.nvlsHostMode = int(self.nvls_host_mode);
+        raw.rmaEagerInit = flag(self.rma_eager_init);
+        raw.hostCftMode = self.host_cft_mode.map_or(UNDEF_INT, HostCftMode::raw);
+        raw.nvlsHostMode = self.nvls_host_mode.map_or(UNDEF_INT, NvlsHostMode::raw);
         Ok(RawConfig {
             raw,
             _net_name: net_name,

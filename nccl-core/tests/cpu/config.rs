@@ -7,7 +7,7 @@ use std::time::Duration;
 use nccl_test_support::assert_invalid;
 
 use nccl_core::nccl_sys::{NCCL_API_MAGIC, NCCL_VERSION_CODE, ncclConfig_t};
-use nccl_core::{Config, DEFAULT_TIMEOUT};
+use nccl_core::{Config, CtaPolicy, DEFAULT_TIMEOUT, GraphUsageMode, HostCftMode, NvlsHostMode};
 
 /// `NCCL_CONFIG_UNDEF_INT`.
 const UNDEF: i32 = i32::MIN;
@@ -44,12 +44,12 @@ fn defaults() {
 #[test]
 fn builder_getters() {
     let config = Config::new()
-        .blocking(false)
-        .timeout(Duration::from_millis(250));
+        .with_blocking(false)
+        .with_timeout(Duration::from_millis(250));
     assert!(!config.is_blocking());
     assert_eq!(config.blocking_option(), Some(false));
     assert_eq!(config.wait_timeout(), Duration::from_millis(250));
-    let config = Config::new().blocking(true);
+    let config = Config::new().with_blocking(true);
     assert!(config.is_blocking());
     assert_eq!(config.blocking_option(), Some(true));
     assert_ne!(config, Config::new());
@@ -95,12 +95,12 @@ fn default_raw_config_leaves_everything_to_nccl() {
 #[test]
 fn raw_config_carries_every_option() {
     let config = Config::new()
-        .blocking(false)
-        .cga_cluster_size(4)
-        .ctas(2, 32)
-        .net_name("Socket")
-        .split_share(true)
-        .comm_name("trainer.dp");
+        .with_blocking(false)
+        .with_cga_cluster_size(4)
+        .with_ctas(2, 32)
+        .with_net_name("Socket")
+        .with_split_share(true)
+        .with_comm_name("trainer.dp");
     let raw_config = config.to_raw().unwrap();
     let raw = raw_config.as_raw();
     assert_eq!(raw.size, std::mem::size_of::<ncclConfig_t>());
@@ -127,17 +127,17 @@ fn raw_config_carries_every_option() {
 #[test]
 fn raw_config_carries_every_newer_option() {
     let config = Config::new()
-        .traffic_class(3)
-        .collnet(true)
-        .cta_policy(2)
-        .shrink_share(false)
-        .nvls_ctas(16)
-        .channels_per_net_peer(4)
-        .nvlink_centric_sched(true)
-        .max_p2p_peers(8)
-        .graph_stream_ordering(false)
-        .launch_order_implicit(true)
-        .nvls_host_mode(i32::MAX);
+        .with_traffic_class(3)
+        .with_collnet(true)
+        .with_cta_policy(CtaPolicy::Zero)
+        .with_shrink_share(false)
+        .with_nvls_ctas(16)
+        .with_channels_per_net_peer(4)
+        .with_nvlink_centric_sched(true)
+        .with_max_p2p_peers(8)
+        .with_graph_stream_ordering(false)
+        .with_launch_order_implicit(true)
+        .with_nvls_host_mode(NvlsHostMode::Disable);
     let raw_config = config.to_raw().unwrap();
     let raw = raw_config.as_raw();
     assert_eq!(raw.trafficClass, 3);
@@ -167,15 +167,15 @@ fn raw_config_carries_every_newer_option() {
 #[test]
 fn flags_map_to_zero_and_one() {
     let raw_config = Config::new()
-        .blocking(true)
-        .split_share(false)
+        .with_blocking(true)
+        .with_split_share(false)
         .to_raw()
         .unwrap();
     assert_eq!(raw_config.as_raw().blocking, 1);
     assert_eq!(raw_config.as_raw().splitShare, 0);
     let raw_config = Config::new()
-        .blocking(false)
-        .split_share(true)
+        .with_blocking(false)
+        .with_split_share(true)
         .to_raw()
         .unwrap();
     assert_eq!(raw_config.as_raw().blocking, 0);
@@ -186,8 +186,8 @@ fn flags_map_to_zero_and_one() {
 fn names_survive_the_config_being_dropped_and_moved() {
     let raw_config = {
         let config = Config::new()
-            .net_name(String::from("IB"))
-            .comm_name("pp.stage.3");
+            .with_net_name(String::from("IB"))
+            .with_comm_name("pp.stage.3");
         config.to_raw().unwrap()
     };
     // Moving the RawConfig must not invalidate the pointers it holds.
@@ -202,8 +202,8 @@ fn names_survive_the_config_being_dropped_and_moved() {
 #[test]
 fn non_ascii_and_empty_names() {
     let raw_config = Config::new()
-        .net_name("")
-        .comm_name("rang-é-ü")
+        .with_net_name("")
+        .with_comm_name("rang-é-ü")
         .to_raw()
         .unwrap();
     let raw = raw_config.as_raw();
@@ -214,7 +214,7 @@ fn non_ascii_and_empty_names() {
 
 #[test]
 fn as_mut_ptr_points_at_the_same_struct() {
-    let mut raw_config = Config::new().ctas(1, 1).to_raw().unwrap();
+    let mut raw_config = Config::new().with_ctas(1, 1).to_raw().unwrap();
     let shared: *const ncclConfig_t = raw_config.as_raw();
     assert_eq!(raw_config.as_mut_ptr().cast_const(), shared);
 }
@@ -222,17 +222,17 @@ fn as_mut_ptr_points_at_the_same_struct() {
 #[test]
 fn edge_values_are_accepted() {
     for size in [0, 8] {
-        let raw_config = Config::new().cga_cluster_size(size).to_raw().unwrap();
+        let raw_config = Config::new().with_cga_cluster_size(size).to_raw().unwrap();
         assert_eq!(raw_config.as_raw().cgaClusterSize, size);
     }
-    let raw_config = Config::new().ctas(1, 1).to_raw().unwrap();
+    let raw_config = Config::new().with_ctas(1, 1).to_raw().unwrap();
     assert_eq!(
         (raw_config.as_raw().minCTAs, raw_config.as_raw().maxCTAs),
         (1, 1)
     );
     assert!(
         Config::new()
-            .timeout(Duration::from_nanos(1))
+            .with_timeout(Duration::from_nanos(1))
             .validate()
             .is_ok()
     );
@@ -241,13 +241,13 @@ fn edge_values_are_accepted() {
 #[test]
 fn cga_cluster_size_out_of_range_is_rejected() {
     assert_rejected(
-        &Config::new().cga_cluster_size(9),
+        &Config::new().with_cga_cluster_size(9),
         "cga_cluster_size",
         "0 to 8",
         "9",
     );
     assert_rejected(
-        &Config::new().cga_cluster_size(-1),
+        &Config::new().with_cga_cluster_size(-1),
         "cga_cluster_size",
         "0 to 8",
         "-1",
@@ -256,14 +256,24 @@ fn cga_cluster_size_out_of_range_is_rejected() {
 
 #[test]
 fn min_ctas_below_one_is_rejected() {
-    assert_rejected(&Config::new().ctas(0, 4), "min_ctas", "at least 1", "0");
-    assert_rejected(&Config::new().ctas(-3, 4), "min_ctas", "at least 1", "-3");
+    assert_rejected(
+        &Config::new().with_ctas(0, 4),
+        "min_ctas",
+        "at least 1",
+        "0",
+    );
+    assert_rejected(
+        &Config::new().with_ctas(-3, 4),
+        "min_ctas",
+        "at least 1",
+        "-3",
+    );
 }
 
 #[test]
 fn max_ctas_below_min_ctas_is_rejected() {
     assert_rejected(
-        &Config::new().ctas(8, 4),
+        &Config::new().with_ctas(8, 4),
         "max_ctas",
         "at least min_ctas",
         "4 < 8",
@@ -273,7 +283,7 @@ fn max_ctas_below_min_ctas_is_rejected() {
 #[test]
 fn zero_timeout_is_rejected() {
     assert_rejected(
-        &Config::new().timeout(Duration::ZERO),
+        &Config::new().with_timeout(Duration::ZERO),
         "timeout",
         "a positive duration",
         "0s",
@@ -282,7 +292,7 @@ fn zero_timeout_is_rejected() {
 
 #[test]
 fn nul_inside_a_name_is_rejected_by_to_raw() {
-    let config = Config::new().net_name("IB\0x");
+    let config = Config::new().with_net_name("IB\0x");
     assert!(
         config.validate().is_ok(),
         "validate does not build C strings"
@@ -293,7 +303,7 @@ fn nul_inside_a_name_is_rejected_by_to_raw() {
         "text without NUL bytes",
         "\"IB\\0x\"",
     );
-    let config = Config::new().comm_name("a\0");
+    let config = Config::new().with_comm_name("a\0");
     assert_invalid(
         config.to_raw().unwrap_err(),
         "comm_name",
@@ -306,79 +316,102 @@ fn nul_inside_a_name_is_rejected_by_to_raw() {
 fn newer_options_out_of_range_are_rejected() {
     let cases = [
         (
-            Config::new().traffic_class(-1),
+            Config::new().with_traffic_class(-1),
             "traffic_class",
             "at least 0",
             "-1",
         ),
-        (Config::new().nvls_ctas(0), "nvls_ctas", "at least 1", "0"),
         (
-            Config::new().channels_per_net_peer(0),
+            Config::new().with_nvls_ctas(0),
+            "nvls_ctas",
+            "at least 1",
+            "0",
+        ),
+        (
+            Config::new().with_channels_per_net_peer(0),
             "channels_per_net_peer",
             "at least 1",
             "0",
         ),
         (
-            Config::new().max_p2p_peers(-2),
+            Config::new().with_max_p2p_peers(-2),
             "max_p2p_peers",
             "at least 1",
             "-2",
         ),
-        (Config::new().rma_ctxs(-1), "rma_ctxs", "at least 0", "-1"),
         (
-            Config::new().graph_usage_mode(3),
-            "graph_usage_mode",
-            "0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
-            "3",
-        ),
-        (
-            Config::new().graph_usage_mode(-1),
-            "graph_usage_mode",
-            "0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
-            "-1",
-        ),
-        (
-            Config::new().cta_policy(4),
-            "cta_policy",
-            "NCCL_CTA_POLICY_* bits, 0 to 3",
-            "4",
-        ),
-        (
-            Config::new().cta_policy(-1),
-            "cta_policy",
-            "NCCL_CTA_POLICY_* bits, 0 to 3",
+            Config::new().with_rma_ctxs(-1),
+            "rma_ctxs",
+            "at least 0",
             "-1",
         ),
     ];
     for (config, argument, expected, given) in cases {
         assert_rejected(&config, argument, expected, given);
     }
-    let nvls = "0 to 3 (ncclNvlsHostMode_t bits) or i32::MAX (ncclNvlsHostModeDisable)";
-    for mode in [-1, 4, i32::MAX - 1, i32::MIN] {
-        assert_rejected(
-            &Config::new().nvls_host_mode(mode),
-            "nvls_host_mode",
-            nvls,
-            &mode.to_string(),
-        );
-    }
-    for mode in [0, 1, 2, 3, i32::MAX] {
-        assert!(Config::new().nvls_host_mode(mode).validate().is_ok());
-    }
     assert!(
         Config::new()
-            .traffic_class(0)
-            .cta_policy(3)
+            .with_traffic_class(0)
+            .with_cta_policy(CtaPolicy::EfficiencyAndZero)
             .validate()
             .is_ok()
     );
 }
 
 #[test]
+fn named_values_become_the_ints_nccl_defines() {
+    use nccl_core::nccl_sys::{ncclHostCftMode_t as Cft, ncclNvlsHostMode_t as Nvls};
+    let cta = [
+        (CtaPolicy::Default, 0),
+        (CtaPolicy::Efficiency, 1),
+        (CtaPolicy::Zero, 2),
+        (CtaPolicy::EfficiencyAndZero, 3),
+    ];
+    for (policy, raw) in cta {
+        assert_eq!(policy.raw(), raw, "{policy:?}");
+        let config = Config::new().with_cta_policy(policy);
+        assert_eq!(config.to_raw().unwrap().as_raw().CTAPolicy, raw);
+    }
+    let graphs = [
+        (GraphUsageMode::NoGraphs, 0),
+        (GraphUsageMode::OneGraph, 1),
+        (GraphUsageMode::Mixed, 2),
+    ];
+    for (mode, raw) in graphs {
+        let config = Config::new().with_graph_usage_mode(mode);
+        assert_eq!(config.to_raw().unwrap().as_raw().graphUsageMode, raw);
+    }
+    let cft = [
+        (HostCftMode::Enable, Cft::ncclHostCftEnable.0),
+        (HostCftMode::Disable, Cft::ncclHostCftDisable.0),
+        (HostCftMode::Fallback, Cft::ncclHostCftFallback.0),
+    ];
+    for (mode, raw) in cft {
+        let config = Config::new().with_host_cft_mode(mode);
+        assert_eq!(config.to_raw().unwrap().as_raw().hostCftMode, raw);
+    }
+    let nvls = [
+        (NvlsHostMode::Enable, 0),
+        (NvlsHostMode::DisableTransport, 1),
+        (NvlsHostMode::DisableSymmetricMultimem, 2),
+        (NvlsHostMode::DisableTransportAndSymmetricMultimem, 3),
+        (NvlsHostMode::Disable, Nvls::ncclNvlsHostModeDisable.0),
+    ];
+    for (mode, raw) in nvls {
+        let config = Config::new().with_nvls_host_mode(mode);
+        assert_eq!(config.to_raw().unwrap().as_raw().nvlsHostMode, raw);
+    }
+    for (eager, raw) in [(false, 0), (true, 1)] {
+        let config = Config::new().with_rma_eager_init(eager);
+        assert_eq!(config.to_raw().unwrap().as_raw().rmaEagerInit, raw);
+    }
+}
+
+#[test]
 fn the_first_invalid_option_is_reported() {
     let config = Config::new()
-        .cga_cluster_size(9)
-        .ctas(0, 4)
-        .timeout(Duration::ZERO);
+        .with_cga_cluster_size(9)
+        .with_ctas(0, 4)
+        .with_timeout(Duration::ZERO);
     assert_rejected(&config, "cga_cluster_size", "0 to 8", "9");
 }

@@ -4,7 +4,9 @@
 use std::mem::offset_of;
 
 use nccl_core::nccl_sys::{NCCL_VERSION_CODE, PINNED_HEADER_VERSION, ncclConfig_t};
-use nccl_core::{Config, Error, ErrorKind, Version};
+use nccl_core::{
+    Config, CtaPolicy, Error, ErrorKind, GraphUsageMode, HostCftMode, NvlsHostMode, Version,
+};
 use nccl_test_support::config::every_option;
 
 /// The release just before `release`.
@@ -69,28 +71,28 @@ fn the_pinned_header_knows_every_option() {
             .all(|(_, _, _, release)| *release <= PINNED_HEADER_VERSION)
     );
     let everything = Config::new()
-        .blocking(true)
-        .cga_cluster_size(1)
-        .ctas(1, 2)
-        .net_name("Socket")
-        .split_share(false)
-        .traffic_class(0)
-        .comm_name("all")
-        .collnet(false)
-        .cta_policy(0)
-        .shrink_share(false)
-        .nvls_ctas(1)
-        .channels_per_net_peer(1)
-        .nvlink_centric_sched(false)
-        .graph_usage_mode(2)
-        .rma_ctxs(1)
-        .max_p2p_peers(1)
-        .graph_stream_ordering(false)
-        .launch_order_implicit(false)
-        .rma_signals(1)
-        .rma_eager_init(0)
-        .host_cft_mode(0)
-        .nvls_host_mode(0);
+        .with_blocking(true)
+        .with_cga_cluster_size(1)
+        .with_ctas(1, 2)
+        .with_net_name("Socket")
+        .with_split_share(false)
+        .with_traffic_class(0)
+        .with_comm_name("all")
+        .with_collnet(false)
+        .with_cta_policy(CtaPolicy::Default)
+        .with_shrink_share(false)
+        .with_nvls_ctas(1)
+        .with_channels_per_net_peer(1)
+        .with_nvlink_centric_sched(false)
+        .with_graph_usage_mode(GraphUsageMode::Mixed)
+        .with_rma_ctxs(1)
+        .with_max_p2p_peers(1)
+        .with_graph_stream_ordering(false)
+        .with_launch_order_implicit(false)
+        .with_rma_signals(1)
+        .with_rma_eager_init(false)
+        .with_host_cft_mode(HostCftMode::Disable)
+        .with_nvls_host_mode(NvlsHostMode::Enable);
     assert!(everything.check_release(PINNED_HEADER_VERSION).is_ok());
     let raw_config = everything.to_raw().unwrap();
     let raw = raw_config.as_raw();
@@ -102,7 +104,7 @@ fn the_pinned_header_knows_every_option() {
             raw.rmaEagerInit,
             raw.hostCftMode
         ),
-        (2, 1, 1, 0, 0)
+        (2, 1, 1, 0, 2)
     );
     // An option left unset stays NCCL_CONFIG_UNDEF_INT.
     let unset = Config::new().to_raw().unwrap();
@@ -113,7 +115,7 @@ fn the_pinned_header_knows_every_option() {
         everything
             .check_release(Version::new(2, 31, 2))
             .unwrap_err(),
-        "nvls_host_mode",
+        "with_nvls_host_mode",
         "nvlsHostMode",
         Version::new(2, 32, 3),
         Version::new(2, 31, 2),
@@ -123,13 +125,13 @@ fn the_pinned_header_knows_every_option() {
 #[test]
 fn the_first_option_an_old_release_lacks_is_named() {
     let config = Config::new()
-        .comm_name("dp")
-        .max_p2p_peers(2)
-        .nvls_host_mode(0);
+        .with_comm_name("dp")
+        .with_max_p2p_peers(2)
+        .with_nvls_host_mode(NvlsHostMode::Enable);
     let old = Version::new(2, 26, 6);
     assert_unsupported(
         config.check_release(old).unwrap_err(),
-        "comm_name",
+        "with_comm_name",
         "commName",
         Version::new(2, 27, 3),
         old,
@@ -138,7 +140,10 @@ fn the_first_option_an_old_release_lacks_is_named() {
 
 #[test]
 fn a_config_with_only_old_options_suits_every_release_since_them() {
-    let config = Config::new().blocking(false).ctas(2, 8).net_name("IB");
+    let config = Config::new()
+        .with_blocking(false)
+        .with_ctas(2, 8)
+        .with_net_name("IB");
     for release in [
         Version::new(2, 19, 3),
         Version::new(2, 28, 3),
@@ -160,7 +165,9 @@ fn a_config_with_only_old_options_suits_every_release_since_them() {
 
 #[test]
 fn validation_comes_before_the_release_check() {
-    let config = Config::new().cga_cluster_size(9).nvls_host_mode(0);
+    let config = Config::new()
+        .with_cga_cluster_size(9)
+        .with_nvls_host_mode(NvlsHostMode::Enable);
     let error = config.to_raw_for(Version::new(2, 28, 3)).unwrap_err();
     assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
 }

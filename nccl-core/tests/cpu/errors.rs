@@ -267,10 +267,13 @@ fn rank_out_of_range_names_the_argument_the_value_and_the_range() {
     assert_eq!(error.to_string(), "root 5 is out of range: expected 0..4");
     let error = Error::RankOutOfRange {
         what: "peer",
-        given: -1,
+        given: 1 << 31,
         world_size: 8,
     };
-    assert_eq!(error.to_string(), "peer -1 is out of range: expected 0..8");
+    assert_eq!(
+        error.to_string(),
+        "peer 2147483648 is out of range: expected 0..8"
+    );
 }
 
 #[test]

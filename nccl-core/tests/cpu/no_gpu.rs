@@ -236,7 +236,7 @@ fn group_start_needs_the_library() {
 #[test]
 fn types_need_no_library() {
     // Values that are pure data work without NCCL or a GPU.
-    let config = Config::new().blocking(false).comm_name("cpu");
+    let config = Config::new().with_blocking(false).with_comm_name("cpu");
     assert!(config.to_raw().is_ok());
     assert_eq!(DataType::Float32.size_bytes(), 4);
     assert_eq!(ReduceOp::Sum.to_string(), "sum");

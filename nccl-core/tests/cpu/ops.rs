@@ -38,7 +38,7 @@ fn call(op: Op<'static>) -> Call<'static> {
 
 /// The parts of `op` issued by `rank` of 4, as (op name, peer, send
 /// address, receive address, count).
-fn parts(op: Op<'static>, rank: i32) -> Vec<(&'static str, i32, usize, usize, usize)> {
+fn parts(op: Op<'static>, rank: usize) -> Vec<(&'static str, usize, usize, usize, usize)> {
     call(op)
         .point_to_point_parts(rank, 4)
         .expect("a point-to-point form")
@@ -101,7 +101,7 @@ fn all_to_all_sends_and_receives_block_by_block() {
     // 3 f32 per block: 12 bytes.
     let expected: Vec<_> = (0..4)
         .flat_map(|peer| {
-            let offset = peer as usize * 12;
+            let offset = peer * 12;
             [
                 ("send", peer, 0x1000 + offset, 0, 3),
                 ("recv", peer, 0, 0x9000 + offset, 3),
@@ -120,7 +120,7 @@ fn gather_sends_to_the_root_which_receives_every_block() {
     );
     // The root sends to itself too, and receives block j from rank j.
     let mut expected: Vec<_> = (0..4)
-        .map(|peer| ("recv", peer, 0, 0x9000 + peer as usize * 12, 3))
+        .map(|peer| ("recv", peer, 0, 0x9000 + peer * 12, 3))
         .collect();
     expected.insert(2, ("send", 2, 0x1000, 0, 3));
     assert_eq!(parts(Op::Gather { root: 2 }, 2), expected);
@@ -133,7 +133,7 @@ fn scatter_sends_every_block_from_the_root_which_each_rank_receives() {
         vec![("recv", 2, 0, 0x9000, 3)]
     );
     let mut expected: Vec<_> = (0..4)
-        .map(|peer| ("send", peer, 0x1000 + peer as usize * 12, 0, 3))
+        .map(|peer| ("send", peer, 0x1000 + peer * 12, 0, 3))
         .collect();
     expected.insert(3, ("recv", 2, 0, 0x9000, 3));
     assert_eq!(parts(Op::Scatter { root: 2 }, 2), expected);

@@ -38,9 +38,9 @@ fn gpu_init_all_creates_one_communicator_per_device() {
 fn gpu_init_with_blocking_config() {
     let Some(device) = one_gpu() else { return };
     let config = Config::new()
-        .blocking(true)
-        .ctas(1, 8)
-        .comm_name("gpu-test.blocking");
+        .with_blocking(true)
+        .with_ctas(1, 8)
+        .with_comm_name("gpu-test.blocking");
     let comm = Communicator::with_config(device, 1, UniqueId::new().unwrap(), 0, &config).unwrap();
     assert!(comm.is_blocking());
     assert_eq!(comm.async_error().unwrap(), Status::Success);
@@ -50,8 +50,8 @@ fn gpu_init_with_blocking_config() {
 fn gpu_nonblocking_config_initialises_and_runs_a_collective() {
     let Some(device) = one_gpu() else { return };
     let config = Config::new()
-        .blocking(false)
-        .timeout(Duration::from_secs(60));
+        .with_blocking(false)
+        .with_timeout(Duration::from_secs(60));
     let comm =
         Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
     assert!(!comm.is_blocking());
@@ -83,8 +83,8 @@ fn gpu_nonblocking_init_times_out_when_peers_never_come() {
     let Some(device) = one_gpu() else { return };
     // Rank 0 of 2 with no rank 1: init can only end by the deadline.
     let config = Config::new()
-        .blocking(false)
-        .timeout(Duration::from_secs(3));
+        .with_blocking(false)
+        .with_timeout(Duration::from_secs(3));
     let started = std::time::Instant::now();
     let error =
         Communicator::with_config(device, 2, UniqueId::new().unwrap(), 0, &config).unwrap_err();
@@ -113,7 +113,7 @@ fn gpu_split_all_split_from_and_nocolor() {
     let all = comm.split_all(None).unwrap();
     assert_eq!((all.rank(), all.world_size()), (0, 1));
     let from = comm
-        .split_from(&[0], Some(&Config::new().comm_name("split-from")))
+        .split_from(&[0], Some(&Config::new().with_comm_name("split-from")))
         .unwrap()
         .expect("rank 0 is in [0]");
     assert_eq!((from.rank(), from.world_size()), (0, 1));
@@ -137,7 +137,7 @@ fn gpu_split_all_split_from_and_nocolor() {
 #[test]
 fn gpu_split_of_a_nonblocking_communicator() {
     let Some(device) = one_gpu() else { return };
-    let config = Config::new().blocking(false);
+    let config = Config::new().with_blocking(false);
     let comm =
         Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
     let child = comm.split_all(None).unwrap();
@@ -190,16 +190,14 @@ fn per_thread_ranks<T: Send + 'static>(
     body: impl Fn(Communicator) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
     let id = UniqueId::new().unwrap();
-    let world = devices.len() as i32;
+    let world = devices.len();
     let body = Arc::new(body);
     let threads: Vec<_> = devices
         .into_iter()
         .enumerate()
         .map(|(rank, device)| {
             let body = Arc::clone(&body);
-            std::thread::spawn(move || {
-                body(Communicator::new(device, world, id, rank as i32).unwrap())
-            })
+            std::thread::spawn(move || body(Communicator::new(device, world, id, rank).unwrap()))
         })
         .collect();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
@@ -250,8 +248,8 @@ fn multi_gpu_split_from_keeps_the_listed_ranks() {
 fn gpu_init_local_ranks_checks_and_one_device() {
     let Some(device) = one_gpu() else { return };
     let config = Config::new()
-        .blocking(false)
-        .timeout(Duration::from_secs(30));
+        .with_blocking(false)
+        .with_timeout(Duration::from_secs(30));
     let id = UniqueId::new().unwrap();
     let twice = [device.clone(), device.clone()];
     let error = Communicator::init_local_ranks(&twice, 2, id, 0, &config).unwrap_err();
@@ -281,16 +279,11 @@ fn multi_gpu_init_local_ranks_drives_every_device_from_one_thread() {
     let world = devices.len();
     for blocking in [true, false] {
         let config = Config::new()
-            .blocking(blocking)
-            .timeout(Duration::from_secs(60));
-        let comms = Communicator::init_local_ranks(
-            &devices,
-            world as i32,
-            UniqueId::new().unwrap(),
-            0,
-            &config,
-        )
-        .unwrap();
+            .with_blocking(blocking)
+            .with_timeout(Duration::from_secs(60));
+        let comms =
+            Communicator::init_local_ranks(&devices, world, UniqueId::new().unwrap(), 0, &config)
+                .unwrap();
         let streams: Vec<_> = devices.iter().map(|d| d.new_stream().unwrap()).collect();
         let mut buffers: Vec<_> = streams
             .iter()

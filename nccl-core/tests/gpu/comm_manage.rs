@@ -100,15 +100,15 @@ fn revoke_then_check(config: &Config) {
 
 #[test]
 fn gpu_revoke_stops_operations_and_keeps_a_parent() {
-    revoke_then_check(&Config::new().blocking(true));
+    revoke_then_check(&Config::new().with_blocking(true));
 }
 
 #[test]
 fn gpu_revoke_of_a_nonblocking_communicator_waits_until_quiescent() {
     revoke_then_check(
         &Config::new()
-            .blocking(false)
-            .timeout(Duration::from_secs(60)),
+            .with_blocking(false)
+            .with_timeout(Duration::from_secs(60)),
     );
 }
 

@@ -268,12 +268,12 @@ fn gpu_argument_checks_before_nccl() {
                 world_size: 1
             })
         ));
-        let peer = comm.send(std::ptr::null(), 1, DataType::Float32, -1, &stream);
+        let peer = comm.send(std::ptr::null(), 1, DataType::Float32, 1 << 31, &stream);
         assert!(matches!(
             peer,
             Err(Error::RankOutOfRange {
                 what: "dst",
-                given: -1,
+                given: 2147483648,
                 ..
             })
         ));

@@ -43,8 +43,8 @@ fn gpu_into_raw_then_from_raw_hands_the_communicator_over() {
 fn gpu_a_nonblocking_communicator_is_adopted_ready() {
     let Some(device) = one_gpu() else { return };
     let config = Config::new()
-        .blocking(false)
-        .timeout(Duration::from_secs(60));
+        .with_blocking(false)
+        .with_timeout(Duration::from_secs(60));
     let comm =
         Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
     let raw = comm.into_raw().unwrap();

@@ -12,12 +12,12 @@ use nccl_test_support::config::every_option;
 use nccl_test_support::raw::one_gpu;
 
 /// The option of `config`, with a value NCCL takes on any single GPU:
-/// `every_option`'s own, except `collnet` and `net_name`, which are set
+/// `every_option`'s own, except `with_collnet` and `with_net_name`, which are set
 /// to what a machine without CollNet or InfiniBand has.
 fn on_one_gpu(method: &str, config: Config) -> Config {
     match method {
-        "collnet" => Config::new().collnet(false),
-        "net_name" => Config::new().net_name("Socket"),
+        "with_collnet" => Config::new().with_collnet(false),
+        "with_net_name" => Config::new().with_net_name("Socket"),
         _ => config,
     }
 }
@@ -61,15 +61,15 @@ fn gpu_every_config_option_is_created_or_refused_by_the_loaded_release() {
         assert_eq!(
             refused,
             [
-                "graph_usage_mode",
-                "rma_ctxs",
-                "max_p2p_peers",
-                "graph_stream_ordering",
-                "launch_order_implicit",
-                "rma_signals",
-                "rma_eager_init",
-                "host_cft_mode",
-                "nvls_host_mode",
+                "with_graph_usage_mode",
+                "with_rma_ctxs",
+                "with_max_p2p_peers",
+                "with_graph_stream_ordering",
+                "with_launch_order_implicit",
+                "with_rma_signals",
+                "with_rma_eager_init",
+                "with_host_cft_mode",
+                "with_nvls_host_mode",
             ]
         );
     }

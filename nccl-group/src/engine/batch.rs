@@ -73,11 +73,11 @@ impl<B: GroupBuffers> P2POp<B> {
     fn op(&self, ranks: &Numbering<'_>) -> crate::error::Result<Op<'static>> {
         Ok(if self.send {
             Op::Send {
-                peer: ranks.nccl("dst", self.peer)?,
+                peer: ranks.comm_rank("dst", self.peer)?,
             }
         } else {
             Op::Recv {
-                peer: ranks.nccl("src", self.peer)?,
+                peer: ranks.comm_rank("src", self.peer)?,
             }
         })
     }
@@ -132,8 +132,8 @@ pub struct Coalesced<'g, B> {
     pub(super) group: &'g ProcessGroup,
     ops: Vec<Op<'static>>,
     buffers: Vec<B>,
-    /// The first operation that could not be made (a rank past
-    /// `i32::MAX`), reported by [`Coalesced::issue`].
+    /// The first operation that could not be made (a root or peer that
+    /// is not a member), reported by [`Coalesced::issue`].
     refused: Option<GroupError>,
 }
 
@@ -189,7 +189,7 @@ impl<B: GroupBuffers> Coalesced<'_, B> {
     /// enqueued.
     ///
     /// # Errors
-    /// A rank past `i32::MAX` given to a method; otherwise as
+    /// A root or peer given to a method that is not a member; otherwise as
     /// [`ProcessGroup::issue`]; a check names the operation's position in
     /// the batch ([`nccl_tensor::Error::InBatch`]).
     pub fn issue(self, stream: &Arc<CudaStream>) -> OpResult<Vec<B>> {

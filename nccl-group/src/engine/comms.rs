@@ -42,8 +42,8 @@ pub trait CommFactory: Send + Sync {
         &self,
         key: &CommKey,
         id: UniqueId,
-        world_size: i32,
-        first_rank: i32,
+        world_size: usize,
+        first_rank: usize,
     ) -> Result<Self::Comms>;
 }
 
@@ -216,14 +216,14 @@ impl<F: CommFactory> CommCache<F> {
         let devices = key.devices().len();
         let world_size = processes
             .checked_mul(devices)
-            .and_then(|ranks| i32::try_from(ranks).ok())
+            .filter(|&ranks| i32::try_from(ranks).is_ok())
             .ok_or_else(|| GroupError::InvalidArgument {
                 argument: "world size",
                 expected: "at most i32::MAX ranks (processes x devices per process)".to_string(),
                 given: format!("{processes} processes x {devices} devices"),
             })?;
-        // Below `world_size`: it neither overflows nor wraps.
-        let first_rank = (index * devices) as i32;
+        // Below `world_size`: it does not overflow.
+        let first_rank = index * devices;
         let meeting = m.meeting(&store_key, index, processes)?;
         let id = meeting
             .share_from(0, UNIQUE_ID, || {

@@ -51,8 +51,8 @@ impl CommFactory for NcclFactory {
         &self,
         key: &CommKey,
         id: UniqueId,
-        world_size: i32,
-        first_rank: i32,
+        world_size: usize,
+        first_rank: usize,
     ) -> Result<LocalComms> {
         let pools = key
             .devices()
@@ -103,9 +103,9 @@ impl NcclFactory {
     pub(crate) fn join_grow(
         &self,
         ordinal: usize,
-        world_size: i32,
+        world_size: usize,
         id: UniqueId,
-        rank: i32,
+        rank: usize,
     ) -> Result<LocalComms> {
         let pool = self.pool(ordinal)?;
         let device = pool.device().clone();

@@ -108,12 +108,18 @@ impl Route {
     /// `devices` ranks per process: a send or receive goes to the same
     /// device of the peer process, `devices` ranks up or down in the pair
     /// communicator; a collective's root is already a global rank.
-    fn op_on(self, op: Op<'static>, comm_rank: i32, devices: usize) -> Op<'static> {
+    fn op_on(self, op: Op<'static>, comm_rank: usize, devices: usize) -> Op<'static> {
         let Route::Pair { peer_is_high, .. } = self else {
             return op;
         };
-        let distance = devices as i32;
-        let peer = comm_rank + if peer_is_high { distance } else { -distance };
+        // The high process's ranks follow the low one's `devices` ranks, so
+        // neither side leaves the pair; a broken pair gets a peer out of
+        // range, which the plan refuses.
+        let peer = if peer_is_high {
+            comm_rank.saturating_add(devices)
+        } else {
+            comm_rank.checked_sub(devices).unwrap_or(usize::MAX)
+        };
         match op {
             Op::Send { .. } => Op::Send { peer },
             Op::Recv { .. } => Op::Recv { peer },
@@ -129,13 +135,14 @@ impl ProcessGroup {
             return Ok(Route::Collective);
         };
         let rank = self.rank();
-        match usize::try_from(peer) {
-            Ok(peer) if peer < self.world_size() && peer != rank => Ok(Route::Pair {
+        if peer < self.world_size() && peer != rank {
+            Ok(Route::Pair {
                 low: rank.min(peer),
                 high: rank.max(peer),
                 peer_is_high: peer > rank,
-            }),
-            _ => Err(self.peer_out_of_range(what, peer)),
+            })
+        } else {
+            Err(self.peer_out_of_range(what, peer))
         }
     }
 
@@ -167,9 +174,7 @@ impl ProcessGroup {
             count,
             output_count,
             reduction: op.reduction().map(Reduction::name),
-            peer: op
-                .rank_argument()
-                .and_then(|(_, rank)| usize::try_from(rank).ok()),
+            peer: op.rank_argument().map(|(_, rank)| rank),
             point_to_point: op.is_point_to_point(),
             capturable: true,
         }

@@ -114,7 +114,7 @@ impl LocalComms {
     /// nonblocking one is polled). The new communicator keeps the
     /// parent's device pool and NCCL stream; the parent stays revoked,
     /// for its owner to drop (which aborts it).
-    pub(crate) fn shrink(&self, exclude: &[i32], timeout: Duration) -> Result<LocalComms> {
+    pub(crate) fn shrink(&self, exclude: &[usize], timeout: Duration) -> Result<LocalComms> {
         let exclude = exclude.to_vec();
         self.child("ncclCommShrink", timeout, move |parent| {
             parent.shrink(&exclude, ShrinkMode::Default, None)
@@ -136,7 +136,7 @@ impl LocalComms {
     /// NCCL stream; the parent stays live, for its owner to release.
     pub(crate) fn grow(
         &self,
-        world_size: i32,
+        world_size: usize,
         id: Option<UniqueId>,
         timeout: Duration,
     ) -> Result<LocalComms> {
@@ -184,7 +184,7 @@ impl LocalComms {
     pub(crate) fn split(
         &self,
         color: Option<i32>,
-        key: i32,
+        key: usize,
         config: nccl_core::Config,
         timeout: Duration,
     ) -> Result<Option<LocalComms>> {

@@ -150,7 +150,7 @@ macro_rules! single_operations {
             ///
             /// # Errors
             /// A root or peer that is not a member of the group (both
-            /// numberings named) or past `i32::MAX`; otherwise as
+            /// numberings named); otherwise as
             /// [`ProcessGroup::issue`].
             pub fn $name<$b: $bound>(
                 &self,
@@ -162,7 +162,7 @@ macro_rules! single_operations {
                 // Rows without a root or peer leave it unused.
                 #[allow(unused_variables)]
                 let $ranks = self.numbering(1);
-                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                // The closure scopes a row's `?` (a rank resolution) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
                 self.issue_made(op, $buffers, stream)
@@ -184,7 +184,7 @@ macro_rules! multi_operations {
             ///
             /// # Errors
             /// A root or peer that is not a member of the group (both
-            /// numberings named) or past `i32::MAX`; otherwise as
+            /// numberings named); otherwise as
             /// [`ProcessGroup::issue_multi`].
             pub fn $name<$t: NcclType>(
                 &self,
@@ -194,7 +194,7 @@ macro_rules! multi_operations {
                 // Rows without a root or peer leave it unused.
                 #[allow(unused_variables)]
                 let $ranks = self.numbering(streams.len());
-                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                // The closure scopes a row's `?` (a rank resolution) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
                 self.issue_multi_made(op, $buffers, streams)
@@ -205,8 +205,8 @@ macro_rules! multi_operations {
 
 /// The collectives a [`Coalesced`] batch takes: each row the whole
 /// signature after `&mut self`; the method adds the operation on
-/// `buffers` to the batch. A root that is not a member of the group, or
-/// past `i32::MAX`, is refused when the batch is issued.
+/// `buffers` to the batch. A root that is not a member of the group is
+/// refused when the batch is issued.
 macro_rules! coalesced_operations {
     (numbering $ranks:ident; $(
         $(#[$doc:meta])*
@@ -218,7 +218,7 @@ macro_rules! coalesced_operations {
                 // Rows without a root or peer leave it unused.
                 #[allow(unused_variables)]
                 let $ranks = self.group.numbering(1);
-                // The closure scopes a row's `?` (a rank conversion) to its operation.
+                // The closure scopes a row's `?` (a rank resolution) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
                 self.push_made(op, buffers)
@@ -239,13 +239,13 @@ single_operations! {
     /// `usize`, torch's `src=`) or a [`GroupRank`](crate::GroupRank)
     /// (torch's `group_src=`): the [`ranks`](crate::ranks) page.
     fn broadcast<B: GroupTensor>(tensor: B, root: impl Into<Rank>) -> B
-        => Op::Broadcast { root: ranks.nccl("root", root)? }, tensor;
+        => Op::Broadcast { root: ranks.comm_rank("root", root)? }, tensor;
 
     /// Reduces `tensor` across every process into `root`, in place
     /// (`torch.distributed.reduce`). `root` is a global rank or a
     /// [`GroupRank`](crate::GroupRank), as for `broadcast`.
     fn reduce<B: GroupTensor>(tensor: B, op: ReduceOp, root: impl Into<Rank>) -> B
-        => Op::Reduce { op: op.into(), root: ranks.nccl("root", root)? }, tensor;
+        => Op::Reduce { op: op.into(), root: ranks.comm_rank("root", root)? }, tensor;
 
     /// Gathers every rank's `input` into `output` (world x input elements),
     /// in rank order (`torch.distributed.all_gather_into_tensor`). The
@@ -271,7 +271,7 @@ single_operations! {
     /// into one tensor); elsewhere `output` is not touched and may be
     /// empty. The work holds `(output, input)`.
     fn gather<B: GroupTensor>(output: B, input: B::Input, root: impl Into<Rank>) -> (B, B::Input)
-        where (B, B::Input): GroupBuffers => Op::Gather { root: ranks.nccl("root", root)? }, (output, input);
+        where (B, B::Input): GroupBuffers => Op::Gather { root: ranks.comm_rank("root", root)? }, (output, input);
 
     /// Scatters `input` (world x output elements) of `root` (a global rank
     /// or a [`GroupRank`](crate::GroupRank)):
@@ -279,7 +279,7 @@ single_operations! {
     /// from one tensor); elsewhere `input` is not read and may be empty.
     /// The work holds `(output, input)`.
     fn scatter<B: GroupTensor>(output: B, input: B::Input, root: impl Into<Rank>) -> (B, B::Input)
-        where (B, B::Input): GroupBuffers => Op::Scatter { root: ranks.nccl("root", root)? }, (output, input);
+        where (B, B::Input): GroupBuffers => Op::Scatter { root: ranks.comm_rank("root", root)? }, (output, input);
 
     /// Sends `tensor` to `dst` over the pair's own communicator
     /// (`torch.distributed.send`). `dst` is a global rank or a
@@ -303,11 +303,11 @@ multi_operations! {
 
     /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
     fn broadcast_multi<T: NcclType>(tensors: Parts<T>, root: impl Into<Rank>) -> Parts<T>
-        => Op::Broadcast { root: ranks.nccl("root", root)? }, tensors;
+        => Op::Broadcast { root: ranks.comm_rank("root", root)? }, tensors;
 
     /// [`ProcessGroup::reduce`] over one tensor per local GPU.
     fn reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: impl Into<Rank>) -> Parts<T>
-        => Op::Reduce { op: op.into(), root: ranks.nccl("root", root)? }, tensors;
+        => Op::Reduce { op: op.into(), root: ranks.comm_rank("root", root)? }, tensors;
 
     /// [`ProcessGroup::all_gather_into_tensor`] with one `(output, input)`
     /// per local GPU.
@@ -326,11 +326,11 @@ multi_operations! {
 
     /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
     fn gather_multi<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
-        => Op::Gather { root: ranks.nccl("root", root)? }, pairs;
+        => Op::Gather { root: ranks.comm_rank("root", root)? }, pairs;
 
     /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
     fn scatter_multi<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
-        => Op::Scatter { root: ranks.nccl("root", root)? }, pairs;
+        => Op::Scatter { root: ranks.comm_rank("root", root)? }, pairs;
 
     /// [`ProcessGroup::send`] from one tensor per local GPU: local device
     /// `i` sends to member `dst`'s device `i` (both processes pass the
@@ -352,11 +352,11 @@ coalesced_operations! {
     fn all_reduce(buffers: B, op: ReduceOp) => Op::AllReduce(op.into());
 
     /// Adds [`ProcessGroup::broadcast`] on `buffers` to the batch.
-    fn broadcast(buffers: B, root: impl Into<Rank>) => Op::Broadcast { root: ranks.nccl("root", root)? };
+    fn broadcast(buffers: B, root: impl Into<Rank>) => Op::Broadcast { root: ranks.comm_rank("root", root)? };
 
     /// Adds [`ProcessGroup::reduce`] on `buffers` to the batch.
     fn reduce(buffers: B, op: ReduceOp, root: impl Into<Rank>)
-        => Op::Reduce { op: op.into(), root: ranks.nccl("root", root)? };
+        => Op::Reduce { op: op.into(), root: ranks.comm_rank("root", root)? };
 
     /// Adds [`ProcessGroup::all_gather_into_tensor`] on `buffers`
     /// (`(output, input)`) to the batch.
@@ -372,9 +372,9 @@ coalesced_operations! {
 
     /// Adds [`ProcessGroup::gather`] on `buffers` (`(output, input)`) to
     /// the batch.
-    fn gather(buffers: B, root: impl Into<Rank>) => Op::Gather { root: ranks.nccl("root", root)? };
+    fn gather(buffers: B, root: impl Into<Rank>) => Op::Gather { root: ranks.comm_rank("root", root)? };
 
     /// Adds [`ProcessGroup::scatter`] on `buffers` (`(output, input)`) to
     /// the batch.
-    fn scatter(buffers: B, root: impl Into<Rank>) => Op::Scatter { root: ranks.nccl("root", root)? };
+    fn scatter(buffers: B, root: impl Into<Rank>) => Op::Scatter { root: ranks.comm_rank("root", root)? };
 }

@@ -332,7 +332,7 @@ fn grow_communicator(
     Ok(id.and_then(|id| {
         let root = (rank == 0).then_some(id);
         comms
-            .grow(as_c_int(world_size), root, timeout)
+            .grow(world_size, root, timeout)
             .inspect_err(|_error| {
                 crate::diagnostics::trace::event!(warn, error = %_error, "ncclCommGrow failed");
             })
@@ -371,12 +371,6 @@ fn grown_size(world_size: usize, new_ranks: usize) -> Result<usize> {
             given: new_ranks.to_string(),
         }),
     }
-}
-
-/// A rank or world size already checked against [`MAX_RANKS`], as
-/// NCCL's C int.
-fn as_c_int(world_size: usize) -> i32 {
-    i32::try_from(world_size).unwrap_or(i32::MAX)
 }
 
 /// Step 3 among the current ranks: rank 0 makes the offer with `make`

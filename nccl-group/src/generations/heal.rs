@@ -226,9 +226,8 @@ impl ProcessGroup {
         options: &HealOptions,
     ) -> Result<HealPath> {
         let m = self.inner.cache.membership();
-        let lost: Vec<i32> = (0..m.world_size)
+        let lost: Vec<usize> = (0..m.world_size)
             .filter(|&old| agreement.new_rank_of(old).is_none())
-            .filter_map(|old| i32::try_from(old).ok())
             .collect();
         let created = self.inner.cache.keyed();
         let recreated = |reason: String| Ok(HealPath::Recreated { reason });

@@ -23,7 +23,7 @@ use crate::ranks::{GroupRank, Members, Numbering, Rank};
 use nccl_rendezvous::Store;
 use nccl_rendezvous::meet::Meeting;
 
-/// The variable with which NCCL overrides `Config::split_share` when the
+/// The variable with which NCCL overrides `Config::with_split_share` when the
 /// parent is created (a value other than 0 or 1 counts as 0).
 const SPLIT_SHARE_VARIABLE: &str = "NCCL_COMM_SPLIT_SHARE_RESOURCES";
 
@@ -74,7 +74,7 @@ impl ProcessGroup {
     ///   [`GroupOptions::timeout`](crate::GroupOptions::timeout), and each
     ///   sub-group starts with its part ([`SplitPath::Split`]). Otherwise,
     ///   and where the group's communicators would share their resources
-    ///   with what is split from them (`Config::split_share`, or
+    ///   with what is split from them (`Config::with_split_share`, or
     ///   `NCCL_COMM_SPLIT_SHARE_RESOURCES`: NCCL would then give the
     ///   sub-groups the parent's abort flag), each sub-group makes its own
     ///   when first used, through its store ([`SplitPath::Lazy`]). Every
@@ -325,7 +325,7 @@ impl ProcessGroup {
     /// Whether NCCL makes this group's communicators share their resources
     /// with those split from them: `NCCL_COMM_SPLIT_SHARE_RESOURCES` when
     /// it holds an integer (NCCL lets it override the config, and counts
-    /// one other than 0 or 1 as 0), else the group's `Config::split_share`.
+    /// one other than 0 or 1 as 0), else the group's `Config::with_split_share`.
     fn shares_with_splits(&self) -> bool {
         let variable = std::env::var(SPLIT_SHARE_VARIABLE).ok();
         match variable.and_then(|value| value.trim().parse::<i64>().ok()) {
@@ -357,7 +357,7 @@ impl ProcessGroup {
             Some((_, key, comms)) => {
                 // Positions within a world already checked against i32::MAX.
                 let (color, rank) =
-                    place.map_or((None, 0), |(color, rank)| (Some(color as i32), rank as i32));
+                    place.map_or((None, 0), |(color, rank)| (Some(color as i32), rank));
                 self.options()
                     .comm_config()
                     .and_then(|config| comms.split(color, rank, config, m.timeout))

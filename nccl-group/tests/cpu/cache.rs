@@ -35,8 +35,8 @@ fn collective_key_every_process_gets_rank0_id() {
         assert_eq!(s.generation, 0);
         assert_eq!(s.comms.key, key);
         assert_eq!(s.comms.id, rank0_id, "rank {} got another id", s.rank);
-        assert_eq!(s.comms.world_size, (WORLD * 2) as i32);
-        assert_eq!(s.comms.first_rank, (s.rank * 2) as i32);
+        assert_eq!(s.comms.world_size, WORLD * 2);
+        assert_eq!(s.comms.first_rank, s.rank * 2);
         assert_eq!(s.creates, 1, "rank {} created {} times", s.rank, s.creates);
         let expected_ids = usize::from(s.rank == 0);
         assert_eq!(

@@ -401,7 +401,7 @@ fn a_parent_that_would_share_its_resources_makes_lazy_sub_groups() {
     let options = GroupOptions::default()
         .with_dump_dir(None)
         .with_timeout(LONG)
-        .with_config(nccl_group::Config::default().split_share(true));
+        .with_config(nccl_group::Config::default().with_split_share(true));
     let groups: Vec<ProcessGroup> = (0..2)
         .map(|rank| {
             ProcessGroup::new(

@@ -6,7 +6,7 @@
 //! communicator's config, so what is checked is that the communicators
 //! NCCL created with it work.
 
-use nccl_core::{ReduceOp, Version};
+use nccl_core::{CtaPolicy, NvlsHostMode, ReduceOp, Version};
 use nccl_group::{CommMode, Config, GroupOptions};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
@@ -22,10 +22,10 @@ fn gpu_a_group_s_communicators_are_created_with_its_config() {
     for mode in [CommMode::Blocking, CommMode::Nonblocking] {
         // Options every release since 2.27.3 knows.
         let config = Config::new()
-            .cta_policy(1)
-            .ctas(1, 4)
-            .nvls_ctas(2)
-            .comm_name("group-config");
+            .with_cta_policy(CtaPolicy::Efficiency)
+            .with_ctas(1, 4)
+            .with_nvls_ctas(2)
+            .with_comm_name("group-config");
         let group = world_of_one(
             &format!("config-{mode:?}"),
             GroupOptions::default()
@@ -47,7 +47,8 @@ fn gpu_an_option_newer_than_the_loaded_nccl_is_refused_at_the_first_operation() 
     let newest = Version::new(2, 32, 3);
     let group = world_of_one(
         "config-newest",
-        GroupOptions::default().with_config(Config::new().nvls_host_mode(0)),
+        GroupOptions::default()
+            .with_config(Config::new().with_nvls_host_mode(NvlsHostMode::Enable)),
     );
     if loaded >= newest {
         all_reduce_works(&group, &stream);
@@ -60,7 +61,7 @@ fn gpu_an_option_newer_than_the_loaded_nccl_is_refused_at_the_first_operation() 
         Ok(_) => panic!("nvls_host_mode needs {newest}, but {loaded} created the communicator"),
     };
     let says = format!(
-        "Config::nvls_host_mode (ncclConfig_t's nvlsHostMode) needs NCCL {newest} or newer, \
+        "Config::with_nvls_host_mode (ncclConfig_t's nvlsHostMode) needs NCCL {newest} or newer, \
          but the loaded libnccl is {loaded}"
     );
     assert!(error.contains(&says), "{error}");

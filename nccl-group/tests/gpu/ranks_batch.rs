@@ -168,7 +168,7 @@ fn coalesced(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
             upload(stream, &floats[me]).into(),
         ))
         .push(
-            Op::Broadcast { root: root as i32 },
+            Op::Broadcast { root },
             pair(
                 poisoned::<f32>(stream, len).into(),
                 upload(stream, &floats[me]).into(),

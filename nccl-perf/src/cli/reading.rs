@@ -240,7 +240,7 @@ impl Args {
             Some(world) => {
                 let roots = self.root.roots(world);
                 let has_root = self.collectives().iter().any(|c| c.has_root());
-                if let Some(&root) = roots.iter().find(|&&root| root as usize >= world)
+                if let Some(&root) = roots.iter().find(|&&root| root >= world)
                     && has_root
                 {
                     return Err(BenchError::Usage(format!(

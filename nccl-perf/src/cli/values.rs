@@ -151,14 +151,14 @@ pub enum RootArg {
     /// Every rank in turn.
     All,
     /// One rank.
-    One(i32),
+    One(usize),
 }
 
 impl RootArg {
     /// The roots to run on `world` ranks, in order.
-    pub fn roots(self, world: usize) -> Vec<i32> {
+    pub fn roots(self, world: usize) -> Vec<usize> {
         match self {
-            RootArg::All => (0..i32::try_from(world).unwrap_or(i32::MAX)).collect(),
+            RootArg::All => (0..world).collect(),
             RootArg::One(root) => vec![root],
         }
     }
@@ -170,8 +170,9 @@ pub(super) fn parse_root_arg(text: &str) -> Result<RootArg, String> {
     if text.eq_ignore_ascii_case("all") || text == "-1" {
         return Ok(RootArg::All);
     }
-    match text.parse::<i32>() {
-        Ok(root) if root >= 0 => Ok(RootArg::One(root)),
+    // At most i32::MAX, the most ranks NCCL counts.
+    match text.parse::<i32>().map(usize::try_from) {
+        Ok(Ok(root)) => Ok(RootArg::One(root)),
         _ => Err(format!(
             "expected a rank (0, 1, ...), or all (or -1) for every rank, got {text:?}"
         )),

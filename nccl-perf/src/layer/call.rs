@@ -32,11 +32,11 @@ pub struct Call {
     /// The reduction.
     pub op: ReduceOp,
     /// The root of broadcast and reduce.
-    pub root: i32,
+    pub root: usize,
     /// This rank.
-    pub rank: i32,
+    pub rank: usize,
     /// The number of ranks.
-    pub world: i32,
+    pub world: usize,
     /// The places the call's launches rotate through (every [`Shift`] a
     /// launch gets is one of them); the buffers hold the call at each.
     pub rotation: Rotation,
@@ -55,7 +55,7 @@ impl Call {
         recv_base: u64,
         dtype: DataType,
         op: ReduceOp,
-        root: i32,
+        root: usize,
         rank: usize,
         world: usize,
     ) -> Self {
@@ -75,8 +75,8 @@ impl Call {
             dtype,
             op,
             root,
-            rank: rank as i32,
-            world: world as i32,
+            rank,
+            world,
             rotation: Rotation::fixed(0),
         }
     }
@@ -128,9 +128,9 @@ impl Call {
     }
 
     /// sendrecv's peers: the rank this one sends to and the one it receives from.
-    pub fn ring_peers(&self) -> (i32, i32) {
+    pub fn ring_peers(&self) -> (usize, usize) {
         let world = self.world.max(1);
-        ((self.rank + 1) % world, (self.rank - 1 + world) % world)
+        ((self.rank + 1) % world, (self.rank + world - 1) % world)
     }
 
     /// Bytes between consecutive per-peer blocks of all_to_all.
@@ -146,7 +146,7 @@ impl Call {
             .ops()
             .first()
             .map_or(nccl_tensor::Sizes::SAME, |op| nccl_tensor::rules(op).sizes);
-        sizes.lengths(self.count, usize::try_from(self.world).unwrap_or(1))
+        sizes.lengths(self.count, self.world)
     }
 
     /// Checks that the call lies within a rank's two buffers (at `bases`,
@@ -165,7 +165,7 @@ impl Call {
         &self,
         bases: (u64, u64),
         (dtype, len): (DataType, usize),
-        world: i32,
+        world: usize,
     ) -> Result<usize, BenchError> {
         let refuse = |what: String| Err(BenchError::Usage(format!("internal error: {what}")));
         if self.dtype != dtype {

@@ -296,8 +296,7 @@ impl<'a> GroupLayer<'a> {
         // tensors are freed on the stream, before the synchronisation that
         // ends the bind.
         drop(self.kept.take());
-        let world = usize::try_from(call.world).unwrap_or(1);
-        let (input_len, output_len) = rules(op).sizes.lengths(call.count, world);
+        let (input_len, output_len) = rules(op).sizes.lengths(call.count, call.world);
         let (source, source_name) = match call.mode {
             Mode::OutOfPlace => (pair.send.as_slice(), "send"),
             Mode::InPlace => (pair.recv.as_slice(), "receive"),
@@ -353,12 +352,6 @@ impl<'a> GroupLayer<'a> {
         ) {
             (None, &[op]) => op,
             (None, &[send @ Op::Send { peer: next }, Op::Recv { peer: previous }]) => {
-                let (Ok(next), Ok(previous)) = (usize::try_from(next), usize::try_from(previous))
-                else {
-                    return Err(internal(format!(
-                        "sendrecv's peers {next} and {previous} are not ranks"
-                    )));
-                };
                 let mut bound: Bound<'s, T, OutputInput<T>> =
                     self.stage(call, &send, offsets, pair)?;
                 return Ok(Box::new(move |shifts: &[Shift]| {

@@ -18,7 +18,7 @@ pub struct RawLayer<'a> {
     lib: &'static NcclLibrary,
     comm: ncclComm_t,
     /// The communicator's ranks, which bound calls are checked against.
-    world: i32,
+    world: usize,
     stream: cudaStream_t,
     /// The stream `stream` is the handle of, which gives the buffers'
     /// addresses.

@@ -83,13 +83,7 @@ fn run_rank(
     let mut memory = (plan.method.memory_report)
         .then(|| MemoryWatch::new(device.context().clone()))
         .transpose()?;
-    let core = Communicator::with_config(
-        device.clone(),
-        plan.world as i32,
-        id,
-        rank as i32,
-        &plan.config,
-    )?;
+    let core = Communicator::with_config(device.clone(), plan.world, id, rank, &plan.config)?;
     let abort = core.abort_handle();
     // The tensor layer needs nccl-tensor's communicator; the raw and core
     // layers use the nccl-core communicator inside it.
@@ -287,7 +281,7 @@ impl<'a> Measuring<'a> {
                     counts: spec.counts,
                     dtype: spec.dtype,
                     op: spec.op,
-                    root: spec.root as usize,
+                    root: spec.root,
                     rank: self.rank,
                     world: plan.world,
                 };

@@ -13,7 +13,7 @@ use nccl_tensor::{
     BatchEntry, BufferDesc, Error, Layout, MAX_BATCH_OPERATIONS, exchange_calls, plan_batch,
 };
 
-fn sending(buffer: BufferDesc<'_>, peer: i32) -> BatchEntry<'static, '_> {
+fn sending(buffer: BufferDesc<'_>, peer: usize) -> BatchEntry<'static, '_> {
     BatchEntry {
         op: Op::Send { peer },
         layout: Layout::Input(buffer),
@@ -21,7 +21,7 @@ fn sending(buffer: BufferDesc<'_>, peer: i32) -> BatchEntry<'static, '_> {
     }
 }
 
-fn receiving(buffer: BufferDesc<'_>, peer: i32) -> BatchEntry<'static, '_> {
+fn receiving(buffer: BufferDesc<'_>, peer: usize) -> BatchEntry<'static, '_> {
     BatchEntry {
         op: Op::Recv { peer },
         layout: Layout::Output(buffer),
@@ -30,7 +30,7 @@ fn receiving(buffer: BufferDesc<'_>, peer: i32) -> BatchEntry<'static, '_> {
 }
 
 /// A cell (identity `id`) received into from `peer`.
-fn receiving_cell(buffer: BufferDesc<'_>, peer: i32, id: usize) -> BatchEntry<'static, '_> {
+fn receiving_cell(buffer: BufferDesc<'_>, peer: usize, id: usize) -> BatchEntry<'static, '_> {
     BatchEntry {
         cells: [Some(id), None],
         ..receiving(buffer, peer)
@@ -117,8 +117,8 @@ fn an_operation_that_fails_alone_fails_the_batch_with_its_position() {
         other => panic!("expected InBatch at 1, got {other:?}"),
     }
     expect_err(
-        batch(&info(), &[receiving(f32s_on(8, 1), -1)]),
-        "operation 0 of the batch: recv: src -1 is out of range: expected 0..4",
+        batch(&info(), &[receiving(f32s_on(8, 1), 5)]),
+        "operation 0 of the batch: recv: src 5 is out of range: expected 0..4",
     );
     expect_err(
         batch(&info(), &[sending(f32s(2), 1), receiving(f32s_on(8, 1), 1)]),
@@ -277,7 +277,7 @@ fn a_cell_is_used_once_per_batch() {
 #[test]
 fn a_batch_has_a_bounded_length() {
     let most: Vec<_> = (0..MAX_BATCH_OPERATIONS)
-        .map(|i| sending(f32s(1), 1 + (i % 3) as i32))
+        .map(|i| sending(f32s(1), 1 + i % 3))
         .collect();
     assert!(batch(&info(), &most).is_ok());
     let over: Vec<_> = (0..=MAX_BATCH_OPERATIONS)

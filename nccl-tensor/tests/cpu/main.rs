@@ -2,6 +2,7 @@
 //! (through `Plan::new` and the batch's), layouts and error kinds, no GPU
 //! needed. `checks_support` is their shared fixture.
 
+mod batch_methods;
 mod checks_batch;
 mod checks_buffers;
 mod checks_collectives;

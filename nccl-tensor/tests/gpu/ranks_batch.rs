@@ -15,7 +15,7 @@
 //! computes from every rank's data.
 
 use nccl_core::{Op, ReduceOp, Status};
-use nccl_tensor::{AnyTensor, Error, Pair, Single, Tensor};
+use nccl_tensor::{AnyTensor, Error, Single, Tensor};
 use nccl_test_support::tensor::routing::Routing;
 use nccl_test_support::tensor::world::{Rank, all_values, rank_values};
 use nccl_test_support::tensor::{
@@ -164,21 +164,10 @@ fn coalesced(rank: &Rank) {
     let mut batch = comm.batch(stream);
     batch
         .push(Op::AllReduce(ReduceOp::Sum.into()), Single(&mut reduced))
-        .push(
-            Op::AllReduce(ReduceOp::Max.into()),
-            Pair {
-                input: &int_input,
-                output: &mut int_output,
-            },
-        )
-        .push(
-            Op::AllGather,
-            Pair {
-                input: &gather_input,
-                output: &mut gathered,
-            },
-        )
-        .push(Op::Broadcast { root: root as i32 }, Single(&mut broadcast));
+        // The named methods are pushes of one operation each.
+        .all_reduce_into(&int_input, &mut int_output, ReduceOp::Max)
+        .all_gather_into_tensor(&mut gathered, &gather_input)
+        .broadcast(&mut broadcast, root);
     ok(batch.enqueue(), &what);
     let expected: Vec<f32> = sum(&as_f64(&floats))
         .into_iter()

@@ -109,9 +109,9 @@ fn ranks_nonblocking_init_with_config_and_finalize() {
     let ranks = support::ranks();
     let device = ranks.device();
     let config = Config::new()
-        .blocking(false)
-        .comm_name("ranks-nonblocking")
-        .timeout(std::time::Duration::from_secs(120));
+        .with_blocking(false)
+        .with_comm_name("ranks-nonblocking")
+        .with_timeout(std::time::Duration::from_secs(120));
     let comm = Communicator::with_config(
         device.clone(),
         ranks.world,

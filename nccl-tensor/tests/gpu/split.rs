@@ -30,7 +30,7 @@ fn gpu_split_all_runs_every_op() {
     assert_eq!(child.device().ordinal(), device.ordinal());
     smaller_matrix(&mut child, &stream);
 
-    let config = Config::new().comm_name("nccl-tensor-gpu-split-all");
+    let config = Config::new().with_comm_name("nccl-tensor-gpu-split-all");
     let mut named = parent
         .split_all(Some(&config))
         .expect("split_all with a config");

@@ -32,9 +32,9 @@ pub struct Created {
     /// The unique id it was made with.
     pub id: UniqueId,
     /// Its world size.
-    pub world_size: i32,
+    pub world_size: usize,
     /// The rank of its first device.
-    pub first_rank: i32,
+    pub first_rank: usize,
 }
 
 /// A distinct, recognisable id per number.
@@ -109,8 +109,8 @@ impl CommFactory for FakeFactory {
         &self,
         key: &CommKey,
         id: UniqueId,
-        world_size: i32,
-        first_rank: i32,
+        world_size: usize,
+        first_rank: usize,
     ) -> Result<Created> {
         let created = Created {
             key: *key,

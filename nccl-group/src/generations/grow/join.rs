@@ -6,7 +6,7 @@ use std::time::Duration;
 use nccl_core::{Capabilities, Capability};
 
 use super::offer::await_place;
-use super::{arrive, as_c_int, carry, share_grow_id};
+use super::{arrive, carry, share_grow_id};
 use crate::devices::DeviceList;
 use crate::engine::cache::OnceMap;
 use crate::engine::group::ProcessGroup;
@@ -94,7 +94,7 @@ impl ProcessGroup {
                     .inner
                     .cache
                     .factory()
-                    .join_grow(local_rank, as_c_int(offer.world_size), id, as_c_int(rank))
+                    .join_grow(local_rank, offer.world_size, id, rank)
                     .inspect_err(|_error| {
                         crate::diagnostics::trace::event!(warn, error = %_error, "joining ncclCommGrow failed");
                     })

@@ -139,7 +139,7 @@ pub(crate) enum Verdict {
 /// Why the sub-groups are made lazily when a rank's communicators would
 /// share their resources.
 pub(crate) const SHARED_REASON: &str = "the parent's communicators share their resources with those \
-     split from them (Config::split_share, or NCCL_COMM_SPLIT_SHARE_RESOURCES): NCCL then gives the \
+     split from them (Config::with_split_share, or NCCL_COMM_SPLIT_SHARE_RESOURCES): NCCL then gives the \
      sub-group the parent's abort flag, so a failure, abort or drop of the sub-group would stop the \
      parent's and the other sub-groups' kernels too";
 

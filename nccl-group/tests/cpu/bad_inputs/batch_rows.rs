@@ -25,7 +25,7 @@ fn f32s(len: usize) -> BufferDesc<'static> {
     BufferDesc::contiguous(F32, len, 0)
 }
 
-fn send(len: usize, peer: i32) -> BatchEntry<'static, 'static> {
+fn send(len: usize, peer: usize) -> BatchEntry<'static, 'static> {
     BatchEntry {
         op: Op::Send { peer },
         layout: Layout::Input(f32s(len)),
@@ -33,7 +33,7 @@ fn send(len: usize, peer: i32) -> BatchEntry<'static, 'static> {
     }
 }
 
-fn recv(len: usize, peer: i32) -> BatchEntry<'static, 'static> {
+fn recv(len: usize, peer: usize) -> BatchEntry<'static, 'static> {
     BatchEntry {
         op: Op::Recv { peer },
         layout: Layout::Output(f32s(len)),
@@ -42,7 +42,7 @@ fn recv(len: usize, peer: i32) -> BatchEntry<'static, 'static> {
 }
 
 /// A receive into the cell of identity `cell`.
-fn recv_cell(len: usize, peer: i32, cell: usize) -> BatchEntry<'static, 'static> {
+fn recv_cell(len: usize, peer: usize, cell: usize) -> BatchEntry<'static, 'static> {
     BatchEntry {
         cells: [Some(cell), None],
         ..recv(len, peer)

@@ -21,61 +21,57 @@ pub fn rows() -> Vec<Row> {
         Row {
             area: "core",
             call: "Config::validate",
-            input: "cga_cluster_size(9)",
+            input: "with_cga_cluster_size(9)",
             expect: &["cga_cluster_size", "expected 0 to 8", "got 9"],
-            run: || err(Config::new().cga_cluster_size(9).validate()),
+            run: || err(Config::new().with_cga_cluster_size(9).validate()),
         },
         Row {
             area: "core",
             call: "Config::validate",
-            input: "cga_cluster_size(-1)",
+            input: "with_cga_cluster_size(-1)",
             expect: &["cga_cluster_size", "expected 0 to 8", "got -1"],
-            run: || err(Config::new().cga_cluster_size(-1).validate()),
+            run: || err(Config::new().with_cga_cluster_size(-1).validate()),
         },
         Row {
             area: "core",
             call: "Config::validate",
-            input: "ctas(0, 4)",
+            input: "with_ctas(0, 4)",
             expect: &["min_ctas", "expected at least 1", "got 0"],
-            run: || err(Config::new().ctas(0, 4).validate()),
+            run: || err(Config::new().with_ctas(0, 4).validate()),
         },
         Row {
             area: "core",
             call: "Config::validate",
-            input: "ctas(4, 2)",
+            input: "with_ctas(4, 2)",
             expect: &["max_ctas", "expected at least min_ctas", "got 2 < 4"],
-            run: || err(Config::new().ctas(4, 2).validate()),
+            run: || err(Config::new().with_ctas(4, 2).validate()),
         },
         Row {
             area: "core",
             call: "Config::validate",
-            input: "timeout(0s)",
+            input: "with_timeout(0s)",
             expect: &["timeout", "expected a positive duration", "got 0s"],
-            run: || err(Config::new().timeout(Duration::ZERO).validate()),
+            run: || err(Config::new().with_timeout(Duration::ZERO).validate()),
         },
         Row {
             area: "core",
             call: "Config::validate",
-            input: "graph_usage_mode(3)",
-            expect: &[
-                "graph_usage_mode",
-                "expected 0 (no graphs), 1 (one graph) or 2 (several graphs or a mix)",
-                "got 3",
-            ],
-            run: || err(Config::new().graph_usage_mode(3).validate()),
+            input: "with_rma_ctxs(-1)",
+            expect: &["rma_ctxs", "expected at least 0", "got -1"],
+            run: || err(Config::new().with_rma_ctxs(-1).validate()),
         },
         Row {
             area: "core",
             call: "Config::to_raw_for(2.28.3)",
-            input: "max_p2p_peers(2)",
+            input: "with_max_p2p_peers(2)",
             expect: &[
-                "Config::max_p2p_peers (ncclConfig_t's maxP2pPeers)",
+                "Config::with_max_p2p_peers (ncclConfig_t's maxP2pPeers)",
                 "needs NCCL 2.30.3",
                 "loaded libnccl is 2.28.3",
             ],
             run: || {
                 err(Config::new()
-                    .max_p2p_peers(2)
+                    .with_max_p2p_peers(2)
                     .to_raw_for(nccl_core::Version::new(2, 28, 3)))
             },
         },
@@ -88,7 +84,7 @@ pub fn rows() -> Vec<Row> {
                 "expected text without NUL bytes",
                 "got \"ib\\0\"",
             ],
-            run: || err(Config::new().net_name("ib\0").to_raw()),
+            run: || err(Config::new().with_net_name("ib\0").to_raw()),
         },
         Row {
             area: "core",
@@ -99,7 +95,7 @@ pub fn rows() -> Vec<Row> {
                 "expected text without NUL bytes",
                 "got \"a\\0b\"",
             ],
-            run: || err(Config::new().comm_name("a\0b").to_raw()),
+            run: || err(Config::new().with_comm_name("a\0b").to_raw()),
         },
         Row {
             area: "core",

@@ -55,11 +55,11 @@ pub fn rows() -> Vec<Row> {
         Row {
             area: "group",
             call: "ProcessGroup::new",
-            input: "config Config::blocking(false) with CommMode::Blocking",
+            input: "config Config::with_blocking(false) with CommMode::Blocking",
             expect: &[
                 "config",
-                "Config::blocking unset or true, as comm_mode is CommMode::Blocking",
-                "got Config::blocking(false)",
+                "Config::with_blocking unset or true, as comm_mode is CommMode::Blocking",
+                "got Config::with_blocking(false)",
             ],
             run: || {
                 err(ProcessGroup::new(
@@ -68,7 +68,7 @@ pub fn rows() -> Vec<Row> {
                     1,
                     Arc::new(InProcessStore::new()),
                     "in-process",
-                    GroupOptions::default().with_config(Config::new().blocking(false)),
+                    GroupOptions::default().with_config(Config::new().with_blocking(false)),
                 ))
             },
         },

@@ -101,12 +101,12 @@ pub fn plan<'r>(op: Op<'r>, info: &CommInfo, layout: Layout<'_>) -> Result<Plan<
 }
 
 /// A send of `buffer` to `peer`.
-pub fn send<'a>(info: &CommInfo, buffer: BufferDesc<'a>, peer: i32) -> Result<Plan<'a>> {
+pub fn send<'a>(info: &CommInfo, buffer: BufferDesc<'a>, peer: usize) -> Result<Plan<'a>> {
     plan(Op::Send { peer }, info, Layout::Input(buffer))
 }
 
 /// A receive into `buffer` from `peer`.
-pub fn recv<'a>(info: &CommInfo, buffer: BufferDesc<'a>, peer: i32) -> Result<Plan<'a>> {
+pub fn recv<'a>(info: &CommInfo, buffer: BufferDesc<'a>, peer: usize) -> Result<Plan<'a>> {
     plan(Op::Recv { peer }, info, Layout::Output(buffer))
 }
 
@@ -447,7 +447,7 @@ pub fn not_contiguous<T: Debug>(
 pub fn rank_out_of_range<T: Debug>(
     result: Result<T>,
     (op, what): (&str, &str),
-    given: i32,
+    given: usize,
     world_size: usize,
     text: &str,
 ) {
