@@ -17,7 +17,7 @@ use crate::bounds::park_a_131072_key_wait;
 use crate::wire::{
     CODE_LIMIT, PATIENCE, answers_until_closed, assert_connections_return_to, assert_serves,
     bind as bind_server, client_options, connect as connect_client, eventually, expect_refusal,
-    session_connect,
+    get_frame, session_connect, set_frame,
 };
 
 #[test]
@@ -147,8 +147,10 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
     const VALUE: usize = 256 << 10;
     const SENT: usize = 200 << 10;
     const HEAD: usize = 4 + 10;
-    // Frames of at most about 512 KiB (a compare_set of two values), at
-    // most 1 MiB of them in flight.
+    // Frames of at most about 512 KiB (a compare_set of two values); the
+    // bytes in flight are raised to eight of them, a quarter for frames
+    // being read, half of that a pool for frames past each connection's
+    // small floor.
     let server = bind_server(
         TcpStoreServerOptions::default()
             .with_max_value_len(VALUE)
@@ -157,7 +159,8 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
             .with_max_in_flight_bytes(1 << 20)
             .with_io_timeout(Duration::from_secs(2)),
     );
-    let limit = (1usize << 20).max(2 * server.max_frame_size());
+    let limit = (1usize << 20).max(8 * server.max_frame_size());
+    let (frames, pool) = (limit / 4, limit / 8);
     let addr = server.local_addr();
     // The head of a SET of a 256 KiB value, within every limit, then 200
     // KiB of the value.
@@ -183,18 +186,20 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
             raw
         })
         .collect();
-    in_flight_reaches(limit - VALUE);
+    // The pool is full once no holder can grow its buffer (by doubling)
+    // within what is left.
+    in_flight_reaches(pool - VALUE / 2);
     victim.write_all(&frame[HEAD..]).unwrap();
-    // However long they stay, the server holds no more than its limit
-    // (and one read past it).
+    // However long they stay, the server holds no more than its budget
+    // for frames being read.
     let mut most = 0;
     for _ in 0..50 {
         most = most.max(server.stats().in_flight_bytes);
         thread::sleep(Duration::from_millis(5));
     }
     assert!(
-        most <= limit + (64 << 10),
-        "{most} bytes in flight, limit {limit}"
+        most <= frames,
+        "{most} bytes in flight, {frames} for frames"
     );
     // The victim's io_timeout ends first, its frame still short of room:
     // it is refused, naming the limit. The holders' frames are closed at
@@ -208,4 +213,59 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
     assert_connections_return_to(&server, 0);
     eventually("no byte in flight", || server.stats().in_flight_bytes == 0);
     assert_serves(&server);
+}
+
+#[test]
+fn clients_holding_all_the_bytes_in_flight_they_can_hold_up_no_small_request() {
+    const UNREAD: usize = 40;
+    const SHORT: usize = 40;
+    const VALUE: usize = 8 << 20;
+    // A SET frame of 1 MiB: its opcode, key ("held") and value.
+    const SHORT_VALUE: usize = (1 << 20) - 13;
+    // Nothing is cut short by a deadline here: io_timeout is far away.
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_io_timeout(Duration::from_secs(600))
+            .with_serving_threads(2),
+    );
+    let addr = server.local_addr();
+    let honest = connect_client(&server);
+    honest.set("big", &vec![0x42; VALUE]).unwrap();
+    // Answers of 8 MiB never read, and 1 MiB frames sent but their last
+    // byte.
+    let unread: Vec<TcpStream> = (0..UNREAD)
+        .map(|_| {
+            let mut raw = session_connect(addr);
+            raw.write_all(&get_frame("big", PATIENCE)).unwrap();
+            raw
+        })
+        .collect();
+    let short: Vec<TcpStream> = thread::scope(|s| {
+        let senders: Vec<_> = (0..SHORT)
+            .map(|_| {
+                s.spawn(move || {
+                    let frame = set_frame("held", &vec![0x17; SHORT_VALUE]);
+                    let mut raw = session_connect(addr);
+                    raw.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+                    let _ = raw.write_all(&frame[..frame.len() - 1]);
+                    raw
+                })
+            })
+            .collect();
+        senders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eventually("the attackers hold 48 MiB", || {
+        server.stats().in_flight_bytes >= 48 << 20
+    });
+    // Small requests of clients old and new are served all the same.
+    for round in 0..20u32 {
+        honest.set("small", &round.to_be_bytes()).unwrap();
+        assert_eq!(honest.get("small", PATIENCE).unwrap(), round.to_be_bytes());
+    }
+    assert_serves(&server);
+    // Gone, the attackers' bytes are freed at once, not at their deadline.
+    drop(unread);
+    drop(short);
+    eventually("no byte in flight", || server.stats().in_flight_bytes == 0);
+    assert_connections_return_to(&server, 1);
 }

@@ -20,7 +20,7 @@ use super::super::wire::{Response, code};
 use super::Shared;
 use super::admission::{Admission, Slots, Source, same_host_unless_secret};
 use super::conn::{Conn, Phase, Timer};
-use super::core::{Core, DRAIN_BEFORE_HANDSHAKE, FIRST_ID, Handler, LISTENER, Reactor};
+use super::core::{Budgets, Core, DRAIN_BEFORE_HANDSHAKE, FIRST_ID, Handler, LISTENER, Reactor};
 use super::handshake::{Handshake, Step};
 use super::options::GatePriority;
 
@@ -157,7 +157,12 @@ impl GateLoop {
             u64::from_ne_bytes(seed),
         );
         Ok(GateLoop {
-            core: Core::new(Arc::clone(&shared), poll, Arc::default(), (FIRST_ID, 1)),
+            core: Core::new(
+                Arc::clone(&shared),
+                poll,
+                Arc::new(Budgets::unbounded()),
+                (FIRST_ID, 1),
+            ),
             gate: Gate {
                 shared,
                 listener: Some(listener),

@@ -74,7 +74,7 @@ mod stream;
 use std::time::Duration;
 
 pub(crate) use decode::DecodeError;
-pub(crate) use encode::Frame;
+pub(crate) use encode::{Frame, value_head};
 pub(crate) use incoming::{Incoming, IncomingError, Rules};
 pub(crate) use scan::Scan;
 pub(crate) use seal::{NONCE_LEN, Nonce, Proofs, STAMP_LEN, Session, TAG_LEN, Tag, fresh_nonce};

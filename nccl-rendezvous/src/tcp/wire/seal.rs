@@ -275,25 +275,31 @@ impl Session {
     /// Seals an outgoing frame: the client appends its stamp, then either
     /// side the tag of the payload.
     pub(crate) fn seal(&mut self, frame: Frame) -> Frame {
-        let Some(sealed) = &mut self.sealed else {
+        if self.sealed.is_none() {
             return frame;
+        }
+        let trailer = self.seal_split(frame.payload(), &[]);
+        frame.with_trailer(&trailer)
+    }
+
+    /// The seal of an outgoing frame whose payload is `head` then `tail`
+    /// (a value sent apart, not copied): what follows them on the wire,
+    /// nothing for a plain session. Its length is [`Session::outbound_overhead`].
+    pub(crate) fn seal_split(&mut self, head: &[u8], tail: &[u8]) -> Vec<u8> {
+        let Some(sealed) = &mut self.sealed else {
+            return Vec::new();
         };
-        let frame = match sealed.side {
-            Side::Client => {
-                let millis =
-                    u64::try_from(sealed.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                frame.with_trailer(&millis.to_be_bytes())
-            }
-            Side::Server => frame,
-        };
-        let tag: Tag = sealed
-            .send
-            .mac(frame.payload())
-            .finalize()
-            .into_bytes()
-            .into();
+        let mut trailer = Vec::with_capacity(STAMP_LEN + TAG_LEN);
+        if sealed.side == Side::Client {
+            let millis = u64::try_from(sealed.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            trailer.extend_from_slice(&millis.to_be_bytes());
+        }
+        let mut mac = sealed.send.mac(head);
+        mac.update(tail);
+        mac.update(&trailer);
+        trailer.extend_from_slice(&mac.finalize().into_bytes());
         sealed.send.advance();
-        frame.with_trailer(&tag)
+        trailer
     }
 
     /// Checks an incoming payload's tag (in constant time) and returns the
