@@ -470,8 +470,9 @@ impl Reactor for SessionsLoop {
     }
 }
 
-/// Opens a sealed request (or takes a plain one), refuses one stamped too
-/// long before it arrived, and decodes it within the limits.
+/// Opens a sealed request (or takes a plain one), refuses one whose stamp
+/// says its client no longer waits for it, and decodes it within the
+/// limits.
 fn open(
     session: &mut Session,
     payload: Vec<u8>,
@@ -494,18 +495,11 @@ fn open(
                 .to_owned(),
         )
     })?;
-    if let Some(stamp) = opened.stamp {
-        let lag = session.age().saturating_sub(stamp);
-        if lag > io_timeout {
-            return Err((
-                code::INTEGRITY,
-                format!(
-                    "a request arrived {lag:?} late, more than this server's io_timeout of \
-                     {io_timeout:?} after its client sent it: it was held back on the way (by a \
-                     relay?) or stuck in the client, and was not applied"
-                ),
-            ));
-        }
+    if let Some(why) = opened
+        .stamp
+        .and_then(|stamp| stamp.refusal(session.age(), io_timeout))
+    {
+        return Err((code::INTEGRITY, why));
     }
     Request::decode_within(&opened.body, limits).map_err(|e| match e {
         DecodeError::OverLimit(detail) => (code::LIMIT, detail),
