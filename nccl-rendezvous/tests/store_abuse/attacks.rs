@@ -75,54 +75,60 @@ fn connect_from(from: IpAddr, server: SocketAddr) -> std::io::Result<TcpStream> 
     Ok(TcpStream::from(fd))
 }
 
-#[test]
-fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
-    const MAX: usize = 64;
-    const ATTACKERS_PER_ADDRESS: usize = 40;
-    const RANKS: usize = 10;
-    let secret = b"ranks-only".to_vec();
-    let server = bind_server(
-        TcpStoreServerOptions::default()
-            .with_secret(secret.clone())
-            .with_max_connections(MAX),
-    );
-    let addr = server.local_addr();
-    let attacking = AtomicBool::new(true);
-    let (joined, most_open) = thread::scope(|s| {
-        // Silent peers from two addresses of their own, each reconnecting
-        // the moment the server drops it.
-        for host in [2, 3] {
-            for _ in 0..ATTACKERS_PER_ADDRESS {
-                let attacking = &attacking;
-                s.spawn(move || {
-                    let from = IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
+/// Silent peers, `per_address` from each of `addresses`, that reconnect
+/// the moment the server drops them, for as long as `attacking`.
+fn reconnecting_peers<'scope>(
+    s: &'scope thread::Scope<'scope, '_>,
+    server: SocketAddr,
+    addresses: &[IpAddr],
+    per_address: usize,
+    attacking: &'scope AtomicBool,
+) {
+    for &from in addresses {
+        for _ in 0..per_address {
+            s.spawn(move || {
+                while attacking.load(Ordering::Relaxed) {
+                    let Ok(mut stream) = connect_from(from, server) else {
+                        thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                    let mut buf = [0u8; 512];
                     while attacking.load(Ordering::Relaxed) {
-                        let Ok(mut stream) = connect_from(from, addr) else {
-                            thread::sleep(Duration::from_millis(1));
-                            continue;
-                        };
-                        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-                        let mut buf = [0u8; 512];
-                        while attacking.load(Ordering::Relaxed) {
-                            match stream.read(&mut buf) {
-                                Ok(0) => break,
-                                Ok(_) => {}
-                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                                Err(_) => break,
-                            }
+                        match stream.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
                         }
                     }
-                });
-            }
+                }
+            });
         }
+    }
+}
+
+/// How many of `ranks` ranks, one after another from 127.0.0.1 with the
+/// secret, get in and write while silent peers, `per_address` from each of
+/// `addresses`, reconnect to `server` as soon as they are dropped; and the
+/// most connections it had open meanwhile.
+fn ranks_joining(
+    server: &nccl_rendezvous::TcpStoreServer,
+    secret: &[u8],
+    ranks: usize,
+    (addresses, per_address): (&[IpAddr], usize),
+) -> (usize, usize) {
+    let attacking = AtomicBool::new(true);
+    thread::scope(|s| {
+        let addr = server.local_addr();
+        reconnecting_peers(s, addr, addresses, per_address, &attacking);
+        // The peers hold every slot they can before the ranks come.
         thread::sleep(Duration::from_millis(500));
-        let options = client_options()
-            .with_secret(secret.clone())
-            .with_connect_timeout(Duration::from_secs(5));
+        let options = client_options().with_secret(secret.to_vec());
         let mut joined = 0;
         let mut most_open = 0;
-        for rank in 0..RANKS {
-            let store = TcpStore::connect_to(addr, options.clone());
+        for rank in 0..ranks {
+            let store = TcpStore::connect_to(server.local_addr(), options.clone());
             if store
                 .and_then(|s| s.set(&format!("rank/{rank}"), b"in"))
                 .is_ok()
@@ -133,12 +139,63 @@ fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
         }
         attacking.store(false, Ordering::Relaxed);
         (joined, most_open)
-    });
+    })
+}
+
+fn loopback(host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, host))
+}
+
+#[test]
+fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
+    const MAX: usize = 64;
+    const RANKS: usize = 10;
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_secret(secret.clone())
+            .with_max_connections(MAX),
+    );
+    // Silent peers from two addresses of their own.
+    let peers = [loopback(2), loopback(3)];
+    let (joined, most_open) = ranks_joining(&server, &secret, RANKS, (&peers, 40));
     assert_eq!(
         joined, RANKS,
         "ranks that got in past the reconnecting peers"
     );
     assert!(most_open <= MAX, "{most_open} connections open");
+}
+
+#[test]
+fn silent_peers_on_the_ranks_own_address_keep_no_rank_out() {
+    const RANKS: usize = 5;
+    // The address's 8 handshake slots and 4 more peers waiting for them,
+    // all from the address the ranks connect from; default options.
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(TcpStoreServerOptions::default().with_secret(secret.clone()));
+    let (joined, _) = ranks_joining(&server, &secret, RANKS, (&[loopback(1)], 12));
+    assert_eq!(
+        joined, RANKS,
+        "ranks that got in past peers of their address"
+    );
+}
+
+#[test]
+fn silent_peers_from_more_addresses_than_the_slots_hold_keep_no_rank_out() {
+    const SLOTS: usize = 32;
+    const RANKS: usize = 5;
+    // 8 peers from each of 8 addresses: twice the handshake slots, from
+    // more than slots / 8 addresses, so the per-address cap alone leaves
+    // no slot free.
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_secret(secret.clone())
+            .with_max_unauthenticated(SLOTS),
+    );
+    let addresses: Vec<IpAddr> = (2..10).map(loopback).collect();
+    let (joined, _) = ranks_joining(&server, &secret, RANKS, (&addresses, 8));
+    assert_eq!(joined, RANKS, "ranks that got in past peers of 8 addresses");
 }
 
 #[test]

@@ -70,10 +70,17 @@ pub enum GatePriority {
 ///   most [`max_unauthenticated_per_address`](Self::max_unauthenticated_per_address)
 ///   from one address: the other slots are kept for authenticated
 ///   sessions. Past half of `max_unauthenticated`, new connections are
-///   refused at random, more often the fuller it gets; when it is full, a
-///   newcomer takes the slot of the oldest connection still in its
-///   handshake (if that one has had a second, or half the handshake
-///   timeout). A refused client retries until its connect timeout.
+///   refused at random, more often the fuller it gets. Each step of a
+///   handshake has a short deadline (500 ms, or half the handshake
+///   timeout: the client's `HELLO` from accept, its `PROOF` from the
+///   server's `HELLO`); when the slots are full, a newcomer takes the slot
+///   of a connection past its step's deadline, picked at random (of its
+///   own address when that address has all its slots). A newcomer from an
+///   address with all its slots waits, unread and first in first out, for
+///   one of them (as many wait as the address has slots; more are
+///   refused), and while every slot is taken by connections within their
+///   deadlines the server leaves newcomers in its listen queue, in order.
+///   A refused client retries until its connect timeout.
 /// - After the handshake, a request is at most [`max_frame_size`](Self::max_frame_size)
 ///   bytes, must arrive within [`io_timeout`](Self::io_timeout), and is
 ///   read as its bytes arrive (never allocated from the length a header
@@ -182,7 +189,7 @@ pub struct TcpStoreServerOptions {
     /// The most client connections open at once, in their handshake or
     /// after it. A connection over the limit is answered with an error
     /// frame naming the limit and closed (or, when some are still in their
-    /// handshake, takes the oldest one's slot); the connections already
+    /// handshake past a step's deadline, takes one's slot); the connections already
     /// open keep being served. A [`TcpStore`](crate::TcpStore) retries with
     /// backoff until its connect timeout, then fails with
     /// [`StoreError::TooManyConnections`]. A `TcpStore` uses one connection
@@ -196,7 +203,8 @@ pub struct TcpStoreServerOptions {
     /// other half is kept for authenticated sessions. Default 256.
     pub max_unauthenticated: usize,
     /// The most connections in their handshake at once from one address
-    /// (an IPv4 address, or an IPv6 /64 network). Default 8.
+    /// (an IPv4 address, or an IPv6 /64 network); as many more wait for
+    /// one of them to finish or pass its deadline. Default 8.
     pub max_unauthenticated_per_address: usize,
     /// How many threads serve the authenticated connections, each its
     /// share of them, all on one table. `None` (the default): one for
