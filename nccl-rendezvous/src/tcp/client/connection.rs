@@ -33,8 +33,9 @@ pub(super) struct Connection {
 
 impl Connection {
     /// Whether a pooled connection can no longer carry a request: too old,
-    /// or the server closed it, reset it or sent something unasked (a
-    /// server that restarted or stopped).
+    /// or closed or reset by the server (one that restarted or stopped).
+    /// Bytes the server sent unasked (a refusal) are left for the next
+    /// call to read and report.
     fn is_stale(&self) -> bool {
         if self.opened.elapsed() > MAX_CONNECTION_AGE || self.stream.set_nonblocking(true).is_err()
         {
@@ -42,8 +43,11 @@ impl Connection {
         }
         let peeked = self.stream.peek(&mut [0u8; 1]);
         let restored = self.stream.set_nonblocking(false);
-        let open = matches!(&peeked, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-        !open || restored.is_err()
+        let closed = match peeked {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        };
+        closed || restored.is_err()
     }
 }
 

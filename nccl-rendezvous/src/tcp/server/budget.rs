@@ -8,7 +8,7 @@
 //! holding all it can delays others' small requests not at all and their
 //! large ones by at most its own frame.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// One direction's bytes in flight.
 #[derive(Debug)]
@@ -21,6 +21,9 @@ pub(super) struct Budget {
     floor: usize,
     /// What connections may hold beyond their floors, together.
     pool: usize,
+    /// Counts the times a connection held less than before: who waits
+    /// for room looks again only after it changed.
+    freed: AtomicU64,
 }
 
 impl Budget {
@@ -32,6 +35,7 @@ impl Budget {
             pooled: AtomicUsize::new(0),
             floor: limit / 2 / connections.max(1),
             pool: limit - limit / 2,
+            freed: AtomicU64::new(0),
         }
     }
 
@@ -43,6 +47,7 @@ impl Budget {
             pooled: AtomicUsize::new(0),
             floor: usize::MAX,
             pool: usize::MAX,
+            freed: AtomicU64::new(0),
         }
     }
 
@@ -59,7 +64,15 @@ impl Budget {
         self.total.fetch_sub(*charged, Ordering::AcqRel);
         self.pooled.fetch_add(over(now), Ordering::AcqRel);
         self.pooled.fetch_sub(over(*charged), Ordering::AcqRel);
+        if now < *charged {
+            self.freed.fetch_add(1, Ordering::AcqRel);
+        }
         *charged = now;
+    }
+
+    /// How many times room was freed so far.
+    pub(super) fn freed(&self) -> u64 {
+        self.freed.load(Ordering::Acquire)
     }
 
     /// How many bytes a connection holding `charged` may add now: the rest

@@ -71,6 +71,9 @@ struct Sessions {
     inbox: Receiver<Conn>,
     /// This shard's parked requests completed by writes on other shards.
     completed: Receiver<usize>,
+    /// The budgets' freed room when those waiting for it last looked:
+    /// they look again only once it changed.
+    seen_freed: (u64, u64),
 }
 
 /// One sessions loop.
@@ -101,6 +104,7 @@ impl SessionsLoop {
                 unsent: VecDeque::new(),
                 inbox,
                 completed,
+                seen_freed: (0, 0),
             },
         }
     }
@@ -139,6 +143,12 @@ impl SessionsLoop {
     /// completed parked requests' answers first, oldest first, then the
     /// connections waiting to read or to run a request.
     fn resume_starved(&mut self) {
+        let budgets = &self.core.budgets;
+        let freed = (budgets.input.freed(), budgets.output.freed());
+        if freed == self.sessions.seen_freed {
+            return;
+        }
+        self.sessions.seen_freed = freed;
         let now = Instant::now();
         for id in std::mem::take(&mut self.sessions.unsent) {
             self.sessions.deliver(&mut self.core, id, now);
