@@ -45,8 +45,8 @@
 //!    and 300 ranks reading it; the server's resident memory against that
 //!    bound. Then 4 probes for `--phase-secs` idle, then as long beside a
 //!    client that holds all the bytes in flight it can (40 unread answers
-//!    of 8 MiB and 40 frames of 1 MiB sent but their last byte): the
-//!    probes' p99 over their idle p99.
+//!    of 8 MiB and 40 frames of 1 MiB sent but their last byte), three
+//!    times in turn: the probes' p99 over their idle p99, and the medians.
 //!
 //! Without torch (`python3 -c 'import torch'` fails) its rows are replaced
 //! by the line `torch: not installed here, skipped`.

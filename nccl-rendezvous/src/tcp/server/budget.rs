@@ -21,8 +21,8 @@ pub(super) struct Budget {
     floor: usize,
     /// What connections may hold beyond their floors, together.
     pool: usize,
-    /// Counts the times a connection held less than before: who waits
-    /// for room looks again only after it changed.
+    /// Counts the times a connection held less of the pool than before:
+    /// who waits for room looks again only after it changed.
     freed: AtomicU64,
 }
 
@@ -64,13 +64,14 @@ impl Budget {
         self.total.fetch_sub(*charged, Ordering::AcqRel);
         self.pooled.fetch_add(over(now), Ordering::AcqRel);
         self.pooled.fetch_sub(over(*charged), Ordering::AcqRel);
-        if now < *charged {
+        if over(now) < over(*charged) {
             self.freed.fetch_add(1, Ordering::AcqRel);
         }
         *charged = now;
     }
 
-    /// How many times room was freed so far.
+    /// How many times room in the pool was freed so far (those waiting
+    /// for room have used their floors up).
     pub(super) fn freed(&self) -> u64 {
         self.freed.load(Ordering::Acquire)
     }
