@@ -37,17 +37,19 @@ impl Connection {
     /// Bytes the server sent unasked (a refusal) are left for the next
     /// call to read and report.
     fn is_stale(&self) -> bool {
-        if self.opened.elapsed() > MAX_CONNECTION_AGE || self.stream.set_nonblocking(true).is_err()
-        {
+        use rustix::net::{RecvFlags, recv};
+        if self.opened.elapsed() > MAX_CONNECTION_AGE {
             return true;
         }
-        let peeked = self.stream.peek(&mut [0u8; 1]);
-        let restored = self.stream.set_nonblocking(false);
-        let closed = match peeked {
-            Ok(n) => n == 0,
-            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
-        };
-        closed || restored.is_err()
+        let peeked = recv(
+            &self.stream,
+            &mut [0u8; 1],
+            RecvFlags::PEEK | RecvFlags::DONTWAIT,
+        );
+        match peeked {
+            Ok((n, _)) => n == 0,
+            Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+        }
     }
 }
 
