@@ -259,9 +259,10 @@ pub enum StoreError {
         message: String,
     },
 
-    /// An operating-system I/O error (the `source()`), with what was being
-    /// done.
-    #[error("{context}")]
+    /// An operating-system I/O error (also the `source()`), with what was
+    /// being done: the message names both, so a log line that prints only
+    /// the error says why ("No space left on device").
+    #[error("{context}: {source}")]
     Io {
         /// What was being done (and on which file or address).
         context: String,
@@ -549,6 +550,21 @@ mod tests {
         assert!(msg.contains("1.5s"), "{msg}");
         assert!(msg.contains("likely causes"), "{msg}");
         assert!(e.is_timeout());
+    }
+
+    #[test]
+    fn io_message_names_the_operating_systems_error() {
+        // ENOSPC: what a full disk gives a file store's write.
+        let e = StoreError::io(
+            "writing the file store's entry",
+            io::Error::from_raw_os_error(28),
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("writing the file store's entry: ")
+                && msg.contains("No space left on device"),
+            "{msg}"
+        );
     }
 
     #[test]

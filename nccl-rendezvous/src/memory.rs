@@ -40,10 +40,11 @@ pub(crate) struct OverQuota(pub(crate) String);
 
 /// The keys and values of a store, within a [`Quota`]: what the
 /// in-process [`Table`] guards with its mutex, and what the TCP server's
-/// event loop owns alone.
+/// event loop owns alone. Values are shared (`Arc`), so that the server's
+/// answers of one value, to any number of clients, hold it once.
 #[derive(Debug)]
 pub(crate) struct Entries {
-    map: HashMap<String, Vec<u8>>,
+    map: HashMap<String, Arc<[u8]>>,
     /// Bytes of keys plus values in `map`.
     bytes: usize,
     quota: Quota,
@@ -60,7 +61,12 @@ impl Entries {
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<&[u8]> {
-        self.map.get(key).map(Vec::as_slice)
+        self.map.get(key).map(|value| &**value)
+    }
+
+    /// The value of `key`, shared.
+    pub(crate) fn shared(&self, key: &str) -> Option<Arc<[u8]>> {
+        self.map.get(key).cloned()
     }
 
     pub(crate) fn contains(&self, key: &str) -> bool {
@@ -96,7 +102,7 @@ impl Entries {
             )));
         }
         self.bytes = bytes;
-        self.map.insert(key.to_owned(), value);
+        self.map.insert(key.to_owned(), value.into());
         Ok(())
     }
 

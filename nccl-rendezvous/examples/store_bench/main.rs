@@ -38,9 +38,20 @@
 //!    probes, the server's process) off it: attackers on a machine of
 //!    their own, as far as one host can stand in for that.
 //!
+//! 4. This crate's server only, without a secret and with its default
+//!    `max_in_flight_bytes` (256 MiB), facing heavy clients of its own
+//!    protocol (`heavy`): 600 clients waiting for one key that never read
+//!    the 2 MiB value a write then gives them, beside 8 ranks reading it,
+//!    and 300 ranks reading it; the server's resident memory against that
+//!    bound. Then 4 probes for `--phase-secs` idle, then as long beside a
+//!    client that holds all the bytes in flight it can (40 unread answers
+//!    of 8 MiB and 40 frames of 1 MiB sent but their last byte), three
+//!    times in turn: the probes' p99 over their idle p99, and the medians.
+//!
 //! Without torch (`python3 -c 'import torch'` fails) its rows are replaced
 //! by the line `torch: not installed here, skipped`.
 
+mod heavy;
 mod load;
 mod servers;
 
@@ -104,8 +115,10 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1).peekable();
     if args.peek().map(String::as_str) == Some(servers::SERVE_ARG) {
-        let idle_gate = args.any(|arg| arg == servers::IDLE_GATE_ARG);
-        return match servers::serve(idle_gate) {
+        let flags: Vec<String> = args.collect();
+        let idle_gate = flags.iter().any(|arg| arg == servers::IDLE_GATE_ARG);
+        let plain = flags.iter().any(|arg| arg == servers::PLAIN_ARG);
+        return match servers::serve(idle_gate, plain) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("store_bench serve: {e}");
@@ -247,7 +260,7 @@ fn run(args: &Args) -> Result<(), String> {
     ] {
         print_phase(name, phase, idle_p99, args.phase);
     }
-    Ok(())
+    heavy::run(args.phase)
 }
 
 fn print_phase(name: &str, phase: &mut Phase, idle_p99: Duration, length: Duration) {

@@ -18,6 +18,9 @@ pub const SECRET: &[u8] = b"store-bench-secret";
 pub const SERVE_ARG: &str = "serve";
 /// The child role's flag for `GatePriority::Idle`.
 pub const IDLE_GATE_ARG: &str = "--gate-idle";
+/// The child role's flag for a server without a secret (its clients, raw
+/// ones among them, speak the protocol unsealed).
+pub const PLAIN_ARG: &str = "--plain";
 const TORCH_SERVER: &str = include_str!("torch_server.py");
 
 /// Which server a child process runs.
@@ -50,16 +53,19 @@ pub fn torch_available() -> bool {
 }
 
 /// The child role: serves until stdin closes, after printing the port;
-/// its gate under `SCHED_IDLE` when `idle_gate`.
-pub fn serve(idle_gate: bool) -> Result<(), Box<dyn std::error::Error>> {
+/// its gate under `SCHED_IDLE` when `idle_gate`, without a secret when
+/// `plain`.
+pub fn serve(idle_gate: bool, plain: bool) -> Result<(), Box<dyn std::error::Error>> {
     let gate = match idle_gate {
         true => GatePriority::Idle,
         false => GatePriority::Lowered,
     };
-    let options = TcpStoreServerOptions::default()
-        .with_secret(SECRET.to_vec())
+    let mut options = TcpStoreServerOptions::default()
         .with_max_connections(65536)
         .with_gate_priority(gate);
+    if !plain {
+        options = options.with_secret(SECRET.to_vec());
+    }
     let server = TcpStoreServer::bind("127.0.0.1:0", options)?;
     println!("{}", server.local_addr().port());
     std::io::stdout().flush()?;
@@ -83,6 +89,8 @@ pub struct Sample {
 pub struct ServerProcess {
     pub kind: Kind,
     pub port: u16,
+    /// Ours, without a secret.
+    plain: bool,
     child: Child,
     stdin: Option<ChildStdin>,
 }
@@ -91,6 +99,15 @@ impl ServerProcess {
     /// Starts a server of `kind` (ours with its gate under `SCHED_IDLE`
     /// when `idle_gate`) and waits for its port.
     pub fn start(kind: Kind, idle_gate: bool) -> Result<Self, String> {
+        Self::start_with(kind, idle_gate, false)
+    }
+
+    /// Starts our server without a secret, for raw clients.
+    pub fn start_plain() -> Result<Self, String> {
+        Self::start_with(Kind::Ours, false, true)
+    }
+
+    fn start_with(kind: Kind, idle_gate: bool, plain: bool) -> Result<Self, String> {
         let mut command = match kind {
             Kind::Ours => {
                 let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -98,6 +115,9 @@ impl ServerProcess {
                 command.arg(SERVE_ARG);
                 if idle_gate {
                     command.arg(IDLE_GATE_ARG);
+                }
+                if plain {
+                    command.arg(PLAIN_ARG);
                 }
                 command
             }
@@ -126,6 +146,7 @@ impl ServerProcess {
         Ok(ServerProcess {
             kind,
             port,
+            plain,
             child,
             stdin,
         })
@@ -167,8 +188,11 @@ impl ServerProcess {
         let patience = Duration::from_secs(60);
         match self.kind {
             Kind::Ours => {
-                let options = TcpStoreOptions::default()
-                    .with_secret(SECRET.to_vec())
+                let mut options = TcpStoreOptions::default();
+                if !self.plain {
+                    options = options.with_secret(SECRET.to_vec());
+                }
+                let options = options
                     .with_timeout(patience)
                     .with_connect_timeout(patience)
                     .with_io_margin(patience);

@@ -343,7 +343,35 @@ fn a_set_a_relay_holds_back_past_the_io_timeout_is_refused_unapplied() {
     // set and closed.
     let (_, server_side) = capture.recv_timeout(PATIENCE * 3).unwrap();
     assert!(
-        contains(&server_side, b"late"),
+        contains(&server_side, b"held back"),
+        "the server says why it refused: {server_side:02x?}"
+    );
+    assert_eq!(
+        direct.get("uid", PATIENCE).unwrap(),
+        b"fresh",
+        "the held-back set rolled the value back"
+    );
+}
+
+#[test]
+fn a_set_held_back_past_its_clients_patience_is_refused_unapplied_within_io_timeout() {
+    // The server's io_timeout is its default (30 s); the client gives up
+    // after 300 ms, and the relay releases the set after 1.5 s, well
+    // within io_timeout, after the client wrote again on another
+    // connection.
+    let margin = Duration::from_millis(300);
+    let server = server();
+    let direct = TcpStore::connect_to(server.local_addr(), options()).unwrap();
+    direct.set("uid", b"first").unwrap();
+    let (relay_addr, capture) = relay(server.local_addr(), Meddle::DelayWrite(2, margin * 5));
+    let late = TcpStore::connect_to(relay_addr, options().with_io_margin(margin)).unwrap();
+    let err = late.set("uid", b"stale").unwrap_err();
+    assert!(matches!(err, StoreError::Unresponsive { .. }), "{err:?}");
+    direct.set("uid", b"fresh").unwrap();
+    drop(late);
+    let (_, server_side) = capture.recv_timeout(PATIENCE * 3).unwrap();
+    assert!(
+        contains(&server_side, b"its client waits"),
         "the server says why it refused: {server_side:02x?}"
     );
     assert_eq!(

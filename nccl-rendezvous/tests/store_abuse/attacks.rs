@@ -17,7 +17,7 @@ use crate::bounds::park_a_131072_key_wait;
 use crate::wire::{
     CODE_LIMIT, PATIENCE, answers_until_closed, assert_connections_return_to, assert_serves,
     bind as bind_server, client_options, connect as connect_client, eventually, expect_refusal,
-    session_connect,
+    get_frame, session_connect, set_frame,
 };
 
 #[test]
@@ -75,54 +75,60 @@ fn connect_from(from: IpAddr, server: SocketAddr) -> std::io::Result<TcpStream> 
     Ok(TcpStream::from(fd))
 }
 
-#[test]
-fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
-    const MAX: usize = 64;
-    const ATTACKERS_PER_ADDRESS: usize = 40;
-    const RANKS: usize = 10;
-    let secret = b"ranks-only".to_vec();
-    let server = bind_server(
-        TcpStoreServerOptions::default()
-            .with_secret(secret.clone())
-            .with_max_connections(MAX),
-    );
-    let addr = server.local_addr();
-    let attacking = AtomicBool::new(true);
-    let (joined, most_open) = thread::scope(|s| {
-        // Silent peers from two addresses of their own, each reconnecting
-        // the moment the server drops it.
-        for host in [2, 3] {
-            for _ in 0..ATTACKERS_PER_ADDRESS {
-                let attacking = &attacking;
-                s.spawn(move || {
-                    let from = IpAddr::V4(Ipv4Addr::new(127, 0, 0, host));
+/// Silent peers, `per_address` from each of `addresses`, that reconnect
+/// the moment the server drops them, for as long as `attacking`.
+fn reconnecting_peers<'scope>(
+    s: &'scope thread::Scope<'scope, '_>,
+    server: SocketAddr,
+    addresses: &[IpAddr],
+    per_address: usize,
+    attacking: &'scope AtomicBool,
+) {
+    for &from in addresses {
+        for _ in 0..per_address {
+            s.spawn(move || {
+                while attacking.load(Ordering::Relaxed) {
+                    let Ok(mut stream) = connect_from(from, server) else {
+                        thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                    let mut buf = [0u8; 512];
                     while attacking.load(Ordering::Relaxed) {
-                        let Ok(mut stream) = connect_from(from, addr) else {
-                            thread::sleep(Duration::from_millis(1));
-                            continue;
-                        };
-                        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-                        let mut buf = [0u8; 512];
-                        while attacking.load(Ordering::Relaxed) {
-                            match stream.read(&mut buf) {
-                                Ok(0) => break,
-                                Ok(_) => {}
-                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                                Err(_) => break,
-                            }
+                        match stream.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(_) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(_) => break,
                         }
                     }
-                });
-            }
+                }
+            });
         }
+    }
+}
+
+/// How many of `ranks` ranks, one after another from 127.0.0.1 with the
+/// secret, get in and write while silent peers, `per_address` from each of
+/// `addresses`, reconnect to `server` as soon as they are dropped; and the
+/// most connections it had open meanwhile.
+fn ranks_joining(
+    server: &nccl_rendezvous::TcpStoreServer,
+    secret: &[u8],
+    ranks: usize,
+    (addresses, per_address): (&[IpAddr], usize),
+) -> (usize, usize) {
+    let attacking = AtomicBool::new(true);
+    thread::scope(|s| {
+        let addr = server.local_addr();
+        reconnecting_peers(s, addr, addresses, per_address, &attacking);
+        // The peers hold every slot they can before the ranks come.
         thread::sleep(Duration::from_millis(500));
-        let options = client_options()
-            .with_secret(secret.clone())
-            .with_connect_timeout(Duration::from_secs(5));
+        let options = client_options().with_secret(secret.to_vec());
         let mut joined = 0;
         let mut most_open = 0;
-        for rank in 0..RANKS {
-            let store = TcpStore::connect_to(addr, options.clone());
+        for rank in 0..ranks {
+            let store = TcpStore::connect_to(server.local_addr(), options.clone());
             if store
                 .and_then(|s| s.set(&format!("rank/{rank}"), b"in"))
                 .is_ok()
@@ -133,7 +139,26 @@ fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
         }
         attacking.store(false, Ordering::Relaxed);
         (joined, most_open)
-    });
+    })
+}
+
+fn loopback(host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, host))
+}
+
+#[test]
+fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
+    const MAX: usize = 64;
+    const RANKS: usize = 10;
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_secret(secret.clone())
+            .with_max_connections(MAX),
+    );
+    // Silent peers from two addresses of their own.
+    let peers = [loopback(2), loopback(3)];
+    let (joined, most_open) = ranks_joining(&server, &secret, RANKS, (&peers, 40));
     assert_eq!(
         joined, RANKS,
         "ranks that got in past the reconnecting peers"
@@ -142,13 +167,47 @@ fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
 }
 
 #[test]
+fn silent_peers_on_the_ranks_own_address_keep_no_rank_out() {
+    const RANKS: usize = 5;
+    // The address's 8 handshake slots and 4 more peers waiting for them,
+    // all from the address the ranks connect from; default options.
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(TcpStoreServerOptions::default().with_secret(secret.clone()));
+    let (joined, _) = ranks_joining(&server, &secret, RANKS, (&[loopback(1)], 12));
+    assert_eq!(
+        joined, RANKS,
+        "ranks that got in past peers of their address"
+    );
+}
+
+#[test]
+fn silent_peers_from_more_addresses_than_the_slots_hold_keep_no_rank_out() {
+    const SLOTS: usize = 32;
+    const RANKS: usize = 5;
+    // 8 peers from each of 8 addresses: twice the handshake slots, from
+    // more than slots / 8 addresses, so the per-address cap alone leaves
+    // no slot free.
+    let secret = b"ranks-only".to_vec();
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_secret(secret.clone())
+            .with_max_unauthenticated(SLOTS),
+    );
+    let addresses: Vec<IpAddr> = (2..10).map(loopback).collect();
+    let (joined, _) = ranks_joining(&server, &secret, RANKS, (&addresses, 8));
+    assert_eq!(joined, RANKS, "ranks that got in past peers of 8 addresses");
+}
+
+#[test]
 fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
     const HOLDERS: usize = 5;
     const VALUE: usize = 256 << 10;
     const SENT: usize = 200 << 10;
     const HEAD: usize = 4 + 10;
-    // Frames of at most about 512 KiB (a compare_set of two values), at
-    // most 1 MiB of them in flight.
+    // Frames of at most about 512 KiB (a compare_set of two values); the
+    // bytes in flight are raised to eight of them, a quarter for frames
+    // being read, half of that a pool for frames past each connection's
+    // small floor.
     let server = bind_server(
         TcpStoreServerOptions::default()
             .with_max_value_len(VALUE)
@@ -157,7 +216,8 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
             .with_max_in_flight_bytes(1 << 20)
             .with_io_timeout(Duration::from_secs(2)),
     );
-    let limit = (1usize << 20).max(2 * server.max_frame_size());
+    let limit = (1usize << 20).max(8 * server.max_frame_size());
+    let (frames, pool) = (limit / 4, limit / 8);
     let addr = server.local_addr();
     // The head of a SET of a 256 KiB value, within every limit, then 200
     // KiB of the value.
@@ -183,18 +243,20 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
             raw
         })
         .collect();
-    in_flight_reaches(limit - VALUE);
+    // The pool is full once no holder can grow its buffer (by doubling)
+    // within what is left.
+    in_flight_reaches(pool - VALUE / 2);
     victim.write_all(&frame[HEAD..]).unwrap();
-    // However long they stay, the server holds no more than its limit
-    // (and one read past it).
+    // However long they stay, the server holds no more than its budget
+    // for frames being read.
     let mut most = 0;
     for _ in 0..50 {
         most = most.max(server.stats().in_flight_bytes);
         thread::sleep(Duration::from_millis(5));
     }
     assert!(
-        most <= limit + (64 << 10),
-        "{most} bytes in flight, limit {limit}"
+        most <= frames,
+        "{most} bytes in flight, {frames} for frames"
     );
     // The victim's io_timeout ends first, its frame still short of room:
     // it is refused, naming the limit. The holders' frames are closed at
@@ -208,4 +270,59 @@ fn frames_in_progress_hold_at_most_the_in_flight_bytes() {
     assert_connections_return_to(&server, 0);
     eventually("no byte in flight", || server.stats().in_flight_bytes == 0);
     assert_serves(&server);
+}
+
+#[test]
+fn clients_holding_all_the_bytes_in_flight_they_can_hold_up_no_small_request() {
+    const UNREAD: usize = 40;
+    const SHORT: usize = 40;
+    const VALUE: usize = 8 << 20;
+    // A SET frame of 1 MiB: its opcode, key ("held") and value.
+    const SHORT_VALUE: usize = (1 << 20) - 13;
+    // Nothing is cut short by a deadline here: io_timeout is far away.
+    let server = bind_server(
+        TcpStoreServerOptions::default()
+            .with_io_timeout(Duration::from_secs(600))
+            .with_serving_threads(2),
+    );
+    let addr = server.local_addr();
+    let honest = connect_client(&server);
+    honest.set("big", &vec![0x42; VALUE]).unwrap();
+    // Answers of 8 MiB never read, and 1 MiB frames sent but their last
+    // byte.
+    let unread: Vec<TcpStream> = (0..UNREAD)
+        .map(|_| {
+            let mut raw = session_connect(addr);
+            raw.write_all(&get_frame("big", PATIENCE)).unwrap();
+            raw
+        })
+        .collect();
+    let short: Vec<TcpStream> = thread::scope(|s| {
+        let senders: Vec<_> = (0..SHORT)
+            .map(|_| {
+                s.spawn(move || {
+                    let frame = set_frame("held", &vec![0x17; SHORT_VALUE]);
+                    let mut raw = session_connect(addr);
+                    raw.set_write_timeout(Some(Duration::from_secs(1))).unwrap();
+                    let _ = raw.write_all(&frame[..frame.len() - 1]);
+                    raw
+                })
+            })
+            .collect();
+        senders.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eventually("the attackers hold 48 MiB", || {
+        server.stats().in_flight_bytes >= 48 << 20
+    });
+    // Small requests of clients old and new are served all the same.
+    for round in 0..20u32 {
+        honest.set("small", &round.to_be_bytes()).unwrap();
+        assert_eq!(honest.get("small", PATIENCE).unwrap(), round.to_be_bytes());
+    }
+    assert_serves(&server);
+    // Gone, the attackers' bytes are freed at once, not at their deadline.
+    drop(unread);
+    drop(short);
+    eventually("no byte in flight", || server.stats().in_flight_bytes == 0);
+    assert_connections_return_to(&server, 1);
 }

@@ -1,7 +1,9 @@
 //! The server's own memory and CPU time under attack, read from a child
 //! process that runs nothing but the server: unauthenticated floods, a
-//! 12 M-key `wait`, frames whose fields do not add up to their length, and
-//! a parked `wait` for 131072 keys while others write.
+//! 12 M-key `wait`, frames whose fields do not add up to their length, a
+//! parked `wait` for 131072 keys while others write or delete its keys,
+//! waits filling their share, and 600 clients that never read the value
+//! they wait for.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
@@ -13,7 +15,7 @@ use nccl_rendezvous::{Store, StoreError, TcpStore, TcpStoreOptions};
 
 use crate::child::{ChildServer, Settings};
 use crate::wire::{
-    PATIENCE, SET, answers_until_closed, client_options, session_connect, wait_frame,
+    PATIENCE, SET, answers_until_closed, client_options, get_frame, session_connect, wait_frame,
 };
 
 const SECRET: &str = "memory-bounds";
@@ -39,6 +41,7 @@ fn unauthenticated_floods_and_a_12m_key_wait_cost_the_server_little_memory() {
     const RSS_GROWTH_BOUND: usize = 16 << 20;
     let server = ChildServer::start(Settings {
         secret: Some(SECRET),
+        ..Settings::default()
     });
     let addr = server.addr;
     let probe = TcpStore::connect_to(addr, secret_options()).unwrap();
@@ -177,4 +180,156 @@ fn idle_connections_hold_no_thread_of_their_own() {
         "the server's threads with 1 and with {} connections",
         CLIENTS + 1
     );
+}
+
+/// The most resident memory the child reaches over `samples` samples 20 ms
+/// apart, beyond `before`.
+fn growth_over(server: &ChildServer, before: usize, samples: usize) -> usize {
+    (0..samples)
+        .map(|_| {
+            thread::sleep(Duration::from_millis(20));
+            server.sample().rss_bytes.saturating_sub(before)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn six_hundred_unread_gets_of_a_2_mib_value_stay_within_the_in_flight_bound() {
+    const WAITERS: usize = 600;
+    const VALUE: usize = 2 << 20;
+    // Frames of about 4 MiB (a compare_set of two values): 32 MiB is the
+    // least the server takes, eight of them.
+    const BOUND: usize = 32 << 20;
+    let server = ChildServer::start(Settings {
+        max_in_flight_bytes: Some(BOUND),
+        max_value_len: Some(VALUE),
+        ..Settings::default()
+    });
+    let store = TcpStore::connect_to(server.addr, client_options()).unwrap();
+    store.set("warm", b"up").unwrap();
+    let before = server.sample().rss_bytes;
+    // Clients that wait for the value and never read their answers.
+    let waiters: Vec<TcpStream> = (0..WAITERS)
+        .map(|_| {
+            let mut raw = session_connect(server.addr);
+            raw.write_all(&get_frame("blob", Duration::from_secs(600)))
+                .unwrap();
+            raw
+        })
+        .collect();
+    // Let the server take every request in before the value comes.
+    thread::sleep(Duration::from_millis(500));
+    let value = vec![0x5a_u8; VALUE];
+    store.set("blob", &value).unwrap();
+    // Honest ranks get the value beside them, as room frees.
+    let honest: Vec<Vec<u8>> = thread::scope(|s| {
+        let readers: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    let reader = TcpStore::connect_to(server.addr, client_options()).unwrap();
+                    reader.get("blob", PATIENCE).unwrap()
+                })
+            })
+            .collect();
+        readers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert!(honest.iter().all(|got| *got == value));
+    let grown = growth_over(&server, before, 25);
+    assert!(
+        grown <= BOUND,
+        "the server's resident memory grew by {} MiB with {WAITERS} unread answers of a 2 MiB \
+         value, over its max_in_flight_bytes of {} MiB",
+        grown >> 20,
+        BOUND >> 20
+    );
+    drop(waiters);
+}
+
+#[test]
+fn waits_filling_their_share_cost_no_more_than_they_are_charged() {
+    // Half of 32 MiB for parked requests: waits of 16384 keys of 24 bytes
+    // until the server refuses one.
+    const BOUND: usize = 32 << 20;
+    const KEYS: usize = 16_384;
+    let server = ChildServer::start(Settings {
+        max_in_flight_bytes: Some(BOUND),
+        max_value_len: Some(1 << 20),
+        ..Settings::default()
+    });
+    let store = TcpStore::connect_to(server.addr, client_options()).unwrap();
+    store.set("warm", b"up").unwrap();
+    let before = server.sample().rss_bytes;
+    let mut parked = Vec::new();
+    let refusal = loop {
+        assert!(parked.len() < 64, "the server never refused a wait");
+        let keys: Vec<String> = (0..KEYS)
+            .map(|i| format!("never/{:03}/{i:014}", parked.len()))
+            .collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut raw = session_connect(server.addr);
+        raw.write_all(&wait_frame(&keys, Duration::from_secs(600)))
+            .unwrap();
+        raw.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let mut first = [0u8; 5];
+        match std::io::Read::read_exact(&mut raw, &mut first) {
+            // Refused: an error frame.
+            Ok(()) => break first,
+            // Parked: no answer.
+            Err(_) => parked.push(raw),
+        }
+    };
+    assert_eq!(refusal[4], 0x9f, "an error frame: {refusal:02x?}");
+    let grown = growth_over(&server, before, 10);
+    assert!(
+        grown <= BOUND / 2 + (4 << 20),
+        "{} parked waits of {KEYS} keys took {} MiB of the server's memory, charged at most {} \
+         MiB",
+        parked.len(),
+        grown >> 20,
+        BOUND >> 21
+    );
+}
+
+#[test]
+fn deleting_and_setting_the_keys_of_a_parked_wait_never_rescans_it() {
+    const KEYS: usize = 32_768;
+    const ROUNDS: usize = 200;
+    // 500 µs of the server's CPU a round of four requests: far above what
+    // the requests cost, far below a scan of 32768 keys on each write.
+    const CPU_BOUND: Duration = Duration::from_millis(ROUNDS as u64 / 2);
+    let server = ChildServer::start(Settings::default());
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("k/{i:06}")).collect();
+    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut waiter = session_connect(server.addr);
+    waiter
+        .write_all(&wait_frame(&key_refs, Duration::from_secs(600)))
+        .unwrap();
+    let store = TcpStore::connect_to(server.addr, client_options()).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    // Every key but the first: the wait misses one.
+    for key in &keys[1..] {
+        store.set(key, b"").unwrap();
+    }
+    let before = server.sample();
+    for _ in 0..ROUNDS {
+        // Its last missing key arrives while another was deleted, both
+        // ways round.
+        store.delete(&keys[1]).unwrap();
+        store.set(&keys[0], b"").unwrap();
+        store.delete(&keys[0]).unwrap();
+        store.set(&keys[1], b"").unwrap();
+    }
+    let spent = server.sample().cpu.saturating_sub(before.cpu);
+    assert!(
+        spent < CPU_BOUND,
+        "{ROUNDS} rounds of deletes and sets of a {KEYS}-key wait's keys cost the server \
+         {spent:?} of CPU"
+    );
+    // Still parked: its first key is missing.
+    waiter
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    assert!(std::io::Read::read(&mut waiter, &mut [0u8; 1]).is_err());
 }

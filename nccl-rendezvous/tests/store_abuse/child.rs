@@ -20,20 +20,37 @@ const ADDR_LINE: &str = "CHILD_SERVER_ADDR=";
 pub struct Settings {
     /// The secret every client must hold.
     pub secret: Option<&'static str>,
+    /// `TcpStoreServerOptions::max_in_flight_bytes`.
+    pub max_in_flight_bytes: Option<usize>,
+    /// `TcpStoreServerOptions::max_value_len`.
+    pub max_value_len: Option<usize>,
 }
 
 impl Settings {
     fn encode(self) -> String {
-        self.secret.map_or(String::new(), |s| format!("secret={s}"))
+        let mut fields = Vec::new();
+        if let Some(secret) = self.secret {
+            fields.push(format!("secret={secret}"));
+        }
+        if let Some(bytes) = self.max_in_flight_bytes {
+            fields.push(format!("max_in_flight_bytes={bytes}"));
+        }
+        if let Some(bytes) = self.max_value_len {
+            fields.push(format!("max_value_len={bytes}"));
+        }
+        fields.join(",")
     }
 
     fn options(spec: &str) -> TcpStoreServerOptions {
         let mut options = TcpStoreServerOptions::default();
         for (name, value) in spec.split(',').filter_map(|kv| kv.split_once('=')) {
-            match name {
-                "secret" => options = options.with_secret(value.as_bytes().to_vec()),
+            let number = || value.parse::<usize>().unwrap();
+            options = match name {
+                "secret" => options.with_secret(value.as_bytes().to_vec()),
+                "max_in_flight_bytes" => options.with_max_in_flight_bytes(number()),
+                "max_value_len" => options.with_max_value_len(number()),
                 other => panic!("unknown child server setting {other:?}"),
-            }
+            };
         }
         options
     }

@@ -155,12 +155,12 @@ pub fn raw_connect(addr: SocketAddr) -> TcpStream {
     TcpStream::connect(addr).expect("a raw connection to the server")
 }
 
-/// A client's `HELLO` without a secret: magic, version 4, a nonce, no
+/// A client's `HELLO` without a secret: magic, version 5, a nonce, no
 /// secret.
 fn hello() -> Vec<u8> {
     let mut hello = vec![HELLO];
     hello.extend_from_slice(b"NCRS");
-    hello.extend_from_slice(&4u16.to_be_bytes());
+    hello.extend_from_slice(&5u16.to_be_bytes());
     hello.extend_from_slice(&[0x42; 32]);
     hello.push(0);
     frame(&hello)
@@ -183,7 +183,7 @@ fn exchange_hellos(raw: &mut TcpStream) -> [u8; 4 + 68] {
 pub fn handshake(raw: &mut TcpStream) {
     let answer = exchange_hellos(raw);
     assert_eq!(answer[..4], 68u32.to_be_bytes(), "{answer:02x?}");
-    assert_eq!(answer[4..7], [RESP_HELLO, 0, 4], "{answer:02x?}");
+    assert_eq!(answer[4..7], [RESP_HELLO, 0, 5], "{answer:02x?}");
     assert_eq!(answer[4 + 67], 0, "no proof without a secret");
 }
 
@@ -196,7 +196,7 @@ pub fn session_connect(addr: SocketAddr) -> TcpStream {
         let mut raw = raw_connect(addr);
         let answer = exchange_hellos(&mut raw);
         if answer[4..6] != [RESP_ERROR, CODE_TOO_MANY_CONNECTIONS] {
-            assert_eq!(answer[4..7], [RESP_HELLO, 0, 4], "{answer:02x?}");
+            assert_eq!(answer[4..7], [RESP_HELLO, 0, 5], "{answer:02x?}");
             return raw;
         }
         assert!(start.elapsed() < PATIENCE, "refused for {PATIENCE:?}");

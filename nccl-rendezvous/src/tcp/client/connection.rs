@@ -6,7 +6,7 @@
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::TcpStore;
 use super::handshake::{HandshakeError, client_handshake};
@@ -16,6 +16,10 @@ use crate::{Deadline, MAX_WAIT, Result, StoreError};
 
 /// Idle connections kept for reuse.
 const MAX_IDLE: usize = 4;
+/// An idle connection older than this is closed rather than reused: the
+/// stamps of its requests measure from its handshake, and two hosts'
+/// monotonic clocks drift apart (by up to 500 ppm, 0.3 s in 10 minutes).
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
 /// The longest single connection attempt, and the backoff cap.
 const MAX_ATTEMPT: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -24,6 +28,51 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 pub(super) struct Connection {
     stream: TcpStream,
     session: Session,
+    opened: Instant,
+}
+
+impl Connection {
+    /// Whether a pooled connection can no longer carry a request: too old,
+    /// or closed or reset by the server (one that restarted or stopped).
+    /// Bytes the server sent unasked (a refusal) are left for the next
+    /// call to read and report.
+    fn is_stale(&self) -> bool {
+        use rustix::net::{RecvFlags, recv};
+        if self.opened.elapsed() > MAX_CONNECTION_AGE {
+            return true;
+        }
+        let peeked = recv(
+            &self.stream,
+            &mut [0u8; 1],
+            RecvFlags::PEEK | RecvFlags::DONTWAIT,
+        );
+        match peeked {
+            Ok((n, _)) => n == 0,
+            Err(e) => e != rustix::io::Errno::AGAIN && e != rustix::io::Errno::INTR,
+        }
+    }
+}
+
+/// Why an exchange failed.
+enum Failed {
+    /// The connection closed before any answer: the server was gone (a
+    /// pooled connection it closed as it went), not refusing.
+    Unanswered(StoreError),
+    Other(StoreError),
+}
+
+impl Failed {
+    fn into_error(self) -> StoreError {
+        match self {
+            Failed::Unanswered(e) | Failed::Other(e) => e,
+        }
+    }
+}
+
+impl From<StoreError> for Failed {
+    fn from(e: StoreError) -> Self {
+        Failed::Other(e)
+    }
 }
 
 /// Why one round of connection attempts failed.
@@ -166,7 +215,14 @@ impl TcpStore {
         })?;
         let op = "the handshake";
         match client_handshake(&mut stream, self.options.secret.as_deref()) {
-            Ok((session, limits)) => Ok((Connection { stream, session }, limits)),
+            Ok((session, limits)) => Ok((
+                Connection {
+                    stream,
+                    session,
+                    opened: Instant::now(),
+                },
+                limits,
+            )),
             Err(HandshakeError::Refused(response)) => match self.remote_error(op, response) {
                 full @ StoreError::TooManyConnections { .. } => Err(AttemptError::Full(full)),
                 // The server is shutting down: another may take its port.
@@ -212,15 +268,18 @@ impl TcpStore {
         self.options.io_margin.max(Duration::from_millis(1))
     }
 
-    /// Takes an idle connection or opens a new one: the server was up when
-    /// this store connected, so only a full server is waited for (within
-    /// the connect timeout).
-    fn checkout(&self) -> Result<Connection> {
-        if let Some(connection) = self.idle().pop() {
-            return Ok(connection);
+    /// Takes an idle connection (whether it was one) or opens a new one:
+    /// the server was up when this store connected, so only a full server
+    /// is waited for (within the connect timeout). Idle connections the
+    /// server has closed meanwhile are dropped.
+    fn checkout(&self) -> Result<(Connection, bool)> {
+        while let Some(connection) = self.idle().pop() {
+            if !connection.is_stale() {
+                return Ok((connection, true));
+            }
         }
         let (connection, _) = self.connect_with_retry(self.options.connect_timeout, false)?;
-        Ok(connection)
+        Ok((connection, false))
     }
 
     pub(super) fn checkin(&self, connection: Connection) {
@@ -231,12 +290,14 @@ impl TcpStore {
     }
 
     /// Sends `request` and returns the answer. `wait` is how long the server
-    /// may legitimately take (a `get`'s timeout); the read timeout adds the
-    /// I/O margin.
+    /// may legitimately take (a `get`'s timeout); the client waits that and
+    /// the I/O margin for the whole exchange, and seals that patience in the
+    /// request. A read (`get`, `try_get`, `wait`) whose pooled connection
+    /// turns out closed is sent once more on a fresh one: the server closed
+    /// it between the look at it and the request.
     pub(super) fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
-        let frame = request.encode();
-        let mut connection = self.checkout()?;
-        let sealed_len = frame.payload_len() + connection.session.outbound_overhead();
+        let (mut connection, pooled) = self.checkout()?;
+        let sealed_len = request.encode().payload_len() + connection.session.outbound_overhead();
         if sealed_len > self.send_max {
             self.checkin(connection);
             return Err(StoreError::FrameTooLarge {
@@ -245,31 +306,43 @@ impl TcpStore {
                 max: self.send_max as u64,
             });
         }
-        let read_timeout = wait.min(MAX_WAIT).saturating_add(self.margin());
-        connection
-            .stream
-            .set_read_timeout(Some(read_timeout))
-            .map_err(|e| {
-                StoreError::io(format!("configuring the connection to {}", self.addr), e)
-            })?;
+        let patience = wait.min(MAX_WAIT).saturating_add(self.margin());
         // On any error the connection is dropped: its state is unknown, and
         // the server closes a connection after sending an error frame.
-        let response = self.exchange(&mut connection, op, frame, read_timeout)?;
+        let response = match self.exchange(&mut connection, op, request, patience) {
+            Err(Failed::Unanswered(_)) if pooled && request.is_read() => {
+                let (fresh, _) = self.connect_with_retry(self.options.connect_timeout, false)?;
+                connection = fresh;
+                self.exchange(&mut connection, op, request, patience)
+                    .map_err(Failed::into_error)?
+            }
+            answered => answered.map_err(Failed::into_error)?,
+        };
         self.checkin(connection);
         Ok(response)
     }
 
-    /// Seals and writes a frame, reads and opens the answer, mapping every
-    /// failure to an error that names the server and the operation.
+    /// Seals and writes a request, reads and opens the answer, all within
+    /// `patience` from sealing, mapping every failure to an error that
+    /// names the server and the operation.
     fn exchange(
         &self,
         connection: &mut Connection,
         op: &str,
-        frame: wire::Frame,
-        read_timeout: Duration,
-    ) -> Result<Response> {
-        let Connection { stream, session } = connection;
-        let frame = session.seal(frame);
+        request: &Request,
+        patience: Duration,
+    ) -> Result<Response, Failed> {
+        let Connection {
+            stream, session, ..
+        } = connection;
+        let deadline = Deadline::after(patience);
+        let frame = session.seal_request(request.encode(), patience);
+        let left = || deadline.remaining().unwrap_or(Duration::from_millis(1));
+        let configuring =
+            |e| StoreError::io(format!("configuring the connection to {}", self.addr), e);
+        stream
+            .set_write_timeout(Some(left()))
+            .map_err(configuring)?;
         if let Err(write_err) = wire::write_frame(stream, &frame) {
             // The server may have answered (e.g. a size error) and closed
             // before taking the whole frame: prefer its answer.
@@ -278,26 +351,32 @@ impl TcpStore {
                 && let Ok(opened) = session.open(payload)
                 && let Ok(response @ Response::Error { .. }) = Response::decode(&opened.body)
             {
-                return Err(self.remote_error(op, response));
+                return Err(self.remote_error(op, response).into());
             }
-            return Err(self.io_error(op, write_err, read_timeout));
+            let error = self.io_error(op, write_err, patience);
+            return Err(match error {
+                StoreError::ConnectionClosed { .. } => Failed::Unanswered(error),
+                other => other.into(),
+            });
         }
+        stream.set_read_timeout(Some(left())).map_err(configuring)?;
         let payload = match wire::read_frame(stream, self.options.max_frame_size) {
             Ok(payload) => payload,
             Err(FrameError::Closed) => {
-                return Err(StoreError::ConnectionClosed {
+                return Err(Failed::Unanswered(StoreError::ConnectionClosed {
                     addr: self.addr.clone(),
                     op: op.to_owned(),
-                });
+                }));
             }
             Err(FrameError::TooLarge(len)) => {
                 return Err(StoreError::FrameTooLarge {
                     context: format!("the answer to {op} from the {}", self.describe()),
                     len,
                     max: self.options.max_frame_size as u64,
-                });
+                }
+                .into());
             }
-            Err(FrameError::Io(e)) => return Err(self.io_error(op, e, read_timeout)),
+            Err(FrameError::Io(e)) => return Err(self.io_error(op, e, patience).into()),
         };
         let opened = session.open(payload).map_err(|_| StoreError::Integrity {
             addr: self.addr.clone(),
@@ -308,7 +387,7 @@ impl TcpStore {
             detail: format!("answer to {op}: {detail}"),
         })?;
         match response {
-            Response::Error { .. } => Err(self.remote_error(op, response)),
+            Response::Error { .. } => Err(self.remote_error(op, response).into()),
             other => Ok(other),
         }
     }

@@ -134,7 +134,7 @@ fn decode(payload: &[u8]) -> Result<Response, HandshakeError> {
     Response::decode(payload).map_err(|e| match e {
         DecodeError::Version(version) => HandshakeError::Protocol(format!(
             "the server speaks protocol version {version}, this client version {}; use the \
-             same nccl-group version on every rank and on the server",
+             same nccl-rendezvous version on every rank and on the server",
             wire::VERSION
         )),
         other => HandshakeError::Protocol(format!("answer to HELLO: {other}")),

@@ -2,11 +2,20 @@
 //! told otherwise). Then the slots: connections still in their handshake
 //! may take only some of them (the rest are kept for authenticated
 //! sessions), few from any one address, fewer at random as they fill up
-//! (as sshd's `MaxStartups`), and the oldest gives way to a newcomer when
-//! they are full, so that peers reconnecting as soon as they are dropped
-//! cannot keep ranks out.
+//! (as sshd's `MaxStartups`). Each step of a handshake has a short
+//! deadline (the client's `HELLO` from accept, its `PROOF` from the
+//! server's `HELLO`); a connection past it gives way to a newcomer when
+//! the slots are full, picked at random among those past theirs (within
+//! the newcomer's address when that address has all it may have), so an
+//! attacker can neither hold a slot by staying silent nor aim at a rank's
+//! handshake, which finishes within its deadlines. A newcomer from an
+//! address that has all its slots waits, first in first out, for one of
+//! them to pass its deadline, and the gate stops accepting while every
+//! handshake slot is taken and none has passed its deadline: peers that
+//! reconnect as soon as they are dropped take their turn behind the ranks
+//! that came first instead of racing them for each freed slot.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -75,6 +84,9 @@ pub(super) enum Admission {
     /// Serve it; first close this connection still in its handshake, to
     /// make room.
     Admit { evict: Option<usize> },
+    /// Hold it, unread, until a connection of its address passes a
+    /// deadline ([`Slots::next_from_lobby`]).
+    Wait,
     /// Refuse it with this message.
     Refuse(String),
 }
@@ -82,10 +94,18 @@ pub(super) enum Admission {
 /// At most this share of new connections is refused at random, when the
 /// handshaking slots are all but full.
 const MAX_EARLY_DROP: f64 = 0.5;
-/// A connection in its handshake gives way to a newcomer only after this
-/// long (or half the handshake timeout): an honest handshake takes a round
-/// trip or two.
-const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+/// How long each step of a handshake may take before its connection may
+/// give way to a newcomer (or half the handshake timeout): an honest step
+/// is a round trip and an HMAC.
+const STEP_DEADLINE: Duration = Duration::from_millis(500);
+
+/// A connection in its handshake.
+#[derive(Debug, Clone, Copy)]
+struct Handshaking {
+    source: Source,
+    /// When its current step is due.
+    due: Instant,
+}
 
 /// The server's slots: how many are taken, by whom, and who is next to go.
 #[derive(Debug)]
@@ -95,15 +115,17 @@ pub(super) struct Slots {
     lowered: Option<String>,
     max_handshaking: usize,
     per_source: usize,
-    evictable_after: Duration,
+    step: Duration,
     /// The connections holding a slot, as the server's handle reads them:
     /// authenticated (counted up here, down by the sessions loop as they
     /// close), and in their handshake (as many as `handshaking` holds).
     counts: Counts,
-    handshaking: HashMap<usize, (Source, Instant)>,
-    /// Ids in the order they came (some no longer handshaking).
-    arrivals: VecDeque<usize>,
+    handshaking: HashMap<usize, Handshaking>,
     by_source: HashMap<Source, usize>,
+    /// Newcomers from addresses that have all their slots, in the order
+    /// they came, per address.
+    lobby: HashMap<Source, VecDeque<usize>>,
+    waiting: HashSet<usize>,
     rng: u64,
 }
 
@@ -111,7 +133,7 @@ impl Slots {
     /// The slots of a server of `max_connections` (already fitted to the
     /// descriptor limit, `lowered` saying why when it was lowered), with
     /// `options`' bounds on handshakes, keeping `counts`. `seed` seeds the
-    /// random refusals.
+    /// random refusals and evictions.
     pub(super) fn new(
         max_connections: usize,
         lowered: Option<String>,
@@ -124,11 +146,12 @@ impl Slots {
             lowered,
             max_handshaking: options.max_unauthenticated.min(max_connections / 2).max(1),
             per_source: options.max_unauthenticated_per_address,
-            evictable_after: EVICTABLE_AFTER.min(options.handshake_timeout / 2),
+            step: STEP_DEADLINE.min(options.handshake_timeout / 2),
             counts,
             handshaking: HashMap::new(),
-            arrivals: VecDeque::new(),
             by_source: HashMap::new(),
+            lobby: HashMap::new(),
+            waiting: HashSet::new(),
             // A zero state would stay zero.
             rng: seed | 1,
         }
@@ -139,16 +162,48 @@ impl Slots {
         self.counts.authenticated.load(Ordering::Acquire) + self.handshaking.len()
     }
 
+    /// Whether the gate should leave newcomers in the listen queue: every
+    /// handshake slot is taken and none has passed its step's deadline.
+    /// Then the queue keeps their order, and reconnecting peers do not
+    /// race the ranks ahead of them for each slot that frees.
+    pub(super) fn must_hold_back(&mut self, now: Instant) -> bool {
+        self.handshaking.len() >= self.max_handshaking && self.past_due(None, now).is_none()
+    }
+
+    /// When the next handshake step after `now` falls due (then a slot may
+    /// be taken).
+    pub(super) fn next_due(&self, now: Instant) -> Option<Instant> {
+        self.handshaking
+            .values()
+            .map(|h| h.due)
+            .filter(|&due| due > now)
+            .min()
+    }
+
     /// Decides on a new connection from `source`, at `now`. Changes
     /// nothing: the caller closes the connection to evict (then
-    /// [`Slots::release`]) and [`Slots::enter`]s the newcomer.
+    /// [`Slots::release`]) and [`Slots::enter`]s the newcomer, or puts it
+    /// in the lobby ([`Slots::wait`]).
     pub(super) fn admit(&mut self, source: Source, now: Instant) -> Admission {
         let handshaking = self.handshaking.len();
         let from_source = self.by_source.get(&source).copied().unwrap_or(0);
         if from_source >= self.per_source {
+            // Those already waiting for this address go first.
+            let queued = self.lobby.get(&source).map_or(0, VecDeque::len);
+            if queued == 0
+                && let Some(victim) = self.past_due(Some(source), now)
+            {
+                return Admission::Admit {
+                    evict: Some(victim),
+                };
+            }
+            if queued < self.per_source && self.waiting.len() < self.max_handshaking {
+                return Admission::Wait;
+            }
             return Admission::Refuse(format!(
                 "{from_source} connections from {} are still in their handshake, this server's \
-                 max_unauthenticated_per_address",
+                 max_unauthenticated_per_address, and {queued} more wait for one of them to \
+                 finish or pass its deadline",
                 source.0
             ));
         }
@@ -167,15 +222,15 @@ impl Slots {
         if !needs_room {
             return Admission::Admit { evict: None };
         }
-        if let Some(oldest) = self.oldest_evictable(now) {
+        if let Some(victim) = self.past_due(None, now) {
             return Admission::Admit {
-                evict: Some(oldest),
+                evict: Some(victim),
             };
         }
         Admission::Refuse(if handshaking >= self.max_handshaking {
             format!(
                 "{handshaking} connections are still in their handshake, this server's \
-                 max_unauthenticated, none of them long enough to give way"
+                 max_unauthenticated, none of them past its deadline"
             )
         } else {
             let max = self.max_connections;
@@ -196,9 +251,10 @@ impl Slots {
     /// The message an evicted connection is closed with.
     pub(super) fn eviction_notice(&self) -> String {
         format!(
-            "this connection was still in its handshake when the server needed its slot for a \
-             newer one ({} in their handshake, max_unauthenticated {}; {} open, max_connections \
-             {})",
+            "this connection did not take its handshake's next step in time ({:?}) when the \
+             server needed its slot for a newer one ({} in their handshake, max_unauthenticated \
+             {}; {} open, max_connections {})",
+            self.step,
             self.handshaking.len(),
             self.max_handshaking,
             self.open(),
@@ -206,33 +262,93 @@ impl Slots {
         )
     }
 
-    /// The oldest connection in its handshake, if it has been there long
-    /// enough to give way.
-    fn oldest_evictable(&mut self, now: Instant) -> Option<usize> {
-        while let Some(&id) = self.arrivals.front() {
-            match self.handshaking.get(&id) {
-                None => {
-                    self.arrivals.pop_front();
-                }
-                Some(&(_, since)) => {
-                    return (now.saturating_duration_since(since) >= self.evictable_after)
-                        .then_some(id);
-                }
+    /// A connection in its handshake (from `source`, when given) whose step
+    /// is overdue at `now`, picked at random among them.
+    fn past_due(&mut self, source: Option<Source>, now: Instant) -> Option<usize> {
+        let mut picked = None;
+        let mut seen = 0u64;
+        let due: Vec<usize> = self
+            .handshaking
+            .iter()
+            .filter(|(_, h)| h.due <= now && source.is_none_or(|s| s == h.source))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in due {
+            // Reservoir sampling: each of the `seen` so far kept with
+            // chance 1 / seen.
+            seen += 1;
+            if self.uniform() * (seen as f64) < 1.0 {
+                picked = Some(id);
             }
+        }
+        picked
+    }
+
+    /// The admitted connection `id`, from `source`, starts its handshake:
+    /// its `HELLO` is due a step from `now`.
+    pub(super) fn enter(&mut self, id: usize, source: Source, now: Instant) {
+        self.handshaking.insert(
+            id,
+            Handshaking {
+                source,
+                due: now + self.step,
+            },
+        );
+        self.counts.handshaking.fetch_add(1, Ordering::AcqRel);
+        *self.by_source.entry(source).or_default() += 1;
+    }
+
+    /// Connection `id` got the server's `HELLO` at `now`: its `PROOF` is
+    /// due a step later.
+    pub(super) fn stepped(&mut self, id: usize, now: Instant) {
+        if let Some(handshaking) = self.handshaking.get_mut(&id) {
+            handshaking.due = now + self.step;
+        }
+    }
+
+    /// Newcomer `id` from `source` waits in the lobby.
+    pub(super) fn wait(&mut self, id: usize, source: Source) {
+        self.lobby.entry(source).or_default().push_back(id);
+        self.waiting.insert(id);
+    }
+
+    /// Whether connection `id` waits in the lobby.
+    pub(super) fn is_waiting(&self, id: usize) -> bool {
+        self.waiting.contains(&id)
+    }
+
+    /// The first newcomer in the lobby whose address now has room (a
+    /// connection of it done, gone, or past its deadline: the one to
+    /// evict), taken out of the lobby; the caller evicts, then enters it.
+    pub(super) fn next_from_lobby(
+        &mut self,
+        now: Instant,
+    ) -> Option<(usize, Source, Option<usize>)> {
+        let sources: Vec<Source> = self.lobby.keys().copied().collect();
+        for source in sources {
+            let full = self.by_source.get(&source).copied().unwrap_or(0) >= self.per_source;
+            let evict = if full {
+                match self.past_due(Some(source), now) {
+                    Some(victim) => Some(victim),
+                    None => continue,
+                }
+            } else {
+                None
+            };
+            let queue = self.lobby.get_mut(&source)?;
+            let id = queue.pop_front()?;
+            if queue.is_empty() {
+                self.lobby.remove(&source);
+            }
+            self.waiting.remove(&id);
+            return Some((id, source, evict));
         }
         None
     }
 
-    /// The admitted connection `id`, from `source`, starts its handshake.
-    pub(super) fn enter(&mut self, id: usize, source: Source, now: Instant) {
-        self.handshaking.insert(id, (source, now));
-        self.counts.handshaking.fetch_add(1, Ordering::AcqRel);
-        *self.by_source.entry(source).or_default() += 1;
-        self.arrivals.push_back(id);
-        if self.arrivals.len() > 2 * self.handshaking.len() + 64 {
-            let handshaking = &self.handshaking;
-            self.arrivals.retain(|id| handshaking.contains_key(id));
-        }
+    /// Whether anyone waits in the lobby.
+    pub(super) fn lobby_is_empty(&self) -> bool {
+        self.waiting.is_empty()
     }
 
     /// Connection `id` finished its handshake: it keeps its slot, as an
@@ -243,9 +359,17 @@ impl Slots {
         }
     }
 
-    /// Connection `id`, in its handshake, closed; whether it was.
+    /// Connection `id`, in its handshake or in the lobby, closed; whether
+    /// it held a slot.
     pub(super) fn release(&mut self, id: usize) -> bool {
-        let Some((source, _)) = self.handshaking.remove(&id) else {
+        if self.waiting.remove(&id) {
+            self.lobby.retain(|_, queue| {
+                queue.retain(|&other| other != id);
+                !queue.is_empty()
+            });
+            return false;
+        }
+        let Some(Handshaking { source, .. }) = self.handshaking.remove(&id) else {
             return false;
         };
         self.counts.handshaking.fetch_sub(1, Ordering::AcqRel);
@@ -326,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn one_address_gets_at_most_its_share_of_handshakes() {
+    fn one_address_gets_at_most_its_share_of_handshakes_the_rest_waits_its_turn() {
         let mut slots = slots(100, 40, 2);
         let now = Instant::now();
         let (a, b) = (source("192.0.2.1"), source("192.0.2.2"));
@@ -334,48 +458,69 @@ mod tests {
             assert_eq!(slots.admit(a, now), Admission::Admit { evict: None });
             slots.enter(id, a, now);
         }
+        // A third from the address waits for one of them, in order; past
+        // its lobby's share, it is refused.
+        for id in 10..12 {
+            assert_eq!(slots.admit(a, now), Admission::Wait);
+            slots.wait(id, a);
+        }
         let Admission::Refuse(message) = slots.admit(a, now) else {
-            panic!("a third from one address")
+            panic!("a fifth from one address")
         };
         assert!(
             message.contains("max_unauthenticated_per_address"),
             "{message}"
         );
         assert_eq!(slots.admit(b, now), Admission::Admit { evict: None });
+        assert_eq!(slots.next_from_lobby(now), None);
         // Done with its handshake, a connection no longer counts against its
-        // address.
+        // address: the first in the lobby takes its place.
         slots.promote(0);
-        assert_eq!(slots.admit(a, now), Admission::Admit { evict: None });
-        assert_eq!((slots.open(), slots.handshaking.len()), (2, 1));
-        assert_eq!(slots.counts.handshaking.load(Ordering::Acquire), 1);
+        assert_eq!(slots.next_from_lobby(now), Some((10, a, None)));
+        slots.enter(10, a, now);
+        assert_eq!((slots.open(), slots.handshaking.len()), (3, 2));
+        assert_eq!(slots.counts.handshaking.load(Ordering::Acquire), 2);
+        // Past its step's deadline, one of the address's gives way.
+        let later = now + STEP_DEADLINE;
+        let Some((11, _, Some(victim))) = slots.next_from_lobby(later) else {
+            panic!("the second in the lobby takes an overdue slot")
+        };
+        assert!([1, 10].contains(&victim), "{victim}");
         // IPv6 counts by /64.
         assert_eq!(source("[2001:db8::1]"), source("[2001:db8::2:3]"));
         assert_ne!(source("[2001:db8::1]"), source("[2001:db8:0:1::1]"));
     }
 
     #[test]
-    fn full_handshake_slots_make_room_by_the_oldest_once_it_has_waited() {
+    fn full_handshake_slots_make_room_by_a_random_one_past_its_step() {
         let mut slots = slots(100, 4, 100);
         let start = Instant::now();
         let from = source("192.0.2.9");
         for id in 0..4 {
-            slots.enter(id, from, start);
+            slots.enter(id, from, start + Duration::from_millis(id as u64));
         }
+        assert!(slots.must_hold_back(start));
         let Admission::Refuse(message) = slots.admit(from, start) else {
-            panic!("no one has waited long enough to give way")
+            panic!("no one is past its deadline")
         };
         assert!(message.contains("max_unauthenticated"), "{message}");
-        let later = start + EVICTABLE_AFTER;
-        assert_eq!(
-            slots.admit(from, later),
-            Admission::Admit { evict: Some(0) }
-        );
-        slots.release(0);
-        slots.enter(4, from, later);
-        assert_eq!(
-            slots.admit(from, later),
-            Admission::Admit { evict: Some(1) }
-        );
+        // One that took its first step in time is not due until a step
+        // after it: the others give way, each as likely.
+        slots.stepped(3, start + STEP_DEADLINE);
+        let later = start + STEP_DEADLINE + Duration::from_millis(3);
+        assert!(!slots.must_hold_back(later));
+        let mut picked = [0; 4];
+        for _ in 0..300 {
+            let Admission::Admit {
+                evict: Some(victim),
+            } = slots.admit(from, later)
+            else {
+                panic!("an overdue one gives way")
+            };
+            picked[victim] += 1;
+        }
+        assert_eq!(picked[3], 0, "{picked:?}");
+        assert!(picked[..3].iter().all(|&n| n > 50), "{picked:?}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{self, Read};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -18,6 +18,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::super::wire::{DecodeError, HANDSHAKE_MAX_FRAME, IncomingError, Response, Rules, code};
 use super::Shared;
+use super::budget::Budget;
 use super::conn::{Conn, Phase, Timer};
 use super::handshake::oversized;
 
@@ -31,7 +32,7 @@ pub(super) const FIRST_ID: usize = 2;
 /// before the others have theirs.
 const READS_PER_TURN: usize = 16;
 /// The most a connection's socket is read at once.
-const READ_CHUNK: usize = 64 << 10;
+pub(super) const READ_CHUNK: usize = 64 << 10;
 /// What a connection refused in its handshake may still send before it is
 /// closed (its HELLO, say).
 pub(super) const DRAIN_BEFORE_HANDSHAKE: usize = 4 << 10;
@@ -51,16 +52,21 @@ pub(super) trait Handler {
         now: Instant,
     );
 
+    /// At the start of `conn`'s turn, after its output went: work it left
+    /// waiting (a request waiting for room for its answer).
+    fn on_turn(&mut self, _core: &mut Core, _conn: &mut Conn, _id: usize, _now: Instant) {}
+
     /// Whether this loop takes `conn`'s frames (the gate stops once the
     /// handshake is done: what follows is the sessions loop's).
     fn takes_frames(&self, _conn: &Conn) -> bool {
         true
     }
 
-    /// Whether `conn` may read more now; a loop that says no gives it its
-    /// turn again later.
-    fn may_read(&mut self, _core: &Core, _conn: &mut Conn, _id: usize) -> bool {
-        true
+    /// How many bytes `conn` may read now (its share of the frames in
+    /// flight, see [`readable`]); a loop that says none gives it its turn
+    /// again later.
+    fn read_room(&mut self, _core: &Core, _conn: &mut Conn, _id: usize) -> usize {
+        READ_CHUNK
     }
 
     /// `conn` is refused or closes: its request, if parked, is forgotten.
@@ -84,6 +90,23 @@ pub(super) trait Handler {
     }
 }
 
+/// The bytes in flight, each way.
+#[derive(Debug)]
+pub(super) struct Budgets {
+    pub(super) input: Budget,
+    pub(super) output: Budget,
+}
+
+impl Budgets {
+    /// Budgets that never refuse.
+    pub(super) fn unbounded() -> Self {
+        Budgets {
+            input: Budget::unbounded(),
+            output: Budget::unbounded(),
+        }
+    }
+}
+
 /// A loop's connections and what it keeps for them.
 pub(super) struct Core {
     pub(super) poll: Poll,
@@ -101,21 +124,21 @@ pub(super) struct Core {
     pub(super) ready: Vec<usize>,
     /// Connections with bytes left unread when their turn ended.
     again: Vec<usize>,
-    /// The bytes connections hold (frames and output), as counted in each
-    /// connection's `charged`: this loop's, and those of the loops that
-    /// share it.
-    held: Arc<AtomicUsize>,
+    /// The bytes connections hold, frames being read and answers not yet
+    /// sent, as counted in each connection's `charged_in` and
+    /// `charged_out`: this loop's, and those of the loops that share them.
+    pub(super) budgets: Arc<Budgets>,
     /// When stopping: until when answers already on their way may still go.
     pub(super) stopping: Option<Instant>,
 }
 
 impl Core {
-    /// A loop's core, counting its connections' bytes in `held`, its ids
-    /// `first_id`, then every `id_stride`.
+    /// A loop's core, counting its connections' bytes in `budgets`, its
+    /// ids `first_id`, then every `id_stride`.
     pub(super) fn new(
         shared: Arc<Shared>,
         poll: Poll,
-        held: Arc<AtomicUsize>,
+        budgets: Arc<Budgets>,
         (first_id, id_stride): (usize, usize),
     ) -> Self {
         Core {
@@ -128,21 +151,33 @@ impl Core {
             scratch: vec![0; READ_CHUNK],
             ready: Vec::new(),
             again: Vec::new(),
-            held,
+            budgets,
             stopping: None,
         }
     }
 
-    /// The bytes connections hold now (see `held`).
+    /// The bytes connections hold now, both ways.
     pub(super) fn held(&self) -> usize {
-        self.held.load(Ordering::Acquire)
+        self.budgets.input.total() + self.budgets.output.total()
     }
 
-    /// Counts `conn`'s footprint now in place of what it was charged.
-    fn charge(&self, conn: &mut Conn, footprint: usize) {
-        self.held.fetch_add(footprint, Ordering::AcqRel);
-        self.held.fetch_sub(conn.charged, Ordering::AcqRel);
-        conn.charged = footprint;
+    /// Counts what `conn` holds now in place of what it was charged (or,
+    /// when it goes, nothing).
+    pub(super) fn charge(&self, conn: &mut Conn, going: bool) {
+        let (input, output) = if going {
+            (0, 0)
+        } else {
+            (conn.input_footprint(), conn.output_footprint())
+        };
+        self.budgets.input.charge(&mut conn.charged_in, input);
+        self.budgets.output.charge(&mut conn.charged_out, output);
+    }
+
+    /// Marks connection `id` as hung up by its peer, as its event says.
+    fn hung_up(&mut self, id: usize) {
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.peer_hung_up = true;
+        }
     }
 
     /// The I/O timeout (0 counts as 1 ms).
@@ -172,7 +207,8 @@ impl Core {
             .registry()
             .register(&mut conn.stream, Token(id), interest)
             .ok()?;
-        conn.charged = 0;
+        conn.charged_in = 0;
+        conn.charged_out = 0;
         conn.scheduled = (None, 0);
         self.conns.insert(id, conn);
         self.reschedule(id);
@@ -183,7 +219,7 @@ impl Core {
     /// over.
     pub(super) fn release(&mut self, id: usize) -> Option<Conn> {
         let mut conn = self.conns.remove(&id)?;
-        self.charge(&mut conn, 0);
+        self.charge(&mut conn, true);
         let _ = self.poll.registry().deregister(&mut conn.stream);
         Some(conn)
     }
@@ -220,11 +256,10 @@ impl Core {
                 .is_ok()
         };
         if !alive || !reregistered || conn.is_done() {
-            self.charge(&mut conn, 0);
+            self.charge(&mut conn, true);
             return self.close(conn, id, handler);
         }
-        let footprint = conn.footprint();
-        self.charge(&mut conn, footprint);
+        self.charge(&mut conn, false);
         self.conns.insert(id, conn);
         self.reschedule(id);
     }
@@ -254,6 +289,7 @@ impl Core {
         if conn.flush(now).is_err() {
             return false;
         }
+        handler.on_turn(self, conn, id, now);
         if !conn.leftover.is_empty() && handler.takes_frames(conn) {
             let leftover = std::mem::take(&mut conn.leftover);
             self.take_in(conn, id, &leftover, now, handler);
@@ -274,17 +310,30 @@ impl Core {
         handler: &mut impl Handler,
     ) -> bool {
         for _ in 0..READS_PER_TURN {
-            if conn.peer_done || !handler.takes_frames(conn) || !handler.may_read(self, conn, id) {
+            if conn.peer_done || !handler.takes_frames(conn) {
                 return true;
             }
-            match (&conn.stream).read(scratch) {
+            let n = handler.read_room(self, conn, id).min(scratch.len());
+            if n == 0 {
+                // Waiting for room, it reads nothing; a peer that hung up
+                // will never be answered, and its bytes are freed now.
+                if conn.peer_hung_up {
+                    conn.peer_done = true;
+                    return conn.is_closing() || conn.has_output();
+                }
+                return true;
+            }
+            match (&conn.stream).read(&mut scratch[..n]) {
                 // The peer ended its side: a request parked or under way
                 // has nobody to answer; an answer on its way still goes.
                 Ok(0) => {
                     conn.peer_done = true;
                     return conn.is_closing() || conn.has_output();
                 }
-                Ok(n) => self.take_in(conn, id, &scratch[..n], now, handler),
+                Ok(n) => {
+                    self.take_in(conn, id, &scratch[..n], now, handler);
+                    self.charge(conn, false);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
@@ -447,6 +496,18 @@ impl Core {
     }
 }
 
+/// How many bytes `conn` may read now, at most a chunk, when its memory
+/// may grow by `room` more: what its frame's buffer has spare, and a
+/// growth (by doubling) within `room`.
+pub(super) fn readable(conn: &Conn, room: usize) -> usize {
+    let held = conn.incoming.held();
+    let mut n = READ_CHUNK;
+    while n > 0 && conn.incoming.held_after(n) > held.saturating_add(room) {
+        n /= 2;
+    }
+    n
+}
+
 /// What a connection is watched for.
 fn interest(writes: bool) -> Interest {
     if writes {
@@ -522,7 +583,12 @@ pub(super) fn run(reactor: &mut impl Reactor) {
         }
         for event in events.iter() {
             match event.token() {
-                Token(id) if id >= FIRST_ID => reactor.serve(id),
+                Token(id) if id >= FIRST_ID => {
+                    if event.is_read_closed() || event.is_error() {
+                        reactor.core().hung_up(id);
+                    }
+                    reactor.serve(id)
+                }
                 token => reactor.on_token(token),
             }
         }

@@ -20,7 +20,7 @@ use super::super::wire::{Response, code};
 use super::Shared;
 use super::admission::{Admission, Slots, Source, same_host_unless_secret};
 use super::conn::{Conn, Phase, Timer};
-use super::core::{Core, DRAIN_BEFORE_HANDSHAKE, FIRST_ID, Handler, LISTENER, Reactor};
+use super::core::{Budgets, Core, DRAIN_BEFORE_HANDSHAKE, FIRST_ID, Handler, LISTENER, Reactor};
 use super::handshake::{Handshake, Step};
 use super::options::GatePriority;
 
@@ -124,6 +124,9 @@ struct Gate {
     accept_retry: Option<Instant>,
     /// The last round stopped accepting with connections still waiting.
     accept_more: bool,
+    /// Newcomers are left in the listen queue until a handshake slot
+    /// frees or passes its deadline.
+    holding_back: bool,
     /// Connections that finished their handshake this round, for the
     /// sessions loop.
     authenticated: Vec<usize>,
@@ -157,7 +160,12 @@ impl GateLoop {
             u64::from_ne_bytes(seed),
         );
         Ok(GateLoop {
-            core: Core::new(Arc::clone(&shared), poll, Arc::default(), (FIRST_ID, 1)),
+            core: Core::new(
+                Arc::clone(&shared),
+                poll,
+                Arc::new(Budgets::unbounded()),
+                (FIRST_ID, 1),
+            ),
             gate: Gate {
                 shared,
                 listener: Some(listener),
@@ -167,12 +175,15 @@ impl GateLoop {
                 refusing: 0,
                 accept_retry: None,
                 accept_more: false,
+                holding_back: false,
                 authenticated: Vec::new(),
             },
         })
     }
 
-    /// Accepts the connections waiting, up to a round's worth.
+    /// Accepts the connections waiting, up to a round's worth, unless the
+    /// handshake slots are all taken by connections within their
+    /// deadlines: then they wait in the listen queue, in order.
     fn accept_round(&mut self) {
         let mut failures = 0;
         for _ in 0..ACCEPTS_PER_ROUND {
@@ -180,6 +191,12 @@ impl GateLoop {
                 return;
             };
             let now = Instant::now();
+            if self.gate.slots.must_hold_back(now) {
+                self.gate.holding_back = true;
+                self.gate.accept_retry = self.gate.slots.next_due(now);
+                return;
+            }
+            self.gate.holding_back = false;
             match listener.accept() {
                 Ok((stream, peer)) => {
                     failures = 0;
@@ -229,20 +246,42 @@ impl GateLoop {
             return self.refuse_at_accept(stream, code::AUTH, message, now);
         }
         let source = Source::of(peer);
-        let evict = match self.gate.slots.admit(source, now) {
+        let (evict, waits) = match self.gate.slots.admit(source, now) {
             Admission::Refuse(message) => {
                 return self.refuse_at_accept(stream, code::TOO_MANY_CONNECTIONS, message, now);
             }
-            Admission::Admit { evict } => evict,
+            Admission::Admit { evict } => (evict, false),
+            Admission::Wait => (None, true),
         };
-        if let Some(oldest) = evict {
-            self.evict(oldest);
+        if let Some(victim) = evict {
+            self.evict(victim);
         }
         let handshake_by = now + options.handshake_timeout.max(Duration::from_millis(1));
-        let mut conn = Conn::new(stream, Phase::Handshake(Handshake::Hello), true);
+        // In the lobby it holds no slot, and nothing of it is read.
+        let mut conn = Conn::new(stream, Phase::Handshake(Handshake::Hello), !waits);
         conn.set(Timer::Handshake, Some(handshake_by));
         if let Some(id) = self.core.adopt(conn) {
+            if waits {
+                self.gate.slots.wait(id, source);
+            } else {
+                self.gate.slots.enter(id, source, now);
+            }
+        }
+    }
+
+    /// Gives the newcomers in the lobby whose address has room (a
+    /// connection of it done, gone, or past its deadline) their slots.
+    fn admit_from_lobby(&mut self, now: Instant) {
+        while let Some((id, source, evict)) = self.gate.slots.next_from_lobby(now) {
+            if let Some(victim) = evict {
+                self.evict(victim);
+            }
+            let Some(conn) = self.core.conns.get_mut(&id) else {
+                continue;
+            };
+            conn.holds_slot = true;
             self.gate.slots.enter(id, source, now);
+            self.serve(id);
         }
     }
 
@@ -284,8 +323,13 @@ impl GateLoop {
 }
 
 impl Handler for Gate {
+    /// The handshakes' frames, but none of a connection in the lobby.
     fn takes_frames(&self, conn: &Conn) -> bool {
-        !matches!(conn.phase, Phase::Serving(_))
+        match conn.phase {
+            Phase::Serving(_) => false,
+            Phase::Handshake(_) => conn.holds_slot,
+            Phase::Closing { .. } => true,
+        }
     }
 
     fn on_frame(
@@ -303,12 +347,18 @@ impl Handler for Gate {
         let shared = Arc::clone(&core.shared);
         let secret = shared.options.secret.as_deref();
         match handshake.step(payload, secret, shared.limits.announced) {
-            Step::Reply(frame) => conn.queue(&frame, answer_by),
+            Step::Reply(frame) => {
+                conn.queue(&frame, answer_by);
+                self.slots.stepped(id, now);
+            }
             Step::Done(frame, session) => {
                 conn.queue(&frame, now + core.io_timeout());
                 conn.phase = Phase::Serving(session);
                 conn.set(Timer::Handshake, None);
                 self.slots.promote(id);
+                if self.holding_back {
+                    self.accept_more = true;
+                }
                 // After this turn, the sessions loop takes it over.
                 self.authenticated.push(id);
             }
@@ -319,6 +369,13 @@ impl Handler for Gate {
     fn on_finish(&mut self, conn: Conn, id: usize) {
         let (phase, holds_slot) = (conn.phase, conn.holds_slot);
         drop(conn.stream);
+        if self.slots.is_waiting(id) {
+            self.slots.release(id);
+            return;
+        }
+        if self.holding_back && holds_slot {
+            self.accept_more = true;
+        }
         match phase {
             // Authenticated, closed before the sessions loop took it.
             Phase::Serving(_) => {
@@ -361,6 +418,7 @@ impl Reactor for GateLoop {
             self.accept_round();
         }
         self.core.fire_timers(now, &mut self.gate);
+        self.admit_from_lobby(now);
         self.hand_over_authenticated();
         if self.gate.spare.is_none() {
             self.gate.spare = File::open("/dev/null").ok();
@@ -368,7 +426,11 @@ impl Reactor for GateLoop {
     }
 
     fn wake_at(&self) -> (Option<Instant>, bool) {
-        (self.gate.accept_retry, self.gate.accept_more)
+        let lobby = (!self.gate.slots.lobby_is_empty())
+            .then(|| self.gate.slots.next_due(Instant::now()))
+            .flatten();
+        let wake = [self.gate.accept_retry, lobby].into_iter().flatten().min();
+        (wake, self.gate.accept_more)
     }
 
     fn begin_stop(&mut self, now: Instant) {

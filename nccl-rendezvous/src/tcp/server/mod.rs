@@ -6,6 +6,7 @@
 //! `core` (one connection's state in `conn`), the settings in `options`.
 
 mod admission;
+mod budget;
 mod conn;
 mod core;
 mod gate;
@@ -26,6 +27,8 @@ use super::wire::RequestLimits;
 use crate::memory::Quota;
 use crate::{Result, StoreError};
 use admission::Counts;
+use budget::Budget;
+use core::Budgets;
 use gate::{GateLoop, Handoff};
 use sessions::{Peer, SessionsLoop, Shards};
 use table::Table;
@@ -210,8 +213,15 @@ impl TcpStoreServer {
             .map_err(starting)?;
         let (inboxes, handed_over): (Vec<_>, Vec<_>) =
             (0..shard_count).map(|_| mpsc::channel()).unzip();
-        let (answer_senders, answers): (Vec<_>, Vec<_>) =
+        let (woken_senders, woken): (Vec<_>, Vec<_>) =
             (0..shard_count).map(|_| mpsc::channel()).unzip();
+        // A quarter of the bytes in flight for frames being read, a
+        // quarter for answers not yet sent, half for parked requests.
+        let in_flight = shared.options.in_flight_limit();
+        let budgets = Arc::new(Budgets {
+            input: Budget::new(in_flight / 4, max_connections),
+            output: Budget::new(in_flight / 4, max_connections),
+        });
         let shard_wakers = &wakers[1..];
         let shards = Shards {
             table: Arc::new(Mutex::new(Table::new(
@@ -219,15 +229,15 @@ impl TcpStoreServer {
                     max_keys: shared.options.max_stored_keys,
                     max_bytes: shared.options.max_stored_bytes,
                 },
-                shared.options.in_flight_limit() / 2,
+                in_flight / 2,
                 shared.options.max_wait,
             ))),
-            held: Arc::default(),
-            peers: answer_senders
+            budgets,
+            peers: woken_senders
                 .into_iter()
                 .zip(shard_wakers)
-                .map(|(answers, waker)| Peer {
-                    answers,
+                .map(|(woken, waker)| Peer {
+                    woken,
                     waker: Arc::clone(waker),
                 })
                 .collect(),
@@ -263,7 +273,7 @@ impl TcpStoreServer {
             gate::yield_to_sessions(priority);
             core::run(&mut gate)
         })?;
-        let channels = handed_over.into_iter().zip(answers);
+        let channels = handed_over.into_iter().zip(woken);
         for (me, (poll, channels)) in polls.zip(channels).enumerate() {
             let shards = shards.clone();
             let mut sessions = SessionsLoop::new(Arc::clone(&shared), poll, shards, me, channels);

@@ -70,10 +70,17 @@ pub enum GatePriority {
 ///   most [`max_unauthenticated_per_address`](Self::max_unauthenticated_per_address)
 ///   from one address: the other slots are kept for authenticated
 ///   sessions. Past half of `max_unauthenticated`, new connections are
-///   refused at random, more often the fuller it gets; when it is full, a
-///   newcomer takes the slot of the oldest connection still in its
-///   handshake (if that one has had a second, or half the handshake
-///   timeout). A refused client retries until its connect timeout.
+///   refused at random, more often the fuller it gets. Each step of a
+///   handshake has a short deadline (500 ms, or half the handshake
+///   timeout: the client's `HELLO` from accept, its `PROOF` from the
+///   server's `HELLO`); when the slots are full, a newcomer takes the slot
+///   of a connection past its step's deadline, picked at random (of its
+///   own address when that address has all its slots). A newcomer from an
+///   address with all its slots waits, unread and first in first out, for
+///   one of them (as many wait as the address has slots; more are
+///   refused), and while every slot is taken by connections within their
+///   deadlines the server leaves newcomers in its listen queue, in order.
+///   A refused client retries until its connect timeout.
 /// - After the handshake, a request is at most [`max_frame_size`](Self::max_frame_size)
 ///   bytes, must arrive within [`io_timeout`](Self::io_timeout), and is
 ///   read as its bytes arrive (never allocated from the length a header
@@ -84,8 +91,15 @@ pub enum GatePriority {
 ///   a frame over a limit, or with junk after valid fields, is refused
 ///   before its body is read.
 /// - All connections together hold at most [`max_in_flight_bytes`](Self::max_in_flight_bytes)
-///   for requests in progress; past it, the server reads no more of any
-///   frame until room is freed.
+///   for requests in progress: a quarter for frames being read, a quarter
+///   for answers not yet sent, half for `get`s and `wait`s waiting for
+///   keys. Each connection has a small floor of its own in the first two
+///   (so small requests and answers never wait for others), and draws
+///   what it needs beyond it from a pool the connections share; a frame or
+///   an answer that finds no room waits for it (a request is run only
+///   when its answer has room), and is refused at its `io_timeout`. An
+///   answer of a stored value shares the stored bytes: a value read by
+///   any number of clients is held once.
 /// - A `get` or `wait` waits on the server for at most [`max_wait`](Self::max_wait)
 ///   (a client asks again for the rest of its own timeout), and only while
 ///   its connection is open.
@@ -135,12 +149,17 @@ pub struct TcpStoreServerOptions {
     /// would store more is refused. Default 1 GiB.
     pub max_stored_bytes: usize,
     /// The most bytes the server holds for requests in progress, all
-    /// connections together: frames being read, answers not yet taken by
-    /// their clients, and `get`s and `wait`s waiting for keys (these at
-    /// most half of it; past that a new one is refused). When it is
-    /// reached, the server reads no more of any frame until room is freed;
-    /// a frame still short of room when its `io_timeout` ends is refused.
-    /// Raised at bind to twice the largest frame. Default 256 MiB.
+    /// connections together: frames being read (a quarter of it), answers
+    /// not yet taken by their clients (a quarter), and `get`s and `wait`s
+    /// waiting for keys (half; past that a new one is refused). In the
+    /// first two, each connection may hold a floor of its own (its share of
+    /// half the quarter, over `max_connections`) whatever the others hold,
+    /// and beyond it what the pool the connections share has left; a frame
+    /// or an answer that finds no room waits for it, and is refused when
+    /// its `io_timeout` ends first.
+    /// Raised at bind to eight times the largest frame (a quarter each for
+    /// frames being read and for answers, each with room for the largest
+    /// beside every connection's own floor). Default 256 MiB.
     pub max_in_flight_bytes: usize,
     /// The longest a `get` or `wait` waits on the server: a longer timeout
     /// is cut to this, and a [`TcpStore`](crate::TcpStore) asks again for
@@ -170,7 +189,7 @@ pub struct TcpStoreServerOptions {
     /// The most client connections open at once, in their handshake or
     /// after it. A connection over the limit is answered with an error
     /// frame naming the limit and closed (or, when some are still in their
-    /// handshake, takes the oldest one's slot); the connections already
+    /// handshake past a step's deadline, takes one's slot); the connections already
     /// open keep being served. A [`TcpStore`](crate::TcpStore) retries with
     /// backoff until its connect timeout, then fails with
     /// [`StoreError::TooManyConnections`]. A `TcpStore` uses one connection
@@ -184,7 +203,8 @@ pub struct TcpStoreServerOptions {
     /// other half is kept for authenticated sessions. Default 256.
     pub max_unauthenticated: usize,
     /// The most connections in their handshake at once from one address
-    /// (an IPv4 address, or an IPv6 /64 network). Default 8.
+    /// (an IPv4 address, or an IPv6 /64 network); as many more wait for
+    /// one of them to finish or pass its deadline. Default 8.
     pub max_unauthenticated_per_address: usize,
     /// How many threads serve the authenticated connections, each its
     /// share of them, all on one table. `None` (the default): one for
@@ -405,11 +425,12 @@ impl TcpStoreServerOptions {
         })
     }
 
-    /// `max_in_flight_bytes`, at least twice the largest frame (so that a
-    /// frame always fits beside the parked requests' half).
+    /// `max_in_flight_bytes`, at least eight times the largest frame: a
+    /// quarter of it is for frames being read, a quarter for answers, and
+    /// half of each quarter is a pool in which the largest frame fits.
     pub(super) fn in_flight_limit(&self) -> usize {
         self.max_in_flight_bytes
-            .max(self.frame_limit().saturating_mul(2))
+            .max(self.frame_limit().saturating_mul(8))
     }
 }
 

@@ -8,31 +8,33 @@
 //! their bound, and answers every parked request when the server stops.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use mio::{Poll, Token, Waker};
 
-use super::super::wire::{DecodeError, Request, RequestLimits, Response, Session, code};
-use super::conn::{Conn, Phase, Timer};
-use super::core::{Core, FIRST_ID, Handler, Reactor, WAKER};
-use super::table::{Outcome, Table};
+use super::super::wire::{
+    DecodeError, Request, RequestLimits, Response, Session, code, value_head,
+};
+use super::conn::{Chunk, Conn, Deferred, Phase, Timer};
+use super::core::{Budgets, Core, FIRST_ID, Handler, READ_CHUNK, Reactor, WAKER, readable};
+use super::table::{Answer, Completion, Outcome, Table};
 use super::{SHUTDOWN_GRACE, Shared};
 
 /// Why a request is refused: the error frame's code and message.
 type Refusal = (u8, String);
 
-/// How soon a shard looks again for room for its starved frames (room a
-/// shard frees does not wake the others).
+/// How soon a shard looks again for room for its starved frames and
+/// answers (room a shard frees does not wake the others).
 const STARVED_RETRY: Duration = Duration::from_millis(10);
 
-/// How a shard reaches another: answers for its parked requests, and the
-/// waker that tells it to look.
+/// How a shard reaches another: the parked requests of its connections
+/// that a write completed, and the waker that tells it to look.
 #[derive(Clone)]
 pub(super) struct Peer {
-    pub(super) answers: Sender<(usize, Response)>,
+    pub(super) woken: Sender<usize>,
     pub(super) waker: Arc<Waker>,
 }
 
@@ -40,8 +42,8 @@ pub(super) struct Peer {
 #[derive(Clone)]
 pub(super) struct Shards {
     pub(super) table: Arc<Mutex<Table>>,
-    /// The bytes the shards' connections hold.
-    pub(super) held: Arc<AtomicUsize>,
+    /// The bytes the shards' connections hold, each way.
+    pub(super) budgets: Arc<Budgets>,
     pub(super) peers: Vec<Peer>,
 }
 
@@ -57,15 +59,21 @@ struct Sessions {
     shared: Arc<Shared>,
     shards: Shards,
     me: usize,
-    in_flight_limit: usize,
-    /// Connections waiting for room in the in-flight bytes.
+    /// Connections waiting for room in the bytes in flight: to read more of
+    /// a frame, or for the answer of a request read whole.
     starved: VecDeque<usize>,
-    /// Parked requests a write completed, with their answers.
-    woken: Vec<(usize, Response)>,
+    /// Parked requests the last request completed.
+    woken: Vec<usize>,
+    /// This shard's completed parked requests whose answers found no room
+    /// yet, oldest first.
+    unsent: VecDeque<usize>,
     /// Connections the gate hands over.
     inbox: Receiver<Conn>,
-    /// Answers to this shard's parked requests, from writes on other shards.
-    answers: Receiver<(usize, Response)>,
+    /// This shard's parked requests completed by writes on other shards.
+    completed: Receiver<usize>,
+    /// The budgets' freed room when those waiting for it last looked:
+    /// they look again only once it changed.
+    seen_freed: (u64, u64),
 }
 
 /// One sessions loop.
@@ -76,26 +84,27 @@ pub(super) struct SessionsLoop {
 
 impl SessionsLoop {
     /// Shard `me` of `shards`, taking connections from `inbox` and
-    /// answers from `answers`.
+    /// completed parked requests from `completed`.
     pub(super) fn new(
         shared: Arc<Shared>,
         poll: Poll,
         shards: Shards,
         me: usize,
-        (inbox, answers): (Receiver<Conn>, Receiver<(usize, Response)>),
+        (inbox, completed): (Receiver<Conn>, Receiver<usize>),
     ) -> Self {
         let ids = (FIRST_ID + me, shards.peers.len());
         SessionsLoop {
-            core: Core::new(Arc::clone(&shared), poll, Arc::clone(&shards.held), ids),
+            core: Core::new(Arc::clone(&shared), poll, Arc::clone(&shards.budgets), ids),
             sessions: Sessions {
-                in_flight_limit: shared.options.in_flight_limit(),
                 shared,
                 shards,
                 me,
                 starved: VecDeque::new(),
                 woken: Vec::new(),
+                unsent: VecDeque::new(),
                 inbox,
-                answers,
+                completed,
+                seen_freed: (0, 0),
             },
         }
     }
@@ -114,24 +123,38 @@ impl SessionsLoop {
         }
     }
 
-    /// Queues the answers other shards' writes gave this shard's parked
-    /// requests.
-    fn take_answers(&mut self) {
+    /// Answers the parked requests of this shard that other shards' writes
+    /// completed.
+    fn take_completed(&mut self) {
         let now = Instant::now();
-        while let Ok((id, response)) = self.sessions.answers.try_recv() {
-            if deliver(&mut self.core, id, response, now) {
-                self.core.serve(id, &mut self.sessions);
-            }
+        while let Ok(id) = self.sessions.completed.try_recv() {
+            self.sessions.deliver(&mut self.core, id, now);
+        }
+        self.serve_ready();
+    }
+
+    fn serve_ready(&mut self) {
+        for id in std::mem::take(&mut self.core.ready) {
+            self.core.serve(id, &mut self.sessions);
         }
     }
 
-    /// Gives the connections waiting for room in the in-flight bytes their
-    /// turn, as long as there is room.
+    /// Gives what waits for room in the bytes in flight its turn again:
+    /// completed parked requests' answers first, oldest first, then the
+    /// connections waiting to read or to run a request.
     fn resume_starved(&mut self) {
-        while self.sessions.in_flight(&self.core) < self.sessions.in_flight_limit {
-            let Some(id) = self.sessions.starved.pop_front() else {
-                return;
-            };
+        let budgets = &self.core.budgets;
+        let freed = (budgets.input.freed(), budgets.output.freed());
+        if freed == self.sessions.seen_freed {
+            return;
+        }
+        self.sessions.seen_freed = freed;
+        let now = Instant::now();
+        for id in std::mem::take(&mut self.sessions.unsent) {
+            self.sessions.deliver(&mut self.core, id, now);
+        }
+        self.serve_ready();
+        for id in std::mem::take(&mut self.sessions.starved) {
             if let Some(conn) = self.core.conns.get_mut(&id) {
                 conn.starved = false;
                 self.core.serve(id, &mut self.sessions);
@@ -151,22 +174,6 @@ impl SessionsLoop {
     }
 }
 
-/// Queues `response` for connection `id`, parked on this shard; whether
-/// it was (it may have closed, or had its answer already).
-fn deliver(core: &mut Core, id: usize, response: Response, now: Instant) -> bool {
-    let answer_by = now + core.io_timeout();
-    let Some(conn) = core.conns.get_mut(&id).filter(|conn| conn.parked) else {
-        return false;
-    };
-    conn.parked = false;
-    conn.set(Timer::Park, None);
-    if let Phase::Serving(session) = &mut conn.phase {
-        let frame = session.seal(response.encode());
-        conn.queue(&frame, answer_by);
-    }
-    true
-}
-
 impl Sessions {
     fn table(&self) -> MutexGuard<'_, Table> {
         // The table is left consistent by every call, and none panics.
@@ -181,24 +188,138 @@ impl Sessions {
         core.held() + self.table().parked_bytes()
     }
 
-    /// Sends the answers of the parked requests the last request
-    /// completed: queued here for this shard's connections, to their shard
-    /// for the others'.
+    /// Waits for room in the bytes in flight (once in the queue).
+    fn starve(&mut self, conn: &mut Conn, id: usize) {
+        if !conn.starved {
+            conn.starved = true;
+            self.starved.push_back(id);
+        }
+    }
+
+    /// Sends the parked requests the last request completed to their
+    /// shards: answered here for this shard's connections.
     fn answer_woken(&mut self, core: &mut Core, now: Instant) {
-        for (id, response) in self.woken.drain(..) {
+        for id in std::mem::take(&mut self.woken) {
             let owner = self.shards.owner(id);
             if owner == self.me {
-                if deliver(core, id, response, now) {
-                    core.ready.push(id);
-                }
+                self.deliver(core, id, now);
             } else if let Some(peer) = self.shards.peers.get(owner)
-                && peer.answers.send((id, response)).is_ok()
+                && peer.woken.send(id).is_ok()
                 && peer.waker.wake().is_err()
             {
                 crate::trace::event!(warn, "store server: could not wake a sessions loop");
             }
         }
     }
+
+    /// Answers the completed parked request of connection `id`, parked on
+    /// this shard, when its answer has room; otherwise it waits in
+    /// `unsent`.
+    fn deliver(&mut self, core: &mut Core, id: usize, now: Instant) {
+        let Some(mut conn) = core.conns.remove(&id) else {
+            return;
+        };
+        if conn.parked {
+            let completion = {
+                let mut table = self.table();
+                table.complete(id, |len| has_room(core, &conn, len))
+            };
+            match completion {
+                Completion::Answer(answer) => {
+                    conn.parked = false;
+                    conn.set(Timer::Park, None);
+                    send(core, &mut conn, answer, now);
+                    core.ready.push(id);
+                }
+                Completion::NoRoom => self.unsent.push_back(id),
+                Completion::NotReady => {}
+            }
+        }
+        core.conns.insert(id, conn);
+        core.reschedule(id);
+    }
+
+    /// Runs a request read whole: on the table when its answer has room
+    /// in the bytes in flight, or later (deferred, the connection waiting
+    /// for room).
+    fn run(
+        &mut self,
+        core: &mut Core,
+        conn: &mut Conn,
+        id: usize,
+        deferred: Deferred,
+        now: Instant,
+    ) {
+        let io_timeout = core.io_timeout();
+        let mut woken = std::mem::take(&mut self.woken);
+        let outcome = {
+            let mut table = self.table();
+            let needed = table.answer_len(&deferred.request);
+            if has_room(core, conn, needed) {
+                Some(table.apply(id, deferred.request, now, &mut woken))
+            } else {
+                conn.deferred = Some(deferred);
+                None
+            }
+        };
+        self.woken = woken;
+        match outcome {
+            None => {
+                if conn.deadline(Timer::Frame).is_none() {
+                    conn.set(Timer::Frame, Some(now + io_timeout));
+                }
+                self.starve(conn, id);
+            }
+            Some(Outcome::Answer(answer)) => {
+                conn.set(Timer::Frame, None);
+                send(core, conn, answer, now);
+            }
+            Some(Outcome::Parked(deadline)) => {
+                conn.set(Timer::Frame, None);
+                conn.parked = true;
+                conn.set(Timer::Park, Some(deadline));
+            }
+            Some(Outcome::Refuse(code, message)) => core.refuse(conn, id, code, message, now, self),
+        }
+        core.charge(conn, false);
+        self.answer_woken(core, now);
+    }
+}
+
+/// Whether connection `conn` has room for an answer of `len` bytes
+/// (unsealed payload) among the answers in flight.
+fn has_room(core: &Core, conn: &Conn, len: usize) -> bool {
+    let Phase::Serving(session) = &conn.phase else {
+        return false;
+    };
+    let frame = 4 + len + session.outbound_overhead();
+    core.budgets.output.room(conn.charged_out) >= frame
+}
+
+/// Queues `answer` on `conn`, to be taken within the I/O timeout; a value
+/// goes out shared, not copied.
+fn send(core: &Core, conn: &mut Conn, answer: Answer, now: Instant) {
+    let answer_by = now + core.io_timeout();
+    let Phase::Serving(session) = &mut conn.phase else {
+        return;
+    };
+    match answer {
+        Answer::Other(response) => {
+            let frame = session.seal(response.encode());
+            conn.queue(&frame, answer_by);
+        }
+        Answer::Value(value) => {
+            let head = value_head(value.len(), session.outbound_overhead());
+            let trailer = session.seal_split(&head[4..], &value);
+            let chunks = vec![
+                Chunk::Owned(head),
+                Chunk::Shared(value),
+                Chunk::Owned(trailer),
+            ];
+            conn.queue_chunks(chunks, answer_by);
+        }
+    }
+    core.charge(conn, false);
 }
 
 impl Handler for Sessions {
@@ -210,48 +331,42 @@ impl Handler for Sessions {
         payload: Vec<u8>,
         now: Instant,
     ) {
-        let busy = conn.parked || conn.has_output();
+        let busy = conn.parked || conn.has_output() || conn.deferred.is_some();
+        let bytes = payload.capacity();
         let Phase::Serving(session) = &mut conn.phase else {
             return;
         };
         let io_timeout = core.io_timeout();
         let shared = Arc::clone(&self.shared);
-        let request = match open(session, payload, busy, io_timeout, &shared.limits) {
-            Ok(request) => request,
-            Err((code, message)) => return core.refuse(conn, id, code, message, now, self),
-        };
-        let mut woken = std::mem::take(&mut self.woken);
-        let outcome = self.table().apply(id, request, now, &mut woken);
-        self.woken = woken;
-        match outcome {
-            Outcome::Answer(response) => {
-                let frame = session.seal(response.encode());
-                conn.queue(&frame, now + io_timeout);
-            }
-            Outcome::Parked(deadline) => {
-                conn.parked = true;
-                conn.set(Timer::Park, Some(deadline));
-            }
-            Outcome::Refuse(code, message) => core.refuse(conn, id, code, message, now, self),
+        match open(session, payload, busy, io_timeout, &shared.limits) {
+            Ok(request) => self.run(core, conn, id, Deferred { request, bytes }, now),
+            Err((code, message)) => core.refuse(conn, id, code, message, now, self),
         }
-        self.answer_woken(core, now);
     }
 
-    /// No more of a request's frame is read while the in-flight bytes are
-    /// full; a parked one is read on, to see its connection close.
-    fn may_read(&mut self, core: &Core, conn: &mut Conn, id: usize) -> bool {
-        if conn.parked || conn.is_closing() {
-            return true;
+    /// A request waiting for room for its answer tries again.
+    fn on_turn(&mut self, core: &mut Core, conn: &mut Conn, id: usize, now: Instant) {
+        if let Some(deferred) = conn.deferred.take() {
+            self.run(core, conn, id, deferred, now);
         }
-        let held = core.held().saturating_sub(conn.charged) + conn.footprint();
-        if held + self.table().parked_bytes() < self.in_flight_limit {
-            return true;
+    }
+
+    /// A connection reads within its share of the frames in flight; one
+    /// whose request waits for room for its answer reads nothing (its
+    /// peer's hang-up is still seen).
+    fn read_room(&mut self, core: &Core, conn: &mut Conn, id: usize) -> usize {
+        if conn.is_closing() {
+            return READ_CHUNK;
         }
-        if !conn.starved {
-            conn.starved = true;
-            self.starved.push_back(id);
+        let room = if conn.deferred.is_some() {
+            0
+        } else {
+            readable(conn, core.budgets.input.room(conn.charged_in))
+        };
+        if room == 0 {
+            self.starve(conn, id);
         }
-        false
+        room
     }
 
     fn on_refuse(&mut self, conn: &mut Conn, id: usize) {
@@ -269,9 +384,9 @@ impl Handler for Sessions {
             .fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// A parked request gets its timeout answer (unless a write on another
-    /// shard answered it first: that answer is on its way); a frame still
-    /// waiting for room when its time is up, its refusal.
+    /// A parked request gets its timeout answer (unless its answer is
+    /// already on its way); a frame or a request still waiting for room
+    /// when its time is up, its refusal.
     fn on_expired(
         &mut self,
         core: &mut Core,
@@ -284,12 +399,9 @@ impl Handler for Sessions {
             Timer::Park => {
                 conn.set(Timer::Park, None);
                 let expired = self.table().expire(id, now);
-                if let Some(response) = expired
-                    && let Phase::Serving(session) = &mut conn.phase
-                {
+                if let Some(response) = expired {
                     conn.parked = false;
-                    let frame = session.seal(response.encode());
-                    conn.queue(&frame, now + core.io_timeout());
+                    send(core, conn, Answer::Other(response), now);
                 }
                 true
             }
@@ -297,10 +409,10 @@ impl Handler for Sessions {
                 let message = format!(
                     "the server holds {} bytes for requests in progress, its \
                      max_in_flight_bytes of {}, and this request found no room for the rest of \
-                     its frame within io_timeout; retry when the load has passed, or raise \
-                     max_in_flight_bytes where the server starts",
+                     its frame or for its answer within io_timeout; retry when the load has \
+                     passed, or raise max_in_flight_bytes where the server starts",
                     self.in_flight(core),
-                    self.in_flight_limit
+                    self.shared.options.in_flight_limit()
                 );
                 core.refuse(conn, id, code::LIMIT, message, now, self);
                 true
@@ -318,7 +430,7 @@ impl Reactor for SessionsLoop {
     fn on_token(&mut self, token: Token) {
         if token == WAKER {
             self.take_handed_over();
-            self.take_answers();
+            self.take_completed();
         }
     }
 
@@ -334,7 +446,7 @@ impl Reactor for SessionsLoop {
     }
 
     fn wake_at(&self) -> (Option<Instant>, bool) {
-        let starved = !self.sessions.starved.is_empty();
+        let starved = !self.sessions.starved.is_empty() || !self.sessions.unsent.is_empty();
         (starved.then(|| Instant::now() + STARVED_RETRY), false)
     }
 
@@ -349,7 +461,7 @@ impl Reactor for SessionsLoop {
             let Some(conn) = self.core.conns.get_mut(&id) else {
                 continue;
             };
-            if conn.parked {
+            if conn.parked || conn.deferred.is_some() {
                 self.sessions.table().forget(id);
                 conn.parked = false;
                 let refusal = Response::Error {
@@ -368,8 +480,9 @@ impl Reactor for SessionsLoop {
     }
 }
 
-/// Opens a sealed request (or takes a plain one), refuses one stamped too
-/// long before it arrived, and decodes it within the limits.
+/// Opens a sealed request (or takes a plain one), refuses one whose stamp
+/// says its client no longer waits for it, and decodes it within the
+/// limits.
 fn open(
     session: &mut Session,
     payload: Vec<u8>,
@@ -392,18 +505,11 @@ fn open(
                 .to_owned(),
         )
     })?;
-    if let Some(stamp) = opened.stamp {
-        let lag = session.age().saturating_sub(stamp);
-        if lag > io_timeout {
-            return Err((
-                code::INTEGRITY,
-                format!(
-                    "a request arrived {lag:?} late, more than this server's io_timeout of \
-                     {io_timeout:?} after its client sent it: it was held back on the way (by a \
-                     relay?) or stuck in the client, and was not applied"
-                ),
-            ));
-        }
+    if let Some(why) = opened
+        .stamp
+        .and_then(|stamp| stamp.refusal(session.age(), io_timeout))
+    {
+        return Err((code::INTEGRITY, why));
     }
     Request::decode_within(&opened.body, limits).map_err(|e| match e {
         DecodeError::OverLimit(detail) => (code::LIMIT, detail),

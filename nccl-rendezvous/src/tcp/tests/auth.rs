@@ -3,9 +3,10 @@
 
 use std::io::Write;
 use std::net::TcpStream;
+use std::thread;
 use std::time::Duration;
 
-use super::{expect_error_frame, opts, raw_plain_session, read_raw_frame};
+use super::{PATIENCE, expect_error_frame, opts, raw_plain_session, read_raw_frame};
 use crate::tcp::wire::{self, Request, Response, code};
 use crate::tcp::{TcpStore, TcpStoreServer, TcpStoreServerOptions};
 use crate::{Store, StoreError};
@@ -85,7 +86,7 @@ fn requests_over_the_limits_are_refused_before_sending_and_by_the_server() {
         head
     };
     let largest = server.max_frame_size();
-    assert_eq!(largest, 1 + 4 + 16 + 1 + 4 + 64 + 4 + 64 + 8 + 32);
+    assert_eq!(largest, 1 + 4 + 16 + 1 + 4 + 64 + 4 + 64 + 16 + 32);
     let mut raw = raw_plain_session(server.local_addr());
     raw.write_all(&wait_head(57 << 20)).unwrap();
     let message = expect_error_frame(&mut raw, code::TOO_LARGE);
@@ -159,7 +160,7 @@ fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied()
             }
             .encode()
         };
-        let first = session.seal(set(b"first"));
+        let first = session.seal_request(set(b"first"), PATIENCE);
         raw.write_all(first.as_bytes()).unwrap();
         let answer = read_raw_frame(&mut raw).unwrap();
         assert_eq!(
@@ -169,7 +170,10 @@ fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied()
         store.set("uid", b"real").unwrap();
         let bytes = match tamper {
             Tamper::FlipValueBit => {
-                let mut bytes = session.seal(set(b"fake!")).as_bytes().to_vec();
+                let mut bytes = session
+                    .seal_request(set(b"fake!"), PATIENCE)
+                    .as_bytes()
+                    .to_vec();
                 let at = bytes.len() - wire::TAG_LEN - 1;
                 bytes[at] ^= 1;
                 bytes
@@ -189,6 +193,64 @@ fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied()
             "{tamper:?}"
         );
     }
+}
+
+#[test]
+fn a_request_stamped_ahead_of_the_servers_clock_or_past_its_patience_is_refused_unapplied() {
+    let secret = b"s3cret".to_vec();
+    let server = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default().with_secret(secret.clone()),
+    )
+    .unwrap();
+    let store =
+        TcpStore::connect_to(server.local_addr(), opts().with_secret(secret.clone())).unwrap();
+    store.set("uid", b"real").unwrap();
+    let day = Duration::from_secs(86_400);
+    for (stamp, why) in [
+        // A time the client's clock cannot have reached: the server's clock
+        // started first.
+        (
+            wire::Stamp {
+                sent: Duration::from_millis(u64::MAX),
+                patience: day,
+            },
+            "forged",
+        ),
+        (
+            wire::Stamp {
+                sent: day,
+                patience: day,
+            },
+            "forged",
+        ),
+        // Sent at the handshake by a client that gave up at once: it
+        // arrives after its client's patience.
+        (
+            wire::Stamp {
+                sent: Duration::ZERO,
+                patience: Duration::ZERO,
+            },
+            "past the 0ns its client waits",
+        ),
+    ] {
+        let mut raw = TcpStream::connect(server.local_addr()).unwrap();
+        let mut session = raw_sealed_session(&mut raw, &secret);
+        thread::sleep(Duration::from_millis(5));
+        let set = Request::Set {
+            key: "uid".into(),
+            value: b"forged".to_vec(),
+        };
+        let frame = session.seal_forged(set.encode(), stamp);
+        raw.write_all(frame.as_bytes()).unwrap();
+        let answer = read_raw_frame(&mut raw).expect("a sealed refusal");
+        let refusal = Response::decode(&session.open(answer).unwrap().body).unwrap();
+        assert!(
+            matches!(&refusal, Response::Error { code: code::INTEGRITY, message } if message.contains(why)),
+            "{stamp:?}: {refusal:?}"
+        );
+    }
+    assert_eq!(store.try_get("uid").unwrap().unwrap(), b"real");
 }
 
 #[derive(Debug, Clone, Copy)]

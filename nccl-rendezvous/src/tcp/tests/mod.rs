@@ -183,13 +183,10 @@ fn calls_after_server_death_fail_fast() {
     let store = client(&server);
     store.set("k", b"v").unwrap();
     drop(server);
-    // The pooled connection is found closed; a new one is refused: no
-    // call waits for a server that is gone.
+    // The pooled connection is found closed and dropped; a new one is
+    // refused: no call waits for a server that is gone.
     let err = store.set("k", b"w").unwrap_err();
-    assert!(
-        matches!(err, StoreError::ConnectionClosed { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, StoreError::Connect { .. }), "{err:?}");
     let err = store.get("k", Duration::from_secs(600)).unwrap_err();
     assert!(matches!(err, StoreError::Connect { .. }), "{err:?}");
 }
@@ -260,12 +257,14 @@ fn garbage_bytes_close_only_that_connection() {
     assert_closed(&mut raw);
 
     // A HELLO of another version (999), one of version 2, whose clients
-    // sent the secret itself, and one of version 3, whose sealed requests
-    // carried no stamp.
+    // sent the secret itself, one of version 3, whose sealed requests
+    // carried no stamp, and one of version 4, whose stamps carried no
+    // patience.
     for (version, rest) in [
         (999u16, &[][..]),
         (2, &[1, 0, 0, 0, 2, b's', b'3'][..]),
         (3, &[][..]),
+        (4, &[0x42; 33][..]),
     ] {
         let mut raw = TcpStream::connect(addr).unwrap();
         let mut payload = vec![0x01];
@@ -278,7 +277,8 @@ fn garbage_bytes_close_only_that_connection() {
         let message = expect_error_frame(&mut raw, code::PROTOCOL);
         assert!(
             message.contains(&format!("protocol version {version} is not supported"))
-                && message.contains("version 4"),
+                && message.contains("version 5")
+                && message.contains("same nccl-rendezvous version"),
             "{message}"
         );
     }
@@ -286,6 +286,41 @@ fn garbage_bytes_close_only_that_connection() {
     // The earlier client's connection and new clients are fine.
     assert_eq!(keeper.get("before", Duration::from_secs(1)).unwrap(), b"1");
     assert_serves(&server, opts());
+}
+
+#[test]
+fn every_call_after_a_server_restart_is_served_on_a_fresh_connection() {
+    let server = server();
+    let addr = server.local_addr();
+    let store = client(&server);
+    // Four connections in the pool: four calls at once.
+    thread::scope(|s| {
+        let waiters: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| store.wait(&["go"], PATIENCE)))
+            .collect();
+        eventually("four waits parked", || server.stats().parked_requests == 4);
+        client(&server).set("go", b"").unwrap();
+        for waiter in waiters {
+            waiter.join().unwrap().unwrap();
+        }
+    });
+    drop(server);
+    let start = Instant::now();
+    let _restarted = loop {
+        match TcpStoreServer::bind(addr, TcpStoreServerOptions::default()) {
+            Ok(server) => break server,
+            Err(e) => assert!(start.elapsed() < PATIENCE, "{e}"),
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    // Each pooled connection was closed by the old server: none of them
+    // fails a call.
+    store.set("k", b"v").unwrap();
+    assert_eq!(store.try_get("k").unwrap().unwrap(), b"v");
+    assert_eq!(store.get("k", PATIENCE).unwrap(), b"v");
+    store.wait(&["k"], PATIENCE).unwrap();
+    assert_eq!(store.add("n", 1).unwrap(), 1);
+    assert!(store.delete("k").unwrap());
 }
 
 #[test]

@@ -27,7 +27,7 @@ impl fmt::Display for DecodeError {
             DecodeError::Version(version) => write!(
                 f,
                 "protocol version {version} is not supported; this side speaks version {VERSION} \
-                 (use the same nccl-group version on every rank and on the server)"
+                 (use the same nccl-rendezvous version on every rank and on the server)"
             ),
         }
     }

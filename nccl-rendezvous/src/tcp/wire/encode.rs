@@ -63,6 +63,18 @@ impl Encoder {
     }
 }
 
+/// The head of a `VALUE` answer whose value is sent apart (shared, not
+/// copied): the frame's length header, counting the value and `trailer`
+/// bytes after it (a seal), the opcode, and the value's length.
+pub(crate) fn value_head(value_len: usize, trailer: usize) -> Vec<u8> {
+    let payload = 1 + 4 + value_len + trailer;
+    let mut head = Vec::with_capacity(9);
+    head.extend_from_slice(&u32::try_from(payload).unwrap_or(u32::MAX).to_be_bytes());
+    head.push(resp::VALUE);
+    head.extend_from_slice(&u32::try_from(value_len).unwrap_or(u32::MAX).to_be_bytes());
+    head
+}
+
 /// An encoded frame, header included.
 #[derive(Debug)]
 pub(crate) struct Frame(Vec<u8>);

@@ -48,6 +48,22 @@ impl Incoming {
         self.payload.capacity()
     }
 
+    /// The bytes it would hold after taking `n` more bytes (its buffer
+    /// grows by doubling, never past the frame; a frame whose length is
+    /// not known yet is taken to need all of them).
+    pub(crate) fn held_after(&self, n: usize) -> usize {
+        let capacity = self.payload.capacity();
+        let Some(len) = self.len else {
+            return capacity.max(n);
+        };
+        let needed = self.payload.len().saturating_add(n).min(len);
+        if needed <= capacity {
+            capacity
+        } else {
+            capacity.saturating_mul(2).max(needed).min(len)
+        }
+    }
+
     /// Takes bytes from `input` up to the end of the frame under way.
     /// Returns how many it took and, when they completed the frame, its
     /// payload (and the assembler is ready for the next frame).

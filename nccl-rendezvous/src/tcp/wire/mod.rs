@@ -1,4 +1,4 @@
-//! The TCP store's wire protocol, version 4.
+//! The TCP store's wire protocol, version 5.
 //!
 //! Every message is a frame: a `u32` big-endian payload length, then the
 //! payload. A payload is one opcode byte followed by fields; integers are
@@ -31,14 +31,19 @@
 //! reordered, altered, reflected or injected fails its tag, and the
 //! connection is closed. Payloads are authenticated, not encrypted.
 //!
-//! A sealed request also carries, between its fields and its tag, the
-//! client's milliseconds since its side of the handshake ended (a `u64`,
-//! under the tag). The server refuses a request whose stamp lags its own
-//! time since the handshake by more than its I/O timeout: a request held
-//! back on the way (by a relay) past the client's patience is not applied
-//! long after a newer write. Both clocks are monotonic; they need no
-//! synchronisation, since each only measures from its own end of the same
-//! handshake.
+//! A sealed request also carries, between its fields and its tag, its
+//! stamp: the client's milliseconds since its side of the handshake ended,
+//! and how many more milliseconds it waits for the answer before it gives
+//! up (two `u64`s, under the tag). The server's own clock started before
+//! the client's (it confirms the handshake after starting it), so its time
+//! since the handshake is never behind the client's: it refuses, unapplied,
+//! a request that arrives after its client gave up (its stamp plus its
+//! patience behind the server's time), after the server's I/O timeout, or
+//! stamped ahead of the server's time (beyond the 500 ppm two monotonic
+//! clocks may differ by). So a request held back on the way (by a relay) is
+//! never applied once its client gave up on it and may have written again.
+//! Both clocks are monotonic; they need no synchronisation, since each only
+//! measures from its own end of the same handshake.
 //!
 //! Without a secret on either side, step 2 carries no proof, step 3 is
 //! skipped and frames are not sealed. A server without a secret then
@@ -74,22 +79,25 @@ mod stream;
 use std::time::Duration;
 
 pub(crate) use decode::DecodeError;
-pub(crate) use encode::Frame;
+pub(crate) use encode::{Frame, value_head};
 pub(crate) use incoming::{Incoming, IncomingError, Rules};
 pub(crate) use scan::Scan;
+#[cfg(test)]
+pub(crate) use seal::Stamp;
 pub(crate) use seal::{NONCE_LEN, Nonce, Proofs, STAMP_LEN, Session, TAG_LEN, Tag, fresh_nonce};
 pub(crate) use stream::{FrameError, FrameSource, read_frame, write_frame};
 
 /// Identifies the protocol in `HELLO`.
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
-/// The protocol version in `HELLO`. Version 4 stamps every sealed request
-/// with the client's time since the handshake, and answers a tampered
-/// frame with its own code (`INTEGRITY`); version 3 authenticated by
+/// The protocol version in `HELLO`. Version 5 seals in every request how
+/// long its client waits for the answer; version 4 stamped every sealed
+/// request with the client's time since the handshake, and answered a
+/// tampered frame with its own code (`INTEGRITY`); version 3 authenticated by
 /// challenge and response and sealed every frame (version 2 sent the
 /// secret itself); version 2 answered `COMPARE_SET` with whether it
 /// swapped (version 1 sent one value). Two sides of different versions
 /// refuse each other in `HELLO`, naming both.
-pub(crate) const VERSION: u16 = 4;
+pub(crate) const VERSION: u16 = 5;
 
 /// The largest frame either side accepts before the handshake is done: a
 /// client's `HELLO` is 40 bytes, the server's 68 (100 with its proof), an
@@ -289,6 +297,16 @@ pub(crate) enum Response {
         code: u8,
         message: String,
     },
+}
+
+impl Request {
+    /// Whether it only reads: sending it twice changes nothing.
+    pub(crate) fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Request::Get { .. } | Request::TryGet { .. } | Request::Wait { .. }
+        )
+    }
 }
 
 impl Response {

@@ -6,9 +6,10 @@
 //! client's, a tag from the client to the server is not valid the other
 //! way. Tags are compared in constant time (`Mac::verify_slice`).
 //!
-//! A request also carries its stamp (the client's milliseconds since its
-//! end of the handshake) under the tag, for the server to refuse requests
-//! held back on the way.
+//! A request also carries its stamp under the tag: the client's
+//! milliseconds since its end of the handshake, and how many more it waits
+//! for the answer before it gives up, for the server to refuse a request
+//! its client no longer waits for (held back on the way).
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -22,8 +23,55 @@ use super::Frame;
 pub(crate) const NONCE_LEN: usize = 32;
 /// The length of a proof or a frame's tag (a whole HMAC-SHA256).
 pub(crate) const TAG_LEN: usize = 32;
-/// The length of a request's stamp: milliseconds, a big-endian `u64`.
-pub(crate) const STAMP_LEN: usize = 8;
+/// The length of a request's stamp: two big-endian `u64`s of
+/// milliseconds, when it was sealed and how long after that its client
+/// gives up.
+pub(crate) const STAMP_LEN: usize = 16;
+
+/// A request's stamp, as its client sealed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    /// The client's time since its end of the handshake.
+    pub(crate) sent: Duration,
+    /// How long after `sent` the client gives up on the answer.
+    pub(crate) patience: Duration,
+}
+
+/// How much faster than the server's the client's monotonic clock may run
+/// (NTP slews a clock's rate by at most 500 ppm), as a share of the
+/// session's age.
+const CLOCK_RATE_SLACK: u32 = 2000;
+
+impl Stamp {
+    /// Why a request with this stamp, arriving `age` after the server's
+    /// end of the handshake, is not applied: its client gave up on it (or
+    /// the server's `io_timeout` passed) before it arrived, or it claims a
+    /// time the client's clock cannot have reached yet. The server's clock
+    /// started first, so an honest stamp is never ahead of it, and the lag
+    /// it shows is never less than the request's real time on the way.
+    pub(crate) fn refusal(&self, age: Duration, io_timeout: Duration) -> Option<String> {
+        let slack = age / CLOCK_RATE_SLACK + Duration::from_millis(1);
+        if self.sent > age + slack {
+            return Some(format!(
+                "a request stamped {:?} after the handshake arrived {age:?} after it by this \
+                 server's clock: a client's clock starts after the server's, so the stamp is \
+                 forged or the clock broken; it was not applied",
+                self.sent
+            ));
+        }
+        let lag = age.saturating_sub(self.sent);
+        let waited = self.patience.min(io_timeout);
+        (lag > waited).then(|| {
+            format!(
+                "a request arrived {lag:?} after its client sent it, past the {:?} its client \
+                 waits for an answer (and this server's io_timeout of {io_timeout:?}): it was \
+                 held back on the way (by a relay?) or stuck in the client, whose call has \
+                 failed, and was not applied",
+                self.patience
+            )
+        })
+    }
+}
 
 /// A fresh random value from one side of a handshake.
 pub(crate) type Nonce = [u8; NONCE_LEN];
@@ -205,9 +253,8 @@ pub(crate) struct Session {
 pub(crate) struct Opened {
     /// The message, without its seal.
     pub(crate) body: Vec<u8>,
-    /// On the server's side of a sealed session: the request's stamp, the
-    /// client's time since the handshake when it sealed the request.
-    pub(crate) stamp: Option<Duration>,
+    /// On the server's side of a sealed session: the request's stamp.
+    pub(crate) stamp: Option<Stamp>,
 }
 
 /// A frame that failed its tag: altered, replayed, reordered, injected, or
@@ -272,28 +319,59 @@ impl Session {
             .map_or(Duration::ZERO, |s| s.started.elapsed())
     }
 
-    /// Seals an outgoing frame: the client appends its stamp, then either
-    /// side the tag of the payload.
+    /// Seals an answer (or, on the client's side, a request its client
+    /// gives up on at once): the tag of the payload.
     pub(crate) fn seal(&mut self, frame: Frame) -> Frame {
-        let Some(sealed) = &mut self.sealed else {
+        self.seal_request(frame, Duration::ZERO)
+    }
+
+    /// Seals a request its client waits `patience` for, from now: the
+    /// client appends its stamp (its time since the handshake and
+    /// `patience`), then the tag of the payload.
+    pub(crate) fn seal_request(&mut self, frame: Frame, patience: Duration) -> Frame {
+        if self.sealed.is_none() {
             return frame;
+        }
+        let trailer = self.seal_parts(frame.payload(), &[], patience);
+        frame.with_trailer(&trailer)
+    }
+
+    /// The seal of an answer whose payload is `head` then `tail` (a value
+    /// sent apart, not copied): what follows them on the wire, nothing for
+    /// a plain session. Its length is [`Session::outbound_overhead`].
+    pub(crate) fn seal_split(&mut self, head: &[u8], tail: &[u8]) -> Vec<u8> {
+        self.seal_parts(head, tail, Duration::ZERO)
+    }
+
+    fn seal_parts(&mut self, head: &[u8], tail: &[u8], patience: Duration) -> Vec<u8> {
+        let sent = self.age();
+        self.seal_stamped(head, tail, Stamp { sent, patience })
+    }
+
+    /// [`Session::seal_request`] with a stamp of the caller's: for tests
+    /// of what the server makes of forged ones.
+    #[cfg(test)]
+    pub(crate) fn seal_forged(&mut self, frame: Frame, stamp: Stamp) -> Frame {
+        let trailer = self.seal_stamped(frame.payload(), &[], stamp);
+        frame.with_trailer(&trailer)
+    }
+
+    fn seal_stamped(&mut self, head: &[u8], tail: &[u8], stamp: Stamp) -> Vec<u8> {
+        let Some(sealed) = &mut self.sealed else {
+            return Vec::new();
         };
-        let frame = match sealed.side {
-            Side::Client => {
-                let millis =
-                    u64::try_from(sealed.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                frame.with_trailer(&millis.to_be_bytes())
-            }
-            Side::Server => frame,
-        };
-        let tag: Tag = sealed
-            .send
-            .mac(frame.payload())
-            .finalize()
-            .into_bytes()
-            .into();
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let mut trailer = Vec::with_capacity(STAMP_LEN + TAG_LEN);
+        if sealed.side == Side::Client {
+            trailer.extend_from_slice(&millis(stamp.sent).to_be_bytes());
+            trailer.extend_from_slice(&millis(stamp.patience).to_be_bytes());
+        }
+        let mut mac = sealed.send.mac(head);
+        mac.update(tail);
+        mac.update(&trailer);
+        trailer.extend_from_slice(&mac.finalize().into_bytes());
         sealed.send.advance();
-        frame.with_trailer(&tag)
+        trailer
     }
 
     /// Checks an incoming payload's tag (in constant time) and returns the
@@ -320,9 +398,15 @@ impl Session {
             Side::Client => (signed_len, None),
             Side::Server => {
                 let body_len = signed_len.checked_sub(STAMP_LEN).ok_or(BadTag)?;
-                let mut millis = [0u8; STAMP_LEN];
-                millis.copy_from_slice(&signed[body_len..]);
-                let stamp = Duration::from_millis(u64::from_be_bytes(millis));
+                let millis = |at: usize| {
+                    let mut field = [0u8; 8];
+                    field.copy_from_slice(&signed[at..at + 8]);
+                    Duration::from_millis(u64::from_be_bytes(field))
+                };
+                let stamp = Stamp {
+                    sent: millis(body_len),
+                    patience: millis(body_len + 8),
+                };
                 (body_len, Some(stamp))
             }
         };
@@ -356,10 +440,12 @@ mod tests {
         let (mut client, mut server) = pair(b"s3cret");
         let first = client.seal(Request::TryGet { key: "a".into() }.encode());
         let second = client.seal(Request::TryGet { key: "b".into() }.encode());
+        let patient = Duration::from_millis(1500);
         // Reordered: the second frame first fails.
         assert!(server.open(payload(&second)).is_err());
         let (mut client, mut server) = pair(b"s3cret");
-        let first_again = client.seal(Request::TryGet { key: "a".into() }.encode());
+        let first_again =
+            client.seal_request(Request::TryGet { key: "a".into() }.encode(), patient);
         assert_eq!(
             payload(&first).len(),
             payload(&first_again).len(),
@@ -373,7 +459,8 @@ mod tests {
         // The client's clock started after the server's: its stamp cannot
         // be ahead of the server's time since the handshake.
         let stamp = opened.stamp.expect("a request carries its stamp");
-        assert!(stamp <= server.age(), "{stamp:?} > {:?}", server.age());
+        assert!(stamp.sent <= server.age(), "{stamp:?} > {:?}", server.age());
+        assert_eq!(stamp.patience, patient);
         // Replayed: the same frame again fails.
         assert!(server.open(payload(&first_again)).is_err());
         // Altered: one bit of the next frame flipped.
