@@ -273,15 +273,23 @@ fn the_same(agreements: &[Agreement]) -> &Agreement {
 /// Waits until `count` ranks have arrived at the agreement on
 /// `generation` (its counter, read through `store`).
 fn arrived(store: &dyn Store, generation: u64, count: i64) {
-    let key = Keys::new(generation).count;
+    let keys = Keys::new(generation);
     let start = Instant::now();
-    while store
-        .try_get(&key)
-        .expect("the counter")
-        .and_then(|bytes| crate::parse_counter(&bytes))
-        .unwrap_or(0)
-        < count
-    {
+    // The counter first, then the records each claimed slot holds: a rank
+    // claims its slot (the counter) before it writes its arrival there,
+    // and a rank preempted in between would leave a gap that the deciding
+    // rank, with no time to wait, reads as not arrived.
+    let written = |store: &dyn Store| {
+        let claimed = store
+            .try_get(&keys.count)
+            .expect("the counter")
+            .and_then(|bytes| crate::parse_counter(&bytes))
+            .unwrap_or(0);
+        claimed >= count
+            && (1..=count as u64)
+                .all(|seq| store.try_get(&keys.entry(seq)).expect("a slot").is_some())
+    };
+    while !written(store) {
         assert!(start.elapsed() < PATIENCE, "{count} arrivals never came");
         thread::sleep(Duration::from_millis(5));
     }
