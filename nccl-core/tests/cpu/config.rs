@@ -166,20 +166,19 @@ fn raw_config_carries_every_newer_option() {
 
 #[test]
 fn flags_map_to_zero_and_one() {
-    let raw_config = Config::new()
-        .with_blocking(true)
-        .with_split_share(false)
-        .to_raw()
-        .unwrap();
-    assert_eq!(raw_config.as_raw().blocking, 1);
-    assert_eq!(raw_config.as_raw().splitShare, 0);
-    let raw_config = Config::new()
-        .with_blocking(false)
-        .with_split_share(true)
-        .to_raw()
-        .unwrap();
-    assert_eq!(raw_config.as_raw().blocking, 0);
-    assert_eq!(raw_config.as_raw().splitShare, 1);
+    // (blocking, split_share) and the raw values each must become.
+    for (blocking, split_share, raw) in [(true, false, (1, 0)), (false, true, (0, 1))] {
+        let raw_config = Config::new()
+            .with_blocking(blocking)
+            .with_split_share(split_share)
+            .to_raw()
+            .unwrap();
+        assert_eq!(
+            (raw_config.as_raw().blocking, raw_config.as_raw().splitShare),
+            raw,
+            "blocking {blocking}, split_share {split_share}"
+        );
+    }
 }
 
 #[test]
