@@ -59,6 +59,14 @@ pub fn info() -> CommInfo {
     }
 }
 
+/// [`info`] on a GPU of compute capability 8.0 (no fp8 reductions).
+pub fn ampere() -> CommInfo {
+    CommInfo {
+        compute_capability: (8, 0),
+        ..info()
+    }
+}
+
 /// A contiguous buffer on device 0.
 pub fn buf(dtype: DataType, len: usize) -> BufferDesc<'static> {
     BufferDesc::contiguous(dtype, len, 0)
@@ -149,10 +157,12 @@ pub fn every_op() -> [Op<'static>; 10] {
     ]
 }
 
-/// Whether NCCL supports `red` on `dtype` at all (on a new enough GPU and
+/// The reductions NCCL supports on `dtype` at all (on a new enough GPU and
 /// library): averaging 8-bit floats it does not.
-pub fn supported(dtype: DataType, red: ReduceOp) -> bool {
-    !(dtype.is_fp8() && red == ReduceOp::Avg)
+pub fn supported_reductions(dtype: DataType) -> impl Iterator<Item = ReduceOp> {
+    ReduceOp::ALL
+        .into_iter()
+        .filter(move |&red| !(dtype.is_fp8() && red == ReduceOp::Avg))
 }
 
 // ---------------------------------------------------------------------------
