@@ -7,8 +7,8 @@ use nccl_tensor::{Communicator, Error, Tensor, TensorCell};
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
-    assert_same, download, download_cell, first, one_rank, poisoned, poisoned_cell, upload,
-    upload_cell, values,
+    assert_same, download, download_cell, first, one_rank, one_rank_on_first_gpu, poisoned,
+    poisoned_cell, upload, upload_cell, values,
 };
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
     values::<f32>(seed, len)
@@ -75,12 +75,9 @@ fn gpu_cell_new_and_from_describe_the_tensor() {
 
 #[test]
 fn gpu_cell_with_tensor_and_with_tensor_mut() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(5, 6);
     let cell = TensorCell::new(Tensor::from_host(&stream, &data, &[3, 2]).expect("tensor"));
 

@@ -103,6 +103,8 @@ macro_rules! float_elem {
 // The conversions are spelled as paths (`Type::function`), which pick the
 // types' inherent functions, not `Elem`'s of the same name.
 float_elem! {
+    f32 => "f32", POISON as f64, 9, |v| v as f32, f64::from, |v| u64::from(f32::to_bits(v));
+    f64 => "f64", POISON as f64, 10, |v| v, |v| v, f64::to_bits;
     half::f16 => "f16", POISON as f64, 7,
         half::f16::from_f64, half::f16::to_f64, |v| u64::from(half::f16::to_bits(v));
     half::bf16 => "bf16", POISON as f64, 8,
@@ -113,42 +115,6 @@ float_elem! {
     float8::F8E5M2 => "f8e5m2", -96.0, 12,
         float8::F8E5M2::from_f64, |v| float8::F8E5M2::to_f64(&v),
         |v| u64::from(float8::F8E5M2::to_bits(&v));
-}
-
-impl Elem for f32 {
-    const NAME: &'static str = "f32";
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    const PREMUL: f64 = 0.5;
-    const POISON: f64 = POISON as f64;
-    const SEED: u64 = 9;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
-    fn bits(self) -> u64 {
-        u64::from(self.to_bits())
-    }
-}
-
-impl Elem for f64 {
-    const NAME: &'static str = "f64";
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    const PREMUL: f64 = 0.5;
-    const POISON: f64 = POISON as f64;
-    const SEED: u64 = 10;
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn bits(self) -> u64 {
-        self.to_bits()
-    }
 }
 
 /// Longest run of fresh values; longer inputs repeat it (still deterministic,
@@ -297,6 +263,16 @@ pub fn first(devices: Vec<Device>) -> Device {
 pub fn one_rank(device: &Device) -> Communicator {
     Communicator::new(device.clone(), 1, UniqueId::new().expect("unique id"), 0)
         .expect("world-size-1 communicator")
+}
+
+/// A communicator of world size 1 on the first GPU and a stream of that
+/// GPU; `None` when [`require_gpus`](crate::require_gpus) finds none (the
+/// test skips).
+pub fn one_rank_on_first_gpu() -> Option<(Communicator, Arc<CudaStream>)> {
+    let device = first(crate::require_gpus(1)?);
+    let comm = one_rank(&device);
+    let stream = device.new_stream().expect("stream");
+    Some((comm, stream))
 }
 
 /// One rank per device, each on its own thread with rank = position in
