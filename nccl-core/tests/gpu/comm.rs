@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use nccl_core::{Communicator, Config, DataType, Device, Error, Group, ReduceOp, Status, UniqueId};
 use nccl_test_support::raw::{
-    check_all_reduce, download, input, one_gpu, ptr, ptr_mut, single_rank, upload,
+    check_all_reduce, download, input, one_gpu, ptr, ptr_mut, single_rank, single_rank_with, upload,
 };
 use nccl_test_support::{POISON, assert_same_values, require_gpus};
 
@@ -41,7 +41,7 @@ fn gpu_init_with_blocking_config() {
         .with_blocking(true)
         .with_ctas(1, 8)
         .with_comm_name("gpu-test.blocking");
-    let comm = Communicator::with_config(device, 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let comm = single_rank_with(&device, &config);
     assert!(comm.is_blocking());
     assert_eq!(comm.async_error().unwrap(), Status::Success);
 }
@@ -52,8 +52,7 @@ fn gpu_nonblocking_config_initialises_and_runs_a_collective() {
     let config = Config::new()
         .with_blocking(false)
         .with_timeout(Duration::from_secs(60));
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let comm = single_rank_with(&device, &config);
     assert!(!comm.is_blocking());
     let stream = device.new_stream().unwrap();
     let data = input(11, 1000);
@@ -138,8 +137,7 @@ fn gpu_split_all_split_from_and_nocolor() {
 fn gpu_split_of_a_nonblocking_communicator() {
     let Some(device) = one_gpu() else { return };
     let config = Config::new().with_blocking(false);
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let comm = single_rank_with(&device, &config);
     let child = comm.split_all(None).unwrap();
     assert!(!child.is_blocking());
     assert_eq!(child.async_error().unwrap(), Status::Success);

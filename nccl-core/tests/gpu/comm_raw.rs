@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use nccl_core::{Communicator, Config, Error, ReduceOp, Status, UniqueId, library};
-use nccl_test_support::raw::{check_all_reduce, one_gpu, single_rank};
+use nccl_core::{Communicator, Config, Error, ReduceOp, Status, library};
+use nccl_test_support::raw::{check_all_reduce, one_gpu, single_rank, single_rank_with};
 
 #[test]
 fn gpu_into_raw_then_from_raw_hands_the_communicator_over() {
@@ -45,8 +45,7 @@ fn gpu_a_nonblocking_communicator_is_adopted_ready() {
     let config = Config::new()
         .with_blocking(false)
         .with_timeout(Duration::from_secs(60));
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let comm = single_rank_with(&device, &config);
     let raw = comm.into_raw().unwrap();
     // SAFETY: as above; `config` is the one it was created with.
     let adopted = unsafe { Communicator::from_raw(raw, &config) }.unwrap();
