@@ -8,7 +8,7 @@ use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
     assert_same, download, download_cell, first, one_rank, one_rank_on_first_gpu, poisoned,
-    poisoned_cell, upload, upload_cell, values,
+    poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
 };
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
     values::<f32>(seed, len)
@@ -144,11 +144,9 @@ fn gpu_cell_with_tensor_and_with_tensor_mut() {
 
 #[test]
 fn gpu_cell_to_vec_and_its_type_check() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = values::<u64>(7, 100);
     let cell = upload_cell(&stream, &data);
     assert_same(
@@ -171,11 +169,9 @@ fn gpu_cell_to_vec_and_its_type_check() {
 
 #[test]
 fn gpu_cell_into_tensor_last_reference_shared_and_wrong_type() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(8, 12);
     let cell = TensorCell::new(Tensor::from_host(&stream, &data, &[4, 3]).expect("tensor"));
 
@@ -214,11 +210,9 @@ fn gpu_cell_into_tensor_last_reference_shared_and_wrong_type() {
 
 #[test]
 fn gpu_cell_same_cell_is_identity_not_equality() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(9, 4);
     let a = upload_cell(&stream, &data);
     let b = upload_cell(&stream, &data);
@@ -311,11 +305,9 @@ fn gpu_cell_shared_between_threads() {
 /// back and converts into `Error::WrongType` for `?`.
 #[test]
 fn gpu_any_tensor_into_typed_names_both_types_and_gives_the_tensor_back() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(11, 8);
     let any = nccl_tensor::AnyTensor::from(upload(&stream, &data));
 

@@ -11,7 +11,7 @@ use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
     assert_same, download_cell, first, one_rank, one_rank_on_first_gpu, poison_values, poisoned,
-    poisoned_cell, upload, upload_cell, values,
+    poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
 };
 
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
@@ -182,11 +182,9 @@ fn gpu_cell_strided_but_contiguous_views_work() {
 
 #[test]
 fn gpu_cell_strided_construction_errors() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let six = || upload(&stream, &f32s(13, 6));
     let rank_mismatch = TensorCell::strided(six(), &[2, 3], &[1]).unwrap_err();
     assert!(

@@ -265,6 +265,13 @@ pub fn one_rank(device: &Device) -> Communicator {
         .expect("world-size-1 communicator")
 }
 
+/// A stream on the first GPU; `None` when
+/// [`require_gpus`](crate::require_gpus) finds none (the test skips).
+pub fn stream_on_first_gpu() -> Option<Arc<CudaStream>> {
+    let device = first(crate::require_gpus(1)?);
+    Some(device.new_stream().expect("stream"))
+}
+
 /// A communicator of world size 1 on the first GPU and a stream of that
 /// GPU; `None` when [`require_gpus`](crate::require_gpus) finds none (the
 /// test skips).
