@@ -174,17 +174,13 @@ fn assert_not_fitting(rows: &[(DataType, &str, f64, &str)]) {
 }
 
 #[test]
-fn scalar_bytes_rejects_fractions_for_integer_types() {
+fn scalar_bytes_rejects_fractions_and_integers_out_of_range() {
     assert_not_fitting(&[
+        // Fractions.
         (DataType::Int32, "i32", 0.5, "0.5"),
         (DataType::Int8, "i8", -1.25, "-1.25"),
         (DataType::Uint64, "u64", 2.5, "2.5"),
-    ]);
-}
-
-#[test]
-fn scalar_bytes_rejects_integers_out_of_range() {
-    assert_not_fitting(&[
+        // Integers out of range.
         (DataType::Uint8, "u8", 300.0, "300"),
         (DataType::Uint8, "u8", -1.0, "-1"),
         (DataType::Int8, "i8", 128.0, "128"),
