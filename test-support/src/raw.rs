@@ -3,6 +3,7 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use nccl_core::{Communicator, Config, DataType, Device, ReduceOp, UniqueId};
@@ -47,6 +48,11 @@ pub fn ptr_mut(buffer: &mut CudaSlice<f32>, stream: &CudaStream) -> *mut c_void 
 /// A communicator of world size 1 on `device`.
 pub fn single_rank(device: &Device) -> Communicator {
     Communicator::new(device.clone(), 1, UniqueId::new().expect("unique id"), 0).expect("init")
+}
+
+/// A nonblocking config whose init and waits give up after `timeout`.
+pub fn nonblocking(timeout: Duration) -> Config {
+    Config::new().with_blocking(false).with_timeout(timeout)
 }
 
 /// A communicator of world size 1 on `device`, made with `config`.

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use nccl_core::{Communicator, Config, DataType, Device, Error, Group, ReduceOp, Status, UniqueId};
 use nccl_test_support::raw::{
-    check_all_reduce, download, input, one_gpu, ptr, ptr_mut, single_rank, single_rank_with, upload,
+    check_all_reduce, download, input, nonblocking, one_gpu, ptr, ptr_mut, single_rank,
+    single_rank_with, upload,
 };
 use nccl_test_support::{POISON, assert_same_values, require_gpus};
 
@@ -49,9 +50,7 @@ fn gpu_init_with_blocking_config() {
 #[test]
 fn gpu_nonblocking_config_initialises_and_runs_a_collective() {
     let Some(device) = one_gpu() else { return };
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(60));
+    let config = nonblocking(Duration::from_secs(60));
     let comm = single_rank_with(&device, &config);
     assert!(!comm.is_blocking());
     let stream = device.new_stream().unwrap();
@@ -81,9 +80,7 @@ fn gpu_nonblocking_config_initialises_and_runs_a_collective() {
 fn gpu_nonblocking_init_times_out_when_peers_never_come() {
     let Some(device) = one_gpu() else { return };
     // Rank 0 of 2 with no rank 1: init can only end by the deadline.
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(3));
+    let config = nonblocking(Duration::from_secs(3));
     let started = std::time::Instant::now();
     let error =
         Communicator::with_config(device, 2, UniqueId::new().unwrap(), 0, &config).unwrap_err();
@@ -245,9 +242,7 @@ fn multi_gpu_split_from_keeps_the_listed_ranks() {
 #[test]
 fn gpu_init_local_ranks_checks_and_one_device() {
     let Some(device) = one_gpu() else { return };
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(30));
+    let config = nonblocking(Duration::from_secs(30));
     let id = UniqueId::new().unwrap();
     let twice = [device.clone(), device.clone()];
     let error = Communicator::init_local_ranks(&twice, 2, id, 0, &config).unwrap_err();

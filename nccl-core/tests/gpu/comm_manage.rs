@@ -14,7 +14,8 @@ use nccl_core::{
     UniqueId,
 };
 use nccl_test_support::raw::{
-    check_all_reduce, download, input, one_gpu, ptr, ptr_mut, single_rank, single_rank_with, upload,
+    check_all_reduce, download, input, nonblocking, one_gpu, ptr, ptr_mut, single_rank,
+    single_rank_with, upload,
 };
 use nccl_test_support::{POISON, assert_same_values};
 
@@ -104,11 +105,7 @@ fn gpu_revoke_stops_operations_and_keeps_a_parent() {
 
 #[test]
 fn gpu_revoke_of_a_nonblocking_communicator_waits_until_quiescent() {
-    revoke_then_check(
-        &Config::new()
-            .with_blocking(false)
-            .with_timeout(Duration::from_secs(60)),
-    );
+    revoke_then_check(&nonblocking(Duration::from_secs(60)));
 }
 
 #[test]
