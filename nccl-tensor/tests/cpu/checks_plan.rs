@@ -67,7 +67,7 @@ fn every_operation_has_its_name_and_rules() {
         ("send", Layouts::Input, Sizes::SAME),
         ("recv", Layouts::Output, Sizes::SAME),
     ];
-    for (op, (name, layouts, sizes)) in every_op().iter().zip(expected) {
+    for (op, (name, layouts, sizes)) in every_op(1).iter().zip(expected) {
         let rules = rules(op);
         assert_eq!(
             (op.name(), rules.layouts, rules.sizes),
@@ -87,7 +87,7 @@ fn every_operation_has_its_name_and_rules() {
 #[test]
 fn every_operation_refuses_the_layouts_it_does_not_take() {
     let mut refused = 0;
-    for op in every_op() {
+    for op in every_op(1) {
         let name = op.name();
         let (accepted, expected) = taken(rules(&op).layouts);
         for layout in every_layout(&op) {
@@ -148,7 +148,7 @@ fn a_stream_on_another_device_is_refused_by_every_operation() {
         device: 5,
         ..info()
     };
-    for op in every_op() {
+    for op in every_op(1) {
         let name = op.name();
         let layout = valid_layout(&op, F32, 8);
         wrong_device(
@@ -419,7 +419,7 @@ fn gathers_scatters_and_exchanges_count_one_block() {
 #[test]
 fn every_operation_counts_the_elements_per_rank() {
     // `lens` gives `n` elements per rank: NCCL's count for every operation.
-    for op in every_op() {
+    for op in every_op(1) {
         for n in [0, 1, 3, 8, 1000] {
             let layout = valid_layout(&op, F32, n);
             let (input_len, _) = lens(rules(&op).sizes, n);
@@ -435,7 +435,7 @@ fn every_operation_counts_the_elements_per_rank() {
 #[test]
 fn the_plan_keeps_the_operation_and_the_data_type() {
     for dtype in DataType::ALL {
-        for op in every_op() {
+        for op in every_op(1) {
             let plan = plan(op, &info(), valid_layout(&op, dtype, 8))
                 .unwrap_or_else(|error| panic!("{} {dtype}: {error}", op.name()));
             assert_eq!(plan.dtype, dtype, "{}", op.name());
@@ -469,7 +469,7 @@ fn sizes_give_each_buffers_length_for_a_count() {
 
 #[test]
 fn gather_and_scatter_size_their_spread_buffer_on_the_root_only() {
-    for op in every_op() {
+    for op in every_op(1) {
         let on_root_only = matches!(op, Op::Gather { .. } | Op::Scatter { .. });
         assert_eq!(
             rules(&op).spread_on_root_only,

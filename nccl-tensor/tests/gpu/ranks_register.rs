@@ -125,10 +125,12 @@ fn ranks_registration_refusals() {
     let (comm, stream) = (&rank.comm, &rank.stream);
     let empty = Tensor::<f32>::zeros(stream, &[0]).expect("an empty tensor");
     let registration = comm.register(empty).expect_err("an empty registration");
-    let allocation =
-        Tensor::<f32>::nccl_zeros(stream, &[0]).expect_err("an empty NCCL allocation");
+    let allocation = Tensor::<f32>::nccl_zeros(stream, &[0]).expect_err("an empty NCCL allocation");
     for (error, expected) in [
-        (registration.to_string(), "a registration of at least one byte"),
+        (
+            registration.to_string(),
+            "a registration of at least one byte",
+        ),
         (allocation.to_string(), "an allocation of at least one byte"),
     ] {
         assert!(error.contains(expected), "{error}");

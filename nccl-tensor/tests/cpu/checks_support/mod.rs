@@ -15,6 +15,7 @@ use nccl_core::nccl_sys::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{BufferDesc, Error, Extent, Layout, Layouts, Op, Plan, Result, Sizes, rules};
+pub use nccl_test_support::ops::every_op;
 
 /// Data types by their short names.
 pub const F32: DataType = DataType::Float32;
@@ -139,22 +140,6 @@ pub fn valid_layout(op: &Op<'_>, dtype: DataType, n: usize) -> Layout<'static> {
         Layouts::Input => Layout::Input(buf(dtype, n)),
         Layouts::Output => Layout::Output(buf(dtype, n)),
     }
-}
-
-/// One of each operation: reductions are sums, roots and peers rank 1.
-pub fn every_op() -> [Op<'static>; 10] {
-    [
-        Op::AllReduce(SUM),
-        Op::Broadcast { root: 1 },
-        Op::Reduce { op: SUM, root: 1 },
-        Op::AllGather,
-        Op::ReduceScatter(SUM),
-        Op::AllToAll,
-        Op::Gather { root: 1 },
-        Op::Scatter { root: 1 },
-        Op::Send { peer: 1 },
-        Op::Recv { peer: 1 },
-    ]
 }
 
 /// The reductions NCCL supports on `dtype` at all (on a new enough GPU and
