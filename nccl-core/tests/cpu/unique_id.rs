@@ -24,6 +24,13 @@ fn sample_hex() -> String {
         .collect()
 }
 
+/// [`sample_hex`] with the digit at `position` replaced by `replacement`.
+fn sample_hex_with(position: usize, replacement: char) -> String {
+    let mut text = sample_hex();
+    text.replace_range(position..position + 1, &replacement.to_string());
+    text
+}
+
 /// `text` does not parse as an id, and the error names `given`.
 #[track_caller]
 fn assert_text_refused(text: &str, given: &str) {
@@ -149,25 +156,21 @@ fn parse_rejects_wrong_lengths() {
 
 #[test]
 fn parse_rejects_whitespace_inside() {
-    let mut text = sample_hex();
-    text.replace_range(100..101, " ");
-    assert_text_refused(&text, "' ' at position 100");
+    assert_text_refused(&sample_hex_with(100, ' '), "' ' at position 100");
 }
 
 #[test]
 fn parse_names_a_bad_character_and_its_position() {
     // Even positions are the high digit of a byte, odd ones the low digit.
     for (position, bad) in [(0, 'g'), (10, 'x'), (11, 'z'), (254, 'G'), (255, '-')] {
-        let mut text = sample_hex();
-        text.replace_range(position..position + 1, &bad.to_string());
+        let text = sample_hex_with(position, bad);
         assert_text_refused(&text, &format!("{bad:?} at position {position}"));
     }
 }
 
 #[test]
 fn parse_reports_the_first_bad_character() {
-    let mut text = sample_hex();
-    text.replace_range(20..21, "q");
+    let mut text = sample_hex_with(20, 'q');
     text.replace_range(7..8, "k");
     assert_text_refused(&text, "'k' at position 7");
 }
@@ -187,9 +190,7 @@ fn parse_names_a_non_ascii_character_without_panicking() {
 #[test]
 fn parse_rejects_a_sign_prefix() {
     // `u8::from_str_radix` would accept "+f"; the id parser must not.
-    let mut text = sample_hex();
-    text.replace_range(0..1, "+");
-    assert_text_refused(&text, "'+' at position 0");
+    assert_text_refused(&sample_hex_with(0, '+'), "'+' at position 0");
 }
 
 #[cfg(feature = "serde")]

@@ -4,7 +4,6 @@
 //! `gpu/comm_ops.rs`). World size 1 on one GPU; the `multi_gpu_*` tests
 //! need two or more.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_core::{Communicator, Config, DataType, Device, Error, Group, ReduceOp, Status, UniqueId};
@@ -12,7 +11,7 @@ use nccl_test_support::raw::{
     check_all_reduce, download, input, nonblocking, one_gpu, ptr, ptr_mut, single_rank,
     single_rank_with, upload,
 };
-use nccl_test_support::{POISON, assert_same_values, require_gpus};
+use nccl_test_support::{POISON, assert_same_values, per_device_thread, require_gpus};
 
 #[test]
 fn gpu_init_by_new_reports_rank_world_and_device() {
@@ -186,16 +185,9 @@ fn per_thread_ranks<T: Send + 'static>(
 ) -> Vec<T> {
     let id = UniqueId::new().unwrap();
     let world = devices.len();
-    let body = Arc::new(body);
-    let threads: Vec<_> = devices
-        .into_iter()
-        .enumerate()
-        .map(|(rank, device)| {
-            let body = Arc::clone(&body);
-            std::thread::spawn(move || body(Communicator::new(device, world, id, rank).unwrap()))
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
+    per_device_thread(devices, move |rank, device| {
+        body(Communicator::new(device, world, id, rank).unwrap())
+    })
 }
 
 #[test]

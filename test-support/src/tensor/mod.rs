@@ -292,26 +292,11 @@ pub fn per_rank<R: Send + 'static>(
 ) -> Vec<R> {
     let id = UniqueId::new().expect("unique id");
     let world = devices.len();
-    let body = Arc::new(body);
-    let threads: Vec<_> = devices
-        .into_iter()
-        .enumerate()
-        .map(|(rank, device)| {
-            let body = Arc::clone(&body);
-            std::thread::Builder::new()
-                .name(format!("rank-{rank}"))
-                .spawn(move || {
-                    let comm = Communicator::new(device.clone(), world, id, rank)
-                        .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
-                    assert_eq!((comm.rank(), comm.world_size()), (rank, world));
-                    let stream = device.new_stream().expect("stream");
-                    body(comm, stream)
-                })
-                .expect("spawn a rank thread")
-        })
-        .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-        .collect()
+    crate::per_device_thread(devices, move |rank, device| {
+        let comm = Communicator::new(device.clone(), world, id, rank)
+            .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
+        assert_eq!((comm.rank(), comm.world_size()), (rank, world));
+        let stream = device.new_stream().expect("stream");
+        body(comm, stream)
+    })
 }
