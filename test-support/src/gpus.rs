@@ -27,6 +27,12 @@ pub fn require_gpus(n: usize) -> Option<Vec<Device>> {
     None
 }
 
+/// Every visible GPU, at least two: [`require_gpus`] of that many, so a
+/// machine with one GPU skips.
+pub fn require_every_gpu() -> Option<Vec<Device>> {
+    require_gpus(Device::count().unwrap_or(0).max(2))
+}
+
 /// Runs `body(rank, device)` on a thread of its own (named `rank-<rank>`)
 /// for each of `devices`, rank = position in the list, and returns the
 /// results in rank order; a rank's panic is raised again here.

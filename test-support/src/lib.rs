@@ -62,7 +62,7 @@ use std::thread;
 use std::time::Duration;
 
 #[cfg(feature = "gpu")]
-pub use gpus::{per_device_thread, require_gpus};
+pub use gpus::{per_device_thread, require_every_gpu, require_gpus};
 #[cfg(feature = "gpu")]
 pub use ranks::{Ranks, child_var, ranks, simulated_node_env};
 #[cfg(feature = "gpu")]

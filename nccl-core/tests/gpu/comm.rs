@@ -11,7 +11,7 @@ use nccl_test_support::raw::{
     check_all_reduce, download, input, nonblocking, one_gpu, ptr, ptr_mut, single_rank,
     single_rank_with, upload,
 };
-use nccl_test_support::{POISON, assert_same_values, per_device_thread, require_gpus};
+use nccl_test_support::{POISON, assert_same_values, per_device_thread, require_every_gpu};
 
 #[test]
 fn gpu_init_by_new_reports_rank_world_and_device() {
@@ -192,8 +192,7 @@ fn per_thread_ranks<T: Send + 'static>(
 
 #[test]
 fn multi_gpu_all_reduce_across_threads() {
-    let count = nccl_core::Device::count().unwrap_or(0).max(2);
-    let Some(devices) = require_gpus(count) else {
+    let Some(devices) = require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -217,8 +216,7 @@ fn multi_gpu_all_reduce_across_threads() {
 
 #[test]
 fn multi_gpu_split_from_keeps_the_listed_ranks() {
-    let count = nccl_core::Device::count().unwrap_or(0).max(2);
-    let Some(devices) = require_gpus(count) else {
+    let Some(devices) = require_every_gpu() else {
         return;
     };
     let results = per_thread_ranks(devices, |comm| {
@@ -257,8 +255,7 @@ fn gpu_init_local_ranks_checks_and_one_device() {
 
 #[test]
 fn multi_gpu_init_local_ranks_drives_every_device_from_one_thread() {
-    let count = nccl_core::Device::count().unwrap_or(0).max(2);
-    let Some(devices) = require_gpus(count) else {
+    let Some(devices) = require_every_gpu() else {
         return;
     };
     let world = devices.len();
