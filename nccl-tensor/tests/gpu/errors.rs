@@ -425,13 +425,10 @@ fn gpu_wrong_lengths_with_real_tensors() {
 
 #[test]
 fn gpu_pre_mul_sum_of_another_type_or_communicator() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let other = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
+    let other = one_rank(comm.device());
     let data = values::<f32>(7, 10);
     let mut tensor = upload(&stream, &data);
 

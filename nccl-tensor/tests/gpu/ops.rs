@@ -143,18 +143,15 @@ type SharedStream = std::sync::Arc<nccl_core::CudaStream>;
 
 #[test]
 fn gpu_fp8_scaling_reductions_are_refused_as_unsupported() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
     if comm.info().compute_capability < (9, 0) {
         println!(
             "NOTE: no fp8 reductions at all below compute capability 9.0 (checked by gpu_ops_f8*)"
         );
         return;
     }
-    let stream = device.new_stream().expect("stream");
     fp8_scaling_reductions_are_refused::<float8::F8E4M3>(&comm, &stream);
     fp8_scaling_reductions_are_refused::<float8::F8E5M2>(&comm, &stream);
 }
