@@ -46,13 +46,14 @@ impl std::fmt::Debug for NcclMemory {
     }
 }
 
-/// Refuses an empty allocation, which `ncclMemAlloc` would hand to
-/// `cudaMalloc` and get a null pointer back.
-pub(crate) fn check_bytes(bytes: usize) -> Result<()> {
+/// Refuses zero `bytes` for `what` ("an allocation", "a registration"),
+/// which NCCL would refuse less clearly: `ncclMemAlloc` would hand an
+/// empty allocation to `cudaMalloc` and get a null pointer back.
+pub(crate) fn check_bytes(what: &str, bytes: usize) -> Result<()> {
     if bytes == 0 {
         return Err(Error::InvalidArgument {
             argument: "bytes",
-            expected: "an allocation of at least one byte".to_string(),
+            expected: format!("{what} of at least one byte"),
             given: "0".to_string(),
         });
     }
@@ -67,7 +68,7 @@ impl NcclMemory {
     /// Zero `bytes`, no libnccl or one older than 2.19, a device the
     /// driver refuses to bind, or NCCL's failure (out of memory).
     pub fn new(device: &Device, bytes: usize) -> Result<Self> {
-        check_bytes(bytes)?;
+        check_bytes("an allocation", bytes)?;
         let lib = library()?;
         require_version(lib, 2, 19, || {
             "NCCL memory allocation (ncclMemAlloc)".to_string()
@@ -130,12 +131,12 @@ mod tests {
 
     #[test]
     fn an_empty_allocation_is_refused_before_nccl_sees_it() {
-        let error = check_bytes(0).expect_err("empty");
+        let error = check_bytes("an allocation", 0).expect_err("empty");
         assert_eq!(error.kind(), crate::ErrorKind::InvalidArgument);
         assert_eq!(
             error.to_string(),
             "invalid bytes: expected an allocation of at least one byte, got 0"
         );
-        assert!(check_bytes(1).is_ok());
+        assert!(check_bytes("an allocation", 1).is_ok());
     }
 }

@@ -70,33 +70,27 @@ pub enum Op<'r> {
 impl<'r> Op<'r> {
     /// The name torch.distributed and nccl-tests use (`all_reduce`).
     pub const fn name(&self) -> &'static str {
-        match self {
-            Op::AllReduce(_) => "all_reduce",
-            Op::Broadcast { .. } => "broadcast",
-            Op::Reduce { .. } => "reduce",
-            Op::AllGather => "all_gather",
-            Op::ReduceScatter(_) => "reduce_scatter",
-            Op::AllToAll => "all_to_all",
-            Op::Gather { .. } => "gather",
-            Op::Scatter { .. } => "scatter",
-            Op::Send { .. } => "send",
-            Op::Recv { .. } => "recv",
-        }
+        self.names().0
     }
 
     /// The NCCL function the operation calls (`ncclAllReduce`).
     pub const fn function(&self) -> &'static str {
+        self.names().1
+    }
+
+    /// The operation's torch.distributed name and its NCCL function.
+    const fn names(&self) -> (&'static str, &'static str) {
         match self {
-            Op::AllReduce(_) => "ncclAllReduce",
-            Op::Broadcast { .. } => "ncclBroadcast",
-            Op::Reduce { .. } => "ncclReduce",
-            Op::AllGather => "ncclAllGather",
-            Op::ReduceScatter(_) => "ncclReduceScatter",
-            Op::AllToAll => "ncclAlltoAll",
-            Op::Gather { .. } => "ncclGather",
-            Op::Scatter { .. } => "ncclScatter",
-            Op::Send { .. } => "ncclSend",
-            Op::Recv { .. } => "ncclRecv",
+            Op::AllReduce(_) => ("all_reduce", "ncclAllReduce"),
+            Op::Broadcast { .. } => ("broadcast", "ncclBroadcast"),
+            Op::Reduce { .. } => ("reduce", "ncclReduce"),
+            Op::AllGather => ("all_gather", "ncclAllGather"),
+            Op::ReduceScatter(_) => ("reduce_scatter", "ncclReduceScatter"),
+            Op::AllToAll => ("all_to_all", "ncclAlltoAll"),
+            Op::Gather { .. } => ("gather", "ncclGather"),
+            Op::Scatter { .. } => ("scatter", "ncclScatter"),
+            Op::Send { .. } => ("send", "ncclSend"),
+            Op::Recv { .. } => ("recv", "ncclRecv"),
         }
     }
 

@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use nccl_core::{CudaStream, Group, ReduceOp};
 use nccl_tensor::{AllToAllMethod, Communicator, Tensor, TensorCell};
-use nccl_test_support as support;
 use nccl_test_support::alloc::{CountingAllocator, counted};
 use nccl_test_support::tensor::{
-    self, first, one_rank, poisoned, poisoned_cell, upload, upload_cell, values,
+    self, one_rank_on_first_gpu, poisoned, poisoned_cell, upload, upload_cell, values,
 };
 
 #[global_allocator]
@@ -52,13 +51,10 @@ const LEN: usize = 4097;
 
 #[test]
 fn gpu_steady_state_typed_ops_do_not_allocate() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((mut comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
     counter_works();
-    let device = first(devices);
-    let mut comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = values::<f32>(1, LEN);
     let mut a: Tensor<f32> = upload(&stream, &data);
     let mut b: Tensor<f32> = poisoned(&stream, LEN);
@@ -138,13 +134,10 @@ fn gpu_steady_state_typed_ops_do_not_allocate() {
 
 #[test]
 fn gpu_steady_state_cell_ops_do_not_allocate() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((mut comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
     counter_works();
-    let device = first(devices);
-    let mut comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = values::<half::bf16>(2, LEN);
     let a: TensorCell = upload_cell(&stream, &data);
     let b: TensorCell = poisoned_cell::<half::bf16>(&stream, LEN);

@@ -1,4 +1,6 @@
-//! Which GPUs a test may use.
+//! Which GPUs a test may use, and a thread for each.
+
+use std::sync::Arc;
 
 use nccl_core::Device;
 
@@ -23,4 +25,35 @@ pub fn require_gpus(n: usize) -> Option<Vec<Device>> {
     }
     println!("SKIP: {message}");
     None
+}
+
+/// Every visible GPU, at least two: [`require_gpus`] of that many, so a
+/// machine with one GPU skips.
+pub fn require_every_gpu() -> Option<Vec<Device>> {
+    require_gpus(Device::count().unwrap_or(0).max(2))
+}
+
+/// Runs `body(rank, device)` on a thread of its own (named `rank-<rank>`)
+/// for each of `devices`, rank = position in the list, and returns the
+/// results in rank order; a rank's panic is raised again here.
+pub fn per_device_thread<R: Send + 'static>(
+    devices: Vec<Device>,
+    body: impl Fn(usize, Device) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let body = Arc::new(body);
+    let threads: Vec<_> = devices
+        .into_iter()
+        .enumerate()
+        .map(|(rank, device)| {
+            let body = Arc::clone(&body);
+            std::thread::Builder::new()
+                .name(format!("rank-{rank}"))
+                .spawn(move || body(rank, device))
+                .expect("spawn a rank thread")
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
 }

@@ -18,6 +18,7 @@
 //! * Data and checks: [`test_values`], [`POISON`], [`assert_same_values`],
 //!   [`assert_invalid`].
 //! * [`raw`]: nccl-core's raw-pointer API on one rank.
+//! * [`ops`]: one of each nccl-core operation.
 //! * [`processes`]: child processes (copies of the test binary, or any
 //!   command) waited for under a hang guard, and the marks ranks leave in
 //!   a shared folder.
@@ -44,6 +45,8 @@ pub mod config;
 mod gpus;
 #[cfg(feature = "group")]
 pub mod group;
+#[cfg(feature = "gpu")]
+pub mod ops;
 pub mod processes;
 #[cfg(feature = "gpu")]
 mod ranks;
@@ -59,7 +62,7 @@ use std::thread;
 use std::time::Duration;
 
 #[cfg(feature = "gpu")]
-pub use gpus::require_gpus;
+pub use gpus::{per_device_thread, require_every_gpu, require_gpus};
 #[cfg(feature = "gpu")]
 pub use ranks::{Ranks, child_var, ranks, simulated_node_env};
 #[cfg(feature = "gpu")]

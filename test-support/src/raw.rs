@@ -3,9 +3,10 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use nccl_core::{Communicator, DataType, Device, ReduceOp, UniqueId};
+use nccl_core::{Communicator, Config, DataType, Device, ReduceOp, UniqueId};
 
 use crate::{POISON, assert_same_values, require_gpus, test_values};
 
@@ -47,6 +48,23 @@ pub fn ptr_mut(buffer: &mut CudaSlice<f32>, stream: &CudaStream) -> *mut c_void 
 /// A communicator of world size 1 on `device`.
 pub fn single_rank(device: &Device) -> Communicator {
     Communicator::new(device.clone(), 1, UniqueId::new().expect("unique id"), 0).expect("init")
+}
+
+/// A nonblocking config whose init and waits give up after `timeout`.
+pub fn nonblocking(timeout: Duration) -> Config {
+    Config::new().with_blocking(false).with_timeout(timeout)
+}
+
+/// A communicator of world size 1 on `device`, made with `config`.
+pub fn single_rank_with(device: &Device, config: &Config) -> Communicator {
+    Communicator::with_config(
+        device.clone(),
+        1,
+        UniqueId::new().expect("unique id"),
+        0,
+        config,
+    )
+    .expect("init with a config")
 }
 
 /// `op` over one rank at several sizes, out of place and in place: with

@@ -10,6 +10,7 @@ use std::sync::{Arc, Weak};
 use super::{Communicator, Shared};
 use crate::error::{Error, Result};
 use crate::library::{check_accepted, require_version};
+use crate::memory::check_bytes;
 
 /// A buffer registered with a communicator (`ncclCommRegister`): NCCL may
 /// then move data in and out of it directly (zero-copy peer access over
@@ -77,13 +78,7 @@ impl std::fmt::Debug for DetachedRegistration {
 /// buffer's address may be null: the emptiness is what to report), or a
 /// null address.
 pub(crate) fn check_range(address: usize, bytes: usize) -> Result<()> {
-    if bytes == 0 {
-        return Err(Error::InvalidArgument {
-            argument: "bytes",
-            expected: "a registration of at least one byte".to_string(),
-            given: "0".to_string(),
-        });
-    }
+    check_bytes("a registration", bytes)?;
     if address == 0 {
         return Err(Error::InvalidArgument {
             argument: "buffer",

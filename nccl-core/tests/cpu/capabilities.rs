@@ -57,6 +57,15 @@ const ALL_FUNCTIONS: [&str; 6] = [
     "ncclCommResume",
 ];
 
+/// A fake library of version `code` that exports every capability's
+/// function (memory statistics too), and its capabilities.
+fn exporting_everything(code: u32) -> (tempfile::TempDir, Capabilities) {
+    let mut functions = ALL_FUNCTIONS.to_vec();
+    functions.push("ncclCommMemStats");
+    let (dir, path) = fake_library(code, &functions);
+    (dir, capabilities_of(&path))
+}
+
 fn assert_unsupported(error: Error, capability: Capability, loaded: Version) {
     assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
     let needed = capability.introduced_in();
@@ -114,10 +123,7 @@ fn the_table_agrees_with_the_bindings() {
 fn a_symbol_older_than_its_release_does_not_count() {
     // An NCCL-compatible library that reports 2.27.3 yet exports every
     // function: only shrink (2.27.3) counts.
-    let mut functions = ALL_FUNCTIONS.to_vec();
-    functions.push("ncclCommMemStats");
-    let (_dir, path) = fake_library(22703, &functions);
-    let capabilities = capabilities_of(&path);
+    let (_dir, capabilities) = exporting_everything(22703);
     assert_eq!(capabilities.version(), Version::new(2, 27, 3));
     assert!(capabilities.has(Capability::Shrink));
     for capability in Capability::ALL {
@@ -134,10 +140,7 @@ fn a_symbol_older_than_its_release_does_not_count() {
 
 #[test]
 fn grouped_suspend_needs_2_30_3_although_its_functions_are_in_2_29_7() {
-    let mut functions = ALL_FUNCTIONS.to_vec();
-    functions.push("ncclCommMemStats");
-    let (_dir, path) = fake_library(22907, &functions);
-    let capabilities = capabilities_of(&path);
+    let (_dir, capabilities) = exporting_everything(22907);
     for capability in [
         Capability::Revoke,
         Capability::Shrink,

@@ -2,6 +2,7 @@
 //! No NCCL and no GPU needed.
 
 use std::ffi::{CStr, c_char};
+use std::fmt::Debug;
 use std::time::Duration;
 
 use nccl_test_support::assert_invalid;
@@ -166,20 +167,19 @@ fn raw_config_carries_every_newer_option() {
 
 #[test]
 fn flags_map_to_zero_and_one() {
-    let raw_config = Config::new()
-        .with_blocking(true)
-        .with_split_share(false)
-        .to_raw()
-        .unwrap();
-    assert_eq!(raw_config.as_raw().blocking, 1);
-    assert_eq!(raw_config.as_raw().splitShare, 0);
-    let raw_config = Config::new()
-        .with_blocking(false)
-        .with_split_share(true)
-        .to_raw()
-        .unwrap();
-    assert_eq!(raw_config.as_raw().blocking, 0);
-    assert_eq!(raw_config.as_raw().splitShare, 1);
+    // (blocking, split_share) and the raw values each must become.
+    for (blocking, split_share, raw) in [(true, false, (1, 0)), (false, true, (0, 1))] {
+        let raw_config = Config::new()
+            .with_blocking(blocking)
+            .with_split_share(split_share)
+            .to_raw()
+            .unwrap();
+        assert_eq!(
+            (raw_config.as_raw().blocking, raw_config.as_raw().splitShare),
+            raw,
+            "blocking {blocking}, split_share {split_share}"
+        );
+    }
 }
 
 #[test]
@@ -358,6 +358,20 @@ fn newer_options_out_of_range_are_rejected() {
     );
 }
 
+/// Asserts that each `(value, raw)` row, set on a new config with `set`,
+/// becomes `raw` in the `ncclConfig_t` field that `field` reads.
+#[track_caller]
+fn assert_raw_values<V: Copy + Debug, R: PartialEq + Debug>(
+    rows: &[(V, R)],
+    set: fn(Config, V) -> Config,
+    field: fn(&ncclConfig_t) -> R,
+) {
+    for (value, raw) in rows {
+        let config = set(Config::new(), *value);
+        assert_eq!(&field(config.to_raw().unwrap().as_raw()), raw, "{value:?}");
+    }
+}
+
 #[test]
 fn named_values_become_the_ints_nccl_defines() {
     use nccl_core::nccl_sys::{ncclHostCftMode_t as Cft, ncclNvlsHostMode_t as Nvls};
@@ -369,42 +383,42 @@ fn named_values_become_the_ints_nccl_defines() {
     ];
     for (policy, raw) in cta {
         assert_eq!(policy.raw(), raw, "{policy:?}");
-        let config = Config::new().with_cta_policy(policy);
-        assert_eq!(config.to_raw().unwrap().as_raw().CTAPolicy, raw);
     }
-    let graphs = [
-        (GraphUsageMode::NoGraphs, 0),
-        (GraphUsageMode::OneGraph, 1),
-        (GraphUsageMode::Mixed, 2),
-    ];
-    for (mode, raw) in graphs {
-        let config = Config::new().with_graph_usage_mode(mode);
-        assert_eq!(config.to_raw().unwrap().as_raw().graphUsageMode, raw);
-    }
-    let cft = [
-        (HostCftMode::Enable, Cft::ncclHostCftEnable.0),
-        (HostCftMode::Disable, Cft::ncclHostCftDisable.0),
-        (HostCftMode::Fallback, Cft::ncclHostCftFallback.0),
-    ];
-    for (mode, raw) in cft {
-        let config = Config::new().with_host_cft_mode(mode);
-        assert_eq!(config.to_raw().unwrap().as_raw().hostCftMode, raw);
-    }
-    let nvls = [
-        (NvlsHostMode::Enable, 0),
-        (NvlsHostMode::DisableTransport, 1),
-        (NvlsHostMode::DisableSymmetricMultimem, 2),
-        (NvlsHostMode::DisableTransportAndSymmetricMultimem, 3),
-        (NvlsHostMode::Disable, Nvls::ncclNvlsHostModeDisable.0),
-    ];
-    for (mode, raw) in nvls {
-        let config = Config::new().with_nvls_host_mode(mode);
-        assert_eq!(config.to_raw().unwrap().as_raw().nvlsHostMode, raw);
-    }
-    for (eager, raw) in [(false, 0), (true, 1)] {
-        let config = Config::new().with_rma_eager_init(eager);
-        assert_eq!(config.to_raw().unwrap().as_raw().rmaEagerInit, raw);
-    }
+    assert_raw_values(&cta, Config::with_cta_policy, |raw| raw.CTAPolicy);
+    assert_raw_values(
+        &[
+            (GraphUsageMode::NoGraphs, 0),
+            (GraphUsageMode::OneGraph, 1),
+            (GraphUsageMode::Mixed, 2),
+        ],
+        Config::with_graph_usage_mode,
+        |raw| raw.graphUsageMode,
+    );
+    assert_raw_values(
+        &[
+            (HostCftMode::Enable, Cft::ncclHostCftEnable.0),
+            (HostCftMode::Disable, Cft::ncclHostCftDisable.0),
+            (HostCftMode::Fallback, Cft::ncclHostCftFallback.0),
+        ],
+        Config::with_host_cft_mode,
+        |raw| raw.hostCftMode,
+    );
+    assert_raw_values(
+        &[
+            (NvlsHostMode::Enable, 0),
+            (NvlsHostMode::DisableTransport, 1),
+            (NvlsHostMode::DisableSymmetricMultimem, 2),
+            (NvlsHostMode::DisableTransportAndSymmetricMultimem, 3),
+            (NvlsHostMode::Disable, Nvls::ncclNvlsHostModeDisable.0),
+        ],
+        Config::with_nvls_host_mode,
+        |raw| raw.nvlsHostMode,
+    );
+    assert_raw_values(
+        &[(false, 0), (true, 1)],
+        Config::with_rma_eager_init,
+        |raw| raw.rmaEagerInit,
+    );
 }
 
 #[test]

@@ -4,25 +4,8 @@
 
 use std::ffi::c_void;
 
-use nccl_core::{Call, DataType, Op, ReduceOp};
-
-const SUM: nccl_core::Reduction<'static> = nccl_core::Reduction::Builtin(ReduceOp::Sum);
-
-/// Every operation: reductions are sums, roots and peers rank 2.
-fn every_op() -> [Op<'static>; 10] {
-    [
-        Op::AllReduce(SUM),
-        Op::Broadcast { root: 2 },
-        Op::Reduce { op: SUM, root: 2 },
-        Op::AllGather,
-        Op::ReduceScatter(SUM),
-        Op::AllToAll,
-        Op::Gather { root: 2 },
-        Op::Scatter { root: 2 },
-        Op::Send { peer: 2 },
-        Op::Recv { peer: 2 },
-    ]
-}
+use nccl_core::{Call, DataType, Op};
+use nccl_test_support::ops::every_op;
 
 /// A call of `op` on 3 `f32` per block, send buffer at 0x1000 and receive
 /// buffer at 0x9000.
@@ -69,7 +52,7 @@ fn every_operation_names_itself_its_function_and_its_arguments() {
         ("send", "ncclSend", Some(("dst", 2)), false),
         ("recv", "ncclRecv", Some(("src", 2)), false),
     ];
-    for (op, (name, function, rank, reduces)) in every_op().into_iter().zip(expected) {
+    for (op, (name, function, rank, reduces)) in every_op(2).into_iter().zip(expected) {
         assert_eq!(op.name(), name);
         assert_eq!(op.function(), function, "{name}");
         assert_eq!(op.rank_argument(), rank, "{name}");
@@ -84,7 +67,7 @@ fn every_operation_names_itself_its_function_and_its_arguments() {
 
 #[test]
 fn only_block_movers_have_a_point_to_point_form() {
-    for op in every_op() {
+    for op in every_op(2) {
         let has = matches!(op, Op::AllToAll | Op::Gather { .. } | Op::Scatter { .. });
         assert_eq!(op.has_point_to_point_form(), has, "{}", op.name());
         assert_eq!(

@@ -13,84 +13,94 @@ fn padded(bytes: &[u8]) -> [u8; 8] {
     out
 }
 
+/// Asserts `scalar_bytes(dtype, scalar)` is `bytes` for each row.
+#[track_caller]
+fn assert_encodings(rows: &[(DataType, f64, [u8; 8])]) {
+    for &(dtype, scalar, bytes) in rows {
+        assert_eq!(
+            scalar_bytes(dtype, scalar).unwrap(),
+            bytes,
+            "{dtype:?} {scalar}"
+        );
+    }
+}
+
 #[test]
 fn scalar_bytes_of_one_half_for_float_types() {
-    assert_eq!(
-        scalar_bytes(DataType::Float32, 0.5).unwrap(),
-        padded(&0.5f32.to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float64, 0.5).unwrap(),
-        0.5f64.to_ne_bytes()
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float16, 0.5).unwrap(),
-        padded(&f16::from_f32(0.5).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Bfloat16, 0.5).unwrap(),
-        padded(&bf16::from_f32(0.5).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float8E4M3, 0.5).unwrap(),
-        padded(&[F8E4M3::from_f32(0.5).to_bits()])
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float8E5M2, 0.5).unwrap(),
-        padded(&[F8E5M2::from_f32(0.5).to_bits()])
-    );
+    assert_encodings(&[
+        (DataType::Float32, 0.5, padded(&0.5f32.to_ne_bytes())),
+        (DataType::Float64, 0.5, 0.5f64.to_ne_bytes()),
+        (
+            DataType::Float16,
+            0.5,
+            padded(&f16::from_f32(0.5).to_ne_bytes()),
+        ),
+        (
+            DataType::Bfloat16,
+            0.5,
+            padded(&bf16::from_f32(0.5).to_ne_bytes()),
+        ),
+        (
+            DataType::Float8E4M3,
+            0.5,
+            padded(&[F8E4M3::from_f32(0.5).to_bits()]),
+        ),
+        (
+            DataType::Float8E5M2,
+            0.5,
+            padded(&[F8E5M2::from_f32(0.5).to_bits()]),
+        ),
+    ]);
 }
 
 #[test]
 fn scalar_bytes_of_one_half_are_the_ieee_encodings() {
     // Independent of the half/float8 crates: the bit patterns by hand.
-    assert_eq!(
-        scalar_bytes(DataType::Float16, 0.5).unwrap(),
-        padded(&0x3800u16.to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Bfloat16, 0.5).unwrap(),
-        padded(&0x3f00u16.to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float32, 0.5).unwrap(),
-        padded(&0x3f00_0000u32.to_ne_bytes())
-    );
-    // e4m3: bias 7, so 0.5 = 2^-1 is exponent 6: 0 0110 000.
-    assert_eq!(
-        scalar_bytes(DataType::Float8E4M3, 0.5).unwrap(),
-        padded(&[0x30])
-    );
-    // e5m2: bias 15, so 0.5 is exponent 14: 0 01110 00.
-    assert_eq!(
-        scalar_bytes(DataType::Float8E5M2, 0.5).unwrap(),
-        padded(&[0x38])
-    );
+    assert_encodings(&[
+        (DataType::Float16, 0.5, padded(&0x3800u16.to_ne_bytes())),
+        (DataType::Bfloat16, 0.5, padded(&0x3f00u16.to_ne_bytes())),
+        (
+            DataType::Float32,
+            0.5,
+            padded(&0x3f00_0000u32.to_ne_bytes()),
+        ),
+        // e4m3: bias 7, so 0.5 = 2^-1 is exponent 6: 0 0110 000.
+        (DataType::Float8E4M3, 0.5, padded(&[0x30])),
+        // e5m2: bias 15, so 0.5 is exponent 14: 0 01110 00.
+        (DataType::Float8E5M2, 0.5, padded(&[0x38])),
+    ]);
 }
 
 #[test]
 fn scalar_bytes_round_to_nearest_for_float_types() {
     let value = 0.1;
-    assert_eq!(
-        scalar_bytes(DataType::Float32, value).unwrap(),
-        padded(&(value as f32).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float16, value).unwrap(),
-        padded(&f16::from_f64(value).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Bfloat16, value).unwrap(),
-        padded(&bf16::from_f64(value).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float8E4M3, -3.0).unwrap(),
-        padded(&[F8E4M3::from_f64(-3.0).to_bits()])
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Float8E5M2, -3.0).unwrap(),
-        padded(&[F8E5M2::from_f64(-3.0).to_bits()])
-    );
+    assert_encodings(&[
+        (
+            DataType::Float32,
+            value,
+            padded(&(value as f32).to_ne_bytes()),
+        ),
+        (
+            DataType::Float16,
+            value,
+            padded(&f16::from_f64(value).to_ne_bytes()),
+        ),
+        (
+            DataType::Bfloat16,
+            value,
+            padded(&bf16::from_f64(value).to_ne_bytes()),
+        ),
+        (
+            DataType::Float8E4M3,
+            -3.0,
+            padded(&[F8E4M3::from_f64(-3.0).to_bits()]),
+        ),
+        (
+            DataType::Float8E5M2,
+            -3.0,
+            padded(&[F8E5M2::from_f64(-3.0).to_bits()]),
+        ),
+    ]);
     assert_eq!(
         F8E4M3::from_bits(scalar_bytes(DataType::Float8E4M3, -3.0).unwrap()[0]).to_f64(),
         -3.0
@@ -99,47 +109,39 @@ fn scalar_bytes_round_to_nearest_for_float_types() {
 
 #[test]
 fn scalar_bytes_of_integers_are_exact() {
-    assert_eq!(
-        scalar_bytes(DataType::Int8, -3.0).unwrap(),
-        padded(&(-3i8).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Int8, -128.0).unwrap(),
-        padded(&[0x80])
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Int8, 127.0).unwrap(),
-        padded(&[0x7f])
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Uint8, 255.0).unwrap(),
-        padded(&[0xff])
-    );
-    assert_eq!(scalar_bytes(DataType::Uint8, 0.0).unwrap(), [0; 8]);
-    assert_eq!(
-        scalar_bytes(DataType::Int32, -2.0).unwrap(),
-        padded(&(-2i32).to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Int32, 2_147_483_647.0).unwrap(),
-        padded(&i32::MAX.to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Uint32, 4_000_000_000.0).unwrap(),
-        padded(&4_000_000_000u32.to_ne_bytes())
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Int64, -9_007_199_254_740_992.0).unwrap(),
-        (-(1i64 << 53)).to_ne_bytes()
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Uint64, (1u64 << 60) as f64).unwrap(),
-        (1u64 << 60).to_ne_bytes()
-    );
-    assert_eq!(
-        scalar_bytes(DataType::Int64, -9_223_372_036_854_775_808.0).unwrap(),
-        i64::MIN.to_ne_bytes()
-    );
+    assert_encodings(&[
+        (DataType::Int8, -3.0, padded(&(-3i8).to_ne_bytes())),
+        (DataType::Int8, -128.0, padded(&[0x80])),
+        (DataType::Int8, 127.0, padded(&[0x7f])),
+        (DataType::Uint8, 255.0, padded(&[0xff])),
+        (DataType::Uint8, 0.0, [0; 8]),
+        (DataType::Int32, -2.0, padded(&(-2i32).to_ne_bytes())),
+        (
+            DataType::Int32,
+            2_147_483_647.0,
+            padded(&i32::MAX.to_ne_bytes()),
+        ),
+        (
+            DataType::Uint32,
+            4_000_000_000.0,
+            padded(&4_000_000_000u32.to_ne_bytes()),
+        ),
+        (
+            DataType::Int64,
+            -9_007_199_254_740_992.0,
+            (-(1i64 << 53)).to_ne_bytes(),
+        ),
+        (
+            DataType::Uint64,
+            (1u64 << 60) as f64,
+            (1u64 << 60).to_ne_bytes(),
+        ),
+        (
+            DataType::Int64,
+            -9_223_372_036_854_775_808.0,
+            i64::MIN.to_ne_bytes(),
+        ),
+    ]);
 }
 
 /// Asserts `scalar_bytes(dtype, scalar)` fails naming `expected` and `given`.
@@ -162,78 +164,32 @@ fn assert_scalar_rejected(dtype: DataType, scalar: f64, expected: &str, given: &
     );
 }
 
-#[test]
-fn scalar_bytes_rejects_fractions_for_integer_types() {
-    assert_scalar_rejected(
-        DataType::Int32,
-        0.5,
-        "an integer that fits i32 for int32",
-        "0.5",
-    );
-    assert_scalar_rejected(
-        DataType::Int8,
-        -1.25,
-        "an integer that fits i8 for int8",
-        "-1.25",
-    );
-    assert_scalar_rejected(
-        DataType::Uint64,
-        2.5,
-        "an integer that fits u64 for uint64",
-        "2.5",
-    );
+/// Asserts each `(dtype, scalar, given)` is refused as not an integer that
+/// fits the type (`fits` is the Rust type's name).
+fn assert_not_fitting(rows: &[(DataType, &str, f64, &str)]) {
+    for &(dtype, fits, scalar, given) in rows {
+        let expected = format!("an integer that fits {fits} for {dtype}");
+        assert_scalar_rejected(dtype, scalar, &expected, given);
+    }
 }
 
 #[test]
-fn scalar_bytes_rejects_integers_out_of_range() {
-    assert_scalar_rejected(
-        DataType::Uint8,
-        300.0,
-        "an integer that fits u8 for uint8",
-        "300",
-    );
-    assert_scalar_rejected(
-        DataType::Uint8,
-        -1.0,
-        "an integer that fits u8 for uint8",
-        "-1",
-    );
-    assert_scalar_rejected(
-        DataType::Int8,
-        128.0,
-        "an integer that fits i8 for int8",
-        "128",
-    );
-    assert_scalar_rejected(
-        DataType::Int8,
-        -129.0,
-        "an integer that fits i8 for int8",
-        "-129",
-    );
-    assert_scalar_rejected(
-        DataType::Int32,
-        2_147_483_648.0,
-        "an integer that fits i32 for int32",
-        "2147483648",
-    );
-    assert_scalar_rejected(
-        DataType::Uint32,
-        4_294_967_296.0,
-        "an integer that fits u32 for uint32",
-        "4294967296",
-    );
-    assert_scalar_rejected(
-        DataType::Uint32,
-        -1.0,
-        "an integer that fits u32 for uint32",
-        "-1",
-    );
-    assert_scalar_rejected(
-        DataType::Uint64,
-        -1.0,
-        "an integer that fits u64 for uint64",
-        "-1",
-    );
+fn scalar_bytes_rejects_fractions_and_integers_out_of_range() {
+    assert_not_fitting(&[
+        // Fractions.
+        (DataType::Int32, "i32", 0.5, "0.5"),
+        (DataType::Int8, "i8", -1.25, "-1.25"),
+        (DataType::Uint64, "u64", 2.5, "2.5"),
+        // Integers out of range.
+        (DataType::Uint8, "u8", 300.0, "300"),
+        (DataType::Uint8, "u8", -1.0, "-1"),
+        (DataType::Int8, "i8", 128.0, "128"),
+        (DataType::Int8, "i8", -129.0, "-129"),
+        (DataType::Int32, "i32", 2_147_483_648.0, "2147483648"),
+        (DataType::Uint32, "u32", 4_294_967_296.0, "4294967296"),
+        (DataType::Uint32, "u32", -1.0, "-1"),
+        (DataType::Uint64, "u64", -1.0, "-1"),
+    ]);
 }
 
 /// 2^63 and 2^64 do not fit `i64`/`u64`, but `scalar as i64` saturates to
@@ -242,18 +198,20 @@ fn scalar_bytes_rejects_integers_out_of_range() {
 /// them and encodes `i64::MAX` / `u64::MAX` instead.
 #[test]
 fn scalar_bytes_rejects_the_first_value_past_64_bit_ranges() {
-    assert_scalar_rejected(
-        DataType::Int64,
-        9_223_372_036_854_775_808.0,
-        "an integer that fits i64 for int64",
-        "9223372036854776000",
-    );
-    assert_scalar_rejected(
-        DataType::Uint64,
-        18_446_744_073_709_551_616.0,
-        "an integer that fits u64 for uint64",
-        "18446744073709552000",
-    );
+    assert_not_fitting(&[
+        (
+            DataType::Int64,
+            "i64",
+            9_223_372_036_854_775_808.0,
+            "9223372036854776000",
+        ),
+        (
+            DataType::Uint64,
+            "u64",
+            18_446_744_073_709_551_616.0,
+            "18446744073709552000",
+        ),
+    ]);
 }
 
 #[test]

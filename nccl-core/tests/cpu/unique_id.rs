@@ -24,6 +24,20 @@ fn sample_hex() -> String {
         .collect()
 }
 
+/// [`sample_hex`] with the digit at `position` replaced by `replacement`.
+fn sample_hex_with(position: usize, replacement: char) -> String {
+    let mut text = sample_hex();
+    text.replace_range(position..position + 1, &replacement.to_string());
+    text
+}
+
+/// `text` does not parse as an id, and the error names `given`.
+#[track_caller]
+fn assert_text_refused(text: &str, given: &str) {
+    let error = text.parse::<UniqueId>().unwrap_err();
+    assert_invalid(error, "unique id text", "256 hex digits", given);
+}
+
 #[test]
 fn bytes_round_trip() {
     let bytes = sample_bytes();
@@ -136,57 +150,29 @@ fn parse_rejects_wrong_lengths() {
         (format!("{hex}{hex}"), 512),
     ];
     for (text, len) in cases {
-        let error = text.parse::<UniqueId>().unwrap_err();
-        assert_invalid(
-            error,
-            "unique id text",
-            "256 hex digits",
-            &format!("{len} characters"),
-        );
+        assert_text_refused(&text, &format!("{len} characters"));
     }
 }
 
 #[test]
 fn parse_rejects_whitespace_inside() {
-    let mut text = sample_hex();
-    text.replace_range(100..101, " ");
-    let error = text.parse::<UniqueId>().unwrap_err();
-    assert_invalid(
-        error,
-        "unique id text",
-        "256 hex digits",
-        "' ' at position 100",
-    );
+    assert_text_refused(&sample_hex_with(100, ' '), "' ' at position 100");
 }
 
 #[test]
 fn parse_names_a_bad_character_and_its_position() {
     // Even positions are the high digit of a byte, odd ones the low digit.
     for (position, bad) in [(0, 'g'), (10, 'x'), (11, 'z'), (254, 'G'), (255, '-')] {
-        let mut text = sample_hex();
-        text.replace_range(position..position + 1, &bad.to_string());
-        let error = text.parse::<UniqueId>().unwrap_err();
-        assert_invalid(
-            error,
-            "unique id text",
-            "256 hex digits",
-            &format!("{bad:?} at position {position}"),
-        );
+        let text = sample_hex_with(position, bad);
+        assert_text_refused(&text, &format!("{bad:?} at position {position}"));
     }
 }
 
 #[test]
 fn parse_reports_the_first_bad_character() {
-    let mut text = sample_hex();
-    text.replace_range(20..21, "q");
+    let mut text = sample_hex_with(20, 'q');
     text.replace_range(7..8, "k");
-    let error = text.parse::<UniqueId>().unwrap_err();
-    assert_invalid(
-        error,
-        "unique id text",
-        "256 hex digits",
-        "'k' at position 7",
-    );
+    assert_text_refused(&text, "'k' at position 7");
 }
 
 #[test]
@@ -197,28 +183,14 @@ fn parse_names_a_non_ascii_character_without_panicking() {
         let mut text = "0".repeat(254);
         text.insert(position, 'é');
         assert_eq!(text.len(), 256);
-        let error = text.parse::<UniqueId>().unwrap_err();
-        assert_invalid(
-            error,
-            "unique id text",
-            "256 hex digits",
-            &format!("'é' at position {position}"),
-        );
+        assert_text_refused(&text, &format!("'é' at position {position}"));
     }
 }
 
 #[test]
 fn parse_rejects_a_sign_prefix() {
     // `u8::from_str_radix` would accept "+f"; the id parser must not.
-    let mut text = sample_hex();
-    text.replace_range(0..1, "+");
-    let error = text.parse::<UniqueId>().unwrap_err();
-    assert_invalid(
-        error,
-        "unique id text",
-        "256 hex digits",
-        "'+' at position 0",
-    );
+    assert_text_refused(&sample_hex_with(0, '+'), "'+' at position 0");
 }
 
 #[cfg(feature = "serde")]

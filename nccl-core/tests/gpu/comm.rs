@@ -4,14 +4,14 @@
 //! `gpu/comm_ops.rs`). World size 1 on one GPU; the `multi_gpu_*` tests
 //! need two or more.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_core::{Communicator, Config, DataType, Device, Error, Group, ReduceOp, Status, UniqueId};
 use nccl_test_support::raw::{
-    check_all_reduce, download, input, one_gpu, ptr, ptr_mut, single_rank, upload,
+    check_all_reduce, download, input, nonblocking, one_gpu, ptr, ptr_mut, single_rank,
+    single_rank_with, upload,
 };
-use nccl_test_support::{POISON, assert_same_values, require_gpus};
+use nccl_test_support::{POISON, assert_same_values, per_device_thread, require_every_gpu};
 
 #[test]
 fn gpu_init_by_new_reports_rank_world_and_device() {
@@ -41,7 +41,7 @@ fn gpu_init_with_blocking_config() {
         .with_blocking(true)
         .with_ctas(1, 8)
         .with_comm_name("gpu-test.blocking");
-    let comm = Communicator::with_config(device, 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let comm = single_rank_with(&device, &config);
     assert!(comm.is_blocking());
     assert_eq!(comm.async_error().unwrap(), Status::Success);
 }
@@ -49,11 +49,8 @@ fn gpu_init_with_blocking_config() {
 #[test]
 fn gpu_nonblocking_config_initialises_and_runs_a_collective() {
     let Some(device) = one_gpu() else { return };
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(60));
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let config = nonblocking(Duration::from_secs(60));
+    let comm = single_rank_with(&device, &config);
     assert!(!comm.is_blocking());
     let stream = device.new_stream().unwrap();
     let data = input(11, 1000);
@@ -82,9 +79,7 @@ fn gpu_nonblocking_config_initialises_and_runs_a_collective() {
 fn gpu_nonblocking_init_times_out_when_peers_never_come() {
     let Some(device) = one_gpu() else { return };
     // Rank 0 of 2 with no rank 1: init can only end by the deadline.
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(3));
+    let config = nonblocking(Duration::from_secs(3));
     let started = std::time::Instant::now();
     let error =
         Communicator::with_config(device, 2, UniqueId::new().unwrap(), 0, &config).unwrap_err();
@@ -138,8 +133,7 @@ fn gpu_split_all_split_from_and_nocolor() {
 fn gpu_split_of_a_nonblocking_communicator() {
     let Some(device) = one_gpu() else { return };
     let config = Config::new().with_blocking(false);
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let comm = single_rank_with(&device, &config);
     let child = comm.split_all(None).unwrap();
     assert!(!child.is_blocking());
     assert_eq!(child.async_error().unwrap(), Status::Success);
@@ -191,22 +185,14 @@ fn per_thread_ranks<T: Send + 'static>(
 ) -> Vec<T> {
     let id = UniqueId::new().unwrap();
     let world = devices.len();
-    let body = Arc::new(body);
-    let threads: Vec<_> = devices
-        .into_iter()
-        .enumerate()
-        .map(|(rank, device)| {
-            let body = Arc::clone(&body);
-            std::thread::spawn(move || body(Communicator::new(device, world, id, rank).unwrap()))
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
+    per_device_thread(devices, move |rank, device| {
+        body(Communicator::new(device, world, id, rank).unwrap())
+    })
 }
 
 #[test]
 fn multi_gpu_all_reduce_across_threads() {
-    let count = nccl_core::Device::count().unwrap_or(0).max(2);
-    let Some(devices) = require_gpus(count) else {
+    let Some(devices) = require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -230,8 +216,7 @@ fn multi_gpu_all_reduce_across_threads() {
 
 #[test]
 fn multi_gpu_split_from_keeps_the_listed_ranks() {
-    let count = nccl_core::Device::count().unwrap_or(0).max(2);
-    let Some(devices) = require_gpus(count) else {
+    let Some(devices) = require_every_gpu() else {
         return;
     };
     let results = per_thread_ranks(devices, |comm| {
@@ -247,9 +232,7 @@ fn multi_gpu_split_from_keeps_the_listed_ranks() {
 #[test]
 fn gpu_init_local_ranks_checks_and_one_device() {
     let Some(device) = one_gpu() else { return };
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(30));
+    let config = nonblocking(Duration::from_secs(30));
     let id = UniqueId::new().unwrap();
     let twice = [device.clone(), device.clone()];
     let error = Communicator::init_local_ranks(&twice, 2, id, 0, &config).unwrap_err();
@@ -272,8 +255,7 @@ fn gpu_init_local_ranks_checks_and_one_device() {
 
 #[test]
 fn multi_gpu_init_local_ranks_drives_every_device_from_one_thread() {
-    let count = nccl_core::Device::count().unwrap_or(0).max(2);
-    let Some(devices) = require_gpus(count) else {
+    let Some(devices) = require_every_gpu() else {
         return;
     };
     let world = devices.len();

@@ -14,7 +14,8 @@ use nccl_core::{
     UniqueId,
 };
 use nccl_test_support::raw::{
-    check_all_reduce, download, input, one_gpu, ptr, ptr_mut, single_rank, upload,
+    check_all_reduce, download, input, nonblocking, one_gpu, ptr, ptr_mut, single_rank,
+    single_rank_with, upload,
 };
 use nccl_test_support::{POISON, assert_same_values};
 
@@ -71,8 +72,7 @@ fn gpu_capabilities_are_those_of_the_loaded_library() {
 
 fn revoke_then_check(config: &Config) {
     let Some(device) = one_gpu() else { return };
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, config).unwrap();
+    let comm = single_rank_with(&device, config);
     let stream = device.new_stream().unwrap();
     let capabilities = comm.capabilities();
     if !capabilities.has(Capability::Revoke) {
@@ -105,11 +105,7 @@ fn gpu_revoke_stops_operations_and_keeps_a_parent() {
 
 #[test]
 fn gpu_revoke_of_a_nonblocking_communicator_waits_until_quiescent() {
-    revoke_then_check(
-        &Config::new()
-            .with_blocking(false)
-            .with_timeout(Duration::from_secs(60)),
-    );
+    revoke_then_check(&nonblocking(Duration::from_secs(60)));
 }
 
 #[test]

@@ -6,8 +6,10 @@
 
 use std::time::Duration;
 
-use nccl_core::{Communicator, Config, Error, ReduceOp, Status, UniqueId, library};
-use nccl_test_support::raw::{check_all_reduce, one_gpu, single_rank};
+use nccl_core::{Communicator, Config, Error, ReduceOp, Status, library};
+use nccl_test_support::raw::{
+    check_all_reduce, nonblocking, one_gpu, single_rank, single_rank_with,
+};
 
 #[test]
 fn gpu_into_raw_then_from_raw_hands_the_communicator_over() {
@@ -42,11 +44,8 @@ fn gpu_into_raw_then_from_raw_hands_the_communicator_over() {
 #[test]
 fn gpu_a_nonblocking_communicator_is_adopted_ready() {
     let Some(device) = one_gpu() else { return };
-    let config = Config::new()
-        .with_blocking(false)
-        .with_timeout(Duration::from_secs(60));
-    let comm =
-        Communicator::with_config(device.clone(), 1, UniqueId::new().unwrap(), 0, &config).unwrap();
+    let config = nonblocking(Duration::from_secs(60));
+    let comm = single_rank_with(&device, &config);
     let raw = comm.into_raw().unwrap();
     // SAFETY: as above; `config` is the one it was created with.
     let adopted = unsafe { Communicator::from_raw(raw, &config) }.unwrap();

@@ -492,8 +492,7 @@ fn order_data_type_version_before_the_reduction() {
     // fp8 on NCCL 2.23 and compute capability 8.0: the data type is reported.
     let old_everything = CommInfo {
         nccl_version: V2_23_4,
-        compute_capability: (8, 0),
-        ..info()
+        ..ampere()
     };
     unsupported_dtype(
         plan(

@@ -366,10 +366,7 @@ fn order_all_to_all_divisibility_before_equal_lengths() {
 fn order_lengths_before_the_reduction() {
     // fp8 on compute capability 8.0 with wrong lengths: the length is
     // reported; the reduction is checked last.
-    let ampere = CommInfo {
-        compute_capability: (8, 0),
-        ..info()
-    };
+    let ampere = ampere();
     wrong_length(
         plan(
             Op::ReduceScatter(SUM),

@@ -6,8 +6,8 @@
 //! (`checks_support` has the common ground). No GPU and no NCCL needed.
 
 use crate::checks_support::*;
+use nccl_core::DataType;
 use nccl_core::nccl_sys::Version;
-use nccl_core::{DataType, ReduceOp};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{Layout, Layouts, Op, Plan, Sizes, rules};
 
@@ -67,7 +67,7 @@ fn every_operation_has_its_name_and_rules() {
         ("send", Layouts::Input, Sizes::SAME),
         ("recv", Layouts::Output, Sizes::SAME),
     ];
-    for (op, (name, layouts, sizes)) in every_op().iter().zip(expected) {
+    for (op, (name, layouts, sizes)) in every_op(1).iter().zip(expected) {
         let rules = rules(op);
         assert_eq!(
             (op.name(), rules.layouts, rules.sizes),
@@ -87,7 +87,7 @@ fn every_operation_has_its_name_and_rules() {
 #[test]
 fn every_operation_refuses_the_layouts_it_does_not_take() {
     let mut refused = 0;
-    for op in every_op() {
+    for op in every_op(1) {
         let name = op.name();
         let (accepted, expected) = taken(rules(&op).layouts);
         for layout in every_layout(&op) {
@@ -148,7 +148,7 @@ fn a_stream_on_another_device_is_refused_by_every_operation() {
         device: 5,
         ..info()
     };
-    for op in every_op() {
+    for op in every_op(1) {
         let name = op.name();
         let layout = valid_layout(&op, F32, 8);
         wrong_device(
@@ -250,10 +250,7 @@ fn order_layout_then_stream_then_root_or_peer_then_buffers() {
 #[test]
 fn valid_arguments_pass_for_every_operation_and_data_type() {
     for dtype in DataType::ALL {
-        for red in ReduceOp::ALL
-            .into_iter()
-            .filter(|&red| supported(dtype, red))
-        {
+        for red in supported_reductions(dtype) {
             for op in TwoBuffers::ALL {
                 let (i, o) = op.lens(8);
                 let result = op.check(&info(), &buf(dtype, i), &buf(dtype, o), red.into());
@@ -270,10 +267,7 @@ fn valid_arguments_pass_for_every_operation_and_data_type() {
 #[test]
 fn empty_tensors_pass_every_check() {
     for dtype in DataType::ALL {
-        for red in ReduceOp::ALL
-            .into_iter()
-            .filter(|&red| supported(dtype, red))
-        {
+        for red in supported_reductions(dtype) {
             for op in TwoBuffers::ALL {
                 let result = op.check(&info(), &buf(dtype, 0), &buf(dtype, 0), red.into());
                 assert!(result.is_ok(), "{op:?} {dtype} {red}: {result:?}");
@@ -335,12 +329,8 @@ fn empty_tensors_still_get_the_other_checks() {
         0,
         "recv: peer 0 is this rank; a send or receive to itself must be issued inside one nccl_core::Group together with its other half, or it hangs",
     );
-    let ampere = CommInfo {
-        compute_capability: (8, 0),
-        ..info()
-    };
     unsupported_reduction(
-        plan(Op::AllReduce(SUM), &ampere, Layout::InPlace(buf(E4M3, 0))),
+        plan(Op::AllReduce(SUM), &ampere(), Layout::InPlace(buf(E4M3, 0))),
         ("all_reduce", "sum"),
         E4M3,
         FP8_ON_8_0,
@@ -401,52 +391,35 @@ fn the_count_is_the_length_for_operations_of_one_size() {
 fn gathers_scatters_and_exchanges_count_one_block() {
     // all_gather counts the input, reduce_scatter the output, all_to_all
     // one rank's block of the input; the input's length stays whole.
-    assert_eq!(
-        counts(Op::AllGather, &info(), pair(f32s(10), f32s(40))),
-        (10, 10)
-    );
     let scatter = Op::ReduceScatter(SUM);
-    assert_eq!(counts(scatter, &info(), pair(f32s(40), f32s(10))), (10, 40));
-    assert_eq!(
-        counts(Op::AllToAll, &info(), pair(f32s(12), f32s(12))),
-        (3, 12)
-    );
-    let eight = CommInfo {
-        world_size: 8,
-        ..info()
-    };
-    assert_eq!(
-        counts(Op::AllGather, &eight, pair(f32s(10), f32s(80))),
-        (10, 10)
-    );
-    assert_eq!(counts(scatter, &eight, pair(f32s(80), f32s(10))), (10, 80));
-    assert_eq!(
-        counts(Op::AllToAll, &eight, pair(f32s(16), f32s(16))),
-        (2, 16)
-    );
-    let three = CommInfo {
-        world_size: 3,
-        ..info()
-    };
-    assert_eq!(counts(Op::AllToAll, &three, pair(f32s(9), f32s(9))), (3, 9));
-    let single = CommInfo {
-        world_size: 1,
-        ..info()
-    };
-    assert_eq!(
-        counts(Op::AllToAll, &single, pair(f32s(7), f32s(7))),
-        (7, 7)
-    );
-    assert_eq!(
-        counts(Op::AllGather, &single, pair(f32s(7), f32s(7))),
-        (7, 7)
-    );
+    // (operation, world size, input and output lengths, counts)
+    for (op, world_size, (input, output), expected) in [
+        (Op::AllGather, WORLD, (10, 40), (10, 10)),
+        (scatter, WORLD, (40, 10), (10, 40)),
+        (Op::AllToAll, WORLD, (12, 12), (3, 12)),
+        (Op::AllGather, 8, (10, 80), (10, 10)),
+        (scatter, 8, (80, 10), (10, 80)),
+        (Op::AllToAll, 8, (16, 16), (2, 16)),
+        (Op::AllToAll, 3, (9, 9), (3, 9)),
+        (Op::AllToAll, 1, (7, 7), (7, 7)),
+        (Op::AllGather, 1, (7, 7), (7, 7)),
+    ] {
+        let comm = CommInfo {
+            world_size,
+            ..info()
+        };
+        assert_eq!(
+            counts(op, &comm, pair(f32s(input), f32s(output))),
+            expected,
+            "{op:?} at world size {world_size} on {input} and {output} elements"
+        );
+    }
 }
 
 #[test]
 fn every_operation_counts_the_elements_per_rank() {
     // `lens` gives `n` elements per rank: NCCL's count for every operation.
-    for op in every_op() {
+    for op in every_op(1) {
         for n in [0, 1, 3, 8, 1000] {
             let layout = valid_layout(&op, F32, n);
             let (input_len, _) = lens(rules(&op).sizes, n);
@@ -462,7 +435,7 @@ fn every_operation_counts_the_elements_per_rank() {
 #[test]
 fn the_plan_keeps_the_operation_and_the_data_type() {
     for dtype in DataType::ALL {
-        for op in every_op() {
+        for op in every_op(1) {
             let plan = plan(op, &info(), valid_layout(&op, dtype, 8))
                 .unwrap_or_else(|error| panic!("{} {dtype}: {error}", op.name()));
             assert_eq!(plan.dtype, dtype, "{}", op.name());
@@ -496,7 +469,7 @@ fn sizes_give_each_buffers_length_for_a_count() {
 
 #[test]
 fn gather_and_scatter_size_their_spread_buffer_on_the_root_only() {
-    for op in every_op() {
+    for op in every_op(1) {
         let on_root_only = matches!(op, Op::Gather { .. } | Op::Scatter { .. });
         assert_eq!(
             rules(&op).spread_on_root_only,

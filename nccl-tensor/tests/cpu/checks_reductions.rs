@@ -16,10 +16,7 @@ use nccl_tensor::{Error, Layout, Op};
 
 #[test]
 fn fp8_reductions_are_refused_before_compute_capability_9_0() {
-    let ampere = CommInfo {
-        compute_capability: (8, 0),
-        ..info()
-    };
+    let ampere = ampere();
     for dtype in FP8 {
         for red in ReduceOp::ALL {
             for op in TwoBuffers::REDUCING {
@@ -49,10 +46,7 @@ fn fp8_reductions_are_refused_before_compute_capability_9_0() {
 
 #[test]
 fn fp8_reduction_messages_name_both_capabilities() {
-    let ampere = CommInfo {
-        compute_capability: (8, 0),
-        ..info()
-    };
+    let ampere = ampere();
     unsupported_reduction(
         plan(Op::AllReduce(SUM), &ampere, Layout::InPlace(buf(E4M3, 8))),
         ("all_reduce", "sum"),
@@ -126,10 +120,7 @@ fn fp8_reductions_are_accepted_from_compute_capability_9_0() {
             ..info()
         };
         for dtype in FP8 {
-            for red in ReduceOp::ALL
-                .into_iter()
-                .filter(|&red| supported(dtype, red))
-            {
+            for red in supported_reductions(dtype) {
                 for op in TwoBuffers::REDUCING {
                     let (i, o) = op.lens(8);
                     let result = op.check(&comm, &buf(dtype, i), &buf(dtype, o), red.into());
@@ -162,10 +153,7 @@ fn other_types_reduce_on_any_compute_capability() {
 
 #[test]
 fn fp8_without_a_reduction_is_accepted_before_compute_capability_9_0() {
-    let ampere = CommInfo {
-        compute_capability: (8, 0),
-        ..info()
-    };
+    let ampere = ampere();
     for dtype in FP8 {
         for op in [
             TwoBuffers::AllGather,
@@ -255,8 +243,7 @@ fn order_within_the_reduction_compute_capability_before_version() {
     // reported.
     let old_everything = CommInfo {
         nccl_version: V2_9_9,
-        compute_capability: (8, 0),
-        ..info()
+        ..ampere()
     };
     unsupported_reduction(
         checks::reduction("all_reduce", AVG, E4M3, &old_everything),
@@ -266,10 +253,7 @@ fn order_within_the_reduction_compute_capability_before_version() {
         &format!("all_reduce: reduction avg on f8e4m3 is not supported: {FP8_ON_8_0}"),
     );
     // Through an operation on NCCL 2.28 (fp8 known), fp8 avg on 8.0.
-    let ampere = CommInfo {
-        compute_capability: (8, 0),
-        ..info()
-    };
+    let ampere = ampere();
     unsupported_reduction(
         plan(
             Op::Reduce { op: AVG, root: 1 },

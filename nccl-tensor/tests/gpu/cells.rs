@@ -2,16 +2,32 @@
 //! to `Tensor`, identity, and cells shared between threads (strided and
 //! aliased cells are in `gpu/cells_strided.rs`).
 
-use nccl_core::{DataType, Device, ReduceOp};
+use std::sync::Arc;
+
+use nccl_core::{CudaStream, DataType, Device, ReduceOp};
 use nccl_tensor::{Communicator, Error, Tensor, TensorCell};
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
-    assert_same, download, download_cell, first, one_rank, poisoned, poisoned_cell, upload,
-    upload_cell, values,
+    Elem, assert_same, download, download_cell, first, one_rank, one_rank_on_first_gpu, poisoned,
+    poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
 };
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
     values::<f32>(seed, len)
+}
+
+/// A `Tensor<T>` of `len` values becomes a cell of `T`'s data type and
+/// shape `[len]` that holds the same values.
+fn from_tensor<T: Elem>(stream: &Arc<CudaStream>, seed: u64, len: usize) {
+    let data = values::<T>(seed, len);
+    let cell = TensorCell::from(upload(stream, &data));
+    let what = format!("From<Tensor<{}>>", T::NAME);
+    assert_eq!(
+        (cell.dtype(), cell.shape(), cell.len()),
+        (T::DATA_TYPE, &[len][..], len),
+        "{what}"
+    );
+    assert_same(&download_cell::<T>(stream, &cell), &data, &what);
 }
 
 #[test]
@@ -41,46 +57,17 @@ fn gpu_cell_new_and_from_describe_the_tensor() {
         "TensorCell::new",
     );
 
-    let ints = values::<i32>(2, 5);
-    let from: TensorCell = upload(&stream, &ints).into();
-    assert_eq!(
-        (from.dtype(), from.shape(), from.len()),
-        (DataType::Int32, &[5][..], 5)
-    );
-    assert_same(
-        &download_cell::<i32>(&stream, &from),
-        &ints,
-        "From<Tensor<i32>>",
-    );
-
-    let halves = values::<half::bf16>(3, 7);
-    let from = TensorCell::from(upload(&stream, &halves));
-    assert_eq!(from.dtype(), DataType::Bfloat16);
-    assert_same(
-        &download_cell::<half::bf16>(&stream, &from),
-        &halves,
-        "From<Tensor<bf16>>",
-    );
-
-    let fp8 = values::<float8::F8E4M3>(4, 9);
-    let from = TensorCell::from(upload(&stream, &fp8));
-    assert_eq!(from.dtype(), DataType::Float8E4M3);
-    assert_same(
-        &download_cell::<float8::F8E4M3>(&stream, &from),
-        &fp8,
-        "From<Tensor<f8e4m3>>",
-    );
+    from_tensor::<i32>(&stream, 2, 5);
+    from_tensor::<half::bf16>(&stream, 3, 7);
+    from_tensor::<float8::F8E4M3>(&stream, 4, 9);
     println!("{cell:?}");
 }
 
 #[test]
 fn gpu_cell_with_tensor_and_with_tensor_mut() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(5, 6);
     let cell = TensorCell::new(Tensor::from_host(&stream, &data, &[3, 2]).expect("tensor"));
 
@@ -147,11 +134,9 @@ fn gpu_cell_with_tensor_and_with_tensor_mut() {
 
 #[test]
 fn gpu_cell_to_vec_and_its_type_check() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = values::<u64>(7, 100);
     let cell = upload_cell(&stream, &data);
     assert_same(
@@ -174,11 +159,9 @@ fn gpu_cell_to_vec_and_its_type_check() {
 
 #[test]
 fn gpu_cell_into_tensor_last_reference_shared_and_wrong_type() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(8, 12);
     let cell = TensorCell::new(Tensor::from_host(&stream, &data, &[4, 3]).expect("tensor"));
 
@@ -217,11 +200,9 @@ fn gpu_cell_into_tensor_last_reference_shared_and_wrong_type() {
 
 #[test]
 fn gpu_cell_same_cell_is_identity_not_equality() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(9, 4);
     let a = upload_cell(&stream, &data);
     let b = upload_cell(&stream, &data);
@@ -314,11 +295,9 @@ fn gpu_cell_shared_between_threads() {
 /// back and converts into `Error::WrongType` for `?`.
 #[test]
 fn gpu_any_tensor_into_typed_names_both_types_and_gives_the_tensor_back() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(11, 8);
     let any = nccl_tensor::AnyTensor::from(upload(&stream, &data));
 

@@ -10,8 +10,8 @@ use nccl_tensor::{Error, Tensor, TensorCell};
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
-    assert_same, download_cell, first, one_rank, poison_values, poisoned, poisoned_cell, upload,
-    upload_cell, values,
+    assert_same, download_cell, first, one_rank, one_rank_on_first_gpu, poison_values, poisoned,
+    poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
 };
 
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
@@ -41,12 +41,9 @@ fn assert_not_contiguous(result: nccl_tensor::Result<nccl_core::Status>, op: &st
 
 #[test]
 fn gpu_cell_strided_non_contiguous_is_refused() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(10, 6);
     let strided = transposed(&stream, &data);
     assert!(!strided.is_contiguous());
@@ -141,12 +138,9 @@ fn gpu_cell_strided_non_contiguous_is_refused() {
 
 #[test]
 fn gpu_cell_strided_but_contiguous_views_work() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = f32s(12, 6);
     let poison = poison_values::<f32>(2);
 
@@ -188,11 +182,9 @@ fn gpu_cell_strided_but_contiguous_views_work() {
 
 #[test]
 fn gpu_cell_strided_construction_errors() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let stream = device.new_stream().expect("stream");
     let six = || upload(&stream, &f32s(13, 6));
     let rank_mismatch = TensorCell::strided(six(), &[2, 3], &[1]).unwrap_err();
     assert!(

@@ -13,8 +13,8 @@ use nccl_core::{CudaStream, DataType, ReduceOp, Status};
 use nccl_tensor::{Communicator, Error, Result};
 use nccl_test_support::tensor::matrix::{self, ok};
 use nccl_test_support::tensor::{
-    assert_same, download, download_cell, first, one_rank, poison_values, poisoned, poisoned_cell,
-    upload, upload_cell, values,
+    assert_same, download, download_cell, first, one_rank, one_rank_on_first_gpu, poison_values,
+    poisoned, poisoned_cell, upload, upload_cell, values,
 };
 
 /// After an error, the communicator must still run an operation correctly.
@@ -116,12 +116,9 @@ fn gpu_send_or_recv_to_itself_outside_a_group_is_refused() {
 
 #[test]
 fn gpu_root_and_peer_out_of_range() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let data = values::<i32>(2, 33);
     let source = upload(&stream, &data);
     let mut target = poisoned::<i32>(&stream, 33);
@@ -214,12 +211,9 @@ fn assert_dtype_error(result: Result<Status>, op: &'static str, input: DataType,
 
 #[test]
 fn gpu_dtype_mismatch_with_real_tensors() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let (f32_, f64_, bf16_, i8_) = (
         DataType::Float32,
         DataType::Float64,
@@ -344,12 +338,9 @@ fn assert_length_error(
 
 #[test]
 fn gpu_wrong_lengths_with_real_tensors() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let five = upload(&stream, &values::<f32>(5, 5));
     let mut six = poisoned::<f32>(&stream, 6);
     let sum = ReduceOp::Sum;
@@ -434,13 +425,10 @@ fn gpu_wrong_lengths_with_real_tensors() {
 
 #[test]
 fn gpu_pre_mul_sum_of_another_type_or_communicator() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let other = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
+    let other = one_rank(comm.device());
     let data = values::<f32>(7, 10);
     let mut tensor = upload(&stream, &data);
 
@@ -497,12 +485,9 @@ fn gpu_pre_mul_sum_of_another_type_or_communicator() {
 
 #[test]
 fn gpu_error_messages_name_the_operation() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let five = upload(&stream, &values::<f32>(10, 5));
     let mut six = poisoned::<f64>(&stream, 6);
     let text = comm

@@ -4,7 +4,7 @@
 //! Results are checked against the host reduction over all ranks' inputs.
 //! On a machine with one GPU every test prints `SKIP: ...`.
 
-use nccl_core::{Device, Group, ReduceOp};
+use nccl_core::{Group, ReduceOp};
 use nccl_tensor::AllToAllMethod;
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
@@ -12,11 +12,6 @@ use nccl_test_support::tensor::{
     assert_same, download, download_cell, per_rank, poison_values, poisoned, poisoned_cell, upload,
     upload_cell, values,
 };
-
-/// How many GPUs the tests use: every visible one, at least two.
-fn gpu_count() -> usize {
-    Device::count().unwrap_or(0).max(2)
-}
 
 /// Rank `rank`'s input of `len` elements.
 fn input(rank: usize, len: usize) -> Vec<f32> {
@@ -40,7 +35,7 @@ const BLOCK: usize = 1027;
 
 #[test]
 fn multi_gpu_all_reduce_sum() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -98,7 +93,7 @@ fn multi_gpu_all_reduce_sum() {
 
 #[test]
 fn multi_gpu_broadcast_from_root_1() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let results = per_rank(devices, |comm, stream| {
@@ -136,7 +131,7 @@ fn multi_gpu_broadcast_from_root_1() {
 
 #[test]
 fn multi_gpu_reduce_to_root_1() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -178,7 +173,7 @@ fn multi_gpu_reduce_to_root_1() {
 
 #[test]
 fn multi_gpu_all_gather_into_tensor_and_list() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -239,7 +234,7 @@ fn multi_gpu_all_gather_into_tensor_and_list() {
 
 #[test]
 fn multi_gpu_reduce_scatter_tensor() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -280,7 +275,7 @@ fn multi_gpu_reduce_scatter_tensor() {
 
 #[test]
 fn multi_gpu_all_to_all_single_both_methods() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -331,7 +326,7 @@ fn multi_gpu_all_to_all_single_both_methods() {
 
 #[test]
 fn multi_gpu_send_recv_ring() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let world = devices.len();
@@ -385,7 +380,7 @@ fn multi_gpu_send_recv_ring() {
 /// other: every rank refuses it before any collective is issued.
 #[test]
 fn multi_gpu_all_gather_same_cell_twice_is_refused() {
-    let Some(devices) = support::require_gpus(gpu_count()) else {
+    let Some(devices) = support::require_every_gpu() else {
         return;
     };
     let results = per_rank(devices, |comm, stream| {

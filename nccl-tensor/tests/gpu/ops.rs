@@ -7,7 +7,7 @@
 
 use nccl_test_support as support;
 use nccl_test_support::tensor;
-use nccl_test_support::tensor::{Elem, first, matrix, one_rank};
+use nccl_test_support::tensor::{Elem, first, matrix, one_rank, one_rank_on_first_gpu};
 
 /// The sizes of the full matrix, in elements.
 const SIZES: [usize; 3] = [0, 1, 4097];
@@ -21,100 +21,32 @@ fn full_matrix<T: Elem>(devices: Vec<nccl_core::Device>) {
     matrix::large::<T>(&comm, &stream);
 }
 
-#[test]
-fn gpu_ops_i8() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<i8>(devices);
+/// One test per element type, `name: type`, each running [`full_matrix`].
+macro_rules! matrix_tests {
+    ($($name:ident: $elem:ty;)*) => {$(
+        #[test]
+        fn $name() {
+            let Some(devices) = support::require_gpus(1) else {
+                return;
+            };
+            full_matrix::<$elem>(devices);
+        }
+    )*};
 }
 
-#[test]
-fn gpu_ops_u8() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<u8>(devices);
-}
-
-#[test]
-fn gpu_ops_i32() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<i32>(devices);
-}
-
-#[test]
-fn gpu_ops_u32() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<u32>(devices);
-}
-
-#[test]
-fn gpu_ops_i64() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<i64>(devices);
-}
-
-#[test]
-fn gpu_ops_u64() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<u64>(devices);
-}
-
-#[test]
-fn gpu_ops_f16() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<half::f16>(devices);
-}
-
-#[test]
-fn gpu_ops_bf16() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<half::bf16>(devices);
-}
-
-#[test]
-fn gpu_ops_f32() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<f32>(devices);
-}
-
-#[test]
-fn gpu_ops_f64() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<f64>(devices);
-}
-
-#[test]
-fn gpu_ops_f8e4m3() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<float8::F8E4M3>(devices);
-}
-
-#[test]
-fn gpu_ops_f8e5m2() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    full_matrix::<float8::F8E5M2>(devices);
+matrix_tests! {
+    gpu_ops_i8: i8;
+    gpu_ops_u8: u8;
+    gpu_ops_i32: i32;
+    gpu_ops_u32: u32;
+    gpu_ops_i64: i64;
+    gpu_ops_u64: u64;
+    gpu_ops_f16: half::f16;
+    gpu_ops_bf16: half::bf16;
+    gpu_ops_f32: f32;
+    gpu_ops_f64: f64;
+    gpu_ops_f8e4m3: float8::F8E4M3;
+    gpu_ops_f8e5m2: float8::F8E5M2;
 }
 
 /// Sizes around nccl-core's single-rank split at 4096 elements (scaling
@@ -122,12 +54,9 @@ fn gpu_ops_f8e5m2() {
 /// avg and a pre-multiplied sum must be right at every one of them.
 #[test]
 fn gpu_scaling_reductions_around_the_4096_split() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     for len in [4095, 4096, 4098, 8191, 8192, 8197, 12289, (1 << 20) + 3] {
         let input = tensor::values::<f32>(len as u64, len);
         matrix::reductions(&comm, &stream, &input);
@@ -214,18 +143,15 @@ type SharedStream = std::sync::Arc<nccl_core::CudaStream>;
 
 #[test]
 fn gpu_fp8_scaling_reductions_are_refused_as_unsupported() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((comm, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let comm = one_rank(&device);
     if comm.info().compute_capability < (9, 0) {
         println!(
             "NOTE: no fp8 reductions at all below compute capability 9.0 (checked by gpu_ops_f8*)"
         );
         return;
     }
-    let stream = device.new_stream().expect("stream");
     fp8_scaling_reductions_are_refused::<float8::F8E4M3>(&comm, &stream);
     fp8_scaling_reductions_are_refused::<float8::F8E5M2>(&comm, &stream);
 }

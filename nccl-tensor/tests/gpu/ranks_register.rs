@@ -124,20 +124,17 @@ fn ranks_registration_refusals() {
     };
     let (comm, stream) = (&rank.comm, &rank.stream);
     let empty = Tensor::<f32>::zeros(stream, &[0]).expect("an empty tensor");
-    let error = comm.register(empty).expect_err("an empty registration");
-    assert!(
-        error
-            .to_string()
-            .contains("a registration of at least one byte"),
-        "{error}"
-    );
-    let error = Tensor::<f32>::nccl_zeros(stream, &[0]).expect_err("an empty NCCL allocation");
-    assert!(
-        error
-            .to_string()
-            .contains("an allocation of at least one byte"),
-        "{error}"
-    );
+    let registration = comm.register(empty).expect_err("an empty registration");
+    let allocation = Tensor::<f32>::nccl_zeros(stream, &[0]).expect_err("an empty NCCL allocation");
+    for (error, expected) in [
+        (
+            registration.to_string(),
+            "a registration of at least one byte",
+        ),
+        (allocation.to_string(), "an allocation of at least one byte"),
+    ] {
+        assert!(error.contains(expected), "{error}");
+    }
     let nccl = Tensor::<f32>::nccl_zeros(stream, &[16]).expect("ncclMemAlloc");
     let nccl = match nccl.into_parts() {
         Ok(_) => panic!("cudarc must not get NCCL's memory to free"),

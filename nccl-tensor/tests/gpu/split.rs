@@ -2,13 +2,12 @@
 //! `split_from`) run every operation like their parent: the operation
 //! matrix of `gpu_ops` for f32 and bf16 at 1 and 4097 elements, on one GPU.
 
-use nccl_test_support as support;
 use nccl_test_support::tensor;
 use std::sync::Arc;
 
 use nccl_core::{Config, CudaStream};
 use nccl_tensor::{Communicator, Error};
-use nccl_test_support::tensor::{first, matrix, one_rank};
+use nccl_test_support::tensor::{matrix, one_rank_on_first_gpu};
 
 const SIZES: [usize; 2] = [1, 4097];
 
@@ -20,14 +19,11 @@ fn smaller_matrix(comm: &mut Communicator, stream: &Arc<CudaStream>) {
 
 #[test]
 fn gpu_split_all_runs_every_op() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((parent, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let parent = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let mut child = parent.split_all(None).expect("split_all");
-    assert_eq!(child.device().ordinal(), device.ordinal());
+    assert_eq!(child.device().ordinal(), parent.device().ordinal());
     smaller_matrix(&mut child, &stream);
 
     let config = Config::new().with_comm_name("nccl-tensor-gpu-split-all");
@@ -43,12 +39,9 @@ fn gpu_split_all_runs_every_op() {
 
 #[test]
 fn gpu_split_from_runs_every_op() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((parent, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let parent = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     let mut child = parent
         .split_from(&[0], None)
         .expect("split_from [0]")
@@ -85,12 +78,9 @@ fn gpu_split_from_runs_every_op() {
 
 #[test]
 fn gpu_split_inherits_the_all_to_all_method() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some((mut parent, stream)) = one_rank_on_first_gpu() else {
         return;
     };
-    let device = first(devices);
-    let mut parent = one_rank(&device);
-    let stream = device.new_stream().expect("stream");
     parent.set_all_to_all_method(nccl_tensor::AllToAllMethod::SendRecv);
     let child = parent.split_all(None).expect("split_all");
     // The child was derived with SendRecv; it must still move the data.

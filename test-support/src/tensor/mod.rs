@@ -103,6 +103,8 @@ macro_rules! float_elem {
 // The conversions are spelled as paths (`Type::function`), which pick the
 // types' inherent functions, not `Elem`'s of the same name.
 float_elem! {
+    f32 => "f32", POISON as f64, 9, |v| v as f32, f64::from, |v| u64::from(f32::to_bits(v));
+    f64 => "f64", POISON as f64, 10, |v| v, |v| v, f64::to_bits;
     half::f16 => "f16", POISON as f64, 7,
         half::f16::from_f64, half::f16::to_f64, |v| u64::from(half::f16::to_bits(v));
     half::bf16 => "bf16", POISON as f64, 8,
@@ -113,42 +115,6 @@ float_elem! {
     float8::F8E5M2 => "f8e5m2", -96.0, 12,
         float8::F8E5M2::from_f64, |v| float8::F8E5M2::to_f64(&v),
         |v| u64::from(float8::F8E5M2::to_bits(&v));
-}
-
-impl Elem for f32 {
-    const NAME: &'static str = "f32";
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    const PREMUL: f64 = 0.5;
-    const POISON: f64 = POISON as f64;
-    const SEED: u64 = 9;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        f64::from(self)
-    }
-    fn bits(self) -> u64 {
-        u64::from(self.to_bits())
-    }
-}
-
-impl Elem for f64 {
-    const NAME: &'static str = "f64";
-    const SIGNED: bool = true;
-    const FLOAT: bool = true;
-    const PREMUL: f64 = 0.5;
-    const POISON: f64 = POISON as f64;
-    const SEED: u64 = 10;
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn bits(self) -> u64 {
-        self.to_bits()
-    }
 }
 
 /// Longest run of fresh values; longer inputs repeat it (still deterministic,
@@ -299,6 +265,23 @@ pub fn one_rank(device: &Device) -> Communicator {
         .expect("world-size-1 communicator")
 }
 
+/// A stream on the first GPU; `None` when
+/// [`require_gpus`](crate::require_gpus) finds none (the test skips).
+pub fn stream_on_first_gpu() -> Option<Arc<CudaStream>> {
+    let device = first(crate::require_gpus(1)?);
+    Some(device.new_stream().expect("stream"))
+}
+
+/// A communicator of world size 1 on the first GPU and a stream of that
+/// GPU; `None` when [`require_gpus`](crate::require_gpus) finds none (the
+/// test skips).
+pub fn one_rank_on_first_gpu() -> Option<(Communicator, Arc<CudaStream>)> {
+    let device = first(crate::require_gpus(1)?);
+    let comm = one_rank(&device);
+    let stream = device.new_stream().expect("stream");
+    Some((comm, stream))
+}
+
 /// One rank per device, each on its own thread with rank = position in
 /// `devices`, all sharing one unique id; `body` gets the rank's
 /// communicator (built with `nccl_tensor::Communicator::new` on that
@@ -309,26 +292,11 @@ pub fn per_rank<R: Send + 'static>(
 ) -> Vec<R> {
     let id = UniqueId::new().expect("unique id");
     let world = devices.len();
-    let body = Arc::new(body);
-    let threads: Vec<_> = devices
-        .into_iter()
-        .enumerate()
-        .map(|(rank, device)| {
-            let body = Arc::clone(&body);
-            std::thread::Builder::new()
-                .name(format!("rank-{rank}"))
-                .spawn(move || {
-                    let comm = Communicator::new(device.clone(), world, id, rank)
-                        .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
-                    assert_eq!((comm.rank(), comm.world_size()), (rank, world));
-                    let stream = device.new_stream().expect("stream");
-                    body(comm, stream)
-                })
-                .expect("spawn a rank thread")
-        })
-        .collect();
-    threads
-        .into_iter()
-        .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-        .collect()
+    crate::per_device_thread(devices, move |rank, device| {
+        let comm = Communicator::new(device.clone(), world, id, rank)
+            .unwrap_or_else(|e| panic!("rank {rank}: init: {e}"));
+        assert_eq!((comm.rank(), comm.world_size()), (rank, world));
+        let stream = device.new_stream().expect("stream");
+        body(comm, stream)
+    })
 }

@@ -15,6 +15,7 @@ use nccl_core::nccl_sys::Version;
 use nccl_core::{DataType, ReduceOp, Reduction};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{BufferDesc, Error, Extent, Layout, Layouts, Op, Plan, Result, Sizes, rules};
+pub use nccl_test_support::ops::every_op;
 
 /// Data types by their short names.
 pub const F32: DataType = DataType::Float32;
@@ -56,6 +57,14 @@ pub fn info() -> CommInfo {
         nccl_version: Version::new(2, 28, 3),
         compute_capability: (9, 0),
         in_group: false,
+    }
+}
+
+/// [`info`] on a GPU of compute capability 8.0 (no fp8 reductions).
+pub fn ampere() -> CommInfo {
+    CommInfo {
+        compute_capability: (8, 0),
+        ..info()
     }
 }
 
@@ -133,26 +142,12 @@ pub fn valid_layout(op: &Op<'_>, dtype: DataType, n: usize) -> Layout<'static> {
     }
 }
 
-/// One of each operation: reductions are sums, roots and peers rank 1.
-pub fn every_op() -> [Op<'static>; 10] {
-    [
-        Op::AllReduce(SUM),
-        Op::Broadcast { root: 1 },
-        Op::Reduce { op: SUM, root: 1 },
-        Op::AllGather,
-        Op::ReduceScatter(SUM),
-        Op::AllToAll,
-        Op::Gather { root: 1 },
-        Op::Scatter { root: 1 },
-        Op::Send { peer: 1 },
-        Op::Recv { peer: 1 },
-    ]
-}
-
-/// Whether NCCL supports `red` on `dtype` at all (on a new enough GPU and
+/// The reductions NCCL supports on `dtype` at all (on a new enough GPU and
 /// library): averaging 8-bit floats it does not.
-pub fn supported(dtype: DataType, red: ReduceOp) -> bool {
-    !(dtype.is_fp8() && red == ReduceOp::Avg)
+pub fn supported_reductions(dtype: DataType) -> impl Iterator<Item = ReduceOp> {
+    ReduceOp::ALL
+        .into_iter()
+        .filter(move |&red| !(dtype.is_fp8() && red == ReduceOp::Avg))
 }
 
 // ---------------------------------------------------------------------------
