@@ -312,6 +312,7 @@ impl World {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::tests::assert_timeout_starting;
 
     /// Process `rank` of `size` over `store` (its waits end at the store's timeout).
     fn rank_of(rank: usize, size: usize, store: &Arc<dyn Store>) -> World {
@@ -373,13 +374,7 @@ mod tests {
         let store: Arc<dyn Store> =
             Arc::new(InProcessStore::with_timeout(Duration::from_millis(50)));
         let error = rank_of(0, 3, &store).barrier().unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("ranks 1, 2 did not reach a barrier within"),
-            "{error}"
-        );
+        assert_timeout_starting(&error, "ranks 1, 2 did not reach a barrier within");
         let failing = rank_of(2, 3, &store);
         failing.meeting().fail("no GPU", 2).unwrap();
         let error = rank_of(1, 3, &store).barrier().unwrap_err();

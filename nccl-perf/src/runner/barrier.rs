@@ -51,6 +51,7 @@ mod tests {
     use nccl_group::InProcessStore;
 
     use super::*;
+    use crate::error::tests::assert_timeout_starting;
     use crate::world::World;
 
     fn meetings(processes: usize, timeout: Duration) -> Vec<Meeting> {
@@ -99,12 +100,9 @@ mod tests {
         let error = barrier
             .wait("the creation of the communicators")
             .unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("rank 1 did not reach the creation of the communicators within"),
-            "{error}"
+        assert_timeout_starting(
+            &error,
+            "rank 1 did not reach the creation of the communicators within",
         );
         let error = RankBarrier::new(&meetings[0], 2, 2).err().unwrap();
         assert!(

@@ -221,6 +221,7 @@ mod tests {
 
     use super::*;
     use crate::collective::Mode;
+    use crate::error::tests::assert_timeout_starting;
     use crate::world::World;
 
     /// The store's timeout where every process comes: a hang guard, which
@@ -411,12 +412,9 @@ mod tests {
             Arc::new(InProcessStore::with_timeout(Duration::from_millis(400)));
         let (result, _) = process(0, 2, &store, None);
         let error = result.unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("process 1 did not reach the exchange of GPUs within"),
-            "{error}"
+        assert_timeout_starting(
+            &error,
+            "process 1 did not reach the exchange of GPUs within",
         );
     }
 }

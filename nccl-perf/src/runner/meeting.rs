@@ -164,6 +164,7 @@ mod tests {
     use nccl_group::{FileStore, InProcessStore, Store};
 
     use super::*;
+    use crate::error::tests::assert_timeout_starting;
 
     /// `processes` meetings over one store.
     fn meetings(store: &Arc<dyn Store>, processes: usize) -> Vec<Meeting> {
@@ -220,13 +221,7 @@ mod tests {
         meetings[1].gather("rows", "the rows", b"").unwrap();
         let error = meetings[0].gather("rows", "the rows", b"").unwrap_err();
         assert_eq!(error.exit_code(), 1);
-        assert!(error.is_timeout());
-        assert!(
-            error
-                .to_string()
-                .starts_with("process 2 did not reach the rows within"),
-            "{error}"
-        );
+        assert_timeout_starting(&error, "process 2 did not reach the rows within");
     }
 
     #[test]
@@ -272,12 +267,6 @@ mod tests {
         let meetings = self::meetings(&in_process(Duration::from_secs(10)), 3);
         meetings[2].leave(Duration::from_secs(10)).unwrap();
         let error = meetings[0].leave(Duration::from_millis(50)).unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("process 1 did not reach the end of the run within"),
-            "{error}"
-        );
+        assert_timeout_starting(&error, "process 1 did not reach the end of the run within");
     }
 }

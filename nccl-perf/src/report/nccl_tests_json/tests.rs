@@ -4,7 +4,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::super::tests::{m, row};
+use super::super::tests::{m, row, sample_row};
 use super::*;
 
 fn head() -> JsonHead {
@@ -51,14 +51,7 @@ fn keys(text: &str) -> Vec<String> {
 
 #[test]
 fn the_document_has_nccl_tests_schema() {
-    let r = row(
-        8,
-        2,
-        "sum",
-        -1,
-        m(6.5, 0.5, 0.0, Some(0)),
-        m(0.25, 32.0, 0.0, None),
-    );
+    let r = sample_row();
     let gather = Row {
         collective: "all_gather",
         in_place: None,
