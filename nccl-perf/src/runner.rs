@@ -55,6 +55,8 @@ use gather::Gatherer;
 pub use layout::Layout;
 use meeting::Meeting;
 pub use plan::Plan;
+#[cfg(test)]
+pub(crate) use plan::tests::{COMPARE_AND_GRAPH, plan_of};
 use rank::{RankPlace, rank_thread};
 use rows::{Summary, Tables, finish};
 
