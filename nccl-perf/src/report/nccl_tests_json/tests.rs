@@ -217,11 +217,12 @@ fn straggler(iters: usize) -> PerIter {
     PerIter::of_ranks(&given, 2, iters, 1).unwrap()
 }
 
-#[test]
-fn per_iteration_reports_follow_their_modes() {
+/// A float sum row of `size` bytes timed per iteration in both modes, with
+/// [`straggler`]'s 10 iterations.
+fn straggler_row(size: u64) -> Row {
     let mut r = row(
-        1024,
-        256,
+        size,
+        size as usize / 4,
         "sum",
         -1,
         m(12.0, 0.5, 0.0, Some(0)),
@@ -229,6 +230,12 @@ fn per_iteration_reports_follow_their_modes() {
     );
     r.out_of_place_per_iter = Some(straggler(10));
     r.in_place_per_iter = Some(straggler(10));
+    r
+}
+
+#[test]
+fn per_iteration_reports_follow_their_modes() {
+    let mut r = straggler_row(1024);
     let head = JsonHead {
         per_iter_timing: true,
         per_iter_skip: 1,
@@ -305,17 +312,7 @@ fn nccl_tests_analyze_perf_json_reads_the_document() {
     };
     let mut document = JsonDocument::create(&path, &head).unwrap();
     for size in [8, 1024] {
-        let mut r = row(
-            size,
-            size as usize / 4,
-            "sum",
-            -1,
-            m(12.0, 0.5, 0.0, Some(0)),
-            m(11.0, 0.5, 0.0, Some(0)),
-        );
-        r.out_of_place_per_iter = Some(straggler(10));
-        r.in_place_per_iter = Some(straggler(10));
-        document.result(&r).unwrap();
+        document.result(&straggler_row(size)).unwrap();
     }
     document.finish(&[]).unwrap();
     for placement in [&[][..], &["--in-place"]] {
