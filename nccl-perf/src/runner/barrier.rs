@@ -52,6 +52,7 @@ mod tests {
 
     use super::*;
     use crate::error::tests::assert_timeout_starting;
+    use crate::threads::on_threads;
     use crate::world::World;
 
     fn meetings(processes: usize, timeout: Duration) -> Vec<Meeting> {
@@ -73,22 +74,11 @@ mod tests {
         // Two processes of two ranks each, every rank a thread. The
         // store's timeout is a hang guard: only a deadlock outlasts it.
         let meetings = meetings(2, Duration::from_secs(60));
-        let passed = std::thread::scope(|scope| {
-            let ranks: Vec<_> = (0..4)
-                .map(|rank| {
-                    let meeting = &meetings[rank / 2];
-                    scope.spawn(move || {
-                        let barrier = RankBarrier::new(meeting, rank, 4).unwrap();
-                        (0..10)
-                            .filter(|_| barrier.wait("a test barrier").is_ok())
-                            .count()
-                    })
-                })
-                .collect();
-            ranks
-                .into_iter()
-                .map(|rank| rank.join().unwrap())
-                .collect::<Vec<_>>()
+        let passed = on_threads(4, |rank| {
+            let barrier = RankBarrier::new(&meetings[rank / 2], rank, 4).unwrap();
+            (0..10)
+                .filter(|_| barrier.wait("a test barrier").is_ok())
+                .count()
         });
         assert_eq!(passed, vec![10; 4]);
     }

@@ -165,6 +165,7 @@ mod tests {
 
     use super::*;
     use crate::error::tests::assert_timeout_starting;
+    use crate::threads::on_threads;
 
     /// `processes` meetings over one store.
     fn meetings(store: &Arc<dyn Store>, processes: usize) -> Vec<Meeting> {
@@ -190,22 +191,12 @@ mod tests {
         let store: Arc<dyn Store> =
             Arc::new(FileStore::open(dir.path(), Duration::from_secs(10)).unwrap());
         let meetings = meetings(&store, 3);
-        let gathered: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = meetings
-                .iter()
-                .map(|meeting| {
-                    scope.spawn(move || {
-                        let value = [meeting.process() as u8];
-                        let all = meeting.all_gather("v", "the values", &value).unwrap();
-                        let to_0 = meeting.gather("w", "the rows", &value).unwrap();
-                        (all, to_0)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().unwrap())
-                .collect()
+        let gathered = on_threads(meetings.len(), |process| {
+            let meeting = &meetings[process];
+            let value = [meeting.process() as u8];
+            let all = meeting.all_gather("v", "the values", &value).unwrap();
+            let to_0 = meeting.gather("w", "the rows", &value).unwrap();
+            (all, to_0)
         });
         let every = vec![vec![0], vec![1], vec![2]];
         for (process, (all, to_0)) in gathered.into_iter().enumerate() {
