@@ -292,31 +292,23 @@ pub(crate) mod tests {
         let plan = |flags: &[&str], gpus| plan_of(flags, gpus).fingerprint();
         let base = plan(&[], 2);
         assert_eq!(base, plan(&[], 2));
-        let first_difference = |other: Vec<(String, String)>| {
-            base.iter()
-                .zip(&other)
-                .find(|(a, b)| a != b)
-                .map(|(a, _)| a.0.clone())
-        };
-        assert_eq!(
-            first_difference(plan(&[], 4)).as_deref(),
-            Some("world size")
-        );
-        assert_eq!(
-            first_difference(plan(&["-n", "7"], 2)).as_deref(),
-            Some("iterations (-n)")
-        );
-        assert_eq!(
-            first_difference(plan(&["-a", "2"], 2)).as_deref(),
-            Some("average (-a)")
-        );
-        assert_eq!(
-            first_difference(plan(&["-x", "1"], 2)).as_deref(),
-            Some("communicator config (-x)")
-        );
-        assert_eq!(
-            first_difference(plan(&["-e", "1K"], 2)).as_deref(),
-            Some("sizes (-b, -e, -f, -i)")
-        );
+        for (flags, gpus, named) in [
+            (&[][..], 4, "world size"),
+            (&["-n", "7"], 2, "iterations (-n)"),
+            (&["-a", "2"], 2, "average (-a)"),
+            (&["-x", "1"], 2, "communicator config (-x)"),
+            (&["-e", "1K"], 2, "sizes (-b, -e, -f, -i)"),
+        ] {
+            let first_difference = base
+                .iter()
+                .zip(plan(flags, gpus))
+                .find(|(a, b)| *a != b)
+                .map(|(a, _)| a.0.clone());
+            assert_eq!(
+                first_difference.as_deref(),
+                Some(named),
+                "{flags:?} at {gpus} GPUs"
+            );
+        }
     }
 }
