@@ -246,6 +246,17 @@ fn time_batches(
     })
 }
 
+/// Waits until every rank of `group` has reached this point and `stream`
+/// is idle, so that no rank's timing starts while another's work runs.
+fn all_meet(group: &ProcessGroup, stream: &Arc<CudaStream>) {
+    group
+        .barrier(stream)
+        .expect("barrier")
+        .wait()
+        .expect("barrier wait");
+    stream.synchronize().expect("synchronize");
+}
+
 /// The host time of `calls` calls of `call`, synchronising `stream` every
 /// [`CHUNK`] calls outside the timed part.
 fn timed_in_chunks(calls: u64, stream: &Arc<CudaStream>, mut call: impl FnMut()) -> Duration {
@@ -345,14 +356,6 @@ fn coalescing_launched(launched: &Launched) {
     let options = GroupOptions::default().with_dump_dir(None);
     let (group, stream) = bench_group("group-cost", options, Some(launched));
     let (rank, world) = (group.rank(), group.world_size());
-    let barrier = || {
-        group
-            .barrier(&stream)
-            .expect("barrier")
-            .wait()
-            .expect("barrier wait");
-        stream.synchronize().expect("synchronize");
-    };
     for n in BATCH_SIZES {
         let mut kept = tensors(n, &stream);
         let mut medians = Vec::new();
@@ -362,7 +365,7 @@ fn coalescing_launched(launched: &Launched) {
         let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); Issue::BOTH.len()];
         for _ in 0..ROUNDS {
             for (issue, times) in Issue::BOTH.into_iter().zip(&mut rounds) {
-                barrier();
+                all_meet(&group, &stream);
                 let took = time_batches(&group, issue, &mut kept, BATCHES, &stream);
                 times.push(nccl_perf::per_call_us(took.as_secs_f64(), BATCHES));
             }
@@ -389,7 +392,7 @@ fn coalescing_launched(launched: &Launched) {
             );
         }
     }
-    barrier();
+    all_meet(&group, &stream);
     group.destroy().expect("destroy the group");
 }
 
@@ -467,12 +470,7 @@ fn checks_launched(launched: &Launched) {
     }
     for _ in 0..ROUNDS {
         for ((_, group, stream, tensor), times) in variants.iter_mut().zip(&mut rounds) {
-            group
-                .barrier(stream)
-                .expect("barrier")
-                .wait()
-                .expect("barrier wait");
-            stream.synchronize().expect("synchronize");
+            all_meet(group, stream);
             let took = time_all_reduces(group, tensor, CHECKED_OPS, stream);
             times.push(nccl_perf::per_call_us(took.as_secs_f64(), CHECKED_OPS));
         }
@@ -492,12 +490,7 @@ fn checks_launched(launched: &Launched) {
         }
     }
     for (_, group, stream, _) in &variants {
-        group
-            .barrier(stream)
-            .expect("barrier")
-            .wait()
-            .expect("barrier wait");
-        stream.synchronize().expect("synchronize");
+        all_meet(group, stream);
         group.destroy().expect("destroy the group");
     }
 }

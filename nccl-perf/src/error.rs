@@ -232,8 +232,15 @@ impl BenchError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Asserts that `error` is a timeout whose message starts with `start`
+    /// (the timeout's length follows, and differs from run to run).
+    pub(crate) fn assert_timeout_starting(error: &BenchError, start: &str) {
+        assert!(error.is_timeout(), "{error}");
+        assert!(error.to_string().starts_with(start), "{error}");
+    }
 
     #[test]
     fn exit_codes_and_single_lines() {

@@ -98,6 +98,8 @@ mod rotation;
 mod runner;
 mod selection;
 mod sizes;
+#[cfg(test)]
+mod threads;
 mod timing;
 mod world;
 

@@ -134,8 +134,23 @@ impl PerIter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// nccl-tests' names of a one-process per-iteration report's fields, in
+    /// its order.
+    pub(crate) const PER_ITER_KEYS: [&str; 10] = [
+        "skipped_iterations",
+        "min_us",
+        "max_us",
+        "avg_us",
+        "p50_us",
+        "p95_us",
+        "p99_us",
+        "stdev_us",
+        "cv_pct",
+        "times_us",
+    ];
 
     #[test]
     fn statistics_as_nccl_tests_computes_them() {
@@ -210,18 +225,7 @@ mod tests {
             .keys()
             .map(String::as_str)
             .collect();
-        for key in [
-            "skipped_iterations",
-            "min_us",
-            "max_us",
-            "avg_us",
-            "p50_us",
-            "p95_us",
-            "p99_us",
-            "stdev_us",
-            "cv_pct",
-            "times_us",
-        ] {
+        for key in PER_ITER_KEYS {
             assert!(keys.contains(&key), "{key} in {keys:?}");
         }
         assert!(value.get("per_process_max_times_us").is_none());

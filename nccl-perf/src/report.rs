@@ -200,6 +200,19 @@ mod tests {
         }
     }
 
+    /// The 8-byte sum row several tests write and read back: out of place
+    /// checked (0 wrong), in place not.
+    pub(super) fn sample_row() -> Row {
+        row(
+            8,
+            2,
+            "sum",
+            -1,
+            m(6.5, 0.5, 0.0, Some(0)),
+            m(0.25, 32.0, 0.0, None),
+        )
+    }
+
     /// A measurement.
     pub(super) fn m(time_us: f64, algbw: f64, busbw: f64, wrong: Option<u64>) -> Measurement {
         Measurement {
@@ -212,14 +225,7 @@ mod tests {
 
     #[test]
     fn json_rows() {
-        let r = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, None),
-        );
+        let r = sample_row();
         let value: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
         assert_eq!(
             value,

@@ -55,6 +55,8 @@ use gather::Gatherer;
 pub use layout::Layout;
 use meeting::Meeting;
 pub use plan::Plan;
+#[cfg(test)]
+pub(crate) use plan::tests::{COMPARE_AND_GRAPH, plan_of};
 use rank::{RankPlace, rank_thread};
 use rows::{Summary, Tables, finish};
 
@@ -287,6 +289,7 @@ mod tests {
     use nccl_group::{InProcessStore, Store};
 
     use super::*;
+    use crate::threads::on_threads;
 
     #[test]
     fn no_progress_bar_without_a_terminal() {
@@ -300,25 +303,13 @@ mod tests {
     /// and GPUs per thread.
     fn agreement(flags: [&[&str]; 2], gpus: [u32; 2]) -> Vec<Result<(), BenchError>> {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(10)));
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..2)
-                .map(|process| {
-                    let store = Arc::clone(&store);
-                    scope.spawn(move || {
-                        let world = World::in_store(process, 2, store, "test");
-                        let layout = Layout::new(&world, 1, Some(gpus[process]), 8).unwrap();
-                        let args = Args::try_parse_from([&["nccl-perf"], flags[process]].concat())
-                            .unwrap();
-                        let plan = Plan::new(&args, &layout).unwrap();
-                        let meeting = Meeting::new(world);
-                        agree(&meeting, &layout, &plan).map_err(|error| meeting.fail(error))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().unwrap())
-                .collect()
+        on_threads(2, |process| {
+            let world = World::in_store(process, 2, Arc::clone(&store), "test");
+            let layout = Layout::new(&world, 1, Some(gpus[process]), 8).unwrap();
+            let args = Args::try_parse_from([&["nccl-perf"], flags[process]].concat()).unwrap();
+            let plan = Plan::new(&args, &layout).unwrap();
+            let meeting = Meeting::new(world);
+            agree(&meeting, &layout, &plan).map_err(|error| meeting.fail(error))
         })
     }
 

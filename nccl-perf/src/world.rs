@@ -312,6 +312,8 @@ impl World {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::tests::assert_timeout_starting;
+    use crate::threads::on_threads;
 
     /// Process `rank` of `size` over `store` (its waits end at the store's timeout).
     fn rank_of(rank: usize, size: usize, store: &Arc<dyn Store>) -> World {
@@ -321,20 +323,13 @@ mod tests {
     #[test]
     fn ranks_share_barriers_and_values() {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(5)));
-        let gathered: Vec<Vec<Vec<f64>>> = std::thread::scope(|scope| {
-            let ranks: Vec<_> = (0..3)
-                .map(|rank| {
-                    let world = rank_of(rank, 3, &store);
-                    scope.spawn(move || {
-                        world.barrier().unwrap();
-                        world.barrier().unwrap();
-                        let all = world.all_gather("v", &[rank as f64, -0.5]).unwrap();
-                        world.finish().unwrap();
-                        all
-                    })
-                })
-                .collect();
-            ranks.into_iter().map(|rank| rank.join().unwrap()).collect()
+        let gathered = on_threads(3, |rank| {
+            let world = rank_of(rank, 3, &store);
+            world.barrier().unwrap();
+            world.barrier().unwrap();
+            let all = world.all_gather("v", &[rank as f64, -0.5]).unwrap();
+            world.finish().unwrap();
+            all
         });
         for all in gathered {
             assert_eq!(all, vec![vec![0.0, -0.5], vec![1.0, -0.5], vec![2.0, -0.5]]);
@@ -344,16 +339,13 @@ mod tests {
     #[test]
     fn a_rank_started_with_other_flags_is_named() {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(Duration::from_secs(5)));
-        let messages: Vec<String> = std::thread::scope(|scope| {
-            let ranks: Vec<_> = [vec![0.0, 0.5], vec![1.0]]
-                .into_iter()
-                .enumerate()
-                .map(|(rank, values)| {
-                    let world = rank_of(rank, 2, &store);
-                    scope.spawn(move || world.all_gather("v", &values).unwrap_err().to_string())
-                })
-                .collect();
-            ranks.into_iter().map(|rank| rank.join().unwrap()).collect()
+        let values = [vec![0.0, 0.5], vec![1.0]];
+        let messages = on_threads(2, |rank| {
+            let world = rank_of(rank, 2, &store);
+            world
+                .all_gather("v", &values[rank])
+                .unwrap_err()
+                .to_string()
         });
         assert!(
             messages[0].starts_with("rank 1 gave 8 bytes"),
@@ -373,13 +365,7 @@ mod tests {
         let store: Arc<dyn Store> =
             Arc::new(InProcessStore::with_timeout(Duration::from_millis(50)));
         let error = rank_of(0, 3, &store).barrier().unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("ranks 1, 2 did not reach a barrier within"),
-            "{error}"
-        );
+        assert_timeout_starting(&error, "ranks 1, 2 did not reach a barrier within");
         let failing = rank_of(2, 3, &store);
         failing.meeting().fail("no GPU", 2).unwrap();
         let error = rank_of(1, 3, &store).barrier().unwrap_err();

@@ -76,6 +76,16 @@ fn display(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// Asserts that opening `path` fails with `expected`, in a message that
+/// names the path and says `says`.
+fn assert_open_refused(path: &Path, expected: LoadError, says: &str) {
+    let error = NcclLibrary::open(path).unwrap_err();
+    assert_eq!(error, expected);
+    let message = error.to_string();
+    assert!(message.contains(&display(path)), "{message}");
+    assert!(message.contains(says), "{message}");
+}
+
 #[test]
 fn opening_a_missing_path_is_not_found_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,32 +108,20 @@ fn opening_a_missing_path_is_not_found_and_names_it() {
 #[test]
 fn a_library_without_nccl_get_version_is_not_nccl() {
     let (_dir, path) = compile_shared_library("libnot-nccl.so", NOT_NCCL);
-    let error = NcclLibrary::open(&path).unwrap_err();
-    assert_eq!(
-        error,
-        LoadError::NotNccl {
-            path: display(&path)
-        }
-    );
-    let message = error.to_string();
-    assert!(message.contains(&display(&path)), "{message}");
-    assert!(message.contains("ncclGetVersion"), "{message}");
+    let expected = LoadError::NotNccl {
+        path: display(&path),
+    };
+    assert_open_refused(&path, expected, "ncclGetVersion");
 }
 
 #[test]
 fn a_failing_nccl_get_version_is_a_version_query_error() {
     let (_dir, path) = compile_shared_library("libnccl.so.2", FAKE_NCCL_BROKEN_VERSION);
-    let error = NcclLibrary::open(&path).unwrap_err();
-    assert_eq!(
-        error,
-        LoadError::VersionQuery {
-            path: display(&path),
-            code: 3
-        }
-    );
-    let message = error.to_string();
-    assert!(message.contains(&display(&path)), "{message}");
-    assert!(message.contains('3'), "{message}");
+    let expected = LoadError::VersionQuery {
+        path: display(&path),
+        code: 3,
+    };
+    assert_open_refused(&path, expected, "3");
 }
 
 #[test]

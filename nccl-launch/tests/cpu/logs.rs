@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::{launcher, lines_of, text};
+use crate::{launcher, lines_of, simulated, text};
 
 /// Each rank writes a line to each stream, naming its rank and attempt;
 /// rank 0 fails on the first attempt, once rank 1 has written (or after
@@ -24,19 +24,9 @@ fn read(path: &Path) -> String {
 /// logs under `dir`, and `extra` arguments.
 fn launch_logged(dir: &Path, extra: &[&str]) -> std::process::Output {
     let dir = dir.to_str().expect("a UTF-8 temporary path");
-    let mut args = vec![
-        "-n",
-        "2",
-        "--hosts",
-        "simulated",
-        "--max-restarts",
-        "1",
-        "--log_dir",
-        dir,
-    ];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["sh", "-c", WRITES_BOTH]);
-    launcher(&args)
+    let mut flags = vec!["--max-restarts", "1", "--log_dir", dir];
+    flags.extend_from_slice(extra);
+    simulated(2, &flags, WRITES_BOTH)
 }
 
 #[test]

@@ -41,6 +41,15 @@ fn launcher(args: &[&str]) -> Output {
     }
 }
 
+/// What `nccl-launch -n ranks --hosts simulated flags... sh -c script` did, as [`launcher`].
+fn simulated(ranks: usize, flags: &[&str], script: &str) -> Output {
+    let ranks = ranks.to_string();
+    let mut args = vec!["-n", &ranks, "--hosts", "simulated"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["sh", "-c", script]);
+    launcher(&args)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -60,17 +69,7 @@ const PRINT_ENV: &str = "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE 
 
 #[test]
 fn simulated_hosts_get_torchruns_variables_and_a_host_each() {
-    let out = launcher(&[
-        "-n",
-        "3",
-        "--hosts",
-        "simulated",
-        "--master-port",
-        "29555",
-        "sh",
-        "-c",
-        PRINT_ENV,
-    ]);
+    let out = simulated(3, &["--master-port", "29555"], PRINT_ENV);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     for rank in 0..3 {
@@ -166,15 +165,11 @@ fn without_a_gpu_per_rank_auto_simulates_and_gpus_is_refused() {
 
 #[test]
 fn output_is_prefixed_line_by_line_on_both_streams() {
-    let out = launcher(&[
-        "-n",
-        "2",
-        "--hosts",
-        "simulated",
-        "sh",
-        "-c",
+    let out = simulated(
+        2,
+        &[],
         "echo out-$RANK; echo err-$RANK >&2; printf 'no newline'",
-    ]);
+    );
     assert!(out.status.success(), "{out:?}");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     for rank in 0..2 {
@@ -188,7 +183,7 @@ fn output_is_prefixed_line_by_line_on_both_streams() {
 
 #[test]
 fn ranks_of_ten_or_more_are_aligned() {
-    let out = launcher(&["-n", "11", "--hosts", "simulated", "sh", "-c", "echo hi"]);
+    let out = simulated(11, &[], "echo hi");
     assert!(out.status.success(), "{out:?}");
     let stdout = text(&out.stdout);
     assert!(stdout.contains("[rank  3] hi"), "{stdout}");
@@ -197,15 +192,11 @@ fn ranks_of_ten_or_more_are_aligned() {
 
 #[test]
 fn the_first_failure_ends_the_others_and_gives_its_status() {
-    let out = launcher(&[
-        "-n",
-        "4",
-        "--hosts",
-        "simulated",
-        "sh",
-        "-c",
+    let out = simulated(
+        4,
+        &[],
         "if [ \"$RANK\" = 2 ]; then sleep 0.2; exit 3; fi; exec sleep 600",
-    ]);
+    );
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     let stderr = text(&out.stderr);
     assert!(
@@ -217,15 +208,11 @@ fn the_first_failure_ends_the_others_and_gives_its_status() {
 
 #[test]
 fn a_rank_ended_by_a_signal_gives_128_plus_the_signal() {
-    let out = launcher(&[
-        "-n",
-        "2",
-        "--hosts",
-        "simulated",
-        "sh",
-        "-c",
+    let out = simulated(
+        2,
+        &[],
         "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; exec sleep 600",
-    ]);
+    );
     assert_eq!(out.status.code(), Some(137), "{out:?}");
 }
 

@@ -4,7 +4,7 @@
 
 use nccl_launch::{Launch, Placement};
 
-use crate::{PATIENCE, launcher, lines_of, text};
+use crate::{PATIENCE, lines_of, simulated, text};
 
 /// Each rank says which attempt it is; on the first, rank 1 fails and the
 /// others wait to be ended.
@@ -14,17 +14,7 @@ const FAILS_ON_THE_FIRST_ATTEMPT: &str = "echo \"attempt $TORCHELASTIC_RESTART_C
 
 #[test]
 fn a_rank_that_fails_on_the_first_attempt_succeeds_on_the_restart() {
-    let out = launcher(&[
-        "-n",
-        "3",
-        "--hosts",
-        "simulated",
-        "--max-restarts",
-        "2",
-        "sh",
-        "-c",
-        FAILS_ON_THE_FIRST_ATTEMPT,
-    ]);
+    let out = simulated(3, &["--max-restarts", "2"], FAILS_ON_THE_FIRST_ATTEMPT);
     assert!(out.status.success(), "{out:?}");
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -52,17 +42,12 @@ fn a_rank_that_fails_on_the_first_attempt_succeeds_on_the_restart() {
 #[test]
 fn a_rank_that_always_fails_gives_up_after_n_restarts_with_the_last_status() {
     // Its status tells the attempts apart: 5, 6, then 7 on the last.
-    let out = launcher(&[
-        "-n",
-        "2",
-        "--hosts",
-        "simulated",
-        "--max_restarts=2",
-        "sh",
-        "-c",
+    let out = simulated(
+        2,
+        &["--max_restarts=2"],
         "echo attempt $TORCHELASTIC_RESTART_COUNT; \
          if [ \"$RANK\" = 0 ]; then exit $((5 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 600",
-    ]);
+    );
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -81,16 +66,12 @@ fn a_rank_that_always_fails_gives_up_after_n_restarts_with_the_last_status() {
 
 #[test]
 fn without_max_restarts_the_first_failure_is_final() {
-    let out = launcher(&[
-        "-n",
-        "2",
-        "--hosts",
-        "simulated",
-        "sh",
-        "-c",
+    let out = simulated(
+        2,
+        &[],
         "echo attempt $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; \
          if [ \"$RANK\" = 0 ]; then exit 4; fi; exec sleep 600",
-    ]);
+    );
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     let stdout = text(&out.stdout);
     assert_eq!(lines_of(&stdout, 0), ["attempt 0 of 0"], "{stdout}");

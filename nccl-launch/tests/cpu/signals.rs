@@ -128,13 +128,19 @@ fn assert_ended(ended: &Ended, code: i32, said: &str, ranks: &[Pid]) {
     assert!(running.is_empty(), "still running: {running:?}");
 }
 
+/// Starts a launch with `flags` whose ranks run `trap`, then sleep; sends
+/// the launcher `signal` and waits for it: what it did, and the ranks' pids.
+fn sleepers_signalled(flags: &[&str], trap: &str, signal: Signal) -> (Ended, Vec<Pid>) {
+    let dir = tempfile::tempdir().expect("a folder for the pids");
+    let script = rank_script(trap, "exec sleep 600");
+    let (launcher, ranks) = Launcher::start(dir.path(), flags, &script);
+    launcher.signal(signal);
+    (launcher.wait(), ranks)
+}
+
 #[test]
 fn sigterm_reaches_every_rank_before_the_grace_period_ends() {
-    let dir = tempfile::tempdir().expect("a folder for the pids");
-    let script = rank_script("", "exec sleep 600");
-    let (launcher, ranks) = Launcher::start(dir.path(), &["--grace-period", LONG_GRACE], &script);
-    launcher.signal(Signal::TERM);
-    let ended = launcher.wait();
+    let (ended, ranks) = sleepers_signalled(&["--grace-period", LONG_GRACE], "", Signal::TERM);
     assert_ended(
         &ended,
         128 + 15,
@@ -151,11 +157,8 @@ fn sigterm_reaches_every_rank_before_the_grace_period_ends() {
 
 #[test]
 fn ranks_that_ignore_sigterm_are_killed_after_the_grace_period() {
-    let dir = tempfile::tempdir().expect("a folder for the pids");
-    let script = rank_script("trap '' TERM;", "exec sleep 600");
-    let (launcher, ranks) = Launcher::start(dir.path(), &["--grace-period", "1"], &script);
-    launcher.signal(Signal::TERM);
-    let ended = launcher.wait();
+    let (ended, ranks) =
+        sleepers_signalled(&["--grace-period", "1"], "trap '' TERM;", Signal::TERM);
     assert_ended(
         &ended,
         128 + 15,
@@ -210,15 +213,8 @@ fn no_rank_outlives_a_killed_launcher() {
 
 #[test]
 fn a_launch_a_signal_stopped_is_not_restarted() {
-    let dir = tempfile::tempdir().expect("a folder for the pids");
-    let script = rank_script("", "exec sleep 600");
-    let (launcher, ranks) = Launcher::start(
-        dir.path(),
-        &["--max-restarts", "3", "--grace-period", LONG_GRACE],
-        &script,
-    );
-    launcher.signal(Signal::TERM);
-    let ended = launcher.wait();
+    let flags = ["--max-restarts", "3", "--grace-period", LONG_GRACE];
+    let (ended, ranks) = sleepers_signalled(&flags, "", Signal::TERM);
     assert_ended(&ended, 128 + 15, "SIGTERM received; forwarded", &ranks);
     assert!(!ended.stderr.contains("restart"), "{}", ended.stderr);
 }

@@ -280,34 +280,29 @@ pub fn shifted(call: nccl_core::Call<'static>, bytes: usize) -> nccl_core::Call<
 mod tests {
     use super::*;
 
+    /// `rank`'s all_gather call of 1 KiB of f32 at world size 4 (64 elements
+    /// per rank), its buffers at 0x1000 (send) and 0x9000 (receive).
+    fn all_gather_call(mode: Mode, rank: usize) -> Call {
+        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4);
+        Call::new(
+            Collective::AllGather,
+            mode,
+            &counts,
+            0x1000,
+            0x9000,
+            DataType::Float32,
+            ReduceOp::Sum,
+            0,
+            rank,
+            4,
+        )
+    }
+
     #[test]
     fn call_pointers_follow_nccl_tests_layout() {
-        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4); // 64 per rank
-        let oop = Call::new(
-            Collective::AllGather,
-            Mode::OutOfPlace,
-            &counts,
-            0x1000,
-            0x9000,
-            DataType::Float32,
-            ReduceOp::Sum,
-            0,
-            2,
-            4,
-        );
+        let oop = all_gather_call(Mode::OutOfPlace, 2);
         assert_eq!((oop.send, oop.recv, oop.count), (0x1000, 0x9000, 64));
-        let ip = Call::new(
-            Collective::AllGather,
-            Mode::InPlace,
-            &counts,
-            0x1000,
-            0x9000,
-            DataType::Float32,
-            ReduceOp::Sum,
-            0,
-            2,
-            4,
-        );
+        let ip = all_gather_call(Mode::InPlace, 2);
         assert_eq!((ip.send, ip.recv), (0x9000 + 2 * 64 * 4, 0x9000));
 
         let counts = OpCounts::new(Collective::ReduceScatter, 1 << 10, 2, 4); // 128 per rank
@@ -348,21 +343,7 @@ mod tests {
 
     #[test]
     fn offsets_and_shifted_pointers() {
-        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4); // 64 per rank
-        let call = |mode| {
-            Call::new(
-                Collective::AllGather,
-                mode,
-                &counts,
-                0x1000,
-                0x9000,
-                DataType::Float32,
-                ReduceOp::Sum,
-                0,
-                2,
-                4,
-            )
-        };
+        let call = |mode| all_gather_call(mode, 2);
         let bases = (0x1000, 0x9000);
         assert_eq!(call(Mode::InPlace).offsets(bases).unwrap(), (2 * 64, 0));
         assert_eq!(call(Mode::OutOfPlace).offsets(bases).unwrap(), (0, 0));
@@ -391,23 +372,8 @@ mod tests {
     #[test]
     fn calls_are_checked_within_their_buffers() {
         // all_gather of 64 f32 per rank at world size 4: 64 read, 256 written.
-        let counts = OpCounts::new(Collective::AllGather, 1 << 10, 4, 4);
-        let call = |mode, rank| {
-            Call::new(
-                Collective::AllGather,
-                mode,
-                &counts,
-                0x1000,
-                0x9000,
-                DataType::Float32,
-                ReduceOp::Sum,
-                0,
-                rank,
-                4,
-            )
-        };
         let bases = (0x1000, 0x9000);
-        let oop = call(Mode::OutOfPlace, 2);
+        let oop = all_gather_call(Mode::OutOfPlace, 2);
         assert_eq!(oop.lengths(), (64, 256));
         let floats = |len| (DataType::Float32, len);
         assert_eq!(oop.check_within(bases, floats(256), 4).unwrap(), 0);
@@ -415,7 +381,7 @@ mod tests {
         let rotated = oop.rotated(Rotation::new(256, 1024, 0, 20));
         assert_eq!(rotated.check_within(bases, floats(1024), 4).unwrap(), 768);
         // In place, rank 3's input is the last block of the receive buffer.
-        let in_place = call(Mode::InPlace, 3);
+        let in_place = all_gather_call(Mode::InPlace, 3);
         assert_eq!(in_place.check_within(bases, floats(256), 4).unwrap(), 0);
         for (call, bases, buffers, world, says) in [
             (

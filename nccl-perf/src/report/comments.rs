@@ -302,17 +302,8 @@ pub fn collective_header(collective: Collective, plan: &Plan, machine: &Machine)
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::cli::Args;
-    use crate::runner::Layout;
-
-    /// The plan of `args` in one process driving `world` GPUs.
-    fn plan(args: &[&str], world: usize) -> Plan {
-        let args = Args::try_parse_from([&["nccl-perf"], args].concat()).unwrap();
-        Plan::new(&args, &Layout::single_process(world)).unwrap()
-    }
+    use crate::runner::{COMPARE_AND_GRAPH, plan_of};
 
     /// The H200 of the recorded runs in `docs/measurements/`, as `rank`.
     fn h200(rank: usize) -> DeviceInfo {
@@ -361,7 +352,7 @@ mod tests {
             "#       size         count      type   redop    root     time   algbw   busbw  #wrong   ratio     time   algbw   busbw  #wrong   ratio ",
             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)           (B/A)     (us)  (GB/s)  (GB/s)           (B/A) ",
         ];
-        let plan = plan(
+        let plan = plan_of(
             &[
                 "--compare",
                 "raw,tensor",
@@ -402,7 +393,7 @@ mod tests {
 
     #[test]
     fn devices_and_missing_all_to_all_in_the_preamble() {
-        let plan = plan(&["--layer", "raw", "-b", "8", "-e", "8"], 2);
+        let plan = plan_of(&["--layer", "raw", "-b", "8", "-e", "8"], 2);
         let mut machine = machine(vec![h200(0), h200(1)]);
         machine.native_all_to_all = false;
         let lines = preamble(&plan, &machine);
@@ -439,7 +430,7 @@ mod tests {
         );
         assert_eq!(header.len(), 6, "{header:?}");
         // Without all_to_all in the plan, no note about it.
-        let plan = self::plan(&["--layer", "raw", "all_reduce"], 2);
+        let plan = plan_of(&["--layer", "raw", "all_reduce"], 2);
         assert!(
             !preamble(&plan, &machine)
                 .join("\n")
@@ -449,7 +440,7 @@ mod tests {
 
     #[test]
     fn method_flags_show_in_the_preamble_and_headers() {
-        let plan = plan(
+        let plan = plan_of(
             &[
                 "-m", "4", "-u", "2", "-c", "3", "-z", "3", "-C", "1", "-R", "1", "-f", "1", "-i",
                 "64K",
@@ -484,7 +475,7 @@ mod tests {
         assert!(header[4].contains("root  cputime   algbw"), "{header:?}");
         assert!(!text.contains("Per-Iteration"), "{text}");
         // -I 1: nccl-tests' line after the blocking one, and its columns.
-        let timed = self::plan(&["-I", "1", "-K", "2", "-z", "3"], 1);
+        let timed = plan_of(&["-I", "1", "-K", "2", "-z", "3"], 1);
         let lines = preamble(&timed, &machine);
         assert_eq!(
             lines[3],
@@ -492,13 +483,13 @@ mod tests {
         );
         let header = collective_header(Collective::AllReduce, &timed, &machine);
         assert!(header[4].contains("#wrong    i_min    i_max"), "{header:?}");
-        let batches = self::plan(&["-I", "1", "--batches", "3"], 1);
+        let batches = plan_of(&["-I", "1", "--batches", "3"], 1);
         assert!(
             preamble(&batches, &machine)[2]
                 .ends_with("; times_us holds the iterations of the 3 batches in order, and the skip applies to each ")
         );
         // Without rotation, the timing line says nothing of it.
-        let fixed = self::plan(&["--no-rotate"], 1);
+        let fixed = plan_of(&["--no-rotate"], 1);
         let text = preamble(&fixed, &machine).join("\n");
         assert!(!text.contains("nccl-tests' rotation"), "{text}");
         assert!(text.contains("# note: --no-rotate"), "{text}");
@@ -506,22 +497,7 @@ mod tests {
 
     #[test]
     fn compare_and_graph_notes() {
-        let plan = plan(
-            &[
-                "--compare",
-                "raw,tensor",
-                "-G",
-                "100",
-                "-n",
-                "20",
-                "-b",
-                "8",
-                "-e",
-                "1K",
-                "all_gather",
-            ],
-            1,
-        );
+        let plan = plan_of(COMPARE_AND_GRAPH, 1);
         let notes = plan_notes(&plan).join("\n");
         assert!(notes.contains("median of 5 batch(es)"), "{notes}");
         assert!(
@@ -536,15 +512,14 @@ mod tests {
         );
         assert!(notes.lines().all(|line| line.starts_with("# ")));
 
-        let notes = plan_notes(&self::plan(&["--layer", "raw", "all_reduce"], 2));
+        let notes = plan_notes(&plan_of(&["--layer", "raw", "all_reduce"], 2));
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("20 back-to-back call(s)"));
     }
 
     #[test]
     fn group_plans_note_the_halves_the_group_lacks() {
-        let args = Args::try_parse_from(["nccl-perf", "--compare", "raw,group"]).unwrap();
-        let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
+        let plan = plan_of(&["--compare", "raw,group"], 2);
         assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Group]);
         assert_eq!(plan.layers_title(), "group vs raw");
         let notes = plan_notes(&plan).join("\n");
@@ -563,8 +538,7 @@ mod tests {
         assert!(notes.lines().all(|line| line.starts_with("# ")));
 
         // Only the plan's collectives are named.
-        let args = Args::try_parse_from(["nccl-perf", "--layer", "group", "all_gather"]).unwrap();
-        let notes = plan_notes(&Plan::new(&args, &Layout::single_process(4)).unwrap());
+        let notes = plan_notes(&plan_of(&["--layer", "group", "all_gather"], 4));
         assert_eq!(notes.len(), 3, "{notes:?}");
         assert!(notes[2].starts_with(
             "# note: the group layer has no in-place all_gather (nccl-tensor's safe API takes"
@@ -572,8 +546,7 @@ mod tests {
         assert!(notes[2].ends_with("): N/A"), "{notes:?}");
 
         // No group, no group notes.
-        let args = Args::try_parse_from(["nccl-perf", "--layer", "tensor"]).unwrap();
-        let notes = plan_notes(&Plan::new(&args, &Layout::single_process(1)).unwrap()).join("\n");
+        let notes = plan_notes(&plan_of(&["--layer", "tensor"], 1)).join("\n");
         assert!(!notes.contains("group layer"), "{notes}");
     }
 }

@@ -146,7 +146,7 @@ impl<W: Write> Reporter<W> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use super::super::tests::{m, row};
+    use super::super::tests::{m, row, sample_row};
     use super::*;
 
     /// A writer whose bytes the test can still read after handing it over.
@@ -163,14 +163,7 @@ mod tests {
 
     #[test]
     fn table_lines_and_json_rows_go_their_ways() {
-        let r = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, None),
-        );
+        let r = sample_row();
         let mut table = Vec::new();
         let json = Arc::new(Mutex::new(Vec::new()));
         let mut reporter = Reporter::new(&mut table, Some(Box::new(Shared(json.clone()))));

@@ -127,7 +127,7 @@ pub fn read_rows(path: &Path) -> Result<Vec<Row>, BenchError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{m, row};
+    use super::super::tests::sample_row;
     use super::*;
     use crate::per_iter::PerIter;
     use crate::report::Ratio;
@@ -138,14 +138,7 @@ mod tests {
 
     #[test]
     fn rows_come_back_as_they_were_written() {
-        let mut first = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, None),
-        );
+        let mut first = sample_row();
         first.out_of_place_per_iter = PerIter::of_ranks(&[Some(&[1.0, 3.0][..])], 1, 2, 0);
         first.cpu_time = true;
         let baseline = Row {
@@ -174,16 +167,7 @@ mod tests {
 
     #[test]
     fn a_bad_line_is_named_with_what_was_expected() {
-        let good = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, None),
-        )
-        .to_json()
-        .unwrap();
+        let good = sample_row().to_json().unwrap();
         let with = |from: &str, to: &str| format!("{good}\n{}\n", good.replacen(from, to, 1));
         for (text, says) in [
             (

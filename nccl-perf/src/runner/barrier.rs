@@ -51,6 +51,8 @@ mod tests {
     use nccl_group::InProcessStore;
 
     use super::*;
+    use crate::error::tests::assert_timeout_starting;
+    use crate::threads::on_threads;
     use crate::world::World;
 
     fn meetings(processes: usize, timeout: Duration) -> Vec<Meeting> {
@@ -72,22 +74,11 @@ mod tests {
         // Two processes of two ranks each, every rank a thread. The
         // store's timeout is a hang guard: only a deadlock outlasts it.
         let meetings = meetings(2, Duration::from_secs(60));
-        let passed = std::thread::scope(|scope| {
-            let ranks: Vec<_> = (0..4)
-                .map(|rank| {
-                    let meeting = &meetings[rank / 2];
-                    scope.spawn(move || {
-                        let barrier = RankBarrier::new(meeting, rank, 4).unwrap();
-                        (0..10)
-                            .filter(|_| barrier.wait("a test barrier").is_ok())
-                            .count()
-                    })
-                })
-                .collect();
-            ranks
-                .into_iter()
-                .map(|rank| rank.join().unwrap())
-                .collect::<Vec<_>>()
+        let passed = on_threads(4, |rank| {
+            let barrier = RankBarrier::new(&meetings[rank / 2], rank, 4).unwrap();
+            (0..10)
+                .filter(|_| barrier.wait("a test barrier").is_ok())
+                .count()
         });
         assert_eq!(passed, vec![10; 4]);
     }
@@ -99,12 +90,9 @@ mod tests {
         let error = barrier
             .wait("the creation of the communicators")
             .unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("rank 1 did not reach the creation of the communicators within"),
-            "{error}"
+        assert_timeout_starting(
+            &error,
+            "rank 1 did not reach the creation of the communicators within",
         );
         let error = RankBarrier::new(&meetings[0], 2, 2).err().unwrap();
         assert!(

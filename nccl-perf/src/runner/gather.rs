@@ -221,6 +221,8 @@ mod tests {
 
     use super::*;
     use crate::collective::Mode;
+    use crate::error::tests::assert_timeout_starting;
+    use crate::threads::on_threads;
     use crate::world::World;
 
     /// The store's timeout where every process comes: a hang guard, which
@@ -329,18 +331,7 @@ mod tests {
         failing_rank: Option<usize>,
     ) -> Vec<Ended> {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::with_timeout(timeout));
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..processes)
-                .map(|p| {
-                    let store = &store;
-                    scope.spawn(move || process(p, processes, store, failing_rank))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().unwrap())
-                .collect()
-        })
+        on_threads(processes, |p| process(p, processes, &store, failing_rank))
     }
 
     #[test]
@@ -411,12 +402,9 @@ mod tests {
             Arc::new(InProcessStore::with_timeout(Duration::from_millis(400)));
         let (result, _) = process(0, 2, &store, None);
         let error = result.unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("process 1 did not reach the exchange of GPUs within"),
-            "{error}"
+        assert_timeout_starting(
+            &error,
+            "process 1 did not reach the exchange of GPUs within",
         );
     }
 }

@@ -164,6 +164,8 @@ mod tests {
     use nccl_group::{FileStore, InProcessStore, Store};
 
     use super::*;
+    use crate::error::tests::assert_timeout_starting;
+    use crate::threads::on_threads;
 
     /// `processes` meetings over one store.
     fn meetings(store: &Arc<dyn Store>, processes: usize) -> Vec<Meeting> {
@@ -189,22 +191,12 @@ mod tests {
         let store: Arc<dyn Store> =
             Arc::new(FileStore::open(dir.path(), Duration::from_secs(10)).unwrap());
         let meetings = meetings(&store, 3);
-        let gathered: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = meetings
-                .iter()
-                .map(|meeting| {
-                    scope.spawn(move || {
-                        let value = [meeting.process() as u8];
-                        let all = meeting.all_gather("v", "the values", &value).unwrap();
-                        let to_0 = meeting.gather("w", "the rows", &value).unwrap();
-                        (all, to_0)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().unwrap())
-                .collect()
+        let gathered = on_threads(meetings.len(), |process| {
+            let meeting = &meetings[process];
+            let value = [meeting.process() as u8];
+            let all = meeting.all_gather("v", "the values", &value).unwrap();
+            let to_0 = meeting.gather("w", "the rows", &value).unwrap();
+            (all, to_0)
         });
         let every = vec![vec![0], vec![1], vec![2]];
         for (process, (all, to_0)) in gathered.into_iter().enumerate() {
@@ -220,13 +212,7 @@ mod tests {
         meetings[1].gather("rows", "the rows", b"").unwrap();
         let error = meetings[0].gather("rows", "the rows", b"").unwrap_err();
         assert_eq!(error.exit_code(), 1);
-        assert!(error.is_timeout());
-        assert!(
-            error
-                .to_string()
-                .starts_with("process 2 did not reach the rows within"),
-            "{error}"
-        );
+        assert_timeout_starting(&error, "process 2 did not reach the rows within");
     }
 
     #[test]
@@ -272,12 +258,6 @@ mod tests {
         let meetings = self::meetings(&in_process(Duration::from_secs(10)), 3);
         meetings[2].leave(Duration::from_secs(10)).unwrap();
         let error = meetings[0].leave(Duration::from_millis(50)).unwrap_err();
-        assert!(error.is_timeout(), "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("process 1 did not reach the end of the run within"),
-            "{error}"
-        );
+        assert_timeout_starting(&error, "process 1 did not reach the end of the run within");
     }
 }

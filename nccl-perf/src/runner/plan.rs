@@ -177,14 +177,39 @@ impl Plan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use clap::Parser;
 
+    /// The arguments of `nccl-perf flags...`.
+    fn args_of(flags: &[&str]) -> Args {
+        Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap()
+    }
+
+    /// The plan of `nccl-perf flags...` in one process driving `world` GPUs.
+    pub(crate) fn plan_of(flags: &[&str], world: usize) -> Plan {
+        Plan::new(&args_of(flags), &Layout::single_process(world)).unwrap()
+    }
+
+    /// Two layers compared, each size's calls captured in a CUDA graph
+    /// replayed 100 times: all_gather from 8 B to 1 KiB.
+    pub(crate) const COMPARE_AND_GRAPH: &[&str] = &[
+        "--compare",
+        "raw,tensor",
+        "-G",
+        "100",
+        "-n",
+        "20",
+        "-b",
+        "8",
+        "-e",
+        "1K",
+        "all_gather",
+    ];
+
     #[test]
     fn plan_from_args() {
-        let args = Args::try_parse_from(["nccl-perf", "-b", "8", "-e", "64", "-r", "1", "reduce"])
-            .unwrap();
+        let args = args_of(&["-b", "8", "-e", "64", "-r", "1", "reduce"]);
         let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
         assert_eq!(plan.sizes, vec![8, 16, 32, 64]);
         assert_eq!(plan.collectives, vec![Collective::Reduce]);
@@ -201,54 +226,30 @@ mod tests {
             "-r 1 is not a rank: with 1 rank(s) the root must be in 0..1"
         );
         // A root past the last rank does not matter to collectives without one.
-        let args = Args::try_parse_from(["nccl-perf", "-r", "5", "all_gather"]).unwrap();
+        let args = args_of(&["-r", "5", "all_gather"]);
         assert!(Plan::new(&args, &Layout::single_process(1)).is_ok());
     }
 
     #[test]
     fn compare_and_graph_plans() {
-        let args = Args::try_parse_from([
-            "nccl-perf",
-            "--compare",
-            "raw,tensor",
-            "-G",
-            "100",
-            "-n",
-            "20",
-            "-b",
-            "8",
-            "-e",
-            "1K",
-            "all_gather",
-        ])
-        .unwrap();
-        let plan = Plan::new(&args, &Layout::single_process(1)).unwrap();
+        let plan = plan_of(COMPARE_AND_GRAPH, 1);
         assert_eq!(plan.layers, vec![LayerKind::Raw, LayerKind::Tensor]);
         assert_eq!(plan.compare(), Some((LayerKind::Raw, LayerKind::Tensor)));
         assert_eq!(plan.table_layer(), LayerKind::Tensor);
         assert_eq!(plan.layers_title(), "tensor vs raw");
         assert_eq!((plan.graph, plan.batches, plan.row_count()), (100, 5, 8));
 
-        let args = Args::try_parse_from(["nccl-perf", "--layer", "raw", "all_reduce"]).unwrap();
-        let plan = Plan::new(&args, &Layout::single_process(2)).unwrap();
+        let plan = plan_of(&["--layer", "raw", "all_reduce"], 2);
         assert_eq!(plan.compare(), None);
         assert_eq!(plan.layers_title(), "raw");
     }
 
     #[test]
     fn row_keys_follow_the_ranks_order() {
-        let args = Args::try_parse_from([
-            "nccl-perf",
-            "--compare",
-            "raw,core",
-            "-b",
-            "8",
-            "-e",
-            "16",
-            "all_reduce",
-        ])
-        .unwrap();
-        let plan = Plan::new(&args, &Layout::single_process(1)).unwrap();
+        let plan = plan_of(
+            &["--compare", "raw,core", "-b", "8", "-e", "16", "all_reduce"],
+            1,
+        );
         let keys = plan.row_keys();
         // 1 collective x 2 sizes x 2 modes x 2 layers.
         assert_eq!(keys.len(), 8);
@@ -288,39 +289,26 @@ mod tests {
 
     #[test]
     fn fingerprints_differ_where_the_processes_would() {
-        let plan = |flags: &[&str], gpus| {
-            let args = Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap();
-            Plan::new(&args, &Layout::single_process(gpus))
-                .unwrap()
-                .fingerprint()
-        };
+        let plan = |flags: &[&str], gpus| plan_of(flags, gpus).fingerprint();
         let base = plan(&[], 2);
         assert_eq!(base, plan(&[], 2));
-        let first_difference = |other: Vec<(String, String)>| {
-            base.iter()
-                .zip(&other)
-                .find(|(a, b)| a != b)
-                .map(|(a, _)| a.0.clone())
-        };
-        assert_eq!(
-            first_difference(plan(&[], 4)).as_deref(),
-            Some("world size")
-        );
-        assert_eq!(
-            first_difference(plan(&["-n", "7"], 2)).as_deref(),
-            Some("iterations (-n)")
-        );
-        assert_eq!(
-            first_difference(plan(&["-a", "2"], 2)).as_deref(),
-            Some("average (-a)")
-        );
-        assert_eq!(
-            first_difference(plan(&["-x", "1"], 2)).as_deref(),
-            Some("communicator config (-x)")
-        );
-        assert_eq!(
-            first_difference(plan(&["-e", "1K"], 2)).as_deref(),
-            Some("sizes (-b, -e, -f, -i)")
-        );
+        for (flags, gpus, named) in [
+            (&[][..], 4, "world size"),
+            (&["-n", "7"], 2, "iterations (-n)"),
+            (&["-a", "2"], 2, "average (-a)"),
+            (&["-x", "1"], 2, "communicator config (-x)"),
+            (&["-e", "1K"], 2, "sizes (-b, -e, -f, -i)"),
+        ] {
+            let first_difference = base
+                .iter()
+                .zip(plan(flags, gpus))
+                .find(|(a, b)| *a != b)
+                .map(|(a, _)| a.0.clone());
+            assert_eq!(
+                first_difference.as_deref(),
+                Some(named),
+                "{flags:?} at {gpus} GPUs"
+            );
+        }
     }
 }

@@ -199,19 +199,16 @@ where
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use nccl_sys::Version;
 
     use super::*;
-    use crate::cli::Args;
     use crate::report::DeviceInfo;
-    use crate::runner::Layout;
+    use crate::runner::plan_of;
 
     /// The output of `flags` at world size 4 where rank r measured
     /// `r + 1` µs and found `wrong[r]` wrong elements in every mode.
     fn tables(flags: &[&str], wrong: [u64; 4]) -> (String, Summary) {
-        let args = Args::try_parse_from([&["nccl-perf"], flags].concat()).unwrap();
-        let plan = Plan::new(&args, &Layout::single_process(4)).unwrap();
+        let plan = plan_of(flags, 4);
         let devices = (0..4)
             .map(|rank| DeviceInfo {
                 rank,

@@ -2,23 +2,9 @@
 //! CI): one clear line on stderr, exit status 2, nothing on stdout. On a
 //! machine with a driver (the GPU machine) these tests are skipped with a note.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn nccl_perf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nccl-perf"))
-        .args(args)
-        .output()
-        .expect("nccl-perf runs")
-}
-
-/// True (after printing a note) where a CUDA driver is present.
-fn skip_with_driver() -> bool {
-    if nccl_core::cuda_driver_available() {
-        println!("SKIP: a CUDA driver is present; this test covers machines without one");
-        return true;
-    }
-    false
-}
+use crate::{nccl_perf, skip_with_driver};
 
 fn assert_one_error_line(output: &Output) -> String {
     assert_eq!(

@@ -9,3 +9,26 @@ mod cli;
 mod nccl_tests_flags;
 mod processes;
 mod report;
+
+use std::process::{Command, Output};
+
+/// What the `nccl-perf` binary did with `args`.
+fn nccl_perf(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nccl-perf"))
+        .args(args)
+        .output()
+        .expect("nccl-perf runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// True (after printing a note) where a CUDA driver is present.
+fn skip_with_driver() -> bool {
+    if nccl_core::cuda_driver_available() {
+        println!("SKIP: a CUDA driver is present; this test covers machines without one");
+        return true;
+    }
+    false
+}

@@ -5,18 +5,7 @@
 //! machine the tests of accepted command lines are skipped with a note
 //! (they would run).
 
-use std::process::{Command, Output};
-
-fn nccl_perf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nccl-perf"))
-        .args(args)
-        .output()
-        .expect("nccl-perf runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::{nccl_perf, text};
 
 #[test]
 fn nccl_tests_command_lines_are_accepted() {

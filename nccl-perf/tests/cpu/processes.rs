@@ -9,14 +9,7 @@ use std::time::Duration;
 
 use nccl_launch::{Ending, Launch, Placement, WaitPolicy};
 
-/// True (after printing a note) where a CUDA driver is present.
-fn skip_with_driver() -> bool {
-    if nccl_core::cuda_driver_available() {
-        println!("SKIP: a CUDA driver is present; this test covers machines without one");
-        return true;
-    }
-    false
-}
+use crate::skip_with_driver;
 
 #[test]
 fn every_process_of_a_launch_exits_2_with_its_own_line() {

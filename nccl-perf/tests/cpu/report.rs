@@ -3,20 +3,10 @@
 //! refuses a file that is not rows, naming the line.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::json;
 
-fn nccl_perf(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nccl-perf"))
-        .args(args)
-        .output()
-        .expect("nccl-perf runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::{nccl_perf, text};
 
 /// A row of `--compare raw,tensor -I 1` as `--json` writes it: `layer`'s
 /// all_reduce at `size` bytes over 2 ranks, B's with its ratio.

@@ -1,9 +1,10 @@
-# Sourced by the bundle's scripts. The binaries travel packed as
-# bin.tar.gz (the carry to the GPU machine is limited to 64 MiB; packed
-# they take about a seventh of that): `bundle_bin HERE` prints the folder
-# holding them, unpacking them once, into HERE/bin when the bundle's folder
-# is writable, else into a folder of $TMPDIR named after the archive's
-# checksum.
+# Sourced by the bundle's scripts: where the binaries are (bundle_bin) and
+# how a script that writes results starts (bundle_start). The binaries
+# travel packed as bin.tar.gz (the carry to the GPU machine is limited to
+# 64 MiB; packed they take about a seventh of that): `bundle_bin HERE`
+# prints the folder holding them, unpacking them once, into HERE/bin when
+# the bundle's folder is writable, else into a folder of $TMPDIR named
+# after the archive's checksum.
 bundle_bin() {
     local here="$1" dest sum staging
     if [[ -d "$here/bin" ]]; then
@@ -31,4 +32,15 @@ bundle_bin() {
         rm -rf "$staging"
     fi
     echo "$dest/bin"
+}
+
+# `bundle_start HERE NAME [OUT_DIR]`, at the start of a script that writes
+# results: sets bin (bundle_bin HERE) and out (OUT_DIR, else $OUT/NAME,
+# else ./NAME), makes out, and turns NVLS off (NCCL_NVLS_ENABLE=0) as every
+# run of the bundle does; exits 2 where the binaries cannot be had.
+bundle_start() {
+    bin="$(bundle_bin "$1")" || exit 2
+    out="${3:-${OUT:-.}/$2}"
+    mkdir -p -- "$out"
+    export NCCL_NVLS_ENABLE=0
 }

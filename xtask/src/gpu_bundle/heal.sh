@@ -16,10 +16,7 @@ set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
-bin="$(bundle_bin "$here")" || exit 2
-out="${1:-${OUT:-.}/heal}"
-mkdir -p -- "$out"
-export NCCL_NVLS_ENABLE=0
+bundle_start "$here" heal "${1:-}"
 launch="$bin/nccl-launch-nccl-launch"
 python="${PYTHON:-python3}"
 read -r -a worlds <<<"${WORLDS:-4 8}"

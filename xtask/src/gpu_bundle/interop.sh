@@ -24,13 +24,10 @@ set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
-bin="$(bundle_bin "$here")" || exit 2
-out="${1:-${OUT:-.}/interop}"
-mkdir -p -- "$out"
+bundle_start "$here" interop "${1:-}"
 python="${PYTHON:-python3}"
 limit="${STEP_TIMEOUT:-300}"
 example="$bin/nccl-group-torchrun_all_reduce"
-export NCCL_NVLS_ENABLE=0
 export NCCL_RS_STORE_TIMEOUT_SECS="${NCCL_RS_STORE_TIMEOUT_SECS:-120}"
 passed=0
 failed=0

@@ -43,12 +43,9 @@ if [[ "${1:-}" == --cpu ]]; then
     cpu_only=1
     shift
 fi
-bin="$(bundle_bin "$here")" || exit 2
-out="${1:-${OUT:-.}/mpirun}"
-mkdir -p -- "$out"
+bundle_start "$here" mpirun "${1:-}"
 limit="${STEP_TIMEOUT:-300}"
 read -r -a worlds <<<"${WORLDS:-2 4}"
-export NCCL_NVLS_ENABLE=0
 export NCCL_RS_STORE_TIMEOUT_SECS="${NCCL_RS_STORE_TIMEOUT_SECS:-120}"
 passed=0
 failed=0

@@ -50,11 +50,8 @@ set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
-bin="$(bundle_bin "$here")" || exit 2
-out="${1:-${OUT:-.}/nccl-tests}"
-mkdir -p -- "$out"
+bundle_start "$here" nccl-tests "${1:-}"
 out="$(cd -- "$out" && pwd)"
-export NCCL_NVLS_ENABLE=0
 src="$here/nccl-tests-src"
 read -r -a ops <<<"${OPS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv}"
 read -r -a flags <<<"${FLAGS:--b 8 -e 1G -f 4 -g 1 -w 20 -n 200 -c 1}"

@@ -22,10 +22,7 @@ here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bundle-bin.sh"
 # shellcheck source=perf-rows.sh
 source "$here/perf-rows.sh"
-bin="$(bundle_bin "$here")" || exit 2
-out="${1:-${OUT:-.}/perf-procs}"
-mkdir -p -- "$out"
-export NCCL_NVLS_ENABLE=0
+bundle_start "$here" perf-procs "${1:-}"
 launch="$bin/nccl-launch-nccl-launch"
 perf="$bin/nccl-perf-nccl-perf"
 read -r -a worlds <<<"${WORLDS:-2 4}"

@@ -8,10 +8,7 @@ set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
-bin="$(bundle_bin "$here")" || exit 2
-out="${1:-${OUT:-.}/perf}"
-mkdir -p -- "$out"
-export NCCL_NVLS_ENABLE=0
+bundle_start "$here" perf "${1:-}"
 { nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
 failed=()
 for run in raw,group: raw,group-caller: raw,group:nonblocking raw,tensor:; do

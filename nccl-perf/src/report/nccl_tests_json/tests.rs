@@ -4,8 +4,9 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::super::tests::{m, row};
+use super::super::tests::{m, row, sample_row};
 use super::*;
+use crate::per_iter::tests::PER_ITER_KEYS;
 
 fn head() -> JsonHead {
     JsonHead {
@@ -51,14 +52,7 @@ fn keys(text: &str) -> Vec<String> {
 
 #[test]
 fn the_document_has_nccl_tests_schema() {
-    let r = row(
-        8,
-        2,
-        "sum",
-        -1,
-        m(6.5, 0.5, 0.0, Some(0)),
-        m(0.25, 32.0, 0.0, None),
-    );
+    let r = sample_row();
     let gather = Row {
         collective: "all_gather",
         in_place: None,
@@ -223,11 +217,12 @@ fn straggler(iters: usize) -> PerIter {
     PerIter::of_ranks(&given, 2, iters, 1).unwrap()
 }
 
-#[test]
-fn per_iteration_reports_follow_their_modes() {
+/// A float sum row of `size` bytes timed per iteration in both modes, with
+/// [`straggler`]'s 10 iterations.
+fn straggler_row(size: u64) -> Row {
     let mut r = row(
-        1024,
-        256,
+        size,
+        size as usize / 4,
         "sum",
         -1,
         m(12.0, 0.5, 0.0, Some(0)),
@@ -235,6 +230,12 @@ fn per_iteration_reports_follow_their_modes() {
     );
     r.out_of_place_per_iter = Some(straggler(10));
     r.in_place_per_iter = Some(straggler(10));
+    r
+}
+
+#[test]
+fn per_iteration_reports_follow_their_modes() {
+    let mut r = straggler_row(1024);
     let head = JsonHead {
         per_iter_timing: true,
         per_iter_skip: 1,
@@ -266,19 +267,7 @@ fn per_iteration_reports_follow_their_modes() {
     let object = per_iter_text("key", r.out_of_place_per_iter.as_ref());
     assert_eq!(
         keys(object.trim_start_matches(",\"key\":")),
-        [
-            "skipped_iterations",
-            "min_us",
-            "max_us",
-            "avg_us",
-            "p50_us",
-            "p95_us",
-            "p99_us",
-            "stdev_us",
-            "cv_pct",
-            "times_us",
-            "per_process_max_times_us"
-        ]
+        [&PER_ITER_KEYS[..], &["per_process_max_times_us"]].concat()
     );
     assert_eq!(report["skipped_iterations"], 1);
     assert_eq!(report["max_us"], 30.0);
@@ -323,17 +312,7 @@ fn nccl_tests_analyze_perf_json_reads_the_document() {
     };
     let mut document = JsonDocument::create(&path, &head).unwrap();
     for size in [8, 1024] {
-        let mut r = row(
-            size,
-            size as usize / 4,
-            "sum",
-            -1,
-            m(12.0, 0.5, 0.0, Some(0)),
-            m(11.0, 0.5, 0.0, Some(0)),
-        );
-        r.out_of_place_per_iter = Some(straggler(10));
-        r.in_place_per_iter = Some(straggler(10));
-        document.result(&r).unwrap();
+        document.result(&straggler_row(size)).unwrap();
     }
     document.finish(&[]).unwrap();
     for placement in [&[][..], &["--in-place"]] {
