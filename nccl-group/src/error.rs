@@ -239,6 +239,18 @@ pub enum GroupError {
         #[source]
         source: std::io::Error,
     },
+    /// The process could not start the thread that wakes awaited
+    /// [`Work`](crate::Work)s (one per process, started by the first
+    /// future that waits); the operating system's error is the `source()`.
+    #[error(
+        "the process could not start the nccl-group waker thread, which awaiting a Work needs \
+         (is the process out of threads or memory?); Work::synchronize waits without it"
+    )]
+    WakerStart {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A handle of generation `generation` of a group that
     /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) or
     /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) replaced: its
@@ -307,7 +319,7 @@ impl GroupError {
     /// | `InvalidArgument`, `GraphsAlive`, `SubGroupsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Healed` | [`ErrorKind::Healed`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
-    /// | `WatchdogStart` | [`ErrorKind::Io`] |
+    /// | `WatchdogStart`, `WakerStart` | [`ErrorKind::Io`] |
     /// | `Dump` | [`ErrorKind::InvalidArgument`] for [`DumpError::NoFolder`], else [`ErrorKind::Io`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -332,7 +344,7 @@ impl GroupError {
             | GroupError::SubGroupsAlive { .. } => ErrorKind::InvalidArgument,
             GroupError::Capture { .. } => ErrorKind::Unsupported,
             GroupError::Healed { .. } => ErrorKind::Healed,
-            GroupError::WatchdogStart { .. } => ErrorKind::Io,
+            GroupError::WatchdogStart { .. } | GroupError::WakerStart { .. } => ErrorKind::Io,
             GroupError::Dump(DumpError::NoFolder) => ErrorKind::InvalidArgument,
             GroupError::Dump(_) => ErrorKind::Io,
         }
@@ -385,6 +397,7 @@ impl GroupError {
             GroupError::GraphsAlive { .. } => "GraphsAlive",
             GroupError::SubGroupsAlive { .. } => "SubGroupsAlive",
             GroupError::WatchdogStart { .. } => "WatchdogStart",
+            GroupError::WakerStart { .. } => "WakerStart",
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",
             GroupError::Healed { .. } => "Healed",

@@ -80,6 +80,8 @@ pub use engine::group::ProcessGroup;
 pub use engine::register::GroupRegistered;
 pub use engine::work::{OpResult, Work};
 pub use engine::work_buffers::WorkBuffers;
+#[cfg(feature = "async")]
+pub use engine::work_future::WorkFuture;
 pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use generations::grow::options::{GrowOptions, Grown};

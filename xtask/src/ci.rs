@@ -10,11 +10,13 @@
 //!    homepage, its docs.rs page as documentation)
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`
 //! 4. the same for the crates with a `tracing` feature, with it on (off,
-//!    its macros expand to nothing, so step 3 never compiles the events)
+//!    its macros expand to nothing, so step 3 never compiles the events),
+//!    and nccl-group's other optional features (`async`) on
 //! 5. `cargo test --workspace` (the README's code blocks are nccl-group's
 //!    doctests; with `NCCL_SYS_TEST_REAL_LIBRARY` and
 //!    `NCCL_SYS_TEST_OLD_LIBRARY`, which `.ci/run` sets, nccl-sys and
-//!    nccl-core also check the pinned and an older real libnccl)
+//!    nccl-core also check the pinned and an older real libnccl), then
+//!    nccl-group's unit tests with its optional features on
 //! 6. `cargo xtask bindgen --check` (in process; needs libclang and the
 //!    pinned `nvidia-nccl-cu13` wheel, or `NCCL_INCLUDE_DIR`)
 //! 7. `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`
@@ -45,6 +47,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::{Result, bindgen, manifests, packaged, public_api, workspace_root};
+
+/// nccl-group's optional features besides its defaults, which steps 4
+/// and 5 turn on: `tracing` compiles its events, `async` the waker thread.
+const GROUP_OPTIONAL_FEATURES: &str = "nccl-group/tracing,nccl-group/async";
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
@@ -112,7 +118,7 @@ pub fn run(args: Args) -> Result<()> {
             ]),
         },
         Step {
-            name: "cargo clippy -p nccl-core -p nccl-tensor -p nccl-group -p benches --all-targets --features nccl-group/tracing -- -D warnings".into(),
+            name: format!("cargo clippy -p nccl-core -p nccl-tensor -p nccl-group -p benches --all-targets --features {GROUP_OPTIONAL_FEATURES} -- -D warnings"),
             action: cargo(&[
                 "clippy",
                 "-p",
@@ -125,7 +131,7 @@ pub fn run(args: Args) -> Result<()> {
                 "benches",
                 "--all-targets",
                 "--features",
-                "nccl-group/tracing",
+                GROUP_OPTIONAL_FEATURES,
                 "--",
                 "-D",
                 "warnings",
@@ -135,6 +141,12 @@ pub fn run(args: Args) -> Result<()> {
             name: "cargo test --workspace".into(),
             action: Action::CargoTest {
                 args: &["test", "--workspace"],
+            },
+        },
+        Step {
+            name: format!("cargo test -p nccl-group --lib --features {GROUP_OPTIONAL_FEATURES}"),
+            action: Action::CargoTest {
+                args: &["test", "-p", "nccl-group", "--lib", "--features", GROUP_OPTIONAL_FEATURES],
             },
         },
     ];

@@ -114,6 +114,9 @@ struct Workspace {
     tool_packages: Vec<&'static str>,
     /// Packages that have bundled examples.
     example_packages: Vec<String>,
+    /// The features bundled examples require (`required-features`), as
+    /// (package, feature): their package's build turns them on.
+    example_features: Vec<(String, String)>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -173,22 +176,28 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     for package in &workspace.example_packages {
-        println!("==> cargo build -p {package} --release --examples");
+        let example_features = workspace
+            .example_features
+            .iter()
+            .filter(|(of, _)| of == package)
+            .map(|(_, feature)| feature.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut args = vec!["build", "-p", package, "--release", "--examples"];
+        if !example_features.is_empty() {
+            args.extend(["--features", &example_features]);
+        }
+        println!("==> cargo {}", args.join(" "));
         artifacts.extend(
-            build(
-                &root,
-                &workspace,
-                &[],
-                &["build", "-p", package, "--release", "--examples"],
-            )?
-            .into_iter()
-            .filter(|a| a.role == Role::Example && bundled_example(&a.target))
-            .map(|mut a| {
-                if !a.target.starts_with(LAUNCHED_EXAMPLE_PREFIX) {
-                    a.role = Role::Tool;
-                }
-                a
-            }),
+            build(&root, &workspace, &[], &args)?
+                .into_iter()
+                .filter(|a| a.role == Role::Example && bundled_example(&a.target))
+                .map(|mut a| {
+                    if !a.target.starts_with(LAUNCHED_EXAMPLE_PREFIX) {
+                        a.role = Role::Tool;
+                    }
+                    a
+                }),
         );
     }
 
@@ -284,6 +293,7 @@ fn workspace(root: &Path) -> Result<Workspace> {
         has_benches: false,
         tool_packages: Vec::new(),
         example_packages: Vec::new(),
+        example_features: Vec::new(),
     };
     for package in metadata["packages"].as_array().into_iter().flatten() {
         let (Some(name), Some(manifest)) =
@@ -308,6 +318,17 @@ fn workspace(root: &Path) -> Result<Workspace> {
                 && !workspace.example_packages.iter().any(|p| p == name)
             {
                 workspace.example_packages.push(name.to_string());
+            }
+            if is("example") && bundled_example(target_name) {
+                for feature in target["required-features"].as_array().into_iter().flatten() {
+                    let feature = (
+                        name.to_string(),
+                        feature.as_str().unwrap_or_default().to_string(),
+                    );
+                    if !workspace.example_features.contains(&feature) {
+                        workspace.example_features.push(feature);
+                    }
+                }
             }
         }
     }

@@ -29,5 +29,9 @@ pub(crate) mod ops;
 pub(crate) mod pool;
 pub(crate) mod register;
 pub(crate) mod tracked;
+#[cfg(feature = "async")]
+pub(crate) mod waker;
 pub(crate) mod work;
 pub(crate) mod work_buffers;
+#[cfg(feature = "async")]
+pub(crate) mod work_future;

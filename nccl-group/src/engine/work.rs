@@ -115,6 +115,14 @@ pub type OpResult<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
 /// and its buffers come back without a result check: call
 /// [`synchronize`](Work::synchronize) before reading them on the host
 /// when a failed peer must not go unnoticed.
+///
+/// # Async completion
+/// With the `async` feature a `Work` is [`IntoFuture`](std::future::IntoFuture):
+/// `work.await` gives what [`wait`](Work::wait) gives, once the operation
+/// is complete on the GPU and its communicators' errors were checked (as
+/// [`synchronize`](Work::synchronize) checks them), without blocking a
+/// thread per operation: one waker thread per process polls the ends of
+/// every awaited work (see `WorkFuture`). Any executor drives it.
 #[must_use = "a Work holds the operation's buffers: call wait() to get them back"]
 pub struct Work<B: WorkBuffers> {
     buffers: Option<B>,
@@ -165,11 +173,16 @@ impl<B: WorkBuffers> Work<B> {
         }
     }
 
-    fn ends(&self) -> &[End] {
+    /// The tracked operation; `None` for a captured one.
+    pub(crate) fn tracked(&self) -> Option<&Arc<Tracked>> {
         match &self.state {
-            State::Tracked { op, .. } => op.ends.as_slice(),
-            State::Captured { .. } => &[],
+            State::Tracked { op, .. } => Some(op),
+            State::Captured { .. } => None,
         }
+    }
+
+    fn ends(&self) -> &[End] {
+        self.tracked().map_or(&[], |op| op.ends.as_slice())
     }
 
     /// Makes the caller's stream wait for the end of the operation on
