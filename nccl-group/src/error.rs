@@ -21,9 +21,10 @@ pub use op::OpError;
 pub use uncapturable::Uncapturable;
 
 /// Everything a process-group call can fail with: one error type for
-/// every call, with [`GroupError::kind`] to branch on. An operation's
-/// refusal ([`OpError`], which gives its buffers back) converts into it
-/// with `?`, dropping the buffers; so does [`nccl_tensor::Error`].
+/// every call, with [`GroupError::kind`] to branch on. An operation on
+/// borrowed memory refuses with it; on owned buffers the refusal
+/// ([`OpError`], which gives them back) converts into it with `?`,
+/// dropping the buffers; so does [`nccl_tensor::Error`].
 /// `Debug` leads with the message, so `fn main() -> Result<(), GroupError>`
 /// prints the sentence.
 ///

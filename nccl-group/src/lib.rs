@@ -77,8 +77,9 @@ pub use engine::buffers::{GroupBuffers, GroupTensor};
 pub use engine::capture::GraphCapture;
 pub use engine::graph::GroupGraph;
 pub use engine::group::ProcessGroup;
+pub use engine::ownership::{Borrowed, OpBuffers, Owned, Ownership};
 pub use engine::register::GroupRegistered;
-pub use engine::work::{OpResult, Work};
+pub use engine::work::{OpResult, Refusal, Work};
 pub use engine::work_buffers::WorkBuffers;
 #[cfg(feature = "async")]
 pub use engine::work_future::WorkFuture;

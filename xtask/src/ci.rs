@@ -24,7 +24,9 @@
 //!    `xtask/consumers/` (outside the workspace, each picking cudarc's
 //!    features its own way; one, `candle-like`, reduces memory it owns as
 //!    candle does through the group's borrowed-memory operations, and its
-//!    GPU test runs in the GPU bundle), in the workspace's target folder
+//!    GPU test runs in the GPU bundle; another, `anyhow-like`, uses `?` on
+//!    operations in `anyhow::Result` functions), in the workspace's target
+//!    folder
 //! 9. `cargo xtask public-api --check` (in process): each publishable
 //!    crate's public API, from rustdoc's JSON, against its snapshot in
 //!    `api/`, so that the surface changes only on purpose
@@ -54,7 +56,12 @@ const GROUP_OPTIONAL_FEATURES: &str = "nccl-group/tracing,nccl-group/async";
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
-const CONSUMERS: [&str; 3] = ["candle-linking", "cuda13-loading", "candle-like"];
+const CONSUMERS: [&str; 4] = [
+    "candle-linking",
+    "cuda13-loading",
+    "candle-like",
+    "anyhow-like",
+];
 
 #[derive(clap::Args)]
 pub struct Args {

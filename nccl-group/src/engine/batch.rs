@@ -20,9 +20,10 @@ use crate::engine::buffers::keep_all;
 use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
-use crate::engine::work::OpResult;
+use crate::engine::ownership::Ownership;
+use crate::engine::work::{OpResult, refusal_of};
 use crate::engine::work_buffers::{Boxer, boxed};
-use crate::error::{GroupError, OpError};
+use crate::error::GroupError;
 use crate::ranks::{Numbering, Rank};
 
 /// `(outputs, inputs)` of [`ProcessGroup::all_to_all`].
@@ -200,7 +201,7 @@ impl<B: GroupBuffers> Coalesced<'_, B> {
             refused,
         } = self;
         if let Some(error) = refused {
-            return Err(Box::new(OpError { error, buffers }));
+            return Err(B::Ownership::refuse(error, buffers));
         }
         group.issue_batch("coalesced", ops, buffers, stream)
     }
@@ -251,10 +252,7 @@ impl ProcessGroup {
         let tensors = ops.into_iter().map(P2POp::into_tensor).collect();
         match made {
             Ok(ops) => self.issue_batch("batch_isend_irecv", ops, tensors, stream),
-            Err(error) => Err(Box::new(OpError {
-                error,
-                buffers: tensors,
-            })),
+            Err(error) => Err(B::Ownership::refuse(error, tensors)),
         }
     }
 
@@ -281,7 +279,7 @@ impl ProcessGroup {
             .with_output(buffers.iter().map(GroupBuffers::output_len).sum())
         };
         let device = stream.context().ordinal();
-        self.run_one(
+        refusal_of(self.run_one(
             info,
             CommKey::Collective,
             device,
@@ -294,7 +292,7 @@ impl ProcessGroup {
                 }
                 batch.enqueue_on(nccl_stream)
             },
-        )
+        ))
     }
 
     /// Cuts `input` into one block per process, `input_split_sizes[j]`

@@ -12,8 +12,9 @@ use nccl_tensor::{
     AnyTensor, BatchOperands, NcclType, Operands, Pair, Single, Tensor, TypedBuffer,
 };
 
+use crate::engine::ownership::{self, Borrowed, OpBuffers, Owned};
 use crate::engine::register::GroupRegistered;
-use crate::engine::work_buffers::{Boxer, Keep, WorkBuffers, boxed};
+use crate::engine::work_buffers::{Boxer, Keep, boxed};
 
 mod sealed {
     use crate::engine::work_buffers::Keep;
@@ -57,7 +58,7 @@ pub(crate) fn keep_all<B: GroupBuffers>() -> Keep<Vec<B>> {
 ///   "Borrowed memory" for the rules.
 ///
 /// Sealed.
-pub trait GroupBuffers: WorkBuffers + sealed::Sealed {
+pub trait GroupBuffers: OpBuffers + sealed::Sealed {
     /// The borrowed form nccl-tensor plans.
     type Operands<'a>: Operands + Into<BatchOperands<'a>>
     where
@@ -101,6 +102,18 @@ macro_rules! keep {
     };
 }
 
+/// The [`Ownership`](crate::Ownership) of owned and of borrowed buffers:
+/// what their refusal holds (pairs and lists take it from the tensor
+/// type, in [`crate::engine::ownership`]).
+macro_rules! ownership {
+    (owned) => {
+        Owned
+    };
+    (borrowed) => {
+        Borrowed
+    };
+}
+
 /// [`GroupBuffers`] and [`GroupTensor`] for a tensor type and for
 /// `(output, input)` pairs of it: `$tensor` (and its pairs' `$input`), as
 /// owned or borrowed buffers, reaching nccl-tensor's `$buffer` (and
@@ -119,6 +132,11 @@ macro_rules! group_buffers {
 
         impl<$($generics)*> GroupTensor for $tensor {
             type Input = $input;
+        }
+
+        impl<$($generics)*> ownership::sealed::Sealed for $tensor {}
+        impl<$($generics)*> OpBuffers for $tensor {
+            type Ownership = ownership!($kind);
         }
 
         impl<$($generics)*> GroupBuffers for $tensor {

@@ -22,7 +22,7 @@ use crate::engine::group::ProcessGroup;
 use crate::engine::handoff::check_stream;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
-use crate::engine::work::OpResult;
+use crate::engine::work::Issued;
 use crate::engine::work::Work;
 use crate::engine::work_buffers::{Boxer, WorkBuffers};
 use crate::error::{GroupError, OpError, Result, Uncapturable};
@@ -52,7 +52,7 @@ impl ProcessGroup {
         (mut buffers, keep): (B, Boxer<B>),
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
-    ) -> OpResult<B> {
+    ) -> Issued<B> {
         let keeper = self.inner.captures.keeper_for(caller);
         let attempt = (|| {
             self.check_live()?;

@@ -126,8 +126,9 @@ pub(crate) struct Inner {
 ///   never blocks on other processes.
 ///
 /// Operations take tensors by value and give them back from
-/// [`Work::wait`](crate::Work::wait); when they fail before enqueueing, the [`OpError`](crate::OpError)
-/// carries them back.
+/// [`Work::wait`](crate::Work::wait); when they fail before enqueueing, the
+/// [`OpError`](crate::OpError) carries them back (borrowed memory's
+/// refusal is a plain [`GroupError`]: [`Ownership`](crate::Ownership)).
 ///
 /// # Borrowed memory
 /// Memory a framework owns (candle's `CudaSlice`s) is passed as a borrow,
@@ -145,7 +146,7 @@ pub(crate) struct Inner {
 ///   memory cannot be read, written or freed until the work is waited
 ///   for, which hands the borrow back, or dropped.
 /// * The operation is the same as on a tensor: the same checks (a wrong
-///   length, type or device is an `Err` with the borrow handed back), the
+///   length, type or device is an `Err`, the memory untouched), the
 ///   deadline and the watchdog, the stream handoff, and a flight record
 ///   with the slices' element counts.
 /// * [`Work::wait`](crate::Work::wait) makes the caller's stream wait for the operation.
@@ -163,9 +164,10 @@ pub(crate) struct Inner {
 /// * The memory comes back without a result check: call
 ///   [`Work::synchronize`](crate::Work::synchronize) before reading it on the host when a failed
 ///   peer must not go unnoticed.
-/// * The refusal ([`OpError`](crate::OpError)) holds the borrow, so `?` takes it into a
-///   [`GroupError`], not directly into a `Box<dyn Error>`
-///   (`.map_err(GroupError::from)?` does).
+/// * The refusal is a plain [`GroupError`]
+///   ([`Borrowed`](crate::Borrowed)): the caller still owns the memory,
+///   so nothing is handed back, and `?` takes it into a `Box<dyn Error>`
+///   or an `anyhow::Error` whatever the borrow's lifetime.
 ///
 /// ```no_run
 /// use nccl_group::prelude::*;

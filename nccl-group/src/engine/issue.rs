@@ -26,9 +26,9 @@ use crate::engine::handoff::{check_stream, end_event, order_after_stream, sync_s
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::member::Member;
+use crate::engine::ownership::Ownership;
 use crate::engine::tracked::{Ends, Tracked};
-use crate::engine::work::OpResult;
-use crate::engine::work::Work;
+use crate::engine::work::{Issued, OpResult, Work, refusal_of};
 use crate::engine::work_buffers::{Keep, WorkBuffers};
 use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
@@ -188,7 +188,8 @@ impl ProcessGroup {
     /// works for every operation that takes one, `all_reduce` included.
     ///
     /// # Errors
-    /// With the buffers handed back ([`OpResult`]): an aborted, destroyed
+    /// As `B`'s [`Refusal`](crate::Refusal) (owned buffers handed back,
+    /// borrowed memory's a plain [`GroupError`]): an aborted, destroyed
     /// or failed group, a send's or receive's peer that is not another
     /// process, a failed rendezvous, a failed argument check
     /// ([`nccl_tensor::Plan::new`]), NCCL's error, or, on a stream being
@@ -208,7 +209,7 @@ impl ProcessGroup {
         );
         let route = match self.route(&op) {
             Ok(route) => route,
-            Err(error) => return Err(Box::new(OpError { error, buffers })),
+            Err(error) => return Err(B::Ownership::refuse(error, buffers)),
         };
         let info = Self::op_info(
             &op,
@@ -218,7 +219,7 @@ impl ProcessGroup {
         );
         let device = buffers.device();
         let key = |devices| route.key(devices);
-        self.run_one(
+        refusal_of(self.run_one(
             info,
             key,
             device,
@@ -229,7 +230,7 @@ impl ProcessGroup {
                 comm.plan(op, buffers.operands(), caller)?
                     .enqueue_on(stream)
             },
-        )
+        ))
     }
 
     /// Whether `error`, returned by an operation's NCCL calls, may have
@@ -387,7 +388,7 @@ impl ProcessGroup {
         (mut buffers, keep): (B, Keep<B>),
         caller: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
-    ) -> OpResult<B> {
+    ) -> Issued<B> {
         match (self.capture_status(info.op, caller), keep) {
             (Ok(false), _) => {}
             (Ok(true), Some(keep)) => {
@@ -473,7 +474,7 @@ impl ProcessGroup {
         );
         let route = match self.route(&op) {
             Ok(route) => route,
-            Err(error) => return Err(Box::new(OpError { error, buffers })),
+            Err(error) => return Err(B::Ownership::refuse(error, buffers)),
         };
         let first_len = buffers.first().map_or(0, GroupBuffers::input_len);
         let first_output = buffers.first().map_or(0, GroupBuffers::output_len);
@@ -551,7 +552,7 @@ impl ProcessGroup {
                     .map(Ends::Many)
             })
         })();
-        match attempt {
+        refusal_of(match attempt {
             Ok(op) => Ok(Work::new(buffers, op, borrowed)),
             Err(error) => match issued {
                 None => Err(self.failed_op(error, buffers)),
@@ -562,7 +563,7 @@ impl ProcessGroup {
                     Err(self.failed_in_flight(error, seq, buffers))
                 }
             },
-        }
+        })
     }
 
     /// The error of an operation that failed before it was enqueued, with

@@ -26,6 +26,7 @@ pub(crate) mod local_comms;
 pub(crate) mod member;
 pub(crate) mod membership;
 pub(crate) mod ops;
+pub(crate) mod ownership;
 pub(crate) mod pool;
 pub(crate) mod register;
 pub(crate) mod tracked;

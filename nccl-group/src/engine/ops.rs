@@ -21,8 +21,8 @@ use crate::engine::buffers::{GroupBuffers, GroupTensor};
 use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
-use crate::engine::work::OpResult;
-use crate::engine::work::Work;
+use crate::engine::ownership::Ownership;
+use crate::engine::work::{OpResult, Work};
 use crate::engine::work_buffers::{Boxer, WorkBuffers, boxed};
 use crate::error::{OpError, Result};
 use crate::ranks::Rank;
@@ -64,7 +64,7 @@ impl ProcessGroup {
         buffers: B,
         stream: &Arc<CudaStream>,
         issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
-    ) -> OpResult<B> {
+    ) -> std::result::Result<Work<B>, Box<OpError<B>>> {
         let grouped = |comm: &Communicator, nccl_stream: &Arc<CudaStream>, buffers: &mut B| {
             let group = Group::start()?;
             let issued = issue(comm, nccl_stream, buffers);
@@ -108,7 +108,7 @@ impl ProcessGroup {
         .map_err(|e| e.error)
     }
 
-    /// Issues the operation `op` makes (or hands `buffers` back with its
+    /// Issues the operation `op` makes (or refuses `buffers` with its
     /// error: a rank nccl-core's `i32` cannot hold) on one local device.
     fn issue_made<B: GroupBuffers>(
         &self,
@@ -118,7 +118,7 @@ impl ProcessGroup {
     ) -> OpResult<B> {
         match op {
             Ok(op) => self.issue(op, buffers, stream),
-            Err(error) => Err(Box::new(OpError { error, buffers })),
+            Err(error) => Err(B::Ownership::refuse(error, buffers)),
         }
     }
 
@@ -131,7 +131,7 @@ impl ProcessGroup {
     ) -> OpResult<Vec<B>> {
         match op {
             Ok(op) => self.issue_multi(op, buffers, streams),
-            Err(error) => Err(Box::new(OpError { error, buffers })),
+            Err(error) => Err(B::Ownership::refuse(error, buffers)),
         }
     }
 }

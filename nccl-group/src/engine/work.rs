@@ -10,14 +10,36 @@ use cudarc::driver::DriverError;
 use nccl_tensor::ResultCheck;
 
 use crate::engine::captures::Keeper;
+use crate::engine::ownership::{OpBuffers, Ownership};
 use crate::engine::tracked::{End, Tracked};
 use crate::engine::work_buffers::{Boxer, WorkBuffers};
 use crate::error::{GroupError, OpError, Result};
 use crate::health::watchdog::{Completion, Progress};
 
-/// The result of an operation: its [`Work`], or the error with the buffers
-/// (boxed: failures are rare, and the success path stays small).
-pub type OpResult<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
+/// The result of an operation: its [`Work`], or its [`Refusal`]: the error
+/// with the buffers for owned ones, a plain [`GroupError`] for borrowed
+/// memory (see [`Ownership`]).
+pub type OpResult<B> = std::result::Result<Work<B>, Refusal<B>>;
+
+/// The refusal of an operation on buffers of type `B`: `Box<OpError<B>>`
+/// ([`Owned`](crate::Owned): tensors, registered tensors, `AnyTensor`s and
+/// their pairs and lists) or [`GroupError`] ([`Borrowed`](crate::Borrowed):
+/// `&mut CudaSlice<T>`, `CudaViewMut<T>` and their pairs and lists). `?`
+/// takes either into a [`GroupError`].
+pub type Refusal<B> = <<B as OpBuffers>::Ownership as Ownership>::Refusal<B>;
+
+/// What the issue path gives before the refusal takes its buffers' type:
+/// the [`OpError`] always holds them ([`refusal_of`]).
+pub(crate) type Issued<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
+
+/// The one place an operation's error becomes its [`Refusal`]: owned
+/// buffers go back with it, borrowed ones are let go.
+pub(crate) fn refusal_of<B: OpBuffers>(issued: Issued<B>) -> OpResult<B> {
+    issued.map_err(|refused| {
+        let OpError { error, buffers } = *refused;
+        B::Ownership::refuse(error, buffers)
+    })
+}
 
 /// An operation enqueued on the group's NCCL streams (or the caller's).
 ///

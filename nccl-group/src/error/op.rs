@@ -6,8 +6,10 @@ use nccl_core::ResultCode;
 
 use super::{ErrorKind, GroupError};
 
-/// An operation that failed before its work was enqueued, with the buffers
-/// it was given, so the caller keeps them. Transparent: its message and
+/// An operation on owned buffers that failed before its work was
+/// enqueued, with the buffers it was given, so the caller keeps them
+/// (borrowed memory's refusal is a plain [`GroupError`]: the caller still
+/// owns it). Transparent: its message and
 /// `source()` are its error's, and so are its `kind()`, `nccl_code()` and
 /// `is_timeout()`.
 ///

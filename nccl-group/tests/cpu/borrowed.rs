@@ -5,7 +5,9 @@
 //! here, what the compiler and the types decide: the operations take
 //! the borrow, their works hold it for exactly its lifetime and can be
 //! sent to another thread, the out-of-place forms take a shared borrow
-//! as input, `?` takes a refusal into a `GroupError`, and a capture's
+//! as input, a refusal is a plain `GroupError` (owned buffers' a boxed
+//! `OpError` with them), so `?` takes either into a `Box<dyn Error>` or
+//! an `anyhow::Error` whatever the borrow's lifetime, and a capture's
 //! refusal names the reason and the way out. (That the memory cannot be
 //! used while its work lives, and that a graph cannot keep a borrow, are
 //! `compile_fail` doctests of `Work` and `GraphCapture::end`.)
@@ -17,8 +19,8 @@ use half::bf16;
 use nccl_core::ReduceOp;
 use nccl_core::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut};
 use nccl_group::{
-    ErrorKind, GroupBuffers, GroupError, GroupTensor, OpResult, P2POp, ProcessGroup, Uncapturable,
-    Work,
+    Borrowed, ErrorKind, GroupBuffers, GroupError, GroupRegistered, GroupTensor, OpBuffers,
+    OpError, OpResult, Owned, Ownership, P2POp, ProcessGroup, Refusal, Uncapturable, Work,
 };
 use nccl_tensor::{AnyTensor, Tensor};
 
@@ -27,14 +29,15 @@ type Lent<'a> = &'a mut CudaSlice<bf16>;
 /// An out-of-place pair of lent slices: the output, then the input.
 type LentPair<'a> = (&'a mut CudaSlice<bf16>, &'a CudaSlice<bf16>);
 
-/// An all_reduce of a lent slice, its refusal taken by `?`: the work
-/// holds the borrow for `'a`, no longer.
+/// An all_reduce of a lent slice, its result as it comes: the refusal is
+/// the `GroupError` itself, and the work holds the borrow for `'a`, no
+/// longer.
 fn lend<'a>(
     group: &ProcessGroup,
     grads: Lent<'a>,
     stream: &Arc<CudaStream>,
 ) -> Result<Work<Lent<'a>>, GroupError> {
-    Ok(group.all_reduce(grads, ReduceOp::Sum, stream)?)
+    group.all_reduce(grads, ReduceOp::Sum, stream)
 }
 
 /// Every one-device operation on lent slices, each waited for before the
@@ -95,6 +98,107 @@ fn every_one_device_operation_takes_lent_slices_and_views() {
     // caller's, whatever its lifetime.
     let _: Lending = lend;
     let _: Operations = every_operation;
+}
+
+/// [`every_operation`] with views of the slices, `?` taking each refusal
+/// into a `Box<dyn Error + Send + Sync>` (what `anyhow::Error` takes):
+/// the refusal holds no borrow, so nothing of `'a` escapes.
+fn views_into_any_error<'a>(
+    group: &ProcessGroup,
+    a: CudaViewMut<'a, f32>,
+    b: &'a mut CudaSlice<f32>,
+    stream: &Arc<CudaStream>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let a = group.all_reduce(a, ReduceOp::Avg, stream)?.wait()?;
+    group
+        .all_gather_into_tensor(b.slice_mut(..), a.slice(..), stream)?
+        .wait()?;
+    let mut batch = group.coalesced::<CudaViewMut<'_, f32>>();
+    batch.all_reduce(b.slice_mut(..1), ReduceOp::Sum);
+    batch.issue(stream)?.wait()?;
+    Ok(())
+}
+
+/// An owned tensor's operation, `?` taking its refusal (a boxed `OpError`
+/// with the tensor) into a `Box<dyn Error + Send + Sync>`.
+fn owned_into_any_error(
+    group: &ProcessGroup,
+    tensor: Tensor<f32>,
+    stream: &Arc<CudaStream>,
+) -> Result<Tensor<f32>, Box<dyn std::error::Error + Send + Sync>> {
+    Ok(group.all_reduce(tensor, ReduceOp::Sum, stream)?.wait()?)
+}
+
+/// [`views_into_any_error`] for borrows of any lifetime.
+type IntoAnyError = for<'a> fn(
+    &ProcessGroup,
+    CudaViewMut<'a, f32>,
+    &'a mut CudaSlice<f32>,
+    &Arc<CudaStream>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+#[test]
+fn refusals_of_borrowed_memory_go_into_any_error_with_question_mark() {
+    // The compiler's check, as above: both functions compile, the first
+    // for borrows of any lifetime.
+    let _: IntoAnyError = views_into_any_error;
+    let _ = owned_into_any_error;
+}
+
+#[test]
+fn borrowed_memory_is_refused_with_a_plain_error_and_owned_buffers_with_theirs() {
+    // Borrowed memory, its pairs and lists: a `GroupError`.
+    assert!(same::<Refusal<Lent<'static>>, GroupError>());
+    assert!(same::<Refusal<LentPair<'static>>, GroupError>());
+    assert!(same::<Refusal<CudaViewMut<'static, f32>>, GroupError>());
+    assert!(same::<
+        Refusal<(CudaViewMut<'static, f32>, CudaView<'static, f32>)>,
+        GroupError,
+    >());
+    assert!(same::<Refusal<Vec<Lent<'static>>>, GroupError>());
+    // Owned buffers, their pairs and lists: a boxed `OpError` with them.
+    assert!(same::<Refusal<Tensor<f32>>, Box<OpError<Tensor<f32>>>>());
+    assert!(same::<
+        Refusal<GroupRegistered<Tensor<bf16>>>,
+        Box<OpError<GroupRegistered<Tensor<bf16>>>>,
+    >());
+    assert!(same::<Refusal<AnyTensor>, Box<OpError<AnyTensor>>>());
+    type Pairs = Vec<(Tensor<f32>, Tensor<f32>)>;
+    assert!(same::<Refusal<Pairs>, Box<OpError<Pairs>>>());
+    type Lists = (Vec<Tensor<f32>>, Vec<Tensor<f32>>);
+    assert!(same::<Refusal<Lists>, Box<OpError<Lists>>>());
+    // Each names its ownership.
+    fn ownership<B: OpBuffers>() -> TypeId
+    where
+        B::Ownership: 'static,
+    {
+        TypeId::of::<B::Ownership>()
+    }
+    assert_eq!(ownership::<Lent<'static>>(), TypeId::of::<Borrowed>());
+    assert_eq!(
+        ownership::<(Tensor<f32>, Tensor<f32>)>(),
+        TypeId::of::<Owned>()
+    );
+}
+
+#[test]
+fn a_refusal_keeps_the_error_and_hands_back_owned_buffers_only() {
+    let error = || GroupError::InvalidArgument {
+        argument: "root",
+        expected: "a member of the group".into(),
+        given: "global rank 7".into(),
+    };
+    let plain: GroupError = Borrowed::refuse(error(), vec![1.0_f32; 3]);
+    assert_eq!(plain.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(plain.to_string(), error().to_string());
+
+    let boxed: Box<OpError<Vec<f32>>> = Owned::refuse(error(), vec![1.0_f32; 3]);
+    assert_eq!(boxed.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(boxed.to_string(), error().to_string());
+    assert_eq!(boxed.buffers, vec![1.0_f32; 3]);
+    // `?`'s conversion, as a generic caller makes it.
+    let converted: GroupError = boxed.into();
+    assert_eq!(converted.to_string(), error().to_string());
 }
 
 #[test]

@@ -18,8 +18,8 @@
 //!   and the watchdog sees every one end.
 //! * A work dropped unwaited orders the caller's stream after its
 //!   operation: what the caller reads right after the drop is the result.
-//! * Bad input is refused before NCCL sees it, with the borrow handed
-//!   back and the memory untouched: a length that does not fit, a root
+//! * Bad input is refused before NCCL sees it, with a plain `GroupError`
+//!   (the borrow is not handed back) and the memory untouched: a length that does not fit, a root
 //!   out of range or past `i32::MAX`, a send to this rank itself, an
 //!   operation on a stream being captured into a CUDA graph; and (with
 //!   two GPUs, world size 1) memory on another device than the stream.
@@ -34,13 +34,14 @@ use half::bf16;
 use nccl_core::ReduceOp;
 use nccl_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use nccl_group::{
-    ErrorKind, GroupError, OpResult, OpState, P2POp, ProcessGroup, Uncapturable, WorkBuffers,
+    Borrowed, ErrorKind, GroupError, OpBuffers, OpResult, OpState, P2POp, ProcessGroup,
+    Uncapturable,
 };
 use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{OP_TIMEOUT, RankContext, Seeds, What, each_mode, options};
 use nccl_test_support::group::{
     SIZES, blocks_for, check_avg, convert, enqueued, every_rank_values, rank_values, reduce_host,
-    refused, world_of_one,
+    world_of_one,
 };
 use nccl_test_support::require_gpus;
 use nccl_test_support::tensor::{Elem, poison_values};
@@ -63,7 +64,7 @@ fn host<T: Elem>(stream: &Arc<CudaStream>, memory: &impl DevicePtr<T>) -> Vec<T>
 /// of `count` input and `output` elements of `T`, with the group's
 /// deadline), then waits for it, which ends the borrow.
 #[track_caller]
-fn run<T: Elem, B: WorkBuffers>(
+fn run<T: Elem, B: OpBuffers>(
     group: &ProcessGroup,
     result: OpResult<B>,
     (op, count, output): (&str, usize, usize),
@@ -429,22 +430,38 @@ fn ranks_borrowed_work_dropped_unwaited_orders_the_callers_stream() {
     });
 }
 
-/// The refusal of `result`, of `kind`, naming each of `names`; the
-/// borrow it hands back is dropped with it.
+/// The refusal of an operation on borrowed memory: a plain
+/// [`GroupError`] (the borrow is not handed back), so the caller's memory
+/// is free to read again.
 #[track_caller]
-fn refused_as<B: WorkBuffers>(result: OpResult<B>, kind: ErrorKind, names: &[&str], what: &str) {
-    let refusal = refused(result, what);
-    assert_eq!(refusal.kind(), kind, "{what}: {}", refusal.error);
-    let text = refusal.error.to_string();
+fn refusal<B: OpBuffers<Ownership = Borrowed>>(result: OpResult<B>, what: &str) -> GroupError {
+    match result {
+        Ok(_work) => panic!("{what}: expected a refusal, the operation was enqueued"),
+        Err(error) => error,
+    }
+}
+
+/// The refusal of `result` on borrowed memory, of `kind`, naming each of
+/// `names`.
+#[track_caller]
+fn refused_as<B: OpBuffers<Ownership = Borrowed>>(
+    result: OpResult<B>,
+    kind: ErrorKind,
+    names: &[&str],
+    what: &str,
+) {
+    let error = refusal(result, what);
+    assert_eq!(error.kind(), kind, "{what}: {error}");
+    let text = error.to_string();
     for name in names {
         assert!(text.contains(name), "{what}: {name:?} missing from: {text}");
     }
 }
 
-/// Bad input on lent memory is refused before NCCL sees it, the borrow
-/// handed back and the memory untouched; nothing is recorded.
+/// Bad input on lent memory is refused before NCCL sees it, with a plain
+/// `GroupError`, the memory untouched; nothing is recorded.
 #[test]
-fn ranks_borrowed_refusals_hand_the_borrow_back() {
+fn ranks_borrowed_refusals_are_plain_errors() {
     each_mode("borrowed-refusals", |ctx, group, what| {
         let (rank, world, stream) = (ctx.rank(), ctx.world(), &ctx.stream);
         let len = 33;
@@ -483,7 +500,7 @@ fn ranks_borrowed_refusals_hand_the_borrow_back() {
         let result = capture
             .group()
             .all_reduce(&mut grads, ReduceOp::Sum, stream);
-        match refused(result, &w).error {
+        match refusal(result, &w) {
             GroupError::Capture {
                 reason: Uncapturable::BorrowedMemory,
                 ..

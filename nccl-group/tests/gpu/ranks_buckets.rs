@@ -56,7 +56,7 @@ fn step(
                     .unwrap_or_else(|e| panic!("{what}: bucket {index}: wait: {e}"));
                 let work = group
                     .all_reduce(bucket, ReduceOp::Sum, comm)
-                    .unwrap_or_else(|e| panic!("{what}: bucket {index}: all_reduce: {}", e.error));
+                    .unwrap_or_else(|e| panic!("{what}: bucket {index}: all_reduce: {e}"));
                 works.push(work);
             }
             assert_eq!(works.len(), BUCKETS.len(), "{what}: every bucket in flight");

@@ -219,7 +219,10 @@ fn ranks_capture_replays_nonblocking() {
 
 /// The reason of a refused operation, with its buffers handed back.
 #[track_caller]
-fn reason_of<B: WorkBuffers>(result: nccl_group::OpResult<B>, what: &str) -> (Uncapturable, B) {
+fn reason_of<B: nccl_group::OpBuffers<Ownership = nccl_group::Owned>>(
+    result: nccl_group::OpResult<B>,
+    what: &str,
+) -> (Uncapturable, B) {
     let error = refused(result, what);
     match error.error {
         GroupError::Capture { reason, .. } => (reason, error.buffers),

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use nccl_core::ReduceOp;
 use nccl_group::ras::RasReport;
-use nccl_group::{CommMode, GroupError, OpResult, ProcessGroup, WorkBuffers};
+use nccl_group::{CommMode, GroupError, OpBuffers, OpResult, ProcessGroup};
 use nccl_tensor::Tensor;
 use nccl_test_support::group::destroy;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, StoreAt, options, tcp_store};
@@ -141,8 +141,8 @@ fn plan(rank: usize, world: usize, fault: Option<Fault>) -> Vec<Planned> {
 
 /// The operation's error, or (after the caller's stream waits for it,
 /// and first the CPU when `synchronize`) nothing.
-fn finish<B: WorkBuffers>(result: OpResult<B>, synchronize: bool) -> Result<(), GroupError> {
-    let work = result.map_err(|e| e.error)?;
+fn finish<B: OpBuffers>(result: OpResult<B>, synchronize: bool) -> Result<(), GroupError> {
+    let work = result.map_err(Into::into)?;
     if synchronize {
         work.synchronize(PATIENCE)?;
     }

@@ -45,10 +45,10 @@ pub(super) struct Member {
     pub(super) stream: Arc<CudaStream>,
 }
 
-pub(super) fn refused<B: nccl_group::WorkBuffers>(
+pub(super) fn refused<B: nccl_group::OpBuffers>(
     result: nccl_group::OpResult<B>,
 ) -> Result<Work<B>> {
-    result.map_err(|refusal| refusal.error)
+    result.map_err(Into::into)
 }
 
 impl Member {

@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaStream, CudaViewMut};
 use nccl_core::Op;
-use nccl_group::{OpError, OpResult, P2POp, ProcessGroup, StreamMode, WorkBuffers};
+use nccl_group::{OpBuffers, OpError, OpResult, Owned, P2POp, ProcessGroup, StreamMode};
 use nccl_tensor::{Tensor, rules};
 
 use super::{Call, Launch, Layer, LayerKind, Shift, unsupported};
@@ -96,7 +96,7 @@ fn device_tensor<T: BenchElement>(
 /// The tensors a bound call moves through the group: its output is what
 /// goes back to the receive buffer. Owned (`'static`), so the layer can
 /// keep them after the launcher is gone.
-trait Operands<T: BenchElement>: WorkBuffers + Sized + 'static {
+trait Operands<T: BenchElement>: OpBuffers<Ownership = Owned> + Sized + 'static {
     /// The operands of a call whose input is `input` and whose output has
     /// `output_len` elements (made on `stream`).
     fn new(

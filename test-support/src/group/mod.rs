@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use nccl_core::ReduceOp;
 use nccl_group::{
-    GroupOptions, InProcessStore, OpError, OpResult, ProcessGroup, Work, WorkBuffers,
+    GroupOptions, InProcessStore, OpBuffers, OpError, OpResult, Owned, ProcessGroup, Work,
 };
 
 pub use closed::{Closed, assert_closed_error, every_call_refused};
@@ -65,21 +65,22 @@ pub fn destroy(group: &ProcessGroup) {
 
 /// The work of an operation that must be enqueued.
 #[track_caller]
-pub fn enqueued<B: WorkBuffers>(result: OpResult<B>, what: &str) -> Work<B> {
-    result.unwrap_or_else(|e| panic!("{what}: {}", e.error))
+pub fn enqueued<B: OpBuffers>(result: OpResult<B>, what: &str) -> Work<B> {
+    result.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// The buffers of a successful operation, after the caller's stream waited.
 #[track_caller]
-pub fn done<B: WorkBuffers>(result: OpResult<B>, what: &str) -> B {
+pub fn done<B: OpBuffers>(result: OpResult<B>, what: &str) -> B {
     enqueued(result, what)
         .wait()
         .unwrap_or_else(|e| panic!("{what}: wait failed: {e}"))
 }
 
-/// The error of an operation that must fail before enqueueing.
+/// The error of an operation on owned buffers that must fail before
+/// enqueueing, with the buffers it hands back.
 #[track_caller]
-pub fn refused<B: WorkBuffers>(result: OpResult<B>, what: &str) -> OpError<B> {
+pub fn refused<B: OpBuffers<Ownership = Owned>>(result: OpResult<B>, what: &str) -> OpError<B> {
     match result {
         Ok(_work) => panic!("{what}: expected an error, the operation was enqueued"),
         Err(e) => *e,
