@@ -65,6 +65,7 @@ mod generations;
 mod health;
 mod lineage;
 mod options;
+mod protocols;
 pub mod ranks;
 
 pub use bare::communicator;

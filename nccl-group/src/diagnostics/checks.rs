@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
 use nccl_rendezvous::Store;
+use nccl_rendezvous::meet::Scope;
 
 /// The most collectives one check may cover
 /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks)):
@@ -61,7 +62,7 @@ pub(crate) enum Stop<E> {
 pub(crate) struct Checker {
     every: u64,
     /// `<group>/<generation>/checks`.
-    scope: String,
+    scope: Scope,
     rank: usize,
     world_size: usize,
     store: Arc<dyn Store>,
@@ -109,7 +110,7 @@ impl Checker {
     /// (at least 1) under the store keys `scope/<window>/<rank>`.
     pub(crate) fn new(
         every: u32,
-        scope: String,
+        scope: Scope,
         rank: usize,
         world_size: usize,
         store: Arc<dyn Store>,
@@ -178,7 +179,7 @@ impl Checker {
         let started = Instant::now();
         let first = mine.first().map_or(0, |issued| issued.collective_seq);
         let last = mine.last().map_or(0, |issued| issued.collective_seq);
-        let key = |window: u64, rank: usize| format!("{}/{window}/{rank}", self.scope);
+        let key = |window: u64, rank: usize| self.scope.clone().index(window).key(rank);
         let incomplete = |absent: Vec<usize>, error: Option<String>| Stop::Incomplete {
             first,
             last,

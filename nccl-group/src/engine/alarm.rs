@@ -10,7 +10,7 @@
 //! lost: a healthy rank would be excluded for being blocked.
 //!
 //! How: the first failing rank of a generation writes
-//! `<group>/<generation>/failed` (later ones find it written); a heal
+//! `<group>/<generation>/failed` ([`FAILED`]) (later ones find it written); a heal
 //! called on a live group raises it too. A rank reads that key only while
 //! one of its operations has been pending for [`LISTEN_AFTER`], every
 //! [`LISTEN_EVERY`], with one read that does not wait for the key (it
@@ -32,8 +32,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::failing::Finish;
 use crate::engine::group::{Inner, LIVE};
+use crate::engine::membership::Membership;
+use crate::error::Result;
 use crate::failure::{Failure, FailureCause};
 use crate::health::alarm::{LISTEN_AFTER, LISTEN_EVERY};
+use crate::protocols::FAILED;
 
 /// What the alarm says: which rank failed first, and why.
 #[derive(Debug, Serialize, Deserialize)]
@@ -42,9 +45,9 @@ struct Raised {
     cause: String,
 }
 
-/// The alarm's key of generation `generation` of group `name`.
-fn key(name: &str, generation: u64) -> String {
-    format!("{name}/{generation}/failed")
+/// The alarm's key of `m`'s generation (`<group>/<generation>/failed`).
+fn key(m: &Membership) -> Result<String> {
+    Ok(m.generation_scope()?.key(FAILED))
 }
 
 impl Inner {
@@ -64,9 +67,7 @@ impl Inner {
             return;
         };
         // The first rank's alarm stays: it names where the failure began.
-        let _ = m
-            .store
-            .compare_set(&key(&m.name, m.generation), None, &bytes);
+        let _ = key(m).and_then(|key| Ok(m.store.compare_set(&key, None, &bytes)?));
         crate::diagnostics::trace::event!(info, group = %m.name, "failure alarm raised for the other ranks");
     }
 
@@ -129,7 +130,7 @@ impl Inner {
     /// the wait.
     fn read_alarm(&self) -> Option<Raised> {
         let m = self.cache.membership();
-        let Ok(Some(bytes)) = m.store.try_get(&key(&m.name, m.generation)) else {
+        let Ok(Some(bytes)) = key(m).and_then(|key| Ok(m.store.try_get(&key)?)) else {
             return None;
         };
         // Only this crate writes the key; what it cannot read is not an

@@ -159,7 +159,10 @@ impl<F: CommFactory> CommCache<F> {
     /// by a grow), as
     /// `key`'s: numbered in its class like a created key, so processes
     /// that adopt the same keys in the same order agree on the numbers.
-    pub fn adopt(&self, key: CommKey, comms: F::Comms) {
+    ///
+    /// # Errors
+    /// None in practice: the group's name was checked when it was made.
+    pub fn adopt(&self, key: CommKey, comms: F::Comms) -> Result<()> {
         let m = &self.membership;
         let sequence = self
             .sequences
@@ -170,7 +173,8 @@ impl<F: CommFactory> CommCache<F> {
         self.created
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.store_key(&m.name, m.generation, sequence), key);
+            .insert(key.store_key(&m.name, m.generation, sequence)?, key);
+        Ok(())
     }
 
     /// Forgets every communicator, returning them ordered as [`CommCache::all`]
@@ -202,7 +206,8 @@ impl<F: CommFactory> CommCache<F> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .of(key);
-        let store_key = key.store_key(&m.name, m.generation, sequence);
+        let scope = key.scope(&m.generation_scope()?, sequence)?;
+        let store_key = scope.to_string();
         let _span = crate::diagnostics::trace::enter_span!(
             info,
             "rendezvous",
@@ -224,7 +229,7 @@ impl<F: CommFactory> CommCache<F> {
             })?;
         // Below `world_size`: it does not overflow.
         let first_rank = index * devices;
-        let meeting = m.meeting(&store_key, index, processes)?;
+        let meeting = m.meeting(&scope, index, processes)?;
         let id = meeting
             .share_from(0, UNIQUE_ID, || {
                 Ok::<_, GroupError>(self.factory.unique_id()?.as_bytes().to_vec())

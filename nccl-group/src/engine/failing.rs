@@ -17,6 +17,7 @@ use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, Failur
 use crate::health::peers::{self, PeerReport};
 use crate::health::verify::GroupChecks;
 use crate::health::watchdog::{Bounded, Verdict, Watched, run_bounded};
+use crate::protocols::PROGRESS;
 
 /// How long a failing rank waits, in all, for the other ranks' reports.
 pub(crate) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
@@ -231,16 +232,19 @@ impl Inner {
     /// `exchange` asks. Returns how the abort went.
     fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
         let m = self.cache.membership();
-        let scope = format!("{}/{}", m.name, m.generation);
+        // The name was checked when the group was made: the scope exists.
+        let progress = m.protocol(PROGRESS).ok();
         let asking = matches!(exchange, Exchange::WithPeers | Exchange::PeersOnly);
         if asking {
             self.raise_alarm(failure);
         }
-        let mine = (asking && m.world_size > 1).then(|| {
-            let mine = self.report();
-            peers::publish(&*m.store, &scope, &mine);
-            mine
-        });
+        let mine = progress
+            .filter(|_| asking && m.world_size > 1)
+            .map(|scope| {
+                let mine = self.report();
+                peers::publish(&*m.store, &scope, &mine);
+                (scope, mine)
+            });
         let ras = match exchange {
             Exchange::WithPeers => self.ras_view(),
             Exchange::PeersOnly | Exchange::No => None,
@@ -254,7 +258,7 @@ impl Inner {
             ras,
             ..Findings::default()
         };
-        if let Some(mine) = mine {
+        if let Some((scope, mine)) = mine {
             let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT);
             let stuck = failure.op.and_then(|op| op.collective_seq);
             findings.peers = reports.iter().map(|r| r.progress.clone()).collect();

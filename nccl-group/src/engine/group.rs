@@ -28,6 +28,7 @@ use crate::health::verify::Verification;
 use crate::health::watchdog::Tracker;
 use crate::lineage::SubGroup;
 use crate::options::{GroupOptions, StreamMode};
+use crate::protocols::CHECKS;
 use nccl_rendezvous::{RendezvousConfig, Store};
 
 pub(crate) const LIVE: u8 = 0;
@@ -455,7 +456,8 @@ impl ProcessGroup {
 /// rank to compare with.
 fn checker(every: Option<u32>, membership: &Membership) -> Option<Checker> {
     let every = every.filter(|_| membership.world_size > 1)?;
-    let scope = format!("{}/{}/checks", membership.name, membership.generation);
+    // The name was checked when the group was made: the scope exists.
+    let scope = membership.protocol(CHECKS).ok()?;
     Some(Checker::new(
         every,
         scope,

@@ -4,6 +4,8 @@
 
 use crate::devices::DeviceList;
 use crate::error::{GroupError, Result};
+use crate::protocols::{COMMUNICATOR, PAIR};
+use nccl_rendezvous::meet::Scope;
 
 /// The device lists a caller may give, refused with
 /// [`GroupError::InvalidArgument`] otherwise.
@@ -88,20 +90,38 @@ impl CommKey {
     }
 
     /// The store key a communicator's processes meet under (its unique
-    /// id is shared at `<store key>/share/unique-id`): scoped by
-    /// group name and generation, and naming the key's class and its
-    /// `sequence` number among the keys of that class, in order of first
-    /// use (the same on every process, as every process issues the group's
-    /// operations in the same order).
-    pub fn store_key(&self, group: &str, generation: u64, sequence: u64) -> String {
-        match self.class() {
-            CommClass::Collective { devices } => {
-                format!("{group}/{generation}/comm/x{devices}/{sequence}")
-            }
-            CommClass::PointToPoint { low, high, devices } => {
-                format!("{group}/{generation}/p2p/{low}-{high}/x{devices}/{sequence}")
-            }
-        }
+    /// id is shared at `<store key>/share/unique-id`): [`CommKey::scope`]
+    /// of group `group`'s generation `generation`.
+    ///
+    /// # Errors
+    /// [`GroupError::Store`] for a group name with an empty
+    /// `/`-separated part.
+    pub fn store_key(&self, group: &str, generation: u64, sequence: u64) -> Result<String> {
+        let generation = Scope::path(group)?.generation(generation);
+        Ok(self.scope(&generation, sequence)?.to_string())
+    }
+
+    /// The scope a communicator's processes meet in, below a generation's
+    /// scope: naming the key's class and its `sequence` number among the
+    /// keys of that class, in order of first use (the same on every
+    /// process, as every process issues the group's operations in the
+    /// same order).
+    ///
+    /// # Errors
+    /// None in practice: every part is a number or a fixed name.
+    pub(crate) fn scope(&self, generation: &Scope, sequence: u64) -> Result<Scope> {
+        let class = match self.class() {
+            CommClass::Collective { devices } => generation
+                .clone()
+                .purpose(COMMUNICATOR)?
+                .purpose(&format!("x{devices}"))?,
+            CommClass::PointToPoint { low, high, devices } => generation
+                .clone()
+                .purpose(PAIR)?
+                .purpose(&format!("{low}-{high}"))?
+                .purpose(&format!("x{devices}"))?,
+        };
+        Ok(class.index(sequence))
     }
 
     /// The rank of the process at `index` among this key's processes (see

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{GroupError, Result};
-use nccl_rendezvous::meet::{MAX_RANKS, Meeting};
-use nccl_rendezvous::{PrefixStore, Store};
+use crate::protocols::{INSTANCES, WORLD_SIZE};
+use nccl_rendezvous::Store;
+use nccl_rendezvous::meet::{MAX_RANKS, Meeting, Scope};
 
 /// Where this process stands in its group, and where the ranks meet.
 pub struct Membership {
@@ -26,9 +27,9 @@ pub struct Membership {
     /// ([`ProcessGroup::join_grown`](crate::ProcessGroup::join_grown))
     /// finds the grow's offers here by the group's name alone.
     pub root: Arc<dyn Store>,
-    /// Where this generation's keys live under `root`: `/`-separated
-    /// prefixes, empty for a group made by [`Membership::join`].
-    pub scope: String,
+    /// Where this generation's keys live under `root`: the root scope
+    /// for a group made by [`Membership::join`].
+    pub scope: Scope,
     /// The rendezvous store: `root` under `scope`.
     pub store: Arc<dyn Store>,
     /// The store's address, for error messages.
@@ -72,7 +73,7 @@ impl Membership {
         }
         check_name(name)?;
         same_world_size(&*store, name, world_size)?;
-        let joined = store.add(&format!("{name}/instances"), 1)?;
+        let joined = store.add(&Scope::path(name)?.key(INSTANCES), 1)?;
         let generation = (joined.max(1) as u64 - 1) / world_size as u64;
         crate::diagnostics::trace::event!(
             info,
@@ -89,7 +90,7 @@ impl Membership {
             rank,
             world_size,
             root: Arc::clone(&store),
-            scope: String::new(),
+            scope: Scope::root(),
             store,
             store_address,
             timeout,
@@ -97,50 +98,82 @@ impl Membership {
     }
 
     /// The membership of a later generation of this group (a heal's or a
-    /// grow's), its keys under `root` at `scope`.
+    /// grow's) at `place` (rank, world size), its keys under `root` at
+    /// `scope`.
     ///
     /// # Errors
-    /// A scope with an empty `/`-separated part.
+    /// The store's (none in practice: the scope's parts were checked).
     pub(crate) fn successor(
         &self,
         generation: u64,
-        rank: usize,
-        world_size: usize,
-        scope: String,
+        place: (usize, usize),
+        scope: Scope,
     ) -> Result<Self> {
+        self.descendant(self.name.clone(), generation, place, scope)
+    }
+
+    /// The membership of group `name` (a later generation, or a
+    /// sub-group) made from this one, at `place` (rank, world size), its
+    /// keys under `root` at `scope`.
+    ///
+    /// # Errors
+    /// As [`Membership::successor`].
+    pub(crate) fn descendant(
+        &self,
+        name: String,
+        generation: u64,
+        place: (usize, usize),
+        scope: Scope,
+    ) -> Result<Self> {
+        let (rank, world_size) = place;
         Ok(Self {
-            name: self.name.clone(),
+            name,
             generation,
             rank,
             world_size,
             root: Arc::clone(&self.root),
-            store: scoped_store(&self.root, &scope)?,
+            store: scope.store(&self.root)?,
             scope,
             store_address: self.store_address.clone(),
             timeout: self.timeout,
         })
     }
 
-    /// `scope` under this generation's scope, as a path from `root`.
-    pub(crate) fn nested_scope(&self, scope: &str) -> String {
-        if self.scope.is_empty() {
-            scope.to_string()
-        } else {
-            format!("{}/{scope}", self.scope)
-        }
+    /// The scope of this generation's keys in [`Membership::store`]
+    /// (`<group>/<generation>`).
+    ///
+    /// # Errors
+    /// None in practice: [`Membership::join`] checked the name.
+    pub(crate) fn generation_scope(&self) -> Result<Scope> {
+        Ok(Scope::path(&self.name)?.generation(self.generation))
     }
 
-    /// The meeting of a key's `processes` under `store_key` (each of its
-    /// `/`-separated parts a scope), as the process at `index` among them,
-    /// its waits bounded by the group's timeout.
+    /// The scope of this generation's protocol `purpose` (one of
+    /// [`crate::protocols`]) in [`Membership::store`].
+    ///
+    /// # Errors
+    /// As [`Membership::generation_scope`].
+    pub(crate) fn protocol(&self, purpose: &str) -> Result<Scope> {
+        Ok(self.generation_scope()?.purpose(purpose)?)
+    }
+
+    /// `scope` of [`Membership::store`] as a scope of `root`.
+    pub(crate) fn rooted(&self, scope: Scope) -> Scope {
+        scope.within(&self.scope)
+    }
+
+    /// The meeting of `processes` in `scope` of [`Membership::store`], as
+    /// the process at `index` among them, its waits bounded by the group's
+    /// timeout.
     pub(crate) fn meeting(
         &self,
-        store_key: &str,
+        scope: &Scope,
         index: usize,
         processes: usize,
     ) -> Result<Meeting<Arc<dyn Store>>> {
-        let scoped = scoped_store(&self.store, store_key)?;
-        Ok(Meeting::new(scoped, index, processes)?.with_timeout(self.timeout))
+        Ok(scope
+            .meeting(&self.store, index, processes)?
+            .with_timeout(self.timeout))
     }
 }
 
@@ -151,7 +184,7 @@ impl Membership {
 /// which never meet.
 fn same_world_size(store: &dyn Store, name: &str, world_size: usize) -> Result<()> {
     let mine = world_size.to_string();
-    let recorded = store.compare_set(&format!("{name}/world_size"), None, mine.as_bytes())?;
+    let recorded = store.compare_set(&Scope::path(name)?.key(WORLD_SIZE), None, mine.as_bytes())?;
     let first = recorded.current.unwrap_or_default();
     if recorded.swapped || first == mine.as_bytes() {
         return Ok(());
@@ -181,20 +214,4 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// `store` under `scope`, each of its `/`-separated parts a prefix; the
-/// store itself for an empty scope.
-///
-/// # Errors
-/// An empty part of a non-empty scope.
-pub(crate) fn scoped_store(store: &Arc<dyn Store>, scope: &str) -> Result<Arc<dyn Store>> {
-    if scope.is_empty() {
-        return Ok(Arc::clone(store));
-    }
-    Ok(scope
-        .split('/')
-        .try_fold(Arc::clone(store), |store, part| {
-            PrefixStore::new(store, part).map(|scoped| Arc::new(scoped) as Arc<dyn Store>)
-        })?)
 }

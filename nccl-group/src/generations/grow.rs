@@ -8,8 +8,8 @@ mod join;
 mod offer;
 pub(crate) mod options;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability, UniqueId};
@@ -18,10 +18,12 @@ use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{ABORTED, FAILED, Inner, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
-use crate::engine::membership::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
+use crate::generations::succession::adopt_where_all_made;
 use crate::lineage::GrowPath;
+use crate::protocols::{GROW, GROWN};
+use nccl_rendezvous::meet::Scope;
 use nccl_rendezvous::meet::{MAX_RANKS, Meeting};
 use nccl_rendezvous::{Store, StoreError};
 use offer::{Draft, Offer};
@@ -138,11 +140,7 @@ impl ProcessGroup {
     ///   ([`StoreError::Absent`](crate::StoreError::Absent) naming them),
     ///   or the store failed.
     pub fn grow(&self, new_ranks: usize, options: &GrowOptions) -> Result<Grown> {
-        let mut succession = self
-            .inner
-            .succession
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut succession = self.lock_succession();
         if let Some(record) = succession.record.as_ref() {
             return grown_from(&self.inner, record, new_ranks);
         }
@@ -155,14 +153,7 @@ impl ProcessGroup {
         let world_size = grown_size(m.world_size, new_ranks)?;
         self.refuse_subgroup("process group to grow", "grow")?;
         self.check_growable()?;
-        let graphs = self.inner.captures.live_graphs();
-        if graphs > 0 {
-            return Err(GroupError::GraphsAlive {
-                name: m.name.clone(),
-                action: "grown",
-                graphs,
-            });
-        }
+        self.refuse_live_graphs("grown")?;
         let created = self.inner.cache.keyed();
         let candidate = created
             .iter()
@@ -175,9 +166,8 @@ impl ProcessGroup {
         let (offer, plan) = self.offer(new_ranks, attempt, candidate, options)?;
         let membership = m.successor(
             offer.generation,
-            m.rank,
-            offer.world_size,
-            offer.scope.clone(),
+            (m.rank, offer.world_size),
+            Scope::path(&offer.scope)?,
         )?;
         if offer.world_size != world_size {
             let error = GroupError::InvalidArgument {
@@ -198,7 +188,7 @@ impl ProcessGroup {
         let path = match plan {
             Ok((_, key, comms)) if everyone_can => {
                 let grown = grow_communicator(comms, &next, place, options.timeout)?;
-                let grown = usize::from(carry(&group, &next, *key, grown)?);
+                let grown = adopt_where_all_made(&group, &next, "grown", vec![(*key, grown)])?;
                 GrowPath::Grown {
                     grown,
                     dropped: created.len() - grown,
@@ -265,15 +255,11 @@ impl ProcessGroup {
         options: &GrowOptions,
     ) -> Result<(Offer, std::result::Result<&'a Keyed, String>)> {
         let m = self.inner.cache.membership();
-        let meeting = Meeting::new(
-            scoped_store(
-                &m.store,
-                &format!("{}/{}/grow/{attempt}", m.name, m.generation),
-            )?,
-            m.rank,
-            m.world_size,
-        )?
-        .with_timeout(options.timeout);
+        let meeting = m
+            .protocol(GROW)?
+            .index(attempt)
+            .meeting(&m.store, m.rank, m.world_size)?
+            .with_timeout(options.timeout);
         let mine = proposal(options.grow, candidate.map(|(name, _, _)| name.as_str()));
         let plan = match recreate_reason(&meeting.all_gather("proposal", mine.as_bytes())?) {
             Some(reason) => Err(reason),
@@ -287,9 +273,8 @@ impl ProcessGroup {
                 old_world_size: m.world_size,
                 grows: plan.is_ok(),
             };
-            Offer::publish(&*m.root, &m.name, draft, |index| {
-                m.nested_scope(&format!("{}/{}/grown/{index}", m.name, m.generation))
-            })
+            let grown = m.rooted(m.protocol(GROWN)?);
+            Offer::publish(&*m.root, &m.name, draft, |index| grown.index(index))
         })?;
         Ok((offer, plan))
     }
@@ -396,7 +381,10 @@ fn grow_meeting(
     timeout: Duration,
 ) -> Result<Meeting<Arc<dyn Store>>> {
     let (rank, world_size) = place;
-    Ok(Meeting::new(scoped_store(store, "grow")?, rank, world_size)?.with_timeout(timeout))
+    let meeting = Scope::root()
+        .purpose(GROW)?
+        .meeting(store, rank, world_size)?;
+    Ok(meeting.with_timeout(timeout))
 }
 
 /// Every rank of the new generation, old and new, meets under its scope
@@ -453,30 +441,6 @@ fn share_grow_id(
         return Ok(None);
     }
     Ok(Some(UniqueId::try_from_slice(&bytes)?))
-}
-
-/// Step 4's end on every rank of the new generation: `key`'s `grown`
-/// communicator is adopted where every rank grew it, else dropped
-/// everywhere (made afresh when first used). Whether it was adopted.
-fn carry(
-    group: &ProcessGroup,
-    meeting: &Meeting<Arc<dyn Store>>,
-    key: CommKey,
-    grown: Option<LocalComms>,
-) -> Result<bool> {
-    let everyone = meeting.all_gather("grown", &[u8::from(grown.is_some())])?;
-    let everywhere = everyone.iter().all(|flag| flag.as_slice() == [1]);
-    Ok(match grown {
-        Some(comms) if everywhere => {
-            group.inner.cache.adopt(key, comms);
-            true
-        }
-        Some(comms) => {
-            comms.abort();
-            false
-        }
-        None => false,
-    })
 }
 
 #[cfg(test)]

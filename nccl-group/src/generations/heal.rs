@@ -2,8 +2,8 @@
 //! survivors agree on who is lost, shrink the communicators the failure
 //! revoked (or make fresh ones), and go on as the next generation.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability};
@@ -13,11 +13,11 @@ use crate::engine::generation::{Record, Replacement};
 use crate::engine::group::{DESTROYED, Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
-use crate::engine::membership::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::{FailureCause, FailureDetails};
+use crate::generations::succession::adopt_where_all_made;
 use crate::lineage::HealPath;
-use nccl_rendezvous::meet::Meeting;
+use crate::protocols::{CARRY, HEALED};
 use nccl_rendezvous::meet::agree::{AgreeOptions, Agreement, agree_survivors};
 
 pub(crate) mod options;
@@ -81,23 +81,12 @@ impl ProcessGroup {
     /// - A store error: the decision is unknown to this rank; calling
     ///   again once the store answers returns it.
     pub fn heal(&self, options: &HealOptions) -> Result<Healed> {
-        let mut succession = self
-            .inner
-            .succession
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut succession = self.lock_succession();
         if let Some(record) = succession.record.as_ref() {
             return healed_from(&self.inner, record);
         }
         self.refuse_subgroup("process group to heal", "heal")?;
-        let graphs = self.inner.captures.live_graphs();
-        if graphs > 0 {
-            return Err(GroupError::GraphsAlive {
-                name: self.name().to_string(),
-                action: "healed",
-                graphs,
-            });
-        }
+        self.refuse_live_graphs("healed")?;
         let m = self.inner.cache.membership();
         check_options(options, m.rank, m.world_size)?;
         if self.options().on_failure == crate::failure::FailurePolicy::AbortProcess {
@@ -111,7 +100,7 @@ impl ProcessGroup {
         }
         let details = self.stop_for_heal(options)?;
         let suspects = suspects(&details, options, m.rank, m.world_size);
-        let agree_store = scoped_store(&m.store, &format!("{}/{}", m.name, m.generation))?;
+        let agree_store = m.generation_scope()?.store(&m.store)?;
         let agreement = agree_survivors(
             &*agree_store,
             m.generation,
@@ -208,11 +197,10 @@ impl ProcessGroup {
     /// name can meet them).
     fn next_generation(&self, agreement: &Agreement) -> Result<ProcessGroup> {
         let m = self.inner.cache.membership();
-        let scope = m.nested_scope(&format!("{}/{}/healed", m.name, m.generation));
+        let scope = m.rooted(m.protocol(HEALED)?);
         let membership = m.successor(
             agreement.generation(),
-            agreement.rank(),
-            agreement.world_size(),
+            (agreement.rank(), agreement.world_size()),
             scope,
         )?;
         self.successor_group(membership)
@@ -259,12 +247,10 @@ impl ProcessGroup {
             })
             .collect();
         let g = group.inner.cache.membership();
-        let meeting = Meeting::new(
-            scoped_store(&g.store, &format!("{}/{}/carry", g.name, g.generation))?,
-            g.rank,
-            g.world_size,
-        )?
-        .with_timeout(options.timeout);
+        let meeting = g
+            .protocol(CARRY)?
+            .meeting(&g.store, g.rank, g.world_size)?
+            .with_timeout(options.timeout);
         // Each rank's shrinkable names, then a NUL, then why it refused the
         // others: every rank can then say why a shrink did not happen.
         let names: Vec<&str> = mine.iter().map(|(name, _, _)| name.as_str()).collect();
@@ -323,20 +309,8 @@ impl ProcessGroup {
                 }
             })
             .collect();
-        let flags: Vec<u8> = shrunk.iter().map(|s| u8::from(s.is_some())).collect();
-        let everyone = meeting.all_gather("shrunk", &flags)?;
-        let mut carried = 0;
-        for (index, (comms, (_, key, _))) in shrunk.into_iter().zip(&common).enumerate() {
-            let everywhere = everyone.iter().all(|theirs| theirs.get(index) == Some(&1));
-            match comms {
-                Some(comms) if everywhere => {
-                    group.inner.cache.adopt(*key, comms);
-                    carried += 1;
-                }
-                Some(comms) => comms.abort(),
-                None => {}
-            }
-        }
+        let made = common.iter().map(|(_, key, _)| *key).zip(shrunk).collect();
+        let carried = adopt_where_all_made(group, &meeting, "shrunk", made)?;
         if carried == 0 {
             return recreated(format!(
                 "ncclCommShrink failed on a survivor ({})",

@@ -7,12 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::engine::failing;
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, LIVE, ProcessGroup};
-use crate::engine::membership::scoped_store;
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
 use crate::health::watchdog::{Bounded, run_bounded};
 use crate::options::CommMode;
-use nccl_rendezvous::meet::Meeting;
+use crate::protocols::SHUTDOWN;
 
 impl ProcessGroup {
     /// Aborts every communicator of the group, from any thread; calls
@@ -190,10 +189,10 @@ impl ProcessGroup {
             return destroyed;
         }
         let m = self.inner.cache.membership();
-        let store = scoped_store(&m.store, &format!("{}/{}/shutdown", m.name, m.generation))?;
-        let left = Meeting::new(store, m.rank, m.world_size)
-            .and_then(|meeting| meeting.with_timeout(m.timeout).leave(0))
-            .map_err(GroupError::from);
+        let left = m
+            .protocol(SHUTDOWN)
+            .and_then(|scope| m.meeting(&scope, m.rank, m.world_size))
+            .and_then(|meeting| Ok(meeting.leave(0)?));
         destroyed.and(left)
     }
 }

@@ -16,12 +16,13 @@ use crate::engine::failing::Finish;
 use crate::engine::group::{Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
-use crate::engine::membership::{Membership, scoped_store};
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
+use crate::protocols::{SPLIT, SUBGROUPS};
 use crate::ranks::{GroupRank, Members, Numbering, Rank};
 use nccl_rendezvous::Store;
 use nccl_rendezvous::meet::Meeting;
+use nccl_rendezvous::meet::Scope;
 
 /// The variable with which NCCL overrides `Config::with_split_share` when the
 /// parent is created (a value other than 0 or 1 counts as 0).
@@ -224,13 +225,8 @@ impl ProcessGroup {
         let index = children.made;
         children.made += 1;
         let m = self.inner.cache.membership();
-        let scope = m.nested_scope(&format!("{}/{}/sub/{index}", m.name, m.generation));
-        let meeting = Meeting::new(
-            scoped_store(&m.root, &format!("{scope}/split"))?,
-            m.rank,
-            m.world_size,
-        )?
-        .with_timeout(m.timeout);
+        let scope = m.protocol(SUBGROUPS)?.index(index);
+        let meeting = m.meeting(&scope.clone().purpose(SPLIT)?, m.rank, m.world_size)?;
         let layout = match self
             .check_live()
             .and_then(|()| Layout::new(lists, m.world_size, argument))
@@ -263,13 +259,13 @@ impl ProcessGroup {
         // Each list's sub-group meets in a scope of its own.
         let group = self.subgroup_of(
             (index, color),
-            format!("{scope}/{color}"),
+            m.rooted(scope.index(color as u64)),
             layout.list(color),
             rank,
             path,
         )?;
         if let Some((key, comms)) = child {
-            group.inner.cache.adopt(key, comms);
+            group.inner.cache.adopt(key, comms)?;
         }
         children.groups.retain(|group| group.strong_count() > 0);
         children.groups.push(Arc::downgrade(&group.inner));
@@ -417,14 +413,14 @@ impl ProcessGroup {
 
     /// The sub-group of list `color` of split number `index`
     /// (`which`), of the ranks `list`, as its rank `rank`, its store keys
-    /// under `scope`, made by `path`.
+    /// under `scope` (from the root store), made by `path`.
     ///
     /// # Errors
     /// A scope the store refuses; no watchdog thread.
     fn subgroup_of(
         &self,
         which: (u64, usize),
-        scope: String,
+        scope: Scope,
         list: &[usize],
         rank: usize,
         path: SplitPath,
@@ -445,17 +441,8 @@ impl ProcessGroup {
             global_ranks,
             path,
         };
-        let membership = Membership {
-            name: format!("{}/sub{index}.{color}", m.name),
-            generation: 0,
-            rank,
-            world_size: list.len(),
-            root: Arc::clone(&m.root),
-            store: scoped_store(&m.root, &scope)?,
-            scope,
-            store_address: m.store_address.clone(),
-            timeout: m.timeout,
-        };
+        let name = Scope::path(&m.name)?.purpose(&format!("sub{index}.{color}"))?;
+        let membership = m.descendant(name.to_string(), 0, (rank, list.len()), scope)?;
         let group = Self::start(
             membership,
             self.options().clone(),

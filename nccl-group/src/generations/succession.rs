@@ -3,15 +3,19 @@
 //! generation (its handles refuse every call, its communicators are
 //! released).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard, PoisonError};
 
 use crate::engine::failing::{Findings, abort_bounded};
-use crate::engine::generation::Record;
+use crate::engine::generation::{Record, Succession};
 use crate::engine::group::{HEALED, Inner, ProcessGroup};
+use crate::engine::key::CommKey;
+use crate::engine::local_comms::LocalComms;
 use crate::engine::membership::Membership;
 use crate::error::GroupError;
 use crate::failure::FailureCause;
+use nccl_rendezvous::Store;
+use nccl_rendezvous::meet::Meeting;
 
 impl Record {
     /// What a heal or grow gives back: the successor's handle with the
@@ -30,6 +34,31 @@ impl Record {
 }
 
 impl ProcessGroup {
+    /// This generation's succession, locked for a heal or a grow: held
+    /// throughout, so that concurrent calls make one.
+    pub(crate) fn lock_succession(&self) -> MutexGuard<'_, Succession> {
+        self.inner
+            .succession
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses to replace this generation (`action`: "healed", "grown")
+    /// while a [`GroupGraph`](crate::GroupGraph) of it lives.
+    ///
+    /// # Errors
+    /// [`GroupError::GraphsAlive`] naming how many.
+    pub(crate) fn refuse_live_graphs(&self, action: &'static str) -> Result<(), GroupError> {
+        match self.inner.captures.live_graphs() {
+            0 => Ok(()),
+            graphs => Err(GroupError::GraphsAlive {
+                name: self.name().to_string(),
+                action,
+                graphs,
+            }),
+        }
+    }
+
     /// The group of a later generation of this one, `membership`, with
     /// this handle's operation timeout and stream mode, the same options
     /// and local rank, and the same device pools (streams and events).
@@ -53,6 +82,41 @@ impl ProcessGroup {
             ..group
         })
     }
+}
+
+/// The carry of communicators into a new generation, a heal's shrunk
+/// ones or a grow's grown one: each of `made` (a key, and the communicator
+/// this rank made for it, if it could) is adopted into `group` where
+/// every rank of `meeting` made it, and aborted where one did not (it is
+/// then made afresh when first used). The ranks tell each other in one
+/// gather under `label`. How many were adopted.
+///
+/// # Errors
+/// The meeting's.
+pub(crate) fn adopt_where_all_made(
+    group: &ProcessGroup,
+    meeting: &Meeting<Arc<dyn Store>>,
+    label: &str,
+    made: Vec<(CommKey, Option<LocalComms>)>,
+) -> Result<usize, GroupError> {
+    let flags: Vec<u8> = made
+        .iter()
+        .map(|(_, comms)| u8::from(comms.is_some()))
+        .collect();
+    let everyone = meeting.all_gather(label, &flags)?;
+    let mut adopted = 0;
+    for (index, (key, comms)) in made.into_iter().enumerate() {
+        let everywhere = everyone.iter().all(|theirs| theirs.get(index) == Some(&1));
+        match comms {
+            Some(comms) if everywhere => {
+                group.inner.cache.adopt(key, comms)?;
+                adopted += 1;
+            }
+            Some(comms) => comms.abort(),
+            None => {}
+        }
+    }
+    Ok(adopted)
 }
 
 impl Inner {

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
 use crate::diagnostics::recorder::records::{OpRecord, PeerProgress};
 use nccl_rendezvous::Store;
+use nccl_rendezvous::meet::Scope;
 
 /// How many of its last collectives a failing rank publishes (about 100
 /// bytes each).
@@ -48,17 +49,14 @@ impl PeerReport {
     }
 }
 
-/// The store key of `rank`'s report under `scope` (`<group>/<generation>`).
-fn key(scope: &str, rank: usize) -> String {
-    format!("{scope}/progress/{rank}")
-}
-
 /// Publishes this rank's report. A store that fails leaves the others
 /// without it; they count this rank as silent, which is the truth as
 /// they see it.
-pub(crate) fn publish(store: &dyn Store, scope: &str, mine: &PeerReport) {
+/// Each report's key is its rank in `scope`, the generation's
+/// [`PROGRESS`](crate::protocols::PROGRESS) scope.
+pub(crate) fn publish(store: &dyn Store, scope: &Scope, mine: &PeerReport) {
     if let Ok(bytes) = serde_json::to_vec(mine) {
-        let _ = store.set(&key(scope, mine.progress.rank), &bytes);
+        let _ = store.set(&scope.key(mine.progress.rank), &bytes);
     }
 }
 
@@ -66,7 +64,7 @@ pub(crate) fn publish(store: &dyn Store, scope: &str, mine: &PeerReport) {
 /// answer within `wait` in all (then those already there), in rank order.
 pub(crate) fn gather(
     store: &dyn Store,
-    scope: &str,
+    scope: &Scope,
     mine: PeerReport,
     world_size: usize,
     wait: Duration,
@@ -79,7 +77,7 @@ pub(crate) fn gather(
         // a silent rank does not hide the ranks after it; once the store
         // fails (each further request could take its own timeouts), the
         // ranks not asked count as silent.
-        let key = key(scope, rank);
+        let key = scope.key(rank);
         let left = deadline.saturating_duration_since(Instant::now());
         let answer = match left.is_zero() {
             true => store.try_get(&key),

@@ -48,7 +48,10 @@ fn collective_key_every_process_gets_rank0_id() {
     assert_eq!(ids.load(Ordering::SeqCst), 1001, "one id made in all");
     // Published under the documented key.
     let published = store
-        .try_get(&format!("{}/share/unique-id", key.store_key("g", 0, 0)))
+        .try_get(&format!(
+            "{}/share/unique-id",
+            key.store_key("g", 0, 0).unwrap()
+        ))
         .unwrap()
         .expect("rank 0 published the id");
     assert_eq!(published, rank0_id.as_bytes());
@@ -178,7 +181,10 @@ fn pair_keys_only_the_two_processes_meet() {
     };
     assert!(
         store
-            .try_get(&format!("{}/share/unique-id", pair.store_key("p2p", 0, 0)))
+            .try_get(&format!(
+                "{}/share/unique-id",
+                pair.store_key("p2p", 0, 0).unwrap()
+            ))
             .unwrap()
             .is_some()
     );
@@ -187,7 +193,7 @@ fn pair_keys_only_the_two_processes_meet() {
         store
             .try_get(&format!(
                 "{}/share/unique-id",
-                collective.store_key("p2p", 0, 0)
+                collective.store_key("p2p", 0, 0).unwrap()
             ))
             .unwrap()
             .is_none(),

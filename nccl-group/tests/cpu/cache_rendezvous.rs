@@ -63,7 +63,7 @@ fn rendezvous_timeout_names_key_creator_and_store_then_retry_succeeds() {
 
     // Rank 0 never reaches the collective: rank 1 gives up after SHORT.
     let error = rank1.get(&key).unwrap_err();
-    assert_rendezvous(&error, &key.store_key("late", 0, 0), 0, ADDRESS);
+    assert_rendezvous(&error, &key.store_key("late", 0, 0).unwrap(), 0, ADDRESS);
     assert!(rank1.factory().creates().is_empty());
     assert_eq!(rank1.factory().unique_ids(), 0);
 
@@ -87,7 +87,12 @@ fn pair_rendezvous_timeout_names_the_lower_rank() {
         devices: devices(&[0]),
     };
     let error = caches[3].get(&key).unwrap_err();
-    assert_rendezvous(&error, &key.store_key("quiet", 0, 0), 1, "in-process");
+    assert_rendezvous(
+        &error,
+        &key.store_key("quiet", 0, 0).unwrap(),
+        1,
+        "in-process",
+    );
 }
 
 #[test]
@@ -112,7 +117,9 @@ fn groups_with_different_names_do_not_see_each_others_ids() {
     let error = gamma1.get(&CommKey::Collective(devices(&[0]))).unwrap_err();
     assert_rendezvous(
         &error,
-        &CommKey::Collective(devices(&[0])).store_key("gamma", 0, 0),
+        &CommKey::Collective(devices(&[0]))
+            .store_key("gamma", 0, 0)
+            .unwrap(),
         0,
         "in-process",
     );
@@ -134,8 +141,16 @@ fn rejoining_a_name_gives_generation_1_and_fresh_ids() {
     let rank1 = process(&store, "again", 1, 2, SHORT, FakeFactory::new(&ids));
     assert_eq!(rank1.membership().generation, 1);
     let error = rank1.get(&key).unwrap_err();
-    assert_rendezvous(&error, &key.store_key("again", 1, 0), 0, "in-process");
-    assert_ne!(key.store_key("again", 0, 0), key.store_key("again", 1, 0));
+    assert_rendezvous(
+        &error,
+        &key.store_key("again", 1, 0).unwrap(),
+        0,
+        "in-process",
+    );
+    assert_ne!(
+        key.store_key("again", 0, 0).unwrap(),
+        key.store_key("again", 1, 0).unwrap()
+    );
 
     let rank0 = process(&store, "again", 0, 2, SHORT, FakeFactory::new(&ids));
     assert_eq!(rank0.membership().generation, 1);
@@ -196,7 +211,7 @@ fn factory_errors_reach_the_caller_and_the_next_call_retries() {
     assert_eq!(cache.factory().creates().len(), 2);
     // The retry made (and published) a fresh id.
     assert_eq!(cache.factory().unique_ids(), 2);
-    let published = format!("{}/share/unique-id", key.store_key("flaky", 0, 0));
+    let published = format!("{}/share/unique-id", key.store_key("flaky", 0, 0).unwrap());
     assert_eq!(
         store.try_get(&published).unwrap().unwrap(),
         created.id.as_bytes()

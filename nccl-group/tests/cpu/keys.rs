@@ -154,22 +154,25 @@ fn store_keys_are_scoped_by_group_generation_class_and_sequence() {
         high: 2,
         devices,
     };
-    assert_eq!(collective.store_key("g", 3, 0), "g/3/comm/x2/0");
-    assert_eq!(pair.store_key("g", 3, 5), "g/3/p2p/0-2/x2/5");
+    assert_eq!(collective.store_key("g", 3, 0).unwrap(), "g/3/comm/x2/0");
+    assert_eq!(pair.store_key("g", 3, 5).unwrap(), "g/3/p2p/0-2/x2/5");
 
     let keys: HashSet<String> = [
-        collective.store_key("g", 0, 0),
-        collective.store_key("g", 1, 0),
-        collective.store_key("g", 0, 1),
-        collective.store_key("h", 0, 0),
-        pair.store_key("g", 0, 0),
+        collective.store_key("g", 0, 0).unwrap(),
+        collective.store_key("g", 1, 0).unwrap(),
+        collective.store_key("g", 0, 1).unwrap(),
+        collective.store_key("h", 0, 0).unwrap(),
+        pair.store_key("g", 0, 0).unwrap(),
         CommKey::PointToPoint {
             low: 1,
             high: 2,
             devices,
         }
-        .store_key("g", 0, 0),
-        CommKey::Collective(list(&[0])).store_key("g", 0, 0),
+        .store_key("g", 0, 0)
+        .unwrap(),
+        CommKey::Collective(list(&[0]))
+            .store_key("g", 0, 0)
+            .unwrap(),
     ]
     .into_iter()
     .collect();
@@ -180,8 +183,12 @@ fn store_keys_are_scoped_by_group_generation_class_and_sequence() {
 fn store_keys_ignore_which_local_devices() {
     // Processes on different GPUs (GPU = local rank) must meet.
     assert_eq!(
-        CommKey::Collective(list(&[1, 0])).store_key("g", 0, 0),
-        CommKey::Collective(list(&[2, 3])).store_key("g", 0, 0)
+        CommKey::Collective(list(&[1, 0]))
+            .store_key("g", 0, 0)
+            .unwrap(),
+        CommKey::Collective(list(&[2, 3]))
+            .store_key("g", 0, 0)
+            .unwrap()
     );
 }
 

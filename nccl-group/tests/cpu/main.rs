@@ -16,4 +16,5 @@ mod keys;
 mod once_map;
 mod ras;
 mod settings_never_panic;
+mod store_keys;
 mod subgroups;

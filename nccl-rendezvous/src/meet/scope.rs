@@ -3,7 +3,9 @@
 //!
 //! A [`Scope`] starts at a group's name and goes down by generation,
 //! purpose and index (`Scope::group("trainer")?.generation(2).purpose("grow")`
-//! is `trainer/2/grow`); [`Scope::key`] names one key in it and
+//! is `trainer/2/grow`); [`Scope::path`] starts at a nested name
+//! (`trainer/sub0.1`, one part a name) and [`Scope::root`] at the store
+//! itself. [`Scope::key`] names one key in it and
 //! [`Scope::store`] (or [`Scope::meeting`]) hands out the store that keeps
 //! every key of a protocol below it. Every part is checked once, when it
 //! is added: a part is never empty and never holds `/`, so two different
@@ -29,6 +31,23 @@ impl Scope {
     /// [`StoreError::InvalidArgument`] for an empty name or one with `/`.
     pub fn group(name: &str) -> Result<Self> {
         Scope { parts: Vec::new() }.part("group name", name)
+    }
+
+    /// The scope of a `/`-separated path of names (a nested group's name,
+    /// or a scope read back from the store), one part a name.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidArgument`] for an empty path or one with an
+    /// empty part.
+    pub fn path(path: &str) -> Result<Self> {
+        path.split('/')
+            .try_fold(Scope::root(), |scope, part| scope.part("scope path", part))
+    }
+
+    /// The empty scope: keys at the top of the store they are given to.
+    #[must_use]
+    pub fn root() -> Self {
+        Scope { parts: Vec::new() }
     }
 
     /// The scope of generation `generation` below this one.
@@ -61,9 +80,14 @@ impl Scope {
         }
     }
 
-    /// The full key of `leaf` in this scope.
+    /// The full key of `leaf` in this scope (`leaf` itself in the root
+    /// scope).
     pub fn key(&self, leaf: impl fmt::Display) -> String {
-        format!("{self}/{leaf}")
+        if self.parts.is_empty() {
+            leaf.to_string()
+        } else {
+            format!("{self}/{leaf}")
+        }
     }
 
     /// `store` with every key below this scope (nested [`PrefixStore`]s,
@@ -135,6 +159,26 @@ mod tests {
         assert_eq!(scope.key("tickets"), "trainer/2/grow/7/tickets");
         let sub = Scope::group("sub0").unwrap().within(&scope);
         assert_eq!(sub.to_string(), "trainer/2/grow/7/sub0");
+    }
+
+    #[test]
+    fn a_path_is_one_part_a_name_and_the_root_has_none() {
+        let path = Scope::path("trainer/sub0.1").unwrap();
+        assert_eq!(
+            path,
+            Scope::group("trainer").unwrap().purpose("sub0.1").unwrap()
+        );
+        assert_eq!(
+            path.clone().generation(0).key("failed"),
+            "trainer/sub0.1/0/failed"
+        );
+        assert_eq!(Scope::root().to_string(), "");
+        assert_eq!(Scope::root().key("instances"), "instances");
+        assert_eq!(path.clone().within(&Scope::root()), path);
+        for bad in ["", "a//b", "/a", "a/"] {
+            let error = Scope::path(bad).unwrap_err();
+            assert!(error.to_string().contains("scope path"), "{error}");
+        }
     }
 
     #[test]

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 use super::*;
 use nccl_rendezvous::InProcessStore;
 
+/// The checks' scope of generation 0 of group `g`.
+fn scope() -> Scope {
+    Scope::path("g/0/checks").unwrap()
+}
+
 const WORLD: usize = 4;
 const ISSUED: u64 = 120;
 const ODD: usize = 3;
@@ -60,7 +65,7 @@ fn run(
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let ranks: Vec<_> = (0..WORLD)
         .map(|rank| {
-            let checker = Checker::new(every, "g/0/checks".into(), rank, WORLD, Arc::clone(&store));
+            let checker = Checker::new(every, scope(), rank, WORLD, Arc::clone(&store));
             let sequence = sequence(rank);
             thread::spawn(move || {
                 for (n, issued) in (0..).zip(sequence) {
@@ -236,7 +241,7 @@ fn a_withdrawn_collective_gives_its_number_and_window_to_the_next() {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
-            let checker = Checker::new(4, "g/0/checks".into(), rank, 2, Arc::clone(&store));
+            let checker = Checker::new(4, scope(), rank, 2, Arc::clone(&store));
             thread::spawn(move || {
                 let deadline = Instant::now() + PATIENCE;
                 let check = |issued| checker.check(issued, deadline, &|| Ok::<(), ()>(()));
@@ -280,7 +285,7 @@ fn the_store_keeps_the_last_windows_only() {
     let shared: Arc<dyn Store> = Arc::clone(&store) as _;
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
-            let checker = Checker::new(1, "g/0/checks".into(), rank, 2, Arc::clone(&shared));
+            let checker = Checker::new(1, scope(), rank, 2, Arc::clone(&shared));
             thread::spawn(move || {
                 let deadline = Instant::now() + PATIENCE;
                 for n in 0..10 {
@@ -309,7 +314,7 @@ fn the_store_keeps_the_last_windows_only() {
 #[test]
 fn a_wait_ends_when_the_group_stops() {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let checker = Checker::new(1, "g/0/checks".into(), 0, 2, store);
+    let checker = Checker::new(1, scope(), 0, 2, store);
     let stopped = checker
         .check(all_reduce(), Instant::now() + PATIENCE, &|| {
             Err("the group failed")

@@ -6,15 +6,17 @@ use std::time::Duration;
 use nccl_core::{Capabilities, Capability};
 
 use super::offer::await_place;
-use super::{arrive, carry, share_grow_id};
+use super::{arrive, share_grow_id};
 use crate::devices::DeviceList;
 use crate::engine::cache::OnceMap;
 use crate::engine::group::ProcessGroup;
 use crate::engine::key::CommKey;
-use crate::engine::membership::{Membership, check_name, scoped_store};
+use crate::engine::membership::{Membership, check_name};
 use crate::error::{GroupError, Result};
+use crate::generations::succession::adopt_where_all_made;
 use crate::options::GroupOptions;
 use nccl_rendezvous::Store;
+use nccl_rendezvous::meet::Scope;
 
 impl ProcessGroup {
     /// Joins the group `name` as a new process when its ranks
@@ -58,14 +60,15 @@ impl ProcessGroup {
         let store_address = store_address.into();
         let (offer, rank) = await_place(&*store, name, &store_address, timeout)?;
         crate::diagnostics::trace::event!(info, group = name, rank, offer = ?offer, "offered a place");
+        let scope = Scope::path(&offer.scope)?;
         let membership = Membership {
             name: name.to_string(),
             generation: offer.generation,
             rank,
             world_size: offer.world_size,
-            store: scoped_store(&store, &offer.scope)?,
+            store: scope.store(&store)?,
             root: store,
-            scope: offer.scope.clone(),
+            scope,
             store_address,
             timeout: options.timeout,
         };
@@ -100,7 +103,7 @@ impl ProcessGroup {
                     })
                     .ok()
             });
-            carry(&group, &meeting, key, joined)?;
+            adopt_where_all_made(&group, &meeting, "grown", vec![(key, joined)])?;
         }
         Ok(group)
     }

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{GroupError, Result};
+use crate::protocols::GROW;
 use nccl_rendezvous::Store;
+use nccl_rendezvous::meet::Scope;
 
 /// One grow's offer to the joining processes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,20 +59,40 @@ pub(crate) struct Draft {
 /// comes).
 const OFFER_SLICE: Duration = Duration::from_millis(500);
 
-fn tickets_key(name: &str) -> String {
-    format!("{name}/grow/tickets")
+/// The keys of group `name`'s grow offers, below `<group>/grow`.
+struct Keys {
+    scope: Scope,
+    offers: Scope,
 }
 
-fn granted_key(name: &str) -> String {
-    format!("{name}/grow/granted")
-}
+impl Keys {
+    fn of(name: &str) -> Result<Self> {
+        let scope = Scope::path(name)?.purpose(GROW)?;
+        Ok(Keys {
+            offers: scope.clone().purpose("offer")?,
+            scope,
+        })
+    }
 
-fn offers_key(name: &str) -> String {
-    format!("{name}/grow/offers")
-}
+    /// How many tickets (places) joining processes have taken.
+    fn tickets(&self) -> String {
+        self.scope.key("tickets")
+    }
 
-fn offer_key(name: &str, index: u64) -> String {
-    format!("{name}/grow/offer/{index}")
+    /// How many tickets the offers so far cover.
+    fn granted(&self) -> String {
+        self.scope.key("granted")
+    }
+
+    /// How many offers rank 0 numbered.
+    fn offers(&self) -> String {
+        self.scope.key("offers")
+    }
+
+    /// Offer number `index`.
+    fn offer(&self, index: u64) -> String {
+        self.offers.key(index)
+    }
 }
 
 impl Offer {
@@ -85,21 +107,22 @@ impl Offer {
         root: &dyn Store,
         name: &str,
         draft: Draft,
-        scope_of: impl FnOnce(u64) -> String,
+        scope_of: impl FnOnce(u64) -> Scope,
     ) -> Result<Self> {
+        let keys = Keys::of(name)?;
         let count = i64::try_from(draft.count).unwrap_or(i64::MAX);
-        let end = root.add(&granted_key(name), count)?;
-        let index = u64::try_from(root.add(&offers_key(name), 1)? - 1).unwrap_or_default();
+        let end = root.add(&keys.granted(), count)?;
+        let index = u64::try_from(root.add(&keys.offers(), 1)? - 1).unwrap_or_default();
         let offer = Offer {
             first_ticket: end - count + 1,
             count: draft.count,
             generation: draft.generation,
-            scope: scope_of(index),
+            scope: scope_of(index).to_string(),
             old_world_size: draft.old_world_size,
             world_size: draft.old_world_size + draft.count,
             grows: draft.grows,
         };
-        root.set(&offer_key(name, index), &offer.encode())?;
+        root.set(&keys.offer(index), &offer.encode())?;
         crate::diagnostics::trace::event!(info, group = name, index, offer = ?offer, "grow offered");
         Ok(offer)
     }
@@ -141,7 +164,8 @@ pub(crate) fn await_place(
     store_address: &str,
     timeout: Duration,
 ) -> Result<(Offer, usize)> {
-    let ticket = root.add(&tickets_key(name), 1)?;
+    let keys = Keys::of(name)?;
+    let ticket = root.add(&keys.tickets(), 1)?;
     crate::diagnostics::trace::event!(
         info,
         group = name,
@@ -155,13 +179,13 @@ pub(crate) fn await_place(
         // An offer numbered but never written (its rank 0 died between
         // the two) must not block the joiners of later grows: once a later
         // offer is numbered, the missing one never comes, and is skipped.
-        if root.try_get(&offer_key(name, index))?.is_none()
-            && u64::try_from(root.add(&offers_key(name), 0)?).unwrap_or(0) > index + 1
+        if root.try_get(&keys.offer(index))?.is_none()
+            && u64::try_from(root.add(&keys.offers(), 0)?).unwrap_or(0) > index + 1
         {
             index += 1;
             continue;
         }
-        let bytes = match root.get(&offer_key(name, index), left.min(OFFER_SLICE)) {
+        let bytes = match root.get(&keys.offer(index), left.min(OFFER_SLICE)) {
             Ok(bytes) => bytes,
             Err(error) if error.is_timeout() && !left.is_zero() => continue,
             Err(error) if error.is_timeout() => {

@@ -122,7 +122,7 @@ fn a_healed_group_grows_back_with_a_new_process() {
     // Every rank of generation 2 meets under one scope, from the root.
     for group in grown.iter().map(Grown::group).chain([&joined]) {
         assert_eq!(
-            group.inner.cache.membership().scope,
+            group.inner.cache.membership().scope.to_string(),
             "heal-grow/0/healed/heal-grow/1/grown/0"
         );
     }
@@ -260,7 +260,7 @@ fn a_grow_without_its_new_process_changes_nothing_and_the_late_one_joins_the_nex
     let joined = joined.into_iter().next().expect("one").expect("joined");
     assert_eq!((joined.rank(), joined.generation()), (2, 1));
     assert_eq!(
-        joined.inner.cache.membership().scope,
+        joined.inner.cache.membership().scope.to_string(),
         "grow-late/0/grown/1",
         "the second offer's scope"
     );

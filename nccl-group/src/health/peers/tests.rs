@@ -86,14 +86,9 @@ fn the_ranks_that_answer_name_the_divergence_and_a_silent_one_lags() {
             let store = Arc::clone(&store);
             thread::spawn(move || {
                 let mine = report(rank, &stuck_at_57(if rank == 3 { 257 } else { 256 }));
-                publish(&*store, "trainer/0", &mine);
-                let reports = gather(
-                    &*store,
-                    "trainer/0",
-                    mine,
-                    WORLD,
-                    Duration::from_millis(500),
-                );
+                let scope = Scope::path("trainer/0/progress").unwrap();
+                publish(&*store, &scope, &mine);
+                let reports = gather(&*store, &scope, mine, WORLD, Duration::from_millis(500));
                 (rank, reports)
             })
         })
