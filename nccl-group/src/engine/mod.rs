@@ -12,7 +12,6 @@ pub(crate) mod capture;
 pub(crate) mod captures;
 pub(crate) mod checking;
 pub(crate) mod comms;
-mod deprecated;
 pub(crate) mod dumping;
 pub(crate) mod factory;
 pub(crate) mod failing;
