@@ -146,7 +146,12 @@ fn main() {
         .expect("a communicator of one");
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let options = GroupOptions::default().with_dump_dir(None);
-    let group = ProcessGroup::new("graph-cost", 0, 1, store, "in-process", options)
+    let group = ProcessGroup::builder("graph-cost")
+        .rank(0)
+        .world_size(1)
+        .store(store)
+        .options(options)
+        .build()
         .expect("a group of one");
     let mut summary = Vec::new();
     for n in OPERATIONS {

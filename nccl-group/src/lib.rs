@@ -74,6 +74,7 @@ pub use diagnostics::dumps::DUMP_DIR_VARIABLE;
 pub use diagnostics::{analysis, dumps, ras, recorder};
 pub use engine::batch::{Coalesced, P2POp};
 pub use engine::buffers::{GroupBuffers, GroupTensor};
+pub use engine::builder::GroupBuilder;
 pub use engine::capture::GraphCapture;
 pub use engine::graph::GroupGraph;
 pub use engine::group::ProcessGroup;

@@ -7,6 +7,7 @@
 pub(crate) mod alarm;
 pub(crate) mod batch;
 pub(crate) mod buffers;
+pub(crate) mod builder;
 pub(crate) mod cache;
 pub(crate) mod capture;
 pub(crate) mod captures;

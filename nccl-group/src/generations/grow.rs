@@ -1,5 +1,5 @@
 //! Growing a group with new processes ([`ProcessGroup::grow`] on the
-//! group's ranks, [`ProcessGroup::join_grown`] on the new ones): the
+//! group's ranks, [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown) on the new ones): the
 //! world size goes back up after a heal, without a restart. Where NCCL
 //! has `ncclCommGrow` (2.29.2) the group's communicator admits the new
 //! ranks; otherwise every communicator is made afresh.
@@ -75,7 +75,7 @@ fn recreate_reason(proposals: &[Vec<u8>]) -> Option<String> {
 
 impl ProcessGroup {
     /// Grows the group by `new_ranks` new processes, which call
-    /// [`ProcessGroup::join_grown`]: every current rank calls it, and the
+    /// [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown): every current rank calls it, and the
     /// ranks go on together, the new ones included, as the next
     /// generation. (`docs/group/recovery.md`, "Growing back", has the
     /// protocol and an example.)

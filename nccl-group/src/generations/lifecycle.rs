@@ -163,7 +163,7 @@ impl ProcessGroup {
     /// race: [`destroy`](Self::destroy) (after the group's sub-groups:
     /// refused while one is live), then every rank leaves the group's
     /// store so that rank 0, which hosts the TCP store of a group made
-    /// from a launch ([`ProcessGroup::from_env`], `from_config`), leaves
+    /// from a launch ([`ProcessGroup::from_env`], [`GroupBuilder::config`](crate::GroupBuilder::config)), leaves
     /// last: its call returns once every rank has called `shutdown`
     /// (bounded by [`GroupOptions::timeout`](crate::GroupOptions::timeout)),
     /// so no rank still making a communicator, or reporting a failure,

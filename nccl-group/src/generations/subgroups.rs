@@ -139,8 +139,8 @@ impl ProcessGroup {
     }
 
     /// Where this group sits in the group it was split from; `None` for a
-    /// root group (made by [`new`](Self::new), `from_env`, `from_config`,
-    /// a heal or a grow).
+    /// root group (made by [`builder`](Self::builder), `from_env`, a heal
+    /// or a grow).
     pub fn subgroup(&self) -> Option<&SubGroup> {
         self.inner.lineage.as_deref()
     }

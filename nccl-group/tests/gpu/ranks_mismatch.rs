@@ -195,15 +195,14 @@ fn join(
     if every.is_none() {
         options = options.with_op_timeout(HANG_TIMEOUT);
     }
-    ProcessGroup::new(
-        name,
-        ctx.rank(),
-        ctx.world(),
-        std::sync::Arc::clone(&store.store),
-        store.address.clone(),
-        options,
-    )
-    .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()))
+    ProcessGroup::builder(name)
+        .rank(ctx.rank())
+        .world_size(ctx.world())
+        .store(std::sync::Arc::clone(&store.store))
+        .store_address(store.address.clone())
+        .options(options)
+        .build()
+        .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()))
 }
 
 /// The agreeing run, then each fault at every world size above 1, with

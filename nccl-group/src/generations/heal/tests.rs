@@ -19,15 +19,13 @@ pub(crate) fn options() -> GroupOptions {
 pub(crate) fn world_on(store: &Arc<dyn Store>, name: &str, world: usize) -> Vec<ProcessGroup> {
     (0..world)
         .map(|rank| {
-            ProcessGroup::new(
-                name,
-                rank,
-                world,
-                Arc::clone(store),
-                "in-process",
-                options(),
-            )
-            .expect("a group that makes no communicator needs no GPU")
+            ProcessGroup::builder(name)
+                .rank(rank)
+                .world_size(world)
+                .store(Arc::clone(store))
+                .options(options())
+                .build()
+                .expect("a group that makes no communicator needs no GPU")
         })
         .collect()
 }

@@ -16,15 +16,13 @@ use super::{Row, err};
 /// Rank `rank` of `world` of the group "rows" on `store`.
 fn rank_of(store: &Arc<dyn Store>, rank: usize, world: usize) -> ProcessGroup {
     let options = GroupOptions::default().with_dump_dir(None);
-    ProcessGroup::new(
-        "rows",
-        rank,
-        world,
-        Arc::clone(store),
-        "in-process",
-        options,
-    )
-    .expect("a group without communicators")
+    ProcessGroup::builder("rows")
+        .rank(rank)
+        .world_size(world)
+        .store(Arc::clone(store))
+        .options(options)
+        .build()
+        .expect("a group without communicators")
 }
 
 /// Rank 0 of a world of 1 on a fresh in-process store.

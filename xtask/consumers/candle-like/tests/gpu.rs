@@ -51,14 +51,7 @@ fn group() -> Result<ProcessGroup, GroupError> {
     if std::env::var_os("WORLD_SIZE").is_some() {
         ProcessGroup::from_env("candle-like")
     } else {
-        ProcessGroup::new(
-            "candle-like",
-            0,
-            1,
-            Arc::new(InProcessStore::new()),
-            "in-process",
-            GroupOptions::default(),
-        )
+        ProcessGroup::builder("candle-like").rank(0).world_size(1).store(Arc::new(InProcessStore::new())).options(GroupOptions::default()).build()
     }
 }
 
