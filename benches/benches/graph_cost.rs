@@ -19,6 +19,7 @@
 //! after it, fixed rounds of both print the median per operation and the
 //! difference against the target. Needs a GPU (`SKIP:` without).
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -52,6 +52,7 @@
 //! `Work::wait`, against raw NCCL and the other layers in the same run) is
 //! the `group` entry of the `host_cost` bench.
 
+use nccl_group::Lifecycle;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

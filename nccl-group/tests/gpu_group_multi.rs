@@ -6,6 +6,7 @@
 //! Every test starts with `require_gpus(n)`: without the GPUs it prints
 //! `SKIP: ...` and passes, unless `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Lifecycle;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;

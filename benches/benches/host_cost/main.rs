@@ -71,6 +71,7 @@
 mod tracing_cost;
 mod variants;
 
+use nccl_group::Lifecycle;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -26,6 +26,8 @@
 //!           [--warmup 20] [--op-timeout-ms 3000] [--json FILE]
 //! ```
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -189,6 +189,8 @@ pub struct ProcessGroup {
     pub(crate) stream_mode: StreamMode,
 }
 
+impl crate::sealed::Sealed for ProcessGroup {}
+
 impl std::fmt::Debug for ProcessGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let m = self.inner.cache.membership();
@@ -369,18 +371,6 @@ impl ProcessGroup {
         &self.inner.cache.membership().name
     }
 
-    /// Why the group failed or was aborted: a timeout or error the watchdog
-    /// saw, an operation left in flight by an error, a communicator that
-    /// could not be created in time, or [`ProcessGroup::abort`].
-    pub fn failure(&self) -> Option<Arc<Failure>> {
-        self.inner.failure.get().cloned()
-    }
-
-    /// How many operations the watchdog is still waiting for.
-    pub fn pending_operations(&self) -> usize {
-        self.inner.tracker.len()
-    }
-
     pub(crate) fn check_live(&self) -> Result<()> {
         self.inner.check_live()
     }
@@ -408,6 +398,7 @@ fn checker(every: Option<u32>, membership: &Membership) -> Option<Checker> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generations::lifecycle::Lifecycle;
     use crate::options::DEFAULT_OP_TIMEOUT;
     use nccl_rendezvous::InProcessStore;
 

@@ -2,6 +2,7 @@
 //! to join): on request through the API and through the request file,
 //! complete when returned, one folder per incident, nothing overwritten.
 
+use nccl_group::Diagnostics;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,6 +8,8 @@
 //! task counts, namespaces included), and the flight recorder's capacity at
 //! its bound.
 
+use nccl_group::Diagnostics;
+use nccl_group::Lifecycle;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;

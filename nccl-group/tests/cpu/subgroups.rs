@@ -12,6 +12,9 @@
 //! Every scenario runs under a deadline, so a bug fails the test instead
 //! of hanging it.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
+use nccl_group::SubGroups;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;

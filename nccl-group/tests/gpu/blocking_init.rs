@@ -6,6 +6,7 @@
 //! behind until the process ends, and must not share a process with the
 //! other suites.
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -10,6 +10,9 @@
 //! abort is bounded; the flight recorder on request. (Faults across
 //! processes are in `gpu_group_faults_processes/`.)
 
+use nccl_group::Diagnostics;
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;

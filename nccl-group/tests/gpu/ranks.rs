@@ -22,6 +22,7 @@
 //! Without a GPU every test prints `SKIP: ...` and passes, unless
 //! `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Lifecycle;
 use std::path::PathBuf;
 use std::thread;
 use std::time::Duration;

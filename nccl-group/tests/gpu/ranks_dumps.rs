@@ -8,6 +8,7 @@
 //! `FR_CHECK_DIR=/some/folder` keeps the dumps there (one incident folder
 //! per world size and communicator mode), to run torchfrtrace by hand.
 
+use nccl_group::Diagnostics;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -13,6 +13,8 @@
 //!   a capture begun with cudarc directly (as `torch.cuda.graph` does)
 //!   captures the group's operations too.
 
+use nccl_group::Diagnostics;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

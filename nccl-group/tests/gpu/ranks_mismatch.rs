@@ -21,6 +21,7 @@
 //! `ranks_*` tests: run.sh runs them alone (a world of one: only the
 //! agreeing run) and under `nccl-launch -n 2` and `-n 4`.
 
+use nccl_group::Lifecycle;
 use std::time::Duration;
 
 use nccl_core::ReduceOp;

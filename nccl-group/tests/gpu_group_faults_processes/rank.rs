@@ -1,6 +1,7 @@
 //! One launched rank of the `gpu_rank_*` fault scenarios: the faulty
 //! rank's fault, and every other rank's checks of the failure it sees.
 
+use nccl_group::Lifecycle;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;

@@ -1,6 +1,8 @@
 //! The grow scenario: the survivors of a heal grow back to world 4 with a
 //! process rank 0 starts, and the new process's own part.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! One launched rank of the heal tests: checked rounds of operations, the
 //! faults, the heals, and each survivor's `heal ...` lines.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;

@@ -1,6 +1,9 @@
 //! One launched rank of `gpu_subgroup_loss`: checked rounds on the
 //! sub-groups, rank 3's death, and each survivor's `subgroup ...` lines.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
+use nccl_group::SubGroups;
 use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;

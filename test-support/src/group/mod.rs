@@ -12,6 +12,7 @@ pub mod faults;
 pub mod ranks;
 mod scenario;
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 
 use nccl_core::ReduceOp;

@@ -2,6 +2,8 @@
 //! communicator, on the in-process store, grow with joining threads into
 //! the next generation (every communicator made afresh).
 
+use crate::generations::lifecycle::Lifecycle;
+use crate::generations::recovery::Recovery;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! communicator, on the in-process store, heal through the agreement
 //! into the next generation (every communicator made afresh).
 
+use crate::generations::lifecycle::Lifecycle;
+use crate::generations::recovery::Recovery;
 use std::sync::Arc;
 use std::thread;
 

@@ -3,6 +3,8 @@
 //! anything changes, and a new process's bad arguments or missing offer.
 //! Groups that never made a communicator need no GPU.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::time::Duration;
 

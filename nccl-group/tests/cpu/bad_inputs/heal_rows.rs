@@ -2,6 +2,8 @@
 //! anything changes, a destroyed group, and a rank the survivors' decision
 //! left out. Groups that never made a communicator need no GPU.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,6 +3,9 @@
 //! destroy of a group whose sub-group lives, and a heal or grow of a
 //! sub-group. Groups that never made a communicator need no GPU.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
+use nccl_group::SubGroups;
 use std::sync::Arc;
 use std::thread;
 

@@ -14,7 +14,7 @@ use consumer_candle_like::{Storage, average_grads, reduce_scatter_grads, sum_buc
 use cudarc::driver::{CudaContext, CudaStream};
 use half::bf16;
 use nccl_group::nccl_rendezvous::InProcessStore;
-use nccl_group::{ErrorKind, GroupError, GroupOptions, ProcessGroup};
+use nccl_group::{ErrorKind, GroupError, GroupOptions, Lifecycle, ProcessGroup};
 
 /// Elements of the gradients each rank holds.
 const LEN: usize = 4096;
