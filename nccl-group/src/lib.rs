@@ -80,6 +80,7 @@ pub use engine::capture::GraphCapture;
 pub use engine::dumping::Diagnostics;
 pub use engine::graph::GroupGraph;
 pub use engine::group::ProcessGroup;
+pub use engine::multi::MultiDevice;
 pub use engine::register::GroupRegistered;
 pub use engine::work::{OpResult, Work};
 pub use engine::work_buffers::WorkBuffers;

@@ -25,6 +25,7 @@ pub(crate) mod key;
 pub(crate) mod local_comms;
 pub(crate) mod member;
 pub(crate) mod membership;
+pub(crate) mod multi;
 pub(crate) mod ops;
 pub(crate) mod pool;
 pub(crate) mod register;

@@ -258,7 +258,9 @@ fn every_ordered_pair(ctx: &RankContext, group: &ProcessGroup, multi: bool, what
                 if rank == src {
                     let sent = if multi {
                         let mut ts = done(
-                            group.send_multi(vec![upload(stream, &data)], dst, streams),
+                            group
+                                .multi()
+                                .send(vec![upload(stream, &data)], dst, streams),
                             &w,
                         );
                         assert_eq!(ts.len(), 1, "{w}");
@@ -274,7 +276,7 @@ fn every_ordered_pair(ctx: &RankContext, group: &ProcessGroup, multi: bool, what
                 } else {
                     let got = if multi {
                         let mut ts = done(
-                            group.recv_multi(
+                            group.multi().recv(
                                 vec![upload(stream, &poison_values::<f32>(len))],
                                 src,
                                 streams,

@@ -269,7 +269,8 @@ fn ranks_capture_refusals() {
     let (reason, parts) = reason_of(
         capture
             .group()
-            .all_reduce_multi(vec![a], ReduceOp::Sum, std::slice::from_ref(stream)),
+            .multi()
+            .all_reduce(vec![a], ReduceOp::Sum, std::slice::from_ref(stream)),
         &what,
     );
     assert_eq!(reason, Uncapturable::SeveralDevices, "{what}");
