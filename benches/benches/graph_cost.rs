@@ -19,6 +19,7 @@
 //! after it, fixed rounds of both print the median per operation and the
 //! difference against the target. Needs a GPU (`SKIP:` without).
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -146,7 +147,12 @@ fn main() {
         .expect("a communicator of one");
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let options = GroupOptions::default().with_dump_dir(None);
-    let group = ProcessGroup::new("graph-cost", 0, 1, store, "in-process", options)
+    let group = ProcessGroup::builder("graph-cost")
+        .rank(0)
+        .world_size(1)
+        .store(store)
+        .options(options)
+        .build()
         .expect("a group of one");
     let mut summary = Vec::new();
     for n in OPERATIONS {

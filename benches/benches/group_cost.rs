@@ -52,6 +52,7 @@
 //! `Work::wait`, against raw NCCL and the other layers in the same run) is
 //! the `group` entry of the `host_cost` bench.
 
+use nccl_group::Lifecycle;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -302,20 +303,24 @@ fn bench_group(
         Some(Launched { config, store }) => {
             let device = nccl_core::Device::new(config.local_rank).expect("this rank's GPU");
             let options = options.with_timeout(config.timeout);
-            let group = ProcessGroup::new(
-                name,
-                config.rank,
-                config.world_size,
-                Arc::clone(store),
-                config.store.to_string(),
-                options,
-            )
-            .expect("join the launch's group");
+            let group = ProcessGroup::builder(name)
+                .rank(config.rank)
+                .world_size(config.world_size)
+                .store(Arc::clone(store))
+                .store_address(config.store.to_string())
+                .options(options)
+                .build()
+                .expect("join the launch's group");
             (group, device)
         }
         None => {
             let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-            let group = ProcessGroup::new(name, 0, 1, store, "in-process", options)
+            let group = ProcessGroup::builder(name)
+                .rank(0)
+                .world_size(1)
+                .store(store)
+                .options(options)
+                .build()
                 .expect("a group of one");
             (group, nccl_core::Device::new(0).expect("device 0"))
         }

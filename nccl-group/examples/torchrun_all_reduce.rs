@@ -31,6 +31,7 @@
 //! Exit status: 0 when the values are right, 1 on an error or wrong
 //! values, 2 when this host has no GPU `LOCAL_RANK`.
 
+use nccl_group::Lifecycle;
 use std::process::ExitCode;
 
 use nccl_core::{Device, ReduceOp};

@@ -272,7 +272,7 @@ pub enum GroupError {
         successor: u64,
     },
     /// A process joining a grown group
-    /// ([`ProcessGroup::join_grown`](crate::ProcessGroup::join_grown))
+    /// ([`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown))
     /// found no grow that offered its ticket a place in time.
     #[error(
         "joining process group {name:?} with ticket {ticket}: no ProcessGroup::grow offered that ticket a place \

@@ -67,6 +67,7 @@ mod lineage;
 mod options;
 mod protocols;
 pub mod ranks;
+mod sealed;
 
 pub use bare::communicator;
 pub use devices::MAX_LOCAL_DEVICES;
@@ -75,9 +76,12 @@ pub use diagnostics::dumps::DUMP_DIR_VARIABLE;
 pub use diagnostics::{analysis, dumps, ras, recorder};
 pub use engine::batch::{Coalesced, P2POp};
 pub use engine::buffers::{GroupBuffers, GroupTensor};
+pub use engine::builder::GroupBuilder;
 pub use engine::capture::GraphCapture;
+pub use engine::dumping::Diagnostics;
 pub use engine::graph::GroupGraph;
 pub use engine::group::ProcessGroup;
+pub use engine::multi::MultiDevice;
 pub use engine::ownership::{Borrowed, OpBuffers, Owned, Ownership};
 pub use engine::register::GroupRegistered;
 pub use engine::work::{OpResult, Refusal, Work};
@@ -88,6 +92,9 @@ pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
 pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 pub use generations::grow::options::{GrowOptions, Grown};
 pub use generations::heal::options::{HealOptions, Healed};
+pub use generations::lifecycle::Lifecycle;
+pub use generations::recovery::Recovery;
+pub use generations::subgroups::SubGroups;
 pub use lineage::{GrowPath, HealPath, SplitPath, SubGroup};
 /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
 pub use nccl_core::Config;
@@ -105,12 +112,13 @@ pub use store::{
 pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
 /// What most programs name: nccl-tensor's prelude (the tensor types,
-/// `bf16` and `f16`, cudarc's slices) and the group's own types and
-/// errors, `use nccl_group::prelude::*;`.
+/// `bf16` and `f16`, cudarc's slices), the group's own types and
+/// errors, and its extension traits ([`Lifecycle`], [`Recovery`],
+/// [`Diagnostics`], [`SubGroups`]), `use nccl_group::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        ErrorKind, FailureCause, GlobalRank, GroupError, GroupOptions, GroupRank, ProcessGroup,
-        RendezvousConfig, Store, StreamMode, Work,
+        Diagnostics, ErrorKind, FailureCause, GlobalRank, GroupError, GroupOptions, GroupRank,
+        Lifecycle, ProcessGroup, Recovery, RendezvousConfig, Store, StreamMode, SubGroups, Work,
     };
     pub use nccl_tensor::prelude::*;
 }

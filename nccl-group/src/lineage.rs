@@ -25,13 +25,13 @@ pub enum SplitPath {
 /// Where a sub-group made by [`ProcessGroup::split_group`] or
 /// [`ProcessGroup::new_group`] sits: the group it was split from (its
 /// *parent*), each of its ranks' rank there and in the *root* group (the
-/// group made by [`ProcessGroup::new`], `from_env` or `from_config` at
+/// group made by [`ProcessGroup::builder`] or `from_env` at
 /// the top of the chain of splits: the *global* ranks), and how its
 /// communicators were made. [`ProcessGroup::subgroup`] returns it.
 ///
 /// [`ProcessGroup::split_group`]: crate::ProcessGroup::split_group
 /// [`ProcessGroup::new_group`]: crate::ProcessGroup::new_group
-/// [`ProcessGroup::new`]: crate::ProcessGroup::new
+/// [`ProcessGroup::builder`]: crate::ProcessGroup::builder
 /// [`ProcessGroup::subgroup`]: crate::ProcessGroup::subgroup
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubGroup {

@@ -62,7 +62,7 @@ pub struct GroupOptions {
     pub on_failure: FailurePolicy,
     /// How many operations the flight recorder keeps (0 counts as 1). At
     /// most [`MAX_RECORDER_CAPACITY`] (2^20), which
-    /// [`ProcessGroup::new`](super::ProcessGroup::new) checks. Default 2048.
+    /// [`GroupBuilder::build`](crate::GroupBuilder::build) checks. Default 2048.
     pub recorder_capacity: usize,
     /// Where the flight recorder's dumps are written, one folder per
     /// incident ([`crate::dumps`]): when the group fails or is aborted, and
@@ -109,7 +109,7 @@ pub struct GroupOptions {
     /// the rest of [`Config`]. The group sets two of them itself: `blocking`
     /// follows [`GroupOptions::comm_mode`] (a `Config::with_blocking` that
     /// contradicts it is refused by
-    /// [`ProcessGroup::new`](super::ProcessGroup::new), naming both; one
+    /// [`GroupBuilder::build`](crate::GroupBuilder::build), naming both; one
     /// left unset or equal is fine), and a nonblocking creation waits
     /// [`GroupOptions::timeout`], which wins over `Config::with_timeout`. An
     /// option the loaded NCCL is too old for is refused when the first
@@ -273,7 +273,7 @@ impl GroupOptions {
 
     /// With the collective check every `every` collectives
     /// ([`GroupOptions::collective_checks`]; 1 checks each before it is
-    /// enqueued). [`ProcessGroup::new`](super::ProcessGroup::new) refuses
+    /// enqueued). [`GroupBuilder::build`](crate::GroupBuilder::build) refuses
     /// 0 and more than [`MAX_CHECK_INTERVAL`].
     pub fn with_collective_checks(mut self, every: u32) -> Self {
         self.collective_checks = Some(every);

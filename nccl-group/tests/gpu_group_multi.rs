@@ -6,6 +6,7 @@
 //! Every test starts with `require_gpus(n)`: without the GPUs it prints
 //! `SKIP: ...` and passes, unless `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Lifecycle;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -52,7 +53,9 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
     let sum = reduce_host(ReduceOp::Sum, &inputs);
 
     let out = done(
-        group.all_reduce_multi(upload_all(&inputs), ReduceOp::Sum, &streams),
+        group
+            .multi()
+            .all_reduce(upload_all(&inputs), ReduceOp::Sum, &streams),
         "all_reduce_multi",
     );
     for (d, t) in out.iter().enumerate() {
@@ -65,7 +68,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
 
     let root = n - 1;
     let out = done(
-        group.broadcast_multi(upload_all(&inputs), root, &streams),
+        group.multi().broadcast(upload_all(&inputs), root, &streams),
         "broadcast_multi",
     );
     for (d, t) in out.iter().enumerate() {
@@ -77,7 +80,9 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
     }
 
     let out = done(
-        group.reduce_multi(upload_all(&inputs), ReduceOp::Sum, 0, &streams),
+        group
+            .multi()
+            .reduce(upload_all(&inputs), ReduceOp::Sum, 0, &streams),
         "reduce_multi",
     );
     assert_same_values(
@@ -98,7 +103,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
         })
         .collect();
     let out = done(
-        group.all_gather_into_tensor_multi(pairs, &streams),
+        group.multi().all_gather_into_tensor(pairs, &streams),
         "all_gather_into_tensor_multi",
     );
     for (d, (o, _)) in out.iter().enumerate() {
@@ -124,7 +129,9 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
         })
         .collect();
     let out = done(
-        group.reduce_scatter_tensor_multi(pairs, ReduceOp::Sum, &streams),
+        group
+            .multi()
+            .reduce_scatter_tensor(pairs, ReduceOp::Sum, &streams),
         "reduce_scatter_multi",
     );
     for (d, (o, _)) in out.iter().enumerate() {
@@ -151,7 +158,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
         })
         .collect();
     let out = done(
-        group.all_to_all_single_multi(pairs, &streams),
+        group.multi().all_to_all_single(pairs, &streams),
         "all_to_all_single_multi",
     );
     for (d, (o, _)) in out.iter().enumerate() {
@@ -197,7 +204,7 @@ fn multi_gpu_destroy_a_multi_device_group() {
             let data = values::<f32>(1, 1025);
             let tensors = streams.iter().map(|s| upload(s, &data)).collect();
             let out = done(
-                group.all_reduce_multi(tensors, ReduceOp::Max, &streams),
+                group.multi().all_reduce(tensors, ReduceOp::Max, &streams),
                 "all_reduce_multi",
             );
             assert_same_values(&download(&streams[0], &out[0]), &data, "all_reduce Max");
@@ -229,7 +236,9 @@ fn multi_gpu_list_form_argument_error_enqueues_nothing() {
     };
     // Create the communicators with a valid call first.
     let out = done(
-        group.all_reduce_multi(uploads(&data), ReduceOp::Max, &streams),
+        group
+            .multi()
+            .all_reduce(uploads(&data), ReduceOp::Max, &streams),
         "first all_reduce_multi",
     );
     assert_same_values(
@@ -251,7 +260,7 @@ fn multi_gpu_list_form_argument_error_enqueues_nothing() {
     {
         let (group, streams) = (group.clone(), streams.clone());
         thread::spawn(move || {
-            let outcome = match group.all_gather_into_tensor_multi(pairs, &streams) {
+            let outcome = match group.multi().all_gather_into_tensor(pairs, &streams) {
                 Ok(_work) => Err("the call was enqueued".to_string()),
                 Err(e) => Ok((format!("{:?}", e.error), e.buffers.len())),
             };
@@ -274,7 +283,8 @@ fn multi_gpu_list_form_argument_error_enqueues_nothing() {
 
     // Nothing is pending: the next collective completes.
     let work = group
-        .all_reduce_multi(uploads(&data), ReduceOp::Max, &streams)
+        .multi()
+        .all_reduce(uploads(&data), ReduceOp::Max, &streams)
         .expect("all_reduce_multi");
     if let Err(error) = work.synchronize(Duration::from_secs(20)) {
         // Cancel the stranded collective so later tests can use the GPUs.
@@ -327,7 +337,7 @@ fn multi_gpu_stream_on_another_device_is_refused() {
     assert_same_values(&download(&s1, &e.buffers), &data, "tensor handed back");
 
     let e = refused(
-        group.all_reduce_multi(
+        group.multi().all_reduce(
             vec![upload(&s0, &data), upload(&s1, &data)],
             ReduceOp::Sum,
             &[s1.clone(), s0.clone()],

@@ -279,14 +279,13 @@ impl World {
         size: usize,
         options: GroupOptions,
     ) -> Result<ProcessGroup, BenchError> {
-        Ok(ProcessGroup::new(
-            name,
-            rank,
-            size,
-            Arc::clone(&self.store),
-            self.address.clone(),
-            options.with_timeout(self.timeout),
-        )?)
+        Ok(ProcessGroup::builder(name)
+            .rank(rank)
+            .world_size(size)
+            .store(Arc::clone(&self.store))
+            .store_address(self.address.clone())
+            .options(options.with_timeout(self.timeout))
+            .build()?)
     }
 
     /// Leaves the launch. Rank 0 hosts the TCP store, so it waits until

@@ -14,14 +14,7 @@ pub fn sum_alone(
     stream: &Arc<CudaStream>,
     values: &[f32],
 ) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
-    let group = ProcessGroup::new(
-        "consumer",
-        0,
-        1,
-        Arc::new(InProcessStore::new()),
-        "in-process",
-        GroupOptions::default(),
-    )?;
+    let group = ProcessGroup::builder("consumer").rank(0).world_size(1).store(Arc::new(InProcessStore::new())).options(GroupOptions::default()).build()?;
     let tensor = Tensor::from_host(stream, values, &[values.len()])?;
     let work = group.all_reduce(tensor, nccl_core::ReduceOp::Sum, stream)?;
     Ok(work.wait()?.to_vec(stream)?)

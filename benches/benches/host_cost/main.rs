@@ -71,6 +71,7 @@
 mod tracing_cost;
 mod variants;
 
+use nccl_group::Lifecycle;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -492,14 +493,12 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
 /// NCCL stream and on the caller's.
 fn process_groups(name: &str) -> Result<[ProcessGroup; 2], BenchError> {
     let group = |mode: StreamMode, suffix: &str| {
-        ProcessGroup::new(
-            &format!("{name}-{suffix}"),
-            0,
-            1,
-            Arc::new(InProcessStore::new()),
-            "in-process",
-            GroupOptions::default().with_stream_mode(mode),
-        )
+        ProcessGroup::builder(&format!("{name}-{suffix}"))
+            .rank(0)
+            .world_size(1)
+            .store(Arc::new(InProcessStore::new()))
+            .options(GroupOptions::default().with_stream_mode(mode))
+            .build()
     };
     Ok([
         group(StreamMode::Separate, "separate")?,

@@ -2,6 +2,7 @@
 //! under a variation each (the kind of buffer, a user's plain loop, a
 //! context without stream tracking, a nonblocking communicator).
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 
 use criterion::Criterion;

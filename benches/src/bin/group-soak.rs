@@ -21,6 +21,8 @@
 //!            [--mode group|tensor-blocking|tensor-nonblocking|raw] [--baseline true|false]
 //! ```
 
+use nccl_group::Diagnostics;
+use nccl_group::Lifecycle;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

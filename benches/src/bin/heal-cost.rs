@@ -26,6 +26,8 @@
 //!           [--warmup 20] [--op-timeout-ms 3000] [--json FILE]
 //! ```
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -144,14 +146,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .with_ras_report(!args.no_ras)
         .with_dump_dir(None);
     let address = config.store.to_string();
-    let group = ProcessGroup::new(
-        "heal-cost",
-        rank,
-        world,
-        Arc::clone(&store),
-        address.clone(),
-        options.clone(),
-    )?;
+    let group = ProcessGroup::builder("heal-cost")
+        .rank(rank)
+        .world_size(world)
+        .store(Arc::clone(&store))
+        .store_address(address.clone())
+        .options(options.clone())
+        .build()?;
     let stream = Device::new(config.local_rank)?.new_stream()?;
     let mine = (rank + 1) as f32;
     let sum = (world * (world + 1) / 2) as f32;
@@ -190,8 +191,13 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         Mode::Full => {
             drop(group);
-            let next =
-                ProcessGroup::new("heal-cost-full", rank, world - 1, store, address, options)?;
+            let next = ProcessGroup::builder("heal-cost-full")
+                .rank(rank)
+                .world_size(world - 1)
+                .store(store)
+                .store_address(address)
+                .options(options)
+                .build()?;
             (next, "a new group".to_string())
         }
     };

@@ -38,6 +38,7 @@
 //! world-cost [--iters 500] [--rounds 7] [--warmup 100] [--elements 2] [--layers raw,tensor,...] [--json FILE]
 //! ```
 
+use nccl_group::Lifecycle;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -30,7 +30,7 @@ thread_local! {
 
 /// The most operations a flight recorder keeps: 2^20 records (a few
 /// hundred MiB at most, allocated as they are recorded).
-/// [`ProcessGroup::new`](crate::ProcessGroup::new) refuses a larger
+/// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a larger
 /// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
 pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
 

@@ -81,12 +81,18 @@ impl Inner {
     }
 }
 
-impl ProcessGroup {
+impl ProcessGroup {}
+
+/// What a group can tell about its operations: the flight recorder's
+/// records ([`flight_record`](Diagnostics::flight_record),
+/// [`dump_flight_recorder`](Diagnostics::dump_flight_recorder)) and the
+/// operations the watchdog still waits for
+/// ([`pending_operations`](Diagnostics::pending_operations)). Sealed,
+/// implemented for [`ProcessGroup`] only, and in the
+/// [`prelude`](crate::prelude).
+pub trait Diagnostics: crate::sealed::Sealed {
     /// The flight recorder's records now, with this process's progress.
-    pub fn flight_record(&self) -> FlightDump {
-        self.inner
-            .dump("on request".to_string(), Findings::default())
-    }
+    fn flight_record(&self) -> FlightDump;
 
     /// Writes the flight recorder now, as the incident `label` in
     /// [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
@@ -101,7 +107,19 @@ impl ProcessGroup {
     /// # Errors
     /// [`GroupError::Dump`](crate::GroupError::Dump): no dump folder
     /// ([`DumpError::NoFolder`]), or a file that could not be written.
-    pub fn dump_flight_recorder(&self, label: &str) -> Result<DumpFiles> {
+    fn dump_flight_recorder(&self, label: &str) -> Result<DumpFiles>;
+
+    /// How many operations the watchdog is still waiting for.
+    fn pending_operations(&self) -> usize;
+}
+
+impl Diagnostics for ProcessGroup {
+    fn flight_record(&self) -> FlightDump {
+        self.inner
+            .dump("on request".to_string(), Findings::default())
+    }
+
+    fn dump_flight_recorder(&self, label: &str) -> Result<DumpFiles> {
         let dir = self
             .options()
             .dump_dir
@@ -111,5 +129,9 @@ impl ProcessGroup {
             .inner
             .dump(format!("on request: {label:?}"), Findings::default());
         Ok(dumps::write_incident(dir, label, &dump)?)
+    }
+
+    fn pending_operations(&self) -> usize {
+        self.inner.tracker.len()
     }
 }

@@ -78,7 +78,10 @@ pub(crate) struct Inner {
 /// fn main() -> Result<(), GroupError> {
 ///     // torchrun's, srun's or mpirun's variables; an operation still running after 2 min fails the group.
 ///     let options = GroupOptions::default().with_op_timeout(Duration::from_secs(120));
-///     let group = ProcessGroup::from_env_with("trainer", options)?;
+///     let group = ProcessGroup::builder("trainer")
+///         .options(options)
+///         .config(&RendezvousConfig::from_env()?)
+///         .build()?;
 ///     let device = Device::new(group.local_rank().unwrap_or(0))?; // a GPU per process
 ///     let stream = device.new_stream()?;
 ///     let weights = Tensor::<f32>::zeros(&stream, &[1024])?;
@@ -189,6 +192,8 @@ pub struct ProcessGroup {
     pub(crate) stream_mode: StreamMode,
 }
 
+impl crate::sealed::Sealed for ProcessGroup {}
+
 impl std::fmt::Debug for ProcessGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let m = self.inner.cache.membership();
@@ -204,43 +209,9 @@ impl std::fmt::Debug for ProcessGroup {
 }
 
 impl ProcessGroup {
-    /// Joins the group `name` as process `rank` of `world_size`, meeting
-    /// the others in `store`. `store_address` only appears in error
-    /// messages (for the TCP store: rank 0's address).
-    ///
-    /// A group made this way does not know its local rank
-    /// ([`ProcessGroup::local_rank`] is `None`); [`ProcessGroup::from_config`]
-    /// takes it from a [`RendezvousConfig`].
-    ///
-    /// # Errors
-    /// A store failure; [`GroupError::InvalidArgument`] for a world size
-    /// of 0 or above `i32::MAX` or other than the name's first instance's
-    /// on this store, a rank outside it, or a group name that is empty or
-    /// has an empty `/`-separated part; an option out of
-    /// range (a `recorder_capacity` above
-    /// [`MAX_RECORDER_CAPACITY`](crate::recorder::MAX_RECORDER_CAPACITY),
-    /// `collective_checks` of 0 or above
-    /// [`MAX_CHECK_INTERVAL`](crate::MAX_CHECK_INTERVAL)), or no watchdog
-    /// thread.
-    pub fn new(
-        name: &str,
-        rank: usize,
-        world_size: usize,
-        store: Arc<dyn Store>,
-        store_address: impl Into<String>,
-        options: GroupOptions,
-    ) -> Result<Self> {
-        Self::join(
-            name,
-            (rank, world_size, None),
-            store,
-            store_address.into(),
-            options,
-        )
-    }
-
-    /// [`ProcessGroup::new`], knowing this process's local rank when
-    /// `place.2` has it.
+    /// Joins the group `name` as process `place.0` of `place.1`, meeting
+    /// the others in `store`, knowing this process's local rank when
+    /// `place.2` has it ([`GroupBuilder::build`](crate::GroupBuilder::build)).
     pub(crate) fn join(
         name: &str,
         place: (usize, usize, Option<usize>),
@@ -319,39 +290,11 @@ impl ProcessGroup {
     /// # Errors
     /// A missing or malformed variable (named in the error), or a store failure.
     pub fn from_env(name: &str) -> Result<Self> {
-        let timeout = RendezvousConfig::from_env()?.timeout;
-        Self::from_env_with(name, GroupOptions::default().with_timeout(timeout))
-    }
-
-    /// [`ProcessGroup::from_env`] with these options.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::from_env`].
-    pub fn from_env_with(name: &str, options: GroupOptions) -> Result<Self> {
-        Self::from_config(name, &RendezvousConfig::from_env()?, options)
-    }
-
-    /// Joins the group `name` at the place `config` gives this process
-    /// (its rank, world size and local rank), meeting the others at the
-    /// store it names ([`RendezvousConfig::connect`]: rank 0 hosts the
-    /// TCP store). For a configuration read from the environment or
-    /// built in code ([`RendezvousConfig::new`]).
-    ///
-    /// # Errors
-    /// A store failure, or as [`ProcessGroup::new`].
-    pub fn from_config(
-        name: &str,
-        config: &RendezvousConfig,
-        options: GroupOptions,
-    ) -> Result<Self> {
-        let store: Arc<dyn Store> = Arc::from(config.connect()?);
-        Self::join(
-            name,
-            (config.rank, config.world_size, Some(config.local_rank)),
-            store,
-            config.store.to_string(),
-            options,
-        )
+        let config = RendezvousConfig::from_env()?;
+        Self::builder(name)
+            .options(GroupOptions::default().with_timeout(config.timeout))
+            .config(&config)
+            .build()
     }
 
     /// The same group, whose operations issued through the returned handle
@@ -400,8 +343,9 @@ impl ProcessGroup {
     /// This process's rank on its host (`LOCAL_RANK`): with one GPU per
     /// process, the GPU to use (`Device::new(local_rank)`). Known for a
     /// group made from a launch configuration ([`ProcessGroup::from_env`],
-    /// [`ProcessGroup::from_config`]); `None` for [`ProcessGroup::new`],
-    /// which is given a store and a rank, not a place on a host.
+    /// [`GroupBuilder::config`](crate::GroupBuilder::config)) or given
+    /// [`GroupBuilder::local_rank`](crate::GroupBuilder::local_rank); `None`
+    /// otherwise.
     pub fn local_rank(&self) -> Option<usize> {
         self.inner.local_rank
     }
@@ -419,7 +363,7 @@ impl ProcessGroup {
     /// The group's generation: its instance's number among groups of the
     /// same name, one more after each [`heal`](Self::heal) or
     /// [`grow`](Self::grow). Instances are counted in the world size of
-    /// the name's first instance on the store, so [`ProcessGroup::new`]
+    /// the name's first instance on the store, so [`GroupBuilder::build`](crate::GroupBuilder::build)
     /// refuses another size for that name.
     pub fn generation(&self) -> u64 {
         self.inner.cache.membership().generation
@@ -428,18 +372,6 @@ impl ProcessGroup {
     /// The group's name.
     pub fn name(&self) -> &str {
         &self.inner.cache.membership().name
-    }
-
-    /// Why the group failed or was aborted: a timeout or error the watchdog
-    /// saw, an operation left in flight by an error, a communicator that
-    /// could not be created in time, or [`ProcessGroup::abort`].
-    pub fn failure(&self) -> Option<Arc<Failure>> {
-        self.inner.failure.get().cloned()
-    }
-
-    /// How many operations the watchdog is still waiting for.
-    pub fn pending_operations(&self) -> usize {
-        self.inner.tracker.len()
     }
 
     pub(crate) fn check_live(&self) -> Result<()> {
@@ -470,6 +402,7 @@ fn checker(every: Option<u32>, membership: &Membership) -> Option<Checker> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generations::lifecycle::Lifecycle;
     use crate::options::DEFAULT_OP_TIMEOUT;
     use nccl_rendezvous::InProcessStore;
 
@@ -479,7 +412,12 @@ mod tests {
         let options = GroupOptions::default()
             .with_stream_mode(StreamMode::Caller)
             .with_dump_dir(None);
-        let group = ProcessGroup::new("handles", 0, 1, store, "in-process", options)
+        let group = ProcessGroup::builder("handles")
+            .rank(0)
+            .world_size(1)
+            .store(store)
+            .options(options)
+            .build()
             .expect("a group of one process needs no GPU to join");
         assert_eq!(group.stream_mode(), StreamMode::Caller);
 
@@ -505,7 +443,12 @@ mod tests {
     fn destroy_refuses_while_a_graph_lives() {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
         let options = GroupOptions::default().with_dump_dir(None);
-        let group = ProcessGroup::new("graphs", 0, 1, store, "in-process", options)
+        let group = ProcessGroup::builder("graphs")
+            .rank(0)
+            .world_size(1)
+            .store(store)
+            .options(options)
+            .build()
             .expect("a group of one process needs no GPU to join");
         let graph = group.inner.captures.graph_alive();
         let error = group.destroy().expect_err("a graph lives");

@@ -1,7 +1,7 @@
 //! The issue engine behind every operation: the route to a communicator,
 //! the event handoff between the caller's stream and the NCCL stream, the
 //! flight recorder, the watchdog's tracking, and what an error leaves
-//! behind. [`ProcessGroup::issue`] and [`ProcessGroup::issue_multi`]
+//! behind. [`ProcessGroup::issue`] and [`MultiDevice::issue`](crate::MultiDevice::issue)
 //! issue an operation described by nccl-tensor ([`Op`], planned and
 //! enqueued by its communicator); [`ProcessGroup::run_one`] issues any
 //! enqueue (the barrier, [`ProcessGroup::custom`]).
@@ -449,17 +449,8 @@ impl ProcessGroup {
         }
     }
 
-    /// [`ProcessGroup::issue`] on one part per local device, inside one
-    /// NCCL group (the list forms; global rank = process rank x devices +
-    /// index, and `callers[i]` is the caller's stream on part `i`'s
-    /// device). Every device's part is planned (checked) before any is
-    /// enqueued: a part left in the group would launch alone and wait
-    /// forever for its peers.
-    ///
-    /// # Errors
-    /// As [`ProcessGroup::issue`], plus a device twice or a stream count
-    /// that is not one per part.
-    pub fn issue_multi<B: GroupBuffers>(
+    /// [`MultiDevice::issue`](crate::MultiDevice::issue).
+    pub(crate) fn issue_multi<B: GroupBuffers>(
         &self,
         op: Op<'static>,
         mut buffers: Vec<B>,

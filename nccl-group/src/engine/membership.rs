@@ -24,7 +24,7 @@ pub struct Membership {
     pub world_size: usize,
     /// The store the group was created with: a heal's or a grow's next
     /// generation scopes its keys from here, and a process joining a grow
-    /// ([`ProcessGroup::join_grown`](crate::ProcessGroup::join_grown))
+    /// ([`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown))
     /// finds the grow's offers here by the group's name alone.
     pub root: Arc<dyn Store>,
     /// Where this generation's keys live under `root`: the root scope

@@ -2,7 +2,7 @@
 //! [`Op`] (the collectives as three tables of whole signatures: one local
 //! GPU, one part per local GPU, a method of [`Coalesced`]), issued by
 //! [`ProcessGroup::issue`] on one local device or by
-//! [`ProcessGroup::issue_multi`] on one part per local device (the spec's
+//! [`MultiDevice::issue`] on one part per local device (the spec's
 //! list forms; a member's device `i` is NCCL rank member x devices + `i`
 //! in either numbering of [`crate::ranks`], and
 //! `streams[i]` is the caller's stream on part `i`'s device). The argument
@@ -21,6 +21,7 @@ use crate::engine::buffers::{GroupBuffers, GroupTensor};
 use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
+use crate::engine::multi::MultiDevice;
 use crate::engine::ownership::Ownership;
 use crate::engine::work::{OpResult, Work};
 use crate::engine::work_buffers::{Boxer, WorkBuffers, boxed};
@@ -123,7 +124,7 @@ impl ProcessGroup {
     }
 
     /// [`ProcessGroup::issue_made`] on one part per local device.
-    fn issue_multi_made<B: GroupBuffers>(
+    pub(crate) fn issue_multi_made<B: GroupBuffers>(
         &self,
         op: Result<Op<'static>>,
         buffers: Vec<B>,
@@ -179,13 +180,13 @@ macro_rules! multi_operations {
         $(#[$doc:meta])*
         fn $name:ident<$t:ident: NcclType>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $op:expr, $buffers:expr;
     )*) => {
-        impl ProcessGroup {$(
+        impl MultiDevice<'_> {$(
             $(#[$doc])*
             ///
             /// # Errors
             /// A root or peer that is not a member of the group (both
             /// numberings named); otherwise as
-            /// [`ProcessGroup::issue_multi`].
+            /// [`MultiDevice::issue`].
             pub fn $name<$t: NcclType>(
                 &self,
                 $($arg: $ty,)*
@@ -193,11 +194,11 @@ macro_rules! multi_operations {
             ) -> OpResult<$ret> {
                 // Rows without a root or peer leave it unused.
                 #[allow(unused_variables)]
-                let $ranks = self.numbering(streams.len());
+                let $ranks = self.group.numbering(streams.len());
                 // The closure scopes a row's `?` (a rank resolution) to its operation.
                 #[allow(clippy::redundant_closure_call)]
                 let op = (|| Ok($op))();
-                self.issue_multi_made(op, $buffers, streams)
+                self.group.issue_multi_made(op, $buffers, streams)
             }
         )*}
     };
@@ -298,50 +299,50 @@ multi_operations! {
     numbering ranks;
 
     /// [`ProcessGroup::all_reduce`] over one tensor per local GPU.
-    fn all_reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp) -> Parts<T>
+    fn all_reduce<T: NcclType>(tensors: Parts<T>, op: ReduceOp) -> Parts<T>
         => Op::AllReduce(op.into()), tensors;
 
     /// [`ProcessGroup::broadcast`] over one tensor per local GPU.
-    fn broadcast_multi<T: NcclType>(tensors: Parts<T>, root: impl Into<Rank>) -> Parts<T>
+    fn broadcast<T: NcclType>(tensors: Parts<T>, root: impl Into<Rank>) -> Parts<T>
         => Op::Broadcast { root: ranks.comm_rank("root", root)? }, tensors;
 
     /// [`ProcessGroup::reduce`] over one tensor per local GPU.
-    fn reduce_multi<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: impl Into<Rank>) -> Parts<T>
+    fn reduce<T: NcclType>(tensors: Parts<T>, op: ReduceOp, root: impl Into<Rank>) -> Parts<T>
         => Op::Reduce { op: op.into(), root: ranks.comm_rank("root", root)? }, tensors;
 
     /// [`ProcessGroup::all_gather_into_tensor`] with one `(output, input)`
     /// per local GPU.
-    fn all_gather_into_tensor_multi<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
+    fn all_gather_into_tensor<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
         => Op::AllGather, pairs;
 
     /// [`ProcessGroup::reduce_scatter_tensor`] with one `(output, input)`
     /// per local GPU.
-    fn reduce_scatter_tensor_multi<T: NcclType>(pairs: PairParts<T>, op: ReduceOp) -> PairParts<T>
+    fn reduce_scatter_tensor<T: NcclType>(pairs: PairParts<T>, op: ReduceOp) -> PairParts<T>
         => Op::ReduceScatter(op.into()), pairs;
 
     /// [`ProcessGroup::all_to_all_single`] with one `(output, input)` per
     /// local GPU.
-    fn all_to_all_single_multi<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
+    fn all_to_all_single<T: NcclType>(pairs: PairParts<T>) -> PairParts<T>
         => Op::AllToAll, pairs;
 
     /// [`ProcessGroup::gather`] with one `(output, input)` per local GPU.
-    fn gather_multi<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
+    fn gather<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
         => Op::Gather { root: ranks.comm_rank("root", root)? }, pairs;
 
     /// [`ProcessGroup::scatter`] with one `(output, input)` per local GPU.
-    fn scatter_multi<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
+    fn scatter<T: NcclType>(pairs: PairParts<T>, root: impl Into<Rank>) -> PairParts<T>
         => Op::Scatter { root: ranks.comm_rank("root", root)? }, pairs;
 
     /// [`ProcessGroup::send`] from one tensor per local GPU: local device
     /// `i` sends to member `dst`'s device `i` (both processes pass the
     /// same number of tensors), over the pair's own communicator, in one
     /// group.
-    fn send_multi<T: NcclType>(tensors: Parts<T>, dst: impl Into<Rank>) -> Parts<T>
+    fn send<T: NcclType>(tensors: Parts<T>, dst: impl Into<Rank>) -> Parts<T>
         => Op::Send { peer: ranks.member("dst", dst)? }, tensors;
 
     /// [`ProcessGroup::recv`] into one tensor per local GPU: local device
     /// `i` receives from member `src`'s device `i`.
-    fn recv_multi<T: NcclType>(tensors: Parts<T>, src: impl Into<Rank>) -> Parts<T>
+    fn recv<T: NcclType>(tensors: Parts<T>, src: impl Into<Rank>) -> Parts<T>
         => Op::Recv { peer: ranks.member("src", src)? }, tensors;
 }
 

@@ -1,5 +1,5 @@
 //! Growing a group with new processes ([`ProcessGroup::grow`] on the
-//! group's ranks, [`ProcessGroup::join_grown`] on the new ones): the
+//! group's ranks, [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown) on the new ones): the
 //! world size goes back up after a heal, without a restart. Where NCCL
 //! has `ncclCommGrow` (2.29.2) the group's communicator admits the new
 //! ranks; otherwise every communicator is made afresh.
@@ -76,70 +76,8 @@ fn recreate_reason(proposals: &[Vec<u8>]) -> Option<String> {
 }
 
 impl ProcessGroup {
-    /// Grows the group by `new_ranks` new processes, which call
-    /// [`ProcessGroup::join_grown`]: every current rank calls it, and the
-    /// ranks go on together, the new ones included, as the next
-    /// generation. (`docs/group/recovery.md`, "Growing back", has the
-    /// protocol and an example.)
-    ///
-    /// 1. **Quiesce.** The operations issued on this generation are waited
-    ///    for (the grow replaces its communicators; issue none during the
-    ///    grow).
-    /// 2. **Plan.** The ranks meet at the store and agree on the
-    ///    communicator to grow: the first one-device collective
-    ///    communicator in store-key order, the one every collective of a
-    ///    process with one GPU uses, when every rank has it and none
-    ///    passed [`GrowOptions::with_grow`]`(false)`. A new process drives
-    ///    one GPU, so one communicator grows at most.
-    /// 3. **Offer.** Rank 0 reserves the next `new_ranks` tickets of the
-    ///    queue of joining processes, and publishes the offer under the
-    ///    root store (the store the group was created with) and the
-    ///    group's name: the new generation, its store scope, the old and
-    ///    new world sizes, and whether a communicator grows. Every rank,
-    ///    old and new, then meets at the new generation's scope, each
-    ///    saying whether its NCCL can grow; a new process that does not
-    ///    come in time fails the grow here, with nothing changed (retry the
-    ///    grow; the late process takes a new ticket).
-    /// 4. **Grow.** Only now rank 0 makes the grow's unique id
-    ///    (`ncclCommGetUniqueId`: NCCL allows one unused id per
-    ///    communicator, so an id made for a grow that never happens would
-    ///    stop every later one) and shares it; the ranks call
-    ///    `ncclCommGrow` (bounded by the timeout). A grow that fails on any
-    ///    rank is dropped everywhere; a new process whose NCCL cannot grow
-    ///    makes it a re-creation. Every other communicator is made afresh
-    ///    through the store under the new generation when first used
-    ///    ([`GrowPath`]).
-    /// 5. **Retire.** This generation's handles then refuse every call
-    ///    with [`GroupError::Healed`] naming the new generation, and its
-    ///    communicators are released. The current ranks keep their ranks;
-    ///    the new processes get the ranks from the old world size on, in
-    ///    ticket order.
-    ///
-    /// Threads: concurrent calls on one generation with the same
-    /// `new_ranks` make one grow; every caller gets the same [`Grown`].
-    ///
-    /// # Errors
-    /// Nothing changed unless said otherwise.
-    /// - [`GroupError::InvalidArgument`] for `new_ranks` of 0 or a world
-    ///   size past [`MAX_RANKS`], and for a group that failed or was
-    ///   aborted: heal it first ([`ProcessGroup::heal`]), then grow the
-    ///   group the heal returns; and for a sub-group
-    ///   ([`ProcessGroup::split_group`]: grow the root group, then split
-    ///   the grown group again).
-    /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
-    ///   of this generation lives.
-    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] for a
-    ///   generation a heal or an earlier grow replaced.
-    /// - [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) naming
-    ///   NCCL 2.29.2, when the group has a communicator to grow and the
-    ///   loaded NCCL has no `ncclCommGrow`: grow with
-    ///   [`GrowOptions::with_grow`]`(false)`, or re-create the group.
-    /// - [`GroupError::Timeout`]: the operations issued before did not end
-    ///   in time.
-    /// - A store error: a rank or a new process did not come in time
-    ///   ([`StoreError::Absent`](crate::StoreError::Absent) naming them),
-    ///   or the store failed.
-    pub fn grow(&self, new_ranks: usize, options: &GrowOptions) -> Result<Grown> {
+    /// [`Recovery::grow`](crate::generations::recovery::Recovery::grow).
+    pub(crate) fn grow_generation(&self, new_ranks: usize, options: &GrowOptions) -> Result<Grown> {
         let mut succession = self.lock_succession();
         if let Some(record) = succession.record.as_ref() {
             return grown_from(&self.inner, record, new_ranks);

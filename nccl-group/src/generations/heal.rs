@@ -25,62 +25,8 @@ pub(crate) mod options;
 pub(crate) use options::{HealOptions, Healed};
 
 impl ProcessGroup {
-    /// Heals the group after a failure: the surviving ranks all call it,
-    /// and go on together as the next generation, without the lost ranks
-    /// and without a restart. (`docs/group/recovery.md`, "Healing in
-    /// place", has the rules and a full example.)
-    ///
-    /// 1. **Stop.** A live group (another rank saw the failure first) is
-    ///    failed now ([`FailureCause::Healing`]): its pending operations
-    ///    fail. The failure's release of the communicators is waited for:
-    ///    revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure))
-    ///    or aborted.
-    /// 2. **Agree.** The ranks agree through the store on who goes on
-    ///    ([`agree_survivors`]: arriving counts as alive; a rank neither
-    ///    arrived nor suspected is waited for until the timeout). Suspects:
-    ///    the ranks whose progress report the failure's exchange did not
-    ///    get, and [`HealOptions::with_suspects`].
-    /// 3. **Carry.** Where every survivor has a revoked one-device
-    ///    collective communicator of the same key and NCCL has
-    ///    `ncclCommShrink` (2.27.3), it is shrunk to the survivors
-    ///    ([`HealPath::Shrunk`]); a shrink that fails anywhere is dropped
-    ///    everywhere. NCCL refuses to shrink a communicator that still
-    ///    reports an error, which a dead peer's closed socket leaves even
-    ///    after a revoke: after a death the heal re-creates, after a
-    ///    timeout (a stopped rank) it shrinks, unless a survivor's own
-    ///    revoke (which stops its proxy and closes its sockets from NCCL
-    ///    2.30) cut an operation still in flight on another survivor, which
-    ///    then has that error too and re-creates with the rest (the reason
-    ///    names each rank's refusal). Everything else is made afresh, through the store
-    ///    under the new generation, when first used
-    ///    ([`HealPath::Recreated`]). The revoked parents are then released
-    ///    by abort, never destroy (NCCL's revoke-then-destroy
-    ///    use-after-free, NVIDIA/nccl PR 2251).
-    /// 4. **Retire.** This generation's handles then refuse every call
-    ///    with [`GroupError::Healed`] naming the new generation; its
-    ///    `Work`s have failed already. With [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
-    ///    set, the flight recorder writes the heal as an incident.
-    ///
-    /// Threads: concurrent calls on one generation make one heal; every
-    /// caller gets the same [`Healed`] (a later call too, while the new
-    /// group lives).
-    ///
-    /// # Errors
-    /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
-    ///   of this generation lives (drop it first; nothing changed).
-    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] when this
-    ///   generation was grown ([`ProcessGroup::grow`]), or the group it was
-    ///   healed into was dropped.
-    /// - [`GroupError::InvalidArgument`] for a `min_survivors` of 0 or
-    ///   above the world size, a suspect outside the world or this rank, or
-    ///   a sub-group ([`ProcessGroup::split_group`]: heal the root group,
-    ///   then split the healed group again).
-    /// - [`ErrorKind::Excluded`](crate::ErrorKind::Excluded): this rank
-    ///   came after the decision (it was stopped or slow); it must leave.
-    /// - [`ErrorKind::TooFewSurvivors`](crate::ErrorKind::TooFewSurvivors).
-    /// - A store error: the decision is unknown to this rank; calling
-    ///   again once the store answers returns it.
-    pub fn heal(&self, options: &HealOptions) -> Result<Healed> {
+    /// [`Recovery::heal`](crate::generations::recovery::Recovery::heal).
+    pub(crate) fn heal_generation(&self, options: &HealOptions) -> Result<Healed> {
         let mut succession = self.lock_succession();
         if let Some(record) = succession.record.as_ref() {
             return healed_from(&self.inner, record);

@@ -9,45 +9,12 @@ use crate::engine::failing;
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, LIVE, ProcessGroup};
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
+use crate::generations::subgroups::SubGroups;
 use crate::health::watchdog::{Bounded, run_bounded};
 use crate::options::CommMode;
 use crate::protocols::SHUTDOWN;
 
 impl ProcessGroup {
-    /// Aborts every communicator of the group, from any thread; calls
-    /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails. Afterwards
-    /// every call fails with [`GroupError::Aborted`]; a new group may reuse
-    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)).
-    /// On a group that already failed, waits (bounded) until the failure's
-    /// own abort of the communicators has finished; a no-op on a group
-    /// already aborted or destroyed. NCCL finishes aborting a communicator
-    /// only once every CUDA graph that captured it is destroyed: with a
-    /// [`GroupGraph`](crate::GroupGraph) alive this reports
-    /// [`GroupError::AbortStalled`], and the abort completes when the graph
-    /// is dropped.
-    ///
-    /// # Errors
-    /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
-    /// [`GroupOptions::abort_timeout`](crate::GroupOptions::abort_timeout); it was left running on its own
-    /// thread and the group is unusable all the same.
-    pub fn abort(&self) -> Result<()> {
-        if self
-            .inner
-            .state
-            .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return self.await_failure_abort();
-        }
-        match self.inner.abort() {
-            AbortOutcome::Aborted(_) => Ok(()),
-            AbortOutcome::Stalled(waited) => Err(GroupError::AbortStalled {
-                name: self.name().to_string(),
-                waited,
-            }),
-        }
-    }
-
     /// `abort` on a group that is no longer live: a failed group's
     /// failure is aborting its communicators (on the watchdog's helper
     /// thread); wait for that, as long as it may take at most.
@@ -74,6 +41,32 @@ impl ProcessGroup {
             }),
         }
     }
+}
+
+/// How a group ends: [`abort`](Lifecycle::abort) it now,
+/// [`destroy`](Lifecycle::destroy) it once its operations are done, or
+/// [`shutdown`](Lifecycle::shutdown) with every rank, rank 0 last. Sealed,
+/// implemented for [`ProcessGroup`] only, and in the
+/// [`prelude`](crate::prelude), so `use nccl_group::prelude::*;` keeps
+/// `group.destroy()` working.
+pub trait Lifecycle: crate::sealed::Sealed {
+    /// Aborts every communicator of the group, from any thread; calls
+    /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails. Afterwards
+    /// every call fails with [`GroupError::Aborted`]; a new group may reuse
+    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)).
+    /// On a group that already failed, waits (bounded) until the failure's
+    /// own abort of the communicators has finished; a no-op on a group
+    /// already aborted or destroyed. NCCL finishes aborting a communicator
+    /// only once every CUDA graph that captured it is destroyed: with a
+    /// [`GroupGraph`](crate::GroupGraph) alive this reports
+    /// [`GroupError::AbortStalled`], and the abort completes when the graph
+    /// is dropped.
+    ///
+    /// # Errors
+    /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
+    /// [`GroupOptions::abort_timeout`](crate::GroupOptions::abort_timeout); it was left running on its own
+    /// thread and the group is unusable all the same.
+    fn abort(&self) -> Result<()>;
 
     /// Finalizes and destroys every communicator, together with the other
     /// processes (collective: all must call it). Afterwards every call
@@ -97,7 +90,50 @@ impl ProcessGroup {
     /// ([`GroupError::SubGroupsAlive`]: destroy them first; the group stays
     /// live), or a communicator failing to finalize in time (it is then
     /// aborted).
-    pub fn destroy(&self) -> Result<()> {
+    fn destroy(&self) -> Result<()>;
+
+    /// The end of a root group on every rank, in an order no rank can
+    /// race: [`destroy`](Self::destroy) (after the group's sub-groups:
+    /// refused while one is live), then every rank leaves the group's
+    /// store so that rank 0, which hosts the TCP store of a group made
+    /// from a launch ([`ProcessGroup::from_env`], [`GroupBuilder::config`](crate::GroupBuilder::config)), leaves
+    /// last: its call returns once every rank has called `shutdown`
+    /// (bounded by [`GroupOptions::timeout`](crate::GroupOptions::timeout)),
+    /// so no rank still making a communicator, or reporting a failure,
+    /// loses the store. Collective: every rank calls it. On an already
+    /// destroyed group it only leaves; on a sub-group it is
+    /// [`destroy`](Self::destroy) (the store's host is the root's rank 0,
+    /// which the root's `shutdown` keeps).
+    ///
+    /// # Errors
+    /// [`GroupError::GraphsAlive`], [`GroupError::SubGroupsAlive`] (nothing
+    /// changed, nothing left); otherwise, after leaving, destroy's error
+    /// (a failed or aborted group, a finalize that failed), or on rank 0
+    /// [`StoreError::Absent`](crate::StoreError::Absent) naming the ranks
+    /// that did not shut down in time.
+    fn shutdown(&self) -> Result<()>;
+}
+
+impl Lifecycle for ProcessGroup {
+    fn abort(&self) -> Result<()> {
+        if self
+            .inner
+            .state
+            .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.await_failure_abort();
+        }
+        match self.inner.abort() {
+            AbortOutcome::Aborted(_) => Ok(()),
+            AbortOutcome::Stalled(waited) => Err(GroupError::AbortStalled {
+                name: self.name().to_string(),
+                waited,
+            }),
+        }
+    }
+
+    fn destroy(&self) -> Result<()> {
         let subgroups = self.inner.live_subgroups();
         if !subgroups.is_empty() {
             return Err(GroupError::SubGroupsAlive {
@@ -158,26 +194,7 @@ impl ProcessGroup {
         }
     }
 
-    /// The end of a root group on every rank, in an order no rank can
-    /// race: [`destroy`](Self::destroy) (after the group's sub-groups:
-    /// refused while one is live), then every rank leaves the group's
-    /// store so that rank 0, which hosts the TCP store of a group made
-    /// from a launch ([`ProcessGroup::from_env`], `from_config`), leaves
-    /// last: its call returns once every rank has called `shutdown`
-    /// (bounded by [`GroupOptions::timeout`](crate::GroupOptions::timeout)),
-    /// so no rank still making a communicator, or reporting a failure,
-    /// loses the store. Collective: every rank calls it. On an already
-    /// destroyed group it only leaves; on a sub-group it is
-    /// [`destroy`](Self::destroy) (the store's host is the root's rank 0,
-    /// which the root's `shutdown` keeps).
-    ///
-    /// # Errors
-    /// [`GroupError::GraphsAlive`], [`GroupError::SubGroupsAlive`] (nothing
-    /// changed, nothing left); otherwise, after leaving, destroy's error
-    /// (a failed or aborted group, a finalize that failed), or on rank 0
-    /// [`StoreError::Absent`](crate::StoreError::Absent) naming the ranks
-    /// that did not shut down in time.
-    pub fn shutdown(&self) -> Result<()> {
+    fn shutdown(&self) -> Result<()> {
         let destroyed = match self.destroy() {
             Err(error @ (GroupError::GraphsAlive { .. } | GroupError::SubGroupsAlive { .. })) => {
                 return Err(error);

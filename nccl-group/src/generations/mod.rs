@@ -5,5 +5,6 @@
 pub(crate) mod grow;
 pub(crate) mod heal;
 pub(crate) mod lifecycle;
+pub(crate) mod recovery;
 pub(crate) mod subgroups;
 pub(crate) mod succession;

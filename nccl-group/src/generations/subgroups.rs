@@ -61,120 +61,6 @@ impl Rank {
 }
 
 impl ProcessGroup {
-    /// Splits the group into sub-groups, torch's `split_group`: every rank
-    /// of this group calls it with the same rank lists (ranks of this
-    /// group); each rank gets the sub-group of the list that holds it,
-    /// ranked by its position there, or `None` when no list does.
-    /// `docs/group/sub-groups.md` has the rules and an
-    /// example.
-    ///
-    /// * **Communicators.** Where every rank has a one-device collective
-    ///   communicator (after the group's first collective on a process with
-    ///   one GPU), it is split with one `ncclCommSplit` for all the lists
-    ///   (`NCCL_SPLIT_NOCOLOR` for the ranks in none), bounded by
-    ///   [`GroupOptions::timeout`](crate::GroupOptions::timeout), and each
-    ///   sub-group starts with its part ([`SplitPath::Split`]). Otherwise,
-    ///   and where the group's communicators would share their resources
-    ///   with what is split from them (`Config::with_split_share`, or
-    ///   `NCCL_COMM_SPLIT_SHARE_RESOURCES`: NCCL would then give the
-    ///   sub-groups the parent's abort flag), each sub-group makes its own
-    ///   when first used, through its store ([`SplitPath::Lazy`]). Every
-    ///   other communicator of a sub-group (other devices, pairs) is made
-    ///   that way too.
-    /// * **A full group.** A sub-group has the options, local rank and
-    ///   handle settings (operation timeout, stream mode) of this handle,
-    ///   its own watchdog entry, flight recorder (under the name
-    ///   `<parent>/sub<index>.<list>`: [`SubGroup::index`],
-    ///   [`SubGroup::color`]), `Work`s and failure,
-    ///   and its store keys under this group's, so its own communicators
-    ///   meet there. Its failure names each rank's global rank too
-    ///   ([`Failure::subgroup`](crate::Failure::subgroup)). It can be split
-    ///   again.
-    /// * **Independent.** The communicators of a sub-group share nothing
-    ///   with the parent's or the other sub-groups': a failure, abort or
-    ///   drop of one leaves the others as they are (an operation of theirs
-    ///   that involves a lost rank fails on its own).
-    /// * **Order.** Every rank makes the same calls of `split_group` and
-    ///   [`new_group`](Self::new_group) on a group, in the same order, as
-    ///   with collectives; the ranks compare their lists through the store
-    ///   first (one gather to rank 0 and one answer), so lists that differ
-    ///   are refused on every rank rather than left to NCCL.
-    /// * **The end.** Destroy the sub-groups before the group: its
-    ///   [`destroy`](Self::destroy) refuses while one is live here
-    ///   ([`GroupError::SubGroupsAlive`]); [`shutdown`](Self::shutdown)
-    ///   keeps the store's host up until every rank is done.
-    ///
-    /// # Errors
-    /// Nothing changed unless said otherwise.
-    /// - [`GroupError::InvalidArgument`] for no list, an empty list, a rank
-    ///   outside the group, a rank twice in a list or in two lists (the
-    ///   other ranks' calls then fail with
-    ///   [`StoreError::PeerFailed`](nccl_rendezvous::StoreError::PeerFailed) naming
-    ///   this rank's error), and on every rank when the ranks passed
-    ///   different lists (naming rank 0's and the first that differs).
-    /// - The group's own state: [`GroupError::Failed`], `Aborted`,
-    ///   `Destroyed`, `Healed`.
-    /// - A store error: a rank did not come in time
-    ///   ([`StoreError::Absent`](nccl_rendezvous::StoreError::Absent) naming it).
-    /// - [`GroupError::Failed`] when the split failed or ran past the
-    ///   timeout on any rank: NCCL's split runs over the group's
-    ///   communicator, which is then in an unknown state, so the group
-    ///   fails ([`FailureCause::Split`]) on every rank.
-    /// - [`GroupError::WatchdogStart`].
-    pub fn split_group<R: AsRef<[usize]>>(&self, groups: &[R]) -> Result<Option<ProcessGroup>> {
-        let lists: Vec<&[usize]> = groups.iter().map(AsRef::as_ref).collect();
-        self.split("rank lists", &lists)
-    }
-
-    /// A sub-group of `ranks` (ranks of this group), torch's `new_group`:
-    /// every rank of this group calls it with the same ranks; those in
-    /// `ranks` get the sub-group, ranked by their position in `ranks`
-    /// (torch sorts them: pass them sorted for torch's numbering), the
-    /// others `None`. [`split_group`](Self::split_group) with one list: the
-    /// same communicators, rules and errors.
-    ///
-    /// # Errors
-    /// As [`split_group`](Self::split_group).
-    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
-        self.split("ranks", &[ranks])
-    }
-
-    /// Where this group sits in the group it was split from; `None` for a
-    /// root group (made by [`new`](Self::new), `from_env`, `from_config`,
-    /// a heal or a grow).
-    pub fn subgroup(&self) -> Option<&SubGroup> {
-        self.inner.lineage.as_deref()
-    }
-
-    /// The root group's rank of this group's rank `group_rank` (torch's
-    /// `get_global_rank`): itself for a root group; `None` outside
-    /// `0..world_size`.
-    pub fn global_rank(&self, group_rank: usize) -> Option<usize> {
-        match self.subgroup() {
-            Some(sub) => sub.global_ranks.get(group_rank).copied(),
-            None => (group_rank < self.world_size()).then_some(group_rank),
-        }
-    }
-
-    /// This group's rank of the root group's rank `global_rank` (torch's
-    /// `get_group_rank`); `None` when that rank is not in this group.
-    pub fn group_rank(&self, global_rank: usize) -> Option<usize> {
-        match self.subgroup() {
-            Some(sub) => sub.global_ranks.iter().position(|&g| g == global_rank),
-            None => (global_rank < self.world_size()).then_some(global_rank),
-        }
-    }
-
-    /// The root group's rank of each of this group's ranks, in rank order
-    /// (torch's `get_process_group_ranks`); `0..world_size` for a root
-    /// group.
-    pub fn global_ranks(&self) -> Vec<usize> {
-        self.subgroup().map_or_else(
-            || (0..self.world_size()).collect(),
-            |sub| sub.global_ranks.clone(),
-        )
-    }
-
     /// This group's numberings, for an operation on `devices` NCCL ranks
     /// per member to resolve its root or peer.
     pub(crate) fn numbering(&self, devices: usize) -> Numbering<'_> {
@@ -185,15 +71,6 @@ impl ProcessGroup {
             },
             devices,
         }
-    }
-
-    /// The parent's rank of each of this group's ranks, in rank order;
-    /// `0..world_size` for a root group (its own ranks).
-    pub fn parent_ranks(&self) -> Vec<usize> {
-        self.subgroup().map_or_else(
-            || (0..self.world_size()).collect(),
-            |sub| sub.parent_ranks.clone(),
-        )
     }
 
     /// Refuses to heal or grow (`action`, the argument `argument`) a
@@ -463,5 +340,152 @@ impl ProcessGroup {
 fn publish_root_failure(meeting: &Meeting<Arc<dyn Store>>, error: &nccl_rendezvous::StoreError) {
     if meeting.rank() == 0 {
         let _ = meeting.fail(&error.to_string(), 1);
+    }
+}
+
+/// A group's sub-groups and its two rank numberings: make sub-groups
+/// ([`split_group`](SubGroups::split_group),
+/// [`new_group`](SubGroups::new_group)), see where one sits
+/// ([`subgroup`](SubGroups::subgroup)) and convert between its group ranks
+/// and the root group's global ranks. Sealed, implemented for
+/// [`ProcessGroup`] only, and in the [`prelude`](crate::prelude).
+pub trait SubGroups: crate::sealed::Sealed {
+    /// Splits the group into sub-groups, torch's `split_group`: every rank
+    /// of this group calls it with the same rank lists (ranks of this
+    /// group); each rank gets the sub-group of the list that holds it,
+    /// ranked by its position there, or `None` when no list does.
+    /// `docs/group/sub-groups.md` has the rules and an
+    /// example.
+    ///
+    /// * **Communicators.** Where every rank has a one-device collective
+    ///   communicator (after the group's first collective on a process with
+    ///   one GPU), it is split with one `ncclCommSplit` for all the lists
+    ///   (`NCCL_SPLIT_NOCOLOR` for the ranks in none), bounded by
+    ///   [`GroupOptions::timeout`](crate::GroupOptions::timeout), and each
+    ///   sub-group starts with its part ([`SplitPath::Split`]). Otherwise,
+    ///   and where the group's communicators would share their resources
+    ///   with what is split from them (`Config::with_split_share`, or
+    ///   `NCCL_COMM_SPLIT_SHARE_RESOURCES`: NCCL would then give the
+    ///   sub-groups the parent's abort flag), each sub-group makes its own
+    ///   when first used, through its store ([`SplitPath::Lazy`]). Every
+    ///   other communicator of a sub-group (other devices, pairs) is made
+    ///   that way too.
+    /// * **A full group.** A sub-group has the options, local rank and
+    ///   handle settings (operation timeout, stream mode) of this handle,
+    ///   its own watchdog entry, flight recorder (under the name
+    ///   `<parent>/sub<index>.<list>`: [`SubGroup::index`],
+    ///   [`SubGroup::color`]), `Work`s and failure,
+    ///   and its store keys under this group's, so its own communicators
+    ///   meet there. Its failure names each rank's global rank too
+    ///   ([`Failure::subgroup`](crate::Failure::subgroup)). It can be split
+    ///   again.
+    /// * **Independent.** The communicators of a sub-group share nothing
+    ///   with the parent's or the other sub-groups': a failure, abort or
+    ///   drop of one leaves the others as they are (an operation of theirs
+    ///   that involves a lost rank fails on its own).
+    /// * **Order.** Every rank makes the same calls of `split_group` and
+    ///   [`new_group`](Self::new_group) on a group, in the same order, as
+    ///   with collectives; the ranks compare their lists through the store
+    ///   first (one gather to rank 0 and one answer), so lists that differ
+    ///   are refused on every rank rather than left to NCCL.
+    /// * **The end.** Destroy the sub-groups before the group: its
+    ///   [`destroy`](Self::destroy) refuses while one is live here
+    ///   ([`GroupError::SubGroupsAlive`]); [`shutdown`](Self::shutdown)
+    ///   keeps the store's host up until every rank is done.
+    ///
+    /// # Errors
+    /// Nothing changed unless said otherwise.
+    /// - [`GroupError::InvalidArgument`] for no list, an empty list, a rank
+    ///   outside the group, a rank twice in a list or in two lists (the
+    ///   other ranks' calls then fail with
+    ///   [`StoreError::PeerFailed`](nccl_rendezvous::StoreError::PeerFailed) naming
+    ///   this rank's error), and on every rank when the ranks passed
+    ///   different lists (naming rank 0's and the first that differs).
+    /// - The group's own state: [`GroupError::Failed`], `Aborted`,
+    ///   `Destroyed`, `Healed`.
+    /// - A store error: a rank did not come in time
+    ///   ([`StoreError::Absent`](nccl_rendezvous::StoreError::Absent) naming it).
+    /// - [`GroupError::Failed`] when the split failed or ran past the
+    ///   timeout on any rank: NCCL's split runs over the group's
+    ///   communicator, which is then in an unknown state, so the group
+    ///   fails ([`FailureCause::Split`]) on every rank.
+    /// - [`GroupError::WatchdogStart`].
+    fn split_group<R: AsRef<[usize]>>(&self, groups: &[R]) -> Result<Option<ProcessGroup>>;
+
+    /// A sub-group of `ranks` (ranks of this group), torch's `new_group`:
+    /// every rank of this group calls it with the same ranks; those in
+    /// `ranks` get the sub-group, ranked by their position in `ranks`
+    /// (torch sorts them: pass them sorted for torch's numbering), the
+    /// others `None`. [`split_group`](Self::split_group) with one list: the
+    /// same communicators, rules and errors.
+    ///
+    /// # Errors
+    /// As [`split_group`](Self::split_group).
+    fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup>>;
+
+    /// Where this group sits in the group it was split from; `None` for a
+    /// root group (made by [`builder`](Self::builder), `from_env`, a heal
+    /// or a grow).
+    fn subgroup(&self) -> Option<&SubGroup>;
+
+    /// The root group's rank of this group's rank `group_rank` (torch's
+    /// `get_global_rank`): itself for a root group; `None` outside
+    /// `0..world_size`.
+    fn global_rank(&self, group_rank: usize) -> Option<usize>;
+
+    /// This group's rank of the root group's rank `global_rank` (torch's
+    /// `get_group_rank`); `None` when that rank is not in this group.
+    fn group_rank(&self, global_rank: usize) -> Option<usize>;
+
+    /// The root group's rank of each of this group's ranks, in rank order
+    /// (torch's `get_process_group_ranks`); `0..world_size` for a root
+    /// group.
+    fn global_ranks(&self) -> Vec<usize>;
+
+    /// The parent's rank of each of this group's ranks, in rank order;
+    /// `0..world_size` for a root group (its own ranks).
+    fn parent_ranks(&self) -> Vec<usize>;
+}
+
+impl SubGroups for ProcessGroup {
+    fn split_group<R: AsRef<[usize]>>(&self, groups: &[R]) -> Result<Option<ProcessGroup>> {
+        let lists: Vec<&[usize]> = groups.iter().map(AsRef::as_ref).collect();
+        self.split("rank lists", &lists)
+    }
+
+    fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup>> {
+        self.split("ranks", &[ranks])
+    }
+
+    fn subgroup(&self) -> Option<&SubGroup> {
+        self.inner.lineage.as_deref()
+    }
+
+    fn global_rank(&self, group_rank: usize) -> Option<usize> {
+        match self.subgroup() {
+            Some(sub) => sub.global_ranks.get(group_rank).copied(),
+            None => (group_rank < self.world_size()).then_some(group_rank),
+        }
+    }
+
+    fn group_rank(&self, global_rank: usize) -> Option<usize> {
+        match self.subgroup() {
+            Some(sub) => sub.global_ranks.iter().position(|&g| g == global_rank),
+            None => (global_rank < self.world_size()).then_some(global_rank),
+        }
+    }
+
+    fn global_ranks(&self) -> Vec<usize> {
+        self.subgroup().map_or_else(
+            || (0..self.world_size()).collect(),
+            |sub| sub.global_ranks.clone(),
+        )
+    }
+
+    fn parent_ranks(&self) -> Vec<usize> {
+        self.subgroup().map_or_else(
+            || (0..self.world_size()).collect(),
+            |sub| sub.parent_ranks.clone(),
+        )
     }
 }

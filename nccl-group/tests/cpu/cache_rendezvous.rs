@@ -303,14 +303,12 @@ fn a_world_size_above_i32_max_is_refused() {
             "{error:?}"
         );
         assert!(error.to_string().contains("at most 2147483647"), "{error}");
-        let made = ProcessGroup::new(
-            "huge",
-            world - 1,
-            world,
-            Arc::new(InProcessStore::new()),
-            "in-process",
-            GroupOptions::default(),
-        );
+        let made = ProcessGroup::builder("huge")
+            .rank(world - 1)
+            .world_size(world)
+            .store(Arc::new(InProcessStore::new()))
+            .options(GroupOptions::default())
+            .build();
         assert!(
             matches!(
                 made,

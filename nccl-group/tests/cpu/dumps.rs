@@ -2,6 +2,7 @@
 //! to join): on request through the API and through the request file,
 //! complete when returned, one folder per incident, nothing overwritten.
 
+use nccl_group::Diagnostics;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,12 @@ const PATIENCE: Duration = Duration::from_secs(120);
 fn group(name: &str, dump_dir: Option<&Path>) -> ProcessGroup {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let options = GroupOptions::default().with_dump_dir(dump_dir.map(Path::to_path_buf));
-    ProcessGroup::new(name, 0, 1, store, "in-process", options)
+    ProcessGroup::builder(name)
+        .rank(0)
+        .world_size(1)
+        .store(store)
+        .options(options)
+        .build()
         .expect("a group of one process needs no GPU to join")
 }
 

@@ -3,11 +3,13 @@
 //! bad-input table (`bad_inputs`, which writes docs/bad-inputs.md), the
 //! flight recorder's dumps and their analysis, the client of NCCL's RAS,
 //! the types of operations on borrowed cudarc memory (`borrowed`), sub-groups
-//! of groups without communicators (`subgroups`).
+//! of groups without communicators (`subgroups`), the builder's refusals
+//! (`builder`).
 
 mod analysis;
 mod bad_inputs;
 mod borrowed;
+mod builder;
 mod cache;
 mod cache_rendezvous;
 mod dumps;

@@ -8,6 +8,8 @@
 //! task counts, namespaces included), and the flight recorder's capacity at
 //! its bound.
 
+use nccl_group::Diagnostics;
+use nccl_group::Lifecycle;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
@@ -395,14 +397,12 @@ fn a_huge_recorder_capacity_is_refused_by_name() {
     for capacity in [MAX_RECORDER_CAPACITY + 1, usize::MAX] {
         let what = format!("recorder_capacity {capacity}");
         let made = no_panic(&what, || {
-            ProcessGroup::new(
-                "huge-recorder",
-                0,
-                1,
-                Arc::new(InProcessStore::new()),
-                "in-process",
-                GroupOptions::default().with_recorder_capacity(capacity),
-            )
+            ProcessGroup::builder("huge-recorder")
+                .rank(0)
+                .world_size(1)
+                .store(Arc::new(InProcessStore::new()))
+                .options(GroupOptions::default().with_recorder_capacity(capacity))
+                .build()
         });
         match made {
             Err(GroupError::InvalidArgument {
@@ -424,14 +424,12 @@ fn collective_checks_outside_1_to_1024_are_refused_by_name() {
             .with_collective_checks(every)
             .with_dump_dir(None);
         let made = no_panic(&what, || {
-            ProcessGroup::new(
-                "checks",
-                0,
-                1,
-                Arc::new(InProcessStore::new()),
-                "in-process",
-                options,
-            )
+            ProcessGroup::builder("checks")
+                .rank(0)
+                .world_size(1)
+                .store(Arc::new(InProcessStore::new()))
+                .options(options)
+                .build()
         });
         (what, made)
     };
@@ -467,7 +465,12 @@ fn group_durations_at_their_bounds_never_panic() {
                 .with_abort_timeout(duration)
                 .with_dump_dir(None);
             let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-            let group = ProcessGroup::new("bounds", 0, 1, store, "in-process", options)
+            let group = ProcessGroup::builder("bounds")
+                .rank(0)
+                .world_size(1)
+                .store(store)
+                .options(options)
+                .build()
                 .unwrap_or_else(|e| panic!("{what}: {e}"));
             let handle = group.with_op_timeout(duration);
             assert_eq!(handle.op_timeout(), duration);

@@ -12,6 +12,9 @@
 //! Every scenario runs under a deadline, so a bug fails the test instead
 //! of hanging it.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
+use nccl_group::SubGroups;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
@@ -31,15 +34,13 @@ fn world(name: &str, world: usize) -> Vec<ProcessGroup> {
         .with_timeout(LONG);
     (0..world)
         .map(|rank| {
-            ProcessGroup::new(
-                name,
-                rank,
-                world,
-                Arc::clone(&store),
-                "in-process",
-                options.clone(),
-            )
-            .unwrap_or_else(|e| panic!("rank {rank} joining {name:?}: {e}"))
+            ProcessGroup::builder(name)
+                .rank(rank)
+                .world_size(world)
+                .store(Arc::clone(&store))
+                .options(options.clone())
+                .build()
+                .unwrap_or_else(|e| panic!("rank {rank} joining {name:?}: {e}"))
         })
         .collect()
 }
@@ -404,15 +405,13 @@ fn a_parent_that_would_share_its_resources_makes_lazy_sub_groups() {
         .with_config(nccl_group::Config::default().with_split_share(true));
     let groups: Vec<ProcessGroup> = (0..2)
         .map(|rank| {
-            ProcessGroup::new(
-                "share",
-                rank,
-                2,
-                Arc::clone(&store),
-                "in-process",
-                options.clone(),
-            )
-            .expect("a group without communicators")
+            ProcessGroup::builder("share")
+                .rank(rank)
+                .world_size(2)
+                .store(Arc::clone(&store))
+                .options(options.clone())
+                .build()
+                .expect("a group without communicators")
         })
         .collect();
     let subs = on_every_rank("split_group of a sharing parent", &groups, |g| {

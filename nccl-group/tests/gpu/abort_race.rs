@@ -7,6 +7,7 @@
 //! back; nothing may crash or hang, and a new group works afterwards. A
 //! watchdog exits the process if the scenario hangs.
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;

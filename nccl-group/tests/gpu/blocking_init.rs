@@ -6,6 +6,7 @@
 //! behind until the process ends, and must not share a process with the
 //! other suites.
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,15 +29,13 @@ fn gpu_blocking_creation_with_a_rank_that_never_comes_fails_within_its_deadline(
         .with_comm_mode(CommMode::Blocking)
         .with_dump_dir(Some(dumps.path().to_path_buf()));
     // Rank 0 of 2; rank 1 never starts.
-    let group = ProcessGroup::new(
-        "alone-blocking",
-        0,
-        2,
-        Arc::new(InProcessStore::new()),
-        "in-process",
-        options.clone().with_timeout(timeout),
-    )
-    .expect("group");
+    let group = ProcessGroup::builder("alone-blocking")
+        .rank(0)
+        .world_size(2)
+        .store(Arc::new(InProcessStore::new()))
+        .options(options.clone().with_timeout(timeout))
+        .build()
+        .expect("group");
     let started = Instant::now();
     let tensor = Tensor::<f32>::zeros(&stream, &[8]).expect("tensor");
     let error = match group.all_reduce(tensor, ReduceOp::Sum, &stream) {

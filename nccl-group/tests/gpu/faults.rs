@@ -10,6 +10,9 @@
 //! abort is bounded; the flight recorder on request. (Faults across
 //! processes are in `gpu_group_faults_processes/`.)
 
+use nccl_group::Diagnostics;
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
@@ -316,15 +319,13 @@ fn gpu_creation_with_a_rank_that_never_comes_fails_within_its_deadline() {
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let timeout = Duration::from_secs(3);
     // Rank 0 of 2; rank 1 never starts.
-    let group = ProcessGroup::new(
-        "alone",
-        0,
-        2,
-        Arc::new(InProcessStore::new()),
-        "in-process",
-        options(dumps.path()).with_timeout(timeout),
-    )
-    .expect("group");
+    let group = ProcessGroup::builder("alone")
+        .rank(0)
+        .world_size(2)
+        .store(Arc::new(InProcessStore::new()))
+        .options(options(dumps.path()).with_timeout(timeout))
+        .build()
+        .expect("group");
     let started = Instant::now();
     let tensor = Tensor::<f32>::zeros(&stream, &[8]).expect("tensor");
     let error = match group.all_reduce(tensor, ReduceOp::Sum, &stream) {

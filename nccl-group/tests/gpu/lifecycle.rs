@@ -6,6 +6,7 @@
 //! Every test starts with `require_gpus(n)`: without the GPUs it prints
 //! `SKIP: ...` and passes, unless `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -89,11 +90,15 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
     for (name, result) in [
         (
             "send_multi",
-            group.send_multi(vec![upload(&stream, &data)], 0, &streams),
+            group
+                .multi()
+                .send(vec![upload(&stream, &data)], 0, &streams),
         ),
         (
             "recv_multi",
-            group.recv_multi(vec![upload(&stream, &data)], 0, &streams),
+            group
+                .multi()
+                .recv(vec![upload(&stream, &data)], 0, &streams),
         ),
     ] {
         let e = refused(result, name);
@@ -177,7 +182,8 @@ fn gpu_work_is_completed_and_synchronize() {
 
     // The list form's work covers its device.
     let work = group
-        .all_reduce_multi(
+        .multi()
+        .all_reduce(
             vec![upload(&stream, &data)],
             ReduceOp::Max,
             std::slice::from_ref(&stream),
@@ -229,7 +235,8 @@ fn gpu_work_dropped_without_wait_releases_buffers_safely() {
     // A dropped list-form work and a dropped barrier work.
     drop(
         group
-            .all_reduce_multi(
+            .multi()
+            .all_reduce(
                 vec![upload(&caller, &pattern(0, 4097))],
                 ReduceOp::Sum,
                 std::slice::from_ref(&caller),
@@ -441,7 +448,7 @@ fn gpu_op_error_hands_the_tensors_back() {
 
     // The list form: two tensors on one device.
     let e = refused(
-        group.all_reduce_multi(
+        group.multi().all_reduce(
             vec![upload(&stream, &data), upload(&stream, &data)],
             ReduceOp::Sum,
             &[stream.clone(), stream.clone()],
@@ -471,7 +478,7 @@ fn gpu_op_error_hands_the_tensors_back() {
 
     // The list form: a stream count that does not match.
     let e = refused(
-        group.all_reduce_multi(
+        group.multi().all_reduce(
             vec![upload(&stream, &data)],
             ReduceOp::Sum,
             &[stream.clone(), stream.clone()],
@@ -490,7 +497,9 @@ fn gpu_op_error_hands_the_tensors_back() {
         e.error
     );
     let e = refused(
-        group.all_reduce_multi(Vec::<Tensor<f32>>::new(), ReduceOp::Sum, &[]),
+        group
+            .multi()
+            .all_reduce(Vec::<Tensor<f32>>::new(), ReduceOp::Sum, &[]),
         "no tensors",
     );
     assert!(

@@ -123,22 +123,24 @@ fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
 
         for op in ReduceOp::ALL {
             let w = what(&format!("all_reduce {op:?}"));
-            let ts = done(group.all_reduce_multi(one(&data), op, streams), &w);
+            let ts = done(group.multi().all_reduce(one(&data), op, streams), &w);
             assert_eq!(ts.len(), 1);
             assert_same_values(&download(&stream, &ts[0]), &data, &w);
 
             let w = what(&format!("reduce {op:?}"));
-            let ts = done(group.reduce_multi(one(&data), op, 0, streams), &w);
+            let ts = done(group.multi().reduce(one(&data), op, 0, streams), &w);
             assert_same_values(&download(&stream, &ts[0]), &data, &w);
         }
 
         let w = what("broadcast");
-        let ts = done(group.broadcast_multi(one(&data), 0, streams), &w);
+        let ts = done(group.multi().broadcast(one(&data), 0, streams), &w);
         assert_same_values(&download(&stream, &ts[0]), &data, &w);
 
         let w = what("all_gather");
         let ps = done(
-            group.all_gather_into_tensor_multi(pair(&poison_values(len), &data), streams),
+            group
+                .multi()
+                .all_gather_into_tensor(pair(&poison_values(len), &data), streams),
             &w,
         );
         assert_eq!(ps.len(), 1);
@@ -147,7 +149,7 @@ fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
 
         let w = what("reduce_scatter");
         let ps = done(
-            group.reduce_scatter_tensor_multi(
+            group.multi().reduce_scatter_tensor(
                 pair(&poison_values(len), &data),
                 ReduceOp::Sum,
                 streams,
@@ -158,7 +160,9 @@ fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
 
         let w = what("all_to_all");
         let ps = done(
-            group.all_to_all_single_multi(pair(&poison_values(len), &data), streams),
+            group
+                .multi()
+                .all_to_all_single(pair(&poison_values(len), &data), streams),
             &w,
         );
         assert_same_values(&download(&stream, &ps[0].0), &data, &w);
@@ -229,7 +233,7 @@ fn gpu_single_and_multi_forms_share_one_group() {
             )
         } else {
             let mut v = done(
-                group.all_gather_into_tensor_multi(
+                group.multi().all_gather_into_tensor(
                     vec![(upload(&stream, &poison_values(257)), upload(&stream, &data))],
                     streams,
                 ),

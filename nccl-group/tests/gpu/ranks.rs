@@ -22,6 +22,7 @@
 //! Without a GPU every test prints `SKIP: ...` and passes, unless
 //! `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Lifecycle;
 use std::path::PathBuf;
 use std::thread;
 use std::time::Duration;
@@ -91,15 +92,14 @@ fn ranks_from_env_over_the_tcp_store() {
             .expect_err("from_env without the launch variables must fail");
         assert!(error.to_string().contains("WORLD_SIZE"), "{error}");
         let store = tcp_store(&ctx);
-        ProcessGroup::new(
-            "from-env",
-            0,
-            1,
-            store.store,
-            store.address,
-            GroupOptions::default().with_timeout(STORE_TIMEOUT),
-        )
-        .expect("a world of one over the TCP store")
+        ProcessGroup::builder("from-env")
+            .rank(0)
+            .world_size(1)
+            .store(store.store)
+            .store_address(store.address)
+            .options(GroupOptions::default().with_timeout(STORE_TIMEOUT))
+            .build()
+            .expect("a world of one over the TCP store")
     };
     from_env_scenario(&ctx, &group, "from_env");
 }
@@ -137,8 +137,11 @@ fn ranks_bare_communicator_and_local_rank_from_the_launch_variables() {
     drop(comm);
     ctx.meet("bare-done");
 
-    let group = ProcessGroup::from_config("from-config", &config, options(CommMode::Nonblocking))
-        .unwrap_or_else(|e| panic!("{}: ProcessGroup::from_config: {e}", ctx.label()));
+    let group = ProcessGroup::builder("from-config")
+        .options(options(CommMode::Nonblocking))
+        .config(&config)
+        .build()
+        .unwrap_or_else(|e| panic!("{}: GroupBuilder::config: {e}", ctx.label()));
     assert_eq!(
         group.local_rank(),
         Some(ctx.ranks.local_rank),
@@ -149,15 +152,14 @@ fn ranks_bare_communicator_and_local_rank_from_the_launch_variables() {
     drop(group);
     if !launched() {
         let store = tcp_store(&ctx);
-        let by_hand = ProcessGroup::new(
-            "by-hand",
-            0,
-            1,
-            store.store,
-            store.address,
-            options(CommMode::Nonblocking),
-        )
-        .expect("a world of one over the TCP store");
+        let by_hand = ProcessGroup::builder("by-hand")
+            .rank(0)
+            .world_size(1)
+            .store(store.store)
+            .store_address(store.address)
+            .options(options(CommMode::Nonblocking))
+            .build()
+            .expect("a world of one over the TCP store");
         assert_eq!(by_hand.local_rank(), None);
     }
 }
@@ -171,11 +173,20 @@ fn ranks_from_env_with_options() {
     };
     let options = options(CommMode::Blocking).with_stream_mode(StreamMode::Caller);
     let group = if launched() {
-        ProcessGroup::from_env_with("from-env-with", options)
+        ProcessGroup::builder("from-env-with")
+            .options(options)
+            .config(&RendezvousConfig::from_env().expect("the launch variables"))
+            .build()
             .unwrap_or_else(|e| panic!("{}: ProcessGroup::from_env_with: {e}", ctx.label()))
     } else {
         let store = tcp_store(&ctx);
-        ProcessGroup::new("from-env-with", 0, 1, store.store, store.address, options)
+        ProcessGroup::builder("from-env-with")
+            .rank(0)
+            .world_size(1)
+            .store(store.store)
+            .store_address(store.address)
+            .options(options)
+            .build()
             .expect("a world of one over the TCP store")
     };
     assert_eq!(group.options().comm_mode, CommMode::Blocking);
@@ -247,7 +258,9 @@ fn every_ordered_pair(ctx: &RankContext, group: &ProcessGroup, multi: bool, what
                 if rank == src {
                     let sent = if multi {
                         let mut ts = done(
-                            group.send_multi(vec![upload(stream, &data)], dst, streams),
+                            group
+                                .multi()
+                                .send(vec![upload(stream, &data)], dst, streams),
                             &w,
                         );
                         assert_eq!(ts.len(), 1, "{w}");
@@ -263,7 +276,7 @@ fn every_ordered_pair(ctx: &RankContext, group: &ProcessGroup, multi: bool, what
                 } else {
                     let got = if multi {
                         let mut ts = done(
-                            group.recv_multi(
+                            group.multi().recv(
                                 vec![upload(stream, &poison_values::<f32>(len))],
                                 src,
                                 streams,
@@ -498,15 +511,14 @@ fn ranks_process_scenario() {
             .unwrap_or_else(|e| panic!("{}: ProcessGroup::from_env: {e}", ctx.label()))
     } else {
         let store = tcp_store(&ctx);
-        ProcessGroup::new(
-            "test",
-            0,
-            1,
-            store.store,
-            store.address,
-            GroupOptions::default(),
-        )
-        .expect("a world of one over the TCP store")
+        ProcessGroup::builder("test")
+            .rank(0)
+            .world_size(1)
+            .store(store.store)
+            .store_address(store.address)
+            .options(GroupOptions::default())
+            .build()
+            .expect("a world of one over the TCP store")
     };
     assert_eq!(
         (group.rank(), group.world_size()),

@@ -17,6 +17,7 @@
 //! computes from every rank's data.
 
 use nccl_core::{Op, ReduceOp};
+use nccl_group::Recovery;
 use nccl_group::{P2POp, ProcessGroup};
 use nccl_tensor::{AnyTensor, Tensor};
 use nccl_test_support::group::ranks::{RankContext, What, each_mode};

@@ -27,6 +27,7 @@
 //! Without a GPU every test prints `SKIP: ...` and passes, unless
 //! `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Diagnostics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -8,6 +8,7 @@
 //! `FR_CHECK_DIR=/some/folder` keeps the dumps there (one incident folder
 //! per world size and communicator mode), to run torchfrtrace by hand.
 
+use nccl_group::Diagnostics;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -111,15 +112,14 @@ fn ranks_dumps_of_every_rank_read_by_the_analysis_and_torchfrtrace() {
     };
     for mode in COMM_MODES {
         let name = format!("fr-check-w{}-{mode:?}", ctx.world());
-        let group = ProcessGroup::new(
-            &name,
-            ctx.rank(),
-            ctx.world(),
-            std::sync::Arc::clone(&store.store),
-            store.address.clone(),
-            options(mode).with_dump_dir(Some(dir.clone())),
-        )
-        .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()));
+        let group = ProcessGroup::builder(&name)
+            .rank(ctx.rank())
+            .world_size(ctx.world())
+            .store(std::sync::Arc::clone(&store.store))
+            .store_address(store.address.clone())
+            .options(options(mode).with_dump_dir(Some(dir.clone())))
+            .build()
+            .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()));
         mixed_collectives(&ctx, &group);
         let files = group
             .dump_flight_recorder("torch-check")

@@ -13,6 +13,8 @@
 //!   a capture begun with cudarc directly (as `torch.cuda.graph` does)
 //!   captures the group's operations too.
 
+use nccl_group::Diagnostics;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -270,7 +272,8 @@ fn ranks_capture_refusals() {
     let (reason, parts) = reason_of(
         capture
             .group()
-            .all_reduce_multi(vec![a], ReduceOp::Sum, std::slice::from_ref(stream)),
+            .multi()
+            .all_reduce(vec![a], ReduceOp::Sum, std::slice::from_ref(stream)),
         &what,
     );
     assert_eq!(reason, Uncapturable::SeveralDevices, "{what}");

@@ -21,6 +21,7 @@
 //! `ranks_*` tests: run.sh runs them alone (a world of one: only the
 //! agreeing run) and under `nccl-launch -n 2` and `-n 4`.
 
+use nccl_group::Lifecycle;
 use std::time::Duration;
 
 use nccl_core::ReduceOp;
@@ -195,15 +196,14 @@ fn join(
     if every.is_none() {
         options = options.with_op_timeout(HANG_TIMEOUT);
     }
-    ProcessGroup::new(
-        name,
-        ctx.rank(),
-        ctx.world(),
-        std::sync::Arc::clone(&store.store),
-        store.address.clone(),
-        options,
-    )
-    .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()))
+    ProcessGroup::builder(name)
+        .rank(ctx.rank())
+        .world_size(ctx.world())
+        .store(std::sync::Arc::clone(&store.store))
+        .store_address(store.address.clone())
+        .options(options)
+        .build()
+        .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()))
 }
 
 /// The agreeing run, then each fault at every world size above 1, with

@@ -15,6 +15,7 @@
 //! Without a GPU every test prints `SKIP: ...` and passes, unless
 //! `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::SubGroups;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -321,7 +322,9 @@ pub(crate) fn list_forms(
         let seed = seeds.next_op();
         let w = what(&format!("all_reduce_multi {op:?}"));
         let ts = done(
-            group.all_reduce_multi(one(&rank_values(seed, rank, len)), op, streams),
+            group
+                .multi()
+                .all_reduce(one(&rank_values(seed, rank, len)), op, streams),
             &w,
         );
         assert_eq!(ts.len(), 1, "{w}");
@@ -338,7 +341,9 @@ pub(crate) fn list_forms(
             vec![f64::from(support::POISON); len]
         };
         let ts = done(
-            group.broadcast_multi(one(&start), root_arg(group, root), streams),
+            group
+                .multi()
+                .broadcast(one(&start), root_arg(group, root), streams),
             &w,
         );
         assert_same_values(
@@ -350,7 +355,7 @@ pub(crate) fn list_forms(
         let seed = seeds.next_op();
         let w = what(&format!("reduce_multi Max to root {root}"));
         let ts = done(
-            group.reduce_multi(
+            group.multi().reduce(
                 one(&rank_values(seed, rank, len)),
                 ReduceOp::Max,
                 root_arg(group, root),
@@ -367,10 +372,9 @@ pub(crate) fn list_forms(
     let seed = seeds.next_op();
     let w = what("all_gather_into_tensor_multi");
     let ps = done(
-        group.all_gather_into_tensor_multi(
-            pair(world * len, &rank_values(seed, rank, len)),
-            streams,
-        ),
+        group
+            .multi()
+            .all_gather_into_tensor(pair(world * len, &rank_values(seed, rank, len)), streams),
         &w,
     );
     assert_eq!(ps.len(), 1, "{w}");
@@ -385,7 +389,7 @@ pub(crate) fn list_forms(
     let seed = seeds.next_op();
     let w = what("gather_multi to the last rank");
     let ps = done(
-        group.gather_multi(
+        group.multi().gather(
             pair(on_root(world * len), &rank_values(seed, rank, len)),
             root_arg(group, root),
             streams,
@@ -400,7 +404,7 @@ pub(crate) fn list_forms(
     let w = what("scatter_multi from the last rank");
     let spread = every_rank_values(seed, world, len).concat();
     let ps = done(
-        group.scatter_multi(
+        group.multi().scatter(
             pair(len, &spread[..on_root(spread.len())]),
             root_arg(group, root),
             streams,
@@ -413,7 +417,7 @@ pub(crate) fn list_forms(
     let seed = seeds.next_op();
     let w = what("reduce_scatter_multi Sum");
     let ps = done(
-        group.reduce_scatter_tensor_multi(
+        group.multi().reduce_scatter_tensor(
             pair(len, &rank_values(seed, rank, world * len)),
             ReduceOp::Sum,
             streams,
@@ -430,7 +434,7 @@ pub(crate) fn list_forms(
     let seed = seeds.next_op();
     let w = what("all_to_all_single_multi");
     let ps = done(
-        group.all_to_all_single_multi(
+        group.multi().all_to_all_single(
             pair(world * len, &rank_values(seed, rank, world * len)),
             streams,
         ),

@@ -26,6 +26,8 @@
 //! Without a GPU every test prints `SKIP: ...` and passes, unless
 //! `NCCL_TEST_REQUIRE_GPU=1`.
 
+use nccl_group::Lifecycle;
+use nccl_group::SubGroups;
 use std::thread;
 
 use nccl_core::ReduceOp;

@@ -1,13 +1,16 @@
 //! One launched rank of the `gpu_rank_*` fault scenarios: the faulty
 //! rank's fault, and every other rank's checks of the failure it sees.
 
+use nccl_group::Lifecycle;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nccl_core::{CudaStream, ReduceOp};
-use nccl_group::{CommMode, FailureCause, GroupError, GroupOptions, ProcessGroup};
+use nccl_group::{
+    CommMode, FailureCause, GroupError, GroupOptions, ProcessGroup, RendezvousConfig,
+};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::faults::{SLACK, read_dump};
@@ -55,8 +58,11 @@ pub fn run(fault: Fault) {
         .with_op_timeout(CHILD_OP_TIMEOUT)
         .with_abort_timeout(Duration::from_secs(5))
         .with_dump_dir(Some(dir.join(format!("dumps-rank{rank}"))));
-    let group = ProcessGroup::from_env_with("faults", options)
-        .unwrap_or_else(|e| panic!("{label}: ProcessGroup::from_env_with: {e}"));
+    let group = ProcessGroup::builder("faults")
+        .options(options)
+        .config(&RendezvousConfig::from_env().expect("the launch variables"))
+        .build()
+        .unwrap_or_else(|e| panic!("{label}: ProcessGroup::builder: {e}"));
     let stream = ranks
         .device()
         .new_stream()

@@ -1,6 +1,8 @@
 //! The grow scenario: the survivors of a heal grow back to world 4 with a
 //! process rank 0 starts, and the new process's own part.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
@@ -156,15 +158,13 @@ pub(super) fn join() {
     let config = RendezvousConfig::from_env().expect("the launch's variables");
     let store: Arc<dyn Store> = Arc::from(config.connect().expect("rank 0's store"));
     let started = Instant::now();
-    let group = ProcessGroup::join_grown(
-        "heal",
-        store,
-        config.store.to_string(),
-        config.local_rank,
-        group_options(OP_TIMEOUT),
-        JOIN_WAIT,
-    )
-    .expect("joined the grow");
+    let group = ProcessGroup::builder("heal")
+        .store(store)
+        .store_address(config.store.to_string())
+        .local_rank(config.local_rank)
+        .options(group_options(OP_TIMEOUT))
+        .join_grown(JOIN_WAIT)
+        .expect("joined the grow");
     println!(
         "heal grow joined: generation {} rank {} of {}, in {:?}",
         group.generation(),

@@ -1,6 +1,8 @@
 //! One launched rank of the heal tests: checked rounds of operations, the
 //! faults, the heals, and each survivor's `heal ...` lines.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 use nccl_core::{Capabilities, Capability, CudaStream, ReduceOp};
 use nccl_group::{
     CommMode, ErrorKind, GroupError, GroupOptions, HealOptions, HealPath, Healed, P2POp,
-    ProcessGroup, Work,
+    ProcessGroup, RendezvousConfig, Work,
 };
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
@@ -269,7 +271,11 @@ pub fn run(scenario: Scenario) {
         _ => OP_TIMEOUT,
     };
     let me = Member {
-        group: ProcessGroup::from_env_with("heal", group_options(op_timeout)).expect("the group"),
+        group: ProcessGroup::builder("heal")
+            .options(group_options(op_timeout))
+            .config(&RendezvousConfig::from_env().expect("the launch variables"))
+            .build()
+            .expect("the group"),
         olds: (0..ranks.world).collect(),
         stream: ranks.device().new_stream().expect("a stream"),
     };

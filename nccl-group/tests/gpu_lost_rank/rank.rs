@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_core::{CudaStream, ReduceOp};
-use nccl_group::{CommMode, GroupError, GroupOptions, ProcessGroup, StreamMode, Work};
+use nccl_group::{
+    CommMode, GroupError, GroupOptions, ProcessGroup, RendezvousConfig, StreamMode, Work,
+};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::processes::{await_mark, publish};
@@ -117,7 +119,11 @@ pub fn run(fault: Fault) {
         .with_abort_timeout(Duration::from_secs(5))
         .with_blocking_wait(var(BLOCKING_WAIT_VAR) == "1")
         .with_dump_dir(None);
-    let group = ProcessGroup::from_env_with("lost-rank", options).expect("the group");
+    let group = ProcessGroup::builder("lost-rank")
+        .options(options)
+        .config(&RendezvousConfig::from_env().expect("the launch variables"))
+        .build()
+        .expect("the group");
     let stream = ranks.device().new_stream().expect("a stream");
     let mine = vec![(rank + 1) as f32; LEN];
     let sum = (world * (world + 1) / 2) as f32;

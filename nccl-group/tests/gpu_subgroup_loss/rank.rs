@@ -1,13 +1,16 @@
 //! One launched rank of `gpu_subgroup_loss`: checked rounds on the
 //! sub-groups, rank 3's death, and each survivor's `subgroup ...` lines.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
+use nccl_group::SubGroups;
 use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nccl_core::{CudaStream, ReduceOp};
-use nccl_group::{CommMode, GroupError, GroupOptions, ProcessGroup, SplitPath};
+use nccl_group::{CommMode, GroupError, GroupOptions, ProcessGroup, RendezvousConfig, SplitPath};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::processes::{await_mark, publish};
@@ -127,7 +130,11 @@ pub fn run(comms: CommMode) {
         rank: ranks.rank,
         stream: ranks.device().new_stream().expect("a stream"),
     };
-    let parent = ProcessGroup::from_env_with("loss", options(comms)).expect("the group");
+    let parent = ProcessGroup::builder("loss")
+        .options(options(comms))
+        .config(&RendezvousConfig::from_env().expect("the launch variables"))
+        .build()
+        .expect("the group");
     me.round(&parent, "the parent's first all_reduce")
         .expect("the parent's first all_reduce");
     let tp = me.split(&parent, [[0, 1], [2, 3]]);

@@ -2,6 +2,7 @@
 //! plan run through every layer, and each measurement sent to its
 //! process's main thread.
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 

@@ -115,37 +115,46 @@ pub fn every_call_refused(group: &ProcessGroup, stream: &Arc<CudaStream>, closed
     check_list(
         op,
         refused(
-            group.all_reduce_multi(vec![one()], ReduceOp::Sum, streams),
+            group
+                .multi()
+                .all_reduce(vec![one()], ReduceOp::Sum, streams),
             op,
         ),
     );
     let op = "broadcast_multi";
     check_list(
         op,
-        refused(group.broadcast_multi(vec![one()], 0, streams), op),
+        refused(group.multi().broadcast(vec![one()], 0, streams), op),
     );
     let op = "reduce_multi";
     check_list(
         op,
         refused(
-            group.reduce_multi(vec![one()], ReduceOp::Sum, 0, streams),
+            group.multi().reduce(vec![one()], ReduceOp::Sum, 0, streams),
             op,
         ),
     );
     let op = "all_gather_into_tensor_multi";
     let e = refused(
-        group.all_gather_into_tensor_multi(vec![gather()], streams),
+        group
+            .multi()
+            .all_gather_into_tensor(vec![gather()], streams),
         op,
     );
     check_pairs(op, e, &data);
     let op = "reduce_scatter_multi";
     let e = refused(
-        group.reduce_scatter_tensor_multi(vec![scatter()], ReduceOp::Sum, streams),
+        group
+            .multi()
+            .reduce_scatter_tensor(vec![scatter()], ReduceOp::Sum, streams),
         op,
     );
     check_pairs(op, e, &wide);
     let op = "all_to_all_single_multi";
-    let e = refused(group.all_to_all_single_multi(vec![exchange()], streams), op);
+    let e = refused(
+        group.multi().all_to_all_single(vec![exchange()], streams),
+        op,
+    );
     check_pairs(op, e, &wide);
     if world >= 2 {
         let peer = (rank + 1) % world;

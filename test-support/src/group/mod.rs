@@ -12,6 +12,7 @@ pub mod faults;
 pub mod ranks;
 mod scenario;
 
+use nccl_group::Lifecycle;
 use std::sync::Arc;
 
 use nccl_core::ReduceOp;
@@ -41,7 +42,12 @@ pub fn world_of_one_on(
     store: Arc<InProcessStore>,
     options: GroupOptions,
 ) -> ProcessGroup {
-    ProcessGroup::new(name, 0, 1, store, "in-process", options)
+    ProcessGroup::builder(name)
+        .rank(0)
+        .world_size(1)
+        .store(store)
+        .options(options)
+        .build()
         .unwrap_or_else(|e| panic!("creating group {name:?}: {e}"))
 }
 

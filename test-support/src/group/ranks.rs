@@ -187,15 +187,14 @@ pub fn options(mode: CommMode) -> GroupOptions {
 
 /// Joins the group `name` of every rank over `store`.
 pub fn join(ctx: &RankContext, name: &str, store: &StoreAt, mode: CommMode) -> ProcessGroup {
-    let group = ProcessGroup::new(
-        name,
-        ctx.rank(),
-        ctx.world(),
-        Arc::clone(&store.store),
-        store.address.clone(),
-        options(mode),
-    )
-    .unwrap_or_else(|e| panic!("{}: joining group {name:?}: {e}", ctx.label()));
+    let group = ProcessGroup::builder(name)
+        .rank(ctx.rank())
+        .world_size(ctx.world())
+        .store(Arc::clone(&store.store))
+        .store_address(store.address.clone())
+        .options(options(mode))
+        .build()
+        .unwrap_or_else(|e| panic!("{}: joining group {name:?}: {e}", ctx.label()));
     assert_eq!(
         (group.rank(), group.world_size()),
         (ctx.rank(), ctx.world())

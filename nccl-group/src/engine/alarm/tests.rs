@@ -3,6 +3,7 @@
 //! failing that rank with the first rank's cause. The watchdog's clock is
 //! the `now` each call is given.
 
+use crate::generations::recovery::Recovery;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The new process's side of a grow ([`ProcessGroup::join_grown`]).
+//! The new process's side of a grow ([`GroupBuilder::join_grown`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,56 +8,54 @@ use nccl_core::{Capabilities, Capability};
 use super::offer::await_place;
 use super::{arrive, share_grow_id};
 use crate::devices::DeviceList;
+use crate::engine::builder::GroupBuilder;
 use crate::engine::cache::OnceMap;
 use crate::engine::group::ProcessGroup;
 use crate::engine::key::CommKey;
 use crate::engine::membership::{Membership, check_name};
 use crate::error::{GroupError, Result};
 use crate::generations::succession::adopt_where_all_made;
-use crate::options::GroupOptions;
-use nccl_rendezvous::Store;
 use nccl_rendezvous::meet::Scope;
 
-impl ProcessGroup {
-    /// Joins the group `name` as a new process when its ranks
-    /// [`grow`](ProcessGroup::grow) it: takes a ticket in the queue of
-    /// joining processes at `store` (the store the group was created
-    /// with: for a group from [`ProcessGroup::from_env`], the one
+impl GroupBuilder {
+    /// Joins the builder's group as a new process when its ranks
+    /// [`grow`](ProcessGroup::grow) it: takes a ticket in the
+    /// queue of joining processes at the builder's store (the store the
+    /// group was created with: for a group from
+    /// [`ProcessGroup::from_env`], the one
     /// [`RendezvousConfig::connect`](crate::RendezvousConfig::connect)
     /// returns with the same variables, as a rank other than 0), waits at
     /// most `timeout` for a grow to offer the ticket a place, then takes
     /// part in the grow: in the group's communicator, on device
-    /// `local_rank` (its rank on this host, the GPU it drives:
-    /// [`ProcessGroup::local_rank`]), where the grow has one. Returns the
+    /// [`local_rank`](GroupBuilder::local_rank) (its rank on this host,
+    /// the GPU it drives; device 0 when not given), where the grow has
+    /// one. The builder's rank and world size are not used: the offer
+    /// gives them. Returns the
     /// group of the grown generation, this process at the rank the offer
     /// gives its ticket (the old world size plus its place among the
     /// offer's tickets). The grow's own waits and NCCL's are bounded by
-    /// [`GroupOptions::timeout`].
+    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout).
     ///
     /// A process that fails here must not retry with the same ticket: a
     /// new call takes a new one, which the group's next grow covers.
     ///
     /// # Errors
     /// - [`GroupError::InvalidArgument`](crate::GroupError::InvalidArgument)
-    ///   for a bad name or option, or a device ordinal past `u16`.
+    ///   for a bad name or option, a missing store, or a device ordinal
+    ///   past `u16`.
     /// - [`GroupError::NotOffered`](crate::GroupError::NotOffered): no grow
     ///   offered a place in time.
     /// - A store error: the group's ranks or another new process did not
     ///   meet in time, or the grow failed on a rank
     ///   ([`StoreError::PeerFailed`](crate::StoreError::PeerFailed)); or
     ///   no watchdog thread.
-    pub fn join_grown(
-        name: &str,
-        store: Arc<dyn Store>,
-        store_address: impl Into<String>,
-        local_rank: usize,
-        options: GroupOptions,
-        timeout: Duration,
-    ) -> Result<ProcessGroup> {
+    pub fn join_grown(self, timeout: Duration) -> Result<ProcessGroup> {
+        let (store, store_address) = self.connect()?;
+        let (name, options) = (self.name.as_str(), self.options);
+        let local_rank = self.local_rank.unwrap_or(0);
         options.validate()?;
         check_name(name)?;
         let key = CommKey::Collective(DeviceList::one(local_rank)?);
-        let store_address = store_address.into();
         let (offer, rank) = await_place(&*store, name, &store_address, timeout)?;
         crate::diagnostics::trace::event!(info, group = name, rank, offer = ?offer, "offered a place");
         let scope = Scope::path(&offer.scope)?;
@@ -77,7 +75,7 @@ impl ProcessGroup {
         let can_grow = offer.grows && Capabilities::loaded().is_ok_and(|c| c.has(Capability::Grow));
         let place = (rank, offer.world_size);
         let (meeting, everyone_can) = arrive(&membership.store, place, can_grow, options.timeout)?;
-        let group = Self::start(
+        let group = ProcessGroup::start(
             membership,
             options,
             Some(local_rank),

@@ -2,6 +2,8 @@
 //! communicator, on the in-process store, grow with joining threads into
 //! the next generation (every communicator made afresh).
 
+use crate::generations::lifecycle::Lifecycle;
+use crate::generations::recovery::Recovery;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -36,14 +38,11 @@ fn grow_all(
                 let taken = tickets(store, &name);
                 let (joining_store, joining) = (Arc::clone(store), name.clone());
                 let joiner = scope.spawn(move || {
-                    ProcessGroup::join_grown(
-                        &joining,
-                        joining_store,
-                        "in-process",
-                        0,
-                        options(),
-                        PATIENCE,
-                    )
+                    ProcessGroup::builder(&joining)
+                        .store(joining_store)
+                        .local_rank(0)
+                        .options(options())
+                        .join_grown(PATIENCE)
                 });
                 // The next joiner takes its ticket after this one.
                 while tickets(store, &name) == taken {
@@ -243,15 +242,12 @@ fn a_grow_without_its_new_process_changes_nothing_and_the_late_one_joins_the_nex
     }
     // The late process's ticket was the failed grow's: it learns so, and
     // its next ticket is the next grow's.
-    let late = ProcessGroup::join_grown(
-        "grow-late",
-        Arc::clone(&store),
-        "in-process",
-        0,
-        options(),
-        PATIENCE,
-    )
-    .expect_err("the grow of ticket 1 failed");
+    let late = ProcessGroup::builder("grow-late")
+        .store(Arc::clone(&store))
+        .local_rank(0)
+        .options(options())
+        .join_grown(PATIENCE)
+        .expect_err("the grow of ticket 1 failed");
     assert_eq!(late.kind(), ErrorKind::PeerFailed, "{late}");
     let (grown, joined) = grow_all(&store, &groups, 1, 1, &GrowOptions::new());
     for grown in grown {
@@ -270,15 +266,12 @@ fn a_grow_without_its_new_process_changes_nothing_and_the_late_one_joins_the_nex
 fn a_new_process_without_an_offer_times_out_naming_its_ticket() {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     for ticket in [1, 2] {
-        let error = ProcessGroup::join_grown(
-            "grow-none",
-            Arc::clone(&store),
-            "in-process",
-            0,
-            options(),
-            Duration::from_millis(100),
-        )
-        .expect_err("no grow");
+        let error = ProcessGroup::builder("grow-none")
+            .store(Arc::clone(&store))
+            .local_rank(0)
+            .options(options())
+            .join_grown(Duration::from_millis(100))
+            .expect_err("no grow");
         assert!(
             matches!(&error, GroupError::NotOffered { ticket: t, offers: 0, .. } if *t == ticket),
             "{error}"

@@ -2,6 +2,8 @@
 //! communicator, on the in-process store, heal through the agreement
 //! into the next generation (every communicator made afresh).
 
+use crate::generations::lifecycle::Lifecycle;
+use crate::generations::recovery::Recovery;
 use std::sync::Arc;
 use std::thread;
 
@@ -19,15 +21,13 @@ pub(crate) fn options() -> GroupOptions {
 pub(crate) fn world_on(store: &Arc<dyn Store>, name: &str, world: usize) -> Vec<ProcessGroup> {
     (0..world)
         .map(|rank| {
-            ProcessGroup::new(
-                name,
-                rank,
-                world,
-                Arc::clone(store),
-                "in-process",
-                options(),
-            )
-            .expect("a group that makes no communicator needs no GPU")
+            ProcessGroup::builder(name)
+                .rank(rank)
+                .world_size(world)
+                .store(Arc::clone(store))
+                .options(options())
+                .build()
+                .expect("a group that makes no communicator needs no GPU")
         })
         .collect()
 }

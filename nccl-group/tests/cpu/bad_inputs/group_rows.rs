@@ -136,7 +136,7 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "group",
-            call: "ProcessGroup::new",
+            call: "GroupBuilder::build",
             input: "world size 3 for a name whose first instance had 4",
             expect: &[
                 "invalid world size",
@@ -148,14 +148,12 @@ pub fn rows() -> Vec<Row> {
                 let store: Arc<dyn nccl_group::Store> = Arc::new(InProcessStore::new());
                 let options = GroupOptions::default().with_dump_dir(None);
                 let new = |rank, world| {
-                    ProcessGroup::new(
-                        "resized",
-                        rank,
-                        world,
-                        Arc::clone(&store),
-                        "in-process",
-                        options.clone(),
-                    )
+                    ProcessGroup::builder("resized")
+                        .rank(rank)
+                        .world_size(world)
+                        .store(Arc::clone(&store))
+                        .options(options.clone())
+                        .build()
                 };
                 let first: Vec<_> = (0..4).map(|rank| new(rank, 4)).collect();
                 assert!(first.iter().all(Result::is_ok), "the first instance of 4");
@@ -221,7 +219,7 @@ pub fn rows() -> Vec<Row> {
         },
         Row {
             area: "group",
-            call: "ProcessGroup::new",
+            call: "GroupBuilder::build",
             input: "recorder_capacity usize::MAX",
             expect: &[
                 "recorder_capacity",
@@ -229,15 +227,64 @@ pub fn rows() -> Vec<Row> {
                 "18446744073709551615",
             ],
             run: || {
-                err(ProcessGroup::new(
-                    "bad-inputs",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default().with_recorder_capacity(usize::MAX),
-                ))
+                err(ProcessGroup::builder("bad-inputs")
+                    .rank(0)
+                    .world_size(1)
+                    .store(Arc::new(InProcessStore::new()))
+                    .options(GroupOptions::default().with_recorder_capacity(usize::MAX))
+                    .build())
             },
+        },
+        Row {
+            area: "group",
+            call: "GroupBuilder::build",
+            input: "no store",
+            expect: &[
+                "invalid store",
+                "call .store(Arc<dyn Store>) or .config(&RendezvousConfig)",
+                "got none",
+            ],
+            run: || {
+                err(ProcessGroup::builder("bad-inputs")
+                    .rank(0)
+                    .world_size(1)
+                    .build())
+            },
+        },
+        Row {
+            area: "group",
+            call: "GroupBuilder::build",
+            input: "no rank",
+            expect: &["invalid rank", "call .rank(r)", "got none"],
+            run: || {
+                err(ProcessGroup::builder("bad-inputs")
+                    .world_size(1)
+                    .store(Arc::new(InProcessStore::new()))
+                    .build())
+            },
+        },
+        Row {
+            area: "group",
+            call: "GroupBuilder::build",
+            input: "no world size",
+            expect: &["invalid world size", "call .world_size(n)", "got none"],
+            run: || {
+                err(ProcessGroup::builder("bad-inputs")
+                    .rank(0)
+                    .store(Arc::new(InProcessStore::new()))
+                    .build())
+            },
+        },
+        Row {
+            area: "group",
+            call: "GroupBuilder::join_grown",
+            input: "no store",
+            expect: &[
+                "invalid store",
+                "call .store(Arc<dyn Store>) or .config(&RendezvousConfig)",
+                "got none",
+            ],
+            run: || err(ProcessGroup::builder("bad-inputs").join_grown(Duration::ZERO)),
         },
         Row {
             area: "group",

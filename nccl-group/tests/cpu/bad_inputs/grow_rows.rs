@@ -3,6 +3,8 @@
 //! anything changes, and a new process's bad arguments or missing offer.
 //! Groups that never made a communicator need no GPU.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +20,12 @@ fn options() -> GroupOptions {
 /// Rank 0 of a world of 1 on a fresh in-process store.
 fn group() -> ProcessGroup {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    ProcessGroup::new("grow-rows", 0, 1, store, "in-process", options())
+    ProcessGroup::builder("grow-rows")
+        .rank(0)
+        .world_size(1)
+        .store(store)
+        .options(options())
+        .build()
         .expect("a group without communicators")
 }
 
@@ -31,14 +38,11 @@ fn grow(new_ranks: usize) -> String {
 /// waiting 100 ms for an offer.
 fn join(name: &str, local_rank: usize) -> String {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    err(ProcessGroup::join_grown(
-        name,
-        store,
-        "in-process",
-        local_rank,
-        options(),
-        Duration::from_millis(100),
-    ))
+    err(ProcessGroup::builder(name)
+        .store(store)
+        .local_rank(local_rank)
+        .options(options())
+        .join_grown(Duration::from_millis(100)))
 }
 
 pub(super) fn rows() -> Vec<Row> {
@@ -93,21 +97,21 @@ pub(super) fn rows() -> Vec<Row> {
         },
         Row {
             area: "grow",
-            call: "ProcessGroup::join_grown",
+            call: "GroupBuilder::join_grown",
             input: "an empty group name",
             expect: &["invalid group name", "non-empty", "got \"\""],
             run: || join("", 0),
         },
         Row {
             area: "grow",
-            call: "ProcessGroup::join_grown",
+            call: "GroupBuilder::join_grown",
             input: "device 70000",
             expect: &["invalid device list", "ordinals up to 65535", "got 70000"],
             run: || join("grow-rows", 70_000),
         },
         Row {
             area: "grow",
-            call: "ProcessGroup::join_grown",
+            call: "GroupBuilder::join_grown",
             input: "no grow within 100 ms",
             expect: &[
                 "joining process group \"grow-rows\" with ticket 1",

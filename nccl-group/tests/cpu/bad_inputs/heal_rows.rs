@@ -2,6 +2,8 @@
 //! anything changes, a destroyed group, and a rank the survivors' decision
 //! left out. Groups that never made a communicator need no GPU.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,15 +18,13 @@ fn world(world: usize) -> Vec<ProcessGroup> {
     (0..world)
         .map(|rank| {
             let options = GroupOptions::default().with_dump_dir(None);
-            ProcessGroup::new(
-                "heal-rows",
-                rank,
-                world,
-                Arc::clone(&store),
-                "in-process",
-                options,
-            )
-            .expect("a group without communicators")
+            ProcessGroup::builder("heal-rows")
+                .rank(rank)
+                .world_size(world)
+                .store(Arc::clone(&store))
+                .options(options)
+                .build()
+                .expect("a group without communicators")
         })
         .collect()
 }
@@ -78,7 +78,13 @@ pub(super) fn rows() -> Vec<Row> {
                 let options = GroupOptions::default()
                     .with_dump_dir(None)
                     .with_failure_policy(nccl_group::FailurePolicy::AbortProcess);
-                match ProcessGroup::new("heal-rows", 0, 2, store, "in-process", options) {
+                match ProcessGroup::builder("heal-rows")
+                    .rank(0)
+                    .world_size(2)
+                    .store(store)
+                    .options(options)
+                    .build()
+                {
                     Ok(group) => err(group.heal(&HealOptions::new())),
                     Err(error) => format!("<the group: {error}>"),
                 }

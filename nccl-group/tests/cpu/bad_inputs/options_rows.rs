@@ -14,7 +14,7 @@ pub fn rows() -> Vec<Row> {
     vec![
         Row {
             area: "group",
-            call: "ProcessGroup::new",
+            call: "GroupBuilder::build",
             input: "collective_checks Some(0)",
             expect: &[
                 "collective_checks",
@@ -22,19 +22,17 @@ pub fn rows() -> Vec<Row> {
                 "got 0",
             ],
             run: || {
-                err(ProcessGroup::new(
-                    "bad-inputs",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default().with_collective_checks(0),
-                ))
+                err(ProcessGroup::builder("bad-inputs")
+                    .rank(0)
+                    .world_size(1)
+                    .store(Arc::new(InProcessStore::new()))
+                    .options(GroupOptions::default().with_collective_checks(0))
+                    .build())
             },
         },
         Row {
             area: "group",
-            call: "ProcessGroup::new",
+            call: "GroupBuilder::build",
             input: "collective_checks Some(1025)",
             expect: &[
                 "collective_checks",
@@ -42,19 +40,17 @@ pub fn rows() -> Vec<Row> {
                 "got 1025",
             ],
             run: || {
-                err(ProcessGroup::new(
-                    "bad-inputs",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default().with_collective_checks(1025),
-                ))
+                err(ProcessGroup::builder("bad-inputs")
+                    .rank(0)
+                    .world_size(1)
+                    .store(Arc::new(InProcessStore::new()))
+                    .options(GroupOptions::default().with_collective_checks(1025))
+                    .build())
             },
         },
         Row {
             area: "group",
-            call: "ProcessGroup::new",
+            call: "GroupBuilder::build",
             input: "config Config::with_blocking(false) with CommMode::Blocking",
             expect: &[
                 "config",
@@ -62,14 +58,14 @@ pub fn rows() -> Vec<Row> {
                 "got Config::with_blocking(false)",
             ],
             run: || {
-                err(ProcessGroup::new(
-                    "bad-inputs",
-                    0,
-                    1,
-                    Arc::new(InProcessStore::new()),
-                    "in-process",
-                    GroupOptions::default().with_config(Config::new().with_blocking(false)),
-                ))
+                err(ProcessGroup::builder("bad-inputs")
+                    .rank(0)
+                    .world_size(1)
+                    .store(Arc::new(InProcessStore::new()))
+                    .options(
+                        GroupOptions::default().with_config(Config::new().with_blocking(false)),
+                    )
+                    .build())
             },
         },
     ]

@@ -3,6 +3,9 @@
 //! destroy of a group whose sub-group lives, and a heal or grow of a
 //! sub-group. Groups that never made a communicator need no GPU.
 
+use nccl_group::Lifecycle;
+use nccl_group::Recovery;
+use nccl_group::SubGroups;
 use std::sync::Arc;
 use std::thread;
 
@@ -16,15 +19,13 @@ use super::{Row, err};
 /// Rank `rank` of `world` of the group "rows" on `store`.
 fn rank_of(store: &Arc<dyn Store>, rank: usize, world: usize) -> ProcessGroup {
     let options = GroupOptions::default().with_dump_dir(None);
-    ProcessGroup::new(
-        "rows",
-        rank,
-        world,
-        Arc::clone(store),
-        "in-process",
-        options,
-    )
-    .expect("a group without communicators")
+    ProcessGroup::builder("rows")
+        .rank(rank)
+        .world_size(world)
+        .store(Arc::clone(store))
+        .options(options)
+        .build()
+        .expect("a group without communicators")
 }
 
 /// Rank 0 of a world of 1 on a fresh in-process store.

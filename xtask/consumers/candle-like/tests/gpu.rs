@@ -14,7 +14,7 @@ use consumer_candle_like::{Storage, average_grads, reduce_scatter_grads, sum_buc
 use cudarc::driver::{CudaContext, CudaStream};
 use half::bf16;
 use nccl_group::nccl_rendezvous::InProcessStore;
-use nccl_group::{ErrorKind, GroupError, GroupOptions, ProcessGroup};
+use nccl_group::{ErrorKind, GroupError, GroupOptions, Lifecycle, ProcessGroup};
 
 /// Elements of the gradients each rank holds.
 const LEN: usize = 4096;
@@ -51,14 +51,7 @@ fn group() -> Result<ProcessGroup, GroupError> {
     if std::env::var_os("WORLD_SIZE").is_some() {
         ProcessGroup::from_env("candle-like")
     } else {
-        ProcessGroup::new(
-            "candle-like",
-            0,
-            1,
-            Arc::new(InProcessStore::new()),
-            "in-process",
-            GroupOptions::default(),
-        )
+        ProcessGroup::builder("candle-like").rank(0).world_size(1).store(Arc::new(InProcessStore::new())).options(GroupOptions::default()).build()
     }
 }
 
