@@ -2,7 +2,7 @@
 //! hang or a failure can be explained after the fact.
 //!
 //! Each operation takes one uncontended lock to claim its sequence numbers
-//! and write a fixed-size, `Copy` record into a ring allocated once; the
+//! and write a record (which borrows its names: no allocation) into a ring allocated once; the
 //! watchdog marks records completed as it sees their end events. A dump
 //! ([`FlightDump`]) is a JSON document: the group, this process's rank,
 //! why it was taken, how far this process got (and, after a timeout, how
@@ -10,6 +10,7 @@
 //! oldest first. [`crate::dumps`] writes dumps to files (and in PyTorch's
 //! format); [`crate::analysis`] reads them back.
 
+use std::borrow::Cow;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -34,8 +35,16 @@ thread_local! {
 /// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
 pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
 
+/// A record and the verification stamp of its end
+/// (`crate::health::verify`), 0 before: the stamp is the watchdog's, not
+/// the dump's.
+struct Slot {
+    record: OpRecord,
+    end_stamp: u64,
+}
+
 struct Ring {
-    records: Vec<OpRecord>,
+    slots: Vec<Slot>,
     next_seq: u64,
     next_collective: u64,
     next_p2p: u64,
@@ -69,7 +78,7 @@ impl FlightRecorder {
             .map_or(0, |d| d.as_micros() as u64);
         Self {
             ring: Mutex::new(Ring {
-                records: Vec::with_capacity(capacity),
+                slots: Vec::with_capacity(capacity),
                 next_seq: 0,
                 next_collective: 0,
                 next_p2p: 0,
@@ -113,11 +122,11 @@ impl FlightRecorder {
             seq,
             collective_seq,
             p2p_seq,
-            op: description.op,
+            op: Cow::Borrowed(description.op),
             dtype: description.dtype,
             count: description.count,
             output_count: description.output_count,
-            reduction: description.reduction,
+            reduction: description.reduction.map(Cow::Borrowed),
             peer: description.peer,
             timeout: description.timeout,
             thread,
@@ -125,13 +134,16 @@ impl FlightRecorder {
             enqueued_us: self.micros(at),
             finished_us: None,
             state: OpState::Pending,
+        };
+        let slot = Slot {
+            record: record.clone(),
             end_stamp: 0,
         };
-        let slot = (seq % self.capacity as u64) as usize;
-        if slot < ring.records.len() {
-            ring.records[slot] = record;
+        let index = (seq % self.capacity as u64) as usize;
+        if index < ring.slots.len() {
+            ring.slots[index] = slot;
         } else {
-            ring.records.push(record);
+            ring.slots.push(slot);
         }
         record
     }
@@ -141,14 +153,14 @@ impl FlightRecorder {
     pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant, end_stamp: u64) {
         let finished = self.micros(at);
         let mut ring = self.ring();
-        let slot = (seq % self.capacity as u64) as usize;
-        let Some(record) = ring.records.get_mut(slot).filter(|r| r.seq == seq) else {
+        let index = (seq % self.capacity as u64) as usize;
+        let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {
             return;
         };
-        record.state = state;
-        record.finished_us = Some(finished);
-        record.end_stamp = end_stamp;
-        let collective = record.collective_seq;
+        slot.record.state = state;
+        slot.record.finished_us = Some(finished);
+        slot.end_stamp = end_stamp;
+        let collective = slot.record.collective_seq;
         if state == OpState::Completed
             && let Some(n) = collective
         {
@@ -158,12 +170,12 @@ impl FlightRecorder {
 
     /// Operation `seq`'s record, if it is still in the ring.
     pub fn get(&self, seq: u64) -> Option<OpRecord> {
-        let slot = (seq % self.capacity as u64) as usize;
+        let index = (seq % self.capacity as u64) as usize;
         self.ring()
-            .records
-            .get(slot)
-            .filter(|r| r.seq == seq)
-            .copied()
+            .slots
+            .get(index)
+            .filter(|s| s.record.seq == seq)
+            .map(|s| s.record.clone())
     }
 
     /// Marks every operation still pending as failed at `at`.
@@ -171,8 +183,9 @@ impl FlightRecorder {
         let finished = self.micros(at);
         for record in self
             .ring()
-            .records
+            .slots
             .iter_mut()
+            .map(|s| &mut s.record)
             .filter(|r| r.state == OpState::Pending)
         {
             record.state = OpState::Failed;
@@ -186,12 +199,12 @@ impl FlightRecorder {
     pub(crate) fn mark_suspect(&self, verified: impl Fn(u64) -> bool) -> Vec<OpRecord> {
         let mut suspects: Vec<OpRecord> = self
             .ring()
-            .records
+            .slots
             .iter_mut()
-            .filter(|r| r.state == OpState::Completed && !verified(r.end_stamp))
-            .map(|record| {
-                record.state = OpState::Suspect;
-                *record
+            .filter(|s| s.record.state == OpState::Completed && !verified(s.end_stamp))
+            .map(|slot| {
+                slot.record.state = OpState::Suspect;
+                slot.record.clone()
             })
             .collect();
         suspects.sort_unstable_by_key(|r| r.seq);
@@ -207,7 +220,7 @@ impl FlightRecorder {
     /// The records, oldest first, and how many were recorded in all.
     pub fn snapshot(&self) -> (Vec<OpRecord>, u64) {
         let ring = self.ring();
-        let mut records = ring.records.clone();
+        let mut records: Vec<OpRecord> = ring.slots.iter().map(|s| s.record.clone()).collect();
         records.sort_unstable_by_key(|r| r.seq);
         (records, ring.next_seq)
     }

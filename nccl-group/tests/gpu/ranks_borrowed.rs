@@ -77,7 +77,7 @@ fn run<T: Elem, B: WorkBuffers>(
         .unwrap_or_else(|| panic!("{what}: nothing in the flight recorder"));
     assert_eq!(
         (
-            last.op,
+            &*last.op,
             last.dtype,
             last.count,
             last.output_count,

@@ -108,7 +108,7 @@ fn signed(n: Option<u64>) -> i64 {
 /// PyTorch's `profiling_name` of `record`, issued by rank `rank`.
 fn profiling_name(record: &OpRecord, rank: usize) -> String {
     let peer = record.peer.map_or_else(String::new, |p| p.to_string());
-    match record.op {
+    match &*record.op {
         "all_reduce" | "broadcast" | "reduce" | "all_gather" | "reduce_scatter" | "all_to_all"
         | "gather" | "scatter" => format!("nccl:{}", record.op),
         "all_to_all_single_split" => "nccl:all_to_all".to_string(),
