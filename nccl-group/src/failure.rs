@@ -221,7 +221,7 @@ fn describe(op: &OpRecord, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     if let Some(n) = op.collective_seq {
         write!(f, "collective #{n}, ")?;
     }
-    match op.dtype {
+    match &op.dtype {
         Some(dtype) => write!(f, "{} x {dtype}", op.count)?,
         None => write!(f, "{} elements", op.count)?,
     }

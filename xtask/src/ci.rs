@@ -22,7 +22,9 @@
 //!    `xtask/consumers/` (outside the workspace, each picking cudarc's
 //!    features its own way; one, `candle-like`, reduces memory it owns as
 //!    candle does through the group's borrowed-memory operations, and its
-//!    GPU test runs in the GPU bundle), in the workspace's target folder
+//!    GPU test runs in the GPU bundle; another, `analysis-only`, reads
+//!    dumps with nccl-group's `analysis` alone and no CUDA), in the
+//!    workspace's target folder
 //! 9. `cargo xtask public-api --check` (in process): each publishable
 //!    crate's public API, from rustdoc's JSON, against its snapshot in
 //!    `api/`, so that the surface changes only on purpose
@@ -48,7 +50,12 @@ use crate::{Result, bindgen, manifests, packaged, public_api, workspace_root};
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
-const CONSUMERS: [&str; 3] = ["candle-linking", "cuda13-loading", "candle-like"];
+const CONSUMERS: [&str; 4] = [
+    "candle-linking",
+    "cuda13-loading",
+    "candle-like",
+    "analysis-only",
+];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -469,6 +476,42 @@ fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{Action, Step, TestTotals, only_steps};
+    use crate::workspace_root;
+
+    /// The analysis-only consumer (nccl-group with `analysis` alone)
+    /// builds without CUDA: its dependency tree, as `cargo tree` resolves
+    /// its features, has neither cudarc nor the crates over it.
+    #[test]
+    fn analysis_only_consumer_has_no_cuda_in_its_tree() {
+        let manifest = workspace_root().join("xtask/consumers/analysis-only/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let output = std::process::Command::new(cargo)
+            .args([
+                "tree",
+                "-e",
+                "normal,build",
+                "--prefix",
+                "none",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .output()
+            .expect("cargo runs");
+        let tree = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "cargo tree: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let crates: Vec<&str> = tree
+            .lines()
+            .filter_map(|line| line.split(' ').next())
+            .collect();
+        assert!(crates.contains(&"nccl-group"), "{tree}");
+        for cuda in ["cudarc", "nccl-sys", "nccl-core", "nccl-tensor"] {
+            assert!(!crates.contains(&cuda), "{cuda} is in the tree:\n{tree}");
+        }
+    }
 
     fn named(name: &str) -> Step {
         Step {

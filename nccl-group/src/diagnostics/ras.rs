@@ -72,6 +72,7 @@ pub struct RasLimits {
 impl RasLimits {
     /// The longest a query can take: the connection and the handshake's
     /// three answers (`connect` each), then the report (`answer`).
+    #[cfg(feature = "cuda")]
     pub(crate) fn bound(&self) -> Duration {
         self.connect.saturating_mul(4).saturating_add(self.answer)
     }

@@ -7,7 +7,7 @@ use super::*;
 use crate::devices::DeviceList;
 use crate::diagnostics::analysis::{Deviation, Issued};
 use crate::diagnostics::recorder::records::OpState;
-use nccl_core::{DataType, ResultCode};
+use nccl_core::ResultCode;
 
 fn record() -> OpRecord {
     OpRecord {
@@ -15,7 +15,7 @@ fn record() -> OpRecord {
         collective_seq: Some(41),
         p2p_seq: None,
         op: "all_reduce".into(),
-        dtype: Some(DataType::Float32),
+        dtype: Some("float".into()),
         count: 1024,
         output_count: 1024,
         reduction: Some("sum".into()),

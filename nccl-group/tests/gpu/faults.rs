@@ -488,7 +488,10 @@ fn gpu_flight_recorder_on_request() {
     let broadcast = &dump.ops[2];
     assert_eq!(broadcast.count, 33);
     assert_eq!(broadcast.peer, Some(0));
-    assert_eq!(broadcast.dtype, Some(nccl_core::DataType::Float16));
+    assert_eq!(
+        broadcast.dtype.as_deref(),
+        Some(nccl_core::DataType::Float16.short_name())
+    );
     assert!(broadcast.finished_us >= Some(broadcast.enqueued_us));
     assert_eq!(
         (dump.last_enqueued, dump.last_completed),

@@ -78,12 +78,18 @@ fn run<T: Elem, B: WorkBuffers>(
     assert_eq!(
         (
             &*last.op,
-            last.dtype,
+            last.dtype.as_deref(),
             last.count,
             last.output_count,
             last.timeout
         ),
-        (op, Some(T::DATA_TYPE), count, output, OP_TIMEOUT),
+        (
+            op,
+            Some(T::DATA_TYPE.short_name()),
+            count,
+            output,
+            OP_TIMEOUT
+        ),
         "{what}: the flight record"
     );
     work.wait()

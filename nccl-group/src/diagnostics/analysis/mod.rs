@@ -15,6 +15,7 @@ mod folder;
 use std::borrow::Cow;
 use std::fmt;
 
+#[cfg(feature = "cuda")]
 use nccl_core::DataType;
 use serde::{Deserialize, Serialize};
 
@@ -51,7 +52,7 @@ impl Issued {
         Some(Self {
             collective_seq: record.collective_seq?,
             op: record.op.clone(),
-            dtype: record.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
+            dtype: record.dtype.clone(),
             count: record.count,
             root: record.peer,
             reduction: record.reduction.clone(),
@@ -61,6 +62,7 @@ impl Issued {
     /// Collective `collective_seq` as the flight recorder describes an
     /// operation: its name, element type, input elements, root and
     /// reduction.
+    #[cfg(feature = "cuda")]
     pub(crate) fn described(
         collective_seq: u64,
         op: &'static str,

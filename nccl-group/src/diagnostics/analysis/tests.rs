@@ -134,8 +134,8 @@ fn a_dump_with_every_field_set_reads_back_equal() {
     assert_eq!(FlightDump::from_json(&json).unwrap(), dump, "{json}");
 }
 
-/// A dump cut short, or one whose element type is not one of nccl-tests'
-/// names, is an error that says what is wrong, not a panic.
+/// A dump cut short, or one with a state no operation has, is an error
+/// that says what is wrong, not a panic.
 #[test]
 fn a_corrupt_dump_is_an_error_naming_what_is_wrong() {
     let cut = FlightDump::from_json("{\"group\": \"trainer\", \"generation\"").unwrap_err();
@@ -154,12 +154,12 @@ fn a_corrupt_dump_is_an_error_naming_what_is_wrong() {
     };
     recorder.record(&description, Instant::now());
     let mut json: serde_json::Value = serde_json::from_str(&dump_of(&recorder).to_json()).unwrap();
-    json["ops"][0]["dtype"] = "float33".into();
+    json["ops"][0]["state"] = "exploded".into();
     let error = FlightDump::from_json(&json.to_string()).unwrap_err();
     assert!(
         error
             .to_string()
-            .contains("unknown element type \"float33\""),
+            .contains("unknown variant `exploded`, expected one of"),
         "{error}"
     );
 }

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+#[cfg(feature = "cuda")]
 use nccl_core::DataType;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -47,6 +48,7 @@ impl std::fmt::Display for OpState {
 }
 
 /// What an operation did, as recorded before it was enqueued.
+#[cfg(feature = "cuda")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpDescription {
     /// The operation (`"all_reduce"`, `"send"`, ...).
@@ -89,13 +91,12 @@ pub struct OpRecord {
     pub p2p_seq: Option<u64>,
     /// The operation (`"all_reduce"`, `"send"`, ...).
     pub op: Cow<'static, str>,
-    /// The element type, as nccl-tests names it (`"float"`).
-    #[serde(
-        default,
-        serialize_with = "serialize_dtype",
-        deserialize_with = "deserialize_dtype"
-    )]
-    pub dtype: Option<DataType>,
+    /// The element type, as nccl-tests names it (`"float"`,
+    /// [`DataType::short_name`](nccl_core::DataType::short_name); `None`
+    /// for barrier and custom operations without one): a name, so a dump
+    /// reads back without nccl-core.
+    #[serde(default)]
+    pub dtype: Option<Cow<'static, str>>,
     /// Elements of the (first) input on each device.
     pub count: usize,
     /// Elements of the (first) output on each device.
@@ -129,30 +130,6 @@ pub struct OpRecord {
     pub finished_us: Option<u64>,
     /// What became of it.
     pub state: OpState,
-}
-
-fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::Ok, S::Error> {
-    match dtype {
-        Some(dtype) => s.collect_str(dtype),
-        None => s.serialize_none(),
-    }
-}
-
-fn deserialize_dtype<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DataType>, D::Error> {
-    let Some(name) = Option::<Cow<'de, str>>::deserialize(d)? else {
-        return Ok(None);
-    };
-    DataType::ALL
-        .into_iter()
-        .find(|dtype| dtype.short_name() == name)
-        .map(Some)
-        .ok_or_else(|| {
-            let known: Vec<&str> = DataType::ALL.iter().map(|t| t.short_name()).collect();
-            D::Error::custom(format!(
-                "unknown element type {name:?}: expected one of nccl-tests' names ({})",
-                known.join(", ")
-            ))
-        })
 }
 
 fn serialize_divergence<S: Serializer>(
