@@ -221,7 +221,7 @@ fn describe(op: &OpRecord, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     if let Some(n) = op.collective_seq {
         write!(f, "collective #{n}, ")?;
     }
-    match op.dtype {
+    match &op.dtype {
         Some(dtype) => write!(f, "{} x {dtype}", op.count)?,
         None => write!(f, "{} elements", op.count)?,
     }
@@ -272,12 +272,15 @@ impl fmt::Display for Failure {
         if let Some(sub) = &self.subgroup {
             write!(f, "; {}", sub.place(self.rank))?;
         }
-        f.write_str(") failed: ")?;
-        match &self.op {
-            Some(op) => describe(op, f)?,
-            None => f.write_str(self.cause.subject())?,
+        match (&self.op, self.cause.with_nothing_pending()) {
+            (Some(op), _) => {
+                f.write_str(") failed: ")?;
+                describe(op, f)?;
+                write!(f, " {}", self.cause)?;
+            }
+            (None, Some(what)) => write!(f, ") {what}")?,
+            (None, None) => write!(f, ") failed: {} {}", self.cause.subject(), self.cause)?,
         }
-        write!(f, " {}", self.cause)?;
         write_suspects(&self.suspects, f)?;
         let Some(details) = self.details() else {
             return write!(
@@ -295,7 +298,7 @@ impl fmt::Display for Failure {
             )?,
         }
         if !details.lagging.is_empty() {
-            let stuck = self.op.and_then(|op| op.collective_seq);
+            let stuck = self.op.as_ref().and_then(|op| op.collective_seq);
             write!(f, "; ranks {:?}", details.lagging)?;
             if let Some(sub) = &self.subgroup {
                 write!(

@@ -50,67 +50,95 @@
 //!
 //! Every blocking call takes a timeout and every failure is an error that
 //! names what was expected, what was seen and what to do.
+//!
+//! # Features: the group, or the dumps alone
+//!
+//! Feature `cuda` is the process group: everything above, over cudarc,
+//! nccl-core, nccl-tensor and nccl-rendezvous. The defaults, and every
+//! CUDA version (`cuda-12080`, ...) and linking-mode (`dynamic-loading`,
+//! ...) feature turn it on. A program that picks cudarc's features on its
+//! own cudarc takes `default-features = false, features = ["cuda"]`.
+//!
+//! Without it, the crate is the flight recorder's dumps
+//! ([`FlightDump`], its records, [`dumps::write_incident`]), their
+//! [`analysis`] and, with feature `analysis`, the `nccl-frtrace` binary:
+//! a tool that reads dumps takes `default-features = false, features =
+//! ["analysis"]` and builds with no CUDA at all (cudarc's build script
+//! needs a CUDA version, which such a tool has no reason to pick). One
+//! crate behind a feature rather than a second crate: the dump types are
+//! the recorder's own (the group writes them, tools read them), so they
+//! live, and are versioned, with the group that writes them.
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // Examples compile without warnings: one that calls a deprecated item fails its doctest.
 #![doc(test(attr(deny(warnings), allow(unused))))]
 
-mod bare;
+/// Items of the process group itself (feature `cuda`), each under that
+/// feature; the rest of the crate is the dumps and their analysis.
+macro_rules! with_cuda {
+    ($($item:item)*) => { $(#[cfg(feature = "cuda")] $item)* };
+}
+
 mod devices;
 mod diagnostics;
-mod engine;
-mod error;
-mod failure;
-mod generations;
-mod health;
-mod lineage;
-mod options;
-mod protocols;
-pub mod ranks;
-mod sealed;
-
-pub use bare::communicator;
 pub use devices::MAX_LOCAL_DEVICES;
-pub use diagnostics::checks::MAX_CHECK_INTERVAL;
 pub use diagnostics::dumps::DUMP_DIR_VARIABLE;
 pub use diagnostics::{analysis, dumps, ras, recorder};
-pub use engine::batch::{Coalesced, P2POp};
-pub use engine::buffers::{GroupBuffers, GroupTensor};
-pub use engine::builder::GroupBuilder;
-pub use engine::capture::GraphCapture;
-pub use engine::dumping::Diagnostics;
-pub use engine::graph::GroupGraph;
-pub use engine::group::ProcessGroup;
-pub use engine::multi::MultiDevice;
-pub use engine::ownership::{Borrowed, OpBuffers, Owned, Ownership};
-pub use engine::register::GroupRegistered;
-pub use engine::work::{OpResult, Refusal, Work};
-pub use engine::work_buffers::WorkBuffers;
-#[cfg(feature = "async")]
-pub use engine::work_future::WorkFuture;
-pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
-pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
-pub use generations::grow::options::{GrowOptions, Grown};
-pub use generations::heal::options::{HealOptions, Healed};
-pub use generations::lifecycle::Lifecycle;
-pub use generations::recovery::Recovery;
-pub use generations::subgroups::SubGroups;
-pub use lineage::{GrowPath, HealPath, SplitPath, SubGroup};
-/// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
-pub use nccl_core::Config;
-/// The rendezvous stores, the launch environment and the meetings:
-/// [`nccl_rendezvous`], under the name this crate has always given them.
-pub use nccl_rendezvous as store;
-pub use options::{CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, StreamMode};
-pub use ranks::{GlobalRank, GroupRank, Rank};
 pub use recorder::{FlightDump, OpRecord, OpState, PeerProgress};
-pub use store::{
-    C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
-    RendezvousConfig, Store, StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer,
-    TcpStoreServerOptions,
-};
-pub use {nccl_core, nccl_rendezvous, nccl_tensor};
 
+with_cuda! {
+    mod bare;
+    mod engine;
+    mod error;
+    mod failure;
+    mod generations;
+    mod health;
+    mod lineage;
+    mod options;
+    mod protocols;
+    pub mod ranks;
+    mod sealed;
+
+    pub use bare::communicator;
+    pub use diagnostics::checks::MAX_CHECK_INTERVAL;
+    pub use engine::batch::{Coalesced, P2POp};
+    pub use engine::buffers::{GroupBuffers, GroupTensor};
+    pub use engine::builder::GroupBuilder;
+    pub use engine::capture::GraphCapture;
+    pub use engine::dumping::Diagnostics;
+    pub use engine::graph::GroupGraph;
+    pub use engine::group::ProcessGroup;
+    pub use engine::multi::MultiDevice;
+    pub use engine::ownership::{Borrowed, OpBuffers, Owned, Ownership};
+    pub use engine::register::GroupRegistered;
+    pub use engine::work::{OpResult, Refusal, Work};
+    pub use engine::work_buffers::WorkBuffers;
+    #[cfg(feature = "async")]
+    pub use engine::work_future::WorkFuture;
+    pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
+    pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
+    pub use generations::grow::options::{GrowOptions, Grown};
+    pub use generations::heal::options::{HealOptions, Healed};
+    pub use generations::lifecycle::Lifecycle;
+    pub use generations::recovery::Recovery;
+    pub use generations::subgroups::SubGroups;
+    pub use lineage::{GrowPath, HealPath, SplitPath, SubGroup};
+    /// NCCL's communicator options, which [`GroupOptions::with_config`] takes.
+    pub use nccl_core::Config;
+    /// The rendezvous stores, the launch environment and the meetings:
+    /// [`nccl_rendezvous`], under the name this crate has always given them.
+    pub use nccl_rendezvous as store;
+    pub use options::{CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, StreamMode};
+    pub use ranks::{GlobalRank, GroupRank, Rank};
+    pub use store::{
+        C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,
+        RendezvousConfig, Store, StoreError, StoreSpec, TcpStore, TcpStoreOptions, TcpStoreServer,
+        TcpStoreServerOptions,
+    };
+    pub use {nccl_core, nccl_rendezvous, nccl_tensor};
+}
+
+#[cfg(feature = "cuda")]
 /// What most programs name: nccl-tensor's prelude (the tensor types,
 /// `bf16` and `f16`, cudarc's slices), the group's own types and
 /// errors, and its extension traits ([`Lifecycle`], [`Recovery`],
@@ -125,16 +153,17 @@ pub mod prelude {
 
 /// The README's code blocks, compiled as this crate's doctests (they use
 /// nccl-tensor and nccl-group, the crates the README shows).
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "cuda"))]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
 /// docs/framework-authors.md's code blocks, compiled as this crate's
 /// doctests, so the page stays true of the API.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "cuda"))]
 #[doc = include_str!("../../docs/framework-authors.md")]
 pub struct FrameworkAuthorsDoctests;
 
+#[cfg(feature = "cuda")]
 /// The group's inner parts, exported for its own tests and benches only:
 /// the communicator cache and its factory seam, the membership handshake,
 /// the cache keys and the event pool. Not a stable API.

@@ -25,8 +25,9 @@
 //!    features its own way; one, `candle-like`, reduces memory it owns as
 //!    candle does through the group's borrowed-memory operations, and its
 //!    GPU test runs in the GPU bundle; another, `anyhow-like`, uses `?` on
-//!    operations in `anyhow::Result` functions), in the workspace's target
-//!    folder
+//!    operations in `anyhow::Result` functions; another, `analysis-only`,
+//!    reads dumps with nccl-group's `analysis` alone and no CUDA), in the
+//!    workspace's target folder
 //! 9. `cargo xtask public-api --check` (in process): each publishable
 //!    crate's public API, from rustdoc's JSON, against its snapshot in
 //!    `api/`, so that the surface changes only on purpose
@@ -56,11 +57,12 @@ const GROUP_OPTIONAL_FEATURES: &str = "nccl-group/tracing,nccl-group/async";
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.
-const CONSUMERS: [&str; 4] = [
+const CONSUMERS: [&str; 5] = [
     "candle-linking",
     "cuda13-loading",
     "candle-like",
     "anyhow-like",
+    "analysis-only",
 ];
 
 #[derive(clap::Args)]
@@ -488,6 +490,42 @@ fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::{Action, Step, TestTotals, only_steps};
+    use crate::workspace_root;
+
+    /// The analysis-only consumer (nccl-group with `analysis` alone)
+    /// builds without CUDA: its dependency tree, as `cargo tree` resolves
+    /// its features, has neither cudarc nor the crates over it.
+    #[test]
+    fn analysis_only_consumer_has_no_cuda_in_its_tree() {
+        let manifest = workspace_root().join("xtask/consumers/analysis-only/Cargo.toml");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let output = std::process::Command::new(cargo)
+            .args([
+                "tree",
+                "-e",
+                "normal,build",
+                "--prefix",
+                "none",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .output()
+            .expect("cargo runs");
+        let tree = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "cargo tree: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let crates: Vec<&str> = tree
+            .lines()
+            .filter_map(|line| line.split(' ').next())
+            .collect();
+        assert!(crates.contains(&"nccl-group"), "{tree}");
+        for cuda in ["cudarc", "nccl-sys", "nccl-core", "nccl-tensor"] {
+            assert!(!crates.contains(&cuda), "{cuda} is in the tree:\n{tree}");
+        }
+    }
 
     fn named(name: &str) -> Step {
         Step {

@@ -174,7 +174,8 @@ fn features(package: &Value) -> impl Iterator<Item = (&str, &Value)> {
 /// What is wrong with the cudarc features of the publishable crates that
 /// depend on cudarc or on a crate that does, one line each (empty when
 /// nothing is): a CUDA version or linking mode of cudarc's that a crate
-/// lacks, or has without passing it on to a dependency of the same name.
+/// lacks, or has without passing it on to a dependency of the same name
+/// (it may also turn on features of the crate's own).
 pub fn forwarding_gaps(metadata: &Value) -> Result<Vec<String>> {
     let packages = packages(metadata)?;
     let cudarc = packages
@@ -220,11 +221,13 @@ pub fn forwarding_gaps(metadata: &Value) -> Result<Vec<String>> {
                     package.name
                 )),
                 Some((_, enables)) => {
+                    // Passing it on, and perhaps turning on features of
+                    // the crate's own (nccl-group's `cuda`, the part of
+                    // it that needs cudarc at all).
                     let passes_on = enables.as_array().is_some_and(|enables| {
-                        !enables.is_empty()
-                            && enables
-                                .iter()
-                                .all(|e| e.as_str().is_some_and(|e| e.ends_with(&suffix)))
+                        let names = || enables.iter().filter_map(Value::as_str);
+                        names().any(|e| e.ends_with(&suffix))
+                            && names().all(|e| e.ends_with(&suffix) || !e.contains([':', '/']))
                     });
                     if !passes_on {
                         gaps.push(format!(

@@ -3,8 +3,10 @@
 //! events.
 
 pub mod analysis;
+#[cfg(feature = "cuda")]
 pub(crate) mod checks;
 pub mod dumps;
 pub mod ras;
 pub mod recorder;
+#[cfg(feature = "cuda")]
 pub(crate) mod trace;

@@ -35,7 +35,7 @@ use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Where RAS listens unless `NCCL_RAS_ADDR` says otherwise.
@@ -72,6 +72,7 @@ pub struct RasLimits {
 impl RasLimits {
     /// The longest a query can take: the connection and the handshake's
     /// three answers (`connect` each), then the report (`answer`).
+    #[cfg(feature = "cuda")]
     pub(crate) fn bound(&self) -> Duration {
         self.connect.saturating_mul(4).saturating_add(self.answer)
     }
@@ -101,7 +102,7 @@ impl Default for RasLimits {
 }
 
 /// A rank that RAS could not reach in one of its communicators.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RasRank {
     /// The communicator's hash, as NCCL's debug output prints it.
@@ -119,7 +120,7 @@ pub struct RasRank {
 }
 
 /// NCCL's RAS view of the job, or why there is none.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "format", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum RasReport {

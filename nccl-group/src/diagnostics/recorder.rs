@@ -2,7 +2,7 @@
 //! hang or a failure can be explained after the fact.
 //!
 //! Each operation takes one uncontended lock to claim its sequence numbers
-//! and write a fixed-size, `Copy` record into a ring allocated once; the
+//! and write a record (which borrows its names: no allocation) into a ring allocated once; the
 //! watchdog marks records completed as it sees their end events. A dump
 //! ([`FlightDump`]) is a JSON document: the group, this process's rank,
 //! why it was taken, how far this process got (and, after a timeout, how
@@ -10,211 +10,228 @@
 //! oldest first. [`crate::dumps`] writes dumps to files (and in PyTorch's
 //! format); [`crate::analysis`] reads them back.
 
-use std::sync::{Mutex, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
 pub(crate) mod records;
 
-pub use records::{
-    FlightDump, OpDescription, OpRecord, OpState, PeerProgress, lagging_ranks, thread_name,
-};
+#[cfg(feature = "cuda")]
+pub use records::OpDescription;
+pub use records::{FlightDump, OpRecord, OpState, PeerProgress, lagging_ranks, thread_name};
 
-thread_local! {
-    /// The calling thread's id as the operating system knows it: read once
-    /// per thread, so recording an operation costs a thread-local read.
-    static OS_THREAD_ID: u64 = std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|link| link.file_name()?.to_str()?.parse().ok())
-        .unwrap_or(0);
-}
+// The ring is the group's (feature `cuda`); without it the module is
+// the records a dump holds.
+with_cuda! {
+    use std::borrow::Cow;
+    use std::sync::{Mutex, PoisonError};
+    use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The most operations a flight recorder keeps: 2^20 records (a few
-/// hundred MiB at most, allocated as they are recorded).
-/// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a larger
-/// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
-pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
-
-struct Ring {
-    records: Vec<OpRecord>,
-    next_seq: u64,
-    next_collective: u64,
-    next_p2p: u64,
-    last_completed: Option<u64>,
-}
-
-/// The ring of the last `capacity` operations of one group.
-pub struct FlightRecorder {
-    ring: Mutex<Ring>,
-    capacity: usize,
-    epoch: Instant,
-    epoch_unix_us: u64,
-}
-
-impl std::fmt::Debug for FlightRecorder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlightRecorder")
-            .field("capacity", &self.capacity)
-            .finish()
+    thread_local! {
+        /// The calling thread's id as the operating system knows it: read once
+        /// per thread, so recording an operation costs a thread-local read.
+        static OS_THREAD_ID: u64 = std::fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|link| link.file_name()?.to_str()?.parse().ok())
+            .unwrap_or(0);
     }
-}
 
-impl FlightRecorder {
-    /// A recorder keeping the last `capacity` operations (at least one, at
-    /// most [`MAX_RECORDER_CAPACITY`]: a larger capacity is clamped to it
-    /// rather than attempting an allocation that would abort the process).
-    pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.clamp(1, MAX_RECORDER_CAPACITY);
-        let epoch_unix_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
-        Self {
-            ring: Mutex::new(Ring {
-                records: Vec::with_capacity(capacity),
-                next_seq: 0,
-                next_collective: 0,
-                next_p2p: 0,
-                last_completed: None,
-            }),
-            capacity,
-            epoch: Instant::now(),
-            epoch_unix_us,
+    /// The most operations a flight recorder keeps: 2^20 records (a few
+    /// hundred MiB at most, allocated as they are recorded).
+    /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a larger
+    /// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
+    pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
+
+    /// A record and the verification stamp of its end
+    /// (`crate::health::verify`), 0 before: the stamp is the watchdog's, not
+    /// the dump's.
+    struct Slot {
+        record: OpRecord,
+        end_stamp: u64,
+    }
+
+    struct Ring {
+        slots: Vec<Slot>,
+        next_seq: u64,
+        next_collective: u64,
+        next_p2p: u64,
+        last_completed: Option<u64>,
+    }
+
+    /// The ring of the last `capacity` operations of one group.
+    pub struct FlightRecorder {
+        ring: Mutex<Ring>,
+        capacity: usize,
+        epoch: Instant,
+        epoch_unix_us: u64,
+    }
+
+    impl std::fmt::Debug for FlightRecorder {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("FlightRecorder")
+                .field("capacity", &self.capacity)
+                .finish()
         }
     }
 
-    fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
-        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Microseconds from the epoch to `at`.
-    pub fn micros(&self, at: Instant) -> u64 {
-        at.saturating_duration_since(self.epoch).as_micros() as u64
-    }
-
-    /// Records an operation about to be enqueued; returns its record
-    /// (with its sequence numbers). Allocates nothing once the ring is full.
-    pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
-        let thread = OS_THREAD_ID.with(|id| *id);
-        let mut ring = self.ring();
-        let seq = ring.next_seq;
-        ring.next_seq += 1;
-        let counter = if description.collective {
-            &mut ring.next_collective
-        } else {
-            &mut ring.next_p2p
-        };
-        let n = *counter;
-        *counter += 1;
-        let (collective_seq, p2p_seq) = if description.collective {
-            (Some(n), None)
-        } else {
-            (None, Some(n))
-        };
-        let record = OpRecord {
-            seq,
-            collective_seq,
-            p2p_seq,
-            op: description.op,
-            dtype: description.dtype,
-            count: description.count,
-            output_count: description.output_count,
-            reduction: description.reduction,
-            peer: description.peer,
-            timeout: description.timeout,
-            thread,
-            devices: description.devices,
-            enqueued_us: self.micros(at),
-            finished_us: None,
-            state: OpState::Pending,
-            end_stamp: 0,
-        };
-        let slot = (seq % self.capacity as u64) as usize;
-        if slot < ring.records.len() {
-            ring.records[slot] = record;
-        } else {
-            ring.records.push(record);
+    impl FlightRecorder {
+        /// A recorder keeping the last `capacity` operations (at least one, at
+        /// most [`MAX_RECORDER_CAPACITY`]: a larger capacity is clamped to it
+        /// rather than attempting an allocation that would abort the process).
+        pub fn new(capacity: usize) -> Self {
+            let capacity = capacity.clamp(1, MAX_RECORDER_CAPACITY);
+            let epoch_unix_us = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            Self {
+                ring: Mutex::new(Ring {
+                    slots: Vec::with_capacity(capacity),
+                    next_seq: 0,
+                    next_collective: 0,
+                    next_p2p: 0,
+                    last_completed: None,
+                }),
+                capacity,
+                epoch: Instant::now(),
+                epoch_unix_us,
+            }
         }
-        record
-    }
 
-    /// Marks operation `seq` finished at `at` (if it is still in the
-    /// ring), its end stamped `end_stamp` (`crate::health::verify`).
-    pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant, end_stamp: u64) {
-        let finished = self.micros(at);
-        let mut ring = self.ring();
-        let slot = (seq % self.capacity as u64) as usize;
-        let Some(record) = ring.records.get_mut(slot).filter(|r| r.seq == seq) else {
-            return;
-        };
-        record.state = state;
-        record.finished_us = Some(finished);
-        record.end_stamp = end_stamp;
-        let collective = record.collective_seq;
-        if state == OpState::Completed
-            && let Some(n) = collective
-        {
-            ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
+        fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
+            self.ring.lock().unwrap_or_else(PoisonError::into_inner)
         }
-    }
 
-    /// Operation `seq`'s record, if it is still in the ring.
-    pub fn get(&self, seq: u64) -> Option<OpRecord> {
-        let slot = (seq % self.capacity as u64) as usize;
-        self.ring()
-            .records
-            .get(slot)
-            .filter(|r| r.seq == seq)
-            .copied()
-    }
-
-    /// Marks every operation still pending as failed at `at`.
-    pub(crate) fn fail_pending(&self, at: Instant) {
-        let finished = self.micros(at);
-        for record in self
-            .ring()
-            .records
-            .iter_mut()
-            .filter(|r| r.state == OpState::Pending)
-        {
-            record.state = OpState::Failed;
-            record.finished_us = Some(finished);
+        /// Microseconds from the epoch to `at`.
+        pub fn micros(&self, at: Instant) -> u64 {
+            at.saturating_duration_since(self.epoch).as_micros() as u64
         }
-    }
 
-    /// Marks every completed operation whose end `verified` does not cover
-    /// as [`OpState::Suspect`] (when the group fails); returns them,
-    /// oldest first.
-    pub(crate) fn mark_suspect(&self, verified: impl Fn(u64) -> bool) -> Vec<OpRecord> {
-        let mut suspects: Vec<OpRecord> = self
-            .ring()
-            .records
-            .iter_mut()
-            .filter(|r| r.state == OpState::Completed && !verified(r.end_stamp))
-            .map(|record| {
-                record.state = OpState::Suspect;
-                *record
-            })
-            .collect();
-        suspects.sort_unstable_by_key(|r| r.seq);
-        suspects
-    }
+        /// Records an operation about to be enqueued; returns its record
+        /// (with its sequence numbers). Allocates nothing once the ring is full.
+        pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+            let thread = OS_THREAD_ID.with(|id| *id);
+            let mut ring = self.ring();
+            let seq = ring.next_seq;
+            ring.next_seq += 1;
+            let counter = if description.collective {
+                &mut ring.next_collective
+            } else {
+                &mut ring.next_p2p
+            };
+            let n = *counter;
+            *counter += 1;
+            let (collective_seq, p2p_seq) = if description.collective {
+                (Some(n), None)
+            } else {
+                (None, Some(n))
+            };
+            let record = OpRecord {
+                seq,
+                collective_seq,
+                p2p_seq,
+                op: Cow::Borrowed(description.op),
+                dtype: description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
+                count: description.count,
+                output_count: description.output_count,
+                reduction: description.reduction.map(Cow::Borrowed),
+                peer: description.peer,
+                timeout: description.timeout,
+                thread,
+                devices: description.devices,
+                enqueued_us: self.micros(at),
+                finished_us: None,
+                state: OpState::Pending,
+            };
+            let slot = Slot {
+                record: record.clone(),
+                end_stamp: 0,
+            };
+            let index = (seq % self.capacity as u64) as usize;
+            if index < ring.slots.len() {
+                ring.slots[index] = slot;
+            } else {
+                ring.slots.push(slot);
+            }
+            record
+        }
 
-    /// `(last collective enqueued, last collective completed)`.
-    pub fn progress(&self) -> (Option<u64>, Option<u64>) {
-        let ring = self.ring();
-        (ring.next_collective.checked_sub(1), ring.last_completed)
-    }
+        /// Marks operation `seq` finished at `at` (if it is still in the
+        /// ring), its end stamped `end_stamp` (`crate::health::verify`).
+        pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant, end_stamp: u64) {
+            let finished = self.micros(at);
+            let mut ring = self.ring();
+            let index = (seq % self.capacity as u64) as usize;
+            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {
+                return;
+            };
+            slot.record.state = state;
+            slot.record.finished_us = Some(finished);
+            slot.end_stamp = end_stamp;
+            let collective = slot.record.collective_seq;
+            if state == OpState::Completed
+                && let Some(n) = collective
+            {
+                ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
+            }
+        }
 
-    /// The records, oldest first, and how many were recorded in all.
-    pub fn snapshot(&self) -> (Vec<OpRecord>, u64) {
-        let ring = self.ring();
-        let mut records = ring.records.clone();
-        records.sort_unstable_by_key(|r| r.seq);
-        (records, ring.next_seq)
-    }
+        /// Operation `seq`'s record, if it is still in the ring.
+        pub fn get(&self, seq: u64) -> Option<OpRecord> {
+            let index = (seq % self.capacity as u64) as usize;
+            self.ring()
+                .slots
+                .get(index)
+                .filter(|s| s.record.seq == seq)
+                .map(|s| s.record.clone())
+        }
 
-    /// When the recorder started, in microseconds since the Unix epoch.
-    pub fn epoch_unix_us(&self) -> u64 {
-        self.epoch_unix_us
+        /// Marks every operation still pending as failed at `at`.
+        pub(crate) fn fail_pending(&self, at: Instant) {
+            let finished = self.micros(at);
+            for record in self
+                .ring()
+                .slots
+                .iter_mut()
+                .map(|s| &mut s.record)
+                .filter(|r| r.state == OpState::Pending)
+            {
+                record.state = OpState::Failed;
+                record.finished_us = Some(finished);
+            }
+        }
+
+        /// Marks every completed operation whose end `verified` does not cover
+        /// as [`OpState::Suspect`] (when the group fails); returns them,
+        /// oldest first.
+        pub(crate) fn mark_suspect(&self, verified: impl Fn(u64) -> bool) -> Vec<OpRecord> {
+            let mut suspects: Vec<OpRecord> = self
+                .ring()
+                .slots
+                .iter_mut()
+                .filter(|s| s.record.state == OpState::Completed && !verified(s.end_stamp))
+                .map(|slot| {
+                    slot.record.state = OpState::Suspect;
+                    slot.record.clone()
+                })
+                .collect();
+            suspects.sort_unstable_by_key(|r| r.seq);
+            suspects
+        }
+
+        /// `(last collective enqueued, last collective completed)`.
+        pub fn progress(&self) -> (Option<u64>, Option<u64>) {
+            let ring = self.ring();
+            (ring.next_collective.checked_sub(1), ring.last_completed)
+        }
+
+        /// The records, oldest first, and how many were recorded in all.
+        pub fn snapshot(&self) -> (Vec<OpRecord>, u64) {
+            let ring = self.ring();
+            let mut records: Vec<OpRecord> = ring.slots.iter().map(|s| s.record.clone()).collect();
+            records.sort_unstable_by_key(|r| r.seq);
+            (records, ring.next_seq)
+        }
+
+        /// When the recorder started, in microseconds since the Unix epoch.
+        pub fn epoch_unix_us(&self) -> u64 {
+            self.epoch_unix_us
+        }
     }
 }
 

@@ -162,6 +162,20 @@ impl FailureCause {
         self.nccl_code().is_some_and(ResultCode::is_remote_error)
     }
 
+    /// What befell the group, for a cause that needs no failed operation
+    /// (an abort, a drop, a heal, a grow) when none was pending: the whole
+    /// sentence, so a failure report never claims a pending communicator
+    /// that was not there. `None` for any other cause.
+    pub(crate) fn with_nothing_pending(&self) -> Option<&'static str> {
+        match self {
+            FailureCause::Aborted => Some("was aborted with no operation pending"),
+            FailureCause::Dropped => Some("was dropped with no operation pending"),
+            FailureCause::Healing => Some("was healed with no operation pending"),
+            FailureCause::Grown => Some("grew with no operation pending"),
+            _ => None,
+        }
+    }
+
     /// What failed when no operation did: the collective check, or a
     /// communicator.
     pub(crate) fn subject(&self) -> &'static str {

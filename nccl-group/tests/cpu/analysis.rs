@@ -6,7 +6,9 @@
 
 use std::path::Path;
 
+use nccl_group::FlightDump;
 use nccl_group::analysis::{self, Issued, first_divergence};
+use nccl_group::dumps::write_incident;
 use serde_json::{Value, json};
 
 const WORLD: usize = 4;
@@ -327,14 +329,8 @@ fn nccl_frtrace_reads_a_dump_folder_incident_by_incident() {
         write("trainer-g0-odd", rank, &[odd, broadcast(0)]);
     }
     let run = |folder: &Path| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nccl-frtrace"))
-            .arg(folder)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+        let (status, stdout, _) = frtrace(&[folder.as_os_str()]);
+        (status, stdout)
     };
     let (status, clean) = run(&dir.path().join("trainer-g0-clean"));
     assert_eq!(status, Some(0), "{clean}");
@@ -350,6 +346,70 @@ fn nccl_frtrace_reads_a_dump_folder_incident_by_incident() {
         ),
         "{both}"
     );
-    let (status, missing) = run(&dir.path().join("nowhere"));
+    let (status, missing, error) =
+        frtrace(&["--json".as_ref(), dir.path().join("nowhere").as_os_str()]);
     assert_eq!(status, Some(2), "{missing}");
+    assert!(error.contains("nowhere: "), "{error}");
+}
+
+/// Runs the `nccl-frtrace` binary with `args`: its exit status, its
+/// output and its error output.
+fn frtrace(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nccl-frtrace"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `nccl-frtrace --json DIR` reads DIR (not `--json` as a folder) and
+/// prints the analysis as JSON, of dumps laid out by the crate's own
+/// writer: the missing rank, the divergence and every dump field are
+/// there.
+#[test]
+fn nccl_frtrace_json_prints_the_analysis_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    for rank in 0..WORLD - 1 {
+        let count = if rank == 2 { 2048 } else { 1024 };
+        let json = rank_dump(rank, 0, &[all_reduce(count), broadcast(0)], 1).to_string();
+        let dump = FlightDump::from_json(&json).unwrap();
+        write_incident(dir.path(), "hang", &dump).unwrap();
+    }
+    let (status, stdout, stderr) = frtrace(&["--json".as_ref(), dir.path().as_os_str()]);
+    assert_eq!(status, Some(1), "{stdout}{stderr}");
+    let analyses: Value = serde_json::from_str(&stdout).unwrap();
+    let analyses = analyses.as_array().unwrap();
+    assert_eq!(analyses.len(), 1, "{stdout}");
+    let report = &analyses[0]["reports"][0];
+    assert_eq!(report["group"], "trainer");
+    assert_eq!(report["missing"], json!([3]));
+    assert_eq!(report["comparison"]["divergence"]["collective_seq"], 0);
+    assert_eq!(report["comparison"]["divergence"]["others"][0]["rank"], 2);
+    let rank1 = &report["dumps"]["1"];
+    assert_eq!(rank1["pid"], 1);
+    assert_eq!(rank1["lagging"], json!([]));
+    assert_eq!(rank1["ops"][1]["enqueued_us"], 1);
+    assert_eq!(rank1["ops"][1]["state"], "pending");
+}
+
+/// A dump file cut short is named with what is wrong with it, exit 2.
+#[test]
+fn nccl_frtrace_names_a_corrupt_dump_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = rank_dump(0, 0, &[all_reduce(8)], 1).to_string();
+    std::fs::write(dir.path().join("rank0.json"), &json[..json.len() / 2]).unwrap();
+    let (status, stdout, stderr) = frtrace(&["--json".as_ref(), dir.path().as_os_str()]);
+    assert_eq!(status, Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("rank0.json is not a readable dump: EOF"),
+        "{stderr}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let (status, _, stderr) = frtrace(&[empty.path().as_os_str()]);
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("no flight-recorder dump"), "{stderr}");
 }

@@ -2,13 +2,15 @@
 //! to join): on request through the API and through the request file,
 //! complete when returned, one folder per incident, nothing overwritten.
 
-use nccl_group::Diagnostics;
+use nccl_group::{Diagnostics, Lifecycle};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_group::dumps::{DumpError, REQUEST_FILE};
-use nccl_group::{ErrorKind, GroupError, GroupOptions, InProcessStore, ProcessGroup, Store};
+use nccl_group::{
+    ErrorKind, FlightDump, GroupError, GroupOptions, InProcessStore, ProcessGroup, Store,
+};
 use nccl_test_support::within;
 
 /// Hang guard of the waits below: only a watchdog that never serves the
@@ -88,4 +90,35 @@ fn the_request_file_asks_the_group_for_a_dump() {
     let json = dir.path().join("file-trigger-g0-from-script/rank0.json");
     let text = std::fs::read_to_string(json).unwrap();
     assert!(text.contains("requested through dump-request"), "{text}");
+}
+
+/// An abort of a group that never made a communicator and had nothing
+/// pending writes a dump that says so, and names no pending communicator.
+#[test]
+fn an_idle_groups_abort_dump_says_nothing_was_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = group("idle", Some(dir.path()));
+    group.abort().unwrap();
+    let json = dir.path().join("idle-g0-failure/rank0.json");
+    let dump = FlightDump::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(
+        dump.reason
+            .contains("was aborted with no operation pending"),
+        "{}",
+        dump.reason
+    );
+    assert!(!dump.reason.contains("was pending"), "{}", dump.reason);
+    assert!(dump.ops.is_empty(), "{:?}", dump.ops);
+}
+
+/// A dump written by a group reads back as the dump it wrote.
+#[test]
+fn a_written_dump_reads_back_as_the_groups_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = group("round-trip", Some(dir.path()));
+    let files = group.dump_flight_recorder("check").unwrap();
+    let read = FlightDump::from_json(&std::fs::read_to_string(&files.json).unwrap()).unwrap();
+    assert_eq!((read.group.as_str(), read.rank), ("round-trip", 0));
+    assert_eq!(read.pid, std::process::id());
+    assert!(read.epoch_unix_us > 0, "{read:?}");
 }

@@ -323,7 +323,8 @@ fn a_sub_groups_failure_names_its_global_rank_and_leaves_the_parent_live() {
         let text = failure.to_string();
         assert!(
             text.starts_with(&format!(
-                "process group \"fail/sub0.0\" (rank {} of 2; global rank {rank} of \"fail\") failed",
+                "process group \"fail/sub0.0\" (rank {} of 2; global rank {rank} of \"fail\") \
+                 was aborted with no operation pending",
                 rank - 2
             )),
             "{text}"

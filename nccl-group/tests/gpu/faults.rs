@@ -81,9 +81,9 @@ fn gpu_an_operation_that_never_completes_times_out_and_the_process_stays_healthy
         matches!(failure.cause, FailureCause::Timeout { timeout, .. } if timeout == OP_TIMEOUT),
         "{failure}"
     );
-    let op = failure.op.expect("the failed operation's record");
+    let op = failure.op.as_ref().expect("the failed operation's record");
     assert_eq!(
-        (op.op, op.seq, op.collective_seq),
+        (&*op.op, op.seq, op.collective_seq),
         ("blocked_on_gate", 1, Some(1))
     );
     let text = error.to_string();
@@ -476,7 +476,7 @@ fn gpu_flight_recorder_on_request() {
     assert_eq!(dump.total_recorded, 5);
     assert_eq!(dump.reason, "on request");
     // Capacity 4: the first all_reduce was overwritten.
-    let names: Vec<_> = dump.ops.iter().map(|op| (op.seq, op.op)).collect();
+    let names: Vec<_> = dump.ops.iter().map(|op| (op.seq, &*op.op)).collect();
     assert_eq!(
         names,
         vec![
@@ -486,10 +486,13 @@ fn gpu_flight_recorder_on_request() {
             (4, "barrier")
         ]
     );
-    let broadcast = dump.ops[2];
+    let broadcast = &dump.ops[2];
     assert_eq!(broadcast.count, 33);
     assert_eq!(broadcast.peer, Some(0));
-    assert_eq!(broadcast.dtype, Some(nccl_core::DataType::Float16));
+    assert_eq!(
+        broadcast.dtype.as_deref(),
+        Some(nccl_core::DataType::Float16.short_name())
+    );
     assert!(broadcast.finished_us >= Some(broadcast.enqueued_us));
     assert_eq!(
         (dump.last_enqueued, dump.last_completed),

@@ -79,13 +79,19 @@ fn run<T: Elem, B: OpBuffers>(
         .unwrap_or_else(|| panic!("{what}: nothing in the flight recorder"));
     assert_eq!(
         (
-            last.op,
-            last.dtype,
+            &*last.op,
+            last.dtype.as_deref(),
             last.count,
             last.output_count,
             last.timeout
         ),
-        (op, Some(T::DATA_TYPE), count, output, OP_TIMEOUT),
+        (
+            op,
+            Some(T::DATA_TYPE.short_name()),
+            count,
+            output,
+            OP_TIMEOUT
+        ),
         "{what}: the flight record"
     );
     work.wait()

@@ -205,7 +205,7 @@ pub fn run(fault: Fault) {
             .iter()
             .filter(|&&seq| {
                 failure.suspects.iter().any(|s| s.seq == seq)
-                    || failure.op.is_some_and(|op| seq >= op.seq)
+                    || failure.op.as_ref().is_some_and(|op| seq >= op.seq)
             })
             .count(),
         _ => 0,

@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Issued, Ranks};
 
 /// A rank that did not issue what most ranks issued as a collective.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Deviation {
     /// The rank.
     pub rank: usize,
@@ -22,7 +22,7 @@ pub struct Deviation {
 
 /// The first collective the ranks did not issue alike (in a dump's JSON:
 /// these fields, and `message`, its `Display`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Divergence {
     /// The collective's number.
     pub collective_seq: u64,
@@ -36,7 +36,7 @@ pub struct Divergence {
 }
 
 /// How the ranks' collectives compare.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Comparison {
     /// The first and last collective that every rank issued alike, from
     /// the first collective that every rank still has a record of (rings

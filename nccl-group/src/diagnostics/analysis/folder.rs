@@ -6,10 +6,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::{Comparison, RankDump, Ranks, compare};
+use serde::Serialize;
+
+use super::{Comparison, Issued, Ranks, compare};
+use crate::diagnostics::recorder::records::{FlightDump, OpState};
 
 /// A file of the folder that is not a readable dump (truncated, say).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Unreadable {
     /// The file.
     pub path: PathBuf,
@@ -20,7 +23,7 @@ pub struct Unreadable {
 }
 
 /// The dumps of one group instance (one name and generation) in a folder.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
 pub struct Report {
     /// The group's name.
@@ -30,7 +33,7 @@ pub struct Report {
     /// Its number of ranks (the largest any dump gives).
     pub world_size: usize,
     /// The dumps, by rank.
-    pub dumps: BTreeMap<usize, RankDump>,
+    pub dumps: BTreeMap<usize, FlightDump>,
     /// The ranks with no readable dump.
     pub missing: Vec<usize>,
     /// How the dumps' collectives compare.
@@ -44,8 +47,9 @@ impl Report {
     }
 }
 
-/// Every dump of one folder, read back.
-#[derive(Clone, Debug)]
+/// Every dump of one folder, read back (in JSON, as `nccl-frtrace --json`
+/// prints it: these fields, the dumps whole).
+#[derive(Clone, Debug, Serialize)]
 #[non_exhaustive]
 pub struct FolderAnalysis {
     /// The folder.
@@ -91,13 +95,11 @@ fn rank_of(path: &Path) -> Option<usize> {
 /// not an error: it is listed in [`FolderAnalysis::unreadable`].
 pub fn analyze(folder: &Path) -> std::io::Result<FolderAnalysis> {
     let mut unreadable = Vec::new();
-    let mut instances: BTreeMap<(String, u64), BTreeMap<usize, RankDump>> = BTreeMap::new();
+    let mut instances: BTreeMap<(String, u64), BTreeMap<usize, FlightDump>> = BTreeMap::new();
     for path in json_files(folder)? {
         let parsed = std::fs::read_to_string(&path)
             .map_err(|error| error.to_string())
-            .and_then(|text| {
-                serde_json::from_str::<RankDump>(&text).map_err(|error| error.to_string())
-            });
+            .and_then(|text| FlightDump::from_json(&text).map_err(|error| error.to_string()));
         match parsed {
             Ok(dump) => {
                 let key = (dump.group.clone(), dump.generation);
@@ -164,7 +166,7 @@ pub fn analyze_tree(folder: &Path) -> std::io::Result<Vec<FolderAnalysis>> {
 }
 
 /// The collectives of `dump` as `#first-#last`.
-fn collective_range(dump: &RankDump) -> String {
+fn collective_range(dump: &FlightDump) -> String {
     let seqs: Vec<u64> = dump.ops.iter().filter_map(|op| op.collective_seq).collect();
     match (seqs.first(), seqs.last()) {
         (Some(first), Some(last)) => format!("collectives #{first}-#{last}"),
@@ -199,10 +201,9 @@ impl fmt::Display for Report {
                 dump.total_recorded,
                 collective_range(dump),
             )?;
-            if let Some(op) = dump.ops.iter().find(|op| op.state != "completed") {
-                let what = op
-                    .issued()
-                    .map_or_else(|| op.op.clone(), |issued| issued.to_string());
+            if let Some(op) = dump.ops.iter().find(|op| op.state != OpState::Completed) {
+                let what = Issued::from_record(op)
+                    .map_or_else(|| op.op.to_string(), |issued| issued.to_string());
                 let number = op
                     .collective_seq
                     .map_or_else(|| format!("operation #{}", op.seq), |n| format!("#{n}"));

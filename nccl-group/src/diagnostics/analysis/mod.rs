@@ -5,7 +5,7 @@
 //! prints it for a folder of this crate's ([`analyze_tree`]).
 //!
 //! The comparison works on [`Issued`] collectives, which come from this
-//! crate's JSON ([`RankDump`]) or straight from the recorder
+//! crate's JSON (a [`FlightDump`] read back) or straight from the recorder
 //! ([`Issued::from_record`]), so a check inside a running job can use it
 //! on records exchanged between the ranks.
 
@@ -15,10 +15,11 @@ mod folder;
 use std::borrow::Cow;
 use std::fmt;
 
+#[cfg(feature = "cuda")]
 use nccl_core::DataType;
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostics::recorder::records::OpRecord;
+use crate::diagnostics::recorder::records::{FlightDump, OpRecord};
 
 pub use divergence::{Comparison, Deviation, Divergence, compare, first_divergence};
 pub use folder::{FolderAnalysis, Report, Unreadable, analyze, analyze_tree};
@@ -48,19 +49,20 @@ pub struct Issued {
 impl Issued {
     /// The collective `record` is (`None` for a point-to-point operation).
     pub fn from_record(record: &OpRecord) -> Option<Self> {
-        Some(Self::described(
-            record.collective_seq?,
-            record.op,
-            record.dtype,
-            record.count,
-            record.peer,
-            record.reduction,
-        ))
+        Some(Self {
+            collective_seq: record.collective_seq?,
+            op: record.op.clone(),
+            dtype: record.dtype.clone(),
+            count: record.count,
+            root: record.peer,
+            reduction: record.reduction.clone(),
+        })
     }
 
     /// Collective `collective_seq` as the flight recorder describes an
     /// operation: its name, element type, input elements, root and
     /// reduction.
+    #[cfg(feature = "cuda")]
     pub(crate) fn described(
         collective_seq: u64,
         op: &'static str,
@@ -125,74 +127,20 @@ impl fmt::Display for Issued {
     }
 }
 
-/// One recorded operation as the analysis reads it from a dump
-/// ([`OpRecord`]'s JSON; the fields it does not need are skipped).
-#[derive(Clone, Debug, Deserialize)]
-#[non_exhaustive]
-pub struct RecordedOp {
-    /// The operation's number among this process's operations.
-    pub seq: u64,
-    /// The collective's number (`None` for a point-to-point operation).
-    pub collective_seq: Option<u64>,
-    /// The operation.
-    pub op: String,
-    /// The element type, as nccl-tests names it.
-    pub dtype: Option<String>,
-    /// Elements of the (first) input on each device.
-    pub count: usize,
-    /// The root, or a point-to-point operation's peer.
-    pub peer: Option<usize>,
-    /// The reduction.
-    #[serde(default)]
-    pub reduction: Option<String>,
-    /// What became of it (`completed`, `pending`, `failed`, ...).
-    pub state: String,
-}
+/// One recorded operation as the analysis reads it from a dump: the
+/// dump's own record, every field of it.
+#[deprecated(since = "0.2.0", note = "the dump's own record: use `OpRecord`")]
+pub type RecordedOp = OpRecord;
 
-impl RecordedOp {
-    /// The collective this operation is (`None` for a point-to-point one).
-    pub fn issued(&self) -> Option<Issued> {
-        Some(Issued {
-            collective_seq: self.collective_seq?,
-            op: Cow::Owned(self.op.clone()),
-            dtype: self.dtype.clone().map(Cow::Owned),
-            count: self.count,
-            root: self.peer,
-            reduction: self.reduction.clone().map(Cow::Owned),
-        })
-    }
-}
+/// One rank's dump as the analysis reads it back: the dump itself, every
+/// field of it (`lagging`, `peers`, `epoch_unix_us`, `pid`, ...).
+#[deprecated(since = "0.2.0", note = "the dump itself: use `FlightDump`")]
+pub type RankDump = FlightDump;
 
-/// One rank's dump as the analysis reads it back
-/// ([`FlightDump`](crate::FlightDump)'s JSON; the fields it does not need
-/// are skipped).
-#[derive(Clone, Debug, Deserialize)]
-#[non_exhaustive]
-pub struct RankDump {
-    /// The group's name.
-    pub group: String,
-    /// The group instance's generation.
-    pub generation: u64,
-    /// The rank that wrote it.
-    pub rank: usize,
-    /// The number of ranks.
-    pub world_size: usize,
-    /// Why it was written.
-    pub reason: String,
-    /// The last collective the rank enqueued.
-    pub last_enqueued: Option<u64>,
-    /// The last collective the rank saw complete.
-    pub last_completed: Option<u64>,
-    /// How many operations the rank recorded in all.
-    pub total_recorded: u64,
-    /// The operations kept, oldest first.
-    pub ops: Vec<RecordedOp>,
-}
-
-impl RankDump {
+impl FlightDump {
     /// The collectives of the dump, oldest first.
     pub fn collectives(&self) -> Vec<Issued> {
-        self.ops.iter().filter_map(RecordedOp::issued).collect()
+        self.ops.iter().filter_map(Issued::from_record).collect()
     }
 }
 

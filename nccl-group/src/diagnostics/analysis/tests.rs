@@ -5,7 +5,32 @@ use nccl_core::DataType;
 use super::*;
 use crate::devices::DeviceList;
 use crate::diagnostics::recorder::FlightRecorder;
-use crate::diagnostics::recorder::records::{FlightDump, OpDescription};
+use crate::diagnostics::recorder::records::{FlightDump, OpDescription, OpState, PeerProgress};
+
+/// A dump of `recorder`'s records by rank 0 of 1, on request.
+fn dump_of(recorder: &FlightRecorder) -> FlightDump {
+    let (ops, total_recorded) = recorder.snapshot();
+    FlightDump {
+        group: "g".into(),
+        generation: 0,
+        rank: 0,
+        world_size: 1,
+        reason: "on request".into(),
+        epoch_unix_us: recorder.epoch_unix_us(),
+        dumped_us: 0,
+        pid: 1,
+        nccl_version: None,
+        last_enqueued: None,
+        last_completed: None,
+        peers: Vec::new(),
+        lagging: Vec::new(),
+        divergence: None,
+        ras: None,
+        total_recorded,
+        threads: Default::default(),
+        ops,
+    }
+}
 
 /// What the recorder writes is what the analysis reads: a dump's JSON
 /// gives the same collectives as its records.
@@ -27,29 +52,15 @@ fn the_analysis_reads_the_recorders_json() {
     recorder.record(&description("all_reduce", true, None, Some("sum")), now);
     recorder.record(&description("send", false, Some(1), None), now);
     recorder.record(&description("broadcast", true, Some(2), None), now);
-    let (ops, total_recorded) = recorder.snapshot();
     let dump = FlightDump {
         group: "trainer".into(),
         generation: 3,
-        rank: 0,
         world_size: 4,
-        reason: "on request".into(),
-        epoch_unix_us: recorder.epoch_unix_us(),
-        dumped_us: 0,
-        pid: 1,
-        nccl_version: None,
         last_enqueued: Some(1),
-        last_completed: None,
-        peers: Vec::new(),
-        lagging: Vec::new(),
-        divergence: None,
-        ras: None,
-        total_recorded,
-        threads: Default::default(),
-        ops,
+        ..dump_of(&recorder)
     };
-    let read: RankDump = serde_json::from_str(&dump.to_json()).unwrap();
-    assert_eq!((read.group.as_str(), read.generation), ("trainer", 3));
+    let read = FlightDump::from_json(&dump.to_json()).unwrap();
+    assert_eq!(read, dump, "a dump reads back as it was written");
     let from_records: Vec<Issued> = dump.ops.iter().filter_map(Issued::from_record).collect();
     assert_eq!(read.collectives(), from_records);
     assert_eq!(from_records.len(), 2, "the send is no collective");
@@ -61,7 +72,96 @@ fn the_analysis_reads_the_recorders_json() {
         from_records[1].to_string(),
         "broadcast(bfloat16 x 1024, root 2)"
     );
-    assert_eq!(read.ops[1].state, "pending");
+    assert_eq!(read.ops[1].state, OpState::Pending);
+}
+
+/// Every field a dump has reads back, the lists and the maps too: the
+/// progress the ranks exchanged, the lagging ranks, the divergence, RAS's
+/// view and the thread names.
+#[test]
+fn a_dump_with_every_field_set_reads_back_equal() {
+    let recorder = FlightRecorder::new(4);
+    let now = Instant::now();
+    let description = OpDescription {
+        op: "my_custom_op",
+        dtype: None,
+        count: 0,
+        output_count: 0,
+        reduction: None,
+        peer: None,
+        timeout: Duration::from_millis(1500),
+        devices: DeviceList::checked([1, 0].into_iter()).unwrap(),
+        collective: true,
+    };
+    let seq = recorder.record(&description, now).seq;
+    recorder.finish(seq, OpState::Suspect, now, 0);
+    let issued = recorder
+        .get(seq)
+        .as_ref()
+        .and_then(Issued::from_record)
+        .unwrap();
+    let dump = FlightDump {
+        group: "trainer".into(),
+        generation: 1,
+        rank: 1,
+        world_size: 2,
+        reason: "process group failed".into(),
+        dumped_us: 42,
+        pid: 4242,
+        nccl_version: Some("2.28.3".into()),
+        last_enqueued: Some(0),
+        peers: vec![PeerProgress {
+            rank: 0,
+            last_enqueued: Some(0),
+            last_completed: Some(0),
+        }],
+        lagging: vec![0],
+        divergence: Some(Divergence {
+            collective_seq: 0,
+            expected: issued,
+            expected_ranks: vec![1],
+            others: vec![Deviation {
+                rank: 0,
+                issued: None,
+                last_collective: None,
+            }],
+        }),
+        ras: Some(crate::diagnostics::ras::RasReport::unavailable("not asked")),
+        threads: [(7, "trainer".to_string())].into(),
+        ..dump_of(&recorder)
+    };
+    let json = dump.to_json();
+    assert_eq!(FlightDump::from_json(&json).unwrap(), dump, "{json}");
+}
+
+/// A dump cut short, or one with a state no operation has, is an error
+/// that says what is wrong, not a panic.
+#[test]
+fn a_corrupt_dump_is_an_error_naming_what_is_wrong() {
+    let cut = FlightDump::from_json("{\"group\": \"trainer\", \"generation\"").unwrap_err();
+    assert!(cut.is_eof(), "{cut}");
+    let recorder = FlightRecorder::new(1);
+    let description = OpDescription {
+        op: "all_reduce",
+        dtype: Some(DataType::Float32),
+        count: 1,
+        output_count: 1,
+        reduction: Some("sum"),
+        peer: None,
+        timeout: Duration::from_secs(1),
+        devices: DeviceList::one(0).unwrap(),
+        collective: true,
+    };
+    recorder.record(&description, Instant::now());
+    let mut json: serde_json::Value = serde_json::from_str(&dump_of(&recorder).to_json()).unwrap();
+    json["ops"][0]["state"] = "exploded".into();
+    let error = FlightDump::from_json(&json.to_string()).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("unknown variant `exploded`, expected one of"),
+        "{error}"
+    );
 }
 
 #[test]

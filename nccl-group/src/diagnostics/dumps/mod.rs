@@ -28,6 +28,7 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "torch-dumps")))]
 pub mod torch;
 
+#[cfg(feature = "cuda")]
 pub(crate) mod request;
 
 use std::io::Write;

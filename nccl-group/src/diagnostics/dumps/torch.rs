@@ -43,6 +43,7 @@
 
 use std::collections::BTreeMap;
 
+use nccl_core::DataType;
 use serde::Serialize;
 
 use super::DumpError;
@@ -105,10 +106,20 @@ fn signed(n: Option<u64>) -> i64 {
     n.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))
 }
 
+/// PyTorch's name of the element type nccl-tests calls `short_name`
+/// (`float`: `Float`); `Undefined`, PyTorch's name for none, for a name
+/// no NCCL type has.
+fn torch_name(short_name: &str) -> &'static str {
+    DataType::ALL
+        .into_iter()
+        .find(|dtype| dtype.short_name() == short_name)
+        .map_or("Undefined", DataType::torch_name)
+}
+
 /// PyTorch's `profiling_name` of `record`, issued by rank `rank`.
 fn profiling_name(record: &OpRecord, rank: usize) -> String {
     let peer = record.peer.map_or_else(String::new, |p| p.to_string());
-    match record.op {
+    match &*record.op {
         "all_reduce" | "broadcast" | "reduce" | "all_gather" | "reduce_scatter" | "all_to_all"
         | "gather" | "scatter" => format!("nccl:{}", record.op),
         "all_to_all_single_split" => "nccl:all_to_all".to_string(),
@@ -142,7 +153,8 @@ fn entry<'a>(dump: &'a FlightDump, desc: &'a str, record: &OpRecord) -> Entry<'a
     let devices = record.devices.len();
     let dtypes = record
         .dtype
-        .map_or(Vec::new(), |dtype| vec![dtype.torch_name(); devices]);
+        .as_deref()
+        .map_or(Vec::new(), |dtype| vec![torch_name(dtype); devices]);
     Entry {
         record_id: record.seq,
         pg_id: 0,

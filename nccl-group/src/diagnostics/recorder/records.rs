@@ -1,20 +1,24 @@
 //! What the flight recorder keeps and a dump holds: each operation's
 //! record ([`OpRecord`], [`OpState`], [`OpDescription`]), every rank's
 //! progress ([`PeerProgress`], [`lagging_ranks`]) and the dump itself
-//! ([`FlightDump`]), with their JSON form.
+//! ([`FlightDump`]), with their JSON form, which they read back
+//! (`serde_json::from_str::<FlightDump>`) as they wrote it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+#[cfg(feature = "cuda")]
 use nccl_core::DataType;
-use serde::{Serialize, Serializer};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::devices::DeviceList;
 use crate::diagnostics::analysis::Divergence;
 use crate::diagnostics::ras::RasReport;
 
 /// What became of a recorded operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum OpState {
@@ -31,7 +35,20 @@ pub enum OpState {
     Failed,
 }
 
+/// `pending`, `completed`, `suspect`, `failed`: the name a dump writes.
+impl std::fmt::Display for OpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OpState::Pending => "pending",
+            OpState::Completed => "completed",
+            OpState::Suspect => "suspect",
+            OpState::Failed => "failed",
+        })
+    }
+}
+
 /// What an operation did, as recorded before it was enqueued.
+#[cfg(feature = "cuda")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpDescription {
     /// The operation (`"all_reduce"`, `"send"`, ...).
@@ -55,7 +72,11 @@ pub struct OpDescription {
 }
 
 /// One recorded operation.
-#[derive(Clone, Copy, Debug, Serialize)]
+///
+/// Its names are `Cow`s: the recorder borrows the operation's and the
+/// reduction's static names (recording allocates nothing), a dump read
+/// back owns them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpRecord {
     /// The operation's number among every operation of this process on
     /// the group (collectives and point-to-point), from 0.
@@ -69,28 +90,38 @@ pub struct OpRecord {
     /// collective). Every operation has one of the two numbers.
     pub p2p_seq: Option<u64>,
     /// The operation (`"all_reduce"`, `"send"`, ...).
-    pub op: &'static str,
-    /// The element type, as nccl-tests names it (`"float"`).
-    #[serde(serialize_with = "serialize_dtype")]
-    pub dtype: Option<DataType>,
+    pub op: Cow<'static, str>,
+    /// The element type, as nccl-tests names it (`"float"`,
+    /// [`DataType::short_name`](nccl_core::DataType::short_name); `None`
+    /// for barrier and custom operations without one): a name, so a dump
+    /// reads back without nccl-core.
+    #[serde(default)]
+    pub dtype: Option<Cow<'static, str>>,
     /// Elements of the (first) input on each device.
     pub count: usize,
     /// Elements of the (first) output on each device.
     pub output_count: usize,
     /// The reduction, as nccl-tests names it (`"sum"`, ...).
-    pub reduction: Option<&'static str>,
+    pub reduction: Option<Cow<'static, str>>,
     /// The root of broadcast and reduce, the peer rank of send and recv.
     pub peer: Option<usize>,
     /// How long it could run before the watchdog would fail the group (in
     /// the JSON: `timeout_ms`).
-    #[serde(rename = "timeout_ms", serialize_with = "serialize_millis")]
+    #[serde(
+        rename = "timeout_ms",
+        serialize_with = "serialize_millis",
+        deserialize_with = "deserialize_millis"
+    )]
     pub timeout: Duration,
     /// The operating system's id of the thread that issued it (Linux's
     /// thread id, as `top -H` and `gdb` show it; 0 where it is unknown).
     /// [`FlightDump::threads`] names it.
     pub thread: u64,
     /// The local devices, in call order.
-    #[serde(serialize_with = "serialize_devices")]
+    #[serde(
+        serialize_with = "serialize_devices",
+        deserialize_with = "deserialize_devices"
+    )]
     pub devices: DeviceList,
     /// When it was enqueued: microseconds since the recorder's epoch
     /// ([`FlightDump::epoch_unix_us`]).
@@ -99,16 +130,6 @@ pub struct OpRecord {
     pub finished_us: Option<u64>,
     /// What became of it.
     pub state: OpState,
-    /// The verification stamp of its end (`crate::health::verify`), 0 before.
-    #[serde(skip)]
-    pub(crate) end_stamp: u64,
-}
-
-fn serialize_dtype<S: Serializer>(dtype: &Option<DataType>, s: S) -> Result<S::Ok, S::Error> {
-    match dtype {
-        Some(dtype) => s.collect_str(dtype),
-        None => s.serialize_none(),
-    }
 }
 
 fn serialize_divergence<S: Serializer>(
@@ -134,6 +155,13 @@ fn serialize_devices<S: Serializer>(devices: &DeviceList, s: S) -> Result<S::Ok,
     s.collect_seq(devices.iter())
 }
 
+fn deserialize_devices<'de, D: Deserializer<'de>>(d: D) -> Result<DeviceList, D::Error> {
+    let ordinals = Vec::<usize>::deserialize(d)?;
+    DeviceList::checked(ordinals.into_iter()).map_err(|(expected, given)| {
+        D::Error::custom(format!("devices: expected {expected}, given {given}"))
+    })
+}
+
 /// Whole milliseconds of `duration` (saturating), as dumps write timeouts.
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -141,6 +169,10 @@ pub(crate) fn millis(duration: Duration) -> u64 {
 
 fn serialize_millis<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(millis(*duration))
+}
+
+fn deserialize_millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    u64::deserialize(d).map(Duration::from_millis)
 }
 
 /// The name of this process's thread `thread` (an [`OpRecord::thread`]),
@@ -166,7 +198,11 @@ pub struct PeerProgress {
 }
 
 /// A snapshot of the flight recorder, with the context to read it.
-#[derive(Clone, Debug, Serialize)]
+///
+/// What a dump file (`rank<r>.json`) holds, written by [`FlightDump::to_json`]
+/// and read back by [`FlightDump::from_json`] (or any serde reader): a
+/// tool reads every field the recorder wrote.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlightDump {
     /// The group's name.
     pub group: String,
@@ -226,6 +262,16 @@ impl FlightDump {
             .into_iter()
             .filter_map(|thread| Some((thread, thread_name(thread)?)))
             .collect()
+    }
+
+    /// The dump that `json` holds (a dump file's text, [`FlightDump::to_json`]'s
+    /// output).
+    ///
+    /// # Errors
+    /// JSON that is not a whole dump: the parser's message names the line,
+    /// the column and the field that was missing or malformed.
+    pub fn from_json(json: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(json)
     }
 
     /// The dump as pretty-printed JSON.

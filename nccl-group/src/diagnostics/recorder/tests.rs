@@ -77,12 +77,12 @@ fn a_record_allocates_nothing_once_the_ring_is_full() {
     for _ in 0..4 {
         recorder.record(&description("all_reduce", true), now);
     }
-    let capacity = recorder.ring().records.capacity();
+    let capacity = recorder.ring().slots.capacity();
     for _ in 0..100 {
         recorder.record(&description("all_reduce", true), now);
     }
-    assert_eq!(recorder.ring().records.capacity(), capacity);
-    assert_eq!(recorder.ring().records.len(), 2);
+    assert_eq!(recorder.ring().slots.capacity(), capacity);
+    assert_eq!(recorder.ring().slots.len(), 2);
 }
 
 #[test]
