@@ -37,8 +37,7 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
             &format!("send to {why}"),
         );
         let message = e.error.to_string();
-        // The range check is the group's; the C int conversion is
-        // nccl-tensor's, under the same kind.
+        // Every refusal of a peer is the group's, as an invalid argument.
         assert_eq!(
             e.error.kind(),
             nccl_group::ErrorKind::InvalidArgument,
@@ -47,12 +46,12 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
         );
         assert!(message.contains("dst"), "{message}");
         assert!(message.contains(&dst.to_string()), "{message}");
-        // A rank past NCCL's C int is refused by its conversion, before
-        // the range check that names this process's rank.
-        let context = if dst > i32::MAX as usize {
-            "NCCL's ranks are C ints"
-        } else {
+        // Itself is the pair route's refusal; a rank outside the group is
+        // refused as every root and peer is, naming both numberings.
+        let context = if dst == 0 {
             "this is rank 0"
+        } else {
+            "not a member of this group"
         };
         assert!(message.contains(context), "{message}");
         assert_same_values(
@@ -432,11 +431,16 @@ fn gpu_op_error_hands_the_tensors_back() {
         group.broadcast(upload(&stream, &data), 1, &stream),
         "broadcast from root 1 of 1",
     );
+    assert_eq!(
+        e.error.kind(),
+        nccl_group::ErrorKind::InvalidArgument,
+        "{:?}",
+        e.error
+    );
     assert!(
-        matches!(
-            e.error,
-            GroupError::Tensor(nccl_tensor::Error::RankOutOfRange { given: 1, .. })
-        ),
+        e.error
+            .to_string()
+            .contains("global rank 1, not a member of this group"),
         "{:?}",
         e.error
     );

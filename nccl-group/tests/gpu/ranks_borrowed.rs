@@ -485,7 +485,12 @@ fn ranks_borrowed_refusals_are_plain_errors() {
 
         let result = group.broadcast(&mut grads, world, stream);
         let w = what("broadcast from a root past the world");
-        refused_as(result, ErrorKind::RankOutOfRange, &["root"], &w);
+        refused_as(
+            result,
+            ErrorKind::InvalidArgument,
+            &["root", "not a member of this group"],
+            &w,
+        );
 
         let result = group.reduce(&mut grads, ReduceOp::Sum, usize::MAX, stream);
         let w = what("reduce to a root past i32::MAX");
