@@ -106,7 +106,7 @@ pub enum GroupError {
         /// How long this rank waited.
         waited: Duration,
     },
-    /// The group was aborted (by [`ProcessGroup::abort`](crate::ProcessGroup::abort)
+    /// The group was aborted (by [`ProcessGroup::abort`](crate::Lifecycle::abort)
     /// or an error); create a new one.
     #[error("process group {name:?} was aborted; create a new group (the same name may be reused)")]
     Aborted {
@@ -197,10 +197,10 @@ pub enum GroupError {
         /// Why not.
         reason: Uncapturable,
     },
-    /// [`ProcessGroup::destroy`](crate::ProcessGroup::destroy) while
+    /// [`ProcessGroup::destroy`](crate::Lifecycle::destroy) while
     /// graphs of the group live.
-    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) and
-    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) likewise.
+    /// [`ProcessGroup::heal`](crate::Recovery::heal) and
+    /// [`ProcessGroup::grow`](crate::Recovery::grow) likewise.
     #[error(
         "process group {name:?} cannot be {action} while {graphs} of its CUDA graphs live: NCCL frees a \
          communicator only once every graph that captured it is destroyed, so releasing the group's \
@@ -214,9 +214,9 @@ pub enum GroupError {
         /// How many graphs live.
         graphs: usize,
     },
-    /// [`ProcessGroup::destroy`](crate::ProcessGroup::destroy) (or
+    /// [`ProcessGroup::destroy`](crate::Lifecycle::destroy) (or
     /// `shutdown`) while sub-groups split from the group
-    /// ([`ProcessGroup::split_group`](crate::ProcessGroup::split_group),
+    /// ([`ProcessGroup::split_group`](crate::SubGroups::split_group),
     /// `new_group`) are live on this process. Nothing changed.
     #[error(
         "process group {name:?} cannot be destroyed while its sub-groups {subgroups:?} are live on this rank: \
@@ -253,8 +253,8 @@ pub enum GroupError {
         source: std::io::Error,
     },
     /// A handle of generation `generation` of a group that
-    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) or
-    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) replaced: its
+    /// [`ProcessGroup::heal`](crate::Recovery::heal) or
+    /// [`ProcessGroup::grow`](crate::Recovery::grow) replaced: its
     /// communicators were shrunk, grown or released. Use the group the
     /// heal or grow returned ([`Healed::group`](crate::Healed::group),
     /// [`Grown::group`](crate::Grown::group)).
@@ -292,7 +292,7 @@ pub enum GroupError {
         timeout: Duration,
     },
     /// A flight-recorder dump asked for was not written
-    /// ([`ProcessGroup::dump_flight_recorder`](crate::ProcessGroup::dump_flight_recorder)).
+    /// ([`ProcessGroup::dump_flight_recorder`](crate::Diagnostics::dump_flight_recorder)).
     #[error(transparent)]
     Dump(#[from] DumpError),
 }

@@ -105,7 +105,7 @@ pub struct Failure {
     /// [`OpState::Suspect`](crate::OpState::Suspect).
     pub suspects: Vec<OpRecord>,
     /// Where the group sits in the group it was split from, for a
-    /// sub-group ([`ProcessGroup::split_group`](crate::ProcessGroup::split_group)):
+    /// sub-group ([`ProcessGroup::split_group`](crate::SubGroups::split_group)):
     /// the report names this rank's and the lagging ranks' global ranks.
     pub subgroup: Option<Arc<SubGroup>>,
     details: OnceLock<FailureDetails>,

@@ -29,10 +29,10 @@ pub enum SplitPath {
 /// the top of the chain of splits: the *global* ranks), and how its
 /// communicators were made. [`ProcessGroup::subgroup`] returns it.
 ///
-/// [`ProcessGroup::split_group`]: crate::ProcessGroup::split_group
-/// [`ProcessGroup::new_group`]: crate::ProcessGroup::new_group
-/// [`ProcessGroup::builder`]: crate::ProcessGroup::builder
-/// [`ProcessGroup::subgroup`]: crate::ProcessGroup::subgroup
+/// [`ProcessGroup::split_group`]: crate::SubGroups::split_group
+/// [`ProcessGroup::new_group`]: crate::SubGroups::new_group
+/// [`ProcessGroup::builder`]: crate::GroupBuilder
+/// [`ProcessGroup::subgroup`]: crate::SubGroups::subgroup
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubGroup {
     pub(crate) parent: String,

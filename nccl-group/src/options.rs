@@ -52,7 +52,7 @@ pub struct GroupOptions {
     /// (`ncclCommRevoke`, NCCL 2.28.7) instead of aborting them, where the
     /// loaded NCCL can and no thread is inside a NCCL call on them: a
     /// revoked communicator stops its work but stays allocated, so that
-    /// [`ProcessGroup::heal`](super::ProcessGroup::heal) can shrink it
+    /// [`ProcessGroup::heal`](crate::Recovery::heal) can shrink it
     /// (`ncclCommShrink`) instead of making a new one. Either way the
     /// group is failed and every later call gets the failure. Default
     /// `true`; `false` always aborts (the heal then creates fresh

@@ -15,7 +15,7 @@
 //! or a group rank past the group's size, is refused with
 //! [`GroupError::InvalidArgument`] naming both numberings.
 //!
-//! [`ProcessGroup::global_ranks`]: crate::ProcessGroup::global_ranks
+//! [`ProcessGroup::global_ranks`]: crate::SubGroups::global_ranks
 
 use std::fmt;
 

@@ -33,7 +33,7 @@ use crate::error::{GroupError, OpError, Result};
 ///   operation's.
 /// * It holds the group, so the communicators outlive it. NCCL frees a
 ///   communicator only once every graph that captured it is destroyed:
-///   [`ProcessGroup::destroy`] refuses while a graph lives, and an abort
+///   [`ProcessGroup::destroy`](crate::Lifecycle::destroy) refuses while a graph lives, and an abort
 ///   (or a failure's) finishes only once the graphs are dropped (until
 ///   then it reports [`GroupError::AbortStalled`]). Drop the graphs first.
 ///   A graph dropped while its stream is being captured cannot order the

@@ -113,9 +113,9 @@ pub(crate) struct Inner {
 ///   fails the group: every later call and every waiter gets
 ///   [`GroupError::Failed`], which names the operation, its sequence
 ///   number, the rank, the sizes, how long it ran and which ranks lag.
-/// * A flight recorder keeps the last operations ([`ProcessGroup::flight_record`]),
+/// * A flight recorder keeps the last operations ([`ProcessGroup::flight_record`](crate::Diagnostics::flight_record)),
 ///   written on failure and abort, and on request
-///   ([`ProcessGroup::dump_flight_recorder`], or the file
+///   ([`ProcessGroup::dump_flight_recorder`](crate::Diagnostics::dump_flight_recorder), or the file
 ///   [`crate::dumps::REQUEST_FILE`]), to [`GroupOptions::dump_dir`]: one
 ///   folder per incident, as JSON and in PyTorch's format ([`crate::dumps`]).
 /// * Operations issued with [`StreamMode::Caller`] on a stream being
@@ -125,7 +125,7 @@ pub(crate) struct Inner {
 /// * Thread-safe: any thread may issue operations (the communicator is
 ///   locked while they are enqueued). All processes must still issue the
 ///   group's collectives in the same order, as with any NCCL program.
-/// * [`ProcessGroup::abort`] works from any thread; afterwards every call
+/// * [`ProcessGroup::abort`](crate::Lifecycle::abort) works from any thread; afterwards every call
 ///   fails and a new group may be created under the same name. Dropping
 ///   never blocks on other processes.
 ///
@@ -361,8 +361,8 @@ impl ProcessGroup {
     }
 
     /// The group's generation: its instance's number among groups of the
-    /// same name, one more after each [`heal`](Self::heal) or
-    /// [`grow`](Self::grow). Instances are counted in the world size of
+    /// same name, one more after each [`heal`](crate::Recovery::heal) or
+    /// [`grow`](crate::Recovery::grow). Instances are counted in the world size of
     /// the name's first instance on the store, so [`GroupBuilder::build`](crate::GroupBuilder::build)
     /// refuses another size for that name.
     pub fn generation(&self) -> u64 {

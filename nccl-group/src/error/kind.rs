@@ -53,7 +53,7 @@ pub enum ErrorKind {
     /// new group.
     GroupFailed,
     /// This rank was left out of the survivors' agreement on the next
-    /// generation ([`ProcessGroup::heal`](crate::ProcessGroup::heal)): it
+    /// generation ([`ProcessGroup::heal`](crate::Recovery::heal)): it
     /// came after the decision (stopped, slow) or was suspected and
     /// absent. It must not take part in the healed group.
     Excluded,

@@ -33,17 +33,17 @@ pub enum FailureCause {
         /// CUDA's error.
         error: String,
     },
-    /// The group was aborted ([`ProcessGroup::abort`](crate::ProcessGroup::abort))
+    /// The group was aborted ([`ProcessGroup::abort`](crate::Lifecycle::abort))
     /// while operations were pending.
     Aborted,
     /// The group was dropped while operations were pending.
     Dropped,
-    /// [`ProcessGroup::heal`](crate::ProcessGroup::heal) was called on
+    /// [`ProcessGroup::heal`](crate::Recovery::heal) was called on
     /// the live group (another rank saw the failure first): its pending
     /// operations failed, and the survivors went on as the next
     /// generation.
     Healing,
-    /// [`ProcessGroup::grow`](crate::ProcessGroup::grow) replaced the
+    /// [`ProcessGroup::grow`](crate::Recovery::grow) replaced the
     /// group while another thread's operation on it was pending (a grow
     /// waits for the operations issued before it; this one came during
     /// it): the old generation's communicators were released.
@@ -86,7 +86,7 @@ pub enum FailureCause {
         error: String,
     },
     /// `ncclCommSplit` of the group's communicator into its sub-groups
-    /// ([`ProcessGroup::split_group`](crate::ProcessGroup::split_group),
+    /// ([`ProcessGroup::split_group`](crate::SubGroups::split_group),
     /// `new_group`) failed or ran past the group's timeout on this rank or
     /// another: NCCL's split runs over the group's communicator, which is
     /// then in an unknown state.

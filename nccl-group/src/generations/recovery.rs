@@ -19,7 +19,7 @@ use crate::generations::heal::options::{HealOptions, Healed};
 pub trait Recovery: crate::sealed::Sealed {
     /// Why the group failed or was aborted: a timeout or error the watchdog
     /// saw, an operation left in flight by an error, a communicator that
-    /// could not be created in time, or [`ProcessGroup::abort`].
+    /// could not be created in time, or [`ProcessGroup::abort`](crate::Lifecycle::abort).
     fn failure(&self) -> Option<Arc<Failure>>;
 
     /// Heals the group after a failure: the surviving ranks all call it,
@@ -28,19 +28,19 @@ pub trait Recovery: crate::sealed::Sealed {
     /// place", has the rules and a full example.)
     ///
     /// 1. **Stop.** A live group (another rank saw the failure first) is
-    ///    failed now ([`FailureCause::Healing`]): its pending operations
+    ///    failed now ([`FailureCause::Healing`](crate::FailureCause::Healing)): its pending operations
     ///    fail. The failure's release of the communicators is waited for:
     ///    revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure))
     ///    or aborted.
     /// 2. **Agree.** The ranks agree through the store on who goes on
-    ///    ([`agree_survivors`]: arriving counts as alive; a rank neither
+    ///    ([`agree_survivors`](nccl_rendezvous::meet::agree::agree_survivors): arriving counts as alive; a rank neither
     ///    arrived nor suspected is waited for until the timeout). Suspects:
     ///    the ranks whose progress report the failure's exchange did not
     ///    get, and [`HealOptions::with_suspects`].
     /// 3. **Carry.** Where every survivor has a revoked one-device
     ///    collective communicator of the same key and NCCL has
     ///    `ncclCommShrink` (2.27.3), it is shrunk to the survivors
-    ///    ([`HealPath::Shrunk`]); a shrink that fails anywhere is dropped
+    ///    ([`HealPath::Shrunk`](crate::HealPath::Shrunk)); a shrink that fails anywhere is dropped
     ///    everywhere. NCCL refuses to shrink a communicator that still
     ///    reports an error, which a dead peer's closed socket leaves even
     ///    after a revoke: after a death the heal re-creates, after a
@@ -50,11 +50,11 @@ pub trait Recovery: crate::sealed::Sealed {
     ///    then has that error too and re-creates with the rest (the reason
     ///    names each rank's refusal). Everything else is made afresh, through the store
     ///    under the new generation, when first used
-    ///    ([`HealPath::Recreated`]). The revoked parents are then released
+    ///    ([`HealPath::Recreated`](crate::HealPath::Recreated)). The revoked parents are then released
     ///    by abort, never destroy (NCCL's revoke-then-destroy
     ///    use-after-free, NVIDIA/nccl PR 2251).
     /// 4. **Retire.** This generation's handles then refuse every call
-    ///    with [`GroupError::Healed`] naming the new generation; its
+    ///    with [`GroupError::Healed`](crate::GroupError::Healed) naming the new generation; its
     ///    `Work`s have failed already. With [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
     ///    set, the flight recorder writes the heal as an incident.
     ///
@@ -63,14 +63,14 @@ pub trait Recovery: crate::sealed::Sealed {
     /// group lives).
     ///
     /// # Errors
-    /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
+    /// - [`GroupError::GraphsAlive`](crate::GroupError::GraphsAlive): a [`GroupGraph`](crate::GroupGraph)
     ///   of this generation lives (drop it first; nothing changed).
-    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] when this
+    /// - [`GroupError::Destroyed`](crate::GroupError::Destroyed); [`GroupError::Healed`](crate::GroupError::Healed) when this
     ///   generation was grown ([`ProcessGroup::grow`]), or the group it was
     ///   healed into was dropped.
-    /// - [`GroupError::InvalidArgument`] for a `min_survivors` of 0 or
+    /// - [`GroupError::InvalidArgument`](crate::GroupError::InvalidArgument) for a `min_survivors` of 0 or
     ///   above the world size, a suspect outside the world or this rank, or
-    ///   a sub-group ([`ProcessGroup::split_group`]: heal the root group,
+    ///   a sub-group ([`ProcessGroup::split_group`](crate::SubGroups::split_group): heal the root group,
     ///   then split the healed group again).
     /// - [`ErrorKind::Excluded`](crate::ErrorKind::Excluded): this rank
     ///   came after the decision (it was stopped or slow); it must leave.
@@ -111,9 +111,9 @@ pub trait Recovery: crate::sealed::Sealed {
     ///    rank is dropped everywhere; a new process whose NCCL cannot grow
     ///    makes it a re-creation. Every other communicator is made afresh
     ///    through the store under the new generation when first used
-    ///    ([`GrowPath`]).
+    ///    ([`GrowPath`](crate::GrowPath)).
     /// 5. **Retire.** This generation's handles then refuse every call
-    ///    with [`GroupError::Healed`] naming the new generation, and its
+    ///    with [`GroupError::Healed`](crate::GroupError::Healed) naming the new generation, and its
     ///    communicators are released. The current ranks keep their ranks;
     ///    the new processes get the ranks from the old world size on, in
     ///    ticket order.
@@ -123,21 +123,21 @@ pub trait Recovery: crate::sealed::Sealed {
     ///
     /// # Errors
     /// Nothing changed unless said otherwise.
-    /// - [`GroupError::InvalidArgument`] for `new_ranks` of 0 or a world
-    ///   size past [`MAX_RANKS`], and for a group that failed or was
+    /// - [`GroupError::InvalidArgument`](crate::GroupError::InvalidArgument) for `new_ranks` of 0 or a world
+    ///   size past [`MAX_RANKS`](nccl_rendezvous::meet::MAX_RANKS), and for a group that failed or was
     ///   aborted: heal it first ([`ProcessGroup::heal`]), then grow the
     ///   group the heal returns; and for a sub-group
-    ///   ([`ProcessGroup::split_group`]: grow the root group, then split
+    ///   ([`ProcessGroup::split_group`](crate::SubGroups::split_group): grow the root group, then split
     ///   the grown group again).
-    /// - [`GroupError::GraphsAlive`]: a [`GroupGraph`](crate::GroupGraph)
+    /// - [`GroupError::GraphsAlive`](crate::GroupError::GraphsAlive): a [`GroupGraph`](crate::GroupGraph)
     ///   of this generation lives.
-    /// - [`GroupError::Destroyed`]; [`GroupError::Healed`] for a
+    /// - [`GroupError::Destroyed`](crate::GroupError::Destroyed); [`GroupError::Healed`](crate::GroupError::Healed) for a
     ///   generation a heal or an earlier grow replaced.
     /// - [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) naming
     ///   NCCL 2.29.2, when the group has a communicator to grow and the
     ///   loaded NCCL has no `ncclCommGrow`: grow with
     ///   [`GrowOptions::with_grow`]`(false)`, or re-create the group.
-    /// - [`GroupError::Timeout`]: the operations issued before did not end
+    /// - [`GroupError::Timeout`](crate::GroupError::Timeout): the operations issued before did not end
     ///   in time.
     /// - A store error: a rank or a new process did not come in time
     ///   ([`StoreError::Absent`](crate::StoreError::Absent) naming them),

@@ -389,8 +389,8 @@ pub trait SubGroups: crate::sealed::Sealed {
     ///   first (one gather to rank 0 and one answer), so lists that differ
     ///   are refused on every rank rather than left to NCCL.
     /// * **The end.** Destroy the sub-groups before the group: its
-    ///   [`destroy`](Self::destroy) refuses while one is live here
-    ///   ([`GroupError::SubGroupsAlive`]); [`shutdown`](Self::shutdown)
+    ///   [`destroy`](crate::Lifecycle::destroy) refuses while one is live here
+    ///   ([`GroupError::SubGroupsAlive`](crate::GroupError::SubGroupsAlive)); [`shutdown`](crate::Lifecycle::shutdown)
     ///   keeps the store's host up until every rank is done.
     ///
     /// # Errors
@@ -424,7 +424,7 @@ pub trait SubGroups: crate::sealed::Sealed {
     fn new_group(&self, ranks: &[usize]) -> Result<Option<ProcessGroup>>;
 
     /// Where this group sits in the group it was split from; `None` for a
-    /// root group (made by [`builder`](Self::builder), `from_env`, a heal
+    /// root group (made by [`builder`](crate::ProcessGroup::builder), `from_env`, a heal
     /// or a grow).
     fn subgroup(&self) -> Option<&SubGroup>;
 

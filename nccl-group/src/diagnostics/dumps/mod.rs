@@ -3,7 +3,7 @@
 //! tell a complete dump from one being written.
 //!
 //! An incident is a failure of the group (or its abort), or a dump asked
-//! for ([`ProcessGroup::dump_flight_recorder`](crate::ProcessGroup::dump_flight_recorder),
+//! for ([`ProcessGroup::dump_flight_recorder`](crate::Diagnostics::dump_flight_recorder),
 //! or the file trigger [`REQUEST_FILE`]). Each rank writes its dump of an
 //! incident into the folder `<dump dir>/<group>-g<generation>-<label>/`
 //! ([`incident_name`]; `label` is [`FAILURE_LABEL`] for a failure):

@@ -19,7 +19,7 @@ use nccl_rendezvous::meet::Scope;
 
 impl GroupBuilder {
     /// Joins the builder's group as a new process when its ranks
-    /// [`grow`](ProcessGroup::grow) it: takes a ticket in the
+    /// [`grow`](crate::Recovery::grow) it: takes a ticket in the
     /// queue of joining processes at the builder's store (the store the
     /// group was created with: for a group from
     /// [`ProcessGroup::from_env`], the one

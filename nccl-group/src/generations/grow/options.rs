@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::engine::group::ProcessGroup;
 use crate::lineage::GrowPath;
 
-/// How [`ProcessGroup::grow`] runs.
+/// How [`ProcessGroup::grow`](crate::Recovery::grow) runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrowOptions {
     pub(crate) timeout: Duration,
@@ -54,7 +54,7 @@ impl GrowOptions {
     }
 }
 
-/// What [`ProcessGroup::grow`] returns: the group of the next generation,
+/// What [`ProcessGroup::grow`](crate::Recovery::grow) returns: the group of the next generation,
 /// the ranks the new processes got, and how it was made.
 #[derive(Clone, Debug)]
 pub struct Grown {

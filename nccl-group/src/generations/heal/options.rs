@@ -8,7 +8,7 @@ use nccl_rendezvous::meet::agree::Agreement;
 use crate::engine::group::ProcessGroup;
 use crate::lineage::HealPath;
 
-/// How [`ProcessGroup::heal`] runs.
+/// How [`ProcessGroup::heal`](crate::Recovery::heal) runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealOptions {
     pub(crate) timeout: Duration,
@@ -77,7 +77,7 @@ impl HealOptions {
     }
 }
 
-/// What [`ProcessGroup::heal`] returns: the group of the next generation,
+/// What [`ProcessGroup::heal`](crate::Recovery::heal) returns: the group of the next generation,
 /// and how it was made.
 #[derive(Clone, Debug)]
 pub struct Healed {
