@@ -19,7 +19,7 @@
 use std::process::ExitCode;
 
 use nccl_core::{Device, ReduceOp};
-use nccl_group::{ProcessGroup, RendezvousConfig};
+use nccl_group::{Lifecycle, ProcessGroup, RendezvousConfig};
 use nccl_tensor::Tensor;
 
 /// Elements in each all-reduced tensor (1 MiB of f32).
