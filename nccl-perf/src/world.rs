@@ -261,7 +261,7 @@ impl World {
     /// with `options` and the world's timeout for communicator creation.
     ///
     /// # Errors
-    /// As [`ProcessGroup::new`].
+    /// As [`GroupBuilder::build`](nccl_group::GroupBuilder::build).
     pub fn group(&self, name: &str, options: GroupOptions) -> Result<ProcessGroup, BenchError> {
         self.group_member(name, self.rank, self.size, options)
     }
@@ -271,7 +271,7 @@ impl World {
     /// per GPU it drives); otherwise as [`World::group`].
     ///
     /// # Errors
-    /// As [`ProcessGroup::new`].
+    /// As [`GroupBuilder::build`](nccl_group::GroupBuilder::build).
     pub fn group_member(
         &self,
         name: &str,
