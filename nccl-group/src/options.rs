@@ -146,7 +146,7 @@ impl Default for GroupOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StreamMode {
-    /// On the group's own NCCL streams (the spec's design): the NCCL stream
+    /// On the group's own NCCL streams (Ray's design): the NCCL stream
     /// waits for an event recorded on the caller's stream, and
     /// [`Work::wait`](crate::Work::wait) makes the caller's stream wait for the operation's
     /// end. The caller's stream is free for other work meanwhile (compute

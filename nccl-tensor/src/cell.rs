@@ -1,5 +1,5 @@
 //! [`TensorCell`]: a tensor whose element type is known at run time,
-//! shared between threads, as in the spec's `TensorCell`.
+//! shared between threads (a framework's tensor handle).
 
 use std::ffi::c_void;
 use std::sync::{Arc, PoisonError, RwLock};

@@ -1,4 +1,4 @@
-//! The tensor-based communicator of the spec: every collective on typed
+//! The tensor-based communicator: every collective on typed
 //! buffers or tensor cells, with every argument checked before NCCL sees it.
 
 use std::cell::RefCell;

@@ -1,5 +1,5 @@
 //! Typed device buffers, dtype mapping and the tensor-based NCCL
-//! communicator of the spec (`communicator-api.txt`).
+//! communicator: every collective on typed buffers and tensor cells.
 //!
 //! * [`NcclType`] maps Rust element types to NCCL data types (sealed).
 //! * [`Tensor`] is an owned device tensor with a shape over cudarc memory
@@ -14,7 +14,7 @@
 //!   costs (the crate's `TrackedSlice`, in `tracked.rs`, has the rules).
 //! * [`TensorCell`] holds a tensor whose type is known at run time, shared
 //!   between threads, with shape, strides and device.
-//! * [`Communicator`] runs every operation of the spec on either kind, and
+//! * [`Communicator`] runs every operation (collectives, point-to-point, batches) on either kind, and
 //!   checks every argument first ([`checks`] holds the checks as pure
 //!   functions).
 //! * [`Communicator::register`] registers a buffer with the communicator

@@ -15,7 +15,7 @@ use crate::ranks::{from_c, to_c};
 
 impl Communicator {
     /// Splits off a communicator of the same ranks (color 0, key = rank),
-    /// as the spec's `split_all`. Collective: every rank calls it.
+    /// like torch's `split_group` with one list of every rank. Collective: every rank calls it.
     /// `config` of `None` inherits this communicator's options.
     ///
     /// # Errors
@@ -29,8 +29,8 @@ impl Communicator {
             })
     }
 
-    /// Splits off a communicator of `ranks` only, as the spec's
-    /// `split_from`. Collective: every rank of this communicator calls it.
+    /// Splits off a communicator of `ranks` only, like torch's
+    /// `new_group`. Collective: every rank of this communicator calls it.
     /// A rank in `ranks` gets `Some`, with its new rank being its position
     /// in `ranks`; others get `None`. An empty `ranks` means "this rank is
     /// not in the new communicator, and does not know who is"

@@ -68,8 +68,8 @@ pub(crate) struct Inner {
     pub(crate) listener: Listener,
 }
 
-/// A group of processes running collectives on GPU tensors: the
-/// multi-device cached process group of the spec, with its TODOs solved.
+/// A group of processes running collectives on GPU tensors, with its
+/// communicators made once and cached, on one or several local GPUs.
 ///
 /// ```no_run
 /// use std::time::Duration;

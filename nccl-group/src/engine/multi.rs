@@ -9,8 +9,8 @@ use crate::engine::buffers::GroupBuffers;
 use crate::engine::group::ProcessGroup;
 use crate::engine::work::OpResult;
 
-/// The group's operations on one part per local GPU (the spec's list
-/// forms), from [`ProcessGroup::multi`]: the collectives of
+/// The group's operations on one part per local GPU (the list
+/// forms of Ray's multi-device group), from [`ProcessGroup::multi`]: the collectives of
 /// [`ProcessGroup`] under the same names, each taking one tensor (or
 /// `(output, input)` pair) per local device and one caller's stream per
 /// part, issued in one NCCL group with one [`Work`](crate::Work).

@@ -2,8 +2,8 @@
 //! [`Op`] (the collectives as three tables of whole signatures: one local
 //! GPU, one part per local GPU, a method of [`Coalesced`]), issued by
 //! [`ProcessGroup::issue`] on one local device or by
-//! [`MultiDevice::issue`] on one part per local device (the spec's
-//! list forms; a member's device `i` is NCCL rank member x devices + `i`
+//! [`MultiDevice::issue`] on one part per local device (the list
+//! forms of Ray's multi-device group; a member's device `i` is NCCL rank member x devices + `i`
 //! in either numbering of [`crate::ranks`], and
 //! `streams[i]` is the caller's stream on part `i`'s device). The argument
 //! rules are nccl-tensor's ([`nccl_tensor::rules`], checked once per
@@ -172,8 +172,8 @@ macro_rules! single_operations {
     };
 }
 
-/// The group's operations on one part per local GPU (the spec's list
-/// forms): each row as in `single_operations!`, before the callers'
+/// The group's operations on one part per local GPU (the list
+/// forms of Ray's multi-device group): each row as in `single_operations!`, before the callers'
 /// `streams` (one per part).
 macro_rules! multi_operations {
     (numbering $ranks:ident; $(

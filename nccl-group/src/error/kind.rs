@@ -1,10 +1,29 @@
 //! [`ErrorKind`]: what kind of failure a process-group error is.
 
-/// What kind of failure a process-group error is: every kind of
-/// nccl-core's [`ErrorKind`](nccl_core::ErrorKind) (which nccl-tensor's
-/// errors answer too), and the kinds only a group and its rendezvous know.
-/// `From` maps nccl-core's and nccl-rendezvous's kinds onto it. Match with
-/// a wildcard arm: kinds may be added.
+/// What kind of failure a process-group error is.
+///
+/// Every kind of nccl-core's [`ErrorKind`](nccl_core::ErrorKind) (which
+/// nccl-tensor's errors answer too), and the kinds only a group and its
+/// rendezvous know. `From` maps nccl-core's and nccl-rendezvous's kinds onto
+/// it. Match with a wildcard arm: kinds may be added.
+///
+/// # What to do next, by kind
+///
+/// | kind | the group | what to do |
+/// |---|---|---|
+/// | `InvalidArgument`, `WrongDevice`, `RankOutOfRange`, `Unsupported`, `MissingFunction` | still live: the call was refused before it reached NCCL | fix the call |
+/// | `Timeout` | still live after a CPU-side wait ran out (`GroupError::Timeout`: a `synchronize` bound, a store `get`; the operation may still complete); failed after a communicator's creation ran out (`GroupError::InitTimeout`) | wait again; heal only if [`Recovery::failure`](crate::Recovery::failure) is `Some` |
+/// | `GroupFailed`, `PeerFailed`, `PeerLost` | failed ([`GroupError::failure`](crate::GroupError::failure) says why; `is_timeout()` when its operation timeout failed it) | heal ([`Recovery::heal`](crate::Recovery::heal)) or make a new group |
+/// | `Healed` | replaced by a heal or a grow | use the group the heal or grow returned |
+/// | `Excluded` | went on without this rank | leave, or join again as a new rank |
+/// | `TooFewSurvivors` | no next generation was formed | make a new group |
+/// | `Aborted`, `Closed` | ended by this process | make a new group |
+/// | `Nccl`, `Cuda` | failed if [`Recovery::failure`](crate::Recovery::failure) is `Some`, else the call alone failed | heal if it failed |
+/// | `Unavailable`, `Store`, `Config`, `Io`, `Other` | the machine, the store or the launch | fix the environment |
+///
+/// Whatever the kind, [`Recovery::failure`](crate::Recovery::failure)
+/// answers whether the group failed: an elastic trainer heals when it is
+/// `Some`, and treats `Timeout` alone as a reason to wait, not to heal.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
@@ -29,6 +48,11 @@ pub enum ErrorKind {
     Cuda,
     /// A wait ran past its deadline: a NCCL call, a rendezvous, a
     /// communicator's creation, a store's `get` or `wait`, an abort.
+    ///
+    /// Not by itself a reason to heal: a group that its operation timeout
+    /// failed answers [`ErrorKind::GroupFailed`] with `is_timeout()` true;
+    /// only a communicator's creation that timed out fails the group under
+    /// this kind ([`Recovery::failure`](crate::Recovery::failure) then says so).
     Timeout,
     /// The communicator or group was aborted; create a new one.
     Aborted,

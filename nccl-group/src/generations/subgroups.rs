@@ -124,7 +124,10 @@ impl ProcessGroup {
                     given,
                 });
             }
-            Verdict::Lazy(reason) => (None, SplitPath::Lazy { reason }),
+            Verdict::Lazy(reason) => {
+                crate::diagnostics::trace::event!(info, group = %m.name, %reason, "split_group takes the lazy path: each sub-group makes its communicators when first used");
+                (None, SplitPath::Lazy { reason })
+            }
             Verdict::Split(key) => (
                 self.split_communicator(&meeting, &key, place, index)?,
                 SplitPath::Split,
@@ -350,12 +353,16 @@ fn publish_root_failure(meeting: &Meeting<Arc<dyn Store>>, error: &nccl_rendezvo
 /// and the root group's global ranks. Sealed, implemented for
 /// [`ProcessGroup`] only, and in the [`prelude`](crate::prelude).
 pub trait SubGroups: crate::sealed::Sealed {
-    /// Splits the group into sub-groups, torch's `split_group`: every rank
-    /// of this group calls it with the same rank lists (ranks of this
-    /// group); each rank gets the sub-group of the list that holds it,
-    /// ranked by its position there, or `None` when no list does.
-    /// `docs/group/sub-groups.md` has the rules and an
-    /// example.
+    /// Splits the group into sub-groups (torch's `split_group`) by one
+    /// `ncclCommSplit` after the group's first collective, or else lazily:
+    /// each sub-group then makes its communicators when first used.
+    ///
+    /// Every rank of this group calls it with the same rank lists (ranks of
+    /// this group); each rank gets the sub-group of the list that holds it,
+    /// ranked by its position there, or `None` when no list does. Which path
+    /// was taken is [`SubGroup::path`]; the lazy one is also logged at info
+    /// level (feature `tracing`) with its reason. `docs/group/sub-groups.md`
+    /// has the rules and an example.
     ///
     /// * **Communicators.** Where every rank has a one-device collective
     ///   communicator (after the group's first collective on a process with

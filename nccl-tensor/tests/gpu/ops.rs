@@ -1,5 +1,5 @@
 //! nccl-tensor's `Communicator` on one GPU (world size 1): every operation
-//! of the spec x every data type x every reduction NCCL has for it, in place
+//! of the communicator x every data type x every reduction NCCL has for it, in place
 //! and out of place, on typed buffers and on `TensorCell`s, at 0, 1 and 4097
 //! elements (just past nccl-core's 4096-element split of single-rank scaling
 //! reductions), plus a 64 MiB all_reduce per type. Values are checked

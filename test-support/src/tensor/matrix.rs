@@ -1,4 +1,4 @@
-//! Every operation of the spec at world size 1, for one element type, on
+//! Every operation of the tensor communicator at world size 1, for one element type, on
 //! typed buffers (`Tensor`, `CudaSlice`, `CudaView`, `CudaViewMut`) and on
 //! `TensorCell`s, checked against the host: with one rank, sum, prod, max,
 //! min and avg of one value are that value, a pre-multiplied sum is
@@ -146,7 +146,7 @@ fn out_of_place<T: Elem>(
     );
 }
 
-/// Every operation of the spec on `T` at each of `sizes` (elements; 0 is
+/// Every operation of the tensor communicator on `T` at each of `sizes` (elements; 0 is
 /// the empty case), on typed buffers and cells. The communicator must have
 /// one rank; its all-to-all method is left at `Auto`.
 pub fn every_op<T: Elem>(comm: &mut Communicator, stream: &Arc<CudaStream>, sizes: &[usize]) {
