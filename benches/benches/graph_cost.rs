@@ -27,8 +27,9 @@ use criterion::{Criterion, Throughput};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
 use nccl_core::{Device, Op, ReduceOp, UniqueId};
-use nccl_group::{GroupGraph, GroupOptions, InProcessStore, ProcessGroup, Store};
+use nccl_group::{GroupGraph, GroupOptions, ProcessGroup};
 use nccl_tensor::{Communicator, Tensor};
+use nccl_test_support::group::world_of_one;
 
 /// Elements of each all_reduce.
 const ELEMENTS: usize = 2;
@@ -145,15 +146,7 @@ fn main() {
     let stream = device.new_stream().expect("stream");
     let comm = Communicator::new(device.clone(), 1, UniqueId::new().expect("id"), 0)
         .expect("a communicator of one");
-    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let options = GroupOptions::default().with_dump_dir(None);
-    let group = ProcessGroup::builder("graph-cost")
-        .rank(0)
-        .world_size(1)
-        .store(store)
-        .options(options)
-        .build()
-        .expect("a group of one");
+    let group = world_of_one("graph-cost", GroupOptions::default().with_dump_dir(None));
     let mut summary = Vec::new();
     for n in OPERATIONS {
         let (tensor, tensor_pairs) = tensor_graph(&comm, n, &stream);

@@ -60,8 +60,9 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use cudarc::driver::CudaStream;
 use nccl_core::{ReduceOp, UniqueId};
-use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, RendezvousConfig, Store, Work};
+use nccl_group::{GroupOptions, ProcessGroup, RendezvousConfig, Store, Work};
 use nccl_tensor::Tensor;
+use nccl_test_support::group::world_of_one;
 
 /// The record an operation shares with the watchdog, in size.
 struct SharedRecord {
@@ -313,17 +314,10 @@ fn bench_group(
                 .expect("join the launch's group");
             (group, device)
         }
-        None => {
-            let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-            let group = ProcessGroup::builder(name)
-                .rank(0)
-                .world_size(1)
-                .store(store)
-                .options(options)
-                .build()
-                .expect("a group of one");
-            (group, nccl_core::Device::new(0).expect("device 0"))
-        }
+        None => (
+            world_of_one(name, options),
+            nccl_core::Device::new(0).expect("device 0"),
+        ),
     };
     let stream = device.new_stream().expect("stream");
     (group, stream)

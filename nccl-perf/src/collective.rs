@@ -243,26 +243,39 @@ mod tests {
 
     #[test]
     fn bus_factors() {
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-        assert!(close(Collective::AllReduce.bus_factor(1), 0.0));
-        assert!(close(Collective::AllReduce.bus_factor(2), 1.0));
-        assert!(close(Collective::AllReduce.bus_factor(8), 1.75));
-        for c in [
-            Collective::AllGather,
-            Collective::ReduceScatter,
-            Collective::AllToAll,
+        // Each collective's factor at some world sizes: (n - 1) / n for the
+        // gathering ones, 1 for the rooted ones and sendrecv.
+        for (collectives, factors) in [
+            (
+                &[Collective::AllReduce][..],
+                &[(1, 0.0), (2, 1.0), (8, 1.75)][..],
+            ),
+            (
+                &[
+                    Collective::AllGather,
+                    Collective::ReduceScatter,
+                    Collective::AllToAll,
+                ],
+                &[(1, 0.0), (4, 0.75), (8, 0.875)],
+            ),
+            (
+                &[
+                    Collective::Broadcast,
+                    Collective::Reduce,
+                    Collective::SendRecv,
+                ],
+                &[(1, 1.0), (8, 1.0)],
+            ),
         ] {
-            assert!(close(c.bus_factor(1), 0.0));
-            assert!(close(c.bus_factor(4), 0.75));
-            assert!(close(c.bus_factor(8), 0.875));
-        }
-        for c in [
-            Collective::Broadcast,
-            Collective::Reduce,
-            Collective::SendRecv,
-        ] {
-            assert!(close(c.bus_factor(1), 1.0));
-            assert!(close(c.bus_factor(8), 1.0));
+            for &collective in collectives {
+                for &(world, factor) in factors {
+                    let got = collective.bus_factor(world);
+                    assert!(
+                        (got - factor).abs() < 1e-12,
+                        "{collective} at world size {world}: {got}, expected {factor}"
+                    );
+                }
+            }
         }
     }
 

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use cudarc::driver::CudaStream;
-use nccl_core::{DataType, ReduceOp};
+use nccl_core::ReduceOp;
 use nccl_group::{ProcessGroup, StreamMode};
 
 pub use call::{Call, place_within, shifted};
@@ -95,6 +95,10 @@ impl LayerKind {
 /// with both buffers moved by the place's offset, on the rank's stream.
 pub type Launch<'a> = Box<dyn FnMut(&[Shift]) -> Result<(), BenchError> + 'a>;
 
+/// What a layer's [`Layer::bind`] returns: the launcher, or why the call
+/// cannot be bound.
+type Binding<'s> = Result<Launch<'s>, BenchError>;
+
 /// One call at the start of the buffers: the places of a launch without
 /// rotation.
 pub const AT_START: &[Shift] = &[Shift { slot: 0, elems: 0 }];
@@ -114,21 +118,10 @@ pub fn unsupported(layer: LayerKind, collective: Collective, mode: Mode) -> Opti
         layer,
         LayerKind::Tensor | LayerKind::Group | LayerKind::GroupCaller
     );
-    let call = Call {
-        collective,
-        mode,
-        send: 0,
-        recv: 0,
-        count: 0,
-        dtype: DataType::Float32,
-        op: ReduceOp::Sum,
-        root: 0,
-        rank: 0,
-        world: 1,
-        rotation: Rotation::fixed(0),
-    };
-    let out_of_place_only = call
-        .ops()
+    // Which buffers an operation takes does not depend on its reduction,
+    // root or peers.
+    let out_of_place_only = collective
+        .ops(ReduceOp::Sum, 0, (0, 0))
         .iter()
         .any(|op| nccl_tensor::rules(op).layouts == nccl_tensor::Layouts::OutOfPlace);
     if safe_api && mode == Mode::InPlace && out_of_place_only {

@@ -316,31 +316,17 @@ pub fn write_svg(path: &Path, rows: &[Row]) -> Result<(), BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Measurement;
+    use crate::report::tests as fixture;
 
+    /// A checked sum row of floats at world size 1, without the tensor
+    /// layer's in-place all_gather.
     fn row(collective: &'static str, layer: &'static str, size: u64, busbw: f64) -> Row {
-        let m = |time_us: f64| Measurement {
-            time_us,
-            algbw: size as f64 / 1.0e3 / time_us,
-            busbw,
-            wrong: Some(0),
-        };
+        let m = |time_us: f64| fixture::m(time_us, size as f64 / 1.0e3 / time_us, busbw, Some(0));
         Row {
             collective,
             layer,
-            world_size: 1,
-            size,
-            count: size as usize / 4,
-            dtype: "float",
-            redop: "sum",
-            root: -1,
-            out_of_place: Some(m(6.0)),
             in_place: (collective != "all_gather" || layer != "tensor").then(|| m(0.3)),
-            out_of_place_per_iter: None,
-            in_place_per_iter: None,
-            cpu_time: false,
-            ratio: None,
-            graph: 0,
+            ..fixture::row(size, size as usize / 4, "sum", -1, m(6.0), m(0.3))
         }
     }
 

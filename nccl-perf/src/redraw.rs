@@ -134,31 +134,18 @@ pub fn redraw(rows_path: &Path, plot: Option<&Path>, out: impl Write) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{Measurement, Ratio};
+    use crate::report::Ratio;
+    use crate::report::tests as fixture;
 
+    /// A checked sum row of floats at world size 2, both halves timed
+    /// `time_us`.
     fn row(collective: &'static str, layer: &'static str, size: u64, time_us: f64) -> Row {
-        let m = Measurement {
-            time_us,
-            algbw: 1.0,
-            busbw: 2.0,
-            wrong: Some(0),
-        };
+        let m = fixture::m(time_us, 1.0, 2.0, Some(0));
         Row {
             collective,
             layer,
             world_size: 2,
-            size,
-            count: size as usize / 4,
-            dtype: "float",
-            redop: "sum",
-            root: -1,
-            out_of_place: Some(m),
-            in_place: Some(m),
-            out_of_place_per_iter: None,
-            in_place_per_iter: None,
-            cpu_time: false,
-            ratio: None,
-            graph: 0,
+            ..fixture::row(size, size as usize / 4, "sum", -1, m, m)
         }
     }
 

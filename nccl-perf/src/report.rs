@@ -168,12 +168,14 @@ impl Row {
     }
 }
 
+/// The rows and measurements the tests of the report and of what reads
+/// rows (plot, redraw) are made of.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// An all_reduce row of the core layer at world size 1.
-    pub(super) fn row(
+    pub(crate) fn row(
         size: u64,
         count: usize,
         redop: &'static str,
@@ -200,21 +202,19 @@ mod tests {
         }
     }
 
+    /// The 8-byte sum row (two floats, no root) with these two halves.
+    pub(super) fn eight_byte_sum(oop: Measurement, ip: Measurement) -> Row {
+        row(8, 2, "sum", -1, oop, ip)
+    }
+
     /// The 8-byte sum row several tests write and read back: out of place
     /// checked (0 wrong), in place not.
     pub(super) fn sample_row() -> Row {
-        row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, None),
-        )
+        eight_byte_sum(m(6.5, 0.5, 0.0, Some(0)), m(0.25, 32.0, 0.0, None))
     }
 
     /// A measurement.
-    pub(super) fn m(time_us: f64, algbw: f64, busbw: f64, wrong: Option<u64>) -> Measurement {
+    pub(crate) fn m(time_us: f64, algbw: f64, busbw: f64, wrong: Option<u64>) -> Measurement {
         Measurement {
             time_us,
             algbw,

@@ -196,21 +196,27 @@ mod tests {
         }
     }
 
+    /// `collective`'s counts for 1 MiB of floats on 8 ranks (262144
+    /// elements in all, 32768 per rank), checked to send `send` and receive
+    /// `recv` elements, after checking the baselines' smallest call (8 B of
+    /// floats on one rank: size 0, count 0).
+    fn a_mebibyte_on_eight_ranks(collective: Collective, send: usize, recv: usize) -> OpCounts {
+        let zero = OpCounts::new(collective, 8, 4, 1);
+        assert_eq!((zero.printed_bytes(4), zero.param), (0, 0), "{collective}");
+        let eight = OpCounts::new(collective, 1 << 20, 4, 8);
+        let counts = (eight.send, eight.recv, eight.param);
+        assert_eq!(counts, (send, recv, 32768), "{collective}");
+        eight
+    }
+
     #[test]
     fn counts_all_gather() {
-        // The baselines: 8 B float on 1 rank gives size 0, count 0; 32 B gives 8.
-        let zero = OpCounts::new(Collective::AllGather, 8, 4, 1);
-        assert_eq!((zero.printed_bytes(4), zero.param), (0, 0));
-        let one = OpCounts::new(Collective::AllGather, 32, 4, 1);
-        assert_eq!((one.printed_bytes(4), one.param), (32, 8));
-        // 8 ranks, 1 MiB of floats: 262144 elements total, 32768 per rank.
-        let eight = OpCounts::new(Collective::AllGather, 1 << 20, 4, 8);
-        assert_eq!(
-            (eight.send, eight.recv, eight.param),
-            (32768, 262144, 32768)
-        );
+        let eight = a_mebibyte_on_eight_ranks(Collective::AllGather, 32768, 262144);
         assert_eq!(eight.pointer_offsets(Mode::InPlace, 3), (3 * 32768, 0));
         assert_eq!(eight.pointer_offsets(Mode::OutOfPlace, 3), (0, 0));
+        // The baselines' 32 B float on 1 rank gives size 32, count 8.
+        let one = OpCounts::new(Collective::AllGather, 32, 4, 1);
+        assert_eq!((one.printed_bytes(4), one.param), (32, 8));
         // 100 floats on 3 ranks: 100 / 12 * 4 = 32 per rank.
         let odd = OpCounts::new(Collective::AllGather, 400, 4, 3);
         assert_eq!((odd.param, odd.recv, odd.printed_bytes(4)), (32, 96, 384));
@@ -218,13 +224,7 @@ mod tests {
 
     #[test]
     fn counts_reduce_scatter() {
-        let zero = OpCounts::new(Collective::ReduceScatter, 8, 4, 1);
-        assert_eq!((zero.printed_bytes(4), zero.param), (0, 0));
-        let eight = OpCounts::new(Collective::ReduceScatter, 1 << 20, 4, 8);
-        assert_eq!(
-            (eight.send, eight.recv, eight.param),
-            (262144, 32768, 32768)
-        );
+        let eight = a_mebibyte_on_eight_ranks(Collective::ReduceScatter, 262144, 32768);
         assert_eq!(eight.pointer_offsets(Mode::InPlace, 5), (0, 5 * 32768));
         assert_eq!(eight.buffer_elems(), 262144);
     }

@@ -24,6 +24,18 @@ fn assert_runs(flags: &[&str]) {
     assert_eq!(main_with(&args), 0, "nccl-perf {flags:?}");
 }
 
+/// Runs nccl-perf as [`assert_runs`] does, with `-J` to a file of its own
+/// and `flags`, and reads back the JSON document it wrote, with its text.
+fn json_document(flags: &[&str]) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("results.json");
+    let path_text = path.to_str().expect("a UTF-8 path");
+    assert_runs(&[&["-J", path_text][..], flags].concat());
+    let text = std::fs::read_to_string(&path).expect("the -J file");
+    let document = serde_json::from_str(&text).expect("valid JSON");
+    (document, text)
+}
+
 #[test]
 fn gpu_every_layer_rotates_and_checks() {
     if !have_gpu() {
@@ -118,12 +130,7 @@ fn gpu_output_file_is_nccl_tests_json() {
     if !have_gpu() {
         return;
     }
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let path = dir.path().join("all_reduce.json");
-    let path_text = path.to_str().expect("a UTF-8 path");
-    assert_runs(&["-J", path_text, "--layer", "raw", "all_reduce"]);
-    let text = std::fs::read_to_string(&path).expect("the -J file");
-    let document: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let (document, text) = json_document(&["--layer", "raw", "all_reduce"]);
     assert_eq!(document["version"], 3);
     let results = document["results"].as_array().expect("results");
     // -b 8 -e 256K -f 8: 8, 64, 512, 4K, 32K, 256K.
@@ -141,22 +148,7 @@ fn gpu_per_iteration_timing_is_in_the_json_document() {
     if !have_gpu() {
         return;
     }
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let path = dir.path().join("per-iter.json");
-    let path_text = path.to_str().expect("a UTF-8 path");
-    assert_runs(&[
-        "-I",
-        "1",
-        "-K",
-        "1",
-        "-J",
-        path_text,
-        "--layer",
-        "raw",
-        "all_reduce",
-    ]);
-    let text = std::fs::read_to_string(&path).expect("the -J file");
-    let document: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let (document, _) = json_document(&["-I", "1", "-K", "1", "--layer", "raw", "all_reduce"]);
     assert_eq!(document["config"]["per_iter_timing"], "true");
     assert_eq!(document["config"]["per_iter_skip"], 1);
     for result in document["results"].as_array().expect("results") {

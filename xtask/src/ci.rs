@@ -47,9 +47,10 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::{Result, bindgen, manifests, packaged, public_api, workspace_root};
+use crate::{
+    Result, bindgen, cargo_command, manifests, packaged, public_api, run_cargo, workspace_root,
+};
 
 /// nccl-group's optional features besides its defaults, which steps 4
 /// and 5 turn on: `tracing` compiles its events, `async` the waker thread.
@@ -284,14 +285,6 @@ fn rustdocflags() -> OsString {
     flags
 }
 
-fn cargo_command() -> (OsString, Command) {
-    // `cargo xtask` runs under cargo, which names itself in $CARGO.
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(&cargo);
-    command.current_dir(workspace_root());
-    (cargo, command)
-}
-
 /// The MSRV and cudarc-feature checks: every problem found, or none.
 fn manifest_checks() -> Result<()> {
     let metadata = manifests::load()?;
@@ -433,20 +426,6 @@ fn forget_earlier_packages(target: &Path, names: &[String]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn run_cargo(args: &[OsString], env: &[(&'static str, OsString)]) -> Result<()> {
-    let (cargo, mut command) = cargo_command();
-    let status = command
-        .args(args)
-        .envs(env.iter().map(|(key, value)| (key, value)))
-        .status()
-        .map_err(|e| format!("could not run {}: {e}", cargo.to_string_lossy()))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("exited with {status}").into())
-    }
 }
 
 fn run_step(step: &Step, tests: &mut TestTotals) -> Result<()> {

@@ -621,10 +621,13 @@ fn render_run_sh(
 ///   example and nccl-perf as every rank of 2 and 4 simulated hosts;
 /// * bundle-bin.sh: sourced by every script: unpacks bin.tar.gz once;
 /// * perf-rows.sh: sourced by perf-procs.sh and mpirun.sh: counts nccl-perf's
-///   table rows and those with #wrong > 0.
-const SCRIPTS: [(&str, &str); 12] = [
+///   table rows and those with #wrong > 0;
+/// * steps.sh: sourced by interop.sh and mpirun.sh: prints and counts each
+///   step's PASS: or FAIL: line.
+const SCRIPTS: [(&str, &str); 13] = [
     ("bundle-bin.sh", include_str!("gpu_bundle/bundle-bin.sh")),
     ("perf-rows.sh", include_str!("gpu_bundle/perf-rows.sh")),
+    ("steps.sh", include_str!("gpu_bundle/steps.sh")),
     ("mpirun.sh", include_str!("gpu_bundle/mpirun.sh")),
     ("perf.sh", include_str!("gpu_bundle/perf.sh")),
     ("world.sh", include_str!("gpu_bundle/world.sh")),

@@ -10,7 +10,9 @@ mod nccl_tests_compare;
 mod packaged;
 mod public_api;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::process::Command;
 
 use clap::{Parser, Subcommand};
 
@@ -58,6 +60,33 @@ fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives one folder below the workspace root")
         .to_path_buf()
+}
+
+/// Cargo (the one running `cargo xtask`, which names itself in $CARGO) as a
+/// command in the workspace root, with its name for messages.
+fn cargo_command() -> (OsString, Command) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(&cargo);
+    command.current_dir(workspace_root());
+    (cargo, command)
+}
+
+/// Runs cargo (as [`cargo_command`]) with `args` and the variables `env`.
+///
+/// # Errors
+/// Cargo could not be started, or exited with a failure status.
+fn run_cargo(args: &[OsString], env: &[(&'static str, OsString)]) -> Result<()> {
+    let (cargo, mut command) = cargo_command();
+    let status = command
+        .args(args)
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", cargo.to_string_lossy()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("exited with {status}").into())
+    }
 }
 
 /// The first `program` in `$PATH`, if any.

@@ -39,42 +39,39 @@ fn workspace_at(rust_version: &str, dependencies: Vec<Value>) -> Value {
     metadata(packages, &["nccl-core", "xtask"])
 }
 
+/// Dependencies that need Rust 1.88.0 (libloading 0.9.1) and 1.86
+/// (criterion 0.8.2).
+fn needing_1_88_and_1_86() -> Vec<Value> {
+    vec![
+        package("libloading", "0.9.1", Some("1.88.0")),
+        package("criterion", "0.8.2", Some("1.86")),
+    ]
+}
+
 #[test]
 fn a_locked_dependency_above_the_workspace_rust_version_is_named() {
-    let sample = workspace_at(
-        "1.85",
-        vec![
-            package("libloading", "0.9.1", Some("1.88.0")),
-            package("criterion", "0.8.2", Some("1.86")),
-            package("half", "2.7.1", Some("1.81")),
-            package("no-msrv", "1.0.0", None),
-        ],
-    );
-    let violations = msrv_violations(&sample).unwrap();
+    let mut dependencies = needing_1_88_and_1_86();
+    dependencies.extend([
+        package("half", "2.7.1", Some("1.81")),
+        package("no-msrv", "1.0.0", None),
+    ]);
+    let violations = msrv_violations(&workspace_at("1.85", dependencies)).unwrap();
     assert_eq!(violations.len(), 2, "{violations:#?}");
     assert!(
         violations[0].starts_with(
             "libloading 0.9.1 needs Rust 1.88.0, above the workspace's rust-version 1.85.0"
         ),
-        "{}",
-        violations[0]
+        "{violations:#?}"
     );
     assert!(
         violations[1].starts_with("criterion 0.8.2 needs Rust 1.86.0"),
-        "{}",
-        violations[1]
+        "{violations:#?}"
     );
 }
 
 #[test]
 fn dependencies_at_or_below_the_workspace_rust_version_pass() {
-    let sample = workspace_at(
-        "1.88",
-        vec![
-            package("libloading", "0.9.1", Some("1.88.0")),
-            package("criterion", "0.8.2", Some("1.86")),
-        ],
-    );
+    let sample = workspace_at("1.88", needing_1_88_and_1_86());
     assert_eq!(msrv_violations(&sample).unwrap(), Vec::<String>::new());
 }
 

@@ -12,7 +12,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::manifests::{self, Published};
-use crate::{Result, workspace_root};
+use crate::{Result, run_cargo, workspace_root};
 
 /// The consumer's folder under `xtask/consumers/`.
 pub const CONSUMER: &str = "packaged";
@@ -89,17 +89,7 @@ pub fn build(package_target: &Path) -> Result<()> {
         .map(|p| format!("{} {}", p.name, p.version))
         .collect();
     println!("against the packages of {}", names.join(", "));
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(&cargo)
-        .args(&args)
-        .current_dir(&root)
-        .status()
-        .map_err(|e| format!("could not run {}: {e}", cargo.to_string_lossy()))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("exited with {status}").into())
-    }
+    run_cargo(&args, &[])
 }
 
 /// The names of the dependencies `manifest` declares (`cargo metadata

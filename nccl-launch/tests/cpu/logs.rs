@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::{launcher, lines_of, simulated, text};
+use crate::{exited, launcher, lines_of, simulated, text};
 
 /// Each rank writes a line to each stream, naming its rank and attempt;
 /// rank 0 fails on the first attempt, once rank 1 has written (or after
@@ -94,22 +94,19 @@ fn bad_log_settings_are_usage_errors() {
     let file = base.path().join("a-file");
     fs::write(&file, "").expect("write a file");
     let under_a_file = file.join("logs");
-    let out = launch_logged(&under_a_file, &[]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        text(&out.stderr).contains(&format!(
-            "could not create the log folder {}: Not a directory",
-            under_a_file.display()
-        )),
-        "{out:?}"
+    let not_a_directory = format!(
+        "could not create the log folder {}: Not a directory",
+        under_a_file.display()
     );
-    let out = launch_logged(base.path(), &["--tee", "4"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        text(&out.stderr).contains("expected 0 (neither), 1 (stdout), 2 (stderr) or 3 (both)"),
-        "{out:?}"
+    exited(&launch_logged(&under_a_file, &[]), 2, &[&not_a_directory]);
+    exited(
+        &launch_logged(base.path(), &["--tee", "4"]),
+        2,
+        &["expected 0 (neither), 1 (stdout), 2 (stderr) or 3 (both)"],
     );
-    let out = launcher(&["-n", "1", "--tee", "3", "true"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(text(&out.stderr).contains("--log-dir <DIR>"), "{out:?}");
+    exited(
+        &launcher(&["-n", "1", "--tee", "3", "true"]),
+        2,
+        &["--log-dir <DIR>"],
+    );
 }

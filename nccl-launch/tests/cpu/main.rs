@@ -54,6 +54,28 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A library launch of `ranks` simulated hosts that keeps their output and
+/// ends them after [`PATIENCE`].
+fn simulated_launch(ranks: usize) -> Launch {
+    Launch::new(ranks)
+        .expect("launch")
+        .placement(Placement::SimulatedHosts)
+        .keep_output(true)
+        .timeout(Some(PATIENCE))
+}
+
+/// Checks that `out` exited with `code` and that its stderr says each of
+/// `says`; returns the stderr, for further checks.
+#[track_caller]
+fn exited(out: &Output, code: i32, says: &[&str]) -> String {
+    assert_eq!(out.status.code(), Some(code), "{out:?}");
+    let stderr = text(&out.stderr);
+    for said in says {
+        assert!(stderr.contains(said), "{said:?} is not in: {stderr}");
+    }
+    stderr
+}
+
 /// The lines of `out` from `rank`, without the prefix.
 fn lines_of(out: &str, rank: usize) -> Vec<String> {
     let prefix = format!("[rank {rank}] ");
@@ -197,13 +219,14 @@ fn the_first_failure_ends_the_others_and_gives_its_status() {
         &[],
         "if [ \"$RANK\" = 2 ]; then sleep 0.2; exit 3; fi; exec sleep 600",
     );
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("rank 2 failed (exit status: 3); ending rank 0 (pid "),
-        "{stderr}"
+    exited(
+        &out,
+        3,
+        &[
+            "rank 2 failed (exit status: 3); ending rank 0 (pid ",
+            "rank 3 (pid ",
+        ],
     );
-    assert!(stderr.contains("rank 3 (pid "), "{stderr}");
 }
 
 #[test]
@@ -213,7 +236,7 @@ fn a_rank_ended_by_a_signal_gives_128_plus_the_signal() {
         &[],
         "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; exec sleep 600",
     );
-    assert_eq!(out.status.code(), Some(137), "{out:?}");
+    exited(&out, 137, &[]);
 }
 
 #[test]
@@ -228,40 +251,31 @@ fn ranks_that_hang_are_ended_at_the_deadline() {
         "sleep",
         "600",
     ]);
-    assert_eq!(out.status.code(), Some(124), "{out:?}");
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("rank 0 (pid ") && stderr.contains("still running after the 1s timeout"),
-        "{stderr}"
+    exited(
+        &out,
+        124,
+        &["rank 0 (pid ", "still running after the 1s timeout"],
     );
 }
 
 #[test]
 fn bad_settings_are_usage_errors() {
-    let out = launcher(&["-n", "0", "true"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        text(&out.stderr).contains("invalid number of ranks: expected 1 to 1024, got 0"),
-        "{out:?}"
+    exited(
+        &launcher(&["-n", "0", "true"]),
+        2,
+        &["invalid number of ranks: expected 1 to 1024, got 0"],
     );
-    let out = launcher(&["-n", "2", "--hosts", "simulated", "/no/such/program"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        text(&out.stderr).contains("could not start rank 0 (\"/no/such/program\")"),
-        "{out:?}"
+    exited(
+        &launcher(&["-n", "2", "--hosts", "simulated", "/no/such/program"]),
+        2,
+        &["could not start rank 0 (\"/no/such/program\")"],
     );
-    let out = launcher(&["-n", "2"]);
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    exited(&launcher(&["-n", "2"]), 2, &[]);
 }
 
 #[test]
 fn the_library_starts_some_ranks_kills_one_and_waits_for_all() {
-    let launch = Launch::new(3)
-        .expect("launch")
-        .placement(Placement::SimulatedHosts)
-        .keep_output(true)
-        .timeout(Some(PATIENCE));
-    let mut job = launch
+    let mut job = simulated_launch(3)
         .spawn_ranks(
             "sh",
             [
@@ -287,11 +301,7 @@ fn the_library_starts_some_ranks_kills_one_and_waits_for_all() {
 
 #[test]
 fn waiting_for_all_lets_the_others_finish_after_a_failure() {
-    let job = Launch::new(2)
-        .expect("launch")
-        .placement(Placement::SimulatedHosts)
-        .keep_output(true)
-        .timeout(Some(PATIENCE))
+    let job = simulated_launch(2)
         .spawn(
             "sh",
             [

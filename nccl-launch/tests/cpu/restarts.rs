@@ -2,9 +2,7 @@
 //! next `TORCHELASTIC_RESTART_COUNT`, up to N times; the launch's status
 //! is the last attempt's.
 
-use nccl_launch::{Launch, Placement};
-
-use crate::{PATIENCE, lines_of, simulated, text};
+use crate::{exited, lines_of, simulated, simulated_launch, text};
 
 /// Each rank says which attempt it is; on the first, rank 1 fails and the
 /// others wait to be ended.
@@ -48,20 +46,21 @@ fn a_rank_that_always_fails_gives_up_after_n_restarts_with_the_last_status() {
         "echo attempt $TORCHELASTIC_RESTART_COUNT; \
          if [ \"$RANK\" = 0 ]; then exit $((5 + TORCHELASTIC_RESTART_COUNT)); fi; exec sleep 600",
     );
-    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    exited(
+        &out,
+        7,
+        &[
+            "restart 2 of 2",
+            "rank 0 failed and the 2 restart(s) allowed are spent; giving up",
+            "exit status 7",
+        ],
+    );
     let stdout = text(&out.stdout);
     assert_eq!(
         lines_of(&stdout, 0),
         ["attempt 0", "attempt 1", "attempt 2"],
         "{stdout}"
     );
-    let stderr = text(&out.stderr);
-    assert!(stderr.contains("restart 2 of 2"), "{stderr}");
-    assert!(
-        stderr.contains("rank 0 failed and the 2 restart(s) allowed are spent; giving up"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("exit status 7"), "{stderr}");
 }
 
 #[test]
@@ -72,21 +71,15 @@ fn without_max_restarts_the_first_failure_is_final() {
         "echo attempt $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS; \
          if [ \"$RANK\" = 0 ]; then exit 4; fi; exec sleep 600",
     );
-    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let stderr = exited(&out, 4, &[]);
     let stdout = text(&out.stdout);
     assert_eq!(lines_of(&stdout, 0), ["attempt 0 of 0"], "{stdout}");
-    let stderr = text(&out.stderr);
     assert!(!stderr.contains("restart"), "{stderr}");
 }
 
 #[test]
 fn the_library_reports_each_attempt_and_the_last_outcome() {
-    let launch = Launch::new(2)
-        .expect("launch")
-        .placement(Placement::SimulatedHosts)
-        .keep_output(true)
-        .timeout(Some(PATIENCE))
-        .max_restarts(3);
+    let launch = simulated_launch(2).max_restarts(3);
     let mut attempts = Vec::new();
     let outcome = launch
         .run(

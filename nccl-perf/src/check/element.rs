@@ -236,22 +236,12 @@ mod tests {
         assert!(!f32::matches(f32::NAN, 1.0));
         assert!(f64::matches(3.0, 3.0 + 1e-13));
         assert!(!f64::matches(3.0, 3.0 + 1e-9));
-        assert!(half::f16::matches(
-            half::f16::from_f64(2.75),
-            half::f16::from_f64(2.7578125)
-        ));
-        assert!(!half::f16::matches(
-            half::f16::from_f64(2.75),
-            half::f16::from_f64(3.0)
-        ));
-        assert!(half::bf16::matches(
-            half::bf16::from_f64(4.25),
-            half::bf16::from_f64(4.3)
-        ));
-        assert!(!half::bf16::matches(
-            half::bf16::from_f64(4.0),
-            half::bf16::from_f64(5.0)
-        ));
+        let f16 = half::f16::from_f64;
+        assert!(half::f16::matches(f16(2.75), f16(2.7578125)));
+        assert!(!half::f16::matches(f16(2.75), f16(3.0)));
+        let bf16 = half::bf16::from_f64;
+        assert!(half::bf16::matches(bf16(4.25), bf16(4.3)));
+        assert!(!half::bf16::matches(bf16(4.0), bf16(5.0)));
         assert!(!i32::matches(4, 5));
         assert!(u64::matches(7, 7));
         let e4m3 = F8E4M3::from_f64;

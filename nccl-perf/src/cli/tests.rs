@@ -16,6 +16,11 @@ fn parse(flags: &[&str]) -> Args {
         .unwrap_or_else(|error| panic!("{flags:?}: {error}"))
 }
 
+/// [`parse`] of a command line's flags, separated by spaces.
+fn parse_line(line: &str) -> Args {
+    parse(&line.split_whitespace().collect::<Vec<_>>())
+}
+
 fn method(flags: &[&str]) -> Method {
     parse(flags).method().unwrap()
 }
@@ -128,51 +133,9 @@ fn every_nccl_tests_flag_by_letter_and_by_name() {
 
 #[test]
 fn a_whole_nccl_tests_command_line() {
-    let args = parse(&[
-        "-b",
-        "8",
-        "-e",
-        "1G",
-        "-f",
-        "4",
-        "-g",
-        "1",
-        "-w",
-        "20",
-        "-n",
-        "200",
-        "-c",
-        "1",
-        "-m",
-        "2",
-        "-z",
-        "0",
-        "-y",
-        "0",
-        "-T",
-        "60",
-        "-C",
-        "0",
-        "-S",
-        "0",
-        "-u",
-        "0",
-        "-p",
-        "0",
-        "-R",
-        "0",
-        "-N",
-        "2",
-        "-o",
-        "sum",
-        "-d",
-        "float",
-        "-r",
-        "0",
-        "--layer",
-        "raw",
-        "all_reduce",
-    ]);
+    let args = parse_line(
+        "-b 8 -e 1G -f 4 -g 1 -w 20 -n 200 -c 1 -m 2 -z 0 -y 0 -T 60 -C 0 -S 0 -u 0 -p 0 -R 0 -N 2 -o sum -d float -r 0 --layer raw all_reduce",
+    );
     assert_eq!(
         (args.min_bytes, args.max_bytes, args.step_factor),
         (8, 1 << 30, 4)
@@ -489,33 +452,9 @@ fn graph_flag_parses() {
 
 #[test]
 fn nccl_perf_flags_parse() {
-    let args = parse(&[
-        "-b",
-        "1K",
-        "-e",
-        "1G",
-        "-f",
-        "4",
-        "-n",
-        "200",
-        "-w",
-        "20",
-        "-c",
-        "0",
-        "-d",
-        "bfloat16",
-        "-o",
-        "max",
-        "-r",
-        "1",
-        "-g",
-        "2",
-        "--layer",
-        "raw",
-        "--json",
-        "out.jsonl",
-        "all_gather",
-    ]);
+    let args = parse_line(
+        "-b 1K -e 1G -f 4 -n 200 -w 20 -c 0 -d bfloat16 -o max -r 1 -g 2 --layer raw --json out.jsonl all_gather",
+    );
     assert_eq!(
         (args.min_bytes, args.max_bytes, args.step_factor),
         (1024, 1 << 30, 4)

@@ -34,16 +34,23 @@ pub enum CollectiveArg {
     One(Collective),
 }
 
+/// The values of an argument enum of `All` and `One(value)`, as a
+/// constant: `One` of each value of `every` in its order, then `All`.
+macro_rules! each_then_all {
+    ($arg:ident, $every:expr) => {{
+        let mut values = [$arg::All; $every.len() + 1];
+        let mut index = 0;
+        while index < $every.len() {
+            values[index] = $arg::One($every[index]);
+            index += 1;
+        }
+        values
+    }};
+}
+
 /// Every collective of [`Collective::ALL`], then `all`.
-const COLLECTIVE_ARGS: [CollectiveArg; Collective::ALL.len() + 1] = {
-    let mut args = [CollectiveArg::All; Collective::ALL.len() + 1];
-    let mut index = 0;
-    while index < Collective::ALL.len() {
-        args[index] = CollectiveArg::One(Collective::ALL[index]);
-        index += 1;
-    }
-    args
-};
+const COLLECTIVE_ARGS: [CollectiveArg; Collective::ALL.len() + 1] =
+    each_then_all!(CollectiveArg, Collective::ALL);
 
 impl ValueEnum for CollectiveArg {
     fn value_variants<'a>() -> &'a [Self] {
@@ -75,15 +82,7 @@ impl DataTypeArg {
     pub const FLOAT: Self = Self::One(DataType::Float32);
 
     /// Every type, then `all`.
-    const VALUES: [Self; DataType::ALL.len() + 1] = {
-        let mut values = [Self::All; DataType::ALL.len() + 1];
-        let mut index = 0;
-        while index < DataType::ALL.len() {
-            values[index] = Self::One(DataType::ALL[index]);
-            index += 1;
-        }
-        values
-    };
+    const VALUES: [Self; DataType::ALL.len() + 1] = each_then_all!(DataTypeArg, DataType::ALL);
 
     /// The types to run, in order (nccl-tests' order for `all`, which is
     /// [`DataType::ALL`]'s).

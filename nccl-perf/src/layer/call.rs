@@ -8,7 +8,7 @@ use std::ffi::c_void;
 
 use nccl_core::{DataType, Op, ReduceOp};
 
-use super::Shift;
+use super::{Launch, Shift};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
 use crate::rotation::Rotation;
@@ -256,6 +256,31 @@ impl Call {
             }
         }
         calls
+    }
+}
+
+/// The launcher of a call bound as `calls` ([`Call::core_calls`]), for the
+/// layers that hand NCCL bare addresses: `issue` enqueues one of them at
+/// one place. A launch of one call at one place issues it alone; any other
+/// launch issues every call at every place inside `grouped` (one NCCL
+/// group).
+pub(super) fn launcher<'s>(
+    calls: Vec<nccl_core::Call<'static>>,
+    issue: impl Fn(nccl_core::Call<'static>, &Shift) -> Result<(), BenchError> + 's,
+    grouped: impl Fn(&mut dyn FnMut() -> Result<(), BenchError>) -> Result<(), BenchError> + 's,
+) -> Launch<'s> {
+    match calls.as_slice() {
+        &[single] => Box::new(move |shifts: &[Shift]| match shifts {
+            [shift] => issue(single, shift),
+            _ => grouped(&mut || shifts.iter().try_for_each(|shift| issue(single, shift))),
+        }),
+        _ => Box::new(move |shifts: &[Shift]| {
+            grouped(&mut || {
+                shifts
+                    .iter()
+                    .try_for_each(|shift| calls.iter().try_for_each(|&part| issue(part, shift)))
+            })
+        }),
     }
 }
 

@@ -4,7 +4,8 @@
 use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, Group};
 
-use super::{Call, Launch, Layer, LayerKind, Shift, place_within, shifted};
+use super::call::launcher;
+use super::{Binding, Call, Layer, LayerKind, Shift, place_within, shifted};
 use crate::buffers::DeviceBuffers;
 use crate::error::BenchError;
 
@@ -26,11 +27,7 @@ impl Layer for CoreLayer<'_> {
         LayerKind::Core
     }
 
-    fn bind<'s>(
-        &'s self,
-        call: &Call,
-        buffers: &'s mut DeviceBuffers,
-    ) -> Result<Launch<'s>, BenchError> {
+    fn bind<'s>(&'s self, call: &Call, buffers: &'s mut DeviceBuffers) -> Binding<'s> {
         let (comm, stream) = (self.comm, self.stream);
         let last = call.check_within(
             buffers.addresses(stream),
@@ -53,24 +50,12 @@ impl Layer for CoreLayer<'_> {
             let _ = unsafe { comm.issue(part, stream) }?;
             Ok::<(), BenchError>(())
         };
-        Ok(match calls.as_slice() {
-            &[single] => Box::new(move |shifts: &[Shift]| match shifts {
-                [shift] => issue(single, shift),
-                _ => {
-                    let group = Group::start()?;
-                    shifts.iter().try_for_each(|shift| issue(single, shift))?;
-                    let _ = group.end()?;
-                    Ok(())
-                }
-            }),
-            _ => Box::new(move |shifts: &[Shift]| {
-                let group = Group::start()?;
-                for shift in shifts {
-                    calls.iter().try_for_each(|&part| issue(part, shift))?;
-                }
-                let _ = group.end()?;
-                Ok(())
-            }),
-        })
+        let grouped = |issue_all: &mut dyn FnMut() -> Result<(), BenchError>| {
+            let group = Group::start()?;
+            issue_all()?;
+            let _ = group.end()?;
+            Ok(())
+        };
+        Ok(launcher(calls, issue, grouped))
     }
 }

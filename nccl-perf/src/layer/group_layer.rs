@@ -47,7 +47,7 @@ use nccl_core::Op;
 use nccl_group::{OpBuffers, OpError, OpResult, Owned, P2POp, ProcessGroup, StreamMode};
 use nccl_tensor::{Tensor, rules};
 
-use super::{Call, Launch, Layer, LayerKind, Shift, unsupported};
+use super::{Binding, Call, Launch, Layer, LayerKind, Shift, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers, Pair};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -429,11 +429,7 @@ impl Layer for GroupLayer<'_> {
     /// Binds through [`GroupLayer::bind_typed`]; `call`'s addresses only
     /// locate the regions to copy from and to, through the typed buffers,
     /// range-checked.
-    fn bind<'s>(
-        &'s self,
-        call: &Call,
-        buffers: &'s mut DeviceBuffers,
-    ) -> Result<Launch<'s>, BenchError> {
+    fn bind<'s>(&'s self, call: &Call, buffers: &'s mut DeviceBuffers) -> Binding<'s> {
         let offsets = call.offsets(buffers.addresses(self.stream))?;
         crate::with_pair!(buffers.typed_mut(), pair => self.bind_typed(call, offsets, pair))
     }

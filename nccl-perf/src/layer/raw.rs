@@ -8,7 +8,8 @@ use cudarc::driver::CudaStream;
 use nccl_core::Communicator;
 use nccl_sys::{NcclLibrary, cudaStream_t, ncclComm_t, ncclResult_t};
 
-use super::{Call, Launch, Layer, LayerKind, Shift, place_within, shifted};
+use super::call::launcher;
+use super::{Binding, Call, Layer, LayerKind, Shift, place_within, shifted};
 use crate::buffers::DeviceBuffers;
 use crate::error::BenchError;
 
@@ -63,11 +64,7 @@ impl Layer for RawLayer<'_> {
         LayerKind::Raw
     }
 
-    fn bind<'s>(
-        &'s self,
-        call: &Call,
-        buffers: &'s mut DeviceBuffers,
-    ) -> Result<Launch<'s>, BenchError> {
+    fn bind<'s>(&'s self, call: &Call, buffers: &'s mut DeviceBuffers) -> Binding<'s> {
         let last = call.check_within(
             buffers.addresses(self.owner),
             (buffers.dtype(), buffers.len()),
@@ -103,18 +100,6 @@ impl Layer for RawLayer<'_> {
             let ended = check(lib, "ncclGroupEnd", unsafe { end() });
             issued.and(ended)
         };
-        Ok(match calls.as_slice() {
-            &[single] => Box::new(move |shifts: &[Shift]| match shifts {
-                [shift] => issue(single, shift),
-                _ => grouped(&mut || shifts.iter().try_for_each(|shift| issue(single, shift))),
-            }),
-            _ => Box::new(move |shifts: &[Shift]| {
-                grouped(&mut || {
-                    shifts
-                        .iter()
-                        .try_for_each(|shift| calls.iter().try_for_each(|&part| issue(part, shift)))
-                })
-            }),
-        })
+        Ok(launcher(calls, issue, grouped))
     }
 }

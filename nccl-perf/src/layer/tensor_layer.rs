@@ -23,7 +23,7 @@ use cudarc::driver::CudaStream;
 use nccl_core::{Group, Op};
 use nccl_tensor::{Communicator, Pair, ReadOnly, Single, Tensor, TensorPart, TensorPartMut};
 
-use super::{Call, Launch, Layer, LayerKind, Shift, unsupported};
+use super::{Binding, Call, Launch, Layer, LayerKind, Shift, unsupported};
 use crate::buffers::{BenchElement, DeviceBuffers};
 use crate::collective::{Collective, Mode};
 use crate::error::BenchError;
@@ -177,11 +177,7 @@ impl Layer for TensorLayer<'_> {
     /// Binds through [`TensorLayer::bind_typed`] on the typed buffers;
     /// `call`'s addresses only give its offsets in them, and the parts
     /// made there are range-checked.
-    fn bind<'s>(
-        &'s self,
-        call: &Call,
-        buffers: &'s mut DeviceBuffers,
-    ) -> Result<Launch<'s>, BenchError> {
+    fn bind<'s>(&'s self, call: &Call, buffers: &'s mut DeviceBuffers) -> Binding<'s> {
         let offsets = call.offsets(buffers.addresses(self.stream))?;
         crate::with_pair!(buffers.typed_mut(), pair => {
             self.bind_typed(call, offsets, &mut pair.send, &mut pair.recv)

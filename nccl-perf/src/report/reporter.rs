@@ -146,7 +146,7 @@ impl<W: Write> Reporter<W> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use super::super::tests::{m, row, sample_row};
+    use super::super::tests::{eight_byte_sum, m, sample_row};
     use super::*;
 
     /// A writer whose bytes the test can still read after handing it over.
@@ -215,14 +215,7 @@ mod tests {
         let mut table = Vec::new();
         let mut reporter = Reporter::new(&mut table, None);
         reporter.begin(&plan, &machine).unwrap();
-        let r = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, Some(0)),
-        );
+        let r = eight_byte_sum(m(6.5, 0.5, 0.0, Some(0)), m(0.25, 32.0, 0.0, Some(0)));
         reporter.row(&r).unwrap();
         reporter.finish().unwrap();
         drop(reporter);

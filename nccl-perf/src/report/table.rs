@@ -238,7 +238,7 @@ fn compare_footer(a: &str, b: &str, baseline: &[Row], shown: &[Row]) -> [String;
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{m, row};
+    use super::super::tests::{eight_byte_sum, m, row};
     use super::super::{Measurement, Ratio};
     use super::*;
     use crate::per_iter::{IterStats, PerIter};
@@ -397,14 +397,7 @@ mod tests {
             units,
             "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%) "
         );
-        let mut r = row(
-            8,
-            2,
-            "sum",
-            -1,
-            m(6.5, 0.5, 0.0, Some(0)),
-            m(0.25, 32.0, 0.0, Some(0)),
-        );
+        let mut r = eight_byte_sum(m(6.5, 0.5, 0.0, Some(0)), m(0.25, 32.0, 0.0, Some(0)));
         r.out_of_place_per_iter = Some(per_iter(6.1, 12.25, 12.25, 33.3333));
         r.in_place_per_iter = Some(per_iter(0.2, 1234567.8, 0.3, 0.0));
         assert_eq!(
@@ -449,25 +442,11 @@ mod tests {
 
         let raw = Row {
             layer: "raw",
-            ..row(
-                8,
-                2,
-                "sum",
-                -1,
-                m(5.0, 0.0016, 0.0, Some(0)),
-                m(0.2, 0.04, 0.0, Some(0)),
-            )
+            ..eight_byte_sum(m(5.0, 0.0016, 0.0, Some(0)), m(0.2, 0.04, 0.0, Some(0)))
         };
         let mut tensor = Row {
             layer: "tensor",
-            ..row(
-                8,
-                2,
-                "sum",
-                -1,
-                m(5.5, 0.00145, 0.0, Some(0)),
-                m(0.5, 0.016, 0.0, Some(0)),
-            )
+            ..eight_byte_sum(m(5.5, 0.00145, 0.0, Some(0)), m(0.5, 0.016, 0.0, Some(0)))
         };
         tensor.ratio = Some(Ratio::between(&raw, &tensor));
         assert_eq!(
@@ -517,14 +496,7 @@ mod tests {
     #[test]
     fn footer_and_average() {
         let rows = [
-            row(
-                8,
-                2,
-                "sum",
-                -1,
-                m(1.0, 1.0, 2.0, Some(0)),
-                m(1.0, 1.0, 4.0, Some(0)),
-            ),
+            eight_byte_sum(m(1.0, 1.0, 2.0, Some(0)), m(1.0, 1.0, 4.0, Some(0))),
             row(
                 16,
                 4,

@@ -159,6 +159,23 @@ fn run_rank(
     Ok(())
 }
 
+/// Runs `check_once` `checks` times (`-c`; every rank runs them all, so the
+/// ranks stay in step): the wrong elements of the first run that found any,
+/// else 0.
+fn first_wrong(
+    checks: u32,
+    mut check_once: impl FnMut() -> Result<u64, BenchError>,
+) -> Result<u64, BenchError> {
+    let mut found = 0;
+    for _ in 0..checks {
+        let wrong = check_once()?;
+        if found == 0 {
+            found = wrong;
+        }
+    }
+    Ok(found)
+}
+
 /// A row and mode as errors name them: `reduce of 8 B (f8e4m3, avg, root
 /// 0), out of place`.
 fn row_name(collective: Collective, spec: &RowSpec, mode: Mode) -> String {
@@ -453,7 +470,9 @@ impl<'a> Measuring<'a> {
             && let Some(data) = setup.data()
         {
             for (slot, layer) in active() {
-                wrong[slot] = Some(self.check(layer, call, setup, &data, buffers, &waiter)?);
+                wrong[slot] = Some(first_wrong(self.plan.method.checks, || {
+                    self.check_once(layer, call, setup, &data, buffers, &waiter)
+                })?);
             }
         }
         // nccl-tests' "sync" call: one launch, waited for, right before
@@ -531,28 +550,6 @@ impl<'a> Measuring<'a> {
                 iter_us: (events.is_some() && !times.is_empty()).then_some(iter_us),
             })
             .collect())
-    }
-
-    /// Checks `call` through `layer` `-c` times (every rank runs them all,
-    /// so the ranks stay in step): the wrong elements of the first check
-    /// that found any, else 0.
-    fn check(
-        &self,
-        layer: &dyn Layer,
-        call: &Call,
-        setup: &CheckSetup,
-        data: &CheckData,
-        buffers: &mut DeviceBuffers,
-        waiter: &Waiter<'_>,
-    ) -> Result<u64, BenchError> {
-        let mut found = 0;
-        for _ in 0..self.plan.method.checks {
-            let wrong = self.check_once(layer, call, setup, data, buffers, waiter)?;
-            if found == 0 {
-                found = wrong;
-            }
-        }
-        Ok(found)
     }
 
     /// Fills the inputs, poisons the outputs, runs the call once through

@@ -35,12 +35,15 @@ bundle_bin() {
 }
 
 # `bundle_start HERE NAME [OUT_DIR]`, at the start of a script that writes
-# results: sets bin (bundle_bin HERE) and out (OUT_DIR, else $OUT/NAME,
-# else ./NAME), makes out, and turns NVLS off (NCCL_NVLS_ENABLE=0) as every
-# run of the bundle does; exits 2 where the binaries cannot be had.
+# results: sets bin (bundle_bin HERE), out (OUT_DIR, else $OUT/NAME, else
+# ./NAME), launch (the bundle's nccl-launch) and python (PYTHON, else
+# python3), makes out, and turns NVLS off (NCCL_NVLS_ENABLE=0) as every run
+# of the bundle does; exits 2 where the binaries cannot be had.
 bundle_start() {
     bin="$(bundle_bin "$1")" || exit 2
     out="${3:-${OUT:-.}/$2}"
+    launch="$bin/nccl-launch-nccl-launch"
+    python="${PYTHON:-python3}"
     mkdir -p -- "$out"
     export NCCL_NVLS_ENABLE=0
 }

@@ -24,23 +24,12 @@ set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
+# shellcheck source=steps.sh
+source "$here/steps.sh"
 bundle_start "$here" interop "${1:-}"
-python="${PYTHON:-python3}"
 limit="${STEP_TIMEOUT:-300}"
 example="$bin/nccl-group-torchrun_all_reduce"
 export NCCL_RS_STORE_TIMEOUT_SECS="${NCCL_RS_STORE_TIMEOUT_SECS:-120}"
-passed=0
-failed=0
-
-pass() {
-    echo "PASS: $1"
-    passed=$((passed + 1))
-}
-
-fail() {
-    echo "FAIL: $1"
-    failed=$((failed + 1))
-}
 
 if [[ -n "${TORCHRUN:-}" ]]; then
     read -r -a torchrun <<<"$TORCHRUN"

@@ -38,6 +38,8 @@ here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/bundle-bin.sh"
 # shellcheck source=perf-rows.sh
 source "$here/perf-rows.sh"
+# shellcheck source=steps.sh
+source "$here/steps.sh"
 cpu_only=0
 if [[ "${1:-}" == --cpu ]]; then
     cpu_only=1
@@ -47,18 +49,6 @@ bundle_start "$here" mpirun "${1:-}"
 limit="${STEP_TIMEOUT:-300}"
 read -r -a worlds <<<"${WORLDS:-2 4}"
 export NCCL_RS_STORE_TIMEOUT_SECS="${NCCL_RS_STORE_TIMEOUT_SECS:-120}"
-passed=0
-failed=0
-
-pass() {
-    echo "PASS: $1"
-    passed=$((passed + 1))
-}
-
-fail() {
-    echo "FAIL: $1"
-    failed=$((failed + 1))
-}
 
 # Prints the folder the packages are unpacked in, unpacking them once.
 openmpi_root() {

@@ -67,7 +67,6 @@ repeat="${REPEAT:-1}"
     echo "nccl-tests.sh: error: REPEAT is a count of runs, 1 or more, not $repeat" >&2
     exit 2
 }
-python="${PYTHON:-python3}"
 
 die() {
     echo "nccl-tests.sh: error: $*" >&2

@@ -137,40 +137,21 @@ fn folder_bytes(folder: &Path) -> Result<u64> {
 mod tests {
     use super::*;
 
-    /// `git ARGS` in `dir`, for building a snapshot to copy.
-    fn run_git(dir: &Path, args: &[&str]) {
-        let status = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
-
     #[test]
     fn the_head_of_a_snapshot_is_copied_with_its_commit() {
         let work = tempfile::tempdir().unwrap();
         let repo = work.path().join("repo");
         std::fs::create_dir_all(repo.join("src")).unwrap();
-        run_git(&repo, &["init", "-q"]);
+        git(&repo, &["init", "-q"]).unwrap();
         std::fs::write(repo.join("Makefile"), "all:\n").unwrap();
         std::fs::write(repo.join("src/common.cu"), "int x;\n").unwrap();
-        run_git(&repo, &["add", "."]);
-        run_git(
+        git(&repo, &["add", "."]).unwrap();
+        let identity = ["-c", "user.name=t", "-c", "user.email=t@t"];
+        git(
             &repo,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "-m",
-                "one",
-            ],
-        );
+            &[&identity[..], &["commit", "-q", "-m", "one"]].concat(),
+        )
+        .unwrap();
         // Not committed: not in the copy.
         std::fs::write(repo.join("scratch.txt"), "no").unwrap();
         let bundle = work.path().join("bundle");

@@ -23,7 +23,6 @@ source "$here/bundle-bin.sh"
 # shellcheck source=perf-rows.sh
 source "$here/perf-rows.sh"
 bundle_start "$here" perf-procs "${1:-}"
-launch="$bin/nccl-launch-nccl-launch"
 perf="$bin/nccl-perf-nccl-perf"
 read -r -a worlds <<<"${WORLDS:-2 4}"
 layers=(raw core tensor group group-caller)

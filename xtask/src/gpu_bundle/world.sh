@@ -17,8 +17,6 @@ here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
 source "$here/bundle-bin.sh"
 bundle_start "$here" world "${1:-}"
-launch="$bin/nccl-launch-nccl-launch"
-python="${PYTHON:-python3}"
 read -r -a worlds <<<"${WORLDS:-1 2 4}"
 failed=()
 for world in "${worlds[@]}"; do

@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30: which of the candidates makes nccl-tests 0.35 us/call slower from 2 MiB with -G.
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0
-L=$OUT/exp; mkdir -p $L
+source "$(dirname "$0")/prelude.sh" exp
 F="-g 1 -w 20 -n 200"
-nt() { local name=$1; shift; env "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt base   FLAGS="-b 1M -e 256M -f 2 $F -G 10 -c 1"
 nt first2 FLAGS="-b 2M -e 256M -f 2 $F -G 10 -c 1"
 nt g20    FLAGS="-b 1M -e 16M -f 2 $F -G 20 -c 1"

@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # Issue 30: which part of nccl-tests' check path slows its next measurement (-G).
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 NCCL_TESTS_BUILD=/tmp/ntb-exp2
-L=$OUT/exp2; mkdir -p $L
+source "$(dirname "$0")/prelude.sh" exp2
+export NCCL_TESTS_BUILD=/tmp/ntb-exp2
 nvidia-smi -q -d CLOCK,PERFORMANCE > $L/clocks-before.txt 2>&1
 F="-b 1M -e 256M -f 2 -g 1 -w 20 -n 200 -G 10 -c 1"
-nt() { local name=$1; shift; env "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt base      FLAGS="$F"
 nt ntonce    FLAGS="$F" NT_HOSTALLOC_ONCE=1
 nt ntnograph FLAGS="$F" NT_NO_CHECKGRAPH=1

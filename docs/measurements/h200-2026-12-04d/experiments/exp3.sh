@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30: is nccl-tests' extra cost after its check once per measurement or per call, persistent, the verify kernel?
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 NCCL_TESTS_BUILD=/tmp/ntb-exp3
-L=$OUT/exp3; mkdir -p $L
+source "$(dirname "$0")/prelude.sh" exp3
+export NCCL_TESTS_BUILD=/tmp/ntb-exp3
 F="-b 1M -e 256M -f 2 -g 1 -w 20 -n 200 -c 1"
-nt() { local name=$1; shift; env "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt base      FLAGS="$F -G 10"
 nt g20       FLAGS="$F -G 20"
 nt g5        FLAGS="$F -G 5"

@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30: what in nccl-tests' first check slows every later graph memcpy by 0.36 us; can one kernel do it to nccl-perf?
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 NCCL_TESTS_BUILD=/tmp/ntb-exp4
-L=$OUT/exp4; mkdir -p $L
+source "$(dirname "$0")/prelude.sh" exp4
+export NCCL_TESTS_BUILD=/tmp/ntb-exp4
 F="-b 1M -e 256M -f 2 -g 1 -w 20 -n 200 -c 1 -G 10"
-nt() { local name=$1; shift; env "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt base      FLAGS="$F"
 nt npk2      FLAGS="$F" NP_KERNEL_AT=2
 nt npk0      FLAGS="$F" NP_KERNEL_AT=0

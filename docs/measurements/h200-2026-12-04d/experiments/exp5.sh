@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30: nccl-tests' expected buffer (allocation) or its initData before timing?
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 NCCL_TESTS_BUILD=/tmp/ntb-exp5
-L=$OUT/exp5; mkdir -p $L
+source "$(dirname "$0")/prelude.sh" exp5
+export NCCL_TESTS_BUILD=/tmp/ntb-exp5
 F="-b 1M -e 256M -f 2 -g 1 -w 20 -n 200 -G 10"
-nt() { local name=$1; shift; env "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt base      FLAGS="$F -c 1"
 nt ntbare    FLAGS="$F -c 1" NT_NO_INITDATA_BEFORE=1 NT_NO_INITDATA_AFTER=1 NT_NO_VERIFY=1 NT_NO_CHECKGRAPH=1 NT_NO_HOSTALLOC=1
 nt ntc0exp   FLAGS="$F -c 0" NT_ALLOC_EXPECTED=1

@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # Issue 30: a kernel and a mapped pinned allocation, together, slow later graph memcpys? Then the one-run comparison with -c 0.
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
+source "$(dirname "$0")/prelude.sh" exp6
+export NCCL_TESTS_BUILD=/tmp/ntb-exp6
 B="$H/../gpu-bundle"
-export NCCL_NVLS_ENABLE=0
-L=$OUT/exp6; mkdir -p $L
 F="-b 1M -e 256M -f 2 -g 1 -w 20 -n 200 -G 10"
-nt() { local name=$1; shift; env NCCL_TESTS_BUILD=/tmp/ntb-exp6 "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt k0h0    FLAGS="$F -c 1" NP_KERNEL_AT=0 NP_HOSTALLOC_AT=0
 nt k0h2    FLAGS="$F -c 1" NP_KERNEL_AT=0 NP_HOSTALLOC_AT=2
 nt h0k2    FLAGS="$F -c 1" NP_HOSTALLOC_AT=0 NP_KERNEL_AT=2

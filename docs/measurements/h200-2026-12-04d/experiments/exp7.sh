@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30: which CUDA call of nccl-tests' check path (memset, kernels, mapped alloc) sets the slower state.
-set -u
-H="$(cd "$(dirname "$0")" && pwd)"
-export NCCL_NVLS_ENABLE=0 NCCL_TESTS_BUILD=/tmp/ntb-exp7
-L=$OUT/exp7; mkdir -p $L
+source "$(dirname "$0")/prelude.sh" exp7
+export NCCL_TESTS_BUILD=/tmp/ntb-exp7
 F="-b 1M -e 256M -f 2 -g 1 -w 20 -n 200 -G 10 -c 1"
-nt() { local name=$1; shift; env "$@" OPS=all_reduce PIN=4-7 bash $H/nccl-tests.sh $L/$name > $L/$name.log 2>&1; echo "$name: $(tail -1 $L/$name.log)"; }
 nt nohost   FLAGS="$F" NT_NO_HOSTALLOC=1 NT_NO_VERIFY=1
 nt nomemset FLAGS="$F" NT_NO_MEMSET=1
 nt before   FLAGS="$F" NT_NO_INITDATA_AFTER=1 NT_NO_VERIFY=1 NT_NO_CHECKGRAPH=1 NT_NO_HOSTALLOC=1
