@@ -20,11 +20,21 @@ use nccl_test_support::processes::{spawn_captured, wait_children};
 /// one that hangs outlasts it, however loaded the machine.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-fn torchrun() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+/// torchrun on `PATH`, or `None` after saying the test is skipped; fails
+/// instead where `NCCL_TEST_REQUIRE_TORCHRUN=1` demands torchrun.
+fn torchrun_or_skip() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
         .map(|dir| dir.join("torchrun"))
-        .find(|candidate| candidate.is_file())
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("NCCL_TEST_REQUIRE_TORCHRUN").is_none_or(|v| v != "1"),
+            "NCCL_TEST_REQUIRE_TORCHRUN=1 but torchrun is not on PATH"
+        );
+        eprintln!("skipped: torchrun is not on PATH");
+    }
+    found
 }
 
 /// The variables `env -0` wrote to `file`.
@@ -85,12 +95,7 @@ fn record(dir: &Path, rank: usize, vars: &HashMap<String, String>, c: &Rendezvou
 
 #[test]
 fn a_real_torchrun_launch_reads_as_torchrun() {
-    let Some(torchrun) = torchrun() else {
-        assert!(
-            std::env::var_os("NCCL_TEST_REQUIRE_TORCHRUN").is_none_or(|v| v != "1"),
-            "NCCL_TEST_REQUIRE_TORCHRUN=1 but torchrun is not on PATH"
-        );
-        eprintln!("skipped: torchrun is not on PATH");
+    let Some(torchrun) = torchrun_or_skip() else {
         return;
     };
     let out = tempfile::tempdir().unwrap();
@@ -184,12 +189,7 @@ fn run_workers(torchrun: &Path, mode_args: &[String]) {
 /// [`torchrun_store_worker`].
 #[test]
 fn real_torchrun_workers_meet_on_the_agent_store() {
-    let Some(torchrun) = torchrun() else {
-        assert!(
-            std::env::var_os("NCCL_TEST_REQUIRE_TORCHRUN").is_none_or(|v| v != "1"),
-            "NCCL_TEST_REQUIRE_TORCHRUN=1 but torchrun is not on PATH"
-        );
-        eprintln!("skipped: torchrun is not on PATH");
+    let Some(torchrun) = torchrun_or_skip() else {
         return;
     };
     let port = free_port().to_string();
