@@ -228,6 +228,29 @@ pub fn download_cell<T: Elem>(stream: &Arc<CudaStream>, cell: &TensorCell) -> Ve
     cell.to_vec::<T>(stream).expect("download a cell")
 }
 
+/// Asserts that `tensor`, downloaded on `stream`, holds `expected`, bit
+/// for bit ([`assert_same`]).
+#[track_caller]
+pub fn assert_holds<T: Elem>(
+    stream: &Arc<CudaStream>,
+    tensor: &Tensor<T>,
+    expected: &[T],
+    what: &str,
+) {
+    assert_same(&download(stream, tensor), expected, what);
+}
+
+/// [`assert_holds`] for a cell of `T`.
+#[track_caller]
+pub fn assert_cell_holds<T: Elem>(
+    stream: &Arc<CudaStream>,
+    cell: &TensorCell,
+    expected: &[T],
+    what: &str,
+) {
+    assert_same(&download_cell::<T>(stream, cell), expected, what);
+}
+
 /// Compares bit for bit; on a mismatch reports the count and the first few
 /// `(index, got, expected)`, never whole buffers.
 #[track_caller]
