@@ -13,8 +13,8 @@ use nccl_core::{CudaStream, DataType, ReduceOp, Status};
 use nccl_tensor::{Communicator, Error, Result};
 use nccl_test_support::tensor::matrix::{self, ok};
 use nccl_test_support::tensor::{
-    assert_cell_holds, assert_holds, assert_same, download, first, one_rank, one_rank_on_first_gpu,
-    poison_values, poisoned, poisoned_cell, upload, upload_cell, values,
+    assert_cell_holds, assert_holds, assert_same, download, one_rank, one_rank_on_first_gpu,
+    one_rank_within, poison_values, poisoned, poisoned_cell, upload, upload_cell, values,
 };
 
 /// After an error, the communicator must still run an operation correctly.
@@ -29,39 +29,43 @@ fn still_works(comm: &Communicator, stream: &Arc<CudaStream>) {
     assert_holds(stream, &target, &data, "all_reduce_into after errors");
 }
 
-#[track_caller]
-fn assert_rank_error(
-    result: Result<Status>,
-    op: &'static str,
-    what: &'static str,
-    given: usize,
-    world_size: usize,
-) {
-    match result {
-        Err(Error::RankOutOfRange {
-            op: o,
-            what: w,
-            given: g,
-            world_size: n,
-        }) => assert_eq!((o, w, g, n), (op, what, given, world_size)),
-        other => panic!("{op} {what} {given}: expected RankOutOfRange, got {other:?}"),
-    }
+/// Writes one matcher per row: `result` must be the error `Variant` whose
+/// fields equal the parameters of the same names (`{ .. }`: the others
+/// are not checked); a failure names the expected values.
+macro_rules! refusal_matchers {
+    ($($name:ident($($field:ident: $ty:ty),*) => $variant:ident $({ $rest:tt })?;)*) => {$(
+        #[track_caller]
+        fn $name(result: Result<Status>, $($field: $ty),*) {
+            let expected = ($($field,)*);
+            match result {
+                Err(Error::$variant { $($field,)* $($rest)? }) => {
+                    assert_eq!(($($field,)*), expected)
+                }
+                other => panic!(
+                    concat!("{:?}: expected ", stringify!($variant), ", got {:?}"),
+                    expected, other
+                ),
+            }
+        }
+    )*};
+}
+
+refusal_matchers! {
+    assert_rank_error(op: &'static str, what: &'static str, given: usize, world_size: usize)
+        => RankOutOfRange;
+    assert_dtype_error(op: &'static str, input: DataType, output: DataType) => DtypeMismatch;
+    assert_length_error(op: &'static str, what: &'static str, expected: usize, given: usize)
+        => WrongLength { .. };
 }
 
 #[test]
 fn gpu_send_or_recv_to_itself_outside_a_group_is_refused() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    let device = first(devices);
     // NCCL would wait forever for the other half: a watchdog catches a
     // missing check instead of hanging the run.
-    support::within(
+    one_rank_within(
         "self send/recv outside a group",
         Duration::from_secs(60),
-        move || {
-            let comm = one_rank(&device);
-            let stream = device.new_stream().expect("stream");
+        move |comm, stream| {
             let data = values::<f32>(1, 100);
             let source = upload(&stream, &data);
             let mut target = poisoned::<f32>(&stream, 100);
@@ -186,18 +190,6 @@ fn gpu_root_and_peer_out_of_range() {
     still_works(&comm, &stream);
 }
 
-#[track_caller]
-fn assert_dtype_error(result: Result<Status>, op: &'static str, input: DataType, output: DataType) {
-    match result {
-        Err(Error::DtypeMismatch {
-            op: o,
-            input: i,
-            output: out,
-        }) => assert_eq!((o, i, out), (op, input, output)),
-        other => panic!("{op}: expected DtypeMismatch, got {other:?}"),
-    }
-}
-
 #[test]
 fn gpu_dtype_mismatch_with_real_tensors() {
     let Some((comm, stream)) = one_rank_on_first_gpu() else {
@@ -300,26 +292,6 @@ fn gpu_dtype_mismatch_with_real_tensors() {
         "i8 target",
     );
     still_works(&comm, &stream);
-}
-
-#[track_caller]
-fn assert_length_error(
-    result: Result<Status>,
-    op: &'static str,
-    what: &'static str,
-    expected: usize,
-    given: usize,
-) {
-    match result {
-        Err(Error::WrongLength {
-            op: o,
-            what: w,
-            expected: e,
-            given: g,
-            ..
-        }) => assert_eq!((o, w, e, g), (op, what, expected, given)),
-        other => panic!("{op} {what}: expected WrongLength, got {other:?}"),
-    }
 }
 
 #[test]
