@@ -58,19 +58,22 @@ fn result_code_names_match_the_header() {
 #[test]
 fn result_code_names_agree_with_nccl_sys_constants() {
     use nccl_core::nccl_sys::ncclResult_t;
-    let constants = [
-        (ncclResult_t::ncclSuccess, "ncclSuccess"),
-        (
-            ncclResult_t::ncclUnhandledCudaError,
-            "ncclUnhandledCudaError",
-        ),
-        (ncclResult_t::ncclSystemError, "ncclSystemError"),
-        (ncclResult_t::ncclInternalError, "ncclInternalError"),
-        (ncclResult_t::ncclInvalidArgument, "ncclInvalidArgument"),
-        (ncclResult_t::ncclInvalidUsage, "ncclInvalidUsage"),
-        (ncclResult_t::ncclRemoteError, "ncclRemoteError"),
-        (ncclResult_t::ncclInProgress, "ncclInProgress"),
-        (ncclResult_t::ncclTimeout, "ncclTimeout"),
+    // Each constant with its name, written once.
+    macro_rules! named {
+        ($($constant:ident),*) => {
+            [$((ncclResult_t::$constant, stringify!($constant))),*]
+        };
+    }
+    let constants = named![
+        ncclSuccess,
+        ncclUnhandledCudaError,
+        ncclSystemError,
+        ncclInternalError,
+        ncclInvalidArgument,
+        ncclInvalidUsage,
+        ncclRemoteError,
+        ncclInProgress,
+        ncclTimeout
     ];
     for (constant, name) in constants {
         assert_eq!(ResultCode(constant.0).name(), Some(name));
