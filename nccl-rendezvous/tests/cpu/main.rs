@@ -10,3 +10,17 @@ mod launch_env_namespace;
 mod store_cas_counter;
 mod store_conformance;
 mod store_security;
+
+use std::time::Duration;
+
+use nccl_rendezvous::TcpStoreOptions;
+
+/// TCP client options whose every time limit (timeout, connect timeout,
+/// I/O margin) is `patience`: only a hung server outlasts them, however
+/// loaded the machine.
+fn patient_tcp_options(patience: Duration) -> TcpStoreOptions {
+    TcpStoreOptions::default()
+        .with_timeout(patience)
+        .with_connect_timeout(patience)
+        .with_io_margin(patience)
+}

@@ -12,9 +12,10 @@ use std::thread;
 use std::time::Duration;
 
 use nccl_rendezvous::{
-    FileStore, InProcessStore, Store, TcpStore, TcpStoreOptions, TcpStoreServer,
-    TcpStoreServerOptions,
+    FileStore, InProcessStore, Store, TcpStore, TcpStoreServer, TcpStoreServerOptions,
 };
+
+use crate::patient_tcp_options;
 
 /// The racing threads on the in-process and TCP stores.
 const THREADS: usize = 64;
@@ -122,10 +123,7 @@ fn file_cas_counter_loses_nothing() {
 fn tcp_cas_counter_loses_nothing() {
     let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default())
         .expect("a server on 127.0.0.1");
-    let options = TcpStoreOptions::default()
-        .with_timeout(PATIENCE)
-        .with_connect_timeout(PATIENCE)
-        .with_io_margin(PATIENCE);
-    let client = TcpStore::connect_to(server.local_addr(), options).expect("a client of it");
+    let client = TcpStore::connect_to(server.local_addr(), patient_tcp_options(PATIENCE))
+        .expect("a client of it");
     counter_loses_nothing(&client, THREADS);
 }

@@ -5,21 +5,13 @@
 use std::time::Duration;
 
 use nccl_rendezvous::conformance::conformance;
-use nccl_rendezvous::{
-    FileStore, InProcessStore, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
-};
+use nccl_rendezvous::{FileStore, InProcessStore, TcpStore, TcpStoreServer, TcpStoreServerOptions};
+
+use crate::patient_tcp_options;
 
 /// The client's timeouts and I/O margin: only a hung server outlasts
 /// them, however loaded the machine.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// Client options with timeouts that a loaded machine meets.
-fn tcp_options() -> TcpStoreOptions {
-    TcpStoreOptions::default()
-        .with_timeout(PATIENCE)
-        .with_connect_timeout(PATIENCE)
-        .with_io_margin(PATIENCE)
-}
 
 #[test]
 fn in_process_conformance() {
@@ -37,7 +29,8 @@ fn file_conformance() {
 fn tcp_conformance() {
     let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default())
         .expect("a server on 127.0.0.1");
-    let client = TcpStore::connect_to(server.local_addr(), tcp_options()).expect("a client of it");
+    let client = TcpStore::connect_to(server.local_addr(), patient_tcp_options(PATIENCE))
+        .expect("a client of it");
     conformance(&client);
 }
 
@@ -46,7 +39,7 @@ fn tcp_hosted_conformance() {
     let store = TcpStore::host(
         "127.0.0.1:0",
         TcpStoreServerOptions::default(),
-        tcp_options(),
+        patient_tcp_options(PATIENCE),
     )
     .expect("a client hosting its server");
     assert!(store.hosted_server().is_some());
@@ -57,6 +50,7 @@ fn tcp_hosted_conformance() {
 fn tcp_conformance_with_four_serving_threads() {
     let options = TcpStoreServerOptions::default().with_serving_threads(4);
     let server = TcpStoreServer::bind("127.0.0.1:0", options).expect("a server on 127.0.0.1");
-    let client = TcpStore::connect_to(server.local_addr(), tcp_options()).expect("a client of it");
+    let client = TcpStore::connect_to(server.local_addr(), patient_tcp_options(PATIENCE))
+        .expect("a client of it");
     conformance(&client);
 }
