@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use nccl_rendezvous::conformance::conformance;
-use nccl_rendezvous::{FileStore, InProcessStore, TcpStore, TcpStoreServer, TcpStoreServerOptions};
+use nccl_rendezvous::{FileStore, InProcessStore, TcpStore, TcpStoreServerOptions};
 
-use crate::patient_tcp_options;
+use crate::{patient_tcp_options, server_and_patient_client};
 
 /// The client's timeouts and I/O margin: only a hung server outlasts
 /// them, however loaded the machine.
@@ -27,10 +27,7 @@ fn file_conformance() {
 
 #[test]
 fn tcp_conformance() {
-    let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default())
-        .expect("a server on 127.0.0.1");
-    let client = TcpStore::connect_to(server.local_addr(), patient_tcp_options(PATIENCE))
-        .expect("a client of it");
+    let (_server, client) = server_and_patient_client(TcpStoreServerOptions::default(), PATIENCE);
     conformance(&client);
 }
 
@@ -49,8 +46,6 @@ fn tcp_hosted_conformance() {
 #[test]
 fn tcp_conformance_with_four_serving_threads() {
     let options = TcpStoreServerOptions::default().with_serving_threads(4);
-    let server = TcpStoreServer::bind("127.0.0.1:0", options).expect("a server on 127.0.0.1");
-    let client = TcpStore::connect_to(server.local_addr(), patient_tcp_options(PATIENCE))
-        .expect("a client of it");
+    let (_server, client) = server_and_patient_client(options, PATIENCE);
     conformance(&client);
 }
