@@ -125,15 +125,30 @@ fn result_code_display_names_the_code_and_its_number() {
     );
 }
 
+/// [`Error::from_code`] of `function` failing with `code`, with NCCL's
+/// description and last error text.
+fn nccl_failure(
+    function: &'static str,
+    code: u32,
+    description: Option<&str>,
+    last_error: Option<&str>,
+) -> Error {
+    Error::from_code(
+        function,
+        ResultCode(code),
+        description.map(str::to_owned),
+        last_error.map(str::to_owned),
+    )
+}
+
 #[test]
 fn from_code_display_for_every_error_code_with_last_error_text() {
     for (code, name, hint) in ERROR_CODES {
-        let error = Error::from_code(
-            "ncclAllReduce",
-            ResultCode(code),
-            Some(format!("description of {code}")),
-            Some(format!("detail of {code}")),
+        let (description, detail) = (
+            format!("description of {code}"),
+            format!("detail of {code}"),
         );
+        let error = nccl_failure("ncclAllReduce", code, Some(&description), Some(&detail));
         assert_eq!(
             error.to_string(),
             format!(
@@ -146,11 +161,11 @@ fn from_code_display_for_every_error_code_with_last_error_text() {
 
 #[test]
 fn from_code_display_exact_message() {
-    let error = Error::from_code(
+    let error = nccl_failure(
         "ncclCommInitRankConfig",
-        ResultCode(4),
-        Some("invalid argument (run with NCCL_DEBUG=WARN for details)".to_string()),
-        Some("Invalid config blocking attribute value -2".to_string()),
+        4,
+        Some("invalid argument (run with NCCL_DEBUG=WARN for details)"),
+        Some("Invalid config blocking attribute value -2"),
     );
     assert_eq!(
         error.to_string(),
@@ -163,11 +178,11 @@ fn from_code_display_exact_message() {
 #[test]
 fn from_code_without_last_error_text_has_no_last_error_part() {
     for last_error in [None, Some(String::new())] {
-        let error = Error::from_code(
+        let error = nccl_failure(
             "ncclGroupEnd",
-            ResultCode(6),
-            Some("remote process exited or there was a network error".to_string()),
-            last_error.clone(),
+            6,
+            Some("remote process exited or there was a network error"),
+            last_error.as_deref(),
         );
         let text = error.to_string();
         assert_eq!(
@@ -192,12 +207,7 @@ fn from_code_without_description_says_so() {
 #[test]
 fn from_code_for_unknown_codes_names_the_number() {
     for code in UNKNOWN_CODES {
-        let error = Error::from_code(
-            "ncclBroadcast",
-            ResultCode(code),
-            None,
-            Some("boom".to_string()),
-        );
+        let error = nccl_failure("ncclBroadcast", code, None, Some("boom"));
         assert_eq!(
             error.to_string(),
             format!(
@@ -210,12 +220,7 @@ fn from_code_for_unknown_codes_names_the_number() {
 
 #[test]
 fn from_code_fills_every_field() {
-    let error = Error::from_code(
-        "ncclRecv",
-        ResultCode(5),
-        Some("usage".to_string()),
-        Some("text".to_string()),
-    );
+    let error = nccl_failure("ncclRecv", 5, Some("usage"), Some("text"));
     match error {
         Error::Nccl {
             function,
