@@ -6,7 +6,10 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::Duration;
 
-use super::{PATIENCE, expect_error_frame, opts, raw_plain_session, read_raw_frame, server_with};
+use super::{
+    PATIENCE, SECRET, expect_error_frame, opts, raw_plain_session, read_raw_frame, sealed_server,
+    server_with,
+};
 use crate::tcp::wire::{self, Request, Response, code};
 use crate::tcp::{TcpStore, TcpStoreServer, TcpStoreServerOptions};
 use crate::{Store, StoreError};
@@ -235,12 +238,9 @@ fn a_request_stamped_ahead_of_the_servers_clock_or_past_its_patience_is_refused_
     assert_eq!(store.try_get("uid").unwrap().unwrap(), b"real");
 }
 
-/// The secret of [`sealed_server_and_client`].
-const SECRET: &[u8] = b"s3cret";
-
 /// A server that holds [`SECRET`], and a client of it that holds it too.
 fn sealed_server_and_client() -> (TcpStoreServer, TcpStore) {
-    let server = server_with(TcpStoreServerOptions::default().with_secret(SECRET.to_vec()));
+    let server = sealed_server(TcpStoreServerOptions::default());
     let store =
         TcpStore::connect_to(server.local_addr(), opts().with_secret(SECRET.to_vec())).unwrap();
     (server, store)

@@ -34,6 +34,14 @@ fn server_with(options: TcpStoreServerOptions) -> TcpStoreServer {
     TcpStoreServer::bind("127.0.0.1:0", options).unwrap()
 }
 
+/// The secret of the tests' sealed servers and their clients.
+const SECRET: &[u8] = b"s3cret";
+
+/// A server on 127.0.0.1 with `options` and [`SECRET`].
+fn sealed_server(options: TcpStoreServerOptions) -> TcpStoreServer {
+    server_with(options.with_secret(SECRET.to_vec()))
+}
+
 fn opts() -> TcpStoreOptions {
     TcpStoreOptions::default()
         .with_timeout(Duration::from_secs(5))
@@ -197,7 +205,7 @@ fn calls_after_server_death_fail_fast() {
 
 #[test]
 fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
-    let server = server_with(TcpStoreServerOptions::default().with_secret(b"s3cret".to_vec()));
+    let server = sealed_server(TcpStoreServerOptions::default());
     let addr = server.local_addr();
 
     let err = TcpStore::connect_to(addr, opts().with_secret(b"wrong".to_vec())).unwrap_err();
@@ -221,7 +229,7 @@ fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
     assert!(message.contains("first frame must be HELLO"), "{message}");
     assert_closed(&mut raw);
 
-    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
+    assert_serves(&server, opts().with_secret(SECRET.to_vec()));
 }
 
 #[test]
@@ -390,11 +398,7 @@ fn stalled_frame_body_is_dropped_after_io_timeout() {
 #[test]
 fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
     let deadline = Duration::from_millis(300);
-    let server = server_with(
-        TcpStoreServerOptions::default()
-            .with_handshake_timeout(deadline)
-            .with_secret(b"s3cret".to_vec()),
-    );
+    let server = sealed_server(TcpStoreServerOptions::default().with_handshake_timeout(deadline));
     let addr = server.local_addr();
     // Silent, half a HELLO, and a whole HELLO that never sends its PROOF.
     let mut silent = TcpStream::connect(addr).unwrap();
@@ -411,7 +415,7 @@ fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
     ));
     assert_closed(&mut unproven);
     eventually("the slots are freed", || server.num_connections() == 0);
-    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
+    assert_serves(&server, opts().with_secret(SECRET.to_vec()));
 }
 
 #[test]
