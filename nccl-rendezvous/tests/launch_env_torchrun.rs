@@ -20,11 +20,21 @@ use nccl_test_support::processes::{spawn_captured, wait_children};
 /// one that hangs outlasts it, however loaded the machine.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-fn torchrun() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+/// torchrun on `PATH`, or `None` after saying the test is skipped; fails
+/// instead where `NCCL_TEST_REQUIRE_TORCHRUN=1` demands torchrun.
+fn torchrun_or_skip() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
         .map(|dir| dir.join("torchrun"))
-        .find(|candidate| candidate.is_file())
+        .find(|candidate| candidate.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("NCCL_TEST_REQUIRE_TORCHRUN").is_none_or(|v| v != "1"),
+            "NCCL_TEST_REQUIRE_TORCHRUN=1 but torchrun is not on PATH"
+        );
+        eprintln!("skipped: torchrun is not on PATH");
+    }
+    found
 }
 
 /// The variables `env -0` wrote to `file`.
@@ -85,12 +95,7 @@ fn record(dir: &Path, rank: usize, vars: &HashMap<String, String>, c: &Rendezvou
 
 #[test]
 fn a_real_torchrun_launch_reads_as_torchrun() {
-    let Some(torchrun) = torchrun() else {
-        assert!(
-            std::env::var_os("NCCL_TEST_REQUIRE_TORCHRUN").is_none_or(|v| v != "1"),
-            "NCCL_TEST_REQUIRE_TORCHRUN=1 but torchrun is not on PATH"
-        );
-        eprintln!("skipped: torchrun is not on PATH");
+    let Some(torchrun) = torchrun_or_skip() else {
         return;
     };
     let out = tempfile::tempdir().unwrap();
@@ -115,16 +120,10 @@ fn a_real_torchrun_launch_reads_as_torchrun() {
         let c = RendezvousConfig::from_vars(|n| vars.get(n).cloned())
             .unwrap_or_else(|e| panic!("worker {rank}: {e}"));
         assert_eq!(c.launcher, Launcher::Torchrun, "worker {rank}");
-        assert_eq!(
-            (
-                c.rank,
-                c.world_size,
-                c.local_rank,
-                c.local_world_size,
-                c.node_rank
-            ),
-            (rank, 2, rank, Some(2), Some(0))
-        );
+        let place = (c.rank, c.world_size, c.local_rank);
+        assert_eq!(place, (rank, 2, rank), "worker {rank}");
+        let node = (c.local_world_size, c.node_rank);
+        assert_eq!(node, (Some(2), Some(0)), "worker {rank}");
         let run_id = &vars["TORCHELASTIC_RUN_ID"];
         assert!(c.namespace.starts_with("torchrun"), "{}", c.namespace);
         if let Some(dir) = &record_dir {
@@ -184,12 +183,7 @@ fn run_workers(torchrun: &Path, mode_args: &[String]) {
 /// [`torchrun_store_worker`].
 #[test]
 fn real_torchrun_workers_meet_on_the_agent_store() {
-    let Some(torchrun) = torchrun() else {
-        assert!(
-            std::env::var_os("NCCL_TEST_REQUIRE_TORCHRUN").is_none_or(|v| v != "1"),
-            "NCCL_TEST_REQUIRE_TORCHRUN=1 but torchrun is not on PATH"
-        );
-        eprintln!("skipped: torchrun is not on PATH");
+    let Some(torchrun) = torchrun_or_skip() else {
         return;
     };
     let port = free_port().to_string();

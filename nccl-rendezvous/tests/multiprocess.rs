@@ -136,6 +136,17 @@ fn do_exchange(store: &dyn Store, rank: usize) {
     println!("rank {rank}: exchange ok");
 }
 
+/// When this process runs `role`: joins the store its environment names
+/// and runs [`do_exchange`] on it.
+fn exchange_as_child(role: &str) {
+    if child_role(role).is_none() {
+        return;
+    }
+    let config = RendezvousConfig::from_env().unwrap();
+    let store = config.connect().unwrap();
+    do_exchange(store.as_ref(), config.rank);
+}
+
 // --- TCP store --------------------------------------------------------------
 
 #[test]
@@ -170,13 +181,8 @@ fn tcp_four_processes_add_to_one_counter() {
 
 #[test]
 fn child_tcp_exchange() {
-    let Some(_) = child_role("child_tcp_exchange") else {
-        return;
-    };
     // Rank 0 hosts the server on MASTER_PORT; the others connect.
-    let config = RendezvousConfig::from_env().unwrap();
-    let store = config.connect().unwrap();
-    do_exchange(store.as_ref(), config.rank);
+    exchange_as_child("child_tcp_exchange");
 }
 
 #[test]
@@ -224,12 +230,7 @@ fn file_four_processes_add_to_one_counter() {
 
 #[test]
 fn child_file_exchange() {
-    let Some(_) = child_role("child_file_exchange") else {
-        return;
-    };
-    let config = RendezvousConfig::from_env().unwrap();
-    let store = config.connect().unwrap();
-    do_exchange(store.as_ref(), config.rank);
+    exchange_as_child("child_file_exchange");
 }
 
 #[test]

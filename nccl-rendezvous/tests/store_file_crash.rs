@@ -8,7 +8,7 @@
 //! test (selected by `NCCL_FILE_CRASH_ROLE`; run normally, a `child_*` test
 //! returns at once) and kills it with SIGKILL.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -25,9 +25,13 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 /// in the middle of a write.
 const LARGE_VALUE: usize = 8 << 20;
 
-/// The store directory when this process runs `role`.
-fn child_dir(role: &str) -> Option<String> {
-    (std::env::var(ROLE_VAR).ok()? == role).then(|| std::env::var(DIR_VAR).expect(DIR_VAR))
+/// When this process runs `role`: runs `body` on the store directory and
+/// the store opened in it.
+fn as_child(role: &str, body: impl FnOnce(&Path, FileStore)) {
+    if std::env::var(ROLE_VAR).is_ok_and(|running| running == role) {
+        let dir = PathBuf::from(std::env::var(DIR_VAR).expect(DIR_VAR));
+        body(&dir, open(&dir));
+    }
 }
 
 fn spawn(role: &str, dir: &Path) -> Child {
@@ -42,8 +46,11 @@ fn spawn(role: &str, dir: &Path) -> Child {
         .expect("spawning a child")
 }
 
-/// SIGKILLs `child` once it has published `mark` in `dir`.
-fn kill_after_mark(mut child: Child, dir: &Path, mark: &str) {
+/// Runs the child `role` on `dir` and SIGKILLs it once it has published
+/// `mark` there (a `mark` left by an earlier run is removed first).
+fn run_until_killed(role: &str, dir: &Path, mark: &str) {
+    let _ = std::fs::remove_file(dir.join(mark));
+    let mut child = spawn(role, dir);
     let marked = await_mark(dir, mark, PATIENCE);
     child.kill().expect("SIGKILL the child");
     child.wait().expect("reap the child");
@@ -52,6 +59,13 @@ fn kill_after_mark(mut child: Child, dir: &Path, mark: &str) {
 
 fn open(dir: &Path) -> FileStore {
     FileStore::open(dir, LOCK_TIMEOUT).expect("the file store")
+}
+
+/// A store in a new temporary directory (removed when it is dropped).
+fn store_in_a_new_dir() -> (tempfile::TempDir, FileStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    (dir, store)
 }
 
 /// `store` as a writer that gives up unless it takes the lock at its
@@ -74,81 +88,62 @@ fn temporaries(store: &FileStore) -> Vec<String> {
 /// until it is killed.
 #[test]
 fn child_holds_the_lock() {
-    let Some(dir) = child_dir("child_holds_the_lock") else {
-        return;
-    };
-    let store = open(Path::new(&dir));
-    let lock = std::fs::OpenOptions::new()
-        .write(true)
-        .open(Path::new(&dir).join(".lock"))
-        .unwrap();
-    flock(&lock, FlockOperation::LockExclusive).unwrap();
-    publish(Path::new(&dir), "locked", "1");
-    std::thread::sleep(PATIENCE);
-    drop(store);
+    as_child("child_holds_the_lock", |dir, store| {
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(".lock"))
+            .unwrap();
+        flock(&lock, FlockOperation::LockExclusive).unwrap();
+        publish(dir, "locked", "1");
+        std::thread::sleep(PATIENCE);
+        drop(store);
+    });
 }
 
 /// Adds to a counter as fast as it can until it is killed.
 #[test]
 fn child_adds_forever() {
-    let Some(dir) = child_dir("child_adds_forever") else {
-        return;
-    };
-    let store = open(Path::new(&dir));
-    for round in 0.. {
-        store.add("count", 1).unwrap();
-        if round == 20 {
-            publish(Path::new(&dir), "adding", "1");
+    as_child("child_adds_forever", |dir, store| {
+        for round in 0.. {
+            store.add("count", 1).unwrap();
+            if round == 20 {
+                publish(dir, "adding", "1");
+            }
         }
-    }
+    });
 }
 
 /// Writes large values as fast as it can until it is killed.
 #[test]
 fn child_sets_large_values_forever() {
-    let Some(dir) = child_dir("child_sets_large_values_forever") else {
-        return;
-    };
-    let store = open(Path::new(&dir));
-    // One buffer, so that the loop spends its time in the store's writes.
-    let mut value = vec![0; LARGE_VALUE];
-    for round in 0..usize::MAX {
-        value[0] = round as u8;
-        store.set("large", &value).unwrap();
-        if round == 2 {
-            publish(Path::new(&dir), "writing", "1");
+    as_child("child_sets_large_values_forever", |dir, store| {
+        // One buffer, so that the loop spends its time in the store's writes.
+        let mut value = vec![0; LARGE_VALUE];
+        for round in 0..usize::MAX {
+            value[0] = round as u8;
+            store.set("large", &value).unwrap();
+            if round == 2 {
+                publish(dir, "writing", "1");
+            }
         }
-    }
+    });
 }
 
 /// Publishes a unique id, then "crashes" (is killed).
 #[test]
 fn child_old_job() {
-    let Some(dir) = child_dir("child_old_job") else {
-        return;
-    };
-    let store = open(Path::new(&dir));
-    store.set("uid", b"old-job-unique-id").unwrap();
-    publish(
-        Path::new(&dir),
-        "published",
-        &store.generation().to_string(),
-    );
-    std::thread::sleep(PATIENCE);
+    as_child("child_old_job", |dir, store| {
+        store.set("uid", b"old-job-unique-id").unwrap();
+        publish(dir, "published", &store.generation().to_string());
+        std::thread::sleep(PATIENCE);
+    });
 }
 
 #[test]
 fn a_writer_killed_holding_the_lock_never_delays_the_next_writer() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+    let (dir, store) = store_in_a_new_dir();
     for trial in 0..5 {
-        let mark = dir.path().join("locked");
-        let _ = std::fs::remove_file(&mark);
-        kill_after_mark(
-            spawn("child_holds_the_lock", dir.path()),
-            dir.path(),
-            "locked",
-        );
+        run_until_killed("child_holds_the_lock", dir.path(), "locked");
         let added = first_try(&store).add("count", 1);
         assert_eq!(added.unwrap(), trial + 1, "trial {trial}");
     }
@@ -156,15 +151,9 @@ fn a_writer_killed_holding_the_lock_never_delays_the_next_writer() {
 
 #[test]
 fn a_writer_killed_mid_write_leaves_no_lock_and_no_torn_value() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+    let (dir, store) = store_in_a_new_dir();
     for trial in 0..10 {
-        let _ = std::fs::remove_file(dir.path().join("adding"));
-        kill_after_mark(
-            spawn("child_adds_forever", dir.path()),
-            dir.path(),
-            "adding",
-        );
+        run_until_killed("child_adds_forever", dir.path(), "adding");
         let before = store.try_get("count").unwrap().expect("the child counted");
         let after = first_try(&store)
             .add("count", 1)
@@ -180,18 +169,12 @@ fn a_writer_killed_mid_write_leaves_no_lock_and_no_torn_value() {
 
 #[test]
 fn the_next_writer_removes_the_temporary_of_a_writer_killed_mid_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(dir.path());
+    let (dir, store) = store_in_a_new_dir();
     // About half the kills land in a write (the others in the rename that
     // frees the value it replaces): 16 trials all but ensure one does.
     let mut killed_mid_write = 0;
     for trial in 0..16 {
-        let _ = std::fs::remove_file(dir.path().join("writing"));
-        kill_after_mark(
-            spawn("child_sets_large_values_forever", dir.path()),
-            dir.path(),
-            "writing",
-        );
+        run_until_killed("child_sets_large_values_forever", dir.path(), "writing");
         if !temporaries(&store).is_empty() {
             killed_mid_write += 1;
         }
@@ -211,7 +194,7 @@ fn the_next_writer_removes_the_temporary_of_a_writer_killed_mid_write() {
 #[test]
 fn a_crashed_jobs_files_never_reach_a_new_job() {
     let dir = tempfile::tempdir().unwrap();
-    kill_after_mark(spawn("child_old_job", dir.path()), dir.path(), "published");
+    run_until_killed("child_old_job", dir.path(), "published");
     let old_generation: u64 = std::fs::read_to_string(dir.path().join("published"))
         .unwrap()
         .parse()

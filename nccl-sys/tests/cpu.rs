@@ -166,12 +166,8 @@ fn a_missing_symbol_names_the_function_its_release_and_the_loaded_version() {
     ] {
         let error = missing_function(nccl, function);
         assert_eq!(error.introduced_in, Some(release), "{function}");
-        assert!(
-            error
-                .to_string()
-                .contains(&format!("introduced in NCCL {release}")),
-            "{error}"
-        );
+        let says = format!("introduced in NCCL {release}");
+        assert!(error.to_string().contains(&says), "{error}");
     }
 }
 

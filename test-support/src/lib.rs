@@ -22,7 +22,8 @@
 //! * [`processes`]: child processes (copies of the test binary, or any
 //!   command) waited for under a hang guard, and the marks ranks leave in
 //!   a shared folder.
-//! * [`within`]: a hang guard for scenarios that could hang. CPU tests
+//! * [`within`]: a hang guard for scenarios that could hang, and
+//!   [`eventually`], one for a condition polled until it holds. CPU tests
 //!   never bound how long something takes (CI runs on a loaded machine):
 //!   their limits here are a minute or more, which only a deadlock or a
 //!   lost wake-up outlasts.
@@ -36,7 +37,8 @@
 //!
 //! Only for integration tests (`tests/*.rs`): a crate's unit tests inside
 //! its `src/` would see, through this crate, a second copy of that crate's
-//! types. [`within`] names no crate's types: unit tests use it too.
+//! types. [`within`] and [`eventually`] name no crate's types: unit tests
+//! use them too.
 
 pub mod alloc;
 #[cfg(feature = "gpu")]
@@ -59,7 +61,7 @@ mod values;
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "gpu")]
 pub use gpus::{per_device_thread, require_every_gpu, require_gpus};
@@ -91,5 +93,19 @@ pub fn within<T: Send + 'static>(
             Err(panic) => std::panic::resume_unwind(panic),
             Ok(()) => unreachable!("the scenario sent nothing but did not panic"),
         },
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds, failing the test once
+/// `patience` has passed without it: a hang guard, not a bound on speed.
+#[track_caller]
+pub fn eventually(what: &str, patience: Duration, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < patience,
+            "{what}: still not true after {patience:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
     }
 }

@@ -64,28 +64,34 @@ fn default_raw_config_leaves_everything_to_nccl() {
     assert_eq!(raw.magic, 0xcafe_beef);
     assert_eq!(raw.magic, NCCL_API_MAGIC);
     assert_eq!(raw.version, NCCL_VERSION_CODE);
-    for (field, value) in [
-        ("blocking", raw.blocking),
-        ("cgaClusterSize", raw.cgaClusterSize),
-        ("minCTAs", raw.minCTAs),
-        ("maxCTAs", raw.maxCTAs),
-        ("splitShare", raw.splitShare),
-        ("trafficClass", raw.trafficClass),
-        ("collnetEnable", raw.collnetEnable),
-        ("CTAPolicy", raw.CTAPolicy),
-        ("shrinkShare", raw.shrinkShare),
-        ("nvlsCTAs", raw.nvlsCTAs),
-        ("nChannelsPerNetPeer", raw.nChannelsPerNetPeer),
-        ("nvlinkCentricSched", raw.nvlinkCentricSched),
-        ("graphUsageMode", raw.graphUsageMode),
-        ("numRmaCtx", raw.numRmaCtx),
-        ("maxP2pPeers", raw.maxP2pPeers),
-        ("graphStreamOrdering", raw.graphStreamOrdering),
-        ("launchOrderImplicit", raw.launchOrderImplicit),
-        ("numRmaSig", raw.numRmaSig),
-        ("rmaEagerInit", raw.rmaEagerInit),
-        ("hostCftMode", raw.hostCftMode),
-        ("nvlsHostMode", raw.nvlsHostMode),
+    // Each field with its name, written once.
+    macro_rules! named {
+        ($($field:ident),*) => {
+            [$((stringify!($field), raw.$field)),*]
+        };
+    }
+    for (field, value) in named![
+        blocking,
+        cgaClusterSize,
+        minCTAs,
+        maxCTAs,
+        splitShare,
+        trafficClass,
+        collnetEnable,
+        CTAPolicy,
+        shrinkShare,
+        nvlsCTAs,
+        nChannelsPerNetPeer,
+        nvlinkCentricSched,
+        graphUsageMode,
+        numRmaCtx,
+        maxP2pPeers,
+        graphStreamOrdering,
+        launchOrderImplicit,
+        numRmaSig,
+        rmaEagerInit,
+        hostCftMode,
+        nvlsHostMode
     ] {
         assert_eq!(value, UNDEF, "{field}");
     }

@@ -58,19 +58,22 @@ fn result_code_names_match_the_header() {
 #[test]
 fn result_code_names_agree_with_nccl_sys_constants() {
     use nccl_core::nccl_sys::ncclResult_t;
-    let constants = [
-        (ncclResult_t::ncclSuccess, "ncclSuccess"),
-        (
-            ncclResult_t::ncclUnhandledCudaError,
-            "ncclUnhandledCudaError",
-        ),
-        (ncclResult_t::ncclSystemError, "ncclSystemError"),
-        (ncclResult_t::ncclInternalError, "ncclInternalError"),
-        (ncclResult_t::ncclInvalidArgument, "ncclInvalidArgument"),
-        (ncclResult_t::ncclInvalidUsage, "ncclInvalidUsage"),
-        (ncclResult_t::ncclRemoteError, "ncclRemoteError"),
-        (ncclResult_t::ncclInProgress, "ncclInProgress"),
-        (ncclResult_t::ncclTimeout, "ncclTimeout"),
+    // Each constant with its name, written once.
+    macro_rules! named {
+        ($($constant:ident),*) => {
+            [$((ncclResult_t::$constant, stringify!($constant))),*]
+        };
+    }
+    let constants = named![
+        ncclSuccess,
+        ncclUnhandledCudaError,
+        ncclSystemError,
+        ncclInternalError,
+        ncclInvalidArgument,
+        ncclInvalidUsage,
+        ncclRemoteError,
+        ncclInProgress,
+        ncclTimeout
     ];
     for (constant, name) in constants {
         assert_eq!(ResultCode(constant.0).name(), Some(name));
@@ -122,15 +125,30 @@ fn result_code_display_names_the_code_and_its_number() {
     );
 }
 
+/// [`Error::from_code`] of `function` failing with `code`, with NCCL's
+/// description and last error text.
+fn nccl_failure(
+    function: &'static str,
+    code: u32,
+    description: Option<&str>,
+    last_error: Option<&str>,
+) -> Error {
+    Error::from_code(
+        function,
+        ResultCode(code),
+        description.map(str::to_owned),
+        last_error.map(str::to_owned),
+    )
+}
+
 #[test]
 fn from_code_display_for_every_error_code_with_last_error_text() {
     for (code, name, hint) in ERROR_CODES {
-        let error = Error::from_code(
-            "ncclAllReduce",
-            ResultCode(code),
-            Some(format!("description of {code}")),
-            Some(format!("detail of {code}")),
+        let (description, detail) = (
+            format!("description of {code}"),
+            format!("detail of {code}"),
         );
+        let error = nccl_failure("ncclAllReduce", code, Some(&description), Some(&detail));
         assert_eq!(
             error.to_string(),
             format!(
@@ -143,11 +161,11 @@ fn from_code_display_for_every_error_code_with_last_error_text() {
 
 #[test]
 fn from_code_display_exact_message() {
-    let error = Error::from_code(
+    let error = nccl_failure(
         "ncclCommInitRankConfig",
-        ResultCode(4),
-        Some("invalid argument (run with NCCL_DEBUG=WARN for details)".to_string()),
-        Some("Invalid config blocking attribute value -2".to_string()),
+        4,
+        Some("invalid argument (run with NCCL_DEBUG=WARN for details)"),
+        Some("Invalid config blocking attribute value -2"),
     );
     assert_eq!(
         error.to_string(),
@@ -160,11 +178,11 @@ fn from_code_display_exact_message() {
 #[test]
 fn from_code_without_last_error_text_has_no_last_error_part() {
     for last_error in [None, Some(String::new())] {
-        let error = Error::from_code(
+        let error = nccl_failure(
             "ncclGroupEnd",
-            ResultCode(6),
-            Some("remote process exited or there was a network error".to_string()),
-            last_error.clone(),
+            6,
+            Some("remote process exited or there was a network error"),
+            last_error.as_deref(),
         );
         let text = error.to_string();
         assert_eq!(
@@ -189,12 +207,7 @@ fn from_code_without_description_says_so() {
 #[test]
 fn from_code_for_unknown_codes_names_the_number() {
     for code in UNKNOWN_CODES {
-        let error = Error::from_code(
-            "ncclBroadcast",
-            ResultCode(code),
-            None,
-            Some("boom".to_string()),
-        );
+        let error = nccl_failure("ncclBroadcast", code, None, Some("boom"));
         assert_eq!(
             error.to_string(),
             format!(
@@ -207,12 +220,7 @@ fn from_code_for_unknown_codes_names_the_number() {
 
 #[test]
 fn from_code_fills_every_field() {
-    let error = Error::from_code(
-        "ncclRecv",
-        ResultCode(5),
-        Some("usage".to_string()),
-        Some("text".to_string()),
-    );
+    let error = nccl_failure("ncclRecv", 5, Some("usage"), Some("text"));
     match error {
         Error::Nccl {
             function,

@@ -3,11 +3,20 @@
 //! communicator that made it (another one refuses it), and what an
 //! aborted communicator leaves to deregister (nothing).
 
-use nccl_core::{ErrorKind, NcclMemory, ReduceOp};
+use nccl_core::{Communicator, ErrorKind, NcclMemory, ReduceOp};
 use nccl_test_support::raw::{check_all_reduce, one_gpu, single_rank};
 
 /// Bytes of each registered allocation.
 const BYTES: usize = 1 << 21;
+
+/// A communicator of world size 1 on the first GPU and an allocation of
+/// [`BYTES`] of NCCL's there; `None` without a GPU (the test skips).
+fn one_rank_and_memory() -> Option<(Communicator, NcclMemory)> {
+    let device = one_gpu()?;
+    let comm = single_rank(&device);
+    let memory = NcclMemory::new(&device, BYTES).unwrap();
+    Some((comm, memory))
+}
 
 #[test]
 fn gpu_a_detached_registration_goes_back_to_its_own_communicator() {
@@ -46,9 +55,9 @@ fn gpu_a_detached_registration_goes_back_to_its_own_communicator() {
 
 #[test]
 fn gpu_a_borrowed_registration_deregisters_once() {
-    let Some(device) = one_gpu() else { return };
-    let comm = single_rank(&device);
-    let memory = NcclMemory::new(&device, BYTES).unwrap();
+    let Some((comm, memory)) = one_rank_and_memory() else {
+        return;
+    };
     // SAFETY: as above; both registrations end before `memory` drops.
     let registration = unsafe { comm.register(memory.address() as *mut _, BYTES) }.unwrap();
     assert_eq!(
@@ -66,9 +75,9 @@ fn gpu_a_borrowed_registration_deregisters_once() {
 
 #[test]
 fn gpu_an_aborted_communicator_leaves_nothing_to_deregister() {
-    let Some(device) = one_gpu() else { return };
-    let comm = single_rank(&device);
-    let memory = NcclMemory::new(&device, BYTES).unwrap();
+    let Some((comm, memory)) = one_rank_and_memory() else {
+        return;
+    };
     // SAFETY: as above; the abort frees the registrations before `memory`
     // drops.
     let detached = unsafe { comm.register_detached(memory.address() as *mut _, BYTES) }.unwrap();

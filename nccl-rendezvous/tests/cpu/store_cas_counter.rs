@@ -11,10 +11,9 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use nccl_rendezvous::{
-    FileStore, InProcessStore, Store, TcpStore, TcpStoreOptions, TcpStoreServer,
-    TcpStoreServerOptions,
-};
+use nccl_rendezvous::{FileStore, InProcessStore, Store, TcpStoreServerOptions};
+
+use crate::server_and_patient_client;
 
 /// The racing threads on the in-process and TCP stores.
 const THREADS: usize = 64;
@@ -120,12 +119,6 @@ fn file_cas_counter_loses_nothing() {
 
 #[test]
 fn tcp_cas_counter_loses_nothing() {
-    let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default())
-        .expect("a server on 127.0.0.1");
-    let options = TcpStoreOptions::default()
-        .with_timeout(PATIENCE)
-        .with_connect_timeout(PATIENCE)
-        .with_io_margin(PATIENCE);
-    let client = TcpStore::connect_to(server.local_addr(), options).expect("a client of it");
+    let (_server, client) = server_and_patient_client(TcpStoreServerOptions::default(), PATIENCE);
     counter_loses_nothing(&client, THREADS);
 }

@@ -5,21 +5,13 @@
 use std::time::Duration;
 
 use nccl_rendezvous::conformance::conformance;
-use nccl_rendezvous::{
-    FileStore, InProcessStore, TcpStore, TcpStoreOptions, TcpStoreServer, TcpStoreServerOptions,
-};
+use nccl_rendezvous::{FileStore, InProcessStore, TcpStore, TcpStoreServerOptions};
+
+use crate::{patient_tcp_options, server_and_patient_client};
 
 /// The client's timeouts and I/O margin: only a hung server outlasts
 /// them, however loaded the machine.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// Client options with timeouts that a loaded machine meets.
-fn tcp_options() -> TcpStoreOptions {
-    TcpStoreOptions::default()
-        .with_timeout(PATIENCE)
-        .with_connect_timeout(PATIENCE)
-        .with_io_margin(PATIENCE)
-}
 
 #[test]
 fn in_process_conformance() {
@@ -35,9 +27,7 @@ fn file_conformance() {
 
 #[test]
 fn tcp_conformance() {
-    let server = TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default())
-        .expect("a server on 127.0.0.1");
-    let client = TcpStore::connect_to(server.local_addr(), tcp_options()).expect("a client of it");
+    let (_server, client) = server_and_patient_client(TcpStoreServerOptions::default(), PATIENCE);
     conformance(&client);
 }
 
@@ -46,7 +36,7 @@ fn tcp_hosted_conformance() {
     let store = TcpStore::host(
         "127.0.0.1:0",
         TcpStoreServerOptions::default(),
-        tcp_options(),
+        patient_tcp_options(PATIENCE),
     )
     .expect("a client hosting its server");
     assert!(store.hosted_server().is_some());
@@ -56,7 +46,6 @@ fn tcp_hosted_conformance() {
 #[test]
 fn tcp_conformance_with_four_serving_threads() {
     let options = TcpStoreServerOptions::default().with_serving_threads(4);
-    let server = TcpStoreServer::bind("127.0.0.1:0", options).expect("a server on 127.0.0.1");
-    let client = TcpStore::connect_to(server.local_addr(), tcp_options()).expect("a client of it");
+    let (_server, client) = server_and_patient_client(options, PATIENCE);
     conformance(&client);
 }

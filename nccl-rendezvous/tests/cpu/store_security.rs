@@ -28,11 +28,13 @@ fn options() -> TcpStoreOptions {
 }
 
 fn server() -> TcpStoreServer {
-    TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_secret(SECRET.to_vec()),
-    )
-    .expect("a server on 127.0.0.1")
+    server_with(TcpStoreServerOptions::default())
+}
+
+/// A server on 127.0.0.1 with `options` and [`SECRET`].
+fn server_with(options: TcpStoreServerOptions) -> TcpStoreServer {
+    TcpStoreServer::bind("127.0.0.1:0", options.with_secret(SECRET.to_vec()))
+        .expect("a server on 127.0.0.1")
 }
 
 /// What a relay changes in the client's bytes on their way to the server.
@@ -157,6 +159,16 @@ fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
     }
 }
 
+/// The bytes (the client's, the server's) of a session through a relay
+/// to `server` in which a client does `requests`.
+fn captured_session(server: &TcpStoreServer, requests: impl FnOnce(&TcpStore)) -> Captured {
+    let (relay_addr, capture) = relay(server.local_addr(), Meddle::Nothing);
+    let client = TcpStore::connect_to(relay_addr, options()).unwrap();
+    requests(&client);
+    drop(client);
+    capture.recv_timeout(PATIENCE).unwrap()
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -164,13 +176,11 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[test]
 fn a_captured_session_replayed_to_the_server_reads_nothing_and_plants_nothing() {
     let server = server();
-    let (relay_addr, capture) = relay(server.local_addr(), Meddle::Nothing);
     // The real client's session through the relay: it plants the old id.
-    let client = TcpStore::connect_to(relay_addr, options()).unwrap();
-    client.set("uid", b"stale-unique-id").unwrap();
-    assert_eq!(client.get("uid", PATIENCE).unwrap(), b"stale-unique-id");
-    drop(client);
-    let (client_bytes, server_bytes) = capture.recv_timeout(PATIENCE).unwrap();
+    let (client_bytes, server_bytes) = captured_session(&server, |client| {
+        client.set("uid", b"stale-unique-id").unwrap();
+        assert_eq!(client.get("uid", PATIENCE).unwrap(), b"stale-unique-id");
+    });
     assert!(!contains(&client_bytes, SECRET) && !contains(&server_bytes, SECRET));
     // Authenticated, not encrypted: the relay saw the value go by.
     assert!(contains(&server_bytes, b"stale-unique-id"));
@@ -201,11 +211,7 @@ fn a_captured_session_replayed_to_the_server_reads_nothing_and_plants_nothing() 
 #[test]
 fn a_captured_server_side_replayed_to_a_client_is_refused() {
     let server = server();
-    let (relay_addr, capture) = relay(server.local_addr(), Meddle::Nothing);
-    let client = TcpStore::connect_to(relay_addr, options()).unwrap();
-    client.set("uid", b"real").unwrap();
-    drop(client);
-    let (_, server_bytes) = capture.recv_timeout(PATIENCE).unwrap();
+    let (_, server_bytes) = captured_session(&server, |client| client.set("uid", b"real").unwrap());
 
     // A fake server that answers every client with the captured bytes.
     let fake = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -319,22 +325,16 @@ fn handshake_fuzzing_never_authenticates_without_the_secret() {
     );
 }
 
-#[test]
-fn a_set_a_relay_holds_back_past_the_io_timeout_is_refused_unapplied() {
-    let io_timeout = Duration::from_millis(300);
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default()
-            .with_secret(SECRET.to_vec())
-            .with_io_timeout(io_timeout),
-    )
-    .unwrap();
+/// A client whose first set a relay holds back for five times `margin`
+/// gives up after `margin`; a newer value lands over another connection,
+/// and the server, once the relay releases the stale set, refuses it
+/// saying `why` and keeps the newer value.
+fn a_held_back_set_is_refused_unapplied(server: &TcpStoreServer, margin: Duration, why: &[u8]) {
     let direct = TcpStore::connect_to(server.local_addr(), options()).unwrap();
     direct.set("uid", b"first").unwrap();
-    // Write 2 is the client's first request: the relay sits on it for 5
-    // io_timeouts, long after the client gave up and a newer write landed.
-    let (relay_addr, capture) = relay(server.local_addr(), Meddle::DelayWrite(2, io_timeout * 5));
-    let late = TcpStore::connect_to(relay_addr, options().with_io_margin(io_timeout)).unwrap();
+    // Write 2 is the client's first request.
+    let (relay_addr, capture) = relay(server.local_addr(), Meddle::DelayWrite(2, margin * 5));
+    let late = TcpStore::connect_to(relay_addr, options().with_io_margin(margin)).unwrap();
     let err = late.set("uid", b"stale").unwrap_err();
     assert!(matches!(err, StoreError::Unresponsive { .. }), "{err:?}");
     direct.set("uid", b"fresh").unwrap();
@@ -343,7 +343,7 @@ fn a_set_a_relay_holds_back_past_the_io_timeout_is_refused_unapplied() {
     // set and closed.
     let (_, server_side) = capture.recv_timeout(PATIENCE * 3).unwrap();
     assert!(
-        contains(&server_side, b"held back"),
+        contains(&server_side, why),
         "the server says why it refused: {server_side:02x?}"
     );
     assert_eq!(
@@ -354,30 +354,23 @@ fn a_set_a_relay_holds_back_past_the_io_timeout_is_refused_unapplied() {
 }
 
 #[test]
+fn a_set_a_relay_holds_back_past_the_io_timeout_is_refused_unapplied() {
+    // The relay releases the set long after the server's io_timeout.
+    let io_timeout = Duration::from_millis(300);
+    let server = server_with(TcpStoreServerOptions::default().with_io_timeout(io_timeout));
+    a_held_back_set_is_refused_unapplied(&server, io_timeout, b"held back");
+}
+
+#[test]
 fn a_set_held_back_past_its_clients_patience_is_refused_unapplied_within_io_timeout() {
     // The server's io_timeout is its default (30 s); the client gives up
     // after 300 ms, and the relay releases the set after 1.5 s, well
     // within io_timeout, after the client wrote again on another
     // connection.
-    let margin = Duration::from_millis(300);
-    let server = server();
-    let direct = TcpStore::connect_to(server.local_addr(), options()).unwrap();
-    direct.set("uid", b"first").unwrap();
-    let (relay_addr, capture) = relay(server.local_addr(), Meddle::DelayWrite(2, margin * 5));
-    let late = TcpStore::connect_to(relay_addr, options().with_io_margin(margin)).unwrap();
-    let err = late.set("uid", b"stale").unwrap_err();
-    assert!(matches!(err, StoreError::Unresponsive { .. }), "{err:?}");
-    direct.set("uid", b"fresh").unwrap();
-    drop(late);
-    let (_, server_side) = capture.recv_timeout(PATIENCE * 3).unwrap();
-    assert!(
-        contains(&server_side, b"its client waits"),
-        "the server says why it refused: {server_side:02x?}"
-    );
-    assert_eq!(
-        direct.get("uid", PATIENCE).unwrap(),
-        b"fresh",
-        "the held-back set rolled the value back"
+    a_held_back_set_is_refused_unapplied(
+        &server(),
+        Duration::from_millis(300),
+        b"its client waits",
     );
 }
 

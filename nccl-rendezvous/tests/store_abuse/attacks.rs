@@ -117,27 +117,31 @@ fn reconnecting_peers<'scope>(
     }
 }
 
-/// How many of `ranks` ranks, one after another from 127.0.0.1 with the
-/// secret, get in and write while silent peers, `per_address` from each of
-/// `addresses`, reconnect to `server` as soon as they are dropped; and the
-/// most connections it had open meanwhile.
+/// The secret the ranks of [`ranks_joining`] hold and the peers do not.
+const RANKS_SECRET: &[u8] = b"ranks-only";
+
+/// How many of `ranks` ranks, one after another from 127.0.0.1 with
+/// [`RANKS_SECRET`], get into a server of `options` and that secret, and
+/// write, while silent peers, `per_address` from each of `addresses`,
+/// reconnect to it as soon as they are dropped; and the most connections
+/// it had open meanwhile.
 fn ranks_joining(
-    server: &nccl_rendezvous::TcpStoreServer,
-    secret: &[u8],
+    options: TcpStoreServerOptions,
     ranks: usize,
     (addresses, per_address): (&[IpAddr], usize),
 ) -> (usize, usize) {
+    let server = bind_server(options.with_secret(RANKS_SECRET.to_vec()));
     let attacking = AtomicBool::new(true);
     thread::scope(|s| {
         let addr = server.local_addr();
         reconnecting_peers(s, addr, addresses, per_address, &attacking);
         // The peers hold every slot they can before the ranks come.
         thread::sleep(Duration::from_millis(500));
-        let options = client_options().with_secret(secret.to_vec());
+        let client = client_options().with_secret(RANKS_SECRET.to_vec());
         let mut joined = 0;
         let mut most_open = 0;
         for rank in 0..ranks {
-            let store = TcpStore::connect_to(server.local_addr(), options.clone());
+            let store = TcpStore::connect_to(server.local_addr(), client.clone());
             if store
                 .and_then(|s| s.set(&format!("rank/{rank}"), b"in"))
                 .is_ok()
@@ -159,15 +163,10 @@ fn loopback(host: u8) -> IpAddr {
 fn unauthenticated_peers_that_reconnect_at_once_leave_room_for_ranks() {
     const MAX: usize = 64;
     const RANKS: usize = 10;
-    let secret = b"ranks-only".to_vec();
-    let server = bind_server(
-        TcpStoreServerOptions::default()
-            .with_secret(secret.clone())
-            .with_max_connections(MAX),
-    );
     // Silent peers from two addresses of their own.
     let peers = [loopback(2), loopback(3)];
-    let (joined, most_open) = ranks_joining(&server, &secret, RANKS, (&peers, 40));
+    let options = TcpStoreServerOptions::default().with_max_connections(MAX);
+    let (joined, most_open) = ranks_joining(options, RANKS, (&peers, 40));
     assert_eq!(
         joined, RANKS,
         "ranks that got in past the reconnecting peers"
@@ -180,9 +179,11 @@ fn silent_peers_on_the_ranks_own_address_keep_no_rank_out() {
     const RANKS: usize = 5;
     // The address's 8 handshake slots and 4 more peers waiting for them,
     // all from the address the ranks connect from; default options.
-    let secret = b"ranks-only".to_vec();
-    let server = bind_server(TcpStoreServerOptions::default().with_secret(secret.clone()));
-    let (joined, _) = ranks_joining(&server, &secret, RANKS, (&[loopback(1)], 12));
+    let (joined, _) = ranks_joining(
+        TcpStoreServerOptions::default(),
+        RANKS,
+        (&[loopback(1)], 12),
+    );
     assert_eq!(
         joined, RANKS,
         "ranks that got in past peers of their address"
@@ -196,14 +197,9 @@ fn silent_peers_from_more_addresses_than_the_slots_hold_keep_no_rank_out() {
     // 8 peers from each of 8 addresses: twice the handshake slots, from
     // more than slots / 8 addresses, so the per-address cap alone leaves
     // no slot free.
-    let secret = b"ranks-only".to_vec();
-    let server = bind_server(
-        TcpStoreServerOptions::default()
-            .with_secret(secret.clone())
-            .with_max_unauthenticated(SLOTS),
-    );
     let addresses: Vec<IpAddr> = (2..10).map(loopback).collect();
-    let (joined, _) = ranks_joining(&server, &secret, RANKS, (&addresses, 8));
+    let options = TcpStoreServerOptions::default().with_max_unauthenticated(SLOTS);
+    let (joined, _) = ranks_joining(options, RANKS, (&addresses, 8));
     assert_eq!(joined, RANKS, "ranks that got in past peers of 8 addresses");
 }
 

@@ -23,9 +23,9 @@ use nccl_rendezvous::fuzzing;
 use nccl_rendezvous::{Store, StoreError, TcpStore, TcpStoreServer, TcpStoreServerOptions};
 use wire::{
     CODE_PROTOCOL, CODE_TOO_LARGE, CODE_TOO_MANY_CONNECTIONS, PATIENCE, RESP_OK, Rng, SET,
-    answers_until_closed, assert_connections_return_to, assert_serves, assert_settles_to, bind,
-    client_options, connect, expect_refusal, frame, get_frame, handshake, raw_connect,
-    session_connect, set_frame, wait_frame,
+    answers_until_closed, assert_connections_return_to, assert_serves, assert_serves_then_closes,
+    assert_settles_to, bind, client_options, connect, expect_refusal, frame, get_frame, handshake,
+    raw_connect, session_connect, set_frame, wait_frame,
 };
 
 /// The child server of `child::ChildServer`: runs only when this binary
@@ -216,9 +216,7 @@ fn garbage_and_truncated_frames_do_not_disturb_good_clients() {
         good.get("good/count", PATIENCE).unwrap(),
         ops.to_string().as_bytes()
     );
-    assert_serves(&server);
-    drop(good);
-    assert_connections_return_to(&server, 0);
+    assert_serves_then_closes(&server, good);
 }
 
 #[test]
@@ -267,9 +265,7 @@ fn oversized_length_prefixes_are_refused_and_the_maximum_itself_is_accepted() {
     let store = connect(&server);
     assert_eq!(store.get("edge", PATIENCE).unwrap(), value);
 
-    assert_serves(&server);
-    drop(store);
-    assert_connections_return_to(&server, 0);
+    assert_serves_then_closes(&server, store);
 }
 
 #[test]
@@ -429,9 +425,7 @@ fn clients_that_vanish_mid_request_free_their_connections() {
     good.set("vanish/wait/0", b"").unwrap();
     good.wait(&["vanish/wait/a", "vanish/wait/0"], PATIENCE)
         .unwrap();
-    assert_serves(&server);
-    drop(good);
-    assert_connections_return_to(&server, 0);
+    assert_serves_then_closes(&server, good);
 }
 
 #[test]

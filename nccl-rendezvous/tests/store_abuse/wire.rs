@@ -75,15 +75,8 @@ pub fn connect(server: &TcpStoreServer) -> TcpStore {
 }
 
 /// Polls `condition` until it holds; fails the test after [`PATIENCE`].
-pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "{what}: still not true after {PATIENCE:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+pub fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    nccl_test_support::eventually(what, PATIENCE, condition);
 }
 
 /// Waits until the server's connection count is `baseline`.
@@ -111,6 +104,14 @@ pub fn assert_serves(server: &TcpStoreServer) {
     assert_eq!(store.get("probe/value", PATIENCE).unwrap(), b"ok");
     let before = store.add("probe/count", 0).unwrap();
     assert_eq!(store.add("probe/count", 1).unwrap(), before + 1);
+}
+
+/// Asserts that `server` serves, then that it closes every connection once
+/// `last`, its last client, is gone.
+pub fn assert_serves_then_closes(server: &TcpStoreServer, last: TcpStore) {
+    assert_serves(server);
+    drop(last);
+    assert_connections_return_to(server, 0);
 }
 
 /// A frame: the big-endian payload length, then the payload.

@@ -226,12 +226,8 @@ fn a_core_error_answers_as_it_would_unwrapped() {
         nccl_core::Error::Finalized,
     ];
     for core in cores {
-        let (kind, code, timeout, text) = (
-            core.kind(),
-            core.nccl_code(),
-            core.is_timeout(),
-            core.to_string(),
-        );
+        let text = core.to_string();
+        let (kind, code, timeout) = (core.kind(), core.nccl_code(), core.is_timeout());
         let error = Error::from(core);
         assert_eq!(error.kind(), kind, "{error}");
         assert_eq!(error.nccl_code(), code, "{error}");

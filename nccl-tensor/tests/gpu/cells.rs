@@ -9,8 +9,9 @@ use nccl_tensor::{Communicator, Error, Tensor, TensorCell};
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
-    Elem, assert_same, download, download_cell, first, one_rank, one_rank_on_first_gpu, poisoned,
-    poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
+    Elem, assert_cell_holds, assert_holds, assert_same, download, first, one_rank,
+    one_rank_on_first_gpu, poisoned, poisoned_cell, stream_on_first_gpu, upload, upload_cell,
+    values,
 };
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
     values::<f32>(seed, len)
@@ -27,7 +28,7 @@ fn from_tensor<T: Elem>(stream: &Arc<CudaStream>, seed: u64, len: usize) {
         (T::DATA_TYPE, &[len][..], len),
         "{what}"
     );
-    assert_same(&download_cell::<T>(stream, &cell), &data, &what);
+    assert_cell_holds(stream, &cell, &data, &what);
 }
 
 #[test]
@@ -51,11 +52,7 @@ fn gpu_cell_new_and_from_describe_the_tensor() {
         (desc.dtype, desc.len, desc.device, desc.strided),
         (DataType::Float32, 6, device.ordinal(), None)
     );
-    assert_same(
-        &download_cell::<f32>(&stream, &cell),
-        &data,
-        "TensorCell::new",
-    );
+    assert_cell_holds(&stream, &cell, &data, "TensorCell::new");
 
     from_tensor::<i32>(&stream, 2, 5);
     from_tensor::<half::bf16>(&stream, 3, 7);
@@ -107,11 +104,7 @@ fn gpu_cell_with_tensor_and_with_tensor_mut() {
     cell.with_tensor_mut(|t: &mut Tensor<f32>| t.copy_from_host(&stream, &replaced))
         .expect("with_tensor_mut f32")
         .expect("copy_from_host");
-    assert_same(
-        &download_cell::<f32>(&stream, &cell),
-        &replaced,
-        "after with_tensor_mut",
-    );
+    assert_cell_holds(&stream, &cell, &replaced, "after with_tensor_mut");
 
     // The typed tensor inside a cell goes to an operation directly.
     let status = cell
@@ -181,16 +174,12 @@ fn gpu_cell_into_tensor_last_reference_shared_and_wrong_type() {
         (cell.dtype(), cell.shape()),
         (DataType::Float32, &[4, 3][..])
     );
-    assert_same(
-        &download_cell::<f32>(&stream, &cell),
-        &data,
-        "after a refused into_tensor",
-    );
+    assert_cell_holds(&stream, &cell, &data, "after a refused into_tensor");
 
     // Last reference and the right type: the tensor, shape and values intact.
     let tensor: Tensor<f32> = cell.into_tensor().expect("the last reference");
     assert_eq!(tensor.shape(), &[4, 3]);
-    assert_same(&download(&stream, &tensor), &data, "into_tensor");
+    assert_holds(&stream, &tensor, &data, "into_tensor");
 
     // A strided cell gives back its whole storage.
     let strided = TensorCell::strided(tensor, &[6], &[2]).expect("strided");
@@ -260,11 +249,7 @@ fn gpu_cell_shared_between_threads() {
         .join()
         .expect("writer");
     }
-    assert_same(
-        &download_cell::<f32>(&stream, &cell),
-        &replaced,
-        "written on another thread",
-    );
+    assert_cell_holds(&stream, &cell, &replaced, "written on another thread");
 
     // A communicator moved to another thread works on clones of cells
     // created here.
@@ -283,11 +268,7 @@ fn gpu_cell_shared_between_threads() {
         .join()
         .expect("worker");
     }
-    assert_same(
-        &download_cell::<f32>(&stream, &out),
-        &replaced,
-        "reduced on another thread",
-    );
+    assert_cell_holds(&stream, &out, &replaced, "reduced on another thread");
 }
 
 /// `AnyTensor::into_typed` (and `try_from`): the tensor when the type
@@ -313,7 +294,7 @@ fn gpu_any_tensor_into_typed_names_both_types_and_gives_the_tensor_back() {
     );
     let any = refused.into_tensor();
     let typed = Tensor::<f32>::try_from(any).expect("the type it was made with");
-    assert_same(&download(&stream, &typed), &data, "into_typed gave it back");
+    assert_holds(&stream, &typed, &data, "into_typed gave it back");
 
     let question_mark = || -> nccl_tensor::Result<Tensor<i64>> {
         Ok(nccl_tensor::AnyTensor::from(typed).into_typed::<i64>()?)

@@ -10,8 +10,8 @@ use nccl_tensor::{Error, Tensor, TensorCell};
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::{
-    assert_same, download_cell, first, one_rank, one_rank_on_first_gpu, poison_values, poisoned,
-    poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
+    assert_cell_holds, assert_same, download_cell, first, one_rank, one_rank_on_first_gpu,
+    poison_values, poisoned, poisoned_cell, stream_on_first_gpu, upload, upload_cell, values,
 };
 
 fn f32s(seed: u64, len: usize) -> Vec<f32> {
@@ -124,16 +124,8 @@ fn gpu_cell_strided_non_contiguous_is_refused() {
     ));
 
     // Nothing was written.
-    assert_same(
-        &download_cell::<f32>(&stream, &strided),
-        &data,
-        "the strided storage",
-    );
-    assert_same(
-        &download_cell::<f32>(&stream, &plain),
-        &data,
-        "the plain cell",
-    );
+    assert_cell_holds(&stream, &strided, &data, "the strided storage");
+    assert_cell_holds(&stream, &plain, &data, "the plain cell");
 }
 
 #[test]
@@ -173,11 +165,7 @@ fn gpu_cell_strided_but_contiguous_views_work() {
         comm.all_gather_into_tensor(&out, &odd, &stream),
         "all_gather_into_tensor from [2,1,3]/[3,99,1]",
     );
-    assert_same(
-        &download_cell::<f32>(&stream, &out),
-        &data,
-        "gathered from the view",
-    );
+    assert_cell_holds(&stream, &out, &data, "gathered from the view");
 }
 
 #[test]
@@ -269,18 +257,10 @@ fn gpu_cell_as_input_and_output_of_an_out_of_place_op_is_refused() {
             );
             assert_aliased(comm.all_to_all_single(other, &cell, &stream), "all_to_all");
         }
-        assert_same(
-            &download_cell::<f32>(&stream, &cell),
-            &data,
-            "the aliased cell",
-        );
+        assert_cell_holds(&stream, &cell, &data, "the aliased cell");
         // The in-place forms take the one cell.
         ok(comm.all_reduce(&cell, sum, &stream), "all_reduce in place");
-        assert_same(
-            &download_cell::<f32>(&stream, &cell),
-            &data,
-            "all_reduce in place",
-        );
+        assert_cell_holds(&stream, &cell, &data, "all_reduce in place");
     });
 }
 
@@ -308,18 +288,14 @@ fn gpu_cell_all_gather_with_the_input_among_the_outputs_is_refused() {
                     "all_gather",
                 );
             }
-            assert_same(
-                &download_cell::<f32>(&stream, &cell),
-                &data,
-                "the aliased cell",
-            );
+            assert_cell_holds(&stream, &cell, &data, "the aliased cell");
             // A cell output with a typed input of the same data is fine.
             let source = upload(&stream, &data);
             ok(
                 comm.all_gather(std::slice::from_ref(&cell), &source, &stream),
                 "all_gather into the cell from a tensor",
             );
-            assert_same(&download_cell::<f32>(&stream, &cell), &data, "gathered");
+            assert_cell_holds(&stream, &cell, &data, "gathered");
         },
     );
 }

@@ -13,8 +13,8 @@ use nccl_core::{CudaStream, DataType, ReduceOp, Status};
 use nccl_tensor::{Communicator, Error, Result};
 use nccl_test_support::tensor::matrix::{self, ok};
 use nccl_test_support::tensor::{
-    assert_same, download, download_cell, first, one_rank, one_rank_on_first_gpu, poison_values,
-    poisoned, poisoned_cell, upload, upload_cell, values,
+    assert_cell_holds, assert_holds, assert_same, download, one_rank, one_rank_on_first_gpu,
+    one_rank_within, poison_values, poisoned, poisoned_cell, upload, upload_cell, values,
 };
 
 /// After an error, the communicator must still run an operation correctly.
@@ -26,46 +26,46 @@ fn still_works(comm: &Communicator, stream: &Arc<CudaStream>) {
         comm.all_reduce_into(&source, &mut target, ReduceOp::Sum, stream),
         "all_reduce_into after errors",
     );
-    assert_same(
-        &download(stream, &target),
-        &data,
-        "all_reduce_into after errors",
-    );
+    assert_holds(stream, &target, &data, "all_reduce_into after errors");
 }
 
-#[track_caller]
-fn assert_rank_error(
-    result: Result<Status>,
-    op: &'static str,
-    what: &'static str,
-    given: usize,
-    world_size: usize,
-) {
-    match result {
-        Err(Error::RankOutOfRange {
-            op: o,
-            what: w,
-            given: g,
-            world_size: n,
-        }) => assert_eq!((o, w, g, n), (op, what, given, world_size)),
-        other => panic!("{op} {what} {given}: expected RankOutOfRange, got {other:?}"),
-    }
+/// Writes one matcher per row: `result` must be the error `Variant` whose
+/// fields equal the parameters of the same names (`{ .. }`: the others
+/// are not checked); a failure names the expected values.
+macro_rules! refusal_matchers {
+    ($($name:ident($($field:ident: $ty:ty),*) => $variant:ident $({ $rest:tt })?;)*) => {$(
+        #[track_caller]
+        fn $name(result: Result<Status>, $($field: $ty),*) {
+            let expected = ($($field,)*);
+            match result {
+                Err(Error::$variant { $($field,)* $($rest)? }) => {
+                    assert_eq!(($($field,)*), expected)
+                }
+                other => panic!(
+                    concat!("{:?}: expected ", stringify!($variant), ", got {:?}"),
+                    expected, other
+                ),
+            }
+        }
+    )*};
+}
+
+refusal_matchers! {
+    assert_rank_error(op: &'static str, what: &'static str, given: usize, world_size: usize)
+        => RankOutOfRange;
+    assert_dtype_error(op: &'static str, input: DataType, output: DataType) => DtypeMismatch;
+    assert_length_error(op: &'static str, what: &'static str, expected: usize, given: usize)
+        => WrongLength { .. };
 }
 
 #[test]
 fn gpu_send_or_recv_to_itself_outside_a_group_is_refused() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    let device = first(devices);
     // NCCL would wait forever for the other half: a watchdog catches a
     // missing check instead of hanging the run.
-    support::within(
+    one_rank_within(
         "self send/recv outside a group",
         Duration::from_secs(60),
-        move || {
-            let comm = one_rank(&device);
-            let stream = device.new_stream().expect("stream");
+        move |comm, stream| {
             let data = values::<f32>(1, 100);
             let source = upload(&stream, &data);
             let mut target = poisoned::<f32>(&stream, 100);
@@ -94,18 +94,15 @@ fn gpu_send_or_recv_to_itself_outside_a_group_is_refused() {
             let _ = comm.send(&source, 0, &stream).expect("send in a group");
             let _ = comm.recv(&mut target, 0, &stream).expect("recv in a group");
             ok(group.end().map_err(Error::from), "group end");
-            assert_same(
-                &download(&stream, &target),
-                &data,
-                "self send/recv in a group",
-            );
+            assert_holds(&stream, &target, &data, "self send/recv in a group");
             // ... and after it ends they are refused again.
             assert!(matches!(
                 comm.send(&source, 0, &stream),
                 Err(Error::SelfPeerOutsideGroup { .. })
             ));
-            assert_same(
-                &download_cell::<f32>(&stream, &target_cell),
+            assert_cell_holds(
+                &stream,
+                &target_cell,
                 &poison_values::<f32>(100),
                 "the refused receive's cell",
             );
@@ -188,25 +185,9 @@ fn gpu_root_and_peer_out_of_range() {
     }
 
     let poison = poison_values::<i32>(33);
-    assert_same(&download(&stream, &target), &poison, "after refused calls");
-    assert_same(
-        &download_cell::<i32>(&stream, &target_cell),
-        &poison,
-        "after refused calls",
-    );
+    assert_holds(&stream, &target, &poison, "after refused calls");
+    assert_cell_holds(&stream, &target_cell, &poison, "after refused calls");
     still_works(&comm, &stream);
-}
-
-#[track_caller]
-fn assert_dtype_error(result: Result<Status>, op: &'static str, input: DataType, output: DataType) {
-    match result {
-        Err(Error::DtypeMismatch {
-            op: o,
-            input: i,
-            output: out,
-        }) => assert_eq!((o, i, out), (op, input, output)),
-        other => panic!("{op}: expected DtypeMismatch, got {other:?}"),
-    }
 }
 
 #[test]
@@ -298,42 +279,19 @@ fn gpu_dtype_mismatch_with_real_tensors() {
         i8_,
     );
 
-    assert_same(
-        &download(&stream, &target),
-        &poison_values::<f64>(len),
-        "f64 target",
-    );
+    assert_holds(&stream, &target, &poison_values::<f64>(len), "f64 target");
     assert_same(
         &download(&stream, &list[0]),
         &poison_values::<half::bf16>(len),
         "bf16 target",
     );
-    assert_same(
-        &download_cell::<i8>(&stream, &target_cell),
+    assert_cell_holds(
+        &stream,
+        &target_cell,
         &poison_values::<i8>(len),
         "i8 target",
     );
     still_works(&comm, &stream);
-}
-
-#[track_caller]
-fn assert_length_error(
-    result: Result<Status>,
-    op: &'static str,
-    what: &'static str,
-    expected: usize,
-    given: usize,
-) {
-    match result {
-        Err(Error::WrongLength {
-            op: o,
-            what: w,
-            expected: e,
-            given: g,
-            ..
-        }) => assert_eq!((o, w, e, g), (op, what, expected, given)),
-        other => panic!("{op} {what}: expected WrongLength, got {other:?}"),
-    }
 }
 
 #[test]
@@ -414,12 +372,8 @@ fn gpu_wrong_lengths_with_real_tensors() {
     );
 
     let poison = poison_values::<f32>(6);
-    assert_same(&download(&stream, &six), &poison, "after refused calls");
-    assert_same(
-        &download(&stream, &wrong[0]),
-        &poison,
-        "after refused calls",
-    );
+    assert_holds(&stream, &six, &poison, "after refused calls");
+    assert_holds(&stream, &wrong[0], &poison, "after refused calls");
     still_works(&comm, &stream);
 }
 
@@ -468,17 +422,13 @@ fn gpu_pre_mul_sum_of_another_type_or_communicator() {
     assert!(comm.pre_mul_sum::<f32>(f64::NAN).is_err());
 
     // Nothing was written; both communicators still work.
-    assert_same(&download(&stream, &tensor), &data, "after refused calls");
+    assert_holds(&stream, &tensor, &data, "after refused calls");
     ok(
         comm.all_reduce(&mut tensor, &for_f32, &stream),
         "the right pre_mul_sum",
     );
     let halved: Vec<f32> = data.iter().map(|v| v * 0.5).collect();
-    assert_same(
-        &download(&stream, &tensor),
-        &halved,
-        "the right pre_mul_sum",
-    );
+    assert_holds(&stream, &tensor, &halved, "the right pre_mul_sum");
     drop(foreign);
     still_works(&other, &stream);
 }
@@ -582,9 +532,10 @@ fn multi_gpu_wrong_device_is_refused() {
     );
     near_stream.synchronize().expect("synchronize");
 
-    assert_same(&download(&far_stream, &far), &data, "the far tensor");
-    assert_same(
-        &download(&near_stream, &near_out),
+    assert_holds(&far_stream, &far, &data, "the far tensor");
+    assert_holds(
+        &near_stream,
+        &near_out,
         &poison_values::<f32>(64),
         "the near output",
     );

@@ -29,6 +29,11 @@ fn sum_over_ranks(world: usize, len: usize) -> Vec<f32> {
     total
 }
 
+/// [`assert_same`] for rank `rank`'s result of `what`.
+fn assert_rank_same(rank: usize, got: &[f32], expected: &[f32], what: &str) {
+    assert_same(got, expected, &format!("rank {rank}: {what}"));
+}
+
 const LEN: usize = 4099;
 /// Elements per rank block of reduce_scatter and all_to_all.
 const BLOCK: usize = 1027;
@@ -73,21 +78,9 @@ fn multi_gpu_all_reduce_sum() {
         })
         .collect();
     for (rank, (in_place, cells, max)) in results.iter().enumerate() {
-        assert_same(
-            in_place,
-            &expected,
-            &format!("rank {rank}: all_reduce sum in place"),
-        );
-        assert_same(
-            cells,
-            &expected,
-            &format!("rank {rank}: all_reduce_into sum (cells)"),
-        );
-        assert_same(
-            max,
-            &expected_max,
-            &format!("rank {rank}: all_reduce_into max"),
-        );
+        assert_rank_same(rank, in_place, &expected, "all_reduce sum in place");
+        assert_rank_same(rank, cells, &expected, "all_reduce_into sum (cells)");
+        assert_rank_same(rank, max, &expected_max, "all_reduce_into max");
     }
 }
 
@@ -116,16 +109,8 @@ fn multi_gpu_broadcast_from_root_1() {
     });
     let expected = input(1, LEN);
     for (rank, (in_place, cells)) in results.iter().enumerate() {
-        assert_same(
-            in_place,
-            &expected,
-            &format!("rank {rank}: broadcast from 1"),
-        );
-        assert_same(
-            cells,
-            &expected,
-            &format!("rank {rank}: broadcast_into from 1"),
-        );
+        assert_rank_same(rank, in_place, &expected, "broadcast from 1");
+        assert_rank_same(rank, cells, &expected, "broadcast_into from 1");
     }
 }
 
@@ -157,15 +142,17 @@ fn multi_gpu_reduce_to_root_1() {
             assert_same(in_place, &expected, "root: reduce in place");
         } else {
             // Other ranks' outputs are not written.
-            assert_same(
+            assert_rank_same(
+                rank,
                 out_of_place,
                 &poison_values::<f32>(LEN),
-                &format!("rank {rank}: reduce_into output"),
+                "reduce_into output",
             );
-            assert_same(
+            assert_rank_same(
+                rank,
                 in_place,
                 &input(rank, LEN),
-                &format!("rank {rank}: reduce in place leaves the tensor"),
+                "reduce in place leaves the tensor",
             );
         }
     }
@@ -211,22 +198,15 @@ fn multi_gpu_all_gather_into_tensor_and_list() {
     });
     let expected: Vec<f32> = (0..world).flat_map(|r| input(r, LEN)).collect();
     for (rank, (gathered, cells, tensors)) in results.iter().enumerate() {
-        assert_same(
-            gathered,
-            &expected,
-            &format!("rank {rank}: all_gather_into_tensor"),
-        );
+        assert_rank_same(rank, gathered, &expected, "all_gather_into_tensor");
         for from in 0..world {
             let block = input(from, LEN);
-            assert_same(
-                &cells[from],
-                &block,
-                &format!("rank {rank}: cell list [{from}]"),
-            );
-            assert_same(
+            assert_rank_same(rank, &cells[from], &block, &format!("cell list [{from}]"));
+            assert_rank_same(
+                rank,
                 &tensors[from],
                 &block,
-                &format!("rank {rank}: tensor list [{from}]"),
+                &format!("tensor list [{from}]"),
             );
         }
     }
@@ -260,16 +240,8 @@ fn multi_gpu_reduce_scatter_tensor() {
     let total = sum_over_ranks(world, world * BLOCK);
     for (rank, (typed, cells)) in results.iter().enumerate() {
         let expected = &total[rank * BLOCK..(rank + 1) * BLOCK];
-        assert_same(
-            typed,
-            expected,
-            &format!("rank {rank}: reduce_scatter_tensor"),
-        );
-        assert_same(
-            cells,
-            expected,
-            &format!("rank {rank}: reduce_scatter_tensor (cells)"),
-        );
+        assert_rank_same(rank, typed, expected, "reduce_scatter_tensor");
+        assert_rank_same(rank, cells, expected, "reduce_scatter_tensor (cells)");
     }
 }
 
@@ -310,15 +282,17 @@ fn multi_gpu_all_to_all_single_both_methods() {
             .flat_map(|from| input(from, world * BLOCK)[rank * BLOCK..(rank + 1) * BLOCK].to_vec())
             .collect();
         for (method, typed, cells) in outputs {
-            assert_same(
+            assert_rank_same(
+                rank,
                 typed,
                 &expected,
-                &format!("rank {rank}: all_to_all_single ({method:?})"),
+                &format!("all_to_all_single ({method:?})"),
             );
-            assert_same(
+            assert_rank_same(
+                rank,
                 cells,
                 &expected,
-                &format!("rank {rank}: all_to_all_single cells ({method:?})"),
+                &format!("all_to_all_single cells ({method:?})"),
             );
         }
     }
@@ -363,15 +337,17 @@ fn multi_gpu_send_recv_ring() {
     for (rank, (forward, backward)) in results.iter().enumerate() {
         let previous = (rank + world - 1) % world;
         let next = (rank + 1) % world;
-        assert_same(
+        assert_rank_same(
+            rank,
             forward,
             &input(previous, LEN),
-            &format!("rank {rank}: from rank {previous}"),
+            &format!("from rank {previous}"),
         );
-        assert_same(
+        assert_rank_same(
+            rank,
             backward,
             &input(next, LEN),
-            &format!("rank {rank}: from rank {next}"),
+            &format!("from rank {next}"),
         );
     }
 }
@@ -406,10 +382,6 @@ fn multi_gpu_all_gather_same_cell_twice_is_refused() {
     });
     for (rank, (refused, text, first)) in results.iter().enumerate() {
         assert!(refused, "rank {rank}: {text}");
-        assert_same(
-            first,
-            &poison_values::<f32>(LEN),
-            &format!("rank {rank}: untouched"),
-        );
+        assert_rank_same(rank, first, &poison_values::<f32>(LEN), "untouched");
     }
 }

@@ -13,7 +13,7 @@ use nccl_core::{Group, ReduceOp, Reduction, Status};
 use nccl_tensor::{AllToAllMethod, Result, Tensor};
 use nccl_test_support::tensor::matrix::{self, nccl_reduces, ok};
 use nccl_test_support::tensor::world::{PERIOD, Rank, all_values, reduced};
-use nccl_test_support::tensor::{Elem, assert_same, download, poison_values, poisoned, upload};
+use nccl_test_support::tensor::{Elem, assert_holds, poison_values, poisoned, upload};
 
 /// The sizes of the matrix, in elements; 64 MiB follows.
 const SIZES: [usize; 3] = [0, 1, 4097];
@@ -103,7 +103,7 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
             comm.all_reduce(&mut tensor, op.reduction, stream),
             &label("all_reduce"),
         );
-        assert_same(&download(stream, &tensor), &expected, &label("all_reduce"));
+        assert_holds(stream, &tensor, &expected, &label("all_reduce"));
 
         let source = upload(stream, mine);
         let mut target = poisoned::<T>(stream, len);
@@ -111,16 +111,8 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
             comm.all_reduce_into(&source, &mut target, op.reduction, stream),
             &label("all_reduce_into"),
         );
-        assert_same(
-            &download(stream, &target),
-            &expected,
-            &label("all_reduce_into"),
-        );
-        assert_same(
-            &download(stream, &source),
-            mine,
-            &label("all_reduce_into: input"),
-        );
+        assert_holds(stream, &target, &expected, &label("all_reduce_into"));
+        assert_holds(stream, &source, mine, &label("all_reduce_into: input"));
 
         let root = index % world;
         let label = |form: &str| label(&format!("{form} root {root}"));
@@ -131,7 +123,7 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
         );
         // Off the root an in-place reduce leaves the buffer as it was.
         let want: &[T] = if me == root { &expected } else { mine };
-        assert_same(&download(stream, &tensor), want, &label("reduce"));
+        assert_holds(stream, &tensor, want, &label("reduce"));
 
         let mut target = poisoned::<T>(stream, len);
         ok(
@@ -140,7 +132,7 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
         );
         let untouched = poison_values::<T>(len);
         let want: &[T] = if me == root { &expected } else { &untouched };
-        assert_same(&download(stream, &target), want, &label("reduce_into"));
+        assert_holds(stream, &target, want, &label("reduce_into"));
 
         let source = upload(stream, &scatter[me]);
         let mut target = poisoned::<T>(stream, len);
@@ -149,8 +141,9 @@ fn reductions<T: Elem>(rank: &Rank, len: usize) {
             comm.reduce_scatter_tensor(&mut target, &source, op.reduction, stream),
             &label,
         );
-        assert_same(
-            &download(stream, &target),
+        assert_holds(
+            stream,
+            &target,
             &reduced(&scatter, me * len, len, &*op.fold),
             &label,
         );
@@ -171,7 +164,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             let label = rank.what::<T>(len, &format!("broadcast root {root}"));
             let mut tensor = upload(stream, mine);
             ok(comm.broadcast(&mut tensor, root, stream), &label);
-            assert_same(&download(stream, &tensor), &data[root], &label);
+            assert_holds(stream, &tensor, &data[root], &label);
 
             let label = rank.what::<T>(len, &format!("broadcast_into root {root}"));
             let source = upload(stream, mine);
@@ -180,7 +173,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
                 comm.broadcast_into(&source, &mut target, root, stream),
                 &label,
             );
-            assert_same(&download(stream, &target), &data[root], &label);
+            assert_holds(stream, &target, &data[root], &label);
         }
 
         let gathered: Vec<T> = data.concat();
@@ -191,7 +184,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             comm.all_gather_into_tensor(&mut target, &source, stream),
             &label,
         );
-        assert_same(&download(stream, &target), &gathered, &label);
+        assert_holds(stream, &target, &gathered, &label);
 
         for root in [0, world - 1] {
             // The spread buffer is used on the root only: elsewhere an
@@ -201,22 +194,23 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             let mut target = poisoned::<T>(stream, if on_root { world * len } else { 0 });
             ok(comm.gather(&mut target, &source, root, stream), &label);
             if on_root {
-                assert_same(&download(stream, &target), &gathered, &label);
+                assert_holds(stream, &target, &gathered, &label);
             }
 
             let label = rank.what::<T>(len, &format!("scatter root {root}"));
             let spread = upload(stream, if on_root { &gathered[..] } else { &[] });
             let mut target = poisoned::<T>(stream, len);
             ok(comm.scatter(&mut target, &spread, root, stream), &label);
-            assert_same(&download(stream, &target), mine, &label);
+            assert_holds(stream, &target, mine, &label);
         }
 
         let label = rank.what::<T>(len, "all_gather into [Tensor]");
         let mut list: Vec<Tensor<T>> = (0..world).map(|_| poisoned::<T>(stream, len)).collect();
         ok(comm.all_gather(&mut list[..], &source, stream), &label);
         for (from, tensor) in list.iter().enumerate() {
-            assert_same(
-                &download(stream, tensor),
+            assert_holds(
+                stream,
+                tensor,
                 &data[from],
                 &format!("{label}: from rank {from}"),
             );
@@ -238,7 +232,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
             })(),
             &label,
         );
-        assert_same(&download(stream, &target), &data[previous], &label);
+        assert_holds(stream, &target, &data[previous], &label);
         assert_eq!(nccl_core::group_depth(), 0, "{label}: the group was closed");
 
         ok(comm.barrier(stream), &rank.what::<T>(len, "barrier"));
@@ -256,7 +250,7 @@ fn data_movement<T: Elem>(rank: &mut Rank, len: usize) {
         let source = upload(stream, &chunks[me]);
         let mut target = poisoned::<T>(stream, world * len);
         ok(comm.all_to_all_single(&mut target, &source, stream), &label);
-        assert_same(&download(stream, &target), &expected, &label);
+        assert_holds(stream, &target, &expected, &label);
     }
     rank.comm.set_all_to_all_method(AllToAllMethod::Auto);
 }
@@ -273,7 +267,7 @@ fn large<T: Elem>(rank: &Rank) {
     let label = rank.what::<T>(len, "all_reduce sum (64 MiB)");
     let mut tensor = upload(stream, &data[me]);
     ok(comm.all_reduce(&mut tensor, ReduceOp::Sum, stream), &label);
-    assert_same(&download(stream, &tensor), &sum, &label);
+    assert_holds(stream, &tensor, &sum, &label);
     drop(tensor);
 
     let label = rank.what::<T>(len, "all_reduce_into sum (64 MiB)");
@@ -283,7 +277,7 @@ fn large<T: Elem>(rank: &Rank) {
         comm.all_reduce_into(&source, &mut target, ReduceOp::Sum, stream),
         &label,
     );
-    assert_same(&download(stream, &target), &sum, &label);
+    assert_holds(stream, &target, &sum, &label);
 
     let root = world - 1;
     let label = rank.what::<T>(len, &format!("broadcast root {root} (64 MiB)"));
@@ -291,7 +285,7 @@ fn large<T: Elem>(rank: &Rank) {
         comm.broadcast_into(&source, &mut target, root, stream),
         &label,
     );
-    assert_same(&download(stream, &target), &data[root], &label);
+    assert_holds(stream, &target, &data[root], &label);
     drop((source, target));
 
     // The gathered, scattered and exchanged buffers are 64 MiB in all; the
@@ -305,7 +299,7 @@ fn large<T: Elem>(rank: &Rank) {
         comm.all_gather_into_tensor(&mut target, &source, stream),
         &label,
     );
-    assert_same(&download(stream, &target), &parts.concat(), &label);
+    assert_holds(stream, &target, &parts.concat(), &label);
     drop((source, target));
 
     let whole = all_values::<T>(66, world, world * part);
@@ -317,8 +311,9 @@ fn large<T: Elem>(rank: &Rank) {
         &label,
     );
     let fold = |v: &[f64]| v.iter().sum();
-    assert_same(
-        &download(stream, &target),
+    assert_holds(
+        stream,
+        &target,
         &reduced(&whole, me * part, part, &fold),
         &label,
     );
@@ -329,7 +324,7 @@ fn large<T: Elem>(rank: &Rank) {
     let expected: Vec<T> = (0..world)
         .flat_map(|from| whole[from][me * part..(me + 1) * part].to_vec())
         .collect();
-    assert_same(&download(stream, &target), &expected, &label);
+    assert_holds(stream, &target, &expected, &label);
 }
 
 /// The matrix for `T` at 0, 1 and 4097 elements, then 64 MiB.

@@ -19,7 +19,8 @@ use nccl_tensor::{AnyTensor, Error, Single, Tensor};
 use nccl_test_support::tensor::routing::Routing;
 use nccl_test_support::tensor::world::{Rank, all_values, rank_values};
 use nccl_test_support::tensor::{
-    Elem, assert_same, download, download_cell, poisoned, poisoned_cell, upload, upload_cell,
+    Elem, assert_cell_holds, assert_holds, assert_same, download, poisoned, poisoned_cell, upload,
+    upload_cell,
 };
 
 #[track_caller]
@@ -79,11 +80,11 @@ fn all_pairs(rank: &Rank) {
         if even(src, me) {
             let tensor = Tensor::<f32>::try_from(tensor).expect("an f32 tensor");
             let expected = rank_values::<f32>(seed(src, me), src, pair_len(src, me));
-            assert_same(&download(stream, &tensor), &expected, &what);
+            assert_holds(stream, &tensor, &expected, &what);
         } else {
             let tensor = Tensor::<i64>::try_from(tensor).expect("an i64 tensor");
             let expected = rank_values::<i64>(seed(src, me), src, pair_len(src, me));
-            assert_same(&download(stream, &tensor), &expected, &what);
+            assert_holds(stream, &tensor, &expected, &what);
         }
     }
 }
@@ -103,7 +104,7 @@ fn rings(rank: &Rank) {
     let mut batch = comm.batch(stream);
     batch.send(&source, next).recv(&mut target, previous);
     ok(batch.enqueue(), &what);
-    assert_same(&download(stream, &target), &data[previous], &what);
+    assert_holds(stream, &target, &data[previous], &what);
 
     let what = rank.what::<f32>(len, "batch ring on cells");
     let (source, target) = (
@@ -113,11 +114,7 @@ fn rings(rank: &Rank) {
     let mut batch = comm.batch(stream);
     batch.recv(&target, previous).send(&source, next);
     ok(batch.enqueue(), &what);
-    assert_same(
-        &download_cell::<f32>(stream, &target),
-        &data[previous],
-        &what,
-    );
+    assert_cell_holds(stream, &target, &data[previous], &what);
 
     let what = rank.what::<f32>(len, "batch ring on cudarc slices");
     let source = stream.clone_htod(&data[me]).expect("upload a slice");
@@ -173,26 +170,25 @@ fn coalesced(rank: &Rank) {
         .into_iter()
         .map(f32::from_f64)
         .collect();
-    assert_same(
-        &download(stream, &reduced),
-        &expected,
-        &format!("{what}: all_reduce"),
-    );
+    assert_holds(stream, &reduced, &expected, &format!("{what}: all_reduce"));
     let max: Vec<i64> = (0..len)
         .map(|i| i64::from_f64(int_f64.iter().map(|r| r[i]).fold(f64::MIN, f64::max)))
         .collect();
-    assert_same(
-        &download(stream, &int_output),
+    assert_holds(
+        stream,
+        &int_output,
         &max,
         &format!("{what}: all_reduce_into"),
     );
-    assert_same(
-        &download(stream, &gathered),
+    assert_holds(
+        stream,
+        &gathered,
         &floats.concat(),
         &format!("{what}: all_gather"),
     );
-    assert_same(
-        &download(stream, &broadcast),
+    assert_holds(
+        stream,
+        &broadcast,
         &ints[root],
         &format!("{what}: broadcast"),
     );
@@ -247,11 +243,7 @@ fn refusals(rank: &Rank) {
         batch.enqueue(),
         &rank.what::<f32>(8, "a send to itself after refusals"),
     );
-    assert_same(
-        &download(stream, &target),
-        &download(stream, &source),
-        "self exchange",
-    );
+    assert_holds(stream, &target, &download(stream, &source), "self exchange");
     assert_eq!(
         comm.batch(stream).enqueue().expect("an empty batch"),
         Status::Success
@@ -298,13 +290,10 @@ fn route<T: Elem>(rank: &Rank, routing: Routing) {
         comm.all_to_all_single_split(&mut target, &source, &recv_counts, &send_counts, stream),
         &what("all_to_all_single_split"),
     );
-    assert_same(
-        &download(stream, &target),
-        &expected,
-        &what("all_to_all_single_split"),
-    );
-    assert_same(
-        &download(stream, &source),
+    assert_holds(stream, &target, &expected, &what("all_to_all_single_split"));
+    assert_holds(
+        stream,
+        &source,
         &input,
         &what("all_to_all_single_split: input kept"),
     );
@@ -317,8 +306,9 @@ fn route<T: Elem>(rank: &Rank, routing: Routing) {
         comm.all_to_all_single_split(&target, &source, &recv_counts, &send_counts, stream),
         &what("all_to_all_single_split on cells"),
     );
-    assert_same(
-        &download_cell::<T>(stream, &target),
+    assert_cell_holds(
+        stream,
+        &target,
         &expected,
         &what("all_to_all_single_split on cells"),
     );
@@ -335,8 +325,9 @@ fn route<T: Elem>(rank: &Rank, routing: Routing) {
         &what("all_to_all (lists)"),
     );
     for (src, output) in outputs.iter().enumerate() {
-        assert_same(
-            &download(stream, output),
+        assert_holds(
+            stream,
+            output,
             &routing.block::<T>(src, me),
             &format!("{}: from rank {src}", what("all_to_all (lists)")),
         );
@@ -400,8 +391,9 @@ fn ranks_all_to_all_uneven_token_routing() {
     let expected: Vec<f32> = (0..world)
         .flat_map(|src| data[src][2 * me..2 * me + 2].to_vec())
         .collect();
-    assert_same(
-        &download(stream, &target),
+    assert_holds(
+        stream,
+        &target,
         &expected,
         &rank.what::<f32>(2 * world, "equal splits"),
     );

@@ -16,7 +16,7 @@
 use nccl_core::ReduceOp;
 use nccl_tensor::{Communicator, Registered, Tensor};
 use nccl_test_support::tensor::world::{Rank, all_values, reduced};
-use nccl_test_support::tensor::{Memory, assert_same, covering, download, upload_in};
+use nccl_test_support::tensor::{Memory, assert_holds, covering, download, upload_in};
 
 /// Elements per rank (past NCCL's small-message protocols).
 const LEN: usize = 4097;
@@ -47,11 +47,7 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
         .unwrap_or_else(|e| panic!("{what}: all_reduce: {e}"));
     let sum = |column: &[f64]| column.iter().sum();
     let expected = reduced(&data, 0, LEN, &sum);
-    assert_same(
-        &download(stream, &summed),
-        &expected,
-        &format!("{what}: all_reduce"),
-    );
+    assert_holds(stream, &summed, &expected, &format!("{what}: all_reduce"));
 
     // all_gather and reduce_scatter out of place, input and output registered.
     let input = registered(rank, upload_in(stream, &data[me][..LEN], memory), &what);
@@ -67,11 +63,7 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
         .iter()
         .flat_map(|rank| rank[..LEN].iter().copied())
         .collect();
-    assert_same(
-        &download(stream, &gathered),
-        &expected,
-        &format!("{what}: all_gather"),
-    );
+    assert_holds(stream, &gathered, &expected, &format!("{what}: all_gather"));
 
     let whole = registered(rank, upload_in(stream, &data[me], memory), &what);
     let mut block = registered(rank, upload_in(stream, &vec![-7.0; LEN], memory), &what);
@@ -79,8 +71,9 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
         .reduce_scatter_tensor(&mut block, &whole, ReduceOp::Sum, stream)
         .unwrap_or_else(|e| panic!("{what}: reduce_scatter: {e}"));
     let expected = reduced(&data, me * LEN, LEN, &sum);
-    assert_same(
-        &download(stream, &block),
+    assert_holds(
+        stream,
+        &block,
         &expected,
         &format!("{what}: reduce_scatter"),
     );
@@ -97,11 +90,7 @@ fn collectives_on_registered(rank: &Rank, memory: Memory) {
         .unwrap_or_else(|e| panic!("{what}: all_reduce again: {e}"));
     // Every rank holds the sum already: the maximum is that sum.
     let expected = reduced(&data, 0, LEN, &sum);
-    assert_same(
-        &download(stream, &again),
-        &expected,
-        &format!("{what}: again"),
-    );
+    assert_holds(stream, &again, &expected, &format!("{what}: again"));
     drop((input, gathered, whole, block, again));
     stream.synchronize().expect("synchronize");
 }

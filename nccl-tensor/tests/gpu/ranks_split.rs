@@ -12,7 +12,7 @@ use nccl_tensor::{Communicator, Result};
 use nccl_test_support as support;
 use nccl_test_support::tensor::matrix::ok;
 use nccl_test_support::tensor::world::{Rank, all_values, reduced};
-use nccl_test_support::tensor::{assert_same, download, upload};
+use nccl_test_support::tensor::{assert_holds, upload};
 
 /// An all_reduce sum of each member's `rank + 1` (as f32, 4097 elements)
 /// on `comm`, whose members are `members` (parent ranks, by new rank).
@@ -25,7 +25,7 @@ fn sum_of_members(comm: &Communicator, stream: &Arc<CudaStream>, me: usize, memb
     let mut tensor = upload(stream, &vec![(me + 1) as f32; 4097]);
     ok(comm.all_reduce(&mut tensor, ReduceOp::Sum, stream), &label);
     let sum: usize = members.iter().map(|m| m + 1).sum();
-    assert_same(&download(stream, &tensor), &vec![sum as f32; 4097], &label);
+    assert_holds(stream, &tensor, &vec![sum as f32; 4097], &label);
 }
 
 /// `split_all` keeps every rank in its place; the split works on its own
@@ -139,8 +139,9 @@ fn ranks_nonblocking_init_with_config_and_finalize() {
             comm.all_reduce(&mut tensor, ReduceOp::Sum, &stream),
             "all_reduce",
         );
-        assert_same(
-            &download(&stream, &tensor),
+        assert_holds(
+            &stream,
+            &tensor,
             &expected,
             &format!("{}: nonblocking all_reduce, round {round}", ranks.label()),
         );

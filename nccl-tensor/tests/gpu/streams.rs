@@ -69,6 +69,16 @@ impl Setup {
         tensor
     }
 
+    /// A new tensor of zeros into which an operation on the operation
+    /// stream, queued behind a [`stall`](Self::stall), copies `from`: its
+    /// write is deferred and still running.
+    fn copied_late(&mut self, from: &Tensor<f32>) -> Tensor<f32> {
+        let mut out = self.filled(0.0);
+        self.stall();
+        self.copy(from, &mut out, &self.ops);
+        out
+    }
+
     fn copy(&self, from: &Tensor<f32>, to: &mut Tensor<f32>, stream: &Arc<CudaStream>) {
         let _ = self
             .comm
@@ -89,32 +99,27 @@ fn assert_all(values: &[f32], expected: f32, what: &str) {
     );
 }
 
+/// Asserts that every element of `tensor`, read on `stream`, is
+/// `expected`.
+#[track_caller]
+fn assert_reads(tensor: &Tensor<f32>, stream: &Arc<CudaStream>, expected: f32, what: &str) {
+    assert_all(&tensor.to_vec(stream).expect("to_vec"), expected, what);
+}
+
 #[test]
 fn gpu_deferred_write_is_seen_through_cudarc_on_another_stream() {
-    let Some(mut s) = setup() else {
-        return;
-    };
+    let Some(mut s) = setup() else { return };
     let ones = s.filled(1.0);
 
-    let mut out = s.filled(0.0);
-    s.stall();
-    s.copy(&ones, &mut out, &s.ops);
-    assert_all(
-        &out.to_vec(&s.other).expect("to_vec"),
-        1.0,
-        "to_vec on another stream",
-    );
+    let out = s.copied_late(&ones);
+    assert_reads(&out, &s.other, 1.0, "to_vec on another stream");
 
-    let mut out = s.filled(0.0);
-    s.stall();
-    s.copy(&ones, &mut out, &s.ops);
+    let out = s.copied_late(&ones);
     let view = out.view(..).expect("view");
     let read = s.other.clone_dtoh(&view).expect("copy a view");
     assert_all(&read, 1.0, "a view read on another stream");
 
-    let mut out = s.filled(0.0);
-    s.stall();
-    s.copy(&ones, &mut out, &s.ops);
+    let out = s.copied_late(&ones);
     let Ok((slice, _)) = out.into_parts() else {
         panic!("a tensor in cudarc's memory gives its slice back");
     };
@@ -124,9 +129,7 @@ fn gpu_deferred_write_is_seen_through_cudarc_on_another_stream() {
 
 #[test]
 fn gpu_deferred_write_orders_an_operation_on_another_stream() {
-    let Some(mut s) = setup() else {
-        return;
-    };
+    let Some(mut s) = setup() else { return };
     let ones = s.filled(1.0);
     let mut middle = s.filled(0.0);
     let mut out = s.filled(0.0);
@@ -134,75 +137,43 @@ fn gpu_deferred_write_orders_an_operation_on_another_stream() {
     s.copy(&ones, &mut middle, &s.ops);
     // Reads `middle` on the other stream while its write is deferred.
     s.copy(&middle, &mut out, &s.other);
-    assert_all(
-        &out.to_vec(&s.other).expect("to_vec"),
-        1.0,
-        "read after write",
-    );
+    assert_reads(&out, &s.other, 1.0, "read after write");
 }
 
 #[test]
 fn gpu_deferred_read_orders_a_later_write_on_another_stream() {
-    let Some(mut s) = setup() else {
-        return;
-    };
+    let Some(mut s) = setup() else { return };
     let mut source = s.filled(1.0);
-    let mut out = s.filled(0.0);
-    s.stall();
-    s.copy(&source, &mut out, &s.ops);
+    let out = s.copied_late(&source);
     // Overwrites `source` on the other stream while its read is deferred.
     source
         .copy_from_host(&s.other, &vec![2.0; LEN])
         .expect("overwrite");
-    assert_all(
-        &out.to_vec(&s.ops).expect("to_vec"),
-        1.0,
-        "write after read",
-    );
-    assert_all(
-        &source.to_vec(&s.other).expect("to_vec"),
-        2.0,
-        "the overwrite",
-    );
+    assert_reads(&out, &s.ops, 1.0, "write after read");
+    assert_reads(&source, &s.other, 2.0, "the overwrite");
 
     // The same through an operation on the other stream.
     let mut source = s.filled(1.0);
     let twos = s.filled(2.0);
-    let mut out = s.filled(0.0);
-    s.stall();
-    s.copy(&source, &mut out, &s.ops);
+    let out = s.copied_late(&source);
     s.copy(&twos, &mut source, &s.other);
-    assert_all(
-        &out.to_vec(&s.ops).expect("to_vec"),
-        1.0,
-        "operation write after read",
-    );
+    assert_reads(&out, &s.ops, 1.0, "operation write after read");
 }
 
 #[test]
 fn gpu_deferred_write_orders_a_write_on_another_stream() {
-    let Some(mut s) = setup() else {
-        return;
-    };
+    let Some(mut s) = setup() else { return };
     let ones = s.filled(1.0);
     let twos = s.filled(2.0);
-    let mut out = s.filled(0.0);
-    s.stall();
-    s.copy(&ones, &mut out, &s.ops);
+    let mut out = s.copied_late(&ones);
     s.copy(&twos, &mut out, &s.other);
     s.ops.synchronize().expect("synchronize");
-    assert_all(
-        &out.to_vec(&s.other).expect("to_vec"),
-        2.0,
-        "write after write",
-    );
+    assert_reads(&out, &s.other, 2.0, "write after write");
 }
 
 #[test]
 fn gpu_foreign_read_orders_a_later_write_on_the_deferred_stream() {
-    let Some(mut s) = setup() else {
-        return;
-    };
+    let Some(mut s) = setup() else { return };
     let ones = s.filled(1.0);
     let twos = s.filled(2.0);
     let mut tensor = s.filled(0.0);
@@ -214,23 +185,13 @@ fn gpu_foreign_read_orders_a_later_write_on_the_deferred_stream() {
     s.stall_on(&other);
     s.copy(&tensor, &mut seen, &s.other);
     s.copy(&twos, &mut tensor, &s.ops);
-    assert_all(
-        &seen.to_vec(&s.other).expect("to_vec"),
-        1.0,
-        "the foreign read",
-    );
-    assert_all(
-        &tensor.to_vec(&s.ops).expect("to_vec"),
-        2.0,
-        "the later write",
-    );
+    assert_reads(&seen, &s.other, 1.0, "the foreign read");
+    assert_reads(&tensor, &s.ops, 2.0, "the later write");
 }
 
 #[test]
 fn gpu_cudarc_read_of_a_borrowed_slice_orders_a_later_write() {
-    let Some(mut s) = setup() else {
-        return;
-    };
+    let Some(mut s) = setup() else { return };
     let ones = s.filled(1.0);
     let twos = s.filled(2.0);
     let mut seen = s.filled(0.0);
@@ -246,16 +207,13 @@ fn gpu_cudarc_read_of_a_borrowed_slice_orders_a_later_write() {
         .memcpy_dtod(tensor.as_slice(), &mut seen.as_slice_mut())
         .expect("cudarc read");
     s.copy(&twos, &mut tensor, &s.ops);
-    assert_all(
-        &seen.to_vec(&s.other).expect("to_vec"),
+    assert_reads(
+        &seen,
+        &s.other,
         1.0,
         "read through cudarc, then a deferred write",
     );
-    assert_all(
-        &tensor.to_vec(&s.ops).expect("to_vec"),
-        2.0,
-        "the later write",
-    );
+    assert_reads(&tensor, &s.ops, 2.0, "the later write");
 
     // cudarc reads first, late; a read on the operation stream then starts
     // the deferral (it waits for writes only); the write after it must
@@ -267,23 +225,18 @@ fn gpu_cudarc_read_of_a_borrowed_slice_orders_a_later_write() {
         .expect("cudarc read");
     s.copy(&tensor, &mut scratch, &s.ops);
     s.copy(&twos, &mut tensor, &s.ops);
-    assert_all(
-        &seen.to_vec(&s.other).expect("to_vec"),
+    assert_reads(
+        &seen,
+        &s.other,
         1.0,
         "read through cudarc, then a deferral begun by a read",
     );
-    assert_all(
-        &tensor.to_vec(&s.ops).expect("to_vec"),
-        2.0,
-        "the later write",
-    );
+    assert_reads(&tensor, &s.ops, 2.0, "the later write");
 }
 
 #[test]
 fn gpu_parts_read_and_write_their_range() {
-    let Some(s) = setup() else {
-        return;
-    };
+    let Some(s) = setup() else { return };
     let values: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
     let source = Tensor::from_host(&s.ops, &values, &[LEN]).expect("upload");
     let mut out = s.filled(-1.0);

@@ -14,8 +14,8 @@ use nccl_core::{Group, ReduceOp, Reduction, Status};
 use nccl_tensor::{AllToAllMethod, Communicator, Error, Result, Tensor, TensorCell};
 
 use super::{
-    Elem, assert_same, download, download_cell, poison_values, poisoned, poisoned_cell, scaled,
-    upload, upload_cell, values,
+    Elem, assert_cell_holds, assert_holds, assert_same, poison_values, poisoned, poisoned_cell,
+    scaled, upload, upload_cell, values,
 };
 
 /// Panics unless `result` is `Ok(Status::Success)` (the communicators here
@@ -103,12 +103,12 @@ fn in_place<T: Elem>(
     let mut tensor = upload(stream, input);
     let label = format!("{what} (in place, typed)");
     ok(typed(&mut tensor), &label);
-    assert_same(&download(stream, &tensor), expected, &label);
+    assert_holds(stream, &tensor, expected, &label);
 
     let tensor_cell = upload_cell(stream, input);
     let label = format!("{what} (in place, TensorCell)");
     ok(cell(&tensor_cell), &label);
-    assert_same(&download_cell(stream, &tensor_cell), expected, &label);
+    assert_cell_holds(stream, &tensor_cell, expected, &label);
 }
 
 /// Runs an out-of-place operation from `input` into a poisoned output of
@@ -127,9 +127,10 @@ fn out_of_place<T: Elem>(
     let mut target = poisoned::<T>(stream, out_len);
     let label = format!("{what} (typed)");
     ok(typed(&source, &mut target), &label);
-    assert_same(&download(stream, &target), expected, &label);
-    assert_same(
-        &download(stream, &source),
+    assert_holds(stream, &target, expected, &label);
+    assert_holds(
+        stream,
+        &source,
         input,
         &format!("{label}: the input afterwards"),
     );
@@ -138,9 +139,10 @@ fn out_of_place<T: Elem>(
     let target = poisoned_cell::<T>(stream, out_len);
     let label = format!("{what} (TensorCell)");
     ok(cell(&source, &target), &label);
-    assert_same(&download_cell(stream, &target), expected, &label);
-    assert_same(
-        &download_cell(stream, &source),
+    assert_cell_holds(stream, &target, expected, &label);
+    assert_cell_holds(
+        stream,
+        &source,
         input,
         &format!("{label}: the input afterwards"),
     );
@@ -264,7 +266,7 @@ fn all_gather_lists<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, inpu
     let label = what::<T>(len, "all_gather into [Tensor]");
     let mut tensors = [poisoned::<T>(stream, len)];
     ok(comm.all_gather(&mut tensors[..], &source, stream), &label);
-    assert_same(&download(stream, &tensors[0]), input, &label);
+    assert_holds(stream, &tensors[0], input, &label);
 
     let label = what::<T>(len, "all_gather into [CudaViewMut] from a CudaView");
     let mut whole = poisoned::<T>(stream, len);
@@ -276,21 +278,21 @@ fn all_gather_lists<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>, inpu
             &label,
         );
     }
-    assert_same(&download(stream, &whole), input, &label);
+    assert_holds(stream, &whole, input, &label);
 
     let label = what::<T>(len, "all_gather into [TensorCell] from a TensorCell");
     let cells = [poisoned_cell::<T>(stream, len)];
     ok(comm.all_gather(&cells[..], &source_cell, stream), &label);
-    assert_same(&download_cell(stream, &cells[0]), input, &label);
+    assert_cell_holds(stream, &cells[0], input, &label);
 
     let label = what::<T>(len, "all_gather into [TensorCell] from a Tensor");
     let cells = [poisoned_cell::<T>(stream, len)];
     ok(comm.all_gather(&cells[..], &source, stream), &label);
-    assert_same(&download_cell(stream, &cells[0]), input, &label);
+    assert_cell_holds(stream, &cells[0], input, &label);
 
     let label = what::<T>(len, "all_gather: the inputs afterwards");
-    assert_same(&download(stream, &source), input, &label);
-    assert_same(&download_cell(stream, &source_cell), input, &label);
+    assert_holds(stream, &source, input, &label);
+    assert_cell_holds(stream, &source_cell, input, &label);
 }
 
 /// all_to_all_single with `ncclAlltoAll` (`Auto`, where the library has
@@ -410,7 +412,7 @@ pub fn large<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
     let label = what::<T>(len, "all_reduce sum (in place, 64 MiB)");
     let mut tensor = upload(stream, &input);
     ok(comm.all_reduce(&mut tensor, ReduceOp::Sum, stream), &label);
-    assert_same(&download(stream, &tensor), &input, &label);
+    assert_holds(stream, &tensor, &input, &label);
     drop(tensor);
 
     let label = what::<T>(len, "all_reduce_into sum (64 MiB)");
@@ -420,7 +422,7 @@ pub fn large<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
         comm.all_reduce_into(&source, &mut target, ReduceOp::Sum, stream),
         &label,
     );
-    assert_same(&download(stream, &target), &input, &label);
+    assert_holds(stream, &target, &input, &label);
 }
 
 /// Every operation on empty buffers (zero-length views of one-element
@@ -504,13 +506,10 @@ pub fn empty<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
             &label("all_gather"),
         );
     }
-    assert_same(
-        &download(stream, &input_storage),
-        &kept,
-        &label("typed input storage"),
-    );
-    assert_same(
-        &download(stream, &output_storage),
+    assert_holds(stream, &input_storage, &kept, &label("typed input storage"));
+    assert_holds(
+        stream,
+        &output_storage,
         &poison,
         &label("typed output storage"),
     );
@@ -568,14 +567,6 @@ pub fn empty<T: Elem>(comm: &Communicator, stream: &Arc<CudaStream>) {
         &label("cell all_gather"),
     );
     // `to_vec` copies the whole storage (one element) of these views.
-    assert_same(
-        &download_cell(stream, &input),
-        &kept,
-        &label("cell input storage"),
-    );
-    assert_same(
-        &download_cell(stream, &output),
-        &poison,
-        &label("cell output storage"),
-    );
+    assert_cell_holds(stream, &input, &kept, &label("cell input storage"));
+    assert_cell_holds(stream, &output, &poison, &label("cell output storage"));
 }

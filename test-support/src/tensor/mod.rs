@@ -10,6 +10,7 @@ pub mod world;
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{Device, UniqueId};
@@ -228,6 +229,29 @@ pub fn download_cell<T: Elem>(stream: &Arc<CudaStream>, cell: &TensorCell) -> Ve
     cell.to_vec::<T>(stream).expect("download a cell")
 }
 
+/// Asserts that `tensor`, downloaded on `stream`, holds `expected`, bit
+/// for bit ([`assert_same`]).
+#[track_caller]
+pub fn assert_holds<T: Elem>(
+    stream: &Arc<CudaStream>,
+    tensor: &Tensor<T>,
+    expected: &[T],
+    what: &str,
+) {
+    assert_same(&download(stream, tensor), expected, what);
+}
+
+/// [`assert_holds`] for a cell of `T`.
+#[track_caller]
+pub fn assert_cell_holds<T: Elem>(
+    stream: &Arc<CudaStream>,
+    cell: &TensorCell,
+    expected: &[T],
+    what: &str,
+) {
+    assert_same(&download_cell::<T>(stream, cell), expected, what);
+}
+
 /// Compares bit for bit; on a mismatch reports the count and the first few
 /// `(index, got, expected)`, never whole buffers.
 #[track_caller]
@@ -280,6 +304,27 @@ pub fn one_rank_on_first_gpu() -> Option<(Communicator, Arc<CudaStream>)> {
     let comm = one_rank(&device);
     let stream = device.new_stream().expect("stream");
     Some((comm, stream))
+}
+
+/// Runs `body` on a communicator of world size 1 on the first GPU and a
+/// stream of that GPU, both made inside [`within`](crate::within)'s hang
+/// guard of `limit` (for scenarios a missing check would deadlock); does
+/// nothing when [`require_gpus`](crate::require_gpus) finds no GPU (the
+/// test skips).
+pub fn one_rank_within(
+    what: &str,
+    limit: Duration,
+    body: impl FnOnce(Communicator, Arc<CudaStream>) + Send + 'static,
+) {
+    let Some(devices) = crate::require_gpus(1) else {
+        return;
+    };
+    let device = first(devices);
+    crate::within(what, limit, move || {
+        let comm = one_rank(&device);
+        let stream = device.new_stream().expect("stream");
+        body(comm, stream);
+    });
 }
 
 /// One rank per device, each on its own thread with rank = position in

@@ -12,6 +12,13 @@ struct Recorded {
     answered: Vec<u8>,
 }
 
+impl Recorded {
+    /// The server's answer, read from the recorded bytes with `read`.
+    fn answer<'a, T>(&'a self, read: impl FnOnce(&mut &'a [u8]) -> Result<T, ReadError>) -> T {
+        read(&mut &self.answered[..]).unwrap()
+    }
+}
+
 fn recorded(backend: &str, call: &str) -> Recorded {
     let mut exchange = Recorded {
         sent: Vec::new(),
@@ -62,7 +69,7 @@ fn connect_is_validate_then_ping_echoed() {
             r.sent,
             encoded(&[Request::Validate, Request::Ping { nonce }])
         );
-        assert_eq!(read_u32(&mut &r.answered[..]).unwrap(), nonce);
+        assert_eq!(r.answer(read_u32), nonce);
     }
 }
 
@@ -107,7 +114,7 @@ fn add_replies_the_new_value() {
         for (call, delta, total) in [("add ctr 5", 5, 5), ("add ctr -2", -2, 3)] {
             let r = recorded(backend, call);
             assert_eq!(r.sent, Request::Add { key: "ctr", delta }.encode());
-            assert_eq!(read_i64(&mut &r.answered[..]).unwrap(), total);
+            assert_eq!(r.answer(read_i64), total);
         }
     }
 }
@@ -136,7 +143,7 @@ fn compare_set_replies_the_value_afterwards() {
                 desired,
             };
             assert_eq!(r.sent, request.encode(), "{backend} {call}");
-            assert_eq!(read_bytes(&mut &r.answered[..]).unwrap(), after);
+            assert_eq!(r.answer(read_bytes), after);
         }
     }
 }
@@ -147,16 +154,10 @@ fn check_replies_ready_or_not() {
         let both = recorded(backend, "check k1 nope");
         let keys = ["k1", "nope"];
         assert_eq!(both.sent, Request::Check { keys: &keys }.encode());
-        assert_eq!(
-            read_check(&mut &both.answered[..]).unwrap(),
-            CheckReply::NotReady
-        );
+        assert_eq!(both.answer(read_check), CheckReply::NotReady);
         let one = recorded(backend, "check k1");
         assert_eq!(one.sent, Request::Check { keys: &keys[..1] }.encode());
-        assert_eq!(
-            read_check(&mut &one.answered[..]).unwrap(),
-            CheckReply::Ready
-        );
+        assert_eq!(one.answer(read_check), CheckReply::Ready);
     }
 }
 
@@ -166,20 +167,14 @@ fn wait_stops_or_is_cancelled() {
         let set = recorded(backend, "wait k1");
         let keys = ["k1"];
         assert_eq!(set.sent, Request::Wait { keys: &keys }.encode());
-        assert_eq!(
-            read_wait(&mut &set.answered[..]).unwrap(),
-            WaitReply::StopWaiting
-        );
+        assert_eq!(set.answer(read_wait), WaitReply::StopWaiting);
         let never = recorded(backend, "wait never 1s");
         let keys = ["never"];
         assert_eq!(
             never.sent,
             encoded(&[Request::Wait { keys: &keys }, Request::CancelWait])
         );
-        assert_eq!(
-            read_wait(&mut &never.answered[..]).unwrap(),
-            WaitReply::WaitCanceled
-        );
+        assert_eq!(never.answer(read_wait), WaitReply::WaitCanceled);
     }
 }
 
@@ -189,7 +184,7 @@ fn delete_replies_how_many_went() {
         for (call, removed) in [("delete k1", 1), ("delete k1 again", 0)] {
             let r = recorded(backend, call);
             assert_eq!(r.sent, Request::DeleteKey { key: "k1" }.encode());
-            assert_eq!(read_i64(&mut &r.answered[..]).unwrap(), removed);
+            assert_eq!(r.answer(read_i64), removed);
         }
     }
 }

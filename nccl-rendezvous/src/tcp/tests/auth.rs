@@ -6,7 +6,10 @@ use std::net::TcpStream;
 use std::thread;
 use std::time::Duration;
 
-use super::{PATIENCE, expect_error_frame, opts, raw_plain_session, read_raw_frame};
+use super::{
+    PATIENCE, SECRET, expect_error_frame, opts, raw_plain_session, read_raw_frame, sealed_server,
+    server_with,
+};
 use crate::tcp::wire::{self, Request, Response, code};
 use crate::tcp::{TcpStore, TcpStoreServer, TcpStoreServerOptions};
 use crate::{Store, StoreError};
@@ -40,14 +43,12 @@ fn empty_secrets_are_refused_on_both_sides() {
 
 #[test]
 fn requests_over_the_limits_are_refused_before_sending_and_by_the_server() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
+    let server = server_with(
         TcpStoreServerOptions::default()
             .with_max_key_len(16)
             .with_max_value_len(64)
             .with_max_keys_per_request(4),
-    )
-    .unwrap();
+    );
     let store = TcpStore::connect_to(server.local_addr(), opts()).unwrap();
     let long_key = "k".repeat(17);
     let cases: [(&str, StoreError); 4] = [
@@ -109,13 +110,11 @@ fn requests_over_the_limits_are_refused_before_sending_and_by_the_server() {
 
 #[test]
 fn the_quota_refuses_writes_past_it_and_loses_nothing_stored() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
+    let server = server_with(
         TcpStoreServerOptions::default()
             .with_max_stored_keys(3)
             .with_max_stored_bytes(100),
-    )
-    .unwrap();
+    );
     let store = TcpStore::connect_to(server.local_addr(), opts()).unwrap();
     store.set("a", b"1").unwrap();
     store.set("b", b"2").unwrap();
@@ -141,18 +140,11 @@ fn the_quota_refuses_writes_past_it_and_loses_nothing_stored() {
 
 #[test]
 fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied() {
-    let secret = b"s3cret".to_vec();
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_secret(secret.clone()),
-    )
-    .unwrap();
-    let store =
-        TcpStore::connect_to(server.local_addr(), opts().with_secret(secret.clone())).unwrap();
+    let (server, store) = sealed_server_and_client();
     // A raw client that holds the secret, to send frames by hand.
     for tamper in [Tamper::FlipValueBit, Tamper::Replay] {
         let mut raw = TcpStream::connect(server.local_addr()).unwrap();
-        let mut session = raw_sealed_session(&mut raw, &secret);
+        let mut session = raw_sealed_session(&mut raw, SECRET);
         let set = |value: &[u8]| {
             Request::Set {
                 key: "uid".into(),
@@ -197,14 +189,7 @@ fn a_sealed_frame_that_was_altered_or_replayed_closes_the_connection_unapplied()
 
 #[test]
 fn a_request_stamped_ahead_of_the_servers_clock_or_past_its_patience_is_refused_unapplied() {
-    let secret = b"s3cret".to_vec();
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_secret(secret.clone()),
-    )
-    .unwrap();
-    let store =
-        TcpStore::connect_to(server.local_addr(), opts().with_secret(secret.clone())).unwrap();
+    let (server, store) = sealed_server_and_client();
     store.set("uid", b"real").unwrap();
     let day = Duration::from_secs(86_400);
     for (stamp, why) in [
@@ -235,7 +220,7 @@ fn a_request_stamped_ahead_of_the_servers_clock_or_past_its_patience_is_refused_
         ),
     ] {
         let mut raw = TcpStream::connect(server.local_addr()).unwrap();
-        let mut session = raw_sealed_session(&mut raw, &secret);
+        let mut session = raw_sealed_session(&mut raw, SECRET);
         thread::sleep(Duration::from_millis(5));
         let set = Request::Set {
             key: "uid".into(),
@@ -251,6 +236,14 @@ fn a_request_stamped_ahead_of_the_servers_clock_or_past_its_patience_is_refused_
         );
     }
     assert_eq!(store.try_get("uid").unwrap().unwrap(), b"real");
+}
+
+/// A server that holds [`SECRET`], and a client of it that holds it too.
+fn sealed_server_and_client() -> (TcpStoreServer, TcpStore) {
+    let server = sealed_server(TcpStoreServerOptions::default());
+    let store =
+        TcpStore::connect_to(server.local_addr(), opts().with_secret(SECRET.to_vec())).unwrap();
+    (server, store)
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -21,19 +21,25 @@ use crate::{Store, StoreError};
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// Polls `condition` until it holds; fails the test after [`PATIENCE`].
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "{what}: still not true after {PATIENCE:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    nccl_test_support::eventually(what, PATIENCE, condition);
 }
 
 fn server() -> TcpStoreServer {
-    TcpStoreServer::bind("127.0.0.1:0", TcpStoreServerOptions::default()).unwrap()
+    server_with(TcpStoreServerOptions::default())
+}
+
+/// A server on 127.0.0.1 with `options`.
+fn server_with(options: TcpStoreServerOptions) -> TcpStoreServer {
+    TcpStoreServer::bind("127.0.0.1:0", options).unwrap()
+}
+
+/// The secret of the tests' sealed servers and their clients.
+const SECRET: &[u8] = b"s3cret";
+
+/// A server on 127.0.0.1 with `options` and [`SECRET`].
+fn sealed_server(options: TcpStoreServerOptions) -> TcpStoreServer {
+    server_with(options.with_secret(SECRET.to_vec()))
 }
 
 fn opts() -> TcpStoreOptions {
@@ -74,28 +80,34 @@ fn assert_closed(stream: &mut TcpStream) {
     match stream.read(&mut buf) {
         Ok(0) => {}
         Ok(n) => panic!("expected the connection closed, read {n} more bytes"),
-        Err(e)
-            if matches!(
+        // A reset closes it too; only a read that timed out means open.
+        Err(e) => assert!(
+            !matches!(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            panic!("the server kept the connection open for {PATIENCE:?}")
-        }
-        Err(_) => {}
+            ),
+            "the server kept the connection open for {PATIENCE:?}"
+        ),
     }
+}
+
+/// A raw connection to `addr` that has sent a HELLO of nonce bytes
+/// `nonce`, asking to `authenticate` or not.
+fn connect_and_say_hello(addr: std::net::SocketAddr, nonce: u8, authenticate: bool) -> TcpStream {
+    let mut raw = TcpStream::connect(addr).unwrap();
+    let hello = Request::Hello {
+        nonce: [nonce; wire::NONCE_LEN],
+        authenticate,
+    }
+    .encode();
+    raw.write_all(hello.as_bytes()).unwrap();
+    raw
 }
 
 /// A raw connection that has done the handshake without a secret: frames
 /// on it are plain.
 fn raw_plain_session(addr: std::net::SocketAddr) -> TcpStream {
-    let mut raw = TcpStream::connect(addr).unwrap();
-    let hello = Request::Hello {
-        nonce: [1; wire::NONCE_LEN],
-        authenticate: false,
-    }
-    .encode();
-    raw.write_all(hello.as_bytes()).unwrap();
+    let mut raw = connect_and_say_hello(addr, 1, false);
     let payload = read_raw_frame(&mut raw).expect("the server's HELLO");
     assert!(
         matches!(
@@ -193,11 +205,7 @@ fn calls_after_server_death_fail_fast() {
 
 #[test]
 fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_secret(b"s3cret".to_vec()),
-    )
-    .unwrap();
+    let server = sealed_server(TcpStoreServerOptions::default());
     let addr = server.local_addr();
 
     let err = TcpStore::connect_to(addr, opts().with_secret(b"wrong".to_vec())).unwrap_err();
@@ -221,7 +229,7 @@ fn wrong_or_missing_secret_is_refused_and_server_keeps_serving() {
     assert!(message.contains("first frame must be HELLO"), "{message}");
     assert_closed(&mut raw);
 
-    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
+    assert_serves(&server, opts().with_secret(SECRET.to_vec()));
 }
 
 #[test]
@@ -325,11 +333,7 @@ fn every_call_after_a_server_restart_is_served_on_a_fresh_connection() {
 
 #[test]
 fn oversized_frame_is_refused_and_server_answers_the_next_client() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_max_frame_size(1024),
-    )
-    .unwrap();
+    let server = server_with(TcpStoreServerOptions::default().with_max_frame_size(1024));
     let addr = server.local_addr();
 
     // Declares 100 MiB and sends only the header.
@@ -381,11 +385,8 @@ fn client_refuses_an_oversized_answer() {
 
 #[test]
 fn stalled_frame_body_is_dropped_after_io_timeout() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_io_timeout(Duration::from_millis(200)),
-    )
-    .unwrap();
+    let server =
+        server_with(TcpStoreServerOptions::default().with_io_timeout(Duration::from_millis(200)));
     let mut raw = raw_plain_session(server.local_addr());
     // A SET of key "k" and an empty value announces 10 bytes; send 6, stall.
     raw.write_all(&[0, 0, 0, 10, 0x02, 0, 0, 0, 1, b'k'])
@@ -397,25 +398,13 @@ fn stalled_frame_body_is_dropped_after_io_timeout() {
 #[test]
 fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
     let deadline = Duration::from_millis(300);
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default()
-            .with_handshake_timeout(deadline)
-            .with_secret(b"s3cret".to_vec()),
-    )
-    .unwrap();
+    let server = sealed_server(TcpStoreServerOptions::default().with_handshake_timeout(deadline));
     let addr = server.local_addr();
     // Silent, half a HELLO, and a whole HELLO that never sends its PROOF.
     let mut silent = TcpStream::connect(addr).unwrap();
     let mut partial = TcpStream::connect(addr).unwrap();
     partial.write_all(&[0, 0, 0, 44, 1]).unwrap();
-    let mut unproven = TcpStream::connect(addr).unwrap();
-    let hello = Request::Hello {
-        nonce: [5; wire::NONCE_LEN],
-        authenticate: true,
-    }
-    .encode();
-    unproven.write_all(hello.as_bytes()).unwrap();
+    let mut unproven = connect_and_say_hello(addr, 5, true);
     for raw in [&mut silent, &mut partial] {
         assert_closed(raw);
     }
@@ -426,7 +415,7 @@ fn an_unfinished_handshake_loses_its_slot_at_the_handshake_deadline() {
     ));
     assert_closed(&mut unproven);
     eventually("the slots are freed", || server.num_connections() == 0);
-    assert_serves(&server, opts().with_secret(b"s3cret".to_vec()));
+    assert_serves(&server, opts().with_secret(SECRET.to_vec()));
 }
 
 #[test]
@@ -520,18 +509,8 @@ fn secrets_do_not_appear_in_debug_output() {
 
 #[test]
 fn hello_answer_carries_the_servers_max_frame() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_max_frame_size(4096),
-    )
-    .unwrap();
-    let mut raw = TcpStream::connect(server.local_addr()).unwrap();
-    let hello = Request::Hello {
-        nonce: [9; wire::NONCE_LEN],
-        authenticate: false,
-    }
-    .encode();
-    raw.write_all(hello.as_bytes()).unwrap();
+    let server = server_with(TcpStoreServerOptions::default().with_max_frame_size(4096));
+    let mut raw = connect_and_say_hello(server.local_addr(), 9, false);
     let payload = read_raw_frame(&mut raw).unwrap();
     let Ok(Response::Hello { limits, proof, .. }) = Response::decode(&payload) else {
         panic!("expected HELLO, got {payload:02x?}");

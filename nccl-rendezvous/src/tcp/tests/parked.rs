@@ -9,8 +9,8 @@ use std::thread;
 use std::time::Duration;
 
 use super::super::wire::{Request, Response};
-use super::{PATIENCE, client, eventually, raw_plain_session, read_raw_frame, server};
-use crate::tcp::{TcpStore, TcpStoreServer, TcpStoreServerOptions, TcpStoreServerStats};
+use super::{PATIENCE, client, eventually, raw_plain_session, read_raw_frame, server, server_with};
+use crate::tcp::{TcpStore, TcpStoreServerOptions, TcpStoreServerStats};
 use crate::{Store, StoreError};
 
 #[test]
@@ -33,11 +33,8 @@ fn a_waiting_client_that_disconnects_frees_its_slot_and_its_parked_request() {
 
 #[test]
 fn the_server_cuts_waits_at_its_max_wait_and_the_client_asks_again() {
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_max_wait(Duration::from_millis(50)),
-    )
-    .unwrap();
+    let server =
+        server_with(TcpStoreServerOptions::default().with_max_wait(Duration::from_millis(50)));
     // A raw get for 600 s is answered at the server's limit.
     let mut raw = raw_plain_session(server.local_addr());
     let get = Request::Get {
@@ -64,11 +61,7 @@ fn the_server_cuts_waits_at_its_max_wait_and_the_client_asks_again() {
 #[test]
 fn parked_requests_are_answered_and_reaped_across_serving_threads() {
     const CLIENTS: usize = 8;
-    let server = TcpStoreServer::bind(
-        "127.0.0.1:0",
-        TcpStoreServerOptions::default().with_serving_threads(3),
-    )
-    .unwrap();
+    let server = server_with(TcpStoreServerOptions::default().with_serving_threads(3));
     let stores: Vec<TcpStore> = (0..CLIENTS).map(|_| client(&server)).collect();
     let all = client(&server);
     let keys: Vec<String> = (0..CLIENTS).map(|i| format!("key/{i}")).collect();

@@ -30,7 +30,7 @@ fn an_idle_gate_runs_under_sched_idle() {
     // The other tests' servers keep the default (nice +10): a gate under
     // SCHED_IDLE is this one.
     let options = TcpStoreServerOptions::default().with_gate_priority(GatePriority::Idle);
-    let server = TcpStoreServer::bind("127.0.0.1:0", options).unwrap();
+    let server = server_with(options);
     eventually("the gate thread under SCHED_IDLE", || {
         gate_policies().contains(&SCHED_IDLE)
     });

@@ -235,19 +235,18 @@ fn connect_gives_up_after_its_timeout() {
     let err = within("a connect to a closed port", PATIENCE, move || {
         C10dStore::connect("127.0.0.1", port, timeout).unwrap_err()
     });
-    match &err {
-        StoreError::Connect {
-            attempts,
-            addr,
-            waited,
-            ..
-        } => {
-            assert!(*attempts > 1, "{err}");
-            assert_eq!(*addr, format!("127.0.0.1:{port}"));
-            assert!(*waited >= timeout, "{err}");
-        }
-        other => panic!("expected a connect error, got {other:?}"),
-    }
+    let StoreError::Connect {
+        attempts,
+        addr,
+        waited,
+        ..
+    } = &err
+    else {
+        panic!("expected a connect error, got {err:?}");
+    };
+    assert!(*attempts > 1, "{err}");
+    assert_eq!(*addr, format!("127.0.0.1:{port}"));
+    assert!(*waited >= timeout, "{err}");
 }
 
 #[test]

@@ -339,183 +339,43 @@ pub fn expect_err<T: Debug>(result: Result<T>, text: &str) -> Error {
     }
 }
 
-#[track_caller]
-pub fn dtype_mismatch<T: Debug>(
-    result: Result<T>,
-    op: &str,
-    input: DataType,
-    output: DataType,
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::DtypeMismatch {
-            op: o,
-            input: i,
-            output: out,
-        } => assert_eq!((o, i, out), (op, input, output)),
-        other => panic!("expected DtypeMismatch, got {other:?}"),
-    }
+/// Writes one matcher per row, named after what it expects: the error of
+/// `result`, whose message must be `text`, is `Error::Variant` with every
+/// field equal to the value the row gives it (the parameter of the same
+/// name where the row names only the field).
+macro_rules! error_matchers {
+    ($(
+        $name:ident($($param:tt: $ty:ty),*) => $variant:ident { $($field:ident $(: $value:expr)?),* };
+    )*) => {$(
+        #[track_caller]
+        pub fn $name<T: Debug>(result: Result<T>, $($param: $ty,)* text: &str) {
+            let expected = ($(error_matchers!(@value $field $(: $value)?),)*);
+            match expect_err(result, text) {
+                Error::$variant { $($field),* } => assert_eq!(($($field,)*), expected),
+                other => panic!(concat!("expected ", stringify!($variant), ", got {:?}"), other),
+            }
+        }
+    )*};
+    (@value $field:ident) => { $field };
+    (@value $field:ident: $value:expr) => { $value };
 }
 
-#[track_caller]
-pub fn wrong_length<T: Debug>(
-    result: Result<T>,
-    (op, what): (&str, &str),
-    expected: usize,
-    given: usize,
-    rule: &str,
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::WrongLength {
-            op: o,
-            what: w,
-            expected: e,
-            given: g,
-            rule: r,
-        } => assert_eq!((o, w, e, g, r), (op, what, expected, given, rule)),
-        other => panic!("expected WrongLength, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn not_divisible<T: Debug>(
-    result: Result<T>,
-    (op, what): (&str, &str),
-    given: usize,
-    world_size: usize,
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::NotDivisible {
-            op: o,
-            what: w,
-            given: g,
-            world_size: n,
-        } => assert_eq!((o, w, g, n), (op, what, given, world_size)),
-        other => panic!("expected NotDivisible, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn wrong_device<T: Debug>(
-    result: Result<T>,
-    (op, what): (&str, &str),
-    expected: usize,
-    given: usize,
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::WrongDevice {
-            op: o,
-            what: w,
-            expected: e,
-            given: g,
-        } => assert_eq!((o, w, e, g), (op, what, expected, given)),
-        other => panic!("expected WrongDevice, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn not_contiguous<T: Debug>(
-    result: Result<T>,
-    (op, what): (&str, &str),
-    shape: &[usize],
-    strides: &[usize],
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::NotContiguous {
-            op: o,
-            what: w,
-            shape: sh,
-            strides: st,
-        } => assert_eq!(
-            (o, w, sh.as_slice(), st.as_slice()),
-            (op, what, shape, strides)
-        ),
-        other => panic!("expected NotContiguous, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn rank_out_of_range<T: Debug>(
-    result: Result<T>,
-    (op, what): (&str, &str),
-    given: usize,
-    world_size: usize,
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::RankOutOfRange {
-            op: o,
-            what: w,
-            given: g,
-            world_size: n,
-        } => assert_eq!((o, w, g, n), (op, what, given, world_size)),
-        other => panic!("expected RankOutOfRange, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn self_peer<T: Debug>(result: Result<T>, op: &str, peer: usize, text: &str) {
-    match expect_err(result, text) {
-        Error::SelfPeerOutsideGroup { op: o, peer: p } => assert_eq!((o, p), (op, peer)),
-        other => panic!("expected SelfPeerOutsideGroup, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn unsupported_dtype<T: Debug>(
-    result: Result<T>,
-    op: &str,
-    dtype: DataType,
-    (needed, loaded): (Version, Version),
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::UnsupportedDataType {
-            op: o,
-            dtype: d,
-            needed: n,
-            loaded: l,
-        } => assert_eq!((o, d, n, l), (op, dtype, needed, loaded)),
-        other => panic!("expected UnsupportedDataType, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn unsupported_reduction<T: Debug>(
-    result: Result<T>,
-    (op, reduction): (&str, &str),
-    dtype: DataType,
-    reason: &str,
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::UnsupportedReduction {
-            op: o,
-            reduction: r,
-            dtype: d,
-            reason: why,
-        } => assert_eq!((o, r, d, why.as_str()), (op, reduction, dtype, reason)),
-        other => panic!("expected UnsupportedReduction, got {other:?}"),
-    }
-}
-
-#[track_caller]
-pub fn wrong_layout<T: Debug>(
-    result: Result<T>,
-    op: &str,
-    (expected, given): (&str, &str),
-    text: &str,
-) {
-    match expect_err(result, text) {
-        Error::WrongLayout {
-            op: o,
-            expected: e,
-            given: g,
-        } => assert_eq!((o, e, g), (op, expected, given)),
-        other => panic!("expected WrongLayout, got {other:?}"),
-    }
+error_matchers! {
+    dtype_mismatch(op: &str, input: DataType, output: DataType) => DtypeMismatch { op, input, output };
+    wrong_length((op, what): (&str, &str), expected: usize, given: usize, rule: &str)
+        => WrongLength { op, what, expected, given, rule };
+    not_divisible((op, what): (&str, &str), given: usize, world_size: usize)
+        => NotDivisible { op, what, given, world_size };
+    wrong_device((op, what): (&str, &str), expected: usize, given: usize)
+        => WrongDevice { op, what, expected, given };
+    not_contiguous((op, what): (&str, &str), shape: &[usize], strides: &[usize])
+        => NotContiguous { op, what, shape: shape.to_vec(), strides: strides.to_vec() };
+    rank_out_of_range((op, what): (&str, &str), given: usize, world_size: usize)
+        => RankOutOfRange { op, what, given, world_size };
+    self_peer(op: &str, peer: usize) => SelfPeerOutsideGroup { op, peer };
+    unsupported_dtype(op: &str, dtype: DataType, (needed, loaded): (Version, Version))
+        => UnsupportedDataType { op, dtype, needed, loaded };
+    unsupported_reduction((op, reduction): (&str, &str), dtype: DataType, reason: &str)
+        => UnsupportedReduction { op, reduction, dtype, reason: reason.to_string() };
+    wrong_layout(op: &str, (expected, given): (&str, &str)) => WrongLayout { op, expected, given };
 }

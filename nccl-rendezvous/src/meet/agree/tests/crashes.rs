@@ -117,12 +117,8 @@ pub(super) fn partial_writes_of_a_dead_rank(backend: Backend) {
     for outcome in agree_all(&ranks(&backend, &[0, 1], &[], &long), 3, 2) {
         let error = outcome.unwrap_err();
         assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
-        assert!(
-            error
-                .to_string()
-                .starts_with("invalid agreement record \"agree/3/decision\" = "),
-            "{error}"
-        );
+        let record = "invalid agreement record \"agree/3/decision\" = ";
+        assert!(error.to_string().starts_with(record), "{error}");
     }
     // A counter of arrivals no rank could have reached, which would take
     // longer than any deadline to read:
