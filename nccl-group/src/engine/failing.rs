@@ -425,9 +425,9 @@ impl GroupChecks for Inner {
         if let Err(error) = self.check_live() {
             return Some(Err(error));
         }
-        let name = &self.cache.membership().name;
-        if let Err(error) = self.suspension.check(name, "checking a result") {
-            return Some(Err(error));
+        if self.suspension.is_suspended() {
+            let name = &self.cache.membership().name;
+            return Some(self.suspension.check(name, "checking a result"));
         }
         match self.clean_check() {
             CommHealth::Clean => Some(Ok(())),

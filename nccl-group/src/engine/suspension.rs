@@ -94,20 +94,21 @@ impl ProcessGroup {
         }
         suspension.state.store(SUSPENDING, Ordering::Release);
         let suspended = self.drain_and_suspend(&sets);
-        let next = if suspended.is_ok() || sets.iter().any(|set| is_suspended(set)) {
-            // A failure part way leaves what it suspended suspended:
-            // resume (on every rank) or abort.
-            SUSPENDED
-        } else {
-            ACTIVE
-        };
-        suspension.state.store(next, Ordering::Release);
+        if suspension.state.load(Ordering::Acquire) == SUSPENDING {
+            // Nothing was suspended: the group issues again.
+            suspension.state.store(ACTIVE, Ordering::Release);
+        }
         suspended
     }
 
     /// Waits until no operation is pending and a clean check verified the
     /// ends, then suspends every communicator of `sets`, each locked (in
-    /// store-key order, the same on every rank).
+    /// store-key order, the same on every rank), and marks the group
+    /// suspended before it lets go of them: the watchdog, which skips a
+    /// suspended group, never reads the health of a suspended
+    /// communicator (NCCL answers that with an error, which would fail
+    /// the group). A failure part way leaves what it suspended suspended,
+    /// and the group too: resume (on every rank) or abort.
     fn drain_and_suspend(&self, sets: &[Arc<LocalComms>]) -> Result<()> {
         let started = Instant::now();
         let bound = self.options().timeout;
@@ -118,10 +119,17 @@ impl ProcessGroup {
                 // An operation that passed the check before the suspend
                 // began may have enqueued since: it is pending now.
                 if !self.has_pending_record() {
-                    for guard in &guards {
-                        guard.core().suspend_in_place()?;
+                    let suspended = guards
+                        .iter()
+                        .try_for_each(|guard| guard.core().suspend_in_place());
+                    let any = guards.iter().any(|guard| guard.core().is_suspended());
+                    if suspended.is_ok() || any {
+                        self.inner
+                            .suspension
+                            .state
+                            .store(SUSPENDED, Ordering::Release);
                     }
-                    return Ok(());
+                    return Ok(suspended?);
                 }
             }
             if started.elapsed() >= bound {
@@ -175,13 +183,6 @@ impl ProcessGroup {
         suspension.state.store(ACTIVE, Ordering::Release);
         Ok(())
     }
-}
-
-/// Whether a communicator of `set` is suspended.
-fn is_suspended(set: &LocalComms) -> bool {
-    set.members
-        .iter()
-        .any(|member| member.lock().core().is_suspended())
 }
 
 #[cfg(test)]

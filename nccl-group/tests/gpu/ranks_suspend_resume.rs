@@ -88,10 +88,23 @@ fn dynamic_bytes(group: &ProcessGroup, device: usize, what: &str) -> (u64, bool)
     (on_device.dynamic_bytes(), on_device.stats.suspended)
 }
 
+/// This rank's GPU as every process names it: its UUID, in hex (device
+/// ordinals depend on each process's `CUDA_VISIBLE_DEVICES`).
+fn gpu_uuid(stream: &Arc<CudaStream>, what: &str) -> String {
+    let uuid = stream
+        .context()
+        .uuid()
+        .unwrap_or_else(|e| panic!("{what}: the GPU's UUID: {e}"));
+    uuid.bytes
+        .iter()
+        .map(|&byte| format!("{:02x}", byte as u8))
+        .collect()
+}
+
 /// The dynamic bytes of every rank's communicators on this rank's GPU,
 /// exchanged through the store: ranks that share a GPU free it together.
 fn dynamic_bytes_on_gpu(ctx: &RankContext, store: &StoreAt, mine: u64) -> u64 {
-    let device = ctx.device.ordinal();
+    let device = gpu_uuid(&ctx.stream, &ctx.label());
     let key = |rank: usize| format!("suspend_resume_dynamic_{rank}");
     store
         .store
@@ -106,11 +119,7 @@ fn dynamic_bytes_on_gpu(ctx: &RankContext, store: &StoreAt, mine: u64) -> u64 {
             let text = String::from_utf8(value).expect("written as text");
             let (their_device, bytes) = text.split_once(' ').expect("`device bytes`");
             let bytes: u64 = bytes.parse().expect("a byte count");
-            if their_device.parse::<usize>() == Ok(device) {
-                bytes
-            } else {
-                0
-            }
+            if their_device == device { bytes } else { 0 }
         })
         .sum()
 }
@@ -242,10 +251,13 @@ fn ranks_suspend_resume_frees_memory_and_replays_graphs() {
     }
 
     // A graph of one all_reduce, captured before the suspend: warmed up
-    // (the tensor settles on the stream), then captured.
-    let g = upload(stream, &graph_model.ranks[rank]);
-    let g = done(group.all_reduce(g, ReduceOp::Sum, stream), &what);
-    graph_model.all_reduce();
+    // twice, as ranks_graphs does (the tensor settles on the stream),
+    // then captured.
+    let mut g = upload(stream, &graph_model.ranks[rank]);
+    for _ in 0..2 {
+        g = done(group.all_reduce(g, ReduceOp::Sum, stream), &what);
+        graph_model.all_reduce();
+    }
     stream.synchronize().expect("synchronize");
     watchdog_drained(&group, &what);
     let capture = group
@@ -338,17 +350,19 @@ fn ranks_suspend_resume_frees_memory_and_replays_graphs() {
          dynamic_on_gpu={dynamic_on_gpu} rank={rank}"
     );
 
-    // Three all_reduces ran outside the capture (the captured one is the
+    // Four all_reduces ran outside the capture (the first, the graph's two
+    // warm-ups, the one after the resume; the captured one is the
     // graph's), and one replay; none failed.
+    let all_reduces = 4;
     let snapshot = metrics_snapshot();
     assert_eq!(
         counter(&snapshot, metrics::OPERATIONS, "all_reduce"),
-        3,
+        all_reduces,
         "{what}: {snapshot:?}"
     );
     assert_eq!(
         counter(&snapshot, metrics::OPERATION_BYTES, "all_reduce"),
-        3 * (LEN * size_of::<i64>()) as u64,
+        all_reduces * (LEN * size_of::<i64>()) as u64,
         "{what}"
     );
     assert_eq!(
@@ -356,7 +370,11 @@ fn ranks_suspend_resume_frees_memory_and_replays_graphs() {
         1,
         "{what}"
     );
-    assert_eq!(latencies(&snapshot, "all_reduce"), 3, "{what}");
+    assert_eq!(
+        latencies(&snapshot, "all_reduce"),
+        all_reduces as usize,
+        "{what}"
+    );
     assert_eq!(latencies(&snapshot, "graph_replay"), 1, "{what}");
     assert_eq!(
         counter(&snapshot, metrics::OPERATION_FAILURES, "all_reduce"),
