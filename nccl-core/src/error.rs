@@ -244,13 +244,15 @@ pub enum Error {
         "the communicator was revoked; shrink or split it into a new one, or drop it (revoked communicators are released by abort)"
     )]
     Revoked,
-    /// The communicator was left suspended (`ncclCommSuspend`): its
-    /// [`Suspended`](crate::Suspended) guard was dropped without a
+    /// The communicator is suspended (`ncclCommSuspend`): by
+    /// [`Communicator::suspend_in_place`](crate::Communicator::suspend_in_place),
+    /// or its [`Suspended`](crate::Suspended) guard was dropped without a
     /// successful [`resume`](crate::Suspended::resume), or a suspend failed
-    /// part way; resuming is collective, so only dropping it (which aborts
-    /// it) remains.
+    /// part way. [`Communicator::resume_in_place`](crate::Communicator::resume_in_place)
+    /// on every rank resumes it (collective); dropping it aborts it.
     #[error(
-        "the communicator was left suspended (not resumed, or its suspend or resume failed); create a new one"
+        "the communicator is suspended (not resumed, or its suspend or resume failed); resume it on every rank \
+         (Communicator::resume_in_place) or create a new one"
     )]
     Suspended,
     /// A wait ran past its deadline.

@@ -271,6 +271,20 @@ pub enum GroupError {
         /// The generation that replaced it.
         successor: u64,
     },
+    /// The group is suspended ([`ProcessGroup::suspend`](crate::Lifecycle::suspend)):
+    /// its communicators' dynamic GPU memory is released, so it issues no
+    /// operation, captures, replays, registers nor is destroyed until
+    /// [`resume`](crate::Lifecycle::resume). Nothing was touched.
+    #[error(
+        "process group {name:?} is suspended (ProcessGroup::suspend released its communicators' GPU memory): \
+         call resume on every rank before {action}"
+    )]
+    Suspended {
+        /// The group's name.
+        name: String,
+        /// What was refused: `"issuing operations"`, `"suspending it again"`, ...
+        action: &'static str,
+    },
     /// A process joining a grown group
     /// ([`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown))
     /// found no grow that offered its ticket a place in time.
@@ -319,6 +333,7 @@ impl GroupError {
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive`, `SubGroupsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Healed` | [`ErrorKind::Healed`] |
+    /// | `Suspended` | [`ErrorKind::Suspended`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
     /// | `WatchdogStart`, `WakerStart` | [`ErrorKind::Io`] |
     /// | `Dump` | [`ErrorKind::InvalidArgument`] for [`DumpError::NoFolder`], else [`ErrorKind::Io`] |
@@ -345,6 +360,7 @@ impl GroupError {
             | GroupError::SubGroupsAlive { .. } => ErrorKind::InvalidArgument,
             GroupError::Capture { .. } => ErrorKind::Unsupported,
             GroupError::Healed { .. } => ErrorKind::Healed,
+            GroupError::Suspended { .. } => ErrorKind::Suspended,
             GroupError::WatchdogStart { .. } | GroupError::WakerStart { .. } => ErrorKind::Io,
             GroupError::Dump(DumpError::NoFolder) => ErrorKind::InvalidArgument,
             GroupError::Dump(_) => ErrorKind::Io,
@@ -402,6 +418,7 @@ impl GroupError {
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",
             GroupError::Healed { .. } => "Healed",
+            GroupError::Suspended { .. } => "Suspended",
             GroupError::NotOffered { .. } => "NotOffered",
         }
     }

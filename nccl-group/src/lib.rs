@@ -104,9 +104,11 @@ with_cuda! {
     pub use engine::batch::{Coalesced, P2POp};
     pub use engine::buffers::{GroupBuffers, GroupTensor};
     pub use engine::builder::GroupBuilder;
+    pub use diagnostics::metrics;
     pub use engine::capture::GraphCapture;
     pub use engine::dumping::Diagnostics;
     pub use engine::graph::GroupGraph;
+    pub use engine::memory::DeviceMemStats;
     pub use engine::group::ProcessGroup;
     pub use engine::multi::MultiDevice;
     pub use engine::ownership::{Borrowed, OpBuffers, Owned, Ownership};

@@ -7,9 +7,9 @@ use std::ffi::c_int;
 use std::fmt;
 use std::sync::atomic::Ordering;
 
-use nccl_sys::{NCCL_SUSPEND_MEM, ncclComm_t, ncclCommMemStat_t, ncclResult_t};
+use nccl_sys::{NCCL_SUSPEND_MEM, ncclCommMemStat_t, ncclResult_t};
 
-use super::{Communicator, LIVE, SUSPENDED};
+use super::{Communicator, LIVE, REVOKED, SUSPENDED};
 use crate::capabilities::{Capabilities, Capability};
 use crate::error::{Error, Result, Status};
 use crate::library::check;
@@ -36,7 +36,8 @@ pub struct MemStats {
 /// Resuming is collective (NCCL waits at a barrier of every rank), so
 /// dropping this guard cannot resume without risking a hang: a guard
 /// dropped without `resume` leaves the communicator suspended, every later
-/// call on it fails with [`Error::Suspended`], and its drop aborts it.
+/// call on it but [`Communicator::resume_in_place`] fails with
+/// [`Error::Suspended`], and its drop aborts it.
 #[must_use = "the communicator stays suspended until `resume` is called"]
 pub struct Suspended<'a> {
     communicator: &'a mut Communicator,
@@ -68,10 +69,24 @@ impl Communicator {
     /// rank here.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] naming 2.29.7 on an older libnccl; a
-    /// communicator that is not live; NCCL's failure, or a timeout (it is
-    /// then aborted).
+    /// As [`Communicator::suspend_in_place`].
     pub fn suspend(&mut self) -> Result<Suspended<'_>> {
+        self.suspend_in_place()?;
+        Ok(Suspended { communicator: self })
+    }
+
+    /// [`Communicator::suspend`] without the guard, for a communicator
+    /// shared behind a lock (a process group's): the communicator keeps
+    /// its state, so until [`Communicator::resume_in_place`] every call on
+    /// it but resume, [`Communicator::mem_stats`] and abort fails with
+    /// [`Error::Suspended`], and dropping it still aborts it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] naming 2.29.7 on an older libnccl; a
+    /// communicator that is not live ([`Error::Suspended`] when it is
+    /// suspended already); NCCL's failure, or a timeout (it is then
+    /// aborted).
+    pub fn suspend_in_place(&self) -> Result<()> {
         let lib = self.shared.lib;
         Capabilities::of(lib).require(Capability::SuspendResume)?;
         let suspend = lib.functions().ncclCommSuspend()?;
@@ -103,21 +118,70 @@ impl Communicator {
             return Err(error);
         }
         crate::trace::event!(debug, rank = self.rank, "communicator suspended");
-        Ok(Suspended { communicator: self })
+        Ok(())
+    }
+
+    /// `ncclCommResume` (NCCL 2.29.7) of a communicator suspended by
+    /// [`Communicator::suspend_in_place`] (or left suspended by a dropped
+    /// [`Suspended`] guard): gets its memory back and makes it usable
+    /// again. Collective: every rank resumes. A nonblocking communicator
+    /// is polled until done, at most its timeout.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a communicator that is not
+    /// suspended (nothing is called); [`Error::Aborted`] for one aborted
+    /// since; NCCL's failure, or a timeout (the communicator is then
+    /// aborted); after either it stays suspended.
+    pub fn resume_in_place(&self) -> Result<()> {
+        match self.shared.state.load(Ordering::Acquire) {
+            SUSPENDED => {}
+            LIVE | REVOKED => {
+                return Err(Error::InvalidArgument {
+                    argument: "communicator to resume",
+                    expected: "a suspended communicator (suspend_in_place first)".to_string(),
+                    given: format!(
+                        "a {} communicator",
+                        if self.is_revoked() { "revoked" } else { "live" }
+                    ),
+                });
+            }
+            state => return Err(Self::unusable(state)),
+        }
+        let lib = self.shared.lib;
+        let resume = lib.functions().ncclCommResume()?;
+        let raw = self.raw_held()?;
+        self.device.bind_to_thread()?;
+        // SAFETY: `raw` is held by NCCL (suspended, as checked above; an
+        // abort from another thread is the window described on `Shared`).
+        let result = unsafe { resume(raw) };
+        let status = check(lib, "ncclCommResume", result)?;
+        if status == Status::InProgress || !self.blocking {
+            self.wait_ready("ncclCommResume")?;
+        }
+        if self.shared.claim_from(&[SUSPENDED], LIVE) {
+            crate::trace::event!(debug, rank = self.rank, "communicator resumed");
+            Ok(())
+        } else {
+            Err(Error::Aborted)
+        }
+    }
+
+    /// Whether the communicator's memory is suspended now (by
+    /// [`Communicator::suspend_in_place`], or a [`Suspended`] guard).
+    pub fn is_suspended(&self) -> bool {
+        self.shared.state.load(Ordering::Acquire) == SUSPENDED
     }
 
     /// `ncclCommMemStats` (NCCL 2.29.7): the GPU memory this communicator
-    /// holds. Not collective.
+    /// holds. Not collective. Answers while it is suspended too
+    /// ([`MemStats::suspended`]).
     ///
     /// # Errors
     /// [`Error::Unsupported`] naming 2.29.7 on an older libnccl; a
-    /// communicator that is not live; NCCL's failure (`ncclInvalidUsage`
-    /// while its memory manager is disabled).
+    /// communicator that NCCL no longer holds (aborted, finalized); NCCL's
+    /// failure (`ncclInvalidUsage` while its memory manager is disabled).
     pub fn mem_stats(&self) -> Result<MemStats> {
-        self.mem_stats_of(self.raw_for_management()?)
-    }
-
-    fn mem_stats_of(&self, raw: ncclComm_t) -> Result<MemStats> {
+        let raw = self.raw_held()?;
         let lib = self.shared.lib;
         Capabilities::of(lib).require(Capability::MemStats)?;
         let stats = lib.functions().ncclCommMemStats()?;
@@ -146,25 +210,9 @@ impl Suspended<'_> {
     /// NCCL's failure, or a timeout (the communicator is then aborted);
     /// after either the communicator stays suspended ([`Error::Suspended`]
     /// for every later call) until it is dropped.
+    /// ([`Communicator::resume_in_place`] is this without the guard.)
     pub fn resume(self) -> Result<()> {
-        let communicator = self.communicator;
-        let lib = communicator.shared.lib;
-        let resume = lib.functions().ncclCommResume()?;
-        let raw = communicator.raw_held()?;
-        communicator.device.bind_to_thread()?;
-        // SAFETY: `raw` is held by NCCL (suspended by this guard's
-        // communicator, which nothing else borrows).
-        let result = unsafe { resume(raw) };
-        let status = check(lib, "ncclCommResume", result)?;
-        if status == Status::InProgress || !communicator.blocking {
-            communicator.wait_ready("ncclCommResume")?;
-        }
-        if communicator.shared.claim_from(&[SUSPENDED], LIVE) {
-            crate::trace::event!(debug, rank = communicator.rank, "communicator resumed");
-            Ok(())
-        } else {
-            Err(Error::Aborted)
-        }
+        self.communicator.resume_in_place()
     }
 
     /// [`Communicator::mem_stats`] while suspended.
@@ -172,7 +220,6 @@ impl Suspended<'_> {
     /// # Errors
     /// As [`Communicator::mem_stats`].
     pub fn mem_stats(&self) -> Result<MemStats> {
-        self.communicator
-            .mem_stats_of(self.communicator.raw_held()?)
+        self.communicator.mem_stats()
     }
 }

@@ -1,6 +1,6 @@
 //! nccl-core's wrappers of NCCL's newer communicator management on one GPU
-//! (world size 1): revoke, split after a revoke, suspend and resume, memory
-//! statistics, the grow id. Each takes the path the loaded libnccl allows:
+//! (world size 1): revoke, split after a revoke, suspend and resume (with
+//! the guard and in place), memory statistics, the grow id. Each takes the path the loaded libnccl allows:
 //! with the capability the call works; without it, the error names the
 //! release that introduced it and the communicator keeps working. Grow
 //! itself and shrink need more than one rank (`nccl-group`'s heal tests).
@@ -168,6 +168,46 @@ fn gpu_a_communicator_left_suspended_refuses_calls_and_drops() {
     assert!(matches!(comm.finalize(), Err(Error::Suspended)));
     assert_eq!(Error::Suspended.kind(), ErrorKind::Closed);
     // Drop aborts it: no hang, no resume.
+}
+
+#[test]
+fn gpu_suspend_in_place_refuses_twice_and_resumes_once() {
+    let Some(device) = one_gpu() else { return };
+    let comm = single_rank(&device);
+    let stream = device.new_stream().unwrap();
+    let capabilities = comm.capabilities();
+    if !capabilities.has(Capability::SuspendResume) {
+        assert_unsupported(
+            comm.suspend_in_place().unwrap_err(),
+            Capability::SuspendResume,
+            capabilities,
+        );
+        assert!(!comm.is_suspended());
+        all_reduce(&comm, &stream).expect("still live after the refused suspend");
+        return;
+    }
+    all_reduce(&comm, &stream).unwrap();
+    let error = comm.resume_in_place().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::InvalidArgument, "{error}");
+    assert!(
+        error.to_string().contains("got a live communicator"),
+        "{error}"
+    );
+    comm.suspend_in_place().unwrap();
+    assert!(comm.is_suspended());
+    assert!(matches!(comm.suspend_in_place(), Err(Error::Suspended)));
+    assert!(matches!(all_reduce(&comm, &stream), Err(Error::Suspended)));
+    if capabilities.has(Capability::MemStats) {
+        let during = comm.mem_stats().expect("answers while suspended");
+        assert!(during.suspended || during.total_bytes == 0, "{during:?}");
+    }
+    comm.resume_in_place().unwrap();
+    assert!(!comm.is_suspended());
+    all_reduce(&comm, &stream).expect("usable after resume");
+    assert_eq!(
+        comm.resume_in_place().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
 }
 
 #[test]

@@ -21,7 +21,9 @@ pub use records::{FlightDump, OpRecord, OpState, PeerProgress, lagging_ranks, th
 with_cuda! {
     use std::borrow::Cow;
     use std::sync::{Mutex, PoisonError};
-    use std::time::{Instant, SystemTime, UNIX_EPOCH};
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+    use crate::diagnostics::metrics::GroupMetrics;
 
     thread_local! {
         /// The calling thread's id as the operating system knows it: read once
@@ -60,6 +62,8 @@ with_cuda! {
         capacity: usize,
         epoch: Instant,
         epoch_unix_us: u64,
+        /// Where the operations it records and their ends are counted too.
+        metrics: GroupMetrics,
     }
 
     impl std::fmt::Debug for FlightRecorder {
@@ -90,7 +94,18 @@ with_cuda! {
                 capacity,
                 epoch: Instant::now(),
                 epoch_unix_us,
+                metrics: GroupMetrics::default(),
             }
+        }
+
+        /// The same recorder, counting what it records in `metrics` too.
+        pub(crate) fn with_metrics(self, metrics: GroupMetrics) -> Self {
+            Self { metrics, ..self }
+        }
+
+        /// The group's metrics.
+        pub(crate) fn metrics(&self) -> &GroupMetrics {
+            &self.metrics
         }
 
         fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
@@ -105,6 +120,7 @@ with_cuda! {
         /// Records an operation about to be enqueued; returns its record
         /// (with its sequence numbers). Allocates nothing once the ring is full.
         pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+            self.metrics.issued(description);
             let thread = OS_THREAD_ID.with(|id| *id);
             let mut ring = self.ring();
             let seq = ring.next_seq;
@@ -163,11 +179,19 @@ with_cuda! {
             slot.record.state = state;
             slot.record.finished_us = Some(finished);
             slot.end_stamp = end_stamp;
+            let op = slot.record.op.clone();
+            let latency = Duration::from_micros(finished.saturating_sub(slot.record.enqueued_us));
             let collective = slot.record.collective_seq;
             if state == OpState::Completed
                 && let Some(n) = collective
             {
                 ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
+            }
+            drop(ring);
+            match state {
+                OpState::Completed => self.metrics.completed(op, latency),
+                OpState::Failed => self.metrics.failed(op),
+                _ => {}
             }
         }
 
@@ -193,6 +217,7 @@ with_cuda! {
             {
                 record.state = OpState::Failed;
                 record.finished_us = Some(finished);
+                self.metrics.failed(record.op.clone());
             }
         }
 

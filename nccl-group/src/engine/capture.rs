@@ -130,11 +130,13 @@ impl ProcessGroup {
     /// ```
     ///
     /// # Errors
-    /// An aborted, destroyed or failed group, a stream already being
+    /// An aborted, destroyed or failed group, a suspended one
+    /// ([`GroupError::Suspended`]), a stream already being
     /// captured ([`Uncapturable::AlreadyCapturing`]), or CUDA's refusal
     /// (the legacy default stream cannot be captured).
     pub fn begin_capture(&self, stream: &Arc<CudaStream>) -> Result<GraphCapture> {
         self.check_live()?;
+        self.check_not_suspended("capturing")?;
         if nccl_core::capture_status(stream)? != CaptureStatus::None {
             return Err(refused("begin_capture", Uncapturable::AlreadyCapturing));
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::diagnostics::dumps::{self, DumpError, DumpFiles, FAILURE_LABEL};
+use crate::engine::memory::{self, DeviceMemStats};
 use crate::diagnostics::recorder::records::FlightDump;
 use crate::engine::failing::Findings;
 use crate::engine::group::{Inner, ProcessGroup};
@@ -87,7 +88,8 @@ impl ProcessGroup {}
 /// records ([`flight_record`](Diagnostics::flight_record),
 /// [`dump_flight_recorder`](Diagnostics::dump_flight_recorder)) and the
 /// operations the watchdog still waits for
-/// ([`pending_operations`](Diagnostics::pending_operations)). Sealed,
+/// ([`pending_operations`](Diagnostics::pending_operations)) and the GPU
+/// memory its communicators hold ([`mem_stats`](Diagnostics::mem_stats)). Sealed,
 /// implemented for [`ProcessGroup`] only, and in the
 /// [`prelude`](crate::prelude).
 pub trait Diagnostics: crate::sealed::Sealed {
@@ -111,6 +113,19 @@ pub trait Diagnostics: crate::sealed::Sealed {
 
     /// How many operations the watchdog is still waiting for.
     fn pending_operations(&self) -> usize;
+
+    /// The GPU memory the group's communicators hold
+    /// (`ncclCommMemStats`, NCCL 2.29.7), summed per local device,
+    /// ordered by device: the collective communicators and the send/recv
+    /// pairs' made so far (none before the first operation). Answers
+    /// while [`suspend`](crate::Lifecycle::suspend)ed too.
+    ///
+    /// # Errors
+    /// NCCL's [`Unsupported`](nccl_core::Error::Unsupported) naming
+    /// 2.29.7 on an older libnccl; a communicator NCCL no longer holds
+    /// (an aborted or failed group's); NCCL's failure
+    /// (`ncclInvalidUsage` while its memory manager is disabled).
+    fn mem_stats(&self) -> Result<Vec<DeviceMemStats>>;
 }
 
 impl Diagnostics for ProcessGroup {
@@ -133,5 +148,9 @@ impl Diagnostics for ProcessGroup {
 
     fn pending_operations(&self) -> usize {
         self.inner.tracker.len()
+    }
+
+    fn mem_stats(&self) -> Result<Vec<DeviceMemStats>> {
+        memory::per_device(&self.inner.cache.all())
     }
 }

@@ -186,7 +186,7 @@ impl Inner {
     /// One clean check of every communicator (`crate::health::verify`): `Clean`
     /// verifies every end seen before it. Not while the group is failing:
     /// the caller checks the state.
-    fn clean_check(&self) -> CommHealth {
+    pub(crate) fn clean_check(&self) -> CommHealth {
         let epoch = self.verification.begin();
         let health = CommHealth::of(&self.cache.all());
         if matches!(health, CommHealth::Clean) {
@@ -361,7 +361,9 @@ fn async_error(error: &nccl_core::Error) -> FailureCause {
 
 impl Watched for Inner {
     fn tick(self: Arc<Self>, now: Instant) {
-        if self.state.load(Ordering::Acquire) != LIVE {
+        // A suspended communicator answers no health query: nothing is
+        // pending on one, so there is nothing to watch.
+        if self.state.load(Ordering::Acquire) != LIVE || self.suspension.is_suspended() {
             return;
         }
         if !self.tracker.is_empty() {
@@ -422,6 +424,10 @@ impl GroupChecks for Inner {
     fn check_now(self: Arc<Self>) -> Option<Result<()>> {
         if let Err(error) = self.check_live() {
             return Some(Err(error));
+        }
+        if self.suspension.is_suspended() {
+            let name = &self.cache.membership().name;
+            return Some(self.suspension.check(name, "checking a result"));
         }
         match self.clean_check() {
             CommHealth::Clean => Some(Ok(())),

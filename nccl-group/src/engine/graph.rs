@@ -92,12 +92,14 @@ impl<B: WorkBuffers + 'static> GroupGraph<B> {
     ///
     /// # Errors
     /// An aborted, destroyed or failed group (a graph must not run on
-    /// communicators that are gone), a stream being captured
+    /// communicators that are gone), a suspended one
+    /// ([`GroupError::Suspended`]), a stream being captured
     /// ([`Uncapturable::ReplayWhileCapturing`]), or CUDA's refusal to
     /// launch. If the launch succeeded but its end could not be recorded,
     /// the group fails (the replay runs unwatched) and says so.
     pub fn replay(&self) -> Result<()> {
         self.group.check_live()?;
+        self.group.check_not_suspended("replaying its graphs")?;
         if self.group.capture_status("graph_replay", &self.stream)? {
             return Err(refused("graph_replay", Uncapturable::ReplayWhileCapturing));
         }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::checks::Checker;
 use crate::diagnostics::dumps::request::RequestWatch;
+use crate::diagnostics::metrics::GroupMetrics;
 use crate::diagnostics::recorder::FlightRecorder;
 use crate::engine::cache::OnceMap;
 use crate::engine::captures;
@@ -21,6 +22,7 @@ use crate::engine::factory::NcclFactory;
 use crate::engine::generation::{Children, Succession};
 use crate::engine::membership::Membership;
 use crate::engine::pool::DevicePool;
+use crate::engine::suspension::Suspension;
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
 use crate::health::alarm::Listener;
@@ -66,6 +68,8 @@ pub(crate) struct Inner {
     pub(crate) children: Mutex<Children>,
     /// Reading the other ranks' failure alarm (`alarm`).
     pub(crate) listener: Listener,
+    /// Whether the communicators are suspended (`suspension`).
+    pub(crate) suspension: Suspension,
 }
 
 /// A group of processes running collectives on GPU tensors, with its
@@ -250,7 +254,8 @@ impl ProcessGroup {
     ) -> Result<Self> {
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
         let checks = checker(options.collective_checks, &membership);
-        let recorder = FlightRecorder::new(options.recorder_capacity);
+        let recorder = FlightRecorder::new(options.recorder_capacity)
+            .with_metrics(GroupMetrics::new(&membership.name));
         let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
         let factory = NcclFactory { pools, options };
         let verification = Arc::new(Verification::new(&membership.name));
@@ -270,6 +275,7 @@ impl ProcessGroup {
             lineage,
             children: Mutex::default(),
             listener: Listener::default(),
+            suspension: Suspension::default(),
         });
         let watched: std::sync::Weak<dyn crate::health::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::health::watchdog::Watched>));

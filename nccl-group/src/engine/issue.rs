@@ -189,8 +189,8 @@ impl ProcessGroup {
     ///
     /// # Errors
     /// As `B`'s [`Refusal`](crate::Refusal) (owned buffers handed back,
-    /// borrowed memory's a plain [`GroupError`]): an aborted, destroyed
-    /// or failed group, a send's or receive's peer that is not another
+    /// borrowed memory's a plain [`GroupError`]): an aborted, destroyed,
+    /// failed or suspended ([`GroupError::Suspended`]) group, a send's or receive's peer that is not another
     /// process, a failed rendezvous, a failed argument check
     /// ([`nccl_tensor::Plan::new`]), NCCL's error, or, on a stream being
     /// captured into a CUDA graph, an operation the group does not capture
@@ -265,6 +265,7 @@ impl ProcessGroup {
     /// The communicators for `key`. A group aborted while they were being
     /// created aborts them too (`abort` only sees those created before it).
     pub(crate) fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
+        self.check_not_suspended("issuing operations")?;
         let comms = match self.inner.cache.get(key) {
             Ok(comms) => comms,
             Err(error @ GroupError::InitTimeout { .. }) => {

@@ -1,8 +1,9 @@
 //! The group and its issue path: [`ProcessGroup`](crate::ProcessGroup)
 //! and its state, the operation tables and batches, the buffers an
 //! operation owns or borrows, [`Work`](crate::Work), capture into CUDA
-//! graphs and their replays, registration, the communicator cache, and
-//! how the group fails, raises the alarm and dumps its records.
+//! graphs and their replays, registration, the communicator cache,
+//! suspending it, and how the group fails, raises the alarm and dumps its
+//! records.
 
 pub(crate) mod alarm;
 pub(crate) mod batch;
@@ -24,12 +25,14 @@ pub(crate) mod issue;
 pub(crate) mod key;
 pub(crate) mod local_comms;
 pub(crate) mod member;
+pub(crate) mod memory;
 pub(crate) mod membership;
 pub(crate) mod multi;
 pub(crate) mod ops;
 pub(crate) mod ownership;
 pub(crate) mod pool;
 pub(crate) mod register;
+pub(crate) mod suspension;
 pub(crate) mod tracked;
 #[cfg(feature = "async")]
 pub(crate) mod waker;

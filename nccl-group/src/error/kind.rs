@@ -87,6 +87,10 @@ pub enum ErrorKind {
     /// A handle of a group that a heal or a grow replaced
     /// ([`GroupError::Healed`](crate::GroupError::Healed)): use the group the heal or grow returned.
     Healed,
+    /// The group is suspended ([`ProcessGroup::suspend`](crate::Lifecycle::suspend)):
+    /// call [`resume`](crate::Lifecycle::resume) on every rank, then retry.
+    /// The group is still live.
+    Suspended,
     /// The rendezvous store failed other than by a timeout: it could not
     /// be reached or bound, closed the connection, did not answer, refused
     /// the client, or its file or socket I/O failed.

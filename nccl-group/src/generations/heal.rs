@@ -27,6 +27,7 @@ pub(crate) use options::{HealOptions, Healed};
 impl ProcessGroup {
     /// [`Recovery::heal`](crate::generations::recovery::Recovery::heal).
     pub(crate) fn heal_generation(&self, options: &HealOptions) -> Result<Healed> {
+        let started = Instant::now();
         let mut succession = self.lock_succession();
         if let Some(record) = succession.record.as_ref() {
             return healed_from(&self.inner, record);
@@ -68,6 +69,7 @@ impl ProcessGroup {
                 reason: format!("carrying the communicators over failed ({error})"),
             });
         crate::diagnostics::trace::event!(info, group = %m.name, generation = agreement.generation(), path = ?path, "healed");
+        self.inner.recorder.metrics().healed(&path, started.elapsed());
         self.inner
             .retire(agreement.generation(), FailureCause::Healing, || {
                 format!(

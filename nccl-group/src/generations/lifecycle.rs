@@ -1,5 +1,7 @@
 //! The end of a group: [`ProcessGroup::abort`] from any thread, the
-//! collective [`ProcessGroup::destroy`] and [`ProcessGroup::shutdown`].
+//! collective [`ProcessGroup::destroy`] and [`ProcessGroup::shutdown`];
+//! and its pause: the collective [`ProcessGroup::suspend`] and
+//! [`ProcessGroup::resume`] (`crate::engine::suspension`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -45,7 +47,9 @@ impl ProcessGroup {
 
 /// How a group ends: [`abort`](Lifecycle::abort) it now,
 /// [`destroy`](Lifecycle::destroy) it once its operations are done, or
-/// [`shutdown`](Lifecycle::shutdown) with every rank, rank 0 last. Sealed,
+/// [`shutdown`](Lifecycle::shutdown) with every rank, rank 0 last; and
+/// how it pauses: [`suspend`](Lifecycle::suspend) releases its
+/// communicators' GPU memory until [`resume`](Lifecycle::resume). Sealed,
 /// implemented for [`ProcessGroup`] only, and in the
 /// [`prelude`](crate::prelude), so `use nccl_group::prelude::*;` keeps
 /// `group.destroy()` working.
@@ -84,7 +88,8 @@ pub trait Lifecycle: crate::sealed::Sealed {
     /// each rank destroys a group's sub-groups before the group.
     ///
     /// # Errors
-    /// An aborted group, graphs of the group still alive
+    /// An aborted group, a suspended one ([`GroupError::Suspended`]:
+    /// resume it first; the group stays live), graphs of the group still alive
     /// ([`GroupError::GraphsAlive`]: drop them first; the group stays
     /// live), sub-groups of it still live on this rank
     /// ([`GroupError::SubGroupsAlive`]: destroy them first; the group stays
@@ -112,6 +117,48 @@ pub trait Lifecycle: crate::sealed::Sealed {
     /// [`StoreError::Absent`](crate::StoreError::Absent) naming the ranks
     /// that did not shut down in time.
     fn shutdown(&self) -> Result<()>;
+
+    /// Releases the dynamic GPU memory of every communicator the group
+    /// has made (`ncclCommSuspend`, NCCL 2.29.7), until
+    /// [`resume`](Self::resume): vLLM's sleep mode, between an inference
+    /// engine's bursts. Collective: every rank suspends, in the same
+    /// order as its other calls on the group.
+    ///
+    /// New operations are refused at once; the operations already issued
+    /// are waited for (bounded by
+    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout)) and their
+    /// results verified, so their tensors stay readable. While suspended,
+    /// every operation, capture, graph replay, registration, split and
+    /// [`destroy`](Self::destroy) gets [`GroupError::Suspended`] without
+    /// touching NCCL; [`abort`](Self::abort), dropping the group and
+    /// [`mem_stats`](crate::Diagnostics::mem_stats) work. CUDA graphs
+    /// captured before replay correctly after the resume. A group that has
+    /// made no communicator yet has nothing to release: it is only marked
+    /// suspended. Sub-groups are suspended on their own.
+    ///
+    /// # Errors
+    /// [`GroupError::Suspended`] when it is suspended already; NCCL's
+    /// [`Unsupported`](nccl_core::Error::Unsupported) naming 2.29.7 on an
+    /// older libnccl (nothing changed); [`GroupError::InvalidArgument`]
+    /// for a group with a communicator over several local devices
+    /// ([`MultiDevice`](crate::MultiDevice)); [`GroupError::Timeout`]
+    /// when the pending operations did not end in time (nothing was
+    /// suspended; the group issues again); a group that is not live;
+    /// NCCL's refusal (`NCCL_MEM_MANAGER_DISABLE`, communicators that
+    /// share resources) or failure. After a failure part way, the
+    /// communicators suspended stay so and the group stays suspended:
+    /// [`resume`](Self::resume) on every rank, or abort.
+    fn suspend(&self) -> Result<()>;
+
+    /// Gives back the memory [`suspend`](Self::suspend) released
+    /// (`ncclCommResume`) and lets the group issue again. Collective:
+    /// every rank resumes.
+    ///
+    /// # Errors
+    /// [`GroupError::InvalidArgument`] for a group that is not suspended;
+    /// a group that is not live; NCCL's failure or a timeout (the group
+    /// then stays suspended: abort it).
+    fn resume(&self) -> Result<()>;
 }
 
 impl Lifecycle for ProcessGroup {
@@ -134,6 +181,7 @@ impl Lifecycle for ProcessGroup {
     }
 
     fn destroy(&self) -> Result<()> {
+        self.check_not_suspended("destroying it")?;
         let subgroups = self.inner.live_subgroups();
         if !subgroups.is_empty() {
             return Err(GroupError::SubGroupsAlive {
@@ -196,7 +244,11 @@ impl Lifecycle for ProcessGroup {
 
     fn shutdown(&self) -> Result<()> {
         let destroyed = match self.destroy() {
-            Err(error @ (GroupError::GraphsAlive { .. } | GroupError::SubGroupsAlive { .. })) => {
+            Err(
+                error @ (GroupError::GraphsAlive { .. }
+                | GroupError::SubGroupsAlive { .. }
+                | GroupError::Suspended { .. }),
+            ) => {
                 return Err(error);
             }
             Err(GroupError::Destroyed { .. }) => Ok(()),
@@ -211,5 +263,13 @@ impl Lifecycle for ProcessGroup {
             .and_then(|scope| m.meeting(&scope, m.rank, m.world_size))
             .and_then(|meeting| Ok(meeting.leave(0)?));
         destroyed.and(left)
+    }
+
+    fn suspend(&self) -> Result<()> {
+        self.suspend_communicators()
+    }
+
+    fn resume(&self) -> Result<()> {
+        self.resume_communicators()
     }
 }

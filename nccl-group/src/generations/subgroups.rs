@@ -106,6 +106,7 @@ impl ProcessGroup {
         let meeting = m.meeting(&scope.clone().purpose(SPLIT)?, m.rank, m.world_size)?;
         let layout = match self
             .check_live()
+            .and_then(|()| self.check_not_suspended("splitting it"))
             .and_then(|()| Layout::new(lists, m.world_size, argument))
         {
             Ok(layout) => layout,

@@ -302,6 +302,13 @@ fn one_of_each_group_variant() -> Vec<(GroupError, ErrorKind)> {
             ErrorKind::Healed,
         ),
         (
+            GroupError::Suspended {
+                name: name(),
+                action: "issuing operations",
+            },
+            ErrorKind::Suspended,
+        ),
+        (
             GroupError::NotOffered {
                 name: name(),
                 ticket: 3,

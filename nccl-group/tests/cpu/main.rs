@@ -4,7 +4,7 @@
 //! flight recorder's dumps and their analysis, the client of NCCL's RAS,
 //! the types of operations on borrowed cudarc memory (`borrowed`), sub-groups
 //! of groups without communicators (`subgroups`), the builder's refusals
-//! (`builder`).
+//! (`builder`), the rules of a suspended group (`suspend`).
 
 mod analysis;
 mod bad_inputs;
@@ -20,3 +20,4 @@ mod ras;
 mod settings_never_panic;
 mod store_keys;
 mod subgroups;
+mod suspend;

@@ -22,3 +22,4 @@ mod ranks_mismatch;
 mod ranks_ops;
 mod ranks_register;
 mod ranks_subgroups;
+mod ranks_suspend_resume;

@@ -3,7 +3,7 @@
 //! types (`Config`, `UniqueId`, `scalar_bytes`, the library loader), the
 //! group's keys, membership and stores, every launch environment
 //! variable `RendezvousConfig` reads, the survivors' agreement, the
-//! heal, the grow and the sub-groups. Each
+//! heal, the grow, the sub-groups and suspend and resume. Each
 //! row runs one bad call and checks that the error names both what was
 //! expected and what was given.
 //!
@@ -11,8 +11,8 @@
 //! `NCCL_UPDATE_BAD_INPUTS=1` to regenerate it; otherwise the test fails
 //! when the committed file differs from what it would write. The rows
 //! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
-//! `options_rows`, `store_rows`, `agree_rows`, `heal_rows`, `grow_rows`
-//! and `subgroup_rows`.
+//! `options_rows`, `store_rows`, `agree_rows`, `heal_rows`, `grow_rows`,
+//! `subgroup_rows` and `suspend_rows`.
 
 mod agree_rows;
 mod batch_rows;
@@ -23,6 +23,7 @@ mod heal_rows;
 mod options_rows;
 mod store_rows;
 mod subgroup_rows;
+mod suspend_rows;
 mod tensor_rows;
 
 use std::fmt::Display;
@@ -74,6 +75,7 @@ fn rows() -> Vec<Row> {
         heal_rows::rows(),
         grow_rows::rows(),
         subgroup_rows::rows(),
+        suspend_rows::rows(),
     ]
     .into_iter()
     .flatten()
