@@ -16,8 +16,8 @@ use nccl_group::{GroupError, GroupOptions, MAX_LOCAL_DEVICES, ProcessGroup};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::{
-    Closed, blocks_for, convert, done, every_call_refused, process_scenario, reduce_host, refused,
-    world_of_one,
+    Closed, blocks_for, convert, done, every_call_refused, launched_role, process_scenario,
+    reduce_host, refused, world_of_one,
 };
 use nccl_test_support::processes::{free_port, spawn_child_test, wait_children};
 use nccl_test_support::tensor::{download, poison_values, upload, values};
@@ -510,11 +510,9 @@ fn multi_gpu_processes_destroy() {
 /// them (it reports SKIP otherwise).
 #[test]
 fn multi_gpu_process_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    if std::env::var(ROLE_VAR).as_deref() != Ok("child") {
-        println!("SKIP: {CHILD} runs only as a child process of multi_gpu_processes_*");
+    let not_launched = format!("{CHILD} runs only as a child process of multi_gpu_processes_*");
+    let child = |role: &str| (role == "child").then_some(());
+    if launched_role(ROLE_VAR, child, &not_launched).is_none() {
         return;
     }
     let rank = support::child_var("RANK");

@@ -18,7 +18,7 @@ mod rank;
 
 #[path = "../common/launched.rs"]
 mod launched;
-use launched::outputs;
+use launched::{outputs, verdict};
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
@@ -28,7 +28,7 @@ use nccl_group::{CommMode, GroupOptions};
 use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
 use nccl_test_support::group::faults::{Gate, never_completes, serial};
-use nccl_test_support::group::{enqueued, world_of_one};
+use nccl_test_support::group::{enqueued, launched_role, world_of_one};
 use nccl_test_support::processes::{publish, spawn_child_test, unix_us, wait_children};
 
 const ABORT_CHILD: &str = "gpu_abort_process_child";
@@ -198,8 +198,13 @@ fn comm_mode_name(mode: CommMode) -> &'static str {
 }
 
 /// Runs `fault` at every world size and communicator kind, in sequence,
-/// each launch bounded, and reports every combination that failed.
+/// each launch bounded, and reports every combination that failed. Skips
+/// without a GPU; one fault test runs at a time ([`serial`]).
 fn run_fault(fault: Fault) {
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let _serial = serial();
     let exe = std::env::current_exe().expect("the test binary");
     let started = Instant::now();
     let mut failures = Vec::new();
@@ -323,11 +328,7 @@ fn check_outcome(
             problems.push(format!("rank {}: {problem}", r.rank));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{}{}", problems.join("; "), outputs(outcome)))
-    }
+    verdict(problems, (), outcome)
 }
 
 /// A rank killed with SIGKILL after iteration 20 of an all_reduce loop:
@@ -338,10 +339,6 @@ fn check_outcome(
 /// ranks are simulated hosts on GPU 0 (NCCL's socket transport).
 #[test]
 fn gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
     run_fault(Fault::Killed);
 }
 
@@ -350,10 +347,6 @@ fn gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline() {
 /// timeout plus a second and name it as the lagging rank.
 #[test]
 fn gpu_rank_that_stalls_is_named_as_the_lagging_rank() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
     run_fault(Fault::Stalls);
 }
 
@@ -361,10 +354,6 @@ fn gpu_rank_that_stalls_is_named_as_the_lagging_rank() {
 /// `GroupError::InitTimeout` naming it, within the group's timeout.
 #[test]
 fn gpu_rank_that_never_starts_fails_creation_within_the_timeout() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
     run_fault(Fault::NeverStarts);
 }
 
@@ -372,10 +361,6 @@ fn gpu_rank_that_never_starts_fails_creation_within_the_timeout() {
 /// they get `GroupError::Failed` naming it within the deadline, not a hang.
 #[test]
 fn gpu_rank_that_exits_cleanly_fails_the_others_within_the_deadline() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
     run_fault(Fault::ExitsCleanly);
 }
 
@@ -383,15 +368,8 @@ fn gpu_rank_that_exits_cleanly_fails_the_others_within_the_deadline() {
 /// `nccl_launch` (SKIP otherwise).
 #[test]
 fn gpu_rank_fault_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let Some(fault) = std::env::var(ROLE_VAR)
-        .ok()
-        .and_then(|role| Fault::from_role(&role))
-    else {
-        println!("SKIP: {FAULT_CHILD} runs only as a rank launched by gpu_rank_*");
-        return;
-    };
-    rank::run(fault);
+    let not_launched = format!("{FAULT_CHILD} runs only as a rank launched by gpu_rank_*");
+    if let Some(fault) = launched_role(ROLE_VAR, Fault::from_role, &not_launched) {
+        rank::run(fault);
+    }
 }

@@ -1,5 +1,6 @@
 //! `ProcessGroup` test helpers: groups of one process, the results of
-//! operations, the host's side of every collective, what a closed group
+//! operations, the host's side of every collective, the role of a
+//! launched child process ([`launched_role`]), what a closed group
 //! must refuse ([`every_call_refused`]), a check that a group still works
 //! ([`works`]), the multi-process scenario ([`process_scenario`]), the
 //! `ranks_*` tests' rendezvous ([`ranks`]), the fault suite's gated
@@ -49,6 +50,24 @@ pub fn world_of_one_on(
         .options(options)
         .build()
         .unwrap_or_else(|e| panic!("creating group {name:?}: {e}"))
+}
+
+/// The role of a child process that a multi-process test launched: the
+/// environment variable `var` parsed by `parse`. `None` when there is no
+/// GPU (see [`require_gpus`](crate::require_gpus)) or when this process
+/// was not launched as such a child: it then prints `SKIP: {not_launched}`
+/// and the test passes.
+pub fn launched_role<R>(
+    var: &str,
+    parse: impl FnOnce(&str) -> Option<R>,
+    not_launched: &str,
+) -> Option<R> {
+    crate::require_gpus(1)?;
+    let role = std::env::var(var).ok().and_then(|value| parse(&value));
+    if role.is_none() {
+        println!("SKIP: {not_launched}");
+    }
+    role
 }
 
 /// `group "name", rank r of N`, for messages.
