@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use nccl_group::testing::{CommCache, CommKey, Membership};
 use nccl_group::{GroupError, GroupOptions, InProcessStore, ProcessGroup, Store};
+use nccl_test_support::group::assert_invalid_argument;
 use nccl_test_support::group::cache::{
     DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, run_processes,
 };
@@ -176,16 +177,7 @@ fn join_with_rank_out_of_range_names_rank_and_world() {
             Err(error) => error,
         };
         let message = error.to_string();
-        assert!(
-            matches!(
-                error,
-                GroupError::InvalidArgument {
-                    argument: "rank",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_invalid_argument(&error, "rank");
         assert!(message.contains(&format!("0..{world}")), "{message}");
         assert!(message.contains(&format!("got {rank}")), "{message}");
         assert!(message.contains("world size"), "{message}");
@@ -364,16 +356,7 @@ fn a_group_name_with_an_empty_part_is_refused() {
         let Err(error) = joined else {
             panic!("the group name {name:?} was taken");
         };
-        assert!(
-            matches!(
-                error,
-                GroupError::InvalidArgument {
-                    argument: "group name",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_invalid_argument(&error, "group name");
     }
     let ids = Arc::new(AtomicU64::new(0));
     let nested = process(&store, "job/sub", 0, 1, SHORT, FakeFactory::new(&ids));

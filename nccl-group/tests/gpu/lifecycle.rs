@@ -16,8 +16,8 @@ use nccl_group::{GroupError, GroupOptions, InProcessStore};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::{
-    Closed, assert_closed_error, done, every_call_refused, pattern, refused, works, world_of_one,
-    world_of_one_on,
+    Closed, assert_closed_error, assert_invalid_argument, done, every_call_refused, pattern,
+    refused, works, world_of_one, world_of_one_on,
 };
 use nccl_test_support::tensor::{download, poison_values, upload, values};
 use nccl_test_support::{assert_same_values, within};
@@ -65,17 +65,7 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
         group.recv(upload(&stream, &data), 0, &stream),
         "recv from self",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "src",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "src");
     assert!(e.error.to_string().contains("src"));
     assert_same_values(
         &download(&stream, &e.buffers),
@@ -459,17 +449,7 @@ fn gpu_op_error_hands_the_tensors_back() {
         ),
         "two tensors on one device",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "device list",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "device list");
     assert!(
         e.error.to_string().contains("two tensors on device 0"),
         "{}",
@@ -489,34 +469,14 @@ fn gpu_op_error_hands_the_tensors_back() {
         ),
         "two streams for one tensor",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "streams",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "streams");
     let e = refused(
         group
             .multi()
             .all_reduce(Vec::<Tensor<f32>>::new(), ReduceOp::Sum, &[]),
         "no tensors",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "device list",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "device list");
 
     // None of this broke the group.
     works(&group, &stream, "after the refused calls");

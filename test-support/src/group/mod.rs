@@ -1,6 +1,7 @@
 //! `ProcessGroup` test helpers: groups of one process, the results of
 //! operations, the host's side of every collective, the role of a
-//! launched child process ([`launched_role`]), what a closed group
+//! launched child process ([`launched_role`]), tests that differ only in
+//! their arguments ([`named_tests!`](crate::named_tests)), what a closed group
 //! must refuse ([`every_call_refused`]), a check that a group still works
 //! ([`works`]), the multi-process scenario ([`process_scenario`]), the
 //! `ranks_*` tests' rendezvous ([`ranks`]), the fault suite's gated
@@ -18,7 +19,8 @@ use std::sync::Arc;
 
 use nccl_core::ReduceOp;
 use nccl_group::{
-    GroupOptions, InProcessStore, OpBuffers, OpError, OpResult, Owned, ProcessGroup, Work,
+    GroupError, GroupOptions, InProcessStore, OpBuffers, OpError, OpResult, Owned, ProcessGroup,
+    Work,
 };
 
 pub use closed::{Closed, assert_closed_error, every_call_refused};
@@ -68,6 +70,31 @@ pub fn launched_role<R>(
         println!("SKIP: {not_launched}");
     }
     role
+}
+
+/// `#[test]` functions that each make one call, for tests that differ
+/// only in its arguments: `name: call;` per test, with its doc comment.
+#[macro_export]
+macro_rules! named_tests {
+    ($($(#[$attr:meta])* $name:ident: $call:expr;)*) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $name() {
+                $call;
+            }
+        )*
+    };
+}
+
+/// Asserts that `error` is the group's refusal of `argument`
+/// (`GroupError::InvalidArgument`).
+#[track_caller]
+pub fn assert_invalid_argument(error: &GroupError, argument: &str) {
+    assert!(
+        matches!(error, GroupError::InvalidArgument { argument: a, .. } if *a == argument),
+        "{error:?}"
+    );
 }
 
 /// `group "name", rank r of N`, for messages.
