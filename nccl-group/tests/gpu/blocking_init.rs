@@ -13,16 +13,15 @@ use std::time::{Duration, Instant};
 use nccl_core::ReduceOp;
 use nccl_group::{CommMode, GroupError, GroupOptions, InProcessStore, ProcessGroup};
 use nccl_tensor::Tensor;
-use nccl_test_support as support;
 use nccl_test_support::group::faults::all_reduce_works;
 use nccl_test_support::group::world_of_one;
+use nccl_test_support::tensor::stream_on_first_gpu;
 
 #[test]
 fn gpu_blocking_creation_with_a_rank_that_never_comes_fails_within_its_deadline() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let timeout = Duration::from_secs(3);
     let options = GroupOptions::default()

@@ -28,6 +28,7 @@ use nccl_test_support::group::faults::{
     Gate, SLACK, all_reduce_works, never_completes, read_dump, serial,
 };
 use nccl_test_support::group::{enqueued, world_of_one};
+use nccl_test_support::tensor::stream_on_first_gpu;
 
 /// The timeout of operations meant to hang.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -146,11 +147,10 @@ fn gpu_an_operation_that_never_completes_times_out_and_the_process_stays_healthy
 /// fails too (enqueued after its group failed).
 #[test]
 fn gpu_an_enqueue_that_blocks_fails_the_group_within_its_timeout() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let group = world_of_one("stuck-enqueue", options(dumps.path()));
     all_reduce_works(&group, &stream);
@@ -311,11 +311,10 @@ fn gpu_dropping_a_group_with_pending_work_fails_the_work() {
 
 #[test]
 fn gpu_creation_with_a_rank_that_never_comes_fails_within_its_deadline() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let timeout = Duration::from_secs(3);
     // Rank 0 of 2; rank 1 never starts.
@@ -399,11 +398,10 @@ fn gpu_an_abort_is_bounded() {
 /// stream), and a new group works.
 #[test]
 fn gpu_recv_without_send_is_refused_and_fails_the_group() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let group = world_of_one("lonely-recv", options(dumps.path()));
     let tensor = Tensor::<f32>::zeros(&stream, &[1024]).expect("tensor");
@@ -444,11 +442,10 @@ fn gpu_recv_without_send_is_refused_and_fails_the_group() {
 
 #[test]
 fn gpu_flight_recorder_on_request() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let group = world_of_one("recorded", options(dumps.path()).with_recorder_capacity(4));
     for _ in 0..3 {

@@ -13,7 +13,9 @@ use nccl_group::{CommMode, GroupOptions, ProcessGroup, StreamMode};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::{SIZES, done, pattern, world_of_one};
-use nccl_test_support::tensor::{Elem, download, poison_values, upload, values};
+use nccl_test_support::tensor::{
+    Elem, download, poison_values, stream_on_first_gpu, upload, values,
+};
 use nccl_test_support::{assert_same_values, named_tests};
 
 /// Every operation in its single form on `len`-element tensors of `T`.
@@ -159,13 +161,12 @@ named_tests! {
 
 #[test]
 fn gpu_single_and_multi_forms_share_one_group() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     // Alternating forms on one device use the same communicator and stay
     // in order.
     let group = world_of_one("mixed-forms", GroupOptions::default());
-    let stream = devices[0].new_stream().expect("stream");
     let streams = std::slice::from_ref(&stream);
     for i in 0..10u64 {
         let data = values::<f32>(100 + i, 257);
