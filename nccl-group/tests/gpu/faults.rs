@@ -19,13 +19,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nccl_core::{Group, ReduceOp, Status};
-use nccl_group::{
-    FailureCause, FlightDump, GroupError, GroupOptions, InProcessStore, OpState, ProcessGroup,
-};
+use nccl_group::{FailureCause, FlightDump, GroupError, GroupOptions, OpState};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::faults::{
-    Gate, SLACK, all_reduce_works, never_completes, read_dump, serial,
+    Gate, SLACK, all_reduce_works, never_completes, read_dump, serial, without_rank_1,
 };
 use nccl_test_support::group::{enqueued, world_of_one};
 use nccl_test_support::tensor::stream_on_first_gpu;
@@ -317,29 +315,16 @@ fn gpu_creation_with_a_rank_that_never_comes_fails_within_its_deadline() {
     let _serial = serial();
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let timeout = Duration::from_secs(3);
-    // Rank 0 of 2; rank 1 never starts.
-    let group = ProcessGroup::builder("alone")
-        .rank(0)
-        .world_size(2)
-        .store(Arc::new(InProcessStore::new()))
-        .options(options(dumps.path()).with_timeout(timeout))
-        .build()
-        .expect("group");
-    let started = Instant::now();
-    let tensor = Tensor::<f32>::zeros(&stream, &[8]).expect("tensor");
-    let error = match group.all_reduce(tensor, ReduceOp::Sum, &stream) {
-        Err(e) => e.error,
-        Ok(_) => panic!("an all_reduce over an absent rank was enqueued"),
-    };
-    let took = started.elapsed();
+    // The failed group lives on beside the healthy one below.
+    let (_group, error, took) = without_rank_1(
+        "alone",
+        options(dumps.path()).with_timeout(timeout),
+        &stream,
+    );
     assert!(
         took < timeout + SLACK * 3,
         "creation failed only after {took:?}"
     );
-    match &error {
-        GroupError::InitTimeout { missing, .. } => assert_eq!(missing, &vec![1]),
-        other => panic!("expected InitTimeout, got {other}"),
-    }
     assert!(
         error.to_string().contains("ranks [1] never joined"),
         "{error}"
