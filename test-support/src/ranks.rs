@@ -46,6 +46,7 @@ const SHARE_TIMEOUT: Duration = Duration::from_secs(120);
 const STORE_DIR: &str = "ranks-store";
 
 /// This process's place in a multi-rank test.
+#[derive(Debug)]
 pub struct Ranks {
     /// This process's rank (`RANK`).
     pub rank: usize,
@@ -59,18 +60,21 @@ pub struct Ranks {
     /// of one, or for a launcher other than nccl-launch.
     pub dir: Option<PathBuf>,
     /// Where the ranks meet, opened at the first share or barrier.
-    store: OnceLock<Arc<dyn Store>>,
+    store: LazyStore,
 }
 
-impl fmt::Debug for Ranks {
+/// A store opened on first use.
+#[derive(Default)]
+struct LazyStore(OnceLock<Arc<dyn Store>>);
+
+impl fmt::Debug for LazyStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ranks")
-            .field("rank", &self.rank)
-            .field("world", &self.world)
-            .field("local_rank", &self.local_rank)
-            .field("simulated_hosts", &self.simulated_hosts)
-            .field("dir", &self.dir)
-            .finish_non_exhaustive()
+        let state = if self.0.get().is_some() {
+            "open"
+        } else {
+            "not open yet"
+        };
+        f.write_str(state)
     }
 }
 
@@ -85,7 +89,7 @@ pub fn ranks() -> Ranks {
             local_rank: 0,
             simulated_hosts: false,
             dir: None,
-            store: OnceLock::new(),
+            store: LazyStore::default(),
         },
         Ok(_) => Ranks {
             rank: child_var("RANK"),
@@ -93,7 +97,7 @@ pub fn ranks() -> Ranks {
             local_rank: child_var("LOCAL_RANK"),
             simulated_hosts: std::env::var("NCCL_LAUNCH_SIMULATED_HOSTS").as_deref() == Ok("1"),
             dir: std::env::var_os("NCCL_LAUNCH_DIR").map(PathBuf::from),
-            store: OnceLock::new(),
+            store: LazyStore::default(),
         },
     };
     println!("RANKS: {}", ranks.label());
@@ -123,7 +127,7 @@ impl Ranks {
     /// test, without `/`): its keys scoped by `tag`, its waits bounded by
     /// [`SHARE_TIMEOUT`].
     fn meeting(&self, tag: &str) -> Meeting<PrefixStore<Arc<dyn Store>>> {
-        let store = self.store.get_or_init(|| self.open_store());
+        let store = self.store.0.get_or_init(|| self.open_store());
         Meeting::new(Arc::clone(store), self.rank, self.world)
             .and_then(|meeting| meeting.scoped(tag))
             .map(|meeting| meeting.with_timeout(SHARE_TIMEOUT))
