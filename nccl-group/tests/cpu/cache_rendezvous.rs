@@ -19,7 +19,8 @@ use nccl_group::testing::{CommCache, CommKey, Membership};
 use nccl_group::{GroupError, GroupOptions, InProcessStore, ProcessGroup, Store};
 use nccl_test_support::group::assert_invalid_argument;
 use nccl_test_support::group::cache::{
-    DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, run_processes,
+    DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, published_id,
+    run_processes,
 };
 use nccl_test_support::within;
 
@@ -203,11 +204,8 @@ fn factory_errors_reach_the_caller_and_the_next_call_retries() {
     assert_eq!(cache.factory().creates().len(), 2);
     // The retry made (and published) a fresh id.
     assert_eq!(cache.factory().unique_ids(), 2);
-    let published = format!("{}/share/unique-id", key.store_key("flaky", 0, 0).unwrap());
-    assert_eq!(
-        store.try_get(&published).unwrap().unwrap(),
-        created.id.as_bytes()
-    );
+    let published = published_id(&*store, "flaky", &key).expect("the retry published its id");
+    assert_eq!(published, created.id.as_bytes());
     assert_eq!(cache.clear().len(), 1);
     assert!(cache.all().is_empty());
 }
