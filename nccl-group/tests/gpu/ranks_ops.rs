@@ -27,8 +27,8 @@ use nccl_test_support as support;
 use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{RankContext, STREAM_MODES, Seeds, join, tcp_store};
 use nccl_test_support::group::{
-    SIZES, blocks_for, check_avg, convert, destroy, done, every_rank_values, rank_values,
-    reduce_host,
+    SIZES, blocks_for, check_avg, check_reduce_scatter_block, convert, destroy, done,
+    every_rank_values, rank_values, reduce_host, reduces,
 };
 use nccl_test_support::tensor::{Elem, download, poison_values, upload};
 
@@ -181,13 +181,7 @@ pub(crate) fn single_forms(
         );
     }
 
-    // reduce, each reduction, to every root in turn (and every root with Sum).
-    let reductions = ReduceOp::ALL
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| (op, i % world))
-        .chain((0..world).map(|root| (ReduceOp::Sum, root)));
-    for (op, root) in reductions {
+    for (op, root) in reduces(world) {
         let seed = seeds.next_op();
         let w = what(&format!("reduce {op:?} to root {root}"));
         let t = done(
@@ -277,13 +271,7 @@ pub(crate) fn single_forms(
             ),
             &w,
         );
-        let full = reduce_host(op, &every_rank_values(seed, world, world * len));
-        check_avg(
-            &w,
-            &download(stream, &out),
-            &full[rank * len..(rank + 1) * len],
-            world,
-        );
+        check_reduce_scatter_block(&w, &download(stream, &out), op, seed, rank, world);
     }
 
     // all_to_all: block j of rank i's input lands in block i of rank j's output.

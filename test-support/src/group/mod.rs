@@ -198,6 +198,32 @@ pub fn check_avg(what: &str, got: &[f32], expected: &[f64], world: usize) {
     }
 }
 
+/// The reduces to check at world size `world`: each reduction to a root in
+/// turn, then every root with `Sum`.
+pub fn reduces(world: usize) -> impl Iterator<Item = (ReduceOp, usize)> {
+    ReduceOp::ALL
+        .into_iter()
+        .enumerate()
+        .map(move |(i, op)| (op, i % world))
+        .chain((0..world).map(|root| (ReduceOp::Sum, root)))
+}
+
+/// Checks `got`, this rank's block of a reduce_scatter by `op` of every
+/// rank's `world * got.len()` values of `seed` ([`check_avg`]'s way).
+#[track_caller]
+pub fn check_reduce_scatter_block(
+    what: &str,
+    got: &[f32],
+    op: ReduceOp,
+    seed: u64,
+    rank: usize,
+    world: usize,
+) {
+    let len = got.len();
+    let full = reduce_host(op, &every_rank_values(seed, world, world * len));
+    check_avg(what, got, &full[rank * len..(rank + 1) * len], world);
+}
+
 /// `len` values for iteration `iteration` of a loop: never zero (so an
 /// output zeroed before each operation shows an element it did not
 /// write), and different from one iteration to the next.
