@@ -24,13 +24,13 @@ use nccl_core::{CudaStream, ReduceOp};
 use nccl_group::{CommMode, GroupRank, ProcessGroup, Rank};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
-use nccl_test_support::assert_same_values;
-use nccl_test_support::group::ranks::{RankContext, STREAM_MODES, Seeds, join, tcp_store};
+use nccl_test_support::group::ranks::{RankContext, STREAM_MODES, Seeds, join, on_mode, tcp_store};
 use nccl_test_support::group::{
     SIZES, blocks_for, check_avg, check_reduce_scatter_block, convert, destroy, done,
     every_rank_values, rank_values, reduce_host, reduces,
 };
 use nccl_test_support::tensor::{Elem, download, poison_values, upload};
+use nccl_test_support::{assert_same_values, named_tests};
 
 /// Every operation of the group, single and list forms, on `mode`
 /// communicators, through a handle on each stream mode.
@@ -437,20 +437,9 @@ pub(crate) fn list_forms(
     assert_same_values(&download(stream, &ps[0].0), &convert(&expected), &w);
 }
 
-#[test]
-fn ranks_every_op_nonblocking() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    every_op(&ctx, CommMode::Nonblocking);
-}
-
-#[test]
-fn ranks_every_op_blocking() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    every_op(&ctx, CommMode::Blocking);
+named_tests! {
+    ranks_every_op_nonblocking: on_mode(every_op, CommMode::Nonblocking);
+    ranks_every_op_blocking: on_mode(every_op, CommMode::Blocking);
 }
 
 /// Turns shared by the threads of one process: operation `k` of thread `t`
