@@ -108,6 +108,16 @@ fn check(label: &str, outcome: &Outcome, dies: impl Fn(usize) -> bool) {
     survivors::check(label, outcome, LAUNCH_TIMEOUT, "heal ", dies);
 }
 
+/// Asserts that rank `rank` of `outcome` printed `line`; `what` names the
+/// check in the failure, with every rank's output.
+fn assert_said(outcome: &Outcome, rank: usize, line: &str, what: &str) {
+    assert!(
+        outcome.ranks[rank].stdout.contains(line),
+        "{what}{}",
+        outputs(outcome)
+    );
+}
+
 #[test]
 fn gpu_heal_loses_two_ranks_and_goes_on() {
     let Some(_) = support::require_gpus(1) else {
@@ -130,11 +140,11 @@ fn gpu_heal_excludes_a_stopped_rank() {
     };
     let outcome = launch(3, Scenario::Stopped, CommMode::Blocking, true);
     check("world 3, rank 2 stopped", &outcome, |_| false);
-    let stopped = &outcome.ranks[2].stdout;
-    assert!(
-        stopped.contains("heal stopped rank: excluded"),
-        "the stopped rank's heal{}",
-        outputs(&outcome)
+    assert_said(
+        &outcome,
+        2,
+        "heal stopped rank: excluded",
+        "the stopped rank's heal",
     );
 }
 
@@ -148,12 +158,8 @@ fn gpu_heal_grows_back() {
         let outcome = launch(4, Scenario::GrowBack, comms, true);
         // Rank 3 exits with status 0; rank 0 checks the new process's end.
         check(&label, &outcome, |_| false);
-        let grown = &outcome.ranks[0].stdout;
-        assert!(
-            grown.contains("heal grow: the new process ended: ok"),
-            "{label}: rank 0 saw no clean end of the new process{}",
-            outputs(&outcome)
-        );
+        let what = format!("{label}: rank 0 saw no clean end of the new process");
+        assert_said(&outcome, 0, "heal grow: the new process ended: ok", &what);
     }
 }
 
