@@ -9,6 +9,16 @@ use nccl_launch::{Launch, Outcome, Placement, WaitPolicy};
 
 use crate::launched::verdict;
 
+/// `launches` on blocking then nonblocking communicators; skips without
+/// a GPU.
+pub fn on_each_comm_mode(launches: impl Fn(CommMode)) {
+    if nccl_test_support::require_gpus(1).is_some() {
+        for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+            launches(comms);
+        }
+    }
+}
+
 /// The name a rank reads back from its environment for `comms`.
 pub fn comms_name(comms: CommMode) -> &'static str {
     if comms == CommMode::Nonblocking {

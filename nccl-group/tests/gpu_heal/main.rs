@@ -120,17 +120,14 @@ fn assert_said(outcome: &Outcome, rank: usize, line: &str, what: &str) {
 
 #[test]
 fn gpu_heal_loses_two_ranks_and_goes_on() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+    survivors::on_each_comm_mode(|comms| {
         for shrink in [true, false] {
             let label = format!("world 4 -> 3 -> 2, {comms:?}, shrink {shrink}");
             let outcome = launch(4, Scenario::LoseTwo, comms, shrink);
             // Rank 3 exits with status 0; rank 2 kills itself.
             check(&label, &outcome, |rank| rank == 2);
         }
-    }
+    });
 }
 
 #[test]
@@ -150,17 +147,14 @@ fn gpu_heal_excludes_a_stopped_rank() {
 
 #[test]
 fn gpu_heal_grows_back() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+    survivors::on_each_comm_mode(|comms| {
         let label = format!("world 4 -> 3 -> 4, {comms:?}");
         let outcome = launch(4, Scenario::GrowBack, comms, true);
         // Rank 3 exits with status 0; rank 0 checks the new process's end.
         check(&label, &outcome, |_| false);
         let what = format!("{label}: rank 0 saw no clean end of the new process");
         assert_said(&outcome, 0, "heal grow: the new process ended: ok", &what);
-    }
+    });
 }
 
 /// One rank of a launch (SKIP unless launched by the tests above).

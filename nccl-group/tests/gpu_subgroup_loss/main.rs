@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use nccl_group::CommMode;
 use nccl_launch::Placement;
-use nccl_test_support as support;
 use nccl_test_support::group::launched_role;
 
 const COMMS_VAR: &str = "SUBGROUP_LOSS_COMMS";
@@ -31,10 +30,7 @@ const LAUNCH_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[test]
 fn gpu_subgroup_loss_fails_only_the_sub_groups_of_the_lost_rank() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+    survivors::on_each_comm_mode(|comms| {
         let label = format!("world 4, rank 3 killed, {comms:?}");
         let env = [(COMMS_VAR, survivors::comms_name(comms))];
         let outcome = survivors::launch(4, Placement::Auto, CHILD, &env, LAUNCH_TIMEOUT);
@@ -42,7 +38,7 @@ fn gpu_subgroup_loss_fails_only_the_sub_groups_of_the_lost_rank() {
         survivors::check(&label, &outcome, LAUNCH_TIMEOUT, "subgroup ", |rank| {
             rank == 3
         });
-    }
+    });
 }
 
 /// One rank of a launch (SKIP unless launched by the test above).
