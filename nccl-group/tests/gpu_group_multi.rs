@@ -12,16 +12,16 @@ use std::thread;
 use std::time::Duration;
 
 use nccl_core::{Device, ReduceOp};
-use nccl_group::{GroupError, GroupOptions, MAX_LOCAL_DEVICES, ProcessGroup};
+use nccl_group::{GroupOptions, MAX_LOCAL_DEVICES, ProcessGroup};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::{
-    Closed, blocks_for, convert, done, every_call_refused, process_scenario, reduce_host, refused,
-    world_of_one,
+    Closed, assert_invalid_argument, blocks_for, convert, done, every_call_refused, launched_role,
+    process_scenario, reduce_host, refused, world_of_one,
 };
 use nccl_test_support::processes::{free_port, spawn_child_test, wait_children};
 use nccl_test_support::tensor::{download, poison_values, upload, values};
-use nccl_test_support::{assert_same_values, within};
+use nccl_test_support::{assert_same_values, named_tests, within};
 
 fn all_devices() -> Vec<Device> {
     let mut devices = Device::all().expect("devices");
@@ -48,6 +48,19 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
             .iter()
             .zip(&streams)
             .map(|(v, s)| upload(s, &convert::<f32>(v)))
+            .collect()
+    };
+    // Each device's input with an output of `out_len` poisoned elements.
+    let with_outputs = |values: &[Vec<f64>], out_len: usize| -> Vec<(Tensor<f32>, Tensor<f32>)> {
+        values
+            .iter()
+            .zip(&streams)
+            .map(|(v, s)| {
+                (
+                    upload(s, &poison_values::<f32>(out_len)),
+                    upload(s, &convert::<f32>(v)),
+                )
+            })
             .collect()
     };
     let sum = reduce_host(ReduceOp::Sum, &inputs);
@@ -92,16 +105,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
     );
 
     let gathered: Vec<f64> = inputs.concat();
-    let pairs = inputs
-        .iter()
-        .zip(&streams)
-        .map(|(v, s)| {
-            (
-                upload(s, &poison_values::<f32>(n * LEN)),
-                upload(s, &convert::<f32>(v)),
-            )
-        })
-        .collect();
+    let pairs = with_outputs(&inputs, n * LEN);
     let out = done(
         group.multi().all_gather_into_tensor(pairs, &streams),
         "all_gather_into_tensor_multi",
@@ -118,16 +122,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
     let big: Vec<Vec<f64>> = (0..n)
         .map(|d| support::test_values(50 + d as u64, n * LEN))
         .collect();
-    let pairs = big
-        .iter()
-        .zip(&streams)
-        .map(|(v, s)| {
-            (
-                upload(s, &poison_values::<f32>(LEN)),
-                upload(s, &convert::<f32>(v)),
-            )
-        })
-        .collect();
+    let pairs = with_outputs(&big, LEN);
     let out = done(
         group
             .multi()
@@ -147,16 +142,7 @@ fn multi_gpu_every_op_over_all_local_gpus_in_one_process() {
         );
     }
 
-    let pairs = big
-        .iter()
-        .zip(&streams)
-        .map(|(v, s)| {
-            (
-                upload(s, &poison_values::<f32>(n * LEN)),
-                upload(s, &convert::<f32>(v)),
-            )
-        })
-        .collect();
+    let pairs = with_outputs(&big, n * LEN);
     let out = done(
         group.multi().all_to_all_single(pairs, &streams),
         "all_to_all_single_multi",
@@ -319,17 +305,7 @@ fn multi_gpu_stream_on_another_device_is_refused() {
         "tensor on device 1, stream on device 0",
     );
     let message = e.error.to_string();
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "stream",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "stream");
     assert!(
         message.contains("device 1") && message.contains("device 0"),
         "{message}"
@@ -344,17 +320,7 @@ fn multi_gpu_stream_on_another_device_is_refused() {
         ),
         "streams swapped",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "stream",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "stream");
     assert_eq!(e.buffers.len(), 2);
 }
 
@@ -390,9 +356,14 @@ enum Placement {
     SimulatedNodes,
 }
 
-/// Spawns `world` copies of this binary running [`CHILD`], one per GPU,
-/// launched the torchrun way, and asserts that all of them pass.
-fn run_children(world: usize, placement: Placement, destroy: bool) {
+/// Spawns a copy of this binary running [`CHILD`] per GPU (up to 8),
+/// launched the torchrun way, and asserts that all of them pass. Skips
+/// with fewer than 2 GPUs.
+fn run_children(placement: Placement, destroy: bool) {
+    let Some(_) = support::require_gpus(2) else {
+        return;
+    };
+    let world = process_count();
     let port = free_port();
     let visible: Option<Vec<String>> = std::env::var("CUDA_VISIBLE_DEVICES")
         .ok()
@@ -469,52 +440,25 @@ fn process_count() -> usize {
     Device::count().expect("device count").min(8)
 }
 
-/// torchrun's layout: every process sees every GPU and uses GPU `RANK`.
-#[test]
-fn multi_gpu_processes_gpu_per_rank() {
-    let Some(_) = support::require_gpus(2) else {
-        return;
-    };
-    run_children(process_count(), Placement::GpuPerRank, false);
-}
-
-/// Ray's layout: each process sees only its own GPU, as device 0.
-#[test]
-fn multi_gpu_processes_visible_devices() {
-    let Some(_) = support::require_gpus(2) else {
-        return;
-    };
-    run_children(process_count(), Placement::VisibleDevices, false);
-}
-
-/// Several nodes, simulated: one process per GPU, each with its own
-/// `NCCL_HOSTID`, so the collectives cross NCCL's network transport.
-#[test]
-fn multi_gpu_processes_simulated_nodes() {
-    let Some(_) = support::require_gpus(2) else {
-        return;
-    };
-    run_children(process_count(), Placement::SimulatedNodes, true);
-}
-
-/// The same scenario, ending with a collective `destroy` in every process.
-#[test]
-fn multi_gpu_processes_destroy() {
-    let Some(_) = support::require_gpus(2) else {
-        return;
-    };
-    run_children(process_count(), Placement::VisibleDevices, true);
+named_tests! {
+    /// torchrun's layout: every process sees every GPU and uses GPU `RANK`.
+    multi_gpu_processes_gpu_per_rank: run_children(Placement::GpuPerRank, false);
+    /// Ray's layout: each process sees only its own GPU, as device 0.
+    multi_gpu_processes_visible_devices: run_children(Placement::VisibleDevices, false);
+    /// Several nodes, simulated: one process per GPU, each with its own
+    /// `NCCL_HOSTID`, so the collectives cross NCCL's network transport.
+    multi_gpu_processes_simulated_nodes: run_children(Placement::SimulatedNodes, true);
+    /// The same scenario, ending with a collective `destroy` in every process.
+    multi_gpu_processes_destroy: run_children(Placement::VisibleDevices, true);
 }
 
 /// One process of the multi-process scenarios; only runs when spawned by
 /// them (it reports SKIP otherwise).
 #[test]
 fn multi_gpu_process_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    if std::env::var(ROLE_VAR).as_deref() != Ok("child") {
-        println!("SKIP: {CHILD} runs only as a child process of multi_gpu_processes_*");
+    let not_launched = format!("{CHILD} runs only as a child process of multi_gpu_processes_*");
+    let child = |role: &str| (role == "child").then_some(());
+    if launched_role(ROLE_VAR, child, &not_launched).is_none() {
         return;
     }
     let rank = support::child_var("RANK");

@@ -29,12 +29,13 @@ fn record() -> OpRecord {
     }
 }
 
-#[test]
-fn the_report_names_op_cause_culprits_and_dump() {
-    let failure = Failure::new(
+/// Rank `rank` of 4 of "trainer", failed by [`record`] running 5.02 s past
+/// its 5 s timeout.
+fn timed_out(rank: usize) -> Failure {
+    Failure::new(
         "trainer".into(),
         0,
-        2,
+        rank,
         4,
         FailureCause::Timeout {
             timeout: Duration::from_secs(5),
@@ -42,7 +43,12 @@ fn the_report_names_op_cause_culprits_and_dump() {
         },
         Some(record()),
         Vec::new(),
-    );
+    )
+}
+
+#[test]
+fn the_report_names_op_cause_culprits_and_dump() {
+    let failure = timed_out(2);
     let early = failure.to_string();
     assert!(
         early.contains("process group \"trainer\" (rank 2 of 4) failed: all_reduce #57 (collective #41, 1024 x float on devices [0]) did not complete within its timeout of 5s (it had run 5.02s)"),
@@ -61,18 +67,13 @@ fn the_report_names_op_cause_culprits_and_dump() {
     });
     let full = failure.to_string();
     assert!(full.contains("aborted in 3ms"), "{full}");
-    assert!(
-        full.contains("ranks [1] had not issued collective #41 or did not answer"),
-        "{full}"
-    );
-    assert!(
-        full.contains("flight recorder: /tmp/trainer-g0-rank2.json"),
-        "{full}"
-    );
-    assert!(
-        full.contains("; RAS unavailable: RAS is off (NCCL_RAS_ENABLE=0); flight recorder"),
-        "{full}"
-    );
+    for part in [
+        "ranks [1] had not issued collective #41 or did not answer",
+        "flight recorder: /tmp/trainer-g0-rank2.json",
+        "; RAS unavailable: RAS is off (NCCL_RAS_ENABLE=0); flight recorder",
+    ] {
+        assert!(full.contains(part), "{part:?} missing from: {full}");
+    }
     assert!(full.ends_with("Create a new group to continue."), "{full}");
 }
 
@@ -223,25 +224,20 @@ fn divergence(count: usize) -> Divergence {
     }
 }
 
-#[test]
-fn a_timeout_report_names_the_divergence_of_the_ranks_records() {
-    let failure = Failure::new(
-        "trainer".into(),
-        0,
-        0,
-        4,
-        FailureCause::Timeout {
-            timeout: Duration::from_secs(5),
-            ran: Duration::from_millis(5020),
-        },
-        Some(record()),
-        Vec::new(),
-    );
+/// `failure`'s text once aborted quietly, the ranks' records showing
+/// [`divergence`]`(1025)`.
+fn text_with_divergence(failure: &Failure) -> String {
     failure.set_details(FailureDetails {
         divergence: Some(divergence(1025)),
         ..aborted_quietly()
     });
-    let text = failure.to_string();
+    failure.to_string()
+}
+
+#[test]
+fn a_timeout_report_names_the_divergence_of_the_ranks_records() {
+    let failure = timed_out(0);
+    let text = text_with_divergence(&failure);
     assert!(
         text.contains(
             "; the ranks' last records part at collective #57: rank 3 issued all_reduce(float x 1025, sum) \
@@ -266,11 +262,7 @@ fn the_collective_checks_failures_name_the_check() {
         None,
         Vec::new(),
     );
-    mismatch.set_details(FailureDetails {
-        divergence: Some(divergence(1025)),
-        ..aborted_quietly()
-    });
-    let text = mismatch.to_string();
+    let text = text_with_divergence(&mismatch);
     assert!(
         text.starts_with(
             "process group \"trainer\" (rank 2 of 4) failed: the collective check found that the ranks did \

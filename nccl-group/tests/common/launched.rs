@@ -14,3 +14,13 @@ pub fn outputs(outcome: &Outcome) -> String {
         stderr: &r.stderr,
     }))
 }
+
+/// `Ok(value)` when no problem was found, else an error that lists
+/// `problems` and every rank's output.
+pub fn verdict<T>(problems: Vec<String>, value: T, outcome: &Outcome) -> Result<T, String> {
+    if problems.is_empty() {
+        Ok(value)
+    } else {
+        Err(format!("{}{}", problems.join("; "), outputs(outcome)))
+    }
+}

@@ -16,7 +16,8 @@ use std::time::Duration;
 use nccl_group::GroupError;
 use nccl_group::testing::CommKey;
 use nccl_test_support::group::cache::{
-    Created, DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, run_processes,
+    Created, DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, published_id,
+    run_processes,
 };
 use nccl_test_support::within;
 
@@ -47,13 +48,7 @@ fn collective_key_every_process_gets_rank0_id() {
     }
     assert_eq!(ids.load(Ordering::SeqCst), 1001, "one id made in all");
     // Published under the documented key.
-    let published = store
-        .try_get(&format!(
-            "{}/share/unique-id",
-            key.store_key("g", 0, 0).unwrap()
-        ))
-        .unwrap()
-        .expect("rank 0 published the id");
+    let published = published_id(&*store, "g", &key).expect("rank 0 published the id");
     assert_eq!(published, rank0_id.as_bytes());
 }
 
@@ -179,24 +174,10 @@ fn pair_keys_only_the_two_processes_meet() {
         high: 3,
         devices: devices(&[0, 1]),
     };
-    assert!(
-        store
-            .try_get(&format!(
-                "{}/share/unique-id",
-                pair.store_key("p2p", 0, 0).unwrap()
-            ))
-            .unwrap()
-            .is_some()
-    );
+    assert!(published_id(&*store, "p2p", &pair).is_some());
     let collective = CommKey::Collective(devices(&[0, 1]));
     assert!(
-        store
-            .try_get(&format!(
-                "{}/share/unique-id",
-                collective.store_key("p2p", 0, 0).unwrap()
-            ))
-            .unwrap()
-            .is_none(),
+        published_id(&*store, "p2p", &collective).is_none(),
         "no collective id was published"
     );
 }

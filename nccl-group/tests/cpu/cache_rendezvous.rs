@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use nccl_group::testing::{CommCache, CommKey, Membership};
 use nccl_group::{GroupError, GroupOptions, InProcessStore, ProcessGroup, Store};
+use nccl_test_support::group::assert_invalid_argument;
 use nccl_test_support::group::cache::{
-    DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, run_processes,
+    DEADLINE, FakeFactory, LONG, SHORT, Seen, devices, new_store, process, published_id,
+    run_processes,
 };
 use nccl_test_support::within;
 
@@ -176,16 +178,7 @@ fn join_with_rank_out_of_range_names_rank_and_world() {
             Err(error) => error,
         };
         let message = error.to_string();
-        assert!(
-            matches!(
-                error,
-                GroupError::InvalidArgument {
-                    argument: "rank",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_invalid_argument(&error, "rank");
         assert!(message.contains(&format!("0..{world}")), "{message}");
         assert!(message.contains(&format!("got {rank}")), "{message}");
         assert!(message.contains("world size"), "{message}");
@@ -211,11 +204,8 @@ fn factory_errors_reach_the_caller_and_the_next_call_retries() {
     assert_eq!(cache.factory().creates().len(), 2);
     // The retry made (and published) a fresh id.
     assert_eq!(cache.factory().unique_ids(), 2);
-    let published = format!("{}/share/unique-id", key.store_key("flaky", 0, 0).unwrap());
-    assert_eq!(
-        store.try_get(&published).unwrap().unwrap(),
-        created.id.as_bytes()
-    );
+    let published = published_id(&*store, "flaky", &key).expect("the retry published its id");
+    assert_eq!(published, created.id.as_bytes());
     assert_eq!(cache.clear().len(), 1);
     assert!(cache.all().is_empty());
 }
@@ -364,16 +354,7 @@ fn a_group_name_with_an_empty_part_is_refused() {
         let Err(error) = joined else {
             panic!("the group name {name:?} was taken");
         };
-        assert!(
-            matches!(
-                error,
-                GroupError::InvalidArgument {
-                    argument: "group name",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_invalid_argument(&error, "group name");
     }
     let ids = Arc::new(AtomicU64::new(0));
     let nested = process(&store, "job/sub", 0, 1, SHORT, FakeFactory::new(&ids));

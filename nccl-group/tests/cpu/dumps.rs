@@ -4,29 +4,21 @@
 
 use nccl_group::{Diagnostics, Lifecycle};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use nccl_group::dumps::{DumpError, REQUEST_FILE};
-use nccl_group::{
-    ErrorKind, FlightDump, GroupError, GroupOptions, InProcessStore, ProcessGroup, Store,
-};
+use nccl_group::{ErrorKind, FlightDump, GroupError, GroupOptions, ProcessGroup};
+use nccl_test_support::group::world_of_one;
 use nccl_test_support::within;
 
 /// Hang guard of the waits below: only a watchdog that never serves the
 /// request file outlasts it.
 const PATIENCE: Duration = Duration::from_secs(120);
 
+/// A group of one process (which needs no GPU to join) dumping to `dump_dir`.
 fn group(name: &str, dump_dir: Option<&Path>) -> ProcessGroup {
-    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let options = GroupOptions::default().with_dump_dir(dump_dir.map(Path::to_path_buf));
-    ProcessGroup::builder(name)
-        .rank(0)
-        .world_size(1)
-        .store(store)
-        .options(options)
-        .build()
-        .expect("a group of one process needs no GPU to join")
+    world_of_one(name, options)
 }
 
 #[test]

@@ -9,16 +9,15 @@
 use nccl_core::{CtaPolicy, NvlsHostMode, ReduceOp, Version};
 use nccl_group::{CommMode, Config, GroupOptions};
 use nccl_tensor::Tensor;
-use nccl_test_support as support;
 use nccl_test_support::group::faults::all_reduce_works;
 use nccl_test_support::group::{destroy, world_of_one};
+use nccl_test_support::tensor::stream_on_first_gpu;
 
 #[test]
 fn gpu_a_group_s_communicators_are_created_with_its_config() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let stream = devices[0].new_stream().expect("stream");
     for mode in [CommMode::Blocking, CommMode::Nonblocking] {
         // Options every release since 2.27.3 knows.
         let config = Config::new()
@@ -39,10 +38,9 @@ fn gpu_a_group_s_communicators_are_created_with_its_config() {
 
 #[test]
 fn gpu_an_option_newer_than_the_loaded_nccl_is_refused_at_the_first_operation() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let stream = devices[0].new_stream().expect("stream");
     let loaded = nccl_core::version().expect("libnccl");
     let newest = Version::new(2, 32, 3);
     let group = world_of_one(

@@ -19,15 +19,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nccl_core::{Group, ReduceOp, Status};
-use nccl_group::{
-    FailureCause, FlightDump, GroupError, GroupOptions, InProcessStore, OpState, ProcessGroup,
-};
+use nccl_group::{FailureCause, FlightDump, GroupError, GroupOptions, OpState};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::faults::{
-    Gate, SLACK, all_reduce_works, never_completes, read_dump, serial,
+    Gate, SLACK, all_reduce_works, never_completes, read_dump, serial, without_rank_1,
 };
 use nccl_test_support::group::{enqueued, world_of_one};
+use nccl_test_support::tensor::stream_on_first_gpu;
 
 /// The timeout of operations meant to hang.
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -146,11 +145,10 @@ fn gpu_an_operation_that_never_completes_times_out_and_the_process_stays_healthy
 /// fails too (enqueued after its group failed).
 #[test]
 fn gpu_an_enqueue_that_blocks_fails_the_group_within_its_timeout() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let group = world_of_one("stuck-enqueue", options(dumps.path()));
     all_reduce_works(&group, &stream);
@@ -311,36 +309,22 @@ fn gpu_dropping_a_group_with_pending_work_fails_the_work() {
 
 #[test]
 fn gpu_creation_with_a_rank_that_never_comes_fails_within_its_deadline() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let timeout = Duration::from_secs(3);
-    // Rank 0 of 2; rank 1 never starts.
-    let group = ProcessGroup::builder("alone")
-        .rank(0)
-        .world_size(2)
-        .store(Arc::new(InProcessStore::new()))
-        .options(options(dumps.path()).with_timeout(timeout))
-        .build()
-        .expect("group");
-    let started = Instant::now();
-    let tensor = Tensor::<f32>::zeros(&stream, &[8]).expect("tensor");
-    let error = match group.all_reduce(tensor, ReduceOp::Sum, &stream) {
-        Err(e) => e.error,
-        Ok(_) => panic!("an all_reduce over an absent rank was enqueued"),
-    };
-    let took = started.elapsed();
+    // The failed group lives on beside the healthy one below.
+    let (_group, error, took) = without_rank_1(
+        "alone",
+        options(dumps.path()).with_timeout(timeout),
+        &stream,
+    );
     assert!(
         took < timeout + SLACK * 3,
         "creation failed only after {took:?}"
     );
-    match &error {
-        GroupError::InitTimeout { missing, .. } => assert_eq!(missing, &vec![1]),
-        other => panic!("expected InitTimeout, got {other}"),
-    }
     assert!(
         error.to_string().contains("ranks [1] never joined"),
         "{error}"
@@ -399,11 +383,10 @@ fn gpu_an_abort_is_bounded() {
 /// stream), and a new group works.
 #[test]
 fn gpu_recv_without_send_is_refused_and_fails_the_group() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let group = world_of_one("lonely-recv", options(dumps.path()));
     let tensor = Tensor::<f32>::zeros(&stream, &[1024]).expect("tensor");
@@ -444,11 +427,10 @@ fn gpu_recv_without_send_is_refused_and_fails_the_group() {
 
 #[test]
 fn gpu_flight_recorder_on_request() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let _serial = serial();
-    let stream = devices[0].new_stream().expect("stream");
     let dumps = tempfile::tempdir().expect("a temporary folder");
     let group = world_of_one("recorded", options(dumps.path()).with_recorder_capacity(4));
     for _ in 0..3 {

@@ -16,19 +16,18 @@ use nccl_group::{GroupError, GroupOptions, InProcessStore};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
 use nccl_test_support::group::{
-    Closed, assert_closed_error, done, every_call_refused, pattern, refused, works, world_of_one,
-    world_of_one_on,
+    Closed, assert_closed_error, assert_invalid_argument, done, every_call_refused, pattern,
+    refused, works, world_of_one, world_of_one_on,
 };
-use nccl_test_support::tensor::{download, poison_values, upload, values};
+use nccl_test_support::tensor::{download, poison_values, stream_on_first_gpu, upload, values};
 use nccl_test_support::{assert_same_values, within};
 
 #[test]
 fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let group = world_of_one("self-p2p", GroupOptions::default());
-    let stream = devices[0].new_stream().expect("stream");
     let data = values::<f32>(5, 4097);
 
     for (dst, why) in [(0, "itself"), (1, "out of range"), (usize::MAX, "huge")] {
@@ -65,17 +64,7 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
         group.recv(upload(&stream, &data), 0, &stream),
         "recv from self",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "src",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "src");
     assert!(e.error.to_string().contains("src"));
     assert_same_values(
         &download(&stream, &e.buffers),
@@ -124,11 +113,10 @@ fn gpu_send_recv_to_self_is_invalid_argument_and_hands_tensor_back() {
 
 #[test]
 fn gpu_work_is_completed_and_synchronize() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let group = world_of_one("work", GroupOptions::default());
-    let stream = devices[0].new_stream().expect("stream");
     const LEN: usize = 1 << 24;
     let data = pattern(1, LEN);
 
@@ -311,10 +299,9 @@ fn gpu_many_threads_issue_on_one_group() {
 
 #[test]
 fn gpu_destroy_then_recreate_with_the_same_name_and_store() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let stream = devices[0].new_stream().expect("stream");
     let store = Arc::new(InProcessStore::new());
     let join = || world_of_one_on("recreated", Arc::clone(&store), GroupOptions::default());
     let group = join();
@@ -339,10 +326,9 @@ fn gpu_destroy_then_recreate_with_the_same_name_and_store() {
 
 #[test]
 fn gpu_abort_from_another_thread_then_recreate() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let stream = devices[0].new_stream().expect("stream");
     let store = Arc::new(InProcessStore::new());
     let join = || world_of_one_on("aborted", Arc::clone(&store), GroupOptions::default());
     let group = join();
@@ -373,11 +359,10 @@ fn gpu_abort_from_another_thread_then_recreate() {
 
 #[test]
 fn gpu_op_error_hands_the_tensors_back() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     let group = world_of_one("op-errors", GroupOptions::default());
-    let stream = devices[0].new_stream().expect("stream");
     let data = values::<f32>(3, 64);
 
     // all_gather into an output of the wrong length.
@@ -459,17 +444,7 @@ fn gpu_op_error_hands_the_tensors_back() {
         ),
         "two tensors on one device",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "device list",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "device list");
     assert!(
         e.error.to_string().contains("two tensors on device 0"),
         "{}",
@@ -489,34 +464,14 @@ fn gpu_op_error_hands_the_tensors_back() {
         ),
         "two streams for one tensor",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "streams",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "streams");
     let e = refused(
         group
             .multi()
             .all_reduce(Vec::<Tensor<f32>>::new(), ReduceOp::Sum, &[]),
         "no tensors",
     );
-    assert!(
-        matches!(
-            e.error,
-            GroupError::InvalidArgument {
-                argument: "device list",
-                ..
-            }
-        ),
-        "{:?}",
-        e.error
-    );
+    assert_invalid_argument(&e.error, "device list");
 
     // None of this broke the group.
     works(&group, &stream, "after the refused calls");

@@ -12,9 +12,11 @@ use nccl_core::{Device, ReduceOp};
 use nccl_group::{CommMode, GroupOptions, ProcessGroup, StreamMode};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
-use nccl_test_support::assert_same_values;
 use nccl_test_support::group::{SIZES, done, pattern, world_of_one};
-use nccl_test_support::tensor::{Elem, download, poison_values, upload, values};
+use nccl_test_support::tensor::{
+    Elem, download, poison_values, stream_on_first_gpu, upload, values,
+};
+use nccl_test_support::{assert_same_values, named_tests};
 
 /// Every operation in its single form on `len`-element tensors of `T`.
 fn every_op_single<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
@@ -23,85 +25,57 @@ fn every_op_single<T: Elem>(device: &Device, name: &str, options: GroupOptions) 
     for (case, &len) in SIZES.iter().enumerate() {
         let data = values::<T>(case as u64 + 1, len);
         let what = |op: &str| format!("{op} ({} x {len})", T::NAME);
+        let input = || upload(&stream, &data);
+        let poisoned = || upload(&stream, &poison_values(len));
+        let holds_data =
+            |t: &Tensor<T>, w: &str| assert_same_values(&download(&stream, t), &data, w);
+        // At world size 1 both the output and the input hold the data.
+        let both_hold_data = |(out, inp): (Tensor<T>, Tensor<T>), w: &str| {
+            holds_data(&out, w);
+            holds_data(&inp, &format!("{w} input"));
+        };
 
         for op in ReduceOp::ALL {
             let w = what(&format!("all_reduce {op:?}"));
-            let t = done(group.all_reduce(upload(&stream, &data), op, &stream), &w);
-            assert_same_values(&download(&stream, &t), &data, &w);
+            holds_data(&done(group.all_reduce(input(), op, &stream), &w), &w);
 
             let w = what(&format!("reduce {op:?} to root 0"));
-            let t = done(group.reduce(upload(&stream, &data), op, 0, &stream), &w);
-            assert_same_values(&download(&stream, &t), &data, &w);
+            holds_data(&done(group.reduce(input(), op, 0, &stream), &w), &w);
         }
 
         let w = what("broadcast from root 0");
-        let t = done(group.broadcast(upload(&stream, &data), 0, &stream), &w);
-        assert_same_values(&download(&stream, &t), &data, &w);
+        holds_data(&done(group.broadcast(input(), 0, &stream), &w), &w);
 
         let w = what("all_gather");
-        let (out, inp) = done(
-            group.all_gather_into_tensor(
-                upload(&stream, &poison_values(len)),
-                upload(&stream, &data),
-                &stream,
-            ),
-            &w,
-        );
-        assert_same_values(&download(&stream, &out), &data, &w);
-        assert_same_values(&download(&stream, &inp), &data, &format!("{w} input"));
+        let gathered = group.all_gather_into_tensor(poisoned(), input(), &stream);
+        both_hold_data(done(gathered, &w), &w);
 
         let w = what("reduce_scatter");
-        let (out, inp) = done(
-            group.reduce_scatter_tensor(
-                upload(&stream, &poison_values(len)),
-                upload(&stream, &data),
-                ReduceOp::Sum,
-                &stream,
-            ),
-            &w,
-        );
-        assert_same_values(&download(&stream, &out), &data, &w);
-        assert_same_values(&download(&stream, &inp), &data, &format!("{w} input"));
+        let scattered = group.reduce_scatter_tensor(poisoned(), input(), ReduceOp::Sum, &stream);
+        both_hold_data(done(scattered, &w), &w);
 
         let w = what("all_gather (list)");
-        let (outs, inp) = done(
-            group.all_gather(
-                vec![upload(&stream, &poison_values(len))],
-                upload(&stream, &data),
-                &stream,
-            ),
-            &w,
-        );
+        let (outs, inp) = done(group.all_gather(vec![poisoned()], input(), &stream), &w);
         assert_eq!(outs.len(), 1, "{w}: one output per rank");
-        assert_same_values(&download(&stream, &outs[0]), &data, &w);
-        assert_same_values(&download(&stream, &inp), &data, &format!("{w} input"));
+        holds_data(&outs[0], &w);
+        holds_data(&inp, &format!("{w} input"));
 
         // A root outside the group (here also past nccl-core's i32) is
         // refused before NCCL sees it, naming the argument and both
         // numberings, with the tensor handed back.
         let w = what("broadcast from a root past i32::MAX");
-        let refused = group
-            .broadcast(upload(&stream, &data), 1 << 31, &stream)
-            .expect_err(&w);
+        let refused = group.broadcast(input(), 1 << 31, &stream).expect_err(&w);
         assert!(
             refused
                 .to_string()
                 .starts_with("invalid root: expected a GroupRank in 0..1"),
             "{w}: {refused}"
         );
-        assert_same_values(&download(&stream, &refused.buffers), &data, &w);
+        holds_data(&refused.buffers, &w);
 
         let w = what("all_to_all");
-        let (out, inp) = done(
-            group.all_to_all_single(
-                upload(&stream, &poison_values(len)),
-                upload(&stream, &data),
-                &stream,
-            ),
-            &w,
-        );
-        assert_same_values(&download(&stream, &out), &data, &w);
-        assert_same_values(&download(&stream, &inp), &data, &format!("{w} input"));
+        let exchanged = group.all_to_all_single(poisoned(), input(), &stream);
+        both_hold_data(done(exchanged, &w), &w);
 
         group
             .barrier(&stream)
@@ -119,107 +93,80 @@ fn every_op_multi<T: Elem>(device: &Device, name: &str, options: GroupOptions) {
     for (case, &len) in SIZES.iter().enumerate() {
         let data = values::<T>(case as u64 + 11, len);
         let what = |op: &str| format!("{op}_multi ({} x {len})", T::NAME);
-        let one = |values: &[T]| vec![upload(&stream, values)];
-        let pair = |out: &[T], inp: &[T]| vec![(upload(&stream, out), upload(&stream, inp))];
+        let one = || vec![upload(&stream, &data)];
+        let pair = || vec![(upload(&stream, &poison_values(len)), upload(&stream, &data))];
+        let holds_data =
+            |t: &Tensor<T>, w: &str| assert_same_values(&download(&stream, t), &data, w);
 
         for op in ReduceOp::ALL {
             let w = what(&format!("all_reduce {op:?}"));
-            let ts = done(group.multi().all_reduce(one(&data), op, streams), &w);
+            let ts = done(group.multi().all_reduce(one(), op, streams), &w);
             assert_eq!(ts.len(), 1);
-            assert_same_values(&download(&stream, &ts[0]), &data, &w);
+            holds_data(&ts[0], &w);
 
             let w = what(&format!("reduce {op:?}"));
-            let ts = done(group.multi().reduce(one(&data), op, 0, streams), &w);
-            assert_same_values(&download(&stream, &ts[0]), &data, &w);
+            holds_data(
+                &done(group.multi().reduce(one(), op, 0, streams), &w)[0],
+                &w,
+            );
         }
 
         let w = what("broadcast");
-        let ts = done(group.multi().broadcast(one(&data), 0, streams), &w);
-        assert_same_values(&download(&stream, &ts[0]), &data, &w);
+        holds_data(&done(group.multi().broadcast(one(), 0, streams), &w)[0], &w);
 
         let w = what("all_gather");
-        let ps = done(
-            group
-                .multi()
-                .all_gather_into_tensor(pair(&poison_values(len), &data), streams),
-            &w,
-        );
+        let ps = done(group.multi().all_gather_into_tensor(pair(), streams), &w);
         assert_eq!(ps.len(), 1);
-        assert_same_values(&download(&stream, &ps[0].0), &data, &w);
-        assert_same_values(&download(&stream, &ps[0].1), &data, &format!("{w} input"));
+        holds_data(&ps[0].0, &w);
+        holds_data(&ps[0].1, &format!("{w} input"));
 
         let w = what("reduce_scatter");
-        let ps = done(
-            group.multi().reduce_scatter_tensor(
-                pair(&poison_values(len), &data),
-                ReduceOp::Sum,
-                streams,
-            ),
-            &w,
-        );
-        assert_same_values(&download(&stream, &ps[0].0), &data, &w);
+        let scattered = group
+            .multi()
+            .reduce_scatter_tensor(pair(), ReduceOp::Sum, streams);
+        holds_data(&done(scattered, &w)[0].0, &w);
 
         let w = what("all_to_all");
-        let ps = done(
-            group
-                .multi()
-                .all_to_all_single(pair(&poison_values(len), &data), streams),
-            &w,
-        );
-        assert_same_values(&download(&stream, &ps[0].0), &data, &w);
-        assert_same_values(&download(&stream, &ps[0].1), &data, &format!("{w} input"));
+        let ps = done(group.multi().all_to_all_single(pair(), streams), &w);
+        holds_data(&ps[0].0, &w);
+        holds_data(&ps[0].1, &format!("{w} input"));
     }
 }
 
-#[test]
-fn gpu_every_op_single_f32() {
+/// One of the two above for one element type, a group name and options.
+type EveryOp = (fn(&Device, &str, GroupOptions), &'static str, GroupOptions);
+
+/// Each of `runs` in turn on the first GPU.
+fn every_op_on_one_gpu(runs: Vec<EveryOp>) {
     let Some(devices) = support::require_gpus(1) else {
         return;
     };
-    every_op_single::<f32>(&devices[0], "single-f32", GroupOptions::default());
+    for (every_op, name, options) in runs {
+        every_op(&devices[0], name, options);
+    }
 }
 
-#[test]
-fn gpu_every_op_single_f16() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    every_op_single::<half::f16>(&devices[0], "single-f16", GroupOptions::default());
+/// `every_op` with the default options on the first GPU.
+fn every_op_by_default(every_op: fn(&Device, &str, GroupOptions), name: &'static str) {
+    every_op_on_one_gpu(vec![(every_op, name, GroupOptions::default())]);
 }
 
-#[test]
-fn gpu_every_op_single_i32() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    every_op_single::<i32>(&devices[0], "single-i32", GroupOptions::default());
-}
-
-#[test]
-fn gpu_every_op_multi_f32() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    every_op_multi::<f32>(&devices[0], "multi-f32", GroupOptions::default());
-}
-
-#[test]
-fn gpu_every_op_multi_f16() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
-    every_op_multi::<half::f16>(&devices[0], "multi-f16", GroupOptions::default());
+named_tests! {
+    gpu_every_op_single_f32: every_op_by_default(every_op_single::<f32>, "single-f32");
+    gpu_every_op_single_f16: every_op_by_default(every_op_single::<half::f16>, "single-f16");
+    gpu_every_op_single_i32: every_op_by_default(every_op_single::<i32>, "single-i32");
+    gpu_every_op_multi_f32: every_op_by_default(every_op_multi::<f32>, "multi-f32");
+    gpu_every_op_multi_f16: every_op_by_default(every_op_multi::<half::f16>, "multi-f16");
 }
 
 #[test]
 fn gpu_single_and_multi_forms_share_one_group() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
     // Alternating forms on one device use the same communicator and stay
     // in order.
     let group = world_of_one("mixed-forms", GroupOptions::default());
-    let stream = devices[0].new_stream().expect("stream");
     let streams = std::slice::from_ref(&stream);
     for i in 0..10u64 {
         let data = values::<f32>(100 + i, 257);
@@ -250,28 +197,38 @@ fn gpu_single_and_multi_forms_share_one_group() {
 /// other choices of each switch get the same matrix.
 #[test]
 fn gpu_every_op_with_nonblocking_communicators() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
     let nonblocking = || GroupOptions::default().with_comm_mode(CommMode::Nonblocking);
-    every_op_single::<f32>(&devices[0], "nonblocking-single-f32", nonblocking());
-    every_op_multi::<f32>(&devices[0], "nonblocking-multi-f32", nonblocking());
-    every_op_single::<half::f16>(
-        &devices[0],
-        "nonblocking-separate-single-f16",
-        nonblocking().with_stream_mode(StreamMode::Separate),
-    );
+    every_op_on_one_gpu(vec![
+        (
+            every_op_single::<f32>,
+            "nonblocking-single-f32",
+            nonblocking(),
+        ),
+        (
+            every_op_multi::<f32>,
+            "nonblocking-multi-f32",
+            nonblocking(),
+        ),
+        (
+            every_op_single::<half::f16>,
+            "nonblocking-separate-single-f16",
+            nonblocking().with_stream_mode(StreamMode::Separate),
+        ),
+    ]);
 }
 
 #[test]
 fn gpu_every_op_on_the_groups_nccl_stream() {
-    let Some(devices) = support::require_gpus(1) else {
-        return;
-    };
     let separate = || GroupOptions::default().with_stream_mode(StreamMode::Separate);
-    every_op_single::<f32>(&devices[0], "separate-single-f32", separate());
-    every_op_single::<half::f16>(&devices[0], "separate-single-f16", separate());
-    every_op_multi::<f32>(&devices[0], "separate-multi-f32", separate());
+    every_op_on_one_gpu(vec![
+        (every_op_single::<f32>, "separate-single-f32", separate()),
+        (
+            every_op_single::<half::f16>,
+            "separate-single-f16",
+            separate(),
+        ),
+        (every_op_multi::<f32>, "separate-multi-f32", separate()),
+    ]);
 }
 
 #[test]

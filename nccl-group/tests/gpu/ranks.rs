@@ -33,8 +33,8 @@ use nccl_group::{
 use nccl_test_support as support;
 use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{
-    COMM_MODES, OP_TIMEOUT, RankContext, STORE_TIMEOUT, config_from, connect, join, launch_vars,
-    launched, options, tcp_store,
+    COMM_MODES, OP_TIMEOUT, RankContext, STORE_TIMEOUT, StoreAt, config_from, connect, join,
+    launch_vars, launched, options, tcp_store,
 };
 use nccl_test_support::group::{
     Closed, SIZES, assert_closed_error, convert, destroy, done, every_call_refused,
@@ -418,6 +418,19 @@ fn ranks_barrier_waits_for_every_rank() {
     ctx.meet("barrier-done");
 }
 
+/// The group `name` joined again on `store` once its first generation
+/// closed: the next generation, which works.
+fn rejoined(ctx: &RankContext, name: &str, store: &StoreAt, mode: CommMode) -> ProcessGroup {
+    let fresh = join(ctx, name, store, mode);
+    assert!(
+        format!("{fresh:?}").contains("generation: 1"),
+        "{}: {fresh:?}",
+        ctx.label()
+    );
+    works(&fresh, &ctx.stream, &format!("{name} re-created"));
+    fresh
+}
+
 /// Every rank destroys its group (collectively), every later call fails
 /// with `Destroyed`, and a group re-created under the same name (the next
 /// generation) works; on both kinds of communicator.
@@ -439,13 +452,7 @@ fn ranks_destroy_then_recreate_under_the_same_name() {
             .abort()
             .expect("abort of a destroyed group is a no-op");
 
-        let fresh = join(&ctx, &name, &store, mode);
-        assert!(
-            format!("{fresh:?}").contains("generation: 1"),
-            "{}: {fresh:?}",
-            ctx.label()
-        );
-        works(&fresh, &ctx.stream, &format!("{name} re-created"));
+        let fresh = rejoined(&ctx, &name, &store, mode);
         destroy(&fresh);
     }
     ctx.meet("recreated-done");
@@ -479,13 +486,7 @@ fn ranks_abort_then_recreate_under_the_same_name() {
         group.abort().expect("a second abort is a no-op");
         ctx.meet(&format!("{name}-aborted"));
 
-        let fresh = join(&ctx, &name, &store, mode);
-        assert!(
-            format!("{fresh:?}").contains("generation: 1"),
-            "{}: {fresh:?}",
-            ctx.label()
-        );
-        works(&fresh, &ctx.stream, &format!("{name} re-created"));
+        let fresh = rejoined(&ctx, &name, &store, mode);
         drop(group);
         works(
             &fresh,

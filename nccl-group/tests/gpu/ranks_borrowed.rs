@@ -41,8 +41,8 @@ use nccl_group::{
 use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{OP_TIMEOUT, RankContext, Seeds, What, each_mode, options};
 use nccl_test_support::group::{
-    SIZES, blocks_for, check_avg, convert, enqueued, every_rank_values, rank_values, reduce_host,
-    world_of_one,
+    SIZES, blocks_for, check_avg, check_reduce_scatter_block, convert, enqueued, every_rank_values,
+    rank_values, reduce_host, reduces, world_of_one,
 };
 use nccl_test_support::require_gpus;
 use nccl_test_support::tensor::{Elem, poison_values};
@@ -173,13 +173,7 @@ fn in_place(
         assert_same_values(&host(stream, &weights), &expected, &w);
     }
 
-    // Each reduction to a root in turn, and every root with Sum.
-    let reductions = ReduceOp::ALL
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| (op, i % world))
-        .chain((0..world).map(|root| (ReduceOp::Sum, root)));
-    for (op, root) in reductions {
+    for (op, root) in reduces(world) {
         let seed = seeds.next_op();
         let w = what(&format!("reduce {op:?} to root {root}"));
         let mut grads = lent(stream, &convert::<f32>(&rank_values(seed, rank, len)));
@@ -224,13 +218,7 @@ fn out_of_place(
         );
         let result = group.reduce_scatter_tensor(&mut out, &input, op, stream);
         run::<f32, _>(group, result, ("reduce_scatter", world * len, len), &w);
-        let full = reduce_host(op, &every_rank_values(seed, world, world * len));
-        check_avg(
-            &w,
-            &host(stream, &out),
-            &full[rank * len..(rank + 1) * len],
-            world,
-        );
+        check_reduce_scatter_block(&w, &host(stream, &out), op, seed, rank, world);
     }
 
     let seed = seeds.next_op();

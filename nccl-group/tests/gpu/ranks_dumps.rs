@@ -18,9 +18,9 @@ use nccl_group::analysis;
 use nccl_group::dumps::write_incident;
 use nccl_group::{CommMode, ProcessGroup};
 use nccl_tensor::Tensor;
-use nccl_test_support as support;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, options, tcp_store};
 use nccl_test_support::group::{destroy, done, world_of_one};
+use nccl_test_support::tensor::stream_on_first_gpu;
 
 /// How long the watchdog may take to see finished operations.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -156,10 +156,9 @@ fn ranks_dumps_of_every_rank_read_by_the_analysis_and_torchfrtrace() {
 /// four ranks are made from them.
 #[test]
 fn gpu_torchfrtrace_names_the_collective_of_a_mismatch() {
-    let Some(devices) = support::require_gpus(1) else {
+    let Some(stream) = stream_on_first_gpu() else {
         return;
     };
-    let stream = devices[0].new_stream().expect("stream");
     let group = world_of_one("fr-mismatch", options(CommMode::Blocking));
     for _ in 0..60 {
         let tensor = Tensor::<f32>::zeros(&stream, &[1024]).expect("a tensor");

@@ -24,8 +24,9 @@ use nccl_group::{
     CommMode, GroupError, OpState, ProcessGroup, StreamMode, Uncapturable, Work, WorkBuffers,
 };
 use nccl_tensor::Tensor;
-use nccl_test_support::group::ranks::{RankContext, join, tcp_store};
+use nccl_test_support::group::ranks::{RankContext, join, on_mode, tcp_store};
 use nccl_test_support::group::{destroy, done, enqueued, refused};
+use nccl_test_support::named_tests;
 use nccl_test_support::tensor::world::all_values;
 use nccl_test_support::tensor::{assert_same, download, poisoned, upload};
 
@@ -62,6 +63,18 @@ impl Model {
         (0..ALL_REDUCES).for_each(|_| self.all_reduce());
         self.ranks.concat()
     }
+}
+
+/// Checks the tensors of a [`sequence`] against the model: `a` and the
+/// `gathered` values, each with what it must hold.
+fn check_sequence(
+    stream: &Arc<CudaStream>,
+    (a, a_expected): (&Tensor<i64>, &[i64]),
+    (gathered, gathered_expected): (&Tensor<i64>, &[i64]),
+    what: &str,
+) {
+    assert_same(&download(stream, gathered), gathered_expected, what);
+    assert_same(&download(stream, a), a_expected, &format!("{what} a"));
 }
 
 /// The sequence on `group`: `ALL_REDUCES` all_reduces of `a`, then the
@@ -125,15 +138,11 @@ fn capture_and_replay(ctx: &RankContext, mode: CommMode) {
     let (a, gathered, captured) = sequence(&group, a, gathered, stream, &what);
     assert_eq!(captured, vec![false; ALL_REDUCES + 1], "{what}: warm-up");
     let expected = model.sequence();
-    assert_same(
-        &download(stream, &gathered),
-        &expected,
+    check_sequence(
+        stream,
+        (&a, &model.ranks[rank]),
+        (&gathered, &expected),
         &format!("{what}: warm-up"),
-    );
-    assert_same(
-        &download(stream, &a),
-        &model.ranks[rank],
-        &format!("{what}: warm-up a"),
     );
     let (a, gathered, _) = sequence(&group, a, gathered, stream, &what);
     model.sequence();
@@ -189,34 +198,19 @@ fn capture_and_replay(ctx: &RankContext, mode: CommMode) {
     for _ in 0..REPLAYS {
         expected = model.sequence();
     }
-    assert_same(
-        &download(stream, &gathered),
-        &expected,
+    check_sequence(
+        stream,
+        (&a, &model.ranks[rank]),
+        (&gathered, &expected),
         &format!("{what}: replayed"),
-    );
-    assert_same(
-        &download(stream, &a),
-        &model.ranks[rank],
-        &format!("{what}: replayed a"),
     );
     destroy(&group);
     ctx.meet(&format!("graphs-{mode:?}-done"));
 }
 
-#[test]
-fn ranks_capture_replays_blocking() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    capture_and_replay(&ctx, CommMode::Blocking);
-}
-
-#[test]
-fn ranks_capture_replays_nonblocking() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    capture_and_replay(&ctx, CommMode::Nonblocking);
+named_tests! {
+    ranks_capture_replays_blocking: on_mode(capture_and_replay, CommMode::Blocking);
+    ranks_capture_replays_nonblocking: on_mode(capture_and_replay, CommMode::Nonblocking);
 }
 
 /// The reason of a refused operation, with its buffers handed back.

@@ -16,20 +16,21 @@
 //! `NCCL_TEST_REQUIRE_GPU=1`.
 
 use nccl_group::SubGroups;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nccl_core::ReduceOp;
+use nccl_core::{CudaStream, ReduceOp};
 use nccl_group::{CommMode, GroupRank, ProcessGroup, Rank};
+use nccl_tensor::Tensor;
 use nccl_test_support as support;
-use nccl_test_support::assert_same_values;
-use nccl_test_support::group::ranks::{RankContext, STREAM_MODES, Seeds, join, tcp_store};
+use nccl_test_support::group::ranks::{RankContext, STREAM_MODES, Seeds, join, on_mode, tcp_store};
 use nccl_test_support::group::{
-    SIZES, blocks_for, check_avg, convert, destroy, done, every_rank_values, rank_values,
-    reduce_host,
+    SIZES, blocks_for, check_avg, check_reduce_scatter_block, convert, destroy, done,
+    every_rank_values, rank_values, reduce_host, reduces,
 };
-use nccl_test_support::tensor::{download, poison_values, upload};
+use nccl_test_support::tensor::{Elem, download, poison_values, upload};
+use nccl_test_support::{assert_same_values, named_tests};
 
 /// Every operation of the group, single and list forms, on `mode`
 /// communicators, through a handle on each stream mode.
@@ -73,6 +74,38 @@ pub(crate) fn root_arg(group: &ProcessGroup, root: usize) -> Rank {
     }
 }
 
+/// `values` as `T`, all_reduced by `op` on `group`.
+fn all_reduced<T: Elem>(
+    group: &ProcessGroup,
+    stream: &Arc<CudaStream>,
+    values: &[f64],
+    op: ReduceOp,
+    what: &str,
+) -> Vec<T> {
+    let t = done(
+        group.all_reduce(upload(stream, &convert::<T>(values)), op, stream),
+        what,
+    );
+    download(stream, &t)
+}
+
+/// `values` as `T` all_gathered on `group` into a poisoned output: the
+/// output and the input.
+fn all_gathered<T: Elem>(
+    group: &ProcessGroup,
+    stream: &Arc<CudaStream>,
+    values: &[f64],
+    what: &str,
+) -> (Tensor<T>, Tensor<T>) {
+    let output = poison_values::<T>(group.world_size() * values.len());
+    let gathered = group.all_gather_into_tensor(
+        upload(stream, &output),
+        upload(stream, &convert::<T>(values)),
+        stream,
+    );
+    done(gathered, what)
+}
+
 /// Every operation's single form on `group`, its values by the group's
 /// own ranks (a sub-group's too: `gpu/ranks_subgroups.rs`), each root
 /// given by [`root_arg`].
@@ -89,27 +122,18 @@ pub(crate) fn single_forms(
     for op in ReduceOp::ALL {
         let seed = seeds.next_op();
         let expected = reduce_host(op, &every_rank_values(seed, world, len));
+        let mine = rank_values(seed, rank, len);
         let w = what(&format!("all_reduce {op:?} f32"));
-        let t = done(
-            group.all_reduce(
-                upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
-                op,
-                stream,
-            ),
+        check_avg(
             &w,
+            &all_reduced::<f32>(group, stream, &mine, op, &w),
+            &expected,
+            world,
         );
-        check_avg(&w, &download(stream, &t), &expected, world);
         if op != ReduceOp::Avg {
             let w = what(&format!("all_reduce {op:?} i32"));
-            let t = done(
-                group.all_reduce(
-                    upload(stream, &convert::<i32>(&rank_values(seed, rank, len))),
-                    op,
-                    stream,
-                ),
-                &w,
-            );
-            assert_same_values(&download(stream, &t), &convert(&expected), &w);
+            let got = all_reduced::<i32>(group, stream, &mine, op, &w);
+            assert_same_values(&got, &convert(&expected), &w);
         }
     }
 
@@ -157,13 +181,7 @@ pub(crate) fn single_forms(
         );
     }
 
-    // reduce, each reduction, to every root in turn (and every root with Sum).
-    let reductions = ReduceOp::ALL
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| (op, i % world))
-        .chain((0..world).map(|root| (ReduceOp::Sum, root)));
-    for (op, root) in reductions {
+    for (op, root) in reduces(world) {
         let seed = seeds.next_op();
         let w = what(&format!("reduce {op:?} to root {root}"));
         let t = done(
@@ -185,39 +203,20 @@ pub(crate) fn single_forms(
     // all_gather, f32 and f16: every rank's values in rank order.
     let seed = seeds.next_op();
     let w = what("all_gather f32");
-    let (out, inp) = done(
-        group.all_gather_into_tensor(
-            upload(stream, &poison_values::<f32>(world * len)),
-            upload(stream, &convert::<f32>(&rank_values(seed, rank, len))),
-            stream,
-        ),
-        &w,
-    );
-    assert_same_values(
-        &download(stream, &out),
-        &convert(&every_rank_values(seed, world, len).concat()),
-        &w,
-    );
+    let mine = rank_values(seed, rank, len);
+    let (out, inp) = all_gathered::<f32>(group, stream, &mine, &w);
+    let gathered = every_rank_values(seed, world, len).concat();
+    assert_same_values(&download(stream, &out), &convert(&gathered), &w);
     assert_same_values(
         &download(stream, &inp),
-        &convert(&rank_values(seed, rank, len)),
+        &convert(&mine),
         &format!("{w}: input"),
     );
     let seed = seeds.next_op();
     let w = what("all_gather f16");
-    let (out, _) = done(
-        group.all_gather_into_tensor(
-            upload(stream, &poison_values::<half::f16>(world * len)),
-            upload(stream, &convert::<half::f16>(&rank_values(seed, rank, len))),
-            stream,
-        ),
-        &w,
-    );
-    assert_same_values(
-        &download(stream, &out),
-        &convert(&every_rank_values(seed, world, len).concat()),
-        &w,
-    );
+    let (out, _) = all_gathered::<half::f16>(group, stream, &rank_values(seed, rank, len), &w);
+    let gathered = every_rank_values(seed, world, len).concat();
+    assert_same_values(&download(stream, &out), &convert(&gathered), &w);
 
     // gather and scatter from the first and the last rank: the spread
     // buffer only exists on the root (empty elsewhere).
@@ -272,13 +271,7 @@ pub(crate) fn single_forms(
             ),
             &w,
         );
-        let full = reduce_host(op, &every_rank_values(seed, world, world * len));
-        check_avg(
-            &w,
-            &download(stream, &out),
-            &full[rank * len..(rank + 1) * len],
-            world,
-        );
+        check_reduce_scatter_block(&w, &download(stream, &out), op, seed, rank, world);
     }
 
     // all_to_all: block j of rank i's input lands in block i of rank j's output.
@@ -444,20 +437,9 @@ pub(crate) fn list_forms(
     assert_same_values(&download(stream, &ps[0].0), &convert(&expected), &w);
 }
 
-#[test]
-fn ranks_every_op_nonblocking() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    every_op(&ctx, CommMode::Nonblocking);
-}
-
-#[test]
-fn ranks_every_op_blocking() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    every_op(&ctx, CommMode::Blocking);
+named_tests! {
+    ranks_every_op_nonblocking: on_mode(every_op, CommMode::Nonblocking);
+    ranks_every_op_blocking: on_mode(every_op, CommMode::Blocking);
 }
 
 /// Turns shared by the threads of one process: operation `k` of thread `t`

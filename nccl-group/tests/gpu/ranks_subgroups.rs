@@ -28,18 +28,20 @@
 
 use nccl_group::Lifecycle;
 use nccl_group::SubGroups;
+use std::sync::Arc;
 use std::thread;
 
-use nccl_core::ReduceOp;
+use nccl_core::{CudaStream, ReduceOp};
 use nccl_group::{CommMode, ErrorKind, GroupError, GroupRank, ProcessGroup, SplitPath};
-use nccl_test_support::assert_same_values;
+use nccl_tensor::Tensor;
 use nccl_test_support::group::ranks::{
-    COMM_MODES, RankContext, STREAM_MODES, Seeds, join, tcp_store,
+    COMM_MODES, RankContext, STREAM_MODES, Seeds, StoreAt, join, tcp_store,
 };
 use nccl_test_support::group::{
     SIZES, convert, done, every_rank_values, rank_values, reduce_host, refused,
 };
 use nccl_test_support::tensor::{download, poison_values, upload};
+use nccl_test_support::{assert_same_values, named_tests};
 
 use super::ranks_ops::{list_forms, single_forms};
 
@@ -134,6 +136,27 @@ fn checked_all_reduce(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: 
     assert_same_values(&download(stream, &t), &convert::<f32>(&expected), what);
 }
 
+/// The parent `{prefix}-{mode:?}` joined on `store`, after its first
+/// checked all_reduce (of `seed`): its name, the group and its label.
+fn first_parent(
+    ctx: &RankContext,
+    store: &StoreAt,
+    prefix: &str,
+    mode: CommMode,
+    seed: u64,
+) -> (String, ProcessGroup, String) {
+    let name = format!("{prefix}-{mode:?}");
+    let parent = join(ctx, &name, store, mode);
+    let label = format!("{} ({mode:?})", ctx.label());
+    checked_all_reduce(
+        ctx,
+        &parent,
+        seed,
+        &format!("{label}: the parent's first all_reduce"),
+    );
+    (name, parent, label)
+}
+
 /// TP x DP on `mode` communicators, split from the parent's communicator
 /// (`first_collective`: after the parent's first all_reduce) or lazily.
 fn tp_by_dp(ctx: &RankContext, mode: CommMode, first_collective: bool) {
@@ -209,24 +232,50 @@ fn leave(
     ctx.meet(&format!("{name}-done"));
 }
 
-#[test]
-fn ranks_subgroups_tp_by_dp_split_from_the_parent() {
+/// `check` of this rank on each communicator mode.
+fn on_each_mode(check: impl Fn(&RankContext, CommMode)) {
     let Some(ctx) = RankContext::new() else {
         return;
     };
     for mode in COMM_MODES {
-        tp_by_dp(&ctx, mode, true);
+        check(&ctx, mode);
     }
 }
 
-#[test]
-fn ranks_subgroups_tp_by_dp_made_lazily() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    for mode in COMM_MODES {
-        tp_by_dp(&ctx, mode, false);
+named_tests! {
+    ranks_subgroups_tp_by_dp_split_from_the_parent:
+        on_each_mode(|ctx, mode| tp_by_dp(ctx, mode, true));
+    ranks_subgroups_tp_by_dp_made_lazily: on_each_mode(|ctx, mode| tp_by_dp(ctx, mode, false));
+}
+
+/// `send` then `recv` when `send_first`, else the other way round (so
+/// that two peers never both wait to receive): what `recv` received.
+fn exchange<T>(send_first: bool, send: impl FnOnce(), recv: impl FnOnce() -> T) -> T {
+    if send_first {
+        send();
+        recv()
+    } else {
+        let received = recv();
+        send();
+        received
     }
+}
+
+/// `len` values received from group rank `peer` of `group` (named by its
+/// `GroupRank`) into a poisoned tensor.
+fn recv_from(
+    group: &ProcessGroup,
+    stream: &Arc<CudaStream>,
+    peer: usize,
+    len: usize,
+    what: &str,
+) -> Tensor<f32> {
+    let received = group.recv(
+        upload(stream, &poison_values::<f32>(len)),
+        GroupRank(peer),
+        stream,
+    );
+    done(received, what)
 }
 
 /// A ring of sends and receives on the pair communicators of `group`,
@@ -251,23 +300,15 @@ fn pair_ring(ctx: &RankContext, group: &ProcessGroup, seed: u64, what: &str) {
         );
     };
     let recv = || {
-        done(
-            group.recv(
-                upload(stream, &poison_values::<f32>(len)),
-                GroupRank(prev),
-                stream,
-            ),
+        recv_from(
+            group,
+            stream,
+            prev,
+            len,
             &format!("{what}: recv from {prev}"),
         )
     };
-    let received = if rank % 2 == 0 {
-        send();
-        recv()
-    } else {
-        let received = recv();
-        send();
-        received
-    };
+    let received = exchange(rank % 2 == 0, send, recv);
     assert_same_values(
         &download(stream, &received),
         &convert::<f32>(&rank_values(seed, prev, len)),
@@ -287,15 +328,7 @@ fn ranks_subgroups_new_group_leaves_rank_0_out() {
     }
     let store = tcp_store(&ctx);
     for mode in COMM_MODES {
-        let name = format!("all-but-0-{mode:?}");
-        let parent = join(&ctx, &name, &store, mode);
-        let label = format!("{} ({mode:?})", ctx.label());
-        checked_all_reduce(
-            &ctx,
-            &parent,
-            3,
-            &format!("{label}: the parent's first all_reduce"),
-        );
+        let (name, parent, label) = first_parent(&ctx, &store, "all-but-0", mode, 3);
         let members: Vec<usize> = (1..world).collect();
         let sub = parent
             .new_group(&members)
@@ -352,15 +385,7 @@ fn ranks_subgroups_destroy_races() {
     let (rank, world) = (ctx.rank(), ctx.world());
     let store = tcp_store(&ctx);
     for mode in COMM_MODES {
-        let name = format!("destroy-race-{mode:?}");
-        let parent = join(&ctx, &name, &store, mode);
-        let label = format!("{} ({mode:?})", ctx.label());
-        checked_all_reduce(
-            &ctx,
-            &parent,
-            6,
-            &format!("{label}: the parent's first all_reduce"),
-        );
+        let (name, parent, label) = first_parent(&ctx, &store, "destroy-race", mode, 6);
         let tp = split(&ctx, &parent, &tp_lists(world), "tensor parallel");
         let dp = split(&ctx, &parent, &dp_lists(world), "data parallel");
         checked_all_reduce(&ctx, &tp, 7, &format!("{label}: TP all_reduce"));
@@ -540,28 +565,11 @@ fn roots_and_peers_by_either_numbering(ctx: &RankContext, mode: CommMode) {
             "{label}: send to global rank {}, recv from GroupRank({peer})",
             globals[peer]
         );
-        let exchange = |first_send: bool| {
-            let send = || done(sub.send(upload(stream, &sent), globals[peer], stream), &w);
-            let recv = || {
-                done(
-                    sub.recv(
-                        upload(stream, &poison_values::<f32>(len)),
-                        GroupRank(peer),
-                        stream,
-                    ),
-                    &w,
-                )
-            };
-            if first_send {
-                send();
-                recv()
-            } else {
-                let received = recv();
-                send();
-                received
-            }
+        let send = || {
+            done(sub.send(upload(stream, &sent), globals[peer], stream), &w);
         };
-        let received = exchange(rank == 0);
+        let recv = || recv_from(&sub, stream, peer, len, &w);
+        let received = exchange(rank == 0, send, recv);
         assert_same_values(
             &download(stream, &received),
             &convert::<f32>(&rank_values(seed + 4, peer, len)),
@@ -601,10 +609,5 @@ fn roots_and_peers_by_either_numbering(ctx: &RankContext, mode: CommMode) {
 
 #[test]
 fn ranks_subgroups_roots_and_peers_by_either_numbering() {
-    let Some(ctx) = RankContext::new() else {
-        return;
-    };
-    for mode in COMM_MODES {
-        roots_and_peers_by_either_numbering(&ctx, mode);
-    }
+    on_each_mode(roots_and_peers_by_either_numbering);
 }

@@ -18,7 +18,7 @@ mod rank;
 
 #[path = "../common/launched.rs"]
 mod launched;
-use launched::outputs;
+use launched::{outputs, verdict};
 use std::path::Path;
 use std::sync::Arc;
 use std::thread;
@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use nccl_group::{CommMode, GroupOptions};
 use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
-use nccl_test_support as support;
 use nccl_test_support::group::faults::{Gate, never_completes, serial};
-use nccl_test_support::group::{enqueued, world_of_one};
+use nccl_test_support::group::{enqueued, launched_role, world_of_one};
 use nccl_test_support::processes::{publish, spawn_child_test, unix_us, wait_children};
+use nccl_test_support::{self as support, named_tests};
 
 const ABORT_CHILD: &str = "gpu_abort_process_child";
 
@@ -198,8 +198,13 @@ fn comm_mode_name(mode: CommMode) -> &'static str {
 }
 
 /// Runs `fault` at every world size and communicator kind, in sequence,
-/// each launch bounded, and reports every combination that failed.
+/// each launch bounded, and reports every combination that failed. Skips
+/// without a GPU; one fault test runs at a time ([`serial`]).
 fn run_fault(fault: Fault) {
+    let Some(_) = support::require_gpus(1) else {
+        return;
+    };
+    let _serial = serial();
     let exe = std::env::current_exe().expect("the test binary");
     let started = Instant::now();
     let mut failures = Vec::new();
@@ -323,75 +328,39 @@ fn check_outcome(
             problems.push(format!("rank {}: {problem}", r.rank));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{}{}", problems.join("; "), outputs(outcome)))
-    }
+    verdict(problems, (), outcome)
 }
 
-/// A rank killed with SIGKILL after iteration 20 of an all_reduce loop:
-/// every other rank gets `GroupError::Failed` within the operation's
-/// timeout plus a second of the kill, and its failure and flight-recorder
-/// dump name the dead rank as lagging. At world sizes 2 and 4, on
-/// nonblocking and blocking communicators. With fewer GPUs than ranks the
-/// ranks are simulated hosts on GPU 0 (NCCL's socket transport).
-#[test]
-fn gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
-    run_fault(Fault::Killed);
-}
-
-/// A rank that stays alive but never issues the next all_reduce (rank 0,
-/// which hosts the TCP store): the others fail within the operation's
-/// timeout plus a second and name it as the lagging rank.
-#[test]
-fn gpu_rank_that_stalls_is_named_as_the_lagging_rank() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
-    run_fault(Fault::Stalls);
-}
-
-/// A rank that never starts: creating the first communicator fails with
-/// `GroupError::InitTimeout` naming it, within the group's timeout.
-#[test]
-fn gpu_rank_that_never_starts_fails_creation_within_the_timeout() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
-    run_fault(Fault::NeverStarts);
-}
-
-/// A rank that exits with status 0 while the others wait in an all_reduce:
-/// they get `GroupError::Failed` naming it within the deadline, not a hang.
-#[test]
-fn gpu_rank_that_exits_cleanly_fails_the_others_within_the_deadline() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let _serial = serial();
-    run_fault(Fault::ExitsCleanly);
+named_tests! {
+    /// A rank killed with SIGKILL after iteration 20 of an all_reduce
+    /// loop: every other rank gets `GroupError::Failed` within the
+    /// operation's timeout plus a second of the kill, and its failure and
+    /// flight-recorder dump name the dead rank as lagging. At world sizes 2
+    /// and 4, on nonblocking and blocking communicators. With fewer GPUs
+    /// than ranks the ranks are simulated hosts on GPU 0 (NCCL's socket
+    /// transport).
+    gpu_rank_killed_mid_loop_fails_the_others_within_the_deadline: run_fault(Fault::Killed);
+    /// A rank that stays alive but never issues the next all_reduce (rank
+    /// 0, which hosts the TCP store): the others fail within the
+    /// operation's timeout plus a second and name it as the lagging rank.
+    gpu_rank_that_stalls_is_named_as_the_lagging_rank: run_fault(Fault::Stalls);
+    /// A rank that never starts: creating the first communicator fails
+    /// with `GroupError::InitTimeout` naming it, within the group's
+    /// timeout.
+    gpu_rank_that_never_starts_fails_creation_within_the_timeout: run_fault(Fault::NeverStarts);
+    /// A rank that exits with status 0 while the others wait in an
+    /// all_reduce: they get `GroupError::Failed` naming it within the
+    /// deadline, not a hang.
+    gpu_rank_that_exits_cleanly_fails_the_others_within_the_deadline:
+        run_fault(Fault::ExitsCleanly);
 }
 
 /// One rank of the fault scenarios above, launched by them through
 /// `nccl_launch` (SKIP otherwise).
 #[test]
 fn gpu_rank_fault_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let Some(fault) = std::env::var(ROLE_VAR)
-        .ok()
-        .and_then(|role| Fault::from_role(&role))
-    else {
-        println!("SKIP: {FAULT_CHILD} runs only as a rank launched by gpu_rank_*");
-        return;
-    };
-    rank::run(fault);
+    let not_launched = format!("{FAULT_CHILD} runs only as a rank launched by gpu_rank_*");
+    if let Some(fault) = launched_role(ROLE_VAR, Fault::from_role, &not_launched) {
+        rank::run(fault);
+    }
 }

@@ -38,15 +38,9 @@ pub(super) fn grow_back(me: Member, dir: &Path) {
     println!("heal phase 0 failed: {error}");
     let me = me.heal(true, false, "4 -> 3");
     let joiner = (old == 0).then(|| start_joiner(&me.olds));
-    for n in 0..HEALED_ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("world 3, round {n}: {e}"));
-    }
+    me.rounds(0..HEALED_ROUNDS, "world 3");
     let me = grow(me);
-    for n in 0..ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("world 4 after the grow, round {n}: {e}"));
-    }
+    me.rounds(0..ROUNDS, "world 4 after the grow");
     me.group.destroy().expect("destroy the grown group");
     println!("heal report: ok after a heal and a grow");
     if let Some(joiner) = joiner {
@@ -185,10 +179,7 @@ pub(super) fn join() {
         olds,
         stream: device.new_stream().expect("a stream"),
     };
-    for n in 0..ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("the new process, round {n}: {e}"));
-    }
+    me.rounds(0..ROUNDS, "the new process");
     me.group.destroy().expect("destroy the grown group");
     println!("heal grow joined: ok after {ROUNDS} rounds");
 }

@@ -38,13 +38,15 @@ mod rank;
 
 #[path = "../common/launched.rs"]
 mod launched;
+#[path = "../common/survivors.rs"]
+mod survivors;
 use launched::outputs;
-use std::path::Path;
 use std::time::Duration;
 
 use nccl_group::CommMode;
-use nccl_launch::{Launch, Outcome, Placement, WaitPolicy};
+use nccl_launch::{Outcome, Placement};
 use nccl_test_support as support;
+use nccl_test_support::group::launched_role;
 
 const SCENARIO_VAR: &str = "HEAL_SCENARIO";
 const COMMS_VAR: &str = "HEAL_COMMS";
@@ -84,12 +86,7 @@ impl Scenario {
     }
 }
 
-fn launch(exe: &Path, world: usize, scenario: Scenario, comms: CommMode, shrink: bool) -> Outcome {
-    let comms = if comms == CommMode::Nonblocking {
-        "nonblocking"
-    } else {
-        "blocking"
-    };
+fn launch(world: usize, scenario: Scenario, comms: CommMode, shrink: bool) -> Outcome {
     // The process that joins a grow shares GPU 0 as a simulated host of
     // its own, which the ranks must be too for NCCL to take it for one.
     let placement = if scenario == Scenario::GrowBack {
@@ -97,59 +94,40 @@ fn launch(exe: &Path, world: usize, scenario: Scenario, comms: CommMode, shrink:
     } else {
         Placement::Auto
     };
-    let launch = Launch::new(world)
-        .expect("a launch")
-        .placement(placement)
-        .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
-        .timeout(Some(LAUNCH_TIMEOUT))
-        .keep_output(true)
-        .env(SCENARIO_VAR, scenario.name())
-        .env(COMMS_VAR, comms)
-        .env(SHRINK_VAR, if shrink { "1" } else { "0" })
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
-    let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
-    let job = launch.spawn(exe, args).expect("spawn the ranks");
-    job.wait(WaitPolicy::All)
+    let env = [
+        (SCENARIO_VAR, scenario.name()),
+        (COMMS_VAR, survivors::comms_name(comms)),
+        (SHRINK_VAR, if shrink { "1" } else { "0" }),
+    ];
+    survivors::launch(world, placement, CHILD, &env, LAUNCH_TIMEOUT)
 }
 
 /// Every rank succeeded but those `dies` names, which must not have,
 /// and each survivor's `heal ...` lines are echoed.
 fn check(label: &str, outcome: &Outcome, dies: impl Fn(usize) -> bool) {
-    let mut problems = Vec::new();
-    if outcome.timed_out {
-        problems.push(format!("the launch ran past {LAUNCH_TIMEOUT:?}"));
-    }
-    for r in &outcome.ranks {
-        if r.succeeded() == dies(r.rank) {
-            problems.push(format!("rank {} ended {:?}", r.rank, r.ending));
-        }
-        for line in r.stdout.lines().filter(|l| l.starts_with("heal ")) {
-            println!("{label}: rank {}: {line}", r.rank);
-        }
-    }
+    survivors::check(label, outcome, LAUNCH_TIMEOUT, "heal ", dies);
+}
+
+/// Asserts that rank `rank` of `outcome` printed `line`; `what` names the
+/// check in the failure, with every rank's output.
+fn assert_said(outcome: &Outcome, rank: usize, line: &str, what: &str) {
     assert!(
-        problems.is_empty(),
-        "{label}: {}{}",
-        problems.join("; "),
+        outcome.ranks[rank].stdout.contains(line),
+        "{what}{}",
         outputs(outcome)
     );
 }
 
 #[test]
 fn gpu_heal_loses_two_ranks_and_goes_on() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let exe = std::env::current_exe().expect("the test binary");
-    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+    survivors::on_each_comm_mode(|comms| {
         for shrink in [true, false] {
             let label = format!("world 4 -> 3 -> 2, {comms:?}, shrink {shrink}");
-            let outcome = launch(&exe, 4, Scenario::LoseTwo, comms, shrink);
+            let outcome = launch(4, Scenario::LoseTwo, comms, shrink);
             // Rank 3 exits with status 0; rank 2 kills itself.
             check(&label, &outcome, |rank| rank == 2);
         }
-    }
+    });
 }
 
 #[test]
@@ -157,49 +135,33 @@ fn gpu_heal_excludes_a_stopped_rank() {
     let Some(_) = support::require_gpus(1) else {
         return;
     };
-    let exe = std::env::current_exe().expect("the test binary");
-    let outcome = launch(&exe, 3, Scenario::Stopped, CommMode::Blocking, true);
+    let outcome = launch(3, Scenario::Stopped, CommMode::Blocking, true);
     check("world 3, rank 2 stopped", &outcome, |_| false);
-    let stopped = &outcome.ranks[2].stdout;
-    assert!(
-        stopped.contains("heal stopped rank: excluded"),
-        "the stopped rank's heal{}",
-        outputs(&outcome)
+    assert_said(
+        &outcome,
+        2,
+        "heal stopped rank: excluded",
+        "the stopped rank's heal",
     );
 }
 
 #[test]
 fn gpu_heal_grows_back() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let exe = std::env::current_exe().expect("the test binary");
-    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+    survivors::on_each_comm_mode(|comms| {
         let label = format!("world 4 -> 3 -> 4, {comms:?}");
-        let outcome = launch(&exe, 4, Scenario::GrowBack, comms, true);
+        let outcome = launch(4, Scenario::GrowBack, comms, true);
         // Rank 3 exits with status 0; rank 0 checks the new process's end.
         check(&label, &outcome, |_| false);
-        let grown = &outcome.ranks[0].stdout;
-        assert!(
-            grown.contains("heal grow: the new process ended: ok"),
-            "{label}: rank 0 saw no clean end of the new process{}",
-            outputs(&outcome)
-        );
-    }
+        let what = format!("{label}: rank 0 saw no clean end of the new process");
+        assert_said(&outcome, 0, "heal grow: the new process ended: ok", &what);
+    });
 }
 
 /// One rank of a launch (SKIP unless launched by the tests above).
 #[test]
 fn gpu_heal_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let Some(scenario) = std::env::var(SCENARIO_VAR)
-        .ok()
-        .and_then(|s| Scenario::from_name(&s))
-    else {
-        println!("SKIP: {CHILD} runs only as a rank launched by the heal tests");
-        return;
-    };
-    rank::run(scenario);
+    let not_launched = format!("{CHILD} runs only as a rank launched by the heal tests");
+    if let Some(scenario) = launched_role(SCENARIO_VAR, Scenario::from_name, &not_launched) {
+        rank::run(scenario);
+    }
 }

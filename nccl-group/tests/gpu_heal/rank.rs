@@ -4,6 +4,7 @@
 use nccl_group::Lifecycle;
 use nccl_group::Recovery;
 use std::io::Write;
+use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -140,6 +141,15 @@ impl Member {
             what("pair ring")
         );
         Ok(())
+    }
+
+    /// The rounds of `range`, each failure panicking with `at` (where this
+    /// member stands) and the round.
+    pub(super) fn rounds(&self, range: Range<usize>, at: &str) {
+        for n in range {
+            self.round(n)
+                .unwrap_or_else(|e| panic!("{at}, round {n}: {e}"));
+        }
     }
 
     /// Rounds until one fails (a member was lost); its error.
@@ -317,10 +327,7 @@ fn lose_two(me: Member, shrink: bool, dir: &Path) {
             .expect_err("an all_reduce that rank 3 never joined cannot succeed");
     }
     let me = me.heal(shrink, false, "4 -> 3");
-    for n in 0..ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("world 3, round {n}: {e}"));
-    }
+    me.rounds(0..ROUNDS, "world 3");
     if old == 2 {
         let _in_flight = refused(me.group.all_reduce(
             me.filled(LEN, 1.0),
@@ -333,10 +340,7 @@ fn lose_two(me: Member, shrink: bool, dir: &Path) {
     let error = me.until_failure();
     println!("heal phase 1 failed ({:?}): {error}", error.kind());
     let me = me.heal(shrink, false, "3 -> 2");
-    for n in 0..ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("world 2, round {n}: {e}"));
-    }
+    me.rounds(0..ROUNDS, "world 2");
     me.group.destroy().expect("destroy the healed group");
     println!("heal report: ok after two heals");
     finish(dir, old, &["done.1"]);
@@ -371,10 +375,7 @@ fn stopped(me: Member, dir: &Path) {
     let error = me.until_failure();
     println!("heal phase 0 failed ({:?}): {error}", error.kind());
     let me = me.heal(true, true, "3 -> 2 (stopped)");
-    for n in 0..STOPPED_ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("world 2, round {n}: {e}"));
-    }
+    me.rounds(0..STOPPED_ROUNDS, "world 2");
     if old == 0 {
         let pid = await_mark(dir, "stopped-pid", PATIENCE).expect("rank 2's pid");
         let status = Command::new("kill")
@@ -383,10 +384,10 @@ fn stopped(me: Member, dir: &Path) {
             .expect("kill -CONT");
         assert!(status.success(), "kill -CONT: {status}");
     }
-    for n in STOPPED_ROUNDS..2 * STOPPED_ROUNDS {
-        me.round(n)
-            .unwrap_or_else(|e| panic!("world 2 after continuing, round {n}: {e}"));
-    }
+    me.rounds(
+        STOPPED_ROUNDS..2 * STOPPED_ROUNDS,
+        "world 2 after continuing",
+    );
     me.group.destroy().expect("destroy the healed group");
     println!("heal report: ok, the stopped rank disturbed nothing");
     finish(dir, old, &["done.1", "stopped-done"]);

@@ -25,7 +25,7 @@ mod rank;
 
 #[path = "../common/launched.rs"]
 mod launched;
-use launched::outputs;
+use launched::{outputs, verdict};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use nccl_group::{CommMode, StreamMode};
 use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
+use nccl_test_support::group::launched_role;
 use nccl_test_support::processes::{await_mark, publish};
 
 /// What happens to the last rank.
@@ -395,25 +396,14 @@ fn check(cell: Cell, outcome: &Outcome) -> Result<Report, String> {
             problems.push(format!("rank {} ended {:?}", r.rank, r.ending));
         }
     }
-    if problems.is_empty() {
-        Ok(report)
-    } else {
-        Err(format!("{}{}", problems.join("; "), outputs(outcome)))
-    }
+    verdict(problems, report, outcome)
 }
 
 /// One rank of a cell (SKIP unless launched by the matrix).
 #[test]
 fn gpu_lost_rank_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let Some(fault) = std::env::var(FAULT_VAR)
-        .ok()
-        .and_then(|f| Fault::from_name(&f))
-    else {
-        println!("SKIP: {CHILD} runs only as a rank launched by the lost-rank matrix");
-        return;
-    };
-    rank::run(fault);
+    let not_launched = format!("{CHILD} runs only as a rank launched by the lost-rank matrix");
+    if let Some(fault) = launched_role(FAULT_VAR, Fault::from_name, &not_launched) {
+        rank::run(fault);
+    }
 }

@@ -16,83 +16,43 @@ mod rank;
 
 #[path = "../common/launched.rs"]
 mod launched;
-use launched::outputs;
-use std::path::Path;
+#[path = "../common/survivors.rs"]
+mod survivors;
 use std::time::Duration;
 
 use nccl_group::CommMode;
-use nccl_launch::{Launch, Outcome, Placement, WaitPolicy};
-use nccl_test_support as support;
+use nccl_launch::Placement;
+use nccl_test_support::group::launched_role;
 
 const COMMS_VAR: &str = "SUBGROUP_LOSS_COMMS";
 const CHILD: &str = "gpu_subgroup_loss_child";
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(180);
 
-fn launch(exe: &Path, comms: CommMode) -> Outcome {
-    let comms = if comms == CommMode::Nonblocking {
-        "nonblocking"
-    } else {
-        "blocking"
-    };
-    let launch = Launch::new(4)
-        .expect("a launch")
-        .placement(Placement::Auto)
-        .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
-        .timeout(Some(LAUNCH_TIMEOUT))
-        .keep_output(true)
-        .env(COMMS_VAR, comms)
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
-    let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
-    let job = launch.spawn(exe, args).expect("spawn the ranks");
-    job.wait(WaitPolicy::All)
-}
-
 #[test]
 fn gpu_subgroup_loss_fails_only_the_sub_groups_of_the_lost_rank() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
-    };
-    let exe = std::env::current_exe().expect("the test binary");
-    for comms in [CommMode::Blocking, CommMode::Nonblocking] {
+    survivors::on_each_comm_mode(|comms| {
         let label = format!("world 4, rank 3 killed, {comms:?}");
-        let outcome = launch(&exe, comms);
-        let mut problems = Vec::new();
-        if outcome.timed_out {
-            problems.push(format!("the launch ran past {LAUNCH_TIMEOUT:?}"));
-        }
-        for r in &outcome.ranks {
-            // Rank 3 kills itself; every other rank must succeed.
-            if r.succeeded() == (r.rank == 3) {
-                problems.push(format!("rank {} ended {:?}", r.rank, r.ending));
-            }
-            for line in r.stdout.lines().filter(|l| l.starts_with("subgroup ")) {
-                println!("{label}: rank {}: {line}", r.rank);
-            }
-        }
-        assert!(
-            problems.is_empty(),
-            "{label}: {}{}",
-            problems.join("; "),
-            outputs(&outcome)
-        );
-    }
+        let env = [(COMMS_VAR, survivors::comms_name(comms))];
+        let outcome = survivors::launch(4, Placement::Auto, CHILD, &env, LAUNCH_TIMEOUT);
+        // Rank 3 kills itself; every other rank must succeed.
+        survivors::check(&label, &outcome, LAUNCH_TIMEOUT, "subgroup ", |rank| {
+            rank == 3
+        });
+    });
 }
 
 /// One rank of a launch (SKIP unless launched by the test above).
 #[test]
 fn gpu_subgroup_loss_child() {
-    let Some(_) = support::require_gpus(1) else {
-        return;
+    let not_launched = format!("{CHILD} runs only as a rank launched by gpu_subgroup_loss");
+    let comms = |value: &str| {
+        Some(if value == "nonblocking" {
+            CommMode::Nonblocking
+        } else {
+            CommMode::Blocking
+        })
     };
-    let Ok(comms) = std::env::var(COMMS_VAR) else {
-        println!("SKIP: {CHILD} runs only as a rank launched by gpu_subgroup_loss");
-        return;
-    };
-    let comms = if comms == "nonblocking" {
-        CommMode::Nonblocking
-    } else {
-        CommMode::Blocking
-    };
-    rank::run(comms);
+    if let Some(comms) = launched_role(COMMS_VAR, comms, &not_launched) {
+        rank::run(comms);
+    }
 }

@@ -170,6 +170,15 @@ pub fn new_store() -> Arc<dyn Store> {
     Arc::new(InProcessStore::new())
 }
 
+/// The unique id published for `key` of the first generation of `group`
+/// (the first key of its class) on `store`, if any.
+pub fn published_id(store: &dyn Store, group: &str, key: &CommKey) -> Option<Vec<u8>> {
+    let scope = key.store_key(group, 0, 0).expect("a valid key");
+    store
+        .try_get(&format!("{scope}/share/unique-id"))
+        .expect("an in-process store answers")
+}
+
 /// What one simulated process saw.
 pub struct Seen {
     /// Its rank.

@@ -1,19 +1,49 @@
 //! The fault suite's tools: GPU work that cannot complete until the test
 //! lets it ([`Gate`], [`never_completes`]), a check that a group still
-//! works, and the flight recorder's dumps.
+//! works, a first operation without one of the ranks, and the flight
+//! recorder's dumps.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nccl_core::{CudaStream, Device, ReduceOp, Status};
-use nccl_group::{OpResult, ProcessGroup};
+use nccl_group::{GroupError, GroupOptions, InProcessStore, OpResult, ProcessGroup};
 use nccl_tensor::Tensor;
 
 use super::done;
 
 /// What the fault suite allows past an operation's timeout.
 pub const SLACK: Duration = Duration::from_secs(1);
+
+/// Rank 0 of a world of 2 whose rank 1 never starts: the group `name`
+/// with `options`, the error of its first all_reduce (which must be
+/// `InitTimeout` naming rank 1) and how long that call took.
+pub fn without_rank_1(
+    name: &str,
+    options: GroupOptions,
+    stream: &Arc<CudaStream>,
+) -> (ProcessGroup, GroupError, Duration) {
+    let group = ProcessGroup::builder(name)
+        .rank(0)
+        .world_size(2)
+        .store(Arc::new(InProcessStore::new()))
+        .options(options)
+        .build()
+        .expect("group");
+    let started = Instant::now();
+    let tensor = Tensor::<f32>::zeros(stream, &[8]).expect("tensor");
+    let error = match group.all_reduce(tensor, ReduceOp::Sum, stream) {
+        Err(e) => e.error,
+        Ok(_) => panic!("an all_reduce over an absent rank was enqueued"),
+    };
+    let took = started.elapsed();
+    match &error {
+        GroupError::InitTimeout { missing, .. } => assert_eq!(missing, &vec![1]),
+        other => panic!("expected InitTimeout, got {other}"),
+    }
+    (group, error, took)
+}
 
 /// Makes the tests of one binary that hold it run one at a time: NCCL's
 /// abort and its init may synchronise the whole device, which would wait

@@ -1,5 +1,7 @@
 //! `ProcessGroup` test helpers: groups of one process, the results of
-//! operations, the host's side of every collective, what a closed group
+//! operations, the host's side of every collective, the role of a
+//! launched child process ([`launched_role`]), tests that differ only in
+//! their arguments ([`named_tests!`](crate::named_tests)), what a closed group
 //! must refuse ([`every_call_refused`]), a check that a group still works
 //! ([`works`]), the multi-process scenario ([`process_scenario`]), the
 //! `ranks_*` tests' rendezvous ([`ranks`]), the fault suite's gated
@@ -17,7 +19,8 @@ use std::sync::Arc;
 
 use nccl_core::ReduceOp;
 use nccl_group::{
-    GroupOptions, InProcessStore, OpBuffers, OpError, OpResult, Owned, ProcessGroup, Work,
+    GroupError, GroupOptions, InProcessStore, OpBuffers, OpError, OpResult, Owned, ProcessGroup,
+    Work,
 };
 
 pub use closed::{Closed, assert_closed_error, every_call_refused};
@@ -49,6 +52,49 @@ pub fn world_of_one_on(
         .options(options)
         .build()
         .unwrap_or_else(|e| panic!("creating group {name:?}: {e}"))
+}
+
+/// The role of a child process that a multi-process test launched: the
+/// environment variable `var` parsed by `parse`. `None` when there is no
+/// GPU (see [`require_gpus`](crate::require_gpus)) or when this process
+/// was not launched as such a child: it then prints `SKIP: {not_launched}`
+/// and the test passes.
+pub fn launched_role<R>(
+    var: &str,
+    parse: impl FnOnce(&str) -> Option<R>,
+    not_launched: &str,
+) -> Option<R> {
+    crate::require_gpus(1)?;
+    let role = std::env::var(var).ok().and_then(|value| parse(&value));
+    if role.is_none() {
+        println!("SKIP: {not_launched}");
+    }
+    role
+}
+
+/// `#[test]` functions that each make one call, for tests that differ
+/// only in its arguments: `name: call;` per test, with its doc comment.
+#[macro_export]
+macro_rules! named_tests {
+    ($($(#[$attr:meta])* $name:ident: $call:expr;)*) => {
+        $(
+            $(#[$attr])*
+            #[test]
+            fn $name() {
+                $call;
+            }
+        )*
+    };
+}
+
+/// Asserts that `error` is the group's refusal of `argument`
+/// (`GroupError::InvalidArgument`).
+#[track_caller]
+pub fn assert_invalid_argument(error: &GroupError, argument: &str) {
+    assert!(
+        matches!(error, GroupError::InvalidArgument { argument: a, .. } if *a == argument),
+        "{error:?}"
+    );
 }
 
 /// `group "name", rank r of N`, for messages.
@@ -150,6 +196,32 @@ pub fn check_avg(what: &str, got: &[f32], expected: &[f64], world: usize) {
             "{what}: element {i} is {g}, expected {e}"
         );
     }
+}
+
+/// The reduces to check at world size `world`: each reduction to a root in
+/// turn, then every root with `Sum`.
+pub fn reduces(world: usize) -> impl Iterator<Item = (ReduceOp, usize)> {
+    ReduceOp::ALL
+        .into_iter()
+        .enumerate()
+        .map(move |(i, op)| (op, i % world))
+        .chain((0..world).map(|root| (ReduceOp::Sum, root)))
+}
+
+/// Checks `got`, this rank's block of a reduce_scatter by `op` of every
+/// rank's `world * got.len()` values of `seed` ([`check_avg`]'s way).
+#[track_caller]
+pub fn check_reduce_scatter_block(
+    what: &str,
+    got: &[f32],
+    op: ReduceOp,
+    seed: u64,
+    rank: usize,
+    world: usize,
+) {
+    let len = got.len();
+    let full = reduce_host(op, &every_rank_values(seed, world, world * len));
+    check_avg(what, got, &full[rank * len..(rank + 1) * len], world);
 }
 
 /// `len` values for iteration `iteration` of a loop: never zero (so an

@@ -206,6 +206,14 @@ pub fn join(ctx: &RankContext, name: &str, store: &StoreAt, mode: CommMode) -> P
 /// a check of [`each_mode`] is doing.
 pub type What<'a> = &'a dyn Fn(&str) -> String;
 
+/// `check` of this rank on `mode` communicators; skips without a GPU (see
+/// [`RankContext::new`]).
+pub fn on_mode(check: impl FnOnce(&RankContext, CommMode), mode: CommMode) {
+    if let Some(ctx) = RankContext::new() {
+        check(&ctx, mode);
+    }
+}
+
 /// Runs `check` on a group of each communicator mode, through a handle on
 /// each stream mode; every rank destroys each group and meets the others
 /// before the next.

@@ -153,6 +153,18 @@ pub fn process_scenario(group: &ProcessGroup, stream: &Arc<CudaStream>, label: &
         &format!("{label}: all_gather"),
     );
 
+    // Receives from `peer` the values of `seed`.
+    let receives = |peer: usize, seed: usize| {
+        let got = done(
+            group.recv(upload(stream, &poison_values::<f32>(LEN)), peer, stream),
+            &format!("recv {rank} <- {peer}"),
+        );
+        assert_same_values(
+            &download(stream, &got),
+            &convert(&values(seed)),
+            &format!("{label}: received from {peer}"),
+        );
+    };
     match rank {
         0 if world >= 2 => {
             let sent = done(
@@ -164,26 +176,10 @@ pub fn process_scenario(group: &ProcessGroup, stream: &Arc<CudaStream>, label: &
                 &convert(&values(200)),
                 &format!("{label}: sent tensor intact"),
             );
-            let got = done(
-                group.recv(upload(stream, &poison_values::<f32>(LEN)), 1, stream),
-                "recv 0 <- 1",
-            );
-            assert_same_values(
-                &download(stream, &got),
-                &convert(&values(201)),
-                &format!("{label}: received from 1"),
-            );
+            receives(1, 201);
         }
         1 => {
-            let got = done(
-                group.recv(upload(stream, &poison_values::<f32>(LEN)), 0, stream),
-                "recv 1 <- 0",
-            );
-            assert_same_values(
-                &download(stream, &got),
-                &convert(&values(200)),
-                &format!("{label}: received from 0"),
-            );
+            receives(0, 200);
             done(
                 group.send(upload(stream, &convert::<f32>(&values(201))), 0, stream),
                 "send 1 -> 0",

@@ -19,6 +19,15 @@ fn description(op: &'static str, collective: bool) -> OpDescription {
     }
 }
 
+/// A recorder of `capacity` records after `count` all_reduces at `now`.
+fn all_reduces(capacity: usize, count: usize, now: Instant) -> FlightRecorder {
+    let recorder = FlightRecorder::new(capacity);
+    for _ in 0..count {
+        recorder.record(&description("all_reduce", true), now);
+    }
+    recorder
+}
+
 #[test]
 fn sequence_numbers_count_collectives_apart_from_point_to_point() {
     let recorder = FlightRecorder::new(8);
@@ -39,11 +48,8 @@ fn sequence_numbers_count_collectives_apart_from_point_to_point() {
 
 #[test]
 fn the_ring_keeps_the_last_records_oldest_first() {
-    let recorder = FlightRecorder::new(3);
     let now = Instant::now();
-    for _ in 0..5 {
-        recorder.record(&description("all_reduce", true), now);
-    }
+    let recorder = all_reduces(3, 5, now);
     let (records, total) = recorder.snapshot();
     assert_eq!(total, 5);
     assert_eq!(
@@ -72,11 +78,8 @@ fn the_ring_keeps_the_last_records_oldest_first() {
 
 #[test]
 fn a_record_allocates_nothing_once_the_ring_is_full() {
-    let recorder = FlightRecorder::new(2);
     let now = Instant::now();
-    for _ in 0..4 {
-        recorder.record(&description("all_reduce", true), now);
-    }
+    let recorder = all_reduces(2, 4, now);
     let capacity = recorder.ring().slots.capacity();
     for _ in 0..100 {
         recorder.record(&description("all_reduce", true), now);
@@ -218,12 +221,8 @@ fn lagging_ranks_are_those_behind_or_silent() {
 
 #[test]
 fn unverified_completions_become_suspect_when_the_group_fails() {
-    let recorder = FlightRecorder::new(8);
     let now = Instant::now();
-    for n in 0..4 {
-        recorder.record(&description("all_reduce", true), now);
-        let _ = n;
-    }
+    let recorder = all_reduces(8, 4, now);
     // Ends stamped 1 and 1 (verified), 2 (not), and one still pending.
     recorder.finish(0, OpState::Completed, now, 1);
     recorder.finish(1, OpState::Completed, now, 1);

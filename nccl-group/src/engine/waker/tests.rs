@@ -73,6 +73,14 @@ fn counter() -> (Arc<Counter>, Waker) {
     (counter, waker)
 }
 
+/// Fresh wakers with `op` registered, and the counter of its waker.
+fn registered(op: Arc<dyn Settle>) -> (Wakers, Arc<Counter>) {
+    let wakers = Wakers::new();
+    let (counter, waker) = counter();
+    wakers.register(wakers.next_id(), op, &waker).unwrap();
+    (wakers, counter)
+}
+
 /// Asserts that no future waits any more. The waker thread removes a
 /// future's registration under its lock before it wakes it, so once a
 /// test has seen every wake it expects, the registry is empty: no wait.
@@ -82,12 +90,8 @@ fn assert_none_waiting(wakers: &Wakers) {
 
 #[test]
 fn wakes_on_completion_and_forgets_the_future() {
-    let wakers = Wakers::new();
     let op = Arc::new(FakeOp::default());
-    let (counter, waker) = counter();
-    wakers
-        .register(wakers.next_id(), op.clone(), &waker)
-        .unwrap();
+    let (wakers, counter) = registered(op.clone());
     assert_eq!(counter.wakes(), 0, "woken before the operation settled");
     op.settle();
     counter.wait_for(1);
@@ -107,12 +111,8 @@ fn wakes_when_the_group_fails() {
             self.failed.load(Ordering::SeqCst)
         }
     }
-    let wakers = Wakers::new();
     let op = Arc::new(FailingOp::default());
-    let (counter, waker) = counter();
-    wakers
-        .register(wakers.next_id(), op.clone(), &waker)
-        .unwrap();
+    let (wakers, counter) = registered(op.clone());
     op.failed.store(true, Ordering::SeqCst);
     counter.wait_for(1);
     assert_none_waiting(&wakers);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use nccl_group::InProcessStore;
 use nccl_group::store::meet::agree::{AgreeOptions, agree_survivors};
 
-use super::{Row, err};
+use super::{Row, calls, err};
 
 /// `agree_survivors` on a fresh in-process store, with a timeout no row
 /// waits out.
@@ -44,85 +44,69 @@ fn against_committed(rank: usize, world: usize, min: usize) -> String {
 }
 
 pub(super) fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "rank 4 of world size 4",
-            expect: &["agreement place rank 4 of 4", "expected a rank below"],
-            run: || agree(0, 4, 4, &[], 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "world size 0",
-            expect: &["agreement place rank 0 of 0", "a world size of 1 to"],
-            run: || agree(0, 0, 0, &[], 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "suspect 4 in a world of 4",
-            expect: &["suspects [4] (rank 4)", "ranks below the world size 4"],
-            run: || agree(0, 0, 4, &[4], 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "suspects [1, 1]",
-            expect: &["suspects [1, 1] (rank 1)", "expected each rank once"],
-            run: || agree(0, 0, 4, &[1, 1], 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "rank 2 suspecting itself",
-            expect: &["suspects [2] (rank 2)", "ranks other than this rank (2)"],
-            run: || agree(0, 2, 4, &[2], 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "min_survivors 0",
-            expect: &["min_survivors 0", "expected 1 to the world size 4"],
-            run: || agree(0, 0, 4, &[], 0),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "min_survivors 5 of world size 4",
-            expect: &["min_survivors 5", "expected 1 to the world size 4"],
-            run: || agree(0, 0, 4, &[], 5),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "generation u64::MAX",
-            expect: &[
-                "generation 18446744073709551615",
-                "generation + 1 must exist",
-            ],
-            run: || agree(u64::MAX, 0, 4, &[], 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "world size 3, the committed decision's 2",
-            expect: &[
-                "invalid world size 3",
-                "expected 2, the world size of the committed agreement",
-            ],
-            run: || against_committed(0, 3, 1),
-        },
-        Row {
-            area: "agree",
-            call: "agree_survivors",
-            input: "min_survivors 2, the committed decision's 1",
-            expect: &[
-                "invalid min_survivors 2",
-                "expected 1, the minimum of the committed agreement",
-            ],
-            run: || against_committed(1, 2, 2),
-        },
-    ]
+    calls(
+        "agree",
+        "agree_survivors",
+        &[
+            (
+                "rank 4 of world size 4",
+                &["agreement place rank 4 of 4", "expected a rank below"],
+                || agree(0, 4, 4, &[], 1),
+            ),
+            (
+                "world size 0",
+                &["agreement place rank 0 of 0", "a world size of 1 to"],
+                || agree(0, 0, 0, &[], 1),
+            ),
+            (
+                "suspect 4 in a world of 4",
+                &["suspects [4] (rank 4)", "ranks below the world size 4"],
+                || agree(0, 0, 4, &[4], 1),
+            ),
+            (
+                "suspects [1, 1]",
+                &["suspects [1, 1] (rank 1)", "expected each rank once"],
+                || agree(0, 0, 4, &[1, 1], 1),
+            ),
+            (
+                "rank 2 suspecting itself",
+                &["suspects [2] (rank 2)", "ranks other than this rank (2)"],
+                || agree(0, 2, 4, &[2], 1),
+            ),
+            (
+                "min_survivors 0",
+                &["min_survivors 0", "expected 1 to the world size 4"],
+                || agree(0, 0, 4, &[], 0),
+            ),
+            (
+                "min_survivors 5 of world size 4",
+                &["min_survivors 5", "expected 1 to the world size 4"],
+                || agree(0, 0, 4, &[], 5),
+            ),
+            (
+                "generation u64::MAX",
+                &[
+                    "generation 18446744073709551615",
+                    "generation + 1 must exist",
+                ],
+                || agree(u64::MAX, 0, 4, &[], 1),
+            ),
+            (
+                "world size 3, the committed decision's 2",
+                &[
+                    "invalid world size 3",
+                    "expected 2, the world size of the committed agreement",
+                ],
+                || against_committed(0, 3, 1),
+            ),
+            (
+                "min_survivors 2, the committed decision's 1",
+                &[
+                    "invalid min_survivors 2",
+                    "expected 1, the minimum of the committed agreement",
+                ],
+                || against_committed(1, 2, 2),
+            ),
+        ],
+    )
 }

@@ -7,7 +7,7 @@ use nccl_core::{DataType, Version};
 use nccl_tensor::checks::{self, CommInfo};
 use nccl_tensor::{BatchEntry, BufferDesc, Layout, MAX_BATCH_OPERATIONS, Op, plan_batch};
 
-use super::{F32, Row, SUM, err};
+use super::{F32, Row, SUM, calls, err};
 
 /// Rank 1 of 4 on device 0, NCCL 2.28.3, compute capability 9.0, no group.
 fn info() -> CommInfo {
@@ -70,110 +70,105 @@ fn splits(
 
 /// The rows of this area, in the order of the Markdown table.
 pub fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            area: "batch",
-            call: "plan_batch",
-            input: "send to rank 4 of world size 4, second in the batch",
-            expect: &["operation 1 of the batch", "dst 4", "expected 0..4"],
-            run: || err(batch(&[recv(8, 0), send(8, 4)])),
-        },
-        Row {
-            area: "batch",
-            call: "plan_batch",
-            input: "all_reduce given an input only",
-            expect: &[
-                "operation 0 of the batch",
-                "takes one buffer in place",
-                "an input only",
+    [
+        calls(
+            "batch",
+            "plan_batch",
+            &[
+                (
+                    "send to rank 4 of world size 4, second in the batch",
+                    &["operation 1 of the batch", "dst 4", "expected 0..4"],
+                    || err(batch(&[recv(8, 0), send(8, 4)])),
+                ),
+                (
+                    "all_reduce given an input only",
+                    &[
+                        "operation 0 of the batch",
+                        "takes one buffer in place",
+                        "an input only",
+                    ],
+                    || {
+                        err(batch(&[BatchEntry {
+                            op: Op::AllReduce(SUM),
+                            layout: Layout::Input(f32s(4)),
+                            cells: [None, None],
+                        }]))
+                    },
+                ),
+                (
+                    "a send to this rank (1) with no receive from it",
+                    &["1 send(s) to this rank (1) itself", "0 receive(s) from it"],
+                    || err(batch(&[send(8, 1), recv(8, 0)])),
+                ),
+                (
+                    "8 f32 sent to this rank, 4 f32 received from it",
+                    &["sends 8 elements of float", "takes 4 elements of float"],
+                    || err(batch(&[send(8, 1), recv(4, 1)])),
+                ),
+                (
+                    "one TensorCell received into twice",
+                    &["operations 0 and 2", "same TensorCell"],
+                    || err(batch(&[recv_cell(8, 0, 7), send(8, 2), recv_cell(8, 2, 7)])),
+                ),
+                (
+                    "one more operation than MAX_BATCH_OPERATIONS",
+                    &["at most 512 operations", "but 513 were given"],
+                    || {
+                        let entries = vec![send(1, 0); MAX_BATCH_OPERATIONS + 1];
+                        err(batch(&entries))
+                    },
+                ),
             ],
-            run: || {
-                err(batch(&[BatchEntry {
-                    op: Op::AllReduce(SUM),
-                    layout: Layout::Input(f32s(4)),
-                    cells: [None, None],
-                }]))
-            },
-        },
-        Row {
-            area: "batch",
-            call: "plan_batch",
-            input: "a send to this rank (1) with no receive from it",
-            expect: &["1 send(s) to this rank (1) itself", "0 receive(s) from it"],
-            run: || err(batch(&[send(8, 1), recv(8, 0)])),
-        },
-        Row {
-            area: "batch",
-            call: "plan_batch",
-            input: "8 f32 sent to this rank, 4 f32 received from it",
-            expect: &["sends 8 elements of float", "takes 4 elements of float"],
-            run: || err(batch(&[send(8, 1), recv(4, 1)])),
-        },
-        Row {
-            area: "batch",
-            call: "plan_batch",
-            input: "one TensorCell received into twice",
-            expect: &["operations 0 and 2", "same TensorCell"],
-            run: || err(batch(&[recv_cell(8, 0, 7), send(8, 2), recv_cell(8, 2, 7)])),
-        },
-        Row {
-            area: "batch",
-            call: "plan_batch",
-            input: "one more operation than MAX_BATCH_OPERATIONS",
-            expect: &["at most 512 operations", "but 513 were given"],
-            run: || {
-                let entries = vec![send(1, 0); MAX_BATCH_OPERATIONS + 1];
-                err(batch(&entries))
-            },
-        },
-        Row {
-            area: "all_to_all splits",
-            call: "checks::all_to_all_splits",
-            input: "3 input split sizes at world size 4",
-            expect: &["input_split_sizes has 3 entries", "one per rank (4)"],
-            run: || err(splits(6, 6, &[2, 2, 2], &[1, 2, 2, 1])),
-        },
-        Row {
-            area: "all_to_all splits",
-            call: "checks::all_to_all_splits",
-            input: "output split sizes adding up to 7, output of 6",
-            expect: &["output_split_sizes add up to 7", "the output has 6"],
-            run: || err(splits(6, 6, &[1, 2, 2, 1], &[1, 2, 2, 2])),
-        },
-        Row {
-            area: "all_to_all splits",
-            call: "checks::all_to_all_splits",
-            input: "rank 1 sends itself 2 elements but receives 3",
-            expect: &["output_split_sizes[this rank] has 3 elements", "expected 2"],
-            run: || err(splits(6, 7, &[1, 2, 2, 1], &[1, 3, 2, 1])),
-        },
-        Row {
-            area: "all_to_all splits",
-            call: "checks::all_to_all_splits",
-            input: "f32 input, i32 output",
-            expect: &["output is int32", "input is float"],
-            run: || {
-                err(checks::all_to_all_splits(
-                    &info(),
-                    &f32s(4),
-                    &BufferDesc::contiguous(DataType::Int32, 4, 0),
-                    &[1; 4],
-                    &[1; 4],
-                ))
-            },
-        },
-        Row {
-            area: "all_to_all splits",
-            call: "checks::all_to_all_list",
-            input: "3 outputs at world size 4",
-            expect: &["output list has 3 elements", "expected 4"],
-            run: || {
-                err(checks::all_to_all_list(
-                    &info(),
-                    &[f32s(1); 4],
-                    &[f32s(1); 3],
-                ))
-            },
-        },
+        ),
+        calls(
+            "all_to_all splits",
+            "checks::all_to_all_splits",
+            &[
+                (
+                    "3 input split sizes at world size 4",
+                    &["input_split_sizes has 3 entries", "one per rank (4)"],
+                    || err(splits(6, 6, &[2, 2, 2], &[1, 2, 2, 1])),
+                ),
+                (
+                    "output split sizes adding up to 7, output of 6",
+                    &["output_split_sizes add up to 7", "the output has 6"],
+                    || err(splits(6, 6, &[1, 2, 2, 1], &[1, 2, 2, 2])),
+                ),
+                (
+                    "rank 1 sends itself 2 elements but receives 3",
+                    &["output_split_sizes[this rank] has 3 elements", "expected 2"],
+                    || err(splits(6, 7, &[1, 2, 2, 1], &[1, 3, 2, 1])),
+                ),
+                (
+                    "f32 input, i32 output",
+                    &["output is int32", "input is float"],
+                    || {
+                        err(checks::all_to_all_splits(
+                            &info(),
+                            &f32s(4),
+                            &BufferDesc::contiguous(DataType::Int32, 4, 0),
+                            &[1; 4],
+                            &[1; 4],
+                        ))
+                    },
+                ),
+            ],
+        ),
+        calls(
+            "all_to_all splits",
+            "checks::all_to_all_list",
+            &[(
+                "3 outputs at world size 4",
+                &["output list has 3 elements", "expected 4"],
+                || {
+                    err(checks::all_to_all_list(
+                        &info(),
+                        &[f32s(1); 4],
+                        &[f32s(1); 3],
+                    ))
+                },
+            )],
+        ),
     ]
+    .concat()
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nccl_group::store::Store;
 use nccl_group::{GroupOptions, GrowOptions, InProcessStore, ProcessGroup};
 
-use super::{Row, err};
+use super::{Row, calls, err, once_destroyed};
 
 fn options() -> GroupOptions {
     GroupOptions::default().with_dump_dir(None)
@@ -46,79 +46,72 @@ fn join(name: &str, local_rank: usize) -> String {
 }
 
 pub(super) fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            area: "grow",
-            call: "ProcessGroup::grow",
-            input: "new_ranks 0",
-            expect: &["invalid new_ranks", "expected 1..=2147483646", "got 0"],
-            run: || grow(0),
-        },
-        Row {
-            area: "grow",
-            call: "ProcessGroup::grow",
-            input: "new_ranks past NCCL's C int ranks",
-            expect: &[
-                "invalid new_ranks",
-                "at most 2147483647 ranks in all",
-                "got 18446744073709551615",
+    [
+        calls(
+            "grow",
+            "ProcessGroup::grow",
+            &[
+                (
+                    "new_ranks 0",
+                    &["invalid new_ranks", "expected 1..=2147483646", "got 0"],
+                    || grow(0),
+                ),
+                (
+                    "new_ranks past NCCL's C int ranks",
+                    &[
+                        "invalid new_ranks",
+                        "at most 2147483647 ranks in all",
+                        "got 18446744073709551615",
+                    ],
+                    || grow(usize::MAX),
+                ),
+                (
+                    "an aborted group",
+                    &[
+                        "invalid process group to grow",
+                        "heal a failed one first",
+                        "\"grow-rows\" generation 0, which aborted",
+                    ],
+                    || {
+                        let group = group();
+                        if let Err(error) = group.abort() {
+                            return format!("<abort failed: {error}>");
+                        }
+                        err(group.grow(1, &GrowOptions::new()))
+                    },
+                ),
+                (
+                    "a destroyed group",
+                    &["process group \"grow-rows\"", "was destroyed"],
+                    || once_destroyed(group(), |group| group.grow(1, &GrowOptions::new())),
+                ),
             ],
-            run: || grow(usize::MAX),
-        },
-        Row {
-            area: "grow",
-            call: "ProcessGroup::grow",
-            input: "an aborted group",
-            expect: &[
-                "invalid process group to grow",
-                "heal a failed one first",
-                "\"grow-rows\" generation 0, which aborted",
+        ),
+        calls(
+            "grow",
+            "GroupBuilder::join_grown",
+            &[
+                (
+                    "an empty group name",
+                    &["invalid group name", "non-empty", "got \"\""],
+                    || join("", 0),
+                ),
+                (
+                    "device 70000",
+                    &["invalid device list", "ordinals up to 65535", "got 70000"],
+                    || join("grow-rows", 70_000),
+                ),
+                (
+                    "no grow within 100 ms",
+                    &[
+                        "joining process group \"grow-rows\" with ticket 1",
+                        "no ProcessGroup::grow offered",
+                        "0 offers read",
+                    ],
+                    || join("grow-rows", 0),
+                ),
             ],
-            run: || {
-                let group = group();
-                if let Err(error) = group.abort() {
-                    return format!("<abort failed: {error}>");
-                }
-                err(group.grow(1, &GrowOptions::new()))
-            },
-        },
-        Row {
-            area: "grow",
-            call: "ProcessGroup::grow",
-            input: "a destroyed group",
-            expect: &["process group \"grow-rows\"", "was destroyed"],
-            run: || {
-                let group = group();
-                if let Err(error) = group.destroy() {
-                    return format!("<destroy failed: {error}>");
-                }
-                err(group.grow(1, &GrowOptions::new()))
-            },
-        },
-        Row {
-            area: "grow",
-            call: "GroupBuilder::join_grown",
-            input: "an empty group name",
-            expect: &["invalid group name", "non-empty", "got \"\""],
-            run: || join("", 0),
-        },
-        Row {
-            area: "grow",
-            call: "GroupBuilder::join_grown",
-            input: "device 70000",
-            expect: &["invalid device list", "ordinals up to 65535", "got 70000"],
-            run: || join("grow-rows", 70_000),
-        },
-        Row {
-            area: "grow",
-            call: "GroupBuilder::join_grown",
-            input: "no grow within 100 ms",
-            expect: &[
-                "joining process group \"grow-rows\" with ticket 1",
-                "no ProcessGroup::grow offered",
-                "0 offers read",
-            ],
-            run: || join("grow-rows", 0),
-        },
+        ),
     ]
+    .concat()
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use nccl_group::store::Store;
 use nccl_group::{GroupOptions, HealOptions, InProcessStore, ProcessGroup};
 
-use super::{Row, err};
+use super::{Row, calls, err, once_destroyed};
 
 /// Ranks `0..world` of a group on a fresh in-process store.
 fn world(world: usize) -> Vec<ProcessGroup> {
@@ -35,95 +35,82 @@ fn heal(options: HealOptions) -> String {
 }
 
 pub(super) fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "min_survivors 0",
-            expect: &["invalid min_survivors", "expected 1..=4", "got 0"],
-            run: || heal(HealOptions::new().with_min_survivors(0)),
-        },
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "min_survivors 5 of world size 4",
-            expect: &["invalid min_survivors", "expected 1..=4", "got 5"],
-            run: || heal(HealOptions::new().with_min_survivors(5)),
-        },
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "suspect 4 in a world of 4",
-            expect: &["invalid suspects", "below the world size 4", "(rank 4)"],
-            run: || heal(HealOptions::new().with_suspects(vec![4])),
-        },
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "rank 0 suspecting itself",
-            expect: &["invalid suspects", "other than this rank (0)", "(rank 0)"],
-            run: || heal(HealOptions::new().with_suspects(vec![0])),
-        },
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "a group under FailurePolicy::AbortProcess",
-            expect: &[
-                "invalid failure policy",
-                "expected FailurePolicy::ReturnErrors to heal",
-                "got FailurePolicy::AbortProcess",
-            ],
-            run: || {
-                let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-                let options = GroupOptions::default()
-                    .with_dump_dir(None)
-                    .with_failure_policy(nccl_group::FailurePolicy::AbortProcess);
-                match ProcessGroup::builder("heal-rows")
-                    .rank(0)
-                    .world_size(2)
-                    .store(store)
-                    .options(options)
-                    .build()
-                {
-                    Ok(group) => err(group.heal(&HealOptions::new())),
-                    Err(error) => format!("<the group: {error}>"),
-                }
-            },
-        },
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "a destroyed group",
-            expect: &["process group \"heal-rows\"", "was destroyed"],
-            run: || {
-                let group = world(1).remove(0);
-                if let Err(error) = group.destroy() {
-                    return format!("<destroy failed: {error}>");
-                }
-                err(group.heal(&HealOptions::new()))
-            },
-        },
-        Row {
-            area: "heal",
-            call: "ProcessGroup::heal",
-            input: "a rank after the survivors' decision",
-            expect: &[
-                "rank 1 was excluded from generation 1",
-                "went on as generation 1 without it",
-            ],
-            run: || {
-                let groups = world(2);
-                for group in &groups {
-                    let _ = group.abort();
-                }
-                let options = HealOptions::new()
-                    .with_suspects(vec![1])
-                    .with_timeout(Duration::from_secs(60));
-                if let Err(error) = groups[0].heal(&options) {
-                    return format!("<rank 0's heal failed: {error}>");
-                }
-                err(groups[1].heal(&HealOptions::new()))
-            },
-        },
-    ]
+    [calls(
+        "heal",
+        "ProcessGroup::heal",
+        &[
+            (
+                "min_survivors 0",
+                &["invalid min_survivors", "expected 1..=4", "got 0"],
+                || heal(HealOptions::new().with_min_survivors(0)),
+            ),
+            (
+                "min_survivors 5 of world size 4",
+                &["invalid min_survivors", "expected 1..=4", "got 5"],
+                || heal(HealOptions::new().with_min_survivors(5)),
+            ),
+            (
+                "suspect 4 in a world of 4",
+                &["invalid suspects", "below the world size 4", "(rank 4)"],
+                || heal(HealOptions::new().with_suspects(vec![4])),
+            ),
+            (
+                "rank 0 suspecting itself",
+                &["invalid suspects", "other than this rank (0)", "(rank 0)"],
+                || heal(HealOptions::new().with_suspects(vec![0])),
+            ),
+            (
+                "a group under FailurePolicy::AbortProcess",
+                &[
+                    "invalid failure policy",
+                    "expected FailurePolicy::ReturnErrors to heal",
+                    "got FailurePolicy::AbortProcess",
+                ],
+                || {
+                    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+                    let options = GroupOptions::default()
+                        .with_dump_dir(None)
+                        .with_failure_policy(nccl_group::FailurePolicy::AbortProcess);
+                    match ProcessGroup::builder("heal-rows")
+                        .rank(0)
+                        .world_size(2)
+                        .store(store)
+                        .options(options)
+                        .build()
+                    {
+                        Ok(group) => err(group.heal(&HealOptions::new())),
+                        Err(error) => format!("<the group: {error}>"),
+                    }
+                },
+            ),
+            (
+                "a destroyed group",
+                &["process group \"heal-rows\"", "was destroyed"],
+                || once_destroyed(world(1).remove(0), |group| group.heal(&HealOptions::new())),
+            ),
+            (
+                "a rank after the survivors' decision",
+                &[
+                    "rank 1 was excluded from generation 1",
+                    "went on as generation 1 without it",
+                ],
+                || {
+                    let groups = world(2);
+                    for group in &groups {
+                        let _ = group.abort();
+                    }
+                    let options = HealOptions::new()
+                        .with_suspects(vec![1])
+                        .with_timeout(Duration::from_secs(60));
+                    if let Err(error) = groups[0].heal(&options) {
+                        return format!("<rank 0's heal failed: {error}>");
+                    }
+                    err(groups[1].heal(&HealOptions::new()))
+                },
+            ),
+        ],
+    )]
+    .into_iter()
+    .flatten()
+    .collect()
 }

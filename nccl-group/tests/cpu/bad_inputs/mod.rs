@@ -27,9 +27,11 @@ mod suspend_rows;
 mod tensor_rows;
 
 use std::fmt::Display;
+use std::sync::Arc;
 
 use nccl_core::nccl_sys;
 use nccl_core::{DataType, ReduceOp, Reduction};
+use nccl_group::{GroupOptions, InProcessStore, Lifecycle, ProcessGroup};
 
 const F32: DataType = DataType::Float32;
 const F16: DataType = DataType::Float16;
@@ -47,12 +49,53 @@ const UPDATE_VAR: &str = "NCCL_UPDATE_BAD_INPUTS";
 /// One bad input: where, which call, what is wrong with it, the substrings
 /// the message must contain (what was expected and what was given), and
 /// the call itself, returning the error's text.
+#[derive(Clone, Copy)]
 struct Row {
     area: &'static str,
     call: &'static str,
     input: &'static str,
     expect: &'static [&'static str],
     run: fn() -> String,
+}
+
+/// One bad input of a call: what is wrong with it, the substrings the
+/// message must contain, and the call itself, returning the error's text.
+type Case = (&'static str, &'static [&'static str], fn() -> String);
+
+/// The rows of `call` in `area`, one per case, in the order given.
+fn calls(area: &'static str, call: &'static str, cases: &[Case]) -> Vec<Row> {
+    cases
+        .iter()
+        .map(|&(input, expect, run)| Row {
+            area,
+            call,
+            input,
+            expect,
+            run,
+        })
+        .collect()
+}
+
+/// The error of building rank 0 of a world of 1 on a fresh in-process
+/// store with `options`.
+fn build_with(options: GroupOptions) -> String {
+    err(ProcessGroup::builder("bad-inputs")
+        .rank(0)
+        .world_size(1)
+        .store(Arc::new(InProcessStore::new()))
+        .options(options)
+        .build())
+}
+
+/// The error of `call` on `group` once it is destroyed.
+fn once_destroyed<T, E: Display>(
+    group: ProcessGroup,
+    call: impl FnOnce(&ProcessGroup) -> Result<T, E>,
+) -> String {
+    if let Err(error) = group.destroy() {
+        return format!("<destroy failed: {error}>");
+    }
+    err(call(&group))
 }
 
 /// The error's text, or a marker that fails every expectation.

@@ -10,7 +10,7 @@ use nccl_group::{
     TcpStoreServerOptions,
 };
 
-use super::{Row, err};
+use super::{Row, calls, err};
 
 /// Client options whose time limits only a hung server outlasts, however
 /// loaded the machine: every row's refusal comes at once.
@@ -33,181 +33,176 @@ fn against<T>(
     err(call(addr)).replace(&addr.to_string(), "127.0.0.1:<port>")
 }
 
+/// The error of binding a server on an ephemeral local port with `options`.
+pub(super) fn bind(options: TcpStoreServerOptions) -> String {
+    err(TcpStoreServer::bind("127.0.0.1:0", options))
+}
+
 fn with_secret(secret: &[u8]) -> TcpStoreServerOptions {
     TcpStoreServerOptions::default().with_secret(secret.to_vec())
 }
 
 pub(super) fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            area: "store",
-            call: "TcpStoreServer::bind",
-            input: "handshake_timeout Duration::MAX",
-            expect: &["handshake_timeout", "at most 10 years", "default 10 s"],
-            run: || {
-                err(TcpStoreServer::bind(
-                    "127.0.0.1:0",
-                    TcpStoreServerOptions::default().with_handshake_timeout(Duration::MAX),
-                ))
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStoreServer::bind",
-            input: "max_keys_per_request 0",
-            expect: &["max_keys_per_request 0", "at least 1 (default 131072)"],
-            run: || {
-                err(TcpStoreServer::bind(
-                    "127.0.0.1:0",
-                    TcpStoreServerOptions::default().with_max_keys_per_request(0),
-                ))
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStoreServer::bind",
-            input: "max_stored_bytes 0",
-            expect: &["max_stored_bytes 0", "at least 1 (default 1073741824)"],
-            run: || {
-                err(TcpStoreServer::bind(
-                    "127.0.0.1:0",
-                    TcpStoreServerOptions::default().with_max_stored_bytes(0),
-                ))
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStoreServer::bind",
-            input: "empty secret",
-            expect: &["invalid secret \"\"", "a non-empty secret, or none"],
-            run: || err(TcpStoreServer::bind("127.0.0.1:0", with_secret(b""))),
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::connect",
-            input: "empty secret",
-            expect: &["invalid secret \"\"", "a non-empty secret, or none"],
-            run: || {
-                err(TcpStore::connect(
-                    "127.0.0.1",
-                    1,
-                    client().with_secret(Vec::new()),
-                ))
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::connect",
-            input: "another secret than the server's",
-            expect: &["server's proof does not match", "same shared secret"],
-            run: || {
-                against(with_secret(b"server"), |addr| {
-                    TcpStore::connect_to(addr, client().with_secret(b"client".to_vec()))
-                })
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::connect",
-            input: "no secret, the server has one",
-            expect: &[
-                "requires a shared secret",
-                "presented none",
-                "NCCL_RS_STORE_SECRET",
+    [
+        calls(
+            "store",
+            "TcpStoreServer::bind",
+            &[
+                (
+                    "handshake_timeout Duration::MAX",
+                    &["handshake_timeout", "at most 10 years", "default 10 s"],
+                    || bind(TcpStoreServerOptions::default().with_handshake_timeout(Duration::MAX)),
+                ),
+                (
+                    "max_keys_per_request 0",
+                    &["max_keys_per_request 0", "at least 1 (default 131072)"],
+                    || bind(TcpStoreServerOptions::default().with_max_keys_per_request(0)),
+                ),
+                (
+                    "max_stored_bytes 0",
+                    &["max_stored_bytes 0", "at least 1 (default 1073741824)"],
+                    || bind(TcpStoreServerOptions::default().with_max_stored_bytes(0)),
+                ),
+                (
+                    "empty secret",
+                    &["invalid secret \"\"", "a non-empty secret, or none"],
+                    || bind(with_secret(b"")),
+                ),
             ],
-            run: || {
-                against(with_secret(b"server"), |addr| {
-                    TcpStore::connect_to(addr, client())
-                })
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::connect",
-            input: "a secret, the server has none",
-            expect: &[
-                "holds no secret, but this client does",
-                "NCCL_RS_STORE_SECRET",
-            ],
-            run: || {
-                against(TcpStoreServerOptions::default(), |addr| {
-                    TcpStore::connect_to(addr, client().with_secret(b"client".to_vec()))
-                })
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::set",
-            input: "value over max_value_len 64",
-            expect: &[
-                "value of 65 bytes",
-                "max_value_len of 64",
-                "nothing stored was changed",
-            ],
-            run: || {
-                against(
-                    TcpStoreServerOptions::default().with_max_value_len(64),
-                    |addr| TcpStore::connect_to(addr, client())?.set("k", &[0; 65]),
-                )
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::wait",
-            input: "5 keys, max_keys_per_request 4",
-            expect: &["naming 5 keys", "max_keys_per_request of 4"],
-            run: || {
-                against(
-                    TcpStoreServerOptions::default().with_max_keys_per_request(4),
-                    |addr| {
-                        TcpStore::connect_to(addr, client())?
-                            .wait(&["a", "b", "c", "d", "e"], Duration::from_secs(1))
+        ),
+        calls(
+            "store",
+            "TcpStore::connect",
+            &[
+                (
+                    "empty secret",
+                    &["invalid secret \"\"", "a non-empty secret, or none"],
+                    || {
+                        err(TcpStore::connect(
+                            "127.0.0.1",
+                            1,
+                            client().with_secret(Vec::new()),
+                        ))
                     },
-                )
-            },
-        },
-        Row {
-            area: "store",
-            call: "TcpStore::set",
-            input: "a third key, max_stored_keys 2",
-            expect: &[
-                "would make 3 keys",
-                "max_stored_keys of 2",
-                "nothing stored was changed",
-            ],
-            run: || {
-                against(
-                    TcpStoreServerOptions::default().with_max_stored_keys(2),
-                    |addr| {
-                        let store = TcpStore::connect_to(addr, client())?;
-                        store.set("a", b"1")?;
-                        store.set("b", b"2")?;
-                        store.set("c", b"3")
+                ),
+                (
+                    "another secret than the server's",
+                    &["server's proof does not match", "same shared secret"],
+                    || {
+                        against(with_secret(b"server"), |addr| {
+                            TcpStore::connect_to(addr, client().with_secret(b"client".to_vec()))
+                        })
                     },
-                )
-            },
-        },
-        Row {
-            area: "store",
-            call: "RendezvousConfig::from_vars",
-            input: "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=maybe",
-            expect: &[
-                "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=\"maybe\" is not a boolean",
-                "expected 1 or true",
+                ),
+                (
+                    "no secret, the server has one",
+                    &[
+                        "requires a shared secret",
+                        "presented none",
+                        "NCCL_RS_STORE_SECRET",
+                    ],
+                    || {
+                        against(with_secret(b"server"), |addr| {
+                            TcpStore::connect_to(addr, client())
+                        })
+                    },
+                ),
+                (
+                    "a secret, the server has none",
+                    &[
+                        "holds no secret, but this client does",
+                        "NCCL_RS_STORE_SECRET",
+                    ],
+                    || {
+                        against(TcpStoreServerOptions::default(), |addr| {
+                            TcpStore::connect_to(addr, client().with_secret(b"client".to_vec()))
+                        })
+                    },
+                ),
             ],
-            run: || {
-                err(RendezvousConfig::from_vars(|name| {
-                    match name {
-                        "RANK" => Some("0"),
-                        "WORLD_SIZE" => Some("2"),
-                        "MASTER_ADDR" => Some("node0"),
-                        "MASTER_PORT" => Some("29500"),
-                        "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED" => Some("maybe"),
-                        _ => None,
-                    }
-                    .map(str::to_owned)
-                }))
-            },
-        },
+        ),
+        calls(
+            "store",
+            "TcpStore::set",
+            &[(
+                "value over max_value_len 64",
+                &[
+                    "value of 65 bytes",
+                    "max_value_len of 64",
+                    "nothing stored was changed",
+                ],
+                || {
+                    against(
+                        TcpStoreServerOptions::default().with_max_value_len(64),
+                        |addr| TcpStore::connect_to(addr, client())?.set("k", &[0; 65]),
+                    )
+                },
+            )],
+        ),
+        calls(
+            "store",
+            "TcpStore::wait",
+            &[(
+                "5 keys, max_keys_per_request 4",
+                &["naming 5 keys", "max_keys_per_request of 4"],
+                || {
+                    against(
+                        TcpStoreServerOptions::default().with_max_keys_per_request(4),
+                        |addr| {
+                            TcpStore::connect_to(addr, client())?
+                                .wait(&["a", "b", "c", "d", "e"], Duration::from_secs(1))
+                        },
+                    )
+                },
+            )],
+        ),
+        calls(
+            "store",
+            "TcpStore::set",
+            &[(
+                "a third key, max_stored_keys 2",
+                &[
+                    "would make 3 keys",
+                    "max_stored_keys of 2",
+                    "nothing stored was changed",
+                ],
+                || {
+                    against(
+                        TcpStoreServerOptions::default().with_max_stored_keys(2),
+                        |addr| {
+                            let store = TcpStore::connect_to(addr, client())?;
+                            store.set("a", b"1")?;
+                            store.set("b", b"2")?;
+                            store.set("c", b"3")
+                        },
+                    )
+                },
+            )],
+        ),
+        calls(
+            "store",
+            "RendezvousConfig::from_vars",
+            &[(
+                "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=maybe",
+                &[
+                    "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=\"maybe\" is not a boolean",
+                    "expected 1 or true",
+                ],
+                || {
+                    err(RendezvousConfig::from_vars(|name| {
+                        match name {
+                            "RANK" => Some("0"),
+                            "WORLD_SIZE" => Some("2"),
+                            "MASTER_ADDR" => Some("node0"),
+                            "MASTER_PORT" => Some("29500"),
+                            "NCCL_RS_STORE_ALLOW_UNAUTHENTICATED" => Some("maybe"),
+                            _ => None,
+                        }
+                        .map(str::to_owned)
+                    }))
+                },
+            )],
+        ),
     ]
+    .concat()
 }

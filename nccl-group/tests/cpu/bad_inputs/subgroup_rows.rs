@@ -14,7 +14,7 @@ use nccl_group::{
     GroupOptions, GroupRank, GrowOptions, HealOptions, InProcessStore, ProcessGroup, Rank,
 };
 
-use super::{Row, err};
+use super::{Row, calls, err, once_destroyed};
 
 /// Rank `rank` of `world` of the group "rows" on `store`.
 fn rank_of(store: &Arc<dyn Store>, rank: usize, world: usize) -> ProcessGroup {
@@ -80,161 +80,170 @@ fn in_dp_group(rank: Rank) -> String {
 }
 
 pub(super) fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            area: "sub-groups",
-            call: "Rank::in_group (every root and peer)",
-            input: "global rank 0 on the sub-group [1, 3]",
-            expect: &[
-                "a GroupRank in 0..2 or a global rank (usize or GlobalRank) of the members [1, 3]",
-                "global rank 0, not a member of this group",
+    [
+        calls(
+            "sub-groups",
+            "Rank::in_group (every root and peer)",
+            &[
+                (
+                    "global rank 0 on the sub-group [1, 3]",
+                    &[
+                        "a GroupRank in 0..2 or a global rank (usize or GlobalRank) \
+                            of the members [1, 3]",
+                        "global rank 0, not a member of this group",
+                    ],
+                    || in_dp_group(Rank::Global(0)),
+                ),
+                (
+                    "GroupRank(2) on the sub-group [1, 3]",
+                    &["a GroupRank in 0..2", "group rank 2, past the group's size"],
+                    || in_dp_group(GroupRank(2).into()),
+                ),
             ],
-            run: || in_dp_group(Rank::Global(0)),
-        },
-        Row {
-            area: "sub-groups",
-            call: "Rank::in_group (every root and peer)",
-            input: "GroupRank(2) on the sub-group [1, 3]",
-            expect: &["a GroupRank in 0..2", "group rank 2, past the group's size"],
-            run: || in_dp_group(GroupRank(2).into()),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::split_group",
-            input: "no list",
-            expect: &[
-                "invalid rank lists",
-                "at least one rank list",
-                "got no list",
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::split_group",
+            &[
+                (
+                    "no list",
+                    &[
+                        "invalid rank lists",
+                        "at least one rank list",
+                        "got no list",
+                    ],
+                    || split(&[]),
+                ),
+                (
+                    "an empty list",
+                    &[
+                        "invalid rank lists",
+                        "non-empty rank lists",
+                        "(list 1 is empty)",
+                    ],
+                    || split(&[&[0], &[]]),
+                ),
+                (
+                    "rank 1 of world size 1",
+                    &["ranks of the parent group, 0..1", "got rank 1 in [0, 1]"],
+                    || split(&[&[0, 1]]),
+                ),
+                (
+                    "a rank in two lists",
+                    &[
+                        "each rank in one list at most",
+                        "got rank 0 in both [0] and [0]",
+                    ],
+                    || split(&[&[0], &[0]]),
+                ),
             ],
-            run: || split(&[]),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::split_group",
-            input: "an empty list",
-            expect: &[
-                "invalid rank lists",
-                "non-empty rank lists",
-                "(list 1 is empty)",
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::new_group",
+            &[
+                (
+                    "no rank",
+                    &["invalid ranks", "at least one rank", "got []"],
+                    || new_group(&[]),
+                ),
+                (
+                    "a rank twice",
+                    &["distinct ranks in each list", "got rank 0 twice in [0, 0]"],
+                    || new_group(&[0, 0]),
+                ),
             ],
-            run: || split(&[&[0], &[]]),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::split_group",
-            input: "rank 1 of world size 1",
-            expect: &["ranks of the parent group, 0..1", "got rank 1 in [0, 1]"],
-            run: || split(&[&[0, 1]]),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::split_group",
-            input: "a rank in two lists",
-            expect: &[
-                "each rank in one list at most",
-                "got rank 0 in both [0] and [0]",
-            ],
-            run: || split(&[&[0], &[0]]),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::new_group",
-            input: "no rank",
-            expect: &["invalid ranks", "at least one rank", "got []"],
-            run: || new_group(&[]),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::new_group",
-            input: "a rank twice",
-            expect: &["distinct ranks in each list", "got rank 0 twice in [0, 0]"],
-            run: || new_group(&[0, 0]),
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::split_group",
-            input: "ranks 0 and 1 pass different lists",
-            expect: &[
-                "the same rank lists on every rank of the parent (rank 0 passed [[0], [1]])",
-                "got rank 1 passed [[1], [0]]",
-            ],
-            run: || {
-                let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-                let groups = [rank_of(&store, 0, 2), rank_of(&store, 1, 2)];
-                let mut errors = thread::scope(|scope| {
-                    let ranks: Vec<_> = groups
-                        .iter()
-                        .map(|g| {
-                            scope.spawn(move || {
-                                let (a, b) = ([g.rank()], [1 - g.rank()]);
-                                err(g.split_group(&[&a[..], &b[..]]))
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::split_group",
+            &[(
+                "ranks 0 and 1 pass different lists",
+                &[
+                    "the same rank lists on every rank of the parent \
+                        (rank 0 passed [[0], [1]])",
+                    "got rank 1 passed [[1], [0]]",
+                ],
+                || {
+                    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+                    let groups = [rank_of(&store, 0, 2), rank_of(&store, 1, 2)];
+                    let mut errors = thread::scope(|scope| {
+                        let ranks: Vec<_> = groups
+                            .iter()
+                            .map(|g| {
+                                scope.spawn(move || {
+                                    let (a, b) = ([g.rank()], [1 - g.rank()]);
+                                    err(g.split_group(&[&a[..], &b[..]]))
+                                })
                             })
-                        })
-                        .collect();
-                    ranks
-                        .into_iter()
-                        .map(|rank| rank.join().unwrap_or_else(|_| "<panicked>".to_string()))
-                        .collect::<Vec<_>>()
-                });
-                // Every rank gets the same refusal; rank 0's stands for all.
-                errors.swap_remove(0)
-            },
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::destroy",
-            input: "a live sub-group",
-            expect: &[
-                "process group \"rows\" cannot be destroyed",
-                "its sub-groups [\"rows/sub0.0\"] are live",
-                "destroy them first",
-            ],
-            run: || match sub() {
-                Ok((parent, _sub)) => err(parent.destroy()),
-                Err(error) => error,
-            },
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::heal",
-            input: "a sub-group",
-            expect: &[
-                "invalid process group to heal",
-                "a root group (heal the root group",
-                "got \"rows/sub0.0\", a sub-group of \"rows\"",
-            ],
-            run: || match sub() {
-                Ok((_parent, sub)) => err(sub.heal(&HealOptions::new())),
-                Err(error) => error,
-            },
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::grow",
-            input: "a sub-group",
-            expect: &[
-                "invalid process group to grow",
-                "a root group (grow the root group",
-                "got \"rows/sub0.0\", a sub-group of \"rows\"",
-            ],
-            run: || match sub() {
-                Ok((_parent, sub)) => err(sub.grow(1, &GrowOptions::new())),
-                Err(error) => error,
-            },
-        },
-        Row {
-            area: "sub-groups",
-            call: "ProcessGroup::new_group",
-            input: "a destroyed group",
-            expect: &["process group \"rows\"", "was destroyed"],
-            run: || {
-                let group = group();
-                if let Err(error) = group.destroy() {
-                    return format!("<destroy failed: {error}>");
-                }
-                err(group.new_group(&[0]))
-            },
-        },
+                            .collect();
+                        ranks
+                            .into_iter()
+                            .map(|rank| rank.join().unwrap_or_else(|_| "<panicked>".to_string()))
+                            .collect::<Vec<_>>()
+                    });
+                    // Every rank gets the same refusal; rank 0's stands for all.
+                    errors.swap_remove(0)
+                },
+            )],
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::destroy",
+            &[(
+                "a live sub-group",
+                &[
+                    "process group \"rows\" cannot be destroyed",
+                    "its sub-groups [\"rows/sub0.0\"] are live",
+                    "destroy them first",
+                ],
+                || match sub() {
+                    Ok((parent, _sub)) => err(parent.destroy()),
+                    Err(error) => error,
+                },
+            )],
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::heal",
+            &[(
+                "a sub-group",
+                &[
+                    "invalid process group to heal",
+                    "a root group (heal the root group",
+                    "got \"rows/sub0.0\", a sub-group of \"rows\"",
+                ],
+                || match sub() {
+                    Ok((_parent, sub)) => err(sub.heal(&HealOptions::new())),
+                    Err(error) => error,
+                },
+            )],
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::grow",
+            &[(
+                "a sub-group",
+                &[
+                    "invalid process group to grow",
+                    "a root group (grow the root group",
+                    "got \"rows/sub0.0\", a sub-group of \"rows\"",
+                ],
+                || match sub() {
+                    Ok((_parent, sub)) => err(sub.grow(1, &GrowOptions::new())),
+                    Err(error) => error,
+                },
+            )],
+        ),
+        calls(
+            "sub-groups",
+            "ProcessGroup::new_group",
+            &[(
+                "a destroyed group",
+                &["process group \"rows\"", "was destroyed"],
+                || once_destroyed(group(), |group| group.new_group(&[0])),
+            )],
+        ),
     ]
+    .concat()
 }
