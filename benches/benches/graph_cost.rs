@@ -146,7 +146,7 @@ fn main() {
     let comm = Communicator::new(device.clone(), 1, UniqueId::new().expect("id"), 0)
         .expect("a communicator of one");
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let options = GroupOptions::default().with_dump_dir(None);
+    let options = GroupOptions::default().without_dump_dir();
     let group = ProcessGroup::builder("graph-cost")
         .rank(0)
         .world_size(1)

@@ -71,7 +71,7 @@ pub enum Ending {
     EndedAtDeadline,
     /// The launcher ended it with SIGKILL because it was still running
     /// after the grace period that followed a forwarded signal, or when
-    /// a second signal came ([`crate::Launch::forward_signals`]).
+    /// a second signal came ([`crate::Launch::with_forward_signals`]).
     EndedAfterSignal,
     /// [`Job::kill`] ended it.
     Killed,
@@ -113,10 +113,10 @@ pub struct Outcome {
     /// Whether the deadline passed with ranks still running.
     pub timed_out: bool,
     /// The restarts made before the attempt these ranks are of (its
-    /// `TORCHELASTIC_RESTART_COUNT`; see [`crate::Launch::max_restarts`]).
+    /// `TORCHELASTIC_RESTART_COUNT`; see [`crate::Launch::with_max_restarts`]).
     pub restarts: usize,
     /// The signal that stopped the launch, when it forwarded one
-    /// ([`crate::Launch::forward_signals`]).
+    /// ([`crate::Launch::with_forward_signals`]).
     pub signal: Option<i32>,
     /// From the start of the first rank to the end of the last (of every
     /// attempt, from [`crate::Launch::run`]).
@@ -394,7 +394,7 @@ impl Job {
 
     /// This attempt's log folder, holding a folder per rank with its
     /// `stdout.log` and `stderr.log`, when the launch logs to files
-    /// ([`crate::Launch::log_dir`]).
+    /// ([`crate::Launch::with_log_dir`]).
     pub fn log_dir(&self) -> Option<&Path> {
         self.plan.logs.as_ref().map(|(dir, _)| dir.as_path())
     }
@@ -432,7 +432,7 @@ impl Job {
     ///
     /// When the launch forwards signals, a SIGTERM or SIGINT that reaches
     /// this process is sent on to every rank still running, which then
-    /// has the grace period to exit ([`crate::Launch::grace_period`]);
+    /// has the grace period to exit ([`crate::Launch::with_grace_period`]);
     /// past it, or at a second signal, the ranks still running are ended
     /// with SIGKILL. Ranks that exit after the signal are not failures:
     /// the signal stopped the launch ([`Outcome::signal`]).

@@ -411,7 +411,7 @@ mod tests {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
         let options = GroupOptions::default()
             .with_stream_mode(StreamMode::Caller)
-            .with_dump_dir(None);
+            .without_dump_dir();
         let group = ProcessGroup::builder("handles")
             .rank(0)
             .world_size(1)
@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn destroy_refuses_while_a_graph_lives() {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        let options = GroupOptions::default().with_dump_dir(None);
+        let options = GroupOptions::default().without_dump_dir();
         let group = ProcessGroup::builder("graphs")
             .rank(0)
             .world_size(1)

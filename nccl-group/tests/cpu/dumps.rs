@@ -19,7 +19,10 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 fn group(name: &str, dump_dir: Option<&Path>) -> ProcessGroup {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let options = GroupOptions::default().with_dump_dir(dump_dir.map(Path::to_path_buf));
+    let options = match dump_dir {
+        Some(dir) => GroupOptions::default().with_dump_dir(dir),
+        None => GroupOptions::default().without_dump_dir(),
+    };
     ProcessGroup::builder(name)
         .rank(0)
         .world_size(1)

@@ -27,7 +27,7 @@ fn gpu_blocking_creation_with_a_rank_that_never_comes_fails_within_its_deadline(
     let timeout = Duration::from_secs(3);
     let options = GroupOptions::default()
         .with_comm_mode(CommMode::Blocking)
-        .with_dump_dir(Some(dumps.path().to_path_buf()));
+        .with_dump_dir(dumps.path());
     // Rank 0 of 2; rank 1 never starts.
     let group = ProcessGroup::builder("alone-blocking")
         .rank(0)

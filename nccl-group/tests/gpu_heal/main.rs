@@ -99,15 +99,15 @@ fn launch(exe: &Path, world: usize, scenario: Scenario, comms: CommMode, shrink:
     };
     let launch = Launch::new(world)
         .expect("a launch")
-        .placement(placement)
-        .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
-        .timeout(Some(LAUNCH_TIMEOUT))
-        .keep_output(true)
-        .env(SCENARIO_VAR, scenario.name())
-        .env(COMMS_VAR, comms)
-        .env(SHRINK_VAR, if shrink { "1" } else { "0" })
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
+        .with_placement(placement)
+        .with_visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
+        .with_timeout(Some(LAUNCH_TIMEOUT))
+        .with_keep_output(true)
+        .with_env(SCENARIO_VAR, scenario.name())
+        .with_env(COMMS_VAR, comms)
+        .with_env(SHRINK_VAR, if shrink { "1" } else { "0" })
+        .with_env("NCCL_RS_STORE", "tcp")
+        .with_env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
     let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
     let job = launch.spawn(exe, args).expect("spawn the ranks");
     job.wait(WaitPolicy::All)

@@ -36,13 +36,13 @@ fn launch(exe: &Path, comms: CommMode) -> Outcome {
     };
     let launch = Launch::new(4)
         .expect("a launch")
-        .placement(Placement::Auto)
-        .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
-        .timeout(Some(LAUNCH_TIMEOUT))
-        .keep_output(true)
-        .env(COMMS_VAR, comms)
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
+        .with_placement(Placement::Auto)
+        .with_visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
+        .with_timeout(Some(LAUNCH_TIMEOUT))
+        .with_keep_output(true)
+        .with_env(COMMS_VAR, comms)
+        .with_env("NCCL_RS_STORE", "tcp")
+        .with_env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
     let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
     let job = launch.spawn(exe, args).expect("spawn the ranks");
     job.wait(WaitPolicy::All)

@@ -83,10 +83,10 @@ fn without_max_restarts_the_first_failure_is_final() {
 fn the_library_reports_each_attempt_and_the_last_outcome() {
     let launch = Launch::new(2)
         .expect("launch")
-        .placement(Placement::SimulatedHosts)
-        .keep_output(true)
-        .timeout(Some(PATIENCE))
-        .max_restarts(3);
+        .with_placement(Placement::SimulatedHosts)
+        .with_keep_output(true)
+        .with_timeout(Some(PATIENCE))
+        .with_max_restarts(3);
     let mut attempts = Vec::new();
     let outcome = launch
         .run(

@@ -146,7 +146,7 @@ pub fn rows() -> Vec<Row> {
             ],
             run: || {
                 let store: Arc<dyn nccl_group::Store> = Arc::new(InProcessStore::new());
-                let options = GroupOptions::default().with_dump_dir(None);
+                let options = GroupOptions::default().without_dump_dir();
                 let new = |rank, world| {
                     ProcessGroup::builder("resized")
                         .rank(rank)
