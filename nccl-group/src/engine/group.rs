@@ -406,19 +406,25 @@ mod tests {
     use crate::options::DEFAULT_OP_TIMEOUT;
     use nccl_rendezvous::InProcessStore;
 
-    #[test]
-    fn handles_carry_their_own_stream_mode_and_timeout_over_one_group() {
+    /// The group `name` of one process on an in-process store, with
+    /// `options` and no dumps.
+    fn group_of_one(name: &str, options: GroupOptions) -> ProcessGroup {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        let options = GroupOptions::default()
-            .with_stream_mode(StreamMode::Caller)
-            .without_dump_dir();
-        let group = ProcessGroup::builder("handles")
+        ProcessGroup::builder(name)
             .rank(0)
             .world_size(1)
             .store(store)
-            .options(options)
+            .options(options.without_dump_dir())
             .build()
-            .expect("a group of one process needs no GPU to join");
+            .expect("a group of one process needs no GPU to join")
+    }
+
+    #[test]
+    fn handles_carry_their_own_stream_mode_and_timeout_over_one_group() {
+        let group = group_of_one(
+            "handles",
+            GroupOptions::default().with_stream_mode(StreamMode::Caller),
+        );
         assert_eq!(group.stream_mode(), StreamMode::Caller);
 
         let separate = group
@@ -441,15 +447,7 @@ mod tests {
 
     #[test]
     fn destroy_refuses_while_a_graph_lives() {
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        let options = GroupOptions::default().without_dump_dir();
-        let group = ProcessGroup::builder("graphs")
-            .rank(0)
-            .world_size(1)
-            .store(store)
-            .options(options)
-            .build()
-            .expect("a group of one process needs no GPU to join");
+        let group = group_of_one("graphs", GroupOptions::default());
         let graph = group.inner.captures.graph_alive();
         let error = group.destroy().expect_err("a graph lives");
         assert!(
