@@ -7,7 +7,7 @@
 //! issue operations, fail the group and dump its records, and by
 //! `crate::generations`, which makes the next generations and sub-groups.
 
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,17 @@ pub(crate) struct Inner {
     pub(crate) children: Mutex<Children>,
     /// Reading the other ranks' failure alarm (`alarm`).
     pub(crate) listener: Listener,
+}
+
+impl Inner {
+    /// Moves the group from live to `to` (`ABORTED`, `DESTROYED` or
+    /// `FAILED`); `false` when it was no longer live: another transition
+    /// came first.
+    pub(crate) fn leave_live(&self, to: u8) -> bool {
+        self.state
+            .compare_exchange(LIVE, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// A group of processes running collectives on GPU tensors: the
