@@ -540,17 +540,22 @@ impl Job {
         }
     }
 
+    /// Ends every rank still running as `ending`, naming each one ended
+    /// (`rank R (pid P)`) for the launcher's message.
+    fn end_running(&mut self, ending: Ending) -> Vec<String> {
+        self.ranks
+            .iter_mut()
+            .filter_map(|r| {
+                r.end(ending)
+                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
+            })
+            .collect()
+    }
+
     /// Ends every rank still running, `when` (past the grace period, or
     /// at a second signal).
     fn end_after_signal(&mut self, when: &str) {
-        let ended: Vec<String> = self
-            .ranks
-            .iter_mut()
-            .filter_map(|r| {
-                r.end(Ending::EndedAfterSignal)
-                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
-            })
-            .collect();
+        let ended = self.end_running(Ending::EndedAfterSignal);
         if !ended.is_empty() {
             eprintln!(
                 "nccl-launch: {} still running {when}; ended with SIGKILL",
@@ -562,14 +567,7 @@ impl Job {
     /// Ends every rank still running after the rank at `index` failed.
     fn end_after_failure(&mut self, index: usize, status: ExitStatus) {
         let failed = self.ranks[index].rank;
-        let ended: Vec<String> = self
-            .ranks
-            .iter_mut()
-            .filter_map(|r| {
-                r.end(Ending::EndedAfterFailureOf(failed))
-                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
-            })
-            .collect();
+        let ended = self.end_running(Ending::EndedAfterFailureOf(failed));
         if ended.is_empty() {
             eprintln!("nccl-launch: rank {failed} failed ({status})");
         } else {
@@ -583,14 +581,7 @@ impl Job {
     /// Ends every rank still running at the deadline.
     fn end_at_deadline(&mut self) {
         let timeout = self.plan.timeout.unwrap_or_default();
-        let ended: Vec<String> = self
-            .ranks
-            .iter_mut()
-            .filter_map(|r| {
-                r.end(Ending::EndedAtDeadline)
-                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
-            })
-            .collect();
+        let ended = self.end_running(Ending::EndedAtDeadline);
         eprintln!(
             "nccl-launch: {} still running after the {:.0?} timeout; ended with SIGKILL",
             ended.join(", "),
