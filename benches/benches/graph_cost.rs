@@ -146,7 +146,7 @@ fn main() {
     let stream = device.new_stream().expect("stream");
     let comm = Communicator::new(device.clone(), 1, UniqueId::new().expect("id"), 0)
         .expect("a communicator of one");
-    let group = world_of_one("graph-cost", GroupOptions::default().with_dump_dir(None));
+    let group = world_of_one("graph-cost", GroupOptions::default().without_dump_dir());
     let mut summary = Vec::new();
     for n in OPERATIONS {
         let (tensor, tensor_pairs) = tensor_graph(&comm, n, &stream);

@@ -332,7 +332,7 @@ fn tensors(n: usize, stream: &Arc<CudaStream>) -> Vec<Tensor<f32>> {
 
 /// `group_coalescing` at world size 1, through criterion.
 fn coalescing(criterion: &mut Criterion) {
-    let options = GroupOptions::default().with_dump_dir(None);
+    let options = GroupOptions::default().without_dump_dir();
     let (group, stream) = bench_group("group-cost", options, None);
     let mut bench = criterion.benchmark_group("group_coalescing");
     for n in BATCH_SIZES {
@@ -352,7 +352,7 @@ fn coalescing(criterion: &mut Criterion) {
 /// `group_coalescing` as every rank of a launch: fixed counts, rounds of
 /// every variant after a barrier; rank 0 prints.
 fn coalescing_launched(launched: &Launched) {
-    let options = GroupOptions::default().with_dump_dir(None);
+    let options = GroupOptions::default().without_dump_dir();
     let (group, stream) = bench_group("group-cost", options, Some(launched));
     let (rank, world) = (group.rank(), group.world_size());
     for n in BATCH_SIZES {
@@ -427,7 +427,7 @@ fn checks_group(
     every: Option<u32>,
     launched: Option<&Launched>,
 ) -> (ProcessGroup, Arc<CudaStream>) {
-    let mut options = GroupOptions::default().with_dump_dir(None);
+    let mut options = GroupOptions::default().without_dump_dir();
     options.collective_checks = every;
     bench_group(
         &format!("group-checks-{}", check_name(every)),

@@ -77,54 +77,70 @@ pub enum Status {
     InProgress,
 }
 
-/// What kind of failure an error is: `kind()` on nccl-core's [`Error`]
-/// and nccl-tensor's `Error` answers what the innermost error would.
-/// nccl-group's own `ErrorKind` has every kind of this one and adds the
-/// kinds only a process group and its store know (a failed group, a
-/// store, a launch setting). Match with a wildcard arm: kinds may be added.
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// An argument the call cannot accept: a length, a shape, a data type
-    /// that does not match, a value out of its range, a flag.
-    InvalidArgument,
-    /// A buffer or stream on another device than the communicator's.
-    WrongDevice,
-    /// A rank, root or peer outside `0..world_size`.
-    RankOutOfRange,
-    /// A feature, data type or reduction that the loaded NCCL or the GPU
-    /// does not support; a newer libnccl or another GPU may have it.
-    Unsupported,
-    /// The loaded libnccl does not export a function the call needs (it is
-    /// older than the function); the rest of the API still works.
-    MissingFunction,
-    /// This machine lacks what every call needs: the CUDA driver, a GPU,
-    /// or a loadable NCCL library.
-    Unavailable,
-    /// NCCL returned an error code; `nccl_code()` says which.
-    /// (`ncclRemoteError` is [`ErrorKind::PeerLost`] instead.)
-    Nccl,
-    /// A remote rank failed or went away: NCCL returned
-    /// `ncclRemoteError` (a peer's process exited, or its connection
-    /// broke); `nccl_code()` keeps the code. Create a new communicator
-    /// without it (shrink, or meet again).
-    PeerLost,
-    /// A CUDA driver call failed.
-    Cuda,
-    /// A wait ran past its deadline: a NCCL call, a communicator's
-    /// creation, an abort.
-    Timeout,
-    /// The communicator was aborted or revoked; create a new one (from a
-    /// revoked one: shrink or split it).
-    Aborted,
-    /// The communicator was finalized or destroyed, or left suspended;
-    /// create a new one.
-    Closed,
-    /// An operating-system request outside NCCL failed: starting a
-    /// thread, writing a file.
-    Io,
-    /// Anything else; the message says what.
-    Other,
+/// Declares an error-kind enum with every kind of nccl-core's
+/// [`ErrorKind`], then the given ones, then `Other`: nccl-core's own, and
+/// nccl-group's, which must have every kind of this one (so written once).
+/// Exported (hidden) for nccl-group.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __error_kinds {
+    ($(#[$meta:meta])* pub enum $name:ident { $($extra:tt)* }) => {
+        $(#[$meta])*
+        #[non_exhaustive]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            /// An argument the call cannot accept: a length, a shape, a data type
+            /// that does not match, a value out of its range, a flag.
+            InvalidArgument,
+            /// A buffer or stream on another device than the communicator's.
+            WrongDevice,
+            /// A rank, root or peer outside `0..world_size`.
+            RankOutOfRange,
+            /// A feature, data type or reduction that the loaded NCCL or the GPU
+            /// does not support; a newer libnccl or another GPU may have it.
+            Unsupported,
+            /// The loaded libnccl does not export a function the call needs (it is
+            /// older than the function); the rest of the API still works.
+            MissingFunction,
+            /// This machine lacks what every call needs: the CUDA driver, a GPU,
+            /// or a loadable NCCL library.
+            Unavailable,
+            /// NCCL returned an error code; `nccl_code()` says which.
+            /// (`ncclRemoteError` is [`ErrorKind::PeerLost`] instead.)
+            Nccl,
+            /// A remote rank failed or went away: NCCL returned
+            /// `ncclRemoteError` (a peer's process exited, or its connection
+            /// broke); `nccl_code()` keeps the code. Create a new communicator
+            /// without it (shrink, or meet again).
+            PeerLost,
+            /// A CUDA driver call failed.
+            Cuda,
+            /// A wait ran past its deadline: a NCCL call, a communicator's
+            /// creation, an abort.
+            Timeout,
+            /// The communicator was aborted or revoked; create a new one (from a
+            /// revoked one: shrink or split it).
+            Aborted,
+            /// The communicator was finalized or destroyed, or left suspended;
+            /// create a new one.
+            Closed,
+            /// An operating-system request outside NCCL failed: starting a
+            /// thread, writing a file.
+            Io,
+            $($extra)*
+            /// Anything else; the message says what.
+            Other,
+        }
+    };
+}
+
+__error_kinds! {
+    /// What kind of failure an error is: `kind()` on nccl-core's [`Error`]
+    /// and nccl-tensor's `Error` answers what the innermost error would.
+    /// nccl-group's own `ErrorKind` has every kind of this one and adds the
+    /// kinds only a process group and its store know (a failed group, a
+    /// store, a launch setting). Match with a wildcard arm: kinds may be added.
+    pub enum ErrorKind {}
 }
 
 /// Displays an error and every error of its `source()` chain, joined by

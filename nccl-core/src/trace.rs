@@ -5,40 +5,45 @@
 //!
 //! * `event!(level, fields..., "message")`: an event at `trace`, `debug`,
 //!   `info`, `warn` or `error`, in `tracing`'s field syntax.
-//! * `enter_span!(level, "name", fields...)`: a span entered until the
-//!   returned guard drops (`()` with the feature off).
+//! * `enter_span!(level, "name", fields...);`: a span entered until the
+//!   end of the enclosing block (nothing with the feature off).
 
-#[cfg(feature = "tracing")]
-macro_rules! event {
-    ($level:ident, $($field:tt)+) => {
-        ::tracing::$level!($($field)+)
+// Exported (hidden) so that nccl-group, which depends on this crate, calls
+// the same macros. The `cfg`s sit inside the expansions, so they are
+// evaluated in the calling crate: its own `tracing` feature and dependency
+// decide, not this crate's.
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __trace_event {
+    ($level:ident, $($field:tt)+) => {{
+        #[cfg(feature = "tracing")]
+        ::tracing::$level!($($field)+);
+    }};
+}
+
+// A statement, not a value: the guard is a `let` of the expansion (hygienic,
+// so unnamed at the call site) that lives to the end of the enclosing block,
+// and with the feature off there is no statement at all.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __trace_enter_span {
+    (trace, $($field:tt)+) => { $crate::__trace_enter_span!(@entered trace_span, $($field)+) };
+    (debug, $($field:tt)+) => { $crate::__trace_enter_span!(@entered debug_span, $($field)+) };
+    (info, $($field:tt)+) => { $crate::__trace_enter_span!(@entered info_span, $($field)+) };
+    (@entered $span:ident, $($field:tt)+) => {
+        #[cfg(feature = "tracing")]
+        let _entered = ::tracing::$span!($($field)+).entered();
     };
 }
 
-#[cfg(not(feature = "tracing"))]
-macro_rules! event {
-    ($($field:tt)*) => {};
-}
-
-#[cfg(feature = "tracing")]
-macro_rules! enter_span {
-    (trace, $($field:tt)+) => { ::tracing::trace_span!($($field)+).entered() };
-    (debug, $($field:tt)+) => { ::tracing::debug_span!($($field)+).entered() };
-    (info, $($field:tt)+) => { ::tracing::info_span!($($field)+).entered() };
-}
-
-#[cfg(not(feature = "tracing"))]
-macro_rules! enter_span {
-    ($($field:tt)*) => {
-        ()
-    };
-}
-
-pub(crate) use {enter_span, event};
+pub(crate) use {__trace_enter_span as enter_span, __trace_event as event};
 
 #[cfg(test)]
 mod tests {
     use std::cell::Cell;
+
+    use super::{enter_span, event};
 
     #[test]
     fn without_a_subscriber_or_the_feature_no_argument_is_evaluated() {
@@ -48,17 +53,11 @@ mod tests {
             value = evaluated.replace(true),
             "an event nobody listens to"
         );
-        let _span = enter_span!(
+        enter_span!(
             debug,
             "a span nobody listens to",
             value = evaluated.replace(true)
         );
         assert!(!evaluated.get());
-    }
-
-    #[cfg(not(feature = "tracing"))]
-    #[test]
-    fn without_the_feature_a_span_is_the_unit_value() {
-        let () = enter_span!(info, "compiled out");
     }
 }

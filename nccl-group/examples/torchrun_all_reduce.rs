@@ -31,63 +31,23 @@
 //! Exit status: 0 when the values are right, 1 on an error or wrong
 //! values, 2 when this host has no GPU `LOCAL_RANK`.
 
-use nccl_group::Lifecycle;
+mod common;
+
 use std::process::ExitCode;
 
 use nccl_core::{Device, ReduceOp};
-use nccl_group::{ProcessGroup, RendezvousConfig};
+use nccl_group::{Lifecycle, ProcessGroup};
 use nccl_tensor::Tensor;
 
 /// Elements in the all-reduced tensor (4 MiB of f32).
 const LEN: usize = 1 << 20;
 
 fn main() -> ExitCode {
-    // Where this process stands, and which GPU it drives.
-    let config = match RendezvousConfig::from_env() {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("error: reading the launch environment: {error}");
-            eprintln!(
-                "set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (see the example's header)"
-            );
-            return ExitCode::FAILURE;
-        }
+    let (rank, world, local_rank) = match common::place() {
+        Ok(place) => place,
+        Err(status) => return status,
     };
-    let (rank, world, local_rank) = (config.rank, config.world_size, config.local_rank);
-
-    // Check the GPU before joining: a process that cannot take part must
-    // not leave the others waiting at the rendezvous.
-    let gpus = if nccl_core::cuda_driver_available() {
-        Device::count().unwrap_or(0)
-    } else {
-        0
-    };
-    if local_rank >= gpus {
-        let advice = match gpus {
-            0 if !nccl_core::cuda_driver_available() => {
-                "no visible GPU (no CUDA driver found); run it on a host with NVIDIA GPUs"
-                    .to_string()
-            }
-            0 => "no visible GPU (check CUDA_VISIBLE_DEVICES); run it on a host with NVIDIA GPUs"
-                .to_string(),
-            n => format!(
-                "only {n} visible GPU(s); start at most {n} process(es) on this host, with LOCAL_RANK in 0..{n}"
-            ),
-        };
-        eprintln!(
-            "error: rank {rank} has LOCAL_RANK={local_rank} and so needs GPU {local_rank}, but this host has {advice}"
-        );
-        return ExitCode::from(2);
-    }
-
-    match run(rank, world, local_rank) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: rank {rank}: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_status(rank, run(rank, world, local_rank))
 }
 
 /// Joins the group, all-reduces, checks. `Ok(false)`: wrong values.

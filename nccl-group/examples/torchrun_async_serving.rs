@@ -16,10 +16,12 @@
 //! when every element and answer is right, 1 on an error or a wrong value,
 //! 2 when this host has no GPU `LOCAL_RANK`.
 
+mod common;
+
 use std::process::ExitCode;
 
 use nccl_core::{Device, ReduceOp};
-use nccl_group::{Lifecycle, ProcessGroup, RendezvousConfig};
+use nccl_group::{Lifecycle, ProcessGroup};
 use nccl_tensor::Tensor;
 
 /// Elements in each all-reduced tensor (1 MiB of f32).
@@ -32,28 +34,10 @@ const SERVERS: usize = 3;
 const REQUESTS: u64 = 200;
 
 fn main() -> ExitCode {
-    let config = match RendezvousConfig::from_env() {
-        Ok(config) => config,
-        Err(error) => {
-            eprintln!("error: reading the launch environment: {error}");
-            eprintln!(
-                "set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (see the example's header)"
-            );
-            return ExitCode::FAILURE;
-        }
+    let (rank, world, local_rank) = match common::place() {
+        Ok(place) => place,
+        Err(status) => return status,
     };
-    let (rank, world, local_rank) = (config.rank, config.world_size, config.local_rank);
-    let gpus = if nccl_core::cuda_driver_available() {
-        Device::count().unwrap_or(0)
-    } else {
-        0
-    };
-    if local_rank >= gpus {
-        eprintln!(
-            "error: rank {rank} needs GPU {local_rank}, but this host has {gpus} visible GPU(s)"
-        );
-        return ExitCode::from(2);
-    }
     let runtime = match tokio::runtime::Builder::new_current_thread().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -61,14 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(rank, world, local_rank)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: rank {rank}: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    common::exit_status(rank, runtime.block_on(serve(rank, world, local_rank)))
 }
 
 /// One request's answer: the sum of the squares below `n`, by a loop (the

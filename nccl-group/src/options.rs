@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use nccl_core::Config;
 
+use nccl_rendezvous::__with_setters as with_setters;
+
 use crate::diagnostics::checks::MAX_CHECK_INTERVAL;
 use crate::diagnostics::dumps::DUMP_DIR_VARIABLE;
 use crate::diagnostics::recorder::MAX_RECORDER_CAPACITY;
@@ -197,99 +199,48 @@ pub enum CommMode {
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl GroupOptions {
-    /// With `streams` NCCL streams per device.
-    pub fn with_streams_per_device(mut self, streams: usize) -> Self {
-        self.streams_per_device = streams;
-        self
+    with_setters! {
+        /// With `streams` NCCL streams per device.
+        with_streams_per_device(streams: usize) => streams_per_device = streams;
+        /// With operations on this stream ([`StreamMode`]).
+        with_stream_mode(mode: StreamMode) => stream_mode = mode;
+        /// With this kind of NCCL communicator ([`CommMode`]).
+        with_comm_mode(mode: CommMode) => comm_mode = mode;
+        /// With high-priority NCCL streams.
+        with_high_priority(high: bool) => high_priority = high;
+        /// With this communicator-creation timeout ([`GroupOptions::timeout`]).
+        with_timeout(timeout: Duration) => timeout = timeout;
+        /// With this default per-operation timeout.
+        with_op_timeout(timeout: Duration) => op_timeout = timeout;
+        /// With this bound on aborts.
+        with_abort_timeout(timeout: Duration) => abort_timeout = timeout;
+        /// With or without revoking the communicators when the group fails
+        /// ([`GroupOptions::revoke_on_failure`]).
+        with_revoke_on_failure(revoke: bool) => revoke_on_failure = revoke;
+        /// With this failure policy.
+        with_failure_policy(policy: FailurePolicy) => on_failure = policy;
+        /// Keeping the last `capacity` operations in the flight recorder (at
+        /// most [`MAX_RECORDER_CAPACITY`]).
+        with_recorder_capacity(capacity: usize) => recorder_capacity = capacity;
+        /// Writing flight-recorder dumps to `dir`.
+        with_dump_dir(dir: impl Into<PathBuf>) => dump_dir = Some(dir.into());
+        /// Sets [`GroupOptions::blocking_wait`].
+        with_blocking_wait(blocking: bool) => blocking_wait = blocking;
+        /// With the collective check every `every` collectives
+        /// ([`GroupOptions::collective_checks`]; 1 checks each before it is
+        /// enqueued). [`GroupBuilder::build`](crate::GroupBuilder::build) refuses
+        /// 0 and more than [`MAX_CHECK_INTERVAL`].
+        with_collective_checks(every: u32) => collective_checks = Some(every);
+        /// Sets [`GroupOptions::ras_report`].
+        with_ras_report(ask: bool) => ras_report = ask;
+        /// With these NCCL options for every communicator the group creates
+        /// ([`GroupOptions::config`]).
+        with_config(config: Config) => config = config;
     }
 
-    /// With operations on this stream ([`StreamMode`]).
-    pub fn with_stream_mode(mut self, mode: StreamMode) -> Self {
-        self.stream_mode = mode;
-        self
-    }
-
-    /// With this kind of NCCL communicator ([`CommMode`]).
-    pub fn with_comm_mode(mut self, mode: CommMode) -> Self {
-        self.comm_mode = mode;
-        self
-    }
-
-    /// With high-priority NCCL streams.
-    pub fn with_high_priority(mut self, high: bool) -> Self {
-        self.high_priority = high;
-        self
-    }
-
-    /// With this communicator-creation timeout ([`GroupOptions::timeout`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// With this default per-operation timeout.
-    pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
-        self.op_timeout = timeout;
-        self
-    }
-
-    /// With this bound on aborts.
-    pub fn with_abort_timeout(mut self, timeout: Duration) -> Self {
-        self.abort_timeout = timeout;
-        self
-    }
-
-    /// With or without revoking the communicators when the group fails
-    /// ([`GroupOptions::revoke_on_failure`]).
-    pub fn with_revoke_on_failure(mut self, revoke: bool) -> Self {
-        self.revoke_on_failure = revoke;
-        self
-    }
-
-    /// With this failure policy.
-    pub fn with_failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.on_failure = policy;
-        self
-    }
-
-    /// Keeping the last `capacity` operations in the flight recorder (at
-    /// most [`MAX_RECORDER_CAPACITY`]).
-    pub fn with_recorder_capacity(mut self, capacity: usize) -> Self {
-        self.recorder_capacity = capacity;
-        self
-    }
-
-    /// Writing flight-recorder dumps to `dir` (`None`: not at all).
-    pub fn with_dump_dir(mut self, dir: Option<PathBuf>) -> Self {
-        self.dump_dir = dir;
-        self
-    }
-
-    /// Sets [`GroupOptions::blocking_wait`].
-    pub fn with_blocking_wait(mut self, blocking: bool) -> Self {
-        self.blocking_wait = blocking;
-        self
-    }
-
-    /// With the collective check every `every` collectives
-    /// ([`GroupOptions::collective_checks`]; 1 checks each before it is
-    /// enqueued). [`GroupBuilder::build`](crate::GroupBuilder::build) refuses
-    /// 0 and more than [`MAX_CHECK_INTERVAL`].
-    pub fn with_collective_checks(mut self, every: u32) -> Self {
-        self.collective_checks = Some(every);
-        self
-    }
-
-    /// Sets [`GroupOptions::ras_report`].
-    pub fn with_ras_report(mut self, ask: bool) -> Self {
-        self.ras_report = ask;
-        self
-    }
-
-    /// With these NCCL options for every communicator the group creates
-    /// ([`GroupOptions::config`]).
-    pub fn with_config(mut self, config: Config) -> Self {
-        self.config = config;
+    /// Writing no flight-recorder dumps at all.
+    pub fn without_dump_dir(mut self) -> Self {
+        self.dump_dir = None;
         self
     }
 

@@ -71,7 +71,7 @@ pub enum Ending {
     EndedAtDeadline,
     /// The launcher ended it with SIGKILL because it was still running
     /// after the grace period that followed a forwarded signal, or when
-    /// a second signal came ([`crate::Launch::forward_signals`]).
+    /// a second signal came ([`crate::Launch::with_forward_signals`]).
     EndedAfterSignal,
     /// [`Job::kill`] ended it.
     Killed,
@@ -113,10 +113,10 @@ pub struct Outcome {
     /// Whether the deadline passed with ranks still running.
     pub timed_out: bool,
     /// The restarts made before the attempt these ranks are of (its
-    /// `TORCHELASTIC_RESTART_COUNT`; see [`crate::Launch::max_restarts`]).
+    /// `TORCHELASTIC_RESTART_COUNT`; see [`crate::Launch::with_max_restarts`]).
     pub restarts: usize,
     /// The signal that stopped the launch, when it forwarded one
-    /// ([`crate::Launch::forward_signals`]).
+    /// ([`crate::Launch::with_forward_signals`]).
     pub signal: Option<i32>,
     /// From the start of the first rank to the end of the last (of every
     /// attempt, from [`crate::Launch::run`]).
@@ -394,7 +394,7 @@ impl Job {
 
     /// This attempt's log folder, holding a folder per rank with its
     /// `stdout.log` and `stderr.log`, when the launch logs to files
-    /// ([`crate::Launch::log_dir`]).
+    /// ([`crate::Launch::with_log_dir`]).
     pub fn log_dir(&self) -> Option<&Path> {
         self.plan.logs.as_ref().map(|(dir, _)| dir.as_path())
     }
@@ -432,7 +432,7 @@ impl Job {
     ///
     /// When the launch forwards signals, a SIGTERM or SIGINT that reaches
     /// this process is sent on to every rank still running, which then
-    /// has the grace period to exit ([`crate::Launch::grace_period`]);
+    /// has the grace period to exit ([`crate::Launch::with_grace_period`]);
     /// past it, or at a second signal, the ranks still running are ended
     /// with SIGKILL. Ranks that exit after the signal are not failures:
     /// the signal stopped the launch ([`Outcome::signal`]).
@@ -540,17 +540,22 @@ impl Job {
         }
     }
 
+    /// Ends every rank still running as `ending`, naming each one ended
+    /// (`rank R (pid P)`) for the launcher's message.
+    fn end_running(&mut self, ending: Ending) -> Vec<String> {
+        self.ranks
+            .iter_mut()
+            .filter_map(|r| {
+                r.end(ending)
+                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
+            })
+            .collect()
+    }
+
     /// Ends every rank still running, `when` (past the grace period, or
     /// at a second signal).
     fn end_after_signal(&mut self, when: &str) {
-        let ended: Vec<String> = self
-            .ranks
-            .iter_mut()
-            .filter_map(|r| {
-                r.end(Ending::EndedAfterSignal)
-                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
-            })
-            .collect();
+        let ended = self.end_running(Ending::EndedAfterSignal);
         if !ended.is_empty() {
             eprintln!(
                 "nccl-launch: {} still running {when}; ended with SIGKILL",
@@ -562,14 +567,7 @@ impl Job {
     /// Ends every rank still running after the rank at `index` failed.
     fn end_after_failure(&mut self, index: usize, status: ExitStatus) {
         let failed = self.ranks[index].rank;
-        let ended: Vec<String> = self
-            .ranks
-            .iter_mut()
-            .filter_map(|r| {
-                r.end(Ending::EndedAfterFailureOf(failed))
-                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
-            })
-            .collect();
+        let ended = self.end_running(Ending::EndedAfterFailureOf(failed));
         if ended.is_empty() {
             eprintln!("nccl-launch: rank {failed} failed ({status})");
         } else {
@@ -583,14 +581,7 @@ impl Job {
     /// Ends every rank still running at the deadline.
     fn end_at_deadline(&mut self) {
         let timeout = self.plan.timeout.unwrap_or_default();
-        let ended: Vec<String> = self
-            .ranks
-            .iter_mut()
-            .filter_map(|r| {
-                r.end(Ending::EndedAtDeadline)
-                    .then(|| format!("rank {} (pid {})", r.rank, r.child.id()))
-            })
-            .collect();
+        let ended = self.end_running(Ending::EndedAtDeadline);
         eprintln!(
             "nccl-launch: {} still running after the {:.0?} timeout; ended with SIGKILL",
             ended.join(", "),

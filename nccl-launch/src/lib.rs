@@ -15,22 +15,22 @@
 //! nothing (sockets, one GPU time-sliced).
 //!
 //! The `nccl-launch` command prefixes each rank's output with its rank
-//! (or writes it to files, [`Launch::log_dir`]), ends the other ranks
+//! (or writes it to files, [`Launch::with_log_dir`]), ends the other ranks
 //! (each by its own PID) at the first failure, and then starts every rank
-//! again, up to [`Launch::max_restarts`] times, with the next
+//! again, up to [`Launch::with_max_restarts`] times, with the next
 //! `TORCHELASTIC_RESTART_COUNT`; it exits with the last attempt's status.
 //! As torchrun, it puts no bound on the launch unless asked
-//! ([`Launch::timeout`]).
+//! ([`Launch::with_timeout`]).
 //! For operations: it forwards SIGTERM and SIGINT (what Slurm, Kubernetes
 //! and a terminal's Ctrl-C send) to the ranks and ends those still
-//! running a grace period later ([`Launch::forward_signals`],
-//! [`Launch::grace_period`]), and no rank outlives it: each rank gets
+//! running a grace period later ([`Launch::with_forward_signals`],
+//! [`Launch::with_grace_period`]), and no rank outlives it: each rank gets
 //! SIGKILL when the launcher dies, even by SIGKILL (Linux's parent-death
 //! signal). Install it with `cargo install nccl-launch`.
 //! [`Launch`] is the same as a library: [`Launch::run`] as the command
 //! runs, [`Launch::spawn`] and [`Launch::spawn_ranks`] one attempt, for
 //! tests that orchestrate ranks themselves (kill one, start all but one). The library needs no CUDA:
-//! it is told how many GPUs there are ([`Launch::visible_gpus`]); the
+//! it is told how many GPUs there are ([`Launch::with_visible_gpus`]); the
 //! command counts them (feature `count-gpus`, on by default). The
 //! variables come from nccl-rendezvous
 //! ([`RendezvousConfig::launch_vars`]), the table the ranks read them
@@ -42,18 +42,18 @@
 //!
 //! # fn main() -> Result<(), nccl_launch::LaunchError> {
 //! let launch = Launch::new(4)?
-//!     .placement(Placement::Auto)
-//!     .visible_gpus(1) // a host of one GPU: four simulated hosts on it
-//!     .timeout(Some(Duration::from_secs(120)));
+//!     .with_placement(Placement::Auto)
+//!     .with_visible_gpus(1) // a host of one GPU: four simulated hosts on it
+//!     .with_timeout(Some(Duration::from_secs(120)));
 //! let job = launch.spawn("./my_trainer", ["--steps", "10"])?;
 //! let outcome = job.wait(WaitPolicy::FailFast);
 //! assert_eq!(outcome.restarts, 0);
 //!
 //! // The command's way: restarts, and each rank's output in files.
 //! let outcome = Launch::new(4)?
-//!     .visible_gpus(4)
-//!     .max_restarts(3)
-//!     .log_dir("logs", Streams::Stderr) // stderr also on the console
+//!     .with_visible_gpus(4)
+//!     .with_max_restarts(3)
+//!     .with_log_dir("logs", Streams::Stderr) // stderr also on the console
 //!     .run("./my_trainer", ["--steps", "10"], |_job| {})?;
 //! std::process::exit(outcome.exit_code());
 //! # }
@@ -82,7 +82,7 @@ use std::time::Duration;
 
 use clock::{Clock, MonotonicClock};
 
-use nccl_rendezvous::{RendezvousConfig, StoreSpec};
+use nccl_rendezvous::{__with_setters as with_setters, RendezvousConfig, StoreSpec};
 
 /// Set to `1` in every rank's environment when the ranks are simulated
 /// hosts on one GPU, `0` when each rank has a GPU of its own.
@@ -96,15 +96,15 @@ pub const DIR_VAR: &str = "NCCL_LAUNCH_DIR";
 pub const MAX_RANKS: usize = 1024;
 
 /// Set in every rank's environment, as torchrun does: the restarts made
-/// before this attempt (0 on the first; see [`Launch::max_restarts`]).
+/// before this attempt (0 on the first; see [`Launch::with_max_restarts`]).
 pub const RESTART_COUNT_VAR: &str = "TORCHELASTIC_RESTART_COUNT";
 
 /// Set in every rank's environment, as torchrun does: the most restarts
-/// the launch makes ([`Launch::max_restarts`]).
+/// the launch makes ([`Launch::with_max_restarts`]).
 pub const MAX_RESTARTS_VAR: &str = "TORCHELASTIC_MAX_RESTARTS";
 
 /// The default time ranks get to exit after a forwarded signal (see
-/// [`Launch::grace_period`]): shorter than the 30 s that Slurm
+/// [`Launch::with_grace_period`]): shorter than the 30 s that Slurm
 /// (`KillWait`) and Kubernetes (`terminationGracePeriodSeconds`) give the
 /// launcher by default, so the launcher ends its ranks before it is
 /// killed itself.
@@ -115,7 +115,7 @@ pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(10);
 #[non_exhaustive]
 pub enum Placement {
     /// [`Placement::Gpus`] when the host has a GPU per rank (as
-    /// [`Launch::visible_gpus`] says), else [`Placement::SimulatedHosts`].
+    /// [`Launch::with_visible_gpus`] says), else [`Placement::SimulatedHosts`].
     #[default]
     Auto,
     /// Rank `r` is local rank `r` of one host and uses GPU `r`.
@@ -199,53 +199,55 @@ impl Launch {
         })
     }
 
-    /// With this placement.
-    pub fn placement(mut self, placement: Placement) -> Self {
-        self.placement = placement;
-        self
-    }
-
-    /// With `count` GPUs visible on this host (the CUDA driver's count,
-    /// which honours `CUDA_VISIBLE_DEVICES`): what [`Placement::Auto`]
-    /// decides by, and what [`Placement::Gpus`] is checked against. Unset,
-    /// `Auto` cannot decide and `Gpus` is taken on trust.
-    pub fn visible_gpus(mut self, count: usize) -> Self {
-        self.visible_gpus = Some(count);
-        self
-    }
-
-    /// With this `MASTER_ADDR` (default `127.0.0.1`).
-    pub fn master_addr(mut self, addr: impl Into<String>) -> Self {
-        self.master_addr = addr.into();
-        self
-    }
-
-    /// With this `MASTER_PORT` on every attempt (default: one the system
-    /// reports free, chosen again for each attempt).
-    pub fn master_port(mut self, port: u16) -> Self {
-        self.master_port = Some(port);
-        self
-    }
-
-    /// With this bound on the whole launch, every attempt together
-    /// (`None`, the default: unbounded, as torchrun). Past it the ranks
-    /// still running are ended, the launch reports a timeout and makes no
-    /// further restart.
-    pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// With up to `restarts` restarts (default 0), as torchrun's
-    /// `--max-restarts`: when a rank fails, [`Launch::run`] ends every
-    /// other rank and starts every rank again, with the next
-    /// `TORCHELASTIC_RESTART_COUNT` ([`RESTART_COUNT_VAR`]), a fresh
-    /// `NCCL_LAUNCH_DIR`, and a fresh `MASTER_PORT` unless one was set.
-    /// A launch stopped by a forwarded signal or its timeout is not
-    /// restarted.
-    pub fn max_restarts(mut self, restarts: usize) -> Self {
-        self.max_restarts = restarts;
-        self
+    with_setters! {
+        /// With this placement.
+        with_placement(placement: Placement) => placement = placement;
+        /// With `count` GPUs visible on this host (the CUDA driver's count,
+        /// which honours `CUDA_VISIBLE_DEVICES`): what [`Placement::Auto`]
+        /// decides by, and what [`Placement::Gpus`] is checked against. Unset,
+        /// `Auto` cannot decide and `Gpus` is taken on trust.
+        with_visible_gpus(count: usize) => visible_gpus = Some(count);
+        /// With this `MASTER_ADDR` (default `127.0.0.1`).
+        with_master_addr(addr: impl Into<String>) => master_addr = addr.into();
+        /// With this `MASTER_PORT` on every attempt (default: one the system
+        /// reports free, chosen again for each attempt).
+        with_master_port(port: u16) => master_port = Some(port);
+        /// With this bound on the whole launch, every attempt together
+        /// (`None`, the default: unbounded, as torchrun). Past it the ranks
+        /// still running are ended, the launch reports a timeout and makes no
+        /// further restart.
+        with_timeout(timeout: Option<Duration>) => timeout = timeout;
+        /// With up to `restarts` restarts (default 0), as torchrun's
+        /// `--max-restarts`: when a rank fails, [`Launch::run`] ends every
+        /// other rank and starts every rank again, with the next
+        /// `TORCHELASTIC_RESTART_COUNT` ([`RESTART_COUNT_VAR`]), a fresh
+        /// `NCCL_LAUNCH_DIR`, and a fresh `MASTER_PORT` unless one was set.
+        /// A launch stopped by a forwarded signal or its timeout is not
+        /// restarted.
+        with_max_restarts(restarts: usize) => max_restarts = restarts;
+        /// Forwarding SIGTERM and SIGINT to the ranks (the `nccl-launch`
+        /// command does): a signal that reaches this process is sent on to
+        /// every rank still running, which then has the
+        /// [grace period](Launch::with_grace_period) to exit; past it, or at a
+        /// second signal, the ranks still running are ended with SIGKILL
+        /// ([`Job::wait`]), and the launch exits with 128 + the signal
+        /// ([`Outcome::exit_code`]). Each rank then runs in a process group
+        /// of its own, so a terminal's Ctrl-C reaches it once (through the
+        /// launcher), and the launcher's signals reach the rank's own
+        /// children too.
+        ///
+        /// The handlers are the process's from the first spawn on, for the
+        /// rest of its life: these signals no longer end it, they are noted
+        /// for a job to forward. So this is for a program whose job is the
+        /// launch, not for a library inside a larger one.
+        with_forward_signals(forward: bool) => forward_signals = forward;
+        /// With this time for the ranks to exit after a forwarded signal
+        /// before they are ended with SIGKILL (default
+        /// [`DEFAULT_GRACE_PERIOD`]); see [`Launch::with_forward_signals`].
+        with_grace_period(grace: Duration) => grace_period = grace;
+        /// Keeping a copy of each rank's output in its [`RankOutcome`] (it is
+        /// forwarded, prefixed, either way).
+        with_keep_output(keep: bool) => keep_output = keep;
     }
 
     /// Writing each rank's standard output and error to files under `dir`
@@ -256,7 +258,7 @@ impl Launch {
     /// and rank; no file is ever overwritten. The streams in `tee` also
     /// go to the console, prefixed, as torchrun's `--tee`; the others only
     /// to the files.
-    pub fn log_dir(mut self, dir: impl Into<PathBuf>, tee: Streams) -> Self {
+    pub fn with_log_dir(mut self, dir: impl Into<PathBuf>, tee: Streams) -> Self {
         self.logs = Some((dir.into(), tee));
         self
     }
@@ -264,51 +266,16 @@ impl Launch {
     /// With `clock` as the time the supervisor reads, for tests of long
     /// launches.
     #[cfg(test)]
-    pub(crate) fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
-        self
-    }
-
-    /// Forwarding SIGTERM and SIGINT to the ranks (the `nccl-launch`
-    /// command does): a signal that reaches this process is sent on to
-    /// every rank still running, which then has the
-    /// [grace period](Launch::grace_period) to exit; past it, or at a
-    /// second signal, the ranks still running are ended with SIGKILL
-    /// ([`Job::wait`]), and the launch exits with 128 + the signal
-    /// ([`Outcome::exit_code`]). Each rank then runs in a process group
-    /// of its own, so a terminal's Ctrl-C reaches it once (through the
-    /// launcher), and the launcher's signals reach the rank's own
-    /// children too.
-    ///
-    /// The handlers are the process's from the first spawn on, for the
-    /// rest of its life: these signals no longer end it, they are noted
-    /// for a job to forward. So this is for a program whose job is the
-    /// launch, not for a library inside a larger one.
-    pub fn forward_signals(mut self, forward: bool) -> Self {
-        self.forward_signals = forward;
-        self
-    }
-
-    /// With this time for the ranks to exit after a forwarded signal
-    /// before they are ended with SIGKILL (default
-    /// [`DEFAULT_GRACE_PERIOD`]); see [`Launch::forward_signals`].
-    pub fn grace_period(mut self, grace: Duration) -> Self {
-        self.grace_period = grace;
         self
     }
 
     /// With `key=value` in every rank's environment (after the launch's own
     /// variables, so it may override them).
-    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+    pub fn with_env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.env
             .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
-        self
-    }
-
-    /// Keeping a copy of each rank's output in its [`RankOutcome`] (it is
-    /// forwarded, prefixed, either way).
-    pub fn keep_output(mut self, keep: bool) -> Self {
-        self.keep_output = keep;
         self
     }
 
@@ -323,13 +290,13 @@ impl Launch {
     ///
     /// # Errors
     /// [`LaunchError::InvalidArgument`] for `Auto` without
-    /// [`Launch::visible_gpus`], and for `Gpus` with fewer visible GPUs
+    /// [`Launch::with_visible_gpus`], and for `Gpus` with fewer visible GPUs
     /// than ranks.
     pub fn resolved_placement(&self) -> Result<Placement, LaunchError> {
         match (self.placement, self.visible_gpus) {
             (Placement::Auto, None) => Err(LaunchError::InvalidArgument {
                 argument: "placement",
-                expected: "the number of visible GPUs for `auto` (Launch::visible_gpus), or \
+                expected: "the number of visible GPUs for `auto` (Launch::with_visible_gpus), or \
                            `gpus` or `simulated`"
                     .to_string(),
                 given: "`auto` with no GPU count".to_string(),

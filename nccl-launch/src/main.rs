@@ -309,25 +309,25 @@ fn main() -> ExitCode {
         Ok(launch) => launch,
         Err(error) => return usage_error(&error),
     };
-    let mut launch = launch.placement(cli.hosts.into());
+    let mut launch = launch.with_placement(cli.hosts.into());
     if let Some(gpus) = visible_gpus() {
-        launch = launch.visible_gpus(gpus);
+        launch = launch.with_visible_gpus(gpus);
     }
     launch = launch
-        .master_addr(cli.master_addr)
-        .timeout(
+        .with_master_addr(cli.master_addr)
+        .with_timeout(
             cli.timeout
                 .filter(|&secs| secs > 0)
                 .map(Duration::from_secs),
         )
-        .max_restarts(cli.max_restarts)
-        .forward_signals(true)
-        .grace_period(Duration::from_secs(cli.grace_period));
+        .with_max_restarts(cli.max_restarts)
+        .with_forward_signals(true)
+        .with_grace_period(Duration::from_secs(cli.grace_period));
     if let Some(port) = cli.master_port {
-        launch = launch.master_port(port);
+        launch = launch.with_master_port(port);
     }
     if let Some(dir) = cli.log_dir {
-        launch = launch.log_dir(dir, cli.tee.unwrap_or_default());
+        launch = launch.with_log_dir(dir, cli.tee.unwrap_or_default());
     }
     let outcome = match launch.run(&cli.program, &cli.args, |job| announce(job, &cli.program)) {
         Ok(outcome) => outcome,

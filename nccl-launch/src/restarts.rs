@@ -1,5 +1,5 @@
 //! A whole launch the torchrun way: fail fast, then restart every rank
-//! up to [`Launch::max_restarts`] times.
+//! up to [`Launch::with_max_restarts`] times.
 
 use std::ffi::{OsStr, OsString};
 
@@ -9,7 +9,7 @@ impl Launch {
     /// Runs every rank of `program` with `args` to the end, as the
     /// `nccl-launch` command does: the first rank to fail ends the others
     /// ([`WaitPolicy::FailFast`]); then, while restarts are left
-    /// ([`Launch::max_restarts`]), every rank is started again with the
+    /// ([`Launch::with_max_restarts`]), every rank is started again with the
     /// next `TORCHELASTIC_RESTART_COUNT`. `started` sees each attempt's
     /// [`Job`] once its ranks run (to say where they are). The outcome
     /// is the last attempt's ([`Outcome::restarts`] says which), its

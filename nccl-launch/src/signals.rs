@@ -1,5 +1,5 @@
 //! Signals: the launcher's SIGTERM and SIGINT, noted by a handler and
-//! forwarded to the ranks ([`crate::Launch::forward_signals`]), and each
+//! forwarded to the ranks ([`crate::Launch::with_forward_signals`]), and each
 //! rank's parent-death signal.
 
 use std::io;

@@ -72,10 +72,10 @@ fn run_twenty_minutes(launch: Launch) -> Outcome {
     let marks = tempfile::tempdir().expect("a folder for the marks");
     let clock = Arc::new(ManualClock::default());
     let launch = launch
-        .placement(Placement::SimulatedHosts)
-        .keep_output(true)
-        .env("MARKS", marks.path())
-        .clock(clock.clone());
+        .with_placement(Placement::SimulatedHosts)
+        .with_keep_output(true)
+        .with_env("MARKS", marks.path())
+        .with_clock(clock.clone());
     thread::scope(|scope| {
         let run = scope.spawn(|| launch.run("sh", ["-c", WAIT_FOR_GO], |_job| {}));
         await_ranks(marks.path());
@@ -111,8 +111,8 @@ fn a_twenty_minute_job_runs_to_completion_with_no_bound_by_default() {
 fn a_bound_that_is_asked_for_ends_the_same_job_on_the_same_clock() {
     let launch = Launch::new(RANKS)
         .expect("launch")
-        .timeout(Some(TWENTY_MINUTES / 2))
-        .max_restarts(3);
+        .with_timeout(Some(TWENTY_MINUTES / 2))
+        .with_max_restarts(3);
     let outcome = run_twenty_minutes(launch);
     assert!(outcome.timed_out, "{outcome:?}");
     assert_eq!(outcome.exit_code(), 124);

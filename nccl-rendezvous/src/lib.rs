@@ -44,6 +44,7 @@ pub mod meet;
 mod memory;
 mod rank_list;
 mod rendezvous;
+mod setters;
 mod tcp;
 mod trace;
 
@@ -294,6 +295,20 @@ pub(crate) fn check_time_limit(
             MAX_WAIT.as_secs()
         ),
     })
+}
+
+/// The addresses `host:port` resolves to, for the socket clients (TCP and
+/// c10d stores) to try in turn; none is an error naming the host.
+pub(crate) fn resolve(host: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<_> = (host, port).to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{host} resolves to no address"),
+        ));
+    }
+    Ok(addrs)
 }
 
 /// A point in time a blocking operation must not pass.

@@ -144,7 +144,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .with_timeout(Duration::from_secs(60))
         .with_op_timeout(Duration::from_millis(args.op_timeout_ms))
         .with_ras_report(!args.no_ras)
-        .with_dump_dir(None);
+        .without_dump_dir();
     let address = config.store.to_string();
     let group = ProcessGroup::builder("heal-cost")
         .rank(rank)

@@ -73,7 +73,7 @@ impl Communicator {
         rank: usize,
     ) -> Result<Self> {
         let (c_world_size, c_rank) = check_world(world_size, rank)?;
-        let _span = crate::trace::enter_span!(
+        crate::trace::enter_span!(
             debug,
             "ncclCommInitRank",
             rank,
@@ -129,7 +129,7 @@ impl Communicator {
         config: &Config,
     ) -> Result<Self> {
         let (c_world_size, c_rank) = check_world(world_size, rank)?;
-        let _span = crate::trace::enter_span!(
+        crate::trace::enter_span!(
             debug,
             "ncclCommInitRankConfig",
             rank,
@@ -248,7 +248,7 @@ impl Communicator {
             .iter()
             .map(|device| to_c("devices", device.ordinal()))
             .collect::<Result<Vec<c_int>>>()?;
-        let _span = crate::trace::enter_span!(debug, "ncclCommInitAll", devices = ?ordinals);
+        crate::trace::enter_span!(debug, "ncclCommInitAll", devices = ?ordinals);
         let lib = library()?;
         let init_all = lib.functions().ncclCommInitAll()?;
         devices[0].bind_to_thread()?;

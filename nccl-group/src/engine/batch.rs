@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use nccl_core::Op;
-use nccl_tensor::{NcclType, Tensor};
+use nccl_core::{Op, Status};
+use nccl_tensor::{Communicator, NcclType, Tensor};
 
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep_all;
@@ -21,8 +21,8 @@ use crate::engine::group::ProcessGroup;
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
 use crate::engine::ownership::Ownership;
-use crate::engine::work::{OpResult, refusal_of};
-use crate::engine::work_buffers::{Boxer, boxed};
+use crate::engine::work::{Issued, OpResult, refusal_of};
+use crate::engine::work_buffers::{Boxer, WorkBuffers, boxed};
 use crate::error::GroupError;
 use crate::ranks::{Numbering, Rank};
 
@@ -319,12 +319,9 @@ impl ProcessGroup {
     ) -> OpResult<(Tensor<T>, Tensor<T>)> {
         let info = OpInfo::collective("all_to_all_single_split", Some(T::DATA_TYPE), input.len())
             .with_output(output.len());
-        let device = stream.context().ordinal();
-        self.run_one(
+        self.run_owned_collective(
             info,
-            CommKey::Collective,
-            device,
-            ((output, input), Some(boxed as Boxer<_>)),
+            (output, input),
             stream,
             |comm, nccl_stream, (output, input)| {
                 comm.all_to_all_single_split(
@@ -362,12 +359,9 @@ impl ProcessGroup {
             inputs.iter().map(Tensor::len).sum(),
         )
         .with_output(outputs.iter().map(Tensor::len).sum());
-        let device = stream.context().ordinal();
-        self.run_one(
+        self.run_owned_collective(
             info,
-            CommKey::Collective,
-            device,
-            ((outputs, inputs), Some(boxed as Boxer<_>)),
+            (outputs, inputs),
             stream,
             |comm, nccl_stream, (outputs, inputs)| {
                 comm.all_to_all(outputs.iter_mut(), inputs.iter(), nccl_stream)
@@ -394,16 +388,35 @@ impl ProcessGroup {
     ) -> OpResult<(Vec<Tensor<T>>, Tensor<T>)> {
         let info = OpInfo::collective("all_gather", Some(T::DATA_TYPE), input.len())
             .with_output(outputs.iter().map(Tensor::len).sum());
-        let device = stream.context().ordinal();
-        self.run_one(
+        self.run_owned_collective(
             info,
-            CommKey::Collective,
-            device,
-            ((outputs, input), Some(boxed as Boxer<_>)),
+            (outputs, input),
             stream,
             |comm, nccl_stream, (outputs, input)| {
                 comm.all_gather(outputs.as_mut_slice(), &*input, nccl_stream)
             },
+        )
+    }
+
+    /// The one body of the list collectives above: `issue` on the group's
+    /// communicator, on the stream's device, with owned `buffers` (kept by
+    /// the work, or by the graph when the stream is capturing).
+    fn run_owned_collective<B: WorkBuffers + 'static>(
+        &self,
+        info: OpInfo,
+        buffers: B,
+        stream: &Arc<CudaStream>,
+        issue: impl FnOnce(&Communicator, &Arc<CudaStream>, &mut B) -> nccl_tensor::Result<Status>,
+    ) -> Issued<B> {
+        let device = stream.context().ordinal();
+        let keep = Some(boxed as Boxer<B>);
+        self.run_one(
+            info,
+            CommKey::Collective,
+            device,
+            (buffers, keep),
+            stream,
+            issue,
         )
     }
 }

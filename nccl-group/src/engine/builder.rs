@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::engine::group::ProcessGroup;
 use crate::error::{GroupError, Result};
 use crate::options::GroupOptions;
-use nccl_rendezvous::{RendezvousConfig, Store};
+use nccl_rendezvous::{__with_setters as with_setters, RendezvousConfig, Store};
 
 /// The label a store gets in messages when the builder was not told its
 /// address.
@@ -76,42 +76,21 @@ impl ProcessGroup {
 }
 
 impl GroupBuilder {
-    /// This process's rank in the group.
-    pub fn rank(mut self, rank: usize) -> Self {
-        self.rank = Some(rank);
-        self
-    }
-
-    /// How many processes the group has.
-    pub fn world_size(mut self, world_size: usize) -> Self {
-        self.world_size = Some(world_size);
-        self
-    }
-
-    /// The store where the processes meet.
-    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// How error messages name the store (for the TCP store: rank 0's
-    /// address). Only used in messages.
-    pub fn store_address(mut self, address: impl Into<String>) -> Self {
-        self.store_address = Some(address.into());
-        self
-    }
-
-    /// This process's rank on its host, the GPU it drives
-    /// ([`ProcessGroup::local_rank`]); unknown unless given.
-    pub fn local_rank(mut self, local_rank: usize) -> Self {
-        self.local_rank = Some(local_rank);
-        self
-    }
-
-    /// The group's options (default: [`GroupOptions::default`]).
-    pub fn options(mut self, options: GroupOptions) -> Self {
-        self.options = options;
-        self
+    with_setters! {
+        /// This process's rank in the group.
+        rank(rank: usize) => rank = Some(rank);
+        /// How many processes the group has.
+        world_size(world_size: usize) => world_size = Some(world_size);
+        /// The store where the processes meet.
+        store(store: Arc<dyn Store>) => store = Some(store);
+        /// How error messages name the store (for the TCP store: rank 0's
+        /// address). Only used in messages.
+        store_address(address: impl Into<String>) => store_address = Some(address.into());
+        /// This process's rank on its host, the GPU it drives
+        /// ([`ProcessGroup::local_rank`]); unknown unless given.
+        local_rank(local_rank: usize) => local_rank = Some(local_rank);
+        /// The group's options (default: [`GroupOptions::default`]).
+        options(options: GroupOptions) => options = options;
     }
 
     /// Rank, world size, local rank and store from a launch

@@ -208,7 +208,7 @@ impl<F: CommFactory> CommCache<F> {
             .of(key);
         let scope = key.scope(&m.generation_scope()?, sequence)?;
         let store_key = scope.to_string();
-        let _span = crate::diagnostics::trace::enter_span!(
+        crate::diagnostics::trace::enter_span!(
             info,
             "rendezvous",
             group = %m.name,

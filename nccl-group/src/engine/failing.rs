@@ -111,11 +111,7 @@ impl Inner {
             FailureCause::Healing => Exchange::PeersOnly,
             _ => Exchange::WithPeers,
         };
-        if self
-            .state
-            .compare_exchange(LIVE, FAILED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !self.leave_live(FAILED) {
             return;
         }
         // No clean check passes once the group is not live: the suspects

@@ -7,7 +7,7 @@
 //! issue operations, fail the group and dump its records, and by
 //! `crate::generations`, which makes the next generations and sub-groups.
 
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,17 @@ pub(crate) struct Inner {
     pub(crate) listener: Listener,
     /// Whether the communicators are suspended (`suspension`).
     pub(crate) suspension: Suspension,
+}
+
+impl Inner {
+    /// Moves the group from live to `to` (`ABORTED`, `DESTROYED` or
+    /// `FAILED`); `false` when it was no longer live: another transition
+    /// came first.
+    pub(crate) fn leave_live(&self, to: u8) -> bool {
+        self.state
+            .compare_exchange(LIVE, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// A group of processes running collectives on GPU tensors, with its
@@ -412,19 +423,25 @@ mod tests {
     use crate::options::DEFAULT_OP_TIMEOUT;
     use nccl_rendezvous::InProcessStore;
 
-    #[test]
-    fn handles_carry_their_own_stream_mode_and_timeout_over_one_group() {
+    /// The group `name` of one process on an in-process store, with
+    /// `options` and no dumps.
+    fn group_of_one(name: &str, options: GroupOptions) -> ProcessGroup {
         let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        let options = GroupOptions::default()
-            .with_stream_mode(StreamMode::Caller)
-            .with_dump_dir(None);
-        let group = ProcessGroup::builder("handles")
+        ProcessGroup::builder(name)
             .rank(0)
             .world_size(1)
             .store(store)
-            .options(options)
+            .options(options.without_dump_dir())
             .build()
-            .expect("a group of one process needs no GPU to join");
+            .expect("a group of one process needs no GPU to join")
+    }
+
+    #[test]
+    fn handles_carry_their_own_stream_mode_and_timeout_over_one_group() {
+        let group = group_of_one(
+            "handles",
+            GroupOptions::default().with_stream_mode(StreamMode::Caller),
+        );
         assert_eq!(group.stream_mode(), StreamMode::Caller);
 
         let separate = group
@@ -447,15 +464,7 @@ mod tests {
 
     #[test]
     fn destroy_refuses_while_a_graph_lives() {
-        let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-        let options = GroupOptions::default().with_dump_dir(None);
-        let group = ProcessGroup::builder("graphs")
-            .rank(0)
-            .world_size(1)
-            .store(store)
-            .options(options)
-            .build()
-            .expect("a group of one process needs no GPU to join");
+        let group = group_of_one("graphs", GroupOptions::default());
         let graph = group.inner.captures.graph_alive();
         let error = group.destroy().expect_err("a graph lives");
         assert!(

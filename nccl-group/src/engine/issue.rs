@@ -201,12 +201,7 @@ impl ProcessGroup {
         buffers: B,
         caller: &Arc<CudaStream>,
     ) -> OpResult<B> {
-        let _span = crate::diagnostics::trace::enter_span!(
-            trace,
-            "op",
-            op = op.name(),
-            group = self.name()
-        );
+        crate::diagnostics::trace::enter_span!(trace, "op", op = op.name(), group = self.name());
         let route = match self.route(&op) {
             Ok(route) => route,
             Err(error) => return Err(B::Ownership::refuse(error, buffers)),
@@ -457,7 +452,7 @@ impl ProcessGroup {
         mut buffers: Vec<B>,
         callers: &[Arc<CudaStream>],
     ) -> OpResult<Vec<B>> {
-        let _span = crate::diagnostics::trace::enter_span!(
+        crate::diagnostics::trace::enter_span!(
             trace,
             "op_multi",
             op = op.name(),

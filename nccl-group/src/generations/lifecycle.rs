@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::engine::failing;
-use crate::engine::group::{ABORTED, DESTROYED, FAILED, LIVE, ProcessGroup};
+use crate::engine::group::{ABORTED, DESTROYED, FAILED, ProcessGroup};
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
 use crate::generations::subgroups::SubGroups;
@@ -163,12 +163,7 @@ pub trait Lifecycle: crate::sealed::Sealed {
 
 impl Lifecycle for ProcessGroup {
     fn abort(&self) -> Result<()> {
-        if self
-            .inner
-            .state
-            .compare_exchange(LIVE, ABORTED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !self.inner.leave_live(ABORTED) {
             return self.await_failure_abort();
         }
         match self.inner.abort() {
@@ -197,12 +192,7 @@ impl Lifecycle for ProcessGroup {
                 graphs,
             });
         }
-        if self
-            .inner
-            .state
-            .compare_exchange(LIVE, DESTROYED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
+        if !self.inner.leave_live(DESTROYED) {
             return self.check_live();
         }
         self.inner.cache.close();

@@ -42,14 +42,14 @@ pub fn launch(
         .iter()
         .fold(
             Launch::new(world).expect("a launch"),
-            |launch, (name, value)| launch.env(name, value),
+            |launch, (name, value)| launch.with_env(name, value),
         )
-        .placement(placement)
-        .visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
-        .timeout(Some(timeout))
-        .keep_output(true)
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
+        .with_placement(placement)
+        .with_visible_gpus(nccl_core::Device::count().expect("counting GPUs"))
+        .with_timeout(Some(timeout))
+        .with_keep_output(true)
+        .with_env("NCCL_RS_STORE", "tcp")
+        .with_env("NCCL_RS_STORE_TIMEOUT_SECS", "60");
     let args = ["--exact", child, "--nocapture", "--test-threads=1"];
     let exe = std::env::current_exe().expect("the test binary");
     let job = launch.spawn(exe, args).expect("spawn the ranks");

@@ -22,7 +22,7 @@ fn refused(result: nccl_group::Result<ProcessGroup>) -> (&'static str, String) {
 
 /// A builder of a group of one without communicators.
 fn builder(name: &str) -> GroupBuilder {
-    ProcessGroup::builder(name).options(GroupOptions::default().with_dump_dir(None))
+    ProcessGroup::builder(name).options(GroupOptions::default().without_dump_dir())
 }
 
 #[test]

@@ -17,7 +17,10 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 /// A group of one process (which needs no GPU to join) dumping to `dump_dir`.
 fn group(name: &str, dump_dir: Option<&Path>) -> ProcessGroup {
-    let options = GroupOptions::default().with_dump_dir(dump_dir.map(Path::to_path_buf));
+    let options = match dump_dir {
+        Some(dir) => GroupOptions::default().with_dump_dir(dir),
+        None => GroupOptions::default().without_dump_dir(),
+    };
     world_of_one(name, options)
 }
 

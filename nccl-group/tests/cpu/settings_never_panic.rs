@@ -422,7 +422,7 @@ fn collective_checks_outside_1_to_1024_are_refused_by_name() {
         let what = format!("collective_checks {every}");
         let options = GroupOptions::default()
             .with_collective_checks(every)
-            .with_dump_dir(None);
+            .without_dump_dir();
         let made = no_panic(&what, || {
             ProcessGroup::builder("checks")
                 .rank(0)
@@ -463,7 +463,7 @@ fn group_durations_at_their_bounds_never_panic() {
                 .with_timeout(duration)
                 .with_op_timeout(duration)
                 .with_abort_timeout(duration)
-                .with_dump_dir(None);
+                .without_dump_dir();
             let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
             let group = ProcessGroup::builder("bounds")
                 .rank(0)

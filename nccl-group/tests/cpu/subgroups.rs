@@ -30,7 +30,7 @@ use nccl_test_support::within;
 fn world(name: &str, world: usize) -> Vec<ProcessGroup> {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let options = GroupOptions::default()
-        .with_dump_dir(None)
+        .without_dump_dir()
         .with_timeout(LONG);
     (0..world)
         .map(|rank| {
@@ -401,7 +401,7 @@ fn a_parent_that_would_share_its_resources_makes_lazy_sub_groups() {
     }
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let options = GroupOptions::default()
-        .with_dump_dir(None)
+        .without_dump_dir()
         .with_timeout(LONG)
         .with_config(nccl_group::Config::default().with_split_share(true));
     let groups: Vec<ProcessGroup> = (0..2)

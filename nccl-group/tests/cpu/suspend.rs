@@ -9,7 +9,7 @@ use nccl_group::{Diagnostics, ErrorKind, GroupError, GroupOptions, Lifecycle, Su
 use nccl_test_support::group::world_of_one;
 
 fn options() -> GroupOptions {
-    GroupOptions::default().with_dump_dir(None)
+    GroupOptions::default().without_dump_dir()
 }
 
 #[track_caller]

@@ -23,7 +23,7 @@ fn gpu_blocking_creation_with_a_rank_that_never_comes_fails_within_its_deadline(
     let timeout = Duration::from_secs(3);
     let options = GroupOptions::default()
         .with_comm_mode(CommMode::Blocking)
-        .with_dump_dir(Some(dumps.path().to_path_buf()));
+        .with_dump_dir(dumps.path());
     let (group, error, took) = without_rank_1(
         "alone-blocking",
         options.clone().with_timeout(timeout),

@@ -34,7 +34,7 @@ const OP_TIMEOUT: Duration = Duration::from_secs(2);
 fn options(dump_dir: &std::path::Path) -> GroupOptions {
     GroupOptions::default()
         .with_op_timeout(OP_TIMEOUT)
-        .with_dump_dir(Some(dump_dir.to_path_buf()))
+        .with_dump_dir(dump_dir)
 }
 
 /// Waits until the watchdog has written the failure's details.

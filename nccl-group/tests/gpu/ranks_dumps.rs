@@ -117,7 +117,7 @@ fn ranks_dumps_of_every_rank_read_by_the_analysis_and_torchfrtrace() {
             .world_size(ctx.world())
             .store(std::sync::Arc::clone(&store.store))
             .store_address(store.address.clone())
-            .options(options(mode).with_dump_dir(Some(dir.clone())))
+            .options(options(mode).with_dump_dir(dir.clone()))
             .build()
             .unwrap_or_else(|e| panic!("{}: joining {name}: {e}", ctx.label()));
         mixed_collectives(&ctx, &group);

@@ -236,14 +236,14 @@ fn launch_fault(
     let victim = fault.victim(world);
     let launch = Launch::new(world)
         .map_err(|e| format!("launch: {e}"))?
-        .placement(Placement::Auto)
-        .visible_gpus(nccl_core::Device::count().map_err(|e| format!("counting GPUs: {e}"))?)
-        .timeout(Some(LAUNCH_TIMEOUT))
-        .keep_output(true)
-        .env(ROLE_VAR, fault.role())
-        .env(COMMS_VAR, comm_mode_name(mode))
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "30");
+        .with_placement(Placement::Auto)
+        .with_visible_gpus(nccl_core::Device::count().map_err(|e| format!("counting GPUs: {e}"))?)
+        .with_timeout(Some(LAUNCH_TIMEOUT))
+        .with_keep_output(true)
+        .with_env(ROLE_VAR, fault.role())
+        .with_env(COMMS_VAR, comm_mode_name(mode))
+        .with_env("NCCL_RS_STORE", "tcp")
+        .with_env("NCCL_RS_STORE_TIMEOUT_SECS", "30");
     let args = ["--exact", FAULT_CHILD, "--nocapture", "--test-threads=1"];
     let mut job = if fault == Fault::NeverStarts {
         launch.spawn_ranks(exe, args, (0..world).filter(|&r| r != victim))

@@ -57,7 +57,7 @@ pub fn run(fault: Fault) {
         .with_timeout(timeout)
         .with_op_timeout(CHILD_OP_TIMEOUT)
         .with_abort_timeout(Duration::from_secs(5))
-        .with_dump_dir(Some(dir.join(format!("dumps-rank{rank}"))));
+        .with_dump_dir(dir.join(format!("dumps-rank{rank}")));
     let group = ProcessGroup::builder("faults")
         .options(options)
         .config(&RendezvousConfig::from_env().expect("the launch variables"))

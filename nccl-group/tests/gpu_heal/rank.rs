@@ -262,7 +262,7 @@ pub(super) fn group_options(op_timeout: Duration) -> GroupOptions {
         .with_comm_mode(comms)
         .with_timeout(Duration::from_secs(60))
         .with_op_timeout(op_timeout)
-        .with_dump_dir(None)
+        .without_dump_dir()
 }
 
 /// This process's part of `scenario`.

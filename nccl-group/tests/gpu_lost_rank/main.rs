@@ -278,16 +278,16 @@ fn launch(exe: &Path, cell: Cell, run: usize) -> Result<Report, String> {
     let victim = cell.world - 1;
     let launch = Launch::new(cell.world)
         .map_err(|e| format!("launch: {e}"))?
-        .placement(Placement::Auto)
-        .visible_gpus(nccl_core::Device::count().map_err(|e| format!("counting GPUs: {e}"))?)
-        .timeout(Some(LAUNCH_TIMEOUT))
-        .keep_output(true)
-        .env(FAULT_VAR, cell.fault.name())
-        .env(COMMS_VAR, comms_name(cell.comms))
-        .env(STREAMS_VAR, streams_name(cell.streams))
-        .env(BLOCKING_WAIT_VAR, if run % 2 == 1 { "1" } else { "0" })
-        .env("NCCL_RS_STORE", "tcp")
-        .env("NCCL_RS_STORE_TIMEOUT_SECS", "30");
+        .with_placement(Placement::Auto)
+        .with_visible_gpus(nccl_core::Device::count().map_err(|e| format!("counting GPUs: {e}"))?)
+        .with_timeout(Some(LAUNCH_TIMEOUT))
+        .with_keep_output(true)
+        .with_env(FAULT_VAR, cell.fault.name())
+        .with_env(COMMS_VAR, comms_name(cell.comms))
+        .with_env(STREAMS_VAR, streams_name(cell.streams))
+        .with_env(BLOCKING_WAIT_VAR, if run % 2 == 1 { "1" } else { "0" })
+        .with_env("NCCL_RS_STORE", "tcp")
+        .with_env("NCCL_RS_STORE_TIMEOUT_SECS", "30");
     let args = ["--exact", CHILD, "--nocapture", "--test-threads=1"];
     let mut job = launch
         .spawn(exe, args)

@@ -118,7 +118,7 @@ pub fn run(fault: Fault) {
         .with_op_timeout(OP_TIMEOUT)
         .with_abort_timeout(Duration::from_secs(5))
         .with_blocking_wait(var(BLOCKING_WAIT_VAR) == "1")
-        .with_dump_dir(None);
+        .without_dump_dir();
     let group = ProcessGroup::builder("lost-rank")
         .options(options)
         .config(&RendezvousConfig::from_env().expect("the launch variables"))

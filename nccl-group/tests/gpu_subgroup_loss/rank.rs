@@ -116,7 +116,7 @@ fn options(comms: CommMode) -> GroupOptions {
         .with_comm_mode(comms)
         .with_timeout(Duration::from_secs(60))
         .with_op_timeout(Duration::from_secs(30))
-        .with_dump_dir(None)
+        .without_dump_dir()
 }
 
 /// This process's part.

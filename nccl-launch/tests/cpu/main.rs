@@ -59,9 +59,9 @@ fn text(bytes: &[u8]) -> String {
 fn simulated_launch(ranks: usize) -> Launch {
     Launch::new(ranks)
         .expect("launch")
-        .placement(Placement::SimulatedHosts)
-        .keep_output(true)
-        .timeout(Some(PATIENCE))
+        .with_placement(Placement::SimulatedHosts)
+        .with_keep_output(true)
+        .with_timeout(Some(PATIENCE))
 }
 
 /// Checks that `out` exited with `code` and that its stderr says each of
@@ -158,24 +158,26 @@ fn auto_needs_a_gpu_count_and_the_library_never_counts() {
         .unwrap_err();
     let message = refused.to_string();
     assert!(
-        message.contains("the number of visible GPUs for `auto` (Launch::visible_gpus)"),
+        message.contains("the number of visible GPUs for `auto` (Launch::with_visible_gpus)"),
         "{message}"
     );
-    let trusted = Launch::new(2).expect("launch").placement(Placement::Gpus);
+    let trusted = Launch::new(2)
+        .expect("launch")
+        .with_placement(Placement::Gpus);
     assert_eq!(trusted.resolved_placement().unwrap(), Placement::Gpus);
-    let enough = Launch::new(2).expect("launch").visible_gpus(2);
+    let enough = Launch::new(2).expect("launch").with_visible_gpus(2);
     assert_eq!(enough.resolved_placement().unwrap(), Placement::Gpus);
 }
 
 #[test]
 fn without_a_gpu_per_rank_auto_simulates_and_gpus_is_refused() {
-    let launch = Launch::new(3).expect("launch").visible_gpus(2);
+    let launch = Launch::new(3).expect("launch").with_visible_gpus(2);
     assert_eq!(
         launch.resolved_placement().unwrap(),
         Placement::SimulatedHosts
     );
     let refused = launch
-        .placement(Placement::Gpus)
+        .with_placement(Placement::Gpus)
         .spawn("true", [""; 0])
         .expect_err("gpus without a GPU per rank");
     let message = refused.to_string();

@@ -79,7 +79,7 @@ fn without_max_restarts_the_first_failure_is_final() {
 
 #[test]
 fn the_library_reports_each_attempt_and_the_last_outcome() {
-    let launch = simulated_launch(2).max_restarts(3);
+    let launch = simulated_launch(2).with_max_restarts(3);
     let mut attempts = Vec::new();
     let outcome = launch
         .run(

@@ -23,13 +23,13 @@ fn every_process_of_a_launch_exits_2_with_its_own_line() {
     let deadline = Duration::from_secs(120);
     let job = Launch::new(world)
         .unwrap()
-        .placement(Placement::SimulatedHosts)
-        .env(
+        .with_placement(Placement::SimulatedHosts)
+        .with_env(
             "NCCL_RS_STORE_TIMEOUT_SECS",
             (3 * deadline).as_secs().to_string(),
         )
-        .timeout(Some(deadline))
-        .keep_output(true)
+        .with_timeout(Some(deadline))
+        .with_keep_output(true)
         .spawn(
             env!("CARGO_BIN_EXE_nccl-perf"),
             ["--layer", "raw", "-b", "8", "-e", "8", "all_reduce"],

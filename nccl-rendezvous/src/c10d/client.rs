@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -179,22 +179,11 @@ impl C10dStore {
         self.options.io_margin
     }
 
-    fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = (self.host.as_str(), self.port).to_socket_addrs()?.collect();
-        if addrs.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} resolves to no address", self.host),
-            ));
-        }
-        Ok(addrs)
-    }
-
     /// One round of attempts over every resolved address.
     fn try_connect(&self, within: Duration) -> std::result::Result<Connection, AttemptError> {
         let within = within.min(MAX_ATTEMPT);
         let mut last = None;
-        for sockaddr in self.resolve().map_err(AttemptError::Retry)? {
+        for sockaddr in crate::resolve(&self.host, self.port).map_err(AttemptError::Retry)? {
             match Connection::open(
                 sockaddr,
                 &self.addr,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::DEFAULT_TIMEOUT;
+use crate::setters::with_setters;
 
 /// Settings of a [`C10dStore`](super::C10dStore).
 ///
@@ -45,21 +46,12 @@ impl Default for C10dStoreOptions {
 }
 
 impl C10dStoreOptions {
-    /// Sets [`C10dStoreOptions::timeout`].
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Sets [`C10dStoreOptions::connect_timeout`].
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets [`C10dStoreOptions::io_margin`].
-    pub fn with_io_margin(mut self, margin: Duration) -> Self {
-        self.io_margin = margin;
-        self
+    with_setters! {
+        /// Sets [`C10dStoreOptions::timeout`].
+        with_timeout(timeout: Duration) => timeout = timeout;
+        /// Sets [`C10dStoreOptions::connect_timeout`].
+        with_connect_timeout(timeout: Duration) => connect_timeout = timeout;
+        /// Sets [`C10dStoreOptions::io_margin`].
+        with_io_margin(margin: Duration) => io_margin = margin;
     }
 }

@@ -182,7 +182,7 @@ pub fn options(mode: CommMode) -> GroupOptions {
         .with_comm_mode(mode)
         .with_timeout(STORE_TIMEOUT)
         .with_op_timeout(OP_TIMEOUT)
-        .with_dump_dir(None)
+        .without_dump_dir()
 }
 
 /// Joins the group `name` of every rank over `store`.

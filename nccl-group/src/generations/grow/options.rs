@@ -4,6 +4,8 @@
 use std::ops::Range;
 use std::time::Duration;
 
+use nccl_rendezvous::__with_setters as with_setters;
+
 use crate::engine::group::ProcessGroup;
 use crate::lineage::GrowPath;
 
@@ -30,22 +32,17 @@ impl GrowOptions {
         Self::default()
     }
 
-    /// The bound on every wait of the grow: for the operations issued
-    /// before it to end, for the other ranks and the new processes at the
-    /// store, and on `ncclCommGrow` (give every rank the same).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Whether to grow the group's communicator with `ncclCommGrow`
-    /// (`true`, the default; NCCL 2.29.2 or later, else the grow is
-    /// refused with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported))
-    /// or make every communicator afresh under the new generation
-    /// (`false`: the fallback that works with any NCCL).
-    pub fn with_grow(mut self, grow: bool) -> Self {
-        self.grow = grow;
-        self
+    with_setters! {
+        /// The bound on every wait of the grow: for the operations issued
+        /// before it to end, for the other ranks and the new processes at the
+        /// store, and on `ncclCommGrow` (give every rank the same).
+        with_timeout(timeout: Duration) => timeout = timeout;
+        /// Whether to grow the group's communicator with `ncclCommGrow`
+        /// (`true`, the default; NCCL 2.29.2 or later, else the grow is
+        /// refused with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported))
+        /// or make every communicator afresh under the new generation
+        /// (`false`: the fallback that works with any NCCL).
+        with_grow(grow: bool) => grow = grow;
     }
 
     /// The timeout.

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use nccl_rendezvous::meet::agree::Agreement;
 
+use nccl_rendezvous::__with_setters as with_setters;
+
 use crate::engine::group::ProcessGroup;
 use crate::lineage::HealPath;
 
@@ -36,39 +38,26 @@ impl HealOptions {
         Self::default()
     }
 
-    /// The bound on the agreement (ranks neither arrived nor suspected are
-    /// waited for this long: give every rank the same), on each exchange
-    /// of the carrying step, and on the shrinks of this rank's
-    /// communicators together (one deadline for all of them).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The fewest survivors the group goes on with
-    /// ([`ErrorKind::TooFewSurvivors`](crate::ErrorKind::TooFewSurvivors)
-    /// below it).
-    pub fn with_min_survivors(mut self, min_survivors: usize) -> Self {
-        self.min_survivors = min_survivors;
-        self
-    }
-
-    /// Ranks this process knows to be lost (its launcher saw them exit,
-    /// say), added to those the failure's exchange found silent: the
-    /// agreement does not wait for them, and the heal does not wait for
-    /// that exchange (which waits up to 3 s for a dead rank's report):
-    /// only for the release of the failed communicators.
-    pub fn with_suspects(mut self, suspects: Vec<usize>) -> Self {
-        self.suspects = suspects;
-        self
-    }
-
-    /// Whether to shrink the communicators the failure revoked (`true`,
-    /// the default) or always make fresh ones under the new generation
-    /// (torchft's way; the benchmark's baseline).
-    pub fn with_shrink(mut self, shrink: bool) -> Self {
-        self.shrink = shrink;
-        self
+    with_setters! {
+        /// The bound on the agreement (ranks neither arrived nor suspected are
+        /// waited for this long: give every rank the same), on each exchange
+        /// of the carrying step, and on the shrinks of this rank's
+        /// communicators together (one deadline for all of them).
+        with_timeout(timeout: Duration) => timeout = timeout;
+        /// The fewest survivors the group goes on with
+        /// ([`ErrorKind::TooFewSurvivors`](crate::ErrorKind::TooFewSurvivors)
+        /// below it).
+        with_min_survivors(min_survivors: usize) => min_survivors = min_survivors;
+        /// Ranks this process knows to be lost (its launcher saw them exit,
+        /// say), added to those the failure's exchange found silent: the
+        /// agreement does not wait for them, and the heal does not wait for
+        /// that exchange (which waits up to 3 s for a dead rank's report):
+        /// only for the release of the failed communicators.
+        with_suspects(suspects: Vec<usize>) => suspects = suspects;
+        /// Whether to shrink the communicators the failure revoked (`true`,
+        /// the default) or always make fresh ones under the new generation
+        /// (torchft's way; the benchmark's baseline).
+        with_shrink(shrink: bool) => shrink = shrink;
     }
 
     /// The agreement's timeout.

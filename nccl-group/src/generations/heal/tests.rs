@@ -14,7 +14,7 @@ use nccl_rendezvous::{InProcessStore, Store};
 
 /// Options for groups that write no dumps.
 pub(crate) fn options() -> GroupOptions {
-    GroupOptions::default().with_dump_dir(None)
+    GroupOptions::default().without_dump_dir()
 }
 
 /// Ranks `0..world` of group `name` on `store`, each a handle of its own.

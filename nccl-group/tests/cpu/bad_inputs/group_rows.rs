@@ -150,7 +150,7 @@ pub fn rows() -> Vec<Row> {
                 ],
                 || {
                     let store: Arc<dyn nccl_group::Store> = Arc::new(InProcessStore::new());
-                    let options = GroupOptions::default().with_dump_dir(None);
+                    let options = GroupOptions::default().without_dump_dir();
                     let new = |rank, world| {
                         ProcessGroup::builder("resized")
                             .rank(rank)

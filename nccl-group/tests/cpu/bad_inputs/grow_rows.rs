@@ -14,7 +14,7 @@ use nccl_group::{GroupOptions, GrowOptions, InProcessStore, ProcessGroup};
 use super::{Row, calls, err, once_destroyed};
 
 fn options() -> GroupOptions {
-    GroupOptions::default().with_dump_dir(None)
+    GroupOptions::default().without_dump_dir()
 }
 
 /// Rank 0 of a world of 1 on a fresh in-process store.

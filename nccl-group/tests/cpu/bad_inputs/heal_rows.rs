@@ -17,7 +17,7 @@ fn world(world: usize) -> Vec<ProcessGroup> {
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     (0..world)
         .map(|rank| {
-            let options = GroupOptions::default().with_dump_dir(None);
+            let options = GroupOptions::default().without_dump_dir();
             ProcessGroup::builder("heal-rows")
                 .rank(rank)
                 .world_size(world)
@@ -69,7 +69,7 @@ pub(super) fn rows() -> Vec<Row> {
                 || {
                     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
                     let options = GroupOptions::default()
-                        .with_dump_dir(None)
+                        .without_dump_dir()
                         .with_failure_policy(nccl_group::FailurePolicy::AbortProcess);
                     match ProcessGroup::builder("heal-rows")
                         .rank(0)

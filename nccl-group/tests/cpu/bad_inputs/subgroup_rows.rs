@@ -18,7 +18,7 @@ use super::{Row, calls, err, once_destroyed};
 
 /// Rank `rank` of `world` of the group "rows" on `store`.
 fn rank_of(store: &Arc<dyn Store>, rank: usize, world: usize) -> ProcessGroup {
-    let options = GroupOptions::default().with_dump_dir(None);
+    let options = GroupOptions::default().without_dump_dir();
     ProcessGroup::builder("rows")
         .rank(rank)
         .world_size(world)

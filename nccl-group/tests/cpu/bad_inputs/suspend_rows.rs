@@ -8,7 +8,7 @@ use super::{Row, err};
 
 /// A group of one process, named for the row.
 fn group(name: &str) -> ProcessGroup {
-    world_of_one(name, GroupOptions::default().with_dump_dir(None))
+    world_of_one(name, GroupOptions::default().without_dump_dir())
 }
 
 pub(super) fn rows() -> Vec<Row> {

@@ -3,8 +3,8 @@
 
 use super::MAX_WORLD_SIZE;
 use super::sources::{LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, RANK, Reading, Sources, WORLD_SIZE};
-use crate::Result;
 use crate::rendezvous::config_error;
+use crate::{Result, StoreError};
 
 /// Where this process stands in the launch.
 #[derive(Debug)]
@@ -26,6 +26,26 @@ fn quoted(reading: &Reading) -> String {
     }
 }
 
+/// Refuses `reading` as not `what` (a count of 0).
+fn is_not(reading: &Reading, what: &str) -> StoreError {
+    config_error(
+        reading.var,
+        format!("{}={} is not {what}", reading.var, quoted(reading)),
+    )
+}
+
+/// Refuses `reading` against `bound`: `relation` says how it must stand
+/// ("must be below").
+fn against(reading: &Reading, relation: &str, bound: &Reading) -> StoreError {
+    config_error(
+        reading.var,
+        format!(
+            "{}={} {relation} {}={}",
+            reading.var, reading.shown, bound.var, bound.shown
+        ),
+    )
+}
+
 impl Numbering {
     /// Reads every quantity, in the order its errors are reported.
     pub(super) fn read(sources: &Sources<'_, '_>) -> Result<Self> {
@@ -37,15 +57,7 @@ impl Numbering {
             )
         })?;
         if world.value == 0 {
-            return Err(config_error(
-                world.var,
-                format!(
-                    "{}={} is not {}",
-                    world.var,
-                    quoted(&world),
-                    WORLD_SIZE.what
-                ),
-            ));
+            return Err(is_not(&world, WORLD_SIZE.what));
         }
 
         let rank = sources.read(&RANK, MAX_WORLD_SIZE)?.ok_or_else(|| {
@@ -56,36 +68,16 @@ impl Numbering {
             )
         })?;
         if rank.value >= world.value {
-            return Err(config_error(
-                rank.var,
-                format!(
-                    "{}={} must be below {}={}",
-                    rank.var, rank.shown, world.var, world.shown
-                ),
-            ));
+            return Err(against(&rank, "must be below", &world));
         }
 
         let local_world = sources.read(&LOCAL_WORLD_SIZE, MAX_WORLD_SIZE)?;
         if let Some(local_world) = &local_world {
             if local_world.value == 0 {
-                return Err(config_error(
-                    local_world.var,
-                    format!(
-                        "{}={} is not {}",
-                        local_world.var,
-                        quoted(local_world),
-                        LOCAL_WORLD_SIZE.what
-                    ),
-                ));
+                return Err(is_not(local_world, LOCAL_WORLD_SIZE.what));
             }
             if local_world.value > world.value {
-                return Err(config_error(
-                    local_world.var,
-                    format!(
-                        "{}={} must not exceed {}={}",
-                        local_world.var, local_world.shown, world.var, world.shown
-                    ),
-                ));
+                return Err(against(local_world, "must not exceed", &world));
             }
         }
 
@@ -93,13 +85,7 @@ impl Numbering {
         if let Some(local) = &local {
             let bound = local_world.as_ref().unwrap_or(&world);
             if local.value >= bound.value {
-                return Err(config_error(
-                    local.var,
-                    format!(
-                        "{}={} must be below {}={}",
-                        local.var, local.shown, bound.var, bound.shown
-                    ),
-                ));
+                return Err(against(local, "must be below", bound));
             }
         }
 

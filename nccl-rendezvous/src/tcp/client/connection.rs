@@ -4,7 +4,7 @@
 //! as a [`StoreError`] naming the server.
 
 use std::io;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -92,21 +92,10 @@ enum AttemptError {
 }
 
 impl TcpStore {
-    fn resolve(&self) -> io::Result<Vec<SocketAddr>> {
-        let addrs: Vec<SocketAddr> = (self.host.as_str(), self.port).to_socket_addrs()?.collect();
-        if addrs.is_empty() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{} resolves to no address", self.host),
-            ));
-        }
-        Ok(addrs)
-    }
-
     /// One round of attempts over every resolved address.
     fn try_connect(&self, per_attempt: Duration) -> Result<(Connection, Limits), AttemptError> {
         let per_attempt = per_attempt.clamp(Duration::from_millis(1), MAX_ATTEMPT);
-        let addrs = self.resolve().map_err(AttemptError::Io)?;
+        let addrs = crate::resolve(&self.host, self.port).map_err(AttemptError::Io)?;
         let mut last = None;
         for sockaddr in addrs {
             match TcpStream::connect_timeout(&sockaddr, per_attempt) {

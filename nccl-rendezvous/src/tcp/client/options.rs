@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::setters::with_setters;
 use crate::tcp::{DEFAULT_MAX_FRAME_SIZE, redacted};
 use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 
@@ -56,38 +57,19 @@ impl Default for TcpStoreOptions {
 }
 
 impl TcpStoreOptions {
-    /// Sets [`TcpStoreOptions::timeout`].
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+    with_setters! {
+        /// Sets [`TcpStoreOptions::timeout`].
+        with_timeout(timeout: Duration) => timeout = timeout;
+        /// Sets [`TcpStoreOptions::connect_timeout`].
+        with_connect_timeout(timeout: Duration) => connect_timeout = timeout;
+        /// Sets [`TcpStoreOptions::io_margin`].
+        with_io_margin(margin: Duration) => io_margin = margin;
+        /// Sets the shared secret.
+        with_secret(secret: impl Into<Vec<u8>>) => secret = Some(secret.into());
+        /// Sets [`TcpStoreOptions::max_frame_size`].
+        with_max_frame_size(bytes: usize) => max_frame_size = bytes;
     }
 
-    /// Sets [`TcpStoreOptions::connect_timeout`].
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets [`TcpStoreOptions::io_margin`].
-    pub fn with_io_margin(mut self, margin: Duration) -> Self {
-        self.io_margin = margin;
-        self
-    }
-
-    /// Sets the shared secret.
-    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
-        self.secret = Some(secret.into());
-        self
-    }
-
-    /// Sets [`TcpStoreOptions::max_frame_size`].
-    pub fn with_max_frame_size(mut self, bytes: usize) -> Self {
-        self.max_frame_size = bytes;
-        self
-    }
-}
-
-impl TcpStoreOptions {
     /// Refuses settings the client cannot run with, naming the setting.
     pub(super) fn check(&self) -> Result<()> {
         if self.max_frame_size < 64 {

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::setters::with_setters;
 use crate::tcp::redacted;
 use crate::tcp::wire::{Limits, RequestLimits, STAMP_LEN, TAG_LEN};
 use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
@@ -240,68 +241,45 @@ impl Default for TcpStoreServerOptions {
     }
 }
 
-/// The builder methods: one per field, named `with_<field>`.
-macro_rules! setters {
-    ($($(#[$doc:meta])* $name:ident: $field:ident: $ty:ty;)*) => {$(
-        $(#[$doc])*
-        pub fn $name(mut self, value: $ty) -> Self {
-            self.$field = value;
-            self
-        }
-    )*};
-}
-
 impl TcpStoreServerOptions {
-    /// Requires clients to prove they hold `secret`.
-    pub fn with_secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
-        self.secret = Some(secret.into());
-        self
-    }
-
-    /// Sets [`TcpStoreServerOptions::max_frame_size`] (at least 64 bytes).
-    pub fn with_max_frame_size(mut self, bytes: usize) -> Self {
-        self.max_frame_size = Some(bytes);
-        self
-    }
-
-    /// Sets [`TcpStoreServerOptions::serving_threads`] (1 to 64).
-    pub fn with_serving_threads(mut self, threads: usize) -> Self {
-        self.serving_threads = Some(threads);
-        self
-    }
-
-    setters! {
+    with_setters! {
+        /// Requires clients to prove they hold `secret`.
+        with_secret(secret: impl Into<Vec<u8>>) => secret = Some(secret.into());
+        /// Sets [`TcpStoreServerOptions::max_frame_size`] (at least 64 bytes).
+        with_max_frame_size(bytes: usize) => max_frame_size = Some(bytes);
+        /// Sets [`TcpStoreServerOptions::serving_threads`] (1 to 64).
+        with_serving_threads(threads: usize) => serving_threads = Some(threads);
         /// Sets [`TcpStoreServerOptions::allow_unauthenticated_remote`].
-        with_unauthenticated_remote: allow_unauthenticated_remote: bool;
+        with_unauthenticated_remote(value: bool) => allow_unauthenticated_remote = value;
         /// Sets [`TcpStoreServerOptions::handshake_timeout`].
-        with_handshake_timeout: handshake_timeout: Duration;
+        with_handshake_timeout(value: Duration) => handshake_timeout = value;
         /// Sets [`TcpStoreServerOptions::max_key_len`].
-        with_max_key_len: max_key_len: usize;
+        with_max_key_len(value: usize) => max_key_len = value;
         /// Sets [`TcpStoreServerOptions::max_value_len`].
-        with_max_value_len: max_value_len: usize;
+        with_max_value_len(value: usize) => max_value_len = value;
         /// Sets [`TcpStoreServerOptions::max_keys_per_request`].
-        with_max_keys_per_request: max_keys_per_request: usize;
+        with_max_keys_per_request(value: usize) => max_keys_per_request = value;
         /// Sets [`TcpStoreServerOptions::max_key_bytes_per_request`].
-        with_max_key_bytes_per_request: max_key_bytes_per_request: usize;
+        with_max_key_bytes_per_request(value: usize) => max_key_bytes_per_request = value;
         /// Sets [`TcpStoreServerOptions::max_stored_keys`].
-        with_max_stored_keys: max_stored_keys: usize;
+        with_max_stored_keys(value: usize) => max_stored_keys = value;
         /// Sets [`TcpStoreServerOptions::max_stored_bytes`].
-        with_max_stored_bytes: max_stored_bytes: usize;
+        with_max_stored_bytes(value: usize) => max_stored_bytes = value;
         /// Sets [`TcpStoreServerOptions::max_in_flight_bytes`].
-        with_max_in_flight_bytes: max_in_flight_bytes: usize;
+        with_max_in_flight_bytes(value: usize) => max_in_flight_bytes = value;
         /// Sets [`TcpStoreServerOptions::max_wait`].
-        with_max_wait: max_wait: Duration;
+        with_max_wait(value: Duration) => max_wait = value;
         /// Sets [`TcpStoreServerOptions::io_timeout`].
-        with_io_timeout: io_timeout: Duration;
+        with_io_timeout(value: Duration) => io_timeout = value;
         /// Sets [`TcpStoreServerOptions::max_connections`] (at least 1).
-        with_max_connections: max_connections: usize;
+        with_max_connections(value: usize) => max_connections = value;
         /// Sets [`TcpStoreServerOptions::max_unauthenticated`] (at least 1).
-        with_max_unauthenticated: max_unauthenticated: usize;
+        with_max_unauthenticated(value: usize) => max_unauthenticated = value;
         /// Sets [`TcpStoreServerOptions::max_unauthenticated_per_address`]
         /// (at least 1).
-        with_max_unauthenticated_per_address: max_unauthenticated_per_address: usize;
+        with_max_unauthenticated_per_address(value: usize) => max_unauthenticated_per_address = value;
         /// Sets [`TcpStoreServerOptions::gate_priority`].
-        with_gate_priority: gate_priority: GatePriority;
+        with_gate_priority(value: GatePriority) => gate_priority = value;
     }
 
     /// Refuses settings the server cannot run with, naming the setting.
