@@ -67,9 +67,10 @@ thread_local! {
 /// `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` (`cuThreadExchangeStreamCaptureMode`),
 /// once per thread: its event queries then no longer invalidate captures
 /// that other threads began in `CU_STREAM_CAPTURE_MODE_GLOBAL` (the mode
-/// that forbids "potentially unsafe" calls on every thread). For a thread
-/// that never captures and only polls events, such as a watchdog, as
-/// PyTorch's process group does for its own. Later calls on the thread
+/// that forbids "potentially unsafe" calls on every thread).
+///
+/// For a thread that never captures and only polls events, such as a watchdog,
+/// as PyTorch's process group does for its own. Later calls on the thread
 /// return at once.
 ///
 /// # Errors

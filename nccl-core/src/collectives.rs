@@ -90,10 +90,11 @@ impl Communicator {
 
     /// Enqueues `call` on `stream` without [`Communicator::check_call`]'s
     /// checks, for a caller that made them (nccl-tensor plans every
-    /// operation before issuing it). Whether the communicator is live is
-    /// still checked. An operation whose NCCL function the loaded libnccl
-    /// lacks but which has a point-to-point form
-    /// ([`Call::point_to_point_parts`]: all_to_all before NCCL 2.28) is
+    /// operation before issuing it).
+    ///
+    /// Whether the communicator is live is still checked. An operation whose
+    /// NCCL function the loaded libnccl lacks but which has a point-to-point
+    /// form ([`Call::point_to_point_parts`]: all_to_all before NCCL 2.28) is
     /// issued as that form, in one group.
     ///
     /// # Safety
@@ -221,7 +222,9 @@ macro_rules! shorthands {
 
 shorthands! {
     /// `ncclAllReduce`: reduces `count` elements across ranks; every rank
-    /// gets the result in `recv`. `send == recv` is in place.
+    /// gets the result in `recv`.
+    ///
+    /// `send == recv` is in place.
     fn all_reduce<'a>(
         send: *const c_void,
         recv: *mut c_void,
@@ -231,7 +234,9 @@ shorthands! {
     ) => Call { op: Op::AllReduce(op.into()), send, recv, count, dtype };
 
     /// `ncclBroadcast`: copies `count` elements from `send` on rank `root`
-    /// into `recv` on every rank. `send` is read on the root only.
+    /// into `recv` on every rank.
+    ///
+    /// `send` is read on the root only.
     fn broadcast(
         send: *const c_void,
         recv: *mut c_void,
@@ -273,7 +278,9 @@ shorthands! {
 
     /// `ncclAlltoAll` (NCCL 2.28+, grouped sends and receives before):
     /// block `j` of `send` (`count` elements) goes to rank `j`, and block
-    /// `i` of `recv` comes from rank `i`. The buffers do not overlap.
+    /// `i` of `recv` comes from rank `i`.
+    ///
+    /// The buffers do not overlap.
     fn all_to_all(
         send: *const c_void,
         recv: *mut c_void,

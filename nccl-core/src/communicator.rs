@@ -142,8 +142,10 @@ impl fmt::Debug for Communicator {
 }
 
 /// Aborts a communicator from any thread (`ncclCommAbort`), for instance a
-/// watchdog that sees a collective hang. Cheap to clone. After an abort,
-/// every call on the communicator returns [`Error::Aborted`].
+/// watchdog that sees a collective hang.
+///
+/// Cheap to clone. After an abort, every call on the communicator returns
+/// [`Error::Aborted`].
 #[derive(Clone)]
 pub struct AbortHandle {
     shared: Arc<Shared>,
@@ -250,9 +252,10 @@ impl Communicator {
 
     /// The raw `ncclComm_t`, for calls this crate does not wrap, borrowed:
     /// it stays valid while `self` lives and is not aborted, and `self`
-    /// still destroys it. To hand it over, [`Communicator::into_raw`]; never
-    /// pass a borrowed handle to [`Communicator::from_raw`], which would
-    /// make a second owner.
+    /// still destroys it.
+    ///
+    /// To hand it over, [`Communicator::into_raw`]; never pass a borrowed
+    /// handle to [`Communicator::from_raw`], which would make a second owner.
     ///
     /// # Errors
     /// [`Error::Aborted`] or [`Error::Finalized`].
@@ -305,8 +308,10 @@ impl Communicator {
 
     /// Creates a pre-multiplied sum for this communicator and `dtype`
     /// (`ncclRedOpCreatePreMulSum`, NCCL 2.11+): `sum(scalar * x)` over the
-    /// ranks. It is destroyed when dropped, and can only be used on this
-    /// communicator and with `dtype`.
+    /// ranks.
+    ///
+    /// It is destroyed when dropped, and can only be used on this communicator
+    /// and with `dtype`.
     ///
     /// # Errors
     /// A scalar that `dtype` cannot hold, an old libnccl, NCCL's failure.

@@ -14,8 +14,10 @@ mod raw;
 /// How long a nonblocking init, split or finalize may take by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Communicator options (`ncclConfig_t`). Unset options keep NCCL's default,
-/// which also honours the matching `NCCL_*` environment variables.
+/// Communicator options (`ncclConfig_t`).
+///
+/// Unset options keep NCCL's default, which also honours the matching `NCCL_*`
+/// environment variables.
 ///
 /// `ncclConfig_t` grew over NCCL's releases, and a library ignores the
 /// fields after the ones its own release knows. So every option names the
@@ -103,9 +105,11 @@ impl Config {
     }
 
     /// Blocking (the default) or nonblocking communicator (`blocking`,
-    /// NCCL 2.14.3). A nonblocking communicator's init, split and finalize
-    /// return at once; this crate then polls `ncclCommGetAsyncError` until
-    /// done or [`Config::wait_timeout`].
+    /// NCCL 2.14.3).
+    ///
+    /// A nonblocking communicator's init, split and finalize return at once;
+    /// this crate then polls `ncclCommGetAsyncError` until done or
+    /// [`Config::wait_timeout`].
     pub fn with_blocking(mut self, blocking: bool) -> Self {
         self.blocking = Some(blocking);
         self
@@ -195,7 +199,9 @@ impl Config {
     }
 
     /// How the communicator is used with CUDA graphs (`graphUsageMode`,
-    /// NCCL 2.29.2). `NCCL_GRAPH_MIXING_SUPPORT` overrides it at init.
+    /// NCCL 2.29.2).
+    ///
+    /// `NCCL_GRAPH_MIXING_SUPPORT` overrides it at init.
     pub fn with_graph_usage_mode(mut self, mode: GraphUsageMode) -> Self {
         self.graph_usage_mode = Some(mode);
         self
@@ -231,9 +237,10 @@ impl Config {
         self
     }
 
-    /// The number of RMA signals (`numRmaSig`, NCCL 2.31.2). Passed to NCCL
-    /// as given: NCCL's headers document no range, and NCCL checks it at
-    /// init.
+    /// The number of RMA signals (`numRmaSig`, NCCL 2.31.2).
+    ///
+    /// Passed to NCCL as given: NCCL's headers document no range, and NCCL
+    /// checks it at init.
     pub fn with_rma_signals(mut self, signals: i32) -> Self {
         self.rma_signals = Some(signals);
         self
@@ -242,8 +249,9 @@ impl Config {
     /// Whether the one-sided RMA signals are set up when the communicator
     /// is created (`true`) or at its first window registration (`false`,
     /// NCCL's default) (`rmaEagerInit`, NCCL 2.31.2; what
-    /// `NCCL_RMA_EAGER_INIT` sets, which overrides it). Signalling without
-    /// a registered window needs `true`.
+    /// `NCCL_RMA_EAGER_INIT` sets, which overrides it).
+    ///
+    /// Signalling without a registered window needs `true`.
     pub fn with_rma_eager_init(mut self, eager: bool) -> Self {
         self.rma_eager_init = Some(eager);
         self
@@ -291,8 +299,9 @@ impl Config {
         self.timeout
     }
 
-    /// Checks every option against what NCCL accepts. Which release knows
-    /// each option is [`Config::check_release`]'s part.
+    /// Checks every option against what NCCL accepts.
+    ///
+    /// Which release knows each option is [`Config::check_release`]'s part.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming the option, what it accepts and

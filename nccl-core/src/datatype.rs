@@ -7,9 +7,10 @@ use std::fmt;
 use nccl_sys::{Version, ncclDataType_t};
 
 /// Calls `$callback!` with the table of every `ncclDataType_t` of the
-/// pinned header, one row per type, in `ncclDataType_t` order. Every
-/// per-type list of the workspace is generated from it ([`DataType`] here,
-/// `NcclType` and `AnyTensor` in nccl-tensor, the benchmark's `-d` and
+/// pinned header, one row per type, in `ncclDataType_t` order.
+///
+/// Every per-type list of the workspace is generated from it ([`DataType`]
+/// here, `NcclType` and `AnyTensor` in nccl-tensor, the benchmark's `-d` and
 /// buffers), so a new type is one row here.
 ///
 /// `for_each_data_type!(path::to::callback)` expands to
@@ -71,9 +72,10 @@ macro_rules! for_each_data_type {
 
 /// Runs `$body` with `$t` naming the Rust element type of `$dtype` (a
 /// [`DataType`]), or evaluates `$otherwise` for a data type the table lacks.
-/// No such type exists, but `DataType` is `#[non_exhaustive]`, so a match
-/// on it outside nccl-core needs the arm. The body is compiled once per
-/// type, so it may call functions generic over the element type.
+///
+/// No such type exists, but `DataType` is `#[non_exhaustive]`, so a match on it
+/// outside nccl-core needs the arm. The body is compiled once per type, so it
+/// may call functions generic over the element type.
 ///
 /// ```
 /// use nccl_core::DataType;

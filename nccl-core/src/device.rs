@@ -14,12 +14,13 @@ const DRIVER_LIBRARIES: &[&str] = &["nvcuda.dll"];
 #[cfg(not(windows))]
 const DRIVER_LIBRARIES: &[&str] = &["libcuda.so.1", "libcuda.so"];
 
-/// Whether the CUDA driver library can be loaded. Checked before any cudarc
-/// call, because cudarc's dynamic loading panics when the library is
-/// missing. The check is this crate's own, so it holds whichever way the
-/// application has cudarc reach the driver: with `dynamic-linking` the
-/// driver is already loaded (the program could not start without it) and
-/// the check finds it.
+/// Whether the CUDA driver library can be loaded.
+///
+/// Checked before any cudarc call, because cudarc's dynamic loading panics when
+/// the library is missing. The check is this crate's own, so it holds whichever
+/// way the application has cudarc reach the driver: with `dynamic-linking` the
+/// driver is already loaded (the program could not start without it) and the
+/// check finds it.
 pub fn cuda_driver_available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     *PRESENT.get_or_init(|| {
@@ -41,7 +42,9 @@ fn require_driver() -> Result<()> {
 }
 
 /// One CUDA device, by ordinal, holding its primary context (cudarc's
-/// [`CudaContext`]). Cloning is cheap and shares the context.
+/// [`CudaContext`]).
+///
+/// Cloning is cheap and shares the context.
 #[derive(Clone)]
 pub struct Device {
     context: Arc<CudaContext>,

@@ -62,11 +62,13 @@ impl fmt::Display for ResultCode {
     }
 }
 
-/// A call that NCCL accepted. Nonblocking communicators may answer
-/// [`Status::InProgress`]: the operation continues in the background and
+/// A call that NCCL accepted.
+///
+/// Nonblocking communicators may answer [`Status::InProgress`]: the operation
+/// continues in the background and
 /// [`Communicator::wait_ready`](crate::Communicator::wait_ready) or
-/// [`Communicator::async_error`](crate::Communicator::async_error) tell
-/// when it is done.
+/// [`Communicator::async_error`](crate::Communicator::async_error) tell when it
+/// is done.
 #[must_use = "an `InProgress` status means a nonblocking communicator is still working on the call: \
               wait for it (`Communicator::wait_ready`) before using its result or issuing the next call"]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,6 +82,7 @@ pub enum Status {
 /// Declares an error-kind enum with every kind of nccl-core's
 /// [`ErrorKind`], then the given ones, then `Other`: nccl-core's own, and
 /// nccl-group's, which must have every kind of this one (so written once).
+///
 /// Exported (hidden) for nccl-group.
 #[doc(hidden)]
 #[macro_export]
@@ -110,8 +113,9 @@ macro_rules! __error_kinds {
             Nccl,
             /// A remote rank failed or went away: NCCL returned
             /// `ncclRemoteError` (a peer's process exited, or its connection
-            /// broke); `nccl_code()` keeps the code. Create a new communicator
-            /// without it (shrink, or meet again).
+            /// broke); `nccl_code()` keeps the code.
+            ///
+            /// Create a new communicator without it (shrink, or meet again).
             PeerLost,
             /// A CUDA driver call failed.
             Cuda,
@@ -139,13 +143,17 @@ __error_kinds! {
     /// and nccl-tensor's `Error` answers what the innermost error would.
     /// nccl-group's own `ErrorKind` has every kind of this one and adds the
     /// kinds only a process group and its store know (a failed group, a
-    /// store, a launch setting). Match with a wildcard arm: kinds may be added.
+    /// store, a launch setting).
+    ///
+    /// Match with a wildcard arm: kinds may be added.
     pub enum ErrorKind {}
 }
 
 /// Displays an error and every error of its `source()` chain, joined by
-/// `": "`, on one line. Each error's own `Display` describes only its own
-/// layer, so printing the chain is how to show all of it.
+/// `": "`, on one line.
+///
+/// Each error's own `Display` describes only its own layer, so printing the
+/// chain is how to show all of it.
 #[derive(Clone, Copy, Debug)]
 pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
 
@@ -182,8 +190,10 @@ pub enum Error {
         description: String,
         /// What the code usually means.
         hint: &'static str,
-        /// `ncclGetLastError` right after the call. NCCL keeps one buffer
-        /// for the whole process, so another thread's failure can show here.
+        /// `ncclGetLastError` right after the call.
+        ///
+        /// NCCL keeps one buffer for the whole process, so another thread's
+        /// failure can show here.
         last_error: Option<String>,
     },
     /// The NCCL library could not be loaded.
@@ -209,8 +219,10 @@ pub enum Error {
         "no CUDA driver found: libcuda.so.1 could not be loaded; this machine needs an NVIDIA GPU with its driver installed (is the driver's library folder on the loader path?)"
     )]
     NoCudaDriver,
-    /// A CUDA driver call failed. The driver's error is the `source()`,
-    /// not part of this message ([`ErrorChain`] prints both).
+    /// A CUDA driver call failed.
+    ///
+    /// The driver's error is the `source()`, not part of this message
+    /// ([`ErrorChain`] prints both).
     #[error("CUDA error during {during}")]
     Cuda {
         /// What was being done.
@@ -264,7 +276,9 @@ pub enum Error {
     /// [`Communicator::suspend_in_place`](crate::Communicator::suspend_in_place),
     /// or its [`Suspended`](crate::Suspended) guard was dropped without a
     /// successful [`resume`](crate::Suspended::resume), or a suspend failed
-    /// part way. [`Communicator::resume_in_place`](crate::Communicator::resume_in_place)
+    /// part way.
+    ///
+    /// [`Communicator::resume_in_place`](crate::Communicator::resume_in_place)
     /// on every rank resumes it (collective); dropping it aborts it.
     #[error(
         "the communicator is suspended (not resumed, or its suspend or resume failed); resume it on every rank \

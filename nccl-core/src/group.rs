@@ -16,8 +16,10 @@ pub fn group_depth() -> u32 {
 }
 
 /// An open NCCL group: calls issued while it lives are fused and launched
-/// when it ends. Groups nest. NCCL tracks groups per thread, so a `Group`
-/// cannot be sent to another thread.
+/// when it ends.
+///
+/// Groups nest. NCCL tracks groups per thread, so a `Group` cannot be sent to
+/// another thread.
 ///
 /// ```no_run
 /// # fn main() -> nccl_core::Result<()> {

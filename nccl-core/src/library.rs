@@ -43,8 +43,10 @@ pub(crate) fn require_version(
 }
 
 /// Maps the result of `function` to a [`Status`] or an [`Error`] carrying
-/// NCCL's description and last-error text. Public for callers that call
-/// `nccl-sys` directly (for instance on [`Communicator::as_raw`](crate::Communicator::as_raw)).
+/// NCCL's description and last-error text.
+///
+/// Public for callers that call `nccl-sys` directly (for instance on
+/// [`Communicator::as_raw`](crate::Communicator::as_raw)).
 ///
 /// # Errors
 /// [`Error::Nccl`] for every code but success and in-progress.

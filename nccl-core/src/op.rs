@@ -155,9 +155,10 @@ pub struct Call<'r> {
 
 impl<'r> Call<'r> {
     /// Calls the NCCL function of the operation with the call's arguments,
-    /// as they are: no check, no workaround, no fallback. For callers that
-    /// hold the raw handles (a baseline measurement); everyone else uses
-    /// [`Communicator::issue`](crate::Communicator::issue).
+    /// as they are: no check, no workaround, no fallback.
+    ///
+    /// For callers that hold the raw handles (a baseline measurement); everyone
+    /// else uses [`Communicator::issue`](crate::Communicator::issue).
     ///
     /// # Safety
     /// `comm` is a live communicator and `stream` a stream on its device;
@@ -247,9 +248,11 @@ impl<'r> Call<'r> {
     /// The call as grouped sends and receives, for the operations that
     /// move blocks of `count` elements between ranks (all_to_all, gather,
     /// scatter): the form issued on a libnccl without the operation's own
-    /// function, and by whoever wants to compare the two. `None` for the
-    /// others. `rank` is the issuing rank and `world` the communicator's
-    /// size; block `j` of a buffer of one block per rank starts `j` blocks in.
+    /// function, and by whoever wants to compare the two.
+    ///
+    /// `None` for the others. `rank` is the issuing rank and `world` the
+    /// communicator's size; block `j` of a buffer of one block per rank starts
+    /// `j` blocks in.
     pub fn point_to_point_parts(
         &self,
         rank: usize,

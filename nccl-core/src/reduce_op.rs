@@ -138,8 +138,10 @@ impl<'a> From<&'a PreMulSum<'a>> for Reduction<'a> {
 }
 
 /// A pre-multiplied sum (`ncclRedOpCreatePreMulSum`): each rank's input is
-/// multiplied by `scalar` before summing. It belongs to one communicator and
-/// one data type, and is destroyed when dropped.
+/// multiplied by `scalar` before summing.
+///
+/// It belongs to one communicator and one data type, and is destroyed when
+/// dropped.
 pub struct PreMulSum<'c> {
     communicator: &'c Communicator,
     raw: ncclRedOp_t,

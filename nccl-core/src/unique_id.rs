@@ -31,9 +31,10 @@ impl UniqueId {
     /// The number of bytes in an id.
     pub const BYTES: usize = ID_BYTES;
 
-    /// Asks NCCL for a fresh id (`ncclGetUniqueId`). This picks a network
-    /// interface and opens the bootstrap listener of rank 0, so call it on
-    /// the process that will be rank 0.
+    /// Asks NCCL for a fresh id (`ncclGetUniqueId`).
+    ///
+    /// This picks a network interface and opens the bootstrap listener of rank
+    /// 0, so call it on the process that will be rank 0.
     ///
     /// # Errors
     /// The library could not be loaded, or NCCL failed (no usable network

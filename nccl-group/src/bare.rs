@@ -16,8 +16,9 @@ const SCOPE: &str = "communicator";
 /// it: rank 0 makes the NCCL unique id and shares it through the store
 /// `config` names (rank 0 hosts the TCP store until every rank has the
 /// id), then every rank creates its communicator with it
-/// ([`Communicator::new`]). What torchrun's variables and 8 lines of
-/// store calls did by hand:
+/// ([`Communicator::new`]).
+///
+/// What torchrun's variables and 8 lines of store calls did by hand:
 ///
 /// ```no_run
 /// use nccl_group::prelude::*;

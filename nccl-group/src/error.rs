@@ -21,12 +21,12 @@ pub use op::OpError;
 pub use uncapturable::Uncapturable;
 
 /// Everything a process-group call can fail with: one error type for
-/// every call, with [`GroupError::kind`] to branch on. An operation on
-/// borrowed memory refuses with it; on owned buffers the refusal
-/// ([`OpError`], which gives them back) converts into it with `?`,
-/// dropping the buffers; so does [`nccl_tensor::Error`].
-/// `Debug` leads with the message, so `fn main() -> Result<(), GroupError>`
-/// prints the sentence.
+/// every call, with [`GroupError::kind`] to branch on.
+///
+/// An operation on borrowed memory refuses with it; on owned buffers the
+/// refusal ([`OpError`], which gives them back) converts into it with `?`,
+/// dropping the buffers; so does [`nccl_tensor::Error`]. `Debug` leads with the
+/// message, so `fn main() -> Result<(), GroupError>` prints the sentence.
 ///
 /// ```no_run
 /// use std::sync::Arc;
@@ -114,16 +114,19 @@ pub enum GroupError {
         name: String,
     },
     /// The watchdog failed the group: an operation timed out, or NCCL or
-    /// CUDA reported an error. The [`Failure`] says which operation, why,
-    /// which ranks lag and where the flight recorder was written.
+    /// CUDA reported an error.
+    ///
+    /// The [`Failure`] says which operation, why, which ranks lag and where the
+    /// flight recorder was written.
     #[error("{0}")]
     Failed(Arc<Failure>),
     /// The collective check
     /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks))
     /// found that the ranks did not issue the same collectives: the
     /// [`Mismatch`] names the rank, the collective and what each issued.
-    /// The collective was not enqueued and the group failed: later calls
-    /// get [`GroupError::Failed`].
+    ///
+    /// The collective was not enqueued and the group failed: later calls get
+    /// [`GroupError::Failed`].
     #[error("{0}")]
     Mismatch(Arc<Mismatch>),
     /// Aborting the group's communicators had not finished in time; it was
@@ -139,7 +142,9 @@ pub enum GroupError {
         waited: Duration,
     },
     /// Creating a communicator did not finish in time (NCCL's init waits
-    /// for every rank to join). NCCL's error is the `source()`.
+    /// for every rank to join).
+    ///
+    /// NCCL's error is the `source()`.
     #[error(
         "creating the communicator of store key {key:?} did not finish within {waited:?}; ranks {missing:?} never \
          joined it (they have not reached this operation, exited, or disagree on the group name or device list)"
@@ -199,6 +204,7 @@ pub enum GroupError {
     },
     /// [`ProcessGroup::destroy`](crate::Lifecycle::destroy) while
     /// graphs of the group live.
+    ///
     /// [`ProcessGroup::heal`](crate::Recovery::heal) and
     /// [`ProcessGroup::grow`](crate::Recovery::grow) likewise.
     #[error(
@@ -217,7 +223,9 @@ pub enum GroupError {
     /// [`ProcessGroup::destroy`](crate::Lifecycle::destroy) (or
     /// `shutdown`) while sub-groups split from the group
     /// ([`ProcessGroup::split_group`](crate::SubGroups::split_group),
-    /// `new_group`) are live on this process. Nothing changed.
+    /// `new_group`) are live on this process.
+    ///
+    /// Nothing changed.
     #[error(
         "process group {name:?} cannot be destroyed while its sub-groups {subgroups:?} are live on this rank: \
          destroy them first on every rank (a failed, aborted or dropped sub-group does not count)"
@@ -255,8 +263,10 @@ pub enum GroupError {
     /// A handle of generation `generation` of a group that
     /// [`ProcessGroup::heal`](crate::Recovery::heal) or
     /// [`ProcessGroup::grow`](crate::Recovery::grow) replaced: its
-    /// communicators were shrunk, grown or released. Use the group the
-    /// heal or grow returned ([`Healed::group`](crate::Healed::group),
+    /// communicators were shrunk, grown or released.
+    ///
+    /// Use the group the heal or grow returned
+    /// ([`Healed::group`](crate::Healed::group),
     /// [`Grown::group`](crate::Grown::group)).
     #[error(
         "process group {name:?} generation {generation} was replaced by generation {successor} \
@@ -274,7 +284,9 @@ pub enum GroupError {
     /// The group is suspended ([`ProcessGroup::suspend`](crate::Lifecycle::suspend)):
     /// its communicators' dynamic GPU memory is released, so it issues no
     /// operation, captures, replays, registers nor is destroyed until
-    /// [`resume`](crate::Lifecycle::resume). Nothing was touched.
+    /// [`resume`](crate::Lifecycle::resume).
+    ///
+    /// Nothing was touched.
     #[error(
         "process group {name:?} is suspended (ProcessGroup::suspend released its communicators' GPU memory): \
          call resume on every rank before {action}"

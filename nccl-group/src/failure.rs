@@ -31,8 +31,10 @@ pub enum FailurePolicy {
     ReturnErrors,
     /// Abort the group's communicators, write the flight recorder, print
     /// the failure to stderr and abort the process, for launchers that
-    /// restart failed workers. Nothing returns an error first, so nothing
-    /// can exit before the dump is written.
+    /// restart failed workers.
+    ///
+    /// Nothing returns an error first, so nothing can exit before the dump is
+    /// written.
     AbortProcess,
 }
 
@@ -62,15 +64,19 @@ pub struct FailureDetails {
     /// The first collective that the ranks which answered did not issue
     /// alike, among the last ones every one of them issued (each
     /// publishes its last 128): which rank issued what as which
-    /// collective. `None`: they agree (a rank that issued fewer is in
-    /// `lagging`), or no rank was asked.
+    /// collective.
+    ///
+    /// `None`: they agree (a rank that issued fewer is in `lagging`), or no
+    /// rank was asked.
     pub divergence: Option<Divergence>,
     /// NCCL's RAS view of the job's dead and unresponsive ranks, or why
-    /// there is none. `None`: not asked: after an abort, with
-    /// [`GroupOptions::ras_report`](crate::GroupOptions::ras_report) off,
-    /// or when the watchdog's own thread finished the failure (under
-    /// [`FailurePolicy::AbortProcess`], or when no thread could be
-    /// started), which must not wait for RAS.
+    /// there is none.
+    ///
+    /// `None`: not asked: after an abort, with
+    /// [`GroupOptions::ras_report`](crate::GroupOptions::ras_report) off, or
+    /// when the watchdog's own thread finished the failure (under
+    /// [`FailurePolicy::AbortProcess`], or when no thread could be started),
+    /// which must not wait for RAS.
     pub ras: Option<RasReport>,
     /// Where the flight recorder's dump was written, or why it was not
     /// (`None`: dumps are off).
@@ -78,8 +84,9 @@ pub struct FailureDetails {
 }
 
 /// A group's failure: which operation, why, and what was done about it.
-/// [`GroupError::Failed`](crate::GroupError::Failed) carries it; its
-/// `Display` is the full report.
+///
+/// [`GroupError::Failed`](crate::GroupError::Failed) carries it; its `Display`
+/// is the full report.
 #[derive(Debug)]
 pub struct Failure {
     /// The group's name.
@@ -100,8 +107,9 @@ pub struct Failure {
     /// check of the communicators when the group failed, oldest first:
     /// they may have ended because a peer died, over partial data, so
     /// work the GPU ran on their results (a kernel queued after
-    /// [`Work::wait`](crate::Work::wait)) read suspect values. Host reads
-    /// of their tensors fail instead. The flight recorder marks them
+    /// [`Work::wait`](crate::Work::wait)) read suspect values.
+    ///
+    /// Host reads of their tensors fail instead. The flight recorder marks them
     /// [`OpState::Suspect`](crate::OpState::Suspect).
     pub suspects: Vec<OpRecord>,
     /// Where the group sits in the group it was split from, for a
@@ -110,8 +118,9 @@ pub struct Failure {
     pub subgroup: Option<Arc<SubGroup>>,
     details: OnceLock<FailureDetails>,
     /// Signalled when the details are set.
-    /// How the release of the communicators went, once it has: before
-    /// the details, which wait for the other ranks too.
+    ///
+    /// How the release of the communicators went, once it has: before the
+    /// details, which wait for the other ranks too.
     released: OnceLock<AbortOutcome>,
     /// Signalled when `details` or `released` is set.
     details_set: (Mutex<()>, Condvar),

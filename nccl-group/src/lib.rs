@@ -168,7 +168,9 @@ pub struct FrameworkAuthorsDoctests;
 #[cfg(feature = "cuda")]
 /// The group's inner parts, exported for its own tests and benches only:
 /// the communicator cache and its factory seam, the membership handshake,
-/// the cache keys and the event pool. Not a stable API.
+/// the cache keys and the event pool.
+///
+/// Not a stable API.
 #[doc(hidden)]
 pub mod testing {
     pub use crate::devices::DeviceList;

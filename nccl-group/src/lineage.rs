@@ -11,8 +11,10 @@ use std::fmt;
 pub enum SplitPath {
     /// `ncclCommSplit` of the parent's one-device collective communicator
     /// (the one every collective of a process with one GPU uses): the
-    /// sub-group starts with it. Its other communicators (other devices,
-    /// several devices, pairs) are made through its store when first used.
+    /// sub-group starts with it.
+    ///
+    /// Its other communicators (other devices, several devices, pairs) are made
+    /// through its store when first used.
     Split,
     /// No split: the sub-group makes every communicator through its store
     /// when first used (an `ncclCommInitRank` among its members only).

@@ -23,63 +23,77 @@ pub struct GroupOptions {
     /// NCCL streams per device (round robin across communicators); used by
     /// the operations issued with [`StreamMode::Separate`].
     pub streams_per_device: usize,
-    /// Which stream operations run on. Default [`StreamMode::Caller`];
-    /// override per call with [`ProcessGroup::with_stream_mode`](super::ProcessGroup::with_stream_mode) (e.g.
-    /// [`StreamMode::Separate`] for an operation that should overlap
+    /// Which stream operations run on.
+    ///
+    /// Default [`StreamMode::Caller`]; override per call with
+    /// [`ProcessGroup::with_stream_mode`](super::ProcessGroup::with_stream_mode)
+    /// (e.g. [`StreamMode::Separate`] for an operation that should overlap
     /// compute queued after it).
     pub stream_mode: StreamMode,
-    /// Nonblocking or blocking NCCL communicators. Default
-    /// [`CommMode::Blocking`] (as PyTorch's), the one whose per-operation
-    /// cost stays near nccl-tensor's at world sizes above 1 (the world-size
-    /// table of `docs/measurements/README.md` has the figures).
+    /// Nonblocking or blocking NCCL communicators.
+    ///
+    /// Default [`CommMode::Blocking`] (as PyTorch's), the one whose
+    /// per-operation cost stays near nccl-tensor's at world sizes above 1 (the
+    /// world-size table of `docs/measurements/README.md` has the figures).
     pub comm_mode: CommMode,
     /// Create the NCCL streams with the device's highest priority.
     pub high_priority: bool,
     /// How long each of the two steps of creating a communicator may take:
     /// waiting in the store for another rank's unique id, then NCCL's
-    /// init, which waits for every rank to join. Past it the communicators
-    /// are aborted (with [`CommMode::Blocking`], the init is left to finish
-    /// or hang on a thread of its own), the error names the ranks that
-    /// never joined, and the group fails (the ranks no longer agree on what
-    /// to create next). Default 5 min (the stores' default timeout).
+    /// init, which waits for every rank to join.
+    ///
+    /// Past it the communicators are aborted (with [`CommMode::Blocking`], the
+    /// init is left to finish or hang on a thread of its own), the error names
+    /// the ranks that never joined, and the group fails (the ranks no longer
+    /// agree on what to create next). Default 5 min (the stores' default
+    /// timeout).
     pub timeout: Duration,
     /// How long each operation may run on the GPU before the watchdog
     /// fails the group (override per call with
-    /// [`ProcessGroup::with_op_timeout`](super::ProcessGroup::with_op_timeout)). Default 10 min.
+    /// [`ProcessGroup::with_op_timeout`](super::ProcessGroup::with_op_timeout)).
+    ///
+    /// Default 10 min.
     pub op_timeout: Duration,
     /// How long an abort may take before it is left running on its own
-    /// thread and reported as stalled. Default 10 s.
+    /// thread and reported as stalled.
+    ///
+    /// Default 10 s.
     pub abort_timeout: Duration,
     /// When the group fails, revoke its communicators
     /// (`ncclCommRevoke`, NCCL 2.28.7) instead of aborting them, where the
     /// loaded NCCL can and no thread is inside a NCCL call on them: a
     /// revoked communicator stops its work but stays allocated, so that
     /// [`ProcessGroup::heal`](crate::Recovery::heal) can shrink it
-    /// (`ncclCommShrink`) instead of making a new one. Either way the
-    /// group is failed and every later call gets the failure. Default
-    /// `true`; `false` always aborts (the heal then creates fresh
+    /// (`ncclCommShrink`) instead of making a new one.
+    ///
+    /// Either way the group is failed and every later call gets the failure.
+    /// Default `true`; `false` always aborts (the heal then creates fresh
     /// communicators).
     pub revoke_on_failure: bool,
     /// What the watchdog does after it fails the group.
     pub on_failure: FailurePolicy,
-    /// How many operations the flight recorder keeps (0 counts as 1). At
-    /// most [`MAX_RECORDER_CAPACITY`] (2^20), which
-    /// [`GroupBuilder::build`](crate::GroupBuilder::build) checks. Default 2048.
+    /// How many operations the flight recorder keeps (0 counts as 1).
+    ///
+    /// At most [`MAX_RECORDER_CAPACITY`] (2^20), which
+    /// [`GroupBuilder::build`](crate::GroupBuilder::build) checks. Default
+    /// 2048.
     pub recorder_capacity: usize,
     /// Where the flight recorder's dumps are written, one folder per
     /// incident ([`crate::dumps`]): when the group fails or is aborted, and
-    /// on request (`None`: never; no request file is watched). Default:
-    /// the folder in `NCCL_GROUP_DUMP_DIR`, else the system's temporary
-    /// folder.
+    /// on request (`None`: never; no request file is watched).
+    ///
+    /// Default: the folder in `NCCL_GROUP_DUMP_DIR`, else the system's
+    /// temporary folder.
     pub dump_dir: Option<PathBuf>,
     /// Strict waits, as PyTorch's `TORCH_NCCL_BLOCKING_WAIT`:
     /// [`Work::wait`](crate::Work::wait) blocks the CPU until the operation
     /// has ended and checks that it produced its result
     /// ([`Work::synchronize`](crate::Work::synchronize)), so that even work
-    /// the GPU runs on its tensors afterwards reads a checked result. It
-    /// costs the overlap of the CPU with the GPU. Default `false`: `wait`
-    /// only orders the caller's stream, and host reads of the tensors
-    /// are checked instead.
+    /// the GPU runs on its tensors afterwards reads a checked result.
+    ///
+    /// It costs the overlap of the CPU with the GPU. Default `false`: `wait`
+    /// only orders the caller's stream, and host reads of the tensors are
+    /// checked instead.
     pub blocking_wait: bool,
     /// The collective check, like PyTorch's `TORCH_DISTRIBUTED_DEBUG=DETAIL`
     /// but cheap: every `K` collectives (`Some(K)`, 1 to
@@ -89,34 +103,37 @@ pub struct GroupOptions {
     /// is enqueued; ranks that did not issue the same collectives get
     /// [`GroupError::Mismatch`] (the rank whose check found it) and the
     /// group fails ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)),
-    /// instead of a hang or mixed data. With `K = 1` every collective is
-    /// checked before it is enqueued; with `K > 1` up to `K - 1`
-    /// collectives may run mismatched before the error, and collectives
-    /// after the last full window are not checked. Point-to-point
-    /// operations (send, recv, batches of them alone) are not: only pairs
-    /// issue them. A group of one process has nothing to compare. Each
-    /// check costs a store round trip per rank (the `group_checks` bench
-    /// of `group_cost` measures it); `docs/group/mismatches.md` has the
-    /// rules. Default `None`: off, at the cost of one branch per
-    /// operation.
+    /// instead of a hang or mixed data.
+    ///
+    /// With `K = 1` every collective is checked before it is enqueued; with
+    /// `K > 1` up to `K - 1` collectives may run mismatched before the error, and
+    /// collectives after the last full window are not checked. Point-to-point
+    /// operations (send, recv, batches of them alone) are not: only pairs issue
+    /// them. A group of one process has nothing to compare. Each check costs a
+    /// store round trip per rank (the `group_checks` bench of `group_cost`
+    /// measures it); `docs/group/mismatches.md` has the rules. Default `None`:
+    /// off, at the cost of one branch per operation.
     pub collective_checks: Option<u32>,
     /// When the group fails, ask the loaded NCCL's RAS service for its
     /// view of dead and unresponsive ranks ([`crate::ras`]) and put it in
     /// the failure's report and dump, or one line saying why there is
     /// none; at most a few seconds, before the communicators are aborted
-    /// (while RAS still lists them). Default `true`.
+    /// (while RAS still lists them).
+    ///
+    /// Default `true`.
     pub ras_report: bool,
     /// NCCL's options (`ncclConfig_t`) for every communicator the group
     /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
-    /// the rest of [`Config`]. The group sets two of them itself: `blocking`
-    /// follows [`GroupOptions::comm_mode`] (a `Config::with_blocking` that
-    /// contradicts it is refused by
-    /// [`GroupBuilder::build`](crate::GroupBuilder::build), naming both; one
-    /// left unset or equal is fine), and a nonblocking creation waits
-    /// [`GroupOptions::timeout`], which wins over `Config::with_timeout`. An
-    /// option the loaded NCCL is too old for is refused when the first
-    /// communicator is created, naming the option and its release.
-    /// Default [`Config::new`]: every option at NCCL's default.
+    /// the rest of [`Config`].
+    ///
+    /// The group sets two of them itself: `blocking` follows
+    /// [`GroupOptions::comm_mode`] (a `Config::with_blocking` that contradicts
+    /// it is refused by [`GroupBuilder::build`](crate::GroupBuilder::build),
+    /// naming both; one left unset or equal is fine), and a nonblocking
+    /// creation waits [`GroupOptions::timeout`], which wins over
+    /// `Config::with_timeout`. An option the loaded NCCL is too old for is
+    /// refused when the first communicator is created, naming the option and
+    /// its release. Default [`Config::new`]: every option at NCCL's default.
     pub config: Config,
 }
 
@@ -151,16 +168,19 @@ pub enum StreamMode {
     /// On the group's own NCCL streams (Ray's design): the NCCL stream
     /// waits for an event recorded on the caller's stream, and
     /// [`Work::wait`](crate::Work::wait) makes the caller's stream wait for the operation's
-    /// end. The caller's stream is free for other work meanwhile (compute
-    /// overlaps communication), at the price of the handoff: two event
-    /// records and two stream waits per operation.
+    /// end.
+    ///
+    /// The caller's stream is free for other work meanwhile (compute overlaps
+    /// communication), at the price of the handoff: two event records and two
+    /// stream waits per operation.
     Separate,
     /// On the caller's stream: no event handoff between streams (three
     /// driver calls fewer per operation, and no cross-stream latency on
     /// the GPU), [`Work::wait`](crate::Work::wait) has nothing to do, but everything queued
-    /// after the operation on that stream waits for it. For callers that
-    /// wait at once anyway (as PyTorch's `async_op=False`). The default:
-    /// the group's call then costs about what nccl-tensor's does.
+    /// after the operation on that stream waits for it.
+    ///
+    /// For callers that wait at once anyway (as PyTorch's `async_op=False`).
+    /// The default: the group's call then costs about what nccl-tensor's does.
     #[default]
     Caller,
 }
@@ -171,25 +191,28 @@ pub enum StreamMode {
 pub enum CommMode {
     /// Nonblocking communicators: NCCL never blocks the calling thread, so
     /// every wait (creation, an operation's enqueue) is polled and bounded
-    /// by a deadline, and an abort interrupts any of them. But NCCL 2.28
-    /// ends every group that involves other ranks on a new thread of its
-    /// own and answers `ncclInProgress`, which the group then waits out:
-    /// each operation at world size 2 and above costs many times what it
-    /// costs on a blocking communicator (the world-size table of
+    /// by a deadline, and an abort interrupts any of them.
+    ///
+    /// But NCCL 2.28 ends every group that involves other ranks on a new thread
+    /// of its own and answers `ncclInProgress`, which the group then waits out:
+    /// each operation at world size 2 and above costs many times what it costs
+    /// on a blocking communicator (the world-size table of
     /// `docs/measurements/README.md` has the figures). At world size 1 NCCL
-    /// shortcuts the collectives, so their cost there does not show it. For whoever needs an abort to
-    /// interrupt any call, even one stuck inside NCCL before its deadline.
+    /// shortcuts the collectives, so their cost there does not show it. For
+    /// whoever needs an abort to interrupt any call, even one stuck inside NCCL
+    /// before its deadline.
     Nonblocking,
     /// Blocking communicators: operations are enqueued on the calling
-    /// thread at NCCL's normal cost. Creation is still bounded by
-    /// [`GroupOptions::timeout`]: the init runs on a helper thread, which a
-    /// timeout leaves behind (it ends when NCCL gives up or the missing
-    /// ranks come; each such timeout leaves one). An enqueue that blocks (a
-    /// peer that never connects) is seen by the watchdog once it passes
-    /// the operation's timeout: it fails the group, and the abort releases
-    /// the NCCL call (as PyTorch's watchdog does). An NCCL error returned
-    /// by an operation's calls fails the group as well, since part of the
-    /// operation may have launched. `destroy` runs each finalize on a
+    /// thread at NCCL's normal cost.
+    ///
+    /// Creation is still bounded by [`GroupOptions::timeout`]: the init runs on
+    /// a helper thread, which a timeout leaves behind (it ends when NCCL gives
+    /// up or the missing ranks come; each such timeout leaves one). An enqueue
+    /// that blocks (a peer that never connects) is seen by the watchdog once it
+    /// passes the operation's timeout: it fails the group, and the abort
+    /// releases the NCCL call (as PyTorch's watchdog does). An NCCL error
+    /// returned by an operation's calls fails the group as well, since part of
+    /// the operation may have launched. `destroy` runs each finalize on a
     /// helper thread bounded by the timeout. The default.
     #[default]
     Blocking,
@@ -228,8 +251,10 @@ impl GroupOptions {
         with_blocking_wait(blocking: bool) => blocking_wait = blocking;
         /// With the collective check every `every` collectives
         /// ([`GroupOptions::collective_checks`]; 1 checks each before it is
-        /// enqueued). [`GroupBuilder::build`](crate::GroupBuilder::build) refuses
-        /// 0 and more than [`MAX_CHECK_INTERVAL`].
+        /// enqueued).
+        ///
+        /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses 0 and
+        /// more than [`MAX_CHECK_INTERVAL`].
         with_collective_checks(every: u32) => collective_checks = Some(every);
         /// Sets [`GroupOptions::ras_report`].
         with_ras_report(ask: bool) => ras_report = ask;

@@ -202,7 +202,9 @@ impl Running {
 
     /// Sends `signal` to it (to its process group when it has its own),
     /// unless it has exited: its status not yet collected, its PID is
-    /// still its own. Whether it was sent.
+    /// still its own.
+    ///
+    /// Whether it was sent.
     fn signal(&mut self, signal: Signal) -> bool {
         if self.ending.is_some() || self.poll().is_some() {
             return false;
@@ -218,7 +220,9 @@ impl Running {
 
     /// Ends it with SIGKILL by its own PID (and its process group when it
     /// has its own), unless it has already exited, and collects its
-    /// status. Whether it was still running.
+    /// status.
+    ///
+    /// Whether it was still running.
     fn end(&mut self, ending: Ending) -> bool {
         if self.ending.is_some() {
             return false;
@@ -237,8 +241,9 @@ impl Running {
     }
 }
 
-/// The ranks of one launch, running. Dropping a job ends the ranks still
-/// running.
+/// The ranks of one launch, running.
+///
+/// Dropping a job ends the ranks still running.
 pub struct Job {
     plan: Plan,
     ranks: Vec<Running>,
@@ -427,8 +432,10 @@ impl Job {
     }
 
     /// Waits for every rank under `policy` and the launch's deadline, and
-    /// reports what became of each. What the launcher does to a rank is
-    /// said on its standard error, prefixed `nccl-launch:`.
+    /// reports what became of each.
+    ///
+    /// What the launcher does to a rank is said on its standard error, prefixed
+    /// `nccl-launch:`.
     ///
     /// When the launch forwards signals, a SIGTERM or SIGINT that reaches
     /// this process is sent on to every rank still running, which then

@@ -135,9 +135,10 @@ impl Placement {
     }
 }
 
-/// How to start the ranks of one launch. Build with [`Launch::new`], then
-/// [`Launch::run`] (every attempt, to the end) or [`Launch::spawn`] (one
-/// attempt, to wait for or act on).
+/// How to start the ranks of one launch.
+///
+/// Build with [`Launch::new`], then [`Launch::run`] (every attempt, to the end)
+/// or [`Launch::spawn`] (one attempt, to wait for or act on).
 #[derive(Clone, Debug)]
 pub struct Launch {
     world_size: usize,
@@ -204,8 +205,9 @@ impl Launch {
         with_placement(placement: Placement) => placement = placement;
         /// With `count` GPUs visible on this host (the CUDA driver's count,
         /// which honours `CUDA_VISIBLE_DEVICES`): what [`Placement::Auto`]
-        /// decides by, and what [`Placement::Gpus`] is checked against. Unset,
-        /// `Auto` cannot decide and `Gpus` is taken on trust.
+        /// decides by, and what [`Placement::Gpus`] is checked against.
+        ///
+        /// Unset, `Auto` cannot decide and `Gpus` is taken on trust.
         with_visible_gpus(count: usize) => visible_gpus = Some(count);
         /// With this `MASTER_ADDR` (default `127.0.0.1`).
         with_master_addr(addr: impl Into<String>) => master_addr = addr.into();
@@ -213,15 +215,17 @@ impl Launch {
         /// reports free, chosen again for each attempt).
         with_master_port(port: u16) => master_port = Some(port);
         /// With this bound on the whole launch, every attempt together
-        /// (`None`, the default: unbounded, as torchrun). Past it the ranks
-        /// still running are ended, the launch reports a timeout and makes no
-        /// further restart.
+        /// (`None`, the default: unbounded, as torchrun).
+        ///
+        /// Past it the ranks still running are ended, the launch reports a
+        /// timeout and makes no further restart.
         with_timeout(timeout: Option<Duration>) => timeout = timeout;
         /// With up to `restarts` restarts (default 0), as torchrun's
         /// `--max-restarts`: when a rank fails, [`Launch::run`] ends every
         /// other rank and starts every rank again, with the next
         /// `TORCHELASTIC_RESTART_COUNT` ([`RESTART_COUNT_VAR`]), a fresh
         /// `NCCL_LAUNCH_DIR`, and a fresh `MASTER_PORT` unless one was set.
+        ///
         /// A launch stopped by a forwarded signal or its timeout is not
         /// restarted.
         with_max_restarts(restarts: usize) => max_restarts = restarts;
@@ -231,10 +235,11 @@ impl Launch {
         /// [grace period](Launch::with_grace_period) to exit; past it, or at a
         /// second signal, the ranks still running are ended with SIGKILL
         /// ([`Job::wait`]), and the launch exits with 128 + the signal
-        /// ([`Outcome::exit_code`]). Each rank then runs in a process group
-        /// of its own, so a terminal's Ctrl-C reaches it once (through the
-        /// launcher), and the launcher's signals reach the rank's own
-        /// children too.
+        /// ([`Outcome::exit_code`]).
+        ///
+        /// Each rank then runs in a process group of its own, so a terminal's
+        /// Ctrl-C reaches it once (through the launcher), and the launcher's
+        /// signals reach the rank's own children too.
         ///
         /// The handlers are the process's from the first spawn on, for the
         /// rest of its life: these signals no longer end it, they are noted
@@ -255,9 +260,10 @@ impl Launch {
     /// a fresh run folder there, `dir/run_<k>` (the first `k` from 0 not
     /// yet taken), and in it `attempt_<n>/<rank>/stdout.log` and
     /// `stderr.log` for each attempt `n` (its `TORCHELASTIC_RESTART_COUNT`)
-    /// and rank; no file is ever overwritten. The streams in `tee` also
-    /// go to the console, prefixed, as torchrun's `--tee`; the others only
-    /// to the files.
+    /// and rank; no file is ever overwritten.
+    ///
+    /// The streams in `tee` also go to the console, prefixed, as torchrun's
+    /// `--tee`; the others only to the files.
     pub fn with_log_dir(mut self, dir: impl Into<PathBuf>, tee: Streams) -> Self {
         self.logs = Some((dir.into(), tee));
         self
@@ -459,8 +465,10 @@ impl Launch {
 /// The variables of rank `rank` of `world_size`: torchrun's, as
 /// [`RendezvousConfig::launch_vars`] writes them (a simulated host is a
 /// node of its own), and for a simulated host the NCCL settings that make
-/// it one. The recipe's NCCL settings other than the host id give way to
-/// values already in the launcher's environment.
+/// it one.
+///
+/// The recipe's NCCL settings other than the host id give way to values already
+/// in the launcher's environment.
 ///
 /// # Errors
 /// [`LaunchError::InvalidArgument`] when `rank` is not below
@@ -522,12 +530,13 @@ const LOWEST_PICKED: u16 = 10_000;
 /// back to one the system hands out.
 const PICK_TRIES: u32 = 64;
 
-/// A port free on loopback now, for rank 0's store. Taken outside the
-/// kernel's ephemeral range where it can: a port from that range (what
-/// `bind` to port 0 returns) is also what NCCL's sockets and every
-/// outgoing connection are given, so another process could take it
-/// between this check and rank 0's bind; outside it, only an explicit
-/// bind to that very port can.
+/// A port free on loopback now, for rank 0's store.
+///
+/// Taken outside the kernel's ephemeral range where it can: a port from that
+/// range (what `bind` to port 0 returns) is also what NCCL's sockets and every
+/// outgoing connection are given, so another process could take it between this
+/// check and rank 0's bind; outside it, only an explicit bind to that very port
+/// can.
 fn free_port() -> std::io::Result<u16> {
     let ephemeral_low = std::fs::read_to_string(EPHEMERAL_RANGE)
         .ok()

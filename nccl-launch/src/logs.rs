@@ -50,8 +50,10 @@ impl FromStr for Streams {
     type Err = LaunchError;
 
     /// torchrun's number for the streams: `0` (neither), `1` (stdout),
-    /// `2` (stderr) or `3` (both). Its per-rank form (`0:1,1:2`) is
-    /// refused: the same streams go for every rank.
+    /// `2` (stderr) or `3` (both).
+    ///
+    /// Its per-rank form (`0:1,1:2`) is refused: the same streams go for every
+    /// rank.
     fn from_str(value: &str) -> Result<Self, Self::Err> {
         match value.trim() {
             "0" => Ok(Streams::Neither),

@@ -12,12 +12,13 @@ use nccl_launch::{Job, Launch, Placement, Streams};
 
 /// Start N ranks of PROGRAM on this host, as torchrun does: RANK, WORLD_SIZE,
 /// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and
-/// TORCHELASTIC_RESTART_COUNT are set for each. With a GPU per rank, rank r
-/// uses GPU r; with fewer, every rank runs on GPU 0 as a simulated host of
-/// its own (NCCL_HOSTID, sockets on loopback), which tests world size N on
-/// one GPU (host cost and results only: its GPU time and bandwidth mean
-/// nothing). PROGRAM runs itself, as under torchrun --no-python: give
-/// `python3 train.py` for a script.
+/// TORCHELASTIC_RESTART_COUNT are set for each.
+///
+/// With a GPU per rank, rank r uses GPU r; with fewer, every rank runs on GPU 0
+/// as a simulated host of its own (NCCL_HOSTID, sockets on loopback), which
+/// tests world size N on one GPU (host cost and results only: its GPU time and
+/// bandwidth mean nothing). PROGRAM runs itself, as under torchrun --no-python:
+/// give `python3 train.py` for a script.
 ///
 /// Each output line is prefixed with its rank (or goes to files under
 /// --log-dir). The first rank to fail ends the others (SIGKILL, each by its
@@ -157,9 +158,10 @@ impl TorchrunFlag {
 const STATIC_RENDEZVOUS: &str = "the ranks meet at --master-addr:--master-port";
 
 /// torchrun's flags (torch 2.x) beyond those of [`Cli`]: taken for command
-/// lines written for torchrun, or refused with the reason. Columns: the
-/// long name, the short one, whether it takes a value, what nccl-launch
-/// does with it, and why.
+/// lines written for torchrun, or refused with the reason.
+///
+/// Columns: the long name, the short one, whether it takes a value, what
+/// nccl-launch does with it, and why.
 #[rustfmt::skip]
 const TORCHRUN_FLAGS: [TorchrunFlag; 20] = {
     use Support::{Always, Not, Only};

@@ -10,11 +10,12 @@ impl Launch {
     /// `nccl-launch` command does: the first rank to fail ends the others
     /// ([`WaitPolicy::FailFast`]); then, while restarts are left
     /// ([`Launch::with_max_restarts`]), every rank is started again with the
-    /// next `TORCHELASTIC_RESTART_COUNT`. `started` sees each attempt's
-    /// [`Job`] once its ranks run (to say where they are). The outcome
-    /// is the last attempt's ([`Outcome::restarts`] says which), its
-    /// `elapsed` the whole launch's; what the launcher does is said on
-    /// its standard error, prefixed `nccl-launch:`.
+    /// next `TORCHELASTIC_RESTART_COUNT`.
+    ///
+    /// `started` sees each attempt's [`Job`] once its ranks run (to say where
+    /// they are). The outcome is the last attempt's ([`Outcome::restarts`] says
+    /// which), its `elapsed` the whole launch's; what the launcher does is said
+    /// on its standard error, prefixed `nccl-launch:`.
     ///
     /// # Errors
     /// As [`Launch::spawn`], for the first attempt or a restart (the

@@ -65,9 +65,10 @@ pub(crate) fn name(signal: Signal) -> String {
 
 /// Makes the process `command` starts get SIGKILL when the thread that
 /// starts it ends (Linux's parent-death signal, `PR_SET_PDEATHSIG`), so
-/// no rank outlives a launcher that was killed. A launcher that dies
-/// between the fork and the `prctl` would be missed: the child then finds
-/// another parent and exits before running the program.
+/// no rank outlives a launcher that was killed.
+///
+/// A launcher that dies between the fork and the `prctl` would be missed: the
+/// child then finds another parent and exits before running the program.
 #[cfg(target_os = "linux")]
 pub(crate) fn die_with_parent(command: &mut Command) {
     use std::os::unix::process::CommandExt;

@@ -126,9 +126,11 @@ fn fails<T: Debug>(result: Result<T, StoreError>, what: &str) -> StoreError {
     }
 }
 
-/// The error of `op`, which must time out. Should its timeout never fire,
-/// `release` (a `set` of what `op` waits for) runs after [`PATIENCE`]:
-/// `op` then returns a value and the check fails instead of hanging.
+/// The error of `op`, which must time out.
+///
+/// Should its timeout never fire, `release` (a `set` of what `op` waits for)
+/// runs after [`PATIENCE`]: `op` then returns a value and the check fails
+/// instead of hanging.
 fn times_out<T: Debug>(
     what: &str,
     op: impl FnOnce() -> Result<T, StoreError>,

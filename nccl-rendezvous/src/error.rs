@@ -10,7 +10,9 @@ use crate::rank_list::RankList;
 
 /// What kind of failure a [`StoreError`] is, for callers that react by
 /// kind rather than by variant (retry a timeout, fix a setting, give up on
-/// an unreachable store). The crates above map these onto their own kinds.
+/// an unreachable store).
+///
+/// The crates above map these onto their own kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -193,7 +195,9 @@ pub enum StoreError {
 
     /// A request over one of the store's limits: a key, a value or a key
     /// count over the server's per-request limits, or a write that would
-    /// pass the store's quota. Nothing stored was changed.
+    /// pass the store's quota.
+    ///
+    /// Nothing stored was changed.
     #[error(
         "{op} on the {store} was refused: {detail}; nothing stored was changed. The limits are \
          the server's (TcpStoreServerOptions: max_key_len, max_value_len, max_keys_per_request, \
@@ -335,8 +339,9 @@ pub enum StoreError {
 
     /// The survivors' agreement
     /// ([`agree_survivors`](crate::meet::agree::agree_survivors)) left this
-    /// rank out of the next generation: it came after the decision. Final:
-    /// calling again gives the same error.
+    /// rank out of the next generation: it came after the decision.
+    ///
+    /// Final: calling again gives the same error.
     #[error(
         "rank {rank} was excluded from generation {generation}: {reason}; {} went on as \
          generation {generation} without it. This rank must not take part in generation \
@@ -462,11 +467,12 @@ impl StoreError {
     }
 
     /// True for [`StoreError::Timeout`]: a `get` or `wait` whose keys did
-    /// not appear in time. A server that does not answer
-    /// ([`StoreError::Unresponsive`]), cannot be reached
-    /// ([`StoreError::Connect`]) or a lock not taken in time
-    /// ([`StoreError::Lock`]) is a failure of the store itself, not a
-    /// timeout: waiting longer for other ranks would not help.
+    /// not appear in time.
+    ///
+    /// A server that does not answer ([`StoreError::Unresponsive`]), cannot be
+    /// reached ([`StoreError::Connect`]) or a lock not taken in time
+    /// ([`StoreError::Lock`]) is a failure of the store itself, not a timeout:
+    /// waiting longer for other ranks would not help.
     pub fn is_timeout(&self) -> bool {
         self.kind() == ErrorKind::Timeout
     }

@@ -110,8 +110,10 @@ pub trait Store: Send + Sync {
     fn compare_set(&self, key: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<CompareSet>;
 
     /// Atomically adds `delta` to the counter `key` (absent counts as 0) and
-    /// returns the new value. The value is stored as decimal text; a value
-    /// that is not an integer gives [`StoreError::NotAnInteger`], an overflow
+    /// returns the new value.
+    ///
+    /// The value is stored as decimal text; a value that is not an integer
+    /// gives [`StoreError::NotAnInteger`], an overflow
     /// [`StoreError::Overflow`].
     fn add(&self, key: &str, delta: i64) -> Result<i64>;
 
@@ -145,8 +147,9 @@ pub struct CompareSet {
     /// same bytes as `new`.
     pub swapped: bool,
     /// The value of the key after the call: `new` when it swapped, else the
-    /// value that did not match (`None`: the key is absent). Pass it as
-    /// `expected` to retry.
+    /// value that did not match (`None`: the key is absent).
+    ///
+    /// Pass it as `expected` to retry.
     pub current: Option<Vec<u8>>,
 }
 

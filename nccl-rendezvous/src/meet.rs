@@ -177,7 +177,9 @@ impl<S: Store> Meeting<S> {
 
     /// The value rank `creator` made with `make`, under `name`: `creator`
     /// calls `make` (only it does) and publishes the bytes; every other
-    /// rank waits for them. Every rank returns the same bytes.
+    /// rank waits for them.
+    ///
+    /// Every rank returns the same bytes.
     ///
     /// # Errors
     /// [`StoreError::InvalidArgument`] for a `creator` outside the world;
@@ -215,8 +217,10 @@ impl<S: Store> Meeting<S> {
     /// Every rank's `value` under `name`, for `root` alone: each rank
     /// publishes its value and goes on; `root` waits for them all and
     /// returns them in rank order (its own included); the others return
-    /// `None`. For values only one rank reads (rows of results), this
-    /// saves the other ranks the reads and the wait of [`all_gather`].
+    /// `None`.
+    ///
+    /// For values only one rank reads (rows of results), this saves the other
+    /// ranks the reads and the wait of [`all_gather`].
     ///
     /// [`all_gather`]: Meeting::all_gather
     ///
@@ -258,7 +262,9 @@ impl<S: Store> Meeting<S> {
     }
 
     /// The ranks that have not [arrived](Meeting::arrive) at `name` yet,
-    /// in order (none: every rank came). Waits for nothing.
+    /// in order (none: every rank came).
+    ///
+    /// Waits for nothing.
     ///
     /// # Errors
     /// The store's error.
@@ -271,8 +277,9 @@ impl<S: Store> Meeting<S> {
 
     /// This rank's place as `member` of `members` participants of the set
     /// `set`, who hold barriers of their own: several per rank (one per
-    /// GPU a rank drives, each a thread), or a subset of the ranks. Their
-    /// waits end, as every wait here, when another rank publishes its
+    /// GPU a rank drives, each a thread), or a subset of the ranks.
+    ///
+    /// Their waits end, as every wait here, when another rank publishes its
     /// failure.
     ///
     /// # Errors
@@ -304,8 +311,10 @@ impl<S: Store> Meeting<S> {
     /// Leaves the meeting so that `host` (the rank whose process hosts the
     /// store, rank 0 for a TCP store) leaves last: the other ranks say they
     /// leave and return; `host` waits until all of them have, so no rank
-    /// loses the store in the middle of a step. A failure published before
-    /// the host's wait ends is reported to the host, not lost.
+    /// loses the store in the middle of a step.
+    ///
+    /// A failure published before the host's wait ends is reported to the host,
+    /// not lost.
     ///
     /// # Errors
     /// On `host`: [`StoreError::Absent`] naming the ranks that did not
@@ -334,9 +343,10 @@ impl<S: Store> Meeting<S> {
 
     /// Publishes this rank's failure (its error on one line, and the
     /// `code` it exits with) for every other rank, whose waits then end
-    /// with [`StoreError::PeerFailed`]. The first failure stands: returns
-    /// the one published earlier by another rank, if any (the likely
-    /// cause), else `None`.
+    /// with [`StoreError::PeerFailed`].
+    ///
+    /// The first failure stands: returns the one published earlier by another
+    /// rank, if any (the likely cause), else `None`.
     ///
     /// # Errors
     /// The store's error.

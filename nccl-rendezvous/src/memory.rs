@@ -40,8 +40,10 @@ pub(crate) struct OverQuota(pub(crate) String);
 
 /// The keys and values of a store, within a [`Quota`]: what the
 /// in-process [`Table`] guards with its mutex, and what the TCP server's
-/// event loop owns alone. Values are shared (`Arc`), so that the server's
-/// answers of one value, to any number of clients, hold it once.
+/// event loop owns alone.
+///
+/// Values are shared (`Arc`), so that the server's answers of one value, to any
+/// number of clients, hold it once.
 #[derive(Debug)]
 pub(crate) struct Entries {
     map: HashMap<String, Arc<[u8]>>,

@@ -25,12 +25,13 @@ pub use methods::BatchMethod;
 
 mod methods;
 
-/// The most operations one [`Batch`] holds. Every operation's buffers stay
-/// borrowed (a cell stays locked) by a nested call until the NCCL group is
-/// enqueued, so the stack grows with the batch: about 0.8 KiB per buffer
-/// in a debug build, 0.15 KiB optimised (measured on a model of the
-/// nesting), so this bound keeps two buffers per operation inside a
-/// 2 MiB thread stack.
+/// The most operations one [`Batch`] holds.
+///
+/// Every operation's buffers stay borrowed (a cell stays locked) by a nested
+/// call until the NCCL group is enqueued, so the stack grows with the batch:
+/// about 0.8 KiB per buffer in a debug build, 0.15 KiB optimised (measured on a
+/// model of the nesting), so this bound keeps two buffers per operation inside
+/// a 2 MiB thread stack.
 pub const MAX_BATCH_OPERATIONS: usize = 512;
 
 /// One operation of a batch, as the checks see it (no addresses).
@@ -53,7 +54,9 @@ pub struct BatchEntry<'r, 'a> {
 /// this rank itself paired in order with receives from it, of the same
 /// length and data type ([`Error::UnpairedSelfExchange`],
 /// [`Error::SelfExchangeMismatch`]: NCCL would wait forever for the other
-/// half). Returns each operation's plan, in order.
+/// half).
+///
+/// Returns each operation's plan, in order.
 ///
 /// # Errors
 /// The first failed check.
@@ -308,11 +311,12 @@ fn nest(
 
 /// Operations issued together, in one NCCL group, on one communicator:
 /// `torch.distributed.batch_isend_irecv` for sends and receives, and
-/// PyTorch's coalescing manager for collectives. Made by
-/// [`Communicator::batch`]; nothing is checked or enqueued until
+/// PyTorch's coalescing manager for collectives.
+///
+/// Made by [`Communicator::batch`]; nothing is checked or enqueued until
 /// [`Batch::enqueue`], which checks every operation and the batch
-/// ([`plan_batch`]) before enqueueing any, so a bad argument leaves
-/// nothing half-issued.
+/// ([`plan_batch`]) before enqueueing any, so a bad argument leaves nothing
+/// half-issued.
 ///
 /// NCCL pairs a rank's sends to a peer, in order, with that peer's
 /// receives from it: every rank lists its operations so that they pair.
@@ -358,9 +362,10 @@ impl Communicator {
 }
 
 impl<'a> Batch<'a> {
-    /// Adds `op` on `operands` (checked by [`Batch::enqueue`]). The named
-    /// methods ([`Batch::all_reduce`], [`Batch::send`], ...) are this with
-    /// one operation each.
+    /// Adds `op` on `operands` (checked by [`Batch::enqueue`]).
+    ///
+    /// The named methods ([`Batch::all_reduce`], [`Batch::send`], ...) are this
+    /// with one operation each.
     pub fn push(&mut self, op: Op<'a>, operands: impl Into<BatchOperands<'a>>) -> &mut Self {
         self.parts.push((op, operands.into()));
         self
@@ -377,8 +382,9 @@ impl<'a> Batch<'a> {
     }
 
     /// Checks every operation and the batch ([`plan_batch`]), then
-    /// enqueues them on the batch's stream inside one NCCL group. An
-    /// empty batch, and operations with nothing to move, enqueue nothing.
+    /// enqueues them on the batch's stream inside one NCCL group.
+    ///
+    /// An empty batch, and operations with nothing to move, enqueue nothing.
     ///
     /// # Errors
     /// A failed check (nothing is enqueued), an aborted or finalized

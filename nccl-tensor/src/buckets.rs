@@ -18,8 +18,10 @@ pub const MAX_BUCKETS: usize = 4096;
 
 /// Calls `f` with one mutable view of `slice` per entry of `lengths`, in
 /// order and disjoint: view `i` covers `lengths[i]` elements right after
-/// view `i - 1`. The lengths may add up to less than the slice (the rest
-/// is not lent); a zero length gives an empty view.
+/// view `i - 1`.
+///
+/// The lengths may add up to less than the slice (the rest is not lent); a zero
+/// length gives an empty view.
 ///
 /// ```no_run
 /// use nccl_tensor::prelude::*;

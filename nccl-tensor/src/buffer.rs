@@ -53,7 +53,9 @@ pub(crate) mod sealed {
 }
 
 /// A typed device buffer an operation can read: [`Tensor`], cudarc's
-/// `CudaSlice`, `CudaView` and `CudaViewMut`. Sealed.
+/// `CudaSlice`, `CudaView` and `CudaViewMut`.
+///
+/// Sealed.
 pub trait TypedBuffer: sealed::Sealed {
     /// The element type.
     type Elem: NcclType;
@@ -70,11 +72,12 @@ pub trait TypedBuffer: sealed::Sealed {
     /// Whether an access of this kind from `stream` calls no driver
     /// function (no event wait, no event record): cudarc is not tracking
     /// the memory, or (for a [`Tensor`] and its parts) its last accesses
-    /// were made on `stream` and nothing has looked at it since. What a
-    /// stream being captured in a CUDA graph needs: it cannot wait for an
-    /// event recorded outside the capture. An operation on the tensor on
-    /// `stream` before the capture settles it. cudarc's own slices and
-    /// views are settled only when cudarc is not tracking.
+    /// were made on `stream` and nothing has looked at it since.
+    ///
+    /// What a stream being captured in a CUDA graph needs: it cannot wait for
+    /// an event recorded outside the capture. An operation on the tensor on
+    /// `stream` before the capture settles it. cudarc's own slices and views
+    /// are settled only when cudarc is not tracking.
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool;
 
     /// The device address of the first element and the length in bytes,
@@ -271,8 +274,9 @@ impl<T: NcclType> Tensor<T> {
     /// [`NcclMemory`](nccl_core::NcclMemory)): the memory to register with
     /// a communicator ([`Communicator::register`](crate::Communicator::register))
     /// for NVLink SHARP and zero-copy transfers, as PyTorch's
-    /// `ncclMemAlloc`-backed memory pool provides. It works everywhere a
-    /// tensor does, with cudarc's stream tracking.
+    /// `ncclMemAlloc`-backed memory pool provides.
+    ///
+    /// It works everywhere a tensor does, with cudarc's stream tracking.
     ///
     /// Freeing is not stream-ordered: dropping the tensor waits, on the
     /// host, for the device to finish its queued work, then frees the
@@ -375,16 +379,19 @@ impl<T: NcclType> Tensor<T> {
     }
 
     /// A mutable cudarc view of the whole allocation (every access
-    /// deferred by an operation is recorded first). A view, not `&mut
-    /// CudaSlice`: the allocation itself cannot be replaced under the
-    /// tensor.
+    /// deferred by an operation is recorded first).
+    ///
+    /// A view, not `&mut CudaSlice`: the allocation itself cannot be replaced
+    /// under the tensor.
     pub fn as_slice_mut(&mut self) -> CudaViewMut<'_, T> {
         self.data.slice_mut()
     }
 
     /// A borrowed cudarc view of a contiguous range of elements (flat
-    /// index), as [`as_slice`](Self::as_slice). To pass part of a tensor
-    /// to an operation, [`part`](Self::part) keeps the deferral.
+    /// index), as [`as_slice`](Self::as_slice).
+    ///
+    /// To pass part of a tensor to an operation, [`part`](Self::part) keeps the
+    /// deferral.
     ///
     /// # Errors
     /// [`Error::RangeOutOfBounds`] when the range reaches past the tensor.

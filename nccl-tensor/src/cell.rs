@@ -16,7 +16,9 @@ use crate::tracked::Access;
 macro_rules! any_tensor {
     ([] $($variant:ident { raw: $raw:ident, rust: $rust:ty, $($field:ident: $value:tt),* })*) => {
         /// A typed tensor of any [`NcclType`]: the storage of a
-        /// [`TensorCell`]. One variant per [`DataType`], of the same name.
+        /// [`TensorCell`].
+        ///
+        /// One variant per [`DataType`], of the same name.
         #[non_exhaustive]
         #[derive(Debug)]
         pub enum AnyTensor {
@@ -187,8 +189,10 @@ impl AnyTensor {
 
 /// An [`AnyTensor`] that holds another element type than the one asked
 /// for ([`AnyTensor::into_typed`], `Tensor::<T>::try_from(any)`), with the
-/// tensor given back. It converts into [`Error::WrongType`], so `?` works
-/// in a function returning this crate's [`Result`].
+/// tensor given back.
+///
+/// It converts into [`Error::WrongType`], so `?` works in a function returning
+/// this crate's [`Result`].
 #[derive(thiserror::Error)]
 #[error("the tensor holds {}, not {requested}", tensor.dtype())]
 pub struct IntoTypedError {
@@ -243,8 +247,10 @@ struct CellInner {
 
 /// A device tensor whose element type is known at run time, shared between
 /// threads (cloning shares it), with its shape, strides, device and
-/// contiguity. Operations lock it for reading (inputs) or writing (outputs)
-/// while they enqueue work.
+/// contiguity.
+///
+/// Operations lock it for reading (inputs) or writing (outputs) while they
+/// enqueue work.
 ///
 /// ```no_run
 /// # fn main() -> nccl_tensor::Result<()> {
@@ -283,8 +289,9 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 
 /// Whether `strides` address `shape` as one dense row-major block
 /// (dimensions of extent 1 may have any stride; an empty shape addresses
-/// nothing and counts as contiguous). Shape and strides of different
-/// lengths are not.
+/// nothing and counts as contiguous).
+///
+/// Shape and strides of different lengths are not.
 pub fn is_contiguous(shape: &[usize], strides: &[usize]) -> bool {
     if shape.len() != strides.len() {
         return false;
@@ -309,6 +316,7 @@ impl TensorCell {
 
     /// A cell over `tensor`'s storage seen with `shape` and `strides` (in
     /// elements, from the first element), like a framework's strided view.
+    ///
     /// Operations refuse a cell that is not contiguous.
     ///
     /// # Errors

@@ -193,7 +193,9 @@ impl Communicator {
         Ok(self.core.pre_mul_sum(T::DATA_TYPE, scalar)?)
     }
 
-    /// Splits off a communicator of the same ranks. Collective.
+    /// Splits off a communicator of the same ranks.
+    ///
+    /// Collective.
     ///
     /// # Errors
     /// As [`nccl_core::Communicator::split_all`].
@@ -202,7 +204,9 @@ impl Communicator {
     }
 
     /// Splits off a communicator of `ranks` only (`None` on ranks not in
-    /// it; an empty list means `NCCL_SPLIT_NOCOLOR`). Collective.
+    /// it; an empty list means `NCCL_SPLIT_NOCOLOR`).
+    ///
+    /// Collective.
     ///
     /// # Errors
     /// As [`nccl_core::Communicator::split_from`].
@@ -223,7 +227,9 @@ impl Communicator {
     }
 
     /// Gathers every rank's `input` into `outputs[rank]`
-    /// (`torch.distributed.all_gather`). Issued as one broadcast per rank.
+    /// (`torch.distributed.all_gather`).
+    ///
+    /// Issued as one broadcast per rank.
     ///
     /// Checks: the stream on this device, one output per rank, each of the
     /// input's type and length, all on this device and contiguous, no cell
@@ -294,9 +300,10 @@ impl Communicator {
         Ok(status)
     }
     /// Synchronises all ranks: an all-reduce of one cached element on
-    /// `stream` (allocated by the first call). Work enqueued on `stream`
-    /// after it starts once every rank has reached the barrier;
-    /// synchronise the stream to block the host too.
+    /// `stream` (allocated by the first call).
+    ///
+    /// Work enqueued on `stream` after it starts once every rank has reached
+    /// the barrier; synchronise the stream to block the host too.
     ///
     /// # Errors
     /// A stream on another device, an allocation failure on the first
@@ -444,18 +451,20 @@ operations! {
     /// Splits `input` into world size blocks, sends block `j` to rank `j`
     /// and concatenates the received blocks in rank order into `output`
     /// (`torch.distributed.all_to_all_single` with equal splits).
-    /// `ncclAlltoAll` where the loaded NCCL has it (2.28+), grouped
-    /// send/recv otherwise (or when [`AllToAllMethod::SendRecv`] is set).
+    ///
+    /// `ncclAlltoAll` where the loaded NCCL has it (2.28+), grouped send/recv
+    /// otherwise (or when [`AllToAllMethod::SendRecv`] is set).
     ///
     /// Checks: equal lengths, divisible by the world size, same data type.
     fn all_to_all_single(output: impl Output, input: impl Input) => Op::AllToAll, Pair { input, output };
 
     /// Gathers every rank's `input` into `output` on rank `root`, in rank
     /// order (`torch.distributed.gather`, with the gather list as one
-    /// tensor of world size x input elements). `ncclGather` where the
-    /// loaded NCCL has it (2.28+), grouped send/recv otherwise. `output`
-    /// is written on the root only; elsewhere any buffer will do (an empty
-    /// one).
+    /// tensor of world size x input elements).
+    ///
+    /// `ncclGather` where the loaded NCCL has it (2.28+), grouped send/recv
+    /// otherwise. `output` is written on the root only; elsewhere any buffer
+    /// will do (an empty one).
     ///
     /// Checks: `root` in range; on the root, output length = world size x
     /// input length; the same data type; the buffers as in `all_reduce`.
@@ -463,9 +472,11 @@ operations! {
 
     /// Scatters `input` of rank `root` (world size x output elements):
     /// rank `r` gets block `r` in `output` (`torch.distributed.scatter`,
-    /// with the scatter list as one tensor). `ncclScatter` where the loaded
-    /// NCCL has it (2.28+), grouped send/recv otherwise. `input` is read on
-    /// the root only; elsewhere any buffer will do (an empty one).
+    /// with the scatter list as one tensor).
+    ///
+    /// `ncclScatter` where the loaded NCCL has it (2.28+), grouped send/recv
+    /// otherwise. `input` is read on the root only; elsewhere any buffer will
+    /// do (an empty one).
     ///
     /// Checks: `root` in range; on the root, input length = world size x
     /// output length; the same data type; the buffers as in `all_reduce`.

@@ -3,9 +3,11 @@
 
 use nccl_core::{DataType, ErrorKind, ResultCode};
 
-/// Everything a tensor operation can fail with. `Debug` leads with the
-/// message (and its sources), then names the variant and its kind, so
-/// `fn main() -> Result<(), nccl_tensor::Error>` prints the sentence.
+/// Everything a tensor operation can fail with.
+///
+/// `Debug` leads with the message (and its sources), then names the variant and
+/// its kind, so `fn main() -> Result<(), nccl_tensor::Error>` prints the
+/// sentence.
 #[non_exhaustive]
 #[derive(thiserror::Error)]
 pub enum Error {

@@ -18,7 +18,9 @@ use crate::operand::{Input, Operands, Output, Pair};
 /// `input_splits` (block `j` goes to rank `j`) and whose output into
 /// `output_splits` (block `i` comes from rank `i`), on buffers at `send`
 /// and `recv` of `dtype` elements: per peer in rank order, its send then
-/// its receive. Empty blocks are calls of count 0, which are not issued.
+/// its receive.
+///
+/// Empty blocks are calls of count 0, which are not issued.
 pub fn exchange_calls<'s>(
     send: *const c_void,
     recv: *mut c_void,
@@ -62,10 +64,11 @@ impl Communicator {
     /// elements for rank `j`, sends each to its rank, and concatenates the
     /// blocks received in rank order into `output`, `output_split_sizes[i]`
     /// elements from rank `i` (`torch.distributed.all_to_all_single` with
-    /// `output_split_sizes` and `input_split_sizes`, in elements). Issued
-    /// as grouped sends and receives; empty blocks are left out. Every
-    /// rank's input split for rank `j` must equal rank `j`'s output split
-    /// for it (only the block a rank sends itself can be checked here).
+    /// `output_split_sizes` and `input_split_sizes`, in elements).
+    ///
+    /// Issued as grouped sends and receives; empty blocks are left out. Every
+    /// rank's input split for rank `j` must equal rank `j`'s output split for
+    /// it (only the block a rank sends itself can be checked here).
     ///
     /// Checks ([`checks::all_to_all_splits`]): the stream and both buffers
     /// on this device, contiguous, of one data type the loaded NCCL knows;
@@ -115,8 +118,9 @@ impl Communicator {
 
     /// Sends `inputs[j]` to rank `j` and receives into `outputs[i]` from
     /// rank `i`, each of any length (`torch.distributed.all_to_all`): one
-    /// [`Batch`](crate::Batch) of a send and a receive per rank. Rank
-    /// `i`'s `inputs[j]` must match rank `j`'s `outputs[i]` in length and
+    /// [`Batch`](crate::Batch) of a send and a receive per rank.
+    ///
+    /// Rank `i`'s `inputs[j]` must match rank `j`'s `outputs[i]` in length and
     /// type.
     ///
     /// Checks ([`checks::all_to_all_list`], then the batch's): one input

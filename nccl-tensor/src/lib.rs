@@ -96,8 +96,10 @@ pub use tracked::Access;
 
 /// What most programs name: `use nccl_tensor::prelude::*;`: the tensor
 /// types, the 16-bit element types, and cudarc's slices (the memory a
-/// framework owns, which every operation takes too). The errors stay out
-/// (nccl-core's and this crate's are both `Error`); name them by path.
+/// framework owns, which every operation takes too).
+///
+/// The errors stay out (nccl-core's and this crate's are both `Error`); name
+/// them by path.
 pub mod prelude {
     pub use crate::{AnyTensor, Communicator, NcclType, Tensor, TensorCell};
     pub use half::{bf16, f16};

@@ -218,7 +218,9 @@ impl Form {
     /// The layout of buffers given in this form to an operation that
     /// takes `takes`: a single buffer is in place for an operation that
     /// takes either layout, and the input or output alone for one that
-    /// takes only that. `output` is a pair's output (ignored otherwise).
+    /// takes only that.
+    ///
+    /// `output` is a pair's output (ignored otherwise).
     pub fn layout<'d>(
         self,
         takes: Layouts,

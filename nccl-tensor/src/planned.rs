@@ -19,9 +19,10 @@ impl Communicator {
     /// Plans `op` on `operands` with `stream`: every check of the
     /// operation ([`Plan::new`]: layout, stream, root or peer, buffers,
     /// lengths, reduction), one cell not passed as both input and output,
-    /// and a pre-multiplied sum made on this communicator. Nothing is
-    /// enqueued until [`Planned::enqueue`]; the operation methods below are
-    /// `plan` followed by `enqueue`.
+    /// and a pre-multiplied sum made on this communicator.
+    ///
+    /// Nothing is enqueued until [`Planned::enqueue`]; the operation methods
+    /// below are `plan` followed by `enqueue`.
     ///
     /// # Errors
     /// The first failed check.
@@ -111,8 +112,9 @@ impl Communicator {
 }
 
 /// An operation whose arguments passed every check, bound to its buffers
-/// and stream: [`Planned::enqueue`] issues it. Made by
-/// [`Communicator::plan`].
+/// and stream: [`Planned::enqueue`] issues it.
+///
+/// Made by [`Communicator::plan`].
 #[derive(Debug)]
 #[must_use = "a planned operation does nothing until it is enqueued"]
 pub struct Planned<'a, 'r, O> {
@@ -128,8 +130,9 @@ impl<'r, O: Operands> Planned<'_, 'r, O> {
         &self.plan
     }
 
-    /// Enqueues the operation on the stream it was planned with. An
-    /// operation with nothing to move (empty buffers) enqueues nothing.
+    /// Enqueues the operation on the stream it was planned with.
+    ///
+    /// An operation with nothing to move (empty buffers) enqueues nothing.
     ///
     /// # Errors
     /// An aborted or finalized communicator, or NCCL's error.

@@ -29,8 +29,10 @@ pub type ProducerError = Arc<dyn std::error::Error + Send + Sync + 'static>;
 /// A check that the contents a tensor's last producer wrote are its
 /// result: `Ok` once the producer knows its operation ended cleanly,
 /// `Err` when the operation may have run with a failed peer or was cut
-/// short. Called after a host read has synchronized with the operation;
-/// it must not block for long (it may query the producer's state).
+/// short.
+///
+/// Called after a host read has synchronized with the operation; it must not
+/// block for long (it may query the producer's state).
 pub trait ResultCheck: Send + Sync {
     /// Whether the producing operation's result can be trusted.
     ///
@@ -80,8 +82,10 @@ impl Meta {
 impl<T: NcclType> Tensor<T> {
     /// Leaves `check` on the tensor as the check of the asynchronous
     /// operation that last wrote it: host reads ([`Tensor::to_vec`]) run
-    /// it and fail when it fails. For producers, such as a process group
-    /// handing its operation's tensors back; it replaces any earlier one.
+    /// it and fail when it fails.
+    ///
+    /// For producers, such as a process group handing its operation's tensors
+    /// back; it replaces any earlier one.
     pub fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
         self.meta.producer = Some(check);
     }

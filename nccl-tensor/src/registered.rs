@@ -22,13 +22,15 @@ mod access_sealed {
 
 /// A buffer registered with a communicator (`ncclCommRegister`, see
 /// [`nccl_core::Registration`]), made by [`Communicator::register`] or
-/// [`Registered::shared`]. It owns the buffer and borrows the communicator
-/// (or shares it: `H`, [`CommAccess`]), so the memory cannot be freed, nor
-/// the communicator destroyed, while NCCL holds the registration. Dropping
-/// it waits for the device to finish the work queued with the buffer (a
-/// device synchronisation: NCCL unmaps at once, not in stream order),
-/// deregisters the buffer, then drops it; a deregistration NCCL refuses
-/// leaves it allocated for good. Keep registered buffers for long.
+/// [`Registered::shared`].
+///
+/// It owns the buffer and borrows the communicator (or shares it: `H`,
+/// [`CommAccess`]), so the memory cannot be freed, nor the communicator
+/// destroyed, while NCCL holds the registration. Dropping it waits for the
+/// device to finish the work queued with the buffer (a device synchronisation:
+/// NCCL unmaps at once, not in stream order), deregisters the buffer, then
+/// drops it; a deregistration NCCL refuses leaves it allocated for good. Keep
+/// registered buffers for long.
 ///
 /// Pass `&mut registered` (or `&registered` as an input) to any
 /// operation: NCCL uses the registration for the operations whose buffers
@@ -78,9 +80,10 @@ pub struct Registered<H: CommAccess, B> {
 /// there: borrowed (`&Communicator`, made by [`Communicator::register`]),
 /// or shared (`Arc<SharedComm>`, made by [`Registered::shared`], which
 /// keeps the communicator alive until the buffer is deregistered;
-/// nccl-group registers through it). Sealed: the registration's soundness
-/// rests on deregistering with the communicator that registered, which
-/// neither form can swap for another.
+/// nccl-group registers through it).
+///
+/// Sealed: the registration's soundness rests on deregistering with the
+/// communicator that registered, which neither form can swap for another.
 pub trait CommAccess: access_sealed::Sealed {
     /// Runs `f` on the communicator, with the exclusion NCCL calls on it
     /// need.
@@ -212,11 +215,12 @@ fn register<H: CommAccess, B: TypedBufferMut>(
 
 impl Communicator {
     /// Registers `buffer` with this communicator (`ncclCommRegister`,
-    /// NCCL 2.19+) until the returned [`Registered`] is dropped. Memory from
-    /// [`Tensor::nccl_zeros`](crate::Tensor::nccl_zeros) (`ncclMemAlloc`)
-    /// can be registered for every transport; cudarc's own allocations
-    /// serve the transports that accept `cudaMalloc` memory (NCCL falls
-    /// back to its own buffers for the others).
+    /// NCCL 2.19+) until the returned [`Registered`] is dropped.
+    ///
+    /// Memory from [`Tensor::nccl_zeros`](crate::Tensor::nccl_zeros)
+    /// (`ncclMemAlloc`) can be registered for every transport; cudarc's own
+    /// allocations serve the transports that accept `cudaMalloc` memory (NCCL
+    /// falls back to its own buffers for the others).
     ///
     /// # Errors
     /// A buffer on another device than the communicator's, an empty one,
@@ -231,8 +235,10 @@ impl<B: TypedBufferMut> Registered<Arc<SharedComm>, B> {
     /// Registers `buffer` with the communicator behind `comm`, as
     /// [`Communicator::register`] does, for as long as the returned
     /// [`Registered`] lives: it keeps the communicator alive, and is
-    /// `Send` and `Sync` when the buffer is. Registering and deregistering
-    /// take `comm`'s lock, so they never overlap the calls made under it.
+    /// `Send` and `Sync` when the buffer is.
+    ///
+    /// Registering and deregistering take `comm`'s lock, so they never overlap
+    /// the calls made under it.
     ///
     /// # Errors
     /// As [`Communicator::register`], or this thread holds `comm`'s lock.

@@ -51,6 +51,7 @@ impl SharedComm {
     }
 
     /// Locks the communicator, waiting for another thread's call to end.
+    ///
     /// Locking it again on the thread that holds it deadlocks, as with any
     /// mutex: see [`is_held_here`](Self::is_held_here).
     pub fn lock(&self) -> SharedCommGuard<'_> {

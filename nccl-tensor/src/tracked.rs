@@ -137,9 +137,10 @@ pub(crate) struct TrackedSlice<T> {
     address: sys::CUdeviceptr,
     /// cudarc's write event of `slice`, learnt when wrapped; valid for as
     /// long as `slice` lives (cudarc never replaces a slice's events, and
-    /// no `&mut` to the slice is handed out). `None`: cudarc made the
-    /// slice without events (its tracking was off), and no access of it
-    /// calls the driver.
+    /// no `&mut` to the slice is handed out).
+    ///
+    /// `None`: cudarc made the slice without events (its tracking was off), and
+    /// no access of it calls the driver.
     write_event: Option<EventHandle>,
     pending: Mutex<Option<Pending>>,
     /// The NCCL allocation `slice` views, freed (after the slice is
@@ -366,8 +367,10 @@ impl<T> TrackedSlice<T> {
     }
 
     /// Records a deferred write into cudarc's write event, so readers on
-    /// other streams wait for it. The deferred stream stays: reads on it
-    /// may be in flight on other threads.
+    /// other streams wait for it.
+    ///
+    /// The deferred stream stays: reads on it may be in flight on other
+    /// threads.
     fn publish_write(&self, deferred: &mut Pending) {
         if !deferred.wrote {
             return;

@@ -16,9 +16,10 @@ use crate::unique_id::UniqueId;
 
 impl Communicator {
     /// `ncclCommGetUniqueId` (NCCL 2.29.2): the id of the next
-    /// [`grow`](Communicator::grow) of this communicator. One existing
-    /// rank, the grow's root, calls it and hands the id to the new ranks
-    /// (through a store, say); NCCL itself hands it to the existing ranks
+    /// [`grow`](Communicator::grow) of this communicator.
+    ///
+    /// One existing rank, the grow's root, calls it and hands the id to the new
+    /// ranks (through a store, say); NCCL itself hands it to the existing ranks
     /// that need it.
     ///
     /// NCCL's rules: a new id cannot be made while the previous one is
@@ -45,12 +46,13 @@ impl Communicator {
 
     /// `ncclCommGrow` (NCCL 2.29.2) on an existing rank: a new communicator
     /// of `new_world_size` ranks, this rank keeping its rank, the new ranks
-    /// joining through [`Communicator::join_grow`]. Collective over every
-    /// existing rank and every new one. The grow's root passes the id of
-    /// its [`grow_unique_id`](Communicator::grow_unique_id); the other
-    /// existing ranks pass `None`. `config` of `None` inherits this
-    /// communicator's options. This communicator stays as it was, this
-    /// rank's to drop.
+    /// joining through [`Communicator::join_grow`].
+    ///
+    /// Collective over every existing rank and every new one. The grow's root
+    /// passes the id of its [`grow_unique_id`](Communicator::grow_unique_id);
+    /// the other existing ranks pass `None`. `config` of `None` inherits this
+    /// communicator's options. This communicator stays as it was, this rank's
+    /// to drop.
     ///
     /// Checks: `new_world_size` above the current world size and at most
     /// `i32::MAX`.
@@ -135,8 +137,10 @@ impl Communicator {
     /// `ncclCommGrow` (NCCL 2.29.2) on a new rank: joins the grow of a
     /// communicator whose existing ranks call [`Communicator::grow`], as
     /// `rank` of `new_world_size` on `device`, with the root's
-    /// [`grow_unique_id`](Communicator::grow_unique_id). A nonblocking
-    /// `config` is waited for until ready, at most [`Config::with_timeout`].
+    /// [`grow_unique_id`](Communicator::grow_unique_id).
+    ///
+    /// A nonblocking `config` is waited for until ready, at most
+    /// [`Config::with_timeout`].
     ///
     /// Checks: `rank` in `0..new_world_size`, `new_world_size` at most
     /// `i32::MAX`.

@@ -58,8 +58,9 @@ fn check_world(world_size: usize, rank: usize) -> Result<(c_int, c_int)> {
 }
 
 impl Communicator {
-    /// Creates this rank's communicator (`ncclCommInitRank`). Every rank
-    /// calls it, each in its own thread or process, with the same
+    /// Creates this rank's communicator (`ncclCommInitRank`).
+    ///
+    /// Every rank calls it, each in its own thread or process, with the same
     /// `unique_id` and `world_size`; it returns when all have joined.
     ///
     /// Checks: `world_size >= 1` and `rank` in `0..world_size`.
@@ -101,9 +102,11 @@ impl Communicator {
     }
 
     /// Like [`Communicator::new`] with options (`ncclCommInitRankConfig`,
-    /// NCCL 2.14+). A nonblocking config returns once NCCL reports the
-    /// communicator ready, polling until [`Config::with_timeout`]; past it the
-    /// communicator is aborted and [`Error::Timeout`] returned.
+    /// NCCL 2.14+).
+    ///
+    /// A nonblocking config returns once NCCL reports the communicator ready,
+    /// polling until [`Config::with_timeout`]; past it the communicator is
+    /// aborted and [`Error::Timeout`] returned.
     ///
     /// # Errors
     /// As [`Communicator::new`], plus an invalid config or a timeout.
@@ -185,12 +188,13 @@ impl Communicator {
     /// communicator that this process drives, one per device
     /// (`ncclCommInitRankConfig` for each, inside one NCCL group, so no
     /// device waits for the others): `devices[i]` becomes rank
-    /// `first_rank + i` of `world_size`. Every process of the communicator
-    /// calls this (or [`Communicator::with_config`]) with the same
-    /// `unique_id`. A nonblocking `config` bounds the whole creation by
-    /// [`Config::with_timeout`]: past it every communicator is aborted and
-    /// [`Error::Timeout`] returned, so a rank that never joins cannot
-    /// hang the caller.
+    /// `first_rank + i` of `world_size`.
+    ///
+    /// Every process of the communicator calls this (or
+    /// [`Communicator::with_config`]) with the same `unique_id`. A nonblocking
+    /// `config` bounds the whole creation by [`Config::with_timeout`]: past it
+    /// every communicator is aborted and [`Error::Timeout`] returned, so a rank
+    /// that never joins cannot hang the caller.
     ///
     /// Checks: at least one device, no device twice, and the ranks
     /// `first_rank .. first_rank + devices.len()` inside `0..world_size`.

@@ -36,7 +36,9 @@ impl Communicator {
     /// instance (`ProcessGroupNCCL` exposes its communicators' pointers):
     /// from here this `Communicator` owns `raw`, and its drop destroys it
     /// (after [`finalize`](Communicator::finalize)) or aborts it, as for one
-    /// made here. [`into_raw`](Communicator::into_raw) hands it back.
+    /// made here.
+    ///
+    /// [`into_raw`](Communicator::into_raw) hands it back.
     ///
     /// The rank, the world size and the device are read from NCCL
     /// (`ncclCommUserRank`, `ncclCommCount`, `ncclCommCuDevice`). `config`
@@ -125,10 +127,12 @@ impl Communicator {
     /// Hands the `ncclComm_t` back, with its ownership: the communicator is
     /// consumed without being finalized, destroyed or aborted, and its
     /// [`AbortHandle`](crate::AbortHandle)s become no-ops (they can no
-    /// longer reach the handle). The caller now finalizes and destroys it
-    /// (`ncclCommFinalize` and `ncclCommDestroy`, or `ncclCommAbort`), or
-    /// gives it to [`from_raw`](Communicator::from_raw) again. A finalized
-    /// communicator is handed back too; the caller then only destroys it.
+    /// longer reach the handle).
+    ///
+    /// The caller now finalizes and destroys it (`ncclCommFinalize` and
+    /// `ncclCommDestroy`, or `ncclCommAbort`), or gives it to
+    /// [`from_raw`](Communicator::from_raw) again. A finalized communicator is
+    /// handed back too; the caller then only destroys it.
     ///
     /// # Errors
     /// [`Error::Aborted`] if it was aborted (by an abort handle, say): the

@@ -16,7 +16,9 @@ use crate::memory::check_bytes;
 /// then move data in and out of it directly (zero-copy peer access over
 /// NVLink and PCIe, NVLink SHARP and IB SHARP offload, network send and
 /// receive from the buffer itself) instead of through its own staging
-/// buffers. Dropping it deregisters the buffer (`ncclCommDeregister`).
+/// buffers.
+///
+/// Dropping it deregisters the buffer (`ncclCommDeregister`).
 ///
 /// It borrows the communicator, so it is deregistered before the
 /// communicator is destroyed, on the thread that drives it (it is not
@@ -41,10 +43,11 @@ pub struct Registration<'c> {
 
 /// A registration (`ncclCommRegister`) that borrows nothing: it is `Send`
 /// and `Sync`, for owners that keep the communicator behind a lock of
-/// their own and deregister through it. Give it back to
-/// [`Communicator::deregister`] of the communicator that made it; one
-/// dropped instead stays registered until that communicator is aborted or
-/// destroyed (which frees every registration). Made by the `unsafe`
+/// their own and deregister through it.
+///
+/// Give it back to [`Communicator::deregister`] of the communicator that made
+/// it; one dropped instead stays registered until that communicator is aborted
+/// or destroyed (which frees every registration). Made by the `unsafe`
 /// [`Communicator::register_detached`].
 #[must_use = "a detached registration lasts until it is given to Communicator::deregister"]
 pub struct DetachedRegistration {
@@ -92,9 +95,10 @@ pub(crate) fn check_range(address: usize, bytes: usize) -> Result<()> {
 impl Communicator {
     /// Registers `bytes` bytes of device memory at `buffer` with this
     /// communicator (`ncclCommRegister`, NCCL 2.19+) until the returned
-    /// [`Registration`] is dropped. Registering a range that an earlier
-    /// live registration covers takes another reference to it (the same
-    /// handle).
+    /// [`Registration`] is dropped.
+    ///
+    /// Registering a range that an earlier live registration covers takes
+    /// another reference to it (the same handle).
     ///
     /// # Safety
     /// `buffer..buffer + bytes` is device memory on this communicator's
@@ -157,11 +161,12 @@ impl Communicator {
     }
 
     /// Deregisters `registration` (`ncclCommDeregister`), on a live or a
-    /// finalized communicator. On an aborted one there is nothing to do (it
-    /// freed its registrations), and none for a null handle
-    /// (`NCCL_LOCAL_REGISTER=0`, accepted from any communicator).
-    /// Deregistering is not ordered after the GPU work queued with the
-    /// buffer: let that work finish first.
+    /// finalized communicator.
+    ///
+    /// On an aborted one there is nothing to do (it freed its registrations),
+    /// and none for a null handle (`NCCL_LOCAL_REGISTER=0`, accepted from any
+    /// communicator). Deregistering is not ordered after the GPU work queued
+    /// with the buffer: let that work finish first.
     ///
     /// # Errors
     /// A registration made by another communicator (it is dropped, and
@@ -242,8 +247,10 @@ impl Registration<'_> {
     }
 
     /// Deregisters now (`ncclCommDeregister`), reporting NCCL's error,
-    /// which the drop cannot. On an aborted communicator there is nothing
-    /// to do (it freed its registrations).
+    /// which the drop cannot.
+    ///
+    /// On an aborted communicator there is nothing to do (it freed its
+    /// registrations).
     ///
     /// # Errors
     /// NCCL's refusal.

@@ -41,7 +41,9 @@ impl Communicator {
     /// `ncclCommRevoke` (NCCL 2.28.7): stops every operation in flight on
     /// this communicator without freeing it, and returns once NCCL reports
     /// it quiescent (a nonblocking communicator is polled, at most its
-    /// timeout). Not collective: each rank revokes its own communicator.
+    /// timeout).
+    ///
+    /// Not collective: each rank revokes its own communicator.
     ///
     /// Afterwards the communicator issues no operation and cannot be
     /// finalized ([`Error::Revoked`]); it can still be
@@ -97,10 +99,11 @@ impl Communicator {
     }
 
     /// `ncclCommShrink` (NCCL 2.27.3): a new communicator of this one's
-    /// ranks without `exclude`, ranked densely in the old order. Every rank
-    /// that is not excluded calls it with the same list; the excluded ones
-    /// (failed, say) take no part. `config` of `None` inherits this
-    /// communicator's options.
+    /// ranks without `exclude`, ranked densely in the old order.
+    ///
+    /// Every rank that is not excluded calls it with the same list; the
+    /// excluded ones (failed, say) take no part. `config` of `None` inherits
+    /// this communicator's options.
     ///
     /// For a parent whose peer failed, revoke it first where the library
     /// has [`Capability::Revoke`] and shrink with [`ShrinkMode::Default`];

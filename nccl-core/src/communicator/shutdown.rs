@@ -11,11 +11,12 @@ use crate::library::{check_accepted, require_version};
 
 impl Communicator {
     /// `ncclCommFinalize` (NCCL 2.14+): flushes outstanding work and tears
-    /// down connections, together with the other ranks (collective). After
-    /// it, every call fails with
+    /// down connections, together with the other ranks (collective).
+    ///
+    /// After it, every call fails with
     /// [`Error::Finalized`](crate::Error::Finalized), and drop destroys the
-    /// communicator cleanly. A nonblocking communicator is polled until done
-    /// or past its timeout.
+    /// communicator cleanly. A nonblocking communicator is polled until done or
+    /// past its timeout.
     ///
     /// # Errors
     /// NCCL's failure, or a timeout (the communicator is then aborted).

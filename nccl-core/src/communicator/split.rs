@@ -15,8 +15,10 @@ use crate::ranks::{from_c, to_c};
 
 impl Communicator {
     /// Splits off a communicator of the same ranks (color 0, key = rank),
-    /// like torch's `split_group` with one list of every rank. Collective: every rank calls it.
-    /// `config` of `None` inherits this communicator's options.
+    /// like torch's `split_group` with one list of every rank.
+    ///
+    /// Collective: every rank calls it. `config` of `None` inherits this
+    /// communicator's options.
     ///
     /// # Errors
     /// As [`Communicator::split`].
@@ -30,11 +32,12 @@ impl Communicator {
     }
 
     /// Splits off a communicator of `ranks` only, like torch's
-    /// `new_group`. Collective: every rank of this communicator calls it.
-    /// A rank in `ranks` gets `Some`, with its new rank being its position
-    /// in `ranks`; others get `None`. An empty `ranks` means "this rank is
-    /// not in the new communicator, and does not know who is"
-    /// (`NCCL_SPLIT_NOCOLOR`).
+    /// `new_group`.
+    ///
+    /// Collective: every rank of this communicator calls it. A rank in `ranks`
+    /// gets `Some`, with its new rank being its position in `ranks`; others get
+    /// `None`. An empty `ranks` means "this rank is not in the new
+    /// communicator, and does not know who is" (`NCCL_SPLIT_NOCOLOR`).
     ///
     /// Checks: every rank in `0..world_size`, no rank twice.
     ///
@@ -51,7 +54,9 @@ impl Communicator {
     /// `ncclCommSplit` (NCCL 2.18+): ranks that pass the same `color` form
     /// a new communicator, ordered by `key` (ties by their rank here);
     /// `color` of `None` (`NCCL_SPLIT_NOCOLOR`) joins none and returns
-    /// `None`. Collective: every rank calls it.
+    /// `None`.
+    ///
+    /// Collective: every rank calls it.
     ///
     /// # Errors
     /// A negative color, a key above `i32::MAX`, an invalid config, an old
@@ -139,10 +144,12 @@ impl Communicator {
     /// on this parent writes: waits for a nonblocking parent or child
     /// before reading it (NCCL runs it as the parent's job and writes it
     /// when done), then owns it, waits until it is ready and reads its
-    /// rank and size. When this rank `expects` one, also waits (bounded by
-    /// the timeout) for the pointer itself: a revoked nonblocking parent
-    /// reports ready before its job has written it (seen on NCCL 2.28.9
-    /// and 2.30.7). `None` when NCCL made no communicator for this rank.
+    /// rank and size.
+    ///
+    /// When this rank `expects` one, also waits (bounded by the timeout) for
+    /// the pointer itself: a revoked nonblocking parent reports ready before
+    /// its job has written it (seen on NCCL 2.28.9 and 2.30.7). `None` when
+    /// NCCL made no communicator for this rank.
     pub(super) fn adopt_child(
         &self,
         child: &AtomicPtr<ncclComm>,

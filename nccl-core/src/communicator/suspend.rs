@@ -15,6 +15,7 @@ use crate::error::{Error, Result, Status};
 use crate::library::check;
 
 /// The GPU memory a communicator holds (`ncclCommMemStats`, NCCL 2.29.7).
+///
 /// Zero throughout when NCCL's memory manager tracks nothing for it.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -30,8 +31,10 @@ pub struct MemStats {
 }
 
 /// A [`Communicator`] whose dynamic GPU memory is released
-/// ([`Communicator::suspend`]). It holds the communicator's only borrow,
-/// so nothing is issued on it until [`Suspended::resume`].
+/// ([`Communicator::suspend`]).
+///
+/// It holds the communicator's only borrow, so nothing is issued on it until
+/// [`Suspended::resume`].
 ///
 /// Resuming is collective (NCCL waits at a barrier of every rank), so
 /// dropping this guard cannot resume without risking a hang: a guard
@@ -54,8 +57,10 @@ impl fmt::Debug for Suspended<'_> {
 impl Communicator {
     /// `ncclCommSuspend` with `NCCL_SUSPEND_MEM` (NCCL 2.29.7): releases
     /// the communicator's dynamic GPU memory until
-    /// [`Suspended::resume`]. Collective: every rank suspends. A
-    /// nonblocking communicator is polled until done, at most its timeout.
+    /// [`Suspended::resume`].
+    ///
+    /// Collective: every rank suspends. A nonblocking communicator is polled
+    /// until done, at most its timeout.
     ///
     /// NCCL refuses (`ncclInvalidUsage`) while its memory manager is
     /// disabled (`NCCL_MEM_MANAGER_DISABLE`) and for communicators that
@@ -124,8 +129,10 @@ impl Communicator {
     /// `ncclCommResume` (NCCL 2.29.7) of a communicator suspended by
     /// [`Communicator::suspend_in_place`] (or left suspended by a dropped
     /// [`Suspended`] guard): gets its memory back and makes it usable
-    /// again. Collective: every rank resumes. A nonblocking communicator
-    /// is polled until done, at most its timeout.
+    /// again.
+    ///
+    /// Collective: every rank resumes. A nonblocking communicator is polled
+    /// until done, at most its timeout.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a communicator that is not
@@ -173,7 +180,9 @@ impl Communicator {
     }
 
     /// `ncclCommMemStats` (NCCL 2.29.7): the GPU memory this communicator
-    /// holds. Not collective. Answers while it is suspended too
+    /// holds.
+    ///
+    /// Not collective. Answers while it is suspended too
     /// ([`MemStats::suspended`]).
     ///
     /// # Errors
@@ -203,8 +212,10 @@ impl Communicator {
 
 impl Suspended<'_> {
     /// `ncclCommResume` (NCCL 2.29.7): gets the communicator's memory back
-    /// and makes it usable again. Collective: every rank resumes. A
-    /// nonblocking communicator is polled until done, at most its timeout.
+    /// and makes it usable again.
+    ///
+    /// Collective: every rank resumes. A nonblocking communicator is polled
+    /// until done, at most its timeout.
     ///
     /// # Errors
     /// NCCL's failure, or a timeout (the communicator is then aborted);

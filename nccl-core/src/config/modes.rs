@@ -63,15 +63,18 @@ named_values! {
     /// How the communicator is used with CUDA graphs
     /// ([`Config::with_graph_usage_mode`](super::Config::with_graph_usage_mode),
     /// `graphUsageMode`, NCCL 2.29.2; `NCCL_GRAPH_MIXING_SUPPORT`
-    /// overrides it at init). NCCL documents the values 0, 1 and 2.
+    /// overrides it at init).
+    ///
+    /// NCCL documents the values 0, 1 and 2.
     GraphUsageMode {
         /// 0: never captured in a CUDA graph.
         NoGraphs = 0,
         /// 1: captured into one graph.
         OneGraph = 1,
         /// 2: several graphs, or a mix of captured and uncaptured
-        /// operations (NCCL's default). NCCL refuses it with
-        /// `graph_stream_ordering` off.
+        /// operations (NCCL's default).
+        ///
+        /// NCCL refuses it with `graph_stream_ordering` off.
         Mixed = 2,
     }
 

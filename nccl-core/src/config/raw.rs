@@ -221,8 +221,10 @@ impl Config {
     }
 
     /// The C struct for the loaded NCCL release `loaded` (validating, and
-    /// checking [`Config::check_release`], first). The strings it points to
-    /// live in the returned [`RawConfig`], which must outlive the NCCL call.
+    /// checking [`Config::check_release`], first).
+    ///
+    /// The strings it points to live in the returned [`RawConfig`], which must
+    /// outlive the NCCL call.
     ///
     /// # Errors
     /// As [`Config::validate`] and [`Config::check_release`], and a name
@@ -277,9 +279,11 @@ impl Config {
     }
 
     /// [`Config::to_raw_for`] the pinned header's release
-    /// ([`PINNED_HEADER_VERSION`]), which knows every option. For a struct
-    /// handed to a loaded library, use `to_raw_for(library.version())`: an
-    /// older library ignores the options it does not know.
+    /// ([`PINNED_HEADER_VERSION`]), which knows every option.
+    ///
+    /// For a struct handed to a loaded library, use
+    /// `to_raw_for(library.version())`: an older library ignores the options it
+    /// does not know.
     ///
     /// # Errors
     /// As [`Config::validate`], and a name that contains a NUL byte.

@@ -73,10 +73,11 @@ pub(crate) struct Checker {
 struct Window {
     /// The number of the next collective.
     next: u64,
-    /// The current window's fingerprints, oldest first. A window whose
-    /// exchange passed stays here until the next collective begins the
-    /// next window, so that a last collective withdrawn after its check
-    /// can be checked again.
+    /// The current window's fingerprints, oldest first.
+    ///
+    /// A window whose exchange passed stays here until the next collective
+    /// begins the next window, so that a last collective withdrawn after its
+    /// check can be checked again.
     issued: Vec<Issued>,
 }
 
@@ -132,8 +133,9 @@ impl Checker {
     /// Fingerprints `issued`, the next collective (its `collective_seq`
     /// is set here); if it closes a window, first compares the window with
     /// every other rank's, waiting for them until `deadline` and asking
-    /// `live` between waits whether to go on. Threads of one rank check
-    /// one at a time.
+    /// `live` between waits whether to go on.
+    ///
+    /// Threads of one rank check one at a time.
     pub(crate) fn check<E>(
         &self,
         mut issued: Issued,

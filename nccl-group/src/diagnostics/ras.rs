@@ -56,16 +56,23 @@ pub const CLIENT_PROTOCOL: u32 = 2;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RasLimits {
-    /// Connecting, and each answer of the handshake. Default 300 ms.
+    /// Connecting, and each answer of the handshake.
+    ///
+    /// Default 300 ms.
     pub connect: Duration,
-    /// The status report, from the request to its end. Default 2.5 s:
-    /// RAS asks every process of the job, waiting [`RasLimits::gather`]
-    /// for each that does not answer.
+    /// The status report, from the request to its end.
+    ///
+    /// Default 2.5 s: RAS asks every process of the job, waiting
+    /// [`RasLimits::gather`] for each that does not answer.
     pub answer: Duration,
     /// How long RAS waits for each process it asks (its `TIMEOUT`, whole
-    /// seconds, at least 1). Default 1 s.
+    /// seconds, at least 1).
+    ///
+    /// Default 1 s.
     pub gather: Duration,
-    /// The most bytes of the report kept. Default 1 MiB.
+    /// The most bytes of the report kept.
+    ///
+    /// Default 1 MiB.
     pub max_bytes: usize,
 }
 

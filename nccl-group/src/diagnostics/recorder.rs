@@ -36,6 +36,7 @@ with_cuda! {
 
     /// The most operations a flight recorder keeps: 2^20 records (a few
     /// hundred MiB at most, allocated as they are recorded).
+    ///
     /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a larger
     /// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
     pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
@@ -118,7 +119,9 @@ with_cuda! {
         }
 
         /// Records an operation about to be enqueued; returns its record
-        /// (with its sequence numbers). Allocates nothing once the ring is full.
+        /// (with its sequence numbers).
+        ///
+        /// Allocates nothing once the ring is full.
         pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
             self.metrics.issued(description);
             let thread = OS_THREAD_ID.with(|id| *id);

@@ -52,8 +52,10 @@ fn key(m: &Membership) -> Result<String> {
 
 impl Inner {
     /// Raises the alarm for `failure` on this rank, unless the alarm
-    /// caused it. A store that fails leaves the others to their own
-    /// detection (as before the alarm): this rank's failure goes on.
+    /// caused it.
+    ///
+    /// A store that fails leaves the others to their own detection (as before
+    /// the alarm): this rank's failure goes on.
     pub(crate) fn raise_alarm(&self, failure: &Failure) {
         let m = self.cache.membership();
         if m.world_size < 2 || matches!(failure.cause, FailureCause::PeerFailed { .. }) {
@@ -74,7 +76,9 @@ impl Inner {
     /// The watchdog's part, at each tick of a live group: starts a read of
     /// the alarm when an operation has been pending for [`LISTEN_AFTER`]
     /// at `now`, the last read is [`LISTEN_EVERY`] old and none is
-    /// running. The read runs on a thread of its own.
+    /// running.
+    ///
+    /// The read runs on a thread of its own.
     pub(crate) fn listen_for_alarm(self: &Arc<Self>, now: Instant) {
         let m = self.cache.membership();
         if m.world_size < 2 {
@@ -125,9 +129,10 @@ impl Inner {
         }
     }
 
-    /// Reads the alarm once: another rank's, if it raised one. A store
-    /// error reads as no alarm: the operation's own timeout still bounds
-    /// the wait.
+    /// Reads the alarm once: another rank's, if it raised one.
+    ///
+    /// A store error reads as no alarm: the operation's own timeout still
+    /// bounds the wait.
     fn read_alarm(&self) -> Option<Raised> {
         let m = self.cache.membership();
         let Ok(Some(bytes)) = key(m).and_then(|key| Ok(m.store.try_get(&key)?)) else {
@@ -139,8 +144,9 @@ impl Inner {
         (raised.rank != m.rank).then_some(raised)
     }
 
-    /// Fails the group, if it is still live, on another rank's alarm. On
-    /// the alarm's thread of its own, the failure can finish here.
+    /// Fails the group, if it is still live, on another rank's alarm.
+    ///
+    /// On the alarm's thread of its own, the failure can finish here.
     fn fail_by_alarm(self: &Arc<Self>, raised: Raised) {
         if self.state.load(Ordering::Acquire) != LIVE {
             return;

@@ -92,16 +92,17 @@ impl<B: GroupBuffers> P2POp<B> {
 /// Collectives (and sends and receives) collected to be issued at once by
 /// [`Coalesced::issue`]: one NCCL group, one [`Work`](crate::Work) that
 /// owns every buffer, as PyTorch's coalescing manager issues a DDP
-/// bucket's all_reduces. Made by [`ProcessGroup::coalesced`]; each method
-/// (`all_reduce`, `all_gather`, ...) adds the group's operation of that
-/// name on `buffers` and returns the batch for the next. `B` is one
-/// buffer type for the whole batch: a [`Tensor`] for one element type,
-/// [`AnyTensor`](nccl_tensor::AnyTensor) to mix element types, and the
-/// `(output, input)` pairs of either for the operations that take two
-/// (a pair works for all_reduce, broadcast and reduce too), or lent
-/// cudarc memory (`&mut CudaSlice<T>`, `CudaViewMut<T>` and their pairs:
-/// [`ProcessGroup`]'s "Borrowed memory"). Mixed element
-/// types in one batch take [`AnyTensor`](nccl_tensor::AnyTensor)s:
+/// bucket's all_reduces.
+///
+/// Made by [`ProcessGroup::coalesced`]; each method (`all_reduce`,
+/// `all_gather`, ...) adds the group's operation of that name on `buffers` and
+/// returns the batch for the next. `B` is one buffer type for the whole batch:
+/// a [`Tensor`] for one element type, [`AnyTensor`](nccl_tensor::AnyTensor) to
+/// mix element types, and the `(output, input)` pairs of either for the
+/// operations that take two (a pair works for all_reduce, broadcast and reduce
+/// too), or lent cudarc memory (`&mut CudaSlice<T>`, `CudaViewMut<T>` and their
+/// pairs: [`ProcessGroup`]'s "Borrowed memory"). Mixed element types in one
+/// batch take [`AnyTensor`](nccl_tensor::AnyTensor)s:
 /// `group.coalesced::<AnyTensor>()`.
 ///
 /// A DDP bucket of f32 and bf16 gradients, averaged in one NCCL group:
@@ -186,8 +187,9 @@ impl<B: GroupBuffers> Coalesced<'_, B> {
 
     /// Issues every operation, on the caller's `stream`, in one NCCL group
     /// on the group's communicator; the work holds the buffers in the
-    /// order they were added. Every operation is checked before any is
-    /// enqueued.
+    /// order they were added.
+    ///
+    /// Every operation is checked before any is enqueued.
     ///
     /// # Errors
     /// A root or peer given to a method that is not a member; otherwise as
@@ -222,14 +224,15 @@ impl ProcessGroup {
     /// of the group, on the caller's `stream`, in one NCCL group on the
     /// group's communicator (not the pair communicators of
     /// [`ProcessGroup::send`]), so a ring of them cannot deadlock
-    /// (`torch.distributed.batch_isend_irecv`). The work holds the tensors
-    /// in the order of `ops`. A process's sends to a peer pair in order
-    /// with the peer's receives from it; a send to this process itself
-    /// needs a receive from itself of the same length and type in the
-    /// batch. Processes with nothing to exchange need not call it, except
-    /// when it is the first operation of the group on this device: that
-    /// one creates the group's communicator, which every process joins
-    /// (as with PyTorch's first `batch_isend_irecv`).
+    /// (`torch.distributed.batch_isend_irecv`).
+    ///
+    /// The work holds the tensors in the order of `ops`. A process's sends to a
+    /// peer pair in order with the peer's receives from it; a send to this
+    /// process itself needs a receive from itself of the same length and type
+    /// in the batch. Processes with nothing to exchange need not call it,
+    /// except when it is the first operation of the group on this device: that
+    /// one creates the group's communicator, which every process joins (as with
+    /// PyTorch's first `batch_isend_irecv`).
     ///
     /// Checks, before anything is enqueued: each operation's
     /// ([`nccl_tensor::Plan::new`]: a peer in `0..world_size`, the tensor
@@ -300,7 +303,9 @@ impl ProcessGroup {
     /// `output` in rank order, `output_split_sizes[i]` elements from
     /// process `i` (`torch.distributed.all_to_all_single` with split
     /// sizes, in elements): grouped sends and receives on the group's
-    /// communicator. The work holds `(output, input)`.
+    /// communicator.
+    ///
+    /// The work holds `(output, input)`.
     ///
     /// Checks ([`nccl_tensor::checks::all_to_all_splits`]): one split size
     /// per process in each list, adding up to its tensor's length, what
@@ -337,9 +342,10 @@ impl ProcessGroup {
 
     /// Sends `inputs[j]` to process `j` and receives into `outputs[i]`
     /// from process `i`, each of any length (`torch.distributed.all_to_all`),
-    /// in one NCCL group on the group's communicator. Process `i`'s
-    /// `inputs[j]` must match process `j`'s `outputs[i]`. The work holds
-    /// `(outputs, inputs)`.
+    /// in one NCCL group on the group's communicator.
+    ///
+    /// Process `i`'s `inputs[j]` must match process `j`'s `outputs[i]`. The
+    /// work holds `(outputs, inputs)`.
     ///
     /// Checks ([`nccl_tensor::checks::all_to_all_list`], then the batch's):
     /// one input and one output per process, each on the stream's device;
@@ -371,8 +377,9 @@ impl ProcessGroup {
 
     /// Gathers every rank's `input` into `outputs[rank]`
     /// (`torch.distributed.all_gather`, the list form), in one NCCL group
-    /// on the group's communicator (one broadcast per rank). The work
-    /// holds `(outputs, input)`.
+    /// on the group's communicator (one broadcast per rank).
+    ///
+    /// The work holds `(outputs, input)`.
     ///
     /// Checks ([`nccl_tensor::checks::all_gather_list`]): one output per
     /// process, each of the input's type and length, every tensor on the

@@ -81,7 +81,9 @@ pub trait GroupBuffers: OpBuffers + sealed::Sealed {
 /// One tensor, as the group's named one-device operations take it (and,
 /// as `(output, input)` pairs, their out-of-place forms): a [`Tensor`], a
 /// [`GroupRegistered`] tensor, an [`AnyTensor`], or borrowed cudarc
-/// memory (`&mut CudaSlice<T>`, `CudaViewMut<T>`). Sealed.
+/// memory (`&mut CudaSlice<T>`, `CudaViewMut<T>`).
+///
+/// Sealed.
 pub trait GroupTensor: GroupBuffers {
     /// The input an out-of-place form takes next to this output: the same
     /// type for an owned tensor; a shared borrow for borrowed memory

@@ -84,7 +84,9 @@ impl GroupBuilder {
         /// The store where the processes meet.
         store(store: Arc<dyn Store>) => store = Some(store);
         /// How error messages name the store (for the TCP store: rank 0's
-        /// address). Only used in messages.
+        /// address).
+        ///
+        /// Only used in messages.
         store_address(address: impl Into<String>) => store_address = Some(address.into());
         /// This process's rank on its host, the GPU it drives
         /// ([`ProcessGroup::local_rank`]); unknown unless given.

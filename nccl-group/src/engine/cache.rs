@@ -53,9 +53,10 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
     }
 
     /// The value for `key`, created by `create` if there is none yet.
-    /// Exactly one caller runs `create` for a key at a time; the others
-    /// wait for it. If it fails, its caller gets the error and the next
-    /// caller (or a waiting one) tries again.
+    ///
+    /// Exactly one caller runs `create` for a key at a time; the others wait
+    /// for it. If it fails, its caller gets the error and the next caller (or a
+    /// waiting one) tries again.
     ///
     /// # Errors
     /// What `create` returned.
@@ -138,6 +139,7 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
     }
 
     /// Removes every value (they are dropped when the last user lets go).
+    ///
     /// A value still being created when this runs is added afterwards.
     pub fn clear(&self) -> Vec<Arc<V>> {
         let mut ready = self.ready.write().unwrap_or_else(PoisonError::into_inner);

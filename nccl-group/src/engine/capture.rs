@@ -98,10 +98,11 @@ impl ProcessGroup {
     /// Begins capturing `stream` into a CUDA graph
     /// (`cuStreamBeginCapture`, in the thread-local capture mode, so other
     /// threads' CUDA calls, the watchdog's included, are not restricted).
+    ///
     /// Issue the operations to capture on `stream` through
     /// [`GraphCapture::group`] (or any handle of this group in
-    /// [`StreamMode::Caller`]), then [`GraphCapture::end`] with their
-    /// buffers: the [`GroupGraph`] replays them.
+    /// [`StreamMode::Caller`]), then [`GraphCapture::end`] with their buffers:
+    /// the [`GroupGraph`] replays them.
     ///
     /// Before the capture, issue each kind of operation once outside it
     /// (a warm-up, as with any NCCL capture): that creates the
@@ -156,8 +157,9 @@ impl ProcessGroup {
 
 /// A CUDA graph capture the group began on a stream
 /// ([`ProcessGroup::begin_capture`]); [`GraphCapture::end`] ends it into a
-/// [`GroupGraph`]. Dropped unended, it ends the capture and discards the
-/// graph.
+/// [`GroupGraph`].
+///
+/// Dropped unended, it ends the capture and discards the graph.
 #[must_use = "the capture ends, and its graph is discarded, when this is dropped: call end()"]
 pub struct GraphCapture {
     group: ProcessGroup,
@@ -196,9 +198,10 @@ impl GraphCapture {
     /// Ends the capture and instantiates its graph, which keeps `buffers`
     /// (every buffer of the captured operations that the caller holds)
     /// until it is dropped or gives them back
-    /// ([`GroupGraph::into_buffers`]). A capture with nothing in it (an
-    /// in-place operation at world size 1 enqueues nothing) replays as
-    /// nothing.
+    /// ([`GroupGraph::into_buffers`]).
+    ///
+    /// A capture with nothing in it (an in-place operation at world size 1
+    /// enqueues nothing) replays as nothing.
     ///
     /// # Errors
     /// With the buffers: CUDA's refusal to end or instantiate (an

@@ -20,8 +20,9 @@ const UNIQUE_ID: &str = "unique-id";
 /// The step every process arrives at before NCCL's init.
 const INIT: &str = "init";
 
-/// Creates the communicators of one key. The process group uses NCCL; the
-/// seam lets tests use a fake without a GPU.
+/// Creates the communicators of one key.
+///
+/// The process group uses NCCL; the seam lets tests use a fake without a GPU.
 pub trait CommFactory: Send + Sync {
     /// What one key's communicators are, for this process.
     type Comms: Send + Sync;
@@ -47,9 +48,10 @@ pub trait CommFactory: Send + Sync {
     ) -> Result<Self::Comms>;
 }
 
-/// Numbers the keys of each class in order of first use. A key keeps its
-/// number when its creation fails and is tried again, so the retry meets
-/// the other processes under the same store key.
+/// Numbers the keys of each class in order of first use.
+///
+/// A key keeps its number when its creation fails and is tried again, so the
+/// retry meets the other processes under the same store key.
 #[derive(Default)]
 struct Sequences {
     next: HashMap<CommClass, u64>,
@@ -71,10 +73,12 @@ impl Sequences {
 
 /// Communicators per key, created once, with the unique id published by
 /// the creating rank (rank 0, or the lower rank of a pair) and fetched by
-/// the others. Processes meet under a key's class and sequence number, not
-/// its local devices (which may differ per process), so they must create
-/// keys of one class in the same order: issue the group's operations in
-/// the same order everywhere, as NCCL requires anyway.
+/// the others.
+///
+/// Processes meet under a key's class and sequence number, not its local
+/// devices (which may differ per process), so they must create keys of one
+/// class in the same order: issue the group's operations in the same order
+/// everywhere, as NCCL requires anyway.
 pub struct CommCache<F: CommFactory> {
     membership: Membership,
     factory: F,

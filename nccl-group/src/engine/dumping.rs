@@ -89,8 +89,9 @@ impl ProcessGroup {}
 /// [`dump_flight_recorder`](Diagnostics::dump_flight_recorder)) and the
 /// operations the watchdog still waits for
 /// ([`pending_operations`](Diagnostics::pending_operations)) and the GPU
-/// memory its communicators hold ([`mem_stats`](Diagnostics::mem_stats)). Sealed,
-/// implemented for [`ProcessGroup`] only, and in the
+/// memory its communicators hold ([`mem_stats`](Diagnostics::mem_stats)).
+///
+/// Sealed, implemented for [`ProcessGroup`] only, and in the
 /// [`prelude`](crate::prelude).
 pub trait Diagnostics: crate::sealed::Sealed {
     /// The flight recorder's records now, with this process's progress.
@@ -100,11 +101,12 @@ pub trait Diagnostics: crate::sealed::Sealed {
     /// [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)
     /// (`<dump dir>/<group>-g<generation>-<label>/`, see
     /// [`crate::dumps`]), and returns the files once they are complete.
-    /// Every rank that dumps with the same label writes into the same
-    /// folder, which torchfrtrace and [`crate::analysis`] read; nothing is
-    /// overwritten (the same label twice takes a folder `<name>.1`). Works
-    /// on a failed or aborted group too. From outside the process, the
-    /// file [`dumps::REQUEST_FILE`] asks every group for the same.
+    ///
+    /// Every rank that dumps with the same label writes into the same folder,
+    /// which torchfrtrace and [`crate::analysis`] read; nothing is overwritten
+    /// (the same label twice takes a folder `<name>.1`). Works on a failed or
+    /// aborted group too. From outside the process, the file
+    /// [`dumps::REQUEST_FILE`] asks every group for the same.
     ///
     /// # Errors
     /// [`GroupError::Dump`](crate::GroupError::Dump): no dump folder
@@ -117,8 +119,9 @@ pub trait Diagnostics: crate::sealed::Sealed {
     /// The GPU memory the group's communicators hold
     /// (`ncclCommMemStats`, NCCL 2.29.7), summed per local device,
     /// ordered by device: the collective communicators and the send/recv
-    /// pairs' made so far (none before the first operation). Answers
-    /// while [`suspend`](crate::Lifecycle::suspend)ed too.
+    /// pairs' made so far (none before the first operation).
+    ///
+    /// Answers while [`suspend`](crate::Lifecycle::suspend)ed too.
     ///
     /// # Errors
     /// NCCL's [`Unsupported`](nccl_core::Error::Unsupported) naming

@@ -93,13 +93,15 @@ impl Inner {
 
     /// Fails a live group (the watchdog's verdict, an operation left in
     /// flight by an error, a communicator not created in time); a no-op
-    /// otherwise. Every pending operation fails at once; then the
-    /// communicators are aborted (bounded), the ranks' progress exchanged
-    /// and the flight recorder dumped, after which the failure's
-    /// [`details`](Failure::details) are set. `finish` says where that
-    /// slower part runs. With [`FailurePolicy::AbortProcess`] all of it
-    /// runs here, before pending operations fail (nobody can act on an
-    /// error before the dump is written), and the process aborts.
+    /// otherwise.
+    ///
+    /// Every pending operation fails at once; then the communicators are
+    /// aborted (bounded), the ranks' progress exchanged and the flight recorder
+    /// dumped, after which the failure's [`details`](Failure::details) are set.
+    /// `finish` says where that slower part runs. With
+    /// [`FailurePolicy::AbortProcess`] all of it runs here, before pending
+    /// operations fail (nobody can act on an error before the dump is written),
+    /// and the process aborts.
     pub(crate) fn fail(self: &Arc<Self>, cause: FailureCause, seq: Option<u64>, finish: Finish) {
         // No operation is stuck when creation or a split failed, and the
         // ranks that never joined are named already: nothing to ask the
@@ -180,8 +182,9 @@ impl Inner {
     }
 
     /// One clean check of every communicator (`crate::health::verify`): `Clean`
-    /// verifies every end seen before it. Not while the group is failing:
-    /// the caller checks the state.
+    /// verifies every end seen before it.
+    ///
+    /// Not while the group is failing: the caller checks the state.
     pub(crate) fn clean_check(&self) -> CommHealth {
         let epoch = self.verification.begin();
         let health = CommHealth::of(&self.cache.all());
@@ -225,7 +228,9 @@ impl Inner {
     /// lists a communicator only until it is aborted), the communicators
     /// are aborted (bounded), the other ranks' reports are read, the
     /// flight recorder is dumped and the failure's details are set, as
-    /// `exchange` asks. Returns how the abort went.
+    /// `exchange` asks.
+    ///
+    /// Returns how the abort went.
     fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
         let m = self.cache.membership();
         // The name was checked when the group was made: the scope exists.

@@ -29,6 +29,7 @@ pub(crate) enum Replacement {
 }
 
 /// A heal or a grow done, kept by the old generation for later callers.
+///
 /// The group is weak: the old generation must not keep the new one alive.
 pub(crate) struct Record {
     pub(crate) group: Weak<Inner>,

@@ -88,7 +88,9 @@ impl<B: WorkBuffers + 'static> GroupGraph<B> {
     }
 
     /// Launches the graph on its stream (`cuGraphLaunch`), watched by the
-    /// watchdog until it ends. Nothing to launch for an empty graph.
+    /// watchdog until it ends.
+    ///
+    /// Nothing to launch for an empty graph.
     ///
     /// # Errors
     /// An aborted, destroyed or failed group (a graph must not run on

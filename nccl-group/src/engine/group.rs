@@ -317,6 +317,7 @@ impl ProcessGroup {
     /// The same group, whose operations issued through the returned handle
     /// get `timeout` instead of [`GroupOptions::op_timeout`]:
     /// `group.with_op_timeout(Duration::from_secs(5)).all_reduce(...)`.
+    ///
     /// Cheap (one reference count).
     pub fn with_op_timeout(&self, timeout: Duration) -> ProcessGroup {
         ProcessGroup {
@@ -332,14 +333,15 @@ impl ProcessGroup {
 
     /// The same group, whose operations issued through the returned handle
     /// run on the stream `mode` picks instead of
-    /// [`GroupOptions::stream_mode`]'s, on the same communicators. PyTorch's
-    /// `async_op` choice per call: `StreamMode::Caller` for an operation
-    /// whose result the caller's stream needs next anyway (no handoff, and
-    /// no cross-stream latency on the GPU), `StreamMode::Separate` for one
-    /// that should overlap the compute queued after it. Mixing the two on
-    /// one caller's stream keeps the order: each [`Work::wait`](crate::Work::wait) makes that
-    /// stream wait, and each operation on the NCCL stream waits for it.
-    /// Cheap (one reference count).
+    /// [`GroupOptions::stream_mode`]'s, on the same communicators.
+    ///
+    /// PyTorch's `async_op` choice per call: `StreamMode::Caller` for an
+    /// operation whose result the caller's stream needs next anyway (no
+    /// handoff, and no cross-stream latency on the GPU), `StreamMode::Separate`
+    /// for one that should overlap the compute queued after it. Mixing the two
+    /// on one caller's stream keeps the order: each
+    /// [`Work::wait`](crate::Work::wait) makes that stream wait, and each
+    /// operation on the NCCL stream waits for it. Cheap (one reference count).
     pub fn with_stream_mode(&self, mode: StreamMode) -> ProcessGroup {
         ProcessGroup {
             stream_mode: mode,
@@ -358,8 +360,10 @@ impl ProcessGroup {
     }
 
     /// This process's rank on its host (`LOCAL_RANK`): with one GPU per
-    /// process, the GPU to use (`Device::new(local_rank)`). Known for a
-    /// group made from a launch configuration ([`ProcessGroup::from_env`],
+    /// process, the GPU to use (`Device::new(local_rank)`).
+    ///
+    /// Known for a group made from a launch configuration
+    /// ([`ProcessGroup::from_env`],
     /// [`GroupBuilder::config`](crate::GroupBuilder::config)) or given
     /// [`GroupBuilder::local_rank`](crate::GroupBuilder::local_rank); `None`
     /// otherwise.
@@ -379,8 +383,10 @@ impl ProcessGroup {
 
     /// The group's generation: its instance's number among groups of the
     /// same name, one more after each [`heal`](crate::Recovery::heal) or
-    /// [`grow`](crate::Recovery::grow). Instances are counted in the world size of
-    /// the name's first instance on the store, so [`GroupBuilder::build`](crate::GroupBuilder::build)
+    /// [`grow`](crate::Recovery::grow).
+    ///
+    /// Instances are counted in the world size of the name's first instance on
+    /// the store, so [`GroupBuilder::build`](crate::GroupBuilder::build)
     /// refuses another size for that name.
     pub fn generation(&self) -> u64 {
         self.inner.cache.membership().generation

@@ -129,7 +129,9 @@ impl Route {
 }
 
 impl ProcessGroup {
-    /// The route of `op`. A send or receive names another process's rank.
+    /// The route of `op`.
+    ///
+    /// A send or receive names another process's rank.
     fn route(&self, op: &Op<'_>) -> Result<Route> {
         let Some((what, peer)) = op.rank_argument().filter(|_| op.is_point_to_point()) else {
             return Ok(Route::Collective);
@@ -181,11 +183,13 @@ impl ProcessGroup {
     }
 
     /// Issues `op` on one local device's `buffers` (a tensor, or an
-    /// `(output, input)` pair), on the caller's `stream`. Every operation
-    /// method is this with one [`Op`]; a root is a global rank, and a send's
-    /// or receive's peer another process's rank. The argument rules are
-    /// nccl-tensor's ([`nccl_tensor::rules`]), so an `(output, input)` pair
-    /// works for every operation that takes one, `all_reduce` included.
+    /// `(output, input)` pair), on the caller's `stream`.
+    ///
+    /// Every operation method is this with one [`Op`]; a root is a global rank,
+    /// and a send's or receive's peer another process's rank. The argument
+    /// rules are nccl-tensor's ([`nccl_tensor::rules`]), so an `(output,
+    /// input)` pair works for every operation that takes one, `all_reduce`
+    /// included.
     ///
     /// # Errors
     /// As `B`'s [`Refusal`](crate::Refusal) (owned buffers handed back,
@@ -231,8 +235,10 @@ impl ProcessGroup {
     /// Whether `error`, returned by an operation's NCCL calls, may have
     /// left part of the operation launched: an error NCCL itself returned
     /// on a blocking communicator (a multi-call group may fail after some
-    /// of its calls launched). A nonblocking communicator reports those
-    /// after accepting the calls, and argument checks fail before any.
+    /// of its calls launched).
+    ///
+    /// A nonblocking communicator reports those after accepting the calls, and
+    /// argument checks fail before any.
     fn may_have_launched(&self, error: &nccl_tensor::Error) -> bool {
         self.options().comm_mode == CommMode::Blocking
             && matches!(
@@ -257,8 +263,10 @@ impl ProcessGroup {
         }
     }
 
-    /// The communicators for `key`. A group aborted while they were being
-    /// created aborts them too (`abort` only sees those created before it).
+    /// The communicators for `key`.
+    ///
+    /// A group aborted while they were being created aborts them too (`abort`
+    /// only sees those created before it).
     pub(crate) fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
         self.check_not_suspended("issuing operations")?;
         let comms = match self.inner.cache.get(key) {
@@ -283,9 +291,10 @@ impl ProcessGroup {
     }
 
     /// An error of a call that raced with `abort`, `destroy` or a failure
-    /// is reported as that, not as the communicator error it caused. A
-    /// creation timeout and a mismatch failed the group themselves and
-    /// say more than the failure.
+    /// is reported as that, not as the communicator error it caused.
+    ///
+    /// A creation timeout and a mismatch failed the group themselves and say
+    /// more than the failure.
     fn classify(&self, error: GroupError) -> GroupError {
         if matches!(
             error,
@@ -298,8 +307,9 @@ impl ProcessGroup {
 
     /// Notes an operation NCCL accepted, issued at `now`, in the flight
     /// recorder (its sequence numbers), and keeps its collective check.
-    /// Operations refused by a check are not recorded, so every rank
-    /// numbers the same collectives alike.
+    ///
+    /// Operations refused by a check are not recorded, so every rank numbers
+    /// the same collectives alike.
     pub(crate) fn record(
         &self,
         info: OpInfo,
@@ -325,10 +335,12 @@ impl ProcessGroup {
     }
 
     /// Records the end of an enqueued operation (`record_ends`) and hands
-    /// it to the watchdog. The ends are recorded inside the tracker's lock,
-    /// so the tracker holds the operations in the order their ends were
-    /// recorded on each stream, which lets it reap a backlog on one stream
-    /// with a binary search (see `watchdog::tracker::reap`).
+    /// it to the watchdog.
+    ///
+    /// The ends are recorded inside the tracker's lock, so the tracker holds
+    /// the operations in the order their ends were recorded on each stream,
+    /// which lets it reap a backlog on one stream with a binary search (see
+    /// `watchdog::tracker::reap`).
     pub(crate) fn track(
         &self,
         seq: u64,
@@ -371,9 +383,10 @@ impl ProcessGroup {
 
     /// Enqueues one operation on one local device: the NCCL stream waits
     /// for the caller's stream (unless the operation runs on the caller's
-    /// stream), `issue` enqueues, an end event is recorded. `keep` says
-    /// how a captured work keeps the buffers; `None`, buffers that borrow
-    /// the caller's memory, which are never captured. On a caller's
+    /// stream), `issue` enqueues, an end event is recorded.
+    ///
+    /// `keep` says how a captured work keeps the buffers; `None`, buffers that
+    /// borrow the caller's memory, which are never captured. On a caller's
     /// stream being captured, the operation is captured instead
     /// ([`ProcessGroup::run_captured`]).
     pub(crate) fn run_one<B: WorkBuffers>(

@@ -68,13 +68,13 @@ impl LocalComms {
 
     /// Why a heal cannot shrink these communicators, or `None` when it
     /// can: one device, revoked by the failure (not aborted), on a NCCL
-    /// with `ncclCommShrink`, and no asynchronous error left on it. NCCL's
-    /// shrink starts with `ncclCommEnsureReady`, which refuses a
-    /// communicator with one, and a revoke clears the communicator's own
-    /// error but not its proxy's: a peer's closed socket
-    /// (`ncclRemoteError`) stays, so a shrink after a rank's death fails
-    /// in NCCL 2.28.9 and 2.30.7, where one after a timeout (a stopped
-    /// rank) works.
+    /// with `ncclCommShrink`, and no asynchronous error left on it.
+    ///
+    /// NCCL's shrink starts with `ncclCommEnsureReady`, which refuses a
+    /// communicator with one, and a revoke clears the communicator's own error
+    /// but not its proxy's: a peer's closed socket (`ncclRemoteError`) stays,
+    /// so a shrink after a rank's death fails in NCCL 2.28.9 and 2.30.7, where
+    /// one after a timeout (a stopped rank) works.
     pub(crate) fn unshrinkable(&self) -> Option<String> {
         let [member] = self.members.as_slice() else {
             return Some(format!("it spans {} devices", self.members.len()));
@@ -111,9 +111,10 @@ impl LocalComms {
     /// reason,
     /// leaving out the NCCL ranks `exclude`, bounded by `timeout` (a
     /// blocking shrink waits for every survivor on a helper thread; a
-    /// nonblocking one is polled). The new communicator keeps the
-    /// parent's device pool and NCCL stream; the parent stays revoked,
-    /// for its owner to drop (which aborts it).
+    /// nonblocking one is polled).
+    ///
+    /// The new communicator keeps the parent's device pool and NCCL stream; the
+    /// parent stays revoked, for its owner to drop (which aborts it).
     pub(crate) fn shrink(&self, exclude: &[usize], timeout: Duration) -> Result<LocalComms> {
         let exclude = exclude.to_vec();
         self.child("ncclCommShrink", timeout, move |parent| {
@@ -131,9 +132,11 @@ impl LocalComms {
     /// `ncclCommGrow` of the one communicator (a one-device set) to
     /// `world_size` ranks, this rank keeping its own; the grow's root
     /// passes the id of its [`grow_unique_id`](Self::grow_unique_id), the
-    /// others `None`. Bounded by `timeout` as [`shrink`](Self::shrink),
-    /// and like it the new communicator keeps the parent's device pool and
-    /// NCCL stream; the parent stays live, for its owner to release.
+    /// others `None`.
+    ///
+    /// Bounded by `timeout` as [`shrink`](Self::shrink), and like it the new
+    /// communicator keeps the parent's device pool and NCCL stream; the parent
+    /// stays live, for its owner to release.
     pub(crate) fn grow(
         &self,
         world_size: usize,
@@ -160,8 +163,9 @@ impl LocalComms {
 
     /// The communicator `make` (NCCL's `operation`) derives from the one
     /// communicator of a one-device set, bounded by `timeout` as
-    /// [`derive`](Self::derive). The child keeps the parent's device pool
-    /// and NCCL stream.
+    /// [`derive`](Self::derive).
+    ///
+    /// The child keeps the parent's device pool and NCCL stream.
     fn child(
         &self,
         operation: &'static str,
@@ -177,10 +181,12 @@ impl LocalComms {
     /// `ncclCommSplit` of the one communicator of a one-device set: this
     /// rank joins the communicator of `color` as its rank `key`, or none
     /// (`color` of `None`, `NCCL_SPLIT_NOCOLOR`, which returns `None`), with
-    /// `config`. Collective over every rank of the parent; bounded by
-    /// `timeout` as [`derive`](Self::derive). The child keeps the parent's
-    /// device pool and takes the pool's next NCCL stream, as a
-    /// communicator created afresh would.
+    /// `config`.
+    ///
+    /// Collective over every rank of the parent; bounded by `timeout` as
+    /// [`derive`](Self::derive). The child keeps the parent's device pool and
+    /// takes the pool's next NCCL stream, as a communicator created afresh
+    /// would.
     pub(crate) fn split(
         &self,
         color: Option<i32>,

@@ -179,9 +179,10 @@ impl Membership {
 
 /// Refuses `world_size` for group `name` on `store` unless it is the world
 /// size of the name's first instance there, which the first rank to join
-/// records. Generations are counted as `instances / world_size`: an
-/// instance of another size would give its ranks different generations,
-/// which never meet.
+/// records.
+///
+/// Generations are counted as `instances / world_size`: an instance of another
+/// size would give its ranks different generations, which never meet.
 fn same_world_size(store: &dyn Store, name: &str, world_size: usize) -> Result<()> {
     let mine = world_size.to_string();
     let recorded = store.compare_set(&Scope::path(name)?.key(WORLD_SIZE), None, mine.as_bytes())?;

@@ -31,9 +31,10 @@ impl MultiDevice<'_> {
     /// [`ProcessGroup::issue`] on one part per local device, inside one
     /// NCCL group (the list forms; global rank = process rank x devices +
     /// index, and `callers[i]` is the caller's stream on part `i`'s
-    /// device). Every device's part is planned (checked) before any is
-    /// enqueued: a part left in the group would launch alone and wait
-    /// forever for its peers.
+    /// device).
+    ///
+    /// Every device's part is planned (checked) before any is enqueued: a part
+    /// left in the group would launch alone and wait forever for its peers.
     ///
     /// # Errors
     /// As [`ProcessGroup::issue`], plus a device twice or a stream count

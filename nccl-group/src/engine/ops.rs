@@ -38,14 +38,15 @@ impl ProcessGroup {
     /// `device` (its collective communicator, the one all_reduce uses),
     /// with everything the group's own operations get: the two-way event
     /// sync with `stream`, the deadline and watchdog, the flight recorder
-    /// (as operation `name`), and a [`Work`] that owns `buffers`. `issue`
-    /// gets the communicator and the stream to enqueue on (the NCCL
+    /// (as operation `name`), and a [`Work`] that owns `buffers`.
+    ///
+    /// `issue` gets the communicator and the stream to enqueue on (the NCCL
     /// stream, or `stream` itself with
     /// [`StreamMode::Caller`](crate::StreamMode::Caller)); every rank must
-    /// issue matching calls, as with any collective. `issue` runs inside
-    /// one NCCL group, so it may make several calls; on a nonblocking
-    /// communicator ([`CommMode::Nonblocking`](crate::CommMode::Nonblocking))
-    /// NCCL may answer `ncclInProgress`, and the group's end is waited for.
+    /// issue matching calls, as with any collective. `issue` runs inside one
+    /// NCCL group, so it may make several calls; on a nonblocking communicator
+    /// ([`CommMode::Nonblocking`](crate::CommMode::Nonblocking)) NCCL may
+    /// answer `ncclInProgress`, and the group's end is waited for.
     ///
     /// The buffers are owned (`'static`), and the flight record names no
     /// data type and no element counts. For memory a framework owns (a
@@ -86,6 +87,7 @@ impl ProcessGroup {
 
     /// Synchronises every process: work queued on `stream` after the
     /// returned work's `wait()` starts once all have reached the barrier.
+    ///
     /// Never captured in a CUDA graph
     /// ([`Uncapturable::Barrier`](crate::Uncapturable::Barrier)).
     ///
@@ -206,8 +208,10 @@ macro_rules! multi_operations {
 
 /// The collectives a [`Coalesced`] batch takes: each row the whole
 /// signature after `&mut self`; the method adds the operation on
-/// `buffers` to the batch. A root that is not a member of the group is
-/// refused when the batch is issued.
+/// `buffers` to the batch.
+///
+/// A root that is not a member of the group is refused when the batch is
+/// issued.
 macro_rules! coalesced_operations {
     (numbering $ranks:ident; $(
         $(#[$doc:meta])*
@@ -236,33 +240,41 @@ single_operations! {
     fn all_reduce<B: GroupTensor>(tensor: B, op: ReduceOp) -> B => Op::AllReduce(op.into()), tensor;
 
     /// Copies `tensor` from `root` to every rank, in place
-    /// (`torch.distributed.broadcast`). `root` is a global rank (a
-    /// `usize`, torch's `src=`) or a [`GroupRank`](crate::GroupRank)
-    /// (torch's `group_src=`): the [`ranks`](crate::ranks) page.
+    /// (`torch.distributed.broadcast`).
+    ///
+    /// `root` is a global rank (a `usize`, torch's `src=`) or a
+    /// [`GroupRank`](crate::GroupRank) (torch's `group_src=`): the
+    /// [`ranks`](crate::ranks) page.
     fn broadcast<B: GroupTensor>(tensor: B, root: impl Into<Rank>) -> B
         => Op::Broadcast { root: ranks.comm_rank("root", root)? }, tensor;
 
     /// Reduces `tensor` across every process into `root`, in place
-    /// (`torch.distributed.reduce`). `root` is a global rank or a
-    /// [`GroupRank`](crate::GroupRank), as for `broadcast`.
+    /// (`torch.distributed.reduce`).
+    ///
+    /// `root` is a global rank or a [`GroupRank`](crate::GroupRank), as for
+    /// `broadcast`.
     fn reduce<B: GroupTensor>(tensor: B, op: ReduceOp, root: impl Into<Rank>) -> B
         => Op::Reduce { op: op.into(), root: ranks.comm_rank("root", root)? }, tensor;
 
     /// Gathers every rank's `input` into `output` (world x input elements),
-    /// in rank order (`torch.distributed.all_gather_into_tensor`). The
-    /// work holds `(output, input)`.
+    /// in rank order (`torch.distributed.all_gather_into_tensor`).
+    ///
+    /// The work holds `(output, input)`.
     fn all_gather_into_tensor<B: GroupTensor>(output: B, input: B::Input) -> (B, B::Input)
         where (B, B::Input): GroupBuffers => Op::AllGather, (output, input);
 
     /// Reduces `input` (world x output elements) and scatters it: each rank
     /// gets its block in `output` (`torch.distributed.reduce_scatter_tensor`).
+    ///
     /// The work holds `(output, input)`.
     fn reduce_scatter_tensor<B: GroupTensor>(output: B, input: B::Input, op: ReduceOp) -> (B, B::Input)
         where (B, B::Input): GroupBuffers => Op::ReduceScatter(op.into()), (output, input);
 
     /// Block `j` of `input` goes to rank `j`; `output` gets the blocks in
     /// rank order (`torch.distributed.all_to_all_single` with equal
-    /// splits). The work holds `(output, input)`.
+    /// splits).
+    ///
+    /// The work holds `(output, input)`.
     fn all_to_all_single<B: GroupTensor>(output: B, input: B::Input) -> (B, B::Input)
         where (B, B::Input): GroupBuffers => Op::AllToAll, (output, input);
 
@@ -270,7 +282,9 @@ single_operations! {
     /// on `root` (a global rank or a [`GroupRank`](crate::GroupRank)), in
     /// rank order (`torch.distributed.gather`
     /// into one tensor); elsewhere `output` is not touched and may be
-    /// empty. The work holds `(output, input)`.
+    /// empty.
+    ///
+    /// The work holds `(output, input)`.
     fn gather<B: GroupTensor>(output: B, input: B::Input, root: impl Into<Rank>) -> (B, B::Input)
         where (B, B::Input): GroupBuffers => Op::Gather { root: ranks.comm_rank("root", root)? }, (output, input);
 
@@ -278,19 +292,24 @@ single_operations! {
     /// or a [`GroupRank`](crate::GroupRank)):
     /// each rank gets its block in `output` (`torch.distributed.scatter`
     /// from one tensor); elsewhere `input` is not read and may be empty.
+    ///
     /// The work holds `(output, input)`.
     fn scatter<B: GroupTensor>(output: B, input: B::Input, root: impl Into<Rank>) -> (B, B::Input)
         where (B, B::Input): GroupBuffers => Op::Scatter { root: ranks.comm_rank("root", root)? }, (output, input);
 
     /// Sends `tensor` to `dst` over the pair's own communicator
-    /// (`torch.distributed.send`). `dst` is a global rank or a
-    /// [`GroupRank`](crate::GroupRank). Checks: `dst` another member.
+    /// (`torch.distributed.send`).
+    ///
+    /// `dst` is a global rank or a [`GroupRank`](crate::GroupRank). Checks:
+    /// `dst` another member.
     fn send<B: GroupTensor>(tensor: B, dst: impl Into<Rank>) -> B
         => Op::Send { peer: ranks.member("dst", dst)? }, tensor;
 
     /// Receives into `tensor` from `src` over the pair's own communicator
-    /// (`torch.distributed.recv`). `src` is a global rank or a
-    /// [`GroupRank`](crate::GroupRank). Checks: `src` another member.
+    /// (`torch.distributed.recv`).
+    ///
+    /// `src` is a global rank or a [`GroupRank`](crate::GroupRank). Checks:
+    /// `src` another member.
     fn recv<B: GroupTensor>(tensor: B, src: impl Into<Rank>) -> B
         => Op::Recv { peer: ranks.member("src", src)? }, tensor;
 }

@@ -14,11 +14,13 @@ pub(crate) mod sealed {
 }
 
 /// What an operation's refusal (the `Err` of [`OpResult`](crate::OpResult))
-/// holds, decided by its buffers' [`OpBuffers::Ownership`]. Sealed:
-/// [`Owned`] or [`Borrowed`].
+/// holds, decided by its buffers' [`OpBuffers::Ownership`].
+///
+/// Sealed: [`Owned`] or [`Borrowed`].
 pub trait Ownership: sealed::Sealed {
-    /// The refusal of an operation on buffers of type `B`. Either way it
-    /// is an error that `?` takes into a [`GroupError`].
+    /// The refusal of an operation on buffers of type `B`.
+    ///
+    /// Either way it is an error that `?` takes into a [`GroupError`].
     type Refusal<B>: std::error::Error + Into<GroupError>;
 
     /// The refusal of an operation that failed with `error` before NCCL
@@ -59,9 +61,10 @@ impl Ownership for Borrowed {
 }
 
 /// Buffers an operation's result is typed by: their [`Ownership`] decides
-/// what its refusal holds. A tensor names its own; an `(output, input)`
-/// pair its output's; a list (one part per local device, or a batch's)
-/// its parts'. Sealed.
+/// what its refusal holds.
+///
+/// A tensor names its own; an `(output, input)` pair its output's; a list (one
+/// part per local device, or a batch's) its parts'. Sealed.
 pub trait OpBuffers: WorkBuffers + sealed::Sealed {
     /// [`Owned`] or [`Borrowed`].
     type Ownership: Ownership;

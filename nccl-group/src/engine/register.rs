@@ -15,9 +15,11 @@ use crate::error::Result;
 
 /// A tensor registered with a process group's communicator
 /// ([`ProcessGroup::register`]): nccl-tensor's [`Registered`], sharing the
-/// communicator with the group. Pass it to the group's operations in place
-/// of the tensor ([`ProcessGroup::all_reduce`] and the other one-device
-/// operations, [`coalesced`](ProcessGroup::coalesced),
+/// communicator with the group.
+///
+/// Pass it to the group's operations in place of the tensor
+/// ([`ProcessGroup::all_reduce`] and the other one-device operations,
+/// [`coalesced`](ProcessGroup::coalesced),
 /// [`batch_isend_irecv`](ProcessGroup::batch_isend_irecv),
 /// [`issue`](ProcessGroup::issue)); the [`Work`](crate::Work) hands it back.
 ///
@@ -57,10 +59,11 @@ impl ProcessGroup {
     /// group's collective communicator on the tensor's device: the one
     /// that collectives, [`coalesced`](Self::coalesced) batches and
     /// [`batch_isend_irecv`](Self::batch_isend_irecv) use on that device.
-    /// [`send`](Self::send) and [`recv`](Self::recv) run on pair
-    /// communicators, and the list forms (`*_multi`) on communicators of
-    /// several devices, which do not see this registration (the
-    /// operations still work, through NCCL's own buffers).
+    ///
+    /// [`send`](Self::send) and [`recv`](Self::recv) run on pair communicators,
+    /// and the list forms (`*_multi`) on communicators of several devices,
+    /// which do not see this registration (the operations still work, through
+    /// NCCL's own buffers).
     ///
     /// NCCL uses a registration only when every buffer of an operation is
     /// registered; memory from [`Tensor::nccl_zeros`] (`ncclMemAlloc`) can

@@ -107,8 +107,10 @@ impl ProcessGroup {
     /// suspended before it lets go of them: the watchdog, which skips a
     /// suspended group, never reads the health of a suspended
     /// communicator (NCCL answers that with an error, which would fail
-    /// the group). A failure part way leaves what it suspended suspended,
-    /// and the group too: resume (on every rank) or abort.
+    /// the group).
+    ///
+    /// A failure part way leaves what it suspended suspended, and the group
+    /// too: resume (on every rank) or abort.
     fn drain_and_suspend(&self, sets: &[Arc<LocalComms>]) -> Result<()> {
         let started = Instant::now();
         let bound = self.options().timeout;

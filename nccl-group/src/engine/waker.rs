@@ -19,7 +19,9 @@ const POLL: Duration = Duration::from_micros(100);
 /// Something whose end a future waits for.
 pub(crate) trait Settle: Send + Sync {
     /// Whether it ended, broke or failed: polling its future again now
-    /// gives its result. Polls without blocking.
+    /// gives its result.
+    ///
+    /// Polls without blocking.
     fn is_settled(&self) -> bool;
 }
 
@@ -82,7 +84,9 @@ impl Wakers {
     }
 
     /// Wakes `waker` once `op` settles; a second registration under the
-    /// same `id` replaces the waker. Starts the thread the first time.
+    /// same `id` replaces the waker.
+    ///
+    /// Starts the thread the first time.
     ///
     /// # Errors
     /// The OS refused to start the thread.

@@ -24,8 +24,9 @@ pub type OpResult<B> = std::result::Result<Work<B>, Refusal<B>>;
 /// The refusal of an operation on buffers of type `B`: `Box<OpError<B>>`
 /// ([`Owned`](crate::Owned): tensors, registered tensors, `AnyTensor`s and
 /// their pairs and lists) or [`GroupError`] ([`Borrowed`](crate::Borrowed):
-/// `&mut CudaSlice<T>`, `CudaViewMut<T>` and their pairs and lists). `?`
-/// takes either into a [`GroupError`].
+/// `&mut CudaSlice<T>`, `CudaViewMut<T>` and their pairs and lists).
+///
+/// `?` takes either into a [`GroupError`].
 pub type Refusal<B> = <<B as OpBuffers>::Ownership as Ownership>::Refusal<B>;
 
 /// What the issue path gives before the refusal takes its buffers' type:
@@ -153,9 +154,11 @@ pub struct Work<B: WorkBuffers> {
 
 /// Where the operation of a [`Work`] stands.
 enum State<B> {
-    /// Enqueued, its end watched. `borrowed`: the buffers borrow the
-    /// caller's memory, which the caller may use as soon as the work
-    /// drops, so dropping it orders the caller's stream as `wait` does.
+    /// Enqueued, its end watched.
+    ///
+    /// `borrowed`: the buffers borrow the caller's memory, which the caller may
+    /// use as soon as the work drops, so dropping it orders the caller's stream
+    /// as `wait` does.
     Tracked { op: Arc<Tracked>, borrowed: bool },
     /// Captured in a CUDA graph: owned buffers dropped unwaited are boxed
     /// by `keep` and parked in `keeper`.
@@ -237,8 +240,9 @@ impl<B: WorkBuffers> Work<B> {
     /// Blocks the CPU until the operation has finished, at most `timeout`,
     /// then checks that it produced its result: that no communicator of
     /// the group reported an error by the time it was seen to end (as
-    /// PyTorch's `WorkNCCL::isCompleted` does). After `Ok`, the results
-    /// are the operation's, on the GPU and on the host.
+    /// PyTorch's `WorkNCCL::isCompleted` does).
+    ///
+    /// After `Ok`, the results are the operation's, on the GPU and on the host.
     ///
     /// # Errors
     /// [`GroupError::Failed`] as soon as the group fails (the watchdog saw
@@ -280,8 +284,9 @@ impl<B: WorkBuffers> Work<B> {
     }
 
     /// Makes the caller's stream wait for the operation (the CPU does not
-    /// wait) and returns the buffers. Work queued on that stream afterwards
-    /// sees the results.
+    /// wait) and returns the buffers.
+    ///
+    /// Work queued on that stream afterwards sees the results.
     ///
     /// The tensors come back carrying the operation's result check
     /// ([`WorkBuffers::set_producer`]): reading one on the host

@@ -28,8 +28,10 @@ pub trait WorkBuffers: Send {
     /// Whether an operation on `stream` that uses these buffers as
     /// `access` needs no driver call to order them
     /// ([`TypedBuffer::is_settled_on`]): what an operation captured in a
-    /// CUDA graph needs. A pair is `(output, input)`: the output as
-    /// `access`, the input read. Buffers of your own (for
+    /// CUDA graph needs.
+    ///
+    /// A pair is `(output, input)`: the output as `access`, the input read.
+    /// Buffers of your own (for
     /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) answer `true`:
     /// ordering them in a capture is yours to do.
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
@@ -39,9 +41,12 @@ pub trait WorkBuffers: Send {
 
     /// Leaves the operation's result check on the buffers, so that reading
     /// them on the host fails when the operation may have run with a failed
-    /// peer ([`nccl_tensor::producer`]). Buffers of your own (for
-    /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) carry none:
-    /// check with [`Work::synchronize`](crate::Work::synchronize) before reading them.
+    /// peer ([`nccl_tensor::producer`]).
+    ///
+    /// Buffers of your own (for
+    /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) carry none: check
+    /// with [`Work::synchronize`](crate::Work::synchronize) before reading
+    /// them.
     fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
         let _ = check;
     }
@@ -84,8 +89,10 @@ impl WorkBuffers for AnyTensor {
 
 /// Borrowed cudarc memory: dropping a borrow frees nothing, but the
 /// caller may free the memory once the borrow ends, on the stream cudarc
-/// frees it on. The work of borrowed memory is never captured, and carries
-/// no result check: see [`Work::synchronize`].
+/// frees it on.
+///
+/// The work of borrowed memory is never captured, and carries no result check:
+/// see [`Work::synchronize`].
 macro_rules! borrowed_work_buffers {
     ($($ty:ty),*) => {$(
         impl<T: NcclType> WorkBuffers for $ty {

@@ -51,13 +51,16 @@ nccl_core::__error_kinds! {
         PeerFailed,
         /// The group's watchdog failed the group (an operation timed out, or
         /// NCCL or CUDA reported an error), or its collective check found a
-        /// mismatch; `is_timeout()` says whether it was a timeout. Create a
-        /// new group.
+        /// mismatch; `is_timeout()` says whether it was a timeout.
+        ///
+        /// Create a new group.
         GroupFailed,
         /// This rank was left out of the survivors' agreement on the next
         /// generation ([`ProcessGroup::heal`](crate::Recovery::heal)): it
         /// came after the decision (stopped, slow) or was suspected and
-        /// absent. It must not take part in the healed group.
+        /// absent.
+        ///
+        /// It must not take part in the healed group.
         Excluded,
         /// The survivors' agreement found fewer ranks than the heal's
         /// minimum: the next generation was not formed.
@@ -67,6 +70,7 @@ nccl_core::__error_kinds! {
         Healed,
         /// The group is suspended ([`ProcessGroup::suspend`](crate::Lifecycle::suspend)):
         /// call [`resume`](crate::Lifecycle::resume) on every rank, then retry.
+        ///
         /// The group is still live.
         Suspended,
         /// The rendezvous store failed other than by a timeout: it could not

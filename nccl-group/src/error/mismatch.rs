@@ -8,10 +8,12 @@ use crate::diagnostics::analysis::Divergence;
 use crate::failure::{Collectives, Failure};
 
 /// What the collective check found: the ranks did not issue the same
-/// collectives. [`GroupError::Mismatch`](crate::GroupError::Mismatch)
-/// carries it to the rank whose check found it; the group failed
-/// ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)), so every
-/// later call and pending operation gets the failure.
+/// collectives.
+///
+/// [`GroupError::Mismatch`](crate::GroupError::Mismatch) carries it to the rank
+/// whose check found it; the group failed
+/// ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)), so every later
+/// call and pending operation gets the failure.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Mismatch {
@@ -19,9 +21,11 @@ pub struct Mismatch {
     /// issued what.
     pub divergence: Divergence,
     /// The first and last collective the failed check covered, in this
-    /// rank's numbering. The last was not enqueued, on this rank nor on
-    /// any other (every rank checks before it enqueues it); with a check
-    /// every `K > 1` collectives, the others were.
+    /// rank's numbering.
+    ///
+    /// The last was not enqueued, on this rank nor on any other (every rank
+    /// checks before it enqueues it); with a check every `K > 1` collectives,
+    /// the others were.
     pub checked: (u64, u64),
     /// The group's failure.
     pub failure: Arc<Failure>,
@@ -30,7 +34,9 @@ pub struct Mismatch {
 /// `process group "trainer" (rank 0 of 4): the collective check of
 /// collective #57 found that the ranks did not issue the same
 /// collectives: rank 3 issued ...; collective #57 was not enqueued, and
-/// the group failed. Create a new group to continue.`
+/// the group failed.
+///
+/// Create a new group to continue.`
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let failure = &self.failure;

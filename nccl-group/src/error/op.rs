@@ -9,9 +9,10 @@ use super::{ErrorKind, GroupError};
 /// An operation on owned buffers that failed before its work was
 /// enqueued, with the buffers it was given, so the caller keeps them
 /// (borrowed memory's refusal is a plain [`GroupError`]: the caller still
-/// owns it). Transparent: its message and
-/// `source()` are its error's, and so are its `kind()`, `nccl_code()` and
-/// `is_timeout()`.
+/// owns it).
+///
+/// Transparent: its message and `source()` are its error's, and so are its
+/// `kind()`, `nccl_code()` and `is_timeout()`.
 ///
 /// `?` converts it (boxed, as [`OpResult`](crate::OpResult) has it, or
 /// not) into its [`GroupError`], dropping the buffers: NCCL never saw

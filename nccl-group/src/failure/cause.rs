@@ -20,6 +20,7 @@ pub enum FailureCause {
     },
     /// NCCL reported an asynchronous error on one of the group's
     /// communicators (a peer failed, a network error, an abort).
+    ///
     /// `ncclRemoteError` is a lost peer ([`FailureCause::is_peer_lost`]).
     AsyncError {
         /// NCCL's error, with its sources, on one line.
@@ -51,8 +52,10 @@ pub enum FailureCause {
     /// Another rank's group failed first, and its failure alarm reached
     /// this rank through the store while an operation here waited (NCCL
     /// tells only the ranks connected to a lost one; the others would
-    /// wait out their timeout). [`GroupError::kind`](crate::GroupError::kind)
-    /// is then [`ErrorKind::PeerFailed`](crate::ErrorKind::PeerFailed).
+    /// wait out their timeout).
+    ///
+    /// [`GroupError::kind`](crate::GroupError::kind) is then
+    /// [`ErrorKind::PeerFailed`](crate::ErrorKind::PeerFailed).
     PeerFailed {
         /// The rank that failed first (its rank in this group).
         rank: usize,
@@ -69,7 +72,9 @@ pub enum FailureCause {
     /// Enqueueing an operation on the communicator of `device` (the NCCL
     /// call, or a custom operation's own code) had not returned after its
     /// timeout: the calling thread is stuck in it (a peer that never
-    /// connects, say). The operation has no sequence number yet.
+    /// connects, say).
+    ///
+    /// The operation has no sequence number yet.
     EnqueueBlocked {
         /// The local device.
         device: usize,
@@ -156,8 +161,10 @@ impl FailureCause {
     }
 
     /// True when NCCL reported a lost peer: a remote rank failed or went
-    /// away (`ncclRemoteError`). [`GroupError::kind`](crate::GroupError::kind)
-    /// is then [`ErrorKind::PeerLost`](crate::ErrorKind::PeerLost).
+    /// away (`ncclRemoteError`).
+    ///
+    /// [`GroupError::kind`](crate::GroupError::kind) is then
+    /// [`ErrorKind::PeerLost`](crate::ErrorKind::PeerLost).
     pub fn is_peer_lost(&self) -> bool {
         self.nccl_code().is_some_and(ResultCode::is_remote_error)
     }
@@ -165,7 +172,9 @@ impl FailureCause {
     /// What befell the group, for a cause that needs no failed operation
     /// (an abort, a drop, a heal, a grow) when none was pending: the whole
     /// sentence, so a failure report never claims a pending communicator
-    /// that was not there. `None` for any other cause.
+    /// that was not there.
+    ///
+    /// `None` for any other cause.
     pub(crate) fn with_nothing_pending(&self) -> Option<&'static str> {
         match self {
             FailureCause::Aborted => Some("was aborted with no operation pending"),

@@ -328,10 +328,11 @@ fn grow_meeting(
 /// Every rank of the new generation, old and new, meets under its scope
 /// (`store`) as `place` (rank, world size) before NCCL's grow, which
 /// would otherwise wait for a process that never comes; each says whether
-/// it can take part in a grow (`can_grow`). A failure to meet is
-/// published for the others (a process that comes later learns it), and
-/// so is one published first. The meeting, and whether every rank can
-/// grow.
+/// it can take part in a grow (`can_grow`).
+///
+/// A failure to meet is published for the others (a process that comes later
+/// learns it), and so is one published first. The meeting, and whether every
+/// rank can grow.
 fn arrive(
     store: &Arc<dyn Store>,
     place: (usize, usize),

@@ -49,22 +49,25 @@ impl ProcessGroup {
 /// [`destroy`](Lifecycle::destroy) it once its operations are done, or
 /// [`shutdown`](Lifecycle::shutdown) with every rank, rank 0 last; and
 /// how it pauses: [`suspend`](Lifecycle::suspend) releases its
-/// communicators' GPU memory until [`resume`](Lifecycle::resume). Sealed,
-/// implemented for [`ProcessGroup`] only, and in the
+/// communicators' GPU memory until [`resume`](Lifecycle::resume).
+///
+/// Sealed, implemented for [`ProcessGroup`] only, and in the
 /// [`prelude`](crate::prelude), so `use nccl_group::prelude::*;` keeps
 /// `group.destroy()` working.
 pub trait Lifecycle: crate::sealed::Sealed {
     /// Aborts every communicator of the group, from any thread; calls
-    /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails. Afterwards
-    /// every call fails with [`GroupError::Aborted`]; a new group may reuse
-    /// the name. The flight recorder is dumped ([`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)).
-    /// On a group that already failed, waits (bounded) until the failure's
-    /// own abort of the communicators has finished; a no-op on a group
-    /// already aborted or destroyed. NCCL finishes aborting a communicator
-    /// only once every CUDA graph that captured it is destroyed: with a
+    /// blocked in NCCL return, and every pending [`Work`](crate::Work) fails.
+    ///
+    /// Afterwards every call fails with [`GroupError::Aborted`]; a new group
+    /// may reuse the name. The flight recorder is dumped
+    /// ([`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)). On a group
+    /// that already failed, waits (bounded) until the failure's own abort of
+    /// the communicators has finished; a no-op on a group already aborted or
+    /// destroyed. NCCL finishes aborting a communicator only once every CUDA
+    /// graph that captured it is destroyed: with a
     /// [`GroupGraph`](crate::GroupGraph) alive this reports
-    /// [`GroupError::AbortStalled`], and the abort completes when the graph
-    /// is dropped.
+    /// [`GroupError::AbortStalled`], and the abort completes when the graph is
+    /// dropped.
     ///
     /// # Errors
     /// [`GroupError::AbortStalled`]: NCCL's abort had not returned within
@@ -73,13 +76,16 @@ pub trait Lifecycle: crate::sealed::Sealed {
     fn abort(&self) -> Result<()>;
 
     /// Finalizes and destroys every communicator, together with the other
-    /// processes (collective: all must call it). Afterwards every call
-    /// fails with [`GroupError::Destroyed`]. A clean finalize waits for
-    /// every operation, so the tensors of every operation stay readable
-    /// afterwards; after a failed one, those of operations not yet seen
-    /// to end refuse host reads (their results are not verified). Each finalize is bounded by
-    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout) (a blocking communicator's runs on a
-    /// helper thread for that); past it the communicator is aborted.
+    /// processes (collective: all must call it).
+    ///
+    /// Afterwards every call fails with [`GroupError::Destroyed`]. A clean
+    /// finalize waits for every operation, so the tensors of every operation
+    /// stay readable afterwards; after a failed one, those of operations not
+    /// yet seen to end refuse host reads (their results are not verified). Each
+    /// finalize is bounded by
+    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout) (a blocking
+    /// communicator's runs on a helper thread for that); past it the
+    /// communicator is aborted.
     ///
     /// A group split into sub-groups ([`ProcessGroup::split_group`],
     /// `new_group`) is destroyed after them: NCCL finalizes each
@@ -105,10 +111,11 @@ pub trait Lifecycle: crate::sealed::Sealed {
     /// last: its call returns once every rank has called `shutdown`
     /// (bounded by [`GroupOptions::timeout`](crate::GroupOptions::timeout)),
     /// so no rank still making a communicator, or reporting a failure,
-    /// loses the store. Collective: every rank calls it. On an already
-    /// destroyed group it only leaves; on a sub-group it is
-    /// [`destroy`](Self::destroy) (the store's host is the root's rank 0,
-    /// which the root's `shutdown` keeps).
+    /// loses the store.
+    ///
+    /// Collective: every rank calls it. On an already destroyed group it only
+    /// leaves; on a sub-group it is [`destroy`](Self::destroy) (the store's
+    /// host is the root's rank 0, which the root's `shutdown` keeps).
     ///
     /// # Errors
     /// [`GroupError::GraphsAlive`], [`GroupError::SubGroupsAlive`] (nothing
@@ -121,8 +128,10 @@ pub trait Lifecycle: crate::sealed::Sealed {
     /// Releases the dynamic GPU memory of every communicator the group
     /// has made (`ncclCommSuspend`, NCCL 2.29.7), until
     /// [`resume`](Self::resume): vLLM's sleep mode, between an inference
-    /// engine's bursts. Collective: every rank suspends, in the same
-    /// order as its other calls on the group.
+    /// engine's bursts.
+    ///
+    /// Collective: every rank suspends, in the same order as its other calls on
+    /// the group.
     ///
     /// New operations are refused at once; the operations already issued
     /// are waited for (bounded by
@@ -151,8 +160,9 @@ pub trait Lifecycle: crate::sealed::Sealed {
     fn suspend(&self) -> Result<()>;
 
     /// Gives back the memory [`suspend`](Self::suspend) released
-    /// (`ncclCommResume`) and lets the group issue again. Collective:
-    /// every rank resumes.
+    /// (`ncclCommResume`) and lets the group issue again.
+    ///
+    /// Collective: every rank resumes.
     ///
     /// # Errors
     /// [`GroupError::InvalidArgument`] for a group that is not suspended;

@@ -13,8 +13,9 @@ use crate::generations::heal::options::{HealOptions, Healed};
 /// says why it stopped, [`heal`](Recovery::heal) makes the next generation
 /// without the lost ranks, [`grow`](Recovery::grow) one with new ranks
 /// (which join with
-/// [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown)). Sealed,
-/// implemented for [`ProcessGroup`] only, and in the
+/// [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown)).
+///
+/// Sealed, implemented for [`ProcessGroup`] only, and in the
 /// [`prelude`](crate::prelude).
 pub trait Recovery: crate::sealed::Sealed {
     /// Why the group failed or was aborted: a timeout or error the watchdog

@@ -214,7 +214,9 @@ impl ProcessGroup {
     /// Every rank splits the communicator of `store_key`, this rank into
     /// the list and position of `place` (none: `NCCL_SPLIT_NOCOLOR`); then
     /// the ranks check that every split worked before any sub-group uses
-    /// one. A split that failed anywhere fails the group everywhere
+    /// one.
+    ///
+    /// A split that failed anywhere fails the group everywhere
     /// ([`FailureCause::Split`]).
     fn split_communicator(
         &self,
@@ -351,8 +353,10 @@ fn publish_root_failure(meeting: &Meeting<Arc<dyn Store>>, error: &nccl_rendezvo
 /// ([`split_group`](SubGroups::split_group),
 /// [`new_group`](SubGroups::new_group)), see where one sits
 /// ([`subgroup`](SubGroups::subgroup)) and convert between its group ranks
-/// and the root group's global ranks. Sealed, implemented for
-/// [`ProcessGroup`] only, and in the [`prelude`](crate::prelude).
+/// and the root group's global ranks.
+///
+/// Sealed, implemented for [`ProcessGroup`] only, and in the
+/// [`prelude`](crate::prelude).
 pub trait SubGroups: crate::sealed::Sealed {
     /// Splits the group into sub-groups (torch's `split_group`) by one
     /// `ncclCommSplit` after the group's first collective, or else lazily:
@@ -424,8 +428,10 @@ pub trait SubGroups: crate::sealed::Sealed {
     /// every rank of this group calls it with the same ranks; those in
     /// `ranks` get the sub-group, ranked by their position in `ranks`
     /// (torch sorts them: pass them sorted for torch's numbering), the
-    /// others `None`. [`split_group`](Self::split_group) with one list: the
-    /// same communicators, rules and errors.
+    /// others `None`.
+    ///
+    /// [`split_group`](Self::split_group) with one list: the same
+    /// communicators, rules and errors.
     ///
     /// # Errors
     /// As [`split_group`](Self::split_group).

@@ -88,8 +88,10 @@ impl ProcessGroup {
 /// ones or a grow's grown one: each of `made` (a key, and the communicator
 /// this rank made for it, if it could) is adopted into `group` where
 /// every rank of `meeting` made it, and aborted where one did not (it is
-/// then made afresh when first used). The ranks tell each other in one
-/// gather under `label`. How many were adopted.
+/// then made afresh when first used).
+///
+/// The ranks tell each other in one gather under `label`. How many were
+/// adopted.
 ///
 /// # Errors
 /// The meeting's.

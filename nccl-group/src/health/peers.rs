@@ -49,11 +49,11 @@ impl PeerReport {
     }
 }
 
-/// Publishes this rank's report. A store that fails leaves the others
-/// without it; they count this rank as silent, which is the truth as
-/// they see it.
-/// Each report's key is its rank in `scope`, the generation's
-/// [`PROGRESS`](crate::protocols::PROGRESS) scope.
+/// Publishes this rank's report.
+///
+/// A store that fails leaves the others without it; they count this rank as
+/// silent, which is the truth as they see it. Each report's key is its rank in
+/// `scope`, the generation's [`PROGRESS`](crate::protocols::PROGRESS) scope.
 pub(crate) fn publish(store: &dyn Store, scope: &Scope, mine: &PeerReport) {
     if let Ok(bytes) = serde_json::to_vec(mine) {
         let _ = store.set(&scope.key(mine.progress.rank), &bytes);

@@ -132,8 +132,9 @@ impl Outcome {
     /// Whether the operation produced its result: `Ok` once an end seen
     /// by the caller is followed by a clean check (running one now if
     /// none has yet, waiting for the watchdog while a communicator is
-    /// busy); the group's failure when it failed before that. The caller
-    /// has seen the end (it synchronized with the operation).
+    /// busy); the group's failure when it failed before that.
+    ///
+    /// The caller has seen the end (it synchronized with the operation).
     pub(crate) fn verify(&self) -> Result<()> {
         if let Some(error) = self.failed() {
             return Err(error);

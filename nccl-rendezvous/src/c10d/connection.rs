@@ -11,9 +11,10 @@ use crate::{Deadline, MAX_WAIT, Result, StoreError};
 /// The shortest socket timeout set (a zero timeout means "none" to the OS).
 const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// An open, validated connection. Any I/O or protocol failure marks it
-/// broken: its position in the byte stream is then unknown, and the pool
-/// drops it.
+/// An open, validated connection.
+///
+/// Any I/O or protocol failure marks it broken: its position in the byte stream
+/// is then unknown, and the pool drops it.
 pub(super) struct Connection {
     stream: TcpStream,
     /// `host:port`, for messages.
@@ -163,9 +164,10 @@ impl Connection {
     }
 
     /// Waits until every key of `keys` is set or `deadline` passes: `true`
-    /// when they are all set. Each wake-up is confirmed with CHECK, as
-    /// torch's libuv server also wakes waiters of a key that a
-    /// compare-and-set left absent.
+    /// when they are all set.
+    ///
+    /// Each wake-up is confirmed with CHECK, as torch's libuv server also wakes
+    /// waiters of a key that a compare-and-set left absent.
     pub(super) fn wait(&mut self, op: &str, keys: &[&str], deadline: &Deadline) -> Result<bool> {
         loop {
             if self.check(op, keys)? {

@@ -21,16 +21,20 @@ use crate::setters::with_setters;
 pub struct C10dStoreOptions {
     /// The default timeout of blocking operations
     /// ([`Store::default_timeout`](crate::Store::default_timeout)).
+    ///
     /// Default 300 s, as torch's.
     pub timeout: Duration,
     /// How long [`C10dStore::connect_with`](super::C10dStore::connect_with)
     /// keeps retrying (with exponential backoff) while the server is not up
-    /// yet. Default 300 s.
+    /// yet.
+    ///
+    /// Default 300 s.
     pub connect_timeout: Duration,
     /// How long a reply may take when it does not wait for other ranks
     /// (every answer but a `get`'s or `wait`'s wait itself), and the write
     /// timeout: a server silent for longer is
     /// [`StoreError::Unresponsive`](crate::StoreError::Unresponsive).
+    ///
     /// At most 10 years (refused above); 0 counts as 1 ms. Default 10 s.
     pub io_margin: Duration,
 }

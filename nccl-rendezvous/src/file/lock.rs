@@ -90,9 +90,10 @@ impl Drop for LockGuard {
 }
 
 /// Takes the exclusive lock on `path`, retrying with a short backoff until
-/// `timeout`; then fails with [`StoreError::Lock`]. Writes the holder's pid
-/// into the file, for a human looking for a hung holder (and for the next
-/// holder: see [`LockGuard`]).
+/// `timeout`; then fails with [`StoreError::Lock`].
+///
+/// Writes the holder's pid into the file, for a human looking for a hung holder
+/// (and for the next holder: see [`LockGuard`]).
 pub(super) fn lock_exclusive(path: &Path, timeout: Duration) -> Result<LockGuard> {
     let mut file = open_lock_file(path)?;
     let deadline = Deadline::after(timeout);

@@ -100,8 +100,10 @@ impl FileStore {
     }
 
     /// How long a mutation waits for the lock before failing with
-    /// [`StoreError::Lock`] (default: the store's timeout). Only a live
-    /// holder (stopped or hung in the middle of a write) can make it wait.
+    /// [`StoreError::Lock`] (default: the store's timeout).
+    ///
+    /// Only a live holder (stopped or hung in the middle of a write) can make
+    /// it wait.
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
         self.lock_timeout = timeout;
         self
@@ -200,12 +202,13 @@ impl FileStore {
     }
 
     /// Removes the temporary files in the generation's directory; says
-    /// whether it could list them all. Only under the lock: every write
-    /// happens under it (and renames or removes its temporary before
-    /// releasing it), so any temporary its holder sees is a dead writer's.
-    /// A writer that lost its lock (an NFS lease that expired while it
-    /// was stopped) then finds its temporary gone, and its write fails
-    /// instead of landing late.
+    /// whether it could list them all.
+    ///
+    /// Only under the lock: every write happens under it (and renames or
+    /// removes its temporary before releasing it), so any temporary its holder
+    /// sees is a dead writer's. A writer that lost its lock (an NFS lease that
+    /// expired while it was stopped) then finds its temporary gone, and its
+    /// write fails instead of landing late.
     fn remove_temporaries(&self) -> bool {
         let Ok(entries) = fs::read_dir(self.membership.data_dir()) else {
             return false;

@@ -169,8 +169,9 @@ impl AgreeOptions {
 
 /// Agrees, as rank `rank` of the `world_size` ranks of generation
 /// `generation`, on who survives into generation `generation + 1`; see
-/// [the rule](self). `suspects` are the ranks this rank believes lost
-/// (none is fine).
+/// [the rule](self).
+///
+/// `suspects` are the ranks this rank believes lost (none is fine).
 ///
 /// # Errors
 /// - [`StoreError::Excluded`]: the decision left this rank out (it came

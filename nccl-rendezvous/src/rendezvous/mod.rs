@@ -135,8 +135,9 @@ pub struct RendezvousConfig {
     /// under it (a [`PrefixStore`](crate::PrefixStore)), so runs
     /// sharing a store (a restarted torchrun job and the one it replaces, a
     /// requeued Slurm job, a reused file-store directory) never meet each
-    /// other's keys. The same on every rank of one run. Non-empty, without
-    /// `/`.
+    /// other's keys.
+    ///
+    /// The same on every rank of one run. Non-empty, without `/`.
     pub namespace: String,
     /// The store to meet at.
     pub store: StoreSpec,
@@ -146,7 +147,9 @@ pub struct RendezvousConfig {
     pub secret: Option<String>,
     /// Without a secret, let rank 0's TCP store server accept clients from
     /// other hosts (`NCCL_RS_STORE_ALLOW_UNAUTHENTICATED`); by default it
-    /// accepts clients of its own host only. See
+    /// accepts clients of its own host only.
+    ///
+    /// See
     /// [`TcpStoreServerOptions::allow_unauthenticated_remote`](crate::TcpStoreServerOptions::allow_unauthenticated_remote).
     pub allow_unauthenticated_remote: bool,
 }
@@ -184,6 +187,7 @@ impl RendezvousConfig {
     /// `local_rank` 0, `local_world_size` and `node_rank` unknown, launcher
     /// [`Launcher::Manual`], namespace `manual`, the default timeout
     /// ([`DEFAULT_TIMEOUT`]), no secret, clients of rank 0's host only.
+    ///
     /// Change the public fields to adjust.
     ///
     /// Fails with [`StoreError::Config`] when `world_size` is 0 or above

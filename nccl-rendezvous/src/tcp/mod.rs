@@ -14,8 +14,10 @@ pub use client::{TcpStore, TcpStoreOptions};
 pub use server::{GatePriority, TcpStoreServer, TcpStoreServerOptions, TcpStoreServerStats};
 
 /// The default maximum frame size of a [`TcpStore`] client: 64 MiB, for
-/// what it sends and what it accepts. A server's default is the largest
-/// request its limits allow ([`TcpStoreServerOptions::max_frame_size`]).
+/// what it sends and what it accepts.
+///
+/// A server's default is the largest request its limits allow
+/// ([`TcpStoreServerOptions::max_frame_size`]).
 pub const DEFAULT_MAX_FRAME_SIZE: usize = 64 << 20;
 
 /// Shows a secret in `Debug` output without revealing it.

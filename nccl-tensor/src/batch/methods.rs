@@ -27,9 +27,10 @@ pub struct BatchMethod {
 /// The named methods of [`Batch`], one row each: `fn $name($args) =>
 /// Op::$variant.., $Form(..);` defines `fn $name(&mut self, $args) ->
 /// &mut Self`, which [`Batch::push`]es that operation on those operands,
-/// and a [`BatchMethod`] of [`Batch::METHODS`]. Nothing is checked when
-/// an operation is added: [`Batch::enqueue`] checks every one, as
-/// [`Plan::new`] does, and the batch ([`plan_batch`]).
+/// and a [`BatchMethod`] of [`Batch::METHODS`].
+///
+/// Nothing is checked when an operation is added: [`Batch::enqueue`] checks
+/// every one, as [`Plan::new`] does, and the batch ([`plan_batch`]).
 macro_rules! batch_operations {
     ($(
         $(#[$doc:meta])*

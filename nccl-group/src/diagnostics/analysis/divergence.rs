@@ -49,8 +49,10 @@ pub struct Comparison {
 /// The first collective that the ranks of `collectives_by_rank` did not
 /// issue alike ([`Issued::differences`]), or that some did not issue at
 /// all; `None` when they agree on every collective that all of them still
-/// have records of. Each rank's list holds its collectives (in any
-/// order); only the ranks in the map are compared.
+/// have records of.
+///
+/// Each rank's list holds its collectives (in any order); only the ranks in the
+/// map are compared.
 pub fn first_divergence(collectives_by_rank: &BTreeMap<usize, Vec<Issued>>) -> Option<Divergence> {
     compare(collectives_by_rank).divergence
 }

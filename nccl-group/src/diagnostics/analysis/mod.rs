@@ -25,8 +25,10 @@ pub use divergence::{Comparison, Deviation, Divergence, compare, first_divergenc
 pub use folder::{FolderAnalysis, Report, Unreadable, analyze, analyze_tree};
 
 /// What one rank issued as one collective: everything that must agree
-/// across the ranks. Its JSON is that of [`OpRecord`]'s fields of the same
-/// names (the root is the record's `peer`).
+/// across the ranks.
+///
+/// Its JSON is that of [`OpRecord`]'s fields of the same names (the root is the
+/// record's `peer`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Issued {
     /// The collective's number among the group's collectives.
@@ -83,11 +85,12 @@ impl Issued {
 
     /// What differs between this and `other` (`operation`, `data type`,
     /// `element count`, `root`, `reduction`); empty when every rank may
-    /// issue both as one collective. Element counts are compared for the
-    /// operations whose every rank passes as many elements: not for
-    /// `all_to_all` (the list form takes any lengths),
-    /// `all_to_all_single_split` and `scatter` (only the root's input is
-    /// read), nor for custom operations.
+    /// issue both as one collective.
+    ///
+    /// Element counts are compared for the operations whose every rank passes
+    /// as many elements: not for `all_to_all` (the list form takes any
+    /// lengths), `all_to_all_single_split` and `scatter` (only the root's input
+    /// is read), nor for custom operations.
     pub fn differences(&self, other: &Issued) -> Vec<&'static str> {
         if self.op != other.op {
             return vec!["operation"];

@@ -44,9 +44,10 @@ pub const FAILURE_LABEL: &str = "failure";
 
 /// The file that asks every group whose dump folder holds it for a dump:
 /// each change of it (written, rewritten, touched) is one request, served
-/// within a second by every such group of every process. Its first line is
-/// the incident's label (empty: `request`); a file already there when a
-/// group is created is not a request.
+/// within a second by every such group of every process.
+///
+/// Its first line is the incident's label (empty: `request`); a file already
+/// there when a group is created is not a request.
 pub const REQUEST_FILE: &str = "dump-request";
 
 /// The name prefix of PyTorch's dump files (`TORCH_FR_DUMP_TEMP_FILE`'s
@@ -125,8 +126,9 @@ fn safe(name: &str, max: usize) -> String {
 }
 
 /// The folder name of an incident: `trainer-g0-failure`, the group's name
-/// and the label made safe (see the module's documentation). An empty
-/// label is `request`.
+/// and the label made safe (see the module's documentation).
+///
+/// An empty label is `request`.
 pub fn incident_name(group: &str, generation: u64, label: &str) -> String {
     let label = match safe(label.trim(), 64) {
         empty if empty.is_empty() => "request".to_string(),
@@ -137,8 +139,9 @@ pub fn incident_name(group: &str, generation: u64, label: &str) -> String {
 
 /// Writes `dump` as the dump of rank `dump.rank` for the incident `label`
 /// under `dir` (created if need be), and returns its files once the
-/// completion marker is written. Never replaces a file (see the module's
-/// documentation).
+/// completion marker is written.
+///
+/// Never replaces a file (see the module's documentation).
 ///
 /// # Errors
 /// A file that could not be written or linked, every folder of the

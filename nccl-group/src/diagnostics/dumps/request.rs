@@ -36,8 +36,9 @@ pub(crate) struct RequestWatch {
 }
 
 impl RequestWatch {
-    /// Watches `dir`'s request file (nothing, without a dump folder). A
-    /// file already there now is not a request.
+    /// Watches `dir`'s request file (nothing, without a dump folder).
+    ///
+    /// A file already there now is not a request.
     pub(crate) fn new(dir: Option<&Path>, now: Instant) -> Self {
         let file = dir.map(|dir| dir.join(super::REQUEST_FILE));
         let seen = file.as_deref().and_then(stamp);

@@ -15,8 +15,10 @@ use crate::lineage::HealPath;
 
 /// Gives every metric of the group its unit and help text in the
 /// installed recorder (exporters show them, as `# HELP` lines in
-/// Prometheus's format). Call it once, after installing the recorder;
-/// the metrics are recorded without it too.
+/// Prometheus's format).
+///
+/// Call it once, after installing the recorder; the metrics are recorded
+/// without it too.
 pub fn describe() {
     describe_counter!(
         OPERATIONS,

@@ -29,7 +29,9 @@ pub enum OpState {
     Completed,
     /// Its end event completed, but the group failed before a check of
     /// its communicators followed: it may have ended because a peer died,
-    /// over partial data. Work the GPU ran on its results is suspect.
+    /// over partial data.
+    ///
+    /// Work the GPU ran on its results is suspect.
     Suspect,
     /// The group failed (timeout, asynchronous error, abort) before it finished.
     Failed,
@@ -87,7 +89,9 @@ pub struct OpRecord {
     pub collective_seq: Option<u64>,
     /// Its number among this process's point-to-point operations on the
     /// group (send, recv and batches of them), from 0 (`None` for a
-    /// collective). Every operation has one of the two numbers.
+    /// collective).
+    ///
+    /// Every operation has one of the two numbers.
     pub p2p_seq: Option<u64>,
     /// The operation (`"all_reduce"`, `"send"`, ...).
     pub op: Cow<'static, str>,
@@ -115,6 +119,7 @@ pub struct OpRecord {
     pub timeout: Duration,
     /// The operating system's id of the thread that issued it (Linux's
     /// thread id, as `top -H` and `gdb` show it; 0 where it is unknown).
+    ///
     /// [`FlightDump::threads`] names it.
     pub thread: u64,
     /// The local devices, in call order.

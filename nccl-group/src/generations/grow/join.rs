@@ -29,10 +29,11 @@ impl GroupBuilder {
     /// part in the grow: in the group's communicator, on device
     /// [`local_rank`](GroupBuilder::local_rank) (its rank on this host,
     /// the GPU it drives; device 0 when not given), where the grow has
-    /// one. The builder's rank and world size are not used: the offer
-    /// gives them. Returns the
-    /// group of the grown generation, this process at the rank the offer
-    /// gives its ticket (the old world size plus its place among the
+    /// one.
+    ///
+    /// The builder's rank and world size are not used: the offer gives them.
+    /// Returns the group of the grown generation, this process at the rank the
+    /// offer gives its ticket (the old world size plus its place among the
     /// offer's tickets). The grow's own waits and NCCL's are bounded by
     /// [`GroupOptions::timeout`](crate::GroupOptions::timeout).
     ///

@@ -40,9 +40,10 @@ pub(crate) struct Offer {
     /// The world size after it.
     pub(crate) world_size: usize,
     /// Whether the group's communicator grows (else every communicator is
-    /// made afresh when first used). Its unique id is not part of the
-    /// offer: NCCL allows one unused id per communicator, so rank 0 makes
-    /// it only once every process has come.
+    /// made afresh when first used).
+    ///
+    /// Its unique id is not part of the offer: NCCL allows one unused id per
+    /// communicator, so rank 0 makes it only once every process has come.
     pub(crate) grows: bool,
 }
 

@@ -52,9 +52,10 @@ pub trait Completion: Send + Sync {
     /// The one stream the operation's end is recorded on, as an identity
     /// that no other live stream has while the operation is pending (the
     /// completion keeps its stream alive); `None` for an operation that
-    /// ends on several streams. Work on one stream finishes in order, so
-    /// an operation that is done implies that every earlier one of the
-    /// same lane is done too.
+    /// ends on several streams.
+    ///
+    /// Work on one stream finishes in order, so an operation that is done
+    /// implies that every earlier one of the same lane is done too.
     fn lane(&self) -> Option<usize> {
         None
     }

@@ -13,7 +13,9 @@ pub trait Watched: Send + Sync {
     fn tick(self: Arc<Self>, now: Instant);
 
     /// Serves what was asked of the group from outside the process (a
-    /// flight-recorder dump), after each tick. None by default.
+    /// flight-recorder dump), after each tick.
+    ///
+    /// None by default.
     fn serve_requests(self: Arc<Self>, _now: Instant) {}
 }
 
@@ -27,7 +29,9 @@ static REGISTRY: OnceLock<Registry> = OnceLock::new();
 static THREAD: OnceLock<bool> = OnceLock::new();
 
 /// Puts `group` under the process's watchdog (starting its thread on first
-/// use). The watchdog drops the registration once the group is gone.
+/// use).
+///
+/// The watchdog drops the registration once the group is gone.
 ///
 /// # Errors
 /// The operating system refused to start the watchdog thread (now or at

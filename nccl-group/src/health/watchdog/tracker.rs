@@ -75,10 +75,11 @@ impl Tracker {
 
     /// Adds the operation `make` returns (with a value of its own for the
     /// caller), made while the tracker is locked: operations whose ends
-    /// `make` records are queued in the order of those records. With a
-    /// long backlog, first removes the finished operations at the front
-    /// ([`reap`]), calling `finished(seq)` for each. An error of `make`
-    /// adds nothing.
+    /// `make` records are queued in the order of those records.
+    ///
+    /// With a long backlog, first removes the finished operations at the front
+    /// ([`reap`]), calling `finished(seq)` for each. An error of `make` adds
+    /// nothing.
     pub fn push_with<T, E>(
         &self,
         make: impl FnOnce() -> Result<(PendingOp, T), E>,
@@ -117,9 +118,10 @@ impl Tracker {
     /// Polls every pending operation at `now`: finished ones are removed
     /// (`finished(seq)` is called for each); the oldest one past its
     /// deadline, or whose polling failed, is the verdict (it and the rest
-    /// stay pending until [`Tracker::drain`]). The polls (a driver call
-    /// each) run on a snapshot, outside the lock, so a thread issuing an
-    /// operation never waits for a scan's driver calls.
+    /// stay pending until [`Tracker::drain`]).
+    ///
+    /// The polls (a driver call each) run on a snapshot, outside the lock, so a
+    /// thread issuing an operation never waits for a scan's driver calls.
     pub fn scan(&self, now: Instant, mut finished: impl FnMut(u64)) -> Option<Verdict> {
         let snapshot: Vec<(u64, Instant, Duration, Arc<dyn Completion>)> = self
             .pending()
@@ -189,12 +191,13 @@ impl Tracker {
 }
 
 /// Removes the finished operations at the front of `queue`, calling
-/// `finished(seq)` for each, oldest first. When every pending operation
-/// ends on one stream they finish in order, so after the front, a binary
-/// search finds the last finished one: a handful of driver calls for the
-/// whole backlog instead of one per operation, which a fast loop would
-/// otherwise pay on every operation. Otherwise they are polled one by one
-/// from the front.
+/// `finished(seq)` for each, oldest first.
+///
+/// When every pending operation ends on one stream they finish in order, so
+/// after the front, a binary search finds the last finished one: a handful of
+/// driver calls for the whole backlog instead of one per operation, which a
+/// fast loop would otherwise pay on every operation. Otherwise they are polled
+/// one by one from the front.
 fn reap(queue: &mut Queue, mut finished: impl FnMut(u64)) {
     let Some(front) = queue.ops.front() else {
         return;

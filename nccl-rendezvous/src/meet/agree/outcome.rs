@@ -30,8 +30,9 @@ pub struct Agreement {
     pub(super) rank: usize,
     pub(super) survivors: Vec<usize>,
     /// The suspicions of the ranks left out: old rank, the arrived ranks
-    /// that suspected it. A rank left out and absent here was not
-    /// suspected.
+    /// that suspected it.
+    ///
+    /// A rank left out and absent here was not suspected.
     pub(super) suspected: BTreeMap<usize, Vec<usize>>,
     pub(super) decided_by: usize,
 }

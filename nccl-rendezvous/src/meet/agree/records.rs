@@ -178,9 +178,10 @@ impl View {
     /// The key to wait for while the decision is not due: the log slot of
     /// the fewest more arrivals that could make it due (each arrival logs
     /// one slot at least), so that a rank wakes once, not at every
-    /// arrival. An arrival whose suspicions make it due sooner, or one
-    /// written to a slot claimed earlier, is seen at the end of the
-    /// wait's slice.
+    /// arrival.
+    ///
+    /// An arrival whose suspicions make it due sooner, or one written to a slot
+    /// claimed earlier, is seen at the end of the wait's slice.
     pub(super) fn wake_entry(&self, keys: &Keys, min_survivors: usize) -> String {
         let arrived = self.arrived.len();
         let unsuspected = self

@@ -66,10 +66,11 @@ fn parse_int(var: &str, raw: &str, what: &str, max: usize) -> Result<usize> {
 
 impl RendezvousConfig {
     /// Reads the configuration through `var`, which returns a variable's
-    /// value or `None` when it is unset. [`RendezvousConfig::from_env`]
-    /// passes the process environment; tests pass a map. The variables, the
-    /// order they are read in and what a conflict gives are in the table of
-    /// [`RendezvousConfig`].
+    /// value or `None` when it is unset.
+    ///
+    /// [`RendezvousConfig::from_env`] passes the process environment; tests
+    /// pass a map. The variables, the order they are read in and what a
+    /// conflict gives are in the table of [`RendezvousConfig`].
     ///
     /// Fails with [`StoreError::Config`](crate::StoreError::Config)
     /// naming the variable, the value seen and the form expected, e.g.
@@ -105,8 +106,9 @@ impl RendezvousConfig {
     }
 
     /// [`RendezvousConfig::from_vars`] over this process's environment.
-    /// A value that is not valid UTF-8 is read lossily (and then fails to
-    /// parse with a message that shows it).
+    ///
+    /// A value that is not valid UTF-8 is read lossily (and then fails to parse
+    /// with a message that shows it).
     pub fn from_env() -> Result<Self> {
         Self::from_vars(env_var)
     }

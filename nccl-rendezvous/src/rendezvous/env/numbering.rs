@@ -106,8 +106,9 @@ impl Numbering {
 
 /// torchrun numbers the ranks node by node in `GROUP_RANK` order, at least
 /// one per node, so node `g`'s local rank `l` is rank `g + l` or above.
-/// Only torchrun's own variables are held to that: Slurm's and MPI's
-/// placements may interleave nodes.
+///
+/// Only torchrun's own variables are held to that: Slurm's and MPI's placements
+/// may interleave nodes.
 fn check_torchrun_layout(node: &Reading, rank: &Reading, local: Option<&Reading>) -> Result<()> {
     if node.var != "GROUP_RANK" || rank.var != "RANK" {
         return Ok(());

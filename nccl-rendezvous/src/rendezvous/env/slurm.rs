@@ -32,10 +32,11 @@ pub(super) const TASKS_PER_NODE_VAR: &str = "SLURM_STEP_TASKS_PER_NODE";
 const MAX_NORMAL_STEP_ID: u64 = 0xffff_fff0;
 
 /// Whether this process is a task of a job step `srun` started: the step
-/// id is the number of a normal step. A batch script (`SLURM_STEP_ID=-5`
-/// or unset, by Slurm version), the interactive step (`4294967290`) and an
-/// allocation's shell have Slurm's task variables too, for one process
-/// that is not part of a launch.
+/// id is the number of a normal step.
+///
+/// A batch script (`SLURM_STEP_ID=-5` or unset, by Slurm version), the
+/// interactive step (`4294967290`) and an allocation's shell have Slurm's task
+/// variables too, for one process that is not part of a launch.
 pub(super) fn in_job_step(vars: &Vars<'_>) -> bool {
     vars.first(&STEP_ID_VARS)
         .and_then(|(_, raw)| raw.trim().parse::<u64>().ok())

@@ -229,10 +229,11 @@ impl<'v, 'f> Sources<'v, 'f> {
     /// The launcher whose variables define this launch: torchrun's agent
     /// when `TORCHELASTIC_RUN_ID` is set, else the first live launcher
     /// family with a rank or world size variable set, else
-    /// [`Launcher::Manual`] when `RANK` or `WORLD_SIZE` is. Variables set by
-    /// hand beside a launcher's must agree with them, so the launch is the
-    /// launcher's; a PMI numbering beside a live Slurm one equals it, and
-    /// is Slurm's own (`srun --mpi=pmi2`).
+    /// [`Launcher::Manual`] when `RANK` or `WORLD_SIZE` is.
+    ///
+    /// Variables set by hand beside a launcher's must agree with them, so the
+    /// launch is the launcher's; a PMI numbering beside a live Slurm one equals
+    /// it, and is Slurm's own (`srun --mpi=pmi2`).
     pub(super) fn launcher(&self) -> Option<Launcher> {
         let has = |family: Family| self.is_live(family) && numbering_set(self.vars, family);
         let by_hand = has(Torchrun);
@@ -252,6 +253,7 @@ impl<'v, 'f> Sources<'v, 'f> {
 
     /// The quantity's value: the first live family's, checked against
     /// every other live family's; `None` when no live source is set.
+    ///
     /// Values above `max` are refused.
     pub(super) fn read(&self, quantity: &Quantity, max: usize) -> Result<Option<Reading>> {
         let mut readings = Vec::new();

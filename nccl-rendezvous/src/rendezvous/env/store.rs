@@ -71,8 +71,9 @@ fn tcp(vars: &Vars<'_>, launcher: Launcher, numbering: &Numbering) -> Result<Sto
 /// The TCP store's address read as torchrun's agent store when
 /// `TORCHELASTIC_USE_AGENT_STORE` is true (torchrun writes `True`; `true`
 /// and `1` are accepted too): the agent already serves a c10d TCPStore
-/// there, which every rank joins instead of rank 0 hosting one. A file
-/// store is kept as it is.
+/// there, which every rank joins instead of rank 0 hosting one.
+///
+/// A file store is kept as it is.
 fn torch_agent_store(vars: &Vars<'_>, store: StoreSpec) -> Result<StoreSpec> {
     const NAME: &str = AGENT_STORE_VAR;
     let Some(raw) = vars.get(NAME) else {

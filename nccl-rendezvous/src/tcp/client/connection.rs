@@ -34,8 +34,9 @@ pub(super) struct Connection {
 impl Connection {
     /// Whether a pooled connection can no longer carry a request: too old,
     /// or closed or reset by the server (one that restarted or stopped).
-    /// Bytes the server sent unasked (a refusal) are left for the next
-    /// call to read and report.
+    ///
+    /// Bytes the server sent unasked (a refusal) are left for the next call to
+    /// read and report.
     fn is_stale(&self) -> bool {
         use rustix::net::{RecvFlags, recv};
         if self.opened.elapsed() > MAX_CONNECTION_AGE {
@@ -259,8 +260,9 @@ impl TcpStore {
 
     /// Takes an idle connection (whether it was one) or opens a new one:
     /// the server was up when this store connected, so only a full server
-    /// is waited for (within the connect timeout). Idle connections the
-    /// server has closed meanwhile are dropped.
+    /// is waited for (within the connect timeout).
+    ///
+    /// Idle connections the server has closed meanwhile are dropped.
     fn checkout(&self) -> Result<(Connection, bool)> {
         while let Some(connection) = self.idle().pop() {
             if !connection.is_stale() {
@@ -278,12 +280,13 @@ impl TcpStore {
         }
     }
 
-    /// Sends `request` and returns the answer. `wait` is how long the server
-    /// may legitimately take (a `get`'s timeout); the client waits that and
-    /// the I/O margin for the whole exchange, and seals that patience in the
-    /// request. A read (`get`, `try_get`, `wait`) whose pooled connection
-    /// turns out closed is sent once more on a fresh one: the server closed
-    /// it between the look at it and the request.
+    /// Sends `request` and returns the answer.
+    ///
+    /// `wait` is how long the server may legitimately take (a `get`'s timeout);
+    /// the client waits that and the I/O margin for the whole exchange, and
+    /// seals that patience in the request. A read (`get`, `try_get`, `wait`)
+    /// whose pooled connection turns out closed is sent once more on a fresh
+    /// one: the server closed it between the look at it and the request.
     pub(super) fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
         let (mut connection, pooled) = self.checkout()?;
         let sealed_len = request.encode().payload_len() + connection.session.outbound_overhead();

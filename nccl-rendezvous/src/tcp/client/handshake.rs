@@ -29,8 +29,9 @@ pub(crate) enum HandshakeError {
 }
 
 /// Runs the handshake on a fresh connection and returns the session and
-/// the server's limits. The stream's own read and write timeouts bound
-/// each step.
+/// the server's limits.
+///
+/// The stream's own read and write timeouts bound each step.
 pub(crate) fn client_handshake<S: FrameSource + Write + ?Sized>(
     stream: &mut S,
     secret: Option<&[u8]>,
@@ -109,9 +110,10 @@ pub(crate) fn client_handshake<S: FrameSource + Write + ?Sized>(
     }
 }
 
-/// Writes a handshake frame and reads the answer. When the write fails, the
-/// server may already have answered (a refusal) and closed: that answer is
-/// the better error.
+/// Writes a handshake frame and reads the answer.
+///
+/// When the write fails, the server may already have answered (a refusal) and
+/// closed: that answer is the better error.
 fn send_and_read<S: FrameSource + Write + ?Sized>(
     stream: &mut S,
     frame: &wire::Frame,

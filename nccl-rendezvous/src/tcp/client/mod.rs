@@ -139,8 +139,9 @@ impl TcpStore {
     }
 
     /// Starts a [`TcpStoreServer`] on `bind_addr` in this process and
-    /// connects to it; the server lives as long as the returned store. This
-    /// is what rank 0 does.
+    /// connects to it; the server lives as long as the returned store.
+    ///
+    /// This is what rank 0 does.
     pub fn host(
         bind_addr: impl ToSocketAddrs + fmt::Debug,
         server_options: TcpStoreServerOptions,
@@ -172,8 +173,9 @@ impl TcpStore {
 
     /// Sends the blocking request `request(time left)` until it is
     /// answered or `timeout` has passed: the server may end a wait at its
-    /// own `max_wait`, and is then asked again for the rest. Returns any
-    /// answer but a timeout; a timeout once the time is up is
+    /// own `max_wait`, and is then asked again for the rest.
+    ///
+    /// Returns any answer but a timeout; a timeout once the time is up is
     /// [`StoreError::Timeout`] (`kind` names the operation).
     fn call_for(
         &self,

@@ -23,24 +23,33 @@ use crate::{DEFAULT_TIMEOUT, Result, StoreError, check_time_limit};
 pub struct TcpStoreOptions {
     /// The default timeout of blocking operations
     /// ([`Store::default_timeout`](crate::Store::default_timeout)).
+    ///
     /// Default 300 s.
     pub timeout: Duration,
     /// How long [`TcpStore::connect`](super::TcpStore::connect) keeps
     /// retrying (with exponential backoff) while the server is not up yet
     /// or is full, and how long a later call needing a new connection waits
-    /// for a full server. Default 300 s.
+    /// for a full server.
+    ///
+    /// Default 300 s.
     pub connect_timeout: Duration,
     /// Extra time allowed for the server's answer on top of the operation's
     /// own wait (the read timeout of a `get` is its timeout plus this), and the
-    /// write timeout. At most 10 years ([`TcpStore::connect`](super::TcpStore::connect)
+    /// write timeout.
+    ///
+    /// At most 10 years ([`TcpStore::connect`](super::TcpStore::connect)
     /// refuses more); 0 counts as 1 ms. Default 10 s.
     pub io_margin: Duration,
     /// The shared secret, if the server has one: the client proves it
     /// holds it, checks that the server does too, and authenticates every
-    /// frame under it. It never crosses the wire.
+    /// frame under it.
+    ///
+    /// It never crosses the wire.
     pub secret: Option<Vec<u8>>,
     /// The largest frame this client sends or accepts, in bytes; the client
-    /// also never sends more than the server's own maximum. Default 64 MiB.
+    /// also never sends more than the server's own maximum.
+    ///
+    /// Default 64 MiB.
     pub max_frame_size: usize,
 }
 

@@ -132,8 +132,9 @@ pub(super) struct Slots {
 impl Slots {
     /// The slots of a server of `max_connections` (already fitted to the
     /// descriptor limit, `lowered` saying why when it was lowered), with
-    /// `options`' bounds on handshakes, keeping `counts`. `seed` seeds the
-    /// random refusals and evictions.
+    /// `options`' bounds on handshakes, keeping `counts`.
+    ///
+    /// `seed` seeds the random refusals and evictions.
     pub(super) fn new(
         max_connections: usize,
         lowered: Option<String>,
@@ -164,8 +165,9 @@ impl Slots {
 
     /// Whether the gate should leave newcomers in the listen queue: every
     /// handshake slot is taken and none has passed its step's deadline.
-    /// Then the queue keeps their order, and reconnecting peers do not
-    /// race the ranks ahead of them for each slot that frees.
+    ///
+    /// Then the queue keeps their order, and reconnecting peers do not race the
+    /// ranks ahead of them for each slot that frees.
     pub(super) fn must_hold_back(&mut self, now: Instant) -> bool {
         self.handshaking.len() >= self.max_handshaking && self.past_due(None, now).is_none()
     }
@@ -180,10 +182,11 @@ impl Slots {
             .min()
     }
 
-    /// Decides on a new connection from `source`, at `now`. Changes
-    /// nothing: the caller closes the connection to evict (then
-    /// [`Slots::release`]) and [`Slots::enter`]s the newcomer, or puts it
-    /// in the lobby ([`Slots::wait`]).
+    /// Decides on a new connection from `source`, at `now`.
+    ///
+    /// Changes nothing: the caller closes the connection to evict (then
+    /// [`Slots::release`]) and [`Slots::enter`]s the newcomer, or puts it in
+    /// the lobby ([`Slots::wait`]).
     pub(super) fn admit(&mut self, source: Source, now: Instant) -> Admission {
         let handshaking = self.handshaking.len();
         let from_source = self.by_source.get(&source).copied().unwrap_or(0);

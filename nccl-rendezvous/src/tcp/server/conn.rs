@@ -220,9 +220,10 @@ impl Conn {
         self.queue(frame, by);
     }
 
-    /// Writes what the socket takes now. Once all is out, the memory is
-    /// freed, and a closing connection shuts its write side and starts
-    /// draining. An error means the connection is gone.
+    /// Writes what the socket takes now.
+    ///
+    /// Once all is out, the memory is freed, and a closing connection shuts its
+    /// write side and starts draining. An error means the connection is gone.
     pub(super) fn flush(&mut self, now: Instant) -> io::Result<()> {
         while let Some(front) = self.out.front() {
             let rest = &front.bytes()[self.out_at..];

@@ -45,8 +45,10 @@ const GATE_NICENESS: i32 = 10;
 /// Lowers the calling thread's scheduling priority as `priority` says (on
 /// Linux: its own nice value +10, or `SCHED_IDLE`), so that work for peers
 /// that have not authenticated yields the CPU to the ranks' requests when
-/// both want it. Best effort: a system that refuses `SCHED_IDLE` gets the
-/// nice value, and one that refuses that leaves the priority as it was.
+/// both want it.
+///
+/// Best effort: a system that refuses `SCHED_IDLE` gets the nice value, and one
+/// that refuses that leaves the priority as it was.
 pub(super) fn yield_to_sessions(priority: GatePriority) {
     #[cfg(target_os = "linux")]
     {

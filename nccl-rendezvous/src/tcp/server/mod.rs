@@ -124,8 +124,9 @@ pub struct TcpStoreServerStats {
 /// of threads, whatever the number of connections: a gate that accepts
 /// connections and runs their handshakes, and a few loops that serve the
 /// authenticated ones on one in-memory table
-/// ([`TcpStoreServerOptions::serving_threads`]). A flood of connections
-/// that never authenticate costs the gate alone.
+/// ([`TcpStoreServerOptions::serving_threads`]).
+///
+/// A flood of connections that never authenticate costs the gate alone.
 ///
 /// A rank can host it in-process (see [`TcpStore::host`](super::TcpStore::host))
 /// or a separate process can run it (see the `tcp_store_server` example).

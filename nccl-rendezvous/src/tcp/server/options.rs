@@ -28,10 +28,11 @@ pub enum GatePriority {
     /// Linux's `SCHED_IDLE` (elsewhere, as [`GatePriority::Lowered`]): the
     /// gate runs only when no other thread wants the CPU, and a waking
     /// serving loop or client preempts it at once, so a flood costs the
-    /// authenticated clients least. But on a host whose CPUs are all busy
-    /// (rank 0's own training, data loaders) the gate gets almost no CPU:
-    /// handshakes, so ranks joining, wait. For stores on hosts with CPU to
-    /// spare, facing untrusted networks.
+    /// authenticated clients least.
+    ///
+    /// But on a host whose CPUs are all busy (rank 0's own training, data
+    /// loaders) the gate gets almost no CPU: handshakes, so ranks joining,
+    /// wait. For stores on hosts with CPU to spare, facing untrusted networks.
     Idle,
 }
 
@@ -115,59 +116,71 @@ pub struct TcpStoreServerOptions {
     pub secret: Option<Vec<u8>>,
     /// Without a secret, accept clients from other hosts too (by default
     /// only clients on this host are accepted, as Redis's protected mode
-    /// does). Anyone who can reach the port can then read and write every
-    /// key. `NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=1` sets it for
+    /// does).
+    ///
+    /// Anyone who can reach the port can then read and write every key.
+    /// `NCCL_RS_STORE_ALLOW_UNAUTHENTICATED=1` sets it for
     /// [`RendezvousConfig`](crate::RendezvousConfig). Default `false`.
     pub allow_unauthenticated_remote: bool,
     /// How long a new connection has to finish its handshake, from the
-    /// moment it is accepted; then it is closed and its slot freed. At most
-    /// 10 years; 0 counts as 1 ms. Default 10 s.
+    /// moment it is accepted; then it is closed and its slot freed.
+    ///
+    /// At most 10 years; 0 counts as 1 ms. Default 10 s.
     pub handshake_timeout: Duration,
     /// The largest frame (request) accepted after the handshake, in bytes;
     /// larger ones are answered with an error and their connection closed.
+    ///
     /// `None` (the default): the largest request the other limits allow, a
-    /// `compare_set` of two values of `max_value_len` (16 MiB and 54 bytes
-    /// with the defaults); a larger size is lowered to that too
+    /// `compare_set` of two values of `max_value_len` (16 MiB and 54 bytes with
+    /// the defaults); a larger size is lowered to that too
     /// ([`TcpStoreServer::max_frame_size`](super::TcpStoreServer::max_frame_size)).
     pub max_frame_size: Option<usize>,
-    /// The longest key a request may name, in bytes. Default 8 KiB (as
-    /// torch's libuv TCPStore).
+    /// The longest key a request may name, in bytes.
+    ///
+    /// Default 8 KiB (as torch's libuv TCPStore).
     pub max_key_len: usize,
-    /// The longest value a request may carry, in bytes. Default 8 MiB (as
-    /// torch's libuv TCPStore).
+    /// The longest value a request may carry, in bytes.
+    ///
+    /// Default 8 MiB (as torch's libuv TCPStore).
     pub max_value_len: usize,
-    /// The most keys one request may name (a `wait`). Default 131072 (as
-    /// torch's libuv TCPStore).
+    /// The most keys one request may name (a `wait`).
+    ///
+    /// Default 131072 (as torch's libuv TCPStore).
     pub max_keys_per_request: usize,
     /// The most bytes of keys one request may name, all its keys together
-    /// (a `wait`). A parked `wait` holds its keys in memory, twice over
-    /// (for the request and for the index by key). Default 4 MiB.
+    /// (a `wait`).
+    ///
+    /// A parked `wait` holds its keys in memory, twice over (for the request
+    /// and for the index by key). Default 4 MiB.
     pub max_key_bytes_per_request: usize,
-    /// The most keys the store holds. A request that would store more is
-    /// refused. Default 1048576.
+    /// The most keys the store holds.
+    ///
+    /// A request that would store more is refused. Default 1048576.
     pub max_stored_keys: usize,
-    /// The most bytes (keys plus values) the store holds. A request that
-    /// would store more is refused. Default 1 GiB.
+    /// The most bytes (keys plus values) the store holds.
+    ///
+    /// A request that would store more is refused. Default 1 GiB.
     pub max_stored_bytes: usize,
     /// The most bytes the server holds for requests in progress, all
     /// connections together: frames being read (a quarter of it), answers
     /// not yet taken by their clients (a quarter), and `get`s and `wait`s
-    /// waiting for keys (half; past that a new one is refused). In the
-    /// first two, each connection may hold a floor of its own (its share of
-    /// half the quarter, over `max_connections`) whatever the others hold,
-    /// and beyond it what the pool the connections share has left; a frame
-    /// or an answer that finds no room waits for it, and is refused when
-    /// its `io_timeout` ends first.
-    /// Raised at bind to eight times the largest frame (a quarter each for
-    /// frames being read and for answers, each with room for the largest
-    /// beside every connection's own floor). Default 256 MiB.
+    /// waiting for keys (half; past that a new one is refused).
+    ///
+    /// In the first two, each connection may hold a floor of its own (its share
+    /// of half the quarter, over `max_connections`) whatever the others hold,
+    /// and beyond it what the pool the connections share has left; a frame or
+    /// an answer that finds no room waits for it, and is refused when its
+    /// `io_timeout` ends first. Raised at bind to eight times the largest frame
+    /// (a quarter each for frames being read and for answers, each with room
+    /// for the largest beside every connection's own floor). Default 256 MiB.
     pub max_in_flight_bytes: usize,
     /// The longest a `get` or `wait` waits on the server: a longer timeout
     /// is cut to this, and a [`TcpStore`](crate::TcpStore) asks again for
-    /// the rest of its own timeout. It bounds how long the request of a
-    /// client that vanished without closing its connection (a host that
-    /// lost power) stays parked. At most 10 years; 0 counts as 1 ms.
-    /// Default 300 s.
+    /// the rest of its own timeout.
+    ///
+    /// It bounds how long the request of a client that vanished without closing
+    /// its connection (a host that lost power) stays parked. At most 10 years;
+    /// 0 counts as 1 ms. Default 300 s.
     pub max_wait: Duration,
     /// The time limit for one frame after the handshake, in either
     /// direction:
@@ -188,31 +201,39 @@ pub struct TcpStoreServerOptions {
     /// refuses more); 0 counts as 1 ms. Default 30 s.
     pub io_timeout: Duration,
     /// The most client connections open at once, in their handshake or
-    /// after it. A connection over the limit is answered with an error
-    /// frame naming the limit and closed (or, when some are still in their
-    /// handshake past a step's deadline, takes one's slot); the connections already
-    /// open keep being served. A [`TcpStore`](crate::TcpStore) retries with
-    /// backoff until its connect timeout, then fails with
-    /// [`StoreError::TooManyConnections`]. A `TcpStore` uses one connection
-    /// per thread calling it at the same time and keeps up to 4 idle ones.
-    /// Default 16384. [`TcpStoreServer::bind`](super::TcpStoreServer::bind)
-    /// lowers it to what the file descriptor limit allows
+    /// after it.
+    ///
+    /// A connection over the limit is answered with an error frame naming the
+    /// limit and closed (or, when some are still in their handshake past a
+    /// step's deadline, takes one's slot); the connections already open keep
+    /// being served. A [`TcpStore`](crate::TcpStore) retries with backoff until
+    /// its connect timeout, then fails with [`StoreError::TooManyConnections`].
+    /// A `TcpStore` uses one connection per thread calling it at the same time
+    /// and keeps up to 4 idle ones. Default 16384.
+    /// [`TcpStoreServer::bind`](super::TcpStoreServer::bind) lowers it to what
+    /// the file descriptor limit allows
     /// ([`TcpStoreServer::max_connections`](super::TcpStoreServer::max_connections)).
     pub max_connections: usize,
     /// The most connections in their handshake at once (as sshd's
     /// `MaxStartups`); never more than half of `max_connections`, so the
-    /// other half is kept for authenticated sessions. Default 256.
+    /// other half is kept for authenticated sessions.
+    ///
+    /// Default 256.
     pub max_unauthenticated: usize,
     /// The most connections in their handshake at once from one address
     /// (an IPv4 address, or an IPv6 /64 network); as many more wait for
-    /// one of them to finish or pass its deadline. Default 8.
+    /// one of them to finish or pass its deadline.
+    ///
+    /// Default 8.
     pub max_unauthenticated_per_address: usize,
     /// How many threads serve the authenticated connections, each its
-    /// share of them, all on one table. `None` (the default): one for
-    /// every 4 CPUs, 1 to 4. At most 64.
+    /// share of them, all on one table.
+    ///
+    /// `None` (the default): one for every 4 CPUs, 1 to 4. At most 64.
     pub serving_threads: Option<usize>,
-    /// How the gate is scheduled against the serving loops. Default
-    /// [`GatePriority::Lowered`].
+    /// How the gate is scheduled against the serving loops.
+    ///
+    /// Default [`GatePriority::Lowered`].
     pub gate_priority: GatePriority,
 }
 

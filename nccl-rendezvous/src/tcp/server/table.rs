@@ -48,8 +48,10 @@ pub(super) enum Completion {
 /// What a parked request is charged for each of its keys, beyond the
 /// key's bytes: the key's shared allocation and its reference in the
 /// request, the index's entry (with the map's spare capacity) and its
-/// list of requests. Measured with the server's resident memory
-/// (`store_abuse`'s parked-wait bound).
+/// list of requests.
+///
+/// Measured with the server's resident memory (`store_abuse`'s parked-wait
+/// bound).
 const PER_KEY: usize = 224;
 /// What a parked request is charged beyond its keys.
 const PER_REQUEST: usize = 256;
@@ -144,9 +146,10 @@ impl Table {
         }
     }
 
-    /// Runs `request` from connection `id` at `now`. Parked requests that
-    /// it completes (their last missing key written) go to `woken`, to be
-    /// answered by [`Table::complete`].
+    /// Runs `request` from connection `id` at `now`.
+    ///
+    /// Parked requests that it completes (their last missing key written) go to
+    /// `woken`, to be answered by [`Table::complete`].
     pub(super) fn apply(
         &mut self,
         id: Id,

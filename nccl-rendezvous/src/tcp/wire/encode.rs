@@ -53,8 +53,10 @@ impl Encoder {
         let n = u32::try_from(v.len()).unwrap_or(u32::MAX);
         v.iter().fold(self.u32(n), |e, s| e.bytes(s.as_bytes()))
     }
-    /// The frame, header included. The header saturates at `u32::MAX` for
-    /// absurdly long payloads; callers check [`Frame::payload_len`] first.
+    /// The frame, header included.
+    ///
+    /// The header saturates at `u32::MAX` for absurdly long payloads; callers
+    /// check [`Frame::payload_len`] first.
     fn finish(mut self) -> Frame {
         let payload = self.0.len() - 4;
         let len = u32::try_from(payload).unwrap_or(u32::MAX).to_be_bytes();

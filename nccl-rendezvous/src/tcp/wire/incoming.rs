@@ -65,8 +65,9 @@ impl Incoming {
     }
 
     /// Takes bytes from `input` up to the end of the frame under way.
-    /// Returns how many it took and, when they completed the frame, its
-    /// payload (and the assembler is ready for the next frame).
+    ///
+    /// Returns how many it took and, when they completed the frame, its payload
+    /// (and the assembler is ready for the next frame).
     pub(crate) fn push(
         &mut self,
         input: &[u8],

@@ -89,14 +89,15 @@ pub(crate) use stream::{FrameError, FrameSource, read_frame, write_frame};
 
 /// Identifies the protocol in `HELLO`.
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
-/// The protocol version in `HELLO`. Version 5 seals in every request how
-/// long its client waits for the answer; version 4 stamped every sealed
-/// request with the client's time since the handshake, and answered a
-/// tampered frame with its own code (`INTEGRITY`); version 3 authenticated by
-/// challenge and response and sealed every frame (version 2 sent the
-/// secret itself); version 2 answered `COMPARE_SET` with whether it
-/// swapped (version 1 sent one value). Two sides of different versions
-/// refuse each other in `HELLO`, naming both.
+/// The protocol version in `HELLO`.
+///
+/// Version 5 seals in every request how long its client waits for the answer;
+/// version 4 stamped every sealed request with the client's time since the
+/// handshake, and answered a tampered frame with its own code (`INTEGRITY`);
+/// version 3 authenticated by challenge and response and sealed every frame
+/// (version 2 sent the secret itself); version 2 answered `COMPARE_SET` with
+/// whether it swapped (version 1 sent one value). Two sides of different
+/// versions refuse each other in `HELLO`, naming both.
 pub(crate) const VERSION: u16 = 5;
 
 /// The largest frame either side accepts before the handshake is done: a

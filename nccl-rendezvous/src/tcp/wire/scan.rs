@@ -85,10 +85,12 @@ impl Scan {
     }
 
     /// Checks what the body's first bytes, `body` (all of them received so
-    /// far), show beyond what earlier calls saw. With `limits`, a length
-    /// or count over them is refused as [`DecodeError::OverLimit`]; fields
-    /// that run past the body's length, or end before it, unknown opcodes
-    /// and bad flags as [`DecodeError::Malformed`].
+    /// far), show beyond what earlier calls saw.
+    ///
+    /// With `limits`, a length or count over them is refused as
+    /// [`DecodeError::OverLimit`]; fields that run past the body's length, or
+    /// end before it, unknown opcodes and bad flags as
+    /// [`DecodeError::Malformed`].
     pub(crate) fn advance(&mut self, body: &[u8], limits: Option<&RequestLimits>) -> ScanResult {
         let fields = match self.fields {
             Some(fields) => fields,

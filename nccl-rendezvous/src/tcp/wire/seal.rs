@@ -46,9 +46,11 @@ impl Stamp {
     /// Why a request with this stamp, arriving `age` after the server's
     /// end of the handshake, is not applied: its client gave up on it (or
     /// the server's `io_timeout` passed) before it arrived, or it claims a
-    /// time the client's clock cannot have reached yet. The server's clock
-    /// started first, so an honest stamp is never ahead of it, and the lag
-    /// it shows is never less than the request's real time on the way.
+    /// time the client's clock cannot have reached yet.
+    ///
+    /// The server's clock started first, so an honest stamp is never ahead of
+    /// it, and the lag it shows is never less than the request's real time on
+    /// the way.
     pub(crate) fn refusal(&self, age: Duration, io_timeout: Duration) -> Option<String> {
         let slack = age / CLOCK_RATE_SLACK + Duration::from_millis(1);
         if self.sent > age + slack {
@@ -96,10 +98,11 @@ pub(crate) fn fresh_nonce() -> io::Result<Nonce> {
     Ok(nonce)
 }
 
-/// An HMAC-SHA256 keyed with `key`, of any length. The key is brought to
-/// SHA-256's block size as RFC 2104 says (hashed when longer, padded with
-/// zeros), so keying is infallible rather than a `Result` no caller could
-/// meet.
+/// An HMAC-SHA256 keyed with `key`, of any length.
+///
+/// The key is brought to SHA-256's block size as RFC 2104 says (hashed when
+/// longer, padded with zeros), so keying is infallible rather than a `Result`
+/// no caller could meet.
 fn keyed(key: &[u8]) -> HmacSha256 {
     let mut block = hmac::digest::Key::<HmacSha256>::default();
     if key.len() > block.len() {
@@ -174,8 +177,9 @@ impl<'a> Proofs<'a> {
     }
 
     /// The client's side of the session: it seals (and stamps) with the
-    /// client-to-server key and opens with the other. Its clock starts now,
-    /// when the handshake has ended for the client.
+    /// client-to-server key and opens with the other.
+    ///
+    /// Its clock starts now, when the handshake has ended for the client.
     pub(crate) fn client_session(&self) -> Session {
         Session::sealed(
             tag_of(self.secret, &self.parts(TO_SERVER_KEY)),
@@ -184,9 +188,11 @@ impl<'a> Proofs<'a> {
         )
     }
 
-    /// The server's side of the session. Its clock starts now, before the
-    /// server confirms the handshake: a client's clock starts later, so an
-    /// honest stamp never lags by more than the way from one to the other.
+    /// The server's side of the session.
+    ///
+    /// Its clock starts now, before the server confirms the handshake: a
+    /// client's clock starts later, so an honest stamp never lags by more than
+    /// the way from one to the other.
     pub(crate) fn server_session(&self) -> Session {
         Session::sealed(
             tag_of(self.secret, &self.parts(TO_CLIENT_KEY)),
@@ -338,7 +344,9 @@ impl Session {
 
     /// The seal of an answer whose payload is `head` then `tail` (a value
     /// sent apart, not copied): what follows them on the wire, nothing for
-    /// a plain session. Its length is [`Session::outbound_overhead`].
+    /// a plain session.
+    ///
+    /// Its length is [`Session::outbound_overhead`].
     pub(crate) fn seal_split(&mut self, head: &[u8], tail: &[u8]) -> Vec<u8> {
         self.seal_parts(head, tail, Duration::ZERO)
     }
@@ -376,7 +384,9 @@ impl Session {
 
     /// Checks an incoming payload's tag (in constant time) and returns the
     /// message without its seal, with the request's stamp on the server's
-    /// side. A payload too short for its seal fails as a wrong tag would.
+    /// side.
+    ///
+    /// A payload too short for its seal fails as a wrong tag would.
     pub(crate) fn open(&mut self, mut payload: Vec<u8>) -> Result<Opened, BadTag> {
         let Some(sealed) = &mut self.sealed else {
             return Ok(Opened {

@@ -63,8 +63,10 @@ pub(crate) fn read_frame<S: Read + ?Sized>(
     Ok(body)
 }
 
-/// Fills `buf[from..]`. When the peer closes first, the error says how far
-/// the frame got; `part` names the part being read and its full length.
+/// Fills `buf[from..]`.
+///
+/// When the peer closes first, the error says how far the frame got; `part`
+/// names the part being read and its full length.
 fn read_exact<S: Read + ?Sized>(
     stream: &mut S,
     buf: &mut [u8],
