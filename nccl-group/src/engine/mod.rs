@@ -32,6 +32,7 @@ pub(crate) mod ops;
 pub(crate) mod ownership;
 pub(crate) mod pool;
 pub(crate) mod register;
+pub(crate) mod suspending;
 pub(crate) mod suspension;
 pub(crate) mod tracked;
 #[cfg(feature = "async")]

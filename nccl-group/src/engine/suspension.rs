@@ -1,29 +1,12 @@
-//! Suspending a group's communicators and resuming them
-//! ([`Lifecycle::suspend`](crate::Lifecycle::suspend),
-//! [`Lifecycle::resume`](crate::Lifecycle::resume)): NCCL 2.29.7's
-//! `ncclCommSuspend` releases a communicator's dynamic GPU memory and
-//! `ncclCommResume` gets it back, as an inference engine does between
-//! bursts.
-//!
-//! The group's communicators are shared by every thread that issues, so
-//! the state is the group's, not a guard's: [`Suspension`] says whether
-//! the group issues, and every issue path asks it before it reaches a
-//! communicator (`comms_for`, a capture's begin, a graph's replay). A
-//! suspend refuses new operations first, waits (bounded) until every
-//! operation already issued has ended and a clean check verified its end,
-//! then suspends every cached communicator with each one's lock held, so
-//! no enqueue overlaps; resume resumes them in the same order. Both are
-//! collective, like NCCL's calls: every rank suspends and resumes.
+//! Whether a group issues operations: the state behind
+//! [`Lifecycle::suspend`](crate::Lifecycle::suspend) and
+//! [`Lifecycle::resume`](crate::Lifecycle::resume), which every issue path
+//! asks before it reaches a communicator (`comms_for`, a capture's begin, a
+//! graph's replay). The procedure is in `suspending.rs`.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use nccl_core::{Capabilities, Capability};
-
-use crate::diagnostics::recorder::OpState;
-use crate::engine::group::ProcessGroup;
-use crate::engine::local_comms::{CommHealth, LocalComms};
 use crate::error::{GroupError, Result};
 
 /// Issuing: the group is not suspended.
@@ -33,9 +16,6 @@ const ACTIVE: u8 = 0;
 const SUSPENDING: u8 = 1;
 /// Every communicator is suspended.
 const SUSPENDED: u8 = 2;
-
-/// How long a suspend sleeps between looks at its pending operations.
-const PENDING_POLL: Duration = Duration::from_millis(1);
 
 /// Whether a group issues operations, and the turn of suspend and resume.
 #[derive(Debug, Default)]
@@ -63,127 +43,36 @@ impl Suspension {
     pub(crate) fn is_suspended(&self) -> bool {
         self.state.load(Ordering::Acquire) == SUSPENDED
     }
-}
 
-impl ProcessGroup {
-    /// `Ok` while the group issues operations, else
-    /// [`GroupError::Suspended`] for `action`.
-    pub(crate) fn check_not_suspended(&self, action: &'static str) -> Result<()> {
-        self.inner.suspension.check(self.name(), action)
+    /// The turn of one suspend or resume, held for its whole length.
+    pub(crate) fn turn(&self) -> MutexGuard<'_, ()> {
+        self.turn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// [`Lifecycle::suspend`](crate::Lifecycle::suspend).
-    pub(crate) fn suspend_communicators(&self) -> Result<()> {
-        let suspension = &self.inner.suspension;
-        let _turn = suspension.turn.lock().unwrap_or_else(PoisonError::into_inner);
-        self.check_live()?;
-        self.check_not_suspended("suspending it again")?;
-        let sets = self.inner.cache.all();
-        if let Some(set) = sets.iter().find(|set| set.members.len() > 1) {
-            return Err(GroupError::InvalidArgument {
-                argument: "group to suspend",
-                expected: "communicators of one device each (one GPU per process): NCCL suspends \
-                           several devices of one process only together, which the group does not do"
-                    .to_string(),
-                given: format!("a communicator set over {} devices", set.members.len()),
-            });
-        }
-        if let Some(set) = sets.first() {
-            let library = set.members[0].lock().core().library();
-            Capabilities::of(library).require(Capability::SuspendResume)?;
-        }
-        suspension.state.store(SUSPENDING, Ordering::Release);
-        let suspended = self.drain_and_suspend(&sets);
-        if suspension.state.load(Ordering::Acquire) == SUSPENDING {
-            // Nothing was suspended: the group issues again.
-            suspension.state.store(ACTIVE, Ordering::Release);
-        }
-        suspended
+    /// A suspend begins: no new operation is issued from now on.
+    pub(crate) fn begin(&self) {
+        self.state.store(SUSPENDING, Ordering::Release);
     }
 
-    /// Waits until no operation is pending and a clean check verified the
-    /// ends, then suspends every communicator of `sets`, each locked (in
-    /// store-key order, the same on every rank), and marks the group
-    /// suspended before it lets go of them: the watchdog, which skips a
-    /// suspended group, never reads the health of a suspended
-    /// communicator (NCCL answers that with an error, which would fail
-    /// the group).
-    ///
-    /// A failure part way leaves what it suspended suspended, and the group
-    /// too: resume (on every rank) or abort.
-    fn drain_and_suspend(&self, sets: &[Arc<LocalComms>]) -> Result<()> {
-        let started = Instant::now();
-        let bound = self.options().timeout;
-        loop {
-            self.check_live()?;
-            if self.drained() {
-                let guards: Vec<_> = sets.iter().map(|set| set.members[0].lock()).collect();
-                // An operation that passed the check before the suspend
-                // began may have enqueued since: it is pending now.
-                if !self.has_pending_record() {
-                    let suspended = guards
-                        .iter()
-                        .try_for_each(|guard| guard.core().suspend_in_place());
-                    let any = guards.iter().any(|guard| guard.core().is_suspended());
-                    if suspended.is_ok() || any {
-                        self.inner
-                            .suspension
-                            .state
-                            .store(SUSPENDED, Ordering::Release);
-                    }
-                    return Ok(suspended?);
-                }
-            }
-            if started.elapsed() >= bound {
-                return Err(GroupError::Timeout {
-                    operation: "waiting for the group's pending operations to end before suspending \
-                                (GroupOptions::timeout); wait for their Works, then suspend again",
-                    waited: started.elapsed(),
-                });
-            }
-            std::thread::sleep(PENDING_POLL);
-        }
+    /// Every communicator is suspended (or some are, after a failure part
+    /// way: resume or abort then).
+    pub(crate) fn mark_suspended(&self) {
+        self.state.store(SUSPENDED, Ordering::Release);
     }
 
-    /// Whether every operation issued has ended and been verified: the
-    /// watchdog tracks none, the flight recorder has none pending, and a
-    /// clean check of every communicator passed after their ends (so a
-    /// host read of their results needs no check while suspended).
-    fn drained(&self) -> bool {
-        self.inner.check_ended();
-        self.inner.tracker.is_empty()
-            && !self.has_pending_record()
-            && matches!(self.inner.clean_check(), CommHealth::Clean)
+    /// A suspend that suspended nothing ends: the group issues again.
+    pub(crate) fn abandon(&self) {
+        let _ = self.state.compare_exchange(
+            SUSPENDING,
+            ACTIVE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
-    /// Whether the flight recorder holds an operation still pending.
-    fn has_pending_record(&self) -> bool {
-        let (records, _) = self.inner.recorder.snapshot();
-        records.iter().any(|record| record.state == OpState::Pending)
-    }
-
-    /// [`Lifecycle::resume`](crate::Lifecycle::resume).
-    pub(crate) fn resume_communicators(&self) -> Result<()> {
-        let suspension = &self.inner.suspension;
-        let _turn = suspension.turn.lock().unwrap_or_else(PoisonError::into_inner);
-        self.check_live()?;
-        if suspension.state.load(Ordering::Acquire) != SUSPENDED {
-            return Err(GroupError::InvalidArgument {
-                argument: "group to resume",
-                expected: "a suspended group (ProcessGroup::suspend first)".to_string(),
-                given: format!("group {:?}, which is not suspended", self.name()),
-            });
-        }
-        for set in self.inner.cache.all() {
-            for member in &set.members {
-                let comm = member.lock();
-                if comm.core().is_suspended() {
-                    comm.core().resume_in_place()?;
-                }
-            }
-        }
-        suspension.state.store(ACTIVE, Ordering::Release);
-        Ok(())
+    /// Resumed: the group issues again.
+    pub(crate) fn mark_active(&self) {
+        self.state.store(ACTIVE, Ordering::Release);
     }
 }
 
