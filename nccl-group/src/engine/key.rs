@@ -90,8 +90,8 @@ impl CommKey {
     }
 
     /// The store key a communicator's processes meet under (its unique
-    /// id is shared at `<store key>/share/unique-id`): [`CommKey::scope`]
-    /// of group `group`'s generation `generation`.
+    /// id is shared at `<store key>/share/unique-id`): the key's own
+    /// scope under group `group`'s generation `generation`.
     ///
     /// # Errors
     /// [`GroupError::Store`] for a group name with an empty

@@ -130,16 +130,6 @@ impl fmt::Display for Issued {
     }
 }
 
-/// One recorded operation as the analysis reads it from a dump: the
-/// dump's own record, every field of it.
-#[deprecated(since = "0.2.0", note = "the dump's own record: use `OpRecord`")]
-pub type RecordedOp = OpRecord;
-
-/// One rank's dump as the analysis reads it back: the dump itself, every
-/// field of it (`lagging`, `peers`, `epoch_unix_us`, `pid`, ...).
-#[deprecated(since = "0.2.0", note = "the dump itself: use `FlightDump`")]
-pub type RankDump = FlightDump;
-
 impl FlightDump {
     /// The collectives of the dump, oldest first.
     pub fn collectives(&self) -> Vec<Issued> {
