@@ -48,5 +48,8 @@ pub(crate) const SUBGROUPS: &str = "sub";
 /// A split's comparison of every rank's lists, below its
 /// [`SUBGROUPS`] scope (`generations/subgroups.rs`).
 pub(crate) const SPLIT: &str = "split";
+/// The ranks' commit votes: each vote's ballots, outcome and readers
+/// (`generations/vote.rs`).
+pub(crate) const VOTE: &str = "vote";
 /// The exit barrier of a group's shutdown (`generations/lifecycle.rs`).
 pub(crate) const SHUTDOWN: &str = "shutdown";

@@ -139,11 +139,25 @@ impl GroupBuilder {
     }
 
     /// The store and how messages name it: the one given, else the
-    /// configuration's, connected now.
+    /// configuration's, connected now (rank 0 hosts a TCP store).
     pub(crate) fn connect(&self) -> Result<(Arc<dyn Store>, String)> {
+        self.connect_with(RendezvousConfig::connect)
+    }
+
+    /// [`connect`](Self::connect) for a process joining a running group:
+    /// a TCP store is another process's, whatever the configuration's rank.
+    pub(crate) fn connect_joining(&self) -> Result<(Arc<dyn Store>, String)> {
+        self.connect_with(RendezvousConfig::connect_as_client)
+    }
+
+    /// The store given, else the configuration's, connected by `connect`.
+    fn connect_with(
+        &self,
+        connect: fn(&RendezvousConfig) -> nccl_rendezvous::Result<Box<dyn Store>>,
+    ) -> Result<(Arc<dyn Store>, String)> {
         let store = match (&self.store, &self.config) {
             (Some(store), _) => Arc::clone(store),
-            (None, Some(config)) => Arc::from(config.connect()?),
+            (None, Some(config)) => Arc::from(connect(config)?),
             (None, None) => {
                 return Err(missing(
                     "store",

@@ -7,7 +7,7 @@
 //! issue operations, fail the group and dump its records, and by
 //! `crate::generations`, which makes the next generations and sub-groups.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -70,6 +70,8 @@ pub(crate) struct Inner {
     pub(crate) listener: Listener,
     /// Whether the communicators are suspended (`suspension`).
     pub(crate) suspension: Suspension,
+    /// How many commit votes this rank began (`generations/vote.rs`).
+    pub(crate) votes: AtomicU64,
 }
 
 impl Inner {
@@ -287,6 +289,7 @@ impl ProcessGroup {
             children: Mutex::default(),
             listener: Listener::default(),
             suspension: Suspension::default(),
+            votes: AtomicU64::new(0),
         });
         let watched: std::sync::Weak<dyn crate::health::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::health::watchdog::Watched>));
@@ -399,6 +402,28 @@ impl ProcessGroup {
 
     pub(crate) fn check_live(&self) -> Result<()> {
         self.inner.check_live()
+    }
+
+    /// `Ok` for a live group; a failed or aborted one (the `argument` of
+    /// a call that would `action` it) must heal first.
+    pub(crate) fn check_live_to(&self, argument: &'static str, action: &str) -> Result<()> {
+        let state = self.inner.state.load(Ordering::Acquire);
+        if state != FAILED && state != ABORTED {
+            return self.check_live();
+        }
+        let why = match self.inner.failure.get() {
+            Some(failure) if state == FAILED => format!("failed: {}", failure.cause),
+            _ => "aborted".to_string(),
+        };
+        let m = self.inner.cache.membership();
+        Err(GroupError::InvalidArgument {
+            argument,
+            expected: format!(
+                "a live group (heal a failed one first with ProcessGroup::heal, then {action} \
+                 the group it returns; a rank the heal excluded must leave)"
+            ),
+            given: format!("{:?} generation {}, which {why}", m.name, m.generation),
+        })
     }
 
     /// The group's streams and events of device `ordinal`.

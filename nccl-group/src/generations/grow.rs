@@ -5,17 +5,16 @@
 //! ranks; otherwise every communicator is made afresh.
 
 mod join;
-mod offer;
+pub(crate) mod offer;
 pub(crate) mod options;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability, UniqueId};
 
 use crate::engine::generation::{Record, Replacement};
-use crate::engine::group::{ABORTED, FAILED, Inner, ProcessGroup};
+use crate::engine::group::{Inner, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
@@ -90,7 +89,7 @@ impl ProcessGroup {
         let m = self.inner.cache.membership();
         let world_size = grown_size(m.world_size, new_ranks)?;
         self.refuse_subgroup("process group to grow", "grow")?;
-        self.check_growable()?;
+        self.check_live_to("process group to grow", "grow")?;
         self.refuse_live_graphs("grown")?;
         let created = self.inner.cache.keyed();
         let candidate = created
@@ -162,26 +161,6 @@ impl ProcessGroup {
         })
     }
 
-    /// `Ok` for a live group; a failed or aborted one must heal first.
-    fn check_growable(&self) -> Result<()> {
-        let state = self.inner.state.load(Ordering::Acquire);
-        if state != FAILED && state != ABORTED {
-            return self.check_live();
-        }
-        let why = match self.inner.failure.get() {
-            Some(failure) if state == FAILED => format!("failed: {}", failure.cause),
-            _ => "aborted".to_string(),
-        };
-        let m = self.inner.cache.membership();
-        Err(GroupError::InvalidArgument {
-            argument: "process group to grow",
-            expected: "a live group (heal a failed one first with ProcessGroup::heal, then grow \
-                       the group it returns)"
-                .to_string(),
-            given: format!("{:?} generation {}, which {why}", m.name, m.generation),
-        })
-    }
-
     /// Steps 2 and 3 among the current ranks, meeting under grow number
     /// `attempt` of this generation: the plan (the communicator every rank
     /// grows, or why none does) and rank 0's offer of `new_ranks` places.
@@ -222,7 +201,7 @@ impl ProcessGroup {
     fn quiesce(&self, timeout: Duration) -> Result<()> {
         let started = Instant::now();
         while !self.inner.tracker.is_empty() {
-            self.check_growable()?;
+            self.check_live_to("process group to grow", "grow")?;
             self.inner.check_ended();
             if self.inner.tracker.is_empty() {
                 break;

@@ -1,11 +1,16 @@
 //! [`Recovery`]: how a group goes on after a failure, by a heal without
-//! the lost ranks or a grow that takes new ones.
+//! the lost ranks or a grow that takes new ones, and what an elastic
+//! trainer needs around them: the processes waiting to join, the store,
+//! and the ranks' commit vote.
 
 use std::sync::Arc;
+
+use nccl_rendezvous::Store;
 
 use crate::engine::group::ProcessGroup;
 use crate::error::Result;
 use crate::failure::Failure;
+use crate::generations::grow::offer::pending;
 use crate::generations::grow::options::{GrowOptions, Grown};
 use crate::generations::heal::options::{HealOptions, Healed};
 
@@ -13,7 +18,11 @@ use crate::generations::heal::options::{HealOptions, Healed};
 /// says why it stopped, [`heal`](Recovery::heal) makes the next generation
 /// without the lost ranks, [`grow`](Recovery::grow) one with new ranks
 /// (which join with
-/// [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown)).
+/// [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown)),
+/// [`pending_joins`](Recovery::pending_joins) says how many processes wait
+/// to join, [`agree`](Recovery::agree) is the ranks' commit vote and
+/// [`store`](Recovery::store) the store they meet at
+/// (`docs/group/elastic.md`).
 ///
 /// Sealed, implemented for [`ProcessGroup`] only, and in the
 /// [`prelude`](crate::prelude).
@@ -144,6 +153,69 @@ pub trait Recovery: crate::sealed::Sealed {
     ///   ([`StoreError::Absent`](crate::StoreError::Absent) naming them),
     ///   or the store failed.
     fn grow(&self, new_ranks: usize, options: &GrowOptions) -> Result<Grown>;
+
+    /// How many processes wait to join the group: those that called
+    /// [`GroupBuilder::join_grown`](crate::GroupBuilder::join_grown) with
+    /// its name at its store and that no grow has offered a place yet
+    /// (the tickets taken less the tickets the grows so far covered).
+    ///
+    /// A trainer grows by this many
+    /// ([`grow`](Recovery::grow)`(group.pending_joins()?, ..)`) when it is
+    /// not 0. Every rank reads the store on its own, so ranks may see
+    /// different counts while a process is joining: let one rank decide
+    /// (rank 0, sharing its count through the [`store`](Recovery::store)
+    /// or an [`agree`](Recovery::agree)), or read it at a step every rank
+    /// reaches after the joiner came. A joiner whose own wait ran out
+    /// ([`GroupError::NotOffered`](crate::GroupError::NotOffered)) still
+    /// counts: the grow that covers its ticket fails when it does not come
+    /// (nothing changes), and that ticket is then granted.
+    ///
+    /// # Errors
+    /// - [`GroupError::InvalidArgument`](crate::GroupError::InvalidArgument)
+    ///   for a sub-group (processes join the root group).
+    /// - The store's error.
+    fn pending_joins(&self) -> Result<usize>;
+
+    /// The store the group was created with (its root store, the same
+    /// for every generation a heal or a grow makes), for a protocol of
+    /// the caller's own beside the group's: a trainer's checkpoint step, a
+    /// quorum, a heartbeat.
+    ///
+    /// The group keeps its keys below its name (`<name>/...`): keep yours
+    /// under another prefix ([`PrefixStore`](crate::store::PrefixStore), or
+    /// a [`Scope`](crate::store::meet::Scope) of your own).
+    fn store(&self) -> Arc<dyn Store>;
+
+    /// The ranks' commit vote (torchft's `should_commit`): every rank
+    /// calls it once per step with its own verdict `ok` (its gradients
+    /// finite, its step without error), and every rank gets `true` only
+    /// when every rank voted `true`, else `false`; all get the same answer.
+    ///
+    /// A rank whose vote does not come within the group's
+    /// [`GroupOptions::timeout`](crate::GroupOptions::timeout) makes the vote
+    /// an error rather than `false`: a missing rank is a failure to heal
+    /// from, not a step to skip. The first rank whose wait runs out decides
+    /// it for all, the late rank included: each gets
+    /// [`StoreError::Absent`](crate::StoreError::Absent) naming the ranks
+    /// whose vote had not come ([`ErrorKind::Timeout`](crate::ErrorKind::Timeout)).
+    ///
+    /// Every rank must call it the same number of times in the same order
+    /// (one vote at a time per rank: votes are numbered per process). The
+    /// vote's store keys are deleted once every rank has read the outcome.
+    /// A heal or a grow starts the numbering again in the new generation.
+    ///
+    /// # Errors
+    /// - [`GroupError::InvalidArgument`](crate::GroupError::InvalidArgument)
+    ///   for a group that failed or was aborted (a rank a heal excluded has
+    ///   such a group, and must leave): heal, then vote in the healed group.
+    /// - [`GroupError::Destroyed`](crate::GroupError::Destroyed);
+    ///   [`GroupError::Healed`](crate::GroupError::Healed) for a generation
+    ///   a heal or a grow replaced.
+    /// - The group's failure ([`GroupError::Failed`](crate::GroupError::Failed))
+    ///   when it fails during the wait.
+    /// - [`StoreError::Absent`](crate::StoreError::Absent) as above, or the
+    ///   store's error.
+    fn agree(&self, ok: bool) -> Result<bool>;
 }
 
 impl Recovery for ProcessGroup {
@@ -157,5 +229,19 @@ impl Recovery for ProcessGroup {
 
     fn grow(&self, new_ranks: usize, options: &GrowOptions) -> Result<Grown> {
         self.grow_generation(new_ranks, options)
+    }
+
+    fn pending_joins(&self) -> Result<usize> {
+        self.refuse_subgroup("process group to join", "read the pending joins of")?;
+        let m = self.inner.cache.membership();
+        pending(&*m.root, &m.name)
+    }
+
+    fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.inner.cache.membership().root)
+    }
+
+    fn agree(&self, ok: bool) -> Result<bool> {
+        self.vote(ok)
     }
 }

@@ -4,7 +4,8 @@
 //! flight recorder's dumps and their analysis, the client of NCCL's RAS,
 //! the types of operations on borrowed cudarc memory (`borrowed`), sub-groups
 //! of groups without communicators (`subgroups`), the builder's refusals
-//! (`builder`), the rules of a suspended group (`suspend`).
+//! (`builder`), the rules of a suspended group (`suspend`), the elastic
+//! trainer's commit vote, pending joins and store (`elastic`).
 
 mod analysis;
 mod bad_inputs;
@@ -13,6 +14,7 @@ mod builder;
 mod cache;
 mod cache_rendezvous;
 mod dumps;
+mod elastic;
 mod error_kinds;
 mod keys;
 mod once_map;

@@ -32,11 +32,27 @@ impl RendezvousConfig {
     /// The store returned scopes every key under [`Self::namespace`], so
     /// two runs sharing one store never see each other's keys.
     pub fn connect(&self) -> Result<Box<dyn Store>> {
-        let store = self.connect_unscoped()?;
+        self.connect_scoped(self.rank == 0)
+    }
+
+    /// Connects to the store this configuration names as a client,
+    /// whatever the rank: for a process that joins a job already running
+    /// (a new process of a grow), whose store another process hosts.
+    ///
+    /// As [`RendezvousConfig::connect`] otherwise: the same stores, the
+    /// same namespace.
+    pub fn connect_as_client(&self) -> Result<Box<dyn Store>> {
+        self.connect_scoped(false)
+    }
+
+    /// The store, scoped to the namespace; `host`: this process hosts the
+    /// TCP store's server.
+    fn connect_scoped(&self, host: bool) -> Result<Box<dyn Store>> {
+        let store = self.connect_unscoped(host)?;
         Ok(Box::new(PrefixStore::new(store, self.namespace.clone())?))
     }
 
-    fn connect_unscoped(&self) -> Result<Box<dyn Store>> {
+    fn connect_unscoped(&self, host: bool) -> Result<Box<dyn Store>> {
         match &self.store {
             StoreSpec::File { dir } => Ok(Box::new(FileStore::open(dir.clone(), self.timeout)?)),
             StoreSpec::TorchAgent { addr, port } => {
@@ -65,7 +81,7 @@ impl RendezvousConfig {
                     client = client.with_secret(secret.as_bytes());
                     server = server.with_secret(secret.as_bytes());
                 }
-                if self.rank == 0 {
+                if host {
                     let bind = bind_addr(addr, *port)?;
                     Ok(Box::new(TcpStore::host(bind, server, client)?))
                 } else {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use nccl_core::ReduceOp;
 use nccl_group::{
     GroupError, GroupOptions, InProcessStore, OpBuffers, OpError, OpResult, Owned, ProcessGroup,
-    Work,
+    Store, Work,
 };
 
 pub use closed::{Closed, assert_closed_error, every_call_refused};
@@ -52,6 +52,27 @@ pub fn world_of_one_on(
         .options(options)
         .build()
         .unwrap_or_else(|e| panic!("creating group {name:?}: {e}"))
+}
+
+/// Ranks `0..world` of group `name` on `store`, each a group of its own
+/// with `options`, made in this process (threads play the ranks: a group
+/// that never makes a communicator needs no GPU).
+pub fn ranks_on(
+    store: &Arc<dyn Store>,
+    name: &str,
+    world: usize,
+    options: &GroupOptions,
+) -> Vec<ProcessGroup> {
+    let join = |rank| {
+        ProcessGroup::builder(name)
+            .rank(rank)
+            .world_size(world)
+            .store(Arc::clone(store))
+            .options(options.clone())
+            .build()
+            .unwrap_or_else(|e| panic!("rank {rank} joining {name:?}: {e}"))
+    };
+    (0..world).map(join).collect()
 }
 
 /// The role of a child process that a multi-process test launched: the

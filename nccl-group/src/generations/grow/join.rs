@@ -15,16 +15,18 @@ use crate::engine::key::CommKey;
 use crate::engine::membership::{Membership, check_name};
 use crate::error::{GroupError, Result};
 use crate::generations::succession::adopt_where_all_made;
+use crate::options::GroupOptions;
+use nccl_rendezvous::RendezvousConfig;
 use nccl_rendezvous::meet::Scope;
 
 impl GroupBuilder {
     /// Joins the builder's group as a new process when its ranks
     /// [`grow`](crate::Recovery::grow) it: takes a ticket in the
     /// queue of joining processes at the builder's store (the store the
-    /// group was created with: for a group from
-    /// [`ProcessGroup::from_env`], the one
-    /// [`RendezvousConfig::connect`](crate::RendezvousConfig::connect)
-    /// returns with the same variables, as a rank other than 0), waits at
+    /// group was created with; from a configuration
+    /// ([`GroupBuilder::config`]), connected as a client whatever its rank
+    /// ([`RendezvousConfig::connect_as_client`](crate::RendezvousConfig::connect_as_client)):
+    /// a running group's store is hosted already), waits at
     /// most `timeout` for a grow to offer the ticket a place, then takes
     /// part in the grow: in the group's communicator, on device
     /// [`local_rank`](GroupBuilder::local_rank) (its rank on this host,
@@ -32,6 +34,8 @@ impl GroupBuilder {
     /// one.
     ///
     /// The builder's rank and world size are not used: the offer gives them.
+    /// A process launched like the group's ranks joins with
+    /// [`ProcessGroup::join_grown_from_env`].
     /// Returns the group of the grown generation, this process at the rank the
     /// offer gives its ticket (the old world size plus its place among the
     /// offer's tickets). The grow's own waits and NCCL's are bounded by
@@ -51,7 +55,7 @@ impl GroupBuilder {
     ///   ([`StoreError::PeerFailed`](crate::StoreError::PeerFailed)); or
     ///   no watchdog thread.
     pub fn join_grown(self, timeout: Duration) -> Result<ProcessGroup> {
-        let (store, store_address) = self.connect()?;
+        let (store, store_address) = self.connect_joining()?;
         let (name, options) = (self.name.as_str(), self.options);
         let local_rank = self.local_rank.unwrap_or(0);
         options.validate()?;
@@ -107,3 +111,52 @@ impl GroupBuilder {
         Ok(group)
     }
 }
+
+impl ProcessGroup {
+    /// Joins the group `name` as a new process when its ranks
+    /// [`grow`](crate::Recovery::grow) it, from the launch variables
+    /// [`ProcessGroup::from_env`] reads: the store the group's ranks meet
+    /// at (`MASTER_ADDR`, `MASTER_PORT`, or `NCCL_RS_STORE`) and its
+    /// namespace (the launcher's run id, or `NCCL_RS_NAMESPACE`: the same
+    /// as the group's), with the default options and the store's timeout
+    /// for the grow's waits. [`GroupBuilder::join_grown`] with
+    /// [`RendezvousConfig::from_env`]'s configuration, waiting at most
+    /// `timeout` for a grow to offer a place.
+    ///
+    /// The process's own numbering is not used (the offer gives its rank
+    /// and world size), and never makes it host the store: a process
+    /// started by hand needs no `RANK` or `WORLD_SIZE`, and one that a
+    /// launcher started as rank 0 of a job of its own connects to the
+    /// group's store as a client. Its device is `LOCAL_RANK` (0 when unset).
+    ///
+    /// # Errors
+    /// A missing or malformed variable (named in the error); as
+    /// [`GroupBuilder::join_grown`].
+    pub fn join_grown_from_env(name: &str, timeout: Duration) -> Result<ProcessGroup> {
+        let config = joining_config(|var| {
+            std::env::var_os(var).map(|value| value.to_string_lossy().into_owned())
+        })?;
+        Self::builder(name)
+            .options(GroupOptions::default().with_timeout(config.timeout))
+            .config(&config)
+            .join_grown(timeout)
+    }
+}
+
+/// The launch configuration of a joining process, read through `var`:
+/// without a launcher's numbering, it is rank 0 of 1 (the grow's offer
+/// gives the real one).
+fn joining_config(var: impl Fn(&str) -> Option<String>) -> Result<RendezvousConfig> {
+    if RendezvousConfig::detect_launcher(&var).is_some() {
+        return Ok(RendezvousConfig::from_vars(var)?);
+    }
+    Ok(RendezvousConfig::from_vars(|name| match name {
+        "RANK" => Some("0".to_string()),
+        "WORLD_SIZE" => Some("1".to_string()),
+        _ => var(name),
+    })?)
+}
+
+
+#[cfg(test)]
+mod tests;

@@ -153,6 +153,18 @@ impl Offer {
     }
 }
 
+/// How many joining processes of group `name` no offer covers yet: the
+/// tickets taken less the tickets granted.
+///
+/// # Errors
+/// The store's.
+pub(crate) fn pending(root: &dyn Store, name: &str) -> Result<usize> {
+    let keys = Keys::of(name)?;
+    let taken = root.add(&keys.tickets(), 0)?;
+    let granted = root.add(&keys.granted(), 0)?;
+    Ok(usize::try_from(taken.saturating_sub(granted)).unwrap_or(0))
+}
+
 /// A joining process's part: takes a ticket, then reads the offers in
 /// order until one covers it; the offer and this process's rank in it.
 ///

@@ -3,7 +3,8 @@
 //! types (`Config`, `UniqueId`, `scalar_bytes`, the library loader), the
 //! group's keys, membership and stores, every launch environment
 //! variable `RendezvousConfig` reads, the survivors' agreement, the
-//! heal, the grow, the sub-groups and suspend and resume. Each
+//! heal, the grow, the elastic trainer's vote and pending joins, the
+//! sub-groups and suspend and resume. Each
 //! row runs one bad call and checks that the error names both what was
 //! expected and what was given.
 //!
@@ -12,11 +13,12 @@
 //! when the committed file differs from what it would write. The rows
 //! are in `tensor_rows`, `batch_rows`, `core_rows`, `group_rows`,
 //! `options_rows`, `store_rows`, `agree_rows`, `heal_rows`, `grow_rows`,
-//! `subgroup_rows` and `suspend_rows`.
+//! `elastic_rows`, `subgroup_rows` and `suspend_rows`.
 
 mod agree_rows;
 mod batch_rows;
 mod core_rows;
+mod elastic_rows;
 mod group_rows;
 mod grow_rows;
 mod heal_rows;
@@ -117,6 +119,7 @@ fn rows() -> Vec<Row> {
         agree_rows::rows(),
         heal_rows::rows(),
         grow_rows::rows(),
+        elastic_rows::rows(),
         subgroup_rows::rows(),
         suspend_rows::rows(),
     ]
