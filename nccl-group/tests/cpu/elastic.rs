@@ -2,9 +2,10 @@
 //! threads as the ranks of a group on an in-process store. The commit
 //! vote (`Recovery::agree`): every rank gets the same verdict, a missing
 //! rank makes it an error for all (the late one too), votes leave no key
-//! behind, and a closed group refuses to vote; `Recovery::pending_joins`
-//! counts the processes waiting in `join_grown` and a grow by that count
-//! takes them; `Recovery::store` is the group's root store.
+//! behind, a closed group refuses to vote and a group closed during the
+//! wait ends it; `Recovery::pending_joins` counts the processes waiting in
+//! `join_grown` and a grow by that count takes them; `Recovery::store` is
+//! the group's root store.
 //!
 //! Every scenario runs under a deadline, so a bug fails the test instead
 //! of hanging it.
@@ -144,6 +145,30 @@ fn a_closed_group_refuses_to_vote() {
     groups[1].destroy().expect("destroy");
     let error = groups[1].agree(true).expect_err("destroyed");
     assert!(matches!(error, GroupError::Destroyed { .. }), "{error}");
+}
+
+#[test]
+fn a_group_aborted_during_the_wait_ends_its_vote() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let groups = world_on(&store, "commit-abort", 2, LONG);
+    let voter = groups[0].clone();
+    let error = within("a vote whose group is aborted", DEADLINE, move || {
+        thread::scope(|scope| {
+            let vote = scope.spawn(|| voter.agree(true));
+            // Rank 1 never votes; rank 0's ballot is in before the abort.
+            while store
+                .try_get("commit-abort/0/vote/0/0")
+                .expect("read")
+                .is_none()
+            {
+                thread::yield_now();
+            }
+            voter.abort().expect("abort");
+            vote.join().expect("no panic")
+        })
+    })
+    .expect_err("aborted while waiting for rank 1");
+    assert!(matches!(error, GroupError::Aborted { .. }), "{error}");
 }
 
 #[test]
