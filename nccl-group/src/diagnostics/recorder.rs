@@ -260,6 +260,40 @@ with_cuda! {
         pub fn epoch_unix_us(&self) -> u64 {
             self.epoch_unix_us
         }
+
+        /// The tests' dump of this recorder's records: rank `rank` of
+        /// `world_size` in generation 0 of `group`, for `reason`, taken at
+        /// 0 µs by process 1, every optional part empty.
+        #[cfg(test)]
+        pub(crate) fn test_dump(
+            &self,
+            group: &str,
+            rank: usize,
+            world_size: usize,
+            reason: &str,
+        ) -> FlightDump {
+            let (ops, total_recorded) = self.snapshot();
+            FlightDump {
+                group: group.into(),
+                generation: 0,
+                rank,
+                world_size,
+                reason: reason.into(),
+                epoch_unix_us: self.epoch_unix_us(),
+                dumped_us: 0,
+                pid: 1,
+                nccl_version: None,
+                last_enqueued: None,
+                last_completed: None,
+                peers: Vec::new(),
+                lagging: Vec::new(),
+                divergence: None,
+                ras: None,
+                total_recorded,
+                threads: FlightDump::thread_names(&ops),
+                ops,
+            }
+        }
     }
 }
 

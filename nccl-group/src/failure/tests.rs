@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::*;
 use crate::devices::DeviceList;
-use crate::diagnostics::analysis::{Deviation, Issued};
 use crate::diagnostics::recorder::records::OpState;
 use nccl_core::ResultCode;
 
@@ -203,32 +202,11 @@ fn suspect_operations_are_named_up_to_a_few() {
     assert!(text.contains(" and 2 more"), "{text}");
 }
 
-fn divergence(count: usize) -> Divergence {
-    let issued = |count| Issued {
-        collective_seq: 57,
-        op: "all_reduce".into(),
-        dtype: Some("float".into()),
-        count,
-        root: None,
-        reduction: Some("sum".into()),
-    };
-    Divergence {
-        collective_seq: 57,
-        expected: issued(1024),
-        expected_ranks: vec![0, 1, 2],
-        others: vec![Deviation {
-            rank: 3,
-            issued: Some(issued(count)),
-            last_collective: Some(57),
-        }],
-    }
-}
-
 /// `failure`'s text once aborted quietly, the ranks' records showing
-/// [`divergence`]`(1025)`.
+/// [`Divergence::sample`]`(1025)`.
 fn text_with_divergence(failure: &Failure) -> String {
     failure.set_details(FailureDetails {
-        divergence: Some(divergence(1025)),
+        divergence: Some(Divergence::sample(1025)),
         ..aborted_quietly()
     });
     failure.to_string()
@@ -257,7 +235,7 @@ fn the_collective_checks_failures_name_the_check() {
         2,
         4,
         FailureCause::Mismatch {
-            divergence: divergence(1025),
+            divergence: Divergence::sample(1025),
         },
         None,
         Vec::new(),

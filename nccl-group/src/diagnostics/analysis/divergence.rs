@@ -209,3 +209,29 @@ impl fmt::Display for Divergence {
         Ok(())
     }
 }
+
+#[cfg(test)]
+impl Divergence {
+    /// The tests' divergence: ranks 0-2 issued collective 57 as an
+    /// all_reduce (sum) of 1024 floats, rank 3 as one of `count`.
+    pub(crate) fn sample(count: usize) -> Self {
+        let issued = |count| Issued {
+            collective_seq: 57,
+            op: "all_reduce".into(),
+            dtype: Some("float".into()),
+            count,
+            root: None,
+            reduction: Some("sum".into()),
+        };
+        Divergence {
+            collective_seq: 57,
+            expected: issued(1024),
+            expected_ranks: vec![0, 1, 2],
+            others: vec![Deviation {
+                rank: 3,
+                issued: Some(issued(count)),
+                last_collective: Some(57),
+            }],
+        }
+    }
+}

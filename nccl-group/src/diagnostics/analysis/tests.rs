@@ -9,27 +9,7 @@ use crate::diagnostics::recorder::records::{FlightDump, OpDescription, OpState, 
 
 /// A dump of `recorder`'s records by rank 0 of 1, on request.
 fn dump_of(recorder: &FlightRecorder) -> FlightDump {
-    let (ops, total_recorded) = recorder.snapshot();
-    FlightDump {
-        group: "g".into(),
-        generation: 0,
-        rank: 0,
-        world_size: 1,
-        reason: "on request".into(),
-        epoch_unix_us: recorder.epoch_unix_us(),
-        dumped_us: 0,
-        pid: 1,
-        nccl_version: None,
-        last_enqueued: None,
-        last_completed: None,
-        peers: Vec::new(),
-        lagging: Vec::new(),
-        divergence: None,
-        ras: None,
-        total_recorded,
-        threads: Default::default(),
-        ops,
-    }
+    recorder.test_dump("g", 0, 1, "on request")
 }
 
 /// What the recorder writes is what the analysis reads: a dump's JSON

@@ -52,26 +52,13 @@ fn dump(rank: usize) -> FlightDump {
     recorder.record(&barrier, now);
     recorder.record(&description("my_custom_op", true), now);
     recorder.fail_pending(now);
-    let (ops, total_recorded) = recorder.snapshot();
     FlightDump {
-        group: "trainer".into(),
-        generation: 0,
-        rank,
-        world_size: 4,
-        reason: "on request".into(),
-        epoch_unix_us: recorder.epoch_unix_us(),
         dumped_us: recorder.micros(now),
         pid: std::process::id(),
         nccl_version: Some("2.28.3".into()),
         last_enqueued: Some(3),
         last_completed: Some(0),
-        peers: Vec::new(),
-        lagging: Vec::new(),
-        divergence: None,
-        ras: None,
-        total_recorded,
-        threads: FlightDump::thread_names(&ops),
-        ops,
+        ..recorder.test_dump("trainer", rank, 4, "on request")
     }
 }
 

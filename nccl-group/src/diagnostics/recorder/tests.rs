@@ -96,30 +96,17 @@ fn dumps_are_json_with_every_field() {
     d.peer = Some(3);
     d.devices = DeviceList::new([2, 5].into_iter()).unwrap();
     recorder.record(&d, now);
-    let (ops, total) = recorder.snapshot();
     let dump = FlightDump {
-        group: "trainer".into(),
         generation: 1,
-        rank: 2,
-        world_size: 4,
-        reason: "on request".into(),
-        epoch_unix_us: recorder.epoch_unix_us(),
         dumped_us: recorder.micros(Instant::now()),
         pid: std::process::id(),
-        nccl_version: None,
-        last_enqueued: None,
-        last_completed: None,
         peers: vec![PeerProgress {
             rank: 0,
             last_enqueued: Some(7),
             last_completed: Some(6),
         }],
         lagging: vec![1, 3],
-        divergence: None,
-        ras: None,
-        total_recorded: total,
-        threads: FlightDump::thread_names(&ops),
-        ops,
+        ..recorder.test_dump("trainer", 2, 4, "on request")
     };
     let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
     assert_eq!(json["group"], "trainer");
@@ -148,46 +135,14 @@ fn dumps_are_json_with_every_field() {
 /// text) and RAS's view.
 #[test]
 fn a_failure_dump_holds_the_divergence_and_ras() {
-    use crate::diagnostics::analysis::{Deviation, Divergence, Issued};
+    use crate::diagnostics::analysis::Divergence;
     use crate::diagnostics::ras::RasReport;
-    let issued = |count| Issued {
-        collective_seq: 57,
-        op: "all_reduce".into(),
-        dtype: Some("float".into()),
-        count,
-        root: None,
-        reduction: Some("sum".into()),
-    };
-    let divergence = Divergence {
-        collective_seq: 57,
-        expected: issued(1024),
-        expected_ranks: vec![0, 1, 2],
-        others: vec![Deviation {
-            rank: 3,
-            issued: Some(issued(1025)),
-            last_collective: Some(57),
-        }],
-    };
+    let divergence = Divergence::sample(1025);
     let recorder = FlightRecorder::new(4);
     let dump = FlightDump {
-        group: "trainer".into(),
-        generation: 0,
-        rank: 0,
-        world_size: 4,
-        reason: "failed".into(),
-        epoch_unix_us: recorder.epoch_unix_us(),
-        dumped_us: 0,
-        pid: 1,
-        nccl_version: None,
-        last_enqueued: None,
-        last_completed: None,
-        peers: Vec::new(),
-        lagging: Vec::new(),
         divergence: Some(divergence.clone()),
         ras: Some(RasReport::unavailable("RAS is off (NCCL_RAS_ENABLE=0)")),
-        total_recorded: 0,
-        threads: Default::default(),
-        ops: Vec::new(),
+        ..recorder.test_dump("trainer", 0, 4, "failed")
     };
     let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
     let dumped = &json["divergence"];
