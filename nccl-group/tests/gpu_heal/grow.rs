@@ -5,11 +5,10 @@ use nccl_group::Lifecycle;
 use nccl_group::Recovery;
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nccl_core::{Capabilities, Capability, Device};
-use nccl_group::{ErrorKind, GrowOptions, GrowPath, Grown, ProcessGroup, RendezvousConfig, Store};
+use nccl_group::{ErrorKind, GrowOptions, GrowPath, Grown, ProcessGroup, RendezvousConfig};
 use nccl_test_support::processes::{spawn_child_test, wait_children};
 
 use super::rank::{Member, OP_TIMEOUT, PATIENCE, ROUNDS, finish, group_options};
@@ -62,7 +61,8 @@ pub(super) fn grow_back(me: Member, dir: &Path) {
 
 /// Starts the new process: this test binary as a rank of no launch, on
 /// this GPU as a simulated host of its own, reaching rank 0's store with
-/// the launch's variables (as a rank other than 0, so it connects).
+/// the launch's variables (its own numbering, which the grow's offer
+/// replaces).
 fn start_joiner(olds: &[usize]) -> nccl_test_support::processes::ChildTest {
     let olds: Vec<String> = olds.iter().map(usize::to_string).collect();
     spawn_child_test(CHILD, |command| {
@@ -150,12 +150,11 @@ fn grow(me: Member) -> Member {
 /// rounds at world 4 as member 4, and destroys the group with the others.
 pub(super) fn join() {
     let config = RendezvousConfig::from_env().expect("the launch's variables");
-    let store: Arc<dyn Store> = Arc::from(config.connect().expect("rank 0's store"));
     let started = Instant::now();
+    // From the configuration, join_grown connects to rank 0's store as a
+    // client, whatever the configuration's rank.
     let group = ProcessGroup::builder("heal")
-        .store(store)
-        .store_address(config.store.to_string())
-        .local_rank(config.local_rank)
+        .config(&config)
         .options(group_options(OP_TIMEOUT))
         .join_grown(JOIN_WAIT)
         .expect("joined the grow");
