@@ -16,7 +16,7 @@ mod op;
 mod uncapturable;
 
 pub use kind::ErrorKind;
-pub use mismatch::Mismatch;
+pub use mismatch::{FoundBy, Mismatch};
 pub use op::OpError;
 pub use uncapturable::Uncapturable;
 
@@ -248,6 +248,19 @@ pub enum GroupError {
         #[source]
         source: std::io::Error,
     },
+    /// The process could not start the thread of a group's mismatch check
+    /// ([`GroupOptions::mismatch_check`](crate::GroupOptions::mismatch_check));
+    /// the operating system's error is the `source()`.
+    #[error(
+        "the process could not start the thread of the group's mismatch check \
+         (is the process out of threads or memory?); GroupOptions::with_mismatch_check(false) \
+         makes a group without it"
+    )]
+    MismatchCheckStart {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The process could not start the thread that wakes awaited
     /// [`Work`](crate::Work)s (one per process, started by the first
     /// future that waits); the operating system's error is the `source()`.
@@ -341,13 +354,13 @@ impl GroupError {
     /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) | [`ErrorKind::PeerLost`] |
     /// | `Failed` by another rank's failure alarm ([`FailureCause::PeerFailed`]) | [`ErrorKind::PeerFailed`] |
     /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
-    /// | `Mismatch` | [`ErrorKind::GroupFailed`] |
+    /// | `Failed` by a mismatch ([`FailureCause::Mismatch`]), `Mismatch` | [`ErrorKind::Mismatch`] |
     /// | `Closed`, `Destroyed` | [`ErrorKind::Closed`] |
     /// | `InvalidArgument`, `GraphsAlive`, `SubGroupsAlive` | [`ErrorKind::InvalidArgument`] |
     /// | `Healed` | [`ErrorKind::Healed`] |
     /// | `Suspended` | [`ErrorKind::Suspended`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
-    /// | `WatchdogStart`, `WakerStart` | [`ErrorKind::Io`] |
+    /// | `WatchdogStart`, `WakerStart`, `MismatchCheckStart` | [`ErrorKind::Io`] |
     /// | `Dump` | [`ErrorKind::InvalidArgument`] for [`DumpError::NoFolder`], else [`ErrorKind::Io`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -365,7 +378,13 @@ impl GroupError {
             {
                 ErrorKind::PeerFailed
             }
-            GroupError::Failed(_) | GroupError::Mismatch(_) => ErrorKind::GroupFailed,
+            GroupError::Failed(failure)
+                if matches!(failure.cause, FailureCause::Mismatch { .. }) =>
+            {
+                ErrorKind::Mismatch
+            }
+            GroupError::Mismatch(_) => ErrorKind::Mismatch,
+            GroupError::Failed(_) => ErrorKind::GroupFailed,
             GroupError::Closed { .. } | GroupError::Destroyed { .. } => ErrorKind::Closed,
             GroupError::InvalidArgument { .. }
             | GroupError::GraphsAlive { .. }
@@ -373,7 +392,9 @@ impl GroupError {
             GroupError::Capture { .. } => ErrorKind::Unsupported,
             GroupError::Healed { .. } => ErrorKind::Healed,
             GroupError::Suspended { .. } => ErrorKind::Suspended,
-            GroupError::WatchdogStart { .. } | GroupError::WakerStart { .. } => ErrorKind::Io,
+            GroupError::WatchdogStart { .. }
+            | GroupError::WakerStart { .. }
+            | GroupError::MismatchCheckStart { .. } => ErrorKind::Io,
             GroupError::Dump(DumpError::NoFolder) => ErrorKind::InvalidArgument,
             GroupError::Dump(_) => ErrorKind::Io,
         }
@@ -427,6 +448,7 @@ impl GroupError {
             GroupError::SubGroupsAlive { .. } => "SubGroupsAlive",
             GroupError::WatchdogStart { .. } => "WatchdogStart",
             GroupError::WakerStart { .. } => "WakerStart",
+            GroupError::MismatchCheckStart { .. } => "MismatchCheckStart",
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",
             GroupError::Healed { .. } => "Healed",

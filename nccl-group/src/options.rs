@@ -112,8 +112,29 @@ pub struct GroupOptions {
     /// them. A group of one process has nothing to compare. Each check costs a
     /// store round trip per rank (the `group_checks` bench of `group_cost`
     /// measures it); `docs/group/mismatches.md` has the rules. Default `None`:
-    /// off, at the cost of one branch per operation.
+    /// off, at the cost of one branch per operation: the mismatch check
+    /// ([`GroupOptions::mismatch_check`]) is on by default instead; this one
+    /// compares before enqueueing, to explain a hang or to keep mixed data
+    /// from the GPU.
     pub collective_checks: Option<u32>,
+    /// The mismatch check: every rank's collectives (operation, data type,
+    /// element count, root, reduction, in order) are compared with every
+    /// other rank's off the issuing thread, through the rendezvous store, so
+    /// that ranks that did not issue the same collectives get an error of
+    /// kind [`ErrorKind::Mismatch`](crate::ErrorKind::Mismatch) instead of a
+    /// wrong result or a hang.
+    ///
+    /// An operation costs a push onto a queue. Host reads of a collective's
+    /// result (`Work::synchronize`, a strict `Work::wait`, a tensor's
+    /// `to_vec`) wait for its verdict: one exchange through the store at
+    /// most. Without a host read the group still fails soon after a
+    /// mismatch, and the operations not yet verified are the failure's
+    /// [`suspects`](crate::Failure::suspects). A group of one process has
+    /// nothing to compare; point-to-point operations are not compared.
+    /// `docs/group/mismatches.md` has the rules.
+    ///
+    /// Default `true`.
+    pub mismatch_check: bool,
     /// When the group fails, ask the loaded NCCL's RAS service for its
     /// view of dead and unresponsive ranks ([`crate::ras`]) and put it in
     /// the failure's report and dump, or one line saying why there is
@@ -155,6 +176,7 @@ impl Default for GroupOptions {
             ),
             blocking_wait: false,
             collective_checks: None,
+            mismatch_check: true,
             ras_report: true,
             config: Config::new(),
         }
@@ -256,6 +278,8 @@ impl GroupOptions {
         /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses 0 and
         /// more than [`MAX_CHECK_INTERVAL`].
         with_collective_checks(every: u32) => collective_checks = Some(every);
+        /// Sets [`GroupOptions::mismatch_check`].
+        with_mismatch_check(check: bool) => mismatch_check = check;
         /// Sets [`GroupOptions::ras_report`].
         with_ras_report(ask: bool) => ras_report = ask;
         /// With these NCCL options for every communicator the group creates

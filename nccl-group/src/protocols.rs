@@ -28,6 +28,9 @@ pub(crate) const PROGRESS: &str = "progress";
 /// The collective mismatch check: each rank's fingerprints of a window
 /// of collectives (`diagnostics/checks.rs`).
 pub(crate) const CHECKS: &str = "checks";
+/// The mismatch check: each rank's chunks of collective fingerprints
+/// (`diagnostics/fingerprints.rs`).
+pub(crate) const FINGERPRINTS: &str = "fingerprints";
 /// The generation a heal makes: its keys, below the healed one's
 /// (`generations/heal.rs`).
 pub(crate) const HEALED: &str = "healed";

@@ -34,6 +34,7 @@ pub use reading::without_plot_feature;
 pub use size::{SizeError, parse_size};
 use size::{parse_nonzero_size_arg, parse_size_arg};
 pub use unapplied::Unapplied;
+pub use values::OnOff;
 use values::{CollectiveArg, GroupComms, parse_root_arg};
 pub use values::{DataTypeArg, ReduceOpArg, RootArg};
 
@@ -295,6 +296,12 @@ pub struct Args {
     /// bounded; NCCL ends each group with other ranks on a thread of its own).
     #[arg(long, value_enum, default_value_t = GroupComms::Blocking)]
     pub group_comms: GroupComms,
+
+    /// Whether the group layers' process groups compare every rank's collectives in the
+    /// background (nccl-group's mismatch check, GroupOptions::mismatch_check; on is the
+    /// group's default), to measure what the check costs.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub group_mismatch_check: OnOff,
 
     /// Run two layers, A (the baseline) and B, interleaved in this process on the same
     /// buffers; print B's table with a ratio column (time B / time A) after each half's

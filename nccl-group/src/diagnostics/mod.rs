@@ -1,11 +1,13 @@
 //! What the group tells about itself: the flight recorder, its dumps and
-//! their analysis, the collective check, NCCL's RAS view, the trace
+//! their analysis, the mismatch check and the collective check, NCCL's RAS view, the trace
 //! events and the metrics.
 
 pub mod analysis;
 #[cfg(feature = "cuda")]
 pub(crate) mod checks;
 pub mod dumps;
+#[cfg(feature = "cuda")]
+pub(crate) mod fingerprints;
 #[cfg(feature = "cuda")]
 pub mod metrics;
 pub mod ras;

@@ -224,15 +224,19 @@ with_cuda! {
             }
         }
 
-        /// Marks every completed operation whose end `verified` does not cover
+        /// Marks every completed operation that `verified` (given its record and
+        /// its end's stamp) does not verify
         /// as [`OpState::Suspect`] (when the group fails); returns them,
         /// oldest first.
-        pub(crate) fn mark_suspect(&self, verified: impl Fn(u64) -> bool) -> Vec<OpRecord> {
+        pub(crate) fn mark_suspect(
+            &self,
+            verified: impl Fn(&OpRecord, u64) -> bool,
+        ) -> Vec<OpRecord> {
             let mut suspects: Vec<OpRecord> = self
                 .ring()
                 .slots
                 .iter_mut()
-                .filter(|s| s.record.state == OpState::Completed && !verified(s.end_stamp))
+                .filter(|s| s.record.state == OpState::Completed && !verified(&s.record, s.end_stamp))
                 .map(|slot| {
                     slot.record.state = OpState::Suspect;
                     slot.record.clone()

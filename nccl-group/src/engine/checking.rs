@@ -1,20 +1,31 @@
-//! The collective check on the group's side
+//! The group's side of its two checks that the ranks issue the same
+//! collectives: the collective check before an operation is enqueued
 //! ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks),
-//! [`crate::diagnostics::checks`]): which operations are fingerprinted, the deadline
-//! of the wait, and how a failed check fails the group.
+//! [`crate::diagnostics::checks`]) and the mismatch check's thread and
+//! verdicts ([`GroupOptions::mismatch_check`](crate::GroupOptions::mismatch_check),
+//! [`crate::diagnostics::fingerprints`]): which operations are fingerprinted, the
+//! deadline of the waits, and how a failed check fails the group.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Issued;
 use crate::diagnostics::checks::{Checked, Stop};
+use crate::diagnostics::fingerprints::{Verdict, spawn};
 use crate::engine::failing::Finish;
-use crate::engine::group::ProcessGroup;
+use crate::engine::group::{FAILED, Inner, ProcessGroup};
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
-use crate::error::Mismatch;
+use crate::error::{ErrorKind, FoundBy, Mismatch};
 use crate::error::{GroupError, Result};
 use crate::failure::FailureCause;
+use crate::protocols::FINGERPRINTS;
+
+/// How long a read of a collective that failed with its group waits for
+/// the mismatch check's verdict on it, in case a mismatch caused the
+/// failure: the other ranks' fingerprints are in the store by then, or
+/// never come (a lost rank).
+const FAILED_VERDICT_GRACE: Duration = Duration::from_millis(100);
 
 /// The longest wait of a check: an operation timeout past what `Instant`
 /// can hold waits this long (about ten years).
@@ -55,22 +66,41 @@ impl ProcessGroup {
             info.peer,
             info.reduction,
         );
-        let now = Instant::now();
-        let deadline = now
-            .checked_add(self.op_timeout)
-            .unwrap_or_else(|| now + LONGEST_WAIT);
-        let stop = match checker.check(fingerprint, deadline, &|| self.check_live()) {
+        let stop = match checker.check(fingerprint, self.deadline(), &|| self.check_live()) {
             Ok(checked) => return Ok(Some(checked)),
             Err(stop) => stop,
         };
+        Err(self.inner.stopped(stop, FoundBy::CollectiveCheck))
+    }
+
+    /// The deadline of a check's wait begun now: the operation timeout on.
+    fn deadline(&self) -> Instant {
+        deadline_after(self.op_timeout)
+    }
+}
+
+/// `timeout` from now, or [`LONGEST_WAIT`] where `Instant` cannot hold it.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + LONGEST_WAIT)
+}
+
+impl Inner {
+    /// The group's error for a check that stopped, failing the group
+    /// first (a no-op when it failed already): [`GroupError::Mismatch`]
+    /// for a mismatch, the group's failure when the other ranks'
+    /// fingerprints did not come, the error of a group that stopped
+    /// meanwhile.
+    fn stopped(self: &Arc<Self>, stop: Stop<GroupError>, found_by: FoundBy) -> GroupError {
         let (cause, mismatch) = match stop {
-            Stop::Closed(error) => return Err(error),
+            Stop::Closed(error) => return error,
             Stop::Mismatch {
                 divergence,
                 first,
                 last,
             } => {
-                crate::diagnostics::trace::event!(error, group = %self.name(), %divergence, "the collective check found a mismatch");
+                crate::diagnostics::trace::event!(error, group = %self.cache.membership().name, %divergence, "a mismatch check found a mismatch");
                 let cause = FailureCause::Mismatch {
                     divergence: (*divergence).clone(),
                 };
@@ -93,24 +123,124 @@ impl ProcessGroup {
                 (cause, None)
             }
         };
-        self.inner.fail(cause, None, Finish::Here);
+        self.fail(cause, None, Finish::Here);
         // This failure, or whatever ended the group first.
         let failure = match self.check_live() {
             Err(GroupError::Failed(failure)) => failure,
-            Err(other) => return Err(other),
+            Err(other) => return other,
             Ok(()) => {
-                return Err(GroupError::Closed {
-                    name: self.name().to_string(),
-                });
+                return GroupError::Closed {
+                    name: self.cache.membership().name.clone(),
+                };
             }
         };
-        Err(match mismatch {
+        match mismatch {
             Some((divergence, checked)) => GroupError::Mismatch(Arc::new(Mismatch {
                 divergence,
                 checked,
+                found_by,
                 failure,
             })),
             None => GroupError::Failed(failure),
-        })
+        }
+    }
+
+    /// Starts the mismatch check's thread, when the check is on: a
+    /// divergence it finds fails the group.
+    ///
+    /// # Errors
+    /// [`GroupError::MismatchCheckStart`]: the thread could not be started.
+    pub(crate) fn start_mismatch_check(self: &Arc<Self>) -> Result<()> {
+        let Some(fingerprints) = &self.fingerprints else {
+            return Ok(());
+        };
+        let membership = self.cache.membership();
+        // The name was checked when the group was made: the scope exists.
+        let Ok(scope) = membership.protocol(FINGERPRINTS) else {
+            return Ok(());
+        };
+        let group = Arc::downgrade(self);
+        let on_verdict = Box::new(move |verdict: Verdict| {
+            let Some(inner) = group.upgrade() else {
+                return;
+            };
+            let stop = match verdict {
+                Verdict::Mismatch(divergence) => Stop::Mismatch {
+                    first: divergence.collective_seq,
+                    last: divergence.collective_seq,
+                    divergence,
+                },
+                Verdict::StoreFailed(error) => Stop::Incomplete {
+                    first: 0,
+                    last: 0,
+                    absent: Vec::new(),
+                    waited: Duration::ZERO,
+                    error: Some(error),
+                },
+            };
+            let _ = inner.stopped(stop, FoundBy::MismatchCheck);
+        });
+        spawn(
+            Arc::clone(fingerprints),
+            Arc::clone(&membership.store),
+            scope,
+            on_verdict,
+        )
+        .map_err(|source| GroupError::MismatchCheckStart { source })
+    }
+
+    /// The mismatch check once the group left its live state for `to`:
+    /// after a failure it only answers reads ([`Inner::mismatch_instead`]),
+    /// until the group is dropped or healed; otherwise its thread ends.
+    pub(crate) fn stop_mismatch_check(&self, to: u8) {
+        if let Some(fingerprints) = &self.fingerprints {
+            match to {
+                FAILED => fingerprints.group_failed(),
+                _ => fingerprints.close(),
+            }
+        }
+    }
+
+    /// [`GroupChecks::verdict`]: the mismatch check's verdict on
+    /// collective `seq`, waiting at most the operation timeout.
+    pub(crate) fn mismatch_verdict(self: &Arc<Self>, seq: u64) -> Result<()> {
+        let Some(fingerprints) = &self.fingerprints else {
+            return Ok(());
+        };
+        let deadline = deadline_after(self.options().op_timeout);
+        fingerprints
+            .await_verdict(seq, deadline, &|| self.check_live())
+            .map_err(|stop| match stop {
+                Stop::Closed(error) => self.mismatch_instead(seq, error),
+                stop => self.stopped(stop, FoundBy::MismatchCheck),
+            })
+    }
+
+    /// [`GroupChecks::mismatch_instead`]: `error`, the failure a read of
+    /// collective `seq` got, or the mismatch that failed it: after a
+    /// divergence, the ranks that found it abort their communicators,
+    /// and the others may see that abort (a lost peer) before their own
+    /// check finds the divergence. Waits at most [`FAILED_VERDICT_GRACE`].
+    pub(crate) fn mismatch_instead(&self, seq: u64, error: GroupError) -> GroupError {
+        let (Some(fingerprints), Some(failure)) = (&self.fingerprints, error.failure()) else {
+            return error;
+        };
+        if error.kind() == ErrorKind::Mismatch {
+            return error;
+        }
+        let deadline = Instant::now() + FAILED_VERDICT_GRACE;
+        match fingerprints.await_verdict(seq, deadline, &|| Ok::<(), GroupError>(())) {
+            Err(Stop::Mismatch {
+                divergence,
+                first,
+                last,
+            }) => GroupError::Mismatch(Arc::new(Mismatch {
+                divergence: *divergence,
+                checked: (first, last),
+                found_by: FoundBy::MismatchCheck,
+                failure: Arc::clone(failure),
+            })),
+            _ => error,
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::diagnostics::analysis::Divergence;
 use crate::diagnostics::ras::{self, RasLimits, RasReport};
 use crate::diagnostics::recorder::records::{OpRecord, OpState, PeerProgress, lagging_ranks};
-use crate::engine::group::{ABORTED, FAILED, HEALED, Inner, LIVE};
+use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
@@ -60,7 +60,7 @@ enum Exchange {
 }
 
 impl Inner {
-    fn options(&self) -> &crate::options::GroupOptions {
+    pub(crate) fn options(&self) -> &crate::options::GroupOptions {
         &self.cache.factory().options
     }
 
@@ -174,11 +174,17 @@ impl Inner {
         )
     }
 
-    /// Marks the operations whose end no clean check has verified as
-    /// suspect in the flight recorder, and returns them.
+    /// Marks the operations whose end no clean check has verified, and the
+    /// collectives the mismatch check has not verified, as suspect in the
+    /// flight recorder, and returns them.
     fn suspects(&self) -> Vec<OpRecord> {
-        self.recorder
-            .mark_suspect(|stamp| self.verification.covers(stamp))
+        self.recorder.mark_suspect(|record, stamp| {
+            let agreed = match (&self.fingerprints, record.collective_seq) {
+                (Some(fingerprints), Some(n)) => fingerprints.agreed(n),
+                _ => true,
+            };
+            agreed && self.verification.covers(stamp)
+        })
     }
 
     /// One clean check of every communicator (`crate::health::verify`): `Clean`
@@ -444,6 +450,14 @@ impl GroupChecks for Inner {
             }
         }
     }
+
+    fn verdict(self: Arc<Self>, seq: u64) -> Result<()> {
+        self.mismatch_verdict(seq)
+    }
+
+    fn mismatch_instead(self: Arc<Self>, seq: u64, error: GroupError) -> GroupError {
+        Inner::mismatch_instead(&self, seq, error)
+    }
 }
 
 impl Drop for Inner {
@@ -451,6 +465,7 @@ impl Drop for Inner {
     /// and aborts the communicators off this thread, bounded: dropping a
     /// group never blocks on other processes or on a stalled abort.
     fn drop(&mut self) {
+        self.stop_mismatch_check(DESTROYED);
         if self.state.load(Ordering::Acquire) == LIVE {
             self.cache.close();
             // Operations that have ended are verified by the last check

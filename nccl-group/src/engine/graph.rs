@@ -115,8 +115,9 @@ impl<B: WorkBuffers + 'static> GroupGraph<B> {
             .launch()
             .map_err(nccl_core::Error::cuda("launching the captured CUDA graph"))?;
         let enqueued = Instant::now();
-        let seq = self.group.record(info, &key, enqueued, checked);
-        let watched = self.group.track(seq, enqueued, || {
+        let recorded = self.group.record(info, &key, enqueued, checked);
+        let seq = recorded.seq;
+        let watched = self.group.track(recorded, enqueued, || {
             end_event_in(&self.pool, &self.stream, &self.stream).map(Ends::One)
         });
         match watched {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::checks::Checker;
 use crate::diagnostics::dumps::request::RequestWatch;
+use crate::diagnostics::fingerprints::Fingerprints;
 use crate::diagnostics::metrics::GroupMetrics;
 use crate::diagnostics::recorder::FlightRecorder;
 use crate::engine::cache::OnceMap;
@@ -56,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) local_rank: Option<usize>,
     /// The collective check, when it is on.
     pub(crate) checks: Option<Checker>,
+    /// The mismatch check, when it is on and there is another rank.
+    pub(crate) fingerprints: Option<Arc<Fingerprints>>,
     /// The heal or grow of this generation, once done: every later heal
     /// or grow returns it (the lock also makes concurrent ones one).
     pub(crate) succession: Mutex<Succession>,
@@ -79,9 +82,14 @@ impl Inner {
     /// `FAILED`); `false` when it was no longer live: another transition
     /// came first.
     pub(crate) fn leave_live(&self, to: u8) -> bool {
-        self.state
+        let left = self
+            .state
             .compare_exchange(LIVE, to, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_ok();
+        if left {
+            self.stop_mismatch_check(to);
+        }
+        left
     }
 }
 
@@ -267,6 +275,8 @@ impl ProcessGroup {
     ) -> Result<Self> {
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
         let checks = checker(options.collective_checks, &membership);
+        let fingerprints = (options.mismatch_check && membership.world_size > 1)
+            .then(|| Arc::new(Fingerprints::new(membership.rank, membership.world_size)));
         let recorder = FlightRecorder::new(options.recorder_capacity)
             .with_metrics(GroupMetrics::new(&membership.name));
         let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
@@ -283,6 +293,7 @@ impl ProcessGroup {
             requests,
             local_rank,
             checks,
+            fingerprints,
             succession: Mutex::default(),
             successor: OnceLock::new(),
             lineage,
@@ -295,6 +306,7 @@ impl ProcessGroup {
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::health::watchdog::Watched>));
         crate::health::watchdog::watch(watched)
             .map_err(|source| GroupError::WatchdogStart { source })?;
+        inner.start_mismatch_check()?;
         Ok(Self {
             inner,
             op_timeout,

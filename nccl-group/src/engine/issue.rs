@@ -14,7 +14,9 @@ use nccl_core::{DataType, ErrorChain, Group, Op, Reduction, Status};
 use nccl_tensor::Communicator;
 
 use crate::devices::DeviceList;
+use crate::diagnostics::analysis::Issued as Fingerprint;
 use crate::diagnostics::checks::Checked;
+use crate::diagnostics::fingerprints::Fingerprints;
 use crate::diagnostics::recorder::records::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep;
@@ -82,6 +84,13 @@ impl OpInfo {
             ..self
         }
     }
+}
+
+/// What [`ProcessGroup::record`] numbered: the operation, and the
+/// collective the mismatch check compares (with the check), if it does.
+pub(crate) struct Recorded {
+    pub(crate) seq: u64,
+    collective: Option<(Arc<Fingerprints>, u64)>,
 }
 
 /// Which communicators an operation runs on: the group's collective ones,
@@ -306,7 +315,8 @@ impl ProcessGroup {
     }
 
     /// Notes an operation NCCL accepted, issued at `now`, in the flight
-    /// recorder (its sequence numbers), and keeps its collective check.
+    /// recorder (its sequence numbers), keeps its collective check and
+    /// hands a collective's fingerprint to the mismatch check.
     ///
     /// Operations refused by a check are not recorded, so every rank numbers
     /// the same collectives alike.
@@ -316,7 +326,7 @@ impl ProcessGroup {
         key: &CommKey,
         now: Instant,
         checked: Option<Checked<'_>>,
-    ) -> u64 {
+    ) -> Recorded {
         if let Some(checked) = checked {
             checked.keep();
         }
@@ -331,7 +341,25 @@ impl ProcessGroup {
             devices: *key.devices(),
             collective: is_collective(&info, key),
         };
-        self.inner.recorder.record(&description, now).seq
+        let record = self.inner.recorder.record(&description, now);
+        let collective = match (&self.inner.fingerprints, record.collective_seq) {
+            (Some(fingerprints), Some(n)) => {
+                fingerprints.push(Fingerprint::described(
+                    n,
+                    info.op,
+                    info.dtype,
+                    info.count,
+                    info.peer,
+                    info.reduction,
+                ));
+                Some((Arc::clone(fingerprints), n))
+            }
+            _ => None,
+        };
+        Recorded {
+            seq: record.seq,
+            collective,
+        }
     }
 
     /// Records the end of an enqueued operation (`record_ends`) and hands
@@ -343,7 +371,7 @@ impl ProcessGroup {
     /// `watchdog::tracker::reap`).
     pub(crate) fn track(
         &self,
-        seq: u64,
+        Recorded { seq, collective }: Recorded,
         enqueued: Instant,
         record_ends: impl FnOnce() -> Result<Ends>,
     ) -> Result<Arc<Tracked>> {
@@ -352,7 +380,7 @@ impl ProcessGroup {
         let op = inner.tracker.push_with::<_, GroupError>(
             || {
                 let group: std::sync::Weak<dyn GroupChecks> = Arc::downgrade(&self.inner) as _;
-                let outcome = Outcome::new(Arc::clone(&inner.verification), group);
+                let outcome = Outcome::new(Arc::clone(&inner.verification), group, collective);
                 let op = Arc::new(Tracked::new(
                     record_ends()?,
                     outcome,
@@ -422,27 +450,27 @@ impl ProcessGroup {
             let member = &comms.members[0];
             let stream = self.op_stream(member, caller)?;
             let enqueued = Instant::now();
-            let seq = {
+            let recorded = {
                 let comm = member.lock();
                 let _enqueueing = member.enqueueing(enqueued, self.op_timeout);
                 let status = match issue(&comm, stream, &mut buffers) {
                     Ok(status) => status,
                     Err(error) => {
                         if self.may_have_launched(&error) {
-                            let seq = self.record(info, &key, enqueued, checked);
-                            issued = Some((seq, Arc::clone(stream)));
+                            let recorded = self.record(info, &key, enqueued, checked);
+                            issued = Some((recorded.seq, Arc::clone(stream)));
                         }
                         return Err(error.into());
                     }
                 };
-                let seq = self.record(info, &key, enqueued, checked);
-                issued = Some((seq, Arc::clone(stream)));
+                let recorded = self.record(info, &key, enqueued, checked);
+                issued = Some((recorded.seq, Arc::clone(stream)));
                 if status == Status::InProgress {
                     comm.core().wait_ready_within(info.op, self.op_timeout)?;
                 }
-                seq
+                recorded
             };
-            self.track(seq, enqueued, || {
+            self.track(recorded, enqueued, || {
                 end_event(member, stream, caller).map(Ends::One)
             })
         })();
@@ -504,7 +532,7 @@ impl ProcessGroup {
             let key = route.key(devices);
             let comms = self.comms_for(&key)?;
             let checked = self.check_collective(&info, &key)?;
-            let (seq, enqueued, streams) = {
+            let (recorded, enqueued, streams) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
                 let started = Instant::now();
                 let _enqueueing: Vec<_> = comms
@@ -528,8 +556,8 @@ impl ProcessGroup {
                     .map(|(member, caller)| self.op_stream(member, caller))
                     .collect::<Result<Vec<_>>>()?;
                 let enqueued = Instant::now();
-                let seq = self.record(info, &key, enqueued, checked);
-                issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
+                let recorded = self.record(info, &key, enqueued, checked);
+                issued = Some((recorded.seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
                 let group = Group::start()?;
                 for (part, stream) in planned.into_iter().zip(&streams) {
                     let _ = part.enqueue_on(stream)?;
@@ -539,9 +567,9 @@ impl ProcessGroup {
                         comm.core().wait_ready_within(info.op, self.op_timeout)?;
                     }
                 }
-                (seq, enqueued, streams)
+                (recorded, enqueued, streams)
             };
-            self.track(seq, enqueued, || {
+            self.track(recorded, enqueued, || {
                 comms
                     .members
                     .iter()

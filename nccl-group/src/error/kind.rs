@@ -15,6 +15,7 @@ nccl_core::__error_kinds! {
     /// | `InvalidArgument`, `WrongDevice`, `RankOutOfRange`, `Unsupported`, `MissingFunction` | still live: the call was refused before it reached NCCL | fix the call |
     /// | `Timeout` | still live after a CPU-side wait ran out (`GroupError::Timeout`: a `synchronize` bound, a store `get`; the operation may still complete); failed after a communicator's creation ran out (`GroupError::InitTimeout`) | wait again; heal only if [`Recovery::failure`](crate::Recovery::failure) is `Some` |
     /// | `Suspended` | still live, suspended | [`resume`](crate::Lifecycle::resume) on every rank, then retry |
+    /// | `Mismatch` | failed: the ranks did not issue the same collectives | fix the program; heal or make a new group |
     /// | `GroupFailed`, `PeerFailed`, `PeerLost` | failed ([`GroupError::failure`](crate::GroupError::failure) says why; `is_timeout()` when its operation timeout failed it) | heal ([`Recovery::heal`](crate::Recovery::heal)) or make a new group |
     /// | `Healed` | replaced by a heal or a grow | use the group the heal or grow returned |
     /// | `Excluded` | went on without this rank | leave, or join again as a new rank |
@@ -50,11 +51,21 @@ nccl_core::__error_kinds! {
         /// "a rank is gone".)
         PeerFailed,
         /// The group's watchdog failed the group (an operation timed out, or
-        /// NCCL or CUDA reported an error), or its collective check found a
-        /// mismatch; `is_timeout()` says whether it was a timeout.
+        /// NCCL or CUDA reported an error); `is_timeout()` says whether it
+        /// was a timeout.
         ///
         /// Create a new group.
         GroupFailed,
+        /// The ranks did not issue the same collectives: the mismatch check
+        /// or the collective check found it and failed the group
+        /// ([`GroupError::Mismatch`](crate::GroupError::Mismatch), or a
+        /// failure whose cause is [`FailureCause::Mismatch`](crate::FailureCause::Mismatch)).
+        /// The divergence names the first rank that differs, the collective
+        /// and both fingerprints.
+        ///
+        /// Fix the program so that every rank issues the same collectives,
+        /// then make a new group.
+        Mismatch,
         /// This rank was left out of the survivors' agreement on the next
         /// generation ([`ProcessGroup::heal`](crate::Recovery::heal)): it
         /// came after the decision (stopped, slow) or was suspected and

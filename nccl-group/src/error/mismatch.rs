@@ -1,5 +1,6 @@
-//! [`Mismatch`]: what the collective check (`crate::diagnostics::checks`)
-//! found when the ranks did not issue the same collectives.
+//! [`Mismatch`]: what the mismatch check (`crate::diagnostics::fingerprints`)
+//! or the collective check (`crate::diagnostics::checks`) found when the
+//! ranks did not issue the same collectives.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,11 +8,11 @@ use std::sync::Arc;
 use crate::diagnostics::analysis::Divergence;
 use crate::failure::{Collectives, Failure};
 
-/// What the collective check found: the ranks did not issue the same
-/// collectives.
+/// What a check found: the ranks did not issue the same collectives.
 ///
-/// [`GroupError::Mismatch`](crate::GroupError::Mismatch) carries it to the rank
-/// whose check found it; the group failed
+/// [`GroupError::Mismatch`](crate::GroupError::Mismatch) carries it to the
+/// rank whose check found it, and to the host reads of the collectives it
+/// covers; the group failed
 /// ([`FailureCause::Mismatch`](crate::FailureCause::Mismatch)), so every later
 /// call and pending operation gets the failure.
 #[derive(Debug)]
@@ -23,12 +24,29 @@ pub struct Mismatch {
     /// The first and last collective the failed check covered, in this
     /// rank's numbering.
     ///
-    /// The last was not enqueued, on this rank nor on any other (every rank
-    /// checks before it enqueues it); with a check every `K > 1` collectives,
-    /// the others were.
+    /// With the collective check, the last was not enqueued, on this rank nor
+    /// on any other (every rank checks before it enqueues it); with a check
+    /// every `K > 1` collectives, the others were. With the mismatch check,
+    /// the first is the divergent collective and the last the one whose
+    /// result was read: every one of them was enqueued, and none is a
+    /// result.
     pub checked: (u64, u64),
+    /// Which check found it.
+    pub found_by: FoundBy,
     /// The group's failure.
     pub failure: Arc<Failure>,
+}
+
+/// Which check found a [`Mismatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FoundBy {
+    /// The mismatch check, after the collectives were enqueued
+    /// ([`GroupOptions::mismatch_check`](crate::GroupOptions::mismatch_check)).
+    MismatchCheck,
+    /// The collective check, before the last collective was enqueued
+    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks)).
+    CollectiveCheck,
 }
 
 /// `process group "trainer" (rank 0 of 4): the collective check of
@@ -42,15 +60,26 @@ impl fmt::Display for Mismatch {
         let failure = &self.failure;
         write!(
             f,
-            "process group {:?} (rank {} of {}): the collective check of {} found that the ranks did not \
-             issue the same collectives: {}; collective #{} was not enqueued, and the group failed. Create a \
-             new group to continue.",
-            failure.group,
-            failure.rank,
-            failure.world_size,
-            Collectives(self.checked.0, self.checked.1),
-            self.divergence,
-            self.checked.1
-        )
+            "process group {:?} (rank {} of {}): ",
+            failure.group, failure.rank, failure.world_size
+        )?;
+        match self.found_by {
+            FoundBy::CollectiveCheck => write!(
+                f,
+                "the collective check of {} found that the ranks did not issue the same \
+                 collectives: {}; collective #{} was not enqueued, and the group failed.",
+                Collectives(self.checked.0, self.checked.1),
+                self.divergence,
+                self.checked.1
+            )?,
+            FoundBy::MismatchCheck => write!(
+                f,
+                "the mismatch check found that the ranks did not issue the same collectives: {}; \
+                 the group failed, and no collective from #{} on is a result (this read was of \
+                 collective #{}).",
+                self.divergence, self.checked.0, self.checked.1
+            )?,
+        }
+        write!(f, " Create a new group to continue.")
     }
 }

@@ -145,6 +145,7 @@ impl Inner {
     ) {
         let _ = self.successor.set(successor);
         self.state.store(HEALED, Ordering::Release);
+        self.stop_mismatch_check(HEALED);
         self.cache.close();
         if !self.tracker.is_empty() {
             self.check_ended();

@@ -17,6 +17,11 @@
 //! communicator's error, and when all are clean it verifies every stamp
 //! below its own epoch. A stamp taken while a check runs equals that
 //! check's epoch, so only a later check verifies it.
+//!
+//! A collective's result is also the one its ranks meant only if they
+//! issued it alike: with the mismatch check on
+//! ([`crate::diagnostics::fingerprints`]), its outcome also waits for the
+//! check's verdict.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -24,6 +29,7 @@ use std::time::Duration;
 
 use nccl_tensor::{ProducerError, ResultCheck};
 
+use crate::diagnostics::fingerprints::Fingerprints;
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
 
@@ -86,6 +92,16 @@ pub(crate) trait GroupChecks: Send + Sync {
     /// a communicator reported an error (the group then fails),
     /// `None` when a communicator was busy and could not be read.
     fn check_now(self: Arc<Self>) -> Option<Result<()>>;
+
+    /// Waits for the mismatch check's verdict on collective `seq`: `Ok`
+    /// once every rank issued it alike, the group's error otherwise (the
+    /// group then fails).
+    fn verdict(self: Arc<Self>, seq: u64) -> Result<()>;
+
+    /// `error`, the group's failure that a read of collective `seq` got,
+    /// or the mismatch that caused it, if the mismatch check finds one
+    /// soon.
+    fn mismatch_instead(self: Arc<Self>, seq: u64, error: GroupError) -> GroupError;
 }
 
 /// What became of one operation, shared by its [`Work`](crate::Work), the
@@ -97,15 +113,23 @@ pub(crate) struct Outcome {
     ended: AtomicU64,
     verification: Arc<Verification>,
     group: Weak<dyn GroupChecks>,
+    /// The mismatch check and the operation's collective number, when the
+    /// check compares it.
+    collective: Option<(Arc<Fingerprints>, u64)>,
 }
 
 impl Outcome {
-    pub(crate) fn new(verification: Arc<Verification>, group: Weak<dyn GroupChecks>) -> Self {
+    pub(crate) fn new(
+        verification: Arc<Verification>,
+        group: Weak<dyn GroupChecks>,
+        collective: Option<(Arc<Fingerprints>, u64)>,
+    ) -> Self {
         Self {
             failure: OnceLock::new(),
             ended: AtomicU64::new(0),
             verification,
             group,
+            collective,
         }
     }
 
@@ -132,10 +156,30 @@ impl Outcome {
     /// Whether the operation produced its result: `Ok` once an end seen
     /// by the caller is followed by a clean check (running one now if
     /// none has yet, waiting for the watchdog while a communicator is
-    /// busy); the group's failure when it failed before that.
+    /// busy) and, for a collective the mismatch check compares, once every
+    /// rank issued it alike; the group's failure when it failed before that.
     ///
     /// The caller has seen the end (it synchronized with the operation).
     pub(crate) fn verify(&self) -> Result<()> {
+        let ended = self.verify_end();
+        let Some((fingerprints, seq)) = &self.collective else {
+            return ended;
+        };
+        if fingerprints.agreed(*seq) {
+            return ended;
+        }
+        match (self.group.upgrade(), ended) {
+            (Some(group), Ok(())) => group.verdict(*seq),
+            (Some(group), Err(error)) => Err(group.mismatch_instead(*seq, error)),
+            (None, Err(error)) => Err(error),
+            (None, Ok(())) => Err(GroupError::Destroyed {
+                name: self.verification.name.to_string(),
+            }),
+        }
+    }
+
+    /// The first half of [`Outcome::verify`]: the end and a clean check.
+    fn verify_end(&self) -> Result<()> {
         if let Some(error) = self.failed() {
             return Err(error);
         }
@@ -213,6 +257,14 @@ mod tests {
                 Answer::Failed => Some(Err(GroupError::Failed(failure()))),
             }
         }
+
+        fn verdict(self: Arc<Self>, _seq: u64) -> Result<()> {
+            Ok(())
+        }
+
+        fn mismatch_instead(self: Arc<Self>, _seq: u64, error: GroupError) -> GroupError {
+            error
+        }
     }
 
     fn failure() -> Arc<Failure> {
@@ -238,7 +290,7 @@ mod tests {
             calls: AtomicUsize::new(0),
         });
         let weak: Weak<dyn GroupChecks> = Arc::downgrade(&group) as _;
-        (group, Outcome::new(verification, weak))
+        (group, Outcome::new(verification, weak, None))
     }
 
     #[test]

@@ -4,13 +4,19 @@
 //! for float, a broadcast for an all_reduce, another root, another
 //! reduction, or nothing (it skips it).
 //!
+//! * With default options (the mismatch check, `GroupOptions::mismatch_check`,
+//!   both communicator modes), each collective read on the host
+//!   (`wait()`, then `to_vec`): every rank gets an error of kind `Mismatch`
+//!   naming the last rank and collective 57 when it reads collective 57,
+//!   every earlier read passes, and no rank reads collective 57 as a
+//!   success, the count mismatch (which hangs NCCL) included.
 //! * With the collective check (`GroupOptions::collective_checks`, K = 1
-//!   and 16, both communicator modes), every rank gets
+//!   and 16, both communicator modes; the mismatch check off), every rank gets
 //!   `GroupError::Mismatch` naming the last rank and collective 57, from
 //!   its check of a collective between 57 and 57 + K - 1; with K = 1
 //!   collective 57 itself is refused on every rank, so no rank gets an
 //!   `Ok` with mixed data. Without a mismatch the check passes all 120.
-//! * Without it, a mismatch that hangs NCCL fails the group on its
+//! * Without either, a mismatch that hangs NCCL fails the group on its
 //!   timeout, and the failure's report names the divergence from the
 //!   ranks' last records (a count mismatch hangs, as seen on the H200;
 //!   the others are reported as they come: NCCL may finish a data type
@@ -25,8 +31,11 @@ use nccl_group::Lifecycle;
 use std::time::Duration;
 
 use nccl_core::ReduceOp;
+use nccl_group::analysis::Divergence;
 use nccl_group::ras::RasReport;
-use nccl_group::{CommMode, GroupError, OpBuffers, OpResult, ProcessGroup};
+use nccl_group::{
+    CommMode, ErrorKind, FailureCause, GroupError, OpBuffers, OpResult, ProcessGroup,
+};
 use nccl_tensor::Tensor;
 use nccl_test_support::group::destroy;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, StoreAt, options, tcp_store};
@@ -183,19 +192,34 @@ fn issue(
     }
 }
 
-/// Joins `name` with the check every `every` collectives (`None`: off).
+/// Which check a run's group has.
+#[derive(Clone, Copy)]
+enum Check {
+    /// The default options: the mismatch check.
+    Default,
+    /// The collective check every `K` collectives, the mismatch check off.
+    Every(u32),
+    /// Neither, with a short operation timeout: what a hang costs.
+    Off,
+}
+
+/// Joins `name` with `check`.
 fn join(
     ctx: &RankContext,
     store: &StoreAt,
     name: &str,
     mode: CommMode,
-    every: Option<u32>,
+    check: Check,
 ) -> ProcessGroup {
-    let mut options = options(mode);
-    options.collective_checks = every;
-    if every.is_none() {
-        options = options.with_op_timeout(HANG_TIMEOUT);
-    }
+    let options = match check {
+        Check::Default => options(mode),
+        Check::Every(every) => options(mode)
+            .with_collective_checks(every)
+            .with_mismatch_check(false),
+        Check::Off => options(mode)
+            .with_mismatch_check(false)
+            .with_op_timeout(HANG_TIMEOUT),
+    };
     ProcessGroup::builder(name)
         .rank(ctx.rank())
         .world_size(ctx.world())
@@ -216,7 +240,7 @@ fn checked(every: u32) {
     let (world, last) = (ctx.world(), ctx.world() - 1);
     for mode in COMM_MODES {
         let name = format!("checked-{every}-{mode:?}-agree");
-        let group = join(&ctx, &store, &name, mode, Some(every));
+        let group = join(&ctx, &store, &name, mode, Check::Every(every));
         for (n, planned) in plan(ctx.rank(), world, None).into_iter().enumerate() {
             issue(&ctx, &group, planned, false)
                 .unwrap_or_else(|e| panic!("{}: {name}: collective {n}: {e}", ctx.label()));
@@ -230,7 +254,7 @@ fn checked(every: u32) {
         for fault in Fault::ALL {
             let name = format!("checked-{every}-{mode:?}-{fault:?}");
             let what = format!("{}: {name}", ctx.label());
-            let group = join(&ctx, &store, &name, mode, Some(every));
+            let group = join(&ctx, &store, &name, mode, Check::Every(every));
             let mut stopped = None;
             for (call, planned) in plan(ctx.rank(), world, Some(fault)).into_iter().enumerate() {
                 match issue(&ctx, &group, planned, false) {
@@ -279,6 +303,109 @@ fn checked(every: u32) {
     }
 }
 
+/// Issues `planned` on tensors of ones, waits for it on the caller's
+/// stream and reads its result on the host.
+fn issue_and_read(
+    ctx: &RankContext,
+    group: &ProcessGroup,
+    planned: Planned,
+) -> Result<(), GroupError> {
+    let stream = &ctx.stream;
+    let ones =
+        |len: usize| Tensor::<f32>::from_host(stream, &vec![1.0; len], &[len]).expect("a tensor");
+    let read = |tensor: Tensor<f32>| tensor.to_vec(stream).map(drop).map_err(GroupError::from);
+    match planned {
+        Planned::AllReduce { count, int32, max } => {
+            let op = if max { ReduceOp::Max } else { ReduceOp::Sum };
+            match int32 {
+                false => read(group.all_reduce(ones(count), op, stream)?.wait()?),
+                true => {
+                    let ints = Tensor::<i32>::from_host(stream, &vec![1; count], &[count])
+                        .expect("a tensor");
+                    let ints = group.all_reduce(ints, op, stream)?.wait()?;
+                    ints.to_vec(stream).map(drop).map_err(GroupError::from)
+                }
+            }
+        }
+        Planned::AllGather => {
+            let output = Tensor::<f32>::zeros(stream, &[256 * ctx.world()]).expect("a tensor");
+            let (output, _input) = group
+                .all_gather_into_tensor(output, ones(256), stream)?
+                .wait()?;
+            read(output)
+        }
+        Planned::Broadcast { root } => read(group.broadcast(ones(1024), root, stream)?.wait()?),
+    }
+}
+
+/// The divergence an error names: a mismatch's, or that of the failure
+/// whose cause is a mismatch.
+fn divergence_of(error: &GroupError) -> Option<Divergence> {
+    if let GroupError::Mismatch(mismatch) = error {
+        return Some(mismatch.divergence.clone());
+    }
+    match &error.failure()?.cause {
+        FailureCause::Mismatch { divergence } => Some(divergence.clone()),
+        _ => None,
+    }
+}
+
+/// With default options, every fault at world sizes 2 and 4 on both
+/// communicator modes: each rank reads each collective on the host; every
+/// read before collective 57 passes, and every rank's read of collective 57
+/// fails with a `Mismatch` naming the last rank and collective 57.
+#[test]
+fn ranks_mismatch_default_options_fail_every_rank_at_the_collective() {
+    let Some(ctx) = RankContext::new() else {
+        return;
+    };
+    let store = tcp_store(&ctx);
+    let (world, last) = (ctx.world(), ctx.world() - 1);
+    for mode in COMM_MODES {
+        let name = format!("default-{mode:?}-agree");
+        let group = join(&ctx, &store, &name, mode, Check::Default);
+        for (n, planned) in plan(ctx.rank(), world, None).into_iter().enumerate() {
+            issue_and_read(&ctx, &group, planned)
+                .unwrap_or_else(|e| panic!("{}: {name}: collective {n}: {e}", ctx.label()));
+        }
+        destroy(&group);
+        ctx.meet(&name);
+        if world == 1 {
+            continue;
+        }
+        for fault in Fault::ALL {
+            let name = format!("default-{mode:?}-{fault:?}");
+            let what = format!("{}: {name}", ctx.label());
+            let group = join(&ctx, &store, &name, mode, Check::Default);
+            let failed = plan(ctx.rank(), world, Some(fault))
+                .into_iter()
+                .enumerate()
+                .find_map(|(call, planned)| {
+                    issue_and_read(&ctx, &group, planned)
+                        .err()
+                        .map(|error| (call, error))
+                });
+            let (call, error) = failed.unwrap_or_else(|| panic!("{what}: every read passed"));
+            println!("{what}: call {call}: {error}");
+            assert_eq!(call as u64, AT, "{what}: the first failed read: {error}");
+            assert_eq!(error.kind(), ErrorKind::Mismatch, "{what}: {error}");
+            let divergence = divergence_of(&error)
+                .unwrap_or_else(|| panic!("{what}: no divergence named: {error}"));
+            assert_eq!(divergence.collective_seq, AT, "{what}: {divergence}");
+            let named: Vec<usize> = divergence.others.iter().map(|d| d.rank).collect();
+            assert_eq!(named, [last], "{what}: {divergence}");
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!("rank {last}")) && text.contains(&format!("#{AT}")),
+                "{what}: the message names the rank and the collective: {text}"
+            );
+            let _ = ctx.stream.synchronize();
+            ctx.meet(&name);
+            let _ = group.abort();
+        }
+    }
+}
+
 #[test]
 fn ranks_mismatch_checked_every_collective() {
     checked(1);
@@ -309,7 +436,7 @@ fn ranks_mismatch_unchecked_timeout_report_names_the_divergence() {
         for fault in Fault::ALL {
             let name = format!("unchecked-{mode:?}-{fault:?}");
             let what = format!("{}: {name}", ctx.label());
-            let group = join(&ctx, &store, &name, mode, None);
+            let group = join(&ctx, &store, &name, mode, Check::Off);
             let failed = plan(ctx.rank(), world, Some(fault))
                 .into_iter()
                 .find_map(|planned| issue(&ctx, &group, planned, true).err());
@@ -364,7 +491,7 @@ fn ranks_ras_view_of_a_stopped_rank() {
         return;
     };
     let store = tcp_store(&ctx);
-    let group = join(&ctx, &store, "ras-stopped", CommMode::Blocking, None);
+    let group = join(&ctx, &store, "ras-stopped", CommMode::Blocking, Check::Off);
     let what = ctx.label();
     for n in 0..20 {
         issue(&ctx, &group, base(n, None), true)

@@ -515,3 +515,19 @@ fn a_flag_given_twice_takes_its_last_value_as_in_nccl_tests() {
     let args = parse(&["-e", "256K", "-e", "1K", "-n", "5", "-n", "7"]);
     assert_eq!((args.max_bytes, args.iters), (1024, 7));
 }
+
+#[test]
+fn the_group_mismatch_check_is_on_unless_turned_off() {
+    assert!(parse(&[]).group_mismatch_check.is_on());
+    assert!(
+        parse(&["--group-mismatch-check", "on"])
+            .group_mismatch_check
+            .is_on()
+    );
+    assert!(
+        !parse(&["--group-mismatch-check", "off"])
+            .group_mismatch_check
+            .is_on()
+    );
+    refused(&["--group-mismatch-check", "yes"], "--group-mismatch-check");
+}

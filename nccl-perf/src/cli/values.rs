@@ -1,5 +1,5 @@
-//! The values of the collective, `-d`, `-o`, `-r` and `--group-comms`
-//! arguments, and what each stands for.
+//! The values of the collective, `-d`, `-o`, `-r`, `--group-comms` and
+//! `--group-mismatch-check` arguments, and what each stands for.
 
 use clap::ValueEnum;
 use nccl_core::{DataType, ReduceOp};
@@ -22,6 +22,22 @@ impl GroupComms {
             GroupComms::Nonblocking => nccl_group::CommMode::Nonblocking,
             GroupComms::Blocking => nccl_group::CommMode::Blocking,
         }
+    }
+}
+
+/// A switch on the command line (`--group-mismatch-check`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl OnOff {
+    /// Whether it is on.
+    pub const fn is_on(self) -> bool {
+        matches!(self, OnOff::On)
     }
 }
 

@@ -169,7 +169,7 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
         ));
     }
     if plan.layers.iter().any(|kind| kind.stream_mode().is_some()) {
-        lines.push(group_note(plan.group_comms));
+        lines.push(group_note(plan.group_comms, plan.group_mismatch_check));
     }
     let mut noted = Vec::new();
     for &layer in &plan.layers {
@@ -190,16 +190,17 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
 }
 
 /// What the group layer's calls are.
-fn group_note(comms: CommMode) -> String {
+fn group_note(comms: CommMode, mismatch_check: bool) -> String {
     let comms = match comms {
         CommMode::Blocking => "blocking",
         _ => "nonblocking",
     };
+    let check = if mismatch_check { "on" } else { "off" };
     format!(
         "# note: the group layer's call is a ProcessGroup op + Work::wait on tensors of its own, \
          copied from and back to the buffers outside the timed batches; group-caller runs it on \
          the caller's stream (StreamMode::Caller), group on the group's NCCL stream; \
-         {comms} communicators (--group-comms)"
+         {comms} communicators (--group-comms); mismatch check {check} (--group-mismatch-check)"
     )
 }
 

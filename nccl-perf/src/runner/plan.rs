@@ -45,6 +45,9 @@ pub struct Plan {
     pub average: Average,
     /// The group layers' communicator kind (`--group-comms`).
     pub group_comms: CommMode,
+    /// Whether the group layers' groups run the mismatch check
+    /// (`--group-mismatch-check`).
+    pub group_mismatch_check: bool,
     /// The NCCL config of every communicator, in every layer (`-x`).
     pub config: Config,
 }
@@ -77,6 +80,7 @@ impl Plan {
             gpus_per_thread: layout.gpus_per_thread,
             average: args.average(),
             group_comms: args.group_comms.comm_mode(),
+            group_mismatch_check: args.group_mismatch_check.is_on(),
             config: args.config(),
         })
     }
@@ -166,6 +170,10 @@ impl Plan {
             (
                 "group communicators (--group-comms)",
                 format!("{:?}", self.group_comms),
+            ),
+            (
+                "group mismatch check (--group-mismatch-check)",
+                self.group_mismatch_check.to_string(),
             ),
             ("communicator config (-x)", format!("{:?}", self.config)),
             ("plan", format!("{self:?}")),

@@ -101,6 +101,7 @@ fn run_rank(
                 GroupOptions::default()
                     .with_stream_mode(mode)
                     .with_comm_mode(plan.group_comms)
+                    .with_mismatch_check(plan.group_mismatch_check)
                     .with_config(plan.config.clone()),
             )
         })

@@ -182,7 +182,7 @@ fn unverified_completions_become_suspect_when_the_group_fails() {
     recorder.finish(0, OpState::Completed, now, 1);
     recorder.finish(1, OpState::Completed, now, 1);
     recorder.finish(2, OpState::Completed, now, 2);
-    let suspects = recorder.mark_suspect(|stamp| stamp < 2);
+    let suspects = recorder.mark_suspect(|_, stamp| stamp < 2);
     assert_eq!(suspects.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
     assert_eq!(suspects[0].state, OpState::Suspect);
     let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
