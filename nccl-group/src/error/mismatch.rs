@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::diagnostics::analysis::Divergence;
-use crate::failure::{Collectives, Failure};
+use crate::failure::{Collectives, Failure, TO_CONTINUE};
 
 /// What the collective check found: the ranks did not issue the same
 /// collectives.
@@ -34,17 +34,15 @@ pub struct Mismatch {
 /// `process group "trainer" (rank 0 of 4): the collective check of
 /// collective #57 found that the ranks did not issue the same
 /// collectives: rank 3 issued ...; collective #57 was not enqueued, and
-/// the group failed.
-///
-/// Create a new group to continue.`
+/// the group failed. To continue, heal the group ...`
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let failure = &self.failure;
         write!(
             f,
             "process group {:?} (rank {} of {}): the collective check of {} found that the ranks did not \
-             issue the same collectives: {}; collective #{} was not enqueued, and the group failed. Create a \
-             new group to continue.",
+             issue the same collectives: {}; collective #{} was not enqueued, and the group failed. \
+             {TO_CONTINUE}",
             failure.group,
             failure.rank,
             failure.world_size,

@@ -185,14 +185,21 @@ impl FailureCause {
         }
     }
 
+    /// True when the collective check found the failure: its message
+    /// names the check first, then the operation it held back, if any.
+    pub(crate) fn by_the_check(&self) -> bool {
+        matches!(
+            self,
+            FailureCause::Mismatch { .. } | FailureCause::CheckIncomplete { .. }
+        )
+    }
+
     /// What failed when no operation did: the collective check, or a
     /// communicator.
     pub(crate) fn subject(&self) -> &'static str {
-        match self {
-            FailureCause::Mismatch { .. } | FailureCause::CheckIncomplete { .. } => {
-                "the collective check"
-            }
-            _ => "a communicator",
+        match self.by_the_check() {
+            true => "the collective check",
+            false => "a communicator",
         }
     }
 }
@@ -203,7 +210,9 @@ impl fmt::Display for FailureCause {
             FailureCause::Timeout { timeout, ran } => {
                 write!(
                     f,
-                    "did not complete within its timeout of {timeout:?} (it had run {ran:?})"
+                    "did not complete within its timeout of {timeout:?} (it had run {ran:?}): a rank \
+                     did not issue it, issued it differently, or is slower than the timeout allows \
+                     (GroupOptions::op_timeout)"
                 )
             }
             FailureCause::AsyncError { error, .. } => {

@@ -73,7 +73,7 @@ fn the_report_names_op_cause_culprits_and_dump() {
     ] {
         assert!(full.contains(part), "{part:?} missing from: {full}");
     }
-    assert!(full.ends_with("Create a new group to continue."), "{full}");
+    assert!(full.ends_with(&format!(". {TO_CONTINUE}")), "{full}");
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn a_timeout_report_names_the_divergence_of_the_ranks_records() {
         text.contains(
             "; the ranks' last records part at collective #57: rank 3 issued all_reduce(float x 1025, sum) \
              as collective #57; ranks 0-2 issued all_reduce(float x 1024, sum) (the element count differs). \
-             Create a new group"
+             To continue, heal the group"
         ),
         "{text}"
     );
