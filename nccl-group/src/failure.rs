@@ -295,7 +295,7 @@ impl fmt::Display for Failure {
             (op, _) => {
                 write!(f, ") failed: {} {}", self.cause.subject(), self.cause)?;
                 if let Some(op) = op {
-                    f.write_str("; the check held back ")?;
+                    f.write_str("; found at ")?;
                     describe(op, f)?;
                 }
             }

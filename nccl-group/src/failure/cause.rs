@@ -186,7 +186,7 @@ impl FailureCause {
     }
 
     /// True when the collective check found the failure: its message
-    /// names the check first, then the operation it held back, if any.
+    /// names the check first, then the operation it was found at, if any.
     pub(crate) fn by_the_check(&self) -> bool {
         matches!(
             self,

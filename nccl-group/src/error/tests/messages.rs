@@ -219,7 +219,7 @@ examples_by_kind! {
             &[
                 "(rank 0 of 4)",
                 "failed: the collective check of collectives #49-#57 had no fingerprints from rank 3 after 5s",
-                "the check held back all_reduce #57 (collective #57",
+                "; found at all_reduce #57 (collective #57",
                 "heal the group",
             ],
         ),
