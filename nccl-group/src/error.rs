@@ -16,7 +16,7 @@ mod op;
 mod uncapturable;
 
 pub use kind::ErrorKind;
-pub use mismatch::{FoundBy, Mismatch};
+pub use mismatch::Mismatch;
 pub use op::OpError;
 pub use uncapturable::Uncapturable;
 
@@ -133,7 +133,8 @@ pub enum GroupError {
     /// left running on its own thread.
     #[error(
         "aborting process group {name:?} had not finished after {waited:?}; it was left running on its own \
-         thread (the group is unusable; NCCL may be stuck in the driver)"
+         thread (the group is unusable; NCCL may be stuck in the driver): create a new group, and restart \
+         the process if its GPU work stays stuck"
     )]
     AbortStalled {
         /// The group's name.
@@ -170,7 +171,7 @@ pub enum GroupError {
         name: String,
     },
     /// The group was destroyed.
-    #[error("process group {name:?} was destroyed")]
+    #[error("process group {name:?} was destroyed; create a new group (the same name may be reused)")]
     Destroyed {
         /// The group's name.
         name: String,
@@ -186,7 +187,10 @@ pub enum GroupError {
         given: String,
     },
     /// A wait ran past its timeout.
-    #[error("{operation} did not complete within {waited:?}")]
+    #[error(
+        "{operation} did not complete within {waited:?}; this wait running out did not fail the group \
+         (ProcessGroup::failure says whether anything else did)"
+    )]
     Timeout {
         /// What was waited for.
         operation: &'static str,
@@ -422,8 +426,8 @@ impl GroupError {
         match self {
             GroupError::Failed(failure) => Some(failure),
             GroupError::Mismatch(mismatch) => Some(&mismatch.failure),
-            GroupError::Tensor(nccl_tensor::Error::ProducerFailed { source }) => {
-                source.downcast_ref::<GroupError>()?.failure()
+            GroupError::Tensor(nccl_tensor::Error::ProducerFailed { error }) => {
+                error.downcast_ref::<GroupError>()?.failure()
             }
             _ => None,
         }
@@ -502,8 +506,8 @@ impl From<nccl_tensor::Error> for GroupError {
     /// `tensor.to_vec(&stream)?` in a function returning `GroupError`
     /// matches as the failure it is.
     fn from(error: nccl_tensor::Error) -> Self {
-        if let nccl_tensor::Error::ProducerFailed { source } = &error
-            && let Some(group) = source.downcast_ref::<GroupError>()
+        if let nccl_tensor::Error::ProducerFailed { error: producer } = &error
+            && let Some(group) = producer.downcast_ref::<GroupError>()
             && let Some(same) = group.clone_failure()
         {
             return same;

@@ -13,7 +13,7 @@ use crate::lineage::SubGroup;
 mod cause;
 
 pub(crate) use cause::Collectives;
-pub use cause::FailureCause;
+pub use cause::{FailureCause, FoundBy};
 
 /// The longest single sleep of [`Failure::wait_details`]: it sleeps again
 /// until its deadline, so a timeout of any length is waited out in these.
@@ -245,6 +245,10 @@ fn describe(op: &OpRecord, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     write!(f, " on devices {:?})", op.devices)
 }
 
+/// What a failure's message tells the caller to do, last.
+pub(crate) const TO_CONTINUE: &str = "To continue, heal the group on every surviving rank \
+     (ProcessGroup::heal; for a sub-group, heal its root group) or create a new one.";
+
 /// How many suspect operations a failure's message names.
 const SUSPECTS_NAMED: usize = 4;
 
@@ -282,19 +286,27 @@ impl fmt::Display for Failure {
             write!(f, "; {}", sub.place(self.rank))?;
         }
         match (&self.op, self.cause.with_nothing_pending()) {
-            (Some(op), _) => {
+            (Some(op), _) if !self.cause.by_the_check() => {
                 f.write_str(") failed: ")?;
                 describe(op, f)?;
                 write!(f, " {}", self.cause)?;
             }
             (None, Some(what)) => write!(f, ") {what}")?,
-            (None, None) => write!(f, ") failed: {} {}", self.cause.subject(), self.cause)?,
+            (op, _) => {
+                write!(f, ") failed: {} {}", self.cause.subject(), self.cause)?;
+                if let Some(op) = op {
+                    f.write_str("; found at ")?;
+                    describe(op, f)?;
+                }
+            }
         }
         write_suspects(&self.suspects, f)?;
         let Some(details) = self.details() else {
             return write!(
                 f,
-                "; its communicators are being aborted. Create a new group to continue."
+                "; its communicators are being aborted, and the full report follows (GroupError::failure, \
+                 then Failure::wait_details, gives the lagging ranks, the first collective they did not \
+                 issue alike and the flight recorder's path). {TO_CONTINUE}"
             );
         };
         match details.abort {
@@ -326,7 +338,7 @@ impl fmt::Display for Failure {
             }
         }
         let found_by_check = match &self.cause {
-            FailureCause::Mismatch { divergence } => Some(divergence),
+            FailureCause::Mismatch { divergence, .. } => Some(divergence),
             _ => None,
         };
         if let Some(divergence) = &details.divergence
@@ -346,7 +358,7 @@ impl fmt::Display for Failure {
             Some(Err(error)) => write!(f, "; the flight recorder could not be written: {error}")?,
             None => {}
         }
-        write!(f, ". Create a new group to continue.")
+        write!(f, ". {TO_CONTINUE}")
     }
 }
 

@@ -117,8 +117,8 @@ with_cuda! {
     pub use engine::work_buffers::WorkBuffers;
     #[cfg(feature = "async")]
     pub use engine::work_future::WorkFuture;
-    pub use error::{ErrorKind, FoundBy, GroupError, Mismatch, OpError, Result, Uncapturable};
-    pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
+    pub use error::{ErrorKind, GroupError, Mismatch, OpError, Result, Uncapturable};
+    pub use failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy, FoundBy};
     pub use generations::grow::options::{GrowOptions, Grown};
     pub use generations::heal::options::{HealOptions, Healed};
     pub use generations::lifecycle::Lifecycle;

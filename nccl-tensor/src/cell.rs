@@ -466,7 +466,9 @@ impl TensorCell {
     /// strided cell, the whole storage it views.
     ///
     /// # Errors
-    /// [`Error::WrongType`] or a CUDA failure.
+    /// [`Error::WrongType`], a CUDA failure, or [`Error::ProducerFailed`]
+    /// when the operation that produced the contents failed (its message
+    /// carries the producer's failure), as [`Tensor::to_vec`].
     pub fn to_vec<T: IntoAnyTensor>(&self, stream: &Arc<CudaStream>) -> Result<Vec<T>> {
         self.with_tensor(|tensor: &Tensor<T>| tensor.to_vec(stream))?
     }

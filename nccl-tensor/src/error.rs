@@ -284,13 +284,18 @@ pub enum Error {
     /// The asynchronous operation that last wrote the tensor (a process
     /// group's, say) may have run with a failed peer: the values read are
     /// not its result ([`crate::producer`]).
+    ///
+    /// The message carries the producer's own (a process group's names
+    /// the cause, the ranks and the collective), so printing this error
+    /// alone says why.
     #[error(
-        "the operation that produced this tensor's contents failed, so they are not its result: {source}"
+        "the operation that produced this tensor's contents failed, so they are not its result: {error}"
     )]
     ProducerFailed {
         /// The producer's error (a `nccl_group::GroupError` from a process
-        /// group: downcast it to branch on it).
-        source: crate::producer::ProducerError,
+        /// group: downcast it to branch on it). Part of this message, so
+        /// not a `source()`: a chain of sources prints it once.
+        error: crate::producer::ProducerError,
     },
     /// A typed access to a [`TensorCell`](crate::TensorCell) or an
     /// [`AnyTensor`](crate::AnyTensor) of another data type.

@@ -101,7 +101,7 @@ impl<T: NcclType> Tensor<T> {
         match &self.meta.producer {
             Some(check) => check
                 .check()
-                .map_err(|source| Error::ProducerFailed { source }),
+                .map_err(|error| Error::ProducerFailed { error }),
             None => Ok(()),
         }
     }

@@ -16,9 +16,9 @@ use crate::engine::failing::Finish;
 use crate::engine::group::{FAILED, Inner, ProcessGroup};
 use crate::engine::issue::OpInfo;
 use crate::engine::key::CommKey;
-use crate::error::{ErrorKind, FoundBy, Mismatch};
+use crate::error::{ErrorKind, Mismatch};
 use crate::error::{GroupError, Result};
-use crate::failure::FailureCause;
+use crate::failure::{FailureCause, FoundBy};
 use crate::protocols::FINGERPRINTS;
 
 /// How long a read of a collective that failed with its group waits for
@@ -103,6 +103,7 @@ impl Inner {
                 crate::diagnostics::trace::event!(error, group = %self.cache.membership().name, %divergence, "a mismatch check found a mismatch");
                 let cause = FailureCause::Mismatch {
                     divergence: (*divergence).clone(),
+                    found_by,
                 };
                 (cause, Some((*divergence, (first, last))))
             }
@@ -119,6 +120,7 @@ impl Inner {
                     absent,
                     waited,
                     error,
+                    found_by,
                 };
                 (cause, None)
             }

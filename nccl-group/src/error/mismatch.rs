@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::diagnostics::analysis::Divergence;
-use crate::failure::{Collectives, Failure};
+use crate::failure::{Collectives, Failure, FoundBy, TO_CONTINUE};
 
 /// What a check found: the ranks did not issue the same collectives.
 ///
@@ -37,24 +37,10 @@ pub struct Mismatch {
     pub failure: Arc<Failure>,
 }
 
-/// Which check found a [`Mismatch`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FoundBy {
-    /// The mismatch check, after the collectives were enqueued
-    /// ([`GroupOptions::mismatch_check`](crate::GroupOptions::mismatch_check)).
-    MismatchCheck,
-    /// The collective check, before the last collective was enqueued
-    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks)).
-    CollectiveCheck,
-}
-
 /// `process group "trainer" (rank 0 of 4): the collective check of
 /// collective #57 found that the ranks did not issue the same
 /// collectives: rank 3 issued ...; collective #57 was not enqueued, and
-/// the group failed.
-///
-/// Create a new group to continue.`
+/// the group failed. To continue, heal the group ...`
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let failure = &self.failure;
@@ -80,6 +66,6 @@ impl fmt::Display for Mismatch {
                 self.divergence, self.checked.0, self.checked.1
             )?,
         }
-        write!(f, " Create a new group to continue.")
+        write!(f, " {TO_CONTINUE}")
     }
 }

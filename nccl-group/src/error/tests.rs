@@ -111,8 +111,8 @@ fn a_host_read_refused_by_a_failure_still_names_it() {
         unreachable!("made as Failed")
     };
     let inner = Arc::clone(inner);
-    let source: nccl_tensor::ProducerError = Arc::new(failure);
-    let wrapped = GroupError::Tensor(nccl_tensor::Error::ProducerFailed { source });
+    let error: nccl_tensor::ProducerError = Arc::new(failure);
+    let wrapped = GroupError::Tensor(nccl_tensor::Error::ProducerFailed { error });
     let found = wrapped.failure().expect("the failure behind the read");
     assert!(Arc::ptr_eq(found, &inner));
 }
@@ -139,3 +139,5 @@ fn debug_leads_with_the_message_then_names_variant_and_kind() {
     );
     assert!(text.ends_with("refused with its buffers"), "{text}");
 }
+
+mod messages;

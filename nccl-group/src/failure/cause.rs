@@ -103,23 +103,24 @@ pub enum FailureCause {
         /// The error, on this rank or as another rank published it.
         error: String,
     },
-    /// The collective check
-    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks))
-    /// found that the ranks did not issue the same collectives
+    /// The mismatch check or the collective check found that the ranks
+    /// did not issue the same collectives
     /// ([`GroupError::Mismatch`](crate::GroupError::Mismatch) on the
-    /// calling thread).
+    /// calling thread and on host reads).
     Mismatch {
         /// The first collective the ranks did not issue alike.
         divergence: Divergence,
+        /// Which check found it.
+        found_by: FoundBy,
     },
-    /// The collective check of collectives `first..=last` could not
-    /// compare them with every rank's: the ranks `absent` had not issued
-    /// them within the operation's timeout (they skipped a collective,
-    /// stopped or lag), or the store failed (`error`).
+    /// A check of collectives `first..=last` could not compare them with
+    /// every rank's: the ranks `absent` had not issued them within the
+    /// operation's timeout (they skipped a collective, stopped or lag), or
+    /// the store failed (`error`).
     CheckIncomplete {
         /// The first collective the check covered.
         first: u64,
-        /// The last, which was not enqueued.
+        /// The last (with the collective check, it was not enqueued).
         last: u64,
         /// The ranks whose fingerprints did not come.
         absent: Vec<usize>,
@@ -127,7 +128,33 @@ pub enum FailureCause {
         waited: Duration,
         /// The store's error, if it failed.
         error: Option<String>,
+        /// Which check it was.
+        found_by: FoundBy,
     },
+}
+
+/// Which check found that the ranks did not issue the same collectives
+/// ([`FailureCause::Mismatch`], [`FailureCause::CheckIncomplete`],
+/// [`Mismatch`](crate::Mismatch)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FoundBy {
+    /// The mismatch check, after the collectives were enqueued
+    /// ([`GroupOptions::mismatch_check`](crate::GroupOptions::mismatch_check)).
+    MismatchCheck,
+    /// The collective check, before the last collective was enqueued
+    /// ([`GroupOptions::collective_checks`](crate::GroupOptions::collective_checks)).
+    CollectiveCheck,
+}
+
+impl FoundBy {
+    /// The check's name in messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            FoundBy::MismatchCheck => "the mismatch check",
+            FoundBy::CollectiveCheck => "the collective check",
+        }
+    }
 }
 
 impl FailureCause {
@@ -185,13 +212,20 @@ impl FailureCause {
         }
     }
 
-    /// What failed when no operation did: the collective check, or a
-    /// communicator.
+    /// True when a check found the failure: its message
+    /// names the check first, then the operation it was found at, if any.
+    pub(crate) fn by_the_check(&self) -> bool {
+        matches!(
+            self,
+            FailureCause::Mismatch { .. } | FailureCause::CheckIncomplete { .. }
+        )
+    }
+
+    /// What failed when no operation did: a check, or a communicator.
     pub(crate) fn subject(&self) -> &'static str {
         match self {
-            FailureCause::Mismatch { .. } | FailureCause::CheckIncomplete { .. } => {
-                "the collective check"
-            }
+            FailureCause::Mismatch { found_by, .. }
+            | FailureCause::CheckIncomplete { found_by, .. } => found_by.name(),
             _ => "a communicator",
         }
     }
@@ -203,7 +237,9 @@ impl fmt::Display for FailureCause {
             FailureCause::Timeout { timeout, ran } => {
                 write!(
                     f,
-                    "did not complete within its timeout of {timeout:?} (it had run {ran:?})"
+                    "did not complete within its timeout of {timeout:?} (it had run {ran:?}): a rank \
+                     did not issue it, issued it differently, or is slower than the timeout allows \
+                     (GroupOptions::op_timeout)"
                 )
             }
             FailureCause::AsyncError { error, .. } => {
@@ -236,7 +272,7 @@ impl fmt::Display for FailureCause {
                 "on device {device} was stuck enqueueing an operation for {blocked:?}, past its timeout of \
                  {timeout:?} (a peer that never connects?)"
             ),
-            FailureCause::Mismatch { divergence } => write!(
+            FailureCause::Mismatch { divergence, .. } => write!(
                 f,
                 "found that the ranks did not issue the same collectives: {divergence}"
             ),
@@ -246,6 +282,7 @@ impl fmt::Display for FailureCause {
                 absent,
                 waited,
                 error,
+                ..
             } => {
                 write!(f, "of {} ", Collectives(*first, *last))?;
                 if !absent.is_empty() {

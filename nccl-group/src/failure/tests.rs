@@ -73,7 +73,7 @@ fn the_report_names_op_cause_culprits_and_dump() {
     ] {
         assert!(full.contains(part), "{part:?} missing from: {full}");
     }
-    assert!(full.ends_with("Create a new group to continue."), "{full}");
+    assert!(full.ends_with(&format!(". {TO_CONTINUE}")), "{full}");
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn a_timeout_report_names_the_divergence_of_the_ranks_records() {
         text.contains(
             "; the ranks' last records part at collective #57: rank 3 issued all_reduce(float x 1025, sum) \
              as collective #57; ranks 0-2 issued all_reduce(float x 1024, sum) (the element count differs). \
-             Create a new group"
+             To continue, heal the group"
         ),
         "{text}"
     );
@@ -236,6 +236,7 @@ fn the_collective_checks_failures_name_the_check() {
         4,
         FailureCause::Mismatch {
             divergence: Divergence::sample(1025),
+            found_by: FoundBy::CollectiveCheck,
         },
         None,
         Vec::new(),
@@ -260,6 +261,7 @@ fn the_collective_checks_failures_name_the_check() {
         absent: vec![3],
         waited: Duration::from_secs(5),
         error: None,
+        found_by: FoundBy::CollectiveCheck,
     };
     assert!(incomplete.is_timeout());
     let text = Failure::new("g".into(), 0, 0, 4, incomplete, None, Vec::new()).to_string();
@@ -276,8 +278,16 @@ fn the_collective_checks_failures_name_the_check() {
         absent: Vec::new(),
         waited: Duration::ZERO,
         error: Some("connection refused".into()),
+        found_by: FoundBy::MismatchCheck,
     };
     assert!(!store.is_timeout());
+    let by_the_mismatch_check = Failure::new("g".into(), 0, 0, 4, store.clone(), None, Vec::new());
+    assert!(
+        by_the_mismatch_check
+            .to_string()
+            .contains("failed: the mismatch check of collective #4 failed: the store failed"),
+        "{by_the_mismatch_check}"
+    );
     assert!(
         store
             .to_string()

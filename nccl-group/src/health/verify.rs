@@ -358,7 +358,7 @@ mod tests {
             error.downcast_ref::<GroupError>(),
             Some(GroupError::Failed(_))
         ));
-        let converted: GroupError = nccl_tensor::Error::ProducerFailed { source: error }.into();
+        let converted: GroupError = nccl_tensor::Error::ProducerFailed { error }.into();
         assert!(matches!(converted, GroupError::Failed(_)), "{converted:?}");
     }
 

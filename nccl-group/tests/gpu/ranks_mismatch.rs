@@ -345,7 +345,7 @@ fn divergence_of(error: &GroupError) -> Option<Divergence> {
         return Some(mismatch.divergence.clone());
     }
     match &error.failure()?.cause {
-        FailureCause::Mismatch { divergence } => Some(divergence.clone()),
+        FailureCause::Mismatch { divergence, .. } => Some(divergence.clone()),
         _ => None,
     }
 }

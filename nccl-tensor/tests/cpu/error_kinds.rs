@@ -276,11 +276,14 @@ fn debug_prints_the_sentence_first() {
     );
 }
 
+/// The producer's failure is part of the message, so printing the error
+/// alone says why, and a chain of sources (`Debug`, `ErrorChain`) says it
+/// once.
 #[test]
 fn a_refused_read_says_why_its_producer_failed() {
     let cause = std::io::Error::other("rank 3 left during all_reduce #57 (ncclRemoteError)");
     let error = Error::ProducerFailed {
-        source: std::sync::Arc::new(cause),
+        error: std::sync::Arc::new(cause),
     };
     assert_eq!(error.kind(), ErrorKind::Aborted);
     let message = error.to_string();
@@ -289,4 +292,7 @@ fn a_refused_read_says_why_its_producer_failed() {
         message.ends_with(": rank 3 left during all_reduce #57 (ncclRemoteError)"),
         "{message}"
     );
+    assert!(std::error::Error::source(&error).is_none());
+    let debug = format!("{error:?}");
+    assert_eq!(debug.matches("rank 3 left").count(), 1, "{debug}");
 }
