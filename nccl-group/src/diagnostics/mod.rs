@@ -1,6 +1,6 @@
 //! What the group tells about itself: the flight recorder, its dumps and
 //! their analysis, the collective check, NCCL's RAS view, the trace
-//! events and the metrics.
+//! events, the metrics and the NVTX ranges.
 
 pub mod analysis;
 #[cfg(feature = "cuda")]
@@ -8,6 +8,8 @@ pub(crate) mod checks;
 pub mod dumps;
 #[cfg(feature = "cuda")]
 pub mod metrics;
+#[cfg(feature = "cuda")]
+pub(crate) mod nvtx;
 pub mod ras;
 pub mod recorder;
 #[cfg(feature = "cuda")]

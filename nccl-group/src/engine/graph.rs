@@ -117,7 +117,7 @@ impl<B: WorkBuffers + 'static> GroupGraph<B> {
         let enqueued = Instant::now();
         let seq = self.group.record(info, &key, enqueued, checked);
         let watched = self.group.track(seq, enqueued, || {
-            end_event_in(&self.pool, &self.stream, &self.stream).map(Ends::One)
+            end_event_in(&self.pool, &self.stream, &self.stream, None).map(Ends::One)
         });
         match watched {
             Ok(_) => Ok(()),

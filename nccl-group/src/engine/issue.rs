@@ -22,7 +22,8 @@ use crate::engine::captures;
 use crate::engine::checking::is_collective;
 use crate::engine::failing::Finish;
 use crate::engine::group::ProcessGroup;
-use crate::engine::handoff::{check_stream, end_event, order_after_stream, sync_start};
+use crate::diagnostics::nvtx;
+use crate::engine::handoff::{check_stream, end_event, order_after_stream, start_event, sync_start};
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::member::Member;
@@ -367,10 +368,12 @@ impl ProcessGroup {
                 Ok((pending, op))
             },
             // One timestamp for every operation one reap finds finished.
-            |done| {
+            |done, gpu_time| {
                 let at = *reaped_at.get_or_insert_with(Instant::now);
                 let stamp = inner.verification.stamp();
-                inner.recorder.finish(done, OpState::Completed, at, stamp)
+                inner
+                    .recorder
+                    .finish(done, OpState::Completed, at, stamp, gpu_time)
             },
         )?;
         // A failure that drained the tracker just before the push missed
@@ -421,10 +424,15 @@ impl ProcessGroup {
             let checked = self.check_collective(&info, &key)?;
             let member = &comms.members[0];
             let stream = self.op_stream(member, caller)?;
+            let start = start_event(self.options().gpu_timing, member, stream)?;
             let enqueued = Instant::now();
             let seq = {
                 let comm = member.lock();
                 let _enqueueing = member.enqueueing(enqueued, self.op_timeout);
+                // The number `record` gives it, unless another thread
+                // records an operation of the group on another communicator
+                // first.
+                nvtx::range!(self.name(), "{} #{}", info.op, self.inner.recorder.next_seq());
                 let status = match issue(&comm, stream, &mut buffers) {
                     Ok(status) => status,
                     Err(error) => {
@@ -443,7 +451,7 @@ impl ProcessGroup {
                 seq
             };
             self.track(seq, enqueued, || {
-                end_event(member, stream, caller).map(Ends::One)
+                end_event(member, stream, caller, start).map(Ends::One)
             })
         })();
         match attempt {
@@ -504,7 +512,7 @@ impl ProcessGroup {
             let key = route.key(devices);
             let comms = self.comms_for(&key)?;
             let checked = self.check_collective(&info, &key)?;
-            let (seq, enqueued, streams) = {
+            let (seq, enqueued, streams, starts) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
                 let started = Instant::now();
                 let _enqueueing: Vec<_> = comms
@@ -527,9 +535,20 @@ impl ProcessGroup {
                     .zip(callers)
                     .map(|(member, caller)| self.op_stream(member, caller))
                     .collect::<Result<Vec<_>>>()?;
+                let starts = if self.options().gpu_timing {
+                    comms
+                        .members
+                        .iter()
+                        .zip(&streams)
+                        .map(|(member, stream)| start_event(true, member, stream))
+                        .collect::<Result<Vec<_>>>()?
+                } else {
+                    Vec::new()
+                };
                 let enqueued = Instant::now();
                 let seq = self.record(info, &key, enqueued, checked);
                 issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
+                nvtx::range!(self.name(), "{} #{seq}", info.op);
                 let group = Group::start()?;
                 for (part, stream) in planned.into_iter().zip(&streams) {
                     let _ = part.enqueue_on(stream)?;
@@ -539,15 +558,19 @@ impl ProcessGroup {
                         comm.core().wait_ready_within(info.op, self.op_timeout)?;
                     }
                 }
-                (seq, enqueued, streams)
+                (seq, enqueued, streams, starts)
             };
+            // Without timing, `starts` is empty: no start for any device.
+            let mut starts = starts.into_iter();
             self.track(seq, enqueued, || {
                 comms
                     .members
                     .iter()
                     .zip(streams)
                     .zip(callers)
-                    .map(|((member, stream), caller)| end_event(member, stream, caller))
+                    .map(|((member, stream), caller)| {
+                        end_event(member, stream, caller, starts.next().flatten())
+                    })
                     .collect::<Result<Vec<_>>>()
                     .map(Ends::Many)
             })
@@ -587,7 +610,7 @@ impl ProcessGroup {
     ) -> Box<OpError<B>> {
         self.inner
             .recorder
-            .finish(seq, OpState::Failed, Instant::now(), 0);
+            .finish(seq, OpState::Failed, Instant::now(), 0, None);
         let cause = FailureCause::Enqueue {
             error: ErrorChain(&error).to_string(),
         };
