@@ -15,6 +15,7 @@ use nccl_tensor::Communicator;
 
 use crate::devices::DeviceList;
 use crate::diagnostics::checks::Checked;
+use crate::diagnostics::nvtx;
 use crate::diagnostics::recorder::records::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep;
@@ -22,7 +23,6 @@ use crate::engine::captures;
 use crate::engine::checking::is_collective;
 use crate::engine::failing::Finish;
 use crate::engine::group::ProcessGroup;
-use crate::diagnostics::nvtx;
 use crate::engine::handoff::{check_stream, end_event, order_after_stream, start_event, sync_start};
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
