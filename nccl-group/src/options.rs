@@ -1,7 +1,7 @@
 //! The options of a [`ProcessGroup`](super::ProcessGroup): streams,
 //! communicator kind, timeouts, failure policy, flight recorder, the
-//! collective check, NCCL's RAS in failure reports and the NCCL
-//! configuration of the group's communicators.
+//! collective check, NCCL's RAS in failure reports, GPU timing and the
+//! NCCL configuration of the group's communicators.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -143,6 +143,20 @@ pub struct GroupOptions {
     ///
     /// Default `true`.
     pub ras_report: bool,
+    /// GPU times in the flight recorder, like PyTorch's
+    /// `TORCH_NCCL_ENABLE_TIMING`: each operation records a timed CUDA
+    /// event on its stream just before its enqueue and ends with a timed
+    /// one, and the watchdog, seeing it end, notes the time between them in
+    /// its record ([`OpRecord::gpu_duration`](crate::OpRecord::gpu_duration);
+    /// `duration_ms` in PyTorch-format dumps). Operations captured in a
+    /// CUDA graph are not timed.
+    ///
+    /// It costs an event record and two timed events per operation (pooled),
+    /// and a time query when the watchdog reaps it. Default: the
+    /// [`TIMING_VARIABLE`] (`NCCL_GROUP_ENABLE_TIMING`) environment variable,
+    /// `1` (or `true`, `yes`, `on`) for on, else off; a value it cannot read
+    /// is refused by [`GroupBuilder::build`](crate::GroupBuilder::build).
+    pub gpu_timing: bool,
     /// NCCL's options (`ncclConfig_t`) for every communicator the group
     /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
     /// the rest of [`Config`].
@@ -178,6 +192,7 @@ impl Default for GroupOptions {
             collective_checks: None,
             mismatch_check: true,
             ras_report: true,
+            gpu_timing: timing_variable().unwrap_or(false),
             config: Config::new(),
         }
     }
@@ -240,6 +255,37 @@ pub enum CommMode {
     Blocking,
 }
 
+/// The environment variable that turns [`GroupOptions::gpu_timing`] on by
+/// default: `NCCL_GROUP_ENABLE_TIMING=1`.
+pub const TIMING_VARIABLE: &str = "NCCL_GROUP_ENABLE_TIMING";
+
+/// [`TIMING_VARIABLE`]'s setting ([`timing_setting`]).
+fn timing_variable() -> Result<bool> {
+    timing_setting(std::env::var_os(TIMING_VARIABLE).as_deref())
+}
+
+/// Whether `value`, [`TIMING_VARIABLE`]'s, turns GPU timing on: `false`
+/// when it is unset.
+///
+/// # Errors
+/// [`GroupError::InvalidArgument`] for a value that is not a yes or a no.
+fn timing_setting(value: Option<&std::ffi::OsStr>) -> Result<bool> {
+    let Some(value) = value else {
+        return Ok(false);
+    };
+    let value = value.to_string_lossy();
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(GroupError::InvalidArgument {
+            argument: TIMING_VARIABLE,
+            expected: "1, true, yes or on (GPU timing), or 0, false, no, off or nothing (none)"
+                .to_string(),
+            given: value.into_owned(),
+        }),
+    }
+}
+
 /// The default [`GroupOptions::op_timeout`] (as PyTorch's NCCL process group).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -282,6 +328,8 @@ impl GroupOptions {
         with_mismatch_check(check: bool) => mismatch_check = check;
         /// Sets [`GroupOptions::ras_report`].
         with_ras_report(ask: bool) => ras_report = ask;
+        /// Sets [`GroupOptions::gpu_timing`].
+        with_gpu_timing(timed: bool) => gpu_timing = timed;
         /// With these NCCL options for every communicator the group creates
         /// ([`GroupOptions::config`]).
         with_config(config: Config) => config = config;
@@ -340,6 +388,7 @@ impl GroupOptions {
                 given: every.to_string(),
             });
         }
+        timing_variable()?;
         if self.recorder_capacity > MAX_RECORDER_CAPACITY {
             return Err(GroupError::InvalidArgument {
                 argument: "recorder_capacity",
@@ -410,5 +459,23 @@ mod tests {
         let options = GroupOptions::default().with_config(Config::new().with_nvls_ctas(0));
         let error = options.validate().unwrap_err().to_string();
         assert!(error.contains("nvls_ctas"), "{error}");
+    }
+
+    #[test]
+    fn the_timing_variable_reads_yes_and_no_and_refuses_the_rest() {
+        let setting = |value: Option<&str>| timing_setting(value.map(std::ffi::OsStr::new));
+        assert!(!setting(None).unwrap());
+        for yes in ["1", "true", "YES", " on "] {
+            assert!(setting(Some(yes)).unwrap(), "{yes:?}");
+        }
+        for no in ["0", "false", "No", "off", ""] {
+            assert!(!setting(Some(no)).unwrap(), "{no:?}");
+        }
+        let error = setting(Some("sometimes")).unwrap_err().to_string();
+        for says in [TIMING_VARIABLE, "1, true, yes or on", "sometimes"] {
+            assert!(error.contains(says), "{says:?} in {error}");
+        }
+        assert!(!GroupOptions::default().with_gpu_timing(false).gpu_timing);
+        assert!(GroupOptions::default().with_gpu_timing(true).gpu_timing);
     }
 }

@@ -11,7 +11,8 @@
 //! 3. `cargo clippy --workspace --all-targets -- -D warnings`
 //! 4. the same for the crates with a `tracing` feature, with it on (off,
 //!    its macros expand to nothing, so step 3 never compiles the events),
-//!    and nccl-group's other optional features (`async`, `metrics`) on
+//!    and nccl-group's other optional features (`async`, `metrics`, `nvtx`)
+//!    on
 //! 5. `cargo test --workspace` (the README's code blocks are nccl-group's
 //!    doctests; with `NCCL_SYS_TEST_REAL_LIBRARY` and
 //!    `NCCL_SYS_TEST_OLD_LIBRARY`, which `.ci/run` sets, nccl-sys and
@@ -54,8 +55,10 @@ use crate::{
 
 /// nccl-group's optional features besides its defaults, which steps 4
 /// and 5 turn on: `tracing` compiles its events, `async` the waker thread,
-/// `metrics` the recording of its metrics.
-const GROUP_OPTIONAL_FEATURES: &str = "nccl-group/tracing,nccl-group/async,nccl-group/metrics";
+/// `metrics` the recording of its metrics, `nvtx` its NVTX ranges (whose
+/// build runs bindgen: libclang, as step 6 needs).
+const GROUP_OPTIONAL_FEATURES: &str =
+    "nccl-group/tracing,nccl-group/async,nccl-group/metrics,nccl-group/nvtx";
 
 /// The consumer crates under `xtask/consumers/`, checked outside the
 /// workspace.

@@ -1,7 +1,8 @@
 //! `cargo xtask gpu-bundle`: build everything the GPU machine runs, here.
 //!
 //! The GPU machine has no Rust toolchain, so this builds, in release mode,
-//! every GPU integration test target (`gpu`, `gpu_*`) in the workspace,
+//! every GPU integration test target (`gpu`, `gpu_*`) in the workspace
+//! (with nccl-group's `nvtx` feature),
 //! every bench target, every binary of the `benches`, `nccl-group`
 //! (`nccl-frtrace`), `nccl-launch` and `nccl-perf` packages, the `torchrun_*` examples and the examples the
 //! bundle's scripts run (`c10d_interop`, `launch_check`); strips them into
@@ -103,6 +104,11 @@ impl Artifact {
     }
 }
 
+/// The features the GPU tests are built with: nccl-group's NVTX ranges,
+/// so the runs that time operations on the GPU (`gpu_timing`) go through
+/// them too, as a profiled program's would.
+const GPU_TEST_FEATURES: &str = "nccl-group/nvtx";
+
 /// The parts of `cargo metadata` this task needs.
 struct Workspace {
     target_dir: PathBuf,
@@ -126,7 +132,9 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut artifacts = Vec::new();
     if workspace.has_gpu_tests {
-        println!("==> cargo test --workspace --release --no-run --test 'gpu*'");
+        println!(
+            "==> cargo test --workspace --release --no-run --test 'gpu*' --features {GPU_TEST_FEATURES}"
+        );
         artifacts.extend(
             build(
                 &root,
@@ -139,6 +147,8 @@ pub fn run(args: Args) -> Result<()> {
                     "--no-run",
                     "--test",
                     "gpu*",
+                    "--features",
+                    GPU_TEST_FEATURES,
                 ],
             )?
             .into_iter()

@@ -53,10 +53,16 @@
 //!   shortcut.
 //! * `host_cost_tracing/all_reduce_in_place_8B/<state>`: what the
 //!   `tracing` feature costs, as each layer's ratio to raw in one run
-//!   (`tracing_cost.rs`). `<state>` is `tracing-off` in the usual build and
+//!   (`feature_cost.rs`). `<state>` is `tracing-off` in the usual build and
 //!   `tracing-on-no-subscriber` in one built with `--features tracing`;
 //!   the ratio lines are printed as `host_cost_tracing/...: <layer> <us>
 //!   us/call, <ratio> x raw`.
+//! * `host_cost_nvtx/all_reduce_in_place_8B/<state>`: the same for the
+//!   `nvtx` feature (NVTX ranges with no profiler attached): `nvtx-off`, or
+//!   `nvtx-on-no-profiler` built with `--features nvtx`.
+//! * `host_cost_gpu_timing/all_reduce_in_place_8B`: the group on the
+//!   caller's stream with `GroupOptions::gpu_timing` off (`group-caller`)
+//!   and on (`group-caller-timed`), next to raw, in one run.
 //! * `copy_bandwidth/all_reduce_out_of_place_256MiB`: 256 MiB out of place
 //!   (a device copy at world size 1) per layer but the group (whose
 //!   all_reduce is in place only), with `Throughput::Bytes`, including the
@@ -68,7 +74,7 @@
 //! bench measures for about a second: the whole run takes about a minute
 //! and a half on an H200.
 
-mod tracing_cost;
+mod feature_cost;
 mod variants;
 
 use nccl_group::Lifecycle;
@@ -78,6 +84,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use cudarc::driver::CudaStream;
+use feature_cost::{feature_cost, gpu_timing_cost};
 use nccl_core::{DataType, Device, ReduceOp, Reduction, UniqueId};
 use nccl_group::{GroupOptions, InProcessStore, ProcessGroup, StreamMode};
 use nccl_perf::{
@@ -88,7 +95,6 @@ use nccl_sys::Version;
 use nccl_tensor::checks::CommInfo;
 use nccl_tensor::{BufferDesc, Layout, Op, Plan};
 use nccl_test_support::alloc::{CountingAllocator, counted};
-use tracing_cost::tracing_cost;
 use variants::{buffer_cost, group_loop_cost, nonblocking_cost, untracked_cost};
 
 const GPUS_NEEDED: usize = 1;
@@ -479,7 +485,8 @@ fn gpu_benches(criterion: &mut Criterion, report: &mut AllocationReport) -> Resu
     stream
         .synchronize()
         .map_err(nccl_core::Error::cuda("synchronizing the stream"))?;
-    tracing_cost(criterion, &layers, &stream)?;
+    feature_cost(criterion, &layers, &stream)?;
+    gpu_timing_cost(criterion, &raw, &stream)?;
     separate.destroy()?;
     caller.destroy()?;
     buffer_cost(criterion, &comm, &stream)?;

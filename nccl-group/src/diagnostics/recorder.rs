@@ -155,6 +155,7 @@ with_cuda! {
                 devices: description.devices,
                 enqueued_us: self.micros(at),
                 finished_us: None,
+                gpu_duration: None,
                 state: OpState::Pending,
             };
             let slot = Slot {
@@ -171,8 +172,16 @@ with_cuda! {
         }
 
         /// Marks operation `seq` finished at `at` (if it is still in the
-        /// ring), its end stamped `end_stamp` (`crate::health::verify`).
-        pub(crate) fn finish(&self, seq: u64, state: OpState, at: Instant, end_stamp: u64) {
+        /// ring), its end stamped `end_stamp` (`crate::health::verify`),
+        /// after `gpu_duration` on the GPU where it was timed.
+        pub(crate) fn finish(
+            &self,
+            seq: u64,
+            state: OpState,
+            at: Instant,
+            end_stamp: u64,
+            gpu_duration: Option<Duration>,
+        ) {
             let finished = self.micros(at);
             let mut ring = self.ring();
             let index = (seq % self.capacity as u64) as usize;
@@ -181,6 +190,7 @@ with_cuda! {
             };
             slot.record.state = state;
             slot.record.finished_us = Some(finished);
+            slot.record.gpu_duration = gpu_duration;
             slot.end_stamp = end_stamp;
             let op = slot.record.op.clone();
             let latency = Duration::from_micros(finished.saturating_sub(slot.record.enqueued_us));
@@ -196,6 +206,12 @@ with_cuda! {
                 OpState::Failed => self.metrics.failed(op),
                 _ => {}
             }
+        }
+
+        /// The sequence number the next recorded operation gets.
+        #[cfg(feature = "nvtx")]
+        pub(crate) fn next_seq(&self) -> u64 {
+            self.ring().next_seq
         }
 
         /// Operation `seq`'s record, if it is still in the ring.

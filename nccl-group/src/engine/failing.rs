@@ -121,6 +121,7 @@ impl Inner {
         let failure = self.new_failure(cause, seq, self.suspects());
         self.cache.close();
         crate::diagnostics::trace::event!(error, %failure, "the group failed: failing its pending operations, aborting its communicators");
+        crate::diagnostics::nvtx::mark!(&self.cache.membership().name, "failed: {}", failure.cause);
         let _ = self.failure.set(Arc::clone(&failure));
         // What the calling thread may wait for: the watchdog's (finish on
         // a thread of its own) does not ask RAS.
@@ -207,8 +208,9 @@ impl Inner {
         let ended = self.tracker.take_ended();
         let stamp = self.verification.stamp();
         let now = Instant::now();
-        for seq in ended {
-            self.recorder.finish(seq, OpState::Completed, now, stamp);
+        for (seq, gpu_time) in ended {
+            self.recorder
+                .finish(seq, OpState::Completed, now, stamp, gpu_time);
         }
         let _ = self.clean_check();
     }
@@ -329,6 +331,7 @@ impl Inner {
     pub(crate) fn abort(&self) -> AbortOutcome {
         self.cache.close();
         crate::diagnostics::trace::event!(warn, group = %self.cache.membership().name, "aborting the group (ProcessGroup::abort)");
+        crate::diagnostics::nvtx::mark!(&self.cache.membership().name, "abort");
         let suspects = self.last_check();
         let failure = self.new_failure(FailureCause::Aborted, self.tracker.oldest(), suspects);
         let _ = self.failure.set(Arc::clone(&failure));
@@ -381,9 +384,10 @@ impl Watched for Inner {
             // polls all the same, as before graphs existed.
             let _ = nccl_core::exempt_thread_from_global_captures();
         }
-        let verdict = self.tracker.scan(now, |seq| {
+        let verdict = self.tracker.scan(now, |seq, gpu_time| {
             let stamp = self.verification.stamp();
-            self.recorder.finish(seq, OpState::Completed, now, stamp);
+            self.recorder
+                .finish(seq, OpState::Completed, now, stamp, gpu_time);
         });
         let (cause, seq) = match verdict {
             Some(Verdict::TimedOut { seq, ran, timeout }) => {

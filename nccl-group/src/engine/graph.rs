@@ -118,7 +118,7 @@ impl<B: WorkBuffers + 'static> GroupGraph<B> {
         let recorded = self.group.record(info, &key, enqueued, checked);
         let seq = recorded.seq;
         let watched = self.group.track(recorded, enqueued, || {
-            end_event_in(&self.pool, &self.stream, &self.stream).map(Ends::One)
+            end_event_in(&self.pool, &self.stream, &self.stream, None).map(Ends::One)
         });
         match watched {
             Ok(_) => Ok(()),

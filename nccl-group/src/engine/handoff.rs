@@ -1,10 +1,11 @@
 //! The stream handoff of an operation: the NCCL stream waits for the
-//! caller's, an end event is recorded after the operation, and buffers
-//! of an operation left in flight are released only after its stream.
+//! caller's, a start event is recorded before a timed operation and an
+//! end event after every operation, and buffers of an operation left in
+//! flight are released only after its stream.
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use nccl_tensor::checks;
 
 use crate::engine::member::Member;
@@ -54,15 +55,40 @@ pub(crate) fn sync_start(member: &Member, caller: &CudaStream) -> Result<()> {
     Ok(synced?)
 }
 
+/// With GPU timing, records a timed event on `stream`, the stream the
+/// operation is about to be enqueued on: its start, for
+/// [`end_event`]; `None` without.
+pub(crate) fn start_event(
+    timed: bool,
+    member: &Member,
+    stream: &CudaStream,
+) -> Result<Option<CudaEvent>> {
+    if !timed {
+        return Ok(None);
+    }
+    let start = member.pool.timed_event()?;
+    match start.record(stream) {
+        Ok(()) => Ok(Some(start)),
+        Err(error) => {
+            member.pool.give_back_timed(start);
+            Err(nccl_core::Error::cuda("recording the start event")(error).into())
+        }
+    }
+}
+
 /// Records the end of the operation on `stream`, the stream it ran on;
 /// the caller's stream waits for it in [`Work::wait`](crate::Work::wait) unless it is that
 /// stream.
+///
+/// An operation timed from `start` ([`start_event`]) ends with a timed
+/// event, whose time from the start is its GPU time.
 pub(crate) fn end_event(
     member: &Member,
     stream: &Arc<CudaStream>,
     caller: &Arc<CudaStream>,
+    start: Option<CudaEvent>,
 ) -> Result<End> {
-    end_event_in(&member.pool, stream, caller)
+    end_event_in(&member.pool, stream, caller, start)
 }
 
 /// [`end_event`] with an event of `pool`.
@@ -70,18 +96,35 @@ pub(crate) fn end_event_in(
     pool: &Arc<DevicePool>,
     stream: &Arc<CudaStream>,
     caller: &Arc<CudaStream>,
+    start: Option<CudaEvent>,
 ) -> Result<End> {
-    let event = pool.event()?;
-    match event.record(stream) {
-        Ok(()) => Ok(End {
+    let timed = start.is_some();
+    let recorded = if timed { pool.timed_event() } else { pool.event() }.and_then(|event| {
+        match event.record(stream) {
+            Ok(()) => Ok(event),
+            Err(error) => {
+                if timed {
+                    pool.give_back_timed(event);
+                } else {
+                    pool.give_back(event);
+                }
+                Err(nccl_core::Error::cuda("recording the end event")(error).into())
+            }
+        }
+    });
+    match recorded {
+        Ok(event) => Ok(End {
             pool: Arc::clone(pool),
             event,
+            start,
             stream: Arc::clone(stream),
             caller: (!Arc::ptr_eq(stream, caller)).then(|| Arc::clone(caller)),
         }),
         Err(error) => {
-            pool.give_back(event);
-            Err(nccl_core::Error::cuda("recording the end event")(error).into())
+            if let Some(start) = start {
+                pool.give_back_timed(start);
+            }
+            Err(error)
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::devices::DeviceList;
 use crate::diagnostics::analysis::Issued as Fingerprint;
 use crate::diagnostics::checks::Checked;
 use crate::diagnostics::fingerprints::Fingerprints;
+use crate::diagnostics::nvtx;
 use crate::diagnostics::recorder::records::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
 use crate::engine::buffers::keep;
@@ -24,7 +25,7 @@ use crate::engine::captures;
 use crate::engine::checking::is_collective;
 use crate::engine::failing::Finish;
 use crate::engine::group::ProcessGroup;
-use crate::engine::handoff::{check_stream, end_event, order_after_stream, sync_start};
+use crate::engine::handoff::{check_stream, end_event, order_after_stream, start_event, sync_start};
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::member::Member;
@@ -395,10 +396,12 @@ impl ProcessGroup {
                 Ok((pending, op))
             },
             // One timestamp for every operation one reap finds finished.
-            |done| {
+            |done, gpu_time| {
                 let at = *reaped_at.get_or_insert_with(Instant::now);
                 let stamp = inner.verification.stamp();
-                inner.recorder.finish(done, OpState::Completed, at, stamp)
+                inner
+                    .recorder
+                    .finish(done, OpState::Completed, at, stamp, gpu_time)
             },
         )?;
         // A failure that drained the tracker just before the push missed
@@ -449,10 +452,15 @@ impl ProcessGroup {
             let checked = self.check_collective(&info, &key)?;
             let member = &comms.members[0];
             let stream = self.op_stream(member, caller)?;
+            let start = start_event(self.options().gpu_timing, member, stream)?;
             let enqueued = Instant::now();
             let recorded = {
                 let comm = member.lock();
                 let _enqueueing = member.enqueueing(enqueued, self.op_timeout);
+                // The number `record` gives it, unless another thread
+                // records an operation of the group on another communicator
+                // first.
+                nvtx::range!(self.name(), "{} #{}", info.op, self.inner.recorder.next_seq());
                 let status = match issue(&comm, stream, &mut buffers) {
                     Ok(status) => status,
                     Err(error) => {
@@ -471,7 +479,7 @@ impl ProcessGroup {
                 recorded
             };
             self.track(recorded, enqueued, || {
-                end_event(member, stream, caller).map(Ends::One)
+                end_event(member, stream, caller, start).map(Ends::One)
             })
         })();
         match attempt {
@@ -532,7 +540,7 @@ impl ProcessGroup {
             let key = route.key(devices);
             let comms = self.comms_for(&key)?;
             let checked = self.check_collective(&info, &key)?;
-            let (recorded, enqueued, streams) = {
+            let (recorded, enqueued, streams, starts) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
                 let started = Instant::now();
                 let _enqueueing: Vec<_> = comms
@@ -555,9 +563,21 @@ impl ProcessGroup {
                     .zip(callers)
                     .map(|(member, caller)| self.op_stream(member, caller))
                     .collect::<Result<Vec<_>>>()?;
+                let starts = if self.options().gpu_timing {
+                    comms
+                        .members
+                        .iter()
+                        .zip(&streams)
+                        .map(|(member, stream)| start_event(true, member, stream))
+                        .collect::<Result<Vec<_>>>()?
+                } else {
+                    Vec::new()
+                };
                 let enqueued = Instant::now();
                 let recorded = self.record(info, &key, enqueued, checked);
-                issued = Some((recorded.seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
+                let seq = recorded.seq;
+                issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
+                nvtx::range!(self.name(), "{} #{seq}", info.op);
                 let group = Group::start()?;
                 for (part, stream) in planned.into_iter().zip(&streams) {
                     let _ = part.enqueue_on(stream)?;
@@ -567,15 +587,19 @@ impl ProcessGroup {
                         comm.core().wait_ready_within(info.op, self.op_timeout)?;
                     }
                 }
-                (recorded, enqueued, streams)
+                (recorded, enqueued, streams, starts)
             };
+            // Without timing, `starts` is empty: no start for any device.
+            let mut starts = starts.into_iter();
             self.track(recorded, enqueued, || {
                 comms
                     .members
                     .iter()
                     .zip(streams)
                     .zip(callers)
-                    .map(|((member, stream), caller)| end_event(member, stream, caller))
+                    .map(|((member, stream), caller)| {
+                        end_event(member, stream, caller, starts.next().flatten())
+                    })
                     .collect::<Result<Vec<_>>>()
                     .map(Ends::Many)
             })
@@ -615,7 +639,7 @@ impl ProcessGroup {
     ) -> Box<OpError<B>> {
         self.inner
             .recorder
-            .finish(seq, OpState::Failed, Instant::now(), 0);
+            .finish(seq, OpState::Failed, Instant::now(), 0, None);
         let cause = FailureCause::Enqueue {
             error: ErrorChain(&error).to_string(),
         };

@@ -1,9 +1,12 @@
-//! Per-device resources created once: the NCCL streams and a pool of
-//! events (created without timing) reused across operations.
+//! Per-device resources created once: the NCCL streams and two pools of
+//! events reused across operations, one of events created without timing
+//! (every operation's end) and one of timed events (the start and end of
+//! operations timed on the GPU, [`GroupOptions::gpu_timing`](crate::GroupOptions::gpu_timing)).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream};
 use nccl_core::Device;
 
@@ -15,6 +18,9 @@ pub struct DevicePool {
     streams: Vec<Arc<CudaStream>>,
     next: AtomicUsize,
     events: Mutex<Vec<CudaEvent>>,
+    /// Empty (unallocated) until an operation is timed; then it grows to
+    /// what the timed operations in flight hold and stays there.
+    timed: Mutex<Vec<CudaEvent>>,
 }
 
 impl std::fmt::Debug for DevicePool {
@@ -68,6 +74,7 @@ impl DevicePool {
             streams,
             next: AtomicUsize::new(0),
             events: Mutex::new(events),
+            timed: Mutex::new(Vec::new()),
         })
     }
 
@@ -87,26 +94,41 @@ impl DevicePool {
     /// # Errors
     /// A CUDA failure creating a new event.
     pub fn event(&self) -> Result<CudaEvent> {
-        let pooled = self
-            .events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        self.take(&self.events, None)
+    }
+
+    /// Returns an event whose recorded work no stream will wait on anew.
+    pub fn give_back(&self, event: CudaEvent) {
+        Self::put(&self.events, event);
+    }
+
+    /// A timed event from the pool (a new one when all are in use), which
+    /// [`CudaEvent::elapsed_ms`] can measure from or to.
+    pub(crate) fn timed_event(&self) -> Result<CudaEvent> {
+        self.take(&self.timed, Some(CUevent_flags::CU_EVENT_DEFAULT))
+    }
+
+    /// Returns an event of [`DevicePool::timed_event`], as
+    /// [`DevicePool::give_back`] does.
+    pub(crate) fn give_back_timed(&self, event: CudaEvent) {
+        Self::put(&self.timed, event);
+    }
+
+    /// An event of `list`, or a new one created with `flags` (cudarc's
+    /// default, without timing, for `None`).
+    fn take(&self, list: &Mutex<Vec<CudaEvent>>, flags: Option<CUevent_flags>) -> Result<CudaEvent> {
+        let pooled = list.lock().unwrap_or_else(PoisonError::into_inner).pop();
         match pooled {
             Some(event) => Ok(event),
             None => self
                 .device
                 .context()
-                .new_event(None)
+                .new_event(flags)
                 .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into()),
         }
     }
 
-    /// Returns an event whose recorded work no stream will wait on anew.
-    pub fn give_back(&self, event: CudaEvent) {
-        self.events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(event);
+    fn put(list: &Mutex<Vec<CudaEvent>>, event: CudaEvent) {
+        list.lock().unwrap_or_else(PoisonError::into_inner).push(event);
     }
 }

@@ -2,6 +2,7 @@
 //! watchdog both see it: its end events, one per device, and its outcome.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cudarc::driver::{CudaEvent, CudaStream};
 
@@ -15,6 +16,9 @@ use crate::health::watchdog::{Completion, Progress};
 pub(crate) struct End {
     pub(crate) pool: Arc<DevicePool>,
     pub(crate) event: CudaEvent,
+    /// With GPU timing, the timed event recorded just before the operation
+    /// was enqueued (`event` is then a timed one too); `None` otherwise.
+    pub(crate) start: Option<CudaEvent>,
     /// The stream the event is recorded on: kept alive with the end, so
     /// that its address is a lane no other stream has meanwhile
     /// ([`Completion::lane`]).
@@ -36,6 +40,19 @@ impl Ends {
             Ends::One(end) => std::slice::from_ref(end),
             Ends::Many(ends) => ends,
         }
+    }
+
+    /// How long the finished operation ran on the GPU: the longest of its
+    /// devices, from each one's start event to its end; `None` unless every
+    /// device was timed and measured.
+    fn gpu_time(&self) -> Option<Duration> {
+        self.as_slice()
+            .iter()
+            .map(|end| {
+                let millis = end.start.as_ref()?.elapsed_ms(&end.event).ok()?;
+                Duration::try_from_secs_f64(f64::from(millis) / 1e3).ok()
+            })
+            .try_fold(Duration::ZERO, |longest, time| Some(longest.max(time?)))
     }
 }
 
@@ -89,12 +106,22 @@ impl Completion for Tracked {
     fn fail(&self, failure: &Arc<Failure>) {
         self.outcome.fail(failure);
     }
+
+    fn gpu_time(&self) -> Option<Duration> {
+        self.ends.gpu_time()
+    }
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
         let ends = std::mem::replace(&mut self.ends, Ends::Many(Vec::new()));
-        let give = |end: End| end.pool.give_back(end.event);
+        let give = |end: End| match end.start {
+            Some(start) => {
+                end.pool.give_back_timed(start);
+                end.pool.give_back_timed(end.event);
+            }
+            None => end.pool.give_back(end.event),
+        };
         match ends {
             Ends::One(end) => give(end),
             Ends::Many(ends) => ends.into_iter().for_each(give),

@@ -24,6 +24,7 @@ fn record() -> OpRecord {
         devices: DeviceList::one(0).unwrap(),
         enqueued_us: 10,
         finished_us: None,
+        gpu_duration: None,
         state: OpState::Failed,
     }
 }

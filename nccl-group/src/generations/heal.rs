@@ -28,6 +28,7 @@ impl ProcessGroup {
     /// [`Recovery::heal`](crate::generations::recovery::Recovery::heal).
     pub(crate) fn heal_generation(&self, options: &HealOptions) -> Result<Healed> {
         let started = Instant::now();
+        crate::diagnostics::nvtx::range!(self.name(), "heal");
         let mut succession = self.lock_succession();
         if let Some(record) = succession.record.as_ref() {
             return healed_from(&self.inner, record);

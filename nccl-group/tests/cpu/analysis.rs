@@ -266,6 +266,39 @@ fn missing_and_truncated_dumps_are_reported_without_a_panic() {
     );
 }
 
+/// GPU times (`gpu_duration_us`) read back, in the text (the sum and the
+/// longest per rank) and the JSON; a rank whose dump has none (an older
+/// dump, or no timing) has no such line.
+#[test]
+fn gpu_times_are_read_back_and_summed_per_rank() {
+    let timed = |rank: usize| {
+        let mut dump = rank_dump(rank, 0, &steady(), ISSUED);
+        for (n, op) in dump["ops"].as_array_mut().unwrap().iter_mut().enumerate() {
+            op["gpu_duration_us"] = json!(if n == 10 { 300.0 } else { 12.0 });
+        }
+        (rank, dump)
+    };
+    let mut dumps: Vec<(usize, Value)> = (0..3).map(timed).collect();
+    dumps.push((3, rank_dump(3, 0, &steady(), ISSUED)));
+    let dir = folder(&dumps);
+    let analysis = analysis::analyze(dir.path()).unwrap();
+    let text = analysis.to_string();
+    let line = "GPU time: 60 timed operations, 1.008 ms on the GPU in all, \
+                the longest all_reduce #10 (0.300 ms)";
+    assert_eq!(text.matches(line).count(), 3, "{text}");
+    assert_eq!(text.matches("GPU time:").count(), 3, "{text}");
+    let report = &analysis.reports[0];
+    let rank0 = &report.dumps[&0];
+    assert_eq!(
+        rank0.ops[10].gpu_duration,
+        Some(std::time::Duration::from_micros(300))
+    );
+    assert_eq!(report.dumps[&3].ops[10].gpu_duration, None);
+    let json = serde_json::to_value(&analysis).unwrap();
+    let written = &json["reports"][0]["dumps"]["0"]["ops"][10]["gpu_duration_us"];
+    assert_eq!(written, &json!(300.0), "{json}");
+}
+
 #[test]
 fn rings_that_forgot_more_are_compared_where_all_remember() {
     // Rank 0's ring kept collectives 10-59 only; rank 1 diverges at 5,

@@ -17,6 +17,7 @@ mod ranks_batch;
 mod ranks_borrowed;
 mod ranks_buckets;
 mod ranks_dumps;
+mod ranks_gpu_times;
 mod ranks_graphs;
 mod ranks_mismatch;
 mod ranks_ops;

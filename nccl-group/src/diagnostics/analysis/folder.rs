@@ -174,6 +174,30 @@ fn collective_range(dump: &FlightDump) -> String {
     }
 }
 
+/// The GPU times of `dump`'s timed operations
+/// ([`OpRecord::gpu_duration`](crate::OpRecord::gpu_duration)): how many,
+/// their sum and the longest, or `None` when none was timed.
+fn gpu_times(dump: &FlightDump) -> Option<String> {
+    let timed: Vec<_> = dump
+        .ops
+        .iter()
+        .filter_map(|op| Some((op, op.gpu_duration?)))
+        .collect();
+    let (longest, time) = timed.iter().max_by_key(|(_, time)| *time)?;
+    let total: std::time::Duration = timed.iter().map(|(_, time)| *time).sum();
+    let number = longest.collective_seq.map_or_else(
+        || format!("operation #{}", longest.seq),
+        |n| format!("#{n}"),
+    );
+    Some(format!(
+        "{} timed operations, {:.3} ms on the GPU in all, the longest {} {number} ({:.3} ms)",
+        timed.len(),
+        total.as_secs_f64() * 1e3,
+        longest.op,
+        time.as_secs_f64() * 1e3,
+    ))
+}
+
 fn seq(n: Option<u64>) -> String {
     n.map_or_else(|| "none".to_string(), |n| format!("#{n}"))
 }
@@ -201,6 +225,9 @@ impl fmt::Display for Report {
                 dump.total_recorded,
                 collective_range(dump),
             )?;
+            if let Some(times) = gpu_times(dump) {
+                writeln!(f, "    GPU time: {times}")?;
+            }
             if let Some(op) = dump.ops.iter().find(|op| op.state != OpState::Completed) {
                 let what = Issued::from_record(op)
                     .map_or_else(|| op.op.to_string(), |issued| issued.to_string());

@@ -74,7 +74,10 @@ fn a_dump_with_every_field_set_reads_back_equal() {
         collective: true,
     };
     let seq = recorder.record(&description, now).seq;
-    recorder.finish(seq, OpState::Suspect, now, 0);
+    // A GPU time of no whole number of microseconds reads back to the
+    // nanosecond.
+    let gpu_time = Duration::from_nanos(1_234_567);
+    recorder.finish(seq, OpState::Suspect, now, 0, Some(gpu_time));
     let issued = recorder
         .get(seq)
         .as_ref()
@@ -111,7 +114,44 @@ fn a_dump_with_every_field_set_reads_back_equal() {
         ..dump_of(&recorder)
     };
     let json = dump.to_json();
-    assert_eq!(FlightDump::from_json(&json).unwrap(), dump, "{json}");
+    assert!(json.contains("\"gpu_duration_us\": 1234.567"), "{json}");
+    let read = FlightDump::from_json(&json).unwrap();
+    assert_eq!(read.ops[0].gpu_duration, Some(gpu_time));
+    assert_eq!(read, dump, "{json}");
+}
+
+/// A GPU time that is no duration is refused, naming the field.
+#[test]
+fn a_negative_gpu_time_is_an_error_naming_the_field() {
+    let recorder = FlightRecorder::new(1);
+    let now = Instant::now();
+    let description = OpDescription {
+        op: "all_reduce",
+        dtype: Some(DataType::Float32),
+        count: 1,
+        output_count: 1,
+        reduction: Some("sum"),
+        peer: None,
+        timeout: Duration::from_secs(1),
+        devices: DeviceList::one(0).unwrap(),
+        collective: true,
+    };
+    recorder.record(&description, now);
+    recorder.finish(
+        0,
+        OpState::Completed,
+        now,
+        1,
+        Some(Duration::from_micros(3)),
+    );
+    let json = dump_of(&recorder).to_json();
+    assert!(json.contains("\"gpu_duration_us\": 3.0"), "{json}");
+    let negative = json.replace("\"gpu_duration_us\": 3.0", "\"gpu_duration_us\": -3.0");
+    let error = FlightDump::from_json(&negative).unwrap_err().to_string();
+    assert!(
+        error.contains("gpu_duration_us: expected a non-negative number of microseconds, given -3"),
+        "{error}"
+    );
 }
 
 /// A dump cut short, or one with a state no operation has, is an error

@@ -21,7 +21,8 @@ fn description(op: &'static str, collective: bool) -> OpDescription {
     }
 }
 
-/// Rank `rank` of 4 of group `trainer`, after an all_reduce (completed),
+/// Rank `rank` of 4 of group `trainer`, after an all_reduce (completed,
+/// 1.5 ms on the GPU),
 /// a send to rank 1, an all_gather, a barrier and a custom operation
 /// (pending, then failed).
 fn dump(rank: usize) -> FlightDump {
@@ -32,7 +33,13 @@ fn dump(rank: usize) -> FlightDump {
         ..description("all_reduce", true)
     };
     recorder.record(&reduce, now);
-    recorder.finish(0, OpState::Completed, now, 1);
+    recorder.finish(
+        0,
+        OpState::Completed,
+        now,
+        1,
+        Some(Duration::from_micros(1500)),
+    );
     let send = OpDescription {
         peer: Some(1),
         ..description("send", false)
@@ -153,7 +160,7 @@ e = d["entries"]
 assert [x["profiling_name"] for x in e] == ["nccl:all_reduce", "nccl:send 2->1", "nccl:all_gather",
     "nccl:all_reduce_barrier", "nccl:coalesced my_custom_op"], e
 for x in e:
-    assert set(x) == keys, set(x) ^ keys
+    assert set(x) - {"duration_ms"} == keys, set(x) ^ keys
     assert isinstance(x["process_group"], tuple) and x["process_group"] == ("trainer", "g0")
     assert type(x["time_created_ns"]) is int and x["time_created_ns"] > 1_600_000_000 * 10**9
     assert x["timeout_ms"] == 5000 and x["frames"] == [] and x["time_discovered_started_ns"] is None
@@ -169,6 +176,9 @@ assert e[0]["input_sizes"] == [[1024]] and e[0]["input_dtypes"] == ["Float"] and
 assert e[2]["output_sizes"] == [[4096]]
 assert e[3]["input_sizes"] == [[0]] and e[3]["input_dtypes"] == []
 assert e[0]["thread_name"] != "", e[0]
+assert type(e[0]["duration_ms"]) is float and e[0]["duration_ms"] == 1.5, e[0]
+assert list(e[0]).index("duration_ms") == list(e[0]).index("time_created_ns") + 1, list(e[0])
+assert all("duration_ms" not in x for x in e[1:]), e
 print("ok")
 "#;
     let out = std::process::Command::new("python3")
@@ -183,6 +193,33 @@ print("ok")
     );
     assert!(out.status.success(), "{stdout}{stderr}");
     assert_eq!(stdout.trim(), "ok", "{stderr}");
+}
+
+/// A timed record's GPU time is PyTorch's `duration_ms` (a float, in
+/// milliseconds); an untimed one has no `duration_ms`, as PyTorch leaves it
+/// out without timing.
+#[cfg(feature = "torch-dumps")]
+#[test]
+fn the_torch_dump_has_duration_ms_for_timed_records_only() {
+    use serde_pickle::{HashableValue, Value};
+
+    let pickled = torch::encode(&dump(0)).unwrap();
+    let Value::Dict(dump) = serde_pickle::value_from_slice(&pickled, Default::default()).unwrap()
+    else {
+        panic!("the dump is not a dictionary");
+    };
+    let Some(Value::List(entries)) = dump.get(&HashableValue::String("entries".into())) else {
+        panic!("no entries in {dump:?}");
+    };
+    let durations: Vec<Option<&Value>> = entries
+        .iter()
+        .map(|entry| match entry {
+            Value::Dict(entry) => entry.get(&HashableValue::String("duration_ms".into())),
+            other => panic!("an entry that is not a dictionary: {other:?}"),
+        })
+        .collect();
+    assert_eq!(durations[0], Some(&Value::F64(1.5)));
+    assert!(durations[1..].iter().all(Option::is_none), "{durations:?}");
 }
 
 /// The thread names of a dump are those of the threads in its records.

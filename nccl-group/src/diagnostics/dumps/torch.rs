@@ -34,8 +34,11 @@
 //!   completed), `time_discovered_started_ns` (`None`); `timeout_ms`;
 //!   `is_p2p`; `frames` (empty: no stack traces); `thread_id` and
 //!   `thread_name` ([`OpRecord::thread`], [`FlightDump::threads`]).
-//! * `duration_ms` is left out, as PyTorch leaves it out without
-//!   `TORCH_NCCL_ENABLE_TIMING`: the recorder takes no GPU timings.
+//! * `duration_ms`, right after `time_created_ns` as PyTorch puts it: the
+//!   operation's GPU time in milliseconds (a float), where the group timed it
+//!   ([`GroupOptions::gpu_timing`](crate::GroupOptions::gpu_timing),
+//!   PyTorch's `TORCH_NCCL_ENABLE_TIMING`; [`OpRecord::gpu_duration`]);
+//!   left out otherwise, as PyTorch leaves it out.
 //!
 //! One difference stays: PyTorch records tensor shapes, the recorder
 //! element counts (a `[32, 32]` tensor is `[1024]` here), the same on
@@ -86,6 +89,8 @@ struct Entry<'a> {
     op_id: u64,
     profiling_name: String,
     time_created_ns: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<f64>,
     timeout_ms: u64,
     input_sizes: Vec<Vec<usize>>,
     input_dtypes: Vec<&'static str>,
@@ -164,6 +169,9 @@ fn entry<'a>(dump: &'a FlightDump, desc: &'a str, record: &OpRecord) -> Entry<'a
         op_id: record.seq,
         profiling_name: profiling_name(record, dump.rank),
         time_created_ns: nanos(record.enqueued_us),
+        duration_ms: record
+            .gpu_duration
+            .map(|duration| duration.as_secs_f64() * 1e3),
         timeout_ms: millis(record.timeout),
         input_sizes: vec![vec![record.count]; devices],
         input_dtypes: dtypes.clone(),

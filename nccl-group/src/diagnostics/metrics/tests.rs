@@ -105,9 +105,21 @@ fn the_recorder_hooks_count_issues_bytes_latencies_and_failures_per_group_and_op
             .seq;
         other.record(&description("all_reduce", f32s, 1, 1), t0);
 
-        recorder.finish(a, OpState::Completed, t0 + Duration::from_millis(3), 1);
-        recorder.finish(b, OpState::Completed, t0 + Duration::from_millis(5), 1);
-        recorder.finish(g, OpState::Failed, t0 + Duration::from_millis(1), 0);
+        recorder.finish(
+            a,
+            OpState::Completed,
+            t0 + Duration::from_millis(3),
+            1,
+            None,
+        );
+        recorder.finish(
+            b,
+            OpState::Completed,
+            t0 + Duration::from_millis(5),
+            1,
+            None,
+        );
+        recorder.finish(g, OpState::Failed, t0 + Duration::from_millis(1), 0, None);
         // The group fails with the replay still pending: one more failure;
         // the ones already finished are not counted again.
         recorder.fail_pending(t0 + Duration::from_millis(9));

@@ -133,6 +133,19 @@ pub struct OpRecord {
     pub enqueued_us: u64,
     /// When the watchdog saw it finish (or fail), on the same clock.
     pub finished_us: Option<u64>,
+    /// How long it ran on the GPU, from an event recorded just before its
+    /// enqueue to its end event, the longest of its devices (in the JSON:
+    /// `gpu_duration_us`, fractional microseconds): with
+    /// [`GroupOptions::gpu_timing`](crate::GroupOptions::gpu_timing) on,
+    /// once it completed; `None` otherwise, and for operations captured in
+    /// a CUDA graph.
+    #[serde(
+        default,
+        rename = "gpu_duration_us",
+        serialize_with = "serialize_micros",
+        deserialize_with = "deserialize_micros"
+    )]
+    pub gpu_duration: Option<Duration>,
     /// What became of it.
     pub state: OpState,
 }
@@ -178,6 +191,26 @@ fn serialize_millis<S: Serializer>(duration: &Duration, s: S) -> Result<S::Ok, S
 
 fn deserialize_millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     u64::deserialize(d).map(Duration::from_millis)
+}
+
+fn serialize_micros<S: Serializer>(duration: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    duration
+        .map(|duration| duration.as_nanos() as f64 / 1e3)
+        .serialize(s)
+}
+
+/// Fractional microseconds back to a duration, to the nanosecond (which
+/// reads back what [`serialize_micros`] wrote exactly).
+fn deserialize_micros<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let Some(micros) = Option::<f64>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if !(micros.is_finite() && micros >= 0.0) {
+        return Err(D::Error::custom(format!(
+            "gpu_duration_us: expected a non-negative number of microseconds, given {micros}"
+        )));
+    }
+    Ok(Some(Duration::from_nanos((micros * 1e3).round() as u64)))
 }
 
 /// The name of this process's thread `thread` (an [`OpRecord::thread`]),

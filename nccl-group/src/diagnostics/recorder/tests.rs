@@ -39,10 +39,10 @@ fn sequence_numbers_count_collectives_apart_from_point_to_point() {
     assert_eq!((s.seq, s.collective_seq, s.p2p_seq), (1, None, Some(0)));
     assert_eq!((b.seq, b.collective_seq, b.p2p_seq), (2, Some(1), None));
     assert_eq!(recorder.progress(), (Some(1), None));
-    recorder.finish(0, OpState::Completed, now, 1);
+    recorder.finish(0, OpState::Completed, now, 1, None);
     assert_eq!(recorder.progress(), (Some(1), Some(0)));
     // A finished point-to-point op does not move the collective progress.
-    recorder.finish(1, OpState::Completed, now, 1);
+    recorder.finish(1, OpState::Completed, now, 1, None);
     assert_eq!(recorder.progress(), (Some(1), Some(0)));
 }
 
@@ -57,8 +57,8 @@ fn the_ring_keeps_the_last_records_oldest_first() {
         vec![2, 3, 4]
     );
     // Finishing an overwritten op is a no-op; a live one is updated.
-    recorder.finish(0, OpState::Completed, now, 1);
-    recorder.finish(3, OpState::Completed, now, 1);
+    recorder.finish(0, OpState::Completed, now, 1, None);
+    recorder.finish(3, OpState::Completed, now, 1, None);
     let (records, _) = recorder.snapshot();
     assert_eq!(records[1].state, OpState::Completed);
     assert!(records[1].finished_us.is_some());
@@ -179,9 +179,9 @@ fn unverified_completions_become_suspect_when_the_group_fails() {
     let now = Instant::now();
     let recorder = all_reduces(8, 4, now);
     // Ends stamped 1 and 1 (verified), 2 (not), and one still pending.
-    recorder.finish(0, OpState::Completed, now, 1);
-    recorder.finish(1, OpState::Completed, now, 1);
-    recorder.finish(2, OpState::Completed, now, 2);
+    recorder.finish(0, OpState::Completed, now, 1, None);
+    recorder.finish(1, OpState::Completed, now, 1, None);
+    recorder.finish(2, OpState::Completed, now, 2, None);
     let suspects = recorder.mark_suspect(|_, stamp| stamp < 2);
     assert_eq!(suspects.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
     assert_eq!(suspects[0].state, OpState::Suspect);

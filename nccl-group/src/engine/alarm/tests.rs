@@ -52,7 +52,7 @@ fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
                 };
                 Ok((op, ()))
             },
-            |_| {},
+            |_, _| {},
         )
         .expect("pushed");
 }

@@ -310,6 +310,7 @@ fn all_reduce_57() -> OpRecord {
         devices: DeviceList::one(0).expect("device 0"),
         enqueued_us: 10,
         finished_us: None,
+        gpu_duration: None,
         state: OpState::Failed,
     }
 }

@@ -62,6 +62,13 @@ pub trait Completion: Send + Sync {
 
     /// Marks the operation failed with its group.
     fn fail(&self, failure: &Arc<Failure>);
+
+    /// How long a finished operation ran on the GPU, where it was timed
+    /// ([`GroupOptions::gpu_timing`](crate::GroupOptions::gpu_timing));
+    /// asked once [`Completion::poll`] said [`Progress::Done`].
+    fn gpu_time(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// One outstanding operation.

@@ -78,12 +78,12 @@ impl Tracker {
     /// `make` records are queued in the order of those records.
     ///
     /// With a long backlog, first removes the finished operations at the front
-    /// ([`reap`]), calling `finished(seq)` for each. An error of `make` adds
-    /// nothing.
+    /// ([`reap`]), calling `finished(seq, gpu_time)` for each
+    /// ([`Completion::gpu_time`]). An error of `make` adds nothing.
     pub fn push_with<T, E>(
         &self,
         make: impl FnOnce() -> Result<(PendingOp, T), E>,
-        finished: impl FnMut(u64),
+        finished: impl FnMut(u64, Option<Duration>),
     ) -> Result<T, E> {
         let mut pending = self.pending();
         if pending.ops.len() > REAP_ABOVE {
@@ -116,13 +116,18 @@ impl Tracker {
     }
 
     /// Polls every pending operation at `now`: finished ones are removed
-    /// (`finished(seq)` is called for each); the oldest one past its
+    /// (`finished(seq, gpu_time)` is called for each); the oldest one past its
     /// deadline, or whose polling failed, is the verdict (it and the rest
     /// stay pending until [`Tracker::drain`]).
     ///
-    /// The polls (a driver call each) run on a snapshot, outside the lock, so a
-    /// thread issuing an operation never waits for a scan's driver calls.
-    pub fn scan(&self, now: Instant, mut finished: impl FnMut(u64)) -> Option<Verdict> {
+    /// The polls (a driver call each) and the GPU times run on a snapshot,
+    /// outside the lock, so a thread issuing an operation never waits for a
+    /// scan's driver calls.
+    pub fn scan(
+        &self,
+        now: Instant,
+        mut finished: impl FnMut(u64, Option<Duration>),
+    ) -> Option<Verdict> {
         let snapshot: Vec<(u64, Instant, Duration, Arc<dyn Completion>)> = self
             .pending()
             .ops
@@ -133,7 +138,7 @@ impl Tracker {
         let mut done = Vec::new();
         for (seq, enqueued, timeout, completion) in snapshot {
             match completion.poll() {
-                Progress::Done => done.push(seq),
+                Progress::Done => done.push((seq, completion.gpu_time())),
                 Progress::Running => {
                     let ran = now.saturating_duration_since(enqueued);
                     if verdict.is_none() && ran >= timeout {
@@ -148,16 +153,16 @@ impl Tracker {
             }
         }
         if !done.is_empty() {
-            done.sort_unstable();
+            done.sort_unstable_by_key(|&(seq, _)| seq);
             // Those the issuing thread reaped meanwhile (or a failure
             // drained) are gone already, and not reported twice.
             let mut pending = self.pending();
             pending.ops.retain(|op| {
-                let finished_now = done.binary_search(&op.seq).is_ok();
-                if finished_now {
-                    finished(op.seq);
+                let found = done.binary_search_by_key(&op.seq, |&(seq, _)| seq);
+                if let Ok(index) = found {
+                    finished(op.seq, done[index].1);
                 }
-                !finished_now
+                found.is_err()
             });
             pending.settle();
         }
@@ -165,15 +170,15 @@ impl Tracker {
     }
 
     /// Removes the pending operations that have ended (polling each) and
-    /// returns their sequence numbers, oldest first: when the group ends
-    /// without a failure, so that only the others fail.
-    pub fn take_ended(&self) -> Vec<u64> {
+    /// returns their sequence numbers and GPU times, oldest first: when the
+    /// group ends without a failure, so that only the others fail.
+    pub fn take_ended(&self) -> Vec<(u64, Option<Duration>)> {
         let mut pending = self.pending();
         let mut ended = Vec::new();
         pending.ops.retain(|op| {
             let done = op.completion.poll() == Progress::Done;
             if done {
-                ended.push(op.seq);
+                ended.push((op.seq, op.completion.gpu_time()));
             }
             !done
         });
@@ -191,14 +196,14 @@ impl Tracker {
 }
 
 /// Removes the finished operations at the front of `queue`, calling
-/// `finished(seq)` for each, oldest first.
+/// `finished(seq, gpu_time)` for each, oldest first.
 ///
 /// When every pending operation ends on one stream they finish in order, so
 /// after the front, a binary search finds the last finished one: a handful of
 /// driver calls for the whole backlog instead of one per operation, which a
 /// fast loop would otherwise pay on every operation. Otherwise they are polled
 /// one by one from the front.
-fn reap(queue: &mut Queue, mut finished: impl FnMut(u64)) {
+fn reap(queue: &mut Queue, mut finished: impl FnMut(u64, Option<Duration>)) {
     let Some(front) = queue.ops.front() else {
         return;
     };
@@ -216,24 +221,30 @@ fn reap(queue: &mut Queue, mut finished: impl FnMut(u64)) {
                 running = middle;
             }
         }
-        queue.ops.drain(..=done).for_each(|op| finished(op.seq));
+        queue.ops.drain(..=done).for_each(|op| ended(op, &mut finished));
     } else {
         if let Some(front) = queue.ops.pop_front() {
-            finished(front.seq);
+            ended(front, &mut finished);
         }
         reap_front(&mut queue.ops, finished);
     }
     queue.settle();
 }
 
-fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64)) {
-    while let Some(front) = pending.front() {
-        if front.completion.poll() != Progress::Done {
-            break;
+fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64, Option<Duration>)) {
+    while pending
+        .front()
+        .is_some_and(|front| front.completion.poll() == Progress::Done)
+    {
+        if let Some(op) = pending.pop_front() {
+            ended(op, &mut finished);
         }
-        finished(front.seq);
-        pending.pop_front();
     }
+}
+
+/// Reports the finished `op` to `finished`, with its GPU time.
+fn ended(op: PendingOp, finished: &mut impl FnMut(u64, Option<Duration>)) {
+    finished(op.seq, op.completion.gpu_time());
 }
 
 #[cfg(test)]
@@ -249,6 +260,7 @@ mod tests {
         state: AtomicU8,
         polls: AtomicUsize,
         lane: Option<usize>,
+        gpu_time: Option<Duration>,
     }
 
     impl Fake {
@@ -276,6 +288,10 @@ mod tests {
 
         // The tracker never marks operations failed; the group does.
         fn fail(&self, _failure: &Arc<Failure>) {}
+
+        fn gpu_time(&self) -> Option<Duration> {
+            self.gpu_time
+        }
     }
 
     fn launch_failed() -> DriverError {
@@ -283,7 +299,7 @@ mod tests {
     }
 
     /// Adds `op` (made before the lock is taken, as tests need no order).
-    fn push(tracker: &Tracker, op: PendingOp, finished: impl FnMut(u64)) {
+    fn push(tracker: &Tracker, op: PendingOp, finished: impl FnMut(u64, Option<Duration>)) {
         let pushed: Result<(), std::convert::Infallible> =
             tracker.push_with(|| Ok((op, ())), finished);
         assert!(pushed.is_ok());
@@ -308,18 +324,53 @@ mod tests {
         let t0 = Instant::now();
         let f = fakes(3);
         for (seq, fake) in f.iter().enumerate() {
-            push(&tracker, op(seq as u64, t0, 1000, fake), |_| {});
+            push(&tracker, op(seq as u64, t0, 1000, fake), |_, _| {});
         }
         f[1].finish();
         let mut seen = Vec::new();
-        assert_eq!(tracker.scan(t0, |s| seen.push(s)), None);
+        assert_eq!(tracker.scan(t0, |s, _| seen.push(s)), None);
         assert_eq!(seen, vec![1]);
         assert_eq!(tracker.len(), 2);
         f[0].finish();
         f[2].finish();
-        assert_eq!(tracker.scan(t0, |s| seen.push(s)), None);
+        assert_eq!(tracker.scan(t0, |s, _| seen.push(s)), None);
         assert_eq!(seen, vec![1, 0, 2]);
         assert!(tracker.is_empty());
+    }
+
+    #[test]
+    fn each_finished_operation_is_reported_with_its_gpu_time() {
+        let t0 = Instant::now();
+        let timed = |micros: u64| {
+            let fake = Fake {
+                gpu_time: Some(Duration::from_micros(micros)),
+                ..Fake::default()
+            };
+            fake.finish();
+            Arc::new(fake)
+        };
+        let untimed = fakes(1).remove(0);
+        untimed.finish();
+        let tracker = Tracker::default();
+        push(&tracker, op(0, t0, 1000, &timed(5)), |_, _| {});
+        push(&tracker, op(1, t0, 1000, &untimed), |_, _| {});
+        let mut seen = Vec::new();
+        assert_eq!(tracker.scan(t0, |s, gpu| seen.push((s, gpu))), None);
+        assert_eq!(seen, vec![(0, Some(Duration::from_micros(5))), (1, None)]);
+
+        push(&tracker, op(2, t0, 1000, &timed(7)), |_, _| {});
+        assert_eq!(tracker.take_ended(), vec![(2, Some(Duration::from_micros(7)))]);
+
+        let mut reaped = Vec::new();
+        for seq in 3..=(REAP_ABOVE as u64 + 4) {
+            push(&tracker, op(seq, t0, 1000, &timed(seq)), |s, gpu| {
+                reaped.push((s, gpu));
+            });
+        }
+        assert!(!reaped.is_empty());
+        for (seq, gpu) in reaped {
+            assert_eq!(gpu, Some(Duration::from_micros(seq)));
+        }
     }
 
     #[test]
@@ -327,13 +378,13 @@ mod tests {
         let tracker = Tracker::default();
         let t0 = Instant::now();
         let f = fakes(3);
-        push(&tracker, op(0, t0, 100, &f[0]), |_| {});
-        push(&tracker, op(1, t0, 50, &f[1]), |_| {});
-        push(&tracker, op(2, t0, 10, &f[2]), |_| {});
+        push(&tracker, op(0, t0, 100, &f[0]), |_, _| {});
+        push(&tracker, op(1, t0, 50, &f[1]), |_, _| {});
+        push(&tracker, op(2, t0, 10, &f[2]), |_, _| {});
         // Nothing is late at 5 ms.
-        assert_eq!(tracker.scan(t0 + Duration::from_millis(5), |_| {}), None);
+        assert_eq!(tracker.scan(t0 + Duration::from_millis(5), |_, _| {}), None);
         // At 60 ms ops 1 and 2 are late; op 1 was enqueued first.
-        let verdict = tracker.scan(t0 + Duration::from_millis(60), |_| {});
+        let verdict = tracker.scan(t0 + Duration::from_millis(60), |_, _| {});
         assert_eq!(
             verdict,
             Some(Verdict::TimedOut {
@@ -356,12 +407,12 @@ mod tests {
         let tracker = Tracker::default();
         let t0 = Instant::now();
         let f = fakes(1);
-        push(&tracker, op(0, t0, 10, &f[0]), |_| {});
+        push(&tracker, op(0, t0, 10, &f[0]), |_, _| {});
         f[0].finish();
         // Done wins over a deadline that passed before the scan.
         let mut seen = Vec::new();
         assert_eq!(
-            tracker.scan(t0 + Duration::from_secs(5), |s| seen.push(s)),
+            tracker.scan(t0 + Duration::from_secs(5), |s, _| seen.push(s)),
             None
         );
         assert_eq!(seen, vec![0]);
@@ -372,11 +423,11 @@ mod tests {
         let tracker = Tracker::default();
         let t0 = Instant::now();
         let f = fakes(2);
-        push(&tracker, op(0, t0, 1000, &f[0]), |_| {});
-        push(&tracker, op(1, t0, 1000, &f[1]), |_| {});
+        push(&tracker, op(0, t0, 1000, &f[0]), |_, _| {});
+        push(&tracker, op(1, t0, 1000, &f[1]), |_, _| {});
         f[1].fail();
         assert_eq!(
-            tracker.scan(t0, |_| {}),
+            tracker.scan(t0, |_, _| {}),
             Some(Verdict::Broken {
                 seq: 1,
                 error: launch_failed()
@@ -416,16 +467,16 @@ mod tests {
                 timeout: Duration::from_secs(60),
                 completion: Arc::clone(&slow) as Arc<dyn Completion>,
             },
-            |_| {},
+            |_, _| {},
         );
         let scanner = {
             let tracker = Arc::clone(&tracker);
-            std::thread::spawn(move || tracker.scan(t0, |_| {}))
+            std::thread::spawn(move || tracker.scan(t0, |_, _| {}))
         };
         // The scan is inside the poll now; a push must not wait for it.
         slow.polling.wait();
         let f = fakes(1);
-        push(&tracker, op(1, t0, 1000, &f[0]), |_| {});
+        push(&tracker, op(1, t0, 1000, &f[0]), |_, _| {});
         assert_eq!(tracker.len(), 2);
         slow.release.wait();
         assert_eq!(scanner.join().unwrap(), None);
@@ -440,7 +491,7 @@ mod tests {
         let mut reaped = Vec::new();
         for (seq, fake) in f.iter().enumerate() {
             fake.finish();
-            push(&tracker, op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
+            push(&tracker, op(seq as u64, t0, 1000, fake), |s, _| reaped.push(s));
         }
         // Every push past the threshold reaped the finished front.
         assert!(tracker.len() <= REAP_ABOVE + 1, "{}", tracker.len());
@@ -448,8 +499,8 @@ mod tests {
         // Below the threshold nobody polls at push time.
         let small = Tracker::default();
         let g = fakes(2);
-        push(&small, op(0, t0, 1000, &g[0]), |_| {});
-        push(&small, op(1, t0, 1000, &g[1]), |_| {});
+        push(&small, op(0, t0, 1000, &g[0]), |_, _| {});
+        push(&small, op(1, t0, 1000, &g[1]), |_, _| {});
         assert_eq!(g[0].polls.load(Ordering::SeqCst), 0);
     }
 
@@ -478,7 +529,7 @@ mod tests {
     fn push_all(tracker: &Tracker, fakes: &[Arc<Fake>], t0: Instant) -> Vec<u64> {
         let mut reaped = Vec::new();
         for (seq, fake) in fakes.iter().enumerate() {
-            push(tracker, op(seq as u64, t0, 1000, fake), |s| reaped.push(s));
+            push(tracker, op(seq as u64, t0, 1000, fake), |s, _| reaped.push(s));
         }
         reaped
     }
@@ -530,7 +581,7 @@ mod tests {
         push_all(&tracker, &one, t0);
         assert_eq!(tracker.pending().lanes, Lanes::One(4));
         one.iter().for_each(|f| f.finish());
-        assert_eq!(tracker.scan(t0, |_| {}), None);
+        assert_eq!(tracker.scan(t0, |_, _| {}), None);
         assert_eq!(tracker.pending().lanes, Lanes::None);
         assert_eq!(Lanes::One(4).with(Some(4)), Lanes::One(4));
         assert_eq!(Lanes::One(4).with(None), Lanes::Mixed);
@@ -549,7 +600,7 @@ mod tests {
         f[0].finish();
         f[2].finish();
         let mut reaped = Vec::new();
-        reap_front(&mut pending, |s| reaped.push(s));
+        reap_front(&mut pending, |s, _| reaped.push(s));
         assert_eq!(reaped, vec![0]);
         assert_eq!(pending.len(), 2);
     }
