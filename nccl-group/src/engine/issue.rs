@@ -331,7 +331,7 @@ impl ProcessGroup {
             devices: *key.devices(),
             collective: is_collective(&info, key),
         };
-        self.inner.recorder.record(&description, now).seq
+        self.inner.recorder.record(&description, now)
     }
 
     /// Records the end of an enqueued operation (`record_ends`) and hands

@@ -73,7 +73,7 @@ fn a_dump_with_every_field_set_reads_back_equal() {
         devices: DeviceList::checked([1, 0].into_iter()).unwrap(),
         collective: true,
     };
-    let seq = recorder.record(&description, now).seq;
+    let seq = recorder.record(&description, now);
     recorder.finish(seq, OpState::Suspect, now, 0);
     let issued = recorder
         .get(seq)

@@ -87,22 +87,14 @@ fn the_recorder_hooks_count_issues_bytes_latencies_and_failures_per_group_and_op
         // After the recorders' epochs, so every instant counts in full.
         let t0 = Instant::now();
         let f32s = Some(DataType::Float32);
-        let a = recorder
-            .record(&description("all_reduce", f32s, 1024, 1024), t0)
-            .seq;
-        let b = recorder
-            .record(&description("all_reduce", f32s, 256, 256), t0)
-            .seq;
+        let a = recorder.record(&description("all_reduce", f32s, 1024, 1024), t0);
+        let b = recorder.record(&description("all_reduce", f32s, 256, 256), t0);
         // An all_gather's size is its output; a replay has no typed buffers.
-        let g = recorder
-            .record(
-                &description("all_gather", Some(DataType::Bfloat16), 8, 32),
-                t0,
-            )
-            .seq;
-        let r = recorder
-            .record(&description("graph_replay", None, 0, 0), t0)
-            .seq;
+        let g = recorder.record(
+            &description("all_gather", Some(DataType::Bfloat16), 8, 32),
+            t0,
+        );
+        let r = recorder.record(&description("graph_replay", None, 0, 0), t0);
         other.record(&description("all_reduce", f32s, 1, 1), t0);
 
         recorder.finish(a, OpState::Completed, t0 + Duration::from_millis(3), 1);
