@@ -30,8 +30,8 @@
 //! its µs per call and the ratios of the medians to `raw` and `tensor`,
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
-//! `Work` shares with the watchdog; a layer over its allowance fails the
-//! run);
+//! `Work` shares with the watchdog and the tensors it hands back; a layer
+//! over its allowance fails the run);
 //! each rank's medians when ranks differ by more than 10%; and one JSON
 //! line per layer (also written to `--json FILE`), with the fields of
 //! `benches/scripts/torch_world_cost.py`'s.
