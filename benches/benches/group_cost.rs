@@ -9,7 +9,9 @@
 //!   operation shares with the watchdog), `recorder_record_finish` (the
 //!   flight recorder's part of an operation: its record when issued and
 //!   its finish when seen to end, a lock each, on a full ring of the
-//!   default capacity, through `nccl_group::testing`), and on a GPU the driver calls
+//!   default capacity, through `nccl_group::testing`), `cache_lookup` (the
+//!   communicator cache's lookup of a one-device key, once per operation),
+//!   and on a GPU the driver calls
 //!   through cudarc: `event_record` and `stream_wait_event` (two of each
 //!   per operation on the group's own stream, one record on the caller's),
 //!   `event_query` (the watchdog's poll: when the pending operations end
@@ -65,7 +67,7 @@ use criterion::Criterion;
 use cudarc::driver::CudaStream;
 use nccl_core::{DataType, ReduceOp, UniqueId};
 use nccl_group::recorder::{FlightRecorder, OpDescription};
-use nccl_group::testing::{DeviceList, record_and_finish};
+use nccl_group::testing::{CommKey, DeviceList, OnceMap, record_and_finish};
 use nccl_group::{DEFAULT_OP_TIMEOUT, GroupOptions, ProcessGroup, RendezvousConfig, Store, Work};
 use nccl_tensor::Tensor;
 use nccl_test_support::group::world_of_one;
@@ -95,6 +97,14 @@ fn group_parts(criterion: &mut Criterion) {
     let at = Instant::now();
     criterion.bench_function("group_parts/recorder_record_finish", |b| {
         b.iter(|| record_and_finish(&recorder, black_box(&description), at))
+    });
+    let cache: OnceMap<CommKey, u64> = OnceMap::new();
+    let key = CommKey::Collective(DeviceList::one(0).expect("device 0"));
+    cache
+        .get_or_create(&key, |_| Ok::<_, ()>(0))
+        .expect("created");
+    criterion.bench_function("group_parts/cache_lookup", |b| {
+        b.iter(|| cache.get(black_box(&key)))
     });
     if !has_gpu() {
         println!("SKIP: group_parts driver calls need 1 GPU(s), found 0");
