@@ -1,11 +1,17 @@
 //! What the parts of a process-group operation cost, through the group's
-//! public API only (its inner parts, the cache and the flight recorder,
-//! are measured as part of the whole, in `host_cost`):
+//! public API (its inner parts, the cache and the flight recorder, are
+//! measured as part of the whole, in `host_cost`; the recorder alone
+//! through its `testing` module):
 //!
 //! * `group_parts/*`: the primitives a group operation is built of, each
 //!   alone: `instant_now` (a timestamp: an operation takes two, its
 //!   enqueue time and its completion's), `arc_alloc` (the record an
-//!   operation shares with the watchdog), and on a GPU the driver calls
+//!   operation shares with the watchdog), `recorder_record_finish` (the
+//!   flight recorder's part of an operation: its record when issued and
+//!   its finish when seen to end, a lock each, on a full ring of the
+//!   default capacity, through `nccl_group::testing`), `cache_lookup` (the
+//!   communicator cache's lookup of a one-device key, once per operation),
+//!   and on a GPU the driver calls
 //!   through cudarc: `event_record` and `stream_wait_event` (two of each
 //!   per operation on the group's own stream, one record on the caller's),
 //!   `event_query` (the watchdog's poll: when the pending operations end
@@ -59,8 +65,10 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use cudarc::driver::CudaStream;
-use nccl_core::{ReduceOp, UniqueId};
-use nccl_group::{GroupOptions, ProcessGroup, RendezvousConfig, Store, Work};
+use nccl_core::{DataType, ReduceOp, UniqueId};
+use nccl_group::recorder::{FlightRecorder, OpDescription};
+use nccl_group::testing::{CommKey, DeviceList, OnceMap, record_and_finish};
+use nccl_group::{DEFAULT_OP_TIMEOUT, GroupOptions, ProcessGroup, RendezvousConfig, Store, Work};
 use nccl_tensor::Tensor;
 use nccl_test_support::group::world_of_one;
 
@@ -73,6 +81,30 @@ fn group_parts(criterion: &mut Criterion) {
     criterion.bench_function("group_parts/instant_now", |b| b.iter(Instant::now));
     criterion.bench_function("group_parts/arc_alloc", |b| {
         b.iter(|| black_box(Arc::new(SharedRecord { _ends: [0; 6] })))
+    });
+    let recorder = FlightRecorder::new(GroupOptions::default().recorder_capacity);
+    let description = OpDescription {
+        op: "all_reduce",
+        dtype: Some(DataType::Float32),
+        count: 2,
+        output_count: 2,
+        reduction: Some("sum"),
+        peer: None,
+        timeout: DEFAULT_OP_TIMEOUT,
+        devices: DeviceList::one(0).expect("device 0"),
+        collective: true,
+    };
+    let at = Instant::now();
+    criterion.bench_function("group_parts/recorder_record_finish", |b| {
+        b.iter(|| record_and_finish(&recorder, black_box(&description), at))
+    });
+    let cache: OnceMap<CommKey, u64> = OnceMap::new();
+    let key = CommKey::Collective(DeviceList::one(0).expect("device 0"));
+    cache
+        .get_or_create(&key, |_| Ok::<_, ()>(0))
+        .expect("created");
+    criterion.bench_function("group_parts/cache_lookup", |b| {
+        b.iter(|| cache.get(black_box(&key)))
     });
     if !has_gpu() {
         println!("SKIP: group_parts driver calls need 1 GPU(s), found 0");

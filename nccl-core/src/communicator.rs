@@ -299,6 +299,12 @@ impl Communicator {
         self.blocking
     }
 
+    /// How long a nonblocking wait on this communicator may take (its
+    /// config's [`Config::wait_timeout`](crate::Config::wait_timeout)).
+    pub fn wait_timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// A handle that aborts this communicator from any thread.
     pub fn abort_handle(&self) -> AbortHandle {
         AbortHandle {

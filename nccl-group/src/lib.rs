@@ -168,7 +168,8 @@ pub struct FrameworkAuthorsDoctests;
 #[cfg(feature = "cuda")]
 /// The group's inner parts, exported for its own tests and benches only:
 /// the communicator cache and its factory seam, the membership handshake,
-/// the cache keys and the event pool.
+/// the cache keys, the event pool and the flight recorder's part of an
+/// operation.
 ///
 /// Not a stable API.
 #[doc(hidden)]
@@ -179,4 +180,18 @@ pub mod testing {
     pub use crate::engine::key::{CommClass, CommKey, Members};
     pub use crate::engine::membership::Membership;
     pub use crate::engine::pool::DevicePool;
+
+    use crate::recorder::{FlightRecorder, OpDescription, OpState};
+
+    /// What every tracked operation costs `recorder`: recorded as issued
+    /// at `at`, then finished as completed at `at`; its sequence number.
+    pub fn record_and_finish(
+        recorder: &FlightRecorder,
+        description: &OpDescription,
+        at: std::time::Instant,
+    ) -> u64 {
+        let seq = recorder.record(description, at).seq;
+        recorder.finish(seq, OpState::Completed, at, 1, None);
+        seq
+    }
 }

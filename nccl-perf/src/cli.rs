@@ -283,7 +283,8 @@ pub struct Args {
     #[arg(value_enum, value_name = "COLLECTIVE")]
     pub collective: Option<CollectiveArg>,
 
-    /// The layer that issues the calls: raw nccl-sys function pointers, nccl-core,
+    /// The layer that issues the calls: raw nccl-sys function pointers (raw-fingerprint: each
+    /// operation grouped with a MAX all_reduce of two u64, an in-band fingerprint), nccl-core,
     /// nccl-tensor's safe typed API (no in-place form for an operation whose output and
     /// input differ in size: those halves print N/A), or nccl-group's ProcessGroup (an op +
     /// Work::wait per call; the forms of the tensor layer but in-place sendrecv, the rest N/A),

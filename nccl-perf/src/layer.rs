@@ -1,5 +1,6 @@
 //! The layers a benchmark can issue its calls through, one implementation
-//! each: [`RawLayer`] (nccl-sys function pointers), [`CoreLayer`]
+//! each: [`RawLayer`] (nccl-sys function pointers; with an in-band
+//! fingerprint grouped with every operation, `raw-fingerprint`), [`CoreLayer`]
 //! (nccl-core's `unsafe` collectives), [`TensorLayer`] (nccl-tensor's
 //! safe, typed `Communicator`) and [`GroupLayer`] (nccl-group's
 //! `ProcessGroup`, one process per rank thread). Another layer is a
@@ -52,6 +53,10 @@ pub use crate::rotation::{Rotation, Shift};
 pub enum LayerKind {
     /// The function pointers of `nccl_sys::library()?.functions()`, called directly.
     Raw,
+    /// The raw layer with an in-band fingerprint grouped with every
+    /// operation: a MAX all_reduce of two `u64`s in the same NCCL group
+    /// (what checking every collective inside NCCL costs).
+    RawFingerprint,
     /// nccl-core's `Communicator` methods (argument checks, then the same pointers).
     Core,
     /// nccl-tensor's safe `Communicator` on typed `CudaSlice<T>` views
@@ -73,6 +78,7 @@ impl LayerKind {
     pub const fn name(self) -> &'static str {
         match self {
             LayerKind::Raw => "raw",
+            LayerKind::RawFingerprint => "raw-fingerprint",
             LayerKind::Core => "core",
             LayerKind::Tensor => "tensor",
             LayerKind::Group => "group",
@@ -85,7 +91,9 @@ impl LayerKind {
         match self {
             LayerKind::Group => Some(StreamMode::Separate),
             LayerKind::GroupCaller => Some(StreamMode::Caller),
-            LayerKind::Raw | LayerKind::Core | LayerKind::Tensor => None,
+            LayerKind::Raw | LayerKind::RawFingerprint | LayerKind::Core | LayerKind::Tensor => {
+                None
+            }
         }
     }
 }
@@ -187,6 +195,9 @@ pub fn new_layer<'a>(
 ) -> Result<Box<dyn Layer + 'a>, BenchError> {
     Ok(match kind {
         LayerKind::Raw => Box::new(RawLayer::new(comm.core(), stream)?),
+        LayerKind::RawFingerprint => {
+            Box::new(RawLayer::new(comm.core(), stream)?.with_fingerprint(stream)?)
+        }
         LayerKind::Core => Box::new(CoreLayer::new(comm.core(), stream)),
         LayerKind::Tensor => Box::new(TensorLayer::new(comm, stream)),
         LayerKind::Group | LayerKind::GroupCaller => {
@@ -217,11 +228,12 @@ mod tests {
     #[test]
     fn layer_names() {
         assert_eq!(LayerKind::Raw.name(), "raw");
+        assert_eq!(LayerKind::RawFingerprint.name(), "raw-fingerprint");
         assert_eq!(LayerKind::Core.name(), "core");
         assert_eq!(LayerKind::Tensor.name(), "tensor");
         assert_eq!(LayerKind::Group.name(), "group");
         assert_eq!(LayerKind::GroupCaller.name(), "group-caller");
-        assert_eq!(LayerKind::value_variants().len(), 5);
+        assert_eq!(LayerKind::value_variants().len(), 6);
         for kind in LayerKind::value_variants() {
             assert_eq!(kind.to_possible_value().unwrap().get_name(), kind.name());
         }

@@ -29,8 +29,8 @@
 //! * Heap allocations in steady state: after a warm-up, 1000 calls of each
 //!   op and layer under a counting global allocator; the count per 1000
 //!   calls is printed and must be 0 (the run fails otherwise), except the
-//!   groups' one per call (the operation's record, shared by its `Work`
-//!   and the watchdog). Rust's heap
+//!   groups' one per call (the operation's record, shared by its `Work`,
+//!   the watchdog and the tensors it hands back). Rust's heap
 //!   only, and only the calling thread's: NCCL's and the driver's own
 //!   `malloc`s are not seen, nor is any other thread.
 //! * `host_cost_buffers/all_reduce_in_place_8B`: nccl-tensor's in-place

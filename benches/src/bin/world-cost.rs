@@ -4,7 +4,9 @@
 //!
 //! | layer | one call |
 //! |---|---|
-//! | `raw` | nccl-sys's `ncclAllReduce` pointer on the raw handle of a blocking communicator (benches' `RawLayer`) |
+//! | `raw` | nccl-sys's `ncclAllReduce` pointer on the raw handle of a blocking communicator (nccl-perf's `RawLayer`) |
+//! | `raw-nonblocking` | the same on a nonblocking communicator, a call answered `ncclInProgress` followed by `ncclCommGetAsyncError` polled back to back (no sleep, no yield) until it says otherwise: NCCL's own cost of the nonblocking mode |
+//! | `raw-fingerprint` | `raw` with an in-band fingerprint in the same `ncclGroupStart`/`ncclGroupEnd`: a MAX all_reduce of two `u64`s `[h, !h]` from a preallocated device buffer (what checking every collective inside NCCL costs) |
 //! | `core` | nccl-core's `Communicator::all_reduce` on that communicator (`CoreLayer`) |
 //! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
 //! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does |
@@ -28,8 +30,8 @@
 //! its µs per call and the ratios of the medians to `raw` and `tensor`,
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
-//! `Work` shares with the watchdog; a layer over its allowance fails the
-//! run);
+//! `Work` shares with the watchdog and the tensors it hands back; a layer
+//! over its allowance fails the run);
 //! each rank's medians when ranks differ by more than 10%; and one JSON
 //! line per layer (also written to `--json FILE`), with the fields of
 //! `benches/scripts/torch_world_cost.py`'s.
@@ -62,9 +64,16 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 /// What issues a layer's call.
 #[derive(Clone, Copy, Debug)]
 enum Issue {
-    Raw,
+    /// nccl-perf's raw layer: on a blocking communicator or not, with an
+    /// in-band fingerprint or not.
+    Raw {
+        blocking: bool,
+        fingerprint: bool,
+    },
     Core,
-    Tensor { blocking: bool },
+    Tensor {
+        blocking: bool,
+    },
     Group(CommMode, StreamMode),
 }
 
@@ -82,7 +91,8 @@ impl Issue {
     /// (`Some(blocking)`); the groups make their own.
     fn communicator(self) -> Option<bool> {
         match self {
-            Issue::Raw | Issue::Core => Some(true),
+            Issue::Raw { blocking, .. } => Some(blocking),
+            Issue::Core => Some(true),
             Issue::Tensor { blocking } => Some(blocking),
             Issue::Group(..) => None,
         }
@@ -98,14 +108,22 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 8] = {
+const LAYERS: [LayerSpec; 10] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
         LayerSpec { name, issue }
     }
+    const fn raw(blocking: bool, fingerprint: bool) -> Issue {
+        Issue::Raw {
+            blocking,
+            fingerprint,
+        }
+    }
     [
-        layer("raw", Issue::Raw),
+        layer("raw", raw(true, false)),
+        layer("raw-nonblocking", raw(false, false)),
+        layer("raw-fingerprint", raw(true, true)),
         layer("core", Issue::Core),
         layer("tensor", Issue::Tensor { blocking: true }),
         layer("tensor-nonblocking", Issue::Tensor { blocking: false }),
@@ -181,7 +199,8 @@ impl Args {
 
 /// A layer ready to be bound: what its call goes through and its buffer.
 enum State<'a> {
-    /// `raw` and `core`: benches' layer and the buffers its call points into.
+    /// The raw layers and `core`: nccl-perf's layer and the buffers its
+    /// call points into.
     Layered(Box<dyn Layer + 'a>, DeviceBuffers),
     /// The tensor layers: the communicator and the tensor.
     Tensor(&'a Communicator, Tensor<f32>),
@@ -364,8 +383,14 @@ fn run(args: &Args) -> Result<(), BenchError> {
                 })?;
             let buffers = || DeviceBuffers::alloc(DataType::Float32, elements, &stream);
             Ok(match layer.issue {
-                Issue::Raw => {
-                    State::Layered(Box::new(RawLayer::new(comm.core(), &stream)?), buffers()?)
+                Issue::Raw { fingerprint, .. } => {
+                    let raw = RawLayer::new(comm.core(), &stream)?;
+                    let raw = if fingerprint {
+                        raw.with_fingerprint(&stream)?
+                    } else {
+                        raw
+                    };
+                    State::Layered(Box::new(raw), buffers()?)
                 }
                 Issue::Core => {
                     State::Layered(Box::new(CoreLayer::new(comm.core(), &stream)), buffers()?)

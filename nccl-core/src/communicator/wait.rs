@@ -10,9 +10,14 @@ use crate::error::{Error, Result, Status};
 use crate::library::{check, check_accepted};
 
 /// How long nonblocking waits poll `ncclCommGetAsyncError` back to back
-/// (yielding the CPU in between) before they start sleeping: NCCL's launch
-/// thread of a nonblocking group usually finishes within it, and a sleep
-/// costs far more than its nominal length.
+/// without giving up the CPU: NCCL ends a nonblocking group on a thread it
+/// starts for it, which at world size 2 and more takes tens of µs, and a
+/// yield costs a system call per poll and may hand the core away.
+const POLL_BUSY: Duration = Duration::from_micros(20);
+/// How long they poll back to back in all, yielding the CPU in between
+/// after [`POLL_BUSY`], before they start sleeping: NCCL's launch thread
+/// usually finishes within it, and a sleep costs far more than its
+/// nominal length.
 const POLL_SPIN: Duration = Duration::from_micros(200);
 /// The first sleep between polls after that, doubling up to
 /// [`POLL_INTERVAL`].
@@ -70,7 +75,7 @@ impl Communicator {
     /// # Errors
     /// The asynchronous error, or [`Error::Timeout`].
     pub fn wait_ready(&self, operation: &'static str) -> Result<()> {
-        self.wait_ready_since(operation, Instant::now())
+        self.wait_ready_bounded(operation, None, self.timeout)
     }
 
     /// [`Communicator::wait_ready`] bounded by `timeout` (or the config's
@@ -80,54 +85,59 @@ impl Communicator {
     /// The asynchronous error, or [`Error::Timeout`] (the communicator is
     /// then aborted).
     pub fn wait_ready_within(&self, operation: &'static str, timeout: Duration) -> Result<()> {
-        self.wait_ready_bounded(operation, Instant::now(), timeout.min(self.timeout))
+        self.wait_ready_bounded(operation, None, timeout.min(self.timeout))
     }
 
     /// [`Communicator::wait_ready`] with the timeout counted from `started`.
     fn wait_ready_since(&self, operation: &'static str, started: Instant) -> Result<()> {
-        self.wait_ready_bounded(operation, started, self.timeout)
+        self.wait_ready_bounded(operation, Some(started), self.timeout)
     }
 
+    /// Polls until the call is done, at most `timeout` from `started`
+    /// (`None`: from the first poll that finds it in progress, so a call
+    /// already done reads no clock).
     fn wait_ready_bounded(
         &self,
         operation: &'static str,
-        started: Instant,
+        mut started: Option<Instant>,
         timeout: Duration,
     ) -> Result<()> {
-        let waiting = Instant::now();
+        // When the polls began: the first one that found the call in progress.
+        let mut waiting: Option<Instant> = None;
         let mut pause = POLL_FIRST_SLEEP;
         loop {
             // Held rather than live: a revoke, suspend or resume is waited
             // for here too.
-            match self.raw_held().and_then(|raw| self.async_error_of(raw)) {
+            let now = match self.raw_held().and_then(|raw| self.async_error_of(raw)) {
                 Ok(Status::Success) => return Ok(()),
-                Ok(Status::InProgress) if started.elapsed() < timeout => {
-                    if waiting.elapsed() < POLL_SPIN {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(pause);
-                        pause = (pause * 2).min(POLL_INTERVAL);
-                    }
-                }
-                Ok(Status::InProgress) => {
-                    crate::trace::event!(
-                        warn,
-                        operation,
-                        rank = self.rank,
-                        waited = ?started.elapsed(),
-                        "a nonblocking communicator was not ready in time: aborting it"
-                    );
-                    let _ = self.shared.abort();
-                    return Err(Error::Timeout {
-                        operation,
-                        waited: started.elapsed(),
-                    });
-                }
+                // One clock read per poll, for the deadline and the pace.
+                Ok(Status::InProgress) => Instant::now(),
                 Err(error) => {
                     crate::trace::event!(warn, operation, rank = self.rank, %error, "a nonblocking communicator failed: aborting it");
                     let _ = self.shared.abort();
                     return Err(error);
                 }
+            };
+            let waited = now.saturating_duration_since(*started.get_or_insert(now));
+            if waited >= timeout {
+                crate::trace::event!(
+                    warn,
+                    operation,
+                    rank = self.rank,
+                    waited = ?waited,
+                    "a nonblocking communicator was not ready in time: aborting it"
+                );
+                let _ = self.shared.abort();
+                return Err(Error::Timeout { operation, waited });
+            }
+            let polling = now.saturating_duration_since(*waiting.get_or_insert(now));
+            if polling < POLL_BUSY {
+                std::hint::spin_loop();
+            } else if polling < POLL_SPIN {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(POLL_INTERVAL);
             }
         }
     }

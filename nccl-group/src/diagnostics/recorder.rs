@@ -57,6 +57,16 @@ with_cuda! {
         last_completed: Option<u64>,
     }
 
+    /// An operation's numbers, as [`FlightRecorder::record`] gave them.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Numbers {
+        /// Its number among the group's operations ([`OpRecord::seq`]).
+        pub(crate) seq: u64,
+        /// Its number among the group's collectives, if it is one
+        /// ([`OpRecord::collective_seq`]).
+        pub(crate) collective: Option<u64>,
+    }
+
     /// The ring of the last `capacity` operations of one group.
     pub struct FlightRecorder {
         ring: Mutex<Ring>,
@@ -118,13 +128,15 @@ with_cuda! {
             at.saturating_duration_since(self.epoch).as_micros() as u64
         }
 
-        /// Records an operation about to be enqueued; returns its record
-        /// (with its sequence numbers).
+        /// Records an operation about to be enqueued; returns its
+        /// [`Numbers`].
         ///
-        /// Allocates nothing once the ring is full.
-        pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> OpRecord {
+        /// The record is written into its slot once (nothing is copied
+        /// back out) and allocates nothing once the ring is full.
+        pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> Numbers {
             self.metrics.issued(description);
             let thread = OS_THREAD_ID.with(|id| *id);
+            let enqueued_us = self.micros(at);
             let mut ring = self.ring();
             let seq = ring.next_seq;
             ring.next_seq += 1;
@@ -140,26 +152,25 @@ with_cuda! {
             } else {
                 (None, Some(n))
             };
-            let record = OpRecord {
-                seq,
-                collective_seq,
-                p2p_seq,
-                op: Cow::Borrowed(description.op),
-                dtype: description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
-                count: description.count,
-                output_count: description.output_count,
-                reduction: description.reduction.map(Cow::Borrowed),
-                peer: description.peer,
-                timeout: description.timeout,
-                thread,
-                devices: description.devices,
-                enqueued_us: self.micros(at),
-                finished_us: None,
-                gpu_duration: None,
-                state: OpState::Pending,
-            };
             let slot = Slot {
-                record: record.clone(),
+                record: OpRecord {
+                    seq,
+                    collective_seq,
+                    p2p_seq,
+                    op: Cow::Borrowed(description.op),
+                    dtype: description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
+                    count: description.count,
+                    output_count: description.output_count,
+                    reduction: description.reduction.map(Cow::Borrowed),
+                    peer: description.peer,
+                    timeout: description.timeout,
+                    thread,
+                    devices: description.devices,
+                    enqueued_us,
+                    finished_us: None,
+                    gpu_duration: None,
+                    state: OpState::Pending,
+                },
                 end_stamp: 0,
             };
             let index = (seq % self.capacity as u64) as usize;
@@ -168,7 +179,10 @@ with_cuda! {
             } else {
                 ring.slots.push(slot);
             }
-            record
+            Numbers {
+                seq,
+                collective: collective_seq,
+            }
         }
 
         /// Marks operation `seq` finished at `at` (if it is still in the

@@ -4,8 +4,78 @@
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+
+/// The hasher of a [`OnceMap`]: a multiply-rotate hash, a few cycles per
+/// word where std's SipHash takes tens of nanoseconds for a communicator
+/// key, which every operation looks up. Its keys are this process's own
+/// device lists, ranks and names, not input an attacker chooses, so
+/// SipHash's resistance to collision flooding buys nothing here.
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+/// An odd constant with well-spread bits (the golden ratio's, as FxHash
+/// uses): multiplying by it mixes every input bit into the high bits.
+const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl KeyHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, value: u8) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_u16(&mut self, value: u16) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, value: u32) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, value: u64) {
+        self.add(value);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// How a [`OnceMap`] hashes its keys.
+type KeyHashing = BuildHasherDefault<KeyHasher>;
 
 /// Values created once per key.
 ///
@@ -16,17 +86,17 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 /// assert_eq!(*value, "[0, 1]");
 /// ```
 pub struct OnceMap<K, V> {
-    ready: RwLock<HashMap<K, Arc<V>>>,
+    ready: RwLock<HashMap<K, Arc<V>, KeyHashing>>,
     /// Keys whose value one thread is creating; the others wait on `changed`.
-    creating: Mutex<HashSet<K>>,
+    creating: Mutex<HashSet<K, KeyHashing>>,
     changed: Condvar,
 }
 
 impl<K, V> Default for OnceMap<K, V> {
     fn default() -> Self {
         Self {
-            ready: RwLock::new(HashMap::new()),
-            creating: Mutex::new(HashSet::new()),
+            ready: RwLock::new(HashMap::default()),
+            creating: Mutex::new(HashSet::default()),
             changed: Condvar::new(),
         }
     }
@@ -167,5 +237,41 @@ impl<K: Hash + Eq + Clone, V> OnceMap<K, V> {
     /// Whether no value was created yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+    use crate::devices::DeviceList;
+    use crate::engine::key::CommKey;
+
+    #[test]
+    fn communicator_keys_hash_apart() {
+        let lists: Vec<DeviceList> = (0..8)
+            .map(|device| DeviceList::one(device).expect("one device"))
+            .chain((1..=8).map(|len| DeviceList::new(0..len).expect("devices")))
+            .collect();
+        let mut keys = HashSet::new();
+        for &devices in &lists {
+            keys.insert(CommKey::Collective(devices));
+            for (low, high) in [(0, 1), (0, 2), (1, 2), (3, 7)] {
+                keys.insert(CommKey::PointToPoint { low, high, devices });
+            }
+        }
+        let hashing = KeyHashing::default();
+        let hashes: HashSet<u64> = keys.iter().map(|key| hashing.hash_one(key)).collect();
+        assert_eq!(hashes.len(), keys.len());
+        // Trailing zero bytes and their absence differ too.
+        let bytes = |b: &[u8]| {
+            let mut hasher = KeyHasher::default();
+            hasher.write(b);
+            hasher.finish()
+        };
+        assert_ne!(bytes(b""), bytes(b"\0"));
+        assert_ne!(bytes(b"\0"), bytes(b"\0\0"));
+        assert_ne!(bytes(b"abcdefgh"), bytes(b"abcdefgh\0"));
     }
 }

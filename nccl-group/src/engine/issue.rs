@@ -343,7 +343,7 @@ impl ProcessGroup {
             collective: is_collective(&info, key),
         };
         let record = self.inner.recorder.record(&description, now);
-        let collective = match (&self.inner.fingerprints, record.collective_seq) {
+        let collective = match (&self.inner.fingerprints, record.collective) {
             (Some(fingerprints), Some(n)) => {
                 fingerprints.push(Fingerprint::described(
                     n,

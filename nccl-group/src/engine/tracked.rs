@@ -1,5 +1,6 @@
-//! [`Tracked`]: one operation as a [`Work`](crate::Work) and the
-//! watchdog both see it: its end events, one per device, and its outcome.
+//! [`Tracked`]: one operation as a [`Work`](crate::Work), the watchdog
+//! and the tensors it hands back see it: its end events, one per device,
+//! and its outcome.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +8,8 @@ use std::time::Duration;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::engine::pool::DevicePool;
+use nccl_tensor::{ProducerError, ResultCheck};
+
 use crate::error::GroupError;
 use crate::failure::Failure;
 use crate::health::verify::Outcome;
@@ -56,13 +59,16 @@ impl Ends {
     }
 }
 
-/// What a [`Work`] and the watchdog share about one operation: its end
-/// events (given back to their pools once both are done with them) and
-/// its [`Outcome`] (whether its group failed before it finished, whether
-/// its end was verified), which the tensors it hands back keep.
+/// What a [`Work`], the watchdog and the tensors it hands back share about
+/// one operation, in one allocation (the one a steady-state operation
+/// makes): its end events (given back to their pools once all are done
+/// with it, so a tensor that keeps its result check keeps its end event
+/// until its next producer replaces the check) and its [`Outcome`]
+/// (whether its group failed before it finished, whether its end was
+/// verified), which the tensors check through it ([`ResultCheck`]).
 pub(crate) struct Tracked {
     pub(crate) ends: Ends,
-    pub(crate) outcome: Arc<Outcome>,
+    pub(crate) outcome: Outcome,
     /// [`GroupOptions::blocking_wait`](crate::GroupOptions::blocking_wait)
     /// when it was issued.
     pub(crate) blocking_wait: bool,
@@ -72,7 +78,7 @@ impl Tracked {
     pub(crate) fn new(ends: Ends, outcome: Outcome, blocking_wait: bool) -> Self {
         Self {
             ends,
-            outcome: Arc::new(outcome),
+            outcome,
             blocking_wait,
         }
     }
@@ -80,6 +86,12 @@ impl Tracked {
     /// The error of an operation its group failed under, if it did.
     pub(crate) fn failed(&self) -> Option<GroupError> {
         self.outcome.failed()
+    }
+}
+
+impl ResultCheck for Tracked {
+    fn check(&self) -> std::result::Result<(), ProducerError> {
+        self.outcome.check()
     }
 }
 

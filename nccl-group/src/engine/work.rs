@@ -330,7 +330,7 @@ impl<B: WorkBuffers> Work<B> {
                 given: "one already waited on".to_string(),
             })?;
         if let State::Tracked { op, .. } = &self.state {
-            let check: Arc<dyn ResultCheck> = Arc::clone(&op.outcome) as Arc<dyn ResultCheck>;
+            let check: Arc<dyn ResultCheck> = Arc::clone(op) as Arc<dyn ResultCheck>;
             buffers.set_producer(&check);
         }
         Ok(buffers)

@@ -102,7 +102,7 @@ mod tests {
         let unknown = parse_compare("raw,groups").unwrap_err();
         assert_eq!(
             unknown.to_string(),
-            "unknown layer \"groups\" (expected one of: raw, core, tensor, group, group-caller)"
+            "unknown layer \"groups\" (expected one of: raw, raw-fingerprint, core, tensor, group, group-caller)"
         );
         for bad in ["raw", "raw,", ",core", "raw,core,tensor", "", "raw;core"] {
             assert!(

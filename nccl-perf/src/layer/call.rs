@@ -259,26 +259,33 @@ impl Call {
     }
 }
 
+/// What a launcher issues once per place besides the call's operations,
+/// in the same NCCL group (the raw layer's in-band fingerprint).
+pub(super) type AlongEach<'s> = Box<dyn Fn() -> Result<(), BenchError> + 's>;
+
 /// The launcher of a call bound as `calls` ([`Call::core_calls`]), for the
 /// layers that hand NCCL bare addresses: `issue` enqueues one of them at
-/// one place. A launch of one call at one place issues it alone; any other
-/// launch issues every call at every place inside `grouped` (one NCCL
-/// group).
+/// one place, and `along` (if any) is issued once per place after them. A
+/// launch of one call at one place with nothing along issues it alone;
+/// any other launch issues everything at every place inside `grouped` (one
+/// NCCL group).
 pub(super) fn launcher<'s>(
     calls: Vec<nccl_core::Call<'static>>,
     issue: impl Fn(nccl_core::Call<'static>, &Shift) -> Result<(), BenchError> + 's,
+    along: Option<AlongEach<'s>>,
     grouped: impl Fn(&mut dyn FnMut() -> Result<(), BenchError>) -> Result<(), BenchError> + 's,
 ) -> Launch<'s> {
-    match calls.as_slice() {
-        &[single] => Box::new(move |shifts: &[Shift]| match shifts {
+    match (calls.as_slice(), along) {
+        (&[single], None) => Box::new(move |shifts: &[Shift]| match shifts {
             [shift] => issue(single, shift),
             _ => grouped(&mut || shifts.iter().try_for_each(|shift| issue(single, shift))),
         }),
-        _ => Box::new(move |shifts: &[Shift]| {
+        (_, along) => Box::new(move |shifts: &[Shift]| {
             grouped(&mut || {
-                shifts
-                    .iter()
-                    .try_for_each(|shift| calls.iter().try_for_each(|&part| issue(part, shift)))
+                shifts.iter().try_for_each(|shift| {
+                    calls.iter().try_for_each(|&part| issue(part, shift))?;
+                    along.as_ref().map_or(Ok(()), |along| along())
+                })
             })
         }),
     }

@@ -56,6 +56,6 @@ impl Layer for CoreLayer<'_> {
             let _ = group.end()?;
             Ok(())
         };
-        Ok(launcher(calls, issue, grouped))
+        Ok(launcher(calls, issue, None, grouped))
     }
 }

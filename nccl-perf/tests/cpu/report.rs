@@ -93,7 +93,7 @@ fn a_file_that_is_not_rows_is_refused_naming_the_line() {
         (
             vec!["--report", rows_arg],
             format!(
-                "nccl-perf: error: --report {rows_arg}: line 2: expected a layer (raw, core, tensor, group, group-caller), got \"fast\""
+                "nccl-perf: error: --report {rows_arg}: line 2: expected a layer (raw, raw-fingerprint, core, tensor, group, group-caller), got \"fast\""
             ),
         ),
         (

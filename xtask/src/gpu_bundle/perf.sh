@@ -2,8 +2,9 @@
 # The measurement run, on the GPU machine:
 #   perf.sh [OUT_DIR]      (default: $OUT/perf, or ./perf)
 # Writes topology.txt; raw-group, raw-group-caller, raw-group-nonblocking (the
-# group on nonblocking communicators) and raw-tensor as .txt, .jsonl and .svg;
-# and soak.txt. Ends with one line naming what failed, if anything.
+# group on nonblocking communicators), raw-tensor and raw-raw-fingerprint (an
+# in-band fingerprint all_reduce grouped with every operation) as .txt, .jsonl
+# and .svg; and soak.txt. Ends with one line naming what failed, if anything.
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
@@ -11,7 +12,7 @@ source "$here/bundle-bin.sh"
 bundle_start "$here" perf "${1:-}"
 { nvidia-smi -L; nvidia-smi topo -m; } >"$out/topology.txt" 2>&1
 failed=()
-for run in raw,group: raw,group-caller: raw,group:nonblocking raw,tensor:; do
+for run in raw,group: raw,group-caller: raw,group:nonblocking raw,tensor: raw,raw-fingerprint:; do
     layers="${run%%:*}"
     comms="${run#*:}"
     name="${layers/,/-}${comms:+-$comms}"

@@ -3,10 +3,13 @@
 //! recorder (a no-op recorder when none is).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use ::metrics::{SharedString, Unit, counter, describe_counter, describe_histogram, histogram};
+use ::metrics::{
+    Key, Label, Level, Metadata, SharedString, Unit, counter, describe_counter, describe_histogram,
+    histogram, with_recorder,
+};
 
 use super::{
     HEAL_SECONDS, HEALS, OPERATION_BYTES, OPERATION_FAILURES, OPERATION_SECONDS, OPERATIONS,
@@ -48,10 +51,29 @@ pub fn describe() {
     );
 }
 
-/// A group's name as a label value, shared: each record clones a
-/// reference count, not the name.
+/// Where the per-operation metrics are recorded from, as the macros would
+/// say it.
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// The keys of one operation's metrics in one group, built once: a key
+/// built per call (as the macros build one from labels) costs a label
+/// vector, a heap allocation and a hash each time.
+#[derive(Debug)]
+struct OpKeys {
+    op: &'static str,
+    operations: Key,
+    bytes: Key,
+    seconds: Key,
+}
+
+/// A group's name as a label value, shared, with the keys of the
+/// operations recorded so far (a handful of names).
 #[derive(Clone, Debug)]
-pub(super) struct GroupLabel(SharedString);
+pub(super) struct GroupLabel {
+    name: SharedString,
+    keys: Arc<RwLock<Vec<OpKeys>>>,
+}
 
 impl Default for GroupLabel {
     fn default() -> Self {
@@ -61,22 +83,74 @@ impl Default for GroupLabel {
 
 impl GroupLabel {
     pub(super) fn new(group: &str) -> Self {
-        Self(SharedString::from_shared(Arc::<str>::from(group)))
-    }
-
-    pub(super) fn issued(&self, op: &'static str, bytes: u64) {
-        counter!(OPERATIONS, "group" => self.0.clone(), "op" => op).increment(1);
-        if bytes > 0 {
-            counter!(OPERATION_BYTES, "group" => self.0.clone(), "op" => op).increment(bytes);
+        Self {
+            name: SharedString::from_shared(Arc::<str>::from(group)),
+            keys: Arc::default(),
         }
     }
 
+    /// `record` with the keys of `op`, built the first time.
+    fn with_keys(&self, op: &'static str, record: impl FnOnce(&OpKeys)) {
+        let known = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = known.iter().find(|keys| keys.op == op) {
+            return record(keys);
+        }
+        drop(known);
+        let mut known = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        // Another thread may have built them meanwhile.
+        let index = known.iter().position(|keys| keys.op == op);
+        let index = index.unwrap_or_else(|| {
+            let key = |name: &'static str| {
+                Key::from_parts(
+                    name,
+                    vec![Label::new("group", self.name.clone()), Label::new("op", op)],
+                )
+            };
+            known.push(OpKeys {
+                op,
+                operations: key(OPERATIONS),
+                bytes: key(OPERATION_BYTES),
+                seconds: key(OPERATION_SECONDS),
+            });
+            known.len() - 1
+        });
+        record(&known[index]);
+    }
+
+    pub(super) fn issued(&self, op: &'static str, bytes: u64) {
+        self.with_keys(op, |keys| {
+            with_recorder(|recorder| {
+                recorder
+                    .register_counter(&keys.operations, &METADATA)
+                    .increment(1);
+                if bytes > 0 {
+                    recorder
+                        .register_counter(&keys.bytes, &METADATA)
+                        .increment(bytes);
+                }
+            })
+        });
+    }
+
     pub(super) fn completed(&self, op: Cow<'static, str>, latency: Duration) {
-        histogram!(OPERATION_SECONDS, "group" => self.0.clone(), "op" => op).record(latency);
+        match op {
+            Cow::Borrowed(op) => self.with_keys(op, |keys| {
+                with_recorder(|recorder| {
+                    recorder
+                        .register_histogram(&keys.seconds, &METADATA)
+                        .record(latency)
+                })
+            }),
+            // A name the group does not hold statically (none it records).
+            op @ Cow::Owned(_) => {
+                histogram!(OPERATION_SECONDS, "group" => self.name.clone(), "op" => op)
+                    .record(latency)
+            }
+        }
     }
 
     pub(super) fn failed(&self, op: Cow<'static, str>) {
-        counter!(OPERATION_FAILURES, "group" => self.0.clone(), "op" => op).increment(1);
+        counter!(OPERATION_FAILURES, "group" => self.name.clone(), "op" => op).increment(1);
     }
 
     pub(super) fn healed(&self, path: &HealPath, took: Duration) {
@@ -84,7 +158,7 @@ impl GroupLabel {
             HealPath::Shrunk { .. } => "shrunk",
             HealPath::Recreated { .. } => "recreated",
         };
-        counter!(HEALS, "group" => self.0.clone(), "path" => path).increment(1);
-        histogram!(HEAL_SECONDS, "group" => self.0.clone()).record(took);
+        counter!(HEALS, "group" => self.name.clone(), "path" => path).increment(1);
+        histogram!(HEAL_SECONDS, "group" => self.name.clone()).record(took);
     }
 }

@@ -32,9 +32,16 @@ fn all_reduces(capacity: usize, count: usize, now: Instant) -> FlightRecorder {
 fn sequence_numbers_count_collectives_apart_from_point_to_point() {
     let recorder = FlightRecorder::new(8);
     let now = Instant::now();
-    let a = recorder.record(&description("all_reduce", true), now);
-    let s = recorder.record(&description("send", false), now);
-    let b = recorder.record(&description("broadcast", true), now);
+    let numbers = [
+        recorder.record(&description("all_reduce", true), now),
+        recorder.record(&description("send", false), now),
+        recorder.record(&description("broadcast", true), now),
+    ];
+    let seqs = numbers.map(|numbers| numbers.seq);
+    assert_eq!(seqs, [0, 1, 2]);
+    let collectives = numbers.map(|numbers| numbers.collective);
+    assert_eq!(collectives, [Some(0), None, Some(1)]);
+    let [a, s, b] = seqs.map(|seq| recorder.get(seq).expect("in the ring"));
     assert_eq!((a.seq, a.collective_seq, a.p2p_seq), (0, Some(0), None));
     assert_eq!((s.seq, s.collective_seq, s.p2p_seq), (1, None, Some(0)));
     assert_eq!((b.seq, b.collective_seq, b.p2p_seq), (2, Some(1), None));
