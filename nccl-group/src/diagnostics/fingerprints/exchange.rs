@@ -55,6 +55,9 @@ struct Exchange {
     shared: Arc<Fingerprints>,
     store: Arc<dyn Store>,
     scope: Scope,
+    /// The queue last taken, emptied: swapped for the full one, so that the
+    /// issuing threads push into a vector that keeps its capacity.
+    spare: Vec<Issued>,
     /// Taken from the queue, waiting for an earlier collective another
     /// thread has yet to push.
     early: BTreeMap<u64, Issued>,
@@ -81,6 +84,7 @@ impl Exchange {
             shared,
             store,
             scope,
+            spare: Vec::new(),
             early: BTreeMap::new(),
             outbox: Vec::new(),
             chunk: 0,
@@ -151,9 +155,9 @@ impl Exchange {
             let compare_due =
                 unverified && !state.failed && self.last_compare.elapsed() >= COMPARE_INTERVAL;
             if urgent || publish_due || compare_due {
-                let queued = std::mem::take(&mut state.queued);
+                std::mem::swap(&mut state.queued, &mut self.spare);
                 drop(state);
-                self.take(queued);
+                self.take();
                 return Some(urgent);
             }
             let until_due = if queued {
@@ -173,24 +177,37 @@ impl Exchange {
         }
     }
 
-    /// Moves the queued fingerprints to this rank's runs and outbox, in
-    /// order of their collectives.
-    fn take(&mut self, queued: Vec<Issued>) {
-        self.early.extend(
-            queued
-                .into_iter()
-                .map(|issued| (issued.collective_seq, issued)),
-        );
-        let rank = self.shared.rank;
-        while let Some(issued) = self.early.remove(&self.ranks[rank].end) {
-            if let Some(run) = extend(self.outbox.last_mut(), issued.clone()) {
-                self.outbox.push(run);
+    /// Moves the queued fingerprints (in `spare`) to this rank's runs and
+    /// outbox, in order of their collectives: those pushed in order go
+    /// straight on, the others wait in `early` for the ones before them.
+    fn take(&mut self) {
+        let mut spare = std::mem::take(&mut self.spare);
+        for issued in spare.drain(..) {
+            if self.early.is_empty() && issued.collective_seq == self.mine().end {
+                self.append_mine(issued);
+            } else {
+                self.early.insert(issued.collective_seq, issued);
             }
-            let mine = &mut self.ranks[rank];
-            mine.end += 1;
-            if let Some(run) = extend(mine.runs.back_mut(), issued) {
-                mine.runs.push_back(run);
-            }
+        }
+        self.spare = spare;
+        loop {
+            let next = self.mine().end;
+            let Some(issued) = self.early.remove(&next) else {
+                break;
+            };
+            self.append_mine(issued);
+        }
+    }
+
+    /// Appends this rank's next collective to its runs and its outbox.
+    fn append_mine(&mut self, issued: Issued) {
+        if let Some(run) = extend(self.outbox.last_mut(), issued.clone()) {
+            self.outbox.push(run);
+        }
+        let mine = &mut self.ranks[self.shared.rank];
+        mine.end += 1;
+        if let Some(run) = extend(mine.runs.back_mut(), issued) {
+            mine.runs.push_back(run);
         }
     }
 
