@@ -22,8 +22,10 @@
 //! chunk `k` is `<r>/<k>`, JSON of a [`Chunk`]: runs of consecutive
 //! collectives with one fingerprint (a loop of one collective is one run),
 //! and the rank's verified mark. A rank deletes its chunk once every rank's
-//! verified mark has passed it (read from their chunks), and its remaining
-//! chunks when the group ends; the store holds the chunks not yet verified
+//! verified mark has passed it (read from their chunks). When the group
+//! ends, each rank lists its remaining chunks under `<rank>/left` (a slower
+//! rank may still read them) and counts itself in `closed`; the last to
+//! count deletes every rank's. The store holds the chunks not yet verified
 //! everywhere (after a mismatch, the ranks' chunks from the last
 //! collective verified everywhere on, so that every rank finds it).
 //!
@@ -38,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::diagnostics::analysis::Issued;
+use crate::diagnostics::analysis::{Divergence, Issued};
 use crate::diagnostics::checks::Stop;
 
 mod exchange;
@@ -55,9 +57,17 @@ pub(crate) const COMPARE_INTERVAL: Duration = Duration::from_millis(50);
 /// How long one wait for the other ranks' chunks lasts before the
 /// exchange thread looks again at its own queue.
 const WAIT_SLICE: Duration = Duration::from_millis(2);
+/// How long the exchange thread waits before it tries a failing store
+/// again.
+const STORE_RETRY: Duration = Duration::from_millis(20);
 /// How long a host read waits for its verdict before it asks whether the
 /// group is still live.
 const LIVE_SLICE: Duration = Duration::from_millis(100);
+/// How long after a group failed the reads of its unverified collectives
+/// wait for the check's verdict, in case a mismatch caused the failure:
+/// the other ranks' fingerprints are in the store by then, or never come
+/// (a lost rank).
+const FAILED_VERDICT_GRACE: Duration = Duration::from_millis(100);
 
 /// Consecutive collectives with one fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +81,7 @@ pub(crate) struct Run {
 impl Run {
     /// One past the run's last collective.
     pub(crate) fn end(&self) -> u64 {
-        self.issued.collective_seq + self.len
+        self.issued.collective_seq.saturating_add(self.len)
     }
 }
 
@@ -117,7 +127,7 @@ pub(crate) struct Fingerprints {
     rank: usize,
     world_size: usize,
     state: Mutex<State>,
-    /// Signalled when the queue, the wanted mark, the verified mark or the
+    /// Signalled when the queue, the waiters, the verified mark or the
     /// verdict changes.
     changed: Condvar,
 }
@@ -126,28 +136,29 @@ pub(crate) struct Fingerprints {
 struct State {
     /// Pushed, not yet taken by the exchange thread.
     queued: Vec<Issued>,
-    /// A host read waits until every collective below this is verified.
+    /// One past the highest collective pushed.
+    pushed: u64,
+    /// The host reads waiting for a verdict: while there is one, the
+    /// exchange thread publishes and reads at once.
+    waiters: usize,
+    /// The highest collective a waiting read wants, plus one.
     wanted: u64,
     /// Every collective below this was issued alike by every rank.
     verified: u64,
     /// The ranks whose chunks the exchange waits for (for a waiter's
     /// error).
     lagging: Vec<usize>,
-    /// Why the check stopped: a mismatch, or a store that failed.
-    stopped: Option<Verdict>,
-    /// The group failed: the exchange thread answers host reads only.
-    failed: bool,
+    /// The store's last error, while it fails (the thread retries).
+    store_error: Option<String>,
+    /// The first collective the ranks did not issue alike, once found:
+    /// the check stopped.
+    divergence: Option<Box<Divergence>>,
+    /// Until when a read of a collective that failed with its group waits
+    /// for a verdict (see [`Fingerprints::failure_verdict`]), once the
+    /// group failed; the exchange thread then answers such reads only.
+    failed_until: Option<Instant>,
     /// The group ended: the exchange thread stops.
     closed: bool,
-}
-
-/// Why the check stopped, for every waiter.
-#[derive(Clone, Debug)]
-pub(crate) enum Verdict {
-    /// The ranks did not issue collective `divergence.collective_seq` alike.
-    Mismatch(Box<crate::diagnostics::analysis::Divergence>),
-    /// The store failed: its error.
-    StoreFailed(String),
 }
 
 impl Fingerprints {
@@ -166,10 +177,18 @@ impl Fingerprints {
     }
 
     /// Queues the fingerprint of a collective NCCL accepted (its
-    /// `collective_seq` the flight recorder's): no store access, no
-    /// allocation once the queue has grown to the rate of collectives.
+    /// `collective_seq` the flight recorder's): no store access, and no
+    /// allocation once the queue has grown to the rate of collectives. The
+    /// first push after the exchange thread took the queue wakes it.
     pub(crate) fn push(&self, issued: Issued) {
-        self.state().queued.push(issued);
+        let mut state = self.state();
+        let wake = state.queued.is_empty();
+        state.pushed = state.pushed.max(issued.collective_seq + 1);
+        state.queued.push(issued);
+        drop(state);
+        if wake {
+            self.changed.notify_all();
+        }
     }
 
     /// Whether collective `seq` was verified (issued alike everywhere).
@@ -183,57 +202,72 @@ impl Fingerprints {
     /// # Errors
     /// [`Stop::Mismatch`] when the ranks did not issue it (or an earlier
     /// collective) alike; [`Stop::Incomplete`] past the deadline (the
-    /// ranks whose chunks did not come) or when the store failed;
-    /// [`Stop::Closed`] with `live`'s error.
+    /// ranks whose chunks did not come, and the store's error if it was
+    /// failing); [`Stop::Closed`] with `live`'s error.
     pub(crate) fn await_verdict<E>(
         &self,
         seq: u64,
         deadline: Instant,
         live: &dyn Fn() -> Result<(), E>,
     ) -> Result<(), Stop<E>> {
-        let started = Instant::now();
         let mut state = self.state();
         if seq < state.verified {
             return Ok(());
         }
-        if state.wanted <= seq {
-            state.wanted = seq + 1;
-            self.changed.notify_all();
+        state.waiters += 1;
+        state.wanted = state.wanted.max(seq + 1);
+        self.changed.notify_all();
+        let (mut state, verdict) = self.wait_for(state, seq, deadline, live);
+        state.waiters -= 1;
+        if state.waiters == 0 {
+            state.wanted = 0;
         }
+        verdict
+    }
+
+    /// [`Fingerprints::await_verdict`]'s wait, counted among the waiters.
+    fn wait_for<'a, E>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        seq: u64,
+        deadline: Instant,
+        live: &dyn Fn() -> Result<(), E>,
+    ) -> (MutexGuard<'a, State>, Result<(), Stop<E>>) {
+        let started = Instant::now();
         loop {
             if seq < state.verified {
-                return Ok(());
+                return (state, Ok(()));
             }
-            let incomplete = |absent: Vec<usize>, error: Option<String>| Stop::Incomplete {
-                first: seq,
-                last: seq,
-                absent,
-                waited: started.elapsed(),
-                error,
-            };
-            match &state.stopped {
-                Some(Verdict::Mismatch(divergence)) if divergence.collective_seq <= seq => {
-                    return Err(Stop::Mismatch {
-                        divergence: divergence.clone(),
-                        first: divergence.collective_seq,
-                        last: seq,
-                    });
-                }
-                Some(Verdict::StoreFailed(error)) => {
-                    return Err(incomplete(state.lagging.clone(), Some(error.clone())));
-                }
-                // A later collective diverged: this one is verified
-                // before long, or the group ends.
-                Some(Verdict::Mismatch(_)) | None => {}
+            if let Some(divergence) = state
+                .divergence
+                .as_ref()
+                .filter(|divergence| divergence.collective_seq <= seq)
+            {
+                let mismatch = Stop::Mismatch {
+                    divergence: divergence.clone(),
+                    first: divergence.collective_seq,
+                    last: seq,
+                };
+                return (state, Err(mismatch));
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(incomplete(state.lagging.clone(), None));
+            if left.is_zero() || state.closed {
+                let incomplete = Stop::Incomplete {
+                    first: seq,
+                    last: seq,
+                    absent: state.lagging.clone(),
+                    waited: started.elapsed(),
+                    error: state.store_error.clone(),
+                };
+                return (state, Err(incomplete));
             }
             drop(state);
-            live().map_err(Stop::Closed)?;
+            let alive = live();
             state = self.state();
-            if seq < state.verified || state.stopped.is_some() {
+            if let Err(error) = alive {
+                return (state, Err(Stop::Closed(error)));
+            }
+            if seq < state.verified || state.divergence.is_some() {
                 continue;
             }
             state = self
@@ -244,14 +278,52 @@ impl Fingerprints {
         }
     }
 
-    /// The group failed: from now on the exchange thread publishes and
-    /// compares only when a host read waits for a verdict.
-    pub(crate) fn group_failed(&self) {
-        self.state().failed = true;
+    /// The divergence that failed a read of collective `seq` whose group
+    /// failed, if the check finds one in time: after a divergence, the
+    /// ranks that found it abort their communicators, and another rank
+    /// may see that abort (a lost peer) before its own check has
+    /// compared. Waits until [`FAILED_VERDICT_GRACE`] after the failure,
+    /// once for all reads; not at all once the group ended.
+    pub(crate) fn failure_verdict(&self, seq: u64) -> Option<Stop<()>> {
+        let until = {
+            let state = self.state();
+            if seq < state.verified || state.closed {
+                return None;
+            }
+            state.failed_until?
+        };
+        match self.await_verdict(seq, until, &|| Ok::<(), ()>(())) {
+            Err(mismatch @ Stop::Mismatch { .. }) => Some(mismatch),
+            _ => None,
+        }
     }
 
-    /// Stops the exchange thread (the group ended); waiters get their
-    /// group's error through `live`.
+    /// Waits, at most until `deadline`, until every collective pushed so
+    /// far is verified (a group that ends cleanly first settles its
+    /// check, so that its results stay readable).
+    ///
+    /// # Errors
+    /// As [`Fingerprints::await_verdict`].
+    pub(crate) fn settle<E>(
+        &self,
+        deadline: Instant,
+        live: &dyn Fn() -> Result<(), E>,
+    ) -> Result<(), Stop<E>> {
+        let pushed = self.state().pushed;
+        match pushed.checked_sub(1) {
+            Some(last) => self.await_verdict(last, deadline, live),
+            None => Ok(()),
+        }
+    }
+
+    /// The group failed: from now on the exchange thread publishes and
+    /// compares only when a read waits for a verdict.
+    pub(crate) fn group_failed(&self) {
+        self.state().failed_until = Some(Instant::now() + FAILED_VERDICT_GRACE);
+    }
+
+    /// Stops the exchange thread (the group ended); waiters get an
+    /// incomplete verdict.
     pub(crate) fn close(&self) {
         self.state().closed = true;
         self.changed.notify_all();

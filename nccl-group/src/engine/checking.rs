@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Issued;
 use crate::diagnostics::checks::{Checked, Stop};
-use crate::diagnostics::fingerprints::{Verdict, spawn};
+use crate::diagnostics::analysis::Divergence;
+use crate::diagnostics::fingerprints::spawn;
 use crate::engine::failing::Finish;
 use crate::engine::group::{FAILED, Inner, ProcessGroup};
 use crate::engine::issue::OpInfo;
@@ -21,11 +22,10 @@ use crate::error::{GroupError, Result};
 use crate::failure::{FailureCause, FoundBy};
 use crate::protocols::FINGERPRINTS;
 
-/// How long a read of a collective that failed with its group waits for
-/// the mismatch check's verdict on it, in case a mismatch caused the
-/// failure: the other ranks' fingerprints are in the store by then, or
-/// never come (a lost rank).
-const FAILED_VERDICT_GRACE: Duration = Duration::from_millis(100);
+/// The longest a clean end of the group waits for the mismatch check to
+/// verify what was issued: the other ranks publish within milliseconds of
+/// issuing, so only a rank that never issued them makes it wait this long.
+const SETTLE_BOUND: Duration = Duration::from_secs(10);
 
 /// The longest wait of a check: an operation timeout past what `Instant`
 /// can hold waits this long (about ten years).
@@ -157,30 +157,17 @@ impl Inner {
             return Ok(());
         };
         let membership = self.cache.membership();
-        // The name was checked when the group was made: the scope exists.
-        let Ok(scope) = membership.protocol(FINGERPRINTS) else {
-            return Ok(());
-        };
+        let scope = membership.protocol(FINGERPRINTS)?;
         let group = Arc::downgrade(self);
-        let on_verdict = Box::new(move |verdict: Verdict| {
-            let Some(inner) = group.upgrade() else {
-                return;
-            };
-            let stop = match verdict {
-                Verdict::Mismatch(divergence) => Stop::Mismatch {
+        let on_verdict = Box::new(move |divergence: Box<Divergence>| {
+            if let Some(inner) = group.upgrade() {
+                let stop = Stop::Mismatch {
                     first: divergence.collective_seq,
                     last: divergence.collective_seq,
                     divergence,
-                },
-                Verdict::StoreFailed(error) => Stop::Incomplete {
-                    first: 0,
-                    last: 0,
-                    absent: Vec::new(),
-                    waited: Duration::ZERO,
-                    error: Some(error),
-                },
-            };
-            let _ = inner.stopped(stop, FoundBy::MismatchCheck);
+                };
+                let _ = inner.stopped(stop, FoundBy::MismatchCheck);
+            }
         });
         spawn(
             Arc::clone(fingerprints),
@@ -219,10 +206,8 @@ impl Inner {
     }
 
     /// [`GroupChecks::mismatch_instead`]: `error`, the failure a read of
-    /// collective `seq` got, or the mismatch that failed it: after a
-    /// divergence, the ranks that found it abort their communicators,
-    /// and the others may see that abort (a lost peer) before their own
-    /// check finds the divergence. Waits at most [`FAILED_VERDICT_GRACE`].
+    /// collective `seq` got, or the mismatch that caused it if the check
+    /// finds one soon after the failure ([`failure_verdict`](crate::diagnostics::fingerprints::Fingerprints::failure_verdict)).
     pub(crate) fn mismatch_instead(&self, seq: u64, error: GroupError) -> GroupError {
         let (Some(fingerprints), Some(failure)) = (&self.fingerprints, error.failure()) else {
             return error;
@@ -230,9 +215,8 @@ impl Inner {
         if error.kind() == ErrorKind::Mismatch {
             return error;
         }
-        let deadline = Instant::now() + FAILED_VERDICT_GRACE;
-        match fingerprints.await_verdict(seq, deadline, &|| Ok::<(), GroupError>(())) {
-            Err(Stop::Mismatch {
+        match fingerprints.failure_verdict(seq) {
+            Some(Stop::Mismatch {
                 divergence,
                 first,
                 last,
@@ -243,6 +227,22 @@ impl Inner {
                 failure: Arc::clone(failure),
             })),
             _ => error,
+        }
+    }
+
+    /// Before the group ends cleanly (`destroy`): waits, at most
+    /// [`SETTLE_BOUND`] or the operation timeout, until the mismatch check
+    /// has verified every collective issued, so that their results stay
+    /// readable after the group is gone; a mismatch found meanwhile fails
+    /// the group.
+    pub(crate) fn settle_mismatch_check(self: &Arc<Self>) {
+        if let Some(fingerprints) = &self.fingerprints {
+            let deadline = deadline_after(self.options().op_timeout.min(SETTLE_BOUND));
+            if let Err(stop @ Stop::Mismatch { .. }) =
+                fingerprints.settle(deadline, &|| self.check_live())
+            {
+                let _ = self.stopped(stop, FoundBy::MismatchCheck);
+            }
         }
     }
 }

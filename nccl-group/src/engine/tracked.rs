@@ -87,6 +87,11 @@ impl Tracked {
     pub(crate) fn failed(&self) -> Option<GroupError> {
         self.outcome.failed()
     }
+
+    /// [`Tracked::failed`] as a waiter reports it ([`Outcome::failed_error`]).
+    pub(crate) fn failed_error(&self) -> Option<GroupError> {
+        self.outcome.failed_error()
+    }
 }
 
 impl ResultCheck for Tracked {

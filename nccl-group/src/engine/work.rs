@@ -258,7 +258,7 @@ impl<B: WorkBuffers> Work<B> {
         };
         let start = Instant::now();
         loop {
-            if let Some(error) = op.failed() {
+            if let Some(error) = op.failed_error() {
                 return Err(error);
             }
             match op.poll() {
@@ -311,7 +311,7 @@ impl<B: WorkBuffers> Work<B> {
     /// its buffers back at once.
     pub fn wait(mut self) -> Result<B> {
         if let State::Tracked { op, .. } = &self.state {
-            if let Some(error) = op.failed() {
+            if let Some(error) = op.failed_error() {
                 return Err(error);
             }
             if op.blocking_wait {

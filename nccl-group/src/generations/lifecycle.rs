@@ -202,6 +202,7 @@ impl Lifecycle for ProcessGroup {
                 graphs,
             });
         }
+        self.inner.settle_mismatch_check();
         if !self.inner.leave_live(DESTROYED) {
             return self.check_live();
         }

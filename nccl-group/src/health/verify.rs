@@ -138,6 +138,20 @@ impl Outcome {
         let _ = self.failure.set(Arc::clone(failure));
     }
 
+    /// [`Outcome::failed`] for a caller that reports it: the mismatch
+    /// that caused the failure instead, if the mismatch check finds one
+    /// soon after it ([`GroupChecks::mismatch_instead`]). It may wait a
+    /// moment once after a failure: not for polls.
+    pub(crate) fn failed_error(&self) -> Option<GroupError> {
+        let error = self.failed()?;
+        match (&self.collective, self.group.upgrade()) {
+            (Some((fingerprints, seq)), Some(group)) if !fingerprints.agreed(*seq) => {
+                Some(group.mismatch_instead(*seq, error))
+            }
+            _ => Some(error),
+        }
+    }
+
     /// The error of an operation its group failed under, if it did.
     pub(crate) fn failed(&self) -> Option<GroupError> {
         self.failure

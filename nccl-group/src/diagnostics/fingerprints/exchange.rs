@@ -10,17 +10,17 @@ use nccl_rendezvous::Store;
 use nccl_rendezvous::meet::Scope;
 
 use super::{
-    COMPARE_INTERVAL, Chunk, Fingerprints, PUBLISH_INTERVAL, Run, State, Verdict, WAIT_SLICE,
+    COMPARE_INTERVAL, Chunk, Fingerprints, PUBLISH_INTERVAL, Run, STORE_RETRY, State, WAIT_SLICE,
     extend,
 };
-use crate::diagnostics::analysis::{Issued, first_divergence};
+use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
 
 /// Starts the exchange of `fingerprints` through `store` under `scope`
 /// (`<group>/<generation>/fingerprints`); `on_verdict` is called once, on
 /// the thread, if the ranks' collectives diverge, and the thread ends,
 /// leaving its chunks for the other ranks to find the divergence too.
-/// Otherwise it ends when [`Fingerprints::close`] is called, deleting this
-/// rank's keys.
+/// Otherwise it ends when [`Fingerprints::close`] is called, deleting the
+/// chunks every rank has verified past.
 ///
 /// # Errors
 /// The thread could not be started.
@@ -28,7 +28,7 @@ pub(crate) fn spawn(
     fingerprints: Arc<Fingerprints>,
     store: Arc<dyn Store>,
     scope: Scope,
-    on_verdict: Box<dyn FnOnce(Verdict) + Send>,
+    on_verdict: Box<dyn FnOnce(Box<Divergence>) + Send>,
 ) -> std::io::Result<()> {
     let exchange = Exchange::new(fingerprints, store, scope);
     std::thread::Builder::new()
@@ -108,34 +108,55 @@ impl Exchange {
         &self.ranks[self.shared.rank]
     }
 
-    fn run(mut self, on_verdict: Box<dyn FnOnce(Verdict) + Send>) {
+    fn run(mut self, on_verdict: Box<dyn FnOnce(Box<Divergence>) + Send>) {
         while let Some(urgent) = self.wait_for_work() {
             match self.step(urgent) {
-                Ok(None) => {
-                    let mut state = self.lock();
-                    if matches!(state.stopped, Some(Verdict::StoreFailed(_))) {
-                        state.stopped = None;
-                    }
-                }
-                Ok(Some(verdict)) => {
-                    self.lock().stopped = Some(verdict.clone());
+                Ok(None) => self.lock().store_error = None,
+                Ok(Some(divergence)) => {
+                    self.lock().divergence = Some(divergence.clone());
                     self.shared.changed.notify_all();
-                    on_verdict(verdict);
+                    on_verdict(divergence);
                     // The chunks stay: the other ranks read them to find
                     // the same divergence.
                     return;
                 }
                 Err(error) => {
-                    self.lock().stopped = Some(Verdict::StoreFailed(error));
-                    self.shared.changed.notify_all();
-                    // Not a busy loop against a store that is down.
-                    std::thread::sleep(COMPARE_INTERVAL);
+                    // Retried: waiters see the error only if their wait
+                    // ends before the store answers again.
+                    self.lock().store_error = Some(error);
+                    std::thread::sleep(STORE_RETRY);
                 }
             }
         }
-        for (chunk, _) in std::mem::take(&mut self.published) {
-            let _ = self.store.delete(&self.key(self.shared.rank, chunk));
+        self.delete_verified();
+        self.leave();
+    }
+
+    /// This rank's part in the clean-up once its group ended: its chunks
+    /// that a slower rank may still read stay, listed under `<rank>/left`;
+    /// the last rank to leave (`closed` counts them) deletes every rank's.
+    fn leave(&mut self) {
+        let rank = self.shared.rank;
+        let left = |rank: usize| self.scope.clone().index(rank as u64).key("left");
+        let chunks: Vec<u64> = self.published.iter().map(|&(chunk, _)| chunk).collect();
+        let listed = serde_json::to_vec(&chunks)
+            .ok()
+            .is_some_and(|value| self.store.set(&left(rank), &value).is_ok());
+        let closed = self.scope.key("closed");
+        if !listed || self.store.add(&closed, 1).ok() != Some(self.ranks.len() as i64) {
+            return;
         }
+        for rank in 0..self.ranks.len() {
+            let chunks = match self.store.try_get(&left(rank)) {
+                Ok(Some(bytes)) => serde_json::from_slice::<Vec<u64>>(&bytes).unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            for chunk in chunks {
+                let _ = self.store.delete(&self.key(rank, chunk));
+            }
+            let _ = self.store.delete(&left(rank));
+        }
+        let _ = self.store.delete(&closed);
     }
 
     /// Waits until there is something to do, and takes the queue: `None`
@@ -147,33 +168,41 @@ impl Exchange {
             if state.closed {
                 return None;
             }
-            let urgent = state.wanted > self.verified;
+            let urgent = state.waiters > 0 && state.wanted > self.verified;
+            let live = state.failed_until.is_none();
             let queued = !state.queued.is_empty() || !self.outbox.is_empty();
             let unverified = self.mine().end > self.verified || !self.early.is_empty();
-            let publish_due =
-                queued && !state.failed && self.last_publish.elapsed() >= PUBLISH_INTERVAL;
-            let compare_due =
-                unverified && !state.failed && self.last_compare.elapsed() >= COMPARE_INTERVAL;
+            let publish_due = live && queued && self.last_publish.elapsed() >= PUBLISH_INTERVAL;
+            let compare_due = live && unverified && self.last_compare.elapsed() >= COMPARE_INTERVAL;
             if urgent || publish_due || compare_due {
                 std::mem::swap(&mut state.queued, &mut self.spare);
                 drop(state);
                 self.take();
                 return Some(urgent);
             }
-            let until_due = if queued {
-                PUBLISH_INTERVAL.saturating_sub(self.last_publish.elapsed())
-            } else if unverified {
-                COMPARE_INTERVAL.saturating_sub(self.last_compare.elapsed())
-            } else {
-                // Idle: a push or a read wakes it; the publish interval
-                // bounds the wait in case a push came without a wake.
-                PUBLISH_INTERVAL
+            let until_due = match (live, queued, unverified) {
+                (true, true, _) => {
+                    Some(PUBLISH_INTERVAL.saturating_sub(self.last_publish.elapsed()))
+                }
+                (true, false, true) => {
+                    Some(COMPARE_INTERVAL.saturating_sub(self.last_compare.elapsed()))
+                }
+                // Idle, or a failed group's: a push or a read wakes it.
+                _ => None,
             };
-            state = shared
-                .changed
-                .wait_timeout(state, until_due)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            state = match until_due {
+                Some(due) => {
+                    shared
+                        .changed
+                        .wait_timeout(state, due)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None => shared
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
         }
     }
 
@@ -212,7 +241,7 @@ impl Exchange {
     }
 
     /// One round: publish, read, compare, clean up.
-    fn step(&mut self, urgent: bool) -> Result<Option<Verdict>, String> {
+    fn step(&mut self, urgent: bool) -> Result<Option<Box<Divergence>>, String> {
         self.publish()?;
         self.read(urgent)?;
         let verdict = self.compare();
@@ -293,12 +322,19 @@ impl Exchange {
                     format!("rank {rank}'s fingerprints under {key} did not parse: {error}")
                 })?;
                 let known = &mut self.ranks[rank];
+                for run in &chunk.runs {
+                    if run.issued.collective_seq != known.end || run.len == 0 {
+                        return Err(format!(
+                            "rank {rank}'s fingerprints under {key} are not its next collectives: \
+                             expected a run from #{}, got {} from #{}",
+                            known.end, run.len, run.issued.collective_seq
+                        ));
+                    }
+                    known.end = run.end();
+                }
                 known.next_chunk += 1;
                 known.verified = chunk.verified;
-                for run in chunk.runs {
-                    known.end = known.end.max(run.end());
-                    known.runs.push_back(run);
-                }
+                known.runs.extend(chunk.runs);
             }
         }
         self.last_compare = Instant::now();
@@ -312,7 +348,7 @@ impl Exchange {
     /// Compares every rank's collectives from the verified mark to the
     /// last one every rank published, moving the mark; the first
     /// collective they did not issue alike, if any.
-    fn compare(&mut self) -> Option<Verdict> {
+    fn compare(&mut self) -> Option<Box<Divergence>> {
         let upto = self.ranks.iter().map(|known| known.end).min().unwrap_or(0);
         let start = self.verified;
         let mut verdict = None;
@@ -343,7 +379,7 @@ impl Exchange {
                         (rank, vec![issued])
                     })
                     .collect();
-                verdict = first_divergence(&by_rank).map(|d| Verdict::Mismatch(Box::new(d)));
+                verdict = first_divergence(&by_rank).map(Box::new);
                 break;
             }
             let step = fronts

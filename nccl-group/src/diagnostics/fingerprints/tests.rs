@@ -48,10 +48,11 @@ fn mixed(seq: u64) -> Issued {
     }
 }
 
-/// One rank of `WORLD`: its check, and the verdicts its thread reported.
+/// One rank of `WORLD`: its check, and the divergences its thread
+/// reported.
 struct Rank {
     fingerprints: Arc<Fingerprints>,
-    verdicts: Mutex<mpsc::Receiver<Verdict>>,
+    verdicts: Mutex<mpsc::Receiver<Box<Divergence>>>,
 }
 
 fn ranks(store: &Arc<dyn Store>) -> Vec<Rank> {
@@ -114,7 +115,13 @@ fn keys_left(store: &Arc<dyn Store>) -> Vec<String> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let left: Vec<String> = (0..WORLD)
-            .flat_map(|rank| (0..ISSUED).map(move |chunk| scope().index(rank as u64).key(chunk)))
+            .flat_map(|rank| {
+                let keys = scope().index(rank as u64);
+                (0..ISSUED)
+                    .map(move |chunk| keys.key(chunk))
+                    .chain([scope().index(rank as u64).key("left")])
+            })
+            .chain([scope().key("closed")])
             .filter(|key| store.try_get(key).unwrap().is_some())
             .collect();
         if left.is_empty() || Instant::now() > deadline {
@@ -204,7 +211,7 @@ fn every_kind_of_mismatch_is_found_by_every_rank_naming_the_rank_and_both_finger
                 .unwrap()
                 .recv_timeout(PATIENCE)
                 .expect("a verdict");
-            assert!(matches!(told, Verdict::Mismatch(ref d) if d.collective_seq == AT));
+            assert_eq!(told.collective_seq, AT);
             // Collectives before it were verified.
             assert!(ranks[rank].fingerprints.agreed(AT - 1));
             assert!(!ranks[rank].fingerprints.agreed(AT));
@@ -225,7 +232,7 @@ fn a_mismatch_no_host_read_asks_about_is_still_found() {
     }
     for r in &ranks {
         match r.verdicts.lock().unwrap().recv_timeout(PATIENCE) {
-            Ok(Verdict::Mismatch(d)) => assert_eq!(d.collective_seq, AT),
+            Ok(divergence) => assert_eq!(divergence.collective_seq, AT),
             other => panic!("expected the mismatch, got {other:?}"),
         }
     }
@@ -267,7 +274,9 @@ fn a_rank_that_never_publishes_is_named_when_the_wait_ends() {
                     for seq in 0..ISSUED {
                         r.fingerprints.push(mixed(seq));
                     }
-                    let deadline = Instant::now() + Duration::from_millis(300);
+                    // Long enough for the exchange to have looked at the
+                    // store on a loaded machine; rank 3 never publishes.
+                    let deadline = Instant::now() + Duration::from_secs(3);
                     r.fingerprints
                         .await_verdict(ISSUED - 1, deadline, &|| Ok::<(), ()>(()))
                 })
@@ -320,4 +329,78 @@ fn a_loop_of_one_collective_is_one_run() {
     let mut last = runs.pop();
     let after_gap = extend(last.as_mut(), op("all_reduce", "float", 1024, 11));
     assert!(after_gap.is_some());
+}
+
+#[test]
+fn a_rank_that_ends_first_leaves_what_the_others_still_need() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let ranks = ranks(&store);
+    for r in &ranks[1..] {
+        r.fingerprints.push(mixed(0));
+    }
+    ranks[0].fingerprints.push(mixed(0));
+    let patient = || Instant::now() + PATIENCE;
+    ranks[0]
+        .fingerprints
+        .await_verdict(0, patient(), &|| Ok::<(), ()>(()))
+        .expect("rank 0 verified collective 0");
+    ranks[0].fingerprints.close();
+    for r in &ranks[1..] {
+        r.fingerprints
+            .await_verdict(0, patient(), &|| Ok::<(), ()>(()))
+            .expect("rank 0's chunk was still there");
+    }
+    close(&ranks);
+    assert_eq!(keys_left(&store), Vec::<String>::new());
+}
+
+#[test]
+fn a_clean_end_settles_every_collective_pushed() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let ranks = ranks(&store);
+    thread::scope(|s| {
+        for r in &ranks {
+            s.spawn(move || {
+                for seq in 0..ISSUED {
+                    r.fingerprints.push(mixed(seq));
+                }
+                r.fingerprints
+                    .settle(Instant::now() + PATIENCE, &|| Ok::<(), ()>(()))
+                    .expect("settled");
+                assert!(r.fingerprints.agreed(ISSUED - 1));
+            });
+        }
+    });
+    close(&ranks);
+}
+
+#[test]
+fn a_read_after_a_failure_finds_the_mismatch_behind_it_within_the_grace() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let ranks = ranks(&store);
+    // Every rank's fingerprints are out before rank 0's group fails (as
+    // a peer's abort after its own check found the divergence).
+    let odd = diverging(|i| Issued { count: 7, ..i });
+    for (rank, r) in ranks.iter().enumerate() {
+        for seq in 0..=AT {
+            r.fingerprints.push(odd(rank, seq));
+        }
+    }
+    for r in &ranks[1..] {
+        let told = r.verdicts.lock().unwrap().recv_timeout(PATIENCE);
+        assert_eq!(told.expect("a divergence").collective_seq, AT);
+    }
+    ranks[0].fingerprints.group_failed();
+    // Within the grace, or the thread found it itself first.
+    match ranks[0].fingerprints.failure_verdict(AT) {
+        Some(Stop::Mismatch { divergence, .. }) => assert_eq!(divergence.collective_seq, AT),
+        None => {
+            let told = ranks[0].verdicts.lock().unwrap().try_recv();
+            assert_eq!(told.expect("found by the thread").collective_seq, AT);
+        }
+        Some(other) => panic!("expected the mismatch, got {other:?}"),
+    }
+    // Verified before the divergence: nothing to wait for.
+    assert!(ranks[0].fingerprints.failure_verdict(AT - 1).is_none());
+    close(&ranks);
 }
