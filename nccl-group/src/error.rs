@@ -369,6 +369,11 @@ impl GroupError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             GroupError::Store(error) => error.kind().into(),
+            GroupError::Tensor(nccl_tensor::Error::ProducerFailed { error })
+                if let Some(group) = error.downcast_ref::<GroupError>() =>
+            {
+                group.kind()
+            }
             GroupError::Tensor(error) => error.kind().into(),
             GroupError::Rendezvous { .. }
             | GroupError::InitTimeout { .. }
@@ -522,6 +527,7 @@ impl GroupError {
     fn clone_failure(&self) -> Option<Self> {
         Some(match self {
             GroupError::Failed(failure) => GroupError::Failed(Arc::clone(failure)),
+            GroupError::Mismatch(mismatch) => GroupError::Mismatch(Arc::clone(mismatch)),
             GroupError::Aborted { name } => GroupError::Aborted { name: name.clone() },
             GroupError::Destroyed { name } => GroupError::Destroyed { name: name.clone() },
             _ => return None,

@@ -57,6 +57,10 @@ pub(crate) const COMPARE_INTERVAL: Duration = Duration::from_millis(50);
 /// How long one wait for the other ranks' chunks lasts before the
 /// exchange thread looks again at its own queue.
 const WAIT_SLICE: Duration = Duration::from_millis(2);
+/// The room the queue starts with (and its spare, which the exchange
+/// thread swaps in): more collectives than a rank issues in a publish
+/// interval, so that the issuing threads do not allocate.
+pub(crate) const QUEUE_CAPACITY: usize = 1024;
 /// How long the exchange thread waits before it tries a failing store
 /// again.
 const STORE_RETRY: Duration = Duration::from_millis(20);
@@ -164,10 +168,14 @@ struct State {
 impl Fingerprints {
     /// Rank `rank`'s check among `world_size` ranks.
     pub(crate) fn new(rank: usize, world_size: usize) -> Self {
+        let state = State {
+            queued: Vec::with_capacity(QUEUE_CAPACITY),
+            ..State::default()
+        };
         Self {
             rank,
             world_size,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             changed: Condvar::new(),
         }
     }

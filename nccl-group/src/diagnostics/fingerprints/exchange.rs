@@ -10,8 +10,8 @@ use nccl_rendezvous::Store;
 use nccl_rendezvous::meet::Scope;
 
 use super::{
-    COMPARE_INTERVAL, Chunk, Fingerprints, PUBLISH_INTERVAL, Run, STORE_RETRY, State, WAIT_SLICE,
-    extend,
+    COMPARE_INTERVAL, Chunk, Fingerprints, PUBLISH_INTERVAL, QUEUE_CAPACITY, Run, STORE_RETRY,
+    State, WAIT_SLICE, extend,
 };
 use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
 
@@ -84,7 +84,7 @@ impl Exchange {
             shared,
             store,
             scope,
-            spare: Vec::new(),
+            spare: Vec::with_capacity(QUEUE_CAPACITY),
             early: BTreeMap::new(),
             outbox: Vec::new(),
             chunk: 0,

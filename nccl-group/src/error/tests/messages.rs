@@ -406,6 +406,25 @@ fn every_kind_says_what_happened_where_and_what_to_do() {
 /// `health::verify`'s `Outcome` makes it) names the cause, the rank and the
 /// collective in its own message; `?` into a `GroupError` gives the
 /// failure back.
+/// A host read of a collective the mismatch check refused: the tensor's
+/// error is of kind `Mismatch`, and `?` gives the group's `Mismatch` back
+/// (as the GPU test of default options reads it with `to_vec`).
+#[test]
+fn a_read_refused_by_the_mismatch_check_is_a_mismatch() {
+    let refused = nccl_tensor::Error::ProducerFailed {
+        error: Arc::new(mismatch(FoundBy::MismatchCheck)) as nccl_tensor::ProducerError,
+    };
+    let wrapped = GroupError::Tensor(refused);
+    assert_eq!(wrapped.kind(), ErrorKind::Mismatch, "{wrapped:?}");
+    assert!(wrapped.failure().is_some(), "{wrapped:?}");
+    let GroupError::Tensor(refused) = wrapped else {
+        unreachable!("made as Tensor")
+    };
+    let back = GroupError::from(refused);
+    assert!(matches!(back, GroupError::Mismatch(_)), "{back:?}");
+    assert_eq!(back.kind(), ErrorKind::Mismatch);
+}
+
 #[test]
 fn a_refused_read_says_why_where_and_which_collective() {
     let timed_out = failed(0, timed_out(), Some(answered(vec![3])));
