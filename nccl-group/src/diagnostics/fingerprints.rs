@@ -61,6 +61,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(2);
 /// thread swaps in): more collectives than a rank issues in a publish
 /// interval, so that the issuing threads do not allocate.
 pub(crate) const QUEUE_CAPACITY: usize = 1024;
+/// The most runs one chunk holds (about 100 bytes of JSON each).
+pub(crate) const MAX_CHUNK_RUNS: usize = 1024;
 /// How long the exchange thread waits before it tries a failing store
 /// again.
 const STORE_RETRY: Duration = Duration::from_millis(20);

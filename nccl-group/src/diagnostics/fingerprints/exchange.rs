@@ -10,8 +10,8 @@ use nccl_rendezvous::Store;
 use nccl_rendezvous::meet::Scope;
 
 use super::{
-    COMPARE_INTERVAL, Chunk, Fingerprints, PUBLISH_INTERVAL, QUEUE_CAPACITY, Run, STORE_RETRY,
-    State, WAIT_SLICE, extend,
+    COMPARE_INTERVAL, Chunk, Fingerprints, MAX_CHUNK_RUNS, PUBLISH_INTERVAL, QUEUE_CAPACITY, Run,
+    STORE_RETRY, State, WAIT_SLICE, extend,
 };
 use crate::diagnostics::analysis::{Divergence, Issued, first_divergence};
 
@@ -249,31 +249,37 @@ impl Exchange {
         Ok(verdict)
     }
 
+    /// Publishes the outbox, in chunks of at most [`MAX_CHUNK_RUNS`] runs
+    /// (a store that failed for a while leaves a long outbox, and the
+    /// store bounds its values).
     fn publish(&mut self) -> Result<(), String> {
-        if self.outbox.is_empty() {
-            return Ok(());
+        while !self.outbox.is_empty() {
+            let runs: Vec<Run> = self
+                .outbox
+                .drain(..self.outbox.len().min(MAX_CHUNK_RUNS))
+                .collect();
+            let chunk = Chunk {
+                verified: self.verified,
+                runs,
+            };
+            let end = chunk.runs.last().map_or(0, Run::end);
+            let stored = serde_json::to_vec(&chunk)
+                .map_err(|error| error.to_string())
+                .and_then(|value| {
+                    self.store
+                        .set(&self.key(self.shared.rank, self.chunk), &value)
+                        .map_err(|error| error.to_string())
+                });
+            if let Err(error) = stored {
+                // Kept for the next round, under the same number.
+                self.outbox.splice(0..0, chunk.runs);
+                return Err(format!(
+                    "publishing this rank's fingerprints failed: {error}"
+                ));
+            }
+            self.published.push_back((self.chunk, end));
+            self.chunk += 1;
         }
-        let chunk = Chunk {
-            verified: self.verified,
-            runs: std::mem::take(&mut self.outbox),
-        };
-        let end = chunk.runs.last().map_or(0, Run::end);
-        let stored = serde_json::to_vec(&chunk)
-            .map_err(|error| error.to_string())
-            .and_then(|value| {
-                self.store
-                    .set(&self.key(self.shared.rank, self.chunk), &value)
-                    .map_err(|error| error.to_string())
-            });
-        if let Err(error) = stored {
-            // Kept for the next round, under the same number.
-            self.outbox = chunk.runs;
-            return Err(format!(
-                "publishing this rank's fingerprints failed: {error}"
-            ));
-        }
-        self.published.push_back((self.chunk, end));
-        self.chunk += 1;
         self.last_publish = Instant::now();
         Ok(())
     }

@@ -404,3 +404,82 @@ fn a_read_after_a_failure_finds_the_mismatch_behind_it_within_the_grace() {
     assert!(ranks[0].fingerprints.failure_verdict(AT - 1).is_none());
     close(&ranks);
 }
+
+/// An in-process store that remembers the largest value set in it.
+#[derive(Default)]
+struct Largest {
+    inner: InProcessStore,
+    largest: std::sync::atomic::AtomicUsize,
+}
+
+impl Store for Largest {
+    fn set(&self, key: &str, value: &[u8]) -> nccl_rendezvous::Result<()> {
+        self.largest
+            .fetch_max(value.len(), std::sync::atomic::Ordering::SeqCst);
+        self.inner.set(key, value)
+    }
+    fn get(&self, key: &str, timeout: Duration) -> nccl_rendezvous::Result<Vec<u8>> {
+        self.inner.get(key, timeout)
+    }
+    fn try_get(&self, key: &str) -> nccl_rendezvous::Result<Option<Vec<u8>>> {
+        self.inner.try_get(key)
+    }
+    fn compare_set(
+        &self,
+        key: &str,
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> nccl_rendezvous::Result<nccl_rendezvous::CompareSet> {
+        self.inner.compare_set(key, expected, new)
+    }
+    fn add(&self, key: &str, delta: i64) -> nccl_rendezvous::Result<i64> {
+        self.inner.add(key, delta)
+    }
+    fn wait(&self, keys: &[&str], timeout: Duration) -> nccl_rendezvous::Result<()> {
+        self.inner.wait(keys, timeout)
+    }
+    fn delete(&self, key: &str) -> nccl_rendezvous::Result<bool> {
+        self.inner.delete(key)
+    }
+    fn default_timeout(&self) -> Duration {
+        self.inner.default_timeout()
+    }
+}
+
+#[test]
+fn collectives_that_change_every_time_go_out_in_bounded_chunks() {
+    let largest = Arc::new(Largest::default());
+    let store: Arc<dyn Store> = Arc::clone(&largest) as Arc<dyn Store>;
+    let ranks = ranks(&store);
+    // Alternating fingerprints, one run each: three chunks' worth, queued
+    // before the exchange thread takes them.
+    let many = 3 * MAX_CHUNK_RUNS as u64;
+    let alternating = |seq: u64| match seq % 2 {
+        0 => op("all_reduce", "float", 1024, seq),
+        _ => op("all_gather", "float", 1024, seq),
+    };
+    thread::scope(|s| {
+        for r in &ranks {
+            s.spawn(move || {
+                for seq in 0..many {
+                    r.fingerprints.push(alternating(seq));
+                }
+                r.fingerprints
+                    .await_verdict(many - 1, Instant::now() + PATIENCE, &|| Ok::<(), ()>(()))
+                    .expect("verified");
+            });
+        }
+    });
+    close(&ranks);
+    let one_run = serde_json::to_vec(&Run {
+        issued: alternating(many),
+        len: 1,
+    })
+    .unwrap()
+    .len();
+    let largest = largest.largest.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        largest <= (MAX_CHUNK_RUNS + 1) * (one_run + 1),
+        "a chunk of {largest} bytes, {one_run} a run"
+    );
+}
