@@ -4,29 +4,11 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::devices::DeviceList;
 use crate::diagnostics::recorder::records::OpState;
 use nccl_core::ResultCode;
 
 fn record() -> OpRecord {
-    OpRecord {
-        seq: 57,
-        collective_seq: Some(41),
-        p2p_seq: None,
-        op: "all_reduce".into(),
-        dtype: Some("float".into()),
-        count: 1024,
-        output_count: 1024,
-        reduction: Some("sum".into()),
-        peer: None,
-        timeout: Duration::from_secs(5),
-        thread: 0,
-        devices: DeviceList::one(0).unwrap(),
-        enqueued_us: 10,
-        finished_us: None,
-        gpu_duration: None,
-        state: OpState::Failed,
-    }
+    OpRecord::sample(41)
 }
 
 /// Rank `rank` of 4 of "trainer", failed by [`record`] running 5.02 s past

@@ -29,7 +29,6 @@
 
 use nccl_group::Diagnostics;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use half::bf16;
 use nccl_core::ReduceOp;
@@ -42,13 +41,10 @@ use nccl_test_support::assert_same_values;
 use nccl_test_support::group::ranks::{OP_TIMEOUT, RankContext, Seeds, What, each_mode, options};
 use nccl_test_support::group::{
     SIZES, blocks_for, check_avg, check_reduce_scatter_block, convert, enqueued, every_rank_values,
-    rank_values, reduce_host, reduces, world_of_one,
+    rank_values, reduce_host, reduces, watchdog_drained, world_of_one,
 };
 use nccl_test_support::require_gpus;
 use nccl_test_support::tensor::{Elem, poison_values};
-
-/// How long the watchdog may take to see the last operations end.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// `values` in a slice of the test's own, as an engine holds its memory.
 fn lent<T: Elem>(stream: &Arc<CudaStream>, values: &[T]) -> CudaSlice<T> {
@@ -111,16 +107,7 @@ fn every_op(ctx: &RankContext, group: &ProcessGroup, what: What<'_>) {
         every_ordered_pair(ctx, group, len, &mut seeds, &what);
     }
     ctx.stream.synchronize().expect("synchronize");
-    let start = Instant::now();
-    while group.pending_operations() > 0 {
-        let waited = start.elapsed();
-        assert!(
-            waited < PATIENCE,
-            "{}: the watchdog did not see the ends",
-            what("every operation")
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    watchdog_drained(group, &what("every operation"));
     for record in group.flight_record().ops {
         assert_eq!(
             record.state,

@@ -11,7 +11,6 @@
 use nccl_group::Diagnostics;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use nccl_core::ReduceOp;
 use nccl_group::analysis;
@@ -19,15 +18,12 @@ use nccl_group::dumps::write_incident;
 use nccl_group::{CommMode, ProcessGroup};
 use nccl_tensor::Tensor;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, options, tcp_store};
-use nccl_test_support::group::{destroy, done, world_of_one};
+use nccl_test_support::group::{destroy, done, watchdog_drained, world_of_one};
 use nccl_test_support::tensor::stream_on_first_gpu;
-
-/// How long the watchdog may take to see finished operations.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// torchfrtrace's arguments, or `None` (after `SKIP`) when python3 cannot
 /// import it.
-fn torchfrtrace() -> Option<Command> {
+pub(super) fn torchfrtrace() -> Option<Command> {
     let module = "torch.distributed.flight_recorder.fr_trace";
     let importable = Command::new("python3")
         .args(["-c", &format!("import {module}")])
@@ -43,7 +39,11 @@ fn torchfrtrace() -> Option<Command> {
 }
 
 /// torchfrtrace's exit status and log (it logs to stderr) on `folder`.
-fn run_torchfrtrace(mut command: Command, folder: &Path, extra: &[&str]) -> (bool, String) {
+pub(super) fn run_torchfrtrace(
+    mut command: Command,
+    folder: &Path,
+    extra: &[&str],
+) -> (bool, String) {
     let out = command
         .arg(folder)
         .args(["--prefix", "nccl_trace_rank_"])
@@ -85,15 +85,7 @@ fn mixed_collectives(ctx: &RankContext, group: &ProcessGroup) {
     }
     stream.synchronize().expect("synchronize");
     // Dumps compare states: wait until the watchdog saw every end.
-    let start = Instant::now();
-    while group.pending_operations() > 0 {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "{}: the watchdog did not see the operations finish",
-            ctx.label()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    watchdog_drained(group, &ctx.label());
 }
 
 /// Every rank dumps after the same collectives into one folder; the
@@ -168,14 +160,7 @@ fn gpu_torchfrtrace_names_the_collective_of_a_mismatch() {
         );
     }
     stream.synchronize().expect("synchronize");
-    let start = Instant::now();
-    while group.pending_operations() > 0 {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "the watchdog did not see the ends"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    watchdog_drained(&group, "all_reduce");
     let recorded = group.flight_record();
     let dir = tempfile::tempdir().expect("a temporary folder");
     for rank in 0..4 {

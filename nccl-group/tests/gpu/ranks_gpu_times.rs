@@ -9,16 +9,13 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nccl_core::ReduceOp;
 use nccl_group::{CommMode, Diagnostics, FlightDump, OpState, ProcessGroup};
 use nccl_tensor::Tensor;
-use nccl_test_support::group::done;
 use nccl_test_support::group::ranks::{COMM_MODES, RankContext, options, tcp_store};
-
-/// How long the watchdog may take to see finished operations.
-const PATIENCE: Duration = Duration::from_secs(60);
+use nccl_test_support::group::{done, watchdog_drained};
 
 /// All_reduces per group, of growing sizes (4 KiB to 4 MiB).
 const OPERATIONS: u32 = 8;
@@ -34,15 +31,7 @@ fn timed_all_reduces(ctx: &RankContext, group: &ProcessGroup) {
         );
     }
     ctx.stream.synchronize().expect("synchronize");
-    let start = Instant::now();
-    while group.pending_operations() > 0 {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "{}: the watchdog did not see the operations finish",
-            ctx.label()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    watchdog_drained(group, &ctx.label());
 }
 
 /// Checks with Python's pickle that every completed entry of the PyTorch
@@ -81,31 +70,14 @@ print("durations:", [round(e.get("duration_ms", 0), 4) for e in entries])
     assert!(out.status.success(), "{log}");
 }
 
-/// torchfrtrace on `folder`, where python3 has torch.
+/// torchfrtrace on `folder`, where python3 has torch: it reads the dumps
+/// and finds no error.
 fn torchfrtrace(folder: &Path) {
-    let module = "torch.distributed.flight_recorder.fr_trace";
-    let importable = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !importable {
-        println!("SKIP: python3 cannot import {module} (no torch): torchfrtrace not run");
-        return;
+    if let Some(command) = super::ranks_dumps::torchfrtrace() {
+        let (ran, log) = super::ranks_dumps::run_torchfrtrace(command, folder, &[]);
+        assert!(ran, "torchfrtrace failed: {log}");
+        assert!(!log.contains("has errors"), "{log}");
     }
-    let out = Command::new("python3")
-        .args(["-m", module])
-        .arg(folder)
-        .args(["--prefix", "nccl_trace_rank_"])
-        .output()
-        .expect("python3 runs");
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("torchfrtrace {}:\n{log}", folder.display());
-    assert!(out.status.success(), "torchfrtrace failed: {log}");
-    assert!(!log.contains("has errors"), "{log}");
 }
 
 /// Every rank times its all_reduces on the GPU and dumps them; every

@@ -16,7 +16,7 @@
 use nccl_group::Diagnostics;
 use nccl_group::Recovery;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nccl_core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nccl_core::{CudaStream, ReduceOp};
@@ -25,7 +25,7 @@ use nccl_group::{
 };
 use nccl_tensor::Tensor;
 use nccl_test_support::group::ranks::{RankContext, join, on_mode, tcp_store};
-use nccl_test_support::group::{destroy, done, enqueued, refused};
+use nccl_test_support::group::{destroy, done, enqueued, refused, watchdog_drained};
 use nccl_test_support::named_tests;
 use nccl_test_support::tensor::world::all_values;
 use nccl_test_support::tensor::{assert_same, download, poisoned, upload};
@@ -109,19 +109,6 @@ fn finish<B: WorkBuffers>(work: Work<B>, captured: &mut Vec<bool>, what: &str) -
             .unwrap_or_else(|e| panic!("{what}: synchronize of a captured work: {e}"));
     }
     work.wait().unwrap_or_else(|e| panic!("{what}: wait: {e}"))
-}
-
-/// Waits (bounded) until the watchdog has no operation of `group` left.
-fn watchdog_drained(group: &ProcessGroup, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while group.pending_operations() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: the watchdog still tracks {} operation(s)",
-            group.pending_operations()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn capture_and_replay(ctx: &RankContext, mode: CommMode) {

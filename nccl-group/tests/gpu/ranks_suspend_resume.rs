@@ -14,7 +14,6 @@
 //! the release, and the rest is skipped.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -23,7 +22,7 @@ use nccl_core::{Capabilities, Capability, CudaStream, ReduceOp};
 use nccl_group::{CommMode, Diagnostics, ErrorKind, GroupError, Lifecycle, ProcessGroup, metrics};
 use nccl_tensor::Tensor;
 use nccl_test_support::group::ranks::{RankContext, STORE_TIMEOUT, StoreAt, join, tcp_store};
-use nccl_test_support::group::{destroy, done, enqueued};
+use nccl_test_support::group::{destroy, done, enqueued, watchdog_drained};
 use nccl_test_support::tensor::world::all_values;
 use nccl_test_support::tensor::{assert_same, download, upload};
 
@@ -122,19 +121,6 @@ fn dynamic_bytes_on_gpu(ctx: &RankContext, store: &StoreAt, mine: u64) -> u64 {
             if their_device == device { bytes } else { 0 }
         })
         .sum()
-}
-
-/// Waits (bounded) until the watchdog has no operation of `group` left,
-/// so that every end is counted.
-fn watchdog_drained(group: &ProcessGroup, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while group.pending_operations() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: operations still pending"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[track_caller]

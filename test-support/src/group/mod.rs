@@ -14,7 +14,7 @@ pub mod faults;
 pub mod ranks;
 mod scenario;
 
-use nccl_group::Lifecycle;
+use nccl_group::{Diagnostics, Lifecycle};
 use std::sync::Arc;
 
 use nccl_core::ReduceOp;
@@ -134,6 +134,22 @@ pub fn destroy(group: &ProcessGroup) {
     group
         .destroy()
         .unwrap_or_else(|e| panic!("{}: destroy: {e}", label(group)));
+}
+
+/// Waits until `group`'s watchdog tracks no operation (it has seen every
+/// end, so records, dumps and reaping compare settled states), at most a
+/// minute: a liveness bound, not a timing assertion.
+#[track_caller]
+pub fn watchdog_drained(group: &ProcessGroup, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while group.pending_operations() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the watchdog still tracks {} operation(s)",
+            group.pending_operations()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// The work of an operation that must be enqueued.

@@ -12,6 +12,21 @@ fn dump_of(recorder: &FlightRecorder) -> FlightDump {
     recorder.test_dump("g", 0, 1, "on request")
 }
 
+/// An all_reduce (sum) of one float on device 0.
+fn one_float_sum() -> OpDescription {
+    OpDescription {
+        op: "all_reduce",
+        dtype: Some(DataType::Float32),
+        count: 1,
+        output_count: 1,
+        reduction: Some("sum"),
+        peer: None,
+        timeout: Duration::from_secs(1),
+        devices: DeviceList::one(0).unwrap(),
+        collective: true,
+    }
+}
+
 /// What the recorder writes is what the analysis reads: a dump's JSON
 /// gives the same collectives as its records.
 #[test]
@@ -125,17 +140,7 @@ fn a_dump_with_every_field_set_reads_back_equal() {
 fn a_negative_gpu_time_is_an_error_naming_the_field() {
     let recorder = FlightRecorder::new(1);
     let now = Instant::now();
-    let description = OpDescription {
-        op: "all_reduce",
-        dtype: Some(DataType::Float32),
-        count: 1,
-        output_count: 1,
-        reduction: Some("sum"),
-        peer: None,
-        timeout: Duration::from_secs(1),
-        devices: DeviceList::one(0).unwrap(),
-        collective: true,
-    };
+    let description = one_float_sum();
     recorder.record(&description, now);
     recorder.finish(
         0,
@@ -161,17 +166,7 @@ fn a_corrupt_dump_is_an_error_naming_what_is_wrong() {
     let cut = FlightDump::from_json("{\"group\": \"trainer\", \"generation\"").unwrap_err();
     assert!(cut.is_eof(), "{cut}");
     let recorder = FlightRecorder::new(1);
-    let description = OpDescription {
-        op: "all_reduce",
-        dtype: Some(DataType::Float32),
-        count: 1,
-        output_count: 1,
-        reduction: Some("sum"),
-        peer: None,
-        timeout: Duration::from_secs(1),
-        devices: DeviceList::one(0).unwrap(),
-        collective: true,
-    };
+    let description = one_float_sum();
     recorder.record(&description, Instant::now());
     let mut json: serde_json::Value = serde_json::from_str(&dump_of(&recorder).to_json()).unwrap();
     json["ops"][0]["state"] = "exploded".into();

@@ -150,6 +150,33 @@ pub struct OpRecord {
     pub state: OpState,
 }
 
+#[cfg(test)]
+impl OpRecord {
+    /// The tests' failed operation: all_reduce #57 (collective
+    /// `collective_seq`) of 1024 floats, summed, on device 0, with a 5 s
+    /// timeout.
+    pub(crate) fn sample(collective_seq: u64) -> Self {
+        Self {
+            seq: 57,
+            collective_seq: Some(collective_seq),
+            p2p_seq: None,
+            op: "all_reduce".into(),
+            dtype: Some("float".into()),
+            count: 1024,
+            output_count: 1024,
+            reduction: Some("sum".into()),
+            peer: None,
+            timeout: Duration::from_secs(5),
+            thread: 0,
+            devices: DeviceList::one(0).expect("device 0"),
+            enqueued_us: 10,
+            finished_us: None,
+            gpu_duration: None,
+            state: OpState::Failed,
+        }
+    }
+}
+
 fn serialize_divergence<S: Serializer>(
     divergence: &Option<Divergence>,
     s: S,

@@ -11,9 +11,8 @@ use nccl_core::nccl_sys::{MissingSymbol, Version};
 use nccl_rendezvous::meet::agree::ExclusionReason;
 
 use super::*;
-use crate::devices::DeviceList;
 use crate::diagnostics::analysis::Divergence;
-use crate::diagnostics::recorder::records::{OpRecord, OpState};
+use crate::diagnostics::recorder::records::OpRecord;
 use crate::failure::{AbortOutcome, FailureCause, FailureDetails, FoundBy};
 
 /// One error and the words its message must hold.
@@ -295,24 +294,7 @@ examples_by_kind! {
 /// The operation the failures below failed on: all_reduce #57 (collective
 /// #57) of 1024 floats, summed, on device 0.
 fn all_reduce_57() -> OpRecord {
-    OpRecord {
-        seq: 57,
-        collective_seq: Some(57),
-        p2p_seq: None,
-        op: "all_reduce".into(),
-        dtype: Some("float".into()),
-        count: 1024,
-        output_count: 1024,
-        reduction: Some("sum".into()),
-        peer: None,
-        timeout: Duration::from_secs(5),
-        thread: 0,
-        devices: DeviceList::one(0).expect("device 0"),
-        enqueued_us: 10,
-        finished_us: None,
-        gpu_duration: None,
-        state: OpState::Failed,
-    }
+    OpRecord::sample(57)
 }
 
 fn timed_out() -> FailureCause {
