@@ -16,7 +16,8 @@
 //!   per operation on the group's own stream, one record on the caller's),
 //!   `event_query` (the watchdog's poll: when the pending operations end
 //!   on one stream, about ten per 256 operations reaped; one per operation
-//!   otherwise). Without a GPU the driver calls are skipped (`SKIP:`).
+//!   otherwise), `capture_status` (whether the caller's stream is being
+//!   captured into a CUDA graph, asked once per operation). Without a GPU the driver calls are skipped (`SKIP:`).
 //! * `group_handoff/all_gather_out_of_place_64MiB/*`: what the separate
 //!   stream's event handoff costs on the GPU, per operation, outside the
 //!   group: nccl-tensor's 64 MiB out-of-place all_gather at world size 1
@@ -125,6 +126,9 @@ fn group_parts(criterion: &mut Criterion) {
     });
     criterion.bench_function("group_parts/event_query", |b| {
         b.iter(|| black_box(event.try_is_complete().expect("query")))
+    });
+    criterion.bench_function("group_parts/capture_status", |b| {
+        b.iter(|| black_box(nccl_core::capture_status(&stream).expect("capture status")))
     });
     stream.synchronize().expect("synchronize");
     other.synchronize().expect("synchronize");

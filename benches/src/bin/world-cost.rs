@@ -9,7 +9,9 @@
 //! | `raw-fingerprint` | `raw` with an in-band fingerprint in the same `ncclGroupStart`/`ncclGroupEnd`: a MAX all_reduce of two `u64`s `[h, !h]` from a preallocated device buffer (what checking every collective inside NCCL costs) |
 //! | `core` | nccl-core's `Communicator::all_reduce` on that communicator (`CoreLayer`) |
 //! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
-//! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does |
+//! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does (nccl-core's `wait_ready`) |
+//! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
+//! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
 //!
 //! Run it as every rank: `nccl-launch -n 2 target/release/world-cost`.
@@ -73,8 +75,37 @@ enum Issue {
     Core,
     Tensor {
         blocking: bool,
+        wait: Wait,
     },
     Group(CommMode, StreamMode),
+}
+
+/// How a tensor layer on a nonblocking communicator waits out
+/// `ncclInProgress`: nccl-core's policy, or a plain loop over its
+/// `async_error`, to tell the policy's cost from the call's.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// `Communicator::wait_ready`, as nccl-group waits.
+    Library,
+    /// `async_error` back to back.
+    Spin,
+    /// `async_error`, then `yield_now`, until done.
+    Yield,
+}
+
+impl Wait {
+    /// Waits until the communicator's nonblocking call is done.
+    fn wait(self, comm: &nccl_core::Communicator) -> Result<(), BenchError> {
+        let pause = match self {
+            Wait::Library => return Ok(comm.wait_ready("all_reduce")?),
+            Wait::Spin => std::hint::spin_loop,
+            Wait::Yield => std::thread::yield_now,
+        };
+        while comm.async_error()? == Status::InProgress {
+            pause();
+        }
+        Ok(())
+    }
 }
 
 impl Issue {
@@ -93,7 +124,7 @@ impl Issue {
         match self {
             Issue::Raw { blocking, .. } => Some(blocking),
             Issue::Core => Some(true),
-            Issue::Tensor { blocking } => Some(blocking),
+            Issue::Tensor { blocking, .. } => Some(blocking),
             Issue::Group(..) => None,
         }
     }
@@ -108,7 +139,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 10] = {
+const LAYERS: [LayerSpec; 12] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -120,13 +151,18 @@ const LAYERS: [LayerSpec; 10] = {
             fingerprint,
         }
     }
+    const fn tensor(blocking: bool, wait: Wait) -> Issue {
+        Issue::Tensor { blocking, wait }
+    }
     [
         layer("raw", raw(true, false)),
         layer("raw-nonblocking", raw(false, false)),
         layer("raw-fingerprint", raw(true, true)),
         layer("core", Issue::Core),
-        layer("tensor", Issue::Tensor { blocking: true }),
-        layer("tensor-nonblocking", Issue::Tensor { blocking: false }),
+        layer("tensor", tensor(true, Wait::Library)),
+        layer("tensor-nonblocking", tensor(false, Wait::Library)),
+        layer("tensor-nonblocking-spin", tensor(false, Wait::Spin)),
+        layer("tensor-nonblocking-yield", tensor(false, Wait::Yield)),
         layer(
             "group-nonblocking-separate",
             Issue::Group(Nonblocking, Separate),
@@ -202,8 +238,9 @@ enum State<'a> {
     /// The raw layers and `core`: nccl-perf's layer and the buffers its
     /// call points into.
     Layered(Box<dyn Layer + 'a>, DeviceBuffers),
-    /// The tensor layers: the communicator and the tensor.
-    Tensor(&'a Communicator, Tensor<f32>),
+    /// The tensor layers: the communicator, the tensor and how a call in
+    /// progress is waited out.
+    Tensor(&'a Communicator, Tensor<f32>, Wait),
     /// A group layer: the group and its tensor, away while an operation has it.
     Group(ProcessGroup, Option<Tensor<f32>>),
 }
@@ -233,11 +270,11 @@ impl State<'_> {
                 };
                 layer.bind(&call, buffers)?
             }
-            State::Tensor(comm, tensor) => {
-                let comm = *comm;
+            State::Tensor(comm, tensor, wait) => {
+                let (comm, wait) = (*comm, *wait);
                 Box::new(move |_: &[Shift]| {
                     if comm.all_reduce(&mut *tensor, ReduceOp::Sum, stream)? == Status::InProgress {
-                        comm.core().wait_ready("all_reduce")?;
+                        wait.wait(comm.core())?;
                     }
                     Ok(())
                 })
@@ -395,7 +432,13 @@ fn run(args: &Args) -> Result<(), BenchError> {
                 Issue::Core => {
                     State::Layered(Box::new(CoreLayer::new(comm.core(), &stream)), buffers()?)
                 }
-                _ => State::Tensor(comm, tensor()?),
+                Issue::Tensor { wait, .. } => State::Tensor(comm, tensor()?, wait),
+                Issue::Group(..) => {
+                    return Err(BenchError::Usage(format!(
+                        "internal error: {} is a group layer",
+                        layer.name
+                    )));
+                }
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

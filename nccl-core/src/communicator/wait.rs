@@ -13,17 +13,18 @@ use crate::library::{check, check_accepted};
 /// without giving up the CPU: NCCL ends a nonblocking group on a thread it
 /// starts for it, which at world size 2 and more takes tens of µs, and a
 /// yield costs a system call per poll and may hand the core away.
-const POLL_BUSY: Duration = Duration::from_micros(20);
-/// How long they poll back to back in all, yielding the CPU in between
-/// after [`POLL_BUSY`], before they start sleeping: NCCL's launch thread
-/// usually finishes within it, and a sleep costs far more than its
-/// nominal length.
-const POLL_SPIN: Duration = Duration::from_micros(200);
+const POLL_BUSY: Duration = Duration::from_micros(50);
+/// How long they poll in all, yielding the CPU between polls after
+/// [`POLL_BUSY`], before they start sleeping. NCCL's launch thread
+/// sometimes takes a millisecond or more, and a sleep then costs far more
+/// than its nominal length: the kernel's timer slack (50 µs by default)
+/// is added to every one.
+const POLL_SPIN: Duration = Duration::from_millis(10);
 /// The first sleep between polls after that, doubling up to
 /// [`POLL_INTERVAL`].
-const POLL_FIRST_SLEEP: Duration = Duration::from_micros(10);
+const POLL_FIRST_SLEEP: Duration = Duration::from_micros(50);
 /// The longest sleep between polls of a nonblocking wait.
-const POLL_INTERVAL: Duration = Duration::from_micros(200);
+const POLL_INTERVAL: Duration = Duration::from_micros(500);
 
 /// Waits for the nonblocking ones among `communicators`, under one
 /// deadline: the longest of their timeouts, counted from now.
