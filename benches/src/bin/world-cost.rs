@@ -9,6 +9,7 @@
 //! | `raw-fingerprint` | `raw` with an in-band fingerprint in the same `ncclGroupStart`/`ncclGroupEnd`: a MAX all_reduce of two `u64`s `[h, !h]` from a preallocated device buffer (what checking every collective inside NCCL costs) |
 //! | `core` | nccl-core's `Communicator::all_reduce` on that communicator (`CoreLayer`) |
 //! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
+//! | `tensor-event` | `tensor` with a CUDA event recorded after each call: the least any layer that tracks each operation's end adds (the group records one per operation) |
 //! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does (nccl-core's `wait_ready`) |
 //! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
@@ -50,7 +51,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaEvent, CudaStream};
 use nccl_core::{Config, DataType, Device, ReduceOp, Status};
 use nccl_group::{CommMode, GroupOptions, ProcessGroup, StreamMode};
 use nccl_perf::{
@@ -76,6 +77,7 @@ enum Issue {
     Tensor {
         blocking: bool,
         wait: Wait,
+        end_event: bool,
     },
     Group(CommMode, StreamMode),
 }
@@ -139,7 +141,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 12] = {
+const LAYERS: [LayerSpec; 13] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -152,7 +154,11 @@ const LAYERS: [LayerSpec; 12] = {
         }
     }
     const fn tensor(blocking: bool, wait: Wait) -> Issue {
-        Issue::Tensor { blocking, wait }
+        Issue::Tensor {
+            blocking,
+            wait,
+            end_event: false,
+        }
     }
     [
         layer("raw", raw(true, false)),
@@ -160,6 +166,14 @@ const LAYERS: [LayerSpec; 12] = {
         layer("raw-fingerprint", raw(true, true)),
         layer("core", Issue::Core),
         layer("tensor", tensor(true, Wait::Library)),
+        layer(
+            "tensor-event",
+            Issue::Tensor {
+                blocking: true,
+                wait: Wait::Library,
+                end_event: true,
+            },
+        ),
         layer("tensor-nonblocking", tensor(false, Wait::Library)),
         layer("tensor-nonblocking-spin", tensor(false, Wait::Spin)),
         layer("tensor-nonblocking-yield", tensor(false, Wait::Yield)),
@@ -238,9 +252,9 @@ enum State<'a> {
     /// The raw layers and `core`: nccl-perf's layer and the buffers its
     /// call points into.
     Layered(Box<dyn Layer + 'a>, DeviceBuffers),
-    /// The tensor layers: the communicator, the tensor and how a call in
-    /// progress is waited out.
-    Tensor(&'a Communicator, Tensor<f32>, Wait),
+    /// The tensor layers: the communicator, the tensor, how a call in
+    /// progress is waited out, and the event recorded after each call.
+    Tensor(&'a Communicator, Tensor<f32>, Wait, Option<CudaEvent>),
     /// A group layer: the group and its tensor, away while an operation has it.
     Group(ProcessGroup, Option<Tensor<f32>>),
 }
@@ -270,11 +284,15 @@ impl State<'_> {
                 };
                 layer.bind(&call, buffers)?
             }
-            State::Tensor(comm, tensor, wait) => {
-                let (comm, wait) = (*comm, *wait);
+            State::Tensor(comm, tensor, wait, end) => {
+                let (comm, wait, end) = (*comm, *wait, &*end);
                 Box::new(move |_: &[Shift]| {
                     if comm.all_reduce(&mut *tensor, ReduceOp::Sum, stream)? == Status::InProgress {
                         wait.wait(comm.core())?;
+                    }
+                    if let Some(end) = end {
+                        end.record(stream)
+                            .map_err(nccl_core::Error::cuda("recording the end event"))?;
                     }
                     Ok(())
                 })
@@ -432,7 +450,15 @@ fn run(args: &Args) -> Result<(), BenchError> {
                 Issue::Core => {
                     State::Layered(Box::new(CoreLayer::new(comm.core(), &stream)), buffers()?)
                 }
-                Issue::Tensor { wait, .. } => State::Tensor(comm, tensor()?, wait),
+                Issue::Tensor {
+                    wait, end_event, ..
+                } => {
+                    let end = end_event
+                        .then(|| stream.context().new_event(None))
+                        .transpose()
+                        .map_err(nccl_core::Error::cuda("creating the end event"))?;
+                    State::Tensor(comm, tensor()?, wait, end)
+                }
                 Issue::Group(..) => {
                     return Err(BenchError::Usage(format!(
                         "internal error: {} is a group layer",
