@@ -148,6 +148,8 @@ pub struct Launch {
     master_port: Option<u16>,
     timeout: Option<Duration>,
     max_restarts: usize,
+    /// How [`Launch::run`] waits for each attempt's ranks.
+    wait_policy: WaitPolicy,
     /// The base log folder and the streams also shown on the console.
     logs: Option<(PathBuf, Streams)>,
     forward_signals: bool,
@@ -191,6 +193,7 @@ impl Launch {
             master_port: None,
             timeout: None,
             max_restarts: 0,
+            wait_policy: WaitPolicy::FailFast,
             logs: None,
             forward_signals: false,
             grace_period: DEFAULT_GRACE_PERIOD,
@@ -229,6 +232,13 @@ impl Launch {
         /// A launch stopped by a forwarded signal or its timeout is not
         /// restarted.
         with_max_restarts(restarts: usize) => max_restarts = restarts;
+        /// With this way of waiting for each attempt in [`Launch::run`]:
+        /// [`WaitPolicy::FailFast`] (the default, torchrun's: the first rank
+        /// to fail ends the others) or [`WaitPolicy::All`] (a rank that fails
+        /// leaves the others running, for elastic programs whose survivors go
+        /// on without it; the attempt still fails, and may restart, once every
+        /// rank has ended).
+        with_wait_policy(policy: WaitPolicy) => wait_policy = policy;
         /// Forwarding SIGTERM and SIGINT to the ranks (the `nccl-launch`
         /// command does): a signal that reaches this process is sent on to
         /// every rank still running, which then has the

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
-use nccl_launch::{Job, Launch, Placement, Streams};
+use nccl_launch::{Job, Launch, Placement, Streams, WaitPolicy};
 
 /// Start N ranks of PROGRAM on this host, as torchrun does: RANK, WORLD_SIZE,
 /// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT and
@@ -67,6 +67,11 @@ struct Cli {
         allow_hyphen_values = true
     )]
     max_restarts: usize,
+    /// A rank that fails does not end the others: for elastic programs
+    /// whose survivors go on without it (`nccl-perf --inject`). The launch
+    /// still fails, and restarts, once every rank has ended.
+    #[arg(long, alias = "keep_going")]
+    keep_going: bool,
     /// Write each rank's output to DIR/run_<k>/attempt_<n>/<rank>/stdout.log
     /// and stderr.log (run_<k>: a fresh folder for each launch; n: the
     /// restart count), instead of the console.
@@ -323,6 +328,11 @@ fn main() -> ExitCode {
                 .map(Duration::from_secs),
         )
         .with_max_restarts(cli.max_restarts)
+        .with_wait_policy(if cli.keep_going {
+            WaitPolicy::All
+        } else {
+            WaitPolicy::FailFast
+        })
         .with_forward_signals(true)
         .with_grace_period(Duration::from_secs(cli.grace_period));
     if let Some(port) = cli.master_port {

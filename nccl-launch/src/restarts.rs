@@ -3,12 +3,13 @@
 
 use std::ffi::{OsStr, OsString};
 
-use crate::{Job, Launch, LaunchError, Outcome, WaitPolicy};
+use crate::{Job, Launch, LaunchError, Outcome};
 
 impl Launch {
     /// Runs every rank of `program` with `args` to the end, as the
     /// `nccl-launch` command does: the first rank to fail ends the others
-    /// ([`WaitPolicy::FailFast`]); then, while restarts are left
+    /// ([`WaitPolicy::FailFast`](crate::WaitPolicy::FailFast), unless [`Launch::with_wait_policy`] says
+    /// otherwise); then, while restarts are left
     /// ([`Launch::with_max_restarts`]), every rank is started again with the
     /// next `TORCHELASTIC_RESTART_COUNT`.
     ///
@@ -38,7 +39,7 @@ impl Launch {
         loop {
             let job = self.start_attempt(program, &args, &ranks, &attempt)?;
             started(&job);
-            let mut outcome = job.wait(WaitPolicy::FailFast);
+            let mut outcome = job.wait(self.wait_policy);
             let failed = outcome
                 .first_failure
                 .filter(|_| outcome.signal.is_none() && !outcome.timed_out);

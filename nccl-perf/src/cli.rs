@@ -18,6 +18,7 @@ use crate::buffers::Memory;
 use crate::collective::Collective;
 use crate::layer::LayerKind;
 use crate::method::Average;
+use crate::recovery::{HealMode, Injection};
 
 mod compare;
 mod reading;
@@ -336,6 +337,31 @@ pub struct Args {
     /// nccl-tests; else cudarc].
     #[arg(long, value_enum, value_name = "ALLOCATOR")]
     pub alloc: Option<Memory>,
+
+    /// Lose a rank on purpose and time the survivors' recovery instead of the size sweep:
+    /// FAULT@RANK:ITER, FAULT exit (the process exits), kill (SIGKILL) or stop (SIGSTOP, a
+    /// hang), rank RANK (not 0) after ITER checked all_reduces of -b bytes through the group
+    /// layer of --layer. Rank 0 prints the slowest survivor's detect, heal and first-correct
+    /// times from the loss, and a JSON object (-J, --json). Run under `nccl-launch -n N
+    /// --keep-going`.
+    #[arg(long, value_name = "FAULT@RANK:ITER")]
+    pub inject: Option<Injection>,
+
+    /// With --inject: how the survivors go on: heal and shrink the communicators where NCCL
+    /// can (shrink), heal with fresh ones (recreate), or a new group of the survivors whose
+    /// ranks are known in advance (full).
+    #[arg(long, value_enum, default_value_t = HealMode::Shrink, requires = "inject")]
+    pub heal: HealMode,
+
+    /// With --inject: the survivors are told who is lost (HealOptions::with_suspects), as a
+    /// launcher that saw the loss could.
+    #[arg(long, requires = "inject")]
+    pub tell: bool,
+
+    /// With --inject: the group's operation timeout in ms (what ends the survivors' wait for
+    /// a stopped rank) [default: the group's].
+    #[arg(long, value_name = "MS", requires = "inject", value_parser = clap::value_parser!(u64).range(1..))]
+    pub op_timeout_ms: Option<u64>,
 
     /// Print the version (long form only: -V is nccl-tests' --device_cta_count).
     #[arg(long, action = ArgAction::Version)]

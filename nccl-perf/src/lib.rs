@@ -62,6 +62,8 @@
 //!   lines that describe the run, JSON rows and nccl-tests' JSON document.
 //! * `plot`: the `--plot` SVG (feature `plot`).
 //! * `redraw`: `--report ROWS.jsonl`, the tables and plot of saved rows.
+//! * `recovery`: `--inject`, a lost rank's cost to the survivors: detect,
+//!   heal and first correct all_reduce.
 //! * `env`: the CUDA driver, GPU and NCCL checks done before anything else.
 //! * `runner`: which ranks and GPUs a process has, the plan, the rank
 //!   threads, where the processes meet (barriers, failures, results), and
@@ -92,6 +94,7 @@ mod method;
 mod per_iter;
 #[cfg(feature = "plot")]
 mod plot;
+mod recovery;
 mod redraw;
 mod report;
 mod rotation;
@@ -111,6 +114,7 @@ pub use layer::{
     AT_START, Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, Rotation, Shift,
     TensorLayer,
 };
+pub use recovery::{Fault, HealMode, Injection};
 pub use runner::main_with;
 pub use timing::{median, per_call_us};
 pub use world::World;

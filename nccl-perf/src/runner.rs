@@ -255,6 +255,17 @@ pub fn main_with(args: &Args) -> u8 {
     } else {
         "nccl-perf:".to_string()
     };
+    if let Some(injection) = args.inject {
+        let outcome =
+            crate::env::probe().and_then(|_| crate::recovery::run(args, injection, &world));
+        return match outcome {
+            Ok(()) => 0,
+            Err(error) => {
+                eprintln!("{prefix} error: {}", error.one_line());
+                error.exit_code()
+            }
+        };
+    }
     let meeting = Arc::new(Meeting::new(world));
     let outcome = crate::env::probe()
         .and_then(|env| run(args, &env, &meeting, io::stdout()))

@@ -619,7 +619,7 @@ fn render_run_sh(
 ///   document per operation (`cargo xtask nccl-tests-compare` sets them
 ///   side by side here);
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
-/// * heal.sh: the recovery figures (heal-cost's modes at world sizes 4
+/// * heal.sh: the recovery figures (`nccl-perf --inject` with each `--heal` at world sizes 4
 ///   and 8, and torch.distributed.shrink_group's through
 ///   scripts/torch_heal_cost.py);
 /// * interop.sh: nccl-rendezvous's C10dStore against a real torch TCPStore

@@ -96,3 +96,21 @@ fn the_library_reports_each_attempt_and_the_last_outcome() {
     assert_eq!(outcome.restarts, 1);
     assert_eq!(outcome.rank(1).expect("rank 1").stdout, "1\n");
 }
+
+/// Rank 1 fails at once; the others finish their work after it.
+const SURVIVORS_GO_ON: &str = "if [ \"$RANK\" = 1 ]; then exit 3; fi; \
+     sleep 0.5; echo \"rank $RANK went on\"";
+
+#[test]
+fn with_keep_going_the_others_go_on_after_a_failure_and_the_launch_still_fails() {
+    let out = simulated(3, &["--keep-going"], SURVIVORS_GO_ON);
+    exited(&out, 3, &[]);
+    let stdout = text(&out.stdout);
+    for rank in [0, 2] {
+        assert_eq!(
+            lines_of(&stdout, rank),
+            [format!("rank {rank} went on")],
+            "{stdout}"
+        );
+    }
+}

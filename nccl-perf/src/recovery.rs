@@ -1,0 +1,440 @@
+//! `--inject`: what losing a rank costs, measured as the survivors see it.
+//!
+//! Every rank runs checked all_reduces of `-b` bytes of f32 through a
+//! process group (the group layer `--layer` names, with `--group-comms` and
+//! `--group-mismatch-check`). After `ITER` of them, rank `RANK` notes the
+//! time in the launch's store and is lost as `FAULT` says. The survivors
+//! go on issuing until an operation fails, heal as `--heal` says (told who
+//! is lost with `--tell`, as a launcher that saw the loss could), and run
+//! one more all_reduce, checked against the survivors' sum. Each survivor
+//! times three phases from the loss: `detect` (to its failed operation),
+//! `heal` (to its next group), `first` (to that group's first correct
+//! all_reduce); rank 0 prints the slowest survivor's (the one whose total
+//! is longest: the group is down until it is back), in a table and one
+//! JSON object (`-J FILE`; appended as a line to `--json FILE`).
+//!
+//! The times compare the lost rank's clock with the survivors': they are
+//! right on one host (nccl-launch, simulated hosts) or on hosts whose
+//! clocks agree. Rank 0 hosts the launch's store and prints, so it is
+//! never the one lost. Run it under `nccl-launch --keep-going`: without it
+//! the launcher ends the survivors when the lost rank fails. Each launch
+//! measures one loss; repeat launches for a spread.
+
+mod inject;
+
+pub use inject::{Fault, HealMode, Injection};
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cudarc::driver::CudaStream;
+use nccl_core::{Device, ReduceOp};
+use nccl_group::{GroupError, GroupOptions, HealOptions, Lifecycle, ProcessGroup, Recovery};
+use nccl_tensor::Tensor;
+
+use crate::cli::Args;
+use crate::collective::Collective;
+use crate::error::BenchError;
+use crate::layer::LayerKind;
+use crate::world::World;
+
+/// The group's name, and the prefix of the keys the ranks share.
+const NAME: &str = "nccl-perf-recovery";
+
+/// What a recovery run measures, from the flags; checked before any GPU
+/// work.
+struct Plan {
+    injection: Injection,
+    heal: HealMode,
+    told: bool,
+    layer: LayerKind,
+    count: usize,
+    options: GroupOptions,
+}
+
+impl Plan {
+    /// The plan of `args` in a world of `world` ranks.
+    ///
+    /// # Errors
+    /// [`BenchError::Usage`] naming the flag, what it must be and what it
+    /// was.
+    fn new(args: &Args, injection: Injection, world: usize) -> Result<Self, BenchError> {
+        let usage = |text: String| Err(BenchError::Usage(text));
+        if world < 2 {
+            return usage(format!(
+                "--inject {injection}: expected 2 or more ranks (one is lost; run under nccl-launch -n N \
+                 --keep-going); got world size {world}"
+            ));
+        }
+        if injection.rank == 0 || injection.rank >= world {
+            return usage(format!(
+                "--inject {injection}: expected RANK in 1..{world} (rank 0 hosts the store and reports); got \
+                 {}",
+                injection.rank
+            ));
+        }
+        if args.collectives() != [Collective::AllReduce] {
+            return usage(format!(
+                "--inject {injection}: expected the all_reduce collective (the recovery is timed to the \
+                 first correct all_reduce); got {}",
+                args.collectives()
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let layers = args.layers();
+        let layer = match layers[..] {
+            [layer] if layer.stream_mode().is_some() => layer,
+            _ => {
+                return usage(format!(
+                    "--inject {injection}: expected one group layer (--layer group or group-caller); got {}",
+                    layers
+                        .iter()
+                        .map(|layer| layer.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        };
+        if args.datatype != crate::cli::DataTypeArg::FLOAT {
+            return usage(format!(
+                "--inject {injection}: expected -d float (the sums are checked in f32); got another type"
+            ));
+        }
+        let count = usize::try_from(args.min_bytes / 4)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut options = GroupOptions::default()
+            .with_comm_mode(args.group_comms.comm_mode())
+            .with_mismatch_check(args.group_mismatch_check.is_on())
+            .without_dump_dir();
+        if let Some(mode) = layer.stream_mode() {
+            options = options.with_stream_mode(mode);
+        }
+        if let Some(ms) = args.op_timeout_ms {
+            options = options.with_op_timeout(Duration::from_millis(ms));
+        }
+        Ok(Self {
+            injection,
+            heal: args.heal,
+            told: args.tell,
+            layer,
+            count,
+            options,
+        })
+    }
+}
+
+/// Microseconds since the Unix epoch: comparable across the processes of
+/// one host.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
+}
+
+/// One all_reduce of `value` from every member over `count` elements, read
+/// back: `Ok(true)` when every element is `sum`, `Ok(false)` when one is
+/// not (a wrong result given as a success), the group's error otherwise.
+fn all_reduce(
+    group: &ProcessGroup,
+    stream: &Arc<CudaStream>,
+    (count, value, sum): (usize, f32, f32),
+) -> Result<bool, GroupError> {
+    let tensor = Tensor::from_host(stream, &vec![value; count], &[count])?;
+    let tensor = group
+        .all_reduce(tensor, ReduceOp::Sum, stream)
+        .map_err(|refusal| refusal.error)?
+        .wait()?;
+    Ok(tensor.to_vec(stream)?.iter().all(|&got| got == sum))
+}
+
+/// The error for a result that came back wrong as a success.
+fn wrong(when: &str) -> BenchError {
+    BenchError::Usage(format!(
+        "an all_reduce {when} returned a wrong result as a success: expected every element to be the \
+         ranks' sum"
+    ))
+}
+
+/// A survivor's phases, in ms from the loss.
+#[derive(Clone, Copy, Debug)]
+struct Phases {
+    detect: f64,
+    heal: f64,
+    first: f64,
+}
+
+impl Phases {
+    fn total(&self) -> f64 {
+        self.detect + self.heal + self.first
+    }
+}
+
+/// Runs the recovery as this rank of `world`; rank 0 prints the result.
+///
+/// # Errors
+/// A usage error, a failed operation before the loss or after the heal,
+/// a wrong result, a failed heal, or the store.
+pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<(), BenchError> {
+    let plan = Plan::new(args, injection, world.size)?;
+    let group = world.group(NAME, plan.options.clone())?;
+    let stream = Device::new(world.local_rank)?.new_stream()?;
+    let mine = (world.rank + 1) as f32;
+    let sum = (world.size * (world.size + 1) / 2) as f32;
+    for _ in 0..injection.iter {
+        if !all_reduce(&group, &stream, (plan.count, mine, sum))? {
+            return Err(wrong("before the loss"));
+        }
+    }
+    let meeting = world.meeting();
+    let died_key = format!("{NAME}/died");
+    let pid_key = format!("{NAME}/stopped-pid");
+    if world.rank == injection.rank {
+        meeting.share_from(world.rank, &pid_key, || {
+            Ok::<_, BenchError>(std::process::id().to_string().into_bytes())
+        })?;
+        meeting.share_from(world.rank, &died_key, || {
+            Ok::<_, BenchError>(now_us().to_le_bytes().to_vec())
+        })?;
+        lose_this_process(injection.fault)?;
+        // Continued after a stop: the survivors are done with it.
+        std::process::exit(0);
+    }
+    let detected = loop {
+        match all_reduce(&group, &stream, (plan.count, mine, sum)) {
+            Ok(true) => {}
+            Ok(false) => return Err(wrong("after the loss")),
+            Err(error) => break error,
+        }
+    };
+    let failed = now_us();
+    let survivors_sum = sum - (injection.rank + 1) as f32;
+    let (next, path) = go_on(&plan, world, group)?;
+    let healed = now_us();
+    if !all_reduce(&next, &stream, (plan.count, mine, survivors_sum))? {
+        return Err(wrong("after the heal"));
+    }
+    let first = now_us();
+    let died = u64_of(&meeting.share_from(injection.rank, &died_key, || {
+        Err::<Vec<u8>, _>(BenchError::Usage(
+            "only the lost rank notes its loss".into(),
+        ))
+    })?);
+    let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1000.0;
+    let phases = Phases {
+        detect: ms(died, failed),
+        heal: ms(failed, healed),
+        first: ms(healed, first),
+    };
+    let times_key = |rank: usize| format!("{NAME}/times/{rank}");
+    meeting.share_from(world.rank, &times_key(world.rank), || {
+        Ok::<_, BenchError>(
+            [phases.detect, phases.heal, phases.first]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        )
+    })?;
+    next.destroy()?;
+    if world.rank == 0 {
+        let survivors = (0..world.size).filter(|&rank| rank != injection.rank);
+        let mut all = Vec::new();
+        for rank in survivors {
+            let bytes = meeting.share_from(rank, &times_key(rank), || {
+                Err::<Vec<u8>, _>(BenchError::Usage(
+                    "each survivor shares its own times".into(),
+                ))
+            })?;
+            let value =
+                |i: usize| f64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
+            all.push((
+                rank,
+                Phases {
+                    detect: value(0),
+                    heal: value(1),
+                    first: value(2),
+                },
+            ));
+        }
+        report(args, &plan, world, (&detected, &path), &all)?;
+        if injection.fault == Fault::Stop {
+            let pid = meeting.share_from(injection.rank, &pid_key, || {
+                Err::<Vec<u8>, _>(BenchError::Usage(
+                    "only the lost rank shares its pid".into(),
+                ))
+            })?;
+            signal(&String::from_utf8_lossy(&pid), "-CONT")?;
+        }
+    }
+    Ok(())
+}
+
+/// The first 8 bytes of `bytes` as a little-endian `u64` (0 if fewer).
+fn u64_of(bytes: &[u8]) -> u64 {
+    bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// The survivors' next group, as `--heal` says, and how it was made.
+fn go_on(
+    plan: &Plan,
+    world: &World,
+    group: ProcessGroup,
+) -> Result<(ProcessGroup, String), BenchError> {
+    let lost = plan.injection.rank;
+    match plan.heal {
+        HealMode::Shrink | HealMode::Recreate => {
+            let suspects = if plan.told { vec![lost] } else { Vec::new() };
+            let healed = group.heal(
+                &HealOptions::new()
+                    .with_timeout(world.timeout)
+                    .with_shrink(plan.heal == HealMode::Shrink)
+                    .with_suspects(suspects),
+            )?;
+            let path = format!("{:?}", healed.path());
+            Ok((healed.into_group(), path))
+        }
+        HealMode::Full => {
+            drop(group);
+            let rank = world.rank - usize::from(world.rank > lost);
+            let next = world.group_member(
+                &format!("{NAME}-full"),
+                rank,
+                world.size - 1,
+                plan.options.clone(),
+            )?;
+            Ok((next, "a new group".to_string()))
+        }
+    }
+}
+
+/// Loses this process as `fault` says; returns only after a stop, once
+/// the process is continued.
+fn lose_this_process(fault: Fault) -> Result<(), BenchError> {
+    let pid = std::process::id().to_string();
+    match fault {
+        Fault::Exit => std::process::exit(1),
+        Fault::Kill => {
+            signal(&pid, "-KILL")?;
+            std::process::exit(1)
+        }
+        Fault::Stop => signal(&pid, "-STOP"),
+    }
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`, `-KILL`) to process `pid` with kill(1).
+fn signal(pid: &str, signal: &str) -> Result<(), BenchError> {
+    let status = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .map_err(|error| {
+            BenchError::Environment(format!("running kill {signal} {pid}: {error}"))
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(BenchError::Environment(format!(
+            "kill {signal} {pid}: {status}"
+        )))
+    }
+}
+
+/// Rank 0's table and JSON object of the run.
+fn report(
+    args: &Args,
+    plan: &Plan,
+    world: &World,
+    (detected, path): (&GroupError, &str),
+    survivors: &[(usize, Phases)],
+) -> Result<(), BenchError> {
+    let Some(&(slowest, phases)) = survivors
+        .iter()
+        .max_by(|a, b| a.1.total().total_cmp(&b.1.total()))
+    else {
+        return Ok(());
+    };
+    let nccl = nccl_core::version().map_or_else(|error| error.to_string(), |v| v.to_string());
+    let injection = plan.injection;
+    let comms = format!("{:?}", args.group_comms.comm_mode()).to_lowercase();
+    let io = |what: String| move |source| BenchError::Io { what, source };
+    let mut out = std::io::stdout().lock();
+    let lines = [
+        format!(
+            "# nccl-perf --inject {injection}: all_reduce of {} x f32 through {}, {comms} communicators, world size \
+             {} -> {}, NCCL {nccl}",
+            plan.count,
+            plan.layer.name(),
+            world.size,
+            world.size - 1
+        ),
+        format!(
+            "# the survivors heal by {} (told who is lost: {}); ms from the loss, for the slowest survivor (rank \
+             {slowest}); it detected: {detected}",
+            plan.heal.name(),
+            if plan.told { "yes" } else { "no" },
+        ),
+        "#  fault  rank   iter  world  detect_ms    heal_ms   first_ms   total_ms  path"
+            .to_string(),
+        format!(
+            "{:>8} {:>5} {:>6} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1}  {path}",
+            injection.fault.name(),
+            injection.rank,
+            injection.iter,
+            format!("{}->{}", world.size, world.size - 1),
+            phases.detect,
+            phases.heal,
+            phases.first,
+            phases.total()
+        ),
+    ];
+    for line in &lines {
+        writeln!(out, "{line}").map_err(io("the standard output".into()))?;
+    }
+    let json = serde_json::json!({
+        "tool": "nccl-perf",
+        "inject": {"fault": injection.fault.name(), "rank": injection.rank, "iter": injection.iter},
+        "heal": plan.heal.name(),
+        "told": plan.told,
+        "layer": plan.layer.name(),
+        "comms": comms,
+        "count": plan.count,
+        "world": world.size,
+        "simulated_hosts": world.simulated_hosts,
+        "nccl": nccl,
+        "detected": detected.to_string(),
+        "detected_kind": format!("{:?}", detected.kind()),
+        "slowest_rank": slowest,
+        "detect_ms": phases.detect,
+        "heal_ms": phases.heal,
+        "first_ms": phases.first,
+        "total_ms": phases.total(),
+        "path": path,
+        "survivors": survivors.iter().map(|(rank, p)| serde_json::json!({
+            "rank": rank, "detect_ms": p.detect, "heal_ms": p.heal, "first_ms": p.first, "total_ms": p.total(),
+        })).collect::<Vec<_>>(),
+    });
+    writeln!(out, "{json}").map_err(io("the standard output".into()))?;
+    if let Some(file) = &args.output_file {
+        std::fs::write(file, format!("{json}\n")).map_err(io(file.display().to_string()))?;
+    }
+    if let Some(path) = &args.json {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| writeln!(file, "{json}"))
+            .map_err(io(path.display().to_string()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

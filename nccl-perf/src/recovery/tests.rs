@@ -1,0 +1,107 @@
+//! `--inject`'s flags: what goes together, and the plan they make.
+
+use clap::Parser;
+use nccl_group::StreamMode;
+
+use super::{Fault, HealMode, Injection, Plan};
+use crate::cli::Args;
+
+fn args(flags: &[&str]) -> Args {
+    Args::try_parse_from([&["nccl-perf"], flags].concat()).expect("flags parse")
+}
+
+fn plan(flags: &[&str], world: usize) -> Result<Plan, String> {
+    let args = args(flags);
+    let injection = args.inject.expect("--inject given");
+    Plan::new(&args, injection, world).map_err(|error| error.to_string())
+}
+
+const GROUP_ALL_REDUCE: [&str; 3] = ["all_reduce", "--layer", "group-caller"];
+
+#[test]
+fn inject_parses_with_heal_tell_and_op_timeout_into_a_plan() {
+    let flags = [
+        &GROUP_ALL_REDUCE[..],
+        &[
+            "--inject",
+            "kill@3:57",
+            "--heal",
+            "recreate",
+            "--tell",
+            "--op-timeout-ms",
+            "60000",
+            "-b",
+            "4K",
+        ],
+    ]
+    .concat();
+    let plan = plan(&flags, 4).expect("a plan");
+    assert_eq!(
+        plan.injection,
+        Injection {
+            fault: Fault::Kill,
+            rank: 3,
+            iter: 57
+        }
+    );
+    assert_eq!(plan.heal, HealMode::Recreate);
+    assert!(plan.told);
+    assert_eq!(plan.count, 1024);
+    assert_eq!(plan.options.stream_mode, StreamMode::Caller);
+    assert_eq!(plan.options.op_timeout.as_millis(), 60_000);
+}
+
+#[test]
+fn the_recovery_flags_need_inject() {
+    for flags in [
+        &["--heal", "full"][..],
+        &["--tell"],
+        &["--op-timeout-ms", "10"],
+    ] {
+        let error = Args::try_parse_from([&["nccl-perf"], flags].concat())
+            .expect_err("refused without --inject")
+            .to_string();
+        assert!(error.contains("--inject"), "{flags:?}: {error}");
+    }
+}
+
+#[test]
+fn a_plan_that_cannot_measure_a_recovery_is_refused_naming_the_flag() {
+    fn with<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+        [&GROUP_ALL_REDUCE[..], extra].concat()
+    }
+    for (flags, world, expected) in [
+        (
+            with(&["--inject", "exit@1:5"]),
+            1,
+            "expected 2 or more ranks",
+        ),
+        (
+            with(&["--inject", "exit@0:5"]),
+            4,
+            "expected RANK in 1..4 (rank 0 hosts the store and reports); got 0",
+        ),
+        (with(&["--inject", "exit@4:5"]), 4, "expected RANK in 1..4"),
+        (
+            vec!["broadcast", "--layer", "group", "--inject", "exit@1:5"],
+            2,
+            "expected the all_reduce collective",
+        ),
+        (
+            vec!["all_reduce", "--inject", "stop@1:5"],
+            2,
+            "expected one group layer (--layer group or group-caller); got core",
+        ),
+        (
+            with(&["--inject", "kill@1:5", "-d", "half"]),
+            2,
+            "expected -d float",
+        ),
+    ] {
+        let error = plan(&flags, world)
+            .err()
+            .unwrap_or_else(|| panic!("{flags:?} refused"));
+        assert!(error.contains(expected), "{flags:?}: {error}");
+        assert!(error.starts_with("--inject "), "{flags:?}: {error}");
+    }
+}
