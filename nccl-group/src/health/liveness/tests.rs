@@ -230,3 +230,53 @@ fn a_clean_destroy_of_every_rank_deletes_the_beats_and_a_lone_rank_beats_not() {
     assert_eq!(store.try_get("lone/0/liveness/0").unwrap(), None);
     lone[0].destroy().expect("destroy");
 }
+
+#[test]
+fn a_stopped_rank_0_is_named_by_the_ranks_that_watch_it() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let options = options().with_liveness(Liveness::beat(
+        Duration::from_millis(50),
+        Duration::from_secs(2),
+    ));
+    store.set("watcher/0/liveness/0", b"1").unwrap();
+    let groups = [1, 2].map(|rank| heal::tests::rank_of(&store, "watcher", (rank, 3), &options));
+    for group in &groups {
+        let failure = failure_of(group);
+        assert_eq!(failure.cause.unresponsive_rank(), Some(0), "{failure}");
+    }
+    for healed in heal_all(&groups, &HealOptions::new()) {
+        let healed = healed.expect("healed");
+        assert_eq!(healed.lost(), [0]);
+        assert_eq!(healed.new_rank_of(1), Some(0));
+    }
+}
+
+#[test]
+fn a_rank_that_left_is_not_named_and_dropping_every_group_deletes_the_beats() {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let every = Duration::from_millis(20);
+    let bound = Duration::from_millis(500);
+    let mut groups = beating(&store, "early", 2, Liveness::beat(every, bound));
+    // Rank 1 destroys first; rank 0 goes on watching for twice the bound.
+    groups.pop().unwrap().destroy().expect("destroy");
+    {
+        let store = Arc::clone(&store);
+        until("rank 1 to leave", move || {
+            store.try_get("early/0/liveness/1").unwrap().as_deref() == Some(LEFT)
+        });
+    }
+    let first = count(&store, "early/0/liveness/0");
+    let spans = u64::try_from(2 * bound.as_millis() / every.as_millis()).unwrap();
+    while count(&store, "early/0/liveness/0") < first + spans {
+        std::thread::sleep(every);
+    }
+    assert!(groups[0].failure().is_none(), "{:?}", groups[0].failure());
+    // Rank 0 drops its group without destroying it: it leaves too, last.
+    drop(groups);
+    until("the beats to be deleted", move || {
+        ["0", "1", "closed"].iter().all(|leaf| {
+            let key = format!("early/0/liveness/{leaf}");
+            store.try_get(&key).unwrap().is_none()
+        })
+    });
+}
