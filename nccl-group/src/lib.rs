@@ -131,7 +131,8 @@ with_cuda! {
     /// [`nccl_rendezvous`], under the name this crate has always given them.
     pub use nccl_rendezvous as store;
     pub use options::{
-        CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, Liveness, StreamMode, TIMING_VARIABLE,
+        CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, Liveness, MAX_BEAT_INTERVAL, StreamMode,
+        TIMING_VARIABLE,
     };
     pub use ranks::{GlobalRank, GroupRank, Rank};
     pub use store::{

@@ -288,6 +288,9 @@ pub enum Liveness {
     },
 }
 
+/// The longest interval between two beats [`Liveness::beat`] takes.
+pub const MAX_BEAT_INTERVAL: Duration = Duration::from_secs(3600);
+
 impl Liveness {
     /// The default: a beat every 250 ms, a bound of 1 s (four beats missed
     /// in a row).
@@ -306,12 +309,14 @@ impl Liveness {
         let Liveness::Beat { every, bound } = self else {
             return Ok(());
         };
-        if every.is_zero() || bound.is_zero() || every >= bound {
+        if every.is_zero() || bound.is_zero() || every >= bound || every > MAX_BEAT_INTERVAL {
             return Err(GroupError::InvalidArgument {
                 argument: "liveness",
-                expected: "an interval and a bound above zero, the interval shorter than the \
-                           bound (e.g. Liveness::beat(250 ms, 1 s)), or Liveness::Off"
-                    .to_string(),
+                expected: format!(
+                    "an interval and a bound above zero, the interval shorter than the bound \
+                     and at most {MAX_BEAT_INTERVAL:?} (e.g. Liveness::beat(250 ms, 1 s)), or \
+                     Liveness::Off"
+                ),
                 given: format!("a beat every {every:?} with a bound of {bound:?}"),
             });
         }
@@ -404,8 +409,8 @@ impl GroupOptions {
         /// [`Liveness::Off`] for none).
         ///
         /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a
-        /// zero interval or bound, and an interval not shorter than the
-        /// bound.
+        /// zero interval or bound, an interval not shorter than the bound,
+        /// and one above [`MAX_BEAT_INTERVAL`].
         with_liveness(liveness: Liveness) => liveness = liveness;
         /// With these NCCL options for every communicator the group creates
         /// ([`GroupOptions::config`]).

@@ -29,8 +29,10 @@
 //!   more than half the bound apart (it was descheduled, or the store was
 //!   slow) restarts every clock instead of naming anyone, and a round the
 //!   store fails is no observation: a slow watcher or store never names a
-//!   live rank, at the price of naming a hung one later. A stopped rank is
-//!   named between `bound` and `bound + 2 × every` after its last beat.
+//!   live rank, at the price of naming a hung one later (and none at all
+//!   while rank 0's round of reads takes more than half the bound: some
+//!   5000 ranks at 100 µs a read; raise the bound there). A stopped rank
+//!   is named between `bound` and `bound + 2 × every` after its last beat.
 //! - **Naming.** The watcher fails its group with
 //!   [`FailureCause::PeerUnresponsive`] (on a thread of its own: the beat
 //!   goes on), which raises the failure alarm with the named rank in it;

@@ -20,6 +20,18 @@ fn liveness(every: u64, bound: u64) -> String {
     build_with(GroupOptions::default().with_liveness(beat))
 }
 
+/// The liveness rows' cases from `(input, interval ms, bound ms, what the
+/// error says was given)`.
+macro_rules! liveness_rows {
+    ($(($input:literal, $every:literal, $bound:literal, $given:literal)),* $(,)?) => {
+        [$((
+            $input,
+            &["liveness", LIVENESS_EXPECTED, $given] as &[&str],
+            (|| liveness($every, $bound)) as fn() -> String,
+        )),*]
+    };
+}
+
 /// The rows of this area, in the order of the Markdown table.
 pub fn rows() -> Vec<Row> {
     calls(
@@ -57,33 +69,38 @@ pub fn rows() -> Vec<Row> {
                     )
                 },
             ),
+        ],
+    )
+    .into_iter()
+    .chain(calls(
+        "group",
+        "GroupBuilder::build",
+        &liveness_rows![
             (
                 "liveness bound 0",
-                &[
-                    "liveness",
-                    LIVENESS_EXPECTED,
-                    "a beat every 250ms with a bound of 0ns",
-                ],
-                || liveness(250, 0),
+                250,
+                0,
+                "a beat every 250ms with a bound of 0ns"
             ),
             (
                 "liveness beat every 0",
-                &[
-                    "liveness",
-                    LIVENESS_EXPECTED,
-                    "a beat every 0ns with a bound of 1s",
-                ],
-                || liveness(0, 1000),
+                0,
+                1000,
+                "a beat every 0ns with a bound of 1s"
             ),
             (
                 "liveness beat every 1 s, bound 1 s",
-                &[
-                    "liveness",
-                    LIVENESS_EXPECTED,
-                    "a beat every 1s with a bound of 1s",
-                ],
-                || liveness(1000, 1000),
+                1000,
+                1000,
+                "a beat every 1s with a bound of 1s"
+            ),
+            (
+                "liveness beat every 2 h, bound 3 h",
+                7_200_000,
+                10_800_000,
+                "a beat every 7200s with a bound of 10800s"
             ),
         ],
-    )
+    ))
+    .collect()
 }
