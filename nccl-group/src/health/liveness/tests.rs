@@ -11,7 +11,9 @@ use crate::generations::heal::tests::{heal_all, options};
 use crate::generations::heal::{self, HealOptions};
 use crate::generations::lifecycle::Lifecycle;
 use crate::generations::recovery::Recovery;
-use nccl_rendezvous::InProcessStore;
+use nccl_rendezvous::{
+    FileStore, InProcessStore, TcpStore, TcpStoreOptions, TcpStoreServerOptions,
+};
 use nccl_test_support::within;
 
 /// Hang guard of the waits below: only a beat or an alarm that never
@@ -177,12 +179,12 @@ fn a_rank_whose_issuing_thread_is_blocked_beats_on_and_is_never_named() {
     }
 }
 
-#[test]
-fn another_rank_s_alarm_fails_a_waiting_group_without_polling() {
-    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+/// The alarm pushed through `store`: a rank waiting in a collective fails
+/// on another rank's alarm without ever polling it.
+fn pushed_through(store: &Arc<dyn Store>) {
     // No rank is named within this test's patience: only the alarm fails.
     let liveness = Liveness::beat(Duration::from_millis(50), PATIENCE * 10);
-    let groups = beating(&store, "pushed", 2, liveness);
+    let groups = beating(store, "pushed", 2, liveness);
     wait_in_collective(&groups[1], later());
     store
         .set(
@@ -203,6 +205,21 @@ fn another_rank_s_alarm_fails_a_waiting_group_without_polling() {
     // Rank 0's own alarm (as it reads) fails nothing of its own.
     assert!(groups[0].failure().is_none());
     groups[0].abort().expect("abort");
+}
+
+#[test]
+fn another_rank_s_alarm_fails_a_waiting_group_without_polling_on_every_store() {
+    pushed_through(&(Arc::new(InProcessStore::new()) as Arc<dyn Store>));
+    let dir = tempfile::tempdir().unwrap();
+    let file = FileStore::open(dir.path(), PATIENCE).unwrap();
+    pushed_through(&(Arc::new(file) as Arc<dyn Store>));
+    let tcp = TcpStore::host(
+        "127.0.0.1:0",
+        TcpStoreServerOptions::default(),
+        TcpStoreOptions::default(),
+    )
+    .unwrap();
+    pushed_through(&(Arc::new(tcp) as Arc<dyn Store>));
 }
 
 #[test]
