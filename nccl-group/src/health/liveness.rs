@@ -22,7 +22,9 @@
 //!   aborted or dropped.
 //! - **Watch.** Rank 0 reads every other rank's beat, each other rank
 //!   reads rank 0's, once a beat, while the group is live: one watcher for
-//!   the group, and one for the watcher. A rank is watched from its first
+//!   the group, and one for the watcher (every rank watching every rank
+//!   would cost `N²` reads a beat; rank 0 alone would leave its own hang
+//!   unseen). A rank is watched from its first
 //!   beat (the ranks join at different times) and named once the beat the
 //!   watcher reads has not moved for `bound`, by the watcher's own clock
 //!   (no clocks compared across hosts). A watcher whose own rounds came
@@ -52,6 +54,10 @@
 //!   not named) and counts itself in `closed`; the last of the world size
 //!   to count deletes every beat and `closed`. A generation that lost a
 //!   rank keeps its keys (world size of them), as the mismatch check's.
+//!
+//! A stopped process that hosts the TCP store stops the store too: every
+//! rank's store calls then fail by the store's own I/O timeout
+//! (`StoreError`), and no beat names it.
 //!
 //! Store load per beat interval: every rank one write, one read (rank 0:
 //! one per other rank) and one wait; for a group of `N`, `N` writes,
