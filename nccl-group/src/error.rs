@@ -265,6 +265,18 @@ pub enum GroupError {
         #[source]
         source: std::io::Error,
     },
+    /// The process could not start the thread of a group's liveness beat
+    /// ([`GroupOptions::liveness`](crate::GroupOptions::liveness)).
+    #[error(
+        "the process could not start the liveness thread of a process group \
+         (is the process out of threads or memory?); \
+         GroupOptions::with_liveness(Liveness::Off) makes a group without it"
+    )]
+    LivenessStart {
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The process could not start the thread that wakes awaited
     /// [`Work`](crate::Work)s (one per process, started by the first
     /// future that waits); the operating system's error is the `source()`.
@@ -355,7 +367,7 @@ impl GroupError {
     /// | `Store(error)`, `Tensor(error)` | `error.kind()` |
     /// | `Rendezvous`, `InitTimeout`, `Timeout`, `AbortStalled`, `NotOffered` | [`ErrorKind::Timeout`] |
     /// | `Aborted` | [`ErrorKind::Aborted`] |
-    /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) | [`ErrorKind::PeerLost`] |
+    /// | `Failed` by a lost peer ([`FailureCause::is_peer_lost`](crate::FailureCause::is_peer_lost)) or an unresponsive one ([`FailureCause::PeerUnresponsive`]) | [`ErrorKind::PeerLost`] |
     /// | `Failed` by another rank's failure alarm ([`FailureCause::PeerFailed`]) | [`ErrorKind::PeerFailed`] |
     /// | `Failed`, any other cause | [`ErrorKind::GroupFailed`] ([`GroupError::is_timeout`] tells a timeout) |
     /// | `Failed` by a mismatch ([`FailureCause::Mismatch`]), `Mismatch` | [`ErrorKind::Mismatch`] |
@@ -364,7 +376,7 @@ impl GroupError {
     /// | `Healed` | [`ErrorKind::Healed`] |
     /// | `Suspended` | [`ErrorKind::Suspended`] |
     /// | `Capture` | [`ErrorKind::Unsupported`] |
-    /// | `WatchdogStart`, `WakerStart`, `MismatchCheckStart` | [`ErrorKind::Io`] |
+    /// | `WatchdogStart`, `WakerStart`, `MismatchCheckStart`, `LivenessStart` | [`ErrorKind::Io`] |
     /// | `Dump` | [`ErrorKind::InvalidArgument`] for [`DumpError::NoFolder`], else [`ErrorKind::Io`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -381,7 +393,11 @@ impl GroupError {
             | GroupError::AbortStalled { .. }
             | GroupError::NotOffered { .. } => ErrorKind::Timeout,
             GroupError::Aborted { .. } => ErrorKind::Aborted,
-            GroupError::Failed(failure) if failure.cause.is_peer_lost() => ErrorKind::PeerLost,
+            GroupError::Failed(failure)
+                if failure.cause.is_peer_lost() || failure.cause.unresponsive_rank().is_some() =>
+            {
+                ErrorKind::PeerLost
+            }
             GroupError::Failed(failure)
                 if matches!(failure.cause, FailureCause::PeerFailed { .. }) =>
             {
@@ -403,7 +419,8 @@ impl GroupError {
             GroupError::Suspended { .. } => ErrorKind::Suspended,
             GroupError::WatchdogStart { .. }
             | GroupError::WakerStart { .. }
-            | GroupError::MismatchCheckStart { .. } => ErrorKind::Io,
+            | GroupError::MismatchCheckStart { .. }
+            | GroupError::LivenessStart { .. } => ErrorKind::Io,
             GroupError::Dump(DumpError::NoFolder) => ErrorKind::InvalidArgument,
             GroupError::Dump(_) => ErrorKind::Io,
         }
@@ -458,6 +475,7 @@ impl GroupError {
             GroupError::WatchdogStart { .. } => "WatchdogStart",
             GroupError::WakerStart { .. } => "WakerStart",
             GroupError::MismatchCheckStart { .. } => "MismatchCheckStart",
+            GroupError::LivenessStart { .. } => "LivenessStart",
             GroupError::Dump(_) => "Dump",
             GroupError::Mismatch(_) => "Mismatch",
             GroupError::Healed { .. } => "Healed",

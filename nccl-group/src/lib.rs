@@ -130,7 +130,10 @@ with_cuda! {
     /// The rendezvous stores, the launch environment and the meetings:
     /// [`nccl_rendezvous`], under the name this crate has always given them.
     pub use nccl_rendezvous as store;
-    pub use options::{CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, StreamMode, TIMING_VARIABLE};
+    pub use options::{
+        CommMode, DEFAULT_OP_TIMEOUT, GroupOptions, Liveness, MAX_BEAT_INTERVAL, StreamMode,
+        TIMING_VARIABLE,
+    };
     pub use ranks::{GlobalRank, GroupRank, Rank};
     pub use store::{
         C10dStore, C10dStoreOptions, CompareSet, FileStore, InProcessStore, Launcher, PrefixStore,

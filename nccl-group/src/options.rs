@@ -1,7 +1,7 @@
 //! The options of a [`ProcessGroup`](super::ProcessGroup): streams,
 //! communicator kind, timeouts, failure policy, flight recorder, the
-//! collective check, NCCL's RAS in failure reports, GPU timing and the
-//! NCCL configuration of the group's communicators.
+//! collective check, NCCL's RAS in failure reports, GPU timing, the
+//! liveness beat and the NCCL configuration of the group's communicators.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -157,6 +157,13 @@ pub struct GroupOptions {
     /// `1` (or `true`, `yes`, `on`) for on, else off; a value it cannot read
     /// is refused by [`GroupBuilder::build`](crate::GroupBuilder::build).
     pub gpu_timing: bool,
+    /// The liveness beat ([`Liveness`]): a hung rank (stopped, wedged)
+    /// fails the group once its beat has stood still for the bound, without
+    /// waiting for the operation timeout, and every rank learns of it at
+    /// once through the failure alarm.
+    ///
+    /// Default [`Liveness::DEFAULT`]: a beat every 250 ms, a bound of 1 s.
+    pub liveness: Liveness,
     /// NCCL's options (`ncclConfig_t`) for every communicator the group
     /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
     /// the rest of [`Config`].
@@ -193,6 +200,7 @@ impl Default for GroupOptions {
             mismatch_check: true,
             ras_report: true,
             gpu_timing: timing_variable().unwrap_or(false),
+            liveness: Liveness::DEFAULT,
             config: Config::new(),
         }
     }
@@ -253,6 +261,73 @@ pub enum CommMode {
     /// helper thread bounded by the timeout. The default.
     #[default]
     Blocking,
+}
+
+/// Whether and how each rank of a group beats in the store so that the
+/// others know it alive ([`GroupOptions::liveness`]).
+///
+/// Each rank's beat runs on a thread of the group's own, never on the
+/// thread that issues operations nor on the GPU: a rank that computes for
+/// seconds between collectives, or waits in a long kernel, keeps beating.
+/// A process that is stopped (`SIGSTOP`, a debugger) or wedged as a whole
+/// stops. `docs/group/failures.md` says what a failure it finds looks
+/// like, and `nccl-group/src/health/liveness.rs` has the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// No beat: a hung rank is found by the operation timeout only.
+    Off,
+    /// A beat every `every`; a rank whose beat has stood still for `bound`
+    /// fails the group ([`FailureCause::PeerUnresponsive`](crate::FailureCause::PeerUnresponsive)).
+    Beat {
+        /// How often each rank beats (and the watching rank reads the
+        /// beats).
+        every: Duration,
+        /// How long a beat may stand still before its rank is named.
+        bound: Duration,
+    },
+}
+
+/// The longest interval between two beats [`Liveness::beat`] takes.
+pub const MAX_BEAT_INTERVAL: Duration = Duration::from_secs(3600);
+
+impl Liveness {
+    /// The default: a beat every 250 ms, a bound of 1 s (four beats missed
+    /// in a row).
+    pub const DEFAULT: Liveness = Liveness::Beat {
+        every: Duration::from_millis(250),
+        bound: Duration::from_secs(1),
+    };
+
+    /// A beat every `every`, a bound of `bound`.
+    pub const fn beat(every: Duration, bound: Duration) -> Self {
+        Liveness::Beat { every, bound }
+    }
+
+    /// Refuses a beat that cannot tell a live rank from a hung one.
+    fn check(self) -> Result<()> {
+        let Liveness::Beat { every, bound } = self else {
+            return Ok(());
+        };
+        if every.is_zero() || bound.is_zero() || every >= bound || every > MAX_BEAT_INTERVAL {
+            return Err(GroupError::InvalidArgument {
+                argument: "liveness",
+                expected: format!(
+                    "an interval and a bound above zero, the interval shorter than the bound \
+                     and at most {MAX_BEAT_INTERVAL:?} (e.g. Liveness::beat(250 ms, 1 s)), or \
+                     Liveness::Off"
+                ),
+                given: format!("a beat every {every:?} with a bound of {bound:?}"),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness::DEFAULT
+    }
 }
 
 /// The environment variable that turns [`GroupOptions::gpu_timing`] on by
@@ -330,6 +405,13 @@ impl GroupOptions {
         with_ras_report(ask: bool) => ras_report = ask;
         /// Sets [`GroupOptions::gpu_timing`].
         with_gpu_timing(timed: bool) => gpu_timing = timed;
+        /// With this liveness beat ([`GroupOptions::liveness`];
+        /// [`Liveness::Off`] for none).
+        ///
+        /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a
+        /// zero interval or bound, an interval not shorter than the bound,
+        /// and one above [`MAX_BEAT_INTERVAL`].
+        with_liveness(liveness: Liveness) => liveness = liveness;
         /// With these NCCL options for every communicator the group creates
         /// ([`GroupOptions::config`]).
         with_config(config: Config) => config = config;
@@ -389,6 +471,7 @@ impl GroupOptions {
             });
         }
         timing_variable()?;
+        self.liveness.check()?;
         if self.recorder_capacity > MAX_RECORDER_CAPACITY {
             return Err(GroupError::InvalidArgument {
                 argument: "recorder_capacity",

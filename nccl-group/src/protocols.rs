@@ -22,6 +22,9 @@ pub(crate) const PAIR: &str = "p2p";
 /// The failure alarm: the first failing rank's cause, for every other
 /// rank (`engine/alarm.rs`).
 pub(crate) const FAILED: &str = "failed";
+/// The liveness beat: each rank's beat count, and who left
+/// (`health/liveness.rs`).
+pub(crate) const LIVENESS: &str = "liveness";
 /// A failure's exchange of reports: each rank's progress
 /// (`health/peers.rs`).
 pub(crate) const PROGRESS: &str = "progress";

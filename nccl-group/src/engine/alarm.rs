@@ -20,13 +20,20 @@
 //! round trip per waiting rank), the watchdog, which looks after every
 //! group of the process, never waits for the store, and the thread holds
 //! the group only weakly, so it keeps no dropped group alive. A rank that
-//! finds the alarm fails with [`FailureCause::PeerFailed`]. A thread
-//! stuck inside an enqueue has no tracked operation and does not listen:
-//! the enqueue's own timeout ends it.
+//! finds the alarm fails with [`FailureCause::PeerFailed`] (or, when the
+//! alarm names a rank the liveness beat found unresponsive, with
+//! [`FailureCause::PeerUnresponsive`], so that its heal counts that rank
+//! lost). A thread stuck inside an enqueue has no tracked operation and
+//! does not listen: the enqueue's own timeout ends it.
+//!
+//! With the liveness beat on (`crate::health::liveness`), the alarm is
+//! also pushed: the beat's thread waits on the key in the store between
+//! beats, from the group's start, and a live group fails as soon as the
+//! key is set, pending operations or not ([`Inner::alarm_pushed`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,13 +47,17 @@ use crate::protocols::FAILED;
 
 /// What the alarm says: which rank failed first, and why.
 #[derive(Debug, Serialize, Deserialize)]
-struct Raised {
+pub(crate) struct Raised {
     rank: usize,
     cause: String,
+    /// The rank the liveness beat found unresponsive, and how long its beat
+    /// had stood still, when that failed the raising rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unresponsive: Option<(usize, Duration)>,
 }
 
 /// The alarm's key of `m`'s generation (`<group>/<generation>/failed`).
-fn key(m: &Membership) -> Result<String> {
+pub(crate) fn key(m: &Membership) -> Result<String> {
     Ok(m.generation_scope()?.key(FAILED))
 }
 
@@ -58,12 +69,22 @@ impl Inner {
     /// the alarm): this rank's failure goes on.
     pub(crate) fn raise_alarm(&self, failure: &Failure) {
         let m = self.cache.membership();
-        if m.world_size < 2 || matches!(failure.cause, FailureCause::PeerFailed { .. }) {
+        let unresponsive = match failure.cause {
+            FailureCause::PeerFailed { .. } => return,
+            // Another rank's alarm named it: that alarm stands.
+            FailureCause::PeerUnresponsive { seen_by, .. } if seen_by != m.rank => return,
+            FailureCause::PeerUnresponsive {
+                rank, silent_for, ..
+            } => Some((rank, silent_for)),
+            _ => None,
+        };
+        if m.world_size < 2 {
             return;
         }
         let raised = Raised {
             rank: m.rank,
             cause: failure.cause.to_string(),
+            unresponsive,
         };
         let Ok(bytes) = serde_json::to_vec(&raised) else {
             return;
@@ -120,12 +141,24 @@ impl Inner {
                 if let Some(raised) = found
                     && Arc::strong_count(&inner) > 1
                 {
-                    inner.fail_by_alarm(raised);
+                    inner.fail_by_alarm(raised, Finish::Here);
                 }
             });
         if spawned.is_err() {
             // No thread to spare: the next tick tries again.
             self.listener.reading.store(false, Ordering::Release);
+        }
+    }
+
+    /// The liveness thread's part: the alarm key is set (its wait in the
+    /// store returned); a live group still held by its owner fails on
+    /// another rank's alarm at once, whatever it has pending.
+    pub(crate) fn alarm_pushed(self: &Arc<Self>) {
+        if let Some(raised) = self.read_alarm()
+            && Arc::strong_count(self) > 1
+        {
+            // Its own thread: the beat goes on meanwhile.
+            self.fail_by_alarm(raised, Finish::OwnThread);
         }
     }
 
@@ -146,20 +179,25 @@ impl Inner {
 
     /// Fails the group, if it is still live, on another rank's alarm.
     ///
-    /// On the alarm's thread of its own, the failure can finish here.
-    fn fail_by_alarm(self: &Arc<Self>, raised: Raised) {
+    /// On the alarm's thread of its own, the failure can finish here
+    /// (`finish`).
+    fn fail_by_alarm(self: &Arc<Self>, raised: Raised, finish: Finish) {
         if self.state.load(Ordering::Acquire) != LIVE {
             return;
         }
         crate::diagnostics::trace::event!(error, group = %self.cache.membership().name, rank = raised.rank, "another rank's failure alarm: failing the group");
-        self.fail(
-            FailureCause::PeerFailed {
+        let cause = match raised.unresponsive {
+            Some((rank, silent_for)) => FailureCause::PeerUnresponsive {
+                rank,
+                silent_for,
+                seen_by: raised.rank,
+            },
+            None => FailureCause::PeerFailed {
                 rank: raised.rank,
                 cause: raised.cause,
             },
-            self.tracker.oldest(),
-            Finish::Here,
-        );
+        };
+        self.fail(cause, self.tracker.oldest(), finish);
     }
 }
 
@@ -174,4 +212,4 @@ impl Drop for ReadingFlag<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -307,6 +307,7 @@ impl ProcessGroup {
         crate::health::watchdog::watch(watched)
             .map_err(|source| GroupError::WatchdogStart { source })?;
         inner.start_mismatch_check()?;
+        inner.start_liveness()?;
         Ok(Self {
             inner,
             op_timeout,

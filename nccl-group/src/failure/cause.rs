@@ -62,6 +62,24 @@ pub enum FailureCause {
         /// Why, as that rank's failure said it.
         cause: String,
     },
+    /// A rank's liveness beat stood still for longer than the bound of
+    /// [`GroupOptions::liveness`](crate::GroupOptions::liveness): that
+    /// process is stopped or wedged as a whole (a busy one keeps beating).
+    ///
+    /// The rank that saw it (`seen_by`) raised the failure alarm naming
+    /// `rank`, so every rank of the group fails with this cause, and a
+    /// following [`heal`](crate::Recovery::heal) counts `rank` lost without
+    /// waiting for it. [`GroupError::kind`](crate::GroupError::kind) is then
+    /// [`ErrorKind::PeerLost`](crate::ErrorKind::PeerLost).
+    PeerUnresponsive {
+        /// The rank whose beat stood still (its rank in this group).
+        rank: usize,
+        /// How long the beat had stood still when it was named.
+        silent_for: Duration,
+        /// The rank that watched it (this rank, or another one whose alarm
+        /// told this one).
+        seen_by: usize,
+    },
     /// NCCL accepted the operation, then something failed before its end
     /// could be tracked (waiting for a nonblocking communicator, recording
     /// its end event): it was left in flight, so the group cannot go on.
@@ -179,6 +197,15 @@ impl FailureCause {
         )
     }
 
+    /// The rank the liveness beat named unresponsive
+    /// ([`FailureCause::PeerUnresponsive`]).
+    pub fn unresponsive_rank(&self) -> Option<usize> {
+        match self {
+            FailureCause::PeerUnresponsive { rank, .. } => Some(*rank),
+            _ => None,
+        }
+    }
+
     /// The NCCL result code behind the failure: an asynchronous error's.
     pub fn nccl_code(&self) -> Option<ResultCode> {
         match self {
@@ -254,6 +281,16 @@ impl fmt::Display for FailureCause {
                 f,
                 "failed: rank {rank} of the group failed first and raised the alarm through the \
                  store (its failure: {cause})"
+            ),
+            FailureCause::PeerUnresponsive {
+                rank,
+                silent_for,
+                seen_by,
+            } => write!(
+                f,
+                "failed: rank {rank}'s liveness beat stood still for {silent_for:?} (as rank \
+                 {seen_by} saw it): that process is stopped or wedged (GroupOptions::liveness \
+                 sets the bound)"
             ),
             FailureCause::Enqueue { error } => {
                 write!(f, "failed after NCCL accepted it: {error}")

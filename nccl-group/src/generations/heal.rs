@@ -47,7 +47,7 @@ impl ProcessGroup {
             });
         }
         let details = self.stop_for_heal(options)?;
-        let suspects = suspects(&details, options, m.rank, m.world_size);
+        let suspects = suspects(&details, options, self.unresponsive(), m.rank, m.world_size);
         let agree_store = m.generation_scope()?.store(&m.store)?;
         let agreement = agree_survivors(
             &*agree_store,
@@ -101,10 +101,11 @@ impl ProcessGroup {
     /// Step 1: the group failed (failing it now if it is live), and its
     /// communicators released; the failure's details, if they came.
     fn stop_for_heal(&self, options: &HealOptions) -> Result<Option<FailureDetails>> {
-        // Told who is lost, the heal needs only the release of the
+        // Told who is lost (by the caller, or by the liveness beat that
+        // failed the group), the heal needs only the release of the
         // communicators, not the failure's exchange with the other ranks,
         // which waits for a dead rank's report until EXCHANGE_WAIT.
-        let told = !options.suspects.is_empty();
+        let told = !options.suspects.is_empty() || self.unresponsive().is_some();
         match self.inner.state.load(Ordering::Acquire) {
             LIVE => {
                 let finish = if told {
@@ -139,6 +140,12 @@ impl ProcessGroup {
             return Ok(failure.details().cloned());
         }
         Ok(failure.wait_details(bound).cloned())
+    }
+
+    /// The rank the liveness beat named unresponsive, when that failed the
+    /// group (here, or on the rank whose alarm told this one).
+    fn unresponsive(&self) -> Option<usize> {
+        (self.inner.failure.get()).and_then(|failure| failure.cause.unresponsive_rank())
     }
 
     /// The group of the agreed generation, with no communicator yet, its
@@ -305,15 +312,20 @@ fn no_shrink_reason() -> Option<String> {
         })
 }
 
-/// The agreement's suspects: the caller's, and the ranks whose report the
-/// failure's exchange did not get (when it asked anyone).
+/// The agreement's suspects: the caller's, the rank the liveness beat
+/// named (`unresponsive`), and the ranks whose report the failure's
+/// exchange did not get (when it asked anyone).
 fn suspects(
     details: &Option<FailureDetails>,
     options: &HealOptions,
+    unresponsive: Option<usize>,
     rank: usize,
     world_size: usize,
 ) -> Vec<usize> {
     let mut suspects = options.suspects.clone();
+    // Named itself (it was stopped, and came back): the others' agreement
+    // tells it whether it is lost.
+    suspects.extend(unresponsive.filter(|&named| named != rank));
     if let Some(details) = details.as_ref().filter(|d| !d.peers.is_empty()) {
         let silent =
             (0..world_size).filter(|&r| r != rank && details.peers.iter().all(|p| p.rank != r));

@@ -1,7 +1,8 @@
 //! The failure alarm on groups without communicators: raised by a
 //! failure that asks the other ranks, read only by a rank that waits, and
 //! failing that rank with the first rank's cause. The watchdog's clock is
-//! the `now` each call is given.
+//! the `now` each call is given. The groups have no liveness beat, which
+//! would push the alarm (`crate::health::liveness` tests that).
 
 use crate::generations::recovery::Recovery;
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::ErrorKind;
 use crate::engine::group::ProcessGroup;
-use crate::generations::heal::tests::world_on;
+use crate::generations::heal::tests::{options, world_with};
+use crate::options::Liveness;
 use crate::health::watchdog::{Completion, PendingOp, Progress};
 use nccl_rendezvous::{CompareSet, InProcessStore, Result as StoreResult, Store};
 use nccl_test_support::within;
@@ -33,12 +35,12 @@ impl Completion for Waiting {
 /// An hour from now: operations enqueued then look new to the real
 /// watchdog, which ticks these groups too, so only the calls below (whose
 /// `now` is injected) read the alarm.
-fn later() -> Instant {
+pub(crate) fn later() -> Instant {
     Instant::now() + Duration::from_secs(3600)
 }
 
 /// Puts a never-ending operation, enqueued at `enqueued`, on `group`.
-fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
+pub(crate) fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
     group
         .inner
         .tracker
@@ -55,6 +57,12 @@ fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
             |_, _| {},
         )
         .expect("pushed");
+}
+
+/// Ranks `0..world` of group `name` on `store`, without the beat's
+/// pushed alarm.
+fn world_on(store: &Arc<dyn Store>, name: &str, world: usize) -> Vec<ProcessGroup> {
+    world_with(store, name, world, &options().with_liveness(Liveness::Off))
 }
 
 /// Ranks `0..world` of group `name` on a [`Counting`] store of their
@@ -145,7 +153,7 @@ fn reads_reach(counting: &Arc<Counting>, n: usize) {
 }
 
 /// Waits until `holds`; fails the test after [`PATIENCE`].
-fn until(what: &str, holds: impl Fn() -> bool + Send + 'static) {
+pub(crate) fn until(what: &str, holds: impl Fn() -> bool + Send + 'static) {
     within(what, PATIENCE, move || {
         while !holds() {
             std::thread::sleep(Duration::from_millis(1));
@@ -262,6 +270,7 @@ fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
     let own = serde_json::to_vec(&Raised {
         rank: 1,
         cause: "its own".into(),
+        unresponsive: None,
     })
     .unwrap();
     store.set("panics/0/failed", &own).unwrap();
@@ -281,6 +290,7 @@ fn a_read_keeps_no_dropped_group_alive() {
     let other = serde_json::to_vec(&Raised {
         rank: 0,
         cause: "did not complete".into(),
+        unresponsive: None,
     })
     .unwrap();
     store.set("dropped/0/failed", &other).unwrap();

@@ -19,17 +19,35 @@ pub(crate) fn options() -> GroupOptions {
 
 /// Ranks `0..world` of group `name` on `store`, each a handle of its own.
 pub(crate) fn world_on(store: &Arc<dyn Store>, name: &str, world: usize) -> Vec<ProcessGroup> {
+    world_with(store, name, world, &options())
+}
+
+/// [`world_on`] with `options`.
+pub(crate) fn world_with(
+    store: &Arc<dyn Store>,
+    name: &str,
+    world: usize,
+    options: &GroupOptions,
+) -> Vec<ProcessGroup> {
     (0..world)
-        .map(|rank| {
-            ProcessGroup::builder(name)
-                .rank(rank)
-                .world_size(world)
-                .store(Arc::clone(store))
-                .options(options())
-                .build()
-                .expect("a group that makes no communicator needs no GPU")
-        })
+        .map(|rank| rank_of(store, name, (rank, world), options))
         .collect()
+}
+
+/// Rank `place.0` of `place.1` of group `name` on `store`, with `options`.
+pub(crate) fn rank_of(
+    store: &Arc<dyn Store>,
+    name: &str,
+    place: (usize, usize),
+    options: &GroupOptions,
+) -> ProcessGroup {
+    ProcessGroup::builder(name)
+        .rank(place.0)
+        .world_size(place.1)
+        .store(Arc::clone(store))
+        .options(options.clone())
+        .build()
+        .expect("a group that makes no communicator needs no GPU")
 }
 
 /// Ranks `0..world` of group `name` on a store of their own.
@@ -42,7 +60,7 @@ fn world(name: &str, world: usize) -> Vec<ProcessGroup> {
 }
 
 /// `heal` on each of `groups` at once, from a thread each.
-fn heal_all(groups: &[ProcessGroup], options: &HealOptions) -> Vec<Result<Healed>> {
+pub(crate) fn heal_all(groups: &[ProcessGroup], options: &HealOptions) -> Vec<Result<Healed>> {
     thread::scope(|scope| {
         let healing: Vec<_> = groups
             .iter()
