@@ -268,7 +268,7 @@ impl Inner {
             ..Findings::default()
         };
         if let Some((scope, mine)) = mine {
-            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT);
+            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT, &|_| false);
             let stuck = failure.op.as_ref().and_then(|op| op.collective_seq);
             findings.peers = reports.iter().map(|r| r.progress.clone()).collect();
             findings.lagging = lagging_ranks(stuck, &findings.peers, m.world_size, m.rank);
