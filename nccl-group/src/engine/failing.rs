@@ -13,6 +13,7 @@ use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
+use crate::failure::presence::Presence;
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
 use crate::health::verify::GroupChecks;
@@ -268,7 +269,9 @@ impl Inner {
             ..Findings::default()
         };
         if let Some((scope, mine)) = mine {
-            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT, &|_| false);
+            let presence = Presence::of(m).ok();
+            let gone = |rank| presence.as_ref().is_some_and(|p| p.gone(rank));
+            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT, &gone);
             let stuck = failure.op.as_ref().and_then(|op| op.collective_seq);
             findings.peers = reports.iter().map(|r| r.progress.clone()).collect();
             findings.lagging = lagging_ranks(stuck, &findings.peers, m.world_size, m.rank);

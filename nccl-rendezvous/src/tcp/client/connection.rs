@@ -37,7 +37,7 @@ impl Connection {
     ///
     /// Bytes the server sent unasked (a refusal) are left for the next call to
     /// read and report.
-    fn is_stale(&self) -> bool {
+    pub(super) fn is_stale(&self) -> bool {
         use rustix::net::{RecvFlags, recv};
         if self.opened.elapsed() > MAX_CONNECTION_AGE {
             return true;
@@ -55,7 +55,7 @@ impl Connection {
 }
 
 /// Why an exchange failed.
-enum Failed {
+pub(super) enum Failed {
     /// The connection closed before any answer: the server was gone (a
     /// pooled connection it closed as it went), not refusing.
     Unanswered(StoreError),
@@ -63,7 +63,7 @@ enum Failed {
 }
 
 impl Failed {
-    fn into_error(self) -> StoreError {
+    pub(super) fn into_error(self) -> StoreError {
         match self {
             Failed::Unanswered(e) | Failed::Other(e) => e,
         }
@@ -288,6 +288,7 @@ impl TcpStore {
     /// whose pooled connection turns out closed is sent once more on a fresh
     /// one: the server closed it between the look at it and the request.
     pub(super) fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
+        self.renew_sessions();
         let (mut connection, pooled) = self.checkout()?;
         let sealed_len = request.encode().payload_len() + connection.session.outbound_overhead();
         if sealed_len > self.send_max {
@@ -317,7 +318,7 @@ impl TcpStore {
     /// Seals and writes a request, reads and opens the answer, all within
     /// `patience` from sealing, mapping every failure to an error that
     /// names the server and the operation.
-    fn exchange(
+    pub(super) fn exchange(
         &self,
         connection: &mut Connection,
         op: &str,
