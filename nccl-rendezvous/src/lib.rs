@@ -8,7 +8,9 @@
 //! - [`Store`]: the trait every store implements (torch `c10d::Store`
 //!   semantics: `set`, `get` with a timeout, `add`, `compare_set`, `wait`,
 //!   `delete`; `compare_set` also says whether it swapped, see
-//!   [`CompareSet`]).
+//!   [`CompareSet`]), and session keys where the store sees its clients'
+//!   connections ([`Store::set_session`]: a key the [`TcpStore`] server
+//!   deletes when its client's process goes).
 //! - [`InProcessStore`]: threads of one program.
 //! - [`TcpStore`] / [`TcpStoreServer`]: processes on one or many hosts; one
 //!   rank (or a standalone process) hosts the server.

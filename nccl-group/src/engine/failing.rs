@@ -20,7 +20,8 @@ use crate::health::verify::GroupChecks;
 use crate::health::watchdog::{Bounded, Verdict, Watched, run_bounded};
 use crate::protocols::PROGRESS;
 
-/// How long a failing rank waits, in all, for the other ranks' reports.
+/// How long a failing rank waits, in all, for the reports of the other
+/// ranks not known to have exited (`failure/presence.rs`).
 pub(crate) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
 
 /// What a failure learnt from the other ranks and from NCCL's RAS (empty

@@ -103,7 +103,7 @@ impl ProcessGroup {
     fn stop_for_heal(&self, options: &HealOptions) -> Result<Option<FailureDetails>> {
         // Told who is lost, the heal needs only the release of the
         // communicators, not the failure's exchange with the other ranks,
-        // which waits for a dead rank's report until EXCHANGE_WAIT.
+        // which waits for a hung rank's report until EXCHANGE_WAIT.
         let told = !options.suspects.is_empty();
         match self.inner.state.load(Ordering::Acquire) {
             LIVE => {

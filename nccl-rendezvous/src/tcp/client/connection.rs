@@ -288,7 +288,6 @@ impl TcpStore {
     /// whose pooled connection turns out closed is sent once more on a fresh
     /// one: the server closed it between the look at it and the request.
     pub(super) fn call(&self, op: &str, request: &Request, wait: Duration) -> Result<Response> {
-        self.renew_sessions();
         let (mut connection, pooled) = self.checkout()?;
         let sealed_len = request.encode().payload_len() + connection.session.outbound_overhead();
         if sealed_len > self.send_max {
@@ -312,6 +311,9 @@ impl TcpStore {
             answered => answered.map_err(Failed::into_error)?,
         };
         self.checkin(connection);
+        // The server answered: it can take the session keys again if their
+        // connection broke.
+        self.renew_sessions();
         Ok(response)
     }
 

@@ -5,8 +5,9 @@
 //!
 //! The client keeps each key's value. When that connection is found closed
 //! (the server restarted, a network fault), the next request of any kind
-//! opens a new one and registers every key again: a live process's keys
-//! are absent only from the fault until its next request.
+//! that the server answers is followed by a new connection that registers
+//! every key again: a live process's keys are absent only from the fault
+//! until its next request.
 
 use std::collections::BTreeMap;
 use std::sync::{MutexGuard, PoisonError};
