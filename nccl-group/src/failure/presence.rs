@@ -16,8 +16,8 @@
 //!   and no rank is ever gone: the exchange waits out its bound, as
 //!   before;
 //! - a rank that has not set its keys yet is not gone;
-//! - a clean destroy deletes `joined` first, then `alive`: leaving is not
-//!   dying;
+//! - a clean destroy, and a heal or grow that replaces the generation,
+//!   delete `joined` first, then `alive`: leaving is not dying;
 //! - the TCP client registers its session keys again on its next request
 //!   after its connection to the server broke; a live rank is taken as
 //!   gone only when the exchange looks while its key is absent, and never

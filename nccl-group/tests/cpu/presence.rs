@@ -63,5 +63,9 @@ fn an_untold_heal_names_the_rank_whose_process_exited() {
         assert_eq!(healed.lost(), [2], "rank {rank}");
         let group = healed.group();
         assert_eq!((group.rank(), group.world_size()), (rank, 2));
+        // The replaced generation's presence is withdrawn: the process
+        // goes on in the healed one.
+        let joined = format!("exits/0/presence/joined/{rank}");
+        assert_eq!(watcher.try_get(&joined).expect("read"), None);
     }
 }
