@@ -11,6 +11,7 @@ use crate::diagnostics::recorder::records::{OpRecord, PeerProgress};
 use crate::lineage::SubGroup;
 
 mod cause;
+pub(crate) mod presence;
 
 pub(crate) use cause::Collectives;
 pub use cause::{FailureCause, FoundBy};

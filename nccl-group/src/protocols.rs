@@ -28,6 +28,10 @@ pub(crate) const LIVENESS: &str = "liveness";
 /// A failure's exchange of reports: each rank's progress
 /// (`health/peers.rs`).
 pub(crate) const PROGRESS: &str = "progress";
+/// Each rank's presence while its process lives: a session key the store
+/// deletes when the process exits, and the mark that it was set
+/// (`failure/presence.rs`).
+pub(crate) const PRESENCE: &str = "presence";
 /// The collective mismatch check: each rank's fingerprints of a window
 /// of collectives (`diagnostics/checks.rs`).
 pub(crate) const CHECKS: &str = "checks";

@@ -36,6 +36,9 @@ pub enum ErrorKind {
     /// Too few ranks came to the survivors' agreement for the group to go
     /// on ([`StoreError::TooFewSurvivors`]).
     TooFewSurvivors,
+    /// The store has no such capability ([`StoreError::Unsupported`]):
+    /// fall back to what every store can do.
+    Unsupported,
 }
 
 /// A `Result` whose error defaults to [`StoreError`].
@@ -294,6 +297,18 @@ pub enum StoreError {
         age: Option<Duration>,
     },
 
+    /// The store cannot do what was asked: a capability only some stores
+    /// have ([`Store::set_session`](crate::Store::set_session)).
+    #[error("the {store} does not support {capability}; {instead}")]
+    Unsupported {
+        /// The capability, as the caller would name it.
+        capability: &'static str,
+        /// The store, for messages.
+        store: String,
+        /// What to do instead.
+        instead: &'static str,
+    },
+
     /// An argument the store cannot accept (a key too long for a file name,
     /// a prefix with a `/`, ...).
     #[error("invalid {what} {given}: expected {expected}")]
@@ -450,6 +465,7 @@ impl StoreError {
             StoreError::Config { .. } => ErrorKind::Config,
             StoreError::Excluded { .. } => ErrorKind::Excluded,
             StoreError::TooFewSurvivors { .. } => ErrorKind::TooFewSurvivors,
+            StoreError::Unsupported { .. } => ErrorKind::Unsupported,
             StoreError::Connect { .. }
             | StoreError::Bind { .. }
             | StoreError::ConnectionClosed { .. }

@@ -8,7 +8,9 @@
 //! - [`Store`]: the trait every store implements (torch `c10d::Store`
 //!   semantics: `set`, `get` with a timeout, `add`, `compare_set`, `wait`,
 //!   `delete`; `compare_set` also says whether it swapped, see
-//!   [`CompareSet`]).
+//!   [`CompareSet`]), and session keys where the store sees its clients'
+//!   connections ([`Store::set_session`]: a key the [`TcpStore`] server
+//!   deletes when its client's process goes).
 //! - [`InProcessStore`]: threads of one program.
 //! - [`TcpStore`] / [`TcpStoreServer`]: processes on one or many hosts; one
 //!   rank (or a standalone process) hosts the server.
@@ -128,6 +130,31 @@ pub trait Store: Send + Sync {
     /// better one.
     fn default_timeout(&self) -> Duration;
 
+    /// Stores `value` under `key` as a session key: the store deletes it
+    /// when this client's connection to it closes, so that other processes
+    /// learn that this one exited (or was killed: the kernel closes its
+    /// sockets) by finding the key gone.
+    ///
+    /// Only stores that see their clients' connections can do this (a
+    /// [`TcpStore`]: the protocol is in its module docs); the others answer
+    /// [`StoreError::Unsupported`] ([`ErrorKind::Unsupported`]), and callers
+    /// fall back to what every store can do. Calling it again with the same
+    /// key replaces the value; [`Store::delete`] ends the session key (and
+    /// is how a process that leaves cleanly withdraws it).
+    ///
+    /// # Errors
+    /// [`StoreError::Unsupported`] from a store without sessions;
+    /// [`StoreError::InvalidArgument`] for an empty key or one another
+    /// client holds as its session key; the store's own errors.
+    fn set_session(&self, key: &str, value: &[u8]) -> Result<()> {
+        let _ = (key, value);
+        Err(StoreError::Unsupported {
+            capability: "session keys (Store::set_session)",
+            store: std::any::type_name::<Self>().to_owned(),
+            instead: "use a TcpStore, or go without knowing at once that a process exited",
+        })
+    }
+
     /// [`Store::get`] with [`Store::default_timeout`].
     fn get_default(&self, key: &str) -> Result<Vec<u8>> {
         self.get(key, self.default_timeout())
@@ -184,6 +211,9 @@ macro_rules! forward_store {
             }
             fn default_timeout(&self) -> Duration {
                 (**self).default_timeout()
+            }
+            fn set_session(&self, key: &str, value: &[u8]) -> Result<()> {
+                (**self).set_session(key, value)
             }
         }
     )*};
@@ -272,6 +302,9 @@ impl<S: Store> Store for PrefixStore<S> {
     }
     fn default_timeout(&self) -> Duration {
         self.inner.default_timeout()
+    }
+    fn set_session(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.inner.set_session(&self.scoped(key), value)
     }
 }
 

@@ -13,13 +13,15 @@ use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
+use crate::failure::presence::Presence;
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
 use crate::health::verify::GroupChecks;
 use crate::health::watchdog::{Bounded, Verdict, Watched, run_bounded};
 use crate::protocols::PROGRESS;
 
-/// How long a failing rank waits, in all, for the other ranks' reports.
+/// How long a failing rank waits, in all, for the reports of the other
+/// ranks not known to have exited (`failure/presence.rs`).
 pub(crate) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
 
 /// What a failure learnt from the other ranks and from NCCL's RAS (empty
@@ -268,7 +270,14 @@ impl Inner {
             ..Findings::default()
         };
         if let Some((scope, mine)) = mine {
-            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT);
+            let presence = Presence::of(m).ok();
+            // The rank the liveness beat named is as good as gone: a
+            // stopped process never reports.
+            let unresponsive = failure.cause.unresponsive_rank();
+            let gone = |rank| {
+                unresponsive == Some(rank) || presence.as_ref().is_some_and(|p| p.gone(rank))
+            };
+            let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT, &gone);
             let stuck = failure.op.as_ref().and_then(|op| op.collective_seq);
             findings.peers = reports.iter().map(|r| r.progress.clone()).collect();
             findings.lagging = lagging_ranks(stuck, &findings.peers, m.world_size, m.rank);

@@ -26,6 +26,7 @@ use crate::engine::pool::DevicePool;
 use crate::engine::suspension::Suspension;
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
+use crate::failure::presence::Presence;
 use crate::health::alarm::Listener;
 use crate::health::verify::Verification;
 use crate::health::watchdog::Tracker;
@@ -274,6 +275,7 @@ impl ProcessGroup {
         lineage: Option<Arc<SubGroup>>,
     ) -> Result<Self> {
         let (op_timeout, stream_mode) = (options.op_timeout, options.stream_mode);
+        Presence::of(&membership)?.announce(membership.rank)?;
         let checks = checker(options.collective_checks, &membership);
         let fingerprints = (options.mismatch_check && membership.world_size > 1)
             .then(|| Arc::new(Fingerprints::new(membership.rank, membership.world_size)));

@@ -104,7 +104,7 @@ impl ProcessGroup {
         // Told who is lost (by the caller, or by the liveness beat that
         // failed the group), the heal needs only the release of the
         // communicators, not the failure's exchange with the other ranks,
-        // which waits for a dead rank's report until EXCHANGE_WAIT.
+        // which waits for a hung rank's report until EXCHANGE_WAIT.
         let told = !options.suspects.is_empty() || self.unresponsive().is_some();
         match self.inner.state.load(Ordering::Acquire) {
             LIVE => {

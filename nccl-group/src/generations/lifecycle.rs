@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::failing;
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, ProcessGroup};
+use crate::failure::presence::Presence;
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
 use crate::generations::subgroups::SubGroups;
@@ -205,6 +206,10 @@ impl Lifecycle for ProcessGroup {
         self.inner.settle_mismatch_check();
         if !self.inner.leave_live(DESTROYED) {
             return self.check_live();
+        }
+        let m = self.inner.cache.membership();
+        if let Ok(presence) = Presence::of(m) {
+            presence.withdraw(m.rank);
         }
         self.inner.cache.close();
         self.inner.check_ended();

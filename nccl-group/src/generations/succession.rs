@@ -9,6 +9,7 @@ use std::sync::{Arc, MutexGuard, PoisonError};
 use crate::engine::failing::{Findings, abort_bounded};
 use crate::engine::generation::{Record, Succession};
 use crate::engine::group::{HEALED, Inner, ProcessGroup};
+use crate::failure::presence::Presence;
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::membership::Membership;
@@ -145,6 +146,11 @@ impl Inner {
     ) {
         let _ = self.successor.set(successor);
         self.state.store(HEALED, Ordering::Release);
+        // The process goes on in the successor, which announced itself.
+        let m = self.cache.membership();
+        if let Ok(presence) = Presence::of(m) {
+            presence.withdraw(m.rank);
+        }
         self.stop_mismatch_check(HEALED);
         self.cache.close();
         if !self.tracker.is_empty() {

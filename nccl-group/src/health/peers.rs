@@ -5,8 +5,9 @@
 //!
 //! Each failing rank publishes its report under
 //! `<group>/<generation>/progress/<rank>` and reads every other rank's,
-//! within a bound in all; ranks that do not answer are left out (and
-//! count as lagging).
+//! within a bound in all, or until every other rank has either answered
+//! or is known gone; ranks that do not answer are left out (and count as
+//! lagging).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -60,38 +61,73 @@ pub(crate) fn publish(store: &dyn Store, scope: &Scope, mine: &PeerReport) {
     }
 }
 
+/// How long the exchange waits for one rank's report before it asks again
+/// whether that rank is known gone.
+const GONE_POLL: Duration = Duration::from_millis(100);
+
 /// `mine` and the reports of every other rank of `0..world_size` that
 /// answer within `wait` in all (then those already there), in rank order.
+///
+/// A rank for which `gone` says true (its process is known to have exited)
+/// counts as answered, absent: the exchange
+/// ends as soon as every other rank has reported or is known gone, and
+/// `wait` bounds it only when a rank is silent but not known gone (hung).
 pub(crate) fn gather(
     store: &dyn Store,
     scope: &Scope,
     mine: PeerReport,
     world_size: usize,
     wait: Duration,
+    gone: &dyn Fn(usize) -> bool,
 ) -> Vec<PeerReport> {
     let deadline = Instant::now() + wait;
     let me = mine.progress.rank;
     let mut reports = vec![mine];
     for rank in (0..world_size).filter(|&r| r != me) {
-        // Waiting while time is left, then only reading what is there, so
-        // a silent rank does not hide the ranks after it; once the store
-        // fails (each further request could take its own timeouts), the
-        // ranks not asked count as silent.
-        let key = scope.key(rank);
-        let left = deadline.saturating_duration_since(Instant::now());
-        let answer = match left.is_zero() {
-            true => store.try_get(&key),
-            false => store.get(&key, left).map(Some),
-        };
-        match answer {
-            Ok(bytes) => reports
-                .extend(bytes.and_then(|bytes| serde_json::from_slice::<PeerReport>(&bytes).ok())),
-            Err(error) if error.is_timeout() => {}
-            Err(_) => break,
+        match ask(store, &scope.key(rank), deadline, || gone(rank)) {
+            Answer::Report(bytes) => {
+                reports.extend(serde_json::from_slice::<PeerReport>(&bytes).ok())
+            }
+            Answer::Silent => {}
+            // Once the store fails (each further request could take its own
+            // timeouts), the ranks not asked count as silent.
+            Answer::StoreFailed => break,
         }
     }
     reports.sort_by_key(|report| report.progress.rank);
     reports
+}
+
+/// What one rank's report key gave.
+enum Answer {
+    Report(Vec<u8>),
+    /// Not there by the deadline, or its rank is known gone.
+    Silent,
+    StoreFailed,
+}
+
+/// The report at `key`, waited for until `deadline` in slices of
+/// [`GONE_POLL`] between which `gone` is asked; after the deadline only
+/// what is there, so a silent rank does not hide the ranks after it.
+fn ask(store: &dyn Store, key: &str, deadline: Instant, gone: impl Fn() -> bool) -> Answer {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // A report published before its rank died still counts: read first.
+        let answer = match left.is_zero() {
+            true => store.try_get(key),
+            false => store.get(key, left.min(GONE_POLL)).map(Some),
+        };
+        match answer {
+            Ok(Some(bytes)) => return Answer::Report(bytes),
+            Ok(None) => return Answer::Silent,
+            Err(error) if error.is_timeout() => {
+                if gone() {
+                    return Answer::Silent;
+                }
+            }
+            Err(_) => return Answer::StoreFailed,
+        }
+    }
 }
 
 /// The first collective that the ranks of `reports` did not issue alike,

@@ -5,7 +5,8 @@
 //! the types of operations on borrowed cudarc memory (`borrowed`), sub-groups
 //! of groups without communicators (`subgroups`), the builder's refusals
 //! (`builder`), the rules of a suspended group (`suspend`), the elastic
-//! trainer's commit vote, pending joins and store (`elastic`).
+//! trainer's commit vote, pending joins and store (`elastic`), an untold
+//! heal after a process exits over a TCP store (`presence`).
 
 mod analysis;
 mod bad_inputs;
@@ -18,6 +19,7 @@ mod elastic;
 mod error_kinds;
 mod keys;
 mod once_map;
+mod presence;
 mod ras;
 mod settings_never_panic;
 mod store_keys;

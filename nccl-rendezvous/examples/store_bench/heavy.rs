@@ -25,7 +25,7 @@ const SHORT_FRAME: usize = 1 << 20;
 const PHASE_PAIRS: usize = 3;
 
 /// The protocol's version in `HELLO`, and the opcodes used here.
-const VERSION: u16 = 5;
+const VERSION: u16 = 6;
 const HELLO: u8 = 0x01;
 const SET: u8 = 0x02;
 const GET: u8 = 0x03;

@@ -25,6 +25,7 @@ impl StoreError {
             StoreError::Io { .. } => "Io",
             StoreError::Lock { .. } => "Lock",
             StoreError::InvalidArgument { .. } => "InvalidArgument",
+            StoreError::Unsupported { .. } => "Unsupported",
             StoreError::Absent { .. } => "Absent",
             StoreError::PeerFailed { .. } => "PeerFailed",
             StoreError::Excluded { .. } => "Excluded",

@@ -156,12 +156,15 @@ pub fn raw_connect(addr: SocketAddr) -> TcpStream {
     TcpStream::connect(addr).expect("a raw connection to the server")
 }
 
-/// A client's `HELLO` without a secret: magic, version 5, a nonce, no
+/// The wire protocol's version, in both sides' `HELLO`.
+const VERSION: u16 = 6;
+
+/// A client's `HELLO` without a secret: magic, [`VERSION`], a nonce, no
 /// secret.
 fn hello() -> Vec<u8> {
     let mut hello = vec![HELLO];
     hello.extend_from_slice(b"NCRS");
-    hello.extend_from_slice(&5u16.to_be_bytes());
+    hello.extend_from_slice(&VERSION.to_be_bytes());
     hello.extend_from_slice(&[0x42; 32]);
     hello.push(0);
     frame(&hello)
@@ -184,7 +187,11 @@ fn exchange_hellos(raw: &mut TcpStream) -> [u8; 4 + 68] {
 pub fn handshake(raw: &mut TcpStream) {
     let answer = exchange_hellos(raw);
     assert_eq!(answer[..4], 68u32.to_be_bytes(), "{answer:02x?}");
-    assert_eq!(answer[4..7], [RESP_HELLO, 0, 5], "{answer:02x?}");
+    assert_eq!(
+        answer[4..7],
+        [RESP_HELLO, 0, VERSION as u8],
+        "{answer:02x?}"
+    );
     assert_eq!(answer[4 + 67], 0, "no proof without a secret");
 }
 
@@ -197,7 +204,11 @@ pub fn session_connect(addr: SocketAddr) -> TcpStream {
         let mut raw = raw_connect(addr);
         let answer = exchange_hellos(&mut raw);
         if answer[4..6] != [RESP_ERROR, CODE_TOO_MANY_CONNECTIONS] {
-            assert_eq!(answer[4..7], [RESP_HELLO, 0, 5], "{answer:02x?}");
+            assert_eq!(
+                answer[4..7],
+                [RESP_HELLO, 0, VERSION as u8],
+                "{answer:02x?}"
+            );
             return raw;
         }
         assert!(start.elapsed() < PATIENCE, "refused for {PATIENCE:?}");

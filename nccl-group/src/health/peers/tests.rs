@@ -3,6 +3,7 @@
 //! and the divergence found in them.
 
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -88,7 +89,7 @@ fn the_ranks_that_answer_name_the_divergence_and_a_silent_one_lags() {
                 let mine = report(rank, &stuck_at_57(if rank == 3 { 257 } else { 256 }));
                 let scope = Scope::path("trainer/0/progress").unwrap();
                 publish(&*store, &scope, &mine);
-                let reports = gather(&*store, &scope, mine, WORLD, Duration::from_millis(500));
+                let reports = gather(&*store, &scope, mine, WORLD, Duration::from_millis(500), &|_| false);
                 (rank, reports)
             })
         })
@@ -106,6 +107,44 @@ fn the_ranks_that_answer_name_the_divergence_and_a_silent_one_lags() {
              all_gather(float x 256) (the element count differs)"
         );
     }
+}
+
+/// The ranks each gather of a world of `world` ranks, each waiting up to an
+/// hour, got, where `reporting` ranks publish and `gone` ranks are known
+/// gone: `None` for a gather that had not ended after a minute, which it
+/// would not unless it ended once every rank answered or was gone.
+fn gathered_early(world: usize, reporting: &[usize], gone: &'static [usize]) -> Vec<Option<Vec<usize>>> {
+    let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
+    let scope = Scope::path("trainer/0/progress").unwrap();
+    let (sent, received) = mpsc::channel();
+    for &rank in reporting {
+        let (store, scope, sent) = (Arc::clone(&store), scope.clone(), sent.clone());
+        thread::spawn(move || {
+            let mine = report(rank, &stuck_at_57(256));
+            publish(&*store, &scope, &mine);
+            let hour = Duration::from_secs(3600);
+            let reports = gather(&*store, &scope, mine, world, hour, &|r| gone.contains(&r));
+            let _ = sent.send(reports.iter().map(|r| r.progress.rank).collect());
+        });
+    }
+    (0..reporting.len())
+        .map(|_| received.recv_timeout(Duration::from_secs(60)).ok())
+        .collect()
+}
+
+#[test]
+fn the_exchange_ends_once_every_rank_has_answered_or_is_known_gone() {
+    let everyone = gathered_early(3, &[0, 1, 2], &[]);
+    assert_eq!(everyone, vec![Some(vec![0, 1, 2]); 3]);
+    let one_gone = gathered_early(4, &[0, 1, 3], &[2]);
+    assert_eq!(one_gone, vec![Some(vec![0, 1, 3]); 3]);
+    // A rank that published its report and then died still counts.
+    let store = InProcessStore::new();
+    let scope = Scope::path("trainer/0/progress").unwrap();
+    publish(&store, &scope, &report(1, &stuck_at_57(256)));
+    let mine = report(0, &stuck_at_57(256));
+    let reports = gather(&store, &scope, mine, 2, Duration::from_secs(3600), &|_| true);
+    assert_eq!(reports.iter().map(|r| r.progress.rank).collect::<Vec<_>>(), [0, 1]);
 }
 
 #[test]

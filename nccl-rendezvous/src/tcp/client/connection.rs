@@ -37,7 +37,7 @@ impl Connection {
     ///
     /// Bytes the server sent unasked (a refusal) are left for the next call to
     /// read and report.
-    fn is_stale(&self) -> bool {
+    pub(super) fn is_stale(&self) -> bool {
         use rustix::net::{RecvFlags, recv};
         if self.opened.elapsed() > MAX_CONNECTION_AGE {
             return true;
@@ -55,7 +55,7 @@ impl Connection {
 }
 
 /// Why an exchange failed.
-enum Failed {
+pub(super) enum Failed {
     /// The connection closed before any answer: the server was gone (a
     /// pooled connection it closed as it went), not refusing.
     Unanswered(StoreError),
@@ -63,7 +63,7 @@ enum Failed {
 }
 
 impl Failed {
-    fn into_error(self) -> StoreError {
+    pub(super) fn into_error(self) -> StoreError {
         match self {
             Failed::Unanswered(e) | Failed::Other(e) => e,
         }
@@ -311,13 +311,16 @@ impl TcpStore {
             answered => answered.map_err(Failed::into_error)?,
         };
         self.checkin(connection);
+        // The server answered: it can take the session keys again if their
+        // connection broke.
+        self.renew_sessions();
         Ok(response)
     }
 
     /// Seals and writes a request, reads and opens the answer, all within
     /// `patience` from sealing, mapping every failure to an error that
     /// names the server and the operation.
-    fn exchange(
+    pub(super) fn exchange(
         &self,
         connection: &mut Connection,
         op: &str,

@@ -4,6 +4,7 @@
 mod connection;
 mod handshake;
 mod options;
+mod sessions;
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -14,6 +15,7 @@ use super::server::{TcpStoreServer, TcpStoreServerOptions};
 use super::wire::{Limits, Request, Response};
 use crate::{CompareSet, Deadline, Result, Store, StoreError};
 use connection::Connection;
+use sessions::SessionLine;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use handshake::{HandshakeError, client_handshake};
@@ -61,6 +63,8 @@ pub struct TcpStore {
     /// The server's per-request limits, from its `HELLO`.
     limits: Limits,
     idle: Mutex<Vec<Connection>>,
+    /// The connection that holds this client's session keys, and the keys.
+    sessions: Mutex<SessionLine>,
     /// Declared last: dropped after the connections.
     server: Option<TcpStoreServer>,
 }
@@ -121,6 +125,7 @@ impl TcpStore {
                 max_keys: 0,
             },
             idle: Mutex::new(Vec::new()),
+            sessions: Mutex::new(SessionLine::new()?),
             server: None,
         };
         let (connection, limits) = store.connect_with_retry(store.options.connect_timeout, true)?;
@@ -310,6 +315,7 @@ impl Store for TcpStore {
     fn delete(&self, key: &str) -> Result<bool> {
         let op = op_name("delete", key);
         self.check_limits(&op, &[key], &[])?;
+        self.forget_session_key(key);
         let req = Request::Delete {
             key: key.to_owned(),
         };
@@ -321,5 +327,9 @@ impl Store for TcpStore {
 
     fn default_timeout(&self) -> Duration {
         self.options.timeout
+    }
+
+    fn set_session(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.set_session_key(key, value)
     }
 }

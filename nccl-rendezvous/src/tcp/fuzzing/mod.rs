@@ -176,6 +176,11 @@ pub fn sample_frames() -> Vec<Vec<u8>> {
             timeout: Duration::from_secs(2),
         },
         Request::Delete { key: key() },
+        Request::SetSession {
+            key: key(),
+            value: b"alive".to_vec(),
+            owner: [0x42; wire::OWNER_LEN],
+        },
     ];
     let responses = [
         Response::Hello {

@@ -12,6 +12,7 @@ mod core;
 mod gate;
 mod handshake;
 mod options;
+mod session_keys;
 mod sessions;
 mod table;
 

@@ -376,7 +376,10 @@ impl Handler for Sessions {
         }
     }
 
-    fn on_finish(&mut self, conn: Conn, _id: usize) {
+    /// A connection closed: its session keys go with it (before its slot,
+    /// so that whoever sees the slot free sees the keys gone).
+    fn on_finish(&mut self, conn: Conn, id: usize) {
+        self.table().closed(id);
         drop(conn);
         self.shared
             .counts

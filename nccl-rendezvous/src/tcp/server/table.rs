@@ -2,13 +2,15 @@
 //! them until their keys are set. Parked requests are indexed by key, so
 //! a write touches only the requests waiting for its key, however many
 //! keys others wait for; each is parked for at most the server's
-//! `max_wait`, and forgotten the moment its connection closes.
+//! `max_wait`, and forgotten the moment its connection closes. Session
+//! keys ([`SessionKeys`]) are deleted when their connection closes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::wire::{Request, Response, code};
+use super::session_keys::SessionKeys;
 use crate::AddError;
 use crate::memory::{Entries, OverQuota, Quota};
 
@@ -79,6 +81,7 @@ pub(super) struct Table {
     /// For each key a parked request names (present or absent), the
     /// requests naming it.
     watchers: HashMap<Arc<str>, Vec<Id>>,
+    session_keys: SessionKeys,
     parked_bytes: usize,
     max_parked_bytes: usize,
     max_wait: Duration,
@@ -112,6 +115,7 @@ impl Table {
             entries: Entries::new(quota),
             parked: HashMap::new(),
             watchers: HashMap::new(),
+            session_keys: SessionKeys::default(),
             parked_bytes: 0,
             max_parked_bytes,
             max_wait,
@@ -216,12 +220,39 @@ impl Table {
                 }
             }
             Request::Delete { key } => {
-                let existed = self.entries.remove(&key);
-                if existed {
-                    self.count_watchers(&key, |parked| parked.missing += 1);
-                }
-                answer(Response::Bool(existed))
+                self.session_keys.release(&key);
+                answer(Response::Bool(self.remove(&key)))
             }
+            Request::SetSession { key, value, owner } => {
+                if !self.session_keys.may_bind(&key, &owner) {
+                    return answer(Response::Bool(false));
+                }
+                let was = self.entries.contains(&key);
+                match self.entries.put(&key, value) {
+                    Ok(()) => {
+                        self.session_keys.bind(&key, id, owner);
+                        self.written(&key, was, woken);
+                        answer(Response::Bool(true))
+                    }
+                    Err(e) => over_quota(e),
+                }
+            }
+        }
+    }
+
+    /// Removes `key`; whether it was there.
+    fn remove(&mut self, key: &str) -> bool {
+        let existed = self.entries.remove(key);
+        if existed {
+            self.count_watchers(key, |parked| parked.missing += 1);
+        }
+        existed
+    }
+
+    /// Connection `id` closed: its session keys are deleted.
+    pub(super) fn closed(&mut self, id: Id) {
+        for key in self.session_keys.closed(id) {
+            self.remove(&key);
         }
     }
 

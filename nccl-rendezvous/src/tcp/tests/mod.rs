@@ -6,6 +6,7 @@ mod auth;
 mod parked;
 #[cfg(target_os = "linux")]
 mod priority;
+mod sessions;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -32,6 +33,21 @@ fn server() -> TcpStoreServer {
 /// A server on 127.0.0.1 with `options`.
 fn server_with(options: TcpStoreServerOptions) -> TcpStoreServer {
     TcpStoreServer::bind("127.0.0.1:0", options).unwrap()
+}
+
+/// Stops `server` and starts another at its address (retrying while the
+/// port is still taken).
+fn restart(server: TcpStoreServer) -> TcpStoreServer {
+    let addr = server.local_addr();
+    drop(server);
+    let start = Instant::now();
+    loop {
+        match TcpStoreServer::bind(addr, TcpStoreServerOptions::default()) {
+            Ok(server) => return server,
+            Err(e) => assert!(start.elapsed() < PATIENCE, "{e}"),
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The secret of the tests' sealed servers and their clients.
@@ -285,7 +301,7 @@ fn garbage_bytes_close_only_that_connection() {
         let message = expect_error_frame(&mut raw, code::PROTOCOL);
         assert!(
             message.contains(&format!("protocol version {version} is not supported"))
-                && message.contains("version 5")
+                && message.contains("version 6")
                 && message.contains("same nccl-rendezvous version"),
             "{message}"
         );
@@ -299,7 +315,6 @@ fn garbage_bytes_close_only_that_connection() {
 #[test]
 fn every_call_after_a_server_restart_is_served_on_a_fresh_connection() {
     let server = server();
-    let addr = server.local_addr();
     let store = client(&server);
     // Four connections in the pool: four calls at once.
     thread::scope(|s| {
@@ -312,15 +327,7 @@ fn every_call_after_a_server_restart_is_served_on_a_fresh_connection() {
             waiter.join().unwrap().unwrap();
         }
     });
-    drop(server);
-    let start = Instant::now();
-    let _restarted = loop {
-        match TcpStoreServer::bind(addr, TcpStoreServerOptions::default()) {
-            Ok(server) => break server,
-            Err(e) => assert!(start.elapsed() < PATIENCE, "{e}"),
-        }
-        thread::sleep(Duration::from_millis(10));
-    };
+    let _restarted = restart(server);
     // Each pooled connection was closed by the old server: none of them
     // fails a call.
     store.set("k", b"v").unwrap();

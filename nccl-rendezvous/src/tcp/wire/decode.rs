@@ -218,6 +218,11 @@ impl Request {
                 keys: d.keys("keys")?,
             },
             op::DELETE => Request::Delete { key: d.key("key")? },
+            op::SET_SESSION => Request::SetSession {
+                key: d.key("key")?,
+                value: d.value("value")?,
+                owner: d.array("session owner")?,
+            },
             other => {
                 return Err(malformed(format!("unknown request opcode 0x{other:02x}")));
             }

@@ -150,6 +150,13 @@ impl Request {
             Request::Delete { key } => {
                 Encoder::new(op::DELETE, 4 + key.len()).bytes(key.as_bytes())
             }
+            Request::SetSession { key, value, owner } => {
+                let cap = 8 + key.len() + value.len() + owner.len();
+                Encoder::new(op::SET_SESSION, cap)
+                    .bytes(key.as_bytes())
+                    .bytes(value)
+                    .raw(owner)
+            }
         }
         .finish()
     }

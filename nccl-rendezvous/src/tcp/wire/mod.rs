@@ -1,4 +1,4 @@
-//! The TCP store's wire protocol, version 5.
+//! The TCP store's wire protocol, version 6.
 //!
 //! Every message is a frame: a `u32` big-endian payload length, then the
 //! payload. A payload is one opcode byte followed by fields; integers are
@@ -91,14 +91,15 @@ pub(crate) use stream::{FrameError, FrameSource, read_frame, write_frame};
 pub(crate) const MAGIC: [u8; 4] = *b"NCRS";
 /// The protocol version in `HELLO`.
 ///
-/// Version 5 seals in every request how long its client waits for the answer;
+/// Version 6 adds `SET_SESSION` (a key bound to the connection that set
+/// it: see the server's table); version 5 seals in every request how long its client waits for the answer;
 /// version 4 stamped every sealed request with the client's time since the
 /// handshake, and answered a tampered frame with its own code (`INTEGRITY`);
 /// version 3 authenticated by challenge and response and sealed every frame
 /// (version 2 sent the secret itself); version 2 answered `COMPARE_SET` with
 /// whether it swapped (version 1 sent one value). Two sides of different
 /// versions refuse each other in `HELLO`, naming both.
-pub(crate) const VERSION: u16 = 5;
+pub(crate) const VERSION: u16 = 6;
 
 /// The largest frame either side accepts before the handshake is done: a
 /// client's `HELLO` is 40 bytes, the server's 68 (100 with its proof), an
@@ -115,6 +116,7 @@ mod op {
     pub const WAIT: u8 = 0x07;
     pub const DELETE: u8 = 0x08;
     pub const PROOF: u8 = 0x09;
+    pub const SET_SESSION: u8 = 0x0a;
 }
 
 mod resp {
@@ -265,7 +267,20 @@ pub(crate) enum Request {
     Delete {
         key: String,
     },
+    /// A `SET` whose key the server deletes when this connection closes;
+    /// `owner` names the client, so that its next connection may take the
+    /// key over (answered `BOOL`: false when another client holds it).
+    SetSession {
+        key: String,
+        value: Vec<u8>,
+        owner: Owner,
+    },
 }
+
+/// The length of a session key's owner: a client's random name.
+pub(crate) const OWNER_LEN: usize = 16;
+/// A client's random name, which its session keys are bound to.
+pub(crate) type Owner = [u8; OWNER_LEN];
 
 /// The server's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -393,6 +408,11 @@ mod tests {
             timeout: Duration::from_secs(3),
         });
         roundtrip_req(Request::Delete { key: "d".into() });
+        roundtrip_req(Request::SetSession {
+            key: "s".into(),
+            value: b"v".to_vec(),
+            owner: [7; OWNER_LEN],
+        });
     }
 
     #[test]

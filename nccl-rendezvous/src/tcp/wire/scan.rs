@@ -10,7 +10,7 @@
 //! accepts what the decoder refuses as to lengths; the decoder still
 //! checks the rest (UTF-8, flags) once the frame is whole.
 
-use super::{DecodeError, Limit, NONCE_LEN, RequestLimits, TAG_LEN, op};
+use super::{DecodeError, Limit, NONCE_LEN, OWNER_LEN, RequestLimits, TAG_LEN, op};
 
 /// One field of a request, after its opcode.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +36,7 @@ fn shape(opcode: u8) -> Option<&'static [Field]> {
         op::HELLO => &[Field::Fixed(4 + 2 + NONCE_LEN + 1)],
         op::PROOF => &[Field::Fixed(TAG_LEN)],
         op::SET => &[KEY, VALUE],
+        op::SET_SESSION => &[KEY, VALUE, Field::Fixed(OWNER_LEN)],
         op::GET | op::ADD => &[KEY, Field::Fixed(8)],
         op::TRY_GET | op::DELETE => &[KEY],
         op::COMPARE_SET => &[KEY, Field::OptionalValue, VALUE],
@@ -270,6 +271,11 @@ mod tests {
                 timeout: Duration::ZERO,
             },
             Request::Delete { key: "d".into() },
+            Request::SetSession {
+                key: "s".into(),
+                value: b"v".to_vec(),
+                owner: [3; OWNER_LEN],
+            },
         ]
     }
 
