@@ -171,6 +171,34 @@ struct Phases {
 }
 
 impl Phases {
+    /// The phases as a survivor shares them: three little-endian `f64`s.
+    fn to_bytes(self) -> Vec<u8> {
+        [self.detect, self.heal, self.first]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
+    }
+
+    /// [`Phases::to_bytes`] read back, as survivor `rank` shared them.
+    fn from_bytes(rank: usize, bytes: &[u8]) -> Result<Self, BenchError> {
+        let values: Vec<f64> = bytes
+            .chunks_exact(8)
+            .filter_map(|chunk| chunk.try_into().ok().map(f64::from_le_bytes))
+            .collect();
+        match values[..] {
+            [detect, heal, first] if bytes.len() == 24 => Ok(Self {
+                detect,
+                heal,
+                first,
+            }),
+            _ => Err(BenchError::Usage(format!(
+                "rank {rank} shared {} bytes of recovery times, expected 24 (three f64): start every rank \
+                 with the same nccl-perf",
+                bytes.len()
+            ))),
+        }
+    }
+
     fn total(&self) -> f64 {
         self.detect + self.heal + self.first
     }
@@ -234,33 +262,19 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
     };
     let times_key = |rank: usize| format!("{NAME}/times/{rank}");
     meeting.share_from(world.rank, &times_key(world.rank), || {
-        Ok::<_, BenchError>(
-            [phases.detect, phases.heal, phases.first]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect(),
-        )
+        Ok::<_, BenchError>(phases.to_bytes())
     })?;
     next.destroy()?;
     if world.rank == 0 {
-        let survivors = (0..world.size).filter(|&rank| rank != injection.rank);
-        let mut all = Vec::new();
-        for rank in survivors {
+        let others = (1..world.size).filter(|&rank| rank != injection.rank);
+        let mut all = vec![(0, phases)];
+        for rank in others {
             let bytes = meeting.share_from(rank, &times_key(rank), || {
                 Err::<Vec<u8>, _>(BenchError::Usage(
                     "each survivor shares its own times".into(),
                 ))
             })?;
-            let value =
-                |i: usize| f64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
-            all.push((
-                rank,
-                Phases {
-                    detect: value(0),
-                    heal: value(1),
-                    first: value(2),
-                },
-            ));
+            all.push((rank, Phases::from_bytes(rank, &bytes)?));
         }
         report(args, &plan, world, (&detected, &path), &all)?;
         if injection.fault == Fault::Stop {

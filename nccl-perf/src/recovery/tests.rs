@@ -105,3 +105,25 @@ fn a_plan_that_cannot_measure_a_recovery_is_refused_naming_the_flag() {
         assert!(error.starts_with("--inject "), "{flags:?}: {error}");
     }
 }
+
+#[test]
+fn a_survivors_times_go_through_the_store_and_back_and_a_wrong_length_is_refused() {
+    let phases = super::Phases {
+        detect: 812.5,
+        heal: 501.25,
+        first: 3.0,
+    };
+    let back = super::Phases::from_bytes(2, &phases.to_bytes()).expect("read back");
+    assert_eq!(
+        (back.detect, back.heal, back.first, back.total()),
+        (812.5, 501.25, 3.0, 1316.75)
+    );
+    let error = super::Phases::from_bytes(2, &[0; 16])
+        .err()
+        .expect("16 bytes refused")
+        .to_string();
+    assert!(
+        error.contains("rank 2 shared 16 bytes of recovery times, expected 24"),
+        "{error}"
+    );
+}
