@@ -11,7 +11,6 @@ use crate::diagnostics::recorder::records::{OpRecord, PeerProgress};
 use crate::lineage::SubGroup;
 
 mod cause;
-pub(crate) mod presence;
 
 pub(crate) use cause::Collectives;
 pub use cause::{FailureCause, FoundBy};

@@ -271,7 +271,7 @@ pub enum CommMode {
 /// seconds between collectives, or waits in a long kernel, keeps beating.
 /// A process that is stopped (`SIGSTOP`, a debugger) or wedged as a whole
 /// stops. `docs/group/failures.md` says what a failure it finds looks
-/// like, and `nccl-group/src/health/liveness.rs` has the protocol.
+/// like, and `nccl-group/src/engine/liveness.rs` has the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Liveness {

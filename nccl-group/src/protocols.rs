@@ -23,14 +23,14 @@ pub(crate) const PAIR: &str = "p2p";
 /// rank (`engine/alarm.rs`).
 pub(crate) const FAILED: &str = "failed";
 /// The liveness beat: each rank's beat count, and who left
-/// (`health/liveness.rs`).
+/// (`engine/liveness.rs`).
 pub(crate) const LIVENESS: &str = "liveness";
 /// A failure's exchange of reports: each rank's progress
 /// (`health/peers.rs`).
 pub(crate) const PROGRESS: &str = "progress";
 /// Each rank's presence while its process lives: a session key the store
 /// deletes when the process exits, and the mark that it was set
-/// (`failure/presence.rs`).
+/// (`engine/presence.rs`).
 pub(crate) const PRESENCE: &str = "presence";
 /// The collective mismatch check: each rank's fingerprints of a window
 /// of collectives (`diagnostics/checks.rs`).

@@ -18,9 +18,9 @@ use crate::buffers::Memory;
 use crate::collective::Collective;
 use crate::layer::LayerKind;
 use crate::method::Average;
-use crate::recovery::{HealMode, Injection};
 
 mod compare;
+mod inject;
 mod reading;
 mod size;
 mod unapplied;
@@ -30,6 +30,7 @@ mod values;
 mod tests;
 
 use compare::{Compare, parse_compare_arg};
+pub use inject::{Fault, HealMode, Injection};
 #[cfg(not(feature = "plot"))]
 pub use reading::without_plot_feature;
 pub use size::{SizeError, parse_size};

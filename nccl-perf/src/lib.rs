@@ -107,14 +107,13 @@ mod timing;
 mod world;
 
 pub use buffers::{DeviceBuffers, Memory};
-pub use cli::{Args, SizeError, parse_size};
+pub use cli::{Args, Fault, HealMode, Injection, SizeError, parse_size};
 pub use collective::{Collective, Mode};
 pub use error::BenchError;
 pub use layer::{
     AT_START, Call, CoreLayer, GroupLayer, Launch, Layer, LayerKind, RawLayer, Rotation, Shift,
     TensorLayer,
 };
-pub use recovery::{Fault, HealMode, Injection};
 pub use runner::main_with;
 pub use timing::{median, per_call_us};
 pub use world::World;

@@ -20,10 +20,6 @@
 //! the launcher ends the survivors when the lost rank fails. Each launch
 //! measures one loss; repeat launches for a spread.
 
-mod inject;
-
-pub use inject::{Fault, HealMode, Injection};
-
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -33,7 +29,7 @@ use nccl_core::{Device, ReduceOp};
 use nccl_group::{GroupError, GroupOptions, HealOptions, Lifecycle, ProcessGroup, Recovery};
 use nccl_tensor::Tensor;
 
-use crate::cli::Args;
+use crate::cli::{Args, DataTypeArg, Fault, HealMode, Injection};
 use crate::collective::Collective;
 use crate::error::BenchError;
 use crate::layer::LayerKind;
@@ -99,7 +95,7 @@ impl Plan {
                 ));
             }
         };
-        if args.datatype != crate::cli::DataTypeArg::FLOAT {
+        if args.datatype != DataTypeArg::FLOAT {
             return usage(format!(
                 "--inject {injection}: expected -d float (the sums are checked in f32); got another type"
             ));

@@ -26,7 +26,7 @@
 //! lost). A thread stuck inside an enqueue has no tracked operation and
 //! does not listen: the enqueue's own timeout ends it.
 //!
-//! With the liveness beat on (`crate::health::liveness`), the alarm is
+//! With the liveness beat on (`crate::engine::liveness`), the alarm is
 //! also pushed: the beat's thread waits on the key in the store between
 //! beats, from the group's start, and a live group fails as soon as the
 //! key is set, pending operations or not ([`Inner::alarm_pushed`]).

@@ -13,7 +13,7 @@ use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
-use crate::failure::presence::Presence;
+use crate::engine::presence::Presence;
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
 use crate::health::verify::GroupChecks;
@@ -21,7 +21,7 @@ use crate::health::watchdog::{Bounded, Verdict, Watched, run_bounded};
 use crate::protocols::PROGRESS;
 
 /// How long a failing rank waits, in all, for the reports of the other
-/// ranks not known to have exited (`failure/presence.rs`).
+/// ranks not known to have exited (`engine/presence.rs`).
 pub(crate) const EXCHANGE_WAIT: Duration = Duration::from_secs(3);
 
 /// What a failure learnt from the other ranks and from NCCL's RAS (empty

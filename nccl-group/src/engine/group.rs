@@ -26,7 +26,7 @@ use crate::engine::pool::DevicePool;
 use crate::engine::suspension::Suspension;
 use crate::error::{GroupError, Result};
 use crate::failure::Failure;
-use crate::failure::presence::Presence;
+use crate::engine::presence::Presence;
 use crate::health::alarm::Listener;
 use crate::health::verify::Verification;
 use crate::health::watchdog::Tracker;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::failing;
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, ProcessGroup};
-use crate::failure::presence::Presence;
+use crate::engine::presence::Presence;
 use crate::error::{GroupError, Result};
 use crate::failure::AbortOutcome;
 use crate::generations::subgroups::SubGroups;

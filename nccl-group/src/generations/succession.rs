@@ -9,7 +9,7 @@ use std::sync::{Arc, MutexGuard, PoisonError};
 use crate::engine::failing::{Findings, abort_bounded};
 use crate::engine::generation::{Record, Succession};
 use crate::engine::group::{HEALED, Inner, ProcessGroup};
-use crate::failure::presence::Presence;
+use crate::engine::presence::Presence;
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::membership::Membership;

@@ -3,8 +3,9 @@
 use clap::Parser;
 use nccl_group::StreamMode;
 
-use super::{Fault, HealMode, Injection, Plan};
+use super::Plan;
 use crate::cli::Args;
+use crate::cli::{Fault, HealMode, Injection};
 
 fn args(flags: &[&str]) -> Args {
     Args::try_parse_from([&["nccl-perf"], flags].concat()).expect("flags parse")
@@ -119,8 +120,7 @@ fn a_survivors_times_go_through_the_store_and_back_and_a_wrong_length_is_refused
         (812.5, 501.25, 3.0, 1316.75)
     );
     let error = super::Phases::from_bytes(2, &[0; 16])
-        .err()
-        .expect("16 bytes refused")
+        .expect_err("16 bytes refused")
         .to_string();
     assert!(
         error.contains("rank 2 shared 16 bytes of recovery times, expected 24"),

@@ -2,7 +2,7 @@
 //! failure that asks the other ranks, read only by a rank that waits, and
 //! failing that rank with the first rank's cause. The watchdog's clock is
 //! the `now` each call is given. The groups have no liveness beat, which
-//! would push the alarm (`crate::health::liveness` tests that).
+//! would push the alarm (`crate::engine::liveness` tests that).
 
 use crate::generations::recovery::Recovery;
 use std::sync::Arc;

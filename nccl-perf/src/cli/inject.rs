@@ -1,5 +1,5 @@
 //! `--inject FAULT@RANK:ITER` and `--heal`: which rank is lost, how and
-//! when, and how the survivors go on.
+//! when, and how the survivors go on (the run itself: `recovery`).
 
 use std::fmt;
 use std::str::FromStr;
