@@ -43,11 +43,7 @@ use nccl_tensor::Tensor;
 const LEN: usize = 1 << 20;
 
 fn main() -> ExitCode {
-    let (rank, world, local_rank) = match common::place() {
-        Ok(place) => place,
-        Err(status) => return status,
-    };
-    common::exit_status(rank, run(rank, world, local_rank))
+    common::run_placed(run)
 }
 
 /// Joins the group, all-reduces, checks. `Ok(false)`: wrong values.

@@ -62,3 +62,16 @@ pub fn exit_status(rank: usize, run: Result<bool, impl Display>) -> ExitCode {
         }
     }
 }
+
+/// The whole of a plain example's `main`: `run(rank, world, local_rank)`
+/// once this process has its place ([`place`]), its result as the exit
+/// status ([`exit_status`]).
+#[allow(dead_code)] // not every example that shares this module calls it
+pub fn run_placed<E: Display>(
+    run: impl FnOnce(usize, usize, usize) -> Result<bool, E>,
+) -> ExitCode {
+    match place() {
+        Ok((rank, world, local_rank)) => exit_status(rank, run(rank, world, local_rank)),
+        Err(status) => status,
+    }
+}
