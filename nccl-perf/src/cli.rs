@@ -401,6 +401,16 @@ impl Args {
             .unwrap_or(if self.compare.is_some() { 5 } else { 1 })
     }
 
+    /// The options of the group layers' process groups (but their stream
+    /// mode, which the layer picks): `--group-comms`,
+    /// `--group-mismatch-check` and [`Args::config`].
+    pub fn group_options(&self) -> nccl_group::GroupOptions {
+        nccl_group::GroupOptions::default()
+            .with_comm_mode(self.group_comms.comm_mode())
+            .with_mismatch_check(self.group_mismatch_check.is_on())
+            .with_config(self.config())
+    }
+
     /// The NCCL config of every communicator the run creates, in every
     /// layer: `-x` as its CTA policy; every other option at NCCL's default.
     pub fn config(&self) -> Config {

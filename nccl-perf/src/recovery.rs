@@ -103,10 +103,7 @@ impl Plan {
         let count = usize::try_from(args.min_bytes / 4)
             .unwrap_or(usize::MAX)
             .max(1);
-        let mut options = GroupOptions::default()
-            .with_comm_mode(args.group_comms.comm_mode())
-            .with_mismatch_check(args.group_mismatch_check.is_on())
-            .without_dump_dir();
+        let mut options = args.group_options().without_dump_dir();
         if let Some(mode) = layer.stream_mode() {
             options = options.with_stream_mode(mode);
         }

@@ -1,5 +1,7 @@
 //! `--inject`'s flags: what goes together, and the plan they make.
 
+use std::time::Duration;
+
 use clap::Parser;
 use nccl_group::StreamMode;
 
@@ -49,7 +51,8 @@ fn inject_parses_with_heal_tell_and_op_timeout_into_a_plan() {
     assert!(plan.told);
     assert_eq!(plan.count, 1024);
     assert_eq!(plan.options.stream_mode, StreamMode::Caller);
-    assert_eq!(plan.options.op_timeout.as_millis(), 60_000);
+    // The configured timeout, as --op-timeout-ms gave it: a value, not a time taken.
+    assert_eq!(plan.options.op_timeout, Duration::from_secs(60));
 }
 
 #[test]

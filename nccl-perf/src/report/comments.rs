@@ -169,7 +169,10 @@ fn plan_notes(plan: &Plan) -> Vec<String> {
         ));
     }
     if plan.layers.iter().any(|kind| kind.stream_mode().is_some()) {
-        lines.push(group_note(plan.group_comms, plan.group_mismatch_check));
+        lines.push(group_note(
+            plan.group_options.comm_mode,
+            plan.group_options.mismatch_check,
+        ));
     }
     let mut noted = Vec::new();
     for &layer in &plan.layers {

@@ -2,7 +2,7 @@
 //! nccl-perf invocation, read from its flags, and the ranks it runs on.
 
 use nccl_core::Config;
-use nccl_group::CommMode;
+use nccl_group::GroupOptions;
 
 use super::layout::Layout;
 use super::protocol::RowKey;
@@ -43,11 +43,9 @@ pub struct Plan {
     pub gpus_per_thread: usize,
     /// How a row's time comes from the ranks' (`-a`).
     pub average: Average,
-    /// The group layers' communicator kind (`--group-comms`).
-    pub group_comms: CommMode,
-    /// Whether the group layers' groups run the mismatch check
-    /// (`--group-mismatch-check`).
-    pub group_mismatch_check: bool,
+    /// The group layers' options but the stream mode
+    /// ([`Args::group_options`]).
+    pub group_options: GroupOptions,
     /// The NCCL config of every communicator, in every layer (`-x`).
     pub config: Config,
 }
@@ -79,8 +77,7 @@ impl Plan {
             threads: layout.threads,
             gpus_per_thread: layout.gpus_per_thread,
             average: args.average(),
-            group_comms: args.group_comms.comm_mode(),
-            group_mismatch_check: args.group_mismatch_check.is_on(),
+            group_options: args.group_options(),
             config: args.config(),
         })
     }
@@ -169,11 +166,11 @@ impl Plan {
             ("average (-a)", format!("{:?}", self.average)),
             (
                 "group communicators (--group-comms)",
-                format!("{:?}", self.group_comms),
+                format!("{:?}", self.group_options.comm_mode),
             ),
             (
                 "group mismatch check (--group-mismatch-check)",
-                self.group_mismatch_check.to_string(),
+                self.group_options.mismatch_check.to_string(),
             ),
             ("communicator config (-x)", format!("{:?}", self.config)),
             ("plan", format!("{self:?}")),

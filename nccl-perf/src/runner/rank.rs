@@ -8,7 +8,7 @@ use std::sync::mpsc::Sender;
 
 use cudarc::driver::CudaStream;
 use nccl_core::{Communicator, Device, UniqueId};
-use nccl_group::{GroupOptions, ProcessGroup};
+use nccl_group::ProcessGroup;
 
 use super::barrier::RankBarrier;
 use super::meeting::Meeting;
@@ -98,11 +98,7 @@ fn run_rank(
                 &format!("{GROUP_NAME}-{}", kind.name()),
                 rank,
                 plan.world,
-                GroupOptions::default()
-                    .with_stream_mode(mode)
-                    .with_comm_mode(plan.group_comms)
-                    .with_mismatch_check(plan.group_mismatch_check)
-                    .with_config(plan.config.clone()),
+                plan.group_options.clone().with_stream_mode(mode),
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
