@@ -39,6 +39,10 @@ const SCOPE: &str = "communicator";
 /// `name`. The wait for the id is bounded by `config.timeout`; NCCL's
 /// own creation then waits for every rank, as [`Communicator::new`] does.
 ///
+/// At the end of a run, every rank finalizes it
+/// (`comm.core().finalize()`) before dropping it: a communicator dropped
+/// unfinalized is aborted, the path meant for failures.
+///
 /// It lives here and not in nccl-tensor because the stores
 /// (nccl-rendezvous) sit beside the tensor layer, not below it; nccl-group
 /// re-exports nccl-tensor, so it is the one dependency this needs.

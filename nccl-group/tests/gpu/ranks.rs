@@ -106,9 +106,9 @@ fn ranks_from_env_over_the_tcp_store() {
 
 /// `nccl_group::communicator`: a bare nccl-tensor communicator from the
 /// launch variables (rank 0's unique id met through the store), whose
-/// all_reduce every rank checks; then `ProcessGroup::from_config` over the
-/// same configuration, whose `local_rank` is the launch's (and `new`'s is
-/// unknown).
+/// all_reduce every rank checks, finalized together before its drop; then
+/// `ProcessGroup::from_config` over the same configuration, whose
+/// `local_rank` is the launch's (and `new`'s is unknown).
 #[test]
 fn ranks_bare_communicator_and_local_rank_from_the_launch_variables() {
     let Some(ctx) = RankContext::new() else {
@@ -134,6 +134,9 @@ fn ranks_bare_communicator_and_local_rank_from_the_launch_variables() {
         "{}: the bare communicator's all_reduce",
         ctx.label()
     );
+    comm.core()
+        .finalize()
+        .unwrap_or_else(|e| panic!("{}: finalize: {e}", ctx.label()));
     drop(comm);
     ctx.meet("bare-done");
 
