@@ -2,6 +2,8 @@
 
 mod bindgen;
 mod ci;
+#[cfg(test)]
+mod doc_pages;
 mod fuzz;
 mod gpu_bundle;
 mod launchers;
