@@ -144,12 +144,14 @@ pub struct GroupOptions {
     /// Default `true`.
     pub ras_report: bool,
     /// GPU times in the flight recorder, like PyTorch's
-    /// `TORCH_NCCL_ENABLE_TIMING`: each operation records a timed CUDA
-    /// event on its stream just before its enqueue and ends with a timed
-    /// one, and the watchdog, seeing it end, notes the time between them in
-    /// its record ([`OpRecord::gpu_duration`](crate::OpRecord::gpu_duration);
-    /// `duration_ms` in PyTorch-format dumps). Operations captured in a
-    /// CUDA graph are not timed.
+    /// `TORCH_NCCL_ENABLE_TIMING`.
+    ///
+    /// Each operation records a timed CUDA event on its stream just before
+    /// its enqueue and ends with a timed one, and the watchdog, seeing it
+    /// end, notes the time between them in its record
+    /// ([`OpRecord::gpu_duration`](crate::OpRecord::gpu_duration);
+    /// `duration_ms` in PyTorch-format dumps). Operations captured in a CUDA
+    /// graph are not timed.
     ///
     /// It costs an event record and two timed events per operation (pooled),
     /// and a time query when the watchdog reaps it. Default: the

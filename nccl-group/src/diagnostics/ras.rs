@@ -250,11 +250,12 @@ impl fmt::Display for RasReport {
     }
 }
 
-/// Asks the RAS service the environment names: [`ENABLE_VARIABLE`] `0`
-/// says RAS is off without asking; [`ADDRESS_VARIABLE`], else
-/// [`DEFAULT_ADDRESS`], is where. (NCCL also reads its variables from
-/// `/etc/nccl.conf` and `~/.nccl.conf`; set them in the environment for
-/// this to see them.)
+/// Asks the RAS service the environment names.
+///
+/// [`ENABLE_VARIABLE`] `0` says RAS is off without asking;
+/// [`ADDRESS_VARIABLE`], else [`DEFAULT_ADDRESS`], is where. (NCCL also
+/// reads its variables from `/etc/nccl.conf` and `~/.nccl.conf`; set them in
+/// the environment for this to see them.)
 pub fn query_from_env(limits: &RasLimits) -> RasReport {
     query_with_vars(|name| std::env::var(name).ok(), limits)
 }
