@@ -34,7 +34,8 @@ use nccl_core::ReduceOp;
 use nccl_group::analysis::Divergence;
 use nccl_group::ras::RasReport;
 use nccl_group::{
-    CommMode, ErrorKind, FailureCause, GroupError, OpBuffers, OpResult, ProcessGroup,
+    CommMode, ErrorKind, FailureCause, GroupError, GroupOptions, Liveness, OpBuffers, OpResult,
+    ProcessGroup,
 };
 use nccl_tensor::Tensor;
 use nccl_test_support::group::destroy;
@@ -211,7 +212,12 @@ fn join(
     mode: CommMode,
     check: Check,
 ) -> ProcessGroup {
-    let options = match check {
+    join_with(ctx, store, name, checked_options(mode, check))
+}
+
+/// The options of a group of `mode` with `check`.
+fn checked_options(mode: CommMode, check: Check) -> GroupOptions {
+    match check {
         Check::Default => options(mode),
         Check::Every(every) => options(mode)
             .with_collective_checks(every)
@@ -219,7 +225,16 @@ fn join(
         Check::Off => options(mode)
             .with_mismatch_check(false)
             .with_op_timeout(HANG_TIMEOUT),
-    };
+    }
+}
+
+/// The group `name` over `store`, with `options`.
+fn join_with(
+    ctx: &RankContext,
+    store: &StoreAt,
+    name: &str,
+    options: GroupOptions,
+) -> ProcessGroup {
     ProcessGroup::builder(name)
         .rank(ctx.rank())
         .world_size(ctx.world())
@@ -479,6 +494,10 @@ fn ranks_mismatch_unchecked_timeout_report_names_the_divergence() {
 /// (several simulated hosts share RAS's port unless each has its own
 /// `NCCL_RAS_ADDR`: docs/group/ras.md). Rank 0 continues it once its
 /// report is complete; rank 1 then aborts its group.
+///
+/// The liveness beat is off: it names a stopped rank in about a second,
+/// before RAS's own timeouts have missed it, and this is the case RAS
+/// serves, a hang the operation timeout found.
 #[test]
 fn ranks_ras_view_of_a_stopped_rank() {
     let Some(ctx) = RankContext::new() else {
@@ -491,7 +510,8 @@ fn ranks_ras_view_of_a_stopped_rank() {
         return;
     };
     let store = tcp_store(&ctx);
-    let group = join(&ctx, &store, "ras-stopped", CommMode::Blocking, Check::Off);
+    let options = checked_options(CommMode::Blocking, Check::Off).with_liveness(Liveness::Off);
+    let group = join_with(&ctx, &store, "ras-stopped", options);
     let what = ctx.label();
     for n in 0..20 {
         issue(&ctx, &group, base(n, None), true)
