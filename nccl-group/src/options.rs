@@ -139,7 +139,8 @@ pub struct GroupOptions {
     /// view of dead and unresponsive ranks ([`crate::ras`]) and put it in
     /// the failure's report and dump, or one line saying why there is
     /// none; at most a few seconds, before the communicators are aborted
-    /// (while RAS still lists them).
+    /// (while RAS still lists them). A failure the liveness beat found is
+    /// not asked about: the beat named the rank.
     ///
     /// Default `true`.
     pub ras_report: bool,

@@ -257,7 +257,7 @@ impl Inner {
                 (scope, mine)
             });
         let ras = match exchange {
-            Exchange::WithPeers => self.ras_view(),
+            Exchange::WithPeers => self.ras_view(&failure.cause),
             Exchange::PeersOnly | Exchange::No => None,
         };
         // A failure keeps what a heal can shrink; an abort keeps nothing.
@@ -314,11 +314,20 @@ impl Inner {
     /// NCCL's RAS view ([`crate::ras`]), or why there is none; `None`
     /// when [`GroupOptions::ras_report`](crate::GroupOptions::ras_report)
     /// is off.
-    fn ras_view(&self) -> Option<RasReport> {
+    ///
+    /// A failure the liveness beat found is not asked about: the beat
+    /// named the rank already, RAS would not have missed a process stopped
+    /// for so short a time, and its answer (up to seconds) would hold up
+    /// the release every blocked read of the survivors waits for.
+    fn ras_view(&self, cause: &FailureCause) -> Option<RasReport> {
         if !self.options().ras_report {
             return None;
         }
-        let reason = if self.cache.all().is_empty() {
+        let reason = if let Some(rank) = cause.unresponsive_rank() {
+            format!(
+                "not asked: the liveness beat named rank {rank} (RAS would not have missed it yet)"
+            )
+        } else if self.cache.all().is_empty() {
             "not asked: the group created no communicator, so NCCL's RAS may not run in this process"
                 .to_string()
         } else {

@@ -128,6 +128,15 @@ fn a_stopped_rank_is_named_every_rank_learns_it_and_the_heal_leaves_it_out() {
         } => assert!(silent_for >= bound, "{silent_for:?}"),
         ref other => panic!("{other:?}"),
     }
+    // RAS is not asked: the beat named the rank already.
+    let details = named.wait_details(PATIENCE).expect("the failure's details");
+    assert_eq!(
+        details.ras.as_ref().map(ToString::to_string).as_deref(),
+        Some(
+            "RAS unavailable: not asked: the liveness beat named rank 1 (RAS would not have \
+             missed it yet)"
+        )
+    );
     let told = failure_of(&groups[1]);
     assert!(
         matches!(
