@@ -11,7 +11,7 @@ mod sessions;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::wire::{self, Request, Response, code};
 use super::*;
@@ -35,19 +35,22 @@ fn server_with(options: TcpStoreServerOptions) -> TcpStoreServer {
     TcpStoreServer::bind("127.0.0.1:0", options).unwrap()
 }
 
-/// Stops `server` and starts another at its address (retrying while the
-/// port is still taken).
+/// Stops `server` and starts another at its address: binding again while
+/// the old server's loops still hold the port, failing at once on any
+/// other error.
 fn restart(server: TcpStoreServer) -> TcpStoreServer {
     let addr = server.local_addr();
     drop(server);
-    let start = Instant::now();
-    loop {
+    let mut restarted = None;
+    eventually("the stopped server to release its port", || {
         match TcpStoreServer::bind(addr, TcpStoreServerOptions::default()) {
-            Ok(server) => return server,
-            Err(e) => assert!(start.elapsed() < PATIENCE, "{e}"),
+            Ok(server) => restarted = Some(server),
+            Err(StoreError::Bind { source, .. }) if source.kind() == io::ErrorKind::AddrInUse => {}
+            Err(error) => panic!("restarting the server at {addr}: {error}"),
         }
-        thread::sleep(Duration::from_millis(10));
-    }
+        restarted.is_some()
+    });
+    restarted.expect("bound once `eventually` returned")
 }
 
 /// The secret of the tests' sealed servers and their clients.
