@@ -454,6 +454,7 @@ impl StoreError {
     /// | `Config` | [`ErrorKind::Config`] |
     /// | `Excluded` | [`ErrorKind::Excluded`] |
     /// | `TooFewSurvivors` | [`ErrorKind::TooFewSurvivors`] |
+    /// | `Unsupported` | [`ErrorKind::Unsupported`] |
     /// | every other variant (connection, server, authentication, limits, protocol, I/O, lock) | [`ErrorKind::Store`] |
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -7,17 +7,11 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::workspace_root;
+
 /// The most lines a page of the process group's guide holds: one subject
 /// a reader can take in at once.
 const PAGE_LINES: usize = 250;
-
-/// The workspace root (xtask's parent folder).
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask sits in the workspace")
-        .to_path_buf()
-}
 
 /// Every `.md` file under `dir`, recursively, `target` and hidden folders
 /// left out.
@@ -40,7 +34,7 @@ fn markdown_under(dir: &Path, found: &mut Vec<PathBuf>) {
 
 /// The project's own Markdown: the root's pages and `docs/`.
 fn project_markdown() -> Vec<PathBuf> {
-    let root = root();
+    let root = workspace_root();
     let mut found = Vec::new();
     markdown_under(&root.join("docs"), &mut found);
     for name in ["README.md", "ARCHITECTURE.md", "CHANGELOG.md"] {
@@ -53,19 +47,23 @@ fn project_markdown() -> Vec<PathBuf> {
     found
 }
 
+/// The lines of `text` outside its fenced code blocks.
+fn prose_lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut in_block = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            return false;
+        }
+        !in_block
+    })
+}
+
 /// The targets of the inline links `[text](target)` in `text`, code blocks
 /// and inline code left out.
 fn link_targets(text: &str) -> Vec<String> {
     let mut targets = Vec::new();
-    let mut in_block = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_block = !in_block;
-            continue;
-        }
-        if in_block {
-            continue;
-        }
+    for line in prose_lines(text) {
         let mut outside_code = String::new();
         for (i, part) in line.split('`').enumerate() {
             if i % 2 == 0 {
@@ -101,16 +99,10 @@ fn anchor(heading: &str) -> String {
 
 /// The anchors of `text`'s headings (outside code blocks).
 fn anchors(text: &str) -> BTreeSet<String> {
-    let mut in_block = false;
-    let mut found = BTreeSet::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_block = !in_block;
-        } else if !in_block && line.starts_with('#') {
-            found.insert(anchor(line.trim_start_matches('#')));
-        }
-    }
-    found
+    prose_lines(text)
+        .filter(|line| line.starts_with('#'))
+        .map(|line| anchor(line.trim_start_matches('#')))
+        .collect()
 }
 
 /// What is wrong with the relative link `target` of the page `page`, if
@@ -138,7 +130,7 @@ fn broken(page: &Path, target: &str) -> Option<String> {
 #[test]
 fn every_page_of_the_group_guide_is_at_most_250_lines() {
     let mut pages = Vec::new();
-    markdown_under(&root().join("docs/group"), &mut pages);
+    markdown_under(&workspace_root().join("docs/group"), &mut pages);
     assert!(!pages.is_empty(), "docs/group holds no page");
     let long: Vec<String> = pages
         .iter()

@@ -52,14 +52,25 @@ impl TcpStore {
         if key.is_empty() {
             return Err(StoreError::InvalidArgument {
                 what: "session key",
-                given: "\"\"".to_owned(),
+                given: crate::error::show_key(key),
                 expected: "a non-empty key".to_owned(),
             });
         }
         self.check_limits(&op, &[key], &[value])?;
         let mut line = self.session_line();
         self.reopen_if_closed(&mut line)?;
-        self.register(&mut line, key, value)?;
+        let SessionLine {
+            owner, connection, ..
+        } = &mut *line;
+        if !self.register(connection, *owner, key, value)? {
+            return Err(StoreError::InvalidArgument {
+                what: "session key",
+                given: crate::error::show_key(key),
+                expected: "a key no other client holds as its session key (another process \
+                           registered it and is still connected: give each process its own key)"
+                    .to_owned(),
+            });
+        }
         line.keys.insert(key.to_owned(), value.to_vec());
         Ok(())
     }
@@ -83,59 +94,69 @@ impl TcpStore {
     }
 
     /// A new connection, with every key of `line` registered on it, when
-    /// `line` has none or its connection closed.
+    /// `line` has none or its connection closed. A key another client took
+    /// meanwhile is this client's no more: it is forgotten, and the others
+    /// are registered all the same.
     fn reopen_if_closed(&self, line: &mut SessionLine) -> Result<()> {
         if line.connection.as_ref().is_some_and(|c| !c.is_stale()) {
             return Ok(());
         }
         // The new connection takes the keys over before the old one (if
         // only too old) closes, so the server never deletes them between.
-        let (connection, _) = self.connect_with_retry(self.options.connect_timeout, false)?;
-        let old = line.connection.replace(connection);
-        let keys: Vec<(String, Vec<u8>)> = line
-            .keys
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (key, value) in keys {
-            self.register(line, &key, &value)?;
+        let (fresh, _) = self.connect_with_retry(self.options.connect_timeout, false)?;
+        let SessionLine {
+            owner,
+            connection,
+            keys,
+        } = line;
+        let old = connection.replace(fresh);
+        let mut taken = Vec::new();
+        for (key, value) in keys.iter() {
+            if !self.register(connection, *owner, key, value)? {
+                taken.push(key.clone());
+            }
+        }
+        for key in taken {
+            keys.remove(&key);
         }
         drop(old);
         Ok(())
     }
 
-    /// Sends `SET_SESSION` for `key` on `line`'s connection; on any error
-    /// the connection is dropped (its state is unknown) and the next call
-    /// opens another.
-    fn register(&self, line: &mut SessionLine, key: &str, value: &[u8]) -> Result<()> {
+    /// Sends `SET_SESSION` for `key` under `owner` on `connection`:
+    /// `Ok(false)` when another client holds the key. On any error the
+    /// connection is dropped (its state is unknown) and the next call opens
+    /// another.
+    fn register(
+        &self,
+        connection: &mut Option<Connection>,
+        owner: Owner,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool> {
         let op = op_name("set_session", key);
         let request = Request::SetSession {
             key: key.to_owned(),
             value: value.to_vec(),
-            owner: line.owner,
+            owner,
         };
-        let Some(connection) = line.connection.as_mut() else {
+        let Some(open) = connection.as_mut() else {
             return Err(StoreError::ConnectionClosed {
                 addr: self.addr.clone(),
                 op,
             });
         };
-        let answer = self.exchange(connection, &op, &request, self.margin());
-        match answer.map_err(Failed::into_error) {
-            Ok(Response::Bool(true)) => Ok(()),
-            Ok(Response::Bool(false)) => Err(StoreError::InvalidArgument {
-                what: "session key",
-                given: crate::error::show_key(key),
-                expected: "a key no other client holds as its session key (another process \
-                           registered it and is still connected: give each process its own key)"
-                    .to_owned(),
-            }),
+        match self
+            .exchange(open, &op, &request, self.margin())
+            .map_err(Failed::into_error)
+        {
+            Ok(Response::Bool(registered)) => Ok(registered),
             Ok(other) => {
-                line.connection = None;
+                *connection = None;
                 Err(self.unexpected(&op, &other))
             }
             Err(error) => {
-                line.connection = None;
+                *connection = None;
                 Err(error)
             }
         }

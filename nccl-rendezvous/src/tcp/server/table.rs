@@ -167,16 +167,10 @@ impl Table {
                 code::PROTOCOL,
                 "HELLO or PROOF after the handshake is done".to_owned(),
             ),
-            Request::Set { key, value } => {
-                let was = self.entries.contains(&key);
-                match self.entries.put(&key, value) {
-                    Ok(()) => {
-                        self.written(&key, was, woken);
-                        answer(Response::Ok)
-                    }
-                    Err(e) => over_quota(e),
-                }
-            }
+            Request::Set { key, value } => match self.put(&key, value, woken) {
+                Ok(()) => answer(Response::Ok),
+                Err(e) => over_quota(e),
+            },
             Request::Get { key, timeout } => match self.entries.shared(&key) {
                 Some(value) => Outcome::Answer(Answer::Value(value)),
                 None => self.park(id, vec![key], true, timeout, now),
@@ -227,11 +221,9 @@ impl Table {
                 if !self.session_keys.may_bind(&key, &owner) {
                     return answer(Response::Bool(false));
                 }
-                let was = self.entries.contains(&key);
-                match self.entries.put(&key, value) {
+                match self.put(&key, value, woken) {
                     Ok(()) => {
                         self.session_keys.bind(&key, id, owner);
-                        self.written(&key, was, woken);
                         answer(Response::Bool(true))
                     }
                     Err(e) => over_quota(e),
@@ -315,6 +307,14 @@ impl Table {
 
     /// `key` was written (`was` it there before): the requests that missed
     /// it count it, and those it completed go to `woken`.
+    /// Puts `value` at `key`, waking the waiters it completes.
+    fn put(&mut self, key: &str, value: Vec<u8>, woken: &mut Vec<Id>) -> Result<(), OverQuota> {
+        let was = self.entries.contains(key);
+        self.entries.put(key, value)?;
+        self.written(key, was, woken);
+        Ok(())
+    }
+
     fn written(&mut self, key: &str, was: bool, woken: &mut Vec<Id>) {
         if was {
             return;

@@ -68,6 +68,27 @@ fn after_a_server_restart_the_next_request_registers_the_keys_again() {
 }
 
 #[test]
+fn a_key_another_client_took_meanwhile_does_not_keep_the_others_from_coming_back() {
+    let server = server();
+    let rank = client(&server);
+    rank.set_session("alive/a", b"rank's").unwrap();
+    rank.set_session("alive/b", b"rank's").unwrap();
+    let restarted = restart(server);
+    // Another client binds the first key before the rank's next request.
+    let other = client(&restarted);
+    other.set_session("alive/a", b"other's").unwrap();
+    assert!(rank.try_get("unrelated").unwrap().is_none());
+    assert_eq!(other.try_get("alive/a").unwrap().unwrap(), b"other's");
+    assert_eq!(other.try_get("alive/b").unwrap().unwrap(), b"rank's");
+    // The rank holds only the second key now: its going deletes that one.
+    drop(rank);
+    eventually("the rank's key deleted", || {
+        other.try_get("alive/b").unwrap().is_none()
+    });
+    assert_eq!(other.try_get("alive/a").unwrap().unwrap(), b"other's");
+}
+
+#[test]
 fn bad_session_keys_are_refused_with_what_was_expected() {
     let server = server();
     let (first, second) = (client(&server), client(&server));
