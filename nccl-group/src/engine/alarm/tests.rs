@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::ErrorKind;
 use crate::engine::group::ProcessGroup;
-use crate::generations::heal::tests::{options, world_with};
-use crate::options::Liveness;
+use crate::generations::heal::tests::world_on;
 use crate::health::watchdog::{Completion, PendingOp, Progress};
 use nccl_rendezvous::{CompareSet, InProcessStore, Result as StoreResult, Store};
 use nccl_test_support::within;
@@ -59,11 +58,6 @@ pub(crate) fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
         .expect("pushed");
 }
 
-/// Ranks `0..world` of group `name` on `store`, without the beat's
-/// pushed alarm.
-fn world_on(store: &Arc<dyn Store>, name: &str, world: usize) -> Vec<ProcessGroup> {
-    world_with(store, name, world, &options().with_liveness(Liveness::Off))
-}
 
 /// Ranks `0..world` of group `name` on a [`Counting`] store of their
 /// own, rank `waiter` waiting in a collective since the returned instant.

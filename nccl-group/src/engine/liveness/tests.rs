@@ -14,7 +14,6 @@ use crate::generations::recovery::Recovery;
 use nccl_rendezvous::{
     FileStore, InProcessStore, TcpStore, TcpStoreOptions, TcpStoreServerOptions,
 };
-use nccl_test_support::within;
 
 /// Hang guard of the waits below: only a beat or an alarm that never
 /// works outlasts it (as the alarm's tests' [`until`]).
@@ -90,15 +89,17 @@ fn beating(store: &Arc<dyn Store>, name: &str, world: usize, liveness: Liveness)
 
 /// `group`'s failure, once it failed.
 fn failure_of(group: &ProcessGroup) -> Arc<crate::failure::Failure> {
-    let group = group.clone();
-    within("the group to fail", PATIENCE, move || {
-        loop {
-            if let Some(failure) = group.failure() {
-                return failure;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    })
+    let watched = group.clone();
+    until("the group to fail", move || watched.failure().is_some());
+    group.failure().expect("failed")
+}
+
+/// Waits until the beat at `key` has gone `spans` beats past its count
+/// now (a hang guard bounds the wait, not the beat's pace).
+fn beats_past(store: &Arc<dyn Store>, key: &'static str, spans: u128) {
+    let first = u128::from(count(store, key));
+    let store = Arc::clone(store);
+    until(key, move || u128::from(count(&store, key)) >= first + spans);
 }
 
 /// A beat's count as `store` has it (0: none yet).
@@ -175,11 +176,7 @@ fn a_rank_whose_issuing_thread_is_blocked_beats_on_and_is_never_named() {
     // Rank 1 waits in a collective, and its issuing thread (this one)
     // sleeps while rank 0 watches: for beats that span twice the bound.
     wait_in_collective(&groups[1], later());
-    let first = count(&store, "busy/0/liveness/1");
-    let spans = u64::try_from(2 * bound.as_millis() / every.as_millis()).unwrap();
-    while count(&store, "busy/0/liveness/1") < first + spans {
-        std::thread::sleep(every);
-    }
+    beats_past(&store, "busy/0/liveness/1", 2 * bound.as_millis() / every.as_millis());
     for group in &groups {
         assert!(group.failure().is_none(), "{:?}", group.failure());
     }
@@ -291,11 +288,7 @@ fn a_rank_that_left_is_not_named_and_dropping_every_group_deletes_the_beats() {
             store.try_get("early/0/liveness/1").unwrap().as_deref() == Some(LEFT)
         });
     }
-    let first = count(&store, "early/0/liveness/0");
-    let spans = u64::try_from(2 * bound.as_millis() / every.as_millis()).unwrap();
-    while count(&store, "early/0/liveness/0") < first + spans {
-        std::thread::sleep(every);
-    }
+    beats_past(&store, "early/0/liveness/0", 2 * bound.as_millis() / every.as_millis());
     assert!(groups[0].failure().is_none(), "{:?}", groups[0].failure());
     // Rank 0 drops its group without destroying it: it leaves too, last.
     drop(groups);

@@ -9,12 +9,14 @@ use std::thread;
 
 use super::*;
 use crate::ErrorKind;
-use crate::options::GroupOptions;
+use crate::options::{GroupOptions, Liveness};
 use nccl_rendezvous::{InProcessStore, Store};
 
 /// Options for groups that write no dumps.
 pub(crate) fn options() -> GroupOptions {
-    GroupOptions::default().without_dump_dir()
+    GroupOptions::default()
+        .without_dump_dir()
+        .with_liveness(Liveness::Off)
 }
 
 /// Ranks `0..world` of group `name` on `store`, each a handle of its own.
