@@ -33,7 +33,7 @@ use crate::cli::{Args, DataTypeArg, Fault, HealMode, Injection};
 use crate::collective::Collective;
 use crate::error::BenchError;
 use crate::layer::LayerKind;
-use crate::world::World;
+use crate::world::{LaunchMeeting, World};
 
 /// The group's name, and the prefix of the keys the ranks share.
 const NAME: &str = "nccl-perf-recovery";
@@ -70,11 +70,12 @@ impl Plan {
                 injection.rank
             ));
         }
-        if args.collectives() != [Collective::AllReduce] {
+        let collectives = args.collectives();
+        if collectives != [Collective::AllReduce] {
             return usage(format!(
                 "--inject {injection}: expected the all_reduce collective (the recovery is timed to the \
                  first correct all_reduce); got {}",
-                args.collectives()
+                collectives
                     .iter()
                     .map(|c| c.name())
                     .collect::<Vec<_>>()
@@ -82,9 +83,13 @@ impl Plan {
             ));
         }
         let layers = args.layers();
-        let layer = match layers[..] {
-            [layer] if layer.stream_mode().is_some() => layer,
-            _ => {
+        let group_layer = match layers[..] {
+            [layer] => layer.stream_mode().map(|mode| (layer, mode)),
+            _ => None,
+        };
+        let (layer, stream_mode) = match group_layer {
+            Some(chosen) => chosen,
+            None => {
                 return usage(format!(
                     "--inject {injection}: expected one group layer (--layer group or group-caller); got {}",
                     layers
@@ -103,10 +108,10 @@ impl Plan {
         let count = usize::try_from(args.min_bytes / 4)
             .unwrap_or(usize::MAX)
             .max(1);
-        let mut options = args.group_options().without_dump_dir();
-        if let Some(mode) = layer.stream_mode() {
-            options = options.with_stream_mode(mode);
-        }
+        let mut options = args
+            .group_options()
+            .without_dump_dir()
+            .with_stream_mode(stream_mode);
         if let Some(ms) = args.op_timeout_ms {
             options = options.with_op_timeout(Duration::from_millis(ms));
         }
@@ -214,8 +219,7 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
         }
     }
     let meeting = world.meeting();
-    let died_key = format!("{NAME}/died");
-    let pid_key = format!("{NAME}/stopped-pid");
+    let (died_key, pid_key) = (key("died"), key("stopped-pid"));
     if world.rank == injection.rank {
         meeting.share_from(world.rank, &pid_key, || {
             Ok::<_, BenchError>(std::process::id().to_string().into_bytes())
@@ -227,8 +231,32 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
         // Continued after a stop: the survivors are done with it.
         std::process::exit(0);
     }
+    let survived = survive(args, &plan, world, group, (&stream, mine, sum));
+    // Whatever the survivors met, a rank left stopped would keep the
+    // launch waiting: rank 0 continues it (its pid was shared before).
+    let continued = match injection.fault {
+        Fault::Stop if world.rank == 0 => shared_by(meeting, injection.rank, &pid_key, "its pid")
+            .and_then(|pid| signal(&String::from_utf8_lossy(&pid), "-CONT")),
+        _ => Ok(()),
+    };
+    survived.and(continued)
+}
+
+/// A survivor's part of [`run`]: the operation that detects the loss, the
+/// next group, its first all_reduce (of `mine` from every survivor over
+/// the stream, whose sum before the loss was `sum`), the phases shared
+/// with rank 0, which reports them.
+fn survive(
+    args: &Args,
+    plan: &Plan,
+    world: &World,
+    group: ProcessGroup,
+    (stream, mine, sum): (&Arc<CudaStream>, f32, f32),
+) -> Result<(), BenchError> {
+    let injection = plan.injection;
+    let meeting = world.meeting();
     let detected = loop {
-        match all_reduce(&group, &stream, (plan.count, mine, sum)) {
+        match all_reduce(&group, stream, (plan.count, mine, sum)) {
             Ok(true) => {}
             Ok(false) => return Err(wrong("after the loss")),
             Err(error) => break error,
@@ -236,24 +264,28 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
     };
     let failed = now_us();
     let survivors_sum = sum - (injection.rank + 1) as f32;
-    let (next, path) = go_on(&plan, world, group)?;
+    let (next, path) = go_on(plan, world, group)?;
     let healed = now_us();
-    if !all_reduce(&next, &stream, (plan.count, mine, survivors_sum))? {
+    if !all_reduce(&next, stream, (plan.count, mine, survivors_sum))? {
         return Err(wrong("after the heal"));
     }
     let first = now_us();
-    let died = u64_of(&meeting.share_from(injection.rank, &died_key, || {
-        Err::<Vec<u8>, _>(BenchError::Usage(
-            "only the lost rank notes its loss".into(),
-        ))
-    })?);
+    let died = u64_of(
+        injection.rank,
+        &shared_by(
+            meeting,
+            injection.rank,
+            &key("died"),
+            "the time of its loss",
+        )?,
+    )?;
     let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1000.0;
     let phases = Phases {
         detect: ms(died, failed),
         heal: ms(failed, healed),
         first: ms(healed, first),
     };
-    let times_key = |rank: usize| format!("{NAME}/times/{rank}");
+    let times_key = |rank: usize| key(&format!("times/{rank}"));
     meeting.share_from(world.rank, &times_key(world.rank), || {
         Ok::<_, BenchError>(phases.to_bytes())
     })?;
@@ -262,32 +294,42 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
         let others = (1..world.size).filter(|&rank| rank != injection.rank);
         let mut all = vec![(0, phases)];
         for rank in others {
-            let bytes = meeting.share_from(rank, &times_key(rank), || {
-                Err::<Vec<u8>, _>(BenchError::Usage(
-                    "each survivor shares its own times".into(),
-                ))
-            })?;
+            let bytes = shared_by(meeting, rank, &times_key(rank), "its times")?;
             all.push((rank, Phases::from_bytes(rank, &bytes)?));
         }
-        report(args, &plan, world, (&detected, &path), &all)?;
-        if injection.fault == Fault::Stop {
-            let pid = meeting.share_from(injection.rank, &pid_key, || {
-                Err::<Vec<u8>, _>(BenchError::Usage(
-                    "only the lost rank shares its pid".into(),
-                ))
-            })?;
-            signal(&String::from_utf8_lossy(&pid), "-CONT")?;
-        }
+        report(args, plan, world, (&detected, &path), &all)?;
     }
     Ok(())
 }
 
-/// The first 8 bytes of `bytes` as a little-endian `u64` (0 if fewer).
-fn u64_of(bytes: &[u8]) -> u64 {
-    bytes
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
+/// The store key `leaf` of this run's meeting.
+fn key(leaf: &str) -> String {
+    format!("{NAME}/{leaf}")
+}
+
+/// What `rank` shared under `key` (`what`, for the message of a rank that
+/// would share it in its stead).
+fn shared_by(
+    meeting: &LaunchMeeting,
+    rank: usize,
+    key: &str,
+    what: &str,
+) -> Result<Vec<u8>, BenchError> {
+    meeting.share_from(rank, key, || {
+        Err::<Vec<u8>, _>(BenchError::Usage(format!("only rank {rank} shares {what}")))
+    })
+}
+
+/// The little-endian `u64` rank `rank` shared as `bytes`.
+fn u64_of(rank: usize, bytes: &[u8]) -> Result<u64, BenchError> {
+    let bytes: [u8; 8] = bytes.try_into().map_err(|_| {
+        BenchError::Usage(format!(
+            "rank {rank} shared the time of its loss as {} bytes; expected 8 (a little-endian \
+             microsecond count)",
+            bytes.len()
+        ))
+    })?;
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// The survivors' next group, as `--heal` says, and how it was made.

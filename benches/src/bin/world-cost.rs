@@ -153,11 +153,11 @@ const LAYERS: [LayerSpec; 13] = {
             fingerprint,
         }
     }
-    const fn tensor(blocking: bool, wait: Wait) -> Issue {
+    const fn tensor(blocking: bool, wait: Wait, end_event: bool) -> Issue {
         Issue::Tensor {
             blocking,
             wait,
-            end_event: false,
+            end_event,
         }
     }
     [
@@ -165,18 +165,14 @@ const LAYERS: [LayerSpec; 13] = {
         layer("raw-nonblocking", raw(false, false)),
         layer("raw-fingerprint", raw(true, true)),
         layer("core", Issue::Core),
-        layer("tensor", tensor(true, Wait::Library)),
+        layer("tensor", tensor(true, Wait::Library, false)),
+        layer("tensor-event", tensor(true, Wait::Library, true)),
+        layer("tensor-nonblocking", tensor(false, Wait::Library, false)),
+        layer("tensor-nonblocking-spin", tensor(false, Wait::Spin, false)),
         layer(
-            "tensor-event",
-            Issue::Tensor {
-                blocking: true,
-                wait: Wait::Library,
-                end_event: true,
-            },
+            "tensor-nonblocking-yield",
+            tensor(false, Wait::Yield, false),
         ),
-        layer("tensor-nonblocking", tensor(false, Wait::Library)),
-        layer("tensor-nonblocking-spin", tensor(false, Wait::Spin)),
-        layer("tensor-nonblocking-yield", tensor(false, Wait::Yield)),
         layer(
             "group-nonblocking-separate",
             Issue::Group(Nonblocking, Separate),
@@ -419,27 +415,29 @@ fn run(args: &Args) -> Result<(), BenchError> {
         .iter()
         .map(|layer| -> Result<State<'_>, BenchError> {
             let tensor = || Tensor::zeros(&stream, &[elements]);
-            if let Issue::Group(comm_mode, stream_mode) = layer.issue {
-                let options = GroupOptions::default()
-                    .with_comm_mode(comm_mode)
-                    .with_stream_mode(stream_mode);
-                let group = world.group(&format!("world-cost-{}", layer.name), options)?;
-                return Ok(State::Group(group, Some(tensor()?)));
-            }
-            let comm = comms
-                .iter()
-                .find(|(blocking, _)| Some(*blocking) == layer.issue.communicator())
-                .map(|(_, comm)| comm)
-                .ok_or_else(|| {
-                    BenchError::Usage(format!(
-                        "internal error: no communicator for {}",
-                        layer.name
-                    ))
-                })?;
+            let comm = || {
+                comms
+                    .iter()
+                    .find(|(blocking, _)| Some(*blocking) == layer.issue.communicator())
+                    .map(|(_, comm)| comm)
+                    .ok_or_else(|| {
+                        BenchError::Usage(format!(
+                            "internal error: no communicator for {}",
+                            layer.name
+                        ))
+                    })
+            };
             let buffers = || DeviceBuffers::alloc(DataType::Float32, elements, &stream);
             Ok(match layer.issue {
+                Issue::Group(comm_mode, stream_mode) => {
+                    let options = GroupOptions::default()
+                        .with_comm_mode(comm_mode)
+                        .with_stream_mode(stream_mode);
+                    let group = world.group(&format!("world-cost-{}", layer.name), options)?;
+                    State::Group(group, Some(tensor()?))
+                }
                 Issue::Raw { fingerprint, .. } => {
-                    let raw = RawLayer::new(comm.core(), &stream)?;
+                    let raw = RawLayer::new(comm()?.core(), &stream)?;
                     let raw = if fingerprint {
                         raw.with_fingerprint(&stream)?
                     } else {
@@ -447,9 +445,10 @@ fn run(args: &Args) -> Result<(), BenchError> {
                     };
                     State::Layered(Box::new(raw), buffers()?)
                 }
-                Issue::Core => {
-                    State::Layered(Box::new(CoreLayer::new(comm.core(), &stream)), buffers()?)
-                }
+                Issue::Core => State::Layered(
+                    Box::new(CoreLayer::new(comm()?.core(), &stream)),
+                    buffers()?,
+                ),
                 Issue::Tensor {
                     wait, end_event, ..
                 } => {
@@ -457,13 +456,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
                         .then(|| stream.context().new_event(None))
                         .transpose()
                         .map_err(nccl_core::Error::cuda("creating the end event"))?;
-                    State::Tensor(comm, tensor()?, wait, end)
-                }
-                Issue::Group(..) => {
-                    return Err(BenchError::Usage(format!(
-                        "internal error: {} is a group layer",
-                        layer.name
-                    )));
+                    State::Tensor(comm()?, tensor()?, wait, end)
                 }
             })
         })

@@ -1,7 +1,6 @@
 //! What every rank runs: the collectives, sizes, layers and timing of one
 //! nccl-perf invocation, read from its flags, and the ranks it runs on.
 
-use nccl_core::Config;
 use nccl_group::GroupOptions;
 
 use super::layout::Layout;
@@ -44,10 +43,9 @@ pub struct Plan {
     /// How a row's time comes from the ranks' (`-a`).
     pub average: Average,
     /// The group layers' options but the stream mode
-    /// ([`Args::group_options`]).
+    /// ([`Args::group_options`]); their `config` is every layer's NCCL
+    /// config (`-x`).
     pub group_options: GroupOptions,
-    /// The NCCL config of every communicator, in every layer (`-x`).
-    pub config: Config,
 }
 
 impl Plan {
@@ -78,7 +76,6 @@ impl Plan {
             gpus_per_thread: layout.gpus_per_thread,
             average: args.average(),
             group_options: args.group_options(),
-            config: args.config(),
         })
     }
 
@@ -172,7 +169,10 @@ impl Plan {
                 "group mismatch check (--group-mismatch-check)",
                 self.group_options.mismatch_check.to_string(),
             ),
-            ("communicator config (-x)", format!("{:?}", self.config)),
+            (
+                "communicator config (-x)",
+                format!("{:?}", self.group_options.config),
+            ),
             ("plan", format!("{self:?}")),
         ]
         .into_iter()

@@ -84,7 +84,13 @@ fn run_rank(
     let mut memory = (plan.method.memory_report)
         .then(|| MemoryWatch::new(device.context().clone()))
         .transpose()?;
-    let core = Communicator::with_config(device.clone(), plan.world, id, rank, &plan.config)?;
+    let core = Communicator::with_config(
+        device.clone(),
+        plan.world,
+        id,
+        rank,
+        &plan.group_options.config,
+    )?;
     let abort = core.abort_handle();
     // The tensor layer needs nccl-tensor's communicator; the raw and core
     // layers use the nccl-core communicator inside it.
