@@ -227,6 +227,18 @@ fn gather(
     Ok(summary)
 }
 
+/// 0 for `outcome`'s success; else its error, one line on stderr after
+/// `prefix`, and its exit code.
+fn exit_status(prefix: &str, outcome: Result<(), BenchError>) -> u8 {
+    match outcome {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("{prefix} error: {}", error.one_line());
+            error.exit_code()
+        }
+    }
+}
+
 /// The whole command, in this process: meets the launch (if any), checks
 /// the machine, runs, and maps the outcome to an exit status (0 ok, 1
 /// failed or wrong results, 2 usage or missing driver/GPU/NCCL), the same
@@ -235,20 +247,14 @@ fn gather(
 /// and, in a launch, the process (`process 1/4:`).
 pub fn main_with(args: &Args) -> u8 {
     if let Some(rows) = &args.report {
-        return match crate::redraw::redraw(rows, args.plot.as_deref(), io::stdout()) {
-            Ok(()) => 0,
-            Err(error) => {
-                eprintln!("nccl-perf: error: {}", error.one_line());
-                error.exit_code()
-            }
-        };
+        return exit_status(
+            "nccl-perf:",
+            crate::redraw::redraw(rows, args.plot.as_deref(), io::stdout()),
+        );
     }
     let world = match World::from_env("nccl-perf") {
         Ok(world) => world,
-        Err(error) => {
-            eprintln!("nccl-perf: error: {}", error.one_line());
-            return error.exit_code();
-        }
+        Err(error) => return exit_status("nccl-perf:", Err(error)),
     };
     let prefix = if world.launched {
         format!("nccl-perf: process {}/{}:", world.rank, world.size)
@@ -258,13 +264,7 @@ pub fn main_with(args: &Args) -> u8 {
     if let Some(injection) = args.inject {
         let outcome =
             crate::env::probe().and_then(|_| crate::recovery::run(args, injection, &world));
-        return match outcome {
-            Ok(()) => 0,
-            Err(error) => {
-                eprintln!("{prefix} error: {}", error.one_line());
-                error.exit_code()
-            }
-        };
+        return exit_status(&prefix, outcome);
     }
     let meeting = Arc::new(Meeting::new(world));
     let outcome = crate::env::probe()
