@@ -117,12 +117,13 @@ pub struct Failure {
     /// the report names this rank's and the lagging ranks' global ranks.
     pub subgroup: Option<Arc<SubGroup>>,
     details: OnceLock<FailureDetails>,
-    /// Signalled when the details are set.
-    ///
-    /// How the release of the communicators went, once it has: before the
-    /// details, which wait for the other ranks too.
-    released: OnceLock<AbortOutcome>,
-    /// Signalled when `details` or `released` is set.
+    /// Set once every communicator's release has begun
+    /// (`engine/release.rs`): no kernel of the group runs on.
+    quiet: OnceLock<()>,
+    /// The ranks' progress, once the exchange has it: before the details,
+    /// which wait for the releases to end and the dump too.
+    peers: OnceLock<Vec<PeerProgress>>,
+    /// Signalled when `details`, `quiet` or `peers` is set.
     details_set: (Mutex<()>, Condvar),
 }
 
@@ -146,7 +147,8 @@ impl Failure {
             suspects,
             subgroup: None,
             details: OnceLock::new(),
-            released: OnceLock::new(),
+            quiet: OnceLock::new(),
+            peers: OnceLock::new(),
             details_set: (Mutex::new(()), Condvar::new()),
         }
     }
@@ -172,13 +174,25 @@ impl Failure {
         self.wait_for(timeout, |failure| failure.details.get())
     }
 
-    /// How the release of the group's communicators (revoke or abort)
-    /// went, waiting for it at most `timeout`: it comes before the
-    /// details, which also wait for the other ranks' reports.
-    pub(crate) fn wait_released(&self, timeout: Duration) -> Option<&AbortOutcome> {
+    /// Whether every communicator's release has begun (its kernels
+    /// stopped), waiting for that at most `timeout`.
+    pub(crate) fn wait_quiet(&self, timeout: Duration) -> bool {
+        self.wait_for(timeout, |failure| failure.quiet.get())
+            .is_some()
+    }
+
+    /// The ranks' progress as the failure's exchange gathered it, waiting
+    /// for it at most `timeout`; empty when there was no exchange.
+    pub(crate) fn wait_peers(&self, timeout: Duration) -> &[PeerProgress] {
         self.wait_for(timeout, |failure| {
-            (failure.released.get()).or_else(|| failure.details.get().map(|d| &d.abort))
+            (failure.peers.get()).or_else(|| failure.details.get().map(|d| &d.peers))
         })
+        .map_or(&[], Vec::as_slice)
+    }
+
+    /// [`wait_peers`](Self::wait_peers) without waiting.
+    pub(crate) fn peers(&self) -> &[PeerProgress] {
+        self.wait_peers(Duration::ZERO)
     }
 
     /// What `get` finds, waiting for it at most `timeout`.
@@ -208,19 +222,32 @@ impl Failure {
         }
     }
 
-    /// Records how the release of the communicators went.
-    pub(crate) fn set_released(&self, outcome: AbortOutcome) {
-        let (lock, set) = &self.details_set;
-        let _guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = self.released.set(outcome);
-        set.notify_all();
+    /// Records that every communicator's release has begun.
+    pub(crate) fn set_quiet(&self) {
+        self.notify(|failure| {
+            let _ = failure.quiet.set(());
+        });
+    }
+
+    /// Records the ranks' progress the exchange gathered.
+    pub(crate) fn set_peers(&self, peers: Vec<PeerProgress>) {
+        self.notify(|failure| {
+            let _ = failure.peers.set(peers);
+        });
     }
 
     pub(crate) fn set_details(&self, details: FailureDetails) {
-        let (lock, set) = &self.details_set;
+        self.notify(|failure| {
+            let _ = failure.details.set(details);
+        });
+    }
+
+    /// Runs `set` under the lock the waiters sleep on, then wakes them.
+    fn notify(&self, set: impl FnOnce(&Self)) {
+        let (lock, waiters) = &self.details_set;
         let _guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = self.details.set(details);
-        set.notify_all();
+        set(self);
+        waiters.notify_all();
     }
 }
 

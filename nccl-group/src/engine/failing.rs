@@ -11,13 +11,13 @@ use crate::diagnostics::ras::{self, RasLimits, RasReport};
 use crate::diagnostics::recorder::records::{OpRecord, OpState, PeerProgress, lagging_ranks};
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
-use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
 use crate::engine::presence::Presence;
+use crate::engine::release::{Release, abort_bounded};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
 use crate::health::verify::GroupChecks;
-use crate::health::watchdog::{Bounded, Verdict, Watched, run_bounded};
+use crate::health::watchdog::{Verdict, Watched};
 use crate::protocols::PROGRESS;
 
 /// How long a failing rank waits, in all, for the reports of the other
@@ -235,8 +235,9 @@ impl Inner {
 
     /// The rest, once pending operations have failed: this rank's report
     /// is published for the others, RAS is asked (before the abort: it
-    /// lists a communicator only until it is aborted), the communicators
-    /// are aborted (bounded), the other ranks' reports are read, the
+    /// lists a communicator only until it is aborted), the communicators'
+    /// releases begin (the failure is then quiet), the other ranks'
+    /// reports are read while they run, the releases end (bounded), the
     /// flight recorder is dumped and the failure's details are set, as
     /// `exchange` asks.
     ///
@@ -262,9 +263,11 @@ impl Inner {
         };
         // A failure keeps what a heal can shrink; an abort keeps nothing.
         let revoke = self.options().revoke_on_failure && failure.cause != FailureCause::Aborted;
-        let abort = release_bounded(self.cache.all(), self.options().abort_timeout, revoke);
-        crate::diagnostics::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
-        failure.set_released(abort.clone());
+        let bound = self.options().abort_timeout;
+        let mut release = Release::begin(&self.cache.all(), revoke);
+        if release.wait_begun(bound) {
+            failure.set_quiet();
+        }
         let mut findings = Findings {
             ras,
             ..Findings::default()
@@ -280,9 +283,12 @@ impl Inner {
             let reports = peers::gather(&*m.store, &scope, mine, m.world_size, EXCHANGE_WAIT, &gone);
             let stuck = failure.op.as_ref().and_then(|op| op.collective_seq);
             findings.peers = reports.iter().map(|r| r.progress.clone()).collect();
+            failure.set_peers(findings.peers.clone());
             findings.lagging = lagging_ranks(stuck, &findings.peers, m.world_size, m.rank);
             findings.divergence = peers::divergence(&reports);
         }
+        let abort = release.wait_ended(bound);
+        crate::diagnostics::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
         let dump = self.options().dump_dir.as_deref().map(|dir| {
             let dump = self.dump(failure.to_string(), findings.clone());
             let written = self.write_dump(dir, &dump);
@@ -355,26 +361,6 @@ impl Inner {
         let _ = self.failure.set(Arc::clone(&failure));
         self.fail_pending(&failure);
         self.finish_termination(&failure, Exchange::No)
-    }
-}
-
-/// Aborts every communicator on a helper thread, waiting at most `bound`.
-pub(crate) fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
-    release_bounded(comms, bound, false)
-}
-
-/// Releases every communicator ([`LocalComms::release`]: revoked where
-/// `revoke` asks and NCCL can, else aborted) on a helper thread, waiting
-/// at most `bound`.
-fn release_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration, revoke: bool) -> AbortOutcome {
-    let started = Instant::now();
-    match run_bounded("nccl-group-abort", bound, move || {
-        for comms in &comms {
-            comms.release(revoke);
-        }
-    }) {
-        Bounded::Returned(()) => AbortOutcome::Aborted(started.elapsed()),
-        Bounded::Stalled => AbortOutcome::Stalled(started.elapsed()),
     }
 }
 

@@ -52,20 +52,6 @@ impl LocalComms {
         }
     }
 
-    /// Stops every communicator for good: revoked when `revoke` asks, the
-    /// loaded NCCL can ([`Capability::Revoke`]) and no thread is inside a
-    /// NCCL call on it (its lock is free: a revoke must not overlap
-    /// another call, where an abort may); aborted otherwise, and after a
-    /// failed revoke.
-    pub(crate) fn release(&self, revoke: bool) {
-        for member in &self.members {
-            if revoke && member.try_revoke() {
-                continue;
-            }
-            let _ = member.abort.abort();
-        }
-    }
-
     /// Why a heal cannot shrink these communicators, or `None` when it
     /// can: one device, revoked by the failure (not aborted), on a NCCL
     /// with `ncclCommShrink`, and no asynchronous error left on it.

@@ -119,9 +119,25 @@ impl Member {
         self.comm.lock()
     }
 
+    /// Stops the communicator for good: revoked when `revoke` asks, the
+    /// loaded NCCL can ([`Capability::Revoke`]) and no thread is inside a
+    /// NCCL call on it (its lock is free: a revoke must not overlap
+    /// another call, where an abort may); aborted otherwise, and after a
+    /// failed revoke. `begun` is called once its kernels are stopped or
+    /// about to be: after the revoke, or right before the abort, whose
+    /// first step sets NCCL's abort flags.
+    pub(crate) fn release(&self, revoke: bool, begun: &dyn Fn()) {
+        let revoked = revoke && self.try_revoke();
+        begun();
+        if !revoked {
+            // An abort error leaves the communicator unusable anyway.
+            let _ = self.abort.abort();
+        }
+    }
+
     /// Revokes the communicator if NCCL can and no thread is in a NCCL
     /// call on it; whether it is revoked now.
-    pub(crate) fn try_revoke(&self) -> bool {
+    fn try_revoke(&self) -> bool {
         let Some(comm) = self.comm.try_lock() else {
             return false;
         };

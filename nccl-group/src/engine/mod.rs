@@ -34,6 +34,7 @@ pub(crate) mod ownership;
 pub(crate) mod pool;
 pub(crate) mod presence;
 pub(crate) mod register;
+pub(crate) mod release;
 pub(crate) mod suspending;
 pub(crate) mod suspension;
 pub(crate) mod tracked;

@@ -14,7 +14,8 @@ use crate::engine::group::{DESTROYED, Inner, LIVE, ProcessGroup};
 use crate::engine::key::{CommClass, CommKey};
 use crate::engine::local_comms::LocalComms;
 use crate::error::{GroupError, Result};
-use crate::failure::{FailureCause, FailureDetails};
+use crate::diagnostics::recorder::records::PeerProgress;
+use crate::failure::FailureCause;
 use crate::generations::succession::adopt_where_all_made;
 use crate::lineage::HealPath;
 use crate::protocols::{CARRY, HEALED};
@@ -46,8 +47,8 @@ impl ProcessGroup {
                 given: "FailurePolicy::AbortProcess".to_string(),
             });
         }
-        let details = self.stop_for_heal(options)?;
-        let suspects = suspects(&details, options, self.unresponsive(), m.rank, m.world_size);
+        let peers = self.stop_for_heal(options)?;
+        let suspects = suspects(&peers, options, self.unresponsive(), m.rank, m.world_size);
         let agree_store = m.generation_scope()?.store(&m.store)?;
         let agreement = agree_survivors(
             &*agree_store,
@@ -98,48 +99,50 @@ impl ProcessGroup {
         })
     }
 
-    /// Step 1: the group failed (failing it now if it is live), and its
-    /// communicators released; the failure's details, if they came.
-    fn stop_for_heal(&self, options: &HealOptions) -> Result<Option<FailureDetails>> {
+    /// Step 1: the group failed (failing it now if it is live), and every
+    /// release of its communicators begun: the ranks' progress, if the
+    /// failure's exchange got it.
+    ///
+    /// The releases' slow part (an abort's teardown) ends on the failure's
+    /// threads while the survivors agree and make the next generation;
+    /// a revoke is waited for whole, for the shrink.
+    fn stop_for_heal(&self, options: &HealOptions) -> Result<Vec<PeerProgress>> {
         // Told who is lost (by the caller, or by the liveness beat that
-        // failed the group), the heal needs only the release of the
-        // communicators, not the failure's exchange with the other ranks,
-        // which waits for a hung rank's report until EXCHANGE_WAIT.
+        // failed the group), the heal needs only the releases, not the
+        // failure's exchange with the other ranks, which waits for a hung
+        // rank's report until EXCHANGE_WAIT.
         let told = !options.suspects.is_empty() || self.unresponsive().is_some();
         match self.inner.state.load(Ordering::Acquire) {
-            LIVE => {
-                let finish = if told {
-                    Finish::OwnThread
-                } else {
-                    Finish::Here
-                };
-                self.inner
-                    .fail(FailureCause::Healing, self.inner.tracker.oldest(), finish)
-            }
+            LIVE => self.inner.fail(
+                FailureCause::Healing,
+                self.inner.tracker.oldest(),
+                Finish::OwnThread,
+            ),
             DESTROYED => self.check_live()?,
             _ => {}
         }
         let Some(failure) = self.inner.failure.get() else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
-        // The failure's thread publishes its report and asks RAS before it
-        // releases the communicators: the bound covers all three.
+        // The failure's thread publishes its report and asks RAS before the
+        // releases begin: the bound covers both.
         let bound = (self.options().abort_timeout)
             .saturating_add(crate::diagnostics::ras::RasLimits::default().bound())
             .saturating_add(EXCHANGE_WAIT)
             .saturating_add(Duration::from_secs(1));
-        // Retiring generation g aborts its communicators: never while the
-        // failure's release (a revoke) may still run on them.
-        if failure.wait_released(bound).is_none() {
+        // The next generation must not issue on the streams while this
+        // one's kernels still run, nor shrink a communicator whose revoke
+        // may still run.
+        if !failure.wait_quiet(bound) {
             return Err(GroupError::AbortStalled {
                 name: self.name().to_string(),
                 waited: bound,
             });
         }
         if told {
-            return Ok(failure.details().cloned());
+            return Ok(failure.peers().to_vec());
         }
-        Ok(failure.wait_details(bound).cloned())
+        Ok(failure.wait_peers(bound).to_vec())
     }
 
     /// The rank the liveness beat named unresponsive, when that failed the
@@ -314,9 +317,9 @@ fn no_shrink_reason() -> Option<String> {
 
 /// The agreement's suspects: the caller's, the rank the liveness beat
 /// named (`unresponsive`), and the ranks whose report the failure's
-/// exchange did not get (when it asked anyone).
+/// exchange did not get (when it got any: `peers`).
 fn suspects(
-    details: &Option<FailureDetails>,
+    peers: &[PeerProgress],
     options: &HealOptions,
     unresponsive: Option<usize>,
     rank: usize,
@@ -326,9 +329,8 @@ fn suspects(
     // Named itself (it was stopped, and came back): the others' agreement
     // tells it whether it is lost.
     suspects.extend(unresponsive.filter(|&named| named != rank));
-    if let Some(details) = details.as_ref().filter(|d| !d.peers.is_empty()) {
-        let silent =
-            (0..world_size).filter(|&r| r != rank && details.peers.iter().all(|p| p.rank != r));
+    if !peers.is_empty() {
+        let silent = (0..world_size).filter(|&r| r != rank && peers.iter().all(|p| p.rank != r));
         suspects.extend(silent);
     }
     suspects.sort_unstable();

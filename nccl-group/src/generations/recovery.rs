@@ -39,9 +39,11 @@ pub trait Recovery: crate::sealed::Sealed {
     ///
     /// 1. **Stop.** A live group (another rank saw the failure first) is
     ///    failed now ([`FailureCause::Healing`](crate::FailureCause::Healing)): its pending operations
-    ///    fail. The failure's release of the communicators is waited for:
-    ///    revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure))
-    ///    or aborted.
+    ///    fail. The failure releases the communicators, each on a thread
+    ///    of its own: revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure)),
+    ///    which the heal waits for, or aborted, whose start it waits for
+    ///    (NCCL's first step stops the kernels) while the teardown ends off
+    ///    its path.
     /// 2. **Agree.** The ranks agree through the store on who goes on
     ///    ([`agree_survivors`](nccl_rendezvous::meet::agree::agree_survivors): arriving counts as alive; a rank neither
     ///    arrived nor suspected is waited for until the timeout). Suspects:
@@ -60,9 +62,9 @@ pub trait Recovery: crate::sealed::Sealed {
     ///    then has that error too and re-creates with the rest (the reason
     ///    names each rank's refusal). Everything else is made afresh, through the store
     ///    under the new generation, when first used
-    ///    ([`HealPath::Recreated`](crate::HealPath::Recreated)). The revoked parents are then released
-    ///    by abort, never destroy (NCCL's revoke-then-destroy
-    ///    use-after-free, NVIDIA/nccl PR 2251).
+    ///    ([`HealPath::Recreated`](crate::HealPath::Recreated)). The revoked parents are then aborted
+    ///    on threads of their own, never destroyed (NCCL's
+    ///    revoke-then-destroy use-after-free, NVIDIA/nccl PR 2251).
     /// 4. **Retire.** This generation's handles then refuse every call
     ///    with [`GroupError::Healed`](crate::GroupError::Healed) naming the new generation; its
     ///    `Work`s have failed already. With [`GroupOptions::dump_dir`](crate::GroupOptions::dump_dir)

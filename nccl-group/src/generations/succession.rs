@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
 
-use crate::engine::failing::{Findings, abort_bounded};
+use crate::engine::failing::Findings;
+use crate::engine::release::Release;
 use crate::engine::generation::{Record, Succession};
 use crate::engine::group::{HEALED, Inner, ProcessGroup};
 use crate::engine::presence::Presence;
@@ -134,10 +135,11 @@ impl Inner {
     }
 
     /// This generation refuses every call from now on, an operation
-    /// another thread issued meanwhile fails (`cause`), its communicators
-    /// are released (by abort: a heal's revoked parents must never be
-    /// destroyed, NVIDIA/nccl PR 2251, and a grow's live ones were
-    /// replaced), and the flight recorder writes why (`reason`).
+    /// another thread issued meanwhile fails (`cause`), its communicators'
+    /// aborts begin, to end on their own threads (an abort: a heal's
+    /// revoked parents must never be destroyed, NVIDIA/nccl PR 2251, and a
+    /// grow's live ones were replaced), and the flight recorder writes why
+    /// (`reason`).
     pub(crate) fn retire(
         &self,
         successor: u64,
@@ -161,10 +163,9 @@ impl Inner {
             let _ = self.failure.set(Arc::clone(&failure));
             self.fail_pending(&failure);
         }
-        let _ = abort_bounded(
-            self.cache.clear(),
-            self.cache.factory().options.abort_timeout,
-        );
+        // Their kernels are stopped already (the failure released them) or
+        // idle (a grow's): the teardown runs off the successor's path.
+        drop(Release::begin(&self.cache.clear(), false));
         if let Some(dir) = self.cache.factory().options.dump_dir.as_deref() {
             let dump = self.dump(reason(), Findings::default());
             let _written = self.write_dump(dir, &dump);

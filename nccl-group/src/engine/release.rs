@@ -1,0 +1,186 @@
+//! Releasing a generation's communicators, each on a helper thread of its
+//! own, so that a caller needing only the GPU quiet goes on before the
+//! slow part ends.
+//!
+//! `ncclCommAbort` first sets the communicator's abort flags, which stop
+//! its kernels still running, and then tears it down: its proxy thread,
+//! sockets and memory, most of its time (about half a second after a lost
+//! peer). A heal needs only the first step before its next generation
+//! issues on the same streams, so it waits for every release to have
+//! [begun](Release::wait_begun), and the teardown ends off its path. A
+//! revoke counts as begun once it has ended: a shrink needs it whole. One
+//! thread per communicator also keeps one stalled abort from holding up
+//! the others.
+
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+use crate::engine::local_comms::LocalComms;
+use crate::failure::AbortOutcome;
+
+/// What a release thread reports, in this order.
+enum Step {
+    /// The GPU is quiet, or about to be: revoked, or the abort called.
+    Begun,
+    /// The call returned.
+    Ended,
+}
+
+/// The releases of a set of communicators, under way.
+pub(crate) struct Release {
+    started: Instant,
+    threads: usize,
+    begun: usize,
+    ended: usize,
+    steps: Receiver<Step>,
+}
+
+impl Release {
+    /// Starts releasing every communicator of `comms`: revoked where
+    /// `revoke` asks and the communicator can be
+    /// ([`Member::release`](crate::engine::member::Member::release)),
+    /// aborted otherwise. A thread that cannot be spawned counts as a
+    /// release that never begins (its communicator is aborted when its
+    /// last owner drops it).
+    pub(crate) fn begin(comms: &[Arc<LocalComms>], revoke: bool) -> Self {
+        let each = comms.iter().flat_map(|comms| {
+            (0..comms.members.len()).map(move |index| {
+                let comms = Arc::clone(comms);
+                move |begun: &dyn Fn()| comms.members[index].release(revoke, begun)
+            })
+        });
+        Self::spawn(each)
+    }
+
+    /// Runs each release on a thread of its own; a release calls the
+    /// function it is given once it has begun.
+    fn spawn<F>(releases: impl IntoIterator<Item = F>) -> Self
+    where
+        F: FnOnce(&dyn Fn()) + Send + 'static,
+    {
+        let (sender, steps) = channel();
+        let mut threads = 0;
+        for release in releases {
+            let sender = sender.clone();
+            let spawned = std::thread::Builder::new()
+                .name("nccl-group-release".to_string())
+                .spawn(move || {
+                    release(&|| {
+                        let _ = sender.send(Step::Begun);
+                    });
+                    let _ = sender.send(Step::Ended);
+                });
+            threads += usize::from(spawned.is_ok());
+        }
+        Self {
+            started: Instant::now(),
+            threads,
+            begun: 0,
+            ended: 0,
+            steps,
+        }
+    }
+
+    /// Waits until every release has begun, at most `bound` after
+    /// [`begin`](Self::begin); whether they all did.
+    pub(crate) fn wait_begun(&mut self, bound: Duration) -> bool {
+        self.wait_until(bound, |release| release.begun == release.threads)
+    }
+
+    /// Waits until every release has ended, at most `bound` after
+    /// [`begin`](Self::begin); one still running then is left to end on
+    /// its own thread.
+    pub(crate) fn wait_ended(mut self, bound: Duration) -> AbortOutcome {
+        if self.wait_until(bound, |release| release.ended == release.threads) {
+            AbortOutcome::Aborted(self.started.elapsed())
+        } else {
+            AbortOutcome::Stalled(self.started.elapsed())
+        }
+    }
+
+    /// Counts the threads' steps until `done` holds or `bound` after the
+    /// start has passed; whether `done` holds.
+    fn wait_until(&mut self, bound: Duration, done: impl Fn(&Self) -> bool) -> bool {
+        let deadline = self.started.checked_add(bound);
+        while !done(self) {
+            let left =
+                deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
+            match self.steps.recv_timeout(left) {
+                Ok(Step::Begun) => self.begun += 1,
+                Ok(Step::Ended) => self.ended += 1,
+                // Past the bound (the threads still hold senders), or every
+                // thread gone without its steps.
+                Err(_) => return done(self),
+            }
+        }
+        true
+    }
+}
+
+/// Aborts every communicator of `comms`, waiting at most `bound` for the
+/// aborts to end.
+pub(crate) fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
+    Release::begin(&comms, false).wait_ended(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Longer than any wait that must end: a hang guard, not a
+    /// performance claim.
+    const PATIENCE: Duration = Duration::from_secs(60);
+
+    /// A release that calls its `begun` when it likes.
+    type FakeRelease = Box<dyn FnOnce(&dyn Fn()) + Send>;
+
+    #[test]
+    fn nothing_to_release_has_begun_and_ended_at_once() {
+        let mut release = Release::begin(&[], true);
+        assert!(release.wait_begun(Duration::ZERO));
+        assert!(matches!(
+            release.wait_ended(Duration::ZERO),
+            AbortOutcome::Aborted(_)
+        ));
+    }
+
+    #[test]
+    fn a_release_stuck_after_it_began_holds_up_its_end_only() {
+        let (unstick, stuck) = std::sync::mpsc::channel::<()>();
+        let releases: Vec<FakeRelease> = vec![
+            Box::new(|begun: &dyn Fn()| begun()),
+            Box::new(move |begun: &dyn Fn()| {
+                begun();
+                let _ = stuck.recv_timeout(PATIENCE);
+            }),
+        ];
+        let mut release = Release::spawn(releases);
+        assert!(release.wait_begun(PATIENCE));
+        assert!(matches!(
+            release.wait_ended(Duration::from_millis(50)),
+            AbortOutcome::Stalled(_)
+        ));
+        drop(unstick);
+    }
+
+    #[test]
+    fn a_release_that_never_begins_is_not_waited_for_past_the_bound() {
+        let (unstick, stuck) = std::sync::mpsc::channel::<()>();
+        let releases: Vec<FakeRelease> = vec![
+            Box::new(|begun: &dyn Fn()| begun()),
+            Box::new(move |_begun: &dyn Fn()| {
+                let _ = stuck.recv_timeout(PATIENCE);
+            }),
+        ];
+        let mut release = Release::spawn(releases);
+        assert!(!release.wait_begun(Duration::from_millis(50)));
+        drop(unstick);
+        // Ending without beginning (a release that returned early) still
+        // counts as its end.
+        assert!(matches!(
+            release.wait_ended(PATIENCE),
+            AbortOutcome::Aborted(_)
+        ));
+    }
+}
