@@ -6,7 +6,8 @@
 //! preempted process does); the others' next all_reduce fails, they heal
 //! and go on. After step [`GROW_AT`], rank 0 waits for the spare to be
 //! parked (`pending_joins`, as an orchestrator that started a replacement
-//! would) and every rank grows the group by it, so the group is back to
+//! would) and every rank grows the group by it (with `ncclCommGrow` from
+//! NCCL 2.29.2, else with fresh communicators), so the group is back to
 //! `W - 1` ranks. Every step ends with the ranks' commit vote (`agree`),
 //! torchft's `should_commit`.
 //!
@@ -139,7 +140,7 @@ fn train(
                 0
             };
             let joining = shared_count(&group, stream, parked)?;
-            group = group.grow(joining, &GrowOptions::new())?.into_group();
+            group = grow(&group, joining)?;
             shared_step(&group, stream, step)?;
             println!(
                 "trainer (process {process}): grew by {joining} before step {step}, now rank {} of {}",
@@ -155,6 +156,18 @@ fn train(
     );
     group.destroy()?;
     Ok(true)
+}
+
+/// The group grown by `joining`: with `ncclCommGrow` where the loaded
+/// NCCL has it (2.29.2), else with every communicator made afresh.
+fn grow(group: &ProcessGroup, joining: usize) -> Result<ProcessGroup, GroupError> {
+    let grown = match group.grow(joining, &GrowOptions::new()) {
+        Err(error) if error.kind() == ErrorKind::Unsupported => {
+            group.grow(joining, &GrowOptions::new().with_grow(false))?
+        }
+        other => other?,
+    };
+    Ok(grown.into_group())
 }
 
 /// How many spares are parked, once one is (at most [`SPARE_WAIT`]).
