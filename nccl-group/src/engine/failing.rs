@@ -2,7 +2,7 @@
 //! fails: poison, bounded abort, the exchange of the ranks' progress and
 //! last collectives, NCCL's RAS view, flight-recorder dump.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -471,7 +471,8 @@ impl GroupChecks for Inner {
 impl Drop for Inner {
     /// Fails what is still pending (its waiters get an error, not a hang)
     /// and aborts the communicators off this thread, bounded: dropping a
-    /// group never blocks on other processes or on a stalled abort.
+    /// group never blocks on other processes or on a stalled abort. Then
+    /// waits, bounded, for the earlier generations' releases still ending.
     fn drop(&mut self) {
         self.stop_mismatch_check(DESTROYED);
         if self.state.load(Ordering::Acquire) == LIVE {
@@ -499,5 +500,9 @@ impl Drop for Inner {
                 });
             }
         }
+        let bound = self.options().abort_timeout.saturating_add(EXCHANGE_WAIT);
+        (self.unfinished.get_mut())
+            .unwrap_or_else(PoisonError::into_inner)
+            .wait(bound);
     }
 }

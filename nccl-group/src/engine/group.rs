@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::engine::release::Unfinished;
 use crate::diagnostics::checks::Checker;
 use crate::diagnostics::dumps::request::RequestWatch;
 use crate::diagnostics::fingerprints::Fingerprints;
@@ -76,6 +77,9 @@ pub(crate) struct Inner {
     pub(crate) suspension: Suspension,
     /// How many commit votes this rank began (`generations/vote.rs`).
     pub(crate) votes: AtomicU64,
+    /// The earlier generations' releases, waited for on drop
+    /// (`engine/release.rs`).
+    pub(crate) unfinished: Mutex<Unfinished>,
 }
 
 impl Inner {
@@ -303,6 +307,7 @@ impl ProcessGroup {
             listener: Listener::default(),
             suspension: Suspension::default(),
             votes: AtomicU64::new(0),
+            unfinished: Mutex::default(),
         });
         let watched: std::sync::Weak<dyn crate::health::watchdog::Watched> =
             Arc::downgrade(&(Arc::clone(&inner) as Arc<dyn crate::health::watchdog::Watched>));

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
-use nccl_core::{AbortHandle, Capability};
+use nccl_core::{AbortHandle, Capability, ErrorKind};
 use nccl_tensor::{Communicator, SharedComm, SharedCommGuard};
 
 use crate::engine::pool::DevicePool;
@@ -135,14 +135,18 @@ impl Member {
         }
     }
 
-    /// Revokes the communicator if NCCL can and no thread is in a NCCL
-    /// call on it; whether it is revoked now.
+    /// Revokes the communicator if NCCL can, no thread is in a NCCL call
+    /// on it and no peer was lost under it; whether it is revoked now.
     fn try_revoke(&self) -> bool {
         let Some(comm) = self.comm.try_lock() else {
             return false;
         };
         let core = comm.core();
-        core.capabilities().has(Capability::Revoke) && core.revoke().is_ok()
+        // A lost peer's error outlives a revoke and ncclCommShrink refuses
+        // it (`LocalComms::unshrinkable`): an abort, quicker to begin, does
+        // as well.
+        let peer_lost = matches!(core.async_error(), Err(e) if e.kind() == ErrorKind::PeerLost);
+        !peer_lost && core.capabilities().has(Capability::Revoke) && core.revoke().is_ok()
     }
 
     /// Notes that the lock holder started enqueueing at `started`, with

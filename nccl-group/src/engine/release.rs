@@ -17,7 +17,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use crate::engine::local_comms::LocalComms;
-use crate::failure::AbortOutcome;
+use crate::failure::{AbortOutcome, Failure};
 
 /// What a release thread reports, in this order.
 enum Step {
@@ -118,6 +118,47 @@ impl Release {
     }
 }
 
+/// The releases of earlier generations that may still be ending, which a
+/// generation inherits from the one it replaced and waits for when it
+/// drops: a process must not exit while NCCL tears a communicator down
+/// (its exit handlers would unload what the abort still uses). The old
+/// generation's handles then drop at once, and the wait comes when the
+/// lineage ends, long after the releases did.
+#[derive(Default)]
+pub(crate) struct Unfinished {
+    /// Failures whose threads release their generation's communicators
+    /// and set the details when done.
+    failures: Vec<Arc<Failure>>,
+    /// Aborts of retired generations' communicators.
+    releases: Vec<Release>,
+}
+
+impl Unfinished {
+    /// Takes on a retired generation's: its failure's release, if it
+    /// failed, the aborts its retirement began, and what it inherited.
+    pub(crate) fn inherit(
+        &mut self,
+        failure: Option<Arc<Failure>>,
+        retirement: Release,
+        earlier: Unfinished,
+    ) {
+        self.failures.extend(failure);
+        self.failures.extend(earlier.failures);
+        self.releases.push(retirement);
+        self.releases.extend(earlier.releases);
+    }
+
+    /// Waits until every release has ended, at most `bound` for each.
+    pub(crate) fn wait(&mut self, bound: Duration) {
+        for failure in self.failures.drain(..) {
+            let _ = failure.wait_details(bound);
+        }
+        for release in self.releases.drain(..) {
+            let _ = release.wait_ended(bound);
+        }
+    }
+}
+
 /// Aborts every communicator of `comms`, waiting at most `bound` for the
 /// aborts to end.
 pub(crate) fn abort_bounded(comms: Vec<Arc<LocalComms>>, bound: Duration) -> AbortOutcome {
@@ -162,6 +203,33 @@ mod tests {
             AbortOutcome::Stalled(_)
         ));
         drop(unstick);
+    }
+
+    #[test]
+    fn an_heir_waits_for_the_releases_of_every_generation_before_it() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let ended = Arc::new(AtomicBool::new(false));
+        let (unstick, stuck) = std::sync::mpsc::channel::<()>();
+        let flag = Arc::clone(&ended);
+        let slow: Vec<FakeRelease> = vec![Box::new(move |begun: &dyn Fn()| {
+            begun();
+            let _ = stuck.recv_timeout(PATIENCE);
+            flag.store(true, Ordering::SeqCst);
+        })];
+        let mut first = Unfinished::default();
+        first.inherit(None, Release::spawn(slow), Unfinished::default());
+        let mut heir = Unfinished::default();
+        heir.inherit(None, Release::spawn(Vec::<FakeRelease>::new()), first);
+        let unsticking = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(unstick);
+        });
+        heir.wait(PATIENCE);
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "the wait returned before the first generation's release ended"
+        );
+        unsticking.join().expect("the unsticking thread");
     }
 
     #[test]

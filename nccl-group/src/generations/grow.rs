@@ -139,7 +139,7 @@ impl ProcessGroup {
         let new = m.world_size..world_size;
         crate::diagnostics::trace::event!(info, group = %m.name, generation = offer.generation, path = ?path, "grown");
         self.inner
-            .retire(offer.generation, FailureCause::Grown, || {
+            .retire(&group.inner, FailureCause::Grown, || {
                 format!(
                     "grew into generation {} as rank {} of {}: new ranks {new:?}, {path:?}",
                     offer.generation, m.rank, world_size

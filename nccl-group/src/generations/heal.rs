@@ -50,6 +50,13 @@ impl ProcessGroup {
         let peers = self.stop_for_heal(options)?;
         let suspects = suspects(&peers, options, self.unresponsive(), m.rank, m.world_size);
         let agree_store = m.generation_scope()?.store(&m.store)?;
+        // This rank may leave on an error (an excluded one must): the
+        // failure's aborts end first, as a process must not exit while NCCL
+        // tears a communicator down.
+        let leaving = |error| {
+            let _ = self.await_failure_abort();
+            error
+        };
         let agreement = agree_survivors(
             &*agree_store,
             m.generation,
@@ -57,9 +64,10 @@ impl ProcessGroup {
             m.world_size,
             &suspects,
             &AgreeOptions::new(options.timeout).with_min_survivors(options.min_survivors),
-        )?;
+        )
+        .map_err(|error| leaving(GroupError::from(error)))?;
         crate::diagnostics::trace::event!(info, group = %m.name, survivors = ?agreement.survivors(), "survivors agreed");
-        let group = self.next_generation(&agreement)?;
+        let group = self.next_generation(&agreement).map_err(leaving)?;
         // Best effort once the decision is committed: a survivor that died
         // after it must not leave generation g impossible to heal (a retry
         // reads the same decision). Without a carry, everything is made
@@ -73,7 +81,7 @@ impl ProcessGroup {
         crate::diagnostics::trace::event!(info, group = %m.name, generation = agreement.generation(), path = ?path, "healed");
         self.inner.recorder.metrics().healed(&path, started.elapsed());
         self.inner
-            .retire(agreement.generation(), FailureCause::Healing, || {
+            .retire(&group.inner, FailureCause::Healing, || {
                 format!(
                     "healed into generation {} as rank {} of {}: survivors {:?}, lost {:?}, {path:?}",
                     agreement.generation(),

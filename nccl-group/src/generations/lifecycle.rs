@@ -18,10 +18,11 @@ use crate::options::CommMode;
 use crate::protocols::SHUTDOWN;
 
 impl ProcessGroup {
-    /// `abort` on a group that is no longer live: a failed group's
-    /// failure is aborting its communicators (on the watchdog's helper
-    /// thread); wait for that, as long as it may take at most.
-    fn await_failure_abort(&self) -> Result<()> {
+    /// Waits for a failed group's failure to end the release of its
+    /// communicators (on the failure's threads), as long as that may take
+    /// at most: `abort` on a group no longer live, and a heal returning an
+    /// error.
+    pub(crate) fn await_failure_abort(&self) -> Result<()> {
         if self.inner.state.load(Ordering::Acquire) != FAILED {
             return Ok(());
         }

@@ -134,19 +134,14 @@ impl Inner {
         }
     }
 
-    /// This generation refuses every call from now on, an operation
+    /// This generation refuses every call from now on (replaced by `heir`), an operation
     /// another thread issued meanwhile fails (`cause`), its communicators'
     /// aborts begin, to end on their own threads (an abort: a heal's
     /// revoked parents must never be destroyed, NVIDIA/nccl PR 2251, and a
     /// grow's live ones were replaced), and the flight recorder writes why
     /// (`reason`).
-    pub(crate) fn retire(
-        &self,
-        successor: u64,
-        cause: FailureCause,
-        reason: impl FnOnce() -> String,
-    ) {
-        let _ = self.successor.set(successor);
+    pub(crate) fn retire(&self, heir: &Inner, cause: FailureCause, reason: impl FnOnce() -> String) {
+        let _ = (self.successor).set(heir.cache.membership().generation);
         self.state.store(HEALED, Ordering::Release);
         // The process goes on in the successor, which announced itself.
         let m = self.cache.membership();
@@ -164,8 +159,15 @@ impl Inner {
             self.fail_pending(&failure);
         }
         // Their kernels are stopped already (the failure released them) or
-        // idle (a grow's): the teardown runs off the successor's path.
-        drop(Release::begin(&self.cache.clear(), false));
+        // idle (a grow's): the teardown runs off the successor's path, and
+        // the successor waits for it when it drops.
+        let retirement = Release::begin(&self.cache.clear(), false);
+        let earlier = std::mem::take(
+            &mut *(self.unfinished.lock()).unwrap_or_else(PoisonError::into_inner),
+        );
+        (heir.unfinished.lock())
+            .unwrap_or_else(PoisonError::into_inner)
+            .inherit(self.failure.get().cloned(), retirement, earlier);
         if let Some(dir) = self.cache.factory().options.dump_dir.as_deref() {
             let dump = self.dump(reason(), Findings::default());
             let _written = self.write_dump(dir, &dump);

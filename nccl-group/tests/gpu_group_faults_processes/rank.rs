@@ -220,6 +220,11 @@ impl Child {
         let (rank, label) = (self.rank, &self.label);
         match self.fault {
             Fault::Killed => {
+                // This rank's end of the last all_reduce does not mean the
+                // others have theirs (its proxy may still be sending): a kill
+                // now could fail that one. Let them finish it and enter the
+                // next first, as the exit below does.
+                thread::sleep(Duration::from_millis(500));
                 println!("fault child {rank}: waiting to be killed at iteration {iteration}");
                 publish(&self.dir, VICTIM_READY, "");
                 thread::sleep(LAUNCH_TIMEOUT);
