@@ -127,6 +127,7 @@ impl From<nccl_rendezvous::ErrorKind> for ErrorKind {
             Rendezvous::Store => ErrorKind::Store,
             Rendezvous::Excluded => ErrorKind::Excluded,
             Rendezvous::TooFewSurvivors => ErrorKind::TooFewSurvivors,
+            Rendezvous::Unsupported => ErrorKind::Unsupported,
             _ => ErrorKind::Other,
         }
     }

@@ -62,10 +62,20 @@ examples_by_kind! {
         nccl_tensor::Error::RankOutOfRange { op: "broadcast", what: "root", given: 4, world_size: 4 },
         &["broadcast", "root 4", "0..4"],
     )],
-    Unsupported => vec![example(
-        GroupError::Capture { op: "barrier", reason: Uncapturable::Barrier },
-        &["barrier in a CUDA graph capture", "capture an all_reduce of a one-element tensor"],
-    )],
+    Unsupported => vec![
+        example(
+            GroupError::Capture { op: "barrier", reason: Uncapturable::Barrier },
+            &["barrier in a CUDA graph capture", "capture an all_reduce of a one-element tensor"],
+        ),
+        example(
+            StoreError::Unsupported {
+                capability: "session keys",
+                store: "file store".into(),
+                instead: "use a TCP store",
+            },
+            &["file store does not support session keys", "use a TCP store"],
+        ),
+    ],
     MissingFunction => vec![example(
         nccl_core::Error::MissingFunction(MissingSymbol {
             function: "ncclCommShrink",
