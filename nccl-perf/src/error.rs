@@ -125,6 +125,10 @@ pub enum BenchError {
     /// Every rank thread ended without reporting the rest of the run.
     #[error("the rank threads ended without reporting (a rank thread panicked?)")]
     Lost,
+    /// An operation returned a wrong result as a success (`--inject`: the
+    /// message says when). Exit status 1, as wrong results of a sweep.
+    #[error("{0}")]
+    WrongResult(String),
     /// A layer's steady-state calls allocated on the Rust heap beyond its
     /// allowance (the message names the layers and the counts).
     #[error("steady-state heap allocations: {0}")]
@@ -160,7 +164,7 @@ impl BenchError {
     /// | `Io`, `Plot` | [`ErrorKind::Io`] |
     /// | `Peer` | [`ErrorKind::Aborted`] |
     /// | `Absent` | [`ErrorKind::Timeout`] |
-    /// | `Lost`, `Allocations` | [`ErrorKind::Other`] |
+    /// | `Lost`, `Allocations`, `WrongResult` | [`ErrorKind::Other`] |
     pub fn kind(&self) -> ErrorKind {
         match self {
             BenchError::Nccl(error) => error.kind().into(),
@@ -176,7 +180,9 @@ impl BenchError {
             BenchError::Io { .. } | BenchError::Plot { .. } => ErrorKind::Io,
             BenchError::Peer { .. } => ErrorKind::Aborted,
             BenchError::Absent { .. } => ErrorKind::Timeout,
-            BenchError::Lost | BenchError::Allocations(_) => ErrorKind::Other,
+            BenchError::Lost | BenchError::Allocations(_) | BenchError::WrongResult(_) => {
+                ErrorKind::Other
+            }
         }
     }
 
@@ -246,6 +252,10 @@ pub(crate) mod tests {
     fn exit_codes_and_single_lines() {
         assert_eq!(BenchError::Environment("no GPU".into()).exit_code(), 2);
         assert_eq!(BenchError::Usage("bad root".into()).exit_code(), 2);
+        assert_eq!(
+            BenchError::WrongResult("after the heal".into()).exit_code(),
+            1
+        );
         let config = nccl_group::RendezvousConfig::from_vars(|name| {
             (name == "WORLD_SIZE").then(|| "two".to_string())
         })
@@ -422,6 +432,10 @@ pub(crate) mod tests {
             ),
             (BenchError::Lost, ErrorKind::Other),
             (BenchError::Allocations("3".into()), ErrorKind::Other),
+            (
+                BenchError::WrongResult("after the heal".into()),
+                ErrorKind::Other,
+            ),
             (
                 BenchError::Plot {
                     path: "a.svg".into(),

@@ -154,7 +154,7 @@ fn all_reduce(
 
 /// The error for a result that came back wrong as a success.
 fn wrong(when: &str) -> BenchError {
-    BenchError::Usage(format!(
+    BenchError::WrongResult(format!(
         "an all_reduce {when} returned a wrong result as a success: expected every element to be the \
          ranks' sum"
     ))
