@@ -23,8 +23,8 @@ use crate::failure::{AbortOutcome, Failure};
 enum Step {
     /// The GPU is quiet, or about to be: revoked, or the abort called.
     Begun,
-    /// The call returned.
-    Ended,
+    /// The call returned, then.
+    Ended(Instant),
 }
 
 /// The releases of a set of communicators, under way.
@@ -33,6 +33,8 @@ pub(crate) struct Release {
     threads: usize,
     begun: usize,
     ended: usize,
+    /// When the last release to end ended.
+    last_end: Option<Instant>,
     steps: Receiver<Step>,
 }
 
@@ -59,6 +61,7 @@ impl Release {
     where
         F: FnOnce(&dyn Fn()) + Send + 'static,
     {
+        let started = Instant::now();
         let (sender, steps) = channel();
         let mut threads = 0;
         for release in releases {
@@ -69,15 +72,16 @@ impl Release {
                     release(&|| {
                         let _ = sender.send(Step::Begun);
                     });
-                    let _ = sender.send(Step::Ended);
+                    let _ = sender.send(Step::Ended(Instant::now()));
                 });
             threads += usize::from(spawned.is_ok());
         }
         Self {
-            started: Instant::now(),
+            started,
             threads,
             begun: 0,
             ended: 0,
+            last_end: None,
             steps,
         }
     }
@@ -89,11 +93,13 @@ impl Release {
     }
 
     /// Waits until every release has ended, at most `bound` after
-    /// [`begin`](Self::begin); one still running then is left to end on
-    /// its own thread.
+    /// [`begin`](Self::begin): how long they took (not how long this
+    /// waited, which may be later); one still running then is left to end
+    /// on its own thread.
     pub(crate) fn wait_ended(mut self, bound: Duration) -> AbortOutcome {
         if self.wait_until(bound, |release| release.ended == release.threads) {
-            AbortOutcome::Aborted(self.started.elapsed())
+            let last = self.last_end.unwrap_or(self.started);
+            AbortOutcome::Aborted(last.saturating_duration_since(self.started))
         } else {
             AbortOutcome::Stalled(self.started.elapsed())
         }
@@ -108,7 +114,10 @@ impl Release {
                 deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(Instant::now()));
             match self.steps.recv_timeout(left) {
                 Ok(Step::Begun) => self.begun += 1,
-                Ok(Step::Ended) => self.ended += 1,
+                Ok(Step::Ended(at)) => {
+                    self.ended += 1;
+                    self.last_end = self.last_end.max(Some(at));
+                }
                 // Past the bound (the threads still hold senders), or every
                 // thread gone without its steps.
                 Err(_) => return done(self),
