@@ -20,7 +20,9 @@
 //! the launcher ends the survivors when the lost rank fails. Each launch
 //! measures one loss; repeat launches for a spread.
 
+use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -126,6 +128,43 @@ impl Plan {
     }
 }
 
+/// Rank 0's files for the run's JSON object, opened before the run so
+/// that a path it cannot write fails at once, not after the loss.
+struct Outputs {
+    /// `-J FILE`: the object alone.
+    file: Option<(PathBuf, File)>,
+    /// `--json FILE`: the object appended as a line.
+    json: Option<(PathBuf, File)>,
+}
+
+impl Outputs {
+    /// The files `args` names, on rank 0 (none on the others).
+    ///
+    /// # Errors
+    /// [`BenchError::Io`] naming a file that cannot be opened for writing.
+    fn open(args: &Args, rank: usize) -> Result<Self, BenchError> {
+        let open = |path: &Option<PathBuf>, append: bool| -> Result<_, BenchError> {
+            let Some(path) = path.as_ref().filter(|_| rank == 0) else {
+                return Ok(None);
+            };
+            let mut options = OpenOptions::new();
+            match append {
+                true => options.create(true).append(true),
+                false => options.create(true).write(true).truncate(true),
+            };
+            let file = options.open(path).map_err(|source| BenchError::Io {
+                what: path.display().to_string(),
+                source,
+            })?;
+            Ok(Some((path.clone(), file)))
+        };
+        Ok(Self {
+            file: open(&args.output_file, false)?,
+            json: open(&args.json, true)?,
+        })
+    }
+}
+
 /// Microseconds since the Unix epoch: comparable across the processes of
 /// one host.
 fn now_us() -> u64 {
@@ -209,6 +248,7 @@ impl Phases {
 /// a wrong result, a failed heal, or the store.
 pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<(), BenchError> {
     let plan = Plan::new(args, injection, world.size)?;
+    let outputs = Outputs::open(args, world.rank)?;
     let group = world.group(NAME, plan.options.clone())?;
     let stream = Device::new(world.local_rank)?.new_stream()?;
     let mine = (world.rank + 1) as f32;
@@ -231,7 +271,7 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
         // Continued after a stop: the survivors are done with it.
         std::process::exit(0);
     }
-    let survived = survive(args, &plan, world, group, (&stream, mine, sum));
+    let survived = survive(args, &plan, outputs, world, group, (&stream, mine, sum));
     // Whatever the survivors met, a rank left stopped would keep the
     // launch waiting: rank 0 continues it (its pid was shared before).
     let continued = match injection.fault {
@@ -249,6 +289,7 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
 fn survive(
     args: &Args,
     plan: &Plan,
+    outputs: Outputs,
     world: &World,
     group: ProcessGroup,
     (stream, mine, sum): (&Arc<CudaStream>, f32, f32),
@@ -297,7 +338,7 @@ fn survive(
             let bytes = shared_by(meeting, rank, &times_key(rank), "its times")?;
             all.push((rank, Phases::from_bytes(rank, &bytes)?));
         }
-        report(args, plan, world, (&detected, &path), &all)?;
+        report(args, plan, outputs, world, (&detected, &path), &all)?;
     }
     Ok(())
 }
@@ -400,6 +441,7 @@ fn signal(pid: &str, signal: &str) -> Result<(), BenchError> {
 fn report(
     args: &Args,
     plan: &Plan,
+    outputs: Outputs,
     world: &World,
     (detected, path): (&GroupError, &str),
     survivors: &[(usize, Phases)],
@@ -471,16 +513,8 @@ fn report(
         })).collect::<Vec<_>>(),
     });
     writeln!(out, "{json}").map_err(io("the standard output".into()))?;
-    if let Some(file) = &args.output_file {
-        std::fs::write(file, format!("{json}\n")).map_err(io(file.display().to_string()))?;
-    }
-    if let Some(path) = &args.json {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut file| writeln!(file, "{json}"))
-            .map_err(io(path.display().to_string()))?;
+    for (path, mut file) in [outputs.file, outputs.json].into_iter().flatten() {
+        writeln!(file, "{json}").map_err(io(path.display().to_string()))?;
     }
     Ok(())
 }
