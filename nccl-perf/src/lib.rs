@@ -103,6 +103,7 @@ mod selection;
 mod sizes;
 #[cfg(test)]
 mod threads;
+mod timed_group;
 mod timing;
 mod world;
 

@@ -20,22 +20,19 @@
 //! the launcher ends the survivors when the lost rank fails. Each launch
 //! measures one loss; repeat launches for a spread.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cudarc::driver::CudaStream;
-use nccl_core::{Device, ReduceOp};
-use nccl_group::{GroupError, GroupOptions, HealOptions, Lifecycle, ProcessGroup, Recovery};
-use nccl_tensor::Tensor;
+use nccl_core::Device;
+use nccl_group::{GroupError, HealOptions, Lifecycle, ProcessGroup, Recovery};
 
-use crate::cli::{Args, DataTypeArg, Fault, HealMode, Injection};
-use crate::collective::Collective;
+use crate::cli::{Args, Fault, HealMode, Injection};
 use crate::error::BenchError;
-use crate::layer::LayerKind;
-use crate::world::{LaunchMeeting, World};
+use crate::timed_group::{
+    Outputs, TimedGroup, all_reduce, comms_name, f64s_bytes, f64s_of, ms_between, nccl_text,
+    now_us, shared_by, stamp_of, wrong,
+};
+use crate::world::World;
 
 /// The group's name, and the prefix of the keys the ranks share.
 const NAME: &str = "nccl-perf-recovery";
@@ -46,9 +43,7 @@ struct Plan {
     injection: Injection,
     heal: HealMode,
     told: bool,
-    layer: LayerKind,
-    count: usize,
-    options: GroupOptions,
+    group: TimedGroup,
 }
 
 impl Plan {
@@ -72,131 +67,13 @@ impl Plan {
                 injection.rank
             ));
         }
-        let collectives = args.collectives();
-        if collectives != [Collective::AllReduce] {
-            return usage(format!(
-                "--inject {injection}: expected the all_reduce collective (the recovery is timed to the \
-                 first correct all_reduce); got {}",
-                collectives
-                    .iter()
-                    .map(|c| c.name())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        let layers = args.layers();
-        let group_layer = match layers[..] {
-            [layer] => layer.stream_mode().map(|mode| (layer, mode)),
-            _ => None,
-        };
-        let (layer, stream_mode) = match group_layer {
-            Some(chosen) => chosen,
-            None => {
-                return usage(format!(
-                    "--inject {injection}: expected one group layer (--layer group or group-caller); got {}",
-                    layers
-                        .iter()
-                        .map(|layer| layer.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        };
-        if args.datatype != DataTypeArg::FLOAT {
-            return usage(format!(
-                "--inject {injection}: expected -d float (the sums are checked in f32); got another type"
-            ));
-        }
-        let count = usize::try_from(args.min_bytes / 4)
-            .unwrap_or(usize::MAX)
-            .max(1);
-        let mut options = args
-            .group_options()
-            .without_dump_dir()
-            .with_stream_mode(stream_mode);
-        if let Some(ms) = args.op_timeout_ms {
-            options = options.with_op_timeout(Duration::from_millis(ms));
-        }
         Ok(Self {
             injection,
             heal: args.heal,
             told: args.tell,
-            layer,
-            count,
-            options,
+            group: TimedGroup::new(args, &format!("--inject {injection}"))?,
         })
     }
-}
-
-/// Rank 0's files for the run's JSON object, opened before the run so
-/// that a path it cannot write fails at once, not after the loss.
-struct Outputs {
-    /// `-J FILE`: the object alone.
-    file: Option<(PathBuf, File)>,
-    /// `--json FILE`: the object appended as a line.
-    json: Option<(PathBuf, File)>,
-}
-
-impl Outputs {
-    /// The files `args` names, on rank 0 (none on the others).
-    ///
-    /// # Errors
-    /// [`BenchError::Io`] naming a file that cannot be opened for writing.
-    fn open(args: &Args, rank: usize) -> Result<Self, BenchError> {
-        let open = |path: &Option<PathBuf>, append: bool| -> Result<_, BenchError> {
-            let Some(path) = path.as_ref().filter(|_| rank == 0) else {
-                return Ok(None);
-            };
-            let mut options = OpenOptions::new();
-            match append {
-                true => options.create(true).append(true),
-                false => options.create(true).write(true).truncate(true),
-            };
-            let file = options.open(path).map_err(|source| BenchError::Io {
-                what: path.display().to_string(),
-                source,
-            })?;
-            Ok(Some((path.clone(), file)))
-        };
-        Ok(Self {
-            file: open(&args.output_file, false)?,
-            json: open(&args.json, true)?,
-        })
-    }
-}
-
-/// Microseconds since the Unix epoch: comparable across the processes of
-/// one host.
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-        })
-}
-
-/// One all_reduce of `value` from every member over `count` elements, read
-/// back: `Ok(true)` when every element is `sum`, `Ok(false)` when one is
-/// not (a wrong result given as a success), the group's error otherwise.
-fn all_reduce(
-    group: &ProcessGroup,
-    stream: &Arc<CudaStream>,
-    (count, value, sum): (usize, f32, f32),
-) -> Result<bool, GroupError> {
-    let tensor = Tensor::from_host(stream, &vec![value; count], &[count])?;
-    let tensor = group
-        .all_reduce(tensor, ReduceOp::Sum, stream)
-        .map_err(|refusal| refusal.error)?
-        .wait()?;
-    Ok(tensor.to_vec(stream)?.iter().all(|&got| got == sum))
-}
-
-/// The error for a result that came back wrong as a success.
-fn wrong(when: &str) -> BenchError {
-    BenchError::WrongResult(format!(
-        "an all_reduce {when} returned a wrong result as a success: expected every element to be the \
-         ranks' sum"
-    ))
 }
 
 /// A survivor's phases, in ms from the loss.
@@ -210,30 +87,17 @@ struct Phases {
 impl Phases {
     /// The phases as a survivor shares them: three little-endian `f64`s.
     fn to_bytes(self) -> Vec<u8> {
-        [self.detect, self.heal, self.first]
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect()
+        f64s_bytes(&[self.detect, self.heal, self.first])
     }
 
     /// [`Phases::to_bytes`] read back, as survivor `rank` shared them.
     fn from_bytes(rank: usize, bytes: &[u8]) -> Result<Self, BenchError> {
-        let values: Vec<f64> = bytes
-            .chunks_exact(8)
-            .filter_map(|chunk| chunk.try_into().ok().map(f64::from_le_bytes))
-            .collect();
-        match values[..] {
-            [detect, heal, first] if bytes.len() == 24 => Ok(Self {
-                detect,
-                heal,
-                first,
-            }),
-            _ => Err(BenchError::Usage(format!(
-                "rank {rank} shared {} bytes of recovery times, expected 24 (three f64): start every rank \
-                 with the same nccl-perf",
-                bytes.len()
-            ))),
-        }
+        let [detect, heal, first] = f64s_of(rank, "recovery times", bytes)?;
+        Ok(Self {
+            detect,
+            heal,
+            first,
+        })
     }
 
     fn total(&self) -> f64 {
@@ -249,12 +113,12 @@ impl Phases {
 pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<(), BenchError> {
     let plan = Plan::new(args, injection, world.size)?;
     let outputs = Outputs::open(args, world.rank)?;
-    let group = world.group(NAME, plan.options.clone())?;
+    let group = world.group(NAME, plan.group.options.clone())?;
     let stream = Device::new(world.local_rank)?.new_stream()?;
     let mine = (world.rank + 1) as f32;
     let sum = (world.size * (world.size + 1) / 2) as f32;
     for _ in 0..injection.iter {
-        if !all_reduce(&group, &stream, (plan.count, mine, sum))? {
+        if !all_reduce(&group, &stream, (plan.group.count, mine, sum))? {
             return Err(wrong("before the loss"));
         }
     }
@@ -297,7 +161,7 @@ fn survive(
     let injection = plan.injection;
     let meeting = world.meeting();
     let detected = loop {
-        match all_reduce(&group, stream, (plan.count, mine, sum)) {
+        match all_reduce(&group, stream, (plan.group.count, mine, sum)) {
             Ok(true) => {}
             Ok(false) => return Err(wrong("after the loss")),
             Err(error) => break error,
@@ -307,12 +171,13 @@ fn survive(
     let survivors_sum = sum - (injection.rank + 1) as f32;
     let (next, path) = go_on(plan, world, group)?;
     let healed = now_us();
-    if !all_reduce(&next, stream, (plan.count, mine, survivors_sum))? {
+    if !all_reduce(&next, stream, (plan.group.count, mine, survivors_sum))? {
         return Err(wrong("after the heal"));
     }
     let first = now_us();
-    let died = u64_of(
+    let died = stamp_of(
         injection.rank,
+        "the time of its loss",
         &shared_by(
             meeting,
             injection.rank,
@@ -320,11 +185,10 @@ fn survive(
             "the time of its loss",
         )?,
     )?;
-    let ms = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1000.0;
     let phases = Phases {
-        detect: ms(died, failed),
-        heal: ms(failed, healed),
-        first: ms(healed, first),
+        detect: ms_between(died, failed),
+        heal: ms_between(failed, healed),
+        first: ms_between(healed, first),
     };
     let times_key = |rank: usize| key(&format!("times/{rank}"));
     meeting.share_from(world.rank, &times_key(world.rank), || {
@@ -346,31 +210,6 @@ fn survive(
 /// The store key `leaf` of this run's meeting.
 fn key(leaf: &str) -> String {
     format!("{NAME}/{leaf}")
-}
-
-/// What `rank` shared under `key` (`what`, for the message of a rank that
-/// would share it in its stead).
-fn shared_by(
-    meeting: &LaunchMeeting,
-    rank: usize,
-    key: &str,
-    what: &str,
-) -> Result<Vec<u8>, BenchError> {
-    meeting.share_from(rank, key, || {
-        Err::<Vec<u8>, _>(BenchError::Usage(format!("only rank {rank} shares {what}")))
-    })
-}
-
-/// The little-endian `u64` rank `rank` shared as `bytes`.
-fn u64_of(rank: usize, bytes: &[u8]) -> Result<u64, BenchError> {
-    let bytes: [u8; 8] = bytes.try_into().map_err(|_| {
-        BenchError::Usage(format!(
-            "rank {rank} shared the time of its loss as {} bytes; expected 8 (a little-endian \
-             microsecond count)",
-            bytes.len()
-        ))
-    })?;
-    Ok(u64::from_le_bytes(bytes))
 }
 
 /// The survivors' next group, as `--heal` says, and how it was made.
@@ -399,7 +238,7 @@ fn go_on(
                 &format!("{NAME}-full"),
                 rank,
                 world.size - 1,
-                plan.options.clone(),
+                plan.group.options.clone(),
             )?;
             Ok((next, "a new group".to_string()))
         }
@@ -452,17 +291,14 @@ fn report(
     else {
         return Ok(());
     };
-    let nccl = nccl_core::version().map_or_else(|error| error.to_string(), |v| v.to_string());
+    let (nccl, comms) = (nccl_text(), comms_name(args));
     let injection = plan.injection;
-    let comms = format!("{:?}", args.group_comms.comm_mode()).to_lowercase();
-    let io = |what: String| move |source| BenchError::Io { what, source };
-    let mut out = std::io::stdout().lock();
     let lines = [
         format!(
             "# nccl-perf --inject {injection}: all_reduce of {} x f32 through {}, {comms} communicators, world size \
              {} -> {}, NCCL {nccl}",
-            plan.count,
-            plan.layer.name(),
+            plan.group.count,
+            plan.group.layer.name(),
             world.size,
             world.size - 1
         ),
@@ -486,17 +322,14 @@ fn report(
             phases.total()
         ),
     ];
-    for line in &lines {
-        writeln!(out, "{line}").map_err(io("the standard output".into()))?;
-    }
     let json = serde_json::json!({
         "tool": "nccl-perf",
         "inject": {"fault": injection.fault.name(), "rank": injection.rank, "iter": injection.iter},
         "heal": plan.heal.name(),
         "told": plan.told,
-        "layer": plan.layer.name(),
+        "layer": plan.group.layer.name(),
         "comms": comms,
-        "count": plan.count,
+        "count": plan.group.count,
         "world": world.size,
         "simulated_hosts": world.simulated_hosts,
         "nccl": nccl,
@@ -512,11 +345,7 @@ fn report(
             "rank": rank, "detect_ms": p.detect, "heal_ms": p.heal, "first_ms": p.first, "total_ms": p.total(),
         })).collect::<Vec<_>>(),
     });
-    writeln!(out, "{json}").map_err(io("the standard output".into()))?;
-    for (path, mut file) in [outputs.file, outputs.json].into_iter().flatten() {
-        writeln!(file, "{json}").map_err(io(path.display().to_string()))?;
-    }
-    Ok(())
+    outputs.report(&lines, &json)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Parser;
 use nccl_group::StreamMode;
 
-use super::{Outputs, Plan};
+use super::Plan;
 use crate::cli::Args;
 use crate::cli::{Fault, HealMode, Injection};
 
@@ -49,10 +49,10 @@ fn inject_parses_with_heal_tell_and_op_timeout_into_a_plan() {
     );
     assert_eq!(plan.heal, HealMode::Recreate);
     assert!(plan.told);
-    assert_eq!(plan.count, 1024);
-    assert_eq!(plan.options.stream_mode, StreamMode::Caller);
+    assert_eq!(plan.group.count, 1024);
+    assert_eq!(plan.group.options.stream_mode, StreamMode::Caller);
     // The configured timeout, as --op-timeout-ms gave it: a value, not a time taken.
-    assert_eq!(plan.options.op_timeout, Duration::from_secs(60));
+    assert_eq!(plan.group.options.op_timeout, Duration::from_secs(60));
 }
 
 #[test]
@@ -129,42 +129,4 @@ fn a_survivors_times_go_through_the_store_and_back_and_a_wrong_length_is_refused
         error.contains("rank 2 shared 16 bytes of recovery times, expected 24"),
         "{error}"
     );
-}
-
-#[test]
-fn rank_0_opens_its_output_files_before_the_run_and_refuses_one_it_cannot_write() {
-    let dir = std::env::temp_dir().join(format!("nccl-perf-outputs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a scratch folder");
-    let (file, json) = (dir.join("one.json"), dir.join("runs.jsonl"));
-    std::fs::write(&json, "{\"earlier\":1}\n").expect("an earlier line");
-    let flags = |j: &std::path::Path| {
-        let mut flags: Vec<String> = GROUP_ALL_REDUCE.iter().map(|s| s.to_string()).collect();
-        flags.extend(["--inject", "exit@1:5", "-J"].map(String::from));
-        flags.push(j.display().to_string());
-        flags.push("--json".to_string());
-        flags.push(json.display().to_string());
-        flags
-    };
-    let parsed = |j: &std::path::Path| {
-        let flags = flags(j);
-        args(&flags.iter().map(String::as_str).collect::<Vec<_>>())
-    };
-    let outputs = Outputs::open(&parsed(&file), 0).expect("both open");
-    assert!(outputs.file.is_some() && outputs.json.is_some());
-    assert_eq!(
-        std::fs::read_to_string(&json).expect("kept"),
-        "{\"earlier\":1}\n",
-        "--json appends: the earlier line stays"
-    );
-    let others = Outputs::open(&parsed(&file), 2).expect("nothing to open");
-    assert!(others.file.is_none() && others.json.is_none());
-    let unwritable = dir.join("no-such-folder").join("one.json");
-    let Err(error) = Outputs::open(&parsed(&unwritable), 0) else {
-        panic!("a file in a missing folder opened");
-    };
-    assert!(
-        error.to_string().contains("no-such-folder"),
-        "the error names the file: {error}"
-    );
-    std::fs::remove_dir_all(&dir).expect("cleaned up");
 }
