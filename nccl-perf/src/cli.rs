@@ -348,6 +348,15 @@ pub struct Args {
     #[arg(long, value_name = "FAULT@RANK:ITER")]
     pub inject: Option<Injection>,
 
+    /// Time a warm spare's grow instead of the size sweep: under `nccl-launch -n N`, every
+    /// process but the last forms a group and runs ITER checked all_reduces of -b bytes through
+    /// the group layer of --layer, while the last one, its GPU and NCCL loaded, waits to join;
+    /// then the group grows by it (ncclCommGrow where NCCL has it, else fresh communicators).
+    /// Rank 0 prints the slowest rank's grow and first-correct times from the start of the
+    /// grow, and a JSON object (-J, --json).
+    #[arg(long, value_name = "ITER", conflicts_with = "inject")]
+    pub grow_spare: Option<usize>,
+
     /// With --inject: how the survivors go on: heal and shrink the communicators where NCCL
     /// can (shrink), heal with fresh ones (recreate), or a new group of the survivors whose
     /// ranks are known in advance (full).

@@ -88,6 +88,7 @@ mod cli;
 mod collective;
 mod env;
 mod error;
+mod grow_spare;
 mod layer;
 mod memory;
 mod method;

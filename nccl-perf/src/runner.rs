@@ -266,6 +266,10 @@ pub fn main_with(args: &Args) -> u8 {
             crate::env::probe().and_then(|_| crate::recovery::run(args, injection, &world));
         return exit_status(&prefix, outcome);
     }
+    if let Some(iter) = args.grow_spare {
+        let outcome = crate::env::probe().and_then(|_| crate::grow_spare::run(args, iter, &world));
+        return exit_status(&prefix, outcome);
+    }
     let meeting = Arc::new(Meeting::new(world));
     let outcome = crate::env::probe()
         .and_then(|env| run(args, &env, &meeting, io::stdout()))

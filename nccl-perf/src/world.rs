@@ -288,6 +288,26 @@ impl World {
             .build()?)
     }
 
+    /// Waits, at most the world's timeout, for a grow of the process group
+    /// `name` (made over the world's store) to take this process in, on
+    /// its GPU, with `options` and the world's timeout for the grow's own
+    /// waits.
+    ///
+    /// # Errors
+    /// As [`GroupBuilder::join_grown`](nccl_group::GroupBuilder::join_grown).
+    pub fn join_grown(
+        &self,
+        name: &str,
+        options: GroupOptions,
+    ) -> Result<ProcessGroup, BenchError> {
+        Ok(ProcessGroup::builder(name)
+            .store(Arc::clone(&self.store))
+            .store_address(self.address.clone())
+            .local_rank(self.local_rank)
+            .options(options.with_timeout(self.timeout))
+            .join_grown(self.timeout)?)
+    }
+
     /// Leaves the launch. Rank 0 hosts the TCP store, so it waits until
     /// every other rank has said it is done with the store; the others
     /// say so and return at once.
