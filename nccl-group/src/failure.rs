@@ -118,7 +118,8 @@ pub struct Failure {
     pub subgroup: Option<Arc<SubGroup>>,
     details: OnceLock<FailureDetails>,
     /// Set once every communicator's release has begun
-    /// (`engine/release.rs`): no kernel of the group runs on.
+    /// (`engine/release.rs`): revoked, or its abort called, whose first
+    /// step sets the flags that stop its kernels.
     quiet: OnceLock<()>,
     /// The ranks' progress, once the exchange has it: before the details,
     /// which wait for the releases to end and the dump too.
@@ -174,11 +175,15 @@ impl Failure {
         self.wait_for(timeout, |failure| failure.details.get())
     }
 
-    /// Whether every communicator's release has begun (its kernels
-    /// stopped), waiting for that at most `timeout`.
+    /// Whether every communicator's release has begun, or the failure
+    /// gave up waiting for one (its details are set: a revoke still
+    /// running leaves its communicator unshrinkable, so a heal re-creates
+    /// it), waiting at most `timeout`.
     pub(crate) fn wait_quiet(&self, timeout: Duration) -> bool {
-        self.wait_for(timeout, |failure| failure.quiet.get())
-            .is_some()
+        self.wait_for(timeout, |failure| {
+            (failure.quiet.get()).or_else(|| failure.details.get().map(|_| &()))
+        })
+        .is_some()
     }
 
     /// The ranks' progress as the failure's exchange gathered it, waiting

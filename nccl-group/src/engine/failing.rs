@@ -265,7 +265,8 @@ impl Inner {
         let revoke = self.options().revoke_on_failure && failure.cause != FailureCause::Aborted;
         let bound = self.options().abort_timeout;
         let mut release = Release::begin(&self.cache.all(), revoke);
-        if release.wait_begun(bound) {
+        let quiet = release.wait_begun(bound);
+        if quiet {
             failure.set_quiet();
         }
         let mut findings = Findings {
@@ -288,6 +289,10 @@ impl Inner {
             findings.divergence = peers::divergence(&reports);
         }
         let abort = release.wait_ended(bound);
+        // A slow revoke that began after all, while the reports came.
+        if !quiet && release.all_begun() {
+            failure.set_quiet();
+        }
         crate::diagnostics::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
         let dump = self.options().dump_dir.as_deref().map(|dir| {
             let dump = self.dump(failure.to_string(), findings.clone());
@@ -500,9 +505,18 @@ impl Drop for Inner {
                 });
             }
         }
+        self.await_unfinished();
+    }
+}
+
+impl Inner {
+    /// Waits, bounded, for the earlier generations' releases this one
+    /// inherited (`engine/release.rs`): before an end its caller may exit
+    /// on.
+    pub(crate) fn await_unfinished(&self) {
         let bound = self.options().abort_timeout.saturating_add(EXCHANGE_WAIT);
-        (self.unfinished.get_mut())
-            .unwrap_or_else(PoisonError::into_inner)
-            .wait(bound);
+        let mut unfinished =
+            std::mem::take(&mut *self.unfinished.lock().unwrap_or_else(PoisonError::into_inner));
+        unfinished.wait(bound);
     }
 }

@@ -12,7 +12,7 @@
 //! thread per communicator also keeps one stalled abort from holding up
 //! the others.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -42,9 +42,8 @@ impl Release {
     /// Starts releasing every communicator of `comms`: revoked where
     /// `revoke` asks and the communicator can be
     /// ([`Member::release`](crate::engine::member::Member::release)),
-    /// aborted otherwise. A thread that cannot be spawned counts as a
-    /// release that never begins (its communicator is aborted when its
-    /// last owner drops it).
+    /// aborted otherwise. A release whose thread cannot be spawned runs
+    /// on the calling thread.
     pub(crate) fn begin(comms: &[Arc<LocalComms>], revoke: bool) -> Self {
         let each = comms.iter().flat_map(|comms| {
             (0..comms.members.len()).map(move |index| {
@@ -55,8 +54,9 @@ impl Release {
         Self::spawn(each)
     }
 
-    /// Runs each release on a thread of its own; a release calls the
-    /// function it is given once it has begun.
+    /// Runs each release on a thread of its own (on this one where no
+    /// thread can be spawned); a release calls the function it is given
+    /// once it has begun.
     fn spawn<F>(releases: impl IntoIterator<Item = F>) -> Self
     where
         F: FnOnce(&dyn Fn()) + Send + 'static,
@@ -65,16 +65,30 @@ impl Release {
         let (sender, steps) = channel();
         let mut threads = 0;
         for release in releases {
+            threads += 1;
             let sender = sender.clone();
+            let run = move |release: F| {
+                release(&|| {
+                    let _ = sender.send(Step::Begun);
+                });
+                let _ = sender.send(Step::Ended(Instant::now()));
+            };
+            // The spawn hands the release back when it fails, through
+            // this slot, so that it runs here instead.
+            let slot = Arc::new(Mutex::new(Some((release, run))));
+            let theirs = Arc::clone(&slot);
             let spawned = std::thread::Builder::new()
                 .name("nccl-group-release".to_string())
                 .spawn(move || {
-                    release(&|| {
-                        let _ = sender.send(Step::Begun);
-                    });
-                    let _ = sender.send(Step::Ended(Instant::now()));
+                    if let Some((release, run)) = take(&theirs) {
+                        run(release);
+                    }
                 });
-            threads += usize::from(spawned.is_ok());
+            if spawned.is_err()
+                && let Some((release, run)) = take(&slot)
+            {
+                run(release);
+            }
         }
         Self {
             started,
@@ -89,20 +103,26 @@ impl Release {
     /// Waits until every release has begun, at most `bound` after
     /// [`begin`](Self::begin); whether they all did.
     pub(crate) fn wait_begun(&mut self, bound: Duration) -> bool {
-        self.wait_until(bound, |release| release.begun == release.threads)
+        self.wait_until(bound, Self::all_begun)
     }
 
     /// Waits until every release has ended, at most `bound` after
     /// [`begin`](Self::begin): how long they took (not how long this
     /// waited, which may be later); one still running then is left to end
     /// on its own thread.
-    pub(crate) fn wait_ended(mut self, bound: Duration) -> AbortOutcome {
+    pub(crate) fn wait_ended(&mut self, bound: Duration) -> AbortOutcome {
         if self.wait_until(bound, |release| release.ended == release.threads) {
             let last = self.last_end.unwrap_or(self.started);
             AbortOutcome::Aborted(last.saturating_duration_since(self.started))
         } else {
             AbortOutcome::Stalled(self.started.elapsed())
         }
+    }
+
+    /// Whether every release has begun, as far as the steps counted so
+    /// far tell.
+    pub(crate) fn all_begun(&self) -> bool {
+        self.begun == self.threads
     }
 
     /// Counts the threads' steps until `done` holds or `bound` after the
@@ -125,6 +145,11 @@ impl Release {
         }
         true
     }
+}
+
+/// What `slot` holds, taken out of it.
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 /// The releases of earlier generations that may still be ending, which a
@@ -162,7 +187,7 @@ impl Unfinished {
         for failure in self.failures.drain(..) {
             let _ = failure.wait_details(bound);
         }
-        for release in self.releases.drain(..) {
+        for mut release in self.releases.drain(..) {
             let _ = release.wait_ended(bound);
         }
     }

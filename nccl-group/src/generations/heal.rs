@@ -48,15 +48,17 @@ impl ProcessGroup {
             });
         }
         let peers = self.stop_for_heal(options)?;
-        let suspects = suspects(&peers, options, self.unresponsive(), m.rank, m.world_size);
-        let agree_store = m.generation_scope()?.store(&m.store)?;
         // This rank may leave on an error (an excluded one must): the
-        // failure's aborts end first, as a process must not exit while NCCL
-        // tears a communicator down.
+        // releases end first, as a process must not exit while NCCL tears
+        // a communicator down.
         let leaving = |error| {
             let _ = self.await_failure_abort();
             error
         };
+        let suspects = suspects(&peers, options, self.unresponsive(), m.rank, m.world_size);
+        let agree_store = (m.generation_scope())
+            .and_then(|scope| Ok(scope.store(&m.store)?))
+            .map_err(leaving)?;
         let agreement = agree_survivors(
             &*agree_store,
             m.generation,

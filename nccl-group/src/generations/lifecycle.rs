@@ -18,11 +18,12 @@ use crate::options::CommMode;
 use crate::protocols::SHUTDOWN;
 
 impl ProcessGroup {
-    /// Waits for a failed group's failure to end the release of its
-    /// communicators (on the failure's threads), as long as that may take
-    /// at most: `abort` on a group no longer live, and a heal returning an
-    /// error.
+    /// Waits for the releases inherited from earlier generations and for
+    /// a failed group's failure to end the release of its communicators
+    /// (on the failure's threads), as long as that may take at most:
+    /// `abort` on a group no longer live, and a heal returning an error.
     pub(crate) fn await_failure_abort(&self) -> Result<()> {
+        self.inner.await_unfinished();
         if self.inner.state.load(Ordering::Acquire) != FAILED {
             return Ok(());
         }
@@ -205,6 +206,7 @@ impl Lifecycle for ProcessGroup {
             });
         }
         self.inner.settle_mismatch_check();
+        self.inner.await_unfinished();
         if !self.inner.leave_live(DESTROYED) {
             return self.check_live();
         }

@@ -142,6 +142,9 @@ impl Inner {
     /// (`reason`).
     pub(crate) fn retire(&self, heir: &Inner, cause: FailureCause, reason: impl FnOnce() -> String) {
         let _ = (self.successor).set(heir.cache.membership().generation);
+        // The failure whose thread releases the communicators, if one came
+        // before; one made below for a straggling operation has none.
+        let failed = self.failure.get().cloned();
         self.state.store(HEALED, Ordering::Release);
         // The process goes on in the successor, which announced itself.
         let m = self.cache.membership();
@@ -167,7 +170,7 @@ impl Inner {
         );
         (heir.unfinished.lock())
             .unwrap_or_else(PoisonError::into_inner)
-            .inherit(self.failure.get().cloned(), retirement, earlier);
+            .inherit(failed, retirement, earlier);
         if let Some(dir) = self.cache.factory().options.dump_dir.as_deref() {
             let dump = self.dump(reason(), Findings::default());
             let _written = self.write_dump(dir, &dump);
