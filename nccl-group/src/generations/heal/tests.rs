@@ -135,6 +135,13 @@ fn survivors_heal_into_the_next_generation_and_a_late_rank_is_excluded() {
         .expect_err("decided without it");
     assert_eq!(error.kind(), ErrorKind::Excluded, "{error}");
     assert!(error.to_string().contains("excluded"), "{error}");
+    // It may exit on that error: its failure's releases had ended (the
+    // details come after them).
+    let failure = late[0].failure().expect("failed by its heal");
+    assert!(
+        failure.details().is_some(),
+        "Excluded came back before the failure's releases ended"
+    );
 
     // The healed group heals again: new rank 1 is lost this time.
     let next: Vec<ProcessGroup> = healed.into_iter().map(Healed::into_group).collect();
