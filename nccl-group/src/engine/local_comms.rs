@@ -52,6 +52,16 @@ impl LocalComms {
         }
     }
 
+    /// Queues every stream of each member's pool behind what the member's
+    /// stream holds (`DevicePool::order_after`): a failed generation's
+    /// kernels there stop once they see the abort flags, and the next
+    /// generation, issuing on the same pools, must not run beside them.
+    pub(crate) fn order_pools_after_streams(&self) {
+        for member in &self.members {
+            member.pool.order_after(&member.stream);
+        }
+    }
+
     /// Why a heal cannot shrink these communicators, or `None` when it
     /// can: one device, revoked by the failure (not aborted), on a NCCL
     /// with `ncclCommShrink`, and no asynchronous error left on it.

@@ -89,6 +89,21 @@ impl DevicePool {
         Arc::clone(&self.streams[index])
     }
 
+    /// Makes every stream of the pool wait, on the GPU, for what `stream`
+    /// has queued so far: nothing issued on the pool afterwards runs beside
+    /// it. Best effort: if CUDA cannot record an event, the stream is
+    /// broken and nothing queued after it runs either.
+    pub(crate) fn order_after(&self, stream: &CudaStream) {
+        if let Ok(event) = self.event()
+            && event.record(stream).is_ok()
+        {
+            for theirs in &self.streams {
+                let _ = theirs.wait(&event);
+            }
+            self.give_back(event);
+        }
+    }
+
     /// An event from the pool (a new one when all are in use).
     ///
     /// # Errors

@@ -149,6 +149,11 @@ impl ProcessGroup {
                 waited: bound,
             });
         }
+        // The aborts' flags are set, not yet seen by every kernel: the
+        // group's streams wait for them on the GPU, not the heal on the host.
+        for comms in self.inner.cache.all() {
+            comms.order_pools_after_streams();
+        }
         if told {
             return Ok(failure.peers().to_vec());
         }

@@ -42,7 +42,8 @@ pub trait Recovery: crate::sealed::Sealed {
     ///    fail. The failure releases the communicators, each on a thread
     ///    of its own: revoked (NCCL 2.28.7 or later, [`GroupOptions::revoke_on_failure`](crate::GroupOptions::revoke_on_failure)),
     ///    which the heal waits for, or aborted, whose start it waits for
-    ///    (NCCL's first step sets the flags its kernels stop at) while the
+    ///    (NCCL's first step sets the flags its kernels stop at; the
+    ///    group's streams wait for those kernels on the GPU) while the
     ///    teardown ends off its path.
     /// 2. **Agree.** The ranks agree through the store on who goes on
     ///    ([`agree_survivors`](nccl_rendezvous::meet::agree::agree_survivors): arriving counts as alive; a rank neither
