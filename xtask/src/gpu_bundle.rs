@@ -620,8 +620,8 @@ fn render_run_sh(
 ///   side by side here);
 /// * scripts/torch_world_cost.py: torch.distributed's side of world.sh;
 /// * heal.sh: the recovery figures (`nccl-perf --inject` with each `--heal` at world sizes 4
-///   and 8, and torch.distributed.shrink_group's through
-///   scripts/torch_heal_cost.py);
+///   and 8, a warm spare's `--grow-spare` to each, and torch.distributed.shrink_group's
+///   through scripts/torch_heal_cost.py);
 /// * interop.sh: nccl-rendezvous's C10dStore against a real torch TCPStore
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
 ///   torchrun launches of the `torchrun_all_reduce` example joining the

@@ -13,6 +13,9 @@
 # FAULT (default exit) is exit, kill or stop (a hang: give OP_TIMEOUT_MS,
 # the group's operation timeout, default 3000 here); TELL=1 tells the
 # survivors who is lost (--tell); TORCH=0 skips torch's figure.
+# Then, per world size W, REPEATS launches of `nccl-perf --grow-spare 20`:
+# a group of W - 1 grows by a warm spare to W, timed to its first correct
+# all_reduce, appended to OUT_DIR/grow.jsonl (GROW=0 skips them).
 set -uo pipefail
 here="$(cd "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=bundle-bin.sh
@@ -37,6 +40,17 @@ for world in "${worlds[@]}"; do
             ((after > before)) || failed+=("$fault $mode $world #$repeat")
         done
     done
+    if [[ "${GROW:-1}" != 0 ]]; then
+        for repeat in $(seq "${REPEATS:-3}"); do
+            echo "==> nccl-perf --grow-spare 20, world size $((world - 1)) -> $world, run $repeat"
+            before=$(wc -l <"$out/grow.jsonl" 2>/dev/null || echo 0)
+            "$launch" -n "$world" --timeout 180 "$bin/nccl-perf-nccl-perf" all_reduce \
+                --layer group-caller -b 4K --grow-spare 20 \
+                --json "$out/grow.jsonl" 2>&1 | grep -vE '^\[rank [0-9]+\] \{' | tee -a "$out/grow.txt"
+            after=$(wc -l <"$out/grow.jsonl" 2>/dev/null || echo 0)
+            ((after > before)) || failed+=("grow $world #$repeat")
+        done
+    fi
     [[ "${TORCH:-1}" == 0 ]] && continue
     echo "==> torch.distributed.shrink_group, world size $world"
     "$launch" -n "$world" --timeout 120 "$python" "$here/scripts/torch_heal_cost.py" \
@@ -46,4 +60,4 @@ if ((${#failed[@]})); then
     echo "heal.sh: failed: ${failed[*]}"
     exit 1
 fi
-echo "heal.sh: every run passed; figures in $out/recovery.jsonl"
+echo "heal.sh: every run passed; figures in $out/recovery.jsonl and $out/grow.jsonl"
