@@ -106,6 +106,35 @@ fn details_can_be_waited_for() {
 }
 
 #[test]
+fn a_heal_goes_on_once_the_releases_began_or_the_failure_gave_up_on_them() {
+    let progress = |rank| PeerProgress {
+        rank,
+        last_enqueued: Some(57),
+        last_completed: Some(56),
+    };
+    let quiet = timed_out(0);
+    assert!(!quiet.wait_quiet(Duration::ZERO), "nothing began yet");
+    assert!(quiet.peers().is_empty());
+    quiet.set_quiet();
+    quiet.set_peers(vec![progress(0), progress(2)]);
+    assert!(quiet.wait_quiet(Duration::ZERO));
+    assert_eq!(quiet.peers().iter().map(|p| p.rank).collect::<Vec<_>>(), [0, 2]);
+    // A release that never began within the bound: the details come
+    // anyway, with the stalled abort and the peers, and the heal goes on.
+    let stalled = timed_out(1);
+    stalled.set_details(FailureDetails {
+        abort: AbortOutcome::Stalled(Duration::from_secs(10)),
+        peers: vec![progress(1)],
+        lagging: Vec::new(),
+        divergence: None,
+        ras: None,
+        dump: None,
+    });
+    assert!(stalled.wait_quiet(Duration::ZERO));
+    assert_eq!(stalled.wait_peers(Duration::ZERO)[0].rank, 1);
+}
+
+#[test]
 fn causes_read_as_sentences() {
     let mut send = record();
     send.op = "send".into();
