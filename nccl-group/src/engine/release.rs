@@ -2,8 +2,8 @@
 //! own, so that a caller needing only the GPU quiet goes on before the
 //! slow part ends.
 //!
-//! `ncclCommAbort` first sets the communicator's abort flags, which stop
-//! its kernels still running, and then tears it down: its proxy thread,
+//! `ncclCommAbort` first sets the communicator's abort flags, which its
+//! kernels still running stop at, and then tears it down: its proxy thread,
 //! sockets and memory, most of its time (about half a second after a lost
 //! peer). A heal needs only the first step before its next generation
 //! issues on the same streams, so it waits for every release to have
