@@ -29,7 +29,7 @@ use crate::cli::Args;
 use crate::error::BenchError;
 use crate::timed_group::{
     Outputs, TimedGroup, all_reduce, comms_name, f64s_bytes, f64s_of, ms_between, nccl_text,
-    now_us, shared_by, stamp_of, wrong,
+    now_us, shared_by, slowest, stamp_of, wrong,
 };
 use crate::world::World;
 
@@ -174,10 +174,7 @@ fn report(
     path: &str,
     processes: &[(usize, Phases)],
 ) -> Result<(), BenchError> {
-    let Some(&(slowest, phases)) = processes
-        .iter()
-        .max_by(|a, b| a.1.total().total_cmp(&b.1.total()))
-    else {
+    let Some((slowest, phases)) = slowest(processes, Phases::total) else {
         return Ok(());
     };
     let (nccl, comms) = (nccl_text(), comms_name(args));

@@ -30,7 +30,7 @@ use crate::cli::{Args, Fault, HealMode, Injection};
 use crate::error::BenchError;
 use crate::timed_group::{
     Outputs, TimedGroup, all_reduce, comms_name, f64s_bytes, f64s_of, ms_between, nccl_text,
-    now_us, shared_by, stamp_of, wrong,
+    now_us, shared_by, slowest, stamp_of, wrong,
 };
 use crate::world::World;
 
@@ -285,10 +285,7 @@ fn report(
     (detected, path): (&GroupError, &str),
     survivors: &[(usize, Phases)],
 ) -> Result<(), BenchError> {
-    let Some(&(slowest, phases)) = survivors
-        .iter()
-        .max_by(|a, b| a.1.total().total_cmp(&b.1.total()))
-    else {
+    let Some((slowest, phases)) = slowest(survivors, Phases::total) else {
         return Ok(());
     };
     let (nccl, comms) = (nccl_text(), comms_name(args));

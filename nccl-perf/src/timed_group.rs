@@ -95,6 +95,18 @@ pub(crate) fn comms_name(args: &Args) -> String {
     format!("{:?}", args.group_comms.comm_mode()).to_lowercase()
 }
 
+/// The rank of `ranks` whose `total` is longest, with its times: the one
+/// the group waited for.
+pub(crate) fn slowest<P: Copy>(
+    ranks: &[(usize, P)],
+    total: impl Fn(&P) -> f64,
+) -> Option<(usize, P)> {
+    ranks
+        .iter()
+        .copied()
+        .max_by(|a, b| total(&a.1).total_cmp(&total(&b.1)))
+}
+
 /// Microseconds since the Unix epoch: comparable across the processes of
 /// one host.
 pub(crate) fn now_us() -> u64 {

@@ -13,7 +13,7 @@ use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::error::{GroupError, Result};
 use crate::engine::presence::Presence;
-use crate::engine::release::{Release, abort_bounded};
+use crate::engine::release::{Release, Unfinished, abort_bounded};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
 use crate::health::verify::GroupChecks;
@@ -515,8 +515,12 @@ impl Inner {
     /// on.
     pub(crate) fn await_unfinished(&self) {
         let bound = self.options().abort_timeout.saturating_add(EXCHANGE_WAIT);
-        let mut unfinished =
-            std::mem::take(&mut *self.unfinished.lock().unwrap_or_else(PoisonError::into_inner));
-        unfinished.wait(bound);
+        self.take_unfinished().wait(bound);
+    }
+
+    /// The releases this generation inherited, taken out of it (to wait
+    /// for, or to hand to its heir).
+    pub(crate) fn take_unfinished(&self) -> Unfinished {
+        std::mem::take(&mut *self.unfinished.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }

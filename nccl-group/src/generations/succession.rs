@@ -134,12 +134,12 @@ impl Inner {
         }
     }
 
-    /// This generation refuses every call from now on (replaced by `heir`), an operation
-    /// another thread issued meanwhile fails (`cause`), its communicators'
-    /// aborts begin, to end on their own threads (an abort: a heal's
-    /// revoked parents must never be destroyed, NVIDIA/nccl PR 2251, and a
-    /// grow's live ones were replaced), and the flight recorder writes why
-    /// (`reason`).
+    /// This generation, replaced by `heir`, refuses every call from now on,
+    /// an operation another thread issued meanwhile fails (`cause`), its
+    /// communicators' aborts begin, to end on their own threads, which
+    /// `heir` waits for when it ends (an abort: a heal's revoked parents
+    /// must never be destroyed, NVIDIA/nccl PR 2251, and a grow's live
+    /// ones were replaced), and the flight recorder writes why (`reason`).
     pub(crate) fn retire(&self, heir: &Inner, cause: FailureCause, reason: impl FnOnce() -> String) {
         let _ = (self.successor).set(heir.cache.membership().generation);
         // The failure whose thread releases the communicators, if one came
@@ -165,12 +165,9 @@ impl Inner {
         // idle (a grow's): the teardown runs off the successor's path, and
         // the successor waits for it when it drops.
         let retirement = Release::begin(&self.cache.clear(), false);
-        let earlier = std::mem::take(
-            &mut *(self.unfinished.lock()).unwrap_or_else(PoisonError::into_inner),
-        );
         (heir.unfinished.lock())
             .unwrap_or_else(PoisonError::into_inner)
-            .inherit(failed, retirement, earlier);
+            .inherit(failed, retirement, self.take_unfinished());
         if let Some(dir) = self.cache.factory().options.dump_dir.as_deref() {
             let dump = self.dump(reason(), Findings::default());
             let _written = self.write_dump(dir, &dump);
