@@ -165,7 +165,8 @@ pub struct GroupOptions {
     /// waiting for the operation timeout, and every rank learns of it at
     /// once through the failure alarm.
     ///
-    /// Default [`Liveness::DEFAULT`]: a beat every 250 ms, a bound of 1 s.
+    /// Default [`Liveness::DEFAULT`]: a beat every 125 ms, a bound of
+    /// 750 ms.
     pub liveness: Liveness,
     /// NCCL's options (`ncclConfig_t`) for every communicator the group
     /// creates: CTAs, CTA policy, NVLink SHARP, network, traffic class and
@@ -295,11 +296,12 @@ pub enum Liveness {
 pub const MAX_BEAT_INTERVAL: Duration = Duration::from_secs(3600);
 
 impl Liveness {
-    /// The default: a beat every 250 ms, a bound of 1 s (four beats missed
-    /// in a row).
+    /// The default: a beat every 125 ms, a bound of 750 ms (six beats
+    /// missed in a row), so that a stopped rank is named within 1 s of its
+    /// last beat (between the bound and the bound plus two beats).
     pub const DEFAULT: Liveness = Liveness::Beat {
-        every: Duration::from_millis(250),
-        bound: Duration::from_secs(1),
+        every: Duration::from_millis(125),
+        bound: Duration::from_millis(750),
     };
 
     /// A beat every `every`, a bound of `bound`.

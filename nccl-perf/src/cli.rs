@@ -23,6 +23,7 @@ mod compare;
 mod inject;
 mod reading;
 mod size;
+mod soak;
 mod unapplied;
 mod values;
 
@@ -35,6 +36,7 @@ pub use inject::{Fault, HealMode, Injection};
 pub use reading::without_plot_feature;
 pub use size::{SizeError, parse_size};
 use size::{parse_nonzero_size_arg, parse_size_arg};
+pub use soak::Stall;
 pub use unapplied::Unapplied;
 pub use values::OnOff;
 use values::{CollectiveArg, GroupComms, parse_root_arg};
@@ -48,6 +50,9 @@ pub use values::{DataTypeArg, ReduceOpArg, RootArg};
 #[command(
     // A flag given twice takes its last value, as nccl-tests' getopt does.
     args_override_self = true,
+    // The measurements that time one process group instead of the sweep:
+    // one at a time.
+    group = clap::ArgGroup::new("timed_group").args(["inject", "grow_spare", "soak"]),
     name = "nccl-perf",
     version,
     disable_version_flag = true,
@@ -354,8 +359,21 @@ pub struct Args {
     /// then the group grows by it (ncclCommGrow where NCCL has it, else fresh communicators).
     /// Rank 0 prints the slowest rank's grow and first-correct times from the start of the
     /// grow, and a JSON object (-J, --json).
-    #[arg(long, value_name = "ITER", conflicts_with = "inject")]
+    #[arg(long, value_name = "ITER")]
     pub grow_spare: Option<usize>,
+
+    /// Run a slow-rank soak instead of the size sweep: for SECS seconds, checked all_reduces of
+    /// -b bytes through the group layer of --layer, with the rank of --stall sleeping before
+    /// each one, as a rank that computes for that long a step. A live group must never fail
+    /// (the liveness beat runs on the group's own thread): any error or wrong result ends the
+    /// run with exit status 1. Rank 0 prints every rank's steps and longest wait, and a JSON
+    /// object (-J, --json). Run under `nccl-launch -n N`.
+    #[arg(long, value_name = "SECS", requires = "stall", value_parser = clap::value_parser!(u64).range(1..))]
+    pub soak: Option<u64>,
+
+    /// With --soak: rank RANK sleeps MS milliseconds before each step (e.g. 3:2000).
+    #[arg(long, value_name = "RANK:MS", requires = "soak")]
+    pub stall: Option<Stall>,
 
     /// With --inject: how the survivors go on: heal and shrink the communicators where NCCL
     /// can (shrink), heal with fresh ones (recreate), or a new group of the survivors whose
@@ -368,9 +386,9 @@ pub struct Args {
     #[arg(long, requires = "inject")]
     pub tell: bool,
 
-    /// With --inject: the group's operation timeout in ms (what ends the survivors' wait for
-    /// a stopped rank) [default: the group's].
-    #[arg(long, value_name = "MS", requires = "inject", value_parser = clap::value_parser!(u64).range(1..))]
+    /// With --inject, --grow-spare or --soak: the group's operation timeout in ms (what ends
+    /// the survivors' wait for a stopped rank) [default: the group's].
+    #[arg(long, value_name = "MS", requires = "timed_group", value_parser = clap::value_parser!(u64).range(1..))]
     pub op_timeout_ms: Option<u64>,
 
     /// Print the version (long form only: -V is nccl-tests' --device_cta_count).

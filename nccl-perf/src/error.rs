@@ -129,6 +129,16 @@ pub enum BenchError {
     /// message says when). Exit status 1, as wrong results of a sweep.
     #[error("{0}")]
     WrongResult(String),
+    /// `--soak`: the group failed while every rank was alive (a slow rank
+    /// taken for a lost one, or any other error); `during` says when, the
+    /// group's error is the `source()`. Exit status 1.
+    #[error("--soak: the group failed {during}, though every rank was alive")]
+    Soak {
+        /// When (`at step 37 of 300, 74.1 s in`).
+        during: String,
+        /// The group's error.
+        source: nccl_group::GroupError,
+    },
     /// A layer's steady-state calls allocated on the Rust heap beyond its
     /// allowance (the message names the layers and the counts).
     #[error("steady-state heap allocations: {0}")]
@@ -157,7 +167,7 @@ impl BenchError {
     ///
     /// | Variant | Kind |
     /// |---|---|
-    /// | `Nccl`, `Tensor`, `Group`, `Store`, `Rank`, `Capture`, `Row` | the wrapped error's `kind()` |
+    /// | `Nccl`, `Tensor`, `Group`, `Store`, `Rank`, `Capture`, `Row`, `Soak` | the wrapped error's `kind()` |
     /// | `MissingFunction` | [`ErrorKind::MissingFunction`] |
     /// | `Environment` | [`ErrorKind::Unavailable`] |
     /// | `Usage`, `Rows` | [`ErrorKind::InvalidArgument`] |
@@ -169,7 +179,7 @@ impl BenchError {
         match self {
             BenchError::Nccl(error) => error.kind().into(),
             BenchError::Tensor(error) => error.kind().into(),
-            BenchError::Group(error) => error.kind(),
+            BenchError::Group(error) | BenchError::Soak { source: error, .. } => error.kind(),
             BenchError::Store(error) => error.kind().into(),
             BenchError::Rank { source, .. }
             | BenchError::Capture { source, .. }
@@ -191,7 +201,7 @@ impl BenchError {
         match self {
             BenchError::Nccl(error) => error.nccl_code(),
             BenchError::Tensor(error) => error.nccl_code(),
-            BenchError::Group(error) => error.nccl_code(),
+            BenchError::Group(error) | BenchError::Soak { source: error, .. } => error.nccl_code(),
             BenchError::Rank { source, .. }
             | BenchError::Capture { source, .. }
             | BenchError::Row { source, .. } => source.nccl_code(),

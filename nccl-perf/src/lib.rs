@@ -64,6 +64,12 @@
 //! * `redraw`: `--report ROWS.jsonl`, the tables and plot of saved rows.
 //! * `recovery`: `--inject`, a lost rank's cost to the survivors: detect,
 //!   heal and first correct all_reduce.
+//! * `grow_spare`: `--grow-spare`, a warm spare's grow to the first correct
+//!   all_reduce of the grown group.
+//! * `soak`: `--soak` with `--stall`, a slow but live rank that must never
+//!   fail the group.
+//! * `timed_group`: what those three share (the group, its checked
+//!   all_reduce, the cross-process clock, rank 0's files).
 //! * `env`: the CUDA driver, GPU and NCCL checks done before anything else.
 //! * `runner`: which ranks and GPUs a process has, the plan, the rank
 //!   threads, where the processes meet (barriers, failures, results), and
@@ -102,6 +108,7 @@ mod rotation;
 mod runner;
 mod selection;
 mod sizes;
+mod soak;
 #[cfg(test)]
 mod threads;
 mod timed_group;
@@ -109,7 +116,7 @@ mod timing;
 mod world;
 
 pub use buffers::{DeviceBuffers, Memory};
-pub use cli::{Args, Fault, HealMode, Injection, SizeError, parse_size};
+pub use cli::{Args, Fault, HealMode, Injection, SizeError, Stall, parse_size};
 pub use collective::{Collective, Mode};
 pub use error::BenchError;
 pub use layer::{

@@ -270,6 +270,10 @@ pub fn main_with(args: &Args) -> u8 {
         let outcome = crate::env::probe().and_then(|_| crate::grow_spare::run(args, iter, &world));
         return exit_status(&prefix, outcome);
     }
+    if let (Some(secs), Some(stall)) = (args.soak, args.stall) {
+        let outcome = crate::env::probe().and_then(|_| crate::soak::run(args, secs, stall, &world));
+        return exit_status(&prefix, outcome);
+    }
     let meeting = Arc::new(Meeting::new(world));
     let outcome = crate::env::probe()
         .and_then(|env| run(args, &env, &meeting, io::stdout()))

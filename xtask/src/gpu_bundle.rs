@@ -622,6 +622,8 @@ fn render_run_sh(
 /// * heal.sh: the recovery figures (`nccl-perf --inject` with each `--heal` at world sizes 4
 ///   and 8, a warm spare's `--grow-spare` to each, and torch.distributed.shrink_group's
 ///   through scripts/torch_heal_cost.py);
+/// * soak.sh: the slow-rank soak (`nccl-perf --soak` with `--stall`: a rank that is slow
+///   but alive must never fail the group), which a call may start in the background;
 /// * interop.sh: nccl-rendezvous's C10dStore against a real torch TCPStore
 ///   (scripts/c10d_interop.py with the `c10d_interop` example), and real
 ///   torchrun launches of the `torchrun_all_reduce` example joining the
@@ -634,7 +636,7 @@ fn render_run_sh(
 ///   table rows and those with #wrong > 0;
 /// * steps.sh: sourced by interop.sh and mpirun.sh: prints and counts each
 ///   step's PASS: or FAIL: line.
-const SCRIPTS: [(&str, &str); 13] = [
+const SCRIPTS: [(&str, &str); 14] = [
     ("bundle-bin.sh", include_str!("gpu_bundle/bundle-bin.sh")),
     ("perf-rows.sh", include_str!("gpu_bundle/perf-rows.sh")),
     ("steps.sh", include_str!("gpu_bundle/steps.sh")),
@@ -648,6 +650,7 @@ const SCRIPTS: [(&str, &str); 13] = [
         include_str!("../../benches/scripts/torch_world_cost.py"),
     ),
     ("heal.sh", include_str!("gpu_bundle/heal.sh")),
+    ("soak.sh", include_str!("gpu_bundle/soak.sh")),
     (
         "scripts/torch_heal_cost.py",
         include_str!("../../benches/scripts/torch_heal_cost.py"),
