@@ -137,7 +137,7 @@ pub enum BenchError {
         /// When (`at step 37 of 300, 74.1 s in`).
         during: String,
         /// The group's error.
-        source: nccl_group::GroupError,
+        source: Box<nccl_group::GroupError>,
     },
     /// A layer's steady-state calls allocated on the Rust heap beyond its
     /// allowance (the message names the layers and the counts).
@@ -179,7 +179,8 @@ impl BenchError {
         match self {
             BenchError::Nccl(error) => error.kind().into(),
             BenchError::Tensor(error) => error.kind().into(),
-            BenchError::Group(error) | BenchError::Soak { source: error, .. } => error.kind(),
+            BenchError::Group(error) => error.kind(),
+            BenchError::Soak { source, .. } => source.kind(),
             BenchError::Store(error) => error.kind().into(),
             BenchError::Rank { source, .. }
             | BenchError::Capture { source, .. }
@@ -201,7 +202,8 @@ impl BenchError {
         match self {
             BenchError::Nccl(error) => error.nccl_code(),
             BenchError::Tensor(error) => error.nccl_code(),
-            BenchError::Group(error) | BenchError::Soak { source: error, .. } => error.nccl_code(),
+            BenchError::Group(error) => error.nccl_code(),
+            BenchError::Soak { source, .. } => source.nccl_code(),
             BenchError::Rank { source, .. }
             | BenchError::Capture { source, .. }
             | BenchError::Row { source, .. } => source.nccl_code(),

@@ -69,7 +69,10 @@ pub(crate) fn run(args: &Args, secs: u64, stall: Stall, world: &World) -> Result
     let mine = (world.rank + 1) as f32;
     let sum = (world.size * (world.size + 1) / 2) as f32;
     let started = Instant::now();
-    let failed = |during: String, source: GroupError| BenchError::Soak { during, source };
+    let failed = |during: String, source: GroupError| BenchError::Soak {
+        during,
+        source: Box::new(source),
+    };
     let mut longest = Duration::ZERO;
     for step in 1..=steps {
         if world.rank == stall.rank {
