@@ -28,8 +28,8 @@ use nccl_group::{ErrorKind, GroupError, GrowOptions, Lifecycle, ProcessGroup, Re
 use crate::cli::Args;
 use crate::error::BenchError;
 use crate::timed_group::{
-    Outputs, TimedGroup, all_reduce, comms_name, f64s_bytes, f64s_of, ms_between, nccl_text,
-    now_us, shared_by, slowest, stamp_of, wrong,
+    Outputs, TimedGroup, all_reduce, comms_name, gather_times, ms_between, nccl_text, now_us,
+    shared_by, slowest, stamp_of, wrong,
 };
 use crate::world::World;
 
@@ -71,6 +71,8 @@ pub(crate) fn run(args: &Args, iter: usize, world: &World) -> Result<(), BenchEr
     let outputs = Outputs::open(args, world.rank)?;
     let stream = Device::new(world.local_rank)?.new_stream()?;
     let spare = world.rank + 1 == world.size;
+    // Rank 0's start of the grow, on rank 0 (the others read it later).
+    let mut started = None;
     let (grown, path) = if spare {
         // Warm: the device is set up and libnccl loaded before it waits.
         nccl_core::version()?;
@@ -86,9 +88,11 @@ pub(crate) fn run(args: &Args, iter: usize, world: &World) -> Result<(), BenchEr
         }
         if world.rank == 0 {
             await_the_spare(&group, world.timeout)?;
+            let stamp = now_us();
             world.meeting().share_from(0, &key("started"), || {
-                Ok::<_, BenchError>(now_us().to_le_bytes().to_vec())
+                Ok::<_, BenchError>(stamp.to_le_bytes().to_vec())
             })?;
+            started = Some(stamp);
         }
         let (grown, path) = grow_by_one(&group)?;
         (grown, Some(path))
@@ -101,27 +105,29 @@ pub(crate) fn run(args: &Args, iter: usize, world: &World) -> Result<(), BenchEr
     }
     let first = now_us();
     let meeting = world.meeting();
-    let started = stamp_of(
-        0,
-        "the start of the grow",
-        &shared_by(meeting, 0, &key("started"), "the start of the grow")?,
-    )?;
+    let started = match started {
+        Some(stamp) => stamp,
+        None => stamp_of(
+            0,
+            "the start of the grow",
+            &shared_by(meeting, 0, &key("started"), "the start of the grow")?,
+        )?,
+    };
     let phases = Phases {
         grow: ms_between(started, joined),
         first: ms_between(joined, first),
     };
-    let times_key = |rank: usize| key(&format!("times/{rank}"));
-    meeting.share_from(world.rank, &times_key(world.rank), || {
-        Ok::<_, BenchError>(f64s_bytes(&[phases.grow, phases.first]))
-    })?;
+    let gathered = gather_times(
+        meeting,
+        &key("times"),
+        "grow times",
+        [phases.grow, phases.first],
+    )?;
     grown.destroy()?;
-    if world.rank == 0 {
-        let mut all = vec![(0, phases)];
-        for rank in 1..world.size {
-            let bytes = shared_by(meeting, rank, &times_key(rank), "its times")?;
-            let [grow, first] = f64s_of(rank, "grow times", &bytes)?;
-            all.push((rank, Phases { grow, first }));
-        }
+    if let Some(gathered) = gathered {
+        let all: Vec<_> = (gathered.into_iter().enumerate())
+            .map(|(rank, [grow, first])| (rank, Phases { grow, first }))
+            .collect();
         let path = path.unwrap_or_default();
         report(args, (iter, &timed), outputs, world, &path, &all)?;
     }

@@ -25,7 +25,7 @@ use nccl_group::{GroupError, Lifecycle, ProcessGroup};
 use crate::cli::{Args, Stall};
 use crate::error::BenchError;
 use crate::timed_group::{
-    Outputs, TimedGroup, all_reduce, comms_name, f64s_bytes, f64s_of, nccl_text, shared_by, wrong,
+    Outputs, TimedGroup, all_reduce, comms_name, gather_times, nccl_text, wrong,
 };
 use crate::world::World;
 
@@ -93,26 +93,24 @@ pub(crate) fn run(args: &Args, secs: u64, stall: Stall, world: &World) -> Result
         longest = longest.max(issued.elapsed());
     }
     let elapsed = started.elapsed();
-    let meeting = world.meeting();
-    let times_key = |rank: usize| format!("{NAME}/times/{rank}");
-    meeting.share_from(world.rank, &times_key(world.rank), || {
-        Ok::<_, BenchError>(f64s_bytes(&[ms_of(longest), secs_of(elapsed)]))
-    })?;
+    let gathered = gather_times(
+        world.meeting(),
+        &format!("{NAME}/times"),
+        "soak times",
+        [ms_of(longest), secs_of(elapsed)],
+    )?;
     // A failure after the last step (a rank named late) fails the
     // shutdown: it counts as much as one at a step.
     group
         .shutdown()
         .map_err(|source| failed(format!("after its {steps} steps (shutdown)"), source))?;
-    if world.rank == 0 {
-        let mut ranks = Vec::with_capacity(world.size);
-        for rank in 0..world.size {
-            let bytes = shared_by(meeting, rank, &times_key(rank), "its longest step")?;
-            let [longest_ms, elapsed_s] = f64s_of(rank, "soak times", &bytes)?;
-            ranks.push(RankTimes {
+    if let Some(gathered) = gathered {
+        let ranks: Vec<_> = (gathered.into_iter())
+            .map(|[longest_ms, elapsed_s]| RankTimes {
                 longest_ms,
                 elapsed_s,
-            });
-        }
+            })
+            .collect();
         let run = Run {
             secs,
             stall,

@@ -147,8 +147,9 @@ pub(crate) fn wrong(when: &str) -> BenchError {
     ))
 }
 
-/// What `rank` shared under `key` (`what`, for the message of a rank that
-/// would share it in its stead).
+/// What `rank` shared under `key` (`what`, for the message), read by
+/// another process: `rank` itself keeps the value it shared (asked here,
+/// it would be refused as sharing in another's stead).
 pub(crate) fn shared_by(
     meeting: &LaunchMeeting,
     rank: usize,
@@ -158,6 +159,30 @@ pub(crate) fn shared_by(
     meeting.share_from(rank, key, || {
         Err::<Vec<u8>, _>(BenchError::Usage(format!("only rank {rank} shares {what}")))
     })
+}
+
+/// Every process's `N` times (`what`, for the message), for rank 0: each
+/// process publishes its own under `name` and goes on; rank 0 waits for
+/// them all and gets them in rank order, its own included (`None` on the
+/// others).
+///
+/// # Errors
+/// The store's, naming the processes whose times did not come; a process
+/// that shared another count of times.
+pub(crate) fn gather_times<const N: usize>(
+    meeting: &LaunchMeeting,
+    name: &str,
+    what: &str,
+    times: [f64; N],
+) -> Result<Option<Vec<[f64; N]>>, BenchError> {
+    let Some(all) = meeting.gather(0, name, &f64s_bytes(&times))? else {
+        return Ok(None);
+    };
+    let times = all
+        .iter()
+        .enumerate()
+        .map(|(rank, bytes)| f64s_of(rank, what, bytes));
+    times.collect::<Result<Vec<_>, _>>().map(Some)
 }
 
 /// The microsecond stamp `rank` shared as little-endian `bytes` (`what`,

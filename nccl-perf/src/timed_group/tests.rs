@@ -1,10 +1,14 @@
 //! The measurements' shared parts: the values ranks share, the files
 //! rank 0 writes, the group the flags ask for.
 
-use clap::Parser;
+use std::sync::Arc;
 
-use super::{Outputs, TimedGroup, f64s_bytes, f64s_of, stamp_of};
+use clap::Parser;
+use nccl_group::InProcessStore;
+
+use super::{Outputs, TimedGroup, f64s_bytes, f64s_of, gather_times, stamp_of};
 use crate::cli::Args;
+use crate::world::World;
 
 fn args(flags: &[&str]) -> Args {
     Args::try_parse_from([&["nccl-perf"], flags].concat()).expect("flags parse")
@@ -32,6 +36,34 @@ fn shared_values_go_through_bytes_and_back_and_a_wrong_length_is_refused() {
         error.contains("rank 3 shared its loss as 4 bytes; expected 8"),
         "{error}"
     );
+}
+
+#[test]
+fn rank_0_gathers_every_process_times_its_own_included_and_the_others_go_on() {
+    let store: Arc<dyn nccl_group::Store> = Arc::new(InProcessStore::new());
+    let gathered: Vec<_> = std::thread::scope(|scope| {
+        let processes: Vec<_> = (0..3)
+            .map(|rank| {
+                let store = Arc::clone(&store);
+                scope.spawn(move || {
+                    let world = World::in_store(rank, 3, store, "in-process");
+                    let times = [rank as f64, 10.0 * rank as f64];
+                    gather_times(world.meeting(), "run/times", "test times", times)
+                        .expect("gathered")
+                })
+            })
+            .collect();
+        processes
+            .into_iter()
+            .map(|process| process.join().expect("no panic"))
+            .collect()
+    });
+    assert_eq!(
+        gathered[0],
+        Some(vec![[0.0, 0.0], [1.0, 10.0], [2.0, 20.0]]),
+        "rank 0 gets every process's times in rank order"
+    );
+    assert_eq!(gathered[1..], [None, None]);
 }
 
 #[test]
