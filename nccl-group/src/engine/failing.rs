@@ -7,12 +7,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::diagnostics::analysis::Divergence;
-use crate::diagnostics::ras::{self, RasLimits, RasReport};
+use crate::diagnostics::ras::{RasLimits, RasReport};
 use crate::diagnostics::recorder::records::{OpRecord, OpState, PeerProgress, lagging_ranks};
 use crate::engine::group::{ABORTED, DESTROYED, FAILED, HEALED, Inner, LIVE};
 use crate::engine::local_comms::CommHealth;
 use crate::error::{GroupError, Result};
 use crate::engine::presence::Presence;
+use crate::engine::ras_beside::RasBeside;
 use crate::engine::release::{Release, Unfinished, abort_bounded};
 use crate::failure::{AbortOutcome, Failure, FailureCause, FailureDetails, FailurePolicy};
 use crate::health::peers::{self, PeerReport};
@@ -234,10 +235,10 @@ impl Inner {
     }
 
     /// The rest, once pending operations have failed: this rank's report
-    /// is published for the others, RAS is asked (before the abort: it
-    /// lists a communicator only until it is aborted), the communicators'
-    /// releases begin (the failure is then quiet), the other ranks'
-    /// reports are read while they run, the releases end (bounded), the
+    /// is published for the others, RAS is asked (with a head start on the
+    /// abort, `engine/ras_beside.rs`), the communicators' releases begin
+    /// (the failure is then quiet), the other ranks' reports and RAS's
+    /// answer are read while they run, the releases end (bounded), the
     /// flight recorder is dumped and the failure's details are set, as
     /// `exchange` asks.
     ///
@@ -257,8 +258,9 @@ impl Inner {
                 peers::publish(&*m.store, &scope, &mine);
                 (scope, mine)
             });
+        // Asked before the release begins, answered beside it.
         let ras = match exchange {
-            Exchange::WithPeers => self.ras_view(&failure.cause),
+            Exchange::WithPeers => self.ask_ras(&failure.cause),
             Exchange::PeersOnly | Exchange::No => None,
         };
         // A failure keeps what a heal can shrink; an abort keeps nothing.
@@ -269,10 +271,7 @@ impl Inner {
         if quiet {
             failure.set_quiet();
         }
-        let mut findings = Findings {
-            ras,
-            ..Findings::default()
-        };
+        let mut findings = Findings::default();
         if let Some((scope, mine)) = mine {
             let presence = Presence::of(m).ok();
             // The rank the liveness beat named is as good as gone: a
@@ -293,6 +292,7 @@ impl Inner {
         if !quiet && release.all_begun() {
             failure.set_quiet();
         }
+        findings.ras = ras.map(RasBeside::answer);
         crate::diagnostics::trace::event!(warn, group = %m.name, outcome = ?abort, revoke, "communicators released");
         let dump = self.options().dump_dir.as_deref().map(|dir| {
             let dump = self.dump(failure.to_string(), findings.clone());
@@ -322,15 +322,14 @@ impl Inner {
         PeerReport::new(progress, &self.recorder.snapshot().0)
     }
 
-    /// NCCL's RAS view ([`crate::ras`]), or why there is none; `None`
-    /// when [`GroupOptions::ras_report`](crate::GroupOptions::ras_report)
+    /// NCCL's RAS view ([`crate::ras`]) asked for, or why there is none;
+    /// `None` when [`GroupOptions::ras_report`](crate::GroupOptions::ras_report)
     /// is off.
     ///
     /// A failure the liveness beat found is not asked about: the beat
-    /// named the rank already, RAS would not have missed a process stopped
-    /// for so short a time, and its answer (up to seconds) would hold up
-    /// the release every blocked read of the survivors waits for.
-    fn ras_view(&self, cause: &FailureCause) -> Option<RasReport> {
+    /// named the rank already, and RAS would not have missed a process
+    /// stopped for so short a time.
+    fn ask_ras(&self, cause: &FailureCause) -> Option<RasBeside> {
         if !self.options().ras_report {
             return None;
         }
@@ -344,7 +343,7 @@ impl Inner {
         } else {
             match nccl_core::version() {
                 Ok(version) if version.at_least(2, 24) => {
-                    return Some(ras::query_from_env(&RasLimits::default()));
+                    return Some(RasBeside::ask(RasLimits::default()));
                 }
                 Ok(version) => {
                     format!("the loaded NCCL {version} has no RAS service (NCCL 2.24 and later)")
@@ -352,7 +351,7 @@ impl Inner {
                 Err(_) => "no NCCL library is loaded".to_string(),
             }
         };
-        Some(RasReport::unavailable(reason))
+        Some(RasBeside::Answered(RasReport::unavailable(reason)))
     }
 
     /// Aborts the group from [`ProcessGroup::abort`](crate::ProcessGroup::abort):

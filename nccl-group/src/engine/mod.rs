@@ -33,6 +33,7 @@ pub(crate) mod ops;
 pub(crate) mod ownership;
 pub(crate) mod pool;
 pub(crate) mod presence;
+pub(crate) mod ras_beside;
 pub(crate) mod register;
 pub(crate) mod release;
 pub(crate) mod suspending;
