@@ -145,7 +145,14 @@ impl Inner {
                 std::thread::Builder::new()
                     .name("nccl-group-failure".to_string())
                     .spawn(move || {
-                        inner.finish_termination(&failure, exchange);
+                        let details = inner.terminate(&failure, exchange);
+                        // This thread may hold the group's last reference,
+                        // whose drop releases the communicators left (a
+                        // revoked one is aborted then): it lets go before
+                        // the details wake a caller that may exit the
+                        // process, so that no NCCL teardown races the exit.
+                        drop(inner);
+                        failure.set_details(details);
                     })
             };
             if spawned.is_ok() {
@@ -244,6 +251,15 @@ impl Inner {
     ///
     /// Returns how the abort went.
     fn finish_termination(&self, failure: &Arc<Failure>, exchange: Exchange) -> AbortOutcome {
+        let details = self.terminate(failure, exchange);
+        let abort = details.abort.clone();
+        failure.set_details(details);
+        abort
+    }
+
+    /// [`finish_termination`](Self::finish_termination) but for setting the
+    /// failure's details, which it returns.
+    fn terminate(&self, failure: &Arc<Failure>, exchange: Exchange) -> FailureDetails {
         let m = self.cache.membership();
         // The name was checked when the group was made: the scope exists.
         let progress = m.protocol(PROGRESS).ok();
@@ -300,15 +316,14 @@ impl Inner {
             crate::diagnostics::trace::event!(info, written = ?written, "flight recorder dumped");
             written
         });
-        failure.set_details(FailureDetails {
-            abort: abort.clone(),
+        FailureDetails {
+            abort,
             peers: findings.peers,
             lagging: findings.lagging,
             divergence: findings.divergence,
             ras: findings.ras,
             dump,
-        });
-        abort
+        }
     }
 
     /// This rank's progress and last collectives, for the other ranks.
