@@ -2,8 +2,9 @@
 //!
 //! Every rank runs checked all_reduces of `-b` bytes of f32 through a
 //! process group (the group layer `--layer` names, with `--group-comms` and
-//! `--group-mismatch-check`). After `ITER` of them, rank `RANK` notes the
-//! time in the launch's store and is lost as `FAULT` says. The survivors
+//! `--group-mismatch-check`). After `ITER` of them, and a barrier in the
+//! launch's store once every rank has its `ITER`-th result, rank `RANK`
+//! notes the time there and is lost as `FAULT` says. The survivors
 //! go on issuing until an operation fails, heal as `--heal` says (told who
 //! is lost with `--tell`, as a launcher that saw the loss could), and run
 //! one more all_reduce, checked against the survivors' sum. Each survivor
@@ -123,6 +124,10 @@ pub(crate) fn run(args: &Args, injection: Injection, world: &World) -> Result<()
         }
     }
     let meeting = world.meeting();
+    // Every rank has its ITER-th result before the loss: a rank lost while
+    // another still waited for that one failed it before the loss was
+    // timed (seen once at world size 8 on an H200).
+    meeting.barrier(&key("before-the-loss"))?;
     let (died_key, pid_key) = (key("died"), key("stopped-pid"));
     if world.rank == injection.rank {
         meeting.share_from(world.rank, &pid_key, || {
