@@ -45,7 +45,9 @@ pub(crate) const HEALED: u8 = 4;
 
 pub(crate) struct Inner {
     pub(crate) cache: CommCache<NcclFactory>,
-    pub(crate) state: AtomicU8,
+    /// `LIVE` to `HEALED`; shared with the liveness thread, which reads it
+    /// every beat without holding the group (`engine/liveness.rs`).
+    pub(crate) state: Arc<AtomicU8>,
     pub(crate) failure: OnceLock<Arc<Failure>>,
     pub(crate) tracker: Tracker,
     pub(crate) recorder: FlightRecorder,
@@ -290,7 +292,7 @@ impl ProcessGroup {
         let verification = Arc::new(Verification::new(&membership.name));
         let inner = Arc::new(Inner {
             cache: CommCache::new(membership, factory),
-            state: AtomicU8::new(LIVE),
+            state: Arc::new(AtomicU8::new(LIVE)),
             failure: OnceLock::new(),
             tracker: Tracker::default(),
             recorder,

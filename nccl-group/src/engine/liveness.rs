@@ -65,7 +65,7 @@
 //! process, a sub-group (its processes are its root group's) and
 //! [`Liveness::Off`] run no thread.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -103,6 +103,7 @@ impl Inner {
         };
         let beat = Beat {
             group: Arc::downgrade(self),
+            state: Arc::clone(&self.state),
             store: Arc::clone(&m.store),
             scope: m.protocol(LIVENESS)?,
             alarm: crate::engine::alarm::key(m)?,
@@ -122,7 +123,12 @@ impl Inner {
 
 /// One rank's liveness thread.
 struct Beat {
+    /// The group, held only to fail it: a thread that held it every beat
+    /// could be the one to drop it last, releasing NCCL and CUDA objects
+    /// on a thread the process does not wait for at exit.
     group: Weak<Inner>,
+    /// The group's state, read every beat.
+    state: Arc<AtomicU8>,
     store: Arc<dyn Store>,
     scope: Scope,
     alarm: String,
@@ -160,8 +166,10 @@ impl Beat {
     /// `Some(live)` while the group is held and live or failed; `None`
     /// once it was dropped or left otherwise (the thread ends).
     fn group_state(&self) -> Option<bool> {
-        let inner = self.group.upgrade()?;
-        match inner.state.load(Ordering::Acquire) {
+        if self.group.strong_count() == 0 {
+            return None;
+        }
+        match self.state.load(Ordering::Acquire) {
             LIVE => Some(true),
             FAILED => Some(false),
             _ => None,
