@@ -138,9 +138,10 @@ pub struct GroupOptions {
     /// When the group fails, ask the loaded NCCL's RAS service for its
     /// view of dead and unresponsive ranks ([`crate::ras`]) and put it in
     /// the failure's report and dump, or one line saying why there is
-    /// none; at most a few seconds, asked just before the communicators'
-    /// release begins (RAS lists a communicator only until its abort) and
-    /// answered beside it, so no heal waits for it. A failure the liveness
+    /// none; at most a few seconds, asked on a thread of its own just
+    /// before the communicators' release begins (RAS lists a communicator
+    /// only until its abort), which waits for the answer at most 50 ms
+    /// and then goes on beside it (the failure's details wait for it). A failure the liveness
     /// beat found is not asked about: the beat named the rank.
     ///
     /// Default `true`.

@@ -132,7 +132,7 @@ pub enum BenchError {
     /// `--soak`: the group failed while every rank was alive (a slow rank
     /// taken for a lost one, or any other error); `during` says when, the
     /// group's error is the `source()`. Exit status 1.
-    #[error("--soak: the group failed {during}, though every rank was alive")]
+    #[error("--soak: the group failed {during}, while no rank was meant to be lost")]
     Soak {
         /// When (`at step 37 of 300, 74.1 s in`).
         during: String,

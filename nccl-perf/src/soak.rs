@@ -10,10 +10,11 @@
 //! wait for it inside the all_reduce. The beat runs on the group's own
 //! thread, so no rank may ever be named: any error (the beat's, the
 //! operation timeout's, NCCL's) or wrong result ends the run with exit
-//! status 1, naming the step ([`BenchError::Soak`]), and so does a failure
-//! found after the last step (by `shutdown`). Then every process shares
-//! its longest step, and rank 0 prints them (the waiting ranks' are about
-//! `MS`: they sat in the collective that long), in a table and one JSON
+//! status 1, naming the step ([`BenchError::Soak`]). After the last step
+//! every process shares its longest step with rank 0, and then shuts the
+//! group down: a failure that `shutdown` finds counts as one at a step.
+//! Rank 0 prints the longest steps (the waiting ranks' are about `MS`:
+//! they sat in the collective that long), in a table and one JSON
 //! object (`-J FILE`; appended as a line to `--json FILE`): both only for a
 //! soak that passed.
 
@@ -35,7 +36,7 @@ const NAME: &str = "nccl-perf-soak";
 /// The steps of a soak of `secs` seconds whose slow rank sleeps `stall`
 /// before each: the same on every rank, from the flags alone.
 pub(crate) fn steps(secs: u64, stall: Stall) -> u64 {
-    (secs.saturating_mul(1000)).div_ceil(stall.ms)
+    (secs.saturating_mul(1000)).div_ceil(stall.ms.max(1))
 }
 
 /// Runs the soak as this process of `world`; rank 0 prints the result.
@@ -54,6 +55,9 @@ pub(crate) fn run(args: &Args, secs: u64, stall: Stall, world: &World) -> Result
              nccl-launch -n N); got world size {}",
             world.size
         ));
+    }
+    if stall.ms == 0 {
+        return usage("expected a stall above 0 ms; got 0".to_string());
     }
     if stall.rank >= world.size {
         return usage(format!(

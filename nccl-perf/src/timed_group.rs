@@ -1,5 +1,5 @@
-//! What the recovery and grow measurements share (`--inject`,
-//! `--grow-spare`): the process group they time and its flags, its checked
+//! What the recovery, grow and soak measurements share (`--inject`,
+//! `--grow-spare`, `--soak`): the process group they time and its flags, its checked
 //! all_reduce, the clock they compare across processes, the values the
 //! ranks share through the launch's store, and the files rank 0 writes.
 

@@ -146,11 +146,16 @@ impl Inner {
                     .name("nccl-group-failure".to_string())
                     .spawn(move || {
                         let details = inner.terminate(&failure, exchange);
-                        // This thread may hold the group's last reference,
-                        // whose drop releases the communicators left (a
-                        // revoked one is aborted then): it lets go before
-                        // the details wake a caller that may exit the
-                        // process, so that no NCCL teardown races the exit.
+                        // It lets go of the group before the details wake a
+                        // caller that may drop it and exit the process: the
+                        // drop, which releases the communicators left (a
+                        // revoked one is aborted then), must not race the
+                        // exit here. Where the owner let go already, that
+                        // release is bounded, so the details still come.
+                        if Arc::strong_count(&inner) == 1 {
+                            let bound = inner.options().abort_timeout;
+                            abort_bounded(inner.cache.clear(), bound);
+                        }
                         drop(inner);
                         failure.set_details(details);
                     })

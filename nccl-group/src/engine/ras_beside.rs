@@ -6,8 +6,9 @@
 //! (`docs/measurements/h200-2026-12-06g`). RAS lists a communicator only
 //! until its abort, so the question gets a head start: the release begins
 //! once RAS answered or [`HEAD_START`] passed, time enough for a question
-//! on a local socket to arrive. A communicator whose abort ends before RAS
-//! looks may still be missing from its view.
+//! on a local socket to arrive and for an answer that comes at once (no
+//! peer gone, or NCCL 2.28.3) to be whole. A communicator whose abort ends
+//! before a slower answer looks may be missing from it.
 
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use crate::diagnostics::ras::{self, RasLimits, RasReport};
 
 /// How long the release waits for RAS's answer before it begins.
-pub(crate) const HEAD_START: Duration = Duration::from_millis(10);
+pub(crate) const HEAD_START: Duration = Duration::from_millis(50);
 
 /// RAS's answer to a failure, or the question still open.
 pub(crate) enum RasBeside {

@@ -134,8 +134,9 @@ impl ProcessGroup {
         let Some(failure) = self.inner.failure.get() else {
             return Ok(Vec::new());
         };
-        // The failure's thread publishes its report and asks RAS before the
-        // releases begin: the bound covers both.
+        // The failure's thread publishes its report and asks RAS (where no
+        // thread can be spawned for it, waiting for the whole answer)
+        // before the releases begin: the bound covers both.
         let bound = (self.options().abort_timeout)
             .saturating_add(crate::diagnostics::ras::RasLimits::default().bound())
             .saturating_add(EXCHANGE_WAIT)

@@ -18,8 +18,9 @@ world="${WORLD:-4}"
 secs="${SECS:-600}"
 stall="${STALL:-$((world - 1)):2000}"
 echo "==> nccl-perf --soak $secs --stall $stall, world size $world ($(date -u +%T))" | tee "$out/soak.txt"
-# The launch's own bound: the soak, plus a minute for creation and shutdown.
-"$launch" -n "$world" --timeout $((secs + 60)) "$bin/nccl-perf-nccl-perf" all_reduce \
+# The launch's own bound: the soak (its steps take up to SECS + MS), plus a
+# minute for creation and shutdown.
+"$launch" -n "$world" --timeout $((secs + ${stall#*:} / 1000 + 60)) "$bin/nccl-perf-nccl-perf" all_reduce \
     --layer group-caller -b 4K --soak "$secs" --stall "$stall" \
     --json "$out/soak.jsonl" >>"$out/soak.txt" 2>&1
 status=$?
