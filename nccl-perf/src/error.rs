@@ -129,7 +129,7 @@ pub enum BenchError {
     /// message says when). Exit status 1, as wrong results of a sweep.
     #[error("{0}")]
     WrongResult(String),
-    /// `--soak`: the group failed while every rank was alive (a slow rank
+    /// `--soak`: the group failed while no rank was meant to be lost (a slow rank
     /// taken for a lost one, or any other error); `during` says when, the
     /// group's error is the `source()`. Exit status 1.
     #[error("--soak: the group failed {during}, while no rank was meant to be lost")]
