@@ -23,6 +23,10 @@
 //! text report (before 2.28.7) has them in its `Errors` and `Warnings`
 //! sections, which the one-line summary quotes.
 //!
+//! A JSON report that does not parse (NCCL 2.28.9's never did, on an
+//! H200) is asked for again as text, which gives the text report's
+//! findings instead of no view at all.
+//!
 //! Every step is bounded ([`RasLimits`]): a closed port, a silent server
 //! or a slow answer gives [`RasReport::Unavailable`] with one line saying
 //! why. Several NCCL processes on one host all listen on the same port
@@ -77,11 +81,16 @@ pub struct RasLimits {
 }
 
 impl RasLimits {
-    /// The longest a query can take: the connection and the handshake's
-    /// three answers (`connect` each), then the report (`answer`).
+    /// The longest a query can take: twice (a JSON report that does not
+    /// parse is asked for again as text) the connection and the
+    /// handshake's three answers (`connect` each), then the report
+    /// (`answer`).
     #[cfg(feature = "cuda")]
     pub(crate) fn bound(&self) -> Duration {
-        self.connect.saturating_mul(4).saturating_add(self.answer)
+        self.connect
+            .saturating_mul(4)
+            .saturating_add(self.answer)
+            .saturating_mul(2)
     }
 
     /// With this bound on connecting and on each answer of the handshake.
@@ -270,9 +279,50 @@ pub fn query_with_vars(vars: impl Fn(&str) -> Option<String>, limits: &RasLimits
 }
 
 /// Asks the RAS service at `address` (`host:port`) for its report, within
-/// `limits`: the JSON report where RAS has it, else the text one.
+/// `limits`: the JSON report where RAS has it, else (an older NCCL, or a
+/// JSON report that does not parse) the text one.
 pub fn query(address: &str, limits: &RasLimits) -> RasReport {
-    ask(address, limits).unwrap_or_else(RasReport::unavailable)
+    match ask(address, limits, Format::Json) {
+        Err(Refused::Unparsed(json_error)) => match ask(address, limits, Format::Text) {
+            Ok(report) => report,
+            Err(refused) => RasReport::unavailable(format!(
+                "{json_error}; asked again as text: {}",
+                refused.reason()
+            )),
+        },
+        answer => answer.unwrap_or_else(|refused| RasReport::unavailable(refused.reason())),
+    }
+}
+
+/// The report format a query asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// `SET FORMAT json` (the text report where RAS does not know it).
+    Json,
+    /// RAS's default text report.
+    Text,
+}
+
+/// Why a query gave no report.
+enum Refused {
+    /// A complete JSON report that did not parse.
+    Unparsed(String),
+    /// Anything else.
+    Other(String),
+}
+
+impl Refused {
+    fn reason(self) -> String {
+        match self {
+            Refused::Unparsed(reason) | Refused::Other(reason) => reason,
+        }
+    }
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Self {
+        Refused::Other(reason)
+    }
 }
 
 /// A connection to RAS, with what was read past the last line.
@@ -376,8 +426,9 @@ impl Connection<'_> {
     }
 }
 
-/// The protocol: handshake, gather timeout, format, status.
-fn ask(address: &str, limits: &RasLimits) -> Result<RasReport, String> {
+/// The protocol: handshake, gather timeout, format (asked for when
+/// `format` is JSON), status.
+fn ask(address: &str, limits: &RasLimits, format: Format) -> Result<RasReport, Refused> {
     let targets: Vec<_> = address
         .to_socket_addrs()
         .map_err(|error| format!("cannot resolve {address}: {error}"))?
@@ -410,23 +461,24 @@ fn ask(address: &str, limits: &RasLimits) -> Result<RasReport, String> {
     if !hello.to_ascii_uppercase().starts_with("SERVER PROTOCOL ") {
         return Err(format!(
             "{address} is not NCCL's RAS: it answered the handshake with {hello:?}"
-        ));
+        )
+        .into());
     }
     let gather = limits.gather.as_secs().max(1);
     let timeout = connection.ask(&format!("TIMEOUT {gather}"), limits.connect)?;
     if !timeout.eq_ignore_ascii_case("OK") {
-        return Err(format!(
-            "{address} refused \"TIMEOUT {gather}\": {timeout:?}"
-        ));
+        return Err(format!("{address} refused \"TIMEOUT {gather}\": {timeout:?}").into());
     }
-    let format = connection.ask("SET FORMAT json", limits.connect)?;
-    let json = match format.to_ascii_uppercase() {
-        answer if answer == "OK" => true,
-        answer if answer.starts_with("ERROR") => false,
-        _ => {
-            return Err(format!(
-                "{address} answered \"SET FORMAT json\" with {format:?}"
-            ));
+    let json = format == Format::Json && {
+        let answer = connection.ask("SET FORMAT json", limits.connect)?;
+        match answer.to_ascii_uppercase() {
+            upper if upper == "OK" => true,
+            upper if upper.starts_with("ERROR") => false,
+            _ => {
+                return Err(Refused::Other(format!(
+                    "{address} answered \"SET FORMAT json\" with {answer:?}"
+                )));
+            }
         }
     };
     if let Err(error) = connection
@@ -434,7 +486,9 @@ fn ask(address: &str, limits: &RasLimits) -> Result<RasReport, String> {
         .write_all(b"STATUS\n")
         .and_then(|()| connection.stream.flush())
     {
-        return Err(format!("sending \"STATUS\" to {address} failed: {error}"));
+        return Err(Refused::Other(format!(
+            "sending \"STATUS\" to {address} failed: {error}"
+        )));
     }
     let (bytes, complete) = connection.rest(Instant::now() + limits.answer, limits.max_bytes);
     if !json {
@@ -445,14 +499,15 @@ fn ask(address: &str, limits: &RasLimits) -> Result<RasReport, String> {
         });
     }
     if !complete {
-        return Err(format!(
+        return Err(Refused::Other(format!(
             "{address} had not finished its report after {:?} ({} bytes)",
             limits.answer,
             bytes.len()
-        ));
+        )));
     }
-    let report: Value = serde_json::from_slice(&bytes)
-        .map_err(|error| format!("{address}'s JSON report did not parse: {error}"))?;
+    let report: Value = serde_json::from_slice(&bytes).map_err(|error| {
+        Refused::Unparsed(format!("{address}'s JSON report did not parse: {error}"))
+    })?;
     Ok(json_report(address, report))
 }
 

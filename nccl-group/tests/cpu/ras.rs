@@ -3,7 +3,8 @@
 //! serves it: a JSON report (NCCL 2.28.7 and later), a text report (an
 //! older NCCL that answers `SET FORMAT` with `ERROR: Unknown command`), a
 //! closed port, a server that never answers, a report that never ends,
-//! something that is not RAS, and RAS turned off. Every outcome is a
+//! something that is not RAS, a JSON report that does not parse (asked for
+//! again as text), and RAS turned off. Every outcome is a
 //! report or one line saying why not; each query runs under a hang guard
 //! (no timing is asserted).
 
@@ -74,15 +75,25 @@ enum Server {
     Stalls,
     /// Not RAS at all.
     Other,
+    /// As NCCL 2.28.9 answered on an H200: a JSON report that does not
+    /// parse, and the text report to a client that asks no format.
+    BadJson,
 }
 
 /// Serves one client on a free port of 127.0.0.1; returns the address.
 fn serve(server: Server) -> String {
+    serve_clients(server, 1)
+}
+
+/// Serves `clients` clients, one after the other.
+fn serve_clients(server: Server, clients: usize) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = listener.local_addr().unwrap().to_string();
     thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        answer(server, stream);
+        for _ in 0..clients {
+            let (stream, _) = listener.accept().unwrap();
+            answer(server, stream);
+        }
     });
     address
 }
@@ -91,6 +102,7 @@ fn serve(server: Server) -> String {
 /// answers (commands are case-insensitive).
 fn answer(server: Server, stream: TcpStream) {
     let mut out = stream.try_clone().unwrap();
+    let mut json = false;
     for line in BufReader::new(stream).lines() {
         let Ok(line) = line else { return };
         let command = line.trim().to_ascii_lowercase();
@@ -98,13 +110,23 @@ fn answer(server: Server, stream: TcpStream) {
             (Server::Other, _) => "HTTP/1.1 400 Bad Request\n".to_string(),
             (_, c) if c.starts_with("client protocol ") => "SERVER PROTOCOL 2\n".to_string(),
             (_, c) if c.starts_with("timeout ") => "OK\n".to_string(),
-            (Server::Json | Server::Stalls, "set format json") => "OK\n".to_string(),
+            (Server::Json | Server::Stalls | Server::BadJson, "set format json") => {
+                json = true;
+                "OK\n".to_string()
+            }
             (_, c) if c.starts_with("set format ") => format!("ERROR: Unknown command {line}\n"),
             (Server::Json, "status") => {
                 out.write_all(JSON_REPORT.as_bytes()).unwrap();
                 return; // RAS closes the connection after the report
             }
-            (Server::Text, "status") => {
+            (Server::BadJson, "status") if json => {
+                // The comma after the communicators' list left out.
+                let bad = JSON_REPORT.replacen("  ],\n  \"ras\"", "  ]\n  \"ras\"", 1);
+                assert_ne!(bad, JSON_REPORT);
+                out.write_all(bad.as_bytes()).unwrap();
+                return;
+            }
+            (Server::Text | Server::BadJson, "status") => {
                 out.write_all(TEXT_REPORT.as_bytes()).unwrap();
                 return;
             }
@@ -181,6 +203,33 @@ fn an_older_nccl_answers_in_text_whose_findings_are_quoted() {
         )
     );
     assert_eq!(serde_json::to_value(&report).unwrap()["format"], "text");
+}
+
+#[test]
+fn a_json_report_that_does_not_parse_is_asked_for_again_as_text() {
+    let address = serve_clients(Server::BadJson, 2);
+    let report = query(address.clone(), RasLimits::default());
+    assert!(
+        matches!(&report, RasReport::Text { complete: true, report, .. } if report == TEXT_REPORT),
+        "{report:?}"
+    );
+    assert!(
+        report
+            .to_string()
+            .starts_with(&format!("NCCL RAS at {address}: INCOMPLETE / ")),
+        "{report}"
+    );
+    // A server that gives no second answer: both reasons, on one line.
+    let once = serve_clients(Server::BadJson, 1);
+    let limits = RasLimits::default().with_connect(Duration::from_millis(200));
+    let text = query(once.clone(), limits).to_string();
+    assert!(
+        text.starts_with(&format!(
+            "RAS unavailable: {once}'s JSON report did not parse: "
+        )) && text.contains("; asked again as text: "),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "one line: {text}");
 }
 
 #[test]
