@@ -261,18 +261,19 @@ pub fn main_with(args: &Args) -> u8 {
     } else {
         "nccl-perf:".to_string()
     };
+    // The measurements that time one process group instead of the sweep
+    // (clap lets at most one through).
+    let timed = |run: &dyn Fn() -> Result<(), BenchError>| {
+        exit_status(&prefix, crate::env::probe().and_then(|_| run()))
+    };
     if let Some(injection) = args.inject {
-        let outcome =
-            crate::env::probe().and_then(|_| crate::recovery::run(args, injection, &world));
-        return exit_status(&prefix, outcome);
+        return timed(&|| crate::recovery::run(args, injection, &world));
     }
     if let Some(iter) = args.grow_spare {
-        let outcome = crate::env::probe().and_then(|_| crate::grow_spare::run(args, iter, &world));
-        return exit_status(&prefix, outcome);
+        return timed(&|| crate::grow_spare::run(args, iter, &world));
     }
-    if let (Some(secs), Some(stall)) = (args.soak, args.stall) {
-        let outcome = crate::env::probe().and_then(|_| crate::soak::run(args, secs, stall, &world));
-        return exit_status(&prefix, outcome);
+    if let Some((secs, stall)) = args.soak.zip(args.stall) {
+        return timed(&|| crate::soak::run(args, secs, stall, &world));
     }
     let meeting = Arc::new(Meeting::new(world));
     let outcome = crate::env::probe()

@@ -86,7 +86,7 @@ pub(crate) fn run(args: &Args, secs: u64, stall: Stall, world: &World) -> Result
         let at = || {
             format!(
                 "at step {step} of {steps}, {:.1} s in",
-                secs_of(started.elapsed())
+                started.elapsed().as_secs_f64()
             )
         };
         match all_reduce(&group, &stream, (timed.count, mine, sum)) {
@@ -101,7 +101,7 @@ pub(crate) fn run(args: &Args, secs: u64, stall: Stall, world: &World) -> Result
         world.meeting(),
         &format!("{NAME}/times"),
         "soak times",
-        [ms_of(longest), secs_of(elapsed)],
+        [ms_of(longest), elapsed.as_secs_f64()],
     )?;
     // A failure after the last step (a rank named late) fails the
     // shutdown: it counts as much as one at a step.
@@ -148,10 +148,6 @@ struct Run<'a> {
 
 fn ms_of(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
-}
-
-fn secs_of(duration: Duration) -> f64 {
-    duration.as_secs_f64()
 }
 
 /// Rank 0's table and JSON object of a soak that passed.

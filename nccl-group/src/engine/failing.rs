@@ -153,8 +153,7 @@ impl Inner {
                         // exit here. Where the owner let go already, that
                         // release is bounded, so the details still come.
                         if Arc::strong_count(&inner) == 1 {
-                            let bound = inner.options().abort_timeout;
-                            abort_bounded(inner.cache.clear(), bound);
+                            inner.abort_left();
                         }
                         drop(inner);
                         failure.set_details(details);
@@ -512,7 +511,7 @@ impl Drop for Inner {
                 }
                 failure
             });
-            let abort = abort_bounded(self.cache.clear(), self.options().abort_timeout);
+            let abort = self.abort_left();
             if let Some(failure) = failure {
                 failure.set_details(FailureDetails {
                     abort,
@@ -529,6 +528,12 @@ impl Drop for Inner {
 }
 
 impl Inner {
+    /// Aborts the communicators the cache still holds, taking them out of
+    /// it, bounded by the abort timeout.
+    fn abort_left(&self) -> AbortOutcome {
+        abort_bounded(self.cache.clear(), self.options().abort_timeout)
+    }
+
     /// Waits, bounded, for the earlier generations' releases this one
     /// inherited (`engine/release.rs`): before an end its caller may exit
     /// on.
