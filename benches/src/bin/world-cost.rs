@@ -14,6 +14,8 @@
 //! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
+//! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread |
+//! | `group-lean` | `group-unchecked` with no liveness beat, no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
 //!
 //! Run it as every rank: `nccl-launch -n 2 target/release/world-cost`.
 //! Alone (no `RANK`/`WORLD_SIZE`) it is world size 1 over an in-process
@@ -53,7 +55,7 @@ use std::time::Instant;
 use clap::Parser;
 use cudarc::driver::{CudaEvent, CudaStream};
 use nccl_core::{Config, DataType, Device, ReduceOp, Status};
-use nccl_group::{CommMode, GroupOptions, ProcessGroup, StreamMode};
+use nccl_group::{CommMode, GroupOptions, Liveness, ProcessGroup, StreamMode};
 use nccl_perf::{
     AT_START, BenchError, Call, Collective, CoreLayer, DeviceBuffers, Launch, Layer, Mode,
     RawLayer, Rotation, Shift, World, median, per_call_us,
@@ -79,7 +81,34 @@ enum Issue {
         wait: Wait,
         end_event: bool,
     },
-    Group(CommMode, StreamMode),
+    Group(CommMode, StreamMode, Trim),
+}
+
+/// What a group layer turns off of the default options, to tell each part's
+/// cost from the rest.
+#[derive(Clone, Copy, Debug)]
+enum Trim {
+    /// The default options.
+    None,
+    /// The mismatch check off.
+    Unchecked,
+    /// The mismatch check, the liveness beat and the dumps off, one
+    /// flight-recorder entry.
+    Lean,
+}
+
+impl Trim {
+    fn options(self, options: GroupOptions) -> GroupOptions {
+        match self {
+            Trim::None => options,
+            Trim::Unchecked => options.with_mismatch_check(false),
+            Trim::Lean => options
+                .with_mismatch_check(false)
+                .with_liveness(Liveness::Off)
+                .with_recorder_capacity(1)
+                .without_dump_dir(),
+        }
+    }
 }
 
 /// How a tensor layer on a nonblocking communicator waits out
@@ -141,7 +170,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 13] = {
+const LAYERS: [LayerSpec; 15] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -152,6 +181,9 @@ const LAYERS: [LayerSpec; 13] = {
             blocking,
             fingerprint,
         }
+    }
+    const fn group(comm: CommMode, stream: StreamMode) -> Issue {
+        Issue::Group(comm, stream, Trim::None)
     }
     const fn tensor(blocking: bool, wait: Wait, end_event: bool) -> Issue {
         Issue::Tensor {
@@ -173,16 +205,15 @@ const LAYERS: [LayerSpec; 13] = {
             "tensor-nonblocking-yield",
             tensor(false, Wait::Yield, false),
         ),
+        layer("group-nonblocking-separate", group(Nonblocking, Separate)),
+        layer("group-nonblocking-caller", group(Nonblocking, Caller)),
+        layer("group-blocking-separate", group(Blocking, Separate)),
+        layer("group-blocking-caller", group(Blocking, Caller)),
         layer(
-            "group-nonblocking-separate",
-            Issue::Group(Nonblocking, Separate),
+            "group-unchecked",
+            Issue::Group(Blocking, Caller, Trim::Unchecked),
         ),
-        layer(
-            "group-nonblocking-caller",
-            Issue::Group(Nonblocking, Caller),
-        ),
-        layer("group-blocking-separate", Issue::Group(Blocking, Separate)),
-        layer("group-blocking-caller", Issue::Group(Blocking, Caller)),
+        layer("group-lean", Issue::Group(Blocking, Caller, Trim::Lean)),
     ]
 };
 
@@ -429,10 +460,12 @@ fn run(args: &Args) -> Result<(), BenchError> {
             };
             let buffers = || DeviceBuffers::alloc(DataType::Float32, elements, &stream);
             Ok(match layer.issue {
-                Issue::Group(comm_mode, stream_mode) => {
-                    let options = GroupOptions::default()
-                        .with_comm_mode(comm_mode)
-                        .with_stream_mode(stream_mode);
+                Issue::Group(comm_mode, stream_mode, trim) => {
+                    let options = trim.options(
+                        GroupOptions::default()
+                            .with_comm_mode(comm_mode)
+                            .with_stream_mode(stream_mode),
+                    );
                     let group = world.group(&format!("world-cost-{}", layer.name), options)?;
                     State::Group(group, Some(tensor()?))
                 }
