@@ -54,6 +54,11 @@ pub(crate) struct Raised {
     /// had stood still, when that failed the raising rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     unresponsive: Option<(usize, Duration)>,
+    /// Whether NCCL told the raising rank of a lost peer
+    /// ([`FailureCause::is_peer_lost`], or an alarm of that kind before
+    /// it): a process of the group died.
+    #[serde(default)]
+    peer_lost: bool,
 }
 
 /// The alarm's key of `m`'s generation (`<group>/<generation>/failed`).
@@ -85,6 +90,7 @@ impl Inner {
             rank: m.rank,
             cause: failure.cause.to_string(),
             unresponsive,
+            peer_lost: self.peer_died(failure),
         };
         let Ok(bytes) = serde_json::to_vec(&raised) else {
             return;
@@ -92,6 +98,12 @@ impl Inner {
         // The first rank's alarm stays: it names where the failure began.
         let _ = key(m).and_then(|key| Ok(m.store.compare_set(&key, None, &bytes)?));
         crate::diagnostics::trace::event!(info, group = %m.name, "failure alarm raised for the other ranks");
+    }
+
+    /// Whether `failure` is known to follow a death: NCCL told this rank of
+    /// a lost peer, or the alarm that failed it came from a rank NCCL told.
+    pub(crate) fn peer_died(&self, failure: &Failure) -> bool {
+        failure.cause.is_peer_lost() || self.listener.peer_lost.load(Ordering::Acquire)
     }
 
     /// The watchdog's part, at each tick of a live group: starts a read of
@@ -186,6 +198,10 @@ impl Inner {
             return;
         }
         crate::diagnostics::trace::event!(error, group = %self.cache.membership().name, rank = raised.rank, "another rank's failure alarm: failing the group");
+        // Before the failure: its release reads it.
+        if raised.peer_lost {
+            self.listener.peer_lost.store(true, Ordering::Release);
+        }
         let cause = match raised.unresponsive {
             Some((rank, silent_for)) => FailureCause::PeerUnresponsive {
                 rank,

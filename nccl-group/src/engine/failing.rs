@@ -283,8 +283,7 @@ impl Inner {
             Exchange::WithPeers => self.ask_ras(&failure.cause),
             Exchange::PeersOnly | Exchange::No => None,
         };
-        // A failure keeps what a heal can shrink; an abort keeps nothing.
-        let revoke = self.options().revoke_on_failure && failure.cause != FailureCause::Aborted;
+        let revoke = self.revokes(failure);
         let bound = self.options().abort_timeout;
         let mut release = Release::begin(&self.cache.all(), revoke);
         let quiet = release.wait_begun(bound);
@@ -328,6 +327,20 @@ impl Inner {
             ras: findings.ras,
             dump,
         }
+    }
+
+    /// Whether `failure` revokes the communicators rather than aborting
+    /// them: a failure keeps what a heal can shrink, an abort keeps nothing.
+    ///
+    /// Not after a death ([`Inner::peer_died`]): NCCL's lost-peer error
+    /// stays on the communicators of the ranks it told, where
+    /// `ncclCommShrink` refuses them, so the heal re-creates whatever this
+    /// rank keeps, and a revoke with a dead peer would only hold the heal
+    /// up (it must end before the heal goes on; an abort need only begin).
+    pub(crate) fn revokes(&self, failure: &Failure) -> bool {
+        self.options().revoke_on_failure
+            && failure.cause != FailureCause::Aborted
+            && !self.peer_died(failure)
     }
 
     /// This rank's progress and last collectives, for the other ranks.

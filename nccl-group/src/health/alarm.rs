@@ -23,4 +23,7 @@ pub(crate) struct Listener {
     pub(crate) last: Mutex<Option<Instant>>,
     /// Whether a read is running.
     pub(crate) reading: AtomicBool,
+    /// Whether the alarm that failed the group came from a rank that NCCL
+    /// told of a lost peer: a process of the group died.
+    pub(crate) peer_lost: AtomicBool,
 }

@@ -174,6 +174,17 @@ fn fail_by_timeout(group: &ProcessGroup) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// `group`'s failure, once the alarm its read found failed it.
+fn failing_by_the_alarm(group: &ProcessGroup) -> Arc<Failure> {
+    let group = group.clone();
+    within("a rank failing by the alarm", PATIENCE, move || loop {
+        if let Some(failure) = group.failure() {
+            return failure;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    })
+}
+
 #[test]
 fn a_waiting_rank_finds_the_first_ranks_alarm_and_fails_naming_it() {
     let (counting, store, groups, start) = waiting_world("alarm", 3, 2);
@@ -192,15 +203,7 @@ fn a_waiting_rank_finds_the_first_ranks_alarm_and_fails_naming_it() {
         "a rank with nothing pending reads nothing"
     );
     groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
-    let failure = within("rank 2 failing by the alarm", PATIENCE, {
-        let group = groups[2].clone();
-        move || loop {
-            if let Some(failure) = group.failure() {
-                return failure;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    let failure = failing_by_the_alarm(&groups[2]);
     assert!(
         matches!(&failure.cause, FailureCause::PeerFailed { rank: 0, cause } if cause.contains("timeout of 3s")),
         "{:?}",
@@ -265,6 +268,7 @@ fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
         rank: 1,
         cause: "its own".into(),
         unresponsive: None,
+        peer_lost: false,
     })
     .unwrap();
     store.set("panics/0/failed", &own).unwrap();
@@ -285,6 +289,7 @@ fn a_read_keeps_no_dropped_group_alive() {
         rank: 0,
         cause: "did not complete".into(),
         unresponsive: None,
+        peer_lost: false,
     })
     .unwrap();
     store.set("dropped/0/failed", &other).unwrap();
@@ -333,4 +338,49 @@ fn an_alarmed_rank_and_a_lone_rank_raise_none() {
     let alarm: Raised =
         serde_json::from_slice(&store.try_get("pair/0/failed").unwrap().unwrap()).unwrap();
     assert_eq!(alarm.rank, 0);
+}
+
+/// A death told by NCCL to one rank reaches the others through its alarm,
+/// so that none of them revokes (the heal re-creates after a death, and a
+/// revoke would only hold it up); a timeout's alarm leaves the revoke.
+#[test]
+fn an_alarm_after_a_lost_peer_says_so_and_its_ranks_abort_instead_of_revoking() {
+    let (_counting, store, groups, start) = waiting_world("died", 3, 2);
+    let lost = FailureCause::AsyncError {
+        error: "ncclRemoteError: remote process exited".into(),
+        nccl_code: Some(nccl_core::ResultCode(6)),
+    };
+    let failing = {
+        let inner = Arc::clone(&groups[0].inner);
+        std::thread::spawn(move || inner.fail(lost, None, Finish::Here))
+    };
+    until_set(&store, "died/0/failed");
+    let alarm: Raised =
+        serde_json::from_slice(&store.try_get("died/0/failed").unwrap().unwrap()).unwrap();
+    assert!(alarm.peer_lost, "{alarm:?}");
+    groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
+    let failure = failing_by_the_alarm(&groups[2]);
+    assert!(
+        matches!(&failure.cause, FailureCause::PeerFailed { rank: 0, .. }),
+        "{:?}",
+        failure.cause
+    );
+    assert!(groups[2].inner.peer_died(&failure), "told of the death");
+    assert!(!groups[2].inner.revokes(&failure), "aborts, not revokes");
+    fail_by_timeout(&groups[1]).join().unwrap();
+    failing.join().unwrap();
+    let after_timeout = groups[1].failure().expect("rank 1 failed");
+    assert!(!groups[1].inner.peer_died(&after_timeout), "a timeout is no death");
+    assert!(
+        groups[1].inner.revokes(&after_timeout),
+        "a timeout keeps the revoke for the shrink"
+    );
+}
+
+/// An alarm written before the field existed reads as no death.
+#[test]
+fn an_alarm_without_the_death_field_reads_as_none() {
+    let raised: Raised = serde_json::from_slice(br#"{"rank":1,"cause":"timed out"}"#).unwrap();
+    assert!(!raised.peer_lost);
+    assert_eq!(raised.rank, 1);
 }
