@@ -33,6 +33,13 @@ impl GroupBuilder {
     /// the GPU it drives; device 0 when not given), where the grow has
     /// one.
     ///
+    /// Before it takes its ticket, the process pays NCCL's first-use costs
+    /// on that device: it makes a one-rank communicator there
+    /// (`ncclCommInitAll`) and finalizes it, so that NCCL's initialisation,
+    /// NVML's and the topology's first reading happen while it waits, not in
+    /// the grow's first communicator. Best effort: where that fails (no
+    /// GPU, no NCCL), the grow's own communicator reports why.
+    ///
     /// The builder's rank and world size are not used: the offer gives them.
     /// A process launched like the group's ranks joins with
     /// [`ProcessGroup::join_grown_from_env`].
@@ -61,6 +68,7 @@ impl GroupBuilder {
         options.validate()?;
         check_name(name)?;
         let key = CommKey::Collective(DeviceList::one(local_rank)?);
+        warm_nccl(local_rank);
         let (offer, rank) = await_place(&*store, name, &store_address, timeout)?;
         crate::diagnostics::trace::event!(info, group = name, rank, offer = ?offer, "offered a place");
         let scope = Scope::path(&offer.scope)?;
@@ -140,6 +148,18 @@ impl ProcessGroup {
             .options(GroupOptions::default().with_timeout(config.timeout))
             .config(&config)
             .join_grown(timeout)
+    }
+}
+
+/// Makes and finalizes a one-rank communicator on device `local_rank`
+/// ([`GroupBuilder::join_grown`]'s warm-up), where the device and NCCL
+/// allow; what fails is left to the grow's own communicator to report.
+fn warm_nccl(local_rank: usize) {
+    let warmed = nccl_core::Device::new(local_rank)
+        .and_then(|device| nccl_core::Communicator::init_all(std::slice::from_ref(&device)))
+        .and_then(|comms| comms.iter().try_for_each(nccl_core::Communicator::finalize));
+    if let Err(_error) = warmed {
+        crate::diagnostics::trace::event!(debug, error = %_error, device = local_rank, "no NCCL warm-up before joining");
     }
 }
 
