@@ -61,10 +61,11 @@ pub struct GroupOptions {
     pub abort_timeout: Duration,
     /// When the group fails, revoke its communicators
     /// (`ncclCommRevoke`, NCCL 2.28.7) instead of aborting them, where the
-    /// loaded NCCL can, no thread is inside a NCCL call on them and no
-    /// process of the group is known to have died (NCCL's lost-peer error
-    /// here, or in the failure alarm of the rank NCCL told: the shrink
-    /// would be refused there, so the heal re-creates anyway): a
+    /// loaded NCCL can, no thread is inside a NCCL call on them and the
+    /// group is not known to have lost a process (NCCL's lost-peer error on
+    /// a collective communicator here, or the failure alarm of a rank that
+    /// saw one, read before the release: the shrink would be refused there,
+    /// so the heal re-creates anyway): a
     /// revoked communicator stops its work but stays allocated, so that
     /// [`ProcessGroup::heal`](crate::Recovery::heal) can shrink it
     /// (`ncclCommShrink`) instead of making a new one.

@@ -14,8 +14,8 @@
 //! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
-//! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread |
-//! | `group-lean` | `group-unchecked` with no liveness beat, no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
+//! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread (at world size 2 or more: a group of one process has no check) |
+//! | `group-lean` | `group-unchecked` with no liveness beat (none at world size 1 either), no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
 //!
 //! Run it as every rank: `nccl-launch -n 2 target/release/world-cost`.
 //! Alone (no `RANK`/`WORLD_SIZE`) it is world size 1 over an in-process

@@ -39,6 +39,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::failing::Finish;
 use crate::engine::group::{Inner, LIVE};
+use crate::engine::key::CommKey;
+use crate::engine::member::Member;
 use crate::engine::membership::Membership;
 use crate::error::Result;
 use crate::failure::{Failure, FailureCause};
@@ -54,9 +56,8 @@ pub(crate) struct Raised {
     /// had stood still, when that failed the raising rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     unresponsive: Option<(usize, Duration)>,
-    /// Whether NCCL told the raising rank of a lost peer
-    /// ([`FailureCause::is_peer_lost`], or an alarm of that kind before
-    /// it): a process of the group died.
+    /// Whether the raising rank knew the group lost a process
+    /// ([`Inner::peer_died`]) when it raised the alarm.
     #[serde(default)]
     peer_lost: bool,
 }
@@ -90,7 +91,7 @@ impl Inner {
             rank: m.rank,
             cause: failure.cause.to_string(),
             unresponsive,
-            peer_lost: self.peer_died(failure),
+            peer_lost: self.peer_died(),
         };
         let Ok(bytes) = serde_json::to_vec(&raised) else {
             return;
@@ -100,10 +101,27 @@ impl Inner {
         crate::diagnostics::trace::event!(info, group = %m.name, "failure alarm raised for the other ranks");
     }
 
-    /// Whether `failure` is known to follow a death: NCCL told this rank of
-    /// a lost peer, or the alarm that failed it came from a rank NCCL told.
-    pub(crate) fn peer_died(&self, failure: &Failure) -> bool {
-        failure.cause.is_peer_lost() || self.listener.peer_lost.load(Ordering::Acquire)
+    /// Whether the group is known to have lost a process: NCCL reported a
+    /// lost peer on one of this rank's collective communicators (the ones a
+    /// heal could shrink), or an alarm read here said so of its raising
+    /// rank's.
+    pub(crate) fn peer_died(&self) -> bool {
+        self.listener.peer_lost.load(Ordering::Acquire)
+            || self.cache.keyed().iter().any(|(_, key, comms)| {
+                matches!(key, CommKey::Collective(_))
+                    && comms.members.iter().any(Member::saw_lost_peer)
+            })
+    }
+
+    /// Reads the alarm once, for a failure that did not come from it (a
+    /// heal of a live group, this rank's own detection): notes a death it
+    /// reports, so that this rank aborts rather than revokes too.
+    pub(crate) fn hear_of_a_death(&self) {
+        if let Some(raised) = self.read_alarm()
+            && raised.peer_lost
+        {
+            self.listener.peer_lost.store(true, Ordering::Release);
+        }
     }
 
     /// The watchdog's part, at each tick of a live group: starts a read of

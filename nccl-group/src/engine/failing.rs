@@ -283,6 +283,9 @@ impl Inner {
             Exchange::WithPeers => self.ask_ras(&failure.cause),
             Exchange::PeersOnly | Exchange::No => None,
         };
+        if asking && !self.peer_died() {
+            self.hear_of_a_death();
+        }
         let revoke = self.revokes(failure);
         let bound = self.options().abort_timeout;
         let mut release = Release::begin(&self.cache.all(), revoke);
@@ -332,15 +335,16 @@ impl Inner {
     /// Whether `failure` revokes the communicators rather than aborting
     /// them: a failure keeps what a heal can shrink, an abort keeps nothing.
     ///
-    /// Not after a death ([`Inner::peer_died`]): NCCL's lost-peer error
-    /// stays on the communicators of the ranks it told, where
+    /// Not once the group is known to have lost a process
+    /// ([`Inner::peer_died`]): NCCL's lost-peer error stays on the
+    /// collective communicators of the ranks it told, where
     /// `ncclCommShrink` refuses them, so the heal re-creates whatever this
     /// rank keeps, and a revoke with a dead peer would only hold the heal
     /// up (it must end before the heal goes on; an abort need only begin).
     pub(crate) fn revokes(&self, failure: &Failure) -> bool {
         self.options().revoke_on_failure
             && failure.cause != FailureCause::Aborted
-            && !self.peer_died(failure)
+            && !self.peer_died()
     }
 
     /// This rank's progress and last collectives, for the other ranks.

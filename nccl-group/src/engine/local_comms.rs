@@ -81,10 +81,11 @@ impl LocalComms {
         let core = comm.core();
         if !core.is_revoked() {
             return Some(
-                "the failure aborted it instead of revoking it (NCCL reported a lost peer on \
-                 it, which ncclCommShrink refuses even after a revoke; a thread was in a NCCL \
-                 call on it; GroupOptions::revoke_on_failure is off; or NCCL has no \
-                 ncclCommRevoke)"
+                "the failure aborted it instead of revoking it (the group had lost a process, \
+                 as NCCL reported on this rank's collective communicators or to the rank whose \
+                 alarm came: ncclCommShrink refuses a communicator with that error even after a \
+                 revoke; a thread was in a NCCL call on it; GroupOptions::revoke_on_failure is \
+                 off; or NCCL has no ncclCommRevoke)"
                     .to_string(),
             );
         }

@@ -145,8 +145,18 @@ impl Member {
         // A lost peer's error outlives a revoke and ncclCommShrink refuses
         // it (`LocalComms::unshrinkable`): an abort, quicker to begin, does
         // as well.
-        let peer_lost = matches!(core.async_error(), Err(e) if e.kind() == ErrorKind::PeerLost);
-        !peer_lost && core.capabilities().has(Capability::Revoke) && core.revoke().is_ok()
+        !reports_lost_peer(core)
+            && core.capabilities().has(Capability::Revoke)
+            && core.revoke().is_ok()
+    }
+
+    /// Whether NCCL reported a lost peer (`ncclRemoteError`) on the
+    /// communicator; `false` while a thread is inside a NCCL call on it
+    /// (this never waits for that call).
+    pub(crate) fn saw_lost_peer(&self) -> bool {
+        self.comm
+            .try_lock()
+            .is_some_and(|comm| reports_lost_peer(comm.core()))
     }
 
     /// Notes that the lock holder started enqueueing at `started`, with
@@ -157,6 +167,11 @@ impl Member {
     pub(crate) fn enqueueing(&self, started: Instant, timeout: Duration) -> Enqueueing<'_> {
         self.enqueue.start(started, timeout)
     }
+}
+
+/// Whether `core`'s asynchronous error is a lost peer.
+fn reports_lost_peer(core: &nccl_core::Communicator) -> bool {
+    matches!(core.async_error(), Err(e) if e.kind() == ErrorKind::PeerLost)
 }
 
 #[cfg(test)]

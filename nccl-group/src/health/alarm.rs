@@ -23,7 +23,8 @@ pub(crate) struct Listener {
     pub(crate) last: Mutex<Option<Instant>>,
     /// Whether a read is running.
     pub(crate) reading: AtomicBool,
-    /// Whether the alarm that failed the group came from a rank that NCCL
-    /// told of a lost peer: a process of the group died.
+    /// Whether an alarm read here said its raising rank knew of a lost
+    /// process (set by any read that says so, also one that came too late
+    /// to fail the group).
     pub(crate) peer_lost: AtomicBool,
 }

@@ -340,24 +340,21 @@ fn an_alarmed_rank_and_a_lone_rank_raise_none() {
     assert_eq!(alarm.rank, 0);
 }
 
-/// A death told by NCCL to one rank reaches the others through its alarm,
-/// so that none of them revokes (the heal re-creates after a death, and a
-/// revoke would only hold it up); a timeout's alarm leaves the revoke.
+/// An alarm whose raising rank knew of a lost process makes the ranks it
+/// fails abort rather than revoke (the heal re-creates after a death, and a
+/// revoke would only hold it up); a rank failed by its own detection still
+/// hears of it before its release.
 #[test]
-fn an_alarm_after_a_lost_peer_says_so_and_its_ranks_abort_instead_of_revoking() {
+fn an_alarm_after_a_lost_process_makes_its_ranks_abort_instead_of_revoking() {
     let (_counting, store, groups, start) = waiting_world("died", 3, 2);
-    let lost = FailureCause::AsyncError {
-        error: "ncclRemoteError: remote process exited".into(),
-        nccl_code: Some(nccl_core::ResultCode(6)),
-    };
-    let failing = {
-        let inner = Arc::clone(&groups[0].inner);
-        std::thread::spawn(move || inner.fail(lost, None, Finish::Here))
-    };
-    until_set(&store, "died/0/failed");
-    let alarm: Raised =
-        serde_json::from_slice(&store.try_get("died/0/failed").unwrap().unwrap()).unwrap();
-    assert!(alarm.peer_lost, "{alarm:?}");
+    let died = serde_json::to_vec(&Raised {
+        rank: 0,
+        cause: "ncclRemoteError: remote process exited".into(),
+        unresponsive: None,
+        peer_lost: true,
+    })
+    .unwrap();
+    store.set("died/0/failed", &died).unwrap();
     groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
     let failure = failing_by_the_alarm(&groups[2]);
     assert!(
@@ -365,16 +362,39 @@ fn an_alarm_after_a_lost_peer_says_so_and_its_ranks_abort_instead_of_revoking() 
         "{:?}",
         failure.cause
     );
-    assert!(groups[2].inner.peer_died(&failure), "told of the death");
+    assert!(groups[2].inner.peer_died(), "told of the lost process");
     assert!(!groups[2].inner.revokes(&failure), "aborts, not revokes");
+    // Rank 1 fails by its own timeout, the alarm already written: its
+    // failure reads the alarm before its release.
+    assert!(!groups[1].inner.peer_died());
+    // Rank 0 reports too, so rank 1's exchange ends at once.
+    let zero = fail_by_timeout(&groups[0]);
+    fail_by_timeout(&groups[1]).join().unwrap();
+    zero.join().unwrap();
+    let own = groups[1].failure().expect("rank 1 failed");
+    assert!(groups[1].inner.peer_died(), "heard of it from the alarm");
+    assert!(!groups[1].inner.revokes(&own));
+}
+
+/// A timeout's alarm says no process was lost: the ranks it fails keep the
+/// revoke, for the heal's shrink.
+#[test]
+fn a_timeouts_alarm_says_no_death_and_its_ranks_keep_the_revoke() {
+    let (_counting, store, groups, start) = waiting_world("slow", 3, 2);
+    let failing = fail_by_timeout(&groups[0]);
+    until_set(&store, "slow/0/failed");
+    let alarm: Raised =
+        serde_json::from_slice(&store.try_get("slow/0/failed").unwrap().unwrap()).unwrap();
+    assert!(!alarm.peer_lost, "{alarm:?}");
+    groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
+    let failure = failing_by_the_alarm(&groups[2]);
+    assert!(!groups[2].inner.peer_died(), "a timeout is no death");
+    assert!(
+        groups[2].inner.revokes(&failure),
+        "the revoke stays for the shrink"
+    );
     fail_by_timeout(&groups[1]).join().unwrap();
     failing.join().unwrap();
-    let after_timeout = groups[1].failure().expect("rank 1 failed");
-    assert!(!groups[1].inner.peer_died(&after_timeout), "a timeout is no death");
-    assert!(
-        groups[1].inner.revokes(&after_timeout),
-        "a timeout keeps the revoke for the shrink"
-    );
 }
 
 /// An alarm written before the field existed reads as no death.

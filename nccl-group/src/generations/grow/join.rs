@@ -33,12 +33,14 @@ impl GroupBuilder {
     /// the GPU it drives; device 0 when not given), where the grow has
     /// one.
     ///
-    /// Before it takes its ticket, the process pays NCCL's first-use costs
+    /// Before it takes its ticket, the process pays NCCL's one-time costs
     /// on that device: it makes a one-rank communicator there
-    /// (`ncclCommInitAll`) and finalizes it, so that NCCL's initialisation,
-    /// NVML's and the topology's first reading happen while it waits, not in
-    /// the grow's first communicator. Best effort: where that fails (no
-    /// GPU, no NCCL), the grow's own communicator reports why.
+    /// (`ncclCommInitAll`, which needs no peer and so no timeout; it leaves
+    /// the device current on the calling thread) and finalizes it, so that
+    /// NCCL's own setup, NVML's and the CUDA runtime's happen while it
+    /// waits, not in the grow's first communicator; the device is held
+    /// until the join ends. Best effort: where that fails (no GPU, no
+    /// NCCL), the grow's own communicator reports why.
     ///
     /// The builder's rank and world size are not used: the offer gives them.
     /// A process launched like the group's ranks joins with
@@ -68,7 +70,7 @@ impl GroupBuilder {
         options.validate()?;
         check_name(name)?;
         let key = CommKey::Collective(DeviceList::one(local_rank)?);
-        warm_nccl(local_rank);
+        let _warm = warm_nccl(local_rank);
         let (offer, rank) = await_place(&*store, name, &store_address, timeout)?;
         crate::diagnostics::trace::event!(info, group = name, rank, offer = ?offer, "offered a place");
         let scope = Scope::path(&offer.scope)?;
@@ -151,16 +153,16 @@ impl ProcessGroup {
     }
 }
 
-/// Makes and finalizes a one-rank communicator on device `local_rank`
-/// ([`GroupBuilder::join_grown`]'s warm-up), where the device and NCCL
-/// allow; what fails is left to the grow's own communicator to report.
-fn warm_nccl(local_rank: usize) {
-    let warmed = nccl_core::Device::new(local_rank)
-        .and_then(|device| nccl_core::Communicator::init_all(std::slice::from_ref(&device)))
+/// [`GroupBuilder::join_grown`]'s warm-up on device `local_rank`: the
+/// device, for the caller to hold; `None` without one.
+fn warm_nccl(local_rank: usize) -> Option<nccl_core::Device> {
+    let device = nccl_core::Device::new(local_rank).ok()?;
+    let warmed = nccl_core::Communicator::init_all(std::slice::from_ref(&device))
         .and_then(|comms| comms.iter().try_for_each(nccl_core::Communicator::finalize));
     if let Err(_error) = warmed {
-        crate::diagnostics::trace::event!(debug, error = %_error, device = local_rank, "no NCCL warm-up before joining");
+        crate::diagnostics::trace::event!(warn, error = %_error, device = local_rank, "NCCL's warm-up before joining failed");
     }
+    Some(device)
 }
 
 /// The launch configuration of a joining process, read through `var`:
