@@ -11,7 +11,10 @@
 //!
 //! How: the first failing rank of a generation writes
 //! `<group>/<generation>/failed` ([`FAILED`]) (later ones find it written); a heal
-//! called on a live group raises it too. A rank reads that key only while
+//! called on a live group raises it too. The alarm says whether its rank
+//! knew the group lost a process, and a later rank that knows marks the
+//! first alarm so, once: the ranks it fails then abort their communicators
+//! rather than revoke them ([`Inner::peer_died`]). A rank reads that key only while
 //! one of its operations has been pending for [`LISTEN_AFTER`], every
 //! [`LISTEN_EVERY`], with one read that does not wait for the key (it
 //! waits for the store's answer, up to the store's I/O timeout) on a
@@ -62,6 +65,24 @@ pub(crate) struct Raised {
     peer_lost: bool,
 }
 
+/// Adds the death this rank knew of to the first alarm, `first`, raised
+/// without it (a heal of a live group, a timeout, before NCCL told anyone),
+/// so that ranks reading it later abort rather than revoke too; once, and
+/// only if the alarm is still `first` (best effort: the ranks that read it
+/// before stay as they were).
+fn mark_the_death(store: &dyn nccl_rendezvous::Store, key: &str, first: Vec<u8>) {
+    let Ok(mut alarm) = serde_json::from_slice::<Raised>(&first) else {
+        return;
+    };
+    if alarm.peer_lost {
+        return;
+    }
+    alarm.peer_lost = true;
+    if let Ok(marked) = serde_json::to_vec(&alarm) {
+        let _ = store.compare_set(key, Some(&first), &marked);
+    }
+}
+
 /// The alarm's key of `m`'s generation (`<group>/<generation>/failed`).
 pub(crate) fn key(m: &Membership) -> Result<String> {
     Ok(m.generation_scope()?.key(FAILED))
@@ -96,9 +117,19 @@ impl Inner {
         let Ok(bytes) = serde_json::to_vec(&raised) else {
             return;
         };
+        let Ok(key) = key(m) else {
+            return;
+        };
         // The first rank's alarm stays: it names where the failure began.
-        let _ = key(m).and_then(|key| Ok(m.store.compare_set(&key, None, &bytes)?));
+        let Ok(set) = m.store.compare_set(&key, None, &bytes) else {
+            return;
+        };
         crate::diagnostics::trace::event!(info, group = %m.name, "failure alarm raised for the other ranks");
+        if raised.peer_lost
+            && let Some(first) = set.current.filter(|_| !set.swapped)
+        {
+            mark_the_death(&*m.store, &key, first);
+        }
     }
 
     /// Whether the group is known to have lost a process: NCCL reported a

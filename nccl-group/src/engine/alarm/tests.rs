@@ -397,6 +397,38 @@ fn a_timeouts_alarm_says_no_death_and_its_ranks_keep_the_revoke() {
     failing.join().unwrap();
 }
 
+/// A rank that knows of a death, failing after another rank's alarm said
+/// none, marks that alarm: it keeps naming the first rank, and the ranks
+/// that read it later abort too.
+#[test]
+fn a_later_rank_that_knows_of_a_death_marks_the_first_alarm() {
+    let (_counting, store, groups, start) = waiting_world("marked", 3, 2);
+    let first = fail_by_timeout(&groups[0]);
+    until_set(&store, "marked/0/failed");
+    groups[1]
+        .inner
+        .listener
+        .peer_lost
+        .store(true, Ordering::SeqCst);
+    let second = fail_by_timeout(&groups[1]);
+    let read = {
+        let store = Arc::clone(&store);
+        move || -> Raised {
+            serde_json::from_slice(&store.try_get("marked/0/failed").unwrap().unwrap()).unwrap()
+        }
+    };
+    until("the alarm marked", {
+        let read = read.clone();
+        move || read().peer_lost
+    });
+    assert_eq!(read().rank, 0, "the first rank stays named");
+    groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
+    let failure = failing_by_the_alarm(&groups[2]);
+    assert!(!groups[2].inner.revokes(&failure), "aborts, not revokes");
+    second.join().unwrap();
+    first.join().unwrap();
+}
+
 /// An alarm written before the field existed reads as no death.
 #[test]
 fn an_alarm_without_the_death_field_reads_as_none() {
