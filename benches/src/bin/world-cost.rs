@@ -11,6 +11,7 @@
 //! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
 //! | `tensor-event` | `tensor` with a CUDA event recorded after each call: the least any layer that tracks each operation's end adds (the group records one per operation) |
 //! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does (nccl-core's `wait_ready`) |
+//! | `tensor-nonblocking-event` | `tensor-nonblocking` with the end event of `tensor-event`: whether recording it after a nonblocking call, which NCCL may have enqueued on a thread of its own, costs more than after a blocking one |
 //! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
@@ -170,7 +171,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 15] = {
+const LAYERS: [LayerSpec; 16] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -200,6 +201,10 @@ const LAYERS: [LayerSpec; 15] = {
         layer("tensor", tensor(true, Wait::Library, false)),
         layer("tensor-event", tensor(true, Wait::Library, true)),
         layer("tensor-nonblocking", tensor(false, Wait::Library, false)),
+        layer(
+            "tensor-nonblocking-event",
+            tensor(false, Wait::Library, true),
+        ),
         layer("tensor-nonblocking-spin", tensor(false, Wait::Spin, false)),
         layer(
             "tensor-nonblocking-yield",
