@@ -87,13 +87,26 @@ pub fn publish(dir: &Path, name: &str, value: &str) {
 /// The contents of `dir/name` once some process published it, or `None`
 /// after `timeout`.
 pub fn await_mark(dir: &Path, name: &str, timeout: Duration) -> Option<String> {
+    await_mark_while(dir, name, timeout, || true)
+}
+
+/// [`await_mark`], giving up at once when `publisher_runs` says the
+/// process that would publish the mark is gone (a rank that failed before
+/// it got there), instead of waiting out `timeout`.
+pub fn await_mark_while(
+    dir: &Path,
+    name: &str,
+    timeout: Duration,
+    mut publisher_runs: impl FnMut() -> bool,
+) -> Option<String> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Ok(text) = std::fs::read_to_string(dir.join(name)) {
             return Some(text);
         }
-        if Instant::now() >= deadline {
-            return None;
+        if Instant::now() >= deadline || !publisher_runs() {
+            // A mark published just before its process ended still counts.
+            return std::fs::read_to_string(dir.join(name)).ok();
         }
         thread::sleep(POLL);
     }
@@ -217,4 +230,35 @@ pub fn wait_children(children: Vec<ChildTest>, deadline: Duration, grace: Durati
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_wait_ends_with_its_publisher_and_still_reads_a_late_mark() {
+        let dir = std::env::temp_dir().join(format!("nccl-rs-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut asked = 0;
+        let gone = await_mark_while(&dir, "never", Duration::from_secs(3600), || {
+            asked += 1;
+            false
+        });
+        assert_eq!(gone, None);
+        assert_eq!(
+            asked, 1,
+            "gave up at the first look after the publisher ended"
+        );
+        // Published, then its process ended: the mark counts.
+        let mut published = false;
+        let late = await_mark_while(&dir, "late", Duration::from_secs(3600), || {
+            publish(&dir, "late", "here");
+            published = true;
+            false
+        });
+        assert!(published);
+        assert_eq!(late.as_deref(), Some("here"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

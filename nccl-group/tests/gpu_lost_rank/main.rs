@@ -35,7 +35,7 @@ use nccl_group::{CommMode, StreamMode};
 use nccl_launch::{Ending, Launch, Outcome, Placement, WaitPolicy};
 use nccl_test_support as support;
 use nccl_test_support::group::launched_role;
-use nccl_test_support::processes::{await_mark, publish};
+use nccl_test_support::processes::{await_mark_while, publish};
 
 /// What happens to the last rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -292,8 +292,14 @@ fn launch(exe: &Path, cell: Cell, run: usize) -> Result<Report, String> {
     let mut job = launch
         .spawn(exe, args)
         .map_err(|e| format!("launch: {e}"))?;
+    // A rank that ended early (a library that does not load, a failed
+    // creation) publishes no mark: the waits below end with it.
+    let dir = job.dir().to_path_buf();
     if cell.fault != Fault::Exits {
-        if await_mark(job.dir(), VICTIM_READY, MARK_TIMEOUT).is_none() {
+        let ready = await_mark_while(&dir, VICTIM_READY, MARK_TIMEOUT, || {
+            job.status(victim).is_none()
+        });
+        if ready.is_none() {
             (0..cell.world).for_each(|rank| job.kill(rank));
             let outcome = job.wait(WaitPolicy::All);
             return Err(format!(
@@ -310,7 +316,10 @@ fn launch(exe: &Path, cell: Cell, run: usize) -> Result<Report, String> {
         // The survivors fail within the operation timeout; then the
         // stopped rank goes on, and must fail cleanly too.
         for rank in 0..victim {
-            if await_mark(job.dir(), &format!("done.{rank}"), MARK_TIMEOUT).is_none() {
+            let done = await_mark_while(&dir, &format!("done.{rank}"), MARK_TIMEOUT, || {
+                job.status(rank).is_none()
+            });
+            if done.is_none() {
                 break;
             }
         }
