@@ -243,14 +243,15 @@ impl Inner {
     /// On the alarm's thread of its own, the failure can finish here
     /// (`finish`).
     fn fail_by_alarm(self: &Arc<Self>, raised: Raised, finish: Finish) {
+        // Before the failure, whose release reads it; also when another
+        // failure came first, whose release may not have begun.
+        if raised.peer_lost {
+            self.listener.peer_lost.store(true, Ordering::Release);
+        }
         if self.state.load(Ordering::Acquire) != LIVE {
             return;
         }
         crate::diagnostics::trace::event!(error, group = %self.cache.membership().name, rank = raised.rank, "another rank's failure alarm: failing the group");
-        // Before the failure: its release reads it.
-        if raised.peer_lost {
-            self.listener.peer_lost.store(true, Ordering::Release);
-        }
         let cause = match raised.unresponsive {
             Some((rank, silent_for)) => FailureCause::PeerUnresponsive {
                 rank,

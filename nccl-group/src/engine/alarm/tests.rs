@@ -395,6 +395,18 @@ fn a_timeouts_alarm_says_no_death_and_its_ranks_keep_the_revoke() {
     );
     fail_by_timeout(&groups[1]).join().unwrap();
     failing.join().unwrap();
+    // A death's alarm read after the group failed is still noted.
+    let died = serde_json::to_vec(&Raised {
+        rank: 1,
+        cause: "ncclRemoteError".into(),
+        unresponsive: None,
+        peer_lost: true,
+    })
+    .unwrap();
+    store.set("slow/0/failed", &died).unwrap();
+    // Held by its owner and by the reading thread, as the beat's thread holds it.
+    Arc::clone(&groups[2].inner).alarm_pushed();
+    assert!(groups[2].inner.peer_died(), "noted after the failure too");
 }
 
 /// A rank that knows of a death, failing after another rank's alarm said
