@@ -148,9 +148,15 @@ impl Inner {
     /// heal of a live group, this rank's own detection): notes a death it
     /// reports, so that this rank aborts rather than revokes too.
     pub(crate) fn hear_of_a_death(&self) {
-        if let Some(raised) = self.read_alarm()
-            && raised.peer_lost
-        {
+        if let Some(raised) = self.read_alarm() {
+            self.note_a_death(&raised);
+        }
+    }
+
+    /// Notes the death `raised` reports, if it does, for this rank's
+    /// release ([`Inner::peer_died`]).
+    fn note_a_death(&self, raised: &Raised) {
+        if raised.peer_lost {
             self.listener.peer_lost.store(true, Ordering::Release);
         }
     }
@@ -245,9 +251,7 @@ impl Inner {
     fn fail_by_alarm(self: &Arc<Self>, raised: Raised, finish: Finish) {
         // Before the failure, whose release reads it; also when another
         // failure came first, whose release may not have begun.
-        if raised.peer_lost {
-            self.listener.peer_lost.store(true, Ordering::Release);
-        }
+        self.note_a_death(&raised);
         if self.state.load(Ordering::Acquire) != LIVE {
             return;
         }

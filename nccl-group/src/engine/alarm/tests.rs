@@ -174,6 +174,18 @@ fn fail_by_timeout(group: &ProcessGroup) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// The stored form of rank `rank`'s alarm for `cause`, saying whether it
+/// knew of a lost process.
+fn alarm_bytes(rank: usize, cause: &str, peer_lost: bool) -> Vec<u8> {
+    serde_json::to_vec(&Raised {
+        rank,
+        cause: cause.into(),
+        unresponsive: None,
+        peer_lost,
+    })
+    .unwrap()
+}
+
 /// `group`'s failure, once the alarm its read found failed it.
 fn failing_by_the_alarm(group: &ProcessGroup) -> Arc<Failure> {
     let group = group.clone();
@@ -264,13 +276,7 @@ fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
     counting.panics.store(false, Ordering::SeqCst);
     // This rank's own alarm (a failure of its own, seen late) is not
     // another rank's.
-    let own = serde_json::to_vec(&Raised {
-        rank: 1,
-        cause: "its own".into(),
-        unresponsive: None,
-        peer_lost: false,
-    })
-    .unwrap();
+    let own = alarm_bytes(1, "its own", false);
     store.set("panics/0/failed", &own).unwrap();
     groups[1]
         .inner
@@ -285,13 +291,7 @@ fn a_panicking_store_or_an_own_alarm_fails_nothing_and_reading_goes_on() {
 #[test]
 fn a_read_keeps_no_dropped_group_alive() {
     let (counting, store, mut groups, start) = waiting_world("dropped", 2, 1);
-    let other = serde_json::to_vec(&Raised {
-        rank: 0,
-        cause: "did not complete".into(),
-        unresponsive: None,
-        peer_lost: false,
-    })
-    .unwrap();
+    let other = alarm_bytes(0, "did not complete", false);
     store.set("dropped/0/failed", &other).unwrap();
     counting.held.store(true, Ordering::SeqCst);
     groups[1].inner.listen_for_alarm(start + LISTEN_AFTER);
@@ -347,13 +347,7 @@ fn an_alarmed_rank_and_a_lone_rank_raise_none() {
 #[test]
 fn an_alarm_after_a_lost_process_makes_its_ranks_abort_instead_of_revoking() {
     let (_counting, store, groups, start) = waiting_world("died", 3, 2);
-    let died = serde_json::to_vec(&Raised {
-        rank: 0,
-        cause: "ncclRemoteError: remote process exited".into(),
-        unresponsive: None,
-        peer_lost: true,
-    })
-    .unwrap();
+    let died = alarm_bytes(0, "ncclRemoteError: remote process exited", true);
     store.set("died/0/failed", &died).unwrap();
     groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
     let failure = failing_by_the_alarm(&groups[2]);
@@ -396,13 +390,7 @@ fn a_timeouts_alarm_says_no_death_and_its_ranks_keep_the_revoke() {
     fail_by_timeout(&groups[1]).join().unwrap();
     failing.join().unwrap();
     // A death's alarm read after the group failed is still noted.
-    let died = serde_json::to_vec(&Raised {
-        rank: 1,
-        cause: "ncclRemoteError".into(),
-        unresponsive: None,
-        peer_lost: true,
-    })
-    .unwrap();
+    let died = alarm_bytes(1, "ncclRemoteError", true);
     store.set("slow/0/failed", &died).unwrap();
     // Held by its owner and by the reading thread, as the beat's thread holds it.
     Arc::clone(&groups[2].inner).alarm_pushed();
