@@ -17,6 +17,7 @@
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
 //! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread (at world size 2 or more: a group of one process has no check) |
 //! | `group-lean` | `group-unchecked` with no liveness beat (none at world size 1 either), no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
+//! | `group-nonblocking-unchecked`, `group-nonblocking-lean` | the same two on `group-nonblocking-caller`: whether the nonblocking group's extra over `tensor-nonblocking` is its background threads' or the issue path's |
 //!
 //! Run it as every rank: `nccl-launch -n 2 target/release/world-cost`.
 //! Alone (no `RANK`/`WORLD_SIZE`) it is world size 1 over an in-process
@@ -171,7 +172,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 16] = {
+const LAYERS: [LayerSpec; 18] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -219,6 +220,14 @@ const LAYERS: [LayerSpec; 16] = {
             Issue::Group(Blocking, Caller, Trim::Unchecked),
         ),
         layer("group-lean", Issue::Group(Blocking, Caller, Trim::Lean)),
+        layer(
+            "group-nonblocking-unchecked",
+            Issue::Group(Nonblocking, Caller, Trim::Unchecked),
+        ),
+        layer(
+            "group-nonblocking-lean",
+            Issue::Group(Nonblocking, Caller, Trim::Lean),
+        ),
     ]
 };
 
