@@ -6,6 +6,7 @@ mod ci;
 mod doc_pages;
 mod fuzz;
 mod gpu_bundle;
+mod host_profile;
 mod launchers;
 mod manifests;
 mod nccl_tests_compare;
@@ -13,7 +14,7 @@ mod packaged;
 mod public_api;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,10 @@ enum Task {
     /// Build the GPU test and bench binaries (release, stripped) with a
     /// run.sh into target/gpu-bundle/ for the GPU machine.
     GpuBundle(gpu_bundle::Args),
+    /// Run world-cost at world size 1 against a CUDA driver and an NCCL that do
+    /// nothing (built with cc into target/host-profile/): each layer's own host
+    /// code, on a machine without a GPU; --perf records it.
+    HostProfile(host_profile::Args),
     /// Start nccl-rendezvous's launch_check example under mpirun, srun and
     /// sbatch (a one-host Slurm cluster it starts and stops) and check that
     /// every rank agrees on the launch (CI runs it after `ci`).
@@ -91,6 +96,27 @@ fn run_cargo(args: &[OsString], env: &[(&'static str, OsString)]) -> Result<()> 
     }
 }
 
+/// Compiles the C file `source` with `cc` into the shared library
+/// `library`, whose soname is `soname`.
+///
+/// # Errors
+/// `cc` could not be started, or failed.
+fn compile_shared_library(source: &Path, library: &Path, soname: &str) -> Result<()> {
+    let status = Command::new("cc")
+        .args(["-O2", "-shared", "-fPIC"])
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg("-o")
+        .arg(library)
+        .arg(source)
+        .status()
+        .map_err(|e| format!("could not run cc to build {}: {e}", library.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cc` failed building {} ({status})", library.display()).into())
+    }
+}
+
 /// The first `program` in `$PATH`, if any.
 fn on_path(program: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
@@ -105,6 +131,7 @@ fn main() {
         Task::Ci(args) => ci::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::GpuBundle(args) => gpu_bundle::run(args),
+        Task::HostProfile(args) => host_profile::run(args),
         Task::Launchers(args) => launchers::run(args),
         Task::NcclTestsCompare(args) => nccl_tests_compare::run(args),
         Task::PublicApi(args) => public_api::run(args),

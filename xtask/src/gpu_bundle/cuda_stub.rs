@@ -10,7 +10,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 
 use crate::Result;
 
@@ -67,15 +66,7 @@ pub fn write(cudarc_dir: &Path, root: &Path) -> Result<()> {
     let source = stubs.join("libcuda-stub.c");
     std::fs::write(&source, stub_source(&names))?;
     let library = stubs.join("libcuda.so");
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(&library)
-        .arg(&source)
-        .status()
-        .map_err(|e| format!("could not run cc to build the libcuda link stub: {e}"))?;
-    if !status.success() {
-        return Err(format!("`cc` failed building {} ({status})", library.display()).into());
-    }
+    crate::compile_shared_library(&source, &library, "libcuda.so.1")?;
     println!(
         "==> {}: a link stub of {} driver functions",
         library.display(),

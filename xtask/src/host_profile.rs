@@ -1,0 +1,141 @@
+//! `cargo xtask host-profile [--perf] [-- WORLD_COST_ARGS]`: the host
+//! code of an operation, on a machine without a GPU.
+//!
+//! Builds a CUDA driver and an NCCL that do nothing ([`FAKE_CUDA`],
+//! [`FAKE_NCCL`]: every call succeeds at once, "device" memory is host
+//! memory) into `target/host-profile/`, then runs the benches' `world-cost`
+//! at world size 1 against them: every layer's own host code with the
+//! driver's and NCCL's costs taken out, which is what a change to the issue
+//! path moves. With `--perf`, under `perf record --call-graph dwarf`
+//! (`perf report -i target/host-profile/perf.data` reads it). The figures
+//! are this machine's; the GPU machine's `world-cost` adds the driver's
+//! calls (an event record, a capture query) and NCCL's to them.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{Result, compile_shared_library, on_path, run_cargo, workspace_root};
+
+/// The fake driver's source: the functions the issue path calls.
+const FAKE_CUDA: &str = include_str!("host_profile/fake_cuda.c");
+/// The fake NCCL's source.
+const FAKE_NCCL: &str = include_str!("host_profile/fake_nccl.c");
+
+/// Where the libraries, the bench's build and perf's data go.
+const OUT_DIR: &str = "target/host-profile";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Record the run with `perf record --call-graph dwarf` (perf must be on the PATH).
+    #[arg(long)]
+    perf: bool,
+
+    /// Arguments for world-cost (default: every layer, 7 rounds of 3000 calls).
+    #[arg(last = true, value_name = "WORLD_COST_ARGS")]
+    world_cost_args: Vec<OsString>,
+}
+
+/// world-cost's arguments when none are given: enough calls per round
+/// that a round is milliseconds, not microseconds.
+const DEFAULT_ARGS: [&str; 6] = ["--iters", "3000", "--rounds", "7", "--warmup", "300"];
+
+/// The arguments world-cost gets: `given`, or [`DEFAULT_ARGS`].
+fn world_cost_args(given: &[OsString]) -> Vec<OsString> {
+    if given.is_empty() {
+        DEFAULT_ARGS.iter().map(OsString::from).collect()
+    } else {
+        given.to_vec()
+    }
+}
+
+/// Compiles `source` into the shared library `out/name` with soname `name`.
+fn build_library(out: &Path, name: &str, source: &str) -> Result<PathBuf> {
+    let source_path = out.join(format!("{name}.c"));
+    std::fs::write(&source_path, source)?;
+    let library = out.join(name);
+    compile_shared_library(&source_path, &library, name)?;
+    Ok(library)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let root = workspace_root();
+    let out = root.join(OUT_DIR);
+    std::fs::create_dir_all(&out)?;
+    let cuda = build_library(&out, "libcuda.so.1", FAKE_CUDA)?;
+    // cudarc looks for `libcuda.so` first.
+    let link = out.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&cuda, &link)?;
+    let nccl = build_library(&out, "libnccl.so.2", FAKE_NCCL)?;
+    let target_dir = out.join("build");
+    let mut build: Vec<OsString> = ["build", "--release", "-p", "benches", "--bin", "world-cost"]
+        .map(OsString::from)
+        .to_vec();
+    build.extend(["--target-dir".into(), target_dir.clone().into()]);
+    // Line tables only: perf places samples by source line; the code is
+    // release's.
+    run_cargo(
+        &build,
+        &[("CARGO_PROFILE_RELEASE_DEBUG", "line-tables-only".into())],
+    )
+    .map_err(|e| format!("building world-cost failed: {e}"))?;
+    let bench = target_dir.join("release/world-cost");
+    let mut command = if args.perf {
+        let perf = on_path("perf").ok_or("--perf: perf is not on the PATH")?;
+        let mut command = Command::new(perf);
+        command
+            .args(["record", "--call-graph", "dwarf,16384", "-F", "2000", "-o"])
+            .arg(out.join("perf.data"))
+            .arg(&bench);
+        command
+    } else {
+        Command::new(&bench)
+    };
+    command
+        .args(world_cost_args(&args.world_cost_args))
+        .env("LD_LIBRARY_PATH", &out)
+        .env("NCCL_LIBRARY", &nccl)
+        .current_dir(&root);
+    println!(
+        "==> world-cost on the do-nothing driver and NCCL of {}",
+        out.display()
+    );
+    let status = command
+        .status()
+        .map_err(|e| format!("could not run {}: {e}", bench.display()))?;
+    if args.perf {
+        println!(
+            "==> perf report -i {} --no-children --sort sym",
+            out.join("perf.data").display()
+        );
+    }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("world-cost exited with {status}").into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn world_cost_gets_the_defaults_only_when_given_nothing() {
+        assert_eq!(world_cost_args(&[]), DEFAULT_ARGS.map(OsString::from));
+        let given = [OsString::from("--layers"), OsString::from("tensor")];
+        assert_eq!(world_cost_args(&given), given);
+    }
+
+    #[test]
+    fn the_fakes_compile_into_libraries() {
+        let out = std::env::temp_dir().join(format!("xtask-host-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&out).unwrap();
+        for (name, source) in [("libcuda.so.1", FAKE_CUDA), ("libnccl.so.2", FAKE_NCCL)] {
+            let library = build_library(&out, name, source).unwrap();
+            assert!(std::fs::metadata(&library).unwrap().len() > 0, "{name}");
+        }
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+}
