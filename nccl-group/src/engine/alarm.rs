@@ -134,8 +134,8 @@ impl Inner {
 
     /// Whether the group is known to have lost a process: NCCL reported a
     /// lost peer on one of this rank's collective communicators (the ones a
-    /// heal could shrink), or an alarm read here said so of its raising
-    /// rank's.
+    /// heal could shrink), an alarm read here said so of its raising
+    /// rank's, or this process is exiting ([`Inner::note_own_exit`]).
     pub(crate) fn peer_died(&self) -> bool {
         self.listener.peer_lost.load(Ordering::Acquire)
             || self.cache.keyed().iter().any(|(_, key, comms)| {
@@ -151,6 +151,15 @@ impl Inner {
         if let Some(raised) = self.read_alarm() {
             self.note_a_death(&raised);
         }
+    }
+
+    /// Notes that this process is leaving the group (CUDA is shutting down
+    /// under its pending operations): the group is losing a process, this
+    /// one, so the alarm it raises says so and the other ranks abort rather
+    /// than revoke ([`Inner::peer_died`]); a revoke waits for NCCL, whose
+    /// shrink would refuse the lost process's peers anyway.
+    pub(crate) fn note_own_exit(&self) {
+        self.listener.peer_lost.store(true, Ordering::Release);
     }
 
     /// Notes the death `raised` reports, if it does, for this rank's

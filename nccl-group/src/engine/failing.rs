@@ -404,6 +404,13 @@ impl Inner {
     }
 }
 
+/// Whether CUDA answered `error` because its driver is shutting down in
+/// this process: the process is exiting (`std::process::exit`, the end of
+/// `main`) with operations of a live group pending.
+pub(crate) fn cuda_is_shutting_down(error: &cudarc::driver::DriverError) -> bool {
+    error.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_DEINITIALIZED
+}
+
 /// The cause of a failure for a communicator's asynchronous error: its
 /// text, and NCCL's code kept as a code (a lost peer's `ncclRemoteError`).
 fn async_error(error: &nccl_core::Error) -> FailureCause {
@@ -437,12 +444,17 @@ impl Watched for Inner {
             Some(Verdict::TimedOut { seq, ran, timeout }) => {
                 (FailureCause::Timeout { timeout, ran }, Some(seq))
             }
-            Some(Verdict::Broken { seq, error }) => (
-                FailureCause::Cuda {
-                    error: nccl_core::ErrorChain(&error).to_string(),
-                },
-                Some(seq),
-            ),
+            Some(Verdict::Broken { seq, error }) => {
+                if cuda_is_shutting_down(&error) {
+                    self.note_own_exit();
+                }
+                (
+                    FailureCause::Cuda {
+                        error: nccl_core::ErrorChain(&error).to_string(),
+                    },
+                    Some(seq),
+                )
+            }
             None => {
                 let comms = self.cache.all();
                 if let Some(blocked) = comms.iter().find_map(|c| c.blocked_enqueue(now)) {

@@ -13,7 +13,10 @@ use super::*;
 use crate::ErrorKind;
 use crate::engine::group::ProcessGroup;
 use crate::generations::heal::tests::world_on;
+use crate::engine::failing::cuda_is_shutting_down;
 use crate::health::watchdog::{Completion, PendingOp, Progress};
+use cudarc::driver::DriverError;
+use cudarc::driver::sys::CUresult;
 use nccl_rendezvous::{CompareSet, InProcessStore, Result as StoreResult, Store};
 use nccl_test_support::within;
 
@@ -427,6 +430,33 @@ fn a_later_rank_that_knows_of_a_death_marks_the_first_alarm() {
     assert!(!groups[2].inner.revokes(&failure), "aborts, not revokes");
     second.join().unwrap();
     first.join().unwrap();
+}
+
+/// A process exiting with operations pending (its CUDA shutting down under
+/// the watchdog's polls, which then calls `note_own_exit`) raises an alarm
+/// that says the group lost a process, so the ranks it fails abort rather
+/// than revoke: the others, not told by NCCL, would otherwise hold the heal
+/// for their revokes.
+#[test]
+fn an_exiting_processs_alarm_says_a_process_is_lost() {
+    assert!(cuda_is_shutting_down(&DriverError(
+        CUresult::CUDA_ERROR_DEINITIALIZED
+    )));
+    assert!(!cuda_is_shutting_down(&DriverError(
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+    )));
+    let (_counting, store, groups, start) = waiting_world("exiting", 3, 2);
+    groups[0].inner.note_own_exit();
+    let exiting = fail_by_timeout(&groups[0]);
+    until_set(&store, "exiting/0/failed");
+    let alarm: Raised =
+        serde_json::from_slice(&store.try_get("exiting/0/failed").unwrap().unwrap()).unwrap();
+    assert!(alarm.peer_lost, "{alarm:?}");
+    groups[2].inner.listen_for_alarm(start + LISTEN_AFTER);
+    let failure = failing_by_the_alarm(&groups[2]);
+    assert!(!groups[2].inner.revokes(&failure), "aborts, not revokes");
+    fail_by_timeout(&groups[1]).join().unwrap();
+    exiting.join().unwrap();
 }
 
 /// An alarm written before the field existed reads as no death.
