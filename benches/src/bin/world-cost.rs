@@ -17,7 +17,7 @@
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
 //! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread (at world size 2 or more: a group of one process has no check) |
 //! | `group-lean` | `group-unchecked` with no liveness beat (none at world size 1 either), no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
-//! | `group-nonblocking-unchecked`, `group-nonblocking-lean` | the same two on `group-nonblocking-caller`: whether the nonblocking group's extra over `tensor-nonblocking` is its background threads' or the issue path's |
+//! | `group-nonblocking-unchecked`, `group-nonblocking-lean` | the same two on `group-nonblocking-caller`: at world size 2 or more, roughly how much of the nonblocking group's extra over `tensor-nonblocking` goes with the mismatch check, and with the beat, the dumps and the recorder's size |
 //!
 //! Run it as every rank: `nccl-launch -n 2 target/release/world-cost`.
 //! Alone (no `RANK`/`WORLD_SIZE`) it is world size 1 over an in-process

@@ -405,8 +405,10 @@ impl Inner {
 }
 
 /// Whether CUDA answered `error` because its driver is shutting down in
-/// this process: the process is exiting (`std::process::exit`, the end of
-/// `main`) with operations of a live group pending.
+/// this process: the process is exiting with operations pending on a group
+/// that was not dropped first (`std::process::exit`, or a group held past
+/// `main` by another thread, a static or a leak; a group dropped fails its
+/// pending operations itself).
 pub(crate) fn cuda_is_shutting_down(error: &cudarc::driver::DriverError) -> bool {
     error.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_DEINITIALIZED
 }

@@ -83,9 +83,9 @@ impl LocalComms {
             return Some(
                 "the failure aborted it instead of revoking it (the group had lost a process, \
                  as NCCL reported on this rank's collective communicators or to the rank whose \
-                 alarm came: ncclCommShrink refuses a communicator with that error even after a \
-                 revoke; a thread was in a NCCL call on it; GroupOptions::revoke_on_failure is \
-                 off; or NCCL has no ncclCommRevoke)"
+                 alarm came, or that rank was exiting: ncclCommShrink refuses a communicator \
+                 with that error even after a revoke; a thread was in a NCCL call on it; \
+                 GroupOptions::revoke_on_failure is off; or NCCL has no ncclCommRevoke)"
                     .to_string(),
             );
         }

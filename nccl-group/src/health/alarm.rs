@@ -23,8 +23,9 @@ pub(crate) struct Listener {
     pub(crate) last: Mutex<Option<Instant>>,
     /// Whether a read is running.
     pub(crate) reading: AtomicBool,
-    /// Whether an alarm read here said its raising rank knew of a lost
-    /// process (set by any read that says so, also one that came too late
-    /// to fail the group).
+    /// Whether the group is known here to have lost a process: an alarm
+    /// read here said its raising rank knew of one (any read that says so,
+    /// also one that came too late to fail the group), or this process is
+    /// exiting (`Inner::note_own_exit`).
     pub(crate) peer_lost: AtomicBool,
 }

@@ -5,18 +5,21 @@
 #include <string.h>
 
 typedef struct { int ranks, rank; } comm_t;
+/* Passed by value, as NCCL's `ncclUniqueId`. */
+typedef struct { char internal[128]; } unique_id_t;
 
 int ncclGetVersion(int *version) { *version = 22803; return 0; }
-int ncclGetUniqueId(char *id) { memset(id, 1, 128); return 0; }
-int ncclCommInitRank(comm_t **comm, int ranks, char id[128], int rank) {
+int ncclGetUniqueId(unique_id_t *id) { memset(id->internal, 1, sizeof id->internal); return 0; }
+int ncclCommInitRank(comm_t **comm, int ranks, unique_id_t id, int rank) {
     *comm = calloc(1, sizeof(comm_t));
     (*comm)->ranks = ranks;
     (*comm)->rank = rank;
     return 0;
 }
-int ncclCommInitRankConfig(comm_t **comm, int ranks, char id[128], int rank, void *config) { return ncclCommInitRank(comm, ranks, id, rank); }
+int ncclCommInitRankConfig(comm_t **comm, int ranks, unique_id_t id, int rank, void *config) { return ncclCommInitRank(comm, ranks, id, rank); }
 int ncclCommInitAll(comm_t **comms, int count, const int *devices) {
-    for (int i = 0; i < count; i++) ncclCommInitRank(&comms[i], count, NULL, i);
+    unique_id_t id = {{0}};
+    for (int i = 0; i < count; i++) ncclCommInitRank(&comms[i], count, id, i);
     return 0;
 }
 int ncclCommCount(comm_t *comm, int *count) { *count = comm->ranks; return 0; }
@@ -29,6 +32,5 @@ int ncclCommAbort(comm_t *comm) { free(comm); return 0; }
 int ncclGroupStart(void) { return 0; }
 int ncclGroupEnd(void) { return 0; }
 int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, comm_t *comm, void *stream) { return 0; }
-int ncclCommMemStats(comm_t *comm, int which, unsigned long long *value) { *value = 0; return 0; }
 const char *ncclGetErrorString(int result) { return "an error of xtask host-profile's NCCL"; }
 const char *ncclGetLastError(comm_t *comm) { return ""; }

@@ -433,12 +433,14 @@ fn a_later_rank_that_knows_of_a_death_marks_the_first_alarm() {
 }
 
 /// A process exiting with operations pending (its CUDA shutting down under
-/// the watchdog's polls, which then calls `note_own_exit`) raises an alarm
+/// the watchdog's polls, which then calls `note_own_exit`: the tick's
+/// branch is not driven here, as formatting a driver error needs the
+/// driver) raises an alarm
 /// that says the group lost a process, so the ranks it fails abort rather
 /// than revoke: the others, not told by NCCL, would otherwise hold the heal
 /// for their revokes.
 #[test]
-fn an_exiting_processs_alarm_says_a_process_is_lost() {
+fn an_exiting_process_raises_an_alarm_that_says_a_process_is_lost() {
     assert!(cuda_is_shutting_down(&DriverError(
         CUresult::CUDA_ERROR_DEINITIALIZED
     )));
