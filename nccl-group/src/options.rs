@@ -64,8 +64,8 @@ pub struct GroupOptions {
     /// loaded NCCL can, no thread is inside a NCCL call on them and the
     /// group is not known to have lost a process (NCCL's lost-peer error on
     /// a collective communicator here, or the failure alarm of a rank that
-    /// saw one, read before the release: the shrink would be refused there,
-    /// so the heal re-creates anyway): a
+    /// saw one or was exiting, read before the release: the shrink would be
+    /// refused there, so the heal re-creates anyway): a
     /// revoked communicator stops its work but stays allocated, so that
     /// [`ProcessGroup::heal`](crate::Recovery::heal) can shrink it
     /// (`ncclCommShrink`) instead of making a new one.

@@ -159,15 +159,20 @@ impl Inner {
     /// than revoke ([`Inner::peer_died`]); a revoke waits for NCCL, whose
     /// shrink would refuse the lost process's peers anyway.
     pub(crate) fn note_own_exit(&self) {
-        self.listener.peer_lost.store(true, Ordering::Release);
+        self.note_a_lost_process();
     }
 
     /// Notes the death `raised` reports, if it does, for this rank's
     /// release ([`Inner::peer_died`]).
     fn note_a_death(&self, raised: &Raised) {
         if raised.peer_lost {
-            self.listener.peer_lost.store(true, Ordering::Release);
+            self.note_a_lost_process();
         }
+    }
+
+    /// Notes that the group lost a process, for [`Inner::peer_died`].
+    fn note_a_lost_process(&self) {
+        self.listener.peer_lost.store(true, Ordering::Release);
     }
 
     /// The watchdog's part, at each tick of a live group: starts a read of
