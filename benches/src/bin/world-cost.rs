@@ -34,7 +34,11 @@
 //! alike. Only that host loop is timed; the stream is synchronised after
 //! it (`sync_us`: that wait per call, a sign of how far the GPU ran
 //! behind). Rank 0 prints, per layer, the median and min over rounds of
-//! its µs per call and the ratios of the medians to `raw` and `tensor`,
+//! its µs per call and the ratios of the medians to `raw` and `tensor`;
+//! its cost over `tensor` paired by round (`over_tensor_us`: the median
+//! over rounds of the layer's µs per call less `tensor`'s in the same
+//! round, which the layers ran back to back, so that a slow round of the
+//! machine cancels out instead of moving one layer's median);
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
 //! `Work` shares with the watchdog and the tensors it hands back; a layer
@@ -391,16 +395,29 @@ struct Figures {
     median: f64,
     min: f64,
     sync: f64,
+    /// The median over rounds of the layer's host time less `tensor`'s in
+    /// the same round; `None` without a `tensor` layer.
+    over_tensor: Option<f64>,
     /// Heap allocations per call, the most of any round.
     allocations: f64,
 }
 
 impl Figures {
-    /// From each round's figures, of `calls` calls each.
-    fn of(rounds: &[Round], calls: u32) -> Self {
+    /// From each round's figures, of `calls` calls each, and those of the
+    /// `tensor` layer in the same rounds, if it ran.
+    fn of(rounds: &[Round], tensor: Option<&[Round]>, calls: u32) -> Self {
         let host: Vec<f64> = rounds.iter().map(|round| round.host_us).collect();
         let sync: Vec<f64> = rounds.iter().map(|round| round.sync_us).collect();
+        let over_tensor = tensor.and_then(|tensor| {
+            let paired: Vec<f64> = rounds
+                .iter()
+                .zip(tensor)
+                .map(|(round, tensor)| round.host_us - tensor.host_us)
+                .collect();
+            median(&paired)
+        });
         Self {
+            over_tensor,
             median: median(&host).unwrap_or(f64::NAN),
             min: host.iter().copied().fold(f64::INFINITY, f64::min),
             sync: median(&sync).unwrap_or(f64::NAN),
@@ -525,9 +542,13 @@ fn run(args: &Args) -> Result<(), BenchError> {
             }
         }
     }
+    let tensor = layers
+        .iter()
+        .position(|layer| layer.name == "tensor")
+        .map(|index| rounds[index].as_slice());
     let figures: Vec<Figures> = rounds
         .iter()
-        .map(|times| Figures::of(times, args.iters))
+        .map(|times| Figures::of(times, tensor, args.iters))
         .collect();
     let medians: Vec<f64> = figures.iter().map(|f| f.median).collect();
     let per_rank = world.all_gather("medians", &medians)?;
@@ -600,8 +621,9 @@ fn report(
     let mut out = format!(
         "# world-cost: in-place all_reduce of {} x f32 ({} B), world size {} ({hosts}), NCCL {nccl}, {gpu}\n\
          # {} warm-up calls per layer, then {} rounds of {} timed calls per layer, interleaved; µs per call\n\
-         # of the host loop (median and min over rounds) and of the synchronisation after it (median)\n\
-         # {:<26} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11}\n",
+         # of the host loop (median and min over rounds), over tensor's in the same round (median), and of\n\
+         # the synchronisation after it (median)\n\
+         # {:<26} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11}\n",
         args.elements,
         args.elements * 4,
         world.size,
@@ -611,6 +633,7 @@ fn report(
         "layer",
         "median_us",
         "min_us",
+        "+tensor_us",
         "sync_us",
         "x raw",
         "x tensor",
@@ -619,11 +642,15 @@ fn report(
     let mut json = Vec::with_capacity(layers.len());
     for (index, (layer, f)) in layers.iter().zip(figures).enumerate() {
         let (vs_raw, vs_tensor) = (ratio(raw, f.median), ratio(tensor, f.median));
+        let over = f
+            .over_tensor
+            .map_or_else(|| "-".to_string(), |over| format!("{over:+.2}"));
         out += &format!(
-            "  {:<26} {:>10.2} {:>10.2} {:>10.2} {:>8} {:>9} {:>11.3}\n",
+            "  {:<26} {:>10.2} {:>10.2} {:>10} {:>10.2} {:>8} {:>9} {:>11.3}\n",
             layer.name,
             f.median,
             f.min,
+            over,
             f.sync,
             shown(vs_raw),
             shown(vs_tensor),
@@ -638,6 +665,7 @@ fn report(
                 "layer": layer.name,
                 "median_us": f.median,
                 "min_us": f.min,
+                "over_tensor_us": f.over_tensor,
                 "sync_us": f.sync,
                 "rank_medians_us": rank_medians,
                 "vs_raw": vs_raw,

@@ -29,7 +29,7 @@ use crate::error::{GroupError, Result};
 use crate::failure::Failure;
 use crate::engine::presence::Presence;
 use crate::health::alarm::Listener;
-use crate::health::verify::Verification;
+use crate::health::verify::{OutcomeScope, Verification};
 use crate::health::watchdog::Tracker;
 use crate::lineage::SubGroup;
 use crate::options::{GroupOptions, StreamMode};
@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) captures: captures::Captures,
     /// The clean checks that verify operations' ends (`crate::health::verify`).
     pub(crate) verification: Arc<Verification>,
+    /// What every operation's outcome shares (its checks, this group).
+    pub(crate) outcomes: Arc<OutcomeScope>,
     /// The file trigger of on-demand dumps.
     pub(crate) requests: RequestWatch,
     /// This process's rank on its host, when the group was made from a
@@ -290,7 +292,12 @@ impl ProcessGroup {
         let requests = RequestWatch::new(options.dump_dir.as_deref(), Instant::now());
         let factory = NcclFactory { pools, options };
         let verification = Arc::new(Verification::new(&membership.name));
-        let inner = Arc::new(Inner {
+        let inner = Arc::new_cyclic(|inner: &std::sync::Weak<Inner>| Inner {
+            outcomes: Arc::new(OutcomeScope::new(
+                Arc::clone(&verification),
+                inner.clone(),
+                fingerprints.clone(),
+            )),
             cache: CommCache::new(membership, factory),
             state: Arc::new(AtomicU8::new(LIVE)),
             failure: OnceLock::new(),

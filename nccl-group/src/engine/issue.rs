@@ -16,7 +16,6 @@ use nccl_tensor::Communicator;
 use crate::devices::DeviceList;
 use crate::diagnostics::analysis::Issued as Fingerprint;
 use crate::diagnostics::checks::Checked;
-use crate::diagnostics::fingerprints::Fingerprints;
 use crate::diagnostics::nvtx;
 use crate::diagnostics::recorder::records::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
@@ -36,7 +35,7 @@ use crate::engine::work_buffers::{Keep, WorkBuffers};
 use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::FailureCause;
-use crate::health::verify::{GroupChecks, Outcome};
+use crate::health::verify::Outcome;
 use crate::health::watchdog::PendingOp;
 use crate::options::{CommMode, StreamMode};
 
@@ -88,10 +87,10 @@ impl OpInfo {
 }
 
 /// What [`ProcessGroup::record`] numbered: the operation, and the
-/// collective the mismatch check compares (with the check), if it does.
+/// collective number the mismatch check compares, if it does.
 pub(crate) struct Recorded {
     pub(crate) seq: u64,
-    collective: Option<(Arc<Fingerprints>, u64)>,
+    collective: Option<u64>,
 }
 
 /// Which communicators an operation runs on: the group's collective ones,
@@ -353,7 +352,7 @@ impl ProcessGroup {
                     info.peer,
                     info.reduction,
                 ));
-                Some((Arc::clone(fingerprints), n))
+                Some(n)
             }
             _ => None,
         };
@@ -380,8 +379,7 @@ impl ProcessGroup {
         let mut reaped_at = None;
         let op = inner.tracker.push_with::<_, GroupError>(
             || {
-                let group: std::sync::Weak<dyn GroupChecks> = Arc::downgrade(&self.inner) as _;
-                let outcome = Outcome::new(Arc::clone(&inner.verification), group, collective);
+                let outcome = Outcome::new(Arc::clone(&inner.outcomes), collective);
                 let op = Arc::new(Tracked::new(
                     record_ends()?,
                     outcome,

@@ -104,6 +104,30 @@ pub(crate) trait GroupChecks: Send + Sync {
     fn mismatch_instead(self: Arc<Self>, seq: u64, error: GroupError) -> GroupError;
 }
 
+/// What the outcomes of one group's operations share, made once with the
+/// group: an operation takes one reference to it rather than one to each
+/// part.
+pub(crate) struct OutcomeScope {
+    verification: Arc<Verification>,
+    group: Weak<dyn GroupChecks>,
+    /// The mismatch check, when it is on.
+    fingerprints: Option<Arc<Fingerprints>>,
+}
+
+impl OutcomeScope {
+    pub(crate) fn new(
+        verification: Arc<Verification>,
+        group: Weak<dyn GroupChecks>,
+        fingerprints: Option<Arc<Fingerprints>>,
+    ) -> Self {
+        Self {
+            verification,
+            group,
+            fingerprints,
+        }
+    }
+}
+
 /// What became of one operation, shared by its [`Work`](crate::Work), the
 /// watchdog and the tensors it handed back.
 pub(crate) struct Outcome {
@@ -111,26 +135,29 @@ pub(crate) struct Outcome {
     failure: OnceLock<Arc<Failure>>,
     /// The stamp of its end, once seen (0: not yet).
     ended: AtomicU64,
-    verification: Arc<Verification>,
-    group: Weak<dyn GroupChecks>,
-    /// The mismatch check and the operation's collective number, when the
-    /// check compares it.
-    collective: Option<(Arc<Fingerprints>, u64)>,
+    scope: Arc<OutcomeScope>,
+    /// The operation's collective number, when the mismatch check
+    /// compares it.
+    collective: Option<u64>,
 }
 
 impl Outcome {
-    pub(crate) fn new(
-        verification: Arc<Verification>,
-        group: Weak<dyn GroupChecks>,
-        collective: Option<(Arc<Fingerprints>, u64)>,
-    ) -> Self {
+    /// The outcome of an operation of the group of `scope`; `collective`,
+    /// its collective number where the scope's mismatch check compares it
+    /// (ignored without the check).
+    pub(crate) fn new(scope: Arc<OutcomeScope>, collective: Option<u64>) -> Self {
+        let collective = collective.filter(|_| scope.fingerprints.is_some());
         Self {
             failure: OnceLock::new(),
             ended: AtomicU64::new(0),
-            verification,
-            group,
+            scope,
             collective,
         }
+    }
+
+    /// The mismatch check and the collective number it compares, if it does.
+    fn compared(&self) -> Option<(&Fingerprints, u64)> {
+        Some((self.scope.fingerprints.as_deref()?, self.collective?))
     }
 
     /// Marks the operation failed with its group (the first failure stays).
@@ -144,9 +171,9 @@ impl Outcome {
     /// moment once after a failure: not for polls.
     pub(crate) fn failed_error(&self) -> Option<GroupError> {
         let error = self.failed()?;
-        match (&self.collective, self.group.upgrade()) {
-            (Some((fingerprints, seq)), Some(group)) if !fingerprints.agreed(*seq) => {
-                Some(group.mismatch_instead(*seq, error))
+        match (self.compared(), self.scope.group.upgrade()) {
+            (Some((fingerprints, seq)), Some(group)) if !fingerprints.agreed(seq) => {
+                Some(group.mismatch_instead(seq, error))
             }
             _ => Some(error),
         }
@@ -161,7 +188,7 @@ impl Outcome {
 
     /// Notes that the operation was seen to end (the first time counts).
     pub(crate) fn saw_end(&self) {
-        let stamp = self.verification.stamp();
+        let stamp = self.scope.verification.stamp();
         let _ = self
             .ended
             .compare_exchange(0, stamp, Ordering::SeqCst, Ordering::SeqCst);
@@ -176,18 +203,18 @@ impl Outcome {
     /// The caller has seen the end (it synchronized with the operation).
     pub(crate) fn verify(&self) -> Result<()> {
         let ended = self.verify_end();
-        let Some((fingerprints, seq)) = &self.collective else {
+        let Some((fingerprints, seq)) = self.compared() else {
             return ended;
         };
-        if fingerprints.agreed(*seq) {
+        if fingerprints.agreed(seq) {
             return ended;
         }
-        match (self.group.upgrade(), ended) {
-            (Some(group), Ok(())) => group.verdict(*seq),
-            (Some(group), Err(error)) => Err(group.mismatch_instead(*seq, error)),
+        match (self.scope.group.upgrade(), ended) {
+            (Some(group), Ok(())) => group.verdict(seq),
+            (Some(group), Err(error)) => Err(group.mismatch_instead(seq, error)),
             (None, Err(error)) => Err(error),
             (None, Ok(())) => Err(GroupError::Destroyed {
-                name: self.verification.name.to_string(),
+                name: self.scope.verification.name.to_string(),
             }),
         }
     }
@@ -199,20 +226,21 @@ impl Outcome {
         }
         self.saw_end();
         let stamp = self.ended.load(Ordering::SeqCst);
+        let verification = &self.scope.verification;
         loop {
-            if self.verification.covers(stamp) {
+            if verification.covers(stamp) {
                 return Ok(());
             }
             if let Some(error) = self.failed() {
                 return Err(error);
             }
-            let Some(group) = self.group.upgrade() else {
+            let Some(group) = self.scope.group.upgrade() else {
                 return Err(GroupError::Destroyed {
-                    name: self.verification.name.to_string(),
+                    name: verification.name.to_string(),
                 });
             };
             match group.check_now() {
-                Some(Ok(())) if self.verification.covers(stamp) => return Ok(()),
+                Some(Ok(())) if verification.covers(stamp) => return Ok(()),
                 Some(Ok(())) => {}
                 Some(Err(error)) => return Err(error),
                 None => std::thread::sleep(BUSY_WAIT),
@@ -304,7 +332,8 @@ mod tests {
             calls: AtomicUsize::new(0),
         });
         let weak: Weak<dyn GroupChecks> = Arc::downgrade(&group) as _;
-        (group, Outcome::new(verification, weak, None))
+        let scope = Arc::new(OutcomeScope::new(verification, weak, None));
+        (group, Outcome::new(scope, None))
     }
 
     #[test]
