@@ -37,7 +37,7 @@
 //! its µs per call and the ratios of the medians to `raw` and `tensor`;
 //! its cost over `tensor` paired by round (`over_tensor_us`: the median
 //! over rounds of the layer's µs per call less `tensor`'s in the same
-//! round, which the layers ran back to back, so that a slow round of the
+//! round, where every layer runs in turn, so that a slow round of the
 //! machine cancels out instead of moving one layer's median);
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
@@ -417,10 +417,10 @@ impl Figures {
             median(&paired)
         });
         Self {
-            over_tensor,
             median: median(&host).unwrap_or(f64::NAN),
             min: host.iter().copied().fold(f64::INFINITY, f64::min),
             sync: median(&sync).unwrap_or(f64::NAN),
+            over_tensor,
             allocations: rounds
                 .iter()
                 .map(|round| round.allocations)

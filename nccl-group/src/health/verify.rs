@@ -143,10 +143,8 @@ pub(crate) struct Outcome {
 
 impl Outcome {
     /// The outcome of an operation of the group of `scope`; `collective`,
-    /// its collective number where the scope's mismatch check compares it
-    /// (ignored without the check).
+    /// its collective number where the scope's mismatch check compares it.
     pub(crate) fn new(scope: Arc<OutcomeScope>, collective: Option<u64>) -> Self {
-        let collective = collective.filter(|_| scope.fingerprints.is_some());
         Self {
             failure: OnceLock::new(),
             ended: AtomicU64::new(0),
@@ -155,7 +153,8 @@ impl Outcome {
         }
     }
 
-    /// The mismatch check and the collective number it compares, if it does.
+    /// The mismatch check and the collective number it compares, if it
+    /// does (none without the check, whatever the number).
     fn compared(&self) -> Option<(&Fingerprints, u64)> {
         Some((self.scope.fingerprints.as_deref()?, self.collective?))
     }
@@ -269,6 +268,8 @@ mod tests {
         verification: Arc<Verification>,
         answers: Mutex<Vec<Answer>>,
         calls: AtomicUsize,
+        /// The collectives whose verdict was asked for.
+        verdicts: Mutex<Vec<u64>>,
     }
 
     #[derive(Clone, Copy)]
@@ -300,7 +301,8 @@ mod tests {
             }
         }
 
-        fn verdict(self: Arc<Self>, _seq: u64) -> Result<()> {
+        fn verdict(self: Arc<Self>, seq: u64) -> Result<()> {
+            self.verdicts.lock().unwrap().push(seq);
             Ok(())
         }
 
@@ -325,15 +327,43 @@ mod tests {
     }
 
     fn scripted(answers: &[Answer]) -> (Arc<Scripted>, Outcome) {
+        let (group, scope) = scripted_scope(answers, None);
+        (group, Outcome::new(scope, None))
+    }
+
+    /// A scripted group and its outcome scope, with `fingerprints` as its
+    /// mismatch check.
+    fn scripted_scope(
+        answers: &[Answer],
+        fingerprints: Option<Arc<Fingerprints>>,
+    ) -> (Arc<Scripted>, Arc<OutcomeScope>) {
         let verification = Arc::new(Verification::new("test"));
         let group = Arc::new(Scripted {
             verification: Arc::clone(&verification),
             answers: Mutex::new(answers.to_vec()),
             calls: AtomicUsize::new(0),
+            verdicts: Mutex::default(),
         });
         let weak: Weak<dyn GroupChecks> = Arc::downgrade(&group) as _;
-        let scope = Arc::new(OutcomeScope::new(verification, weak, None));
-        (group, Outcome::new(scope, None))
+        let scope = Arc::new(OutcomeScope::new(verification, weak, fingerprints));
+        (group, scope)
+    }
+
+    #[test]
+    fn a_collective_waits_for_its_own_verdict_only_with_the_check() {
+        let checked = Some(Arc::new(Fingerprints::new(0, 2)));
+        let (group, scope) = scripted_scope(&[Answer::Clean], checked);
+        Outcome::new(Arc::clone(&scope), Some(7))
+            .verify()
+            .expect("verified");
+        Outcome::new(scope, None)
+            .verify()
+            .expect("not a collective");
+        assert_eq!(*group.verdicts.lock().unwrap(), [7]);
+
+        let (group, scope) = scripted_scope(&[Answer::Clean], None);
+        Outcome::new(scope, Some(7)).verify().expect("verified");
+        assert!(group.verdicts.lock().unwrap().is_empty(), "no check, no verdict");
     }
 
     #[test]
