@@ -1,5 +1,5 @@
-//! `cargo xtask host-profile [--perf] [-- WORLD_COST_ARGS]`: the host
-//! code of an operation, on a machine without a GPU.
+//! `cargo xtask host-profile [--perf] [--calls] [-- WORLD_COST_ARGS]`: the
+//! host code of an operation, on a machine without a GPU.
 //!
 //! Builds a CUDA driver and an NCCL that do nothing ([`FAKE_CUDA`],
 //! [`FAKE_NCCL`]: every call succeeds at once, "device" memory is host
@@ -7,7 +7,10 @@
 //! at world size 1 against them: every layer's own host code with the
 //! driver's and NCCL's costs taken out, which is what a change to the issue
 //! path moves. With `--perf`, under `perf record --call-graph dwarf`
-//! (`perf report -i target/host-profile/perf.data` reads it). The figures
+//! (`perf report -i target/host-profile/perf.data` reads it). With
+//! `--calls`, the fakes count the calls of each of their functions
+//! ([`COUNTS_H`]) and the counts are printed after the run: the driver and
+//! NCCL calls each layer makes per operation. The figures
 //! are this machine's; the GPU machine's `world-cost` adds the driver's
 //! calls (an event record, a capture query) and NCCL's to them.
 
@@ -21,6 +24,8 @@ use crate::{Result, compile_shared_library, on_path, run_cargo, workspace_root};
 const FAKE_CUDA: &str = include_str!("host_profile/fake_cuda.c");
 /// The fake NCCL's source.
 const FAKE_NCCL: &str = include_str!("host_profile/fake_nccl.c");
+/// The call counting both fakes include (`--calls`).
+const COUNTS_H: &str = include_str!("host_profile/counts.h");
 
 /// Where the libraries, the bench's build and perf's data go.
 const OUT_DIR: &str = "target/host-profile";
@@ -30,6 +35,11 @@ pub struct Args {
     /// Record the run with `perf record --call-graph dwarf` (perf must be on the PATH).
     #[arg(long)]
     perf: bool,
+
+    /// Count the fake driver's and NCCL's calls, function by function, and print the counts
+    /// after the run (give one layer to read them as calls per operation).
+    #[arg(long)]
+    calls: bool,
 
     /// Arguments for world-cost (default: every layer, 7 rounds of 3000 calls).
     #[arg(last = true, value_name = "WORLD_COST_ARGS")]
@@ -49,8 +59,10 @@ fn world_cost_args(given: &[OsString]) -> Vec<OsString> {
     }
 }
 
-/// Compiles `source` into the shared library `out/name` with soname `name`.
+/// Compiles `source` into the shared library `out/name` with soname `name`
+/// (its `counts.h` beside it).
 fn build_library(out: &Path, name: &str, source: &str) -> Result<PathBuf> {
+    std::fs::write(out.join("counts.h"), COUNTS_H)?;
     let source_path = out.join(format!("{name}.c"));
     std::fs::write(&source_path, source)?;
     let library = out.join(name);
@@ -97,6 +109,12 @@ pub fn run(args: Args) -> Result<()> {
         .env("LD_LIBRARY_PATH", &out)
         .env("NCCL_LIBRARY", &nccl)
         .current_dir(&root);
+    let counts = out.join("calls");
+    if args.calls {
+        let _ = std::fs::remove_dir_all(&counts);
+        std::fs::create_dir_all(&counts)?;
+        command.env("HOST_PROFILE_CALLS", &counts);
+    }
     println!(
         "==> world-cost on the do-nothing driver and NCCL of {}",
         out.display()
@@ -110,11 +128,45 @@ pub fn run(args: Args) -> Result<()> {
             out.join("perf.data").display()
         );
     }
+    if args.calls {
+        print_counts(&counts)?;
+    }
     if status.success() {
         Ok(())
     } else {
         Err(format!("world-cost exited with {status}").into())
     }
+}
+
+/// Prints the counts the fakes wrote to `folder` (`--calls`), most called
+/// first, per library.
+fn print_counts(folder: &Path) -> Result<()> {
+    for library in ["libcuda", "libnccl"] {
+        let path = folder.join(format!("{library}.txt"));
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("--calls: no counts in {}: {e}", path.display()))?;
+        println!("==> {library}: calls over the whole run (warm-up and set-up included)");
+        for (name, calls) in sorted_counts(&text)? {
+            println!("  {calls:>12}  {name}");
+        }
+    }
+    Ok(())
+}
+
+/// The "name count" lines of a fake's counts, most called first.
+fn sorted_counts(text: &str) -> Result<Vec<(&str, u64)>> {
+    let mut counts = text
+        .lines()
+        .map(|line| {
+            let parse = || {
+                let (name, calls) = line.split_once(' ')?;
+                Some((name, calls.parse::<u64>().ok()?))
+            };
+            parse().ok_or_else(|| format!("--calls: expected `name count`, got `{line}`"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    Ok(counts)
 }
 
 #[cfg(test)]
@@ -126,6 +178,22 @@ mod tests {
         assert_eq!(world_cost_args(&[]), DEFAULT_ARGS.map(OsString::from));
         let given = [OsString::from("--layers"), OsString::from("tensor")];
         assert_eq!(world_cost_args(&given), given);
+    }
+
+    #[test]
+    fn counts_come_most_called_first_and_a_bad_line_is_named() {
+        let counts =
+            sorted_counts("cuInit 1\ncuEventRecord 300\ncuStreamIsCapturing 300\n").unwrap();
+        assert_eq!(
+            counts,
+            [
+                ("cuEventRecord", 300),
+                ("cuStreamIsCapturing", 300),
+                ("cuInit", 1)
+            ]
+        );
+        let error = sorted_counts("cuInit one").unwrap_err().to_string();
+        assert!(error.contains("`cuInit one`"), "{error}");
     }
 
     #[test]

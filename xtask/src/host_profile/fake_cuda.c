@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define LIBRARY "libcuda"
+#include "counts.h"
+
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 
@@ -15,45 +18,45 @@ static char context[64];
 
 static void *cell(void) { return calloc(1, 64); }
 
-CUresult cuInit(unsigned flags) { return 0; }
-CUresult cuDriverGetVersion(int *version) { *version = 12080; return 0; }
-CUresult cuDeviceGetCount(int *count) { *count = 1; return 0; }
-CUresult cuDeviceGet(int *device, int ordinal) { *device = ordinal; return 0; }
-CUresult cuDeviceGetName(char *name, int len, int device) { strncpy(name, "no GPU (xtask host-profile)", len); return 0; }
+CUresult cuInit(unsigned flags) { COUNTED; return 0; }
+CUresult cuDriverGetVersion(int *version) { COUNTED; *version = 12080; return 0; }
+CUresult cuDeviceGetCount(int *count) { COUNTED; *count = 1; return 0; }
+CUresult cuDeviceGet(int *device, int ordinal) { COUNTED; *device = ordinal; return 0; }
+CUresult cuDeviceGetName(char *name, int len, int device) { COUNTED; strncpy(name, "no GPU (xtask host-profile)", len); return 0; }
 /* 75 and 76: the compute capability's major and minor (an sm_90 card); anything else 1. */
-CUresult cuDeviceGetAttribute(int *value, int attribute, int device) { *value = attribute == 75 ? 9 : attribute == 76 ? 0 : 1; return 0; }
-CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) { *bytes = (size_t)80 << 30; return 0; }
-CUresult cuDeviceGetUuid(char *uuid, int device) { memset(uuid, 7, 16); return 0; }
-CUresult cuDeviceGetUuid_v2(char *uuid, int device) { memset(uuid, 7, 16); return 0; }
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int device) { *ctx = context; return 0; }
-CUresult cuDevicePrimaryCtxRelease_v2(int device) { return 0; }
-CUresult cuCtxGetCurrent(void **ctx) { *ctx = context; return 0; }
-CUresult cuCtxGetDevice(int *device) { *device = 0; return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuStreamCreate(void **stream, unsigned flags) { *stream = cell(); return 0; }
-CUresult cuStreamCreateWithPriority(void **stream, unsigned flags, int priority) { *stream = cell(); return 0; }
-CUresult cuStreamDestroy_v2(void *stream) { free(stream); return 0; }
-CUresult cuStreamSynchronize(void *stream) { return 0; }
-CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) { return 0; }
-CUresult cuStreamIsCapturing(void *stream, int *status) { *status = 0; return 0; }
-CUresult cuThreadExchangeStreamCaptureMode(int *mode) { return 0; }
-CUresult cuEventCreate(void **event, unsigned flags) { *event = cell(); return 0; }
-CUresult cuEventDestroy_v2(void *event) { free(event); return 0; }
-CUresult cuEventRecord(void *event, void *stream) { return 0; }
-CUresult cuEventQuery(void *event) { return 0; }
-CUresult cuEventElapsedTime(float *ms, void *start, void *end) { *ms = 0.001f; return 0; }
-CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { *ms = 0.001f; return 0; }
-CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) { *ptr = (CUdeviceptr)calloc(1, n ? n : 1); return 0; }
-CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t n, void *stream) { return cuMemAlloc_v2(ptr, n); }
-CUresult cuMemFree_v2(CUdeviceptr ptr) { free((void *)ptr); return 0; }
-CUresult cuMemFreeAsync(CUdeviceptr ptr, void *stream) { return cuMemFree_v2(ptr); }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr to, const void *from, size_t n) { memcpy((void *)to, from, n); return 0; }
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr to, const void *from, size_t n, void *stream) { return cuMemcpyHtoD_v2(to, from, n); }
-CUresult cuMemcpyDtoH_v2(void *to, CUdeviceptr from, size_t n) { memcpy(to, (void *)from, n); return 0; }
-CUresult cuMemcpyDtoHAsync_v2(void *to, CUdeviceptr from, size_t n, void *stream) { return cuMemcpyDtoH_v2(to, from, n); }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr to, CUdeviceptr from, size_t n, void *stream) { memmove((void *)to, (void *)from, n); return 0; }
-CUresult cuMemsetD8_v2(CUdeviceptr to, unsigned char value, size_t n) { memset((void *)to, value, n); return 0; }
-CUresult cuMemsetD8Async(CUdeviceptr to, unsigned char value, size_t n, void *stream) { return cuMemsetD8_v2(to, value, n); }
-CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { *free_bytes = (size_t)70 << 30; *total = (size_t)80 << 30; return 0; }
-CUresult cuGetErrorString(int error, const char **text) { *text = "an error of xtask host-profile's driver"; return 0; }
-CUresult cuGetErrorName(int error, const char **text) { *text = "HOST_PROFILE_ERROR"; return 0; }
+CUresult cuDeviceGetAttribute(int *value, int attribute, int device) { COUNTED; *value = attribute == 75 ? 9 : attribute == 76 ? 0 : 1; return 0; }
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) { COUNTED; *bytes = (size_t)80 << 30; return 0; }
+CUresult cuDeviceGetUuid(char *uuid, int device) { COUNTED; memset(uuid, 7, 16); return 0; }
+CUresult cuDeviceGetUuid_v2(char *uuid, int device) { COUNTED; memset(uuid, 7, 16); return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int device) { COUNTED; *ctx = context; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int device) { COUNTED; return 0; }
+CUresult cuCtxGetCurrent(void **ctx) { COUNTED; *ctx = context; return 0; }
+CUresult cuCtxGetDevice(int *device) { COUNTED; *device = 0; return 0; }
+CUresult cuCtxSynchronize(void) { COUNTED; return 0; }
+CUresult cuStreamCreate(void **stream, unsigned flags) { COUNTED; *stream = cell(); return 0; }
+CUresult cuStreamCreateWithPriority(void **stream, unsigned flags, int priority) { COUNTED; *stream = cell(); return 0; }
+CUresult cuStreamDestroy_v2(void *stream) { COUNTED; free(stream); return 0; }
+CUresult cuStreamSynchronize(void *stream) { COUNTED; return 0; }
+CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) { COUNTED; return 0; }
+CUresult cuStreamIsCapturing(void *stream, int *status) { COUNTED; *status = 0; return 0; }
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { COUNTED; return 0; }
+CUresult cuEventCreate(void **event, unsigned flags) { COUNTED; *event = cell(); return 0; }
+CUresult cuEventDestroy_v2(void *event) { COUNTED; free(event); return 0; }
+CUresult cuEventRecord(void *event, void *stream) { COUNTED; return 0; }
+CUresult cuEventQuery(void *event) { COUNTED; return 0; }
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) { COUNTED; *ms = 0.001f; return 0; }
+CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { COUNTED; *ms = 0.001f; return 0; }
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) { COUNTED; *ptr = (CUdeviceptr)calloc(1, n ? n : 1); return 0; }
+CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t n, void *stream) { COUNTED; return cuMemAlloc_v2(ptr, n); }
+CUresult cuMemFree_v2(CUdeviceptr ptr) { COUNTED; free((void *)ptr); return 0; }
+CUresult cuMemFreeAsync(CUdeviceptr ptr, void *stream) { COUNTED; return cuMemFree_v2(ptr); }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr to, const void *from, size_t n) { COUNTED; memcpy((void *)to, from, n); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr to, const void *from, size_t n, void *stream) { COUNTED; return cuMemcpyHtoD_v2(to, from, n); }
+CUresult cuMemcpyDtoH_v2(void *to, CUdeviceptr from, size_t n) { COUNTED; memcpy(to, (void *)from, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *to, CUdeviceptr from, size_t n, void *stream) { COUNTED; return cuMemcpyDtoH_v2(to, from, n); }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr to, CUdeviceptr from, size_t n, void *stream) { COUNTED; memmove((void *)to, (void *)from, n); return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr to, unsigned char value, size_t n) { COUNTED; memset((void *)to, value, n); return 0; }
+CUresult cuMemsetD8Async(CUdeviceptr to, unsigned char value, size_t n, void *stream) { COUNTED; return cuMemsetD8_v2(to, value, n); }
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) { COUNTED; *free_bytes = (size_t)70 << 30; *total = (size_t)80 << 30; return 0; }
+CUresult cuGetErrorString(int error, const char **text) { COUNTED; *text = "an error of xtask host-profile's driver"; return 0; }
+CUresult cuGetErrorName(int error, const char **text) { COUNTED; *text = "HOST_PROFILE_ERROR"; return 0; }

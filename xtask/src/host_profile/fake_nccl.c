@@ -4,33 +4,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define LIBRARY "libnccl"
+#include "counts.h"
+
 typedef struct { int ranks, rank; } comm_t;
 /* Passed by value, as NCCL's `ncclUniqueId`. */
 typedef struct { char internal[128]; } unique_id_t;
 
-int ncclGetVersion(int *version) { *version = 22803; return 0; }
-int ncclGetUniqueId(unique_id_t *id) { memset(id->internal, 1, sizeof id->internal); return 0; }
-int ncclCommInitRank(comm_t **comm, int ranks, unique_id_t id, int rank) {
+int ncclGetVersion(int *version) { COUNTED; *version = 22803; return 0; }
+int ncclGetUniqueId(unique_id_t *id) { COUNTED; memset(id->internal, 1, sizeof id->internal); return 0; }
+int ncclCommInitRank(comm_t **comm, int ranks, unique_id_t id, int rank) { COUNTED;
     *comm = calloc(1, sizeof(comm_t));
     (*comm)->ranks = ranks;
     (*comm)->rank = rank;
     return 0;
 }
-int ncclCommInitRankConfig(comm_t **comm, int ranks, unique_id_t id, int rank, void *config) { return ncclCommInitRank(comm, ranks, id, rank); }
-int ncclCommInitAll(comm_t **comms, int count, const int *devices) {
+int ncclCommInitRankConfig(comm_t **comm, int ranks, unique_id_t id, int rank, void *config) { COUNTED; return ncclCommInitRank(comm, ranks, id, rank); }
+int ncclCommInitAll(comm_t **comms, int count, const int *devices) { COUNTED;
     unique_id_t id = {{0}};
     for (int i = 0; i < count; i++) ncclCommInitRank(&comms[i], count, id, i);
     return 0;
 }
-int ncclCommCount(comm_t *comm, int *count) { *count = comm->ranks; return 0; }
-int ncclCommUserRank(comm_t *comm, int *rank) { *rank = comm->rank; return 0; }
-int ncclCommCuDevice(comm_t *comm, int *device) { *device = 0; return 0; }
-int ncclCommGetAsyncError(comm_t *comm, int *result) { *result = 0; return 0; }
-int ncclCommFinalize(comm_t *comm) { return 0; }
-int ncclCommDestroy(comm_t *comm) { free(comm); return 0; }
-int ncclCommAbort(comm_t *comm) { free(comm); return 0; }
-int ncclGroupStart(void) { return 0; }
-int ncclGroupEnd(void) { return 0; }
-int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, comm_t *comm, void *stream) { return 0; }
-const char *ncclGetErrorString(int result) { return "an error of xtask host-profile's NCCL"; }
-const char *ncclGetLastError(comm_t *comm) { return ""; }
+int ncclCommCount(comm_t *comm, int *count) { COUNTED; *count = comm->ranks; return 0; }
+int ncclCommUserRank(comm_t *comm, int *rank) { COUNTED; *rank = comm->rank; return 0; }
+int ncclCommCuDevice(comm_t *comm, int *device) { COUNTED; *device = 0; return 0; }
+int ncclCommGetAsyncError(comm_t *comm, int *result) { COUNTED; *result = 0; return 0; }
+int ncclCommFinalize(comm_t *comm) { COUNTED; return 0; }
+int ncclCommDestroy(comm_t *comm) { COUNTED; free(comm); return 0; }
+int ncclCommAbort(comm_t *comm) { COUNTED; free(comm); return 0; }
+int ncclGroupStart(void) { COUNTED; return 0; }
+int ncclGroupEnd(void) { COUNTED; return 0; }
+int ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, comm_t *comm, void *stream) { COUNTED; return 0; }
+const char *ncclGetErrorString(int result) { COUNTED; return "an error of xtask host-profile's NCCL"; }
+const char *ncclGetLastError(comm_t *comm) { COUNTED; return ""; }
