@@ -59,27 +59,32 @@ fn world_cost_args(given: &[OsString]) -> Vec<OsString> {
     }
 }
 
-/// Compiles `source` into the shared library `out/name` with soname `name`
-/// (its `counts.h` beside it).
-fn build_library(out: &Path, name: &str, source: &str) -> Result<PathBuf> {
+/// The fake driver and NCCL built into `out`, with the `counts.h` both
+/// include beside them: `(libcuda.so.1, libnccl.so.2)`.
+fn build_fakes(out: &Path) -> Result<(PathBuf, PathBuf)> {
     std::fs::write(out.join("counts.h"), COUNTS_H)?;
-    let source_path = out.join(format!("{name}.c"));
-    std::fs::write(&source_path, source)?;
-    let library = out.join(name);
-    compile_shared_library(&source_path, &library, name)?;
-    Ok(library)
+    let build = |name: &str, source: &str| -> Result<PathBuf> {
+        let source_path = out.join(format!("{name}.c"));
+        std::fs::write(&source_path, source)?;
+        let library = out.join(name);
+        compile_shared_library(&source_path, &library, name)?;
+        Ok(library)
+    };
+    Ok((
+        build("libcuda.so.1", FAKE_CUDA)?,
+        build("libnccl.so.2", FAKE_NCCL)?,
+    ))
 }
 
 pub fn run(args: Args) -> Result<()> {
     let root = workspace_root();
     let out = root.join(OUT_DIR);
     std::fs::create_dir_all(&out)?;
-    let cuda = build_library(&out, "libcuda.so.1", FAKE_CUDA)?;
+    let (cuda, nccl) = build_fakes(&out)?;
     // cudarc looks for `libcuda.so` first.
     let link = out.join("libcuda.so");
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&cuda, &link)?;
-    let nccl = build_library(&out, "libnccl.so.2", FAKE_NCCL)?;
     let target_dir = out.join("build");
     let mut build: Vec<OsString> = ["build", "--release", "-p", "benches", "--bin", "world-cost"]
         .map(OsString::from)
@@ -200,9 +205,13 @@ mod tests {
     fn the_fakes_compile_into_libraries() {
         let out = std::env::temp_dir().join(format!("xtask-host-profile-{}", std::process::id()));
         std::fs::create_dir_all(&out).unwrap();
-        for (name, source) in [("libcuda.so.1", FAKE_CUDA), ("libnccl.so.2", FAKE_NCCL)] {
-            let library = build_library(&out, name, source).unwrap();
-            assert!(std::fs::metadata(&library).unwrap().len() > 0, "{name}");
+        let (cuda, nccl) = build_fakes(&out).unwrap();
+        for library in [cuda, nccl] {
+            assert!(
+                std::fs::metadata(&library).unwrap().len() > 0,
+                "{}",
+                library.display()
+            );
         }
         std::fs::remove_dir_all(&out).unwrap();
     }

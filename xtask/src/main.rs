@@ -47,7 +47,8 @@ enum Task {
     GpuBundle(gpu_bundle::Args),
     /// Run world-cost at world size 1 against a CUDA driver and an NCCL that do
     /// nothing (built with cc into target/host-profile/): each layer's own host
-    /// code, on a machine without a GPU; --perf records it.
+    /// code, on a machine without a GPU; --perf records it, --calls counts its
+    /// driver and NCCL calls.
     HostProfile(host_profile::Args),
     /// Start nccl-rendezvous's launch_check example under mpirun, srun and
     /// sbatch (a one-host Slurm cluster it starts and stops) and check that

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* More functions than either fake has. */
 #define MAX_COUNTED 128
 
 static struct { const char *name; unsigned long calls; } counted[MAX_COUNTED];
