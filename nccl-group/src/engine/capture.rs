@@ -141,6 +141,16 @@ impl ProcessGroup {
         if nccl_core::capture_status(stream)? != CaptureStatus::None {
             return Err(refused("begin_capture", Uncapturable::AlreadyCapturing));
         }
+        // The operations before the capture get their end now: none can be
+        // recorded on the stream while it captures.
+        for comms in self.inner.cache.all() {
+            for member in &comms.members {
+                member
+                    .open_end
+                    .close_on(stream)
+                    .map_err(nccl_core::Error::cuda("recording the end event"))?;
+            }
+        }
         stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(nccl_core::Error::cuda("beginning a CUDA graph capture"))?;

@@ -10,7 +10,7 @@ use nccl_tensor::checks;
 
 use crate::engine::member::Member;
 use crate::engine::pool::DevicePool;
-use crate::engine::tracked::End;
+use crate::engine::tracked::{End, Ends};
 use crate::engine::work_buffers::WorkBuffers;
 use crate::error::Result;
 
@@ -74,6 +74,26 @@ pub(crate) fn start_event(
             Err(nccl_core::Error::cuda("recording the start event")(error).into())
         }
     }
+}
+
+/// The end of an operation on one device just enqueued on `stream`: the
+/// end it shares with the operations beside it when it runs untimed on the
+/// caller's stream (see `engine::shared_end`), else an event of its own
+/// ([`end_event`]).
+pub(crate) fn op_end(
+    member: &Member,
+    stream: &Arc<CudaStream>,
+    caller: &Arc<CudaStream>,
+    start: Option<CudaEvent>,
+) -> Result<Ends> {
+    if start.is_none() && Arc::ptr_eq(stream, caller) {
+        let end = member
+            .open_end
+            .end_for(&member.pool, stream)
+            .map_err(nccl_core::Error::cuda("recording the end event"))?;
+        return Ok(Ends::Shared(end));
+    }
+    end_event(member, stream, caller, start).map(Ends::One)
 }
 
 /// Records the end of the operation on `stream`, the stream it ran on;

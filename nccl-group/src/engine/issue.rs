@@ -24,7 +24,9 @@ use crate::engine::captures;
 use crate::engine::checking::is_collective;
 use crate::engine::failing::Finish;
 use crate::engine::group::ProcessGroup;
-use crate::engine::handoff::{check_stream, end_event, order_after_stream, start_event, sync_start};
+use crate::engine::handoff::{
+    check_stream, end_event, op_end, order_after_stream, start_event, sync_start,
+};
 use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::member::Member;
@@ -412,7 +414,8 @@ impl ProcessGroup {
 
     /// Enqueues one operation on one local device: the NCCL stream waits
     /// for the caller's stream (unless the operation runs on the caller's
-    /// stream), `issue` enqueues, an end event is recorded.
+    /// stream), `issue` enqueues, and the operation gets its end ([`op_end`]:
+    /// on the caller's stream, the one it shares with the operations beside it).
     ///
     /// `keep` says how a captured work keeps the buffers; `None`, buffers that
     /// borrow the caller's memory, which are never captured. On a caller's
@@ -476,9 +479,7 @@ impl ProcessGroup {
                 }
                 recorded
             };
-            self.track(recorded, enqueued, || {
-                end_event(member, stream, caller, start).map(Ends::One)
-            })
+            self.track(recorded, enqueued, || op_end(member, stream, caller, start))
         })();
         match attempt {
             Ok(op) => Ok(Work::new(buffers, op, borrowed)),

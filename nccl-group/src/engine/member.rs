@@ -10,6 +10,7 @@ use nccl_core::{AbortHandle, Capability, ErrorKind};
 use nccl_tensor::{Communicator, SharedComm, SharedCommGuard};
 
 use crate::engine::pool::DevicePool;
+use crate::engine::shared_end::OpenEnd;
 use crate::error::Result;
 
 /// One local device's communicator of a key, with its NCCL stream.
@@ -21,6 +22,8 @@ pub struct Member {
     pub(crate) stream: Arc<CudaStream>,
     /// The enqueue in progress on this communicator, for the watchdog.
     pub(crate) enqueue: EnqueueWatch,
+    /// The end event the next operation on the caller's stream shares.
+    pub(crate) open_end: OpenEnd,
 }
 
 /// The operation being enqueued on a member (by the thread holding its
@@ -111,6 +114,7 @@ impl Member {
             pool,
             stream,
             enqueue: EnqueueWatch::default(),
+            open_end: OpenEnd::default(),
         })
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::driver::{CudaEvent, CudaStream, DriverError};
 use nccl_core::Device;
 
 use crate::error::Result;
@@ -110,6 +110,13 @@ impl DevicePool {
     /// A CUDA failure creating a new event.
     pub fn event(&self) -> Result<CudaEvent> {
         self.take(&self.events, None)
+            .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into())
+    }
+
+    /// [`DevicePool::event`] with the driver's error, for a caller that
+    /// reports it as an operation's [`Progress`](crate::health::watchdog::Progress).
+    pub(crate) fn untimed_event(&self) -> std::result::Result<CudaEvent, DriverError> {
+        self.take(&self.events, None)
     }
 
     /// Returns an event whose recorded work no stream will wait on anew.
@@ -121,6 +128,7 @@ impl DevicePool {
     /// [`CudaEvent::elapsed_ms`] can measure from or to.
     pub(crate) fn timed_event(&self) -> Result<CudaEvent> {
         self.take(&self.timed, Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into())
     }
 
     /// Returns an event of [`DevicePool::timed_event`], as
@@ -131,15 +139,15 @@ impl DevicePool {
 
     /// An event of `list`, or a new one created with `flags` (cudarc's
     /// default, without timing, for `None`).
-    fn take(&self, list: &Mutex<Vec<CudaEvent>>, flags: Option<CUevent_flags>) -> Result<CudaEvent> {
+    fn take(
+        &self,
+        list: &Mutex<Vec<CudaEvent>>,
+        flags: Option<CUevent_flags>,
+    ) -> std::result::Result<CudaEvent, DriverError> {
         let pooled = list.lock().unwrap_or_else(PoisonError::into_inner).pop();
         match pooled {
             Some(event) => Ok(event),
-            None => self
-                .device
-                .context()
-                .new_event(flags)
-                .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into()),
+            None => self.device.context().new_event(flags),
         }
     }
 

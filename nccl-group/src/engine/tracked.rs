@@ -1,6 +1,7 @@
 //! [`Tracked`]: one operation as a [`Work`](crate::Work), the watchdog
-//! and the tensors it hands back see it: its end events, one per device,
-//! and its outcome.
+//! and the tensors it hands back see it: its end events, one per device
+//! (or the one it shares with the operations beside it on the caller's
+//! stream), and its outcome.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use cudarc::driver::{CudaEvent, CudaStream};
 
 use crate::engine::pool::DevicePool;
+use crate::engine::shared_end::SharedEnd;
 use nccl_tensor::{ProducerError, ResultCheck};
 
 use crate::error::GroupError;
@@ -33,22 +35,44 @@ pub(crate) struct End {
 
 /// One end event per device; a single device needs no allocation.
 pub(crate) enum Ends {
+    /// An untimed operation on one device, on the caller's stream: the end
+    /// it shares with the operations beside it there.
+    Shared(Arc<SharedEnd>),
     One(End),
     Many(Vec<End>),
 }
 
 impl Ends {
+    /// The ends of the operation's own events (none for a shared end).
     pub(crate) fn as_slice(&self) -> &[End] {
         match self {
+            Ends::Shared(_) => &[],
             Ends::One(end) => std::slice::from_ref(end),
             Ends::Many(ends) => ends,
         }
     }
 
+    fn poll(&self) -> Progress {
+        if let Ends::Shared(end) = self {
+            return end.poll();
+        }
+        for end in self.as_slice() {
+            match end.event.try_is_complete() {
+                Ok(true) => {}
+                Ok(false) => return Progress::Running,
+                Err(error) => return Progress::Broken(error),
+            }
+        }
+        Progress::Done
+    }
+
     /// How long the finished operation ran on the GPU: the longest of its
     /// devices, from each one's start event to its end; `None` unless every
-    /// device was timed and measured.
+    /// device was timed and measured (a shared end is untimed).
     fn gpu_time(&self) -> Option<Duration> {
+        if self.as_slice().is_empty() {
+            return None;
+        }
         self.as_slice()
             .iter()
             .map(|end| {
@@ -88,6 +112,14 @@ impl Tracked {
         self.outcome.failed()
     }
 
+    /// Notes an end seen by a poll that found the operation done.
+    fn seen(&self, progress: Progress) -> Progress {
+        if progress == Progress::Done {
+            self.outcome.saw_end();
+        }
+        progress
+    }
+
     /// [`Tracked::failed`] as a waiter reports it ([`Outcome::failed_error`]).
     pub(crate) fn failed_error(&self) -> Option<GroupError> {
         self.outcome.failed_error()
@@ -102,19 +134,19 @@ impl ResultCheck for Tracked {
 
 impl Completion for Tracked {
     fn poll(&self) -> Progress {
-        for end in self.ends.as_slice() {
-            match end.event.try_is_complete() {
-                Ok(true) => {}
-                Ok(false) => return Progress::Running,
-                Err(error) => return Progress::Broken(error),
-            }
+        self.seen(self.ends.poll())
+    }
+
+    fn poll_closing(&self) -> Progress {
+        match &self.ends {
+            Ends::Shared(end) => self.seen(end.poll_closing()),
+            _ => self.poll(),
         }
-        self.outcome.saw_end();
-        Progress::Done
     }
 
     fn lane(&self) -> Option<usize> {
         match &self.ends {
+            Ends::Shared(end) => Some(Arc::as_ptr(end.stream()) as usize),
             Ends::One(end) => Some(Arc::as_ptr(&end.stream) as usize),
             Ends::Many(_) => None,
         }
@@ -140,6 +172,8 @@ impl Drop for Tracked {
             None => end.pool.give_back(end.event),
         };
         match ends {
+            // Given back by the last operation that shares it.
+            Ends::Shared(_) => {}
             Ends::One(end) => give(end),
             Ends::Many(ends) => ends.into_iter().for_each(give),
         }

@@ -11,7 +11,7 @@ use nccl_tensor::ResultCheck;
 
 use crate::engine::captures::Keeper;
 use crate::engine::ownership::{OpBuffers, Ownership};
-use crate::engine::tracked::{End, Tracked};
+use crate::engine::tracked::{End, Ends, Tracked};
 use crate::engine::work_buffers::{Boxer, WorkBuffers};
 use crate::error::{GroupError, OpError, Result};
 use crate::health::watchdog::{Completion, Progress};
@@ -221,6 +221,27 @@ impl<B: WorkBuffers> Work<B> {
         Ok(())
     }
 
+    /// Makes the streams that may free `buffers` wait for the operation's
+    /// end (best effort, as on drop: if CUDA cannot, the stream is broken
+    /// and nothing queued after it runs either).
+    ///
+    /// A shared end is recorded now if it is not yet; while its stream is
+    /// being captured none can be, and the buffers' streams are left
+    /// unordered: their memory is freed on the operation's stream in the
+    /// usual case (a tensor of the caller's stream), which orders it.
+    fn order_after(&self, buffers: &B) {
+        if let Some(Tracked {
+            ends: Ends::Shared(end),
+            ..
+        }) = self.tracked().map(Arc::as_ref)
+        {
+            let _ = end.with_event(|event| buffers.order_after(event));
+        }
+        for end in self.ends() {
+            let _ = buffers.order_after(&end.event);
+        }
+    }
+
     /// Whether the operation was captured in a CUDA graph rather than
     /// enqueued (see "Captured operations" above).
     pub fn is_captured(&self) -> bool {
@@ -230,9 +251,17 @@ impl<B: WorkBuffers> Work<B> {
     /// Whether the operation has finished on every device, or failed
     /// with its group ([`Work::synchronize`] then says why); a captured
     /// one is complete at once.
+    ///
+    /// On the caller's stream the operation shares its end event with the
+    /// operations beside it (`docs/group/modes.md`, "Shared end events"):
+    /// if that end is not recorded yet, this records it, so the answer
+    /// turns true once the work queued on the stream before this call has
+    /// ended too.
     pub fn is_completed(&self) -> bool {
         match &self.state {
-            State::Tracked { op, .. } => op.failed().is_some() || op.poll() == Progress::Done,
+            State::Tracked { op, .. } => {
+                op.failed().is_some() || op.poll_closing() == Progress::Done
+            }
             State::Captured { .. } => true,
         }
     }
@@ -261,7 +290,7 @@ impl<B: WorkBuffers> Work<B> {
             if let Some(error) = op.failed_error() {
                 return Err(error);
             }
-            match op.poll() {
+            match op.poll_closing() {
                 Progress::Done => return op.outcome.verify(),
                 Progress::Broken(source) => {
                     return Err(nccl_core::Error::cuda("waiting for the operation")(source).into());
@@ -350,9 +379,7 @@ impl<B: WorkBuffers> Drop for Work<B> {
                     // The caller may use the memory once the borrow ends.
                     let _ = self.order_callers();
                 }
-                for end in self.ends() {
-                    let _ = buffers.order_after(&end.event);
-                }
+                self.order_after(&buffers);
                 drop(buffers);
             }
             // The graph uses them at each replay: they live as long as it.

@@ -18,7 +18,7 @@ use crate::health::watchdog::{Completion, Progress};
 
 impl Settle for Tracked {
     fn is_settled(&self) -> bool {
-        self.failed().is_some() || self.poll() != Progress::Running
+        self.failed().is_some() || self.poll_closing() != Progress::Running
     }
 }
 

@@ -7,11 +7,13 @@
 //! `SKIP: ...` and passes, unless `NCCL_TEST_REQUIRE_GPU=1`.
 
 use nccl_group::Lifecycle;
+use nccl_group::{Diagnostics, Recovery};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nccl_core::ReduceOp;
+use nccl_core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use nccl_group::{GroupError, GroupOptions, InProcessStore};
 use nccl_tensor::Tensor;
 use nccl_test_support as support;
@@ -475,4 +477,97 @@ fn gpu_op_error_hands_the_tensors_back() {
 
     // None of this broke the group.
     works(&group, &stream, "after the refused calls");
+}
+
+/// Operations on the caller's stream (the default) share their end events,
+/// one per run of consecutive operations: each still completes and is seen
+/// to, whether it is waited for in any order, never polled (the last of a
+/// run: the watchdog records its end), or left unrecorded when a capture of
+/// its stream begins outside the group (the capture is not disturbed, and
+/// the operation is seen to end after it); a capture the group begins
+/// records the end first.
+#[test]
+fn gpu_operations_sharing_an_end_each_complete() {
+    let Some(stream) = stream_on_first_gpu() else {
+        return;
+    };
+    let group = world_of_one("shared-ends", GroupOptions::default());
+    const LEN: usize = 1024;
+    const RUN: usize = 100; // several batches and an open one
+
+    let works: Vec<_> = (0..RUN)
+        .map(|i| {
+            group
+                .all_reduce(upload(&stream, &pattern(i, LEN)), ReduceOp::Sum, &stream)
+                .unwrap_or_else(|e| panic!("all_reduce {i}: {e}"))
+        })
+        .collect();
+    // The last first: its end is recorded when it is waited for.
+    for (i, work) in works.iter().enumerate().rev() {
+        work.synchronize(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("synchronize {i}: {e}"));
+    }
+    assert!(works.iter().all(|work| work.is_completed()), "all complete");
+    for (i, work) in works.into_iter().enumerate() {
+        let tensor = work.wait().expect("wait");
+        assert_same_values(&download(&stream, &tensor), &pattern(i, LEN), "all_reduce");
+    }
+
+    // The last operation of a run, never polled: the watchdog records its
+    // end and sees it finish.
+    let tensor = done(
+        group.all_reduce(upload(&stream, &pattern(7, LEN)), ReduceOp::Sum, &stream),
+        "the last operation",
+    );
+    support::group::watchdog_drained(&group, "an idle stream's last operation");
+    let record = group.flight_record();
+    let last = record.ops.last().expect("a record");
+    assert_eq!(last.state, nccl_group::OpState::Completed, "{last:?}");
+
+    // An operation whose end is still unrecorded when a capture of its
+    // stream begins outside the group (as torch.cuda.graph begins its
+    // own): the watchdog, scanning meanwhile (every 20 ms), records none
+    // into the capture.
+    let work = group
+        .all_reduce(tensor, ReduceOp::Sum, &stream)
+        .expect("all_reduce before the outside capture");
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin an outside capture");
+    thread::sleep(Duration::from_millis(60));
+    drop(
+        stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .expect("end the outside capture, intact"),
+    );
+    work.synchronize(Duration::from_secs(10))
+        .expect("the operation before the outside capture completes");
+    let tensor = work.wait().expect("wait");
+    assert_same_values(&download(&stream, &tensor), &pattern(7, LEN), "outside");
+
+    // One before a capture the group begins: its end is recorded first.
+    let work = group
+        .all_reduce(tensor, ReduceOp::Sum, &stream)
+        .expect("all_reduce before the capture");
+    let capture = group.begin_capture(&stream).expect("begin_capture");
+    let captured = capture
+        .group()
+        .all_reduce(upload(&stream, &pattern(8, LEN)), ReduceOp::Sum, &stream)
+        .expect("captured all_reduce");
+    assert!(captured.is_captured());
+    let graph = capture
+        .end(captured.wait().expect("a captured work waits at once"))
+        .unwrap_or_else(|e| panic!("end: {}", e.error));
+    work.synchronize(Duration::from_secs(10))
+        .expect("the operation before the capture completes");
+    let tensor = work.wait().expect("wait");
+    assert_same_values(
+        &download(&stream, &tensor),
+        &pattern(7, LEN),
+        "before the capture",
+    );
+    graph.replay().expect("replay");
+    stream.synchronize().expect("synchronize");
+    support::group::watchdog_drained(&group, "after the replay");
+    assert!(group.failure().is_none(), "{:?}", group.failure());
 }

@@ -49,6 +49,15 @@ pub trait Completion: Send + Sync {
     /// Polls without blocking.
     fn poll(&self) -> Progress;
 
+    /// Polls for a caller that waits for the operation (the watchdog's
+    /// scan, a [`Work`](crate::Work)'s wait): as [`Completion::poll`],
+    /// first recording an end that operations share and that is not
+    /// recorded yet (see `engine::shared_end`), so that an operation
+    /// followed by no other is not left running for ever.
+    fn poll_closing(&self) -> Progress {
+        self.poll()
+    }
+
     /// The one stream the operation's end is recorded on, as an identity
     /// that no other live stream has while the operation is pending (the
     /// completion keeps its stream alive); `None` for an operation that

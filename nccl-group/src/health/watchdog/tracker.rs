@@ -14,6 +14,9 @@ use super::{Completion, PendingOp, Progress, Verdict};
 /// events between two watchdog scans.
 const REAP_ABOVE: usize = 256;
 
+/// How long [`Tracker::take_ended`] waits for ends it has just recorded.
+const SETTLE: Duration = Duration::from_millis(1);
+
 /// Which streams the pending operations end on ([`Completion::lane`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lanes {
@@ -137,7 +140,7 @@ impl Tracker {
         let mut verdict = None;
         let mut done = Vec::new();
         for (seq, enqueued, timeout, completion) in snapshot {
-            match completion.poll() {
+            match completion.poll_closing() {
                 Progress::Done => done.push((seq, completion.gpu_time())),
                 Progress::Running => {
                     let ran = now.saturating_duration_since(enqueued);
@@ -172,8 +175,23 @@ impl Tracker {
     /// Removes the pending operations that have ended (polling each) and
     /// returns their sequence numbers and GPU times, oldest first: when the
     /// group ends without a failure, so that only the others fail.
+    ///
+    /// An end recorded only now ([`Completion::poll_closing`]) gets
+    /// [`SETTLE`] to complete, as it does on a stream that is idle.
     pub fn take_ended(&self) -> Vec<(u64, Option<Duration>)> {
         let mut pending = self.pending();
+        let started = Instant::now();
+        // Every end is polled (and recorded) in each pass, none skipped.
+        let running = |queue: &Queue| {
+            queue
+                .ops
+                .iter()
+                .filter(|op| op.completion.poll_closing() == Progress::Running)
+                .count()
+        };
+        while running(&pending) > 0 && started.elapsed() < SETTLE {
+            std::thread::yield_now();
+        }
         let mut ended = Vec::new();
         pending.ops.retain(|op| {
             let done = op.completion.poll() == Progress::Done;
@@ -252,7 +270,7 @@ mod tests {
     use super::*;
     use crate::failure::Failure;
     use cudarc::driver::DriverError;
-    use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
     /// A completion the test finishes or breaks by hand.
     #[derive(Default)]
@@ -261,6 +279,9 @@ mod tests {
         polls: AtomicUsize,
         lane: Option<usize>,
         gpu_time: Option<Duration>,
+        /// An end shared with later operations and not recorded yet:
+        /// running until polled to close it.
+        unrecorded: AtomicBool,
     }
 
     impl Fake {
@@ -275,11 +296,19 @@ mod tests {
     impl Completion for Fake {
         fn poll(&self) -> Progress {
             self.polls.fetch_add(1, Ordering::SeqCst);
+            if self.unrecorded.load(Ordering::SeqCst) {
+                return Progress::Running;
+            }
             match self.state.load(Ordering::SeqCst) {
                 0 => Progress::Running,
                 1 => Progress::Done,
                 _ => Progress::Broken(launch_failed()),
             }
+        }
+
+        fn poll_closing(&self) -> Progress {
+            self.unrecorded.store(false, Ordering::SeqCst);
+            self.poll()
         }
 
         fn lane(&self) -> Option<usize> {
@@ -371,6 +400,34 @@ mod tests {
         for (seq, gpu) in reaped {
             assert_eq!(gpu, Some(Duration::from_micros(seq)));
         }
+    }
+
+    #[test]
+    fn the_scan_and_the_last_check_record_an_end_the_reap_leaves_alone() {
+        let t0 = Instant::now();
+        let shared = || {
+            let fake = Fake::default();
+            fake.finish();
+            fake.unrecorded.store(true, Ordering::SeqCst);
+            Arc::new(fake)
+        };
+        let tracker = Tracker::default();
+        let (first, second) = (shared(), shared());
+        push(&tracker, op(0, t0, 1000, &first), |_, _| {});
+        // The issuing thread's reap only polls: the unrecorded end stays.
+        let mut reaped = Vec::new();
+        for seq in 1..=(REAP_ABOVE as u64 + 1) {
+            push(&tracker, op(seq, t0, 1000, &fakes(1)[0]), |s, _| reaped.push(s));
+        }
+        assert!(reaped.is_empty(), "{reaped:?}");
+        assert!(first.unrecorded.load(Ordering::SeqCst));
+        // The watchdog's scan records it, and sees it end.
+        let mut seen = Vec::new();
+        assert_eq!(tracker.scan(t0, |s, _| seen.push(s)), None);
+        assert_eq!(seen, vec![0]);
+        // So does the last check of a group that ends.
+        push(&tracker, op(1000, t0, 1000, &second), |_, _| {});
+        assert_eq!(tracker.take_ended(), vec![(1000, None)]);
     }
 
     #[test]
