@@ -145,10 +145,7 @@ impl ProcessGroup {
         // recorded on the stream while it captures.
         for comms in self.inner.cache.all() {
             for member in &comms.members {
-                member
-                    .open_end
-                    .close_on(stream)
-                    .map_err(nccl_core::Error::cuda("recording the end event"))?;
+                member.open_end.close_on(stream)?;
             }
         }
         stream

@@ -479,7 +479,10 @@ impl ProcessGroup {
                 }
                 recorded
             };
-            self.track(recorded, enqueued, || op_end(member, stream, caller, start))
+            let frees_on_stream = buffers.frees_on(stream);
+            self.track(recorded, enqueued, || {
+                op_end(member, stream, caller, start, frees_on_stream)
+            })
         })();
         match attempt {
             Ok(op) => Ok(Work::new(buffers, op, borrowed)),

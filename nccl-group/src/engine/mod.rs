@@ -36,8 +36,8 @@ pub(crate) mod presence;
 pub(crate) mod ras_beside;
 pub(crate) mod register;
 pub(crate) mod release;
-pub(crate) mod suspending;
 pub(crate) mod shared_end;
+pub(crate) mod suspending;
 pub(crate) mod suspension;
 pub(crate) mod tracked;
 #[cfg(feature = "async")]

@@ -109,8 +109,7 @@ impl DevicePool {
     /// # Errors
     /// A CUDA failure creating a new event.
     pub fn event(&self) -> Result<CudaEvent> {
-        self.take(&self.events, None)
-            .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into())
+        self.untimed_event().map_err(created)
     }
 
     /// [`DevicePool::event`] with the driver's error, for a caller that
@@ -128,7 +127,7 @@ impl DevicePool {
     /// [`CudaEvent::elapsed_ms`] can measure from or to.
     pub(crate) fn timed_event(&self) -> Result<CudaEvent> {
         self.take(&self.timed, Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into())
+            .map_err(created)
     }
 
     /// Returns an event of [`DevicePool::timed_event`], as
@@ -154,4 +153,9 @@ impl DevicePool {
     fn put(list: &Mutex<Vec<CudaEvent>>, event: CudaEvent) {
         list.lock().unwrap_or_else(PoisonError::into_inner).push(event);
     }
+}
+
+/// The error of a failed event creation.
+fn created(error: DriverError) -> crate::error::GroupError {
+    nccl_core::Error::cuda("creating an event")(error).into()
 }

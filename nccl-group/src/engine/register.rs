@@ -45,6 +45,10 @@ impl<B: WorkBuffers + HoldsResult> WorkBuffers for GroupRegistered<B> {
         (**self).order_after(event)
     }
 
+    fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+        (**self).frees_on(stream)
+    }
+
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         (**self).is_settled_on(stream, access)
     }

@@ -1,30 +1,36 @@
 //! End events shared by consecutive operations on one stream: an
-//! operation on the caller's stream, untimed, on one device (the default)
-//! joins the open [`SharedEnd`] of its member instead of recording an event
-//! of its own. The end is recorded once for the whole batch, after its last
-//! operation: by the issuing thread when [`BATCH`] operations joined, and
-//! on demand by whoever waits for one of them ([`SharedEnd::poll_closing`]:
-//! [`Work::synchronize`](crate::Work::synchronize), [`Work::is_completed`](crate::Work::is_completed),
-//! a work dropped unwaited, the watchdog's scan for an idle stream's last
-//! operations).
+//! operation on the caller's stream, untimed, on one device, whose buffers
+//! are freed on that stream (the default) joins the open [`SharedEnd`] of
+//! its member instead of recording an event of its own. The end is
+//! recorded once for the whole batch, after its last operation: by the
+//! issuing thread when [`BATCH`] operations joined or when the next one
+//! runs on another stream, before `begin_capture` ([`OpenEnd::close_on`]),
+//! and by whoever waits for one of them ([`SharedEnd::poll_closing`]: a
+//! `Work`'s `synchronize` and `is_completed`, an awaited `Work`, the
+//! watchdog's scan, the last check of a group that ends).
 //!
 //! An event recorded after an operation completes after it (work on one
 //! stream runs in order), so a batch's end is a correct end for each of
 //! its operations; it may complete later than the operation's own event
 //! would have, by the work queued on the stream between the two. This
 //! saves a driver call (and the context bind before it) per operation.
+//! A `Work` dropped unwaited needs no end either: its buffers are freed on
+//! the operation's stream, after it.
 //!
 //! A stream being captured into a CUDA graph gets no record: the event
 //! would be part of the capture. The end stays unrecorded until the
 //! capture ends. A capture another thread began between the check and the
 //! record leaves an event that CUDA refuses to query
-//! (`CUDA_ERROR_CAPTURED_EVENT`): it is recorded again later.
+//! (`CUDA_ERROR_CAPTURED_EVENT`): it is recorded again later. A record
+//! that fails for a waiter is tried again at its next poll: cudarc's
+//! context bind before it may return an error an earlier call left behind.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use cudarc::driver::sys::{CUresult, CUstreamCaptureStatus};
+use cudarc::driver::sys::CUresult;
 use cudarc::driver::{CudaEvent, CudaStream, DriverError};
+use nccl_core::CaptureStatus;
 
 use crate::engine::pool::DevicePool;
 use crate::health::watchdog::Progress;
@@ -81,7 +87,7 @@ impl SharedEnd {
 
     /// Adds an operation just enqueued on the batch's stream, unless the
     /// batch is closed; records the end when it is full.
-    fn join(&self) -> Result<bool, DriverError> {
+    fn join(&self) -> nccl_core::Result<bool> {
         let mut state = self.state();
         if state.closed {
             return Ok(false);
@@ -95,25 +101,23 @@ impl SharedEnd {
 
     /// Closes the batch and records its end, unless it is recorded or the
     /// stream is being captured.
-    fn close(&self, state: &mut State) -> Result<(), DriverError> {
+    fn close(&self, state: &mut State) -> nccl_core::Result<()> {
         state.closed = true;
-        if state.recorded || self.capturing()? {
+        if state.recorded || nccl_core::capture_status(&self.stream)? != CaptureStatus::None {
             return Ok(());
         }
         let event = match state.event.take() {
             Some(event) => event,
-            None => self.pool.untimed_event()?,
+            None => self
+                .pool
+                .untimed_event()
+                .map_err(nccl_core::Error::cuda("creating an end event"))?,
         };
         let recorded = event.record(&self.stream);
         state.event = Some(event);
-        recorded?;
+        recorded.map_err(nccl_core::Error::cuda("recording a shared end event"))?;
         state.recorded = true;
         Ok(())
-    }
-
-    fn capturing(&self) -> Result<bool, DriverError> {
-        let status = self.stream.capture_status()?;
-        Ok(status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
     /// Polls the end without recording it: an open batch is running.
@@ -122,13 +126,14 @@ impl SharedEnd {
     }
 
     /// Polls the end, first recording it if it is not yet: for a caller
-    /// that waits for one of the batch's operations.
+    /// that waits for one of the batch's operations. An end that cannot be
+    /// recorded now (a capture, a failed record) is running: the next poll
+    /// tries again, and a broken context shows in the queries of the
+    /// recorded ends, or as the operation's timeout.
     pub(crate) fn poll_closing(&self) -> Progress {
         let mut state = self.state();
-        if !state.recorded
-            && let Err(error) = self.close(&mut state)
-        {
-            return Progress::Broken(error);
+        if !state.recorded {
+            let _ = self.close(&mut state);
         }
         Self::query(&mut state)
     }
@@ -155,18 +160,6 @@ impl SharedEnd {
             Err(error) => Progress::Broken(error),
         }
     }
-
-    /// Calls `with` with the end event, recording it first if it is not
-    /// yet; `None` while the stream is being captured (no event can be
-    /// recorded for it then).
-    pub(crate) fn with_event<R>(
-        &self,
-        with: impl FnOnce(&CudaEvent) -> R,
-    ) -> Result<Option<R>, DriverError> {
-        let mut state = self.state();
-        self.close(&mut state)?;
-        Ok(state.event.as_ref().filter(|_| state.recorded).map(with))
-    }
 }
 
 impl Drop for SharedEnd {
@@ -191,30 +184,35 @@ struct Batches {
     retired: VecDeque<Arc<SharedEnd>>,
 }
 
-/// Retired batches kept for reuse at most: more than a steady loop holds
-/// (the tracker's backlog is a few batches); a batch past it is dropped
-/// once its operations are.
-const RETIRED: usize = 64;
+/// Retired batches kept for reuse at most: more than the operations the
+/// tracker keeps pending (it reaps past 256), so that even batches of one
+/// operation each are reused; a batch past it is dropped once its
+/// operations are.
+const RETIRED: usize = 512;
 
 impl OpenEnd {
     /// The end of an operation just enqueued on `stream`: the open batch's,
     /// if it is on `stream` and still open, else a new batch's, which
-    /// becomes the open one (an earlier one on another stream is left to
-    /// whoever waits for it, or the watchdog).
+    /// becomes the open one; a batch left open on another stream is closed
+    /// first (its end recorded), so that only the open batch is ever
+    /// unrecorded and joinable.
     ///
     /// # Errors
-    /// A CUDA error recording a full batch's end.
+    /// A CUDA error recording a batch's end.
     pub(crate) fn end_for(
         &self,
         pool: &Arc<DevicePool>,
         stream: &Arc<CudaStream>,
-    ) -> Result<Arc<SharedEnd>, DriverError> {
+    ) -> nccl_core::Result<Arc<SharedEnd>> {
         let mut batches = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(end) = &batches.open
-            && Arc::ptr_eq(&end.stream, stream)
-            && end.join()?
-        {
-            return Ok(Arc::clone(end));
+        if let Some(end) = &batches.open {
+            if Arc::ptr_eq(&end.stream, stream) {
+                if end.join()? {
+                    return Ok(Arc::clone(end));
+                }
+            } else {
+                end.close(&mut end.state())?;
+            }
         }
         let end = batches
             .reuse(stream)
@@ -227,15 +225,13 @@ impl OpenEnd {
         }
         Ok(end)
     }
-}
 
-impl OpenEnd {
     /// Records the end of the open batch if it runs on `stream`: before
     /// a capture of `stream` begins, after which none could be.
     ///
     /// # Errors
     /// A CUDA error recording it.
-    pub(crate) fn close_on(&self, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
+    pub(crate) fn close_on(&self, stream: &Arc<CudaStream>) -> nccl_core::Result<()> {
         let batches = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match &batches.open {
             Some(end) if Arc::ptr_eq(&end.stream, stream) => end.close(&mut end.state()),

@@ -11,7 +11,7 @@ use nccl_tensor::ResultCheck;
 
 use crate::engine::captures::Keeper;
 use crate::engine::ownership::{OpBuffers, Ownership};
-use crate::engine::tracked::{End, Ends, Tracked};
+use crate::engine::tracked::{End, Tracked};
 use crate::engine::work_buffers::{Boxer, WorkBuffers};
 use crate::error::{GroupError, OpError, Result};
 use crate::health::watchdog::{Completion, Progress};
@@ -167,9 +167,13 @@ enum State<B> {
 
 impl<B: WorkBuffers> std::fmt::Debug for Work<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Polls without recording a shared end (a side effect).
+        let completed = self
+            .tracked()
+            .is_none_or(|op| op.failed().is_some() || op.poll() == Progress::Done);
         f.debug_struct("Work")
             .field("captured", &self.is_captured())
-            .field("completed", &self.is_completed())
+            .field("completed", &completed)
             .finish()
     }
 }
@@ -221,27 +225,6 @@ impl<B: WorkBuffers> Work<B> {
         Ok(())
     }
 
-    /// Makes the streams that may free `buffers` wait for the operation's
-    /// end (best effort, as on drop: if CUDA cannot, the stream is broken
-    /// and nothing queued after it runs either).
-    ///
-    /// A shared end is recorded now if it is not yet; while its stream is
-    /// being captured none can be, and the buffers' streams are left
-    /// unordered: their memory is freed on the operation's stream in the
-    /// usual case (a tensor of the caller's stream), which orders it.
-    fn order_after(&self, buffers: &B) {
-        if let Some(Tracked {
-            ends: Ends::Shared(end),
-            ..
-        }) = self.tracked().map(Arc::as_ref)
-        {
-            let _ = end.with_event(|event| buffers.order_after(event));
-        }
-        for end in self.ends() {
-            let _ = buffers.order_after(&end.event);
-        }
-    }
-
     /// Whether the operation was captured in a CUDA graph rather than
     /// enqueued (see "Captured operations" above).
     pub fn is_captured(&self) -> bool {
@@ -270,6 +253,10 @@ impl<B: WorkBuffers> Work<B> {
     /// then checks that it produced its result: that no communicator of
     /// the group reported an error by the time it was seen to end (as
     /// PyTorch's `WorkNCCL::isCompleted` does).
+    ///
+    /// An end shared on the caller's stream is recorded now if it is not
+    /// yet, so this also waits for the work queued there before the call
+    /// (as [`Work::is_completed`] says).
     ///
     /// After `Ok`, the results are the operation's, on the GPU and on the host.
     ///
@@ -379,7 +366,11 @@ impl<B: WorkBuffers> Drop for Work<B> {
                     // The caller may use the memory once the borrow ends.
                     let _ = self.order_callers();
                 }
-                self.order_after(&buffers);
+                // A shared end is none of the operation's own: its buffers
+                // are freed on its stream, after it (`handoff::op_end`).
+                for end in self.ends() {
+                    let _ = buffers.order_after(&end.event);
+                }
                 drop(buffers);
             }
             // The graph uses them at each replay: they live as long as it.

@@ -25,6 +25,15 @@ pub trait WorkBuffers: Send {
     /// A CUDA failure.
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError>;
 
+    /// Whether every stream that may free these buffers is `stream` (the
+    /// one [`WorkBuffers::order_after`] would make wait): an operation on
+    /// `stream` then needs no end event of its own for their release.
+    /// Buffers of your own answer `false` unless they say otherwise.
+    fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+        let _ = stream;
+        false
+    }
+
     /// Whether an operation on `stream` that uses these buffers as
     /// `access` needs no driver call to order them
     /// ([`TypedBuffer::is_settled_on`]): what an operation captured in a
@@ -56,12 +65,20 @@ impl WorkBuffers for () {
     fn order_after(&self, _event: &CudaEvent) -> std::result::Result<(), DriverError> {
         Ok(())
     }
+
+    fn frees_on(&self, _stream: &Arc<CudaStream>) -> bool {
+        true
+    }
 }
 
 impl<T: NcclType> WorkBuffers for Tensor<T> {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         // cudarc frees a slice on the stream it was allocated on.
         self.as_slice().stream().wait(event)
+    }
+
+    fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+        Arc::ptr_eq(self.as_slice().stream(), stream)
     }
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
@@ -76,6 +93,10 @@ impl<T: NcclType> WorkBuffers for Tensor<T> {
 impl WorkBuffers for AnyTensor {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         self.stream().wait(event)
+    }
+
+    fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+        Arc::ptr_eq(self.stream(), stream)
     }
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
@@ -100,6 +121,10 @@ macro_rules! borrowed_work_buffers {
                 // cudarc frees a slice on the stream it was allocated on
                 // (a view's: its slice's).
                 self.stream().wait(event)
+            }
+
+            fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+                Arc::ptr_eq(self.stream(), stream)
             }
         }
     )*};
@@ -131,6 +156,10 @@ impl<A: WorkBuffers, B: WorkBuffers> WorkBuffers for (A, B) {
         self.1.order_after(event)
     }
 
+    fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+        self.0.frees_on(stream) && self.1.frees_on(stream)
+    }
+
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
         self.0.is_settled_on(stream, access) && self.1.is_settled_on(stream, Access::Read)
     }
@@ -146,6 +175,10 @@ impl<B: WorkBuffers> WorkBuffers for Vec<B> {
     fn order_after(&self, event: &CudaEvent) -> std::result::Result<(), DriverError> {
         self.iter()
             .try_for_each(|buffers| buffers.order_after(event))
+    }
+
+    fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
+        self.iter().all(|buffers| buffers.frees_on(stream))
     }
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {

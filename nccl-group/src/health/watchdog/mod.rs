@@ -50,7 +50,8 @@ pub trait Completion: Send + Sync {
     fn poll(&self) -> Progress;
 
     /// Polls for a caller that waits for the operation (the watchdog's
-    /// scan, a [`Work`](crate::Work)'s wait): as [`Completion::poll`],
+    /// scan, a [`Work`](crate::Work)'s `synchronize` and `is_completed`):
+    /// as [`Completion::poll`],
     /// first recording an end that operations share and that is not
     /// recorded yet (see `engine::shared_end`), so that an operation
     /// followed by no other is not left running for ever.

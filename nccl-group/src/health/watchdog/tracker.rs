@@ -125,7 +125,8 @@ impl Tracker {
     ///
     /// The polls (a driver call each) and the GPU times run on a snapshot,
     /// outside the lock, so a thread issuing an operation never waits for a
-    /// scan's driver calls.
+    /// scan's driver calls (but for the record of an end it shares with the
+    /// operation being issued, at most once a scan: `engine::shared_end`).
     pub fn scan(
         &self,
         now: Instant,
