@@ -513,6 +513,31 @@ fn gpu_operations_sharing_an_end_each_complete() {
         assert_same_values(&download(&stream, &tensor), &pattern(i, LEN), "all_reduce");
     }
 
+    // Operations switching streams (each closes the other stream's batch),
+    // and one whose tensor is freed on another stream (an end of its own).
+    let other = stream.context().new_stream().expect("a second stream");
+    let switching: Vec<_> = (0..8)
+        .map(|i| {
+            let on = if i % 2 == 0 { &stream } else { &other };
+            group
+                .all_reduce(upload(on, &pattern(i, LEN)), ReduceOp::Sum, on)
+                .unwrap_or_else(|e| panic!("all_reduce {i} switching streams: {e}"))
+        })
+        .collect();
+    for (i, work) in switching.into_iter().enumerate() {
+        let on = if i % 2 == 0 { &stream } else { &other };
+        work.synchronize(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("synchronize {i} switching streams: {e}"));
+        let tensor = work.wait().expect("wait");
+        assert_same_values(&download(on, &tensor), &pattern(i, LEN), "switching");
+    }
+    other.synchronize().expect("synchronize");
+    drop(
+        group
+            .all_reduce(upload(&other, &pattern(9, LEN)), ReduceOp::Sum, &stream)
+            .expect("all_reduce of another stream's tensor"),
+    );
+
     // The last operation of a run, never polled: the watchdog records its
     // end and sees it finish.
     let tensor = done(
