@@ -372,6 +372,13 @@ impl<T: NcclType> Tensor<T> {
         self.data.context().ordinal()
     }
 
+    /// The stream the storage belongs to: cudarc frees it there, so
+    /// whoever must delay the free makes this stream wait. Unlike
+    /// [`as_slice`](Self::as_slice), it records nothing.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        self.data.stream()
+    }
+
     /// The underlying cudarc allocation, for cudarc's API on any stream
     /// (a write deferred by an operation is recorded first).
     pub fn as_slice(&self) -> &CudaSlice<T> {

@@ -120,7 +120,7 @@ impl AnyTensor {
     /// The stream the storage belongs to: cudarc frees it there, so
     /// whoever must delay the free makes this stream wait.
     pub fn stream(&self) -> &Arc<CudaStream> {
-        with_typed!(self, t => t.as_slice().stream())
+        with_typed!(self, t => t.stream())
     }
 
     /// [`Tensor::set_producer`] on the typed tensor inside.

@@ -421,6 +421,12 @@ impl<T> TrackedSlice<T> {
 
     /// The cudarc slice, for use on any stream: a deferred write is
     /// recorded first, so cudarc's accesses wait for it.
+    /// The stream the slice was allocated on (cudarc frees it there),
+    /// recording nothing.
+    pub(crate) fn stream(&self) -> &Arc<CudaStream> {
+        self.slice.stream()
+    }
+
     pub(crate) fn slice(&self) -> &CudaSlice<T> {
         let mut pending = self.lock();
         if let Some(deferred) = pending.as_mut() {

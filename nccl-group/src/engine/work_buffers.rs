@@ -78,7 +78,7 @@ impl<T: NcclType> WorkBuffers for Tensor<T> {
     }
 
     fn frees_on(&self, stream: &Arc<CudaStream>) -> bool {
-        Arc::ptr_eq(self.as_slice().stream(), stream)
+        Arc::ptr_eq(Tensor::stream(self), stream)
     }
 
     fn is_settled_on(&self, stream: &Arc<CudaStream>, access: Access) -> bool {
