@@ -108,13 +108,14 @@ impl Member {
         stream: Arc<CudaStream>,
     ) -> Result<Self> {
         let abort = core.abort_handle();
+        let open_end = OpenEnd::new(&pool, &stream);
         Ok(Member {
             comm: Arc::new(SharedComm::new(Communicator::from_core(core)?)),
             abort,
             pool,
             stream,
             enqueue: EnqueueWatch::default(),
-            open_end: OpenEnd::default(),
+            open_end,
         })
     }
 

@@ -175,10 +175,8 @@ impl Drop for SharedEnd {
 /// joins, and the batches before it, oldest first, reused once no
 /// operation holds them any more (with their events), so that a steady
 /// loop allocates none.
-#[derive(Default)]
 pub(crate) struct OpenEnd(Mutex<Batches>);
 
-#[derive(Default)]
 struct Batches {
     open: Option<Arc<SharedEnd>>,
     retired: VecDeque<Arc<SharedEnd>>,
@@ -190,7 +188,22 @@ struct Batches {
 /// operations are.
 const RETIRED: usize = 512;
 
+/// Batches made with the member, unused: a loop that runs ahead of the
+/// GPU holds a batch per 32 operations (or per watchdog scan) until the
+/// GPU catches up, and takes these before it allocates one.
+const SPARE: usize = 64;
+
 impl OpenEnd {
+    /// A member's, with [`SPARE`] batches ready (on `stream` until reused).
+    pub(crate) fn new(pool: &Arc<DevicePool>, stream: &Arc<CudaStream>) -> Self {
+        let mut retired = VecDeque::with_capacity(RETIRED + 1);
+        retired.extend((0..SPARE).map(|_| Arc::new(SharedEnd::open(pool, stream))));
+        Self(Mutex::new(Batches {
+            open: None,
+            retired,
+        }))
+    }
+
     /// The end of an operation just enqueued on `stream`: the open batch's,
     /// if it is on `stream` and still open, else a new batch's, which
     /// becomes the open one; a batch left open on another stream is closed

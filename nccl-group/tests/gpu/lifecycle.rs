@@ -571,13 +571,18 @@ fn gpu_operations_sharing_an_end_each_complete() {
     assert_same_values(&download(&stream, &tensor), &pattern(7, LEN), "outside");
 
     // One before a capture the group begins: its end is recorded first.
+    // (The tensor to capture is settled on the stream by an operation.)
+    let settled = done(
+        group.all_reduce(upload(&stream, &pattern(8, LEN)), ReduceOp::Sum, &stream),
+        "settling the tensor to capture",
+    );
     let work = group
         .all_reduce(tensor, ReduceOp::Sum, &stream)
         .expect("all_reduce before the capture");
     let capture = group.begin_capture(&stream).expect("begin_capture");
     let captured = capture
         .group()
-        .all_reduce(upload(&stream, &pattern(8, LEN)), ReduceOp::Sum, &stream)
+        .all_reduce(settled, ReduceOp::Sum, &stream)
         .expect("captured all_reduce");
     assert!(captured.is_captured());
     let graph = capture
