@@ -38,7 +38,7 @@ use crate::health::watchdog::Progress;
 /// How many operations share one end event at most: the issuing thread
 /// records it when this many joined. Small beside the tracker's reaping
 /// threshold, so the thread that reaps finds recorded ends.
-pub(crate) const BATCH: u32 = 32;
+const BATCH: u32 = 32;
 
 /// The end of a batch of consecutive operations on one stream.
 pub(crate) struct SharedEnd {
