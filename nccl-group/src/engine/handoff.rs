@@ -79,20 +79,20 @@ pub(crate) fn start_event(
 /// The end of an operation on one device just enqueued on `stream`: the
 /// end it shares with the operations beside it when it runs untimed on the
 /// caller's stream, a stream of its own (not the legacy default stream,
-/// which synchronizes with every other), and its buffers are freed there
-/// (`frees_on_stream`: a `Work` dropped unwaited then needs no end; see
-/// `engine::shared_end`); else an event of its own ([`end_event`]).
+/// which synchronizes with every other), and `buffers` are freed there (a
+/// `Work` dropped unwaited then needs no end; see `engine::shared_end`);
+/// else an event of its own ([`end_event`]).
 pub(crate) fn op_end(
     member: &Member,
     stream: &Arc<CudaStream>,
     caller: &Arc<CudaStream>,
     start: Option<CudaEvent>,
-    frees_on_stream: bool,
+    buffers: &impl WorkBuffers,
 ) -> Result<Ends> {
     if start.is_none()
-        && frees_on_stream
         && Arc::ptr_eq(stream, caller)
         && !stream.cu_stream().is_null()
+        && buffers.frees_on(stream)
     {
         let end = member.open_end.end_for(&member.pool, stream)?;
         return Ok(Ends::Shared(end));

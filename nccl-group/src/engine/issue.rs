@@ -479,9 +479,8 @@ impl ProcessGroup {
                 }
                 recorded
             };
-            let frees_on_stream = buffers.frees_on(stream);
             self.track(recorded, enqueued, || {
-                op_end(member, stream, caller, start, frees_on_stream)
+                op_end(member, stream, caller, start, &buffers)
             })
         })();
         match attempt {

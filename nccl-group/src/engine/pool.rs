@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaStream, DriverError};
+use cudarc::driver::{CudaEvent, CudaStream};
 use nccl_core::Device;
 
 use crate::error::Result;
@@ -109,12 +109,6 @@ impl DevicePool {
     /// # Errors
     /// A CUDA failure creating a new event.
     pub fn event(&self) -> Result<CudaEvent> {
-        self.untimed_event().map_err(created)
-    }
-
-    /// [`DevicePool::event`] with the driver's error, for a caller that
-    /// reports it as an operation's [`Progress`](crate::health::watchdog::Progress).
-    pub(crate) fn untimed_event(&self) -> std::result::Result<CudaEvent, DriverError> {
         self.take(&self.events, None)
     }
 
@@ -127,7 +121,6 @@ impl DevicePool {
     /// [`CudaEvent::elapsed_ms`] can measure from or to.
     pub(crate) fn timed_event(&self) -> Result<CudaEvent> {
         self.take(&self.timed, Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(created)
     }
 
     /// Returns an event of [`DevicePool::timed_event`], as
@@ -138,24 +131,19 @@ impl DevicePool {
 
     /// An event of `list`, or a new one created with `flags` (cudarc's
     /// default, without timing, for `None`).
-    fn take(
-        &self,
-        list: &Mutex<Vec<CudaEvent>>,
-        flags: Option<CUevent_flags>,
-    ) -> std::result::Result<CudaEvent, DriverError> {
+    fn take(&self, list: &Mutex<Vec<CudaEvent>>, flags: Option<CUevent_flags>) -> Result<CudaEvent> {
         let pooled = list.lock().unwrap_or_else(PoisonError::into_inner).pop();
         match pooled {
             Some(event) => Ok(event),
-            None => self.device.context().new_event(flags),
+            None => self
+                .device
+                .context()
+                .new_event(flags)
+                .map_err(|error| nccl_core::Error::cuda("creating an event")(error).into()),
         }
     }
 
     fn put(list: &Mutex<Vec<CudaEvent>>, event: CudaEvent) {
         list.lock().unwrap_or_else(PoisonError::into_inner).push(event);
     }
-}
-
-/// The error of a failed event creation.
-fn created(error: DriverError) -> crate::error::GroupError {
-    nccl_core::Error::cuda("creating an event")(error).into()
 }

@@ -33,6 +33,7 @@ use cudarc::driver::{CudaEvent, CudaStream, DriverError};
 use nccl_core::CaptureStatus;
 
 use crate::engine::pool::DevicePool;
+use crate::error::Result;
 use crate::health::watchdog::Progress;
 
 /// How many operations share one end event at most: the issuing thread
@@ -87,7 +88,7 @@ impl SharedEnd {
 
     /// Adds an operation just enqueued on the batch's stream, unless the
     /// batch is closed; records the end when it is full.
-    fn join(&self) -> nccl_core::Result<bool> {
+    fn join(&self) -> Result<bool> {
         let mut state = self.state();
         if state.closed {
             return Ok(false);
@@ -101,17 +102,14 @@ impl SharedEnd {
 
     /// Closes the batch and records its end, unless it is recorded or the
     /// stream is being captured.
-    fn close(&self, state: &mut State) -> nccl_core::Result<()> {
+    fn close(&self, state: &mut State) -> Result<()> {
         state.closed = true;
         if state.recorded || nccl_core::capture_status(&self.stream)? != CaptureStatus::None {
             return Ok(());
         }
         let event = match state.event.take() {
             Some(event) => event,
-            None => self
-                .pool
-                .untimed_event()
-                .map_err(nccl_core::Error::cuda("creating an end event"))?,
+            None => self.pool.event()?,
         };
         let recorded = event.record(&self.stream);
         state.event = Some(event);
@@ -216,7 +214,7 @@ impl OpenEnd {
         &self,
         pool: &Arc<DevicePool>,
         stream: &Arc<CudaStream>,
-    ) -> nccl_core::Result<Arc<SharedEnd>> {
+    ) -> Result<Arc<SharedEnd>> {
         let mut batches = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(end) = &batches.open {
             if Arc::ptr_eq(&end.stream, stream) {
@@ -244,7 +242,7 @@ impl OpenEnd {
     ///
     /// # Errors
     /// A CUDA error recording it.
-    pub(crate) fn close_on(&self, stream: &Arc<CudaStream>) -> nccl_core::Result<()> {
+    pub(crate) fn close_on(&self, stream: &Arc<CudaStream>) -> Result<()> {
         let batches = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match &batches.open {
             Some(end) if Arc::ptr_eq(&end.stream, stream) => end.close(&mut end.state()),

@@ -167,13 +167,10 @@ enum State<B> {
 
 impl<B: WorkBuffers> std::fmt::Debug for Work<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Polls without recording a shared end (a side effect).
-        let completed = self
-            .tracked()
-            .is_none_or(|op| op.failed().is_some() || op.poll() == Progress::Done);
         f.debug_struct("Work")
             .field("captured", &self.is_captured())
-            .field("completed", &completed)
+            // Without recording a shared end (a side effect).
+            .field("completed", &self.completed_by(Completion::poll))
             .finish()
     }
 }
@@ -241,12 +238,13 @@ impl<B: WorkBuffers> Work<B> {
     /// turns true once the work queued on the stream before this call has
     /// ended too.
     pub fn is_completed(&self) -> bool {
-        match &self.state {
-            State::Tracked { op, .. } => {
-                op.failed().is_some() || op.poll_closing() == Progress::Done
-            }
-            State::Captured { .. } => true,
-        }
+        self.completed_by(Completion::poll_closing)
+    }
+
+    /// [`Work::is_completed`], the end polled with `poll`.
+    fn completed_by(&self, poll: fn(&Tracked) -> Progress) -> bool {
+        self.tracked()
+            .is_none_or(|op| op.failed().is_some() || poll(op) == Progress::Done)
     }
 
     /// Blocks the CPU until the operation has finished, at most `timeout`,
