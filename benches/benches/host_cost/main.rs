@@ -29,8 +29,9 @@
 //! * Heap allocations in steady state: after a warm-up, 1000 calls of each
 //!   op and layer under a counting global allocator; the count per 1000
 //!   calls is printed and must be 0 (the run fails otherwise), except the
-//!   groups' one per call (the operation's record, shared by its `Work`,
-//!   the watchdog and the tensors it hands back). Rust's heap
+//!   groups' one per call at most (the operation's record, shared by its
+//!   `Work`, the watchdog and the tensors it hands back, which is made in a
+//!   finished operation's allocation where the group kept one). Rust's heap
 //!   only, and only the calling thread's: NCCL's and the driver's own
 //!   `malloc`s are not seen, nor is any other thread.
 //! * `host_cost_buffers/all_reduce_in_place_8B`: nccl-tensor's in-place
@@ -174,8 +175,9 @@ fn main() {
 }
 
 /// Heap allocations allowed per [`COUNTED_CALLS`] calls of a layer: none,
-/// except the group's one per operation, the record its `Work` shares with
-/// the watchdog (freed when both are done with it).
+/// except the group's one per operation at most, the record its `Work`
+/// shares with the watchdog (kept for a later operation, or freed, when both
+/// are done with it).
 fn allowed_allocations(layer: LayerKind) -> u64 {
     if layer.stream_mode().is_some() {
         COUNTED_CALLS as u64

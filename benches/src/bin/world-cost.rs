@@ -9,7 +9,8 @@
 //! | `raw-fingerprint` | `raw` with an in-band fingerprint in the same `ncclGroupStart`/`ncclGroupEnd`: a MAX all_reduce of two `u64`s `[h, !h]` from a preallocated device buffer (what checking every collective inside NCCL costs) |
 //! | `core` | nccl-core's `Communicator::all_reduce` on that communicator (`CoreLayer`) |
 //! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
-//! | `tensor-event` | `tensor` with a CUDA event recorded after each call: the least any layer that tracks each operation's end adds (the group records one per operation) |
+//! | `tensor-event` | `tensor` with a CUDA event recorded after each call: the least any layer that tracks each operation's end adds (the group records one per 32 operations on a stream) |
+//! | `tensor-capture-query` | `tensor` with the stream's capture status asked of the driver before each call, as the group asks it (an operation on a stream being captured is issued into the graph) |
 //! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does (nccl-core's `wait_ready`) |
 //! | `tensor-nonblocking-event` | `tensor-nonblocking` with the end event of `tensor-event`: whether recording it after a nonblocking call, which NCCL may have enqueued on a thread of its own, costs more than after a blocking one |
 //! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
@@ -41,7 +42,8 @@
 //! machine cancels out instead of moving one layer's median);
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
-//! `Work` shares with the watchdog and the tensors it hands back; a layer
+//! `Work` shares with the watchdog and the tensors it hands back, made in a
+//! finished operation's allocation where the group kept one; a layer
 //! over its allowance fails the run);
 //! each rank's medians when ranks differ by more than 10%; and one JSON
 //! line per layer (also written to `--json FILE`), with the fields of
@@ -60,7 +62,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use cudarc::driver::{CudaEvent, CudaStream};
-use nccl_core::{Config, DataType, Device, ReduceOp, Status};
+use nccl_core::{CaptureStatus, Config, DataType, Device, ReduceOp, Status};
 use nccl_group::{CommMode, GroupOptions, Liveness, ProcessGroup, StreamMode};
 use nccl_perf::{
     AT_START, BenchError, Call, Collective, CoreLayer, DeviceBuffers, Launch, Layer, Mode,
@@ -85,7 +87,7 @@ enum Issue {
     Tensor {
         blocking: bool,
         wait: Wait,
-        end_event: bool,
+        extra: Extra,
     },
     Group(CommMode, StreamMode, Trim),
 }
@@ -115,6 +117,17 @@ impl Trim {
                 .without_dump_dir(),
         }
     }
+}
+
+/// What a tensor layer's call does beside the all_reduce.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Extra {
+    /// Nothing.
+    None,
+    /// A CUDA event recorded after it.
+    EndEvent,
+    /// The stream's capture status asked before it.
+    CaptureQuery,
 }
 
 /// How a tensor layer on a nonblocking communicator waits out
@@ -147,7 +160,7 @@ impl Wait {
 
 impl Issue {
     /// Heap allocations a call may make in steady state: the group's one
-    /// shared operation record, nothing elsewhere.
+    /// shared operation record at most, nothing elsewhere.
     fn allowed_allocations(self) -> u64 {
         match self {
             Issue::Group(..) => 1,
@@ -176,7 +189,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 18] = {
+const LAYERS: [LayerSpec; 19] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -191,11 +204,11 @@ const LAYERS: [LayerSpec; 18] = {
     const fn group(comm: CommMode, stream: StreamMode) -> Issue {
         Issue::Group(comm, stream, Trim::None)
     }
-    const fn tensor(blocking: bool, wait: Wait, end_event: bool) -> Issue {
+    const fn tensor(blocking: bool, wait: Wait, extra: Extra) -> Issue {
         Issue::Tensor {
             blocking,
             wait,
-            end_event,
+            extra,
         }
     }
     [
@@ -203,17 +216,27 @@ const LAYERS: [LayerSpec; 18] = {
         layer("raw-nonblocking", raw(false, false)),
         layer("raw-fingerprint", raw(true, true)),
         layer("core", Issue::Core),
-        layer("tensor", tensor(true, Wait::Library, false)),
-        layer("tensor-event", tensor(true, Wait::Library, true)),
-        layer("tensor-nonblocking", tensor(false, Wait::Library, false)),
+        layer("tensor", tensor(true, Wait::Library, Extra::None)),
+        layer("tensor-event", tensor(true, Wait::Library, Extra::EndEvent)),
+        layer(
+            "tensor-capture-query",
+            tensor(true, Wait::Library, Extra::CaptureQuery),
+        ),
+        layer(
+            "tensor-nonblocking",
+            tensor(false, Wait::Library, Extra::None),
+        ),
         layer(
             "tensor-nonblocking-event",
-            tensor(false, Wait::Library, true),
+            tensor(false, Wait::Library, Extra::EndEvent),
         ),
-        layer("tensor-nonblocking-spin", tensor(false, Wait::Spin, false)),
+        layer(
+            "tensor-nonblocking-spin",
+            tensor(false, Wait::Spin, Extra::None),
+        ),
         layer(
             "tensor-nonblocking-yield",
-            tensor(false, Wait::Yield, false),
+            tensor(false, Wait::Yield, Extra::None),
         ),
         layer("group-nonblocking-separate", group(Nonblocking, Separate)),
         layer("group-nonblocking-caller", group(Nonblocking, Caller)),
@@ -298,8 +321,9 @@ enum State<'a> {
     /// call points into.
     Layered(Box<dyn Layer + 'a>, DeviceBuffers),
     /// The tensor layers: the communicator, the tensor, how a call in
-    /// progress is waited out, and the event recorded after each call.
-    Tensor(&'a Communicator, Tensor<f32>, Wait, Option<CudaEvent>),
+    /// progress is waited out, the event recorded after each call and
+    /// whether the stream's capture status is asked before it.
+    Tensor(&'a Communicator, Tensor<f32>, Wait, Option<CudaEvent>, bool),
     /// A group layer: the group and its tensor, away while an operation has it.
     Group(ProcessGroup, Option<Tensor<f32>>),
 }
@@ -329,9 +353,14 @@ impl State<'_> {
                 };
                 layer.bind(&call, buffers)?
             }
-            State::Tensor(comm, tensor, wait, end) => {
-                let (comm, wait, end) = (*comm, *wait, &*end);
+            State::Tensor(comm, tensor, wait, end, query) => {
+                let (comm, wait, end, query) = (*comm, *wait, &*end, *query);
                 Box::new(move |_: &[Shift]| {
+                    if query && nccl_core::capture_status(stream)? != CaptureStatus::None {
+                        return Err(BenchError::Usage(
+                            "tensor-capture-query: the stream is being captured".into(),
+                        ));
+                    }
                     if comm.all_reduce(&mut *tensor, ReduceOp::Sum, stream)? == Status::InProgress {
                         wait.wait(comm.core())?;
                     }
@@ -513,14 +542,13 @@ fn run(args: &Args) -> Result<(), BenchError> {
                     Box::new(CoreLayer::new(comm()?.core(), &stream)),
                     buffers()?,
                 ),
-                Issue::Tensor {
-                    wait, end_event, ..
-                } => {
-                    let end = end_event
+                Issue::Tensor { wait, extra, .. } => {
+                    let end = (extra == Extra::EndEvent)
                         .then(|| stream.context().new_event(None))
                         .transpose()
                         .map_err(nccl_core::Error::cuda("creating the end event"))?;
-                    State::Tensor(comm()?, tensor()?, wait, end)
+                    let query = extra == Extra::CaptureQuery;
+                    State::Tensor(comm()?, tensor()?, wait, end, query)
                 }
             })
         })

@@ -196,7 +196,20 @@ with_cuda! {
             end_stamp: u64,
             gpu_duration: Option<Duration>,
         ) {
-            let finished = self.micros(at);
+            self.finish_at(seq, state, self.micros(at), end_stamp, gpu_duration);
+        }
+
+        /// [`FlightRecorder::finish`] at `finished` microseconds from the
+        /// epoch ([`FlightRecorder::micros`]): for a caller that finishes
+        /// many operations at one time and converts it once.
+        pub(crate) fn finish_at(
+            &self,
+            seq: u64,
+            state: OpState,
+            finished: u64,
+            end_stamp: u64,
+            gpu_duration: Option<Duration>,
+        ) {
             let mut ring = self.ring();
             let index = (seq % self.capacity as u64) as usize;
             let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {

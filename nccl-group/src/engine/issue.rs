@@ -38,7 +38,7 @@ use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::FailureCause;
 use crate::health::verify::Outcome;
-use crate::health::watchdog::PendingOp;
+use crate::health::watchdog::{Completion, PendingOp};
 use crate::options::{CommMode, StreamMode};
 
 /// What the flight recorder notes about an operation before it is issued
@@ -380,34 +380,31 @@ impl ProcessGroup {
         let inner = &self.inner;
         let mut reaped_at = None;
         let op = inner.tracker.push_with::<_, GroupError>(
-            || {
+            |spare| {
                 let outcome = Outcome::new(Arc::clone(&inner.outcomes), collective);
-                let op = Arc::new(Tracked::new(
-                    record_ends()?,
-                    outcome,
-                    self.options().blocking_wait,
-                ));
+                let blocking_wait = self.options().blocking_wait;
+                let spare = spare.and_then(|spare| spare.into_any().downcast::<Tracked>().ok());
+                let op = Tracked::shared(record_ends()?, outcome, blocking_wait, spare);
                 let pending = PendingOp {
                     seq,
                     enqueued,
                     timeout: self.op_timeout,
-                    completion: Arc::clone(&op) as Arc<dyn crate::health::watchdog::Completion>,
+                    completion: Arc::clone(&op) as Arc<dyn Completion>,
                 };
                 Ok((pending, op))
             },
             // One timestamp for every operation one reap finds finished.
             |done, gpu_time| {
-                let at = *reaped_at.get_or_insert_with(Instant::now);
+                let recorder = &inner.recorder;
+                let at = *reaped_at.get_or_insert_with(|| recorder.micros(Instant::now()));
                 let stamp = inner.verification.stamp();
-                inner
-                    .recorder
-                    .finish(done, OpState::Completed, at, stamp, gpu_time)
+                recorder.finish_at(done, OpState::Completed, at, stamp, gpu_time)
             },
         )?;
         // A failure that drained the tracker just before the push missed
         // this operation: mark it here.
         if let Some(failure) = inner.failure.get() {
-            crate::health::watchdog::Completion::fail(&*op, failure);
+            Completion::fail(&*op, failure);
         }
         Ok(op)
     }

@@ -3,6 +3,7 @@
 //! (or the one it shares with the operations beside it on the caller's
 //! stream), and its outcome.
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,8 +85,9 @@ impl Ends {
 }
 
 /// What a [`Work`], the watchdog and the tensors it hands back share about
-/// one operation, in one allocation (the one a steady-state operation
-/// makes): its end events (given back to their pools once all are done
+/// one operation, in one allocation (the only one an operation may make,
+/// and none where the tracker lends it a finished operation's: see
+/// [`Tracked::shared`]): its end events (given back to their pools once all are done
 /// with it, so a tensor that keeps its result check keeps its end event
 /// until its next producer replaces the check) and its [`Outcome`]
 /// (whether its group failed before it finished, whether its end was
@@ -99,11 +101,49 @@ pub(crate) struct Tracked {
 }
 
 impl Tracked {
-    pub(crate) fn new(ends: Ends, outcome: Outcome, blocking_wait: bool) -> Self {
-        Self {
+    /// The operation of `ends` and `outcome`, in an `Arc`: in `spare`, a
+    /// finished operation's released allocation, where the tracker kept one
+    /// ([`Tracker::push_with`]).
+    ///
+    /// [`Tracker::push_with`]: crate::health::watchdog::Tracker::push_with
+    pub(crate) fn shared(
+        ends: Ends,
+        outcome: Outcome,
+        blocking_wait: bool,
+        spare: Option<Arc<Self>>,
+    ) -> Arc<Self> {
+        if let Some(mut spare) = spare
+            && let Some(slot) = Arc::get_mut(&mut spare)
+        {
+            // Field by field: the released operation has no ends left to
+            // give back, so it is overwritten, not dropped.
+            slot.ends = ends;
+            slot.outcome = outcome;
+            slot.blocking_wait = blocking_wait;
+            return spare;
+        }
+        Arc::new(Self {
             ends,
             outcome,
             blocking_wait,
+        })
+    }
+
+    /// Gives the operation's end events back to their pools (a shared end
+    /// is given back by the last operation that shares it).
+    fn give_back_ends(&mut self) {
+        let ends = std::mem::replace(&mut self.ends, Ends::Many(Vec::new()));
+        let give = |end: End| match end.start {
+            Some(start) => {
+                end.pool.give_back_timed(start);
+                end.pool.give_back_timed(end.event);
+            }
+            None => end.pool.give_back(end.event),
+        };
+        match ends {
+            Ends::Shared(_) => {}
+            Ends::One(end) => give(end),
+            Ends::Many(ends) => ends.into_iter().for_each(give),
         }
     }
 
@@ -159,23 +199,18 @@ impl Completion for Tracked {
     fn gpu_time(&self) -> Option<Duration> {
         self.ends.gpu_time()
     }
+
+    fn release(&mut self) {
+        self.give_back_ends();
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        let ends = std::mem::replace(&mut self.ends, Ends::Many(Vec::new()));
-        let give = |end: End| match end.start {
-            Some(start) => {
-                end.pool.give_back_timed(start);
-                end.pool.give_back_timed(end.event);
-            }
-            None => end.pool.give_back(end.event),
-        };
-        match ends {
-            // Given back by the last operation that shares it.
-            Ends::Shared(_) => {}
-            Ends::One(end) => give(end),
-            Ends::Many(ends) => ends.into_iter().for_each(give),
-        }
+        self.give_back_ends();
     }
 }

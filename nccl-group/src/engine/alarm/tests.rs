@@ -32,6 +32,10 @@ impl Completion for Waiting {
     }
 
     fn fail(&self, _failure: &Arc<Failure>) {}
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
 }
 
 /// An hour from now: operations enqueued then look new to the real
@@ -47,7 +51,7 @@ pub(crate) fn wait_in_collective(group: &ProcessGroup, enqueued: Instant) {
         .inner
         .tracker
         .push_with::<_, ()>(
-            || {
+            |_| {
                 let op = PendingOp {
                     seq: 0,
                     enqueued,

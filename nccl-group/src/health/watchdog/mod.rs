@@ -19,6 +19,7 @@ mod bounded;
 mod thread;
 mod tracker;
 
+use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,16 @@ pub trait Completion: Send + Sync {
     fn gpu_time(&self) -> Option<Duration> {
         None
     }
+
+    /// Lets go of what the finished operation holds besides itself (its
+    /// end events), when the tracker keeps its allocation for a later
+    /// operation ([`Tracker::push_with`]): called only where nothing else
+    /// shares it.
+    fn release(&mut self) {}
+
+    /// The operation as `Any`: how the tracker's owner takes a spare the
+    /// tracker lends ([`Tracker::push_with`]) back as its own type.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
 /// One outstanding operation.

@@ -14,6 +14,11 @@ use super::{Completion, PendingOp, Progress, Verdict};
 /// events between two watchdog scans.
 const REAP_ABOVE: usize = 256;
 
+/// How many finished operations' allocations a tracker keeps for later
+/// ones ([`Tracker::push_with`]): as many as one reap frees in a fast loop,
+/// so that a steady loop allocates none.
+const SPARES: usize = REAP_ABOVE;
+
 /// How long [`Tracker::take_ended`] waits for ends it has just recorded.
 const SETTLE: Duration = Duration::from_millis(1);
 
@@ -38,10 +43,12 @@ impl Lanes {
     }
 }
 
-/// The outstanding operations, oldest first, and their lanes.
+/// The outstanding operations, oldest first, their lanes, and the
+/// allocations of finished ones, released, for later ones.
 struct Queue {
     ops: VecDeque<PendingOp>,
     lanes: Lanes,
+    spares: Vec<Arc<dyn Completion>>,
 }
 
 impl Queue {
@@ -51,6 +58,7 @@ impl Queue {
             self.lanes = Lanes::None;
         }
     }
+
 }
 
 /// A group's outstanding operations, oldest first.
@@ -66,6 +74,7 @@ impl Default for Tracker {
             pending: Mutex::new(Queue {
                 ops: VecDeque::with_capacity(2 * REAP_ABOVE),
                 lanes: Lanes::None,
+                spares: Vec::with_capacity(SPARES),
             }),
         }
     }
@@ -82,17 +91,21 @@ impl Tracker {
     ///
     /// With a long backlog, first removes the finished operations at the front
     /// ([`reap`]), calling `finished(seq, gpu_time)` for each
-    /// ([`Completion::gpu_time`]). An error of `make` adds nothing.
+    /// ([`Completion::gpu_time`]). `make` gets the allocation of a finished
+    /// operation that nothing else held, released ([`Completion::release`]),
+    /// if the tracker kept one, to make the new one in. An error of `make`
+    /// adds nothing.
     pub fn push_with<T, E>(
         &self,
-        make: impl FnOnce() -> Result<(PendingOp, T), E>,
+        make: impl FnOnce(Option<Arc<dyn Completion>>) -> Result<(PendingOp, T), E>,
         finished: impl FnMut(u64, Option<Duration>),
     ) -> Result<T, E> {
         let mut pending = self.pending();
         if pending.ops.len() > REAP_ABOVE {
             reap(&mut pending, finished);
         }
-        let (op, value) = make()?;
+        let spare = pending.spares.pop();
+        let (op, value) = make(spare)?;
         pending.lanes = pending.lanes.with(op.completion.lane());
         pending.ops.push_back(op);
         Ok(value)
@@ -161,13 +174,19 @@ impl Tracker {
             // Those the issuing thread reaped meanwhile (or a failure
             // drained) are gone already, and not reported twice.
             let mut pending = self.pending();
-            pending.ops.retain(|op| {
-                let found = done.binary_search_by_key(&op.seq, |&(seq, _)| seq);
-                if let Ok(index) = found {
-                    finished(op.seq, done[index].1);
+            let Queue { ops, spares, .. } = &mut *pending;
+            // Each operation once round the ring, in order: the finished
+            // ones leave, the rest go back behind.
+            for _ in 0..ops.len() {
+                let Some(op) = ops.pop_front() else { break };
+                match done.binary_search_by_key(&op.seq, |&(seq, _)| seq) {
+                    Ok(index) => {
+                        finished(op.seq, done[index].1);
+                        keep_spare(spares, op.completion);
+                    }
+                    Err(_) => ops.push_back(op),
                 }
-                found.is_err()
-            });
+            }
             pending.settle();
         }
         verdict
@@ -240,36 +259,61 @@ fn reap(queue: &mut Queue, mut finished: impl FnMut(u64, Option<Duration>)) {
                 running = middle;
             }
         }
-        queue.ops.drain(..=done).for_each(|op| ended(op, &mut finished));
+        let Queue { ops, spares, .. } = &mut *queue;
+        ops.drain(..=done)
+            .for_each(|op| ended(op, &mut finished, spares));
     } else {
-        if let Some(front) = queue.ops.pop_front() {
-            ended(front, &mut finished);
+        let Queue { ops, spares, .. } = &mut *queue;
+        if let Some(front) = ops.pop_front() {
+            ended(front, &mut finished, spares);
         }
-        reap_front(&mut queue.ops, finished);
+        reap_front(ops, finished, spares);
     }
     queue.settle();
 }
 
-fn reap_front(pending: &mut VecDeque<PendingOp>, mut finished: impl FnMut(u64, Option<Duration>)) {
+fn reap_front(
+    pending: &mut VecDeque<PendingOp>,
+    mut finished: impl FnMut(u64, Option<Duration>),
+    spares: &mut Vec<Arc<dyn Completion>>,
+) {
     while pending
         .front()
         .is_some_and(|front| front.completion.poll() == Progress::Done)
     {
         if let Some(op) = pending.pop_front() {
-            ended(op, &mut finished);
+            ended(op, &mut finished, spares);
         }
     }
 }
 
-/// Reports the finished `op` to `finished`, with its GPU time.
-fn ended(op: PendingOp, finished: &mut impl FnMut(u64, Option<Duration>)) {
+/// Reports the finished `op` to `finished`, with its GPU time, and keeps
+/// its allocation ([`keep_spare`]).
+fn ended(
+    op: PendingOp,
+    finished: &mut impl FnMut(u64, Option<Duration>),
+    spares: &mut Vec<Arc<dyn Completion>>,
+) {
     finished(op.seq, op.completion.gpu_time());
+    keep_spare(spares, op.completion);
+}
+
+/// Keeps the finished `completion`'s allocation in `spares`, released, if
+/// nothing else shares it and there is room.
+fn keep_spare(spares: &mut Vec<Arc<dyn Completion>>, mut completion: Arc<dyn Completion>) {
+    if spares.len() < SPARES
+        && let Some(finished) = Arc::get_mut(&mut completion)
+    {
+        finished.release();
+        spares.push(completion);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::failure::Failure;
+    use std::any::Any;
     use cudarc::driver::DriverError;
     use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
@@ -283,6 +327,8 @@ mod tests {
         /// An end shared with later operations and not recorded yet:
         /// running until polled to close it.
         unrecorded: AtomicBool,
+        /// Released for a later operation ([`Completion::release`]).
+        released: bool,
     }
 
     impl Fake {
@@ -322,6 +368,14 @@ mod tests {
         fn gpu_time(&self) -> Option<Duration> {
             self.gpu_time
         }
+
+        fn release(&mut self) {
+            self.released = true;
+        }
+
+        fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+            self
+        }
     }
 
     fn launch_failed() -> DriverError {
@@ -331,7 +385,7 @@ mod tests {
     /// Adds `op` (made before the lock is taken, as tests need no order).
     fn push(tracker: &Tracker, op: PendingOp, finished: impl FnMut(u64, Option<Duration>)) {
         let pushed: Result<(), std::convert::Infallible> =
-            tracker.push_with(|| Ok((op, ())), finished);
+            tracker.push_with(|_| Ok((op, ())), finished);
         assert!(pushed.is_ok());
     }
 
@@ -507,6 +561,10 @@ mod tests {
         }
 
         fn fail(&self, _failure: &Arc<Failure>) {}
+
+        fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+            self
+        }
     }
 
     #[test]
@@ -658,8 +716,74 @@ mod tests {
         f[0].finish();
         f[2].finish();
         let mut reaped = Vec::new();
-        reap_front(&mut pending, |s, _| reaped.push(s));
+        reap_front(&mut pending, |s, _| reaped.push(s), &mut Vec::new());
         assert_eq!(reaped, vec![0]);
         assert_eq!(pending.len(), 2);
+    }
+
+    /// A finished fake with sequence number `seq`, made in the spare the
+    /// tracker lends, if any; whether it got one.
+    fn push_finished(tracker: &Tracker, seq: u64) -> Option<bool> {
+        let mut lent = None;
+        let pushed: Result<(), std::convert::Infallible> = tracker.push_with(
+            |spare| {
+                let spare = spare.and_then(|spare| spare.into_any().downcast::<Fake>().ok());
+                lent = Some(spare.is_some_and(|spare| spare.released));
+                let completion = Arc::new(Fake::default());
+                completion.finish();
+                let op = PendingOp {
+                    seq,
+                    enqueued: Instant::now(),
+                    timeout: Duration::from_secs(60),
+                    completion,
+                };
+                Ok((op, ()))
+            },
+            |_, _| {},
+        );
+        assert!(pushed.is_ok());
+        lent
+    }
+
+    #[test]
+    fn a_finished_operation_nothing_else_holds_lends_its_allocation_to_the_next() {
+        let tracker = Tracker::default();
+        let held = Arc::new(Fake::default());
+        held.finish();
+        push_finished(&tracker, 0);
+        let pushed: Result<(), std::convert::Infallible> = tracker.push_with(
+            |_| {
+                let op = PendingOp {
+                    seq: 1,
+                    enqueued: Instant::now(),
+                    timeout: Duration::from_secs(60),
+                    completion: Arc::clone(&held) as Arc<dyn Completion>,
+                };
+                Ok((op, ()))
+            },
+            |_, _| {},
+        );
+        assert!(pushed.is_ok());
+        assert_eq!(tracker.scan(Instant::now(), |_, _| {}), None);
+        assert!(tracker.is_empty());
+        // The first one's allocation, released; the second is still the
+        // test's, untouched.
+        assert_eq!(push_finished(&tracker, 2), Some(true));
+        assert_eq!(push_finished(&tracker, 3), Some(false));
+        assert!(!held.released);
+    }
+
+    #[test]
+    fn a_reaped_backlog_lends_its_allocations_to_the_operations_after_it() {
+        let tracker = Tracker::default();
+        let backlog = REAP_ABOVE as u64 + 1;
+        for seq in 0..backlog {
+            push_finished(&tracker, seq);
+        }
+        // This push reaps the backlog first, then makes its operation in
+        // one of the backlog's allocations, as do the next ones.
+        for seq in backlog..backlog + 8 {
+            assert_eq!(push_finished(&tracker, seq), Some(true), "operation {seq}");
+        }
     }
 }
