@@ -9,7 +9,7 @@
 //! | `raw-fingerprint` | `raw` with an in-band fingerprint in the same `ncclGroupStart`/`ncclGroupEnd`: a MAX all_reduce of two `u64`s `[h, !h]` from a preallocated device buffer (what checking every collective inside NCCL costs) |
 //! | `core` | nccl-core's `Communicator::all_reduce` on that communicator (`CoreLayer`) |
 //! | `tensor` | nccl-tensor's `Communicator::all_reduce` on a `Tensor`, on that communicator |
-//! | `tensor-event` | `tensor` with a CUDA event recorded after each call: the least any layer that tracks each operation's end adds (the group records one per 32 operations on a stream) |
+//! | `tensor-event` | `tensor` with a CUDA event recorded after each call: the least any layer that tracks each operation's end adds (the group records one per 32 untimed operations on the caller's stream, one per operation on its own stream) |
 //! | `tensor-capture-query` | `tensor` with the stream's capture status asked of the driver before each call, as the group asks it (an operation on a stream being captured is issued into the graph) |
 //! | `tensor-nonblocking` | the same on a nonblocking communicator, waiting out `ncclInProgress` as nccl-group does (nccl-core's `wait_ready`) |
 //! | `tensor-nonblocking-event` | `tensor-nonblocking` with the end event of `tensor-event`: whether recording it after a nonblocking call, which NCCL may have enqueued on a thread of its own, costs more than after a blocking one |

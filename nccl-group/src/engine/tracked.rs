@@ -85,9 +85,8 @@ impl Ends {
 }
 
 /// What a [`Work`], the watchdog and the tensors it hands back share about
-/// one operation, in one allocation (the only one an operation may make,
-/// and none where the tracker lends it a finished operation's: see
-/// [`Tracked::shared`]): its end events (given back to their pools once all are done
+/// one operation, in one allocation (none where the tracker lends it a
+/// finished operation's: see [`Tracked::shared`]): its end events (given back to their pools once all are done
 /// with it, so a tensor that keeps its result check keeps its end event
 /// until its next producer replaces the check) and its [`Outcome`]
 /// (whether its group failed before it finished, whether its end was
@@ -112,21 +111,20 @@ impl Tracked {
         blocking_wait: bool,
         spare: Option<Arc<Self>>,
     ) -> Arc<Self> {
-        if let Some(mut spare) = spare
-            && let Some(slot) = Arc::get_mut(&mut spare)
-        {
-            // Field by field: the released operation has no ends left to
-            // give back, so it is overwritten, not dropped.
-            slot.ends = ends;
-            slot.outcome = outcome;
-            slot.blocking_wait = blocking_wait;
-            return spare;
-        }
-        Arc::new(Self {
+        let tracked = Self {
             ends,
             outcome,
             blocking_wait,
-        })
+        };
+        if let Some(mut spare) = spare
+            && let Some(slot) = Arc::get_mut(&mut spare)
+        {
+            // The released operation it replaces has no ends left, so its
+            // drop gives nothing back.
+            *slot = tracked;
+            return spare;
+        }
+        Arc::new(tracked)
     }
 
     /// Gives the operation's end events back to their pools (a shared end

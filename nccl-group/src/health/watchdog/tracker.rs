@@ -15,9 +15,10 @@ use super::{Completion, PendingOp, Progress, Verdict};
 const REAP_ABOVE: usize = 256;
 
 /// How many finished operations' allocations a tracker keeps for later
-/// ones ([`Tracker::push_with`]): as many as one reap frees in a fast loop,
-/// so that a steady loop allocates none.
-const SPARES: usize = REAP_ABOVE;
+/// ones ([`Tracker::push_with`]): as many as one reap frees in a fast loop
+/// (it runs once more than [`REAP_ABOVE`] are pending), so that a loop whose
+/// operations finish within a reap's window allocates none.
+const SPARES: usize = REAP_ABOVE + 1;
 
 /// How long [`Tracker::take_ended`] waits for ends it has just recorded.
 const SETTLE: Duration = Duration::from_millis(1);
@@ -329,6 +330,8 @@ mod tests {
         unrecorded: AtomicBool,
         /// Released for a later operation ([`Completion::release`]).
         released: bool,
+        /// Counts the releases of every fake that shares it.
+        releases: Option<Arc<AtomicUsize>>,
     }
 
     impl Fake {
@@ -371,6 +374,9 @@ mod tests {
 
         fn release(&mut self) {
             self.released = true;
+            if let Some(releases) = &self.releases {
+                releases.fetch_add(1, Ordering::SeqCst);
+            }
         }
 
         fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
@@ -721,15 +727,18 @@ mod tests {
         assert_eq!(pending.len(), 2);
     }
 
-    /// A finished fake with sequence number `seq`, made in the spare the
-    /// tracker lends, if any; whether it got one.
-    fn push_finished(tracker: &Tracker, seq: u64) -> Option<bool> {
-        let mut lent = None;
+    /// A finished fake with sequence number `seq` on `lane`, made in the
+    /// spare the tracker lends, if any; whether it got one, released.
+    fn push_finished(tracker: &Tracker, seq: u64, lane: Option<usize>) -> bool {
+        let mut lent = false;
         let pushed: Result<(), std::convert::Infallible> = tracker.push_with(
             |spare| {
                 let spare = spare.and_then(|spare| spare.into_any().downcast::<Fake>().ok());
-                lent = Some(spare.is_some_and(|spare| spare.released));
-                let completion = Arc::new(Fake::default());
+                lent = spare.is_some_and(|spare| spare.released);
+                let completion = Arc::new(Fake {
+                    lane,
+                    ..Fake::default()
+                });
                 completion.finish();
                 let op = PendingOp {
                     seq,
@@ -750,7 +759,7 @@ mod tests {
         let tracker = Tracker::default();
         let held = Arc::new(Fake::default());
         held.finish();
-        push_finished(&tracker, 0);
+        push_finished(&tracker, 0, None);
         let pushed: Result<(), std::convert::Infallible> = tracker.push_with(
             |_| {
                 let op = PendingOp {
@@ -768,22 +777,52 @@ mod tests {
         assert!(tracker.is_empty());
         // The first one's allocation, released; the second is still the
         // test's, untouched.
-        assert_eq!(push_finished(&tracker, 2), Some(true));
-        assert_eq!(push_finished(&tracker, 3), Some(false));
+        assert!(push_finished(&tracker, 2, None));
+        assert!(!push_finished(&tracker, 3, None));
         assert!(!held.released);
     }
 
     #[test]
     fn a_reaped_backlog_lends_its_allocations_to_the_operations_after_it() {
+        // Polled one by one (no lane) and by a binary search (one lane).
+        for lane in [None, Some(7)] {
+            let tracker = Tracker::default();
+            let backlog = REAP_ABOVE as u64 + 1;
+            for seq in 0..backlog {
+                assert!(!push_finished(&tracker, seq, lane), "{lane:?}: operation {seq}");
+            }
+            // The next push reaps the whole backlog first, then makes its
+            // operation in one of the backlog's allocations, as does every
+            // push until the next reap.
+            for seq in backlog..2 * backlog {
+                assert!(push_finished(&tracker, seq, lane), "{lane:?}: operation {seq}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tracker_keeps_at_most_its_spares() {
         let tracker = Tracker::default();
-        let backlog = REAP_ABOVE as u64 + 1;
-        for seq in 0..backlog {
-            push_finished(&tracker, seq);
+        let releases = Arc::new(AtomicUsize::new(0));
+        let count = 2 * SPARES as u64;
+        let fakes: Vec<Arc<Fake>> = (0..count)
+            .map(|_| {
+                Arc::new(Fake {
+                    releases: Some(Arc::clone(&releases)),
+                    ..Fake::default()
+                })
+            })
+            .collect();
+        let t0 = Instant::now();
+        for (seq, fake) in (0..count).zip(&fakes) {
+            push(&tracker, op(seq, t0, 60_000, fake), |_, _| {});
         }
-        // This push reaps the backlog first, then makes its operation in
-        // one of the backlog's allocations, as do the next ones.
-        for seq in backlog..backlog + 8 {
-            assert_eq!(push_finished(&tracker, seq), Some(true), "operation {seq}");
-        }
+        // Finished and held by the tracker alone: the scan removes them all
+        // and keeps as many as it has room for.
+        fakes.iter().for_each(|fake| fake.finish());
+        drop(fakes);
+        assert_eq!(tracker.scan(t0, |_, _| {}), None);
+        assert!(tracker.is_empty());
+        assert_eq!(releases.load(Ordering::SeqCst), SPARES);
     }
 }
