@@ -6,8 +6,8 @@
 # 10000 calls' worth, set-up and warm-up cancelled out.
 # usage: instructions.sh WORLD_COST_BINARY LAYER...
 set -eu
+bin=$(realpath "$1"); shift
 cd "$(git rev-parse --show-toplevel)/target/host-profile"
-bin=$1; shift
 count() { # layer, calls
   local out=/tmp/instructions.$1.$2
   rm -f "$out"*

@@ -111,20 +111,28 @@ impl Tracked {
         blocking_wait: bool,
         spare: Option<Arc<Self>>,
     ) -> Arc<Self> {
-        let tracked = Self {
-            ends,
-            outcome,
-            blocking_wait,
-        };
         if let Some(mut spare) = spare
             && let Some(slot) = Arc::get_mut(&mut spare)
         {
-            // The released operation it replaces has no ends left, so its
-            // drop gives nothing back.
-            *slot = tracked;
+            // Field by field, every one named (a field added later does
+            // not compile here until it is set): the released operation
+            // has no ends left to give back, so it is overwritten, not
+            // dropped.
+            let Self {
+                ends: slot_ends,
+                outcome: slot_outcome,
+                blocking_wait: slot_blocking_wait,
+            } = slot;
+            *slot_ends = ends;
+            *slot_outcome = outcome;
+            *slot_blocking_wait = blocking_wait;
             return spare;
         }
-        Arc::new(tracked)
+        Arc::new(Self {
+            ends,
+            outcome,
+            blocking_wait,
+        })
     }
 
     /// Gives the operation's end events back to their pools (a shared end
