@@ -86,9 +86,10 @@ impl Ends {
 
 /// What a [`Work`], the watchdog and the tensors it hands back share about
 /// one operation, in one allocation (none where the tracker lends it a
-/// finished operation's: see [`Tracked::shared`]): its end events (given back to their pools once all are done
-/// with it, so a tensor that keeps its result check keeps its end event
-/// until its next producer replaces the check) and its [`Outcome`]
+/// finished operation's: see [`Tracked::shared`]): its end events (given
+/// back to their pools once all are done with it, so a tensor that keeps
+/// its result check keeps its end event until its next producer replaces
+/// the check) and its [`Outcome`]
 /// (whether its group failed before it finished, whether its end was
 /// verified), which the tensors check through it ([`ResultCheck`]).
 pub(crate) struct Tracked {

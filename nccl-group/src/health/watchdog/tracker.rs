@@ -59,7 +59,6 @@ impl Queue {
             self.lanes = Lanes::None;
         }
     }
-
 }
 
 /// A group's outstanding operations, oldest first.
@@ -314,8 +313,8 @@ fn keep_spare(spares: &mut Vec<Arc<dyn Completion>>, mut completion: Arc<dyn Com
 mod tests {
     use super::*;
     use crate::failure::Failure;
-    use std::any::Any;
     use cudarc::driver::DriverError;
+    use std::any::Any;
     use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
     /// A completion the test finishes or breaks by hand.
@@ -735,18 +734,13 @@ mod tests {
             |spare| {
                 let spare = spare.and_then(|spare| spare.into_any().downcast::<Fake>().ok());
                 lent = spare.is_some_and(|spare| spare.released);
-                let completion = Arc::new(Fake {
+                let fake = Arc::new(Fake {
                     lane,
                     ..Fake::default()
                 });
-                completion.finish();
-                let op = PendingOp {
-                    seq,
-                    enqueued: Instant::now(),
-                    timeout: Duration::from_secs(60),
-                    completion,
-                };
-                Ok((op, ()))
+                fake.finish();
+                // The tracker's reference is the only one once `fake` drops.
+                Ok((op(seq, Instant::now(), 60_000, &fake), ()))
             },
             |_, _| {},
         );
@@ -760,19 +754,7 @@ mod tests {
         let held = Arc::new(Fake::default());
         held.finish();
         push_finished(&tracker, 0, None);
-        let pushed: Result<(), std::convert::Infallible> = tracker.push_with(
-            |_| {
-                let op = PendingOp {
-                    seq: 1,
-                    enqueued: Instant::now(),
-                    timeout: Duration::from_secs(60),
-                    completion: Arc::clone(&held) as Arc<dyn Completion>,
-                };
-                Ok((op, ()))
-            },
-            |_, _| {},
-        );
-        assert!(pushed.is_ok());
+        push(&tracker, op(1, Instant::now(), 60_000, &held), |_, _| {});
         assert_eq!(tracker.scan(Instant::now(), |_, _| {}), None);
         assert!(tracker.is_empty());
         // The first one's allocation, released; the second is still the
