@@ -193,7 +193,9 @@ pub mod testing {
         description: &OpDescription,
         at: std::time::Instant,
     ) -> u64 {
-        let seq = recorder.record(description, at).seq;
+        let seq = recorder
+            .record(description, crate::diagnostics::clock::nanos(at))
+            .seq;
         recorder.finish(seq, OpState::Completed, at, 1, None);
         seq
     }

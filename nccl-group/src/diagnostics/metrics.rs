@@ -93,10 +93,10 @@ impl GroupMetrics {
         self.group.issued(op.op, bytes(op));
     }
 
-    /// An operation `op` was seen to end `latency` after its issue.
-    #[inline]
+    /// An operation `op` was seen to end `latency` after its issue (reported
+    /// by the flight recorder once it is unlocked, with the feature only).
+    #[cfg(feature = "metrics")]
     pub(crate) fn completed(&self, op: Cow<'static, str>, latency: Duration) {
-        #[cfg(feature = "metrics")]
         self.group.completed(op, latency);
     }
 

@@ -5,6 +5,8 @@
 pub mod analysis;
 #[cfg(feature = "cuda")]
 pub(crate) mod checks;
+#[cfg(feature = "cuda")]
+pub(crate) mod clock;
 pub mod dumps;
 #[cfg(feature = "cuda")]
 pub(crate) mod fingerprints;

@@ -21,8 +21,10 @@ pub use records::{FlightDump, OpRecord, OpState, PeerProgress, lagging_ranks, th
 with_cuda! {
     use std::borrow::Cow;
     use std::sync::{Mutex, PoisonError};
-    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+    use std::time::{Duration, Instant};
 
+    use crate::devices::DeviceList;
+    use crate::diagnostics::clock;
     use crate::diagnostics::metrics::GroupMetrics;
 
     thread_local! {
@@ -49,6 +51,34 @@ with_cuda! {
         end_stamp: u64,
     }
 
+    impl Slot {
+        /// A slot the ring has just grown by, for an operation on
+        /// `devices`, filled in place by [`FlightRecorder::record`].
+        fn empty(devices: DeviceList) -> Self {
+            Self {
+                record: OpRecord {
+                    seq: u64::MAX,
+                    collective_seq: None,
+                    p2p_seq: None,
+                    op: Cow::Borrowed(""),
+                    dtype: None,
+                    count: 0,
+                    output_count: 0,
+                    reduction: None,
+                    peer: None,
+                    timeout: Duration::ZERO,
+                    thread: 0,
+                    devices,
+                    enqueued_us: 0,
+                    finished_us: None,
+                    gpu_duration: None,
+                    state: OpState::Pending,
+                },
+                end_stamp: 0,
+            }
+        }
+    }
+
     struct Ring {
         slots: Vec<Slot>,
         next_seq: u64,
@@ -71,8 +101,6 @@ with_cuda! {
     pub struct FlightRecorder {
         ring: Mutex<Ring>,
         capacity: usize,
-        epoch: Instant,
-        epoch_unix_us: u64,
         /// Where the operations it records and their ends are counted too.
         metrics: GroupMetrics,
     }
@@ -91,9 +119,6 @@ with_cuda! {
         /// rather than attempting an allocation that would abort the process).
         pub fn new(capacity: usize) -> Self {
             let capacity = capacity.clamp(1, MAX_RECORDER_CAPACITY);
-            let epoch_unix_us = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros() as u64);
             Self {
                 ring: Mutex::new(Ring {
                     slots: Vec::with_capacity(capacity),
@@ -103,8 +128,6 @@ with_cuda! {
                     last_completed: None,
                 }),
                 capacity,
-                epoch: Instant::now(),
-                epoch_unix_us,
                 metrics: GroupMetrics::default(),
             }
         }
@@ -123,20 +146,22 @@ with_cuda! {
             self.ring.lock().unwrap_or_else(PoisonError::into_inner)
         }
 
-        /// Microseconds from the epoch to `at`.
+        /// Microseconds from the epoch ([`FlightRecorder::epoch_unix_us`]) to `at`.
         pub fn micros(&self, at: Instant) -> u64 {
-            at.saturating_duration_since(self.epoch).as_micros() as u64
+            clock::nanos(at) / 1000
         }
 
-        /// Records an operation about to be enqueued; returns its
+        /// Records an operation about to be enqueued, at `enqueued`
+        /// nanoseconds from the epoch (`diagnostics::clock`, the clock the
+        /// enqueue watch reads too: one conversion per operation); returns its
         /// [`Numbers`].
         ///
         /// The record is written into its slot once (nothing is copied
         /// back out) and allocates nothing once the ring is full.
-        pub(crate) fn record(&self, description: &OpDescription, at: Instant) -> Numbers {
+        pub(crate) fn record(&self, description: &OpDescription, enqueued: u64) -> Numbers {
             self.metrics.issued(description);
             let thread = OS_THREAD_ID.with(|id| *id);
-            let enqueued_us = self.micros(at);
+            let enqueued_us = enqueued / 1000;
             let mut ring = self.ring();
             let seq = ring.next_seq;
             ring.next_seq += 1;
@@ -152,32 +177,49 @@ with_cuda! {
             } else {
                 (None, Some(n))
             };
-            let slot = Slot {
-                record: OpRecord {
-                    seq,
-                    collective_seq,
-                    p2p_seq,
-                    op: Cow::Borrowed(description.op),
-                    dtype: description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
-                    count: description.count,
-                    output_count: description.output_count,
-                    reduction: description.reduction.map(Cow::Borrowed),
-                    peer: description.peer,
-                    timeout: description.timeout,
-                    thread,
-                    devices: description.devices,
-                    enqueued_us,
-                    finished_us: None,
-                    gpu_duration: None,
-                    state: OpState::Pending,
-                },
-                end_stamp: 0,
-            };
             let index = (seq % self.capacity as u64) as usize;
-            if index < ring.slots.len() {
-                ring.slots[index] = slot;
-            } else {
-                ring.slots.push(slot);
+            if index == ring.slots.len() {
+                ring.slots.push(Slot::empty(description.devices));
+            }
+            if let Some(slot) = ring.slots.get_mut(index) {
+                // Field by field over the record it replaces: no record is
+                // built and moved in, and a field added later does not
+                // compile here until it is set.
+                let OpRecord {
+                    seq: slot_seq,
+                    collective_seq: slot_collective_seq,
+                    p2p_seq: slot_p2p_seq,
+                    op,
+                    dtype,
+                    count,
+                    output_count,
+                    reduction,
+                    peer,
+                    timeout,
+                    thread: slot_thread,
+                    devices,
+                    enqueued_us: slot_enqueued_us,
+                    finished_us,
+                    gpu_duration,
+                    state,
+                } = &mut slot.record;
+                *slot_seq = seq;
+                *slot_collective_seq = collective_seq;
+                *slot_p2p_seq = p2p_seq;
+                *op = Cow::Borrowed(description.op);
+                *dtype = description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name()));
+                *count = description.count;
+                *output_count = description.output_count;
+                *reduction = description.reduction.map(Cow::Borrowed);
+                *peer = description.peer;
+                *timeout = description.timeout;
+                *slot_thread = thread;
+                *devices = description.devices;
+                *slot_enqueued_us = enqueued_us;
+                *finished_us = None;
+                *gpu_duration = None;
+                *state = OpState::Pending;
+                slot.end_stamp = 0;
             }
             Numbers {
                 seq,
@@ -196,42 +238,24 @@ with_cuda! {
             end_stamp: u64,
             gpu_duration: Option<Duration>,
         ) {
-            self.finish_at(seq, state, self.micros(at), end_stamp, gpu_duration);
+            self.finishing(self.micros(at), end_stamp)
+                .finish(seq, state, gpu_duration);
         }
 
-        /// [`FlightRecorder::finish`] at `finished` microseconds from the
-        /// epoch ([`FlightRecorder::micros`]): for a caller that finishes
-        /// many operations at one time and converts it once.
-        pub(crate) fn finish_at(
-            &self,
-            seq: u64,
-            state: OpState,
-            finished: u64,
-            end_stamp: u64,
-            gpu_duration: Option<Duration>,
-        ) {
-            let mut ring = self.ring();
-            let index = (seq % self.capacity as u64) as usize;
-            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {
-                return;
-            };
-            slot.record.state = state;
-            slot.record.finished_us = Some(finished);
-            slot.record.gpu_duration = gpu_duration;
-            slot.end_stamp = end_stamp;
-            let op = slot.record.op.clone();
-            let latency = Duration::from_micros(finished.saturating_sub(slot.record.enqueued_us));
-            let collective = slot.record.collective_seq;
-            if state == OpState::Completed
-                && let Some(n) = collective
-            {
-                ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
-            }
-            drop(ring);
-            match state {
-                OpState::Completed => self.metrics.completed(op, latency),
-                OpState::Failed => self.metrics.failed(op),
-                _ => {}
+        /// The ring locked once for operations that finish together, at
+        /// `finished` microseconds from the epoch ([`FlightRecorder::micros`]),
+        /// their ends stamped `end_stamp`: for a reap of many operations,
+        /// which takes the lock and converts the time once.
+        pub(crate) fn finishing(&self, finished: u64, end_stamp: u64) -> Finishing<'_> {
+            Finishing {
+                ring: Some(self.ring()),
+                capacity: self.capacity as u64,
+                #[cfg(feature = "metrics")]
+                metrics: &self.metrics,
+                finished,
+                end_stamp,
+                #[cfg(feature = "metrics")]
+                ended: Vec::new(),
             }
         }
 
@@ -303,9 +327,11 @@ with_cuda! {
             (records, ring.next_seq)
         }
 
-        /// When the recorder started, in microseconds since the Unix epoch.
+        /// The moment the recorder's times count from, in microseconds
+        /// since the Unix epoch: one for every recorder of the process, fixed
+        /// when the first one was made.
         pub fn epoch_unix_us(&self) -> u64 {
-            self.epoch_unix_us
+            clock::epoch_unix_us()
         }
 
         /// The tests' dump of this recorder's records: rank `rank` of
@@ -339,6 +365,66 @@ with_cuda! {
                 total_recorded,
                 threads: FlightDump::thread_names(&ops),
                 ops,
+            }
+        }
+    }
+
+    /// Operations finishing together ([`FlightRecorder::finishing`]): the
+    /// ring stays locked until this drops.
+    pub(crate) struct Finishing<'a> {
+        /// `None` only while this drops.
+        ring: Option<std::sync::MutexGuard<'a, Ring>>,
+        capacity: u64,
+        #[cfg(feature = "metrics")]
+        metrics: &'a GroupMetrics,
+        finished: u64,
+        end_stamp: u64,
+        /// Each finished operation's name, state and latency, for the
+        /// metrics, which are reported once the ring is unlocked (the
+        /// metrics recorder is the application's code).
+        #[cfg(feature = "metrics")]
+        ended: Vec<(Cow<'static, str>, OpState, Duration)>,
+    }
+
+    impl Finishing<'_> {
+        /// Marks operation `seq` finished as `state` (if it is still in the
+        /// ring), after `gpu_duration` on the GPU where it was timed.
+        pub(crate) fn finish(&mut self, seq: u64, state: OpState, gpu_duration: Option<Duration>) {
+            let Some(ring) = self.ring.as_deref_mut() else {
+                return;
+            };
+            let index = (seq % self.capacity) as usize;
+            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {
+                return;
+            };
+            slot.record.state = state;
+            slot.record.finished_us = Some(self.finished);
+            slot.record.gpu_duration = gpu_duration;
+            slot.end_stamp = self.end_stamp;
+            if state == OpState::Completed
+                && let Some(n) = slot.record.collective_seq
+            {
+                ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
+            }
+            #[cfg(feature = "metrics")]
+            {
+                let latency = self.finished.saturating_sub(slot.record.enqueued_us);
+                let latency = Duration::from_micros(latency);
+                self.ended.push((slot.record.op.clone(), state, latency));
+            }
+        }
+    }
+
+    impl Drop for Finishing<'_> {
+        fn drop(&mut self) {
+            drop(self.ring.take());
+            #[cfg(feature = "metrics")]
+            for (op, state, latency) in self.ended.drain(..) {
+                match state {
+                    OpState::Completed => self.metrics.completed(op, latency),
+                    OpState::Failed => self.metrics.failed(op),
+                    _ => {}
+                }
             }
         }
     }

@@ -8,7 +8,6 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaStream};
@@ -71,7 +70,7 @@ impl ProcessGroup {
             }
             let member = &comms.members[0];
             let comm = member.lock();
-            let _enqueueing = member.enqueueing(Instant::now(), self.op_timeout);
+            let _enqueueing = member.enqueueing(crate::diagnostics::clock::now(), self.op_timeout);
             let issued = || {
                 let status = issue(&comm, caller, &mut buffers)?;
                 if status == Status::InProgress {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaGraph, CudaStream};
 
 use crate::devices::DeviceList;
+use crate::diagnostics::clock;
 use crate::engine::captures::{Keeper, LiveGraph, refused};
 use crate::engine::group::ProcessGroup;
 use crate::engine::handoff::end_event_in;
@@ -115,7 +116,7 @@ impl<B: WorkBuffers + 'static> GroupGraph<B> {
             .launch()
             .map_err(nccl_core::Error::cuda("launching the captured CUDA graph"))?;
         let enqueued = Instant::now();
-        let recorded = self.group.record(info, &key, enqueued, checked);
+        let recorded = self.group.record(info, &key, clock::nanos(enqueued), checked);
         let seq = recorded.seq;
         let watched = self.group.track(recorded, enqueued, || {
             end_event_in(&self.pool, &self.stream, &self.stream, None).map(Ends::One)

@@ -16,6 +16,7 @@ use nccl_tensor::Communicator;
 use crate::devices::DeviceList;
 use crate::diagnostics::analysis::Issued as Fingerprint;
 use crate::diagnostics::checks::Checked;
+use crate::diagnostics::clock;
 use crate::diagnostics::nvtx;
 use crate::diagnostics::recorder::records::{OpDescription, OpState};
 use crate::engine::buffers::GroupBuffers;
@@ -316,7 +317,8 @@ impl ProcessGroup {
         self.check_live().err().unwrap_or(error)
     }
 
-    /// Notes an operation NCCL accepted, issued at `now`, in the flight
+    /// Notes an operation NCCL accepted, issued at `enqueued` (nanoseconds
+    /// on `diagnostics::clock`), in the flight
     /// recorder (its sequence numbers), keeps its collective check and
     /// hands a collective's fingerprint to the mismatch check.
     ///
@@ -326,7 +328,7 @@ impl ProcessGroup {
         &self,
         info: OpInfo,
         key: &CommKey,
-        now: Instant,
+        enqueued: u64,
         checked: Option<Checked<'_>>,
     ) -> Recorded {
         if let Some(checked) = checked {
@@ -343,7 +345,7 @@ impl ProcessGroup {
             devices: *key.devices(),
             collective: is_collective(&info, key),
         };
-        let record = self.inner.recorder.record(&description, now);
+        let record = self.inner.recorder.record(&description, enqueued);
         let collective = match (&self.inner.fingerprints, record.collective) {
             (Some(fingerprints), Some(n)) => {
                 fingerprints.push(Fingerprint::described(
@@ -378,7 +380,9 @@ impl ProcessGroup {
         record_ends: impl FnOnce() -> Result<Ends>,
     ) -> Result<Arc<Tracked>> {
         let inner = &self.inner;
-        let mut reaped_at = None;
+        // One lock, timestamp and stamp for every operation one reap finds
+        // finished; the closure owns them, so the lock ends with the reap.
+        let mut finishing = None;
         let op = inner.tracker.push_with::<_, GroupError>(
             |spare| {
                 let outcome = Outcome::new(Arc::clone(&inner.outcomes), collective);
@@ -393,12 +397,14 @@ impl ProcessGroup {
                 };
                 Ok((pending, op))
             },
-            // One timestamp for every operation one reap finds finished.
-            |done, gpu_time| {
-                let recorder = &inner.recorder;
-                let at = *reaped_at.get_or_insert_with(|| recorder.micros(Instant::now()));
-                let stamp = inner.verification.stamp();
-                recorder.finish_at(done, OpState::Completed, at, stamp, gpu_time)
+            move |done, gpu_time| {
+                finishing
+                    .get_or_insert_with(|| {
+                        let recorder = &inner.recorder;
+                        let at = recorder.micros(Instant::now());
+                        recorder.finishing(at, inner.verification.stamp())
+                    })
+                    .finish(done, OpState::Completed, gpu_time);
             },
         )?;
         // A failure that drained the tracker just before the push missed
@@ -452,9 +458,10 @@ impl ProcessGroup {
             let stream = self.op_stream(member, caller)?;
             let start = start_event(self.options().gpu_timing, member, stream)?;
             let enqueued = Instant::now();
+            let enqueued_ns = clock::nanos(enqueued);
             let recorded = {
                 let comm = member.lock();
-                let _enqueueing = member.enqueueing(enqueued, self.op_timeout);
+                let _enqueueing = member.enqueueing(enqueued_ns, self.op_timeout);
                 // The number `record` gives it, unless another thread
                 // records an operation of the group on another communicator
                 // first.
@@ -463,13 +470,13 @@ impl ProcessGroup {
                     Ok(status) => status,
                     Err(error) => {
                         if self.may_have_launched(&error) {
-                            let recorded = self.record(info, &key, enqueued, checked);
+                            let recorded = self.record(info, &key, enqueued_ns, checked);
                             issued = Some((recorded.seq, Arc::clone(stream)));
                         }
                         return Err(error.into());
                     }
                 };
-                let recorded = self.record(info, &key, enqueued, checked);
+                let recorded = self.record(info, &key, enqueued_ns, checked);
                 issued = Some((recorded.seq, Arc::clone(stream)));
                 if status == Status::InProgress {
                     comm.core().wait_ready_within(info.op, self.op_timeout)?;
@@ -540,7 +547,7 @@ impl ProcessGroup {
             let checked = self.check_collective(&info, &key)?;
             let (recorded, enqueued, streams, starts) = {
                 let guards: Vec<_> = comms.members.iter().map(Member::lock).collect();
-                let started = Instant::now();
+                let started = clock::now();
                 let _enqueueing: Vec<_> = comms
                     .members
                     .iter()
@@ -572,7 +579,7 @@ impl ProcessGroup {
                     Vec::new()
                 };
                 let enqueued = Instant::now();
-                let recorded = self.record(info, &key, enqueued, checked);
+                let recorded = self.record(info, &key, clock::nanos(enqueued), checked);
                 let seq = recorded.seq;
                 issued = Some((seq, streams.iter().map(|&s| Arc::clone(s)).collect()));
                 nvtx::range!(self.name(), "{} #{seq}", info.op);

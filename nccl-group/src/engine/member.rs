@@ -2,13 +2,14 @@
 //! stream, and the enqueue in progress on it that the watchdog watches.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaStream;
 use nccl_core::{AbortHandle, Capability, ErrorKind};
 use nccl_tensor::{Communicator, SharedComm, SharedCommGuard};
 
+use crate::diagnostics::clock;
 use crate::engine::pool::DevicePool;
 use crate::engine::shared_end::OpenEnd;
 use crate::error::Result;
@@ -27,8 +28,8 @@ pub struct Member {
 }
 
 /// The operation being enqueued on a member (by the thread holding its
-/// lock): when it started, in nanoseconds after [`epoch`] plus one (0:
-/// none), and its timeout in nanoseconds.
+/// lock): when it started, in nanoseconds after the epoch of
+/// `diagnostics::clock` plus one (0: none), and its timeout in nanoseconds.
 pub(crate) struct EnqueueWatch {
     started: AtomicU64,
     timeout: AtomicU64,
@@ -38,7 +39,7 @@ impl Default for EnqueueWatch {
     fn default() -> Self {
         // Fixes the epoch before any enqueue on this member can start, so
         // no start is clamped to it.
-        let _ = epoch();
+        let _ = clock::now();
         Self {
             started: AtomicU64::new(0),
             timeout: AtomicU64::new(0),
@@ -46,24 +47,17 @@ impl Default for EnqueueWatch {
     }
 }
 
-/// The instant enqueue times count from.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl EnqueueWatch {
-    /// Notes an enqueue started at `started` with `timeout`, until the
-    /// guard drops.
-    pub(crate) fn start(&self, started: Instant, timeout: Duration) -> Enqueueing<'_> {
+    /// Notes an enqueue started at `started` (nanoseconds on
+    /// `diagnostics::clock`) with `timeout`, until the guard drops.
+    pub(crate) fn start(&self, started: u64, timeout: Duration) -> Enqueueing<'_> {
         self.timeout.store(nanos(timeout), Ordering::Relaxed);
-        let since = nanos(started.saturating_duration_since(epoch()));
         self.started
-            .store(since.saturating_add(1), Ordering::Release);
+            .store(started.saturating_add(1), Ordering::Release);
         Enqueueing(self)
     }
 
@@ -75,7 +69,7 @@ impl EnqueueWatch {
             return None;
         }
         let timeout = Duration::from_nanos(self.timeout.load(Ordering::Relaxed));
-        let since = epoch() + Duration::from_nanos(started - 1);
+        let since = clock::instant(started - 1);
         let blocked = now.saturating_duration_since(since);
         (blocked >= timeout).then_some((blocked, timeout))
     }
@@ -164,12 +158,13 @@ impl Member {
             .is_some_and(|comm| reports_lost_peer(comm.core()))
     }
 
-    /// Notes that the lock holder started enqueueing at `started`, with
+    /// Notes that the lock holder started enqueueing at `started`
+    /// (nanoseconds on `diagnostics::clock`), with
     /// `timeout`, until the guard drops: an enqueue that blocks past it
     /// (NCCL waiting for a peer that never connects, a custom operation
     /// stuck in its own code) fails the group from the watchdog, whose
     /// abort releases a blocked NCCL call.
-    pub(crate) fn enqueueing(&self, started: Instant, timeout: Duration) -> Enqueueing<'_> {
+    pub(crate) fn enqueueing(&self, started: u64, timeout: Duration) -> Enqueueing<'_> {
         self.enqueue.start(started, timeout)
     }
 }
@@ -188,7 +183,7 @@ mod tests {
         let watch = EnqueueWatch::default();
         let t0 = Instant::now();
         assert_eq!(watch.overdue(t0 + Duration::from_secs(60)), None);
-        let enqueueing = watch.start(t0, Duration::from_secs(2));
+        let enqueueing = watch.start(clock::nanos(t0), Duration::from_secs(2));
         assert_eq!(watch.overdue(t0 + Duration::from_millis(1999)), None);
         let (blocked, timeout) = watch
             .overdue(t0 + Duration::from_millis(2500))
@@ -203,7 +198,7 @@ mod tests {
         assert_eq!(watch.overdue(t0 + Duration::from_secs(60)), None);
         // A later enqueue starts its own clock.
         let t1 = t0 + Duration::from_secs(10);
-        let _again = watch.start(t1, Duration::from_secs(1));
+        let _again = watch.start(clock::nanos(t1), Duration::from_secs(1));
         assert_eq!(watch.overdue(t1 + Duration::from_millis(500)), None);
         assert!(watch.overdue(t1 + Duration::from_secs(1)).is_some());
     }

@@ -1,3 +1,4 @@
+use crate::diagnostics::clock;
 use std::time::{Duration, Instant};
 
 use nccl_core::DataType;
@@ -44,9 +45,18 @@ fn the_analysis_reads_the_recorders_json() {
         devices: DeviceList::one(0).unwrap(),
         collective,
     };
-    recorder.record(&description("all_reduce", true, None, Some("sum")), now);
-    recorder.record(&description("send", false, Some(1), None), now);
-    recorder.record(&description("broadcast", true, Some(2), None), now);
+    recorder.record(
+        &description("all_reduce", true, None, Some("sum")),
+        clock::nanos(now),
+    );
+    recorder.record(
+        &description("send", false, Some(1), None),
+        clock::nanos(now),
+    );
+    recorder.record(
+        &description("broadcast", true, Some(2), None),
+        clock::nanos(now),
+    );
     let dump = FlightDump {
         group: "trainer".into(),
         generation: 3,
@@ -88,7 +98,7 @@ fn a_dump_with_every_field_set_reads_back_equal() {
         devices: DeviceList::checked([1, 0].into_iter()).unwrap(),
         collective: true,
     };
-    let seq = recorder.record(&description, now).seq;
+    let seq = recorder.record(&description, clock::nanos(now)).seq;
     // A GPU time of no whole number of microseconds reads back to the
     // nanosecond.
     let gpu_time = Duration::from_nanos(1_234_567);
@@ -141,7 +151,7 @@ fn a_negative_gpu_time_is_an_error_naming_the_field() {
     let recorder = FlightRecorder::new(1);
     let now = Instant::now();
     let description = one_float_sum();
-    recorder.record(&description, now);
+    recorder.record(&description, clock::nanos(now));
     recorder.finish(
         0,
         OpState::Completed,
@@ -167,7 +177,7 @@ fn a_corrupt_dump_is_an_error_naming_what_is_wrong() {
     assert!(cut.is_eof(), "{cut}");
     let recorder = FlightRecorder::new(1);
     let description = one_float_sum();
-    recorder.record(&description, Instant::now());
+    recorder.record(&description, clock::now());
     let mut json: serde_json::Value = serde_json::from_str(&dump_of(&recorder).to_json()).unwrap();
     json["ops"][0]["state"] = "exploded".into();
     let error = FlightDump::from_json(&json.to_string()).unwrap_err();

@@ -1,3 +1,4 @@
+use crate::diagnostics::clock;
 use std::time::{Duration, Instant};
 
 use nccl_core::DataType;
@@ -32,7 +33,7 @@ fn dump(rank: usize) -> FlightDump {
         reduction: Some("sum"),
         ..description("all_reduce", true)
     };
-    recorder.record(&reduce, now);
+    recorder.record(&reduce, clock::nanos(now));
     recorder.finish(
         0,
         OpState::Completed,
@@ -44,20 +45,20 @@ fn dump(rank: usize) -> FlightDump {
         peer: Some(1),
         ..description("send", false)
     };
-    recorder.record(&send, now);
+    recorder.record(&send, clock::nanos(now));
     let gather = OpDescription {
         output_count: 4096,
         ..description("all_gather", true)
     };
-    recorder.record(&gather, now);
+    recorder.record(&gather, clock::nanos(now));
     let barrier = OpDescription {
         dtype: None,
         count: 0,
         output_count: 0,
         ..description("barrier", true)
     };
-    recorder.record(&barrier, now);
-    recorder.record(&description("my_custom_op", true), now);
+    recorder.record(&barrier, clock::nanos(now));
+    recorder.record(&description("my_custom_op", true), clock::nanos(now));
     recorder.fail_pending(now);
     FlightDump {
         dumped_us: recorder.micros(now),

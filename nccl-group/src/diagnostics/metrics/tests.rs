@@ -1,6 +1,7 @@
 //! The metrics as a recorder receives them, through the flight recorder's
 //! hooks (where the group issues, ends and fails operations) and the heal's.
 
+use crate::diagnostics::clock;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -88,22 +89,25 @@ fn the_recorder_hooks_count_issues_bytes_latencies_and_failures_per_group_and_op
         let t0 = Instant::now();
         let f32s = Some(DataType::Float32);
         let a = recorder
-            .record(&description("all_reduce", f32s, 1024, 1024), t0)
+            .record(
+                &description("all_reduce", f32s, 1024, 1024),
+                clock::nanos(t0),
+            )
             .seq;
         let b = recorder
-            .record(&description("all_reduce", f32s, 256, 256), t0)
+            .record(&description("all_reduce", f32s, 256, 256), clock::nanos(t0))
             .seq;
         // An all_gather's size is its output; a replay has no typed buffers.
         let g = recorder
             .record(
                 &description("all_gather", Some(DataType::Bfloat16), 8, 32),
-                t0,
+                clock::nanos(t0),
             )
             .seq;
         let r = recorder
-            .record(&description("graph_replay", None, 0, 0), t0)
+            .record(&description("graph_replay", None, 0, 0), clock::nanos(t0))
             .seq;
-        other.record(&description("all_reduce", f32s, 1, 1), t0);
+        other.record(&description("all_reduce", f32s, 1, 1), clock::nanos(t0));
 
         recorder.finish(
             a,

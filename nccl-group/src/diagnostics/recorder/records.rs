@@ -128,7 +128,7 @@ pub struct OpRecord {
         deserialize_with = "deserialize_devices"
     )]
     pub devices: DeviceList,
-    /// When it was enqueued: microseconds since the recorder's epoch
+    /// When it was enqueued: microseconds since the records' epoch
     /// ([`FlightDump::epoch_unix_us`]).
     pub enqueued_us: u64,
     /// When the watchdog saw it finish (or fail), on the same clock.
@@ -279,8 +279,8 @@ pub struct FlightDump {
     pub world_size: usize,
     /// Why the dump was taken (`"on request"`, the failure's message, ...).
     pub reason: String,
-    /// When the recorder started, in microseconds since the Unix epoch;
-    /// every record's times count from here.
+    /// The moment the records' times count from, in microseconds since the
+    /// Unix epoch (one for every recorder of the process).
     pub epoch_unix_us: u64,
     /// When the dump was taken, on the records' clock.
     pub dumped_us: u64,

@@ -1,3 +1,4 @@
+use crate::diagnostics::clock;
 use std::time::Duration;
 
 use nccl_core::DataType;
@@ -23,7 +24,7 @@ fn description(op: &'static str, collective: bool) -> OpDescription {
 fn all_reduces(capacity: usize, count: usize, now: Instant) -> FlightRecorder {
     let recorder = FlightRecorder::new(capacity);
     for _ in 0..count {
-        recorder.record(&description("all_reduce", true), now);
+        recorder.record(&description("all_reduce", true), clock::nanos(now));
     }
     recorder
 }
@@ -33,9 +34,9 @@ fn sequence_numbers_count_collectives_apart_from_point_to_point() {
     let recorder = FlightRecorder::new(8);
     let now = Instant::now();
     let numbers = [
-        recorder.record(&description("all_reduce", true), now),
-        recorder.record(&description("send", false), now),
-        recorder.record(&description("broadcast", true), now),
+        recorder.record(&description("all_reduce", true), clock::nanos(now)),
+        recorder.record(&description("send", false), clock::nanos(now)),
+        recorder.record(&description("broadcast", true), clock::nanos(now)),
     ];
     let seqs = numbers.map(|numbers| numbers.seq);
     assert_eq!(seqs, [0, 1, 2]);
@@ -89,7 +90,7 @@ fn a_record_allocates_nothing_once_the_ring_is_full() {
     let recorder = all_reduces(2, 4, now);
     let capacity = recorder.ring().slots.capacity();
     for _ in 0..100 {
-        recorder.record(&description("all_reduce", true), now);
+        recorder.record(&description("all_reduce", true), clock::nanos(now));
     }
     assert_eq!(recorder.ring().slots.capacity(), capacity);
     assert_eq!(recorder.ring().slots.len(), 2);
@@ -102,7 +103,7 @@ fn dumps_are_json_with_every_field() {
     let mut d = description("recv", false);
     d.peer = Some(3);
     d.devices = DeviceList::new([2, 5].into_iter()).unwrap();
-    recorder.record(&d, now);
+    recorder.record(&d, clock::nanos(now));
     let dump = FlightDump {
         generation: 1,
         dumped_us: recorder.micros(Instant::now()),

@@ -2,6 +2,7 @@
 //! gathered through an in-process store by threads as ranks (one silent),
 //! and the divergence found in them.
 
+use crate::diagnostics::clock;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread;
@@ -32,8 +33,8 @@ fn records(ops: &[(&'static str, usize)]) -> (PeerProgress, Vec<OpRecord>) {
             devices: DeviceList::one(0).unwrap(),
             collective,
         };
-        recorder.record(&description(op, true), now);
-        recorder.record(&description("send", false), now);
+        recorder.record(&description(op, true), clock::nanos(now));
+        recorder.record(&description("send", false), clock::nanos(now));
     }
     let (last_enqueued, last_completed) = recorder.progress();
     let progress = PeerProgress {
