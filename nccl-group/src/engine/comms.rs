@@ -2,7 +2,7 @@
 //! created exactly once per key with a unique id met through the store.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -89,6 +89,15 @@ pub struct CommCache<F: CommFactory> {
     created: Mutex<BTreeMap<String, CommKey>>,
     /// Set by [`CommCache::close`].
     closed: AtomicBool,
+    /// A number no other cache's communicators ever had, replaced whenever
+    /// this cache forgets or replaces communicators ([`CommCache::stamp`]).
+    stamp: AtomicU64,
+}
+
+/// The next [`CommCache::stamp`] of any cache of the process.
+fn next_stamp() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl<F: CommFactory> CommCache<F> {
@@ -101,7 +110,16 @@ impl<F: CommFactory> CommCache<F> {
             sequences: Mutex::new(Sequences::default()),
             created: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
+            stamp: AtomicU64::new(next_stamp()),
         }
+    }
+
+    /// A number that changes whenever the cache forgets or replaces
+    /// communicators ([`CommCache::adopt`], [`CommCache::clear`]), and that no
+    /// other cache of the process ever has: communicators looked up under a
+    /// stamp that is still the cache's are still its own (`engine::recent`).
+    pub fn stamp(&self) -> u64 {
+        self.stamp.load(Ordering::Acquire)
     }
 
     /// Stops creating communicators: a `get` of a key not created yet
@@ -174,6 +192,7 @@ impl<F: CommFactory> CommCache<F> {
             .unwrap_or_else(PoisonError::into_inner)
             .of(&key);
         self.comms.insert(key, comms);
+        self.stamp.store(next_stamp(), Ordering::Release);
         self.created
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -190,6 +209,7 @@ impl<F: CommFactory> CommCache<F> {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         self.comms.clear();
+        self.stamp.store(next_stamp(), Ordering::Release);
         ordered
     }
 

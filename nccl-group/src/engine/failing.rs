@@ -68,18 +68,30 @@ impl Inner {
     }
 
     /// `Ok` while the group is live, else why not.
+    ///
+    /// Every operation checks twice: the live case is inlined, the error
+    /// made out of line.
+    #[inline]
     pub(crate) fn check_live(&self) -> Result<()> {
-        let name = || self.cache.membership().name.clone();
         match self.state.load(Ordering::Acquire) {
             LIVE => Ok(()),
-            ABORTED => Err(GroupError::Aborted { name: name() }),
-            FAILED => Err(GroupError::Failed(self.stored_failure())),
-            HEALED => Err(GroupError::Healed {
+            state => Err(self.not_live(state)),
+        }
+    }
+
+    /// Why a group in `state`, not live, refuses calls.
+    #[cold]
+    fn not_live(&self, state: u8) -> GroupError {
+        let name = || self.cache.membership().name.clone();
+        match state {
+            ABORTED => GroupError::Aborted { name: name() },
+            FAILED => GroupError::Failed(self.stored_failure()),
+            HEALED => GroupError::Healed {
                 name: name(),
                 generation: self.cache.membership().generation,
                 successor: self.successor.get().copied().unwrap_or_default(),
-            }),
-            _ => Err(GroupError::Destroyed { name: name() }),
+            },
+            _ => GroupError::Destroyed { name: name() },
         }
     }
 

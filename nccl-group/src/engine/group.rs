@@ -429,6 +429,7 @@ impl ProcessGroup {
         &self.inner.cache.membership().name
     }
 
+    #[inline]
     pub(crate) fn check_live(&self) -> Result<()> {
         self.inner.check_live()
     }

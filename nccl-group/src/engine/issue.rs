@@ -32,13 +32,13 @@ use crate::engine::key::CommKey;
 use crate::engine::local_comms::LocalComms;
 use crate::engine::member::Member;
 use crate::engine::ownership::Ownership;
+use crate::engine::recent;
 use crate::engine::tracked::{Ends, Tracked};
 use crate::engine::work::{Issued, OpResult, Work, refusal_of};
 use crate::engine::work_buffers::{Keep, WorkBuffers};
 use crate::error::Uncapturable;
 use crate::error::{GroupError, OpError, Result};
 use crate::failure::FailureCause;
-use crate::health::verify::Outcome;
 use crate::health::watchdog::{Completion, PendingOp};
 use crate::options::{CommMode, StreamMode};
 
@@ -281,7 +281,7 @@ impl ProcessGroup {
     /// only sees those created before it).
     pub(crate) fn comms_for(&self, key: &CommKey) -> Result<Arc<LocalComms>> {
         self.check_not_suspended("issuing operations")?;
-        let comms = match self.inner.cache.get(key) {
+        let comms = match recent::comms(&self.inner.cache, key) {
             Ok(comms) => comms,
             Err(error @ GroupError::InitTimeout { .. }) => {
                 // A retry would meet stale ids and announcements in the
@@ -385,10 +385,10 @@ impl ProcessGroup {
         let mut finishing = None;
         let op = inner.tracker.push_with::<_, GroupError>(
             |spare| {
-                let outcome = Outcome::new(Arc::clone(&inner.outcomes), collective);
                 let blocking_wait = self.options().blocking_wait;
                 let spare = spare.and_then(|spare| spare.into_any().downcast::<Tracked>().ok());
-                let op = Tracked::shared(record_ends()?, outcome, blocking_wait, spare);
+                let ends = record_ends()?;
+                let op = Tracked::shared(ends, &inner.outcomes, collective, blocking_wait, spare);
                 let pending = PendingOp {
                     seq,
                     enqueued,

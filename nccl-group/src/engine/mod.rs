@@ -34,6 +34,7 @@ pub(crate) mod ownership;
 pub(crate) mod pool;
 pub(crate) mod presence;
 pub(crate) mod ras_beside;
+pub(crate) mod recent;
 pub(crate) mod register;
 pub(crate) mod release;
 pub(crate) mod shared_end;

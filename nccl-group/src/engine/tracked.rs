@@ -15,7 +15,7 @@ use nccl_tensor::{ProducerError, ResultCheck};
 
 use crate::error::GroupError;
 use crate::failure::Failure;
-use crate::health::verify::Outcome;
+use crate::health::verify::{Outcome, OutcomeScope};
 use crate::health::watchdog::{Completion, Progress};
 
 /// The end of the operation on one device.
@@ -101,14 +101,16 @@ pub(crate) struct Tracked {
 }
 
 impl Tracked {
-    /// The operation of `ends` and `outcome`, in an `Arc`: in `spare`, a
-    /// finished operation's released allocation, where the tracker kept one
+    /// The operation of `ends`, its outcome in `scope` (`collective` as in
+    /// [`Outcome::new`]), in an `Arc`: in `spare`, a finished operation's
+    /// released allocation, where the tracker kept one
     /// ([`Tracker::push_with`]).
     ///
     /// [`Tracker::push_with`]: crate::health::watchdog::Tracker::push_with
     pub(crate) fn shared(
         ends: Ends,
-        outcome: Outcome,
+        scope: &Arc<OutcomeScope>,
+        collective: Option<u64>,
         blocking_wait: bool,
         spare: Option<Arc<Self>>,
     ) -> Arc<Self> {
@@ -117,21 +119,21 @@ impl Tracked {
         {
             // Field by field, every one named (a field added later does
             // not compile here until it is set): the released operation
-            // has no ends left to give back, so it is overwritten, not
-            // dropped.
+            // has no ends left to give back, so they are overwritten, not
+            // dropped, and its outcome is renewed in place.
             let Self {
                 ends: slot_ends,
                 outcome: slot_outcome,
                 blocking_wait: slot_blocking_wait,
             } = slot;
             *slot_ends = ends;
-            *slot_outcome = outcome;
+            slot_outcome.renew(scope, collective);
             *slot_blocking_wait = blocking_wait;
             return spare;
         }
         Arc::new(Self {
             ends,
-            outcome,
+            outcome: Outcome::new(Arc::clone(scope), collective),
             blocking_wait,
         })
     }

@@ -153,6 +153,25 @@ impl Outcome {
         }
     }
 
+    /// Makes this the outcome of a new operation of the group of `scope`
+    /// (in a finished operation's allocation: the same scope, the group's,
+    /// is kept rather than counted again); `collective` as in
+    /// [`Outcome::new`].
+    pub(crate) fn renew(&mut self, scope: &Arc<OutcomeScope>, collective: Option<u64>) {
+        let Self {
+            failure,
+            ended,
+            scope: slot_scope,
+            collective: slot_collective,
+        } = self;
+        *failure = OnceLock::new();
+        *ended.get_mut() = 0;
+        if !Arc::ptr_eq(slot_scope, scope) {
+            *slot_scope = Arc::clone(scope);
+        }
+        *slot_collective = collective;
+    }
+
     /// The mismatch check and the collective number it compares, if it
     /// does (none without the check, whatever the number).
     fn compared(&self) -> Option<(&Fingerprints, u64)> {
@@ -364,6 +383,25 @@ mod tests {
         let (group, scope) = scripted_scope(&[Answer::Clean], None);
         Outcome::new(scope, Some(7)).verify().expect("verified");
         assert!(group.verdicts.lock().unwrap().is_empty(), "no check, no verdict");
+    }
+
+    #[test]
+    fn a_renewed_outcome_is_a_new_operation_s_of_its_scope() {
+        let checked = Some(Arc::new(Fingerprints::new(0, 2)));
+        let (group, scope) = scripted_scope(&[Answer::Clean], checked);
+        let (_, other) = scripted_scope(&[Answer::Clean], None);
+        let mut outcome = Outcome::new(Arc::clone(&other), None);
+        outcome.saw_end();
+        outcome.fail(&failure());
+        assert!(outcome.failed().is_some());
+
+        outcome.renew(&scope, Some(3));
+        assert!(outcome.failed().is_none(), "the last operation's failure is gone");
+        assert_eq!(*outcome.ended.get_mut(), 0, "its end is not seen yet");
+        assert!(Arc::ptr_eq(&outcome.scope, &scope));
+        // The new collective number's verdict, in the new scope's check.
+        outcome.verify().expect("verified");
+        assert_eq!(*group.verdicts.lock().unwrap(), [3]);
     }
 
     #[test]
