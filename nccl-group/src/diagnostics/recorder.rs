@@ -101,6 +101,9 @@ with_cuda! {
     pub struct FlightRecorder {
         ring: Mutex<Ring>,
         capacity: usize,
+        /// `capacity - 1` where the capacity is a power of two (as the
+        /// default is): a slot's index is then a mask, not a division.
+        mask: Option<u64>,
         /// Where the operations it records and their ends are counted too.
         metrics: GroupMetrics,
     }
@@ -128,6 +131,7 @@ with_cuda! {
                     last_completed: None,
                 }),
                 capacity,
+                mask: capacity.is_power_of_two().then(|| capacity as u64 - 1),
                 metrics: GroupMetrics::default(),
             }
         }
@@ -140,6 +144,14 @@ with_cuda! {
         /// The group's metrics.
         pub(crate) fn metrics(&self) -> &GroupMetrics {
             &self.metrics
+        }
+
+        /// The slot of operation `seq`.
+        fn index(&self, seq: u64) -> usize {
+            match self.mask {
+                Some(mask) => (seq & mask) as usize,
+                None => (seq % self.capacity as u64) as usize,
+            }
         }
 
         fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
@@ -177,7 +189,7 @@ with_cuda! {
             } else {
                 (None, Some(n))
             };
-            let index = (seq % self.capacity as u64) as usize;
+            let index = self.index(seq);
             if index == ring.slots.len() {
                 ring.slots.push(Slot::empty(description.devices));
             }
@@ -249,9 +261,7 @@ with_cuda! {
         pub(crate) fn finishing(&self, finished: u64, end_stamp: u64) -> Finishing<'_> {
             Finishing {
                 ring: Some(self.ring()),
-                capacity: self.capacity as u64,
-                #[cfg(feature = "metrics")]
-                metrics: &self.metrics,
+                recorder: self,
                 finished,
                 end_stamp,
                 #[cfg(feature = "metrics")]
@@ -267,7 +277,7 @@ with_cuda! {
 
         /// Operation `seq`'s record, if it is still in the ring.
         pub fn get(&self, seq: u64) -> Option<OpRecord> {
-            let index = (seq % self.capacity as u64) as usize;
+            let index = self.index(seq);
             self.ring()
                 .slots
                 .get(index)
@@ -374,9 +384,7 @@ with_cuda! {
     pub(crate) struct Finishing<'a> {
         /// `None` only while this drops.
         ring: Option<std::sync::MutexGuard<'a, Ring>>,
-        capacity: u64,
-        #[cfg(feature = "metrics")]
-        metrics: &'a GroupMetrics,
+        recorder: &'a FlightRecorder,
         finished: u64,
         end_stamp: u64,
         /// Each finished operation's name, state and latency, for the
@@ -393,7 +401,7 @@ with_cuda! {
             let Some(ring) = self.ring.as_deref_mut() else {
                 return;
             };
-            let index = (seq % self.capacity) as usize;
+            let index = self.recorder.index(seq);
             let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {
                 return;
             };
@@ -421,8 +429,8 @@ with_cuda! {
             #[cfg(feature = "metrics")]
             for (op, state, latency) in self.ended.drain(..) {
                 match state {
-                    OpState::Completed => self.metrics.completed(op, latency),
-                    OpState::Failed => self.metrics.failed(op),
+                    OpState::Completed => self.recorder.metrics.completed(op, latency),
+                    OpState::Failed => self.recorder.metrics.failed(op),
                     _ => {}
                 }
             }

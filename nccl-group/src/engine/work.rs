@@ -35,6 +35,7 @@ pub(crate) type Issued<B> = std::result::Result<Work<B>, Box<OpError<B>>>;
 
 /// The one place an operation's error becomes its [`Refusal`]: owned
 /// buffers go back with it, borrowed ones are let go.
+#[inline]
 pub(crate) fn refusal_of<B: OpBuffers>(issued: Issued<B>) -> OpResult<B> {
     issued.map_err(|refused| {
         let OpError { error, buffers } = *refused;

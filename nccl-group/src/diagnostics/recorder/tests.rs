@@ -56,32 +56,34 @@ fn sequence_numbers_count_collectives_apart_from_point_to_point() {
 
 #[test]
 fn the_ring_keeps_the_last_records_oldest_first() {
-    let now = Instant::now();
-    let recorder = all_reduces(3, 5, now);
-    let (records, total) = recorder.snapshot();
-    assert_eq!(total, 5);
-    assert_eq!(
-        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
-        vec![2, 3, 4]
-    );
-    // Finishing an overwritten op is a no-op; a live one is updated.
-    recorder.finish(0, OpState::Completed, now, 1, None);
-    recorder.finish(3, OpState::Completed, now, 1, None);
-    let (records, _) = recorder.snapshot();
-    assert_eq!(records[1].state, OpState::Completed);
-    assert!(records[1].finished_us.is_some());
-    assert!(
-        records
-            .iter()
-            .filter(|r| r.seq != 3)
-            .all(|r| r.state == OpState::Pending)
-    );
-    recorder.fail_pending(now);
-    let (records, _) = recorder.snapshot();
-    assert_eq!(
-        records.iter().map(|r| r.state).collect::<Vec<_>>(),
-        vec![OpState::Failed, OpState::Completed, OpState::Failed]
-    );
+    // A slot's index is a mask for a power of two, a division otherwise.
+    for capacity in [3, 4] {
+        let now = Instant::now();
+        let total = capacity as u64 + 2;
+        let recorder = all_reduces(capacity, total as usize, now);
+        let (records, recorded) = recorder.snapshot();
+        assert_eq!(recorded, total);
+        let kept: Vec<u64> = (2..total).collect();
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), kept);
+        // Finishing an overwritten op is a no-op; a live one is updated.
+        recorder.finish(0, OpState::Completed, now, 1, None);
+        recorder.finish(3, OpState::Completed, now, 1, None);
+        let (records, _) = recorder.snapshot();
+        assert_eq!(records[1].state, OpState::Completed);
+        assert!(records[1].finished_us.is_some());
+        assert!(
+            records
+                .iter()
+                .filter(|r| r.seq != 3)
+                .all(|r| r.state == OpState::Pending)
+        );
+        recorder.fail_pending(now);
+        let (records, _) = recorder.snapshot();
+        let states: Vec<OpState> = records.iter().map(|r| r.state).collect();
+        let mut expected = vec![OpState::Failed; capacity];
+        expected[1] = OpState::Completed;
+        assert_eq!(states, expected, "capacity {capacity}");
+    }
 }
 
 #[test]
