@@ -266,12 +266,17 @@ impl ProcessGroup {
         member: &'a Member,
         caller: &'a Arc<CudaStream>,
     ) -> Result<&'a Arc<CudaStream>> {
+        if self.stream_mode == StreamMode::Separate {
+            sync_start(member, caller)?;
+        }
+        Ok(self.stream_of(member, caller))
+    }
+
+    /// The stream [`ProcessGroup::op_stream`] gives, without the wait.
+    fn stream_of<'a>(&self, member: &'a Member, caller: &'a Arc<CudaStream>) -> &'a Arc<CudaStream> {
         match self.stream_mode {
-            StreamMode::Separate => {
-                sync_start(member, caller)?;
-                Ok(&member.stream)
-            }
-            StreamMode::Caller => Ok(caller),
+            StreamMode::Separate => &member.stream,
+            StreamMode::Caller => caller,
         }
     }
 
@@ -445,14 +450,15 @@ impl ProcessGroup {
             (Err(error), _) => return Err(self.failed_op(error, buffers)),
         }
         let borrowed = keep.is_none();
-        // Set once NCCL accepted the operation: its sequence number and the
-        // stream it is on.
-        let mut issued: Option<(u64, Arc<CudaStream>)> = None;
+        // Set once NCCL accepted the operation: its sequence number (its
+        // stream is `op_stream`'s, of `comms`).
+        let mut issued: Option<u64> = None;
+        let mut comms: Option<Arc<LocalComms>> = None;
         let attempt = (|| {
             self.check_live()?;
             check_stream(info.op, caller, device)?;
             let key = key(DeviceList::one(device)?);
-            let comms = self.comms_for(&key)?;
+            let comms = comms.insert(self.comms_for(&key)?);
             let checked = self.check_collective(&info, &key)?;
             let member = &comms.members[0];
             let stream = self.op_stream(member, caller)?;
@@ -470,14 +476,13 @@ impl ProcessGroup {
                     Ok(status) => status,
                     Err(error) => {
                         if self.may_have_launched(&error) {
-                            let recorded = self.record(info, &key, enqueued_ns, checked);
-                            issued = Some((recorded.seq, Arc::clone(stream)));
+                            issued = Some(self.record(info, &key, enqueued_ns, checked).seq);
                         }
                         return Err(error.into());
                     }
                 };
                 let recorded = self.record(info, &key, enqueued_ns, checked);
-                issued = Some((recorded.seq, Arc::clone(stream)));
+                issued = Some(recorded.seq);
                 if status == Status::InProgress {
                     comm.core().wait_ready_within(info.op, self.op_timeout)?;
                 }
@@ -487,15 +492,15 @@ impl ProcessGroup {
                 op_end(member, stream, caller, start, &buffers)
             })
         })();
-        match attempt {
-            Ok(op) => Ok(Work::new(buffers, op, borrowed)),
-            Err(error) => match issued {
-                None => Err(self.failed_op(error, buffers)),
-                Some((seq, stream)) => {
-                    order_after_stream(&buffers, &stream, borrowed.then_some(&**caller));
-                    Err(self.failed_in_flight(error, seq, buffers))
-                }
-            },
+        match (attempt, issued, comms) {
+            (Ok(op), _, _) => Ok(Work::new(buffers, op, borrowed)),
+            (Err(error), Some(seq), Some(comms)) => {
+                // The stream `op_stream` gave: the operation was issued on it.
+                let stream = self.stream_of(&comms.members[0], caller);
+                order_after_stream(&buffers, stream, borrowed.then_some(&**caller));
+                Err(self.failed_in_flight(error, seq, buffers))
+            }
+            (Err(error), _, _) => Err(self.failed_op(error, buffers)),
         }
     }
 

@@ -41,13 +41,16 @@ pub(crate) enum Ends {
     Shared(Arc<SharedEnd>),
     One(End),
     Many(Vec<End>),
+    /// None any more: the operation finished and its ends went back
+    /// ([`Completion::release`]), its allocation kept for a later one.
+    Released,
 }
 
 impl Ends {
     /// The ends of the operation's own events (none for a shared end).
     pub(crate) fn as_slice(&self) -> &[End] {
         match self {
-            Ends::Shared(_) => &[],
+            Ends::Shared(_) | Ends::Released => &[],
             Ends::One(end) => std::slice::from_ref(end),
             Ends::Many(ends) => ends,
         }
@@ -69,9 +72,10 @@ impl Ends {
 
     /// How long the finished operation ran on the GPU: the longest of its
     /// devices, from each one's start event to its end; `None` unless every
-    /// device was timed and measured (a shared end is untimed).
+    /// device was timed and measured (a shared end is untimed, a released
+    /// one gone).
     fn gpu_time(&self) -> Option<Duration> {
-        if let Ends::Shared(_) = self {
+        if let Ends::Shared(_) | Ends::Released = self {
             return None;
         }
         self.as_slice()
@@ -141,7 +145,7 @@ impl Tracked {
     /// Gives the operation's end events back to their pools (a shared end
     /// is given back by the last operation that shares it).
     fn give_back_ends(&mut self) {
-        let ends = std::mem::replace(&mut self.ends, Ends::Many(Vec::new()));
+        let ends = std::mem::replace(&mut self.ends, Ends::Released);
         let give = |end: End| match end.start {
             Some(start) => {
                 end.pool.give_back_timed(start);
@@ -150,7 +154,7 @@ impl Tracked {
             None => end.pool.give_back(end.event),
         };
         match ends {
-            Ends::Shared(_) => {}
+            Ends::Shared(_) | Ends::Released => {}
             Ends::One(end) => give(end),
             Ends::Many(ends) => ends.into_iter().for_each(give),
         }
@@ -197,7 +201,7 @@ impl Completion for Tracked {
         match &self.ends {
             Ends::Shared(end) => Some(Arc::as_ptr(end.stream()) as usize),
             Ends::One(end) => Some(Arc::as_ptr(&end.stream) as usize),
-            Ends::Many(_) => None,
+            Ends::Many(_) | Ends::Released => None,
         }
     }
 

@@ -164,6 +164,9 @@ enum State<B> {
     /// Captured in a CUDA graph: owned buffers dropped unwaited are boxed
     /// by `keep` and parked in `keeper`.
     Captured { keeper: Arc<Keeper>, keep: Boxer<B> },
+    /// Waited for: the buffers went back with the operation's result
+    /// check, and nothing is left.
+    Waited,
 }
 
 impl<B: WorkBuffers> std::fmt::Debug for Work<B> {
@@ -204,7 +207,7 @@ impl<B: WorkBuffers> Work<B> {
     pub(crate) fn tracked(&self) -> Option<&Arc<Tracked>> {
         match &self.state {
             State::Tracked { op, .. } => Some(op),
-            State::Captured { .. } => None,
+            State::Captured { .. } | State::Waited => None,
         }
     }
 
@@ -344,9 +347,9 @@ impl<B: WorkBuffers> Work<B> {
                 expected: "a work that still holds its buffers".to_string(),
                 given: "one already waited on".to_string(),
             })?;
-        if let State::Tracked { op, .. } = &self.state {
-            let check: Arc<dyn ResultCheck> = Arc::clone(op) as Arc<dyn ResultCheck>;
-            buffers.set_producer(&check);
+        // The operation's reference goes to the buffers' check.
+        if let State::Tracked { op, .. } = std::mem::replace(&mut self.state, State::Waited) {
+            buffers.set_producer(&(op as Arc<dyn ResultCheck>));
         }
         Ok(buffers)
     }
@@ -374,6 +377,8 @@ impl<B: WorkBuffers> Drop for Work<B> {
             }
             // The graph uses them at each replay: they live as long as it.
             State::Captured { keeper, keep } => keeper.park(keep(buffers)),
+            // Waiting took the buffers (this returned above).
+            State::Waited => {}
         }
     }
 }
