@@ -50,6 +50,14 @@ impl DeviceList {
         Ok(list)
     }
 
+    /// The list of one device: what every single-device operation looks
+    /// up, with no check to run.
+    pub(crate) fn single(ordinal: u16) -> Self {
+        let mut ordinals = [0; MAX_LOCAL_DEVICES];
+        ordinals[0] = ordinal;
+        Self { len: 1, ordinals }
+    }
+
     /// The number of devices.
     pub fn len(&self) -> usize {
         self.len as usize

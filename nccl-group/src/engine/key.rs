@@ -11,8 +11,14 @@ use nccl_rendezvous::meet::Scope;
 /// [`GroupError::InvalidArgument`] otherwise.
 impl DeviceList {
     /// One device.
+    ///
+    /// # Errors
+    /// An ordinal past `u16` (as [`DeviceList::new`]).
     pub fn one(ordinal: usize) -> Result<Self> {
-        Self::new([ordinal].into_iter())
+        match u16::try_from(ordinal) {
+            Ok(ordinal) => Ok(Self::single(ordinal)),
+            Err(_) => Self::new([ordinal].into_iter()),
+        }
     }
 
     /// The devices in call order.
