@@ -100,10 +100,10 @@ impl GroupMetrics {
         self.group.completed(op, latency);
     }
 
-    /// An issued operation `op` failed.
-    #[inline]
+    /// An issued operation `op` failed (reported as
+    /// [`GroupMetrics::completed`] is).
+    #[cfg(feature = "metrics")]
     pub(crate) fn failed(&self, op: Cow<'static, str>) {
-        #[cfg(feature = "metrics")]
         self.group.failed(op);
     }
 

@@ -122,6 +122,7 @@ with_cuda! {
         /// rather than attempting an allocation that would abort the process).
         pub fn new(capacity: usize) -> Self {
             let capacity = capacity.clamp(1, MAX_RECORDER_CAPACITY);
+            clock::fix();
             Self {
                 ring: Mutex::new(Ring {
                     slots: Vec::with_capacity(capacity),
@@ -250,20 +251,19 @@ with_cuda! {
             end_stamp: u64,
             gpu_duration: Option<Duration>,
         ) {
-            self.finishing(self.micros(at), end_stamp)
-                .finish(seq, state, gpu_duration);
+            self.finishing(self.micros(at))
+                .finish(seq, state, end_stamp, gpu_duration);
         }
 
         /// The ring locked once for operations that finish together, at
-        /// `finished` microseconds from the epoch ([`FlightRecorder::micros`]),
-        /// their ends stamped `end_stamp`: for a reap of many operations,
-        /// which takes the lock and converts the time once.
-        pub(crate) fn finishing(&self, finished: u64, end_stamp: u64) -> Finishing<'_> {
+        /// `finished` microseconds from the epoch ([`FlightRecorder::micros`]):
+        /// for a reap of many operations, which takes the lock and converts
+        /// the time once.
+        pub(crate) fn finishing(&self, finished: u64) -> Finishing<'_> {
             Finishing {
                 ring: Some(self.ring()),
                 recorder: self,
                 finished,
-                end_stamp,
                 #[cfg(feature = "metrics")]
                 ended: Vec::new(),
             }
@@ -287,17 +287,16 @@ with_cuda! {
 
         /// Marks every operation still pending as failed at `at`.
         pub(crate) fn fail_pending(&self, at: Instant) {
-            let finished = self.micros(at);
-            for record in self
-                .ring()
-                .slots
-                .iter_mut()
-                .map(|s| &mut s.record)
-                .filter(|r| r.state == OpState::Pending)
-            {
-                record.state = OpState::Failed;
-                record.finished_us = Some(finished);
-                self.metrics.failed(record.op.clone());
+            let mut finishing = self.finishing(self.micros(at));
+            let pending: Vec<u64> = finishing
+                .ring
+                .iter()
+                .flat_map(|ring| &ring.slots)
+                .filter(|slot| slot.record.state == OpState::Pending)
+                .map(|slot| slot.record.seq)
+                .collect();
+            for seq in pending {
+                finishing.finish(seq, OpState::Failed, 0, None);
             }
         }
 
@@ -339,7 +338,8 @@ with_cuda! {
 
         /// The moment the recorder's times count from, in microseconds
         /// since the Unix epoch: one for every recorder of the process, fixed
-        /// when the first one was made.
+        /// at the first use of the process's clock (`diagnostics::clock`),
+        /// at the latest when the first recorder was made.
         pub fn epoch_unix_us(&self) -> u64 {
             clock::epoch_unix_us()
         }
@@ -380,13 +380,14 @@ with_cuda! {
     }
 
     /// Operations finishing together ([`FlightRecorder::finishing`]): the
-    /// ring stays locked until this drops.
+    /// ring stays locked until this drops, so a thread recording an
+    /// operation of the group meanwhile waits for the rest of the reap (its
+    /// polls of ends not shared, and their GPU times, are driver calls).
     pub(crate) struct Finishing<'a> {
         /// `None` only while this drops.
         ring: Option<std::sync::MutexGuard<'a, Ring>>,
         recorder: &'a FlightRecorder,
         finished: u64,
-        end_stamp: u64,
         /// Each finished operation's name, state and latency, for the
         /// metrics, which are reported once the ring is unlocked (the
         /// metrics recorder is the application's code).
@@ -396,8 +397,16 @@ with_cuda! {
 
     impl Finishing<'_> {
         /// Marks operation `seq` finished as `state` (if it is still in the
-        /// ring), after `gpu_duration` on the GPU where it was timed.
-        pub(crate) fn finish(&mut self, seq: u64, state: OpState, gpu_duration: Option<Duration>) {
+        /// ring), its end stamped `end_stamp` (`crate::health::verify`: read
+        /// when its end was seen, so each its own), after `gpu_duration` on
+        /// the GPU where it was timed.
+        pub(crate) fn finish(
+            &mut self,
+            seq: u64,
+            state: OpState,
+            end_stamp: u64,
+            gpu_duration: Option<Duration>,
+        ) {
             let Some(ring) = self.ring.as_deref_mut() else {
                 return;
             };
@@ -408,7 +417,7 @@ with_cuda! {
             slot.record.state = state;
             slot.record.finished_us = Some(self.finished);
             slot.record.gpu_duration = gpu_duration;
-            slot.end_stamp = self.end_stamp;
+            slot.end_stamp = end_stamp;
             if state == OpState::Completed
                 && let Some(n) = slot.record.collective_seq
             {

@@ -15,6 +15,7 @@ use nccl_core::{CaptureStatus, Status};
 use nccl_tensor::{Access, Communicator};
 
 use crate::devices::DeviceList;
+use crate::diagnostics::clock;
 use crate::engine::captures::{Keeper, refusal, refused};
 use crate::engine::graph::GroupGraph;
 use crate::engine::group::ProcessGroup;
@@ -70,7 +71,7 @@ impl ProcessGroup {
             }
             let member = &comms.members[0];
             let comm = member.lock();
-            let _enqueueing = member.enqueueing(crate::diagnostics::clock::now(), self.op_timeout);
+            let _enqueueing = member.enqueueing(clock::now(), self.op_timeout);
             let issued = || {
                 let status = issue(&comm, caller, &mut buffers)?;
                 if status == Status::InProgress {

@@ -118,7 +118,7 @@ impl<F: CommFactory> CommCache<F> {
     /// communicators ([`CommCache::adopt`], [`CommCache::clear`]), and that no
     /// other cache of the process ever has: communicators looked up under a
     /// stamp that is still the cache's are still its own (`engine::recent`).
-    pub fn stamp(&self) -> u64 {
+    pub(crate) fn stamp(&self) -> u64 {
         self.stamp.load(Ordering::Acquire)
     }
 

@@ -323,9 +323,9 @@ impl ProcessGroup {
     }
 
     /// Notes an operation NCCL accepted, issued at `enqueued` (nanoseconds
-    /// on `diagnostics::clock`), in the flight
-    /// recorder (its sequence numbers), keeps its collective check and
-    /// hands a collective's fingerprint to the mismatch check.
+    /// on `diagnostics::clock`), in the flight recorder (its sequence
+    /// numbers), keeps its collective check and hands a collective's
+    /// fingerprint to the mismatch check.
     ///
     /// Operations refused by a check are not recorded, so every rank numbers
     /// the same collectives alike.
@@ -385,7 +385,7 @@ impl ProcessGroup {
         record_ends: impl FnOnce() -> Result<Ends>,
     ) -> Result<Arc<Tracked>> {
         let inner = &self.inner;
-        // One lock, timestamp and stamp for every operation one reap finds
+        // One lock and timestamp for every operation one reap finds
         // finished; the closure owns them, so the lock ends with the reap.
         let mut finishing = None;
         let op = inner.tracker.push_with::<_, GroupError>(
@@ -403,13 +403,14 @@ impl ProcessGroup {
                 Ok((pending, op))
             },
             move |done, gpu_time| {
+                // The stamp after this operation's poll, as the watchdog's.
+                let stamp = inner.verification.stamp();
                 finishing
                     .get_or_insert_with(|| {
                         let recorder = &inner.recorder;
-                        let at = recorder.micros(Instant::now());
-                        recorder.finishing(at, inner.verification.stamp())
+                        recorder.finishing(recorder.micros(Instant::now()))
                     })
-                    .finish(done, OpState::Completed, gpu_time);
+                    .finish(done, OpState::Completed, stamp, gpu_time);
             },
         )?;
         // A failure that drained the tracker just before the push missed
@@ -450,8 +451,8 @@ impl ProcessGroup {
             (Err(error), _) => return Err(self.failed_op(error, buffers)),
         }
         let borrowed = keep.is_none();
-        // Set once NCCL accepted the operation: its sequence number (its
-        // stream is `op_stream`'s, of `comms`).
+        // Set once NCCL accepted the operation, or may have launched part of
+        // it: its sequence number (its stream is `op_stream`'s, of `comms`).
         let mut issued: Option<u64> = None;
         let mut comms: Option<Arc<LocalComms>> = None;
         let attempt = (|| {

@@ -35,7 +35,10 @@ thread_local! {
 /// # Errors
 /// As [`CommCache::get`].
 pub(crate) fn comms(cache: &CommCache<NcclFactory>, key: &CommKey) -> Result<Arc<LocalComms>> {
-    RECENT.with(|recent| lookup(recent, cache, key))
+    // A thread whose locals are being destroyed asks the cache.
+    RECENT
+        .try_with(|recent| lookup(recent, cache, key))
+        .unwrap_or_else(|_| cache.get(key))
 }
 
 /// [`comms`] with the thread's last lookup in `recent`.

@@ -87,6 +87,46 @@ fn the_ring_keeps_the_last_records_oldest_first() {
 }
 
 #[test]
+fn operations_finished_together_share_their_time_but_keep_their_stamps() {
+    let now = Instant::now();
+    let recorder = all_reduces(4, 6, now);
+    {
+        let mut finishing = recorder.finishing(42);
+        // Operation 1 was overwritten by 5: skipped.
+        for (seq, stamp) in [(1, 7), (3, 8), (2, 9)] {
+            finishing.finish(seq, OpState::Completed, stamp, None);
+        }
+        finishing.finish(4, OpState::Failed, 10, None);
+    }
+    let get = |seq| recorder.get(seq).expect("in the ring");
+    assert!(recorder.get(1).is_none());
+    for (seq, state) in [
+        (2, OpState::Completed),
+        (3, OpState::Completed),
+        (4, OpState::Failed),
+    ] {
+        assert_eq!(
+            (get(seq).state, get(seq).finished_us),
+            (state, Some(42)),
+            "op {seq}"
+        );
+    }
+    assert_eq!(get(5).state, OpState::Pending);
+    let stamps: Vec<u64> = recorder
+        .ring()
+        .slots
+        .iter()
+        .filter(|slot| (2..=4).contains(&slot.record.seq))
+        .map(|slot| (slot.record.seq, slot.end_stamp))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_values()
+        .collect();
+    assert_eq!(stamps, [9, 8, 10]);
+    // The last completed collective is the highest, not the last finished.
+    assert_eq!(recorder.progress(), (Some(5), Some(3)));
+}
+
+#[test]
 fn a_record_allocates_nothing_once_the_ring_is_full() {
     let now = Instant::now();
     let recorder = all_reduces(2, 4, now);
