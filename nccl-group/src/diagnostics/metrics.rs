@@ -30,6 +30,7 @@
 #[cfg(feature = "metrics")]
 mod recorded;
 
+#[cfg(feature = "metrics")]
 use std::borrow::Cow;
 use std::time::Duration;
 
