@@ -39,7 +39,7 @@ impl Default for EnqueueWatch {
     fn default() -> Self {
         // Fixes the epoch before any enqueue on this member can start, so
         // no start is clamped to it.
-        let _ = clock::now();
+        clock::fix();
         Self {
             started: AtomicU64::new(0),
             timeout: AtomicU64::new(0),
