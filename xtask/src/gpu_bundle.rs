@@ -1,10 +1,13 @@
 //! `cargo xtask gpu-bundle`: build everything the GPU machine runs, here.
 //!
-//! The GPU machine has no Rust toolchain, so this builds, in release mode,
-//! every GPU integration test target (`gpu`, `gpu_*`) in the workspace
+//! The GPU machine has no Rust toolchain, so this builds, in the `gpu-test`
+//! profile (release code, no whole-program link per binary), every GPU
+//! integration test target (`gpu`, `gpu_*`) in the workspace
 //! (with nccl-group's `nvtx` feature),
 //! every bench target, every binary of the `benches`, `nccl-group`
-//! (`nccl-frtrace`), `nccl-launch` and `nccl-perf` packages, the `torchrun_*` examples and the examples the
+//! (`nccl-frtrace`), `nccl-launch` and `nccl-perf` packages (those of
+//! `benches` and `nccl-perf`, which time the layers, in the release
+//! profile), the `torchrun_*` examples and the examples the
 //! bundle's scripts run (`c10d_interop`, `launch_check`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
@@ -39,6 +42,24 @@ const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
 /// The packages whose binaries (`nccl-perf`, `nccl-launch`, ...) go into
 /// the bundle.
 const TOOL_PACKAGES: [&str; 4] = ["benches", "nccl-group", "nccl-launch", "nccl-perf"];
+
+/// The tool packages whose binaries time the layers (`nccl-perf`,
+/// `world-cost`): built in the release profile, whole-program optimised as
+/// `cargo run --release -p nccl-perf` builds them, so they time that code.
+const TIMING_PACKAGES: [&str; 2] = ["benches", "nccl-perf"];
+
+/// The profile of everything else: release code without a whole-program
+/// link for each binary (the workspace's `Cargo.toml` defines it).
+const TEST_PROFILE: &str = "gpu-test";
+
+/// The profile the tool `package` is built in ([`TIMING_PACKAGES`]).
+fn tool_profile(package: &str) -> &'static str {
+    if TIMING_PACKAGES.contains(&package) {
+        "release"
+    } else {
+        TEST_PROFILE
+    }
+}
 
 /// Examples with this prefix read torchrun's variables: run.sh launches
 /// them as every rank of a world of several.
@@ -133,7 +154,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut artifacts = Vec::new();
     if workspace.has_gpu_tests {
         println!(
-            "==> cargo test --workspace --release --no-run --test 'gpu*' --features {GPU_TEST_FEATURES}"
+            "==> cargo test --workspace --profile {TEST_PROFILE} --no-run --test 'gpu*' --features {GPU_TEST_FEATURES}"
         );
         artifacts.extend(
             build(
@@ -143,7 +164,8 @@ pub fn run(args: Args) -> Result<()> {
                 &[
                     "test",
                     "--workspace",
-                    "--release",
+                    "--profile",
+                    TEST_PROFILE,
                     "--no-run",
                     "--test",
                     "gpu*",
@@ -158,13 +180,21 @@ pub fn run(args: Args) -> Result<()> {
         println!("==> no gpu test targets in the workspace yet");
     }
     if workspace.has_benches {
-        println!("==> cargo bench --workspace --no-run --bench '*'");
+        println!("==> cargo bench --workspace --profile {TEST_PROFILE} --no-run --bench '*'");
         artifacts.extend(
             build(
                 &root,
                 &workspace,
                 &[],
-                &["bench", "--workspace", "--no-run", "--bench", "*"],
+                &[
+                    "bench",
+                    "--workspace",
+                    "--profile",
+                    TEST_PROFILE,
+                    "--no-run",
+                    "--bench",
+                    "*",
+                ],
             )?
             .into_iter()
             .filter(|a| a.role == Role::Bench),
@@ -173,13 +203,14 @@ pub fn run(args: Args) -> Result<()> {
         println!("==> no bench targets in the workspace yet");
     }
     for package in &workspace.tool_packages {
-        println!("==> cargo build -p {package} --release --bins");
+        let profile = tool_profile(package);
+        println!("==> cargo build -p {package} --profile {profile} --bins");
         artifacts.extend(
             build(
                 &root,
                 &workspace,
                 &[],
-                &["build", "-p", package, "--release", "--bins"],
+                &["build", "-p", package, "--profile", profile, "--bins"],
             )?
             .into_iter()
             .filter(|a| a.role == Role::Tool && a.package == *package),
@@ -193,7 +224,14 @@ pub fn run(args: Args) -> Result<()> {
             .map(|(_, feature)| feature.as_str())
             .collect::<Vec<_>>()
             .join(",");
-        let mut args = vec!["build", "-p", package, "--release", "--examples"];
+        let mut args = vec![
+            "build",
+            "-p",
+            package,
+            "--profile",
+            TEST_PROFILE,
+            "--examples",
+        ];
         if !example_features.is_empty() {
             args.extend(["--features", &example_features]);
         }
