@@ -53,6 +53,7 @@ impl DeviceList {
     /// The list of one device: what every single-device operation looks
     /// up, with no check to run.
     #[cfg(feature = "cuda")]
+    #[inline]
     pub(crate) fn single(ordinal: u16) -> Self {
         let mut ordinals = [0; MAX_LOCAL_DEVICES];
         ordinals[0] = ordinal;

@@ -36,7 +36,8 @@ pub(crate) fn order_after_stream<B: WorkBuffers>(
 
 /// The caller's stream must be on the buffers' device (nccl-tensor's
 /// check and error: the stream is used for the event handoff before the
-/// operation is planned).
+/// operation is planned). Inlined: its `Ok` is not returned through memory.
+#[inline]
 pub(crate) fn check_stream(op: &'static str, caller: &CudaStream, device: usize) -> Result<()> {
     Ok(checks::stream(op, caller.context().ordinal(), device)?)
 }
