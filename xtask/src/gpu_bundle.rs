@@ -4,10 +4,11 @@
 //! profile (release code, no whole-program link per binary), every GPU
 //! integration test target (`gpu`, `gpu_*`) in the workspace
 //! (with nccl-group's `nvtx` feature),
-//! every bench target, every binary of the `benches`, `nccl-group`
-//! (`nccl-frtrace`), `nccl-launch` and `nccl-perf` packages (those of
-//! `benches` and `nccl-perf`, which time the layers, in the release
-//! profile), the `torchrun_*` examples and the examples the
+//! every bench target (in the bench profile, which inherits the release
+//! profile's whole-program optimisation), every binary of the `benches`,
+//! `nccl-group` (`nccl-frtrace`), `nccl-launch` and `nccl-perf` packages
+//! (those of `benches` and `nccl-perf`, which time the layers, in the
+//! release profile), the `torchrun_*` examples and the examples the
 //! bundle's scripts run (`c10d_interop`, `launch_check`); strips them into
 //! `target/gpu-bundle/bin/<package>-<target>` and writes
 //! `target/gpu-bundle/run.sh`, which runs them there (the `ranks_*` tests
@@ -44,8 +45,9 @@ const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
 const TOOL_PACKAGES: [&str; 4] = ["benches", "nccl-group", "nccl-launch", "nccl-perf"];
 
 /// The tool packages whose binaries time the layers (`nccl-perf`,
-/// `world-cost`): built in the release profile, whole-program optimised as
-/// `cargo run --release -p nccl-perf` builds them, so they time that code.
+/// `world-cost`, and `group-soak` beside it): built in the release
+/// profile, whole-program optimised as `cargo run --release -p nccl-perf`
+/// builds them, so they time that code.
 const TIMING_PACKAGES: [&str; 2] = ["benches", "nccl-perf"];
 
 /// The profile of everything else: release code without a whole-program
@@ -180,21 +182,15 @@ pub fn run(args: Args) -> Result<()> {
         println!("==> no gpu test targets in the workspace yet");
     }
     if workspace.has_benches {
-        println!("==> cargo bench --workspace --profile {TEST_PROFILE} --no-run --bench '*'");
+        // The bench profile, which inherits the release profile's
+        // whole-program optimisation: the benches time the layers.
+        println!("==> cargo bench --workspace --no-run --bench '*'");
         artifacts.extend(
             build(
                 &root,
                 &workspace,
                 &[],
-                &[
-                    "bench",
-                    "--workspace",
-                    "--profile",
-                    TEST_PROFILE,
-                    "--no-run",
-                    "--bench",
-                    "*",
-                ],
+                &["bench", "--workspace", "--no-run", "--bench", "*"],
             )?
             .into_iter()
             .filter(|a| a.role == Role::Bench),

@@ -42,7 +42,7 @@ enum Task {
     /// Fuzz the TCP store's frame decoding or handshake with cargo-fuzz for a bounded
     /// time (needs `cargo install cargo-fuzz`; not part of ci).
     Fuzz(fuzz::Args),
-    /// Build the GPU test and bench binaries (release, stripped) with a
+    /// Build the GPU test and bench binaries (optimised, stripped) with a
     /// run.sh into target/gpu-bundle/ for the GPU machine.
     GpuBundle(gpu_bundle::Args),
     /// Run world-cost at world size 1 against a CUDA driver and an NCCL that do

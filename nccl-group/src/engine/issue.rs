@@ -458,9 +458,9 @@ impl ProcessGroup {
         let attempt = (|| {
             self.check_live()?;
             check_stream(info.op, caller, device)?;
-            // The common answers of the device list and the collective
-            // check made here, with no `Result` (as large as a `GroupError`)
-            // to pass them through the stack.
+            // The common answers of `DeviceList::one` and
+            // `check_collective` made here, with no `Result` (as large as a
+            // `GroupError`) to pass them through the stack.
             let devices = match u16::try_from(device) {
                 Ok(ordinal) => DeviceList::single(ordinal),
                 Err(_) => DeviceList::one(device)?,
