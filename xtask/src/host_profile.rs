@@ -10,9 +10,13 @@
 //! (`perf report -i target/host-profile/perf.data` reads it). With
 //! `--calls`, the fakes count the calls of each of their functions
 //! ([`COUNTS_H`]) and the counts are printed after the run: the driver and
-//! NCCL calls each layer makes per operation. The figures
-//! are this machine's; the GPU machine's `world-cost` adds the driver's
-//! calls (an event record, a capture query) and NCCL's to them.
+//! NCCL calls each layer makes per operation. With `--evict-kib N`, each
+//! of the fake NCCL's collectives writes N KiB of its own first, as a real
+//! enqueue evicts the caller's data from the caches: each layer then pays
+//! for the cache lines it touches per operation, as it does on a GPU
+//! machine at world size 2 and more. The figures are this machine's; the
+//! GPU machine's `world-cost` adds the driver's calls (an event record, a
+//! capture query) and NCCL's to them.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -41,10 +45,23 @@ pub struct Args {
     #[arg(long)]
     calls: bool,
 
+    /// KiB the fake NCCL writes in each collective, evicting the caller's data from the caches
+    /// as a real NCCL's enqueue does (0: none; at most 1048576, 1 GiB).
+    #[arg(
+        long,
+        value_name = "KIB",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=MAX_EVICT_KIB)
+    )]
+    evict_kib: u32,
+
     /// Arguments for world-cost (default: every layer, 7 rounds of 3000 calls).
     #[arg(last = true, value_name = "WORLD_COST_ARGS")]
     world_cost_args: Vec<OsString>,
 }
+
+/// The most `--evict-kib` takes: 1 GiB, more than any cache.
+const MAX_EVICT_KIB: i64 = 1 << 20;
 
 /// world-cost's arguments when none are given: enough calls per round
 /// that a round is milliseconds, not microseconds.
@@ -113,6 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         .args(world_cost_args(&args.world_cost_args))
         .env("LD_LIBRARY_PATH", &out)
         .env("NCCL_LIBRARY", &nccl)
+        .env("HOST_PROFILE_EVICT_KIB", args.evict_kib.to_string())
         .current_dir(&root);
     let counts = out.join("calls");
     if args.calls {
@@ -121,8 +139,9 @@ pub fn run(args: Args) -> Result<()> {
         command.env("HOST_PROFILE_CALLS", &counts);
     }
     println!(
-        "==> world-cost on the do-nothing driver and NCCL of {}",
-        out.display()
+        "==> world-cost on the do-nothing driver and NCCL of {} ({} KiB evicted per collective)",
+        out.display(),
+        args.evict_kib
     );
     let status = command
         .status()
@@ -183,6 +202,29 @@ mod tests {
         assert_eq!(world_cost_args(&[]), DEFAULT_ARGS.map(OsString::from));
         let given = [OsString::from("--layers"), OsString::from("tensor")];
         assert_eq!(world_cost_args(&given), given);
+    }
+
+    /// `Args` as the command line gives it.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn the_eviction_is_none_by_default_and_at_most_one_gib() {
+        use clap::Parser;
+        let parse = |given: &[&str]| Cli::try_parse_from([&["host-profile"], given].concat());
+        assert_eq!(parse(&[]).unwrap().args.evict_kib, 0);
+        assert_eq!(parse(&["--evict-kib", "512"]).unwrap().args.evict_kib, 512);
+        let Err(error) = parse(&["--evict-kib", "1048577"]) else {
+            panic!("--evict-kib 1048577 was taken");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("1048577") && error.contains("--evict-kib"),
+            "{error}"
+        );
     }
 
     #[test]
