@@ -1,4 +1,4 @@
-//! `cargo xtask host-profile [--perf] [--calls] [-- WORLD_COST_ARGS]`: the
+//! `cargo xtask host-profile [--perf] [--calls] [--evict-kib N] [-- WORLD_COST_ARGS]`: the
 //! host code of an operation, on a machine without a GPU.
 //!
 //! Builds a CUDA driver and an NCCL that do nothing ([`FAKE_CUDA`],
@@ -11,10 +11,10 @@
 //! `--calls`, the fakes count the calls of each of their functions
 //! ([`COUNTS_H`]) and the counts are printed after the run: the driver and
 //! NCCL calls each layer makes per operation. With `--evict-kib N`, each
-//! of the fake NCCL's collectives writes N KiB of its own first, as a real
-//! enqueue evicts the caller's data from the caches: each layer then pays
-//! for the cache lines it touches per operation, as it does on a GPU
-//! machine at world size 2 and more. The figures are this machine's; the
+//! of the fake NCCL's collectives writes N KiB of its own first, to evict
+//! the caller's data from the caches as a real NCCL's enqueue is assumed
+//! to at world size 2 and more: each layer then pays for the cache lines
+//! it touches per operation. The figures are this machine's; the
 //! GPU machine's `world-cost` adds the driver's calls (an event record, a
 //! capture query) and NCCL's to them.
 
@@ -45,8 +45,8 @@ pub struct Args {
     #[arg(long)]
     calls: bool,
 
-    /// KiB the fake NCCL writes in each collective, evicting the caller's data from the caches
-    /// as a real NCCL's enqueue does (0: none; at most 1048576, 1 GiB).
+    /// KiB the fake NCCL writes in each collective, to evict the caller's data from the caches
+    /// as a real NCCL's enqueue is assumed to (0: none; at most 1048576, 1 GiB).
     #[arg(
         long,
         value_name = "KIB",
@@ -217,6 +217,10 @@ mod tests {
         let parse = |given: &[&str]| Cli::try_parse_from([&["host-profile"], given].concat());
         assert_eq!(parse(&[]).unwrap().args.evict_kib, 0);
         assert_eq!(parse(&["--evict-kib", "512"]).unwrap().args.evict_kib, 512);
+        assert_eq!(
+            parse(&["--evict-kib", "1048576"]).unwrap().args.evict_kib,
+            1 << 20
+        );
         let Err(error) = parse(&["--evict-kib", "1048577"]) else {
             panic!("--evict-kib 1048577 was taken");
         };

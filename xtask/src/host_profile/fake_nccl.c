@@ -1,6 +1,7 @@
 /* An NCCL 2.28.3 that does nothing, for `cargo xtask host-profile`: one-rank communicators,
  * every call done at once (nccl-sys loads each function when first called, and names one this
  * file lacks). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,20 +13,38 @@ typedef struct { int ranks, rank; } comm_t;
 typedef struct { char internal[128]; } unique_id_t;
 
 /* `cargo xtask host-profile --evict-kib N` sets HOST_PROFILE_EVICT_KIB: each ncclAllReduce then
- * writes one byte of every 64-byte line of N KiB of its own, as a real NCCL's enqueue (its proxy's work,
- * the kernel's arguments, the launch) evicts the caller's data from the caches. The caller's next
- * reads and writes of its own state then miss, as they do on a GPU machine at world size 2 and
- * more: a layer's cost grows with the cache lines it touches per operation. */
+ * writes one byte of every 64-byte line of N KiB of its own, to evict the caller's data from the
+ * caches as a real NCCL's enqueue (its proxy's work, the kernel's arguments, the launch) is
+ * assumed to: the caller's next reads and writes of its own state then miss, and a layer's cost
+ * grows with the cache lines it touches per operation. How much a real enqueue evicts is not
+ * measured here. */
 static volatile unsigned char *evicted;
 static size_t evicted_bytes;
 
+/* The most HOST_PROFILE_EVICT_KIB takes: 1 GiB, as the xtask's option. */
+#define MAX_EVICT_KIB (1ull << 20)
+
 __attribute__((constructor)) static void start_evicting(void) {
     const char *kib = getenv("HOST_PROFILE_EVICT_KIB");
-    size_t bytes = kib ? strtoull(kib, NULL, 10) * 1024 : 0;
-    if (bytes && (evicted = calloc(bytes, 1))) evicted_bytes = bytes;
+    if (!kib || !*kib) return;
+    char *end;
+    unsigned long long n = strtoull(kib, &end, 10);
+    if (*end || *kib == '-' || n > MAX_EVICT_KIB) {
+        fprintf(stderr, "libnccl (host-profile): HOST_PROFILE_EVICT_KIB=%s: expected KiB from 0 to %llu\n", kib,
+                MAX_EVICT_KIB);
+        abort();
+    }
+    if (!n) return;
+    evicted = calloc(n * 1024, 1);
+    if (!evicted) {
+        fprintf(stderr, "libnccl (host-profile): could not allocate the %llu KiB to evict with\n", n);
+        abort();
+    }
+    evicted_bytes = n * 1024;
 }
 
-static void evict(void) {
+/* Inlined, so that its misses count as ncclAllReduce's, which the footprint scripts leave out. */
+static inline __attribute__((always_inline)) void evict(void) {
     for (size_t i = 0; i < evicted_bytes; i += 64) evicted[i]++;
 }
 
