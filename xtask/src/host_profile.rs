@@ -1,5 +1,5 @@
-//! `cargo xtask host-profile [--perf] [--calls] [--evict-kib N] [-- WORLD_COST_ARGS]`: the
-//! host code of an operation, on a machine without a GPU.
+//! `cargo xtask host-profile [--perf] [--calls] [--evict-kib N] [--gpu-behind-ms N]
+//! [-- WORLD_COST_ARGS]`: the host code of an operation, on a machine without a GPU.
 //!
 //! Builds a CUDA driver and an NCCL that do nothing ([`FAKE_CUDA`],
 //! [`FAKE_NCCL`]: every call succeeds at once, "device" memory is host
@@ -14,7 +14,11 @@
 //! of the fake NCCL's collectives writes N KiB of its own first, to evict
 //! the caller's data from the caches as a real NCCL's enqueue is assumed
 //! to at world size 2 and more: each layer then pays for the cache lines
-//! it touches per operation. The figures are this machine's; the
+//! it touches per operation. With `--gpu-behind-ms N` the fake driver's
+//! "GPU" runs N ms behind: an event is complete only after a synchronize,
+//! which first sleeps N ms, so each of world-cost's rounds runs with its
+//! operations pending after a wait, as at world size 2 and more on one
+//! shared GPU. The figures are this machine's; the
 //! GPU machine's `world-cost` adds the driver's calls (an event record, a
 //! capture query) and NCCL's to them.
 
@@ -55,6 +59,17 @@ pub struct Args {
     )]
     evict_kib: u32,
 
+    /// Milliseconds the fake driver's "GPU" runs behind: each synchronize sleeps that long, and
+    /// an event is complete only after a synchronize (0: none, every event complete at once; at
+    /// most 10000).
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u32).range(0..=MAX_BEHIND_MS)
+    )]
+    gpu_behind_ms: u32,
+
     /// Arguments for world-cost (default: every layer, 7 rounds of 3000 calls).
     #[arg(last = true, value_name = "WORLD_COST_ARGS")]
     world_cost_args: Vec<OsString>,
@@ -62,6 +77,9 @@ pub struct Args {
 
 /// The most `--evict-kib` takes: 1 GiB, more than any cache.
 const MAX_EVICT_KIB: i64 = 1 << 20;
+
+/// The most `--gpu-behind-ms` takes: 10 s.
+const MAX_BEHIND_MS: i64 = 10_000;
 
 /// world-cost's arguments when none are given: enough calls per round
 /// that a round is milliseconds, not microseconds.
@@ -131,6 +149,7 @@ pub fn run(args: Args) -> Result<()> {
         .env("LD_LIBRARY_PATH", &out)
         .env("NCCL_LIBRARY", &nccl)
         .env("HOST_PROFILE_EVICT_KIB", args.evict_kib.to_string())
+        .env("HOST_PROFILE_GPU_BEHIND_MS", args.gpu_behind_ms.to_string())
         .current_dir(&root);
     let counts = out.join("calls");
     if args.calls {
@@ -139,9 +158,11 @@ pub fn run(args: Args) -> Result<()> {
         command.env("HOST_PROFILE_CALLS", &counts);
     }
     println!(
-        "==> world-cost on the do-nothing driver and NCCL of {} ({} KiB evicted per collective)",
+        "==> world-cost on the do-nothing driver and NCCL of {} ({} KiB evicted per collective, \
+         the GPU {} ms behind)",
         out.display(),
-        args.evict_kib
+        args.evict_kib,
+        args.gpu_behind_ms
     );
     let status = command
         .status()
@@ -212,23 +233,29 @@ mod tests {
     }
 
     #[test]
-    fn the_eviction_is_none_by_default_and_at_most_one_gib() {
+    fn the_eviction_and_the_delay_are_off_by_default_and_bounded() {
         use clap::Parser;
         let parse = |given: &[&str]| Cli::try_parse_from([&["host-profile"], given].concat());
-        assert_eq!(parse(&[]).unwrap().args.evict_kib, 0);
-        assert_eq!(parse(&["--evict-kib", "512"]).unwrap().args.evict_kib, 512);
-        assert_eq!(
-            parse(&["--evict-kib", "1048576"]).unwrap().args.evict_kib,
-            1 << 20
-        );
-        let Err(error) = parse(&["--evict-kib", "1048577"]) else {
-            panic!("--evict-kib 1048577 was taken");
-        };
-        let error = error.to_string();
-        assert!(
-            error.contains("1048577") && error.contains("--evict-kib"),
-            "{error}"
-        );
+        let defaults = parse(&[]).unwrap().args;
+        assert_eq!((defaults.evict_kib, defaults.gpu_behind_ms), (0, 0));
+        // Each option's largest value is taken; one past it is refused, naming both.
+        type Read = fn(&Args) -> u32;
+        let options: [(&str, u32, Read); 2] = [
+            ("--evict-kib", 1 << 20, |args| args.evict_kib),
+            ("--gpu-behind-ms", 10_000, |args| args.gpu_behind_ms),
+        ];
+        for (option, most, read) in options {
+            assert_eq!(
+                read(&parse(&[option, &most.to_string()]).unwrap().args),
+                most
+            );
+            let past = (most + 1).to_string();
+            let Err(error) = parse(&[option, &past]) else {
+                panic!("{option} {past} was taken");
+            };
+            let error = error.to_string();
+            assert!(error.contains(&past) && error.contains(option), "{error}");
+        }
     }
 
     #[test]

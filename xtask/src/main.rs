@@ -48,7 +48,8 @@ enum Task {
     /// Run world-cost at world size 1 against a CUDA driver and an NCCL that do
     /// nothing (built with cc into target/host-profile/): each layer's own host
     /// code, on a machine without a GPU; --perf records it, --calls counts its
-    /// driver and NCCL calls, --evict-kib has NCCL evict the caches each call.
+    /// driver and NCCL calls, --evict-kib has NCCL evict the caches each call,
+    /// --gpu-behind-ms has the driver's GPU run behind.
     HostProfile(host_profile::Args),
     /// Start nccl-rendezvous's launch_check example under mpirun, srun and
     /// sbatch (a one-host Slurm cluster it starts and stops) and check that

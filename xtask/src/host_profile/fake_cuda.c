@@ -3,10 +3,18 @@
  * each function when first called, and names one this file lacks).
  * "Device" memory is host memory, every stream and event a heap cell, every event complete
  * at once, no stream ever capturing: the host code runs as on a GPU, the driver costs nothing.
+ * With HOST_PROFILE_GPU_BEHIND_MS=N (`cargo xtask host-profile --gpu-behind-ms N`) the "GPU" runs
+ * behind instead: an event recorded is not complete until a synchronize after it, and each
+ * synchronize first sleeps N ms, as the host waits for a GPU that is N ms behind. A loop of
+ * operations then runs with every one of them still pending, after a wait that left the
+ * caller's caches cold, as world-cost's rounds at world size 2 and more do on one shared GPU.
  */
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LIBRARY "libcuda"
 #include "counts.h"
@@ -17,6 +25,35 @@ typedef uint64_t CUdeviceptr;
 static char context[64];
 
 static void *cell(void) { return calloc(1, 64); }
+
+/* The "GPU"'s delay in ms (HOST_PROFILE_GPU_BEHIND_MS; 0: none, events complete at once). */
+static unsigned behind_ms;
+/* Events recorded so far, and how many of them the last synchronize completed: an event holds
+ * its number in its cell. */
+static atomic_ulong recorded, completed;
+
+/* The most HOST_PROFILE_GPU_BEHIND_MS takes, as the xtask's option. */
+#define MAX_BEHIND_MS 10000ul
+
+__attribute__((constructor)) static void start_behind(void) {
+    const char *ms = getenv("HOST_PROFILE_GPU_BEHIND_MS");
+    if (!ms || !*ms) return;
+    char *end;
+    unsigned long n = strtoul(ms, &end, 10);
+    if (*end || *ms == '-' || n > MAX_BEHIND_MS) {
+        fprintf(stderr, "libcuda (host-profile): HOST_PROFILE_GPU_BEHIND_MS=%s: expected ms from 0 to %lu\n", ms,
+                MAX_BEHIND_MS);
+        abort();
+    }
+    behind_ms = (unsigned)n;
+}
+
+/* A synchronize: the wait for the "GPU", then every event recorded before it complete. */
+static void synchronize(void) {
+    unsigned long upto = atomic_load(&recorded);
+    if (behind_ms) usleep(behind_ms * 1000u);
+    atomic_store(&completed, upto);
+}
 
 CUresult cuInit(unsigned flags) { COUNTED; return 0; }
 CUresult cuDriverGetVersion(int *version) { COUNTED; *version = 12080; return 0; }
@@ -32,18 +69,20 @@ CUresult cuDevicePrimaryCtxRetain(void **ctx, int device) { COUNTED; *ctx = cont
 CUresult cuDevicePrimaryCtxRelease_v2(int device) { COUNTED; return 0; }
 CUresult cuCtxGetCurrent(void **ctx) { COUNTED; *ctx = context; return 0; }
 CUresult cuCtxGetDevice(int *device) { COUNTED; *device = 0; return 0; }
-CUresult cuCtxSynchronize(void) { COUNTED; return 0; }
+CUresult cuCtxSynchronize(void) { COUNTED; synchronize(); return 0; }
 CUresult cuStreamCreate(void **stream, unsigned flags) { COUNTED; *stream = cell(); return 0; }
 CUresult cuStreamCreateWithPriority(void **stream, unsigned flags, int priority) { COUNTED; *stream = cell(); return 0; }
 CUresult cuStreamDestroy_v2(void *stream) { COUNTED; free(stream); return 0; }
-CUresult cuStreamSynchronize(void *stream) { COUNTED; return 0; }
+CUresult cuStreamSynchronize(void *stream) { COUNTED; synchronize(); return 0; }
 CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) { COUNTED; return 0; }
 CUresult cuStreamIsCapturing(void *stream, int *status) { COUNTED; *status = 0; return 0; }
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { COUNTED; return 0; }
 CUresult cuEventCreate(void **event, unsigned flags) { COUNTED; *event = cell(); return 0; }
 CUresult cuEventDestroy_v2(void *event) { COUNTED; free(event); return 0; }
-CUresult cuEventRecord(void *event, void *stream) { COUNTED; return 0; }
-CUresult cuEventQuery(void *event) { COUNTED; return 0; }
+CUresult cuEventRecord(void *event, void *stream) { COUNTED; *(unsigned long *)event = atomic_fetch_add(&recorded, 1) + 1; return 0; }
+/* 600: CUDA_ERROR_NOT_READY. */
+CUresult cuEventQuery(void *event) { COUNTED; return behind_ms && *(unsigned long *)event > atomic_load(&completed) ? 600 : 0; }
+CUresult cuEventSynchronize(void *event) { COUNTED; synchronize(); return 0; }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) { COUNTED; *ms = 0.001f; return 0; }
 CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { COUNTED; *ms = 0.001f; return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) { COUNTED; *ptr = (CUdeviceptr)calloc(1, n ? n : 1); return 0; }
