@@ -6,15 +6,16 @@
  * With HOST_PROFILE_GPU_BEHIND_MS=N (`cargo xtask host-profile --gpu-behind-ms N`) the "GPU" runs
  * behind instead: an event recorded is not complete until a synchronize after it, and each
  * synchronize first sleeps N ms, as the host waits for a GPU that is N ms behind. A loop of
- * operations then runs with every one of them still pending, after a wait that left the
- * caller's caches cold, as world-cost's rounds at world size 2 and more do on one shared GPU.
+ * operations then runs after a wait with every one of them still pending, as world-cost's rounds
+ * at world size 2 and more do on one shared GPU. Without it, recording an event costs nothing.
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <time.h>
 
 #define LIBRARY "libcuda"
 #include "counts.h"
@@ -48,12 +49,24 @@ __attribute__((constructor)) static void start_behind(void) {
     behind_ms = (unsigned)n;
 }
 
-/* A synchronize: the wait for the "GPU", then every event recorded before it complete. */
-static void synchronize(void) {
-    unsigned long upto = atomic_load(&recorded);
-    if (behind_ms) usleep(behind_ms * 1000u);
-    atomic_store(&completed, upto);
+/* N ms, whole, however often a signal ends the sleep early. */
+static void sleep_ms(unsigned ms) {
+    struct timespec left = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {}
 }
+
+/* A synchronize: the wait for the "GPU", then every event recorded before it complete
+ * (`completed` only rises: a synchronize that waited longer may have completed more). */
+static void synchronize(void) {
+    if (!behind_ms) return;
+    unsigned long upto = atomic_load(&recorded);
+    sleep_ms(behind_ms);
+    unsigned long was = atomic_load(&completed);
+    while (was < upto && !atomic_compare_exchange_weak(&completed, &was, upto)) {}
+}
+
+/* An event's number, in its cell (0: never recorded, complete as in CUDA). */
+static atomic_ulong *event_number(void *event) { return (atomic_ulong *)event; }
 
 CUresult cuInit(unsigned flags) { COUNTED; return 0; }
 CUresult cuDriverGetVersion(int *version) { COUNTED; *version = 12080; return 0; }
@@ -79,10 +92,16 @@ CUresult cuStreamIsCapturing(void *stream, int *status) { COUNTED; *status = 0; 
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { COUNTED; return 0; }
 CUresult cuEventCreate(void **event, unsigned flags) { COUNTED; *event = cell(); return 0; }
 CUresult cuEventDestroy_v2(void *event) { COUNTED; free(event); return 0; }
-CUresult cuEventRecord(void *event, void *stream) { COUNTED; *(unsigned long *)event = atomic_fetch_add(&recorded, 1) + 1; return 0; }
+CUresult cuEventRecord(void *event, void *stream) { COUNTED;
+    if (behind_ms) atomic_store_explicit(event_number(event), atomic_fetch_add(&recorded, 1) + 1, memory_order_relaxed);
+    return 0;
+}
+static int is_complete(void *event) {
+    return !behind_ms || atomic_load_explicit(event_number(event), memory_order_relaxed) <= atomic_load(&completed);
+}
 /* 600: CUDA_ERROR_NOT_READY. */
-CUresult cuEventQuery(void *event) { COUNTED; return behind_ms && *(unsigned long *)event > atomic_load(&completed) ? 600 : 0; }
-CUresult cuEventSynchronize(void *event) { COUNTED; synchronize(); return 0; }
+CUresult cuEventQuery(void *event) { COUNTED; return is_complete(event) ? 0 : 600; }
+CUresult cuEventSynchronize(void *event) { COUNTED; if (!is_complete(event)) synchronize(); return 0; }
 CUresult cuEventElapsedTime(float *ms, void *start, void *end) { COUNTED; *ms = 0.001f; return 0; }
 CUresult cuEventElapsedTime_v2(float *ms, void *start, void *end) { COUNTED; *ms = 0.001f; return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t n) { COUNTED; *ptr = (CUdeviceptr)calloc(1, n ? n : 1); return 0; }
