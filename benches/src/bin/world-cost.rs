@@ -17,6 +17,7 @@
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
 //! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread (at world size 2 or more: a group of one process has no check) |
+//! | `group-small-recorder` | `group-blocking-caller` with a flight recorder of one entry (the default keeps 2048): what writing each operation's record on lines of its own costs, in rounds that start with cold caches above all |
 //! | `group-lean` | `group-unchecked` with no liveness beat (none at world size 1 either), no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
 //! | `group-nonblocking-unchecked`, `group-nonblocking-lean` | the same two on `group-nonblocking-caller`: at world size 2 or more, roughly how much of the nonblocking group's extra over `tensor-nonblocking` goes with the mismatch check, and with the beat, the dumps and the recorder's size |
 //!
@@ -100,6 +101,8 @@ enum Trim {
     None,
     /// The mismatch check off.
     Unchecked,
+    /// A flight recorder of one entry.
+    SmallRecorder,
     /// The mismatch check, the liveness beat and the dumps off, one
     /// flight-recorder entry.
     Lean,
@@ -110,6 +113,7 @@ impl Trim {
         match self {
             Trim::None => options,
             Trim::Unchecked => options.with_mismatch_check(false),
+            Trim::SmallRecorder => options.with_recorder_capacity(1),
             Trim::Lean => options
                 .with_mismatch_check(false)
                 .with_liveness(Liveness::Off)
@@ -189,7 +193,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 19] = {
+const LAYERS: [LayerSpec; 20] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -245,6 +249,10 @@ const LAYERS: [LayerSpec; 19] = {
         layer(
             "group-unchecked",
             Issue::Group(Blocking, Caller, Trim::Unchecked),
+        ),
+        layer(
+            "group-small-recorder",
+            Issue::Group(Blocking, Caller, Trim::SmallRecorder),
         ),
         layer("group-lean", Issue::Group(Blocking, Caller, Trim::Lean)),
         layer(
