@@ -17,7 +17,7 @@
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
 //! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread (at world size 2 or more: a group of one process has no check) |
-//! | `group-small-recorder` | `group-blocking-caller` with a flight recorder of one entry (the default keeps 2048): what writing each operation's record on lines of its own costs, in rounds that start with cold caches above all |
+//! | `group-small-recorder` | `group-blocking-caller` with a flight recorder of one entry (the default keeps 2048): what writing each operation's record on lines of its own costs, above all in short rounds after a wait for the GPU |
 //! | `group-lean` | `group-unchecked` with no liveness beat (none at world size 1 either), no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
 //! | `group-nonblocking-unchecked`, `group-nonblocking-lean` | the same two on `group-nonblocking-caller`: at world size 2 or more, roughly how much of the nonblocking group's extra over `tensor-nonblocking` goes with the mismatch check, and with the beat, the dumps and the recorder's size |
 //!
