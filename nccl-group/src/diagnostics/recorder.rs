@@ -2,8 +2,9 @@
 //! hang or a failure can be explained after the fact.
 //!
 //! Each operation takes one uncontended lock to claim its sequence numbers
-//! and write a record (which borrows its names: no allocation) into a ring allocated once; the
-//! watchdog marks records completed as it sees their end events. A dump
+//! and write a record (which borrows its names: no allocation) into a ring
+//! allocated and written whole when the recorder is made, so no operation
+//! faults a page of it in; the watchdog marks records completed as it sees their end events. A dump
 //! ([`FlightDump`]) is a JSON document: the group, this process's rank,
 //! why it was taken, how far this process got (and, after a timeout, how
 //! far every other rank got, exchanged through the store), and the records
@@ -36,55 +37,112 @@ with_cuda! {
             .unwrap_or(0);
     }
 
-    /// The most operations a flight recorder keeps: 2^20 records (a few
-    /// hundred MiB at most, allocated as they are recorded).
+    /// The most operations a flight recorder keeps: 2^20 records (192 MiB,
+    /// allocated when the group is built).
     ///
     /// [`GroupBuilder::build`](crate::GroupBuilder::build) refuses a larger
     /// [`GroupOptions::recorder_capacity`](crate::GroupOptions::recorder_capacity).
     pub const MAX_RECORDER_CAPACITY: usize = 1 << 20;
 
-    /// A record and the verification stamp of its end
-    /// (`crate::health::verify`), 0 before: the stamp is the watchdog's, not
-    /// the dump's.
+    /// An operation as the ring keeps it: its description as given, its
+    /// numbers and times, and the verification stamp of its end
+    /// (`crate::health::verify`, 0 before: the watchdog's, not the dump's).
+    ///
+    /// Plain values only, on three cache lines of their own: recording
+    /// writes a whole slot over the one it replaces without reading it (no
+    /// field has a destructor to run), and two records never share a line.
+    /// The [`OpRecord`] a dump holds is built from it when one is asked for.
+    #[derive(Clone, Copy)]
+    #[repr(align(64))]
     struct Slot {
-        record: OpRecord,
+        description: OpDescription,
+        seq: u64,
+        /// Its number among the collectives or, for a point-to-point
+        /// operation, among those (`description.collective` says which).
+        number: u64,
+        thread: u64,
+        enqueued_us: u64,
+        /// Meaningful once `state` is no longer pending.
+        finished_us: u64,
+        gpu_duration: Option<Duration>,
         end_stamp: u64,
+        state: OpState,
     }
 
+    const _: () = assert!(std::mem::size_of::<Slot>() == 192, "a slot is three cache lines");
+
     impl Slot {
-        /// A slot the ring has just grown by, for an operation on
-        /// `devices`, filled in place by [`FlightRecorder::record`].
-        fn empty(devices: DeviceList) -> Self {
+        /// A slot no operation has been recorded in yet (beyond the ring's
+        /// `recorded` ones, never read).
+        fn unused() -> Self {
             Self {
-                record: OpRecord {
-                    seq: u64::MAX,
-                    collective_seq: None,
-                    p2p_seq: None,
-                    op: Cow::Borrowed(""),
+                description: OpDescription {
+                    op: "",
                     dtype: None,
                     count: 0,
                     output_count: 0,
                     reduction: None,
                     peer: None,
                     timeout: Duration::ZERO,
-                    thread: 0,
-                    devices,
-                    enqueued_us: 0,
-                    finished_us: None,
-                    gpu_duration: None,
-                    state: OpState::Pending,
+                    devices: DeviceList::single(0),
+                    collective: false,
                 },
+                seq: u64::MAX,
+                number: 0,
+                thread: 0,
+                enqueued_us: 0,
+                finished_us: 0,
+                gpu_duration: None,
                 end_stamp: 0,
+                state: OpState::Pending,
+            }
+        }
+
+        /// The record a dump, a failure or a test reads.
+        fn record(&self) -> OpRecord {
+            let description = &self.description;
+            let (collective_seq, p2p_seq) = if description.collective {
+                (Some(self.number), None)
+            } else {
+                (None, Some(self.number))
+            };
+            OpRecord {
+                seq: self.seq,
+                collective_seq,
+                p2p_seq,
+                op: Cow::Borrowed(description.op),
+                dtype: description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name())),
+                count: description.count,
+                output_count: description.output_count,
+                reduction: description.reduction.map(Cow::Borrowed),
+                peer: description.peer,
+                timeout: description.timeout,
+                thread: self.thread,
+                devices: description.devices,
+                enqueued_us: self.enqueued_us,
+                finished_us: (self.state != OpState::Pending).then_some(self.finished_us),
+                gpu_duration: self.gpu_duration,
+                state: self.state,
             }
         }
     }
 
     struct Ring {
+        /// Every slot, written when the recorder is made: the pages they
+        /// are on are the process's before the first operation.
         slots: Vec<Slot>,
         next_seq: u64,
         next_collective: u64,
         next_p2p: u64,
         last_completed: Option<u64>,
+    }
+
+    impl Ring {
+        /// How many slots hold a record, from the first: all of them once
+        /// the ring has gone round.
+        fn recorded(&self) -> usize {
+            usize::try_from(self.next_seq).map_or(self.slots.len(), |n| n.min(self.slots.len()))
+        }
     }
 
     /// An operation's numbers, as [`FlightRecorder::record`] gave them.
@@ -125,7 +183,7 @@ with_cuda! {
             clock::fix();
             Self {
                 ring: Mutex::new(Ring {
-                    slots: Vec::with_capacity(capacity),
+                    slots: vec![Slot::unused(); capacity],
                     next_seq: 0,
                     next_collective: 0,
                     next_p2p: 0,
@@ -183,60 +241,26 @@ with_cuda! {
             } else {
                 &mut ring.next_p2p
             };
-            let n = *counter;
+            let number = *counter;
             *counter += 1;
-            let (collective_seq, p2p_seq) = if description.collective {
-                (Some(n), None)
-            } else {
-                (None, Some(n))
+            let slot = Slot {
+                description: *description,
+                seq,
+                number,
+                thread,
+                enqueued_us,
+                finished_us: 0,
+                gpu_duration: None,
+                end_stamp: 0,
+                state: OpState::Pending,
             };
             let index = self.index(seq);
-            if index == ring.slots.len() {
-                ring.slots.push(Slot::empty(description.devices));
-            }
-            if let Some(slot) = ring.slots.get_mut(index) {
-                // Field by field over the record it replaces: no record is
-                // built and moved in, and a field added later does not
-                // compile here until it is set.
-                let OpRecord {
-                    seq: slot_seq,
-                    collective_seq: slot_collective_seq,
-                    p2p_seq: slot_p2p_seq,
-                    op,
-                    dtype,
-                    count,
-                    output_count,
-                    reduction,
-                    peer,
-                    timeout,
-                    thread: slot_thread,
-                    devices,
-                    enqueued_us: slot_enqueued_us,
-                    finished_us,
-                    gpu_duration,
-                    state,
-                } = &mut slot.record;
-                *slot_seq = seq;
-                *slot_collective_seq = collective_seq;
-                *slot_p2p_seq = p2p_seq;
-                *op = Cow::Borrowed(description.op);
-                *dtype = description.dtype.map(|dtype| Cow::Borrowed(dtype.short_name()));
-                *count = description.count;
-                *output_count = description.output_count;
-                *reduction = description.reduction.map(Cow::Borrowed);
-                *peer = description.peer;
-                *timeout = description.timeout;
-                *slot_thread = thread;
-                *devices = description.devices;
-                *slot_enqueued_us = enqueued_us;
-                *finished_us = None;
-                *gpu_duration = None;
-                *state = OpState::Pending;
-                slot.end_stamp = 0;
+            if let Some(old) = ring.slots.get_mut(index) {
+                *old = slot;
             }
             Numbers {
                 seq,
-                collective: collective_seq,
+                collective: description.collective.then_some(number),
             }
         }
 
@@ -281,8 +305,8 @@ with_cuda! {
             self.ring()
                 .slots
                 .get(index)
-                .filter(|s| s.record.seq == seq)
-                .map(|s| s.record.clone())
+                .filter(|s| s.seq == seq)
+                .map(Slot::record)
         }
 
         /// Marks every operation still pending as failed at `at`.
@@ -291,9 +315,9 @@ with_cuda! {
             let pending: Vec<u64> = finishing
                 .ring
                 .iter()
-                .flat_map(|ring| &ring.slots)
-                .filter(|slot| slot.record.state == OpState::Pending)
-                .map(|slot| slot.record.seq)
+                .flat_map(|ring| ring.slots.iter().take(ring.recorded()))
+                .filter(|slot| slot.state == OpState::Pending)
+                .map(|slot| slot.seq)
                 .collect();
             for seq in pending {
                 finishing.finish(seq, OpState::Failed, 0, None);
@@ -308,14 +332,16 @@ with_cuda! {
             &self,
             verified: impl Fn(&OpRecord, u64) -> bool,
         ) -> Vec<OpRecord> {
-            let mut suspects: Vec<OpRecord> = self
-                .ring()
+            let mut ring = self.ring();
+            let recorded = ring.recorded();
+            let mut suspects: Vec<OpRecord> = ring
                 .slots
                 .iter_mut()
-                .filter(|s| s.record.state == OpState::Completed && !verified(&s.record, s.end_stamp))
+                .take(recorded)
+                .filter(|s| s.state == OpState::Completed && !verified(&s.record(), s.end_stamp))
                 .map(|slot| {
-                    slot.record.state = OpState::Suspect;
-                    slot.record.clone()
+                    slot.state = OpState::Suspect;
+                    slot.record()
                 })
                 .collect();
             suspects.sort_unstable_by_key(|r| r.seq);
@@ -331,7 +357,7 @@ with_cuda! {
         /// The records, oldest first, and how many were recorded in all.
         pub fn snapshot(&self) -> (Vec<OpRecord>, u64) {
             let ring = self.ring();
-            let mut records: Vec<OpRecord> = ring.slots.iter().map(|s| s.record.clone()).collect();
+            let mut records: Vec<OpRecord> = ring.slots.iter().take(ring.recorded()).map(Slot::record).collect();
             records.sort_unstable_by_key(|r| r.seq);
             (records, ring.next_seq)
         }
@@ -411,23 +437,22 @@ with_cuda! {
                 return;
             };
             let index = self.recorder.index(seq);
-            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.record.seq == seq) else {
+            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.seq == seq) else {
                 return;
             };
-            slot.record.state = state;
-            slot.record.finished_us = Some(self.finished);
-            slot.record.gpu_duration = gpu_duration;
+            slot.state = state;
+            slot.finished_us = self.finished;
+            slot.gpu_duration = gpu_duration;
             slot.end_stamp = end_stamp;
-            if state == OpState::Completed
-                && let Some(n) = slot.record.collective_seq
-            {
+            if state == OpState::Completed && slot.description.collective {
+                let n = slot.number;
                 ring.last_completed = Some(ring.last_completed.map_or(n, |last| last.max(n)));
             }
             #[cfg(feature = "metrics")]
             {
-                let latency = self.finished.saturating_sub(slot.record.enqueued_us);
+                let latency = self.finished.saturating_sub(slot.enqueued_us);
                 let latency = Duration::from_micros(latency);
-                self.ended.push((slot.record.op.clone(), state, latency));
+                self.ended.push((Cow::Borrowed(slot.description.op), state, latency));
             }
         }
     }
