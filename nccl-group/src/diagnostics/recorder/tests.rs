@@ -160,3 +160,115 @@ fn a_ring_not_yet_gone_round_holds_only_what_was_recorded() {
     assert_eq!(states, [OpState::Suspect, OpState::Failed, OpState::Failed]);
     assert_eq!(seqs(&recorder), [0, 1, 2]);
 }
+
+#[test]
+fn dumps_are_json_with_every_field() {
+    let recorder = FlightRecorder::new(4);
+    let now = Instant::now();
+    let mut d = description("recv", false);
+    d.peer = Some(3);
+    d.devices = DeviceList::new([2, 5].into_iter()).unwrap();
+    recorder.record(&d, clock::nanos(now));
+    let dump = FlightDump {
+        generation: 1,
+        dumped_us: recorder.micros(Instant::now()),
+        pid: std::process::id(),
+        peers: vec![PeerProgress {
+            rank: 0,
+            last_enqueued: Some(7),
+            last_completed: Some(6),
+        }],
+        lagging: vec![1, 3],
+        ..recorder.test_dump("trainer", 2, 4, "on request")
+    };
+    let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
+    assert_eq!(json["group"], "trainer");
+    assert_eq!(json["rank"], 2);
+    assert_eq!(json["lagging"], serde_json::json!([1, 3]));
+    assert_eq!(json["peers"][0]["last_enqueued"], 7);
+    let op = &json["ops"][0];
+    assert_eq!(op["op"], "recv");
+    assert_eq!(op["dtype"], "float");
+    assert_eq!(op["peer"], 3);
+    assert_eq!(op["devices"], serde_json::json!([2, 5]));
+    assert_eq!(op["state"], "pending");
+    assert_eq!(op["timeout_ms"], 5000);
+    assert_eq!(op["p2p_seq"], 0);
+    // The issuing thread (this test's), named as the system has it.
+    let thread = op["thread"].as_u64().unwrap();
+    assert_ne!(thread, 0, "Linux has /proc/thread-self");
+    assert!(json["threads"][thread.to_string()].is_string(), "{json}");
+    assert_eq!(op["collective_seq"], serde_json::Value::Null);
+    assert_eq!(op["finished_us"], serde_json::Value::Null);
+    assert_eq!(json["divergence"], serde_json::Value::Null);
+    assert_eq!(json["ras"], serde_json::Value::Null);
+}
+
+/// After a failure the dump holds the divergence (its fields and its
+/// text) and RAS's view.
+#[test]
+fn a_failure_dump_holds_the_divergence_and_ras() {
+    use crate::diagnostics::analysis::Divergence;
+    use crate::diagnostics::ras::RasReport;
+    let divergence = Divergence::sample(1025);
+    let recorder = FlightRecorder::new(4);
+    let dump = FlightDump {
+        divergence: Some(divergence.clone()),
+        ras: Some(RasReport::unavailable("RAS is off (NCCL_RAS_ENABLE=0)")),
+        ..recorder.test_dump("trainer", 0, 4, "failed")
+    };
+    let json: serde_json::Value = serde_json::from_str(&dump.to_json()).unwrap();
+    let dumped = &json["divergence"];
+    assert_eq!(dumped["collective_seq"], 57);
+    assert_eq!(dumped["others"][0]["rank"], 3);
+    assert_eq!(dumped["others"][0]["issued"]["count"], 1025);
+    assert_eq!(dumped["expected_ranks"], serde_json::json!([0, 1, 2]));
+    assert_eq!(dumped["message"], divergence.to_string());
+    assert_eq!(json["ras"]["format"], "unavailable");
+    assert_eq!(json["ras"]["reason"], "RAS is off (NCCL_RAS_ENABLE=0)");
+}
+
+#[test]
+fn lagging_ranks_are_those_behind_or_silent() {
+    let progress = |rank, enqueued| PeerProgress {
+        rank,
+        last_enqueued: enqueued,
+        last_completed: None,
+    };
+    let peers = [
+        progress(0, Some(9)),
+        progress(1, Some(8)),
+        progress(3, None),
+    ];
+    // Rank 2 (me) is stuck on collective 9: rank 1 never issued it,
+    // rank 3 issued nothing, rank 4 did not answer.
+    assert_eq!(lagging_ranks(Some(9), &peers, 5, 2), vec![1, 3, 4]);
+    // Stuck on nothing collective (e.g. a recv): only the silent ones.
+    assert_eq!(lagging_ranks(None, &peers, 5, 2), vec![4]);
+}
+
+#[test]
+fn unverified_completions_become_suspect_when_the_group_fails() {
+    let now = Instant::now();
+    let recorder = all_reduces(8, 4, now);
+    // Ends stamped 1 and 1 (verified), 2 (not), and one still pending.
+    recorder.finish(0, OpState::Completed, now, 1, None);
+    recorder.finish(1, OpState::Completed, now, 1, None);
+    recorder.finish(2, OpState::Completed, now, 2, None);
+    let suspects = recorder.mark_suspect(|_, stamp| stamp < 2);
+    assert_eq!(suspects.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(suspects[0].state, OpState::Suspect);
+    let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            OpState::Completed,
+            OpState::Completed,
+            OpState::Suspect,
+            OpState::Pending
+        ]
+    );
+    let json = serde_json::to_string(&recorder.snapshot().0[2]).unwrap();
+    assert!(json.contains("\"state\":\"suspect\""), "{json}");
+    assert!(!json.contains("end_stamp"), "{json}");
+}
