@@ -78,6 +78,10 @@ pub struct GroupOptions {
     pub on_failure: FailurePolicy,
     /// How many operations the flight recorder keeps (0 counts as 1).
     ///
+    /// Its ring takes 192 bytes an operation (384 KiB for the default),
+    /// allocated and written when the group is built, so that no operation
+    /// faults a page of it in.
+    ///
     /// At most [`MAX_RECORDER_CAPACITY`] (2^20), which
     /// [`GroupBuilder::build`](crate::GroupBuilder::build) checks. Default
     /// 2048.
