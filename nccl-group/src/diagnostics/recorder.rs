@@ -228,7 +228,7 @@ with_cuda! {
         /// [`Numbers`].
         ///
         /// The record is written into its slot once (nothing is copied
-        /// back out) and allocates nothing once the ring is full.
+        /// back out, nothing is allocated).
         pub(crate) fn record(&self, description: &OpDescription, enqueued: u64) -> Numbers {
             self.metrics.issued(description);
             let thread = OS_THREAD_ID.with(|id| *id);
@@ -302,11 +302,12 @@ with_cuda! {
         /// Operation `seq`'s record, if it is still in the ring.
         pub fn get(&self, seq: u64) -> Option<OpRecord> {
             let index = self.index(seq);
-            self.ring()
-                .slots
-                .get(index)
-                .filter(|s| s.seq == seq)
-                .map(Slot::record)
+            let ring = self.ring();
+            // A slot no operation was recorded in yet holds no `seq`.
+            if seq >= ring.next_seq {
+                return None;
+            }
+            ring.slots.get(index).filter(|s| s.seq == seq).map(Slot::record)
         }
 
         /// Marks every operation still pending as failed at `at`.
@@ -436,6 +437,9 @@ with_cuda! {
             let Some(ring) = self.ring.as_deref_mut() else {
                 return;
             };
+            if seq >= ring.next_seq {
+                return;
+            }
             let index = self.recorder.index(seq);
             let Some(slot) = ring.slots.get_mut(index).filter(|s| s.seq == seq) else {
                 return;

@@ -144,21 +144,37 @@ fn the_ring_is_whole_before_the_first_record_and_never_grows() {
 
 #[test]
 fn a_ring_not_yet_gone_round_holds_only_what_was_recorded() {
-    let now = Instant::now();
-    let recorder = all_reduces(8, 3, now);
-    assert_eq!(recorder.snapshot().1, 3);
-    let seqs = |recorder: &FlightRecorder| -> Vec<u64> {
-        recorder.snapshot().0.iter().map(|r| r.seq).collect()
-    };
-    assert_eq!(seqs(&recorder), [0, 1, 2]);
-    assert!(recorder.get(3).is_none());
-    recorder.finish(0, OpState::Completed, now, 1, None);
-    // None of the unused slots is marked suspect or failed.
-    assert_eq!(recorder.mark_suspect(|_, _| false).len(), 1);
-    recorder.fail_pending(now);
-    let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
-    assert_eq!(states, [OpState::Suspect, OpState::Failed, OpState::Failed]);
-    assert_eq!(seqs(&recorder), [0, 1, 2]);
+    // A slot's index is a mask for a power of two, a division otherwise.
+    for capacity in [6, 8] {
+        let now = Instant::now();
+        let recorder = all_reduces(capacity, 3, now);
+        assert_eq!(recorder.snapshot().1, 3);
+        let seqs = |recorder: &FlightRecorder| -> Vec<u64> {
+            recorder.snapshot().0.iter().map(|r| r.seq).collect()
+        };
+        assert_eq!(seqs(&recorder), [0, 1, 2]);
+        // Not the unused slots, whatever number is asked for.
+        for seq in [3, u64::MAX] {
+            assert!(recorder.get(seq).is_none(), "capacity {capacity}: {seq}");
+        }
+        recorder.finish(u64::MAX, OpState::Completed, now, 1, None);
+        recorder.finish(0, OpState::Completed, now, 1, None);
+        assert_eq!(recorder.mark_suspect(|_, _| false).len(), 1);
+        recorder.fail_pending(now);
+        let states: Vec<OpState> = recorder.snapshot().0.iter().map(|r| r.state).collect();
+        assert_eq!(states, [OpState::Suspect, OpState::Failed, OpState::Failed]);
+        assert_eq!(seqs(&recorder), [0, 1, 2]);
+        // The unused slots are as they were made: neither finished nor failed.
+        let ring = recorder.ring();
+        assert_eq!(ring.slots.len(), capacity);
+        assert!(
+            ring.slots
+                .iter()
+                .skip(3)
+                .all(|slot| slot.seq == u64::MAX && slot.state == OpState::Pending),
+            "capacity {capacity}"
+        );
+    }
 }
 
 #[test]
