@@ -240,13 +240,13 @@ mod tests {
         assert_eq!((defaults.evict_kib, defaults.gpu_behind_ms), (0, 0));
         // Each option's largest value is taken; one past it is refused, naming both.
         type Read = fn(&Args) -> u32;
-        let options: [(&str, u32, Read); 2] = [
-            ("--evict-kib", 1 << 20, |args| args.evict_kib),
-            ("--gpu-behind-ms", 10_000, |args| args.gpu_behind_ms),
+        let options: [(&str, i64, Read); 2] = [
+            ("--evict-kib", MAX_EVICT_KIB, |args| args.evict_kib),
+            ("--gpu-behind-ms", MAX_BEHIND_MS, |args| args.gpu_behind_ms),
         ];
         for (option, most, read) in options {
             assert_eq!(
-                read(&parse(&[option, &most.to_string()]).unwrap().args),
+                i64::from(read(&parse(&[option, &most.to_string()]).unwrap().args)),
                 most
             );
             let past = (most + 1).to_string();

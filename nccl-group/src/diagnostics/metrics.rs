@@ -30,8 +30,6 @@
 #[cfg(feature = "metrics")]
 mod recorded;
 
-#[cfg(feature = "metrics")]
-use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::diagnostics::recorder::OpDescription;
@@ -97,14 +95,14 @@ impl GroupMetrics {
     /// An operation `op` was seen to end `latency` after its issue (reported
     /// by the flight recorder once it is unlocked, with the feature only).
     #[cfg(feature = "metrics")]
-    pub(crate) fn completed(&self, op: Cow<'static, str>, latency: Duration) {
+    pub(crate) fn completed(&self, op: &'static str, latency: Duration) {
         self.group.completed(op, latency);
     }
 
     /// An issued operation `op` failed (reported as
     /// [`GroupMetrics::completed`] is).
     #[cfg(feature = "metrics")]
-    pub(crate) fn failed(&self, op: Cow<'static, str>) {
+    pub(crate) fn failed(&self, op: &'static str) {
         self.group.failed(op);
     }
 

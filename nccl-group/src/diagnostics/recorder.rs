@@ -4,11 +4,11 @@
 //! Each operation takes one uncontended lock to claim its sequence numbers
 //! and write a record (which borrows its names: no allocation) into a ring
 //! allocated and written whole when the recorder is made, so no operation
-//! faults a page of it in; the watchdog marks records completed as it sees their end events. A dump
-//! ([`FlightDump`]) is a JSON document: the group, this process's rank,
-//! why it was taken, how far this process got (and, after a timeout, how
-//! far every other rank got, exchanged through the store), and the records
-//! oldest first. [`crate::dumps`] writes dumps to files (and in PyTorch's
+//! faults a page of it in; the watchdog marks records completed as it sees
+//! their end events. A dump ([`FlightDump`]) is a JSON document: the group,
+//! this process's rank, why it was taken, how far this process got (and,
+//! after a timeout, how far every other rank got, exchanged through the
+//! store), and the records oldest first. [`crate::dumps`] writes dumps to files (and in PyTorch's
 //! format); [`crate::analysis`] reads them back.
 
 pub(crate) mod records;
@@ -419,7 +419,7 @@ with_cuda! {
         /// metrics, which are reported once the ring is unlocked (the
         /// metrics recorder is the application's code).
         #[cfg(feature = "metrics")]
-        ended: Vec<(Cow<'static, str>, OpState, Duration)>,
+        ended: Vec<(&'static str, OpState, Duration)>,
     }
 
     impl Finishing<'_> {
@@ -456,7 +456,7 @@ with_cuda! {
             {
                 let latency = self.finished.saturating_sub(slot.enqueued_us);
                 let latency = Duration::from_micros(latency);
-                self.ended.push((Cow::Borrowed(slot.description.op), state, latency));
+                self.ended.push((slot.description.op, state, latency));
             }
         }
     }

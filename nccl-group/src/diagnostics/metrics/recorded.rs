@@ -2,7 +2,6 @@
 //! the `metrics` facade: each call looks its metric up in the installed
 //! recorder (a no-op recorder when none is).
 
-use std::borrow::Cow;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -132,24 +131,17 @@ impl GroupLabel {
         });
     }
 
-    pub(super) fn completed(&self, op: Cow<'static, str>, latency: Duration) {
-        match op {
-            Cow::Borrowed(op) => self.with_keys(op, |keys| {
-                with_recorder(|recorder| {
-                    recorder
-                        .register_histogram(&keys.seconds, &METADATA)
-                        .record(latency)
-                })
-            }),
-            // A name the group does not hold statically (none it records).
-            op @ Cow::Owned(_) => {
-                histogram!(OPERATION_SECONDS, "group" => self.name.clone(), "op" => op)
+    pub(super) fn completed(&self, op: &'static str, latency: Duration) {
+        self.with_keys(op, |keys| {
+            with_recorder(|recorder| {
+                recorder
+                    .register_histogram(&keys.seconds, &METADATA)
                     .record(latency)
-            }
-        }
+            })
+        })
     }
 
-    pub(super) fn failed(&self, op: Cow<'static, str>) {
+    pub(super) fn failed(&self, op: &'static str) {
         counter!(OPERATION_FAILURES, "group" => self.name.clone(), "op" => op).increment(1);
     }
 
