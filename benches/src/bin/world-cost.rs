@@ -51,7 +51,7 @@
 //! `benches/scripts/torch_world_cost.py`'s.
 //!
 //! ```text
-//! world-cost [--iters 500] [--rounds 7] [--warmup 100] [--elements 2] [--layers raw,tensor,...] [--json FILE]
+//! world-cost [--iters 500] [--rounds 7] [--warmup 100] [--elements 2] [--layers raw,tensor,...] [--json FILE] [--gpu-behind]
 //! ```
 
 use nccl_group::Lifecycle;
@@ -71,6 +71,7 @@ use nccl_perf::{
 };
 use nccl_tensor::{Communicator, Tensor};
 use nccl_test_support::alloc::{CountingAllocator, counted};
+use nccl_test_support::group::faults::Gate;
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -303,6 +304,14 @@ struct Args {
     /// Also write the JSON lines to this file (on rank 0).
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Holds the GPU behind each timed loop (world size 1 only): the stream
+    /// waits on a closed gate (`cuStreamWaitValue32` on pinned host memory)
+    /// that opens after the loop, so no operation of the loop ends while it
+    /// runs, as when a training step keeps the GPU busy and the host runs
+    /// ahead. The warm-up runs ungated. On `cargo xtask host-profile`'s
+    /// do-nothing driver, use its `--gpu-behind-ms` instead.
+    #[arg(long)]
+    gpu_behind: bool,
 }
 
 impl Args {
@@ -409,12 +418,28 @@ struct Round {
     allocations: u64,
 }
 
-/// `calls` calls of `launch`, then a synchronisation.
-fn timed(launch: &mut Launch<'_>, calls: u32, stream: &CudaStream) -> Result<Round, BenchError> {
+/// `calls` calls of `launch`, then a synchronisation; with `behind`, the
+/// device whose stream it is, the stream waits on a closed gate until the
+/// calls are made (`--gpu-behind`).
+fn timed(
+    launch: &mut Launch<'_>,
+    calls: u32,
+    stream: &CudaStream,
+    behind: Option<&Device>,
+) -> Result<Round, BenchError> {
+    let gate = behind.map(|device| {
+        let gate = Gate::new(device);
+        gate.block(stream);
+        gate
+    });
     let start = Instant::now();
     let (launched, allocations) = counted(|| (0..calls).try_for_each(|_| launch(AT_START)));
-    launched?;
     let host = start.elapsed();
+    // Open before anything waits for the stream, errors included.
+    if let Some(gate) = &gate {
+        gate.open();
+    }
+    launched?;
     stream
         .synchronize()
         .map_err(nccl_core::Error::cuda("synchronizing after a timed loop"))?;
@@ -495,6 +520,14 @@ fn run(args: &Args) -> Result<(), BenchError> {
         ));
     }
     let world = World::from_env("world-cost")?;
+    if args.gpu_behind && world.size > 1 {
+        // Every rank's gate opens only after its loop, which a collective
+        // waiting for a peer's gated GPU might never let end.
+        return Err(BenchError::Usage(format!(
+            "--gpu-behind: expected world size 1; got {}",
+            world.size
+        )));
+    }
     let device = Device::new(world.local_rank)?;
     device.bind_to_thread()?;
     let stream = device.new_stream()?;
@@ -569,12 +602,13 @@ fn run(args: &Args) -> Result<(), BenchError> {
             .map(|state| state.launch(&world, &stream))
             .collect::<Result<Vec<_>, _>>()?;
         for launch in &mut launches {
-            timed(launch, args.warmup, &stream)?;
+            timed(launch, args.warmup, &stream, None)?;
         }
+        let behind = args.gpu_behind.then_some(&device);
         for _ in 0..args.rounds {
             for (launch, times) in launches.iter_mut().zip(&mut rounds) {
                 world.barrier()?;
-                times.push(timed(launch, args.iters, &stream)?);
+                times.push(timed(launch, args.iters, &stream, behind)?);
             }
         }
     }
@@ -654,8 +688,13 @@ fn report(
     } else {
         "a GPU per rank"
     };
+    let behind = if args.gpu_behind {
+        ", the GPU held behind each timed loop"
+    } else {
+        ""
+    };
     let mut out = format!(
-        "# world-cost: in-place all_reduce of {} x f32 ({} B), world size {} ({hosts}), NCCL {nccl}, {gpu}\n\
+        "# world-cost: in-place all_reduce of {} x f32 ({} B), world size {} ({hosts}), NCCL {nccl}, {gpu}{behind}\n\
          # {} warm-up calls per layer, then {} rounds of {} timed calls per layer, interleaved; µs per call\n\
          # of the host loop (median and min over rounds), over tensor's in the same round (median), and of\n\
          # the synchronisation after it (median)\n\
@@ -711,6 +750,7 @@ fn report(
                 "iters": args.iters,
                 "rounds": args.rounds,
                 "warmup": args.warmup,
+                "gpu_behind": args.gpu_behind,
                 "nccl_version": nccl,
                 "gpu": gpu,
             })

@@ -53,8 +53,8 @@ impl<B: WorkBuffers + HoldsResult> WorkBuffers for GroupRegistered<B> {
         (**self).is_settled_on(stream, access)
     }
 
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        HoldsResult::set_producer(self, Arc::clone(check));
+    fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, check);
     }
 }
 

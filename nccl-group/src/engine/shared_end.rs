@@ -26,6 +26,7 @@
 //! context bind before it may return an error an earlier call left behind.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use cudarc::driver::sys::CUresult;
@@ -41,18 +42,23 @@ use crate::health::watchdog::Progress;
 /// threshold, so the thread that reaps finds recorded ends.
 const BATCH: u32 = 32;
 
+/// The bit of [`SharedEnd::joined`] that closes the batch.
+const CLOSED: u32 = 1 << 31;
+
 /// The end of a batch of consecutive operations on one stream.
 pub(crate) struct SharedEnd {
     pool: Arc<DevicePool>,
     stream: Arc<CudaStream>,
+    /// How many operations joined, and [`CLOSED`] once none may join any
+    /// more: one read-modify-write to join, where a lock takes two. A join
+    /// and a close are ordered by it: an operation that joined before the
+    /// close was enqueued before the end is recorded (the close acquires
+    /// what the join released), and one after it does not join.
+    joined: AtomicU32,
     state: Mutex<State>,
 }
 
 struct State {
-    /// How many operations joined.
-    joined: u32,
-    /// No operation joins any more.
-    closed: bool,
     /// The batch's event (kept when the batch is reused).
     event: Option<CudaEvent>,
     /// `event` was recorded after the last operation that joined.
@@ -67,9 +73,8 @@ impl SharedEnd {
         Self {
             pool: Arc::clone(pool),
             stream: Arc::clone(stream),
+            joined: AtomicU32::new(1),
             state: Mutex::new(State {
-                joined: 1,
-                closed: false,
                 event: None,
                 recorded: false,
                 done: false,
@@ -89,13 +94,12 @@ impl SharedEnd {
     /// Adds an operation just enqueued on the batch's stream, unless the
     /// batch is closed; records the end when it is full.
     fn join(&self) -> Result<bool> {
-        let mut state = self.state();
-        if state.closed {
+        let before = self.joined.fetch_add(1, Ordering::AcqRel);
+        if before & CLOSED != 0 {
             return Ok(false);
         }
-        state.joined += 1;
-        if state.joined >= BATCH {
-            self.close(&mut state)?;
+        if before + 1 >= BATCH {
+            self.close(&mut self.state())?;
         }
         Ok(true)
     }
@@ -103,7 +107,7 @@ impl SharedEnd {
     /// Closes the batch and records its end, unless it is recorded or the
     /// stream is being captured.
     fn close(&self, state: &mut State) -> Result<()> {
-        state.closed = true;
+        self.joined.fetch_or(CLOSED, Ordering::AcqRel);
         if state.recorded || nccl_core::capture_status(&self.stream)? != CaptureStatus::None {
             return Ok(());
         }
@@ -257,10 +261,9 @@ impl Batches {
     fn reuse(&mut self, stream: &Arc<CudaStream>) -> Option<Arc<SharedEnd>> {
         let oldest = Arc::get_mut(self.retired.front_mut()?)?;
         oldest.stream = Arc::clone(stream);
+        *oldest.joined.get_mut() = 1;
         let state = oldest.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         // The event is kept, to be recorded again when this batch closes.
-        state.joined = 1;
-        state.closed = false;
         state.recorded = false;
         state.done = false;
         self.retired.pop_front()

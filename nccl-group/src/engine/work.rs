@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::DriverError;
-use nccl_tensor::ResultCheck;
 
 use crate::engine::captures::Keeper;
 use crate::engine::ownership::{OpBuffers, Ownership};
@@ -349,7 +348,7 @@ impl<B: WorkBuffers> Work<B> {
             })?;
         // The operation's reference goes to the buffers' check.
         if let State::Tracked { op, .. } = std::mem::replace(&mut self.state, State::Waited) {
-            buffers.set_producer(&(op as Arc<dyn ResultCheck>));
+            buffers.set_producer(op);
         }
         Ok(buffers)
     }

@@ -56,7 +56,7 @@ pub trait WorkBuffers: Send {
     /// [`ProcessGroup::custom`](crate::ProcessGroup::custom)) carry none: check
     /// with [`Work::synchronize`](crate::Work::synchronize) before reading
     /// them.
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+    fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
         let _ = check;
     }
 }
@@ -85,8 +85,8 @@ impl<T: NcclType> WorkBuffers for Tensor<T> {
         TypedBuffer::is_settled_on(self, stream, access)
     }
 
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        HoldsResult::set_producer(self, Arc::clone(check));
+    fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, check);
     }
 }
 
@@ -103,8 +103,8 @@ impl WorkBuffers for AnyTensor {
         AnyTensor::is_settled_on(self, stream, access)
     }
 
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        HoldsResult::set_producer(self, Arc::clone(check));
+    fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
+        HoldsResult::set_producer(self, check);
     }
 }
 
@@ -166,7 +166,7 @@ impl<A: WorkBuffers, B: WorkBuffers> WorkBuffers for (A, B) {
 
     /// The output only: the operation read the input, so its contents are
     /// still those of whatever wrote it before.
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
+    fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
         self.0.set_producer(check);
     }
 }
@@ -186,8 +186,11 @@ impl<B: WorkBuffers> WorkBuffers for Vec<B> {
             .all(|buffers| buffers.is_settled_on(stream, access))
     }
 
-    fn set_producer(&mut self, check: &Arc<dyn ResultCheck>) {
-        self.iter_mut()
-            .for_each(|buffers| buffers.set_producer(check));
+    fn set_producer(&mut self, check: Arc<dyn ResultCheck>) {
+        if let Some((last, rest)) = self.split_last_mut() {
+            rest.iter_mut()
+                .for_each(|buffers| buffers.set_producer(Arc::clone(&check)));
+            last.set_producer(check);
+        }
     }
 }

@@ -14,6 +14,13 @@ use super::{Completion, PendingOp, Progress, Verdict};
 /// events between two watchdog scans.
 const REAP_ABOVE: usize = 256;
 
+/// After a push's reap finds the oldest operation still running, the pushes
+/// after it leave the backlog alone until this many more are pending: a loop
+/// that runs ahead of the GPU would otherwise pay a driver call (the oldest
+/// end's poll) on every operation, for an answer that changes once a batch of
+/// operations sharing an end (`engine::shared_end`) has run.
+const REAP_RETRY: usize = 32;
+
 /// How many finished operations' allocations a tracker keeps for later
 /// ones ([`Tracker::push_with`]): as many as one reap frees in a fast loop
 /// (it runs once more than [`REAP_ABOVE`] are pending), so that a loop whose
@@ -44,20 +51,28 @@ impl Lanes {
     }
 }
 
-/// The outstanding operations, oldest first, their lanes, and the
-/// allocations of finished ones, released, for later ones.
+/// The outstanding operations, oldest first, their lanes, the
+/// allocations of finished ones, released, for later ones, and how long the
+/// queue grows before a push reaps it.
 struct Queue {
     ops: VecDeque<PendingOp>,
     lanes: Lanes,
     spares: Vec<Arc<dyn Completion>>,
+    /// A push reaps once more operations than this are pending:
+    /// [`REAP_ABOVE`], or [`REAP_RETRY`] past the length at which a reap
+    /// found the oldest one running.
+    reap_above: usize,
 }
 
 impl Queue {
-    /// Notes that operations left: an empty queue has no lanes.
+    /// Notes that operations left: an empty queue has no lanes, and a
+    /// queue that shrank is reaped again from [`REAP_ABOVE`] on, or from its
+    /// length if that is more (something finished: the next push looks).
     fn settle(&mut self) {
         if self.ops.is_empty() {
             self.lanes = Lanes::None;
         }
+        self.reap_above = self.reap_above.min(self.ops.len().max(REAP_ABOVE));
     }
 }
 
@@ -75,6 +90,7 @@ impl Default for Tracker {
                 ops: VecDeque::with_capacity(2 * REAP_ABOVE),
                 lanes: Lanes::None,
                 spares: Vec::with_capacity(SPARES),
+                reap_above: REAP_ABOVE,
             }),
         }
     }
@@ -91,7 +107,8 @@ impl Tracker {
     ///
     /// With a long backlog, first removes the finished operations at the front
     /// ([`reap`]), calling `finished(seq, gpu_time)` for each
-    /// ([`Completion::gpu_time`]). `make` gets the allocation of a finished
+    /// ([`Completion::gpu_time`]); a reap that removed none is tried again
+    /// [`REAP_RETRY`] pushes later. `make` gets the allocation of a finished
     /// operation that nothing else held, released ([`Completion::release`]),
     /// if the tracker kept one, to make the new one in. An error of `make`
     /// adds nothing.
@@ -101,8 +118,13 @@ impl Tracker {
         finished: impl FnMut(u64, Option<Duration>),
     ) -> Result<T, E> {
         let mut pending = self.pending();
-        if pending.ops.len() > REAP_ABOVE {
+        let backlog = pending.ops.len();
+        if backlog > pending.reap_above {
             reap(&mut pending, finished);
+            if pending.ops.len() == backlog {
+                // The next reap once `backlog + REAP_RETRY` are pending.
+                pending.reap_above = backlog + REAP_RETRY - 1;
+            }
         }
         let spare = pending.spares.pop();
         let (op, value) = make(spare)?;
@@ -674,6 +696,44 @@ mod tests {
         assert_eq!(tracker.len(), 1);
         let made = polls(&f);
         assert!(made <= 10, "{made} polls");
+    }
+
+    #[test]
+    fn a_running_backlog_is_polled_once_per_retry_not_once_per_push() {
+        let tracker = Tracker::default();
+        let t0 = Instant::now();
+        let ahead = 4 * REAP_RETRY;
+        // The last push finds REAP_ABOVE + 1 + ahead pending.
+        let f = on_lane(REAP_ABOVE + 2 + ahead, 0, |_| Some(3));
+        assert!(push_all(&tracker, &f, t0).is_empty());
+        // A poll of the oldest at REAP_ABOVE + 1 pending, then one each
+        // REAP_RETRY more, where a push used to poll it every time.
+        assert_eq!(f[0].polls.load(Ordering::SeqCst), 1 + ahead / REAP_RETRY);
+        assert_eq!(polls(&f), 1 + ahead / REAP_RETRY);
+
+        // Once the GPU catches up, a push within REAP_RETRY reaps it all.
+        f.iter().for_each(|fake| fake.finish());
+        let mut reaped = Vec::new();
+        let more = on_lane(REAP_RETRY, REAP_RETRY, |_| Some(3));
+        for (seq, fake) in more.iter().enumerate() {
+            push(&tracker, op((f.len() + seq) as u64, t0, 1000, fake), |s, _| {
+                reaped.push(s);
+            });
+        }
+        assert!(reaped.len() >= f.len(), "{} reaped", reaped.len());
+        assert_eq!(reaped, (0..reaped.len() as u64).collect::<Vec<_>>());
+        assert!(tracker.len() <= REAP_RETRY, "{}", tracker.len());
+
+        // A queue the watchdog's scan shrinks is reaped from REAP_ABOVE on
+        // again, not from the length it had grown to.
+        let tracker = Tracker::default();
+        let f = on_lane(REAP_ABOVE + 2 + ahead, 0, |_| Some(3));
+        push_all(&tracker, &f, t0);
+        f.iter().for_each(|fake| fake.finish());
+        assert_eq!(tracker.scan(t0, |_, _| {}), None);
+        assert!(tracker.is_empty());
+        let g = on_lane(REAP_ABOVE + 2, REAP_ABOVE + 2, |_| Some(3));
+        assert_eq!(push_all(&tracker, &g, t0).len(), REAP_ABOVE + 1);
     }
 
     #[test]
