@@ -418,9 +418,15 @@ struct Round {
     allocations: u64,
 }
 
+/// How long a timed loop may hold the GPU behind its gate (`--gpu-behind`):
+/// a loop that fills the stream's launch queue waits in a driver call for
+/// the GPU, which the closed gate holds, so the gate opens after this and
+/// the run fails instead of hanging.
+const GATE_LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// `calls` calls of `launch`, then a synchronisation; with `behind`, the
 /// device whose stream it is, the stream waits on a closed gate until the
-/// calls are made (`--gpu-behind`).
+/// calls are made (`--gpu-behind`), or [`GATE_LIMIT`] at most.
 fn timed(
     launch: &mut Launch<'_>,
     calls: u32,
@@ -432,18 +438,47 @@ fn timed(
         gate.block(stream);
         gate
     });
+    let (made, stopped) = std::sync::mpsc::channel::<()>();
+    let (launched, allocations, host, forced) = std::thread::scope(|scope| {
+        // Whether the limit opened the gate.
+        let limit = gate.as_ref().map(|gate| {
+            scope.spawn(move || {
+                let expired = stopped.recv_timeout(GATE_LIMIT).is_err();
+                if expired {
+                    gate.open();
+                }
+                expired
+            })
+        });
+        let start = Instant::now();
+        let (launched, allocations) = counted(|| (0..calls).try_for_each(|_| launch(AT_START)));
+        let host = start.elapsed();
+        let _ = made.send(());
+        let forced = limit.is_some_and(|limit| limit.join().unwrap_or(true));
+        (launched, allocations, host, forced)
+    });
     let start = Instant::now();
-    let (launched, allocations) = counted(|| (0..calls).try_for_each(|_| launch(AT_START)));
-    let host = start.elapsed();
-    // Open before anything waits for the stream, errors included.
+    // Open before anything waits for the stream, errors included, and let
+    // the stream drain before an error drops the gate it waits on.
     if let Some(gate) = &gate {
         gate.open();
+        if forced || launched.is_err() {
+            let _ = stream.synchronize();
+        }
+    }
+    if forced {
+        return Err(BenchError::Usage(format!(
+            "--gpu-behind: {calls} calls held the GPU behind its gate past {GATE_LIMIT:?} \
+             (the stream's launch queue filled, or a call waits for the GPU): expected a loop \
+             that enqueues less on the caller's stream; give fewer --iters or leave out the \
+             layers that record an event or a wait per call (tensor-event, group-*-separate)"
+        )));
     }
     launched?;
     stream
         .synchronize()
         .map_err(nccl_core::Error::cuda("synchronizing after a timed loop"))?;
-    let waited = start.elapsed() - host;
+    let waited = start.elapsed();
     let per_call = |time: std::time::Duration| per_call_us(time.as_secs_f64(), calls.into());
     Ok(Round {
         host_us: per_call(host),

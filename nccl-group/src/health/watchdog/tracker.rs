@@ -59,8 +59,8 @@ struct Queue {
     lanes: Lanes,
     spares: Vec<Arc<dyn Completion>>,
     /// A push reaps once more operations than this are pending:
-    /// [`REAP_ABOVE`], or [`REAP_RETRY`] past the length at which a reap
-    /// found the oldest one running.
+    /// [`REAP_ABOVE`], or, after a reap that found the oldest one not done,
+    /// one less than that reap's length and [`REAP_RETRY`].
     reap_above: usize,
 }
 
