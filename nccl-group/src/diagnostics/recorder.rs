@@ -72,6 +72,15 @@ with_cuda! {
     const _: () = assert!(std::mem::size_of::<Slot>() == 192, "a slot is three cache lines");
 
     impl Slot {
+        /// The `seq` of a slot no operation was recorded in: no operation's.
+        const UNUSED: u64 = u64::MAX;
+
+        /// Whether this is operation `seq`'s record (an unused slot is no
+        /// operation's, whatever number is asked for).
+        fn holds(&self, seq: u64) -> bool {
+            self.seq == seq && seq != Self::UNUSED
+        }
+
         /// A slot no operation has been recorded in yet (beyond the ring's
         /// `recorded` ones, never read).
         fn unused() -> Self {
@@ -87,7 +96,7 @@ with_cuda! {
                     devices: DeviceList::single(0),
                     collective: false,
                 },
-                seq: u64::MAX,
+                seq: Self::UNUSED,
                 number: 0,
                 thread: 0,
                 enqueued_us: 0,
@@ -302,12 +311,11 @@ with_cuda! {
         /// Operation `seq`'s record, if it is still in the ring.
         pub fn get(&self, seq: u64) -> Option<OpRecord> {
             let index = self.index(seq);
-            let ring = self.ring();
-            // A slot no operation was recorded in yet holds no `seq`.
-            if seq >= ring.next_seq {
-                return None;
-            }
-            ring.slots.get(index).filter(|s| s.seq == seq).map(Slot::record)
+            self.ring()
+                .slots
+                .get(index)
+                .filter(|s| s.holds(seq))
+                .map(Slot::record)
         }
 
         /// Marks every operation still pending as failed at `at`.
@@ -437,11 +445,8 @@ with_cuda! {
             let Some(ring) = self.ring.as_deref_mut() else {
                 return;
             };
-            if seq >= ring.next_seq {
-                return;
-            }
             let index = self.recorder.index(seq);
-            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.seq == seq) else {
+            let Some(slot) = ring.slots.get_mut(index).filter(|s| s.holds(seq)) else {
                 return;
             };
             slot.state = state;
