@@ -85,8 +85,8 @@
 //! [`GroupLayer`], named by [`LayerKind`]) binds a [`Call`] of a
 //! [`Collective`] in a [`Mode`] on [`DeviceBuffers`] into a [`Launch`],
 //! called with the places ([`Shift`]) of its [`Rotation`] ([`AT_START`]
-//! for one call at the buffers' start); [`median`] and [`per_call_us`]
-//! reduce timings; [`BenchError`] is every error.
+//! for one call at the buffers' start); [`median`], [`median_interval`]
+//! and [`per_call_us`] reduce timings; [`BenchError`] is every error.
 
 mod buffers;
 mod check;
@@ -124,7 +124,7 @@ pub use layer::{
     TensorLayer,
 };
 pub use runner::main_with;
-pub use timing::{median, per_call_us};
+pub use timing::{median, median_interval, per_call_us};
 pub use world::World;
 
 // The layers call the macro as `crate::with_pair!`.

@@ -224,6 +224,35 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// A distribution-free 95 % confidence interval of the median of the
+/// population `values` were drawn from, independently: the `k`-th smallest
+/// and the `k`-th largest value, `k` the largest rank such that fewer than
+/// `k` of `n` values fall below the median with probability 2.5 % at most
+/// (the binomial sign test). `None` for fewer than 6 values, too few for
+/// any such interval (with 5, the two extremes cover 93.75 %).
+pub fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
+    let n = values.len();
+    // P(at most j of n fall below the median) = sum_{i <= j} C(n, i) / 2^n,
+    // its terms taken from logarithms (2^-n underflows past 1074 values).
+    let mut below = 0.0_f64;
+    let mut log_choose = 0.0_f64;
+    let mut k = 0;
+    for j in 0..n {
+        below += (log_choose - n as f64 * std::f64::consts::LN_2).exp();
+        if below > 0.025 {
+            break;
+        }
+        k = j + 1;
+        log_choose += ((n - j) as f64 / (j + 1) as f64).ln();
+    }
+    if k == 0 {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    Some((sorted[k - 1], sorted[n - k]))
+}
+
 /// Microseconds per call of a batch of `calls` calls that took `seconds`.
 pub fn per_call_us(seconds: f64, calls: u64) -> f64 {
     seconds * 1.0e6 / calls.max(1) as f64
@@ -446,6 +475,31 @@ pub fn time_replays(
 mod tests {
     use super::*;
     use crate::rotation::Rotation;
+
+    #[test]
+    fn median_intervals_are_the_sign_tests_order_statistics() {
+        let ranks = |n: usize| {
+            let values: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+            median_interval(&values)
+        };
+        assert_eq!(ranks(5), None);
+        // The textbook table: n = 6 -> 1st and 6th, 15 -> 4th and 12th,
+        // 25 -> 8th and 18th, 100 -> 40th and 61st.
+        assert_eq!(ranks(6), Some((1.0, 6.0)));
+        assert_eq!(ranks(15), Some((4.0, 12.0)));
+        assert_eq!(ranks(25), Some((8.0, 18.0)));
+        assert_eq!(ranks(100), Some((40.0, 61.0)));
+        // Past 2^-1074: still the middle, about sqrt(n) either side.
+        let (low, high) = ranks(5000).expect("an interval");
+        assert!(
+            (2400.0..2500.0).contains(&low) && (2501.0..2601.0).contains(&high),
+            "{low} {high}"
+        );
+        assert_eq!(
+            median_interval(&[3.0, 9.0, 1.0, 7.0, 5.0, 2.0]),
+            Some((1.0, 9.0))
+        );
+    }
 
     #[test]
     fn medians() {

@@ -40,7 +40,14 @@
 //! its cost over `tensor` paired by round (`over_tensor_us`: the median
 //! over rounds of the layer's µs per call less `tensor`'s in the same
 //! round, where every layer runs in turn, so that a slow round of the
-//! machine cancels out instead of moving one layer's median);
+//! machine cancels out instead of moving one layer's median), with that
+//! median's 95% confidence interval from 6 rounds (`over_tensor_interval_us`,
+//! the sign test's order statistics: no assumption on the rounds'
+//! distribution, but that they are independent); a layer on a nonblocking
+//! communicator's cost over `raw-nonblocking` paired the same way
+//! (`over_raw_nonblocking_us`, `over_raw_nonblocking_interval_us`), which
+//! tells whether a layer is within a bound of NCCL's own nonblocking
+//! mode; each round's µs per call (`round_host_us`);
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
 //! `Work` shares with the watchdog and the tensors it hands back, made in a
@@ -67,7 +74,7 @@ use nccl_core::{CaptureStatus, Config, DataType, Device, ReduceOp, Status};
 use nccl_group::{CommMode, GroupOptions, Liveness, ProcessGroup, StreamMode};
 use nccl_perf::{
     AT_START, BenchError, Call, Collective, CoreLayer, DeviceBuffers, Launch, Layer, Mode,
-    RawLayer, Rotation, Shift, World, median, per_call_us,
+    RawLayer, Rotation, Shift, World, median, median_interval, per_call_us,
 };
 use nccl_tensor::{Communicator, Tensor};
 use nccl_test_support::alloc::{CountingAllocator, counted};
@@ -181,6 +188,15 @@ impl Issue {
             Issue::Core => Some(true),
             Issue::Tensor { blocking, .. } => Some(blocking),
             Issue::Group(..) => None,
+        }
+    }
+
+    /// Whether the layer calls through a nonblocking communicator, whose
+    /// own cost `raw-nonblocking` measures.
+    fn nonblocking(self) -> bool {
+        match self {
+            Issue::Group(comm_mode, ..) => comm_mode == CommMode::Nonblocking,
+            other => other.communicator() == Some(false),
         }
     }
 }
@@ -487,37 +503,95 @@ fn timed(
     })
 }
 
+/// A layer's host time less another's in the same rounds, µs per call.
+#[derive(Clone, Copy)]
+struct Paired {
+    /// The median over rounds of the differences.
+    median: f64,
+    /// Its 95 % confidence interval ([`median_interval`]), from 6 rounds.
+    interval: Option<(f64, f64)>,
+}
+
+impl Paired {
+    /// The differences of `rounds` less `base`, round by round; `None`
+    /// without `base` rounds.
+    fn of(rounds: &[Round], base: Option<&[Round]>) -> Option<Self> {
+        let paired: Vec<f64> = rounds
+            .iter()
+            .zip(base?)
+            .map(|(round, base)| round.host_us - base.host_us)
+            .collect();
+        Some(Self {
+            median: median(&paired)?,
+            interval: median_interval(&paired),
+        })
+    }
+
+    /// `+0.61 [+0.55, +0.70]`, the interval left out with too few rounds.
+    fn shown(paired: Option<Self>) -> String {
+        let Some(Self { median, interval }) = paired else {
+            return "-".to_string();
+        };
+        match interval {
+            Some((low, high)) => format!("{median:+.2} [{low:+.2},{high:+.2}]"),
+            None => format!("{median:+.2}"),
+        }
+    }
+
+    /// The JSON fields `{prefix}_us` and `{prefix}_interval_us`.
+    fn json(
+        paired: Option<Self>,
+        prefix: &str,
+        fields: &mut serde_json::Map<String, serde_json::Value>,
+    ) {
+        let median = paired.map(|paired| paired.median);
+        let interval = paired
+            .and_then(|paired| paired.interval)
+            .map(|(low, high)| [low, high]);
+        fields.insert(format!("{prefix}_us"), serde_json::json!(median));
+        fields.insert(format!("{prefix}_interval_us"), serde_json::json!(interval));
+    }
+}
+
 /// One layer's figures on one rank, µs per call.
 struct Figures {
     median: f64,
     min: f64,
     sync: f64,
-    /// The median over rounds of the layer's host time less `tensor`'s in
-    /// the same round; `None` without a `tensor` layer.
-    over_tensor: Option<f64>,
+    /// The layer's host time less `tensor`'s in the same rounds; `None`
+    /// without a `tensor` layer.
+    over_tensor: Option<Paired>,
+    /// A layer on a nonblocking communicator: its host time less
+    /// `raw-nonblocking`'s in the same rounds, if that ran.
+    over_raw_nonblocking: Option<Paired>,
+    /// The host time of each round, in order.
+    rounds: Vec<f64>,
     /// Heap allocations per call, the most of any round.
     allocations: f64,
 }
 
+/// The rounds of the layers to pair others with.
+struct Bases<'a> {
+    tensor: Option<&'a [Round]>,
+    raw_nonblocking: Option<&'a [Round]>,
+}
+
 impl Figures {
-    /// From each round's figures, of `calls` calls each, and those of the
-    /// `tensor` layer in the same rounds, if it ran.
-    fn of(rounds: &[Round], tensor: Option<&[Round]>, calls: u32) -> Self {
+    /// From each round's figures of `layer`, of `calls` calls each, and
+    /// those of the `bases` in the same rounds.
+    fn of(layer: &LayerSpec, rounds: &[Round], bases: &Bases<'_>, calls: u32) -> Self {
         let host: Vec<f64> = rounds.iter().map(|round| round.host_us).collect();
         let sync: Vec<f64> = rounds.iter().map(|round| round.sync_us).collect();
-        let over_tensor = tensor.and_then(|tensor| {
-            let paired: Vec<f64> = rounds
-                .iter()
-                .zip(tensor)
-                .map(|(round, tensor)| round.host_us - tensor.host_us)
-                .collect();
-            median(&paired)
-        });
+        let raw_nonblocking = bases
+            .raw_nonblocking
+            .filter(|_| layer.issue.nonblocking() && layer.name != "raw-nonblocking");
         Self {
             median: median(&host).unwrap_or(f64::NAN),
             min: host.iter().copied().fold(f64::INFINITY, f64::min),
             sync: median(&sync).unwrap_or(f64::NAN),
-            over_tensor,
+            over_tensor: Paired::of(rounds, bases.tensor),
+            over_raw_nonblocking: Paired::of(rounds, raw_nonblocking),
+            rounds: host,
             allocations: rounds
                 .iter()
                 .map(|round| round.allocations)
@@ -647,13 +721,18 @@ fn run(args: &Args) -> Result<(), BenchError> {
             }
         }
     }
-    let tensor = layers
+    let rounds_of = |name: &str| {
+        let index = layers.iter().position(|layer| layer.name == name)?;
+        Some(rounds[index].as_slice())
+    };
+    let bases = Bases {
+        tensor: rounds_of("tensor"),
+        raw_nonblocking: rounds_of("raw-nonblocking"),
+    };
+    let figures: Vec<Figures> = layers
         .iter()
-        .position(|layer| layer.name == "tensor")
-        .map(|index| rounds[index].as_slice());
-    let figures: Vec<Figures> = rounds
-        .iter()
-        .map(|times| Figures::of(times, tensor, args.iters))
+        .zip(&rounds)
+        .map(|(layer, times)| Figures::of(layer, times, &bases, args.iters))
         .collect();
     let medians: Vec<f64> = figures.iter().map(|f| f.median).collect();
     let per_rank = world.all_gather("medians", &medians)?;
@@ -731,9 +810,10 @@ fn report(
     let mut out = format!(
         "# world-cost: in-place all_reduce of {} x f32 ({} B), world size {} ({hosts}), NCCL {nccl}, {gpu}{behind}\n\
          # {} warm-up calls per layer, then {} rounds of {} timed calls per layer, interleaved; µs per call\n\
-         # of the host loop (median and min over rounds), over tensor's in the same round (median), and of\n\
-         # the synchronisation after it (median)\n\
-         # {:<26} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11}\n",
+         # of the host loop (median and min over rounds), over tensor's in the same round (median, and its\n\
+         # 95% confidence interval from 6 rounds), of the synchronisation after it (median), and of a layer\n\
+         # on a nonblocking communicator over raw-nonblocking's in the same round (median [interval])\n\
+         # {:<26} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>15} {:>23}\n",
         args.elements,
         args.elements * 4,
         world.size,
@@ -747,16 +827,22 @@ fn report(
         "sync_us",
         "x raw",
         "x tensor",
-        "allocs/call"
+        "allocs/call",
+        "+tensor 95%",
+        "+raw_nb_us [95%]"
     );
     let mut json = Vec::with_capacity(layers.len());
     for (index, (layer, f)) in layers.iter().zip(figures).enumerate() {
         let (vs_raw, vs_tensor) = (ratio(raw, f.median), ratio(tensor, f.median));
         let over = f
             .over_tensor
-            .map_or_else(|| "-".to_string(), |over| format!("{over:+.2}"));
+            .map_or_else(|| "-".to_string(), |over| format!("{:+.2}", over.median));
+        let interval = f.over_tensor.and_then(|over| over.interval).map_or_else(
+            || "-".to_string(),
+            |(low, high)| format!("[{low:+.2},{high:+.2}]"),
+        );
         out += &format!(
-            "  {:<26} {:>10.2} {:>10.2} {:>10} {:>10.2} {:>8} {:>9} {:>11.3}\n",
+            "  {:<26} {:>10.2} {:>10.2} {:>10} {:>10.2} {:>8} {:>9} {:>11.3} {:>15} {:>23}\n",
             layer.name,
             f.median,
             f.min,
@@ -764,18 +850,18 @@ fn report(
             f.sync,
             shown(vs_raw),
             shown(vs_tensor),
-            f.allocations
+            f.allocations,
+            interval,
+            Paired::shown(f.over_raw_nonblocking)
         );
         let rank_medians: Vec<f64> = per_rank.iter().map(|medians| medians[index]).collect();
-        json.push(
-            serde_json::json!({
+        let mut fields = serde_json::json!({
                 "bench": "world-cost",
                 "world_size": world.size,
                 "simulated_hosts": world.simulated_hosts,
                 "layer": layer.name,
                 "median_us": f.median,
                 "min_us": f.min,
-                "over_tensor_us": f.over_tensor,
                 "sync_us": f.sync,
                 "rank_medians_us": rank_medians,
                 "vs_raw": vs_raw,
@@ -788,9 +874,13 @@ fn report(
                 "gpu_behind": args.gpu_behind,
                 "nccl_version": nccl,
                 "gpu": gpu,
-            })
-            .to_string(),
-        );
+                "round_host_us": f.rounds,
+        });
+        if let serde_json::Value::Object(fields) = &mut fields {
+            Paired::json(f.over_tensor, "over_tensor", fields);
+            Paired::json(f.over_raw_nonblocking, "over_raw_nonblocking", fields);
+        }
+        json.push(fields.to_string());
     }
     let spread = (0..layers.len()).any(|index| {
         let values = per_rank.iter().map(|medians| medians[index]);

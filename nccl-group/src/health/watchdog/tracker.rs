@@ -22,10 +22,17 @@ const REAP_ABOVE: usize = 256;
 const REAP_RETRY: usize = 32;
 
 /// How many finished operations' allocations a tracker keeps for later
-/// ones ([`Tracker::push_with`]): as many as one reap frees in a fast loop
-/// (it runs once more than [`REAP_ABOVE`] are pending), so that a loop whose
-/// operations finish within a reap's window allocates none.
+/// ones ([`Tracker::push_with`]) at first: as many as one reap frees in a
+/// fast loop (it runs once more than [`REAP_ABOVE`] are pending), so that a
+/// loop whose operations finish within a reap's window allocates none.
 const SPARES: usize = REAP_ABOVE + 1;
+
+/// The most it keeps: room grows to the longest backlog seen, so that a loop
+/// that runs ahead of the GPU, with as many operations pending as the GPU's
+/// launch queue holds (about a thousand kernels, past which a launch waits),
+/// makes each one in an allocation of the last time round. Allocations of
+/// a few hundred bytes each: about a megabyte at most per group.
+const MAX_SPARES: usize = 4096;
 
 /// How long [`Tracker::take_ended`] waits for ends it has just recorded.
 const SETTLE: Duration = Duration::from_millis(1);
@@ -51,13 +58,49 @@ impl Lanes {
     }
 }
 
+/// The allocations of finished operations, released, for later ones.
+struct Spares {
+    kept: Vec<Arc<dyn Completion>>,
+    /// The most kept: [`SPARES`], or the longest backlog seen, up to
+    /// [`MAX_SPARES`].
+    room: usize,
+}
+
+impl Default for Spares {
+    fn default() -> Self {
+        Self {
+            kept: Vec::with_capacity(SPARES),
+            room: SPARES,
+        }
+    }
+}
+
+impl Spares {
+    /// Makes room for as many spares as `backlog` operations, within
+    /// [`MAX_SPARES`].
+    fn make_room_for(&mut self, backlog: usize) {
+        self.room = self.room.max(backlog.min(MAX_SPARES));
+    }
+
+    /// Keeps the finished `completion`'s allocation, released, if nothing
+    /// else shares it and there is room.
+    fn keep(&mut self, mut completion: Arc<dyn Completion>) {
+        if self.kept.len() < self.room
+            && let Some(finished) = Arc::get_mut(&mut completion)
+        {
+            finished.release();
+            self.kept.push(completion);
+        }
+    }
+}
+
 /// The outstanding operations, oldest first, their lanes, the
-/// allocations of finished ones, released, for later ones, and how long the
-/// queue grows before a push reaps it.
+/// allocations of finished ones for later ones, and how long the queue
+/// grows before a push reaps it.
 struct Queue {
     ops: VecDeque<PendingOp>,
     lanes: Lanes,
-    spares: Vec<Arc<dyn Completion>>,
+    spares: Spares,
     /// A push reaps once more operations than this are pending:
     /// [`REAP_ABOVE`], or, after a reap that found the oldest one not done,
     /// one less than that reap's length and [`REAP_RETRY`].
@@ -89,7 +132,7 @@ impl Default for Tracker {
             pending: Mutex::new(Queue {
                 ops: VecDeque::with_capacity(2 * REAP_ABOVE),
                 lanes: Lanes::None,
-                spares: Vec::with_capacity(SPARES),
+                spares: Spares::default(),
                 reap_above: REAP_ABOVE,
             }),
         }
@@ -126,10 +169,12 @@ impl Tracker {
                 pending.reap_above = backlog + REAP_RETRY - 1;
             }
         }
-        let spare = pending.spares.pop();
+        let spare = pending.spares.kept.pop();
         let (op, value) = make(spare)?;
         pending.lanes = pending.lanes.with(op.completion.lane());
         pending.ops.push_back(op);
+        let backlog = pending.ops.len();
+        pending.spares.make_room_for(backlog);
         Ok(value)
     }
 
@@ -204,7 +249,7 @@ impl Tracker {
                 match done.binary_search_by_key(&op.seq, |&(seq, _)| seq) {
                     Ok(index) => {
                         finished(op.seq, done[index].1);
-                        keep_spare(spares, op.completion);
+                        spares.keep(op.completion);
                     }
                     Err(_) => ops.push_back(op),
                 }
@@ -297,7 +342,7 @@ fn reap(queue: &mut Queue, mut finished: impl FnMut(u64, Option<Duration>)) {
 fn reap_front(
     pending: &mut VecDeque<PendingOp>,
     mut finished: impl FnMut(u64, Option<Duration>),
-    spares: &mut Vec<Arc<dyn Completion>>,
+    spares: &mut Spares,
 ) {
     while pending
         .front()
@@ -310,25 +355,14 @@ fn reap_front(
 }
 
 /// Reports the finished `op` to `finished`, with its GPU time, and keeps
-/// its allocation ([`keep_spare`]).
+/// its allocation ([`Spares::keep`]).
 fn ended(
     op: PendingOp,
     finished: &mut impl FnMut(u64, Option<Duration>),
-    spares: &mut Vec<Arc<dyn Completion>>,
+    spares: &mut Spares,
 ) {
     finished(op.seq, op.completion.gpu_time());
-    keep_spare(spares, op.completion);
-}
-
-/// Keeps the finished `completion`'s allocation in `spares`, released, if
-/// nothing else shares it and there is room.
-fn keep_spare(spares: &mut Vec<Arc<dyn Completion>>, mut completion: Arc<dyn Completion>) {
-    if spares.len() < SPARES
-        && let Some(finished) = Arc::get_mut(&mut completion)
-    {
-        finished.release();
-        spares.push(completion);
-    }
+    spares.keep(op.completion);
 }
 
 #[cfg(test)]
@@ -781,7 +815,7 @@ mod tests {
         f[0].finish();
         f[2].finish();
         let mut reaped = Vec::new();
-        reap_front(&mut pending, |s, _| reaped.push(s), &mut Vec::new());
+        reap_front(&mut pending, |s, _| reaped.push(s), &mut Spares::default());
         assert_eq!(reaped, vec![0]);
         assert_eq!(pending.len(), 2);
     }
@@ -842,11 +876,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_tracker_keeps_at_most_its_spares() {
-        let tracker = Tracker::default();
+    /// Pushes `count` fakes that finish once pushed, scans them away, and
+    /// counts the allocations the tracker kept (released).
+    fn kept_after_a_backlog_of(tracker: &Tracker, count: usize) -> usize {
         let releases = Arc::new(AtomicUsize::new(0));
-        let count = 2 * SPARES as u64;
         let fakes: Vec<Arc<Fake>> = (0..count)
             .map(|_| {
                 Arc::new(Fake {
@@ -856,8 +889,8 @@ mod tests {
             })
             .collect();
         let t0 = Instant::now();
-        for (seq, fake) in (0..count).zip(&fakes) {
-            push(&tracker, op(seq, t0, 60_000, fake), |_, _| {});
+        for (seq, fake) in (0..count as u64).zip(&fakes) {
+            push(tracker, op(seq, t0, 60_000, fake), |_, _| {});
         }
         // Finished and held by the tracker alone: the scan removes them all
         // and keeps as many as it has room for.
@@ -865,6 +898,39 @@ mod tests {
         drop(fakes);
         assert_eq!(tracker.scan(t0, |_, _| {}), None);
         assert!(tracker.is_empty());
-        assert_eq!(releases.load(Ordering::SeqCst), SPARES);
+        releases.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn the_tracker_keeps_a_spare_per_operation_of_its_longest_backlog_up_to_its_most() {
+        assert_eq!(kept_after_a_backlog_of(&Tracker::default(), 10), 10);
+        let backlog = 3 * SPARES;
+        assert_eq!(kept_after_a_backlog_of(&Tracker::default(), backlog), backlog);
+        assert_eq!(
+            kept_after_a_backlog_of(&Tracker::default(), MAX_SPARES + 100),
+            MAX_SPARES
+        );
+    }
+
+    #[test]
+    fn a_loop_ahead_of_the_gpu_makes_its_operations_in_the_last_loops_allocations() {
+        let tracker = Tracker::default();
+        let backlog = 4 * SPARES;
+        assert_eq!(kept_after_a_backlog_of(&tracker, backlog), backlog);
+        // The next loop of as many operations, none of which finishes
+        // meanwhile (the GPU behind), finds a spare for each.
+        let running: Vec<Arc<Fake>> = (0..backlog).map(|_| Arc::new(Fake::default())).collect();
+        for (seq, fake) in (0..backlog as u64).zip(&running) {
+            let mut lent = false;
+            let pushed: Result<(), std::convert::Infallible> = tracker.push_with(
+                |spare| {
+                    lent = spare.is_some();
+                    Ok((op(seq, Instant::now(), 60_000, fake), ()))
+                },
+                |_, _| {},
+            );
+            assert!(pushed.is_ok());
+            assert!(lent, "operation {seq} found no spare");
+        }
     }
 }
