@@ -31,7 +31,7 @@ const SPARES: usize = REAP_ABOVE + 1;
 /// that runs ahead of the GPU, with as many operations pending as the GPU's
 /// launch queue holds (about a thousand kernels, past which a launch waits),
 /// makes each one in an allocation of the last time round. Allocations of
-/// a few hundred bytes each: about a megabyte at most per group.
+/// about 140 bytes each: about half a megabyte at most per group.
 const MAX_SPARES: usize = 4096;
 
 /// How long [`Tracker::take_ended`] waits for ends it has just recorded.
