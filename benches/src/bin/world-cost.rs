@@ -47,7 +47,8 @@
 //! communicator's cost over `raw-nonblocking` paired the same way
 //! (`over_raw_nonblocking_us`, `over_raw_nonblocking_interval_us`), which
 //! tells whether a layer is within a bound of NCCL's own nonblocking
-//! mode; each round's µs per call (`round_host_us`);
+//! mode; each round's µs per call and allocations (`round_host_us`,
+//! `round_allocations`);
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
 //! `Work` shares with the watchdog and the tensors it hands back, made in a
@@ -566,6 +567,8 @@ struct Figures {
     over_raw_nonblocking: Option<Paired>,
     /// The host time of each round, in order.
     rounds: Vec<f64>,
+    /// The heap allocations of each round, in order.
+    round_allocations: Vec<u64>,
     /// Heap allocations per call, the most of any round.
     allocations: f64,
 }
@@ -592,6 +595,7 @@ impl Figures {
             over_tensor: Paired::of(rounds, bases.tensor),
             over_raw_nonblocking: Paired::of(rounds, raw_nonblocking),
             rounds: host,
+            round_allocations: rounds.iter().map(|round| round.allocations).collect(),
             allocations: rounds
                 .iter()
                 .map(|round| round.allocations)
@@ -875,6 +879,7 @@ fn report(
                 "nccl_version": nccl,
                 "gpu": gpu,
                 "round_host_us": f.rounds,
+                "round_allocations": f.round_allocations,
         });
         if let serde_json::Value::Object(fields) = &mut fields {
             Paired::json(f.over_tensor, "over_tensor", fields);
