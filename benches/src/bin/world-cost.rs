@@ -41,14 +41,15 @@
 //! over rounds of the layer's µs per call less `tensor`'s in the same
 //! round, where every layer runs in turn, so that a slow round of the
 //! machine cancels out instead of moving one layer's median), with that
-//! median's 95% confidence interval from 6 rounds (`over_tensor_interval_us`,
-//! the sign test's order statistics: no assumption on the rounds'
-//! distribution, but that they are independent); a layer on a nonblocking
+//! median's confidence interval of 95% at least from 6 rounds
+//! (`over_tensor_interval_us`, the sign test's order statistics: no
+//! assumption on the rounds' distribution, but that they are independent;
+//! at the default 7 rounds the smallest and largest difference, 98.4%); a layer on a nonblocking
 //! communicator's cost over `raw-nonblocking` paired the same way
 //! (`over_raw_nonblocking_us`, `over_raw_nonblocking_interval_us`), which
 //! tells whether a layer is within a bound of NCCL's own nonblocking
-//! mode; each round's µs per call and allocations (`round_host_us`,
-//! `round_allocations`);
+//! mode; each round's µs per call and its heap allocations, all of its
+//! calls' (`round_host_us`, `round_allocations`);
 //! and the Rust heap allocations per call of the timed loops (the most of
 //! any round: 0 allowed, 1 for the groups, the record an operation's
 //! `Work` shares with the watchdog and the tensors it hands back, made in a
@@ -509,7 +510,8 @@ fn timed(
 struct Paired {
     /// The median over rounds of the differences.
     median: f64,
-    /// Its 95 % confidence interval ([`median_interval`]), from 6 rounds.
+    /// Its confidence interval of 95 % at least ([`median_interval`]), from 6
+    /// rounds.
     interval: Option<(f64, f64)>,
 }
 
@@ -815,8 +817,9 @@ fn report(
         "# world-cost: in-place all_reduce of {} x f32 ({} B), world size {} ({hosts}), NCCL {nccl}, {gpu}{behind}\n\
          # {} warm-up calls per layer, then {} rounds of {} timed calls per layer, interleaved; µs per call\n\
          # of the host loop (median and min over rounds), over tensor's in the same round (median, and its\n\
-         # 95% confidence interval from 6 rounds), of the synchronisation after it (median), and of a layer\n\
-         # on a nonblocking communicator over raw-nonblocking's in the same round (median [interval])\n\
+         # confidence interval, 95% at least, from 6 rounds), of the synchronisation after it (median),\n\
+         # and of a layer on a nonblocking communicator over raw-nonblocking's in the same round\n\
+         # (median [interval])\n\
          # {:<26} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>15} {:>23}\n",
         args.elements,
         args.elements * 4,

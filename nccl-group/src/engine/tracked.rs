@@ -104,6 +104,13 @@ pub(crate) struct Tracked {
     pub(crate) blocking_wait: bool,
 }
 
+// The tracker's bound on the spares it keeps (its `MAX_SPARES`) is stated
+// in bytes from this size.
+const _: () = assert!(
+    std::mem::size_of::<Tracked>() == 120,
+    "a Tracked is 120 bytes (136 with its Arc's counts)"
+);
+
 impl Tracked {
     /// The operation of `ends`, its outcome in `scope` (`collective` as in
     /// [`Outcome::new`]), in an `Arc`: in `spare`, a finished operation's

@@ -31,7 +31,8 @@ const SPARES: usize = REAP_ABOVE + 1;
 /// that runs ahead of the GPU, with as many operations pending as the GPU's
 /// launch queue holds (about a thousand kernels, past which a launch waits),
 /// makes each one in an allocation of the last time round. Allocations of
-/// about 140 bytes each: about half a megabyte at most per group.
+/// 136 bytes each (`Tracked`) and their list: about 0.6 MiB at most per
+/// group, kept for the group's life once a backlog that long was seen.
 const MAX_SPARES: usize = 4096;
 
 /// How long [`Tracker::take_ended`] waits for ends it has just recorded.
@@ -910,6 +911,17 @@ mod tests {
             kept_after_a_backlog_of(&Tracker::default(), MAX_SPARES + 100),
             MAX_SPARES
         );
+    }
+
+    #[test]
+    fn the_spares_room_stays_at_the_longest_backlog_after_a_shorter_one() {
+        let tracker = Tracker::default();
+        let backlog = 3 * SPARES;
+        assert_eq!(kept_after_a_backlog_of(&tracker, backlog), backlog);
+        // A backlog of one (its push takes a spare, which the helper drops):
+        // its allocation is kept beside the `backlog - 1` left, past the
+        // first room of `SPARES`.
+        assert_eq!(kept_after_a_backlog_of(&tracker, 1), 1);
     }
 
     #[test]
