@@ -44,8 +44,9 @@
 //! median's confidence interval of 95% at least from 6 rounds
 //! (`over_tensor_interval_us`, the sign test's order statistics: no
 //! assumption on the rounds' distribution, but that they are independent;
-//! at the default 7 rounds the smallest and largest difference, 98.4%); a layer on a nonblocking
-//! communicator's cost over `raw-nonblocking` paired the same way
+//! at the default 7 rounds the smallest and largest difference, 98.4%); a
+//! layer on a nonblocking communicator's cost over `raw-nonblocking`
+//! paired the same way
 //! (`over_raw_nonblocking_us`, `over_raw_nonblocking_interval_us`), which
 //! tells whether a layer is within a bound of NCCL's own nonblocking
 //! mode; each round's µs per call and its heap allocations, all of its
@@ -530,13 +531,21 @@ impl Paired {
         })
     }
 
-    /// `+0.61 [+0.55, +0.70]`, the interval left out with too few rounds.
+    /// `[+0.55,+0.70]`, or `-` with too few rounds for an interval.
+    fn interval_shown(paired: Option<Self>) -> String {
+        match paired.and_then(|paired| paired.interval) {
+            Some((low, high)) => format!("[{low:+.2},{high:+.2}]"),
+            None => "-".to_string(),
+        }
+    }
+
+    /// `+0.61 [+0.55,+0.70]`, the interval left out with too few rounds.
     fn shown(paired: Option<Self>) -> String {
         let Some(Self { median, interval }) = paired else {
             return "-".to_string();
         };
         match interval {
-            Some((low, high)) => format!("{median:+.2} [{low:+.2},{high:+.2}]"),
+            Some(_) => format!("{median:+.2} {}", Self::interval_shown(paired)),
             None => format!("{median:+.2}"),
         }
     }
@@ -568,7 +577,7 @@ struct Figures {
     /// `raw-nonblocking`'s in the same rounds, if that ran.
     over_raw_nonblocking: Option<Paired>,
     /// The host time of each round, in order.
-    rounds: Vec<f64>,
+    round_host: Vec<f64>,
     /// The heap allocations of each round, in order.
     round_allocations: Vec<u64>,
     /// Heap allocations per call, the most of any round.
@@ -596,7 +605,7 @@ impl Figures {
             sync: median(&sync).unwrap_or(f64::NAN),
             over_tensor: Paired::of(rounds, bases.tensor),
             over_raw_nonblocking: Paired::of(rounds, raw_nonblocking),
-            rounds: host,
+            round_host: host,
             round_allocations: rounds.iter().map(|round| round.allocations).collect(),
             allocations: rounds
                 .iter()
@@ -844,10 +853,6 @@ fn report(
         let over = f
             .over_tensor
             .map_or_else(|| "-".to_string(), |over| format!("{:+.2}", over.median));
-        let interval = f.over_tensor.and_then(|over| over.interval).map_or_else(
-            || "-".to_string(),
-            |(low, high)| format!("[{low:+.2},{high:+.2}]"),
-        );
         out += &format!(
             "  {:<26} {:>10.2} {:>10.2} {:>10} {:>10.2} {:>8} {:>9} {:>11.3} {:>15} {:>23}\n",
             layer.name,
@@ -858,31 +863,31 @@ fn report(
             shown(vs_raw),
             shown(vs_tensor),
             f.allocations,
-            interval,
+            Paired::interval_shown(f.over_tensor),
             Paired::shown(f.over_raw_nonblocking)
         );
         let rank_medians: Vec<f64> = per_rank.iter().map(|medians| medians[index]).collect();
         let mut fields = serde_json::json!({
-                "bench": "world-cost",
-                "world_size": world.size,
-                "simulated_hosts": world.simulated_hosts,
-                "layer": layer.name,
-                "median_us": f.median,
-                "min_us": f.min,
-                "sync_us": f.sync,
-                "rank_medians_us": rank_medians,
-                "vs_raw": vs_raw,
-                "vs_tensor": vs_tensor,
-                "allocations_per_call": f.allocations,
-                "elements": args.elements,
-                "iters": args.iters,
-                "rounds": args.rounds,
-                "warmup": args.warmup,
-                "gpu_behind": args.gpu_behind,
-                "nccl_version": nccl,
-                "gpu": gpu,
-                "round_host_us": f.rounds,
-                "round_allocations": f.round_allocations,
+            "bench": "world-cost",
+            "world_size": world.size,
+            "simulated_hosts": world.simulated_hosts,
+            "layer": layer.name,
+            "median_us": f.median,
+            "min_us": f.min,
+            "sync_us": f.sync,
+            "rank_medians_us": rank_medians,
+            "vs_raw": vs_raw,
+            "vs_tensor": vs_tensor,
+            "allocations_per_call": f.allocations,
+            "elements": args.elements,
+            "iters": args.iters,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "gpu_behind": args.gpu_behind,
+            "nccl_version": nccl,
+            "gpu": gpu,
+            "round_host_us": f.round_host,
+            "round_allocations": f.round_allocations,
         });
         if let serde_json::Value::Object(fields) = &mut fields {
             Paired::json(f.over_tensor, "over_tensor", fields);
