@@ -225,15 +225,15 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
-/// A distribution-free confidence interval, of 95 % at least, of the median of the
-/// population `values` were drawn from, independently: the `k`-th smallest
-/// and the `k`-th largest value, `k` the largest rank such that fewer than
-/// `k` of `n` values fall below the median with probability 2.5 % at most
-/// (the binomial sign test): it covers the median with probability
-/// `1 - 2 P(Bin(n, 1/2) < k)`, 95 % or more (the two extremes of 7 values,
-/// 98.4 %). `None` for fewer than 6 values, too few for any such interval
-/// (with 5, the two extremes cover 93.75 %). NaNs sort by sign, as in
-/// [`median`].
+/// A distribution-free confidence interval, of 95 % at least, of the
+/// median of the population `values` were drawn from, independently: the
+/// `k`-th smallest and the `k`-th largest value, `k` the largest rank such
+/// that fewer than `k` of `n` values fall below the median with probability
+/// 2.5 % at most (the binomial sign test): it covers the median with
+/// probability `1 - 2 P(Bin(n, 1/2) < k)`, 95 % or more (the two extremes
+/// of 7 values, 98.4 %). `None` for fewer than 6 values, too few for any
+/// such interval (with 5, the two extremes cover 93.75 %). NaNs sort by
+/// sign, as in [`median`].
 pub fn median_interval(values: &[f64]) -> Option<(f64, f64)> {
     let n = values.len();
     // P(at most j of n fall below the median) = sum_{i <= j} C(n, i) / 2^n,
