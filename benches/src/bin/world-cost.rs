@@ -16,6 +16,7 @@
 //! | `tensor-nonblocking-spin` | the same, waiting with nccl-core's `async_error` polled back to back: nccl-core's wait policy left out |
 //! | `tensor-nonblocking-yield` | the same, yielding the CPU between polls |
 //! | `group-<comm>-<stream>` | `ProcessGroup::all_reduce` + `Work::wait` (the tensor moves in and comes back), for `CommMode` `nonblocking`/`blocking` x `StreamMode` `separate`/`caller` |
+//! | `group-borrowed` | `group-blocking-caller` on borrowed memory (a `&mut CudaSlice<f32>`, which the `Work` holds): what moving the 112-byte tensor in and out of the operation costs |
 //! | `group-unchecked` | `group-blocking-caller` with the mismatch check off: what the check costs the issuing thread (at world size 2 or more: a group of one process has no check) |
 //! | `group-small-recorder` | `group-blocking-caller` with a flight recorder of one entry (the default keeps 2048): what writing each operation's record on lines of its own costs, above all in short rounds after a wait for the GPU |
 //! | `group-lean` | `group-unchecked` with no liveness beat (none at world size 1 either), no dumps and a flight recorder of one entry: what the group's own tracking costs with its background threads quiet |
@@ -72,7 +73,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use cudarc::driver::{CudaEvent, CudaStream};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use nccl_core::{CaptureStatus, Config, DataType, Device, ReduceOp, Status};
 use nccl_group::{CommMode, GroupOptions, Liveness, ProcessGroup, StreamMode};
 use nccl_perf::{
@@ -102,6 +103,8 @@ enum Issue {
         extra: Extra,
     },
     Group(CommMode, StreamMode, Trim),
+    /// The default group on borrowed memory.
+    GroupBorrowed,
 }
 
 /// What a group layer turns off of the default options, to tell each part's
@@ -178,7 +181,7 @@ impl Issue {
     /// shared operation record at most, nothing elsewhere.
     fn allowed_allocations(self) -> u64 {
         match self {
-            Issue::Group(..) => 1,
+            Issue::Group(..) | Issue::GroupBorrowed => 1,
             _ => 0,
         }
     }
@@ -190,7 +193,7 @@ impl Issue {
             Issue::Raw { blocking, .. } => Some(blocking),
             Issue::Core => Some(true),
             Issue::Tensor { blocking, .. } => Some(blocking),
-            Issue::Group(..) => None,
+            Issue::Group(..) | Issue::GroupBorrowed => None,
         }
     }
 
@@ -213,7 +216,7 @@ struct LayerSpec {
 }
 
 /// Every layer, in the default order (see the table in the crate docs).
-const LAYERS: [LayerSpec; 20] = {
+const LAYERS: [LayerSpec; 21] = {
     use CommMode::{Blocking, Nonblocking};
     use StreamMode::{Caller, Separate};
     const fn layer(name: &'static str, issue: Issue) -> LayerSpec {
@@ -266,6 +269,7 @@ const LAYERS: [LayerSpec; 20] = {
         layer("group-nonblocking-caller", group(Nonblocking, Caller)),
         layer("group-blocking-separate", group(Blocking, Separate)),
         layer("group-blocking-caller", group(Blocking, Caller)),
+        layer("group-borrowed", Issue::GroupBorrowed),
         layer(
             "group-unchecked",
             Issue::Group(Blocking, Caller, Trim::Unchecked),
@@ -362,6 +366,8 @@ enum State<'a> {
     Tensor(&'a Communicator, Tensor<f32>, Wait, Option<CudaEvent>, bool),
     /// A group layer: the group and its tensor, away while an operation has it.
     Group(ProcessGroup, Option<Tensor<f32>>),
+    /// The borrowed-memory layer: the group and the memory it borrows.
+    GroupBorrowed(ProcessGroup, CudaSlice<f32>),
 }
 
 impl State<'_> {
@@ -419,6 +425,15 @@ impl State<'_> {
                         .all_reduce(tensor, ReduceOp::Sum, stream)
                         .map_err(|failed| failed.error)?;
                     *slot = Some(work.wait()?);
+                    Ok(())
+                })
+            }
+            State::GroupBorrowed(group, memory) => {
+                let group: &ProcessGroup = group;
+                Box::new(move |_: &[Shift]| {
+                    group
+                        .all_reduce(&mut *memory, ReduceOp::Sum, stream)?
+                        .wait()?;
                     Ok(())
                 })
             }
@@ -694,6 +709,16 @@ fn run(args: &Args) -> Result<(), BenchError> {
                     let group = world.group(&format!("world-cost-{}", layer.name), options)?;
                     State::Group(group, Some(tensor()?))
                 }
+                Issue::GroupBorrowed => {
+                    let group = world.group(
+                        &format!("world-cost-{}", layer.name),
+                        GroupOptions::default(),
+                    )?;
+                    let memory = stream
+                        .alloc_zeros::<f32>(elements)
+                        .map_err(nccl_core::Error::cuda("allocating the borrowed memory"))?;
+                    State::GroupBorrowed(group, memory)
+                }
                 Issue::Raw { fingerprint, .. } => {
                     let raw = RawLayer::new(comm()?.core(), &stream)?;
                     let raw = if fingerprint {
@@ -774,7 +799,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
         .collect();
     // Collective teardown, in the same order on every rank.
     for state in &states {
-        if let State::Group(group, _) = state {
+        if let State::Group(group, _) | State::GroupBorrowed(group, _) = state {
             group.destroy()?;
         }
     }
