@@ -546,12 +546,16 @@ impl Paired {
         })
     }
 
-    /// `[+0.55,+0.70]`, or `-` with too few rounds for an interval.
+    /// `[+0.55,+0.70]`.
+    fn bracketed((low, high): (f64, f64)) -> String {
+        format!("[{low:+.2},{high:+.2}]")
+    }
+
+    /// The interval bracketed, or `-` with too few rounds for one.
     fn interval_shown(paired: Option<Self>) -> String {
-        match paired.and_then(|paired| paired.interval) {
-            Some((low, high)) => format!("[{low:+.2},{high:+.2}]"),
-            None => "-".to_string(),
-        }
+        paired
+            .and_then(|paired| paired.interval)
+            .map_or_else(|| "-".to_string(), Self::bracketed)
     }
 
     /// `+0.61 [+0.55,+0.70]`, the interval left out with too few rounds.
@@ -560,7 +564,7 @@ impl Paired {
             return "-".to_string();
         };
         match interval {
-            Some(_) => format!("{median:+.2} {}", Self::interval_shown(paired)),
+            Some(interval) => format!("{median:+.2} {}", Self::bracketed(interval)),
             None => format!("{median:+.2}"),
         }
     }
@@ -699,6 +703,7 @@ fn run(args: &Args) -> Result<(), BenchError> {
                     })
             };
             let buffers = || DeviceBuffers::alloc(DataType::Float32, elements, &stream);
+            let group = |options| world.group(&format!("world-cost-{}", layer.name), options);
             Ok(match layer.issue {
                 Issue::Group(comm_mode, stream_mode, trim) => {
                     let options = trim.options(
@@ -706,18 +711,13 @@ fn run(args: &Args) -> Result<(), BenchError> {
                             .with_comm_mode(comm_mode)
                             .with_stream_mode(stream_mode),
                     );
-                    let group = world.group(&format!("world-cost-{}", layer.name), options)?;
-                    State::Group(group, Some(tensor()?))
+                    State::Group(group(options)?, Some(tensor()?))
                 }
                 Issue::GroupBorrowed => {
-                    let group = world.group(
-                        &format!("world-cost-{}", layer.name),
-                        GroupOptions::default(),
-                    )?;
                     let memory = stream
                         .alloc_zeros::<f32>(elements)
                         .map_err(nccl_core::Error::cuda("allocating the borrowed memory"))?;
-                    State::GroupBorrowed(group, memory)
+                    State::GroupBorrowed(group(GroupOptions::default())?, memory)
                 }
                 Issue::Raw { fingerprint, .. } => {
                     let raw = RawLayer::new(comm()?.core(), &stream)?;
